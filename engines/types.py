@@ -1,0 +1,91 @@
+"""Small records shared by every engine: the skeleton, what a model is, and its poses."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import numpy as np
+
+MODEL_TYPES = (
+    "single_instance",
+    "centroid",
+    "centered_instance",
+    "topdown",
+    "bottomup",
+    "multi_class_topdown",
+    "multi_class_bottomup",
+)
+
+
+@attrs.frozen
+class Skeleton:
+    """Node names and edges (index pairs) of the animal's body plan."""
+
+    node_names: tuple[str, ...]
+    edges: tuple[tuple[int, int], ...] = ()
+    name: str = "skeleton"
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.node_names)
+
+
+@attrs.frozen
+class ModelInfo:
+    """What a consumer of an engine needs to know about the model behind it.
+
+    This is the record embedded in exported models, so an exported file can be
+    run and its poses interpreted without the training configs.
+
+    Attributes:
+        model_type: one of `MODEL_TYPES`.
+        skeleton: nodes and edges of the predicted instances.
+        input_channels: channels the network was trained on (1 or 3). Frames with
+            the other count are converted inside the inference model.
+        max_instances: most instances reported per frame.
+        class_names: identity names for multi-class models, else empty.
+        peak_threshold: confidence map threshold used for peaks.
+        postprocess: host-side settings the runner's decoding step needs (for
+            example PAF grouping thresholds); JSON-serialisable values only.
+    """
+
+    model_type: str
+    skeleton: Skeleton
+    input_channels: int
+    max_instances: int
+    class_names: tuple[str, ...] = ()
+    peak_threshold: float = 0.2
+    postprocess: Mapping[str, Any] = attrs.field(factory=dict, eq=False)
+
+
+@attrs.frozen(eq=False)
+class FramePoses:
+    """Poses of every instance found in one frame.
+
+    Attributes:
+        points: (instances, nodes, 2) float32 xy in frame pixels; NaN where a node
+            was not found.
+        point_scores: (instances, nodes) float32 peak confidences; NaN where not found.
+        instance_scores: (instances,) float32.
+        identities: (instances,) int32 class index for multi-class models, -1 otherwise.
+    """
+
+    points: np.ndarray
+    point_scores: np.ndarray
+    instance_scores: np.ndarray
+    identities: np.ndarray
+
+    @property
+    def n_instances(self) -> int:
+        return int(self.points.shape[0])
+
+    @classmethod
+    def empty(cls, n_nodes: int) -> FramePoses:
+        return cls(
+            points=np.zeros((0, n_nodes, 2), np.float32),
+            point_scores=np.zeros((0, n_nodes), np.float32),
+            instance_scores=np.zeros((0,), np.float32),
+            identities=np.zeros((0,), np.int32),
+        )

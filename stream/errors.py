@@ -1,0 +1,20 @@
+"""Errors raised by sources, the pipeline and its outputs.
+
+Each also inherits the matching builtin, so callers may catch either.
+"""
+
+
+class StreamError(Exception):
+    """Base class of every sleap-live stream error."""
+
+
+class SourceNotFoundError(StreamError, FileNotFoundError):
+    """A video file or camera device does not exist."""
+
+
+class SourceError(StreamError, OSError):
+    """A source exists but cannot be opened or decoded (corrupt, truncated, busy)."""
+
+
+class PipelineError(StreamError, RuntimeError):
+    """A pipeline stage failed; the original exception is chained as `__cause__`."""

@@ -1,0 +1,49 @@
+"""Records that travel between the stages of a pipeline."""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+
+from sleap_live.engines.types import FramePoses
+
+
+@attrs.frozen(eq=False)
+class Frame:
+    """One captured frame.
+
+    Attributes:
+        index: position in its source, counted from 0 (gaps mean the source skipped).
+        timestamp: capture time in seconds on `time.monotonic()`'s clock.
+        source_id: name of the source that produced it.
+        image: (height, width, channels) uint8 array, channels 1 or 3 (RGB).
+    """
+
+    index: int
+    timestamp: float
+    source_id: str
+    image: np.ndarray
+
+
+@attrs.frozen(eq=False)
+class PoseRecord:
+    """Poses of one frame with the times that make its latency exact.
+
+    Attributes:
+        frame_index: `Frame.index` of the frame the poses came from.
+        capture_time: `Frame.timestamp` (monotonic seconds).
+        ready_time: monotonic seconds at which the poses were ready.
+        source_id: `Frame.source_id`.
+        poses: the instances found.
+    """
+
+    frame_index: int
+    capture_time: float
+    ready_time: float
+    source_id: str
+    poses: FramePoses
+
+    @property
+    def latency(self) -> float:
+        """Capture-to-pose latency in seconds."""
+        return self.ready_time - self.capture_time
