@@ -3,6 +3,8 @@
 Each also inherits the matching builtin, so callers may catch either.
 """
 
+import queue
+
 
 class StreamError(Exception):
     """Base class of every sleap-live stream error."""
@@ -18,3 +20,15 @@ class SourceError(StreamError, OSError):
 
 class PipelineError(StreamError, RuntimeError):
     """A pipeline stage failed; the original exception is chained as `__cause__`."""
+
+
+class ChannelClosed(StreamError):
+    """A channel was closed: nothing more can be put, and it has been drained."""
+
+
+class ChannelFull(StreamError, queue.Full):
+    """`put_nowait` (or `put` with a timeout) found a blocking channel full."""
+
+
+class ChannelEmpty(StreamError, queue.Empty):
+    """`get_nowait` (or `get` with a timeout) found an open channel empty."""
