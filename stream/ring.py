@@ -1,0 +1,434 @@
+"""Ring buffer of pose records: one writer, any number of readers, none waits for another.
+
+The pipeline's last stage writes every `PoseRecord` into a `RingBuffer`; consumers
+(closed-loop controllers, the dashboard, writers) read from it, each through its own
+`RingReader` cursor. Storage is preallocated numpy arrays with one slot per record,
+so writing copies a few small arrays and never allocates.
+
+Consistency without making the writer wait: each slot carries the sequence number
+of the record it holds (``-1`` while being written). A reader copies a slot and then
+checks the sequence number again (a seqlock); if the writer overwrote the slot in
+the meantime the copy is discarded and the record counted as missed. The writer only
+takes the condition's lock for the instant it needs to publish the new count and
+wake waiting readers; readers never hold it while copying.
+
+Records are numbered from 0 in the order written (their *sequence*); record ``s``
+lives in slot ``s % capacity`` until ``capacity`` more records have been written.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import attrs
+import numpy as np
+from sleap_live.engines.types import FramePoses
+from sleap_live.stream.types import PoseRecord
+
+
+@attrs.frozen(eq=False)
+class RingArrays:
+    """Read-only views of a ring buffer's slot arrays, for zero-copy polling.
+
+    Ownership: the ring's writer owns every slot. Slot ``k`` holds record
+    ``sequence[k]`` (``-1`` while empty or being written) and its rows of the other
+    arrays are that record's. A view of a slot stays valid until ``capacity`` more
+    writes, after which the writer reuses it. To read without copying, note
+    ``s = sequence[k]``, read the rows, and trust them only if ``sequence[k] == s``
+    still holds afterwards; copy anything you keep.
+
+    Instance rows at and beyond ``n_instances[k]`` hold NaN points and scores and
+    identity -1.
+
+    Attributes:
+        sequence: (capacity,) int64 record number in each slot.
+        frame_index: (capacity,) int64 `Frame.index`.
+        source: (capacity,) int32 index into `RingBuffer.source_ids`.
+        capture_time: (capacity,) float64 monotonic seconds.
+        ready_time: (capacity,) float64 monotonic seconds.
+        points: (capacity, max_instances, n_nodes, 2) float32 xy.
+        point_scores: (capacity, max_instances, n_nodes) float32.
+        instance_scores: (capacity, max_instances) float32.
+        n_instances: (capacity,) int32 instances stored in each slot.
+        identities: (capacity, max_instances) int32 class or track id, -1 for none.
+    """
+
+    sequence: np.ndarray
+    frame_index: np.ndarray
+    source: np.ndarray
+    capture_time: np.ndarray
+    ready_time: np.ndarray
+    points: np.ndarray
+    point_scores: np.ndarray
+    instance_scores: np.ndarray
+    n_instances: np.ndarray
+    identities: np.ndarray
+
+
+@attrs.frozen
+class RingStats:
+    """A snapshot of a ring buffer's counters.
+
+    Attributes:
+        capacity: records the ring holds.
+        written: records written so far (the next record's sequence number).
+        truncated_records: records that had more than ``max_instances`` instances.
+        truncated_instances: instances dropped from those records.
+        closed: whether `RingBuffer.close` was called.
+    """
+
+    capacity: int
+    written: int
+    truncated_records: int
+    truncated_instances: int
+    closed: bool
+
+
+@attrs.frozen(eq=False)
+class RingBatch:
+    """What `RingReader.read_since` returns.
+
+    Attributes:
+        records: copies of the records read, oldest first.
+        missed: records this call skipped because the writer had already overwritten
+            them (the reader fell more than ``capacity`` records behind).
+    """
+
+    records: tuple[PoseRecord, ...]
+    missed: int
+
+
+def _positive_int(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name} must be at least 1, got {value}")
+    return value
+
+
+class RingBuffer:
+    """Fixed-size ring of pose records with one writer and independent readers.
+
+    Args:
+        capacity: records kept; a reader more than this far behind misses records.
+        max_instances: instances stored per record; extra ones are dropped (the
+            first ``max_instances`` are kept) and counted in `stats`.
+        n_nodes: nodes per instance; every written record must have this many.
+
+    Raises:
+        TypeError: if an argument is not an int.
+        ValueError: if an argument is below 1.
+    """
+
+    def __init__(self, capacity: int, max_instances: int, n_nodes: int) -> None:
+        self._capacity = _positive_int("capacity", capacity)
+        self._max_instances = _positive_int("max_instances", max_instances)
+        self._n_nodes = _positive_int("n_nodes", n_nodes)
+        shape = (capacity, max_instances)
+        self._sequence = np.full(capacity, -1, np.int64)
+        self._frame_index = np.zeros(capacity, np.int64)
+        self._source = np.zeros(capacity, np.int32)
+        self._capture_time = np.zeros(capacity, np.float64)
+        self._ready_time = np.zeros(capacity, np.float64)
+        self._points = np.full((*shape, n_nodes, 2), np.nan, np.float32)
+        self._point_scores = np.full((*shape, n_nodes), np.nan, np.float32)
+        self._instance_scores = np.full(shape, np.nan, np.float32)
+        self._n_instances = np.zeros(capacity, np.int32)
+        self._identities = np.full(shape, -1, np.int32)
+        self._arrays = RingArrays(
+            **{
+                field.name: _read_only(getattr(self, f"_{field.name}"))
+                for field in attrs.fields(RingArrays)
+            }
+        )
+        self._source_ids: list[str] = []
+        self._source_slots: dict[str, int] = {}
+        self._write_lock = threading.Lock()
+        self._published = threading.Condition()
+        self._written = 0
+        self._closed = False
+        self._truncated_records = 0
+        self._truncated_instances = 0
+
+    @property
+    def capacity(self) -> int:
+        """Records kept before the oldest is overwritten."""
+        return self._capacity
+
+    @property
+    def max_instances(self) -> int:
+        """Instances stored per record."""
+        return self._max_instances
+
+    @property
+    def n_nodes(self) -> int:
+        """Nodes per instance."""
+        return self._n_nodes
+
+    @property
+    def written(self) -> int:
+        """Records written so far; also the sequence number the next write gets."""
+        return self._written
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close` was called."""
+        return self._closed
+
+    @property
+    def arrays(self) -> RingArrays:
+        """Read-only views of the slot arrays; see `RingArrays` for the ownership rules."""
+        return self._arrays
+
+    @property
+    def source_ids(self) -> tuple[str, ...]:
+        """Source names, indexed by the values in `RingArrays.source`."""
+        return tuple(self._source_ids)
+
+    def slot(self, sequence: int) -> int:
+        """The slot that holds (or held, or will hold) record ``sequence``."""
+        return sequence % self._capacity
+
+    def write(self, record: PoseRecord) -> int:
+        """Copy a record into the next slot and wake waiting readers.
+
+        Never waits for readers. Meant for one writer thread; concurrent writers are
+        serialised by a lock of their own, which readers never take.
+
+        Args:
+            record: poses of one frame; its instances must have `n_nodes` nodes.
+
+        Returns:
+            The record's sequence number.
+
+        Raises:
+            ValueError: if the ring is closed or the poses have the wrong shape.
+        """
+        poses = record.poses
+        self._check_shapes(record)
+        n_kept = min(poses.n_instances, self._max_instances)
+        with self._write_lock:
+            if self._closed:
+                raise ValueError("cannot write to a closed ring buffer")
+            if poses.n_instances > n_kept:
+                self._truncated_records += 1
+                self._truncated_instances += poses.n_instances - n_kept
+            source = self._source_slot(record.source_id)
+            sequence = self._written
+            slot = sequence % self._capacity
+            self._sequence[slot] = -1
+            self._frame_index[slot] = record.frame_index
+            self._source[slot] = source
+            self._capture_time[slot] = record.capture_time
+            self._ready_time[slot] = record.ready_time
+            self._n_instances[slot] = n_kept
+            self._points[slot, :n_kept] = poses.points[:n_kept]
+            self._points[slot, n_kept:] = np.nan
+            self._point_scores[slot, :n_kept] = poses.point_scores[:n_kept]
+            self._point_scores[slot, n_kept:] = np.nan
+            self._instance_scores[slot, :n_kept] = poses.instance_scores[:n_kept]
+            self._instance_scores[slot, n_kept:] = np.nan
+            self._identities[slot, :n_kept] = poses.identities[:n_kept]
+            self._identities[slot, n_kept:] = -1
+            self._sequence[slot] = sequence
+            with self._published:
+                self._written = sequence + 1
+                self._published.notify_all()
+        return sequence
+
+    def close(self) -> None:
+        """Refuse further writes and wake every waiting reader. Idempotent.
+
+        Readers still get the records left in the ring, then their iteration ends
+        and `RingReader.wait_next` returns None.
+        """
+        with self._write_lock, self._published:
+            self._closed = True
+            self._published.notify_all()
+
+    def reader(self, *, from_oldest: bool = False) -> RingReader:
+        """A new independent cursor over the ring.
+
+        Args:
+            from_oldest: start at the oldest record still in the ring instead of
+                the next record written.
+        """
+        return RingReader(self, from_oldest=from_oldest)
+
+    def read(self, sequence: int) -> PoseRecord | None:
+        """A copy of record ``sequence``, or None if it is not (or no longer) in the ring."""
+        if sequence < 0:
+            return None
+        slot = sequence % self._capacity
+        if self._sequence[slot] != sequence:
+            return None
+        n_kept = int(self._n_instances[slot])
+        poses = FramePoses(
+            points=self._points[slot, :n_kept].copy(),
+            point_scores=self._point_scores[slot, :n_kept].copy(),
+            instance_scores=self._instance_scores[slot, :n_kept].copy(),
+            identities=self._identities[slot, :n_kept].copy(),
+        )
+        record = PoseRecord(
+            frame_index=int(self._frame_index[slot]),
+            capture_time=float(self._capture_time[slot]),
+            ready_time=float(self._ready_time[slot]),
+            source_id=self._source_ids[int(self._source[slot])],
+            poses=poses,
+        )
+        # Seqlock check: the slot was rewritten while we copied, so the copy may be torn.
+        if self._sequence[slot] != sequence:
+            return None
+        return record
+
+    def stats(self) -> RingStats:
+        """A snapshot of the ring's counters."""
+        with self._write_lock:
+            return RingStats(
+                capacity=self._capacity,
+                written=self._written,
+                truncated_records=self._truncated_records,
+                truncated_instances=self._truncated_instances,
+                closed=self._closed,
+            )
+
+    def _check_shapes(self, record: PoseRecord) -> None:
+        poses, n_nodes = record.poses, self._n_nodes
+        n = poses.n_instances
+        expected = {
+            "points": (n, n_nodes, 2),
+            "point_scores": (n, n_nodes),
+            "instance_scores": (n,),
+            "identities": (n,),
+        }
+        for name, shape in expected.items():
+            actual = getattr(poses, name).shape
+            if actual != shape:
+                raise ValueError(
+                    f"poses of frame {record.frame_index} have {name} of shape {actual}; "
+                    f"this ring buffer needs {shape} ({n_nodes} nodes per instance)"
+                )
+
+    def _source_slot(self, source_id: str) -> int:
+        slot = self._source_slots.get(source_id)
+        if slot is None:
+            slot = len(self._source_ids)
+            self._source_ids.append(source_id)
+            self._source_slots[source_id] = slot
+        return slot
+
+
+class RingReader:
+    """One consumer's cursor over a `RingBuffer`; get one from `RingBuffer.reader`.
+
+    A reader is cheap and private to the thread that uses it; the ring does not
+    track readers, so dropping one needs no cleanup and never affects the writer.
+    Everything returned is a copy the caller owns.
+
+    Attributes:
+        missed: records the writer overwrote before this reader got to them. Records
+            skipped on purpose by `latest` are not counted.
+    """
+
+    def __init__(self, ring: RingBuffer, *, from_oldest: bool = False) -> None:
+        self._ring = ring
+        written = ring.written
+        self._position = max(0, written - ring.capacity) if from_oldest else written
+        self.missed = 0
+
+    @property
+    def position(self) -> int:
+        """Sequence number of the next record this reader will return."""
+        return self._position
+
+    @property
+    def done(self) -> bool:
+        """Whether the ring is closed and this reader has consumed everything."""
+        return self._ring.closed and self._position >= self._ring.written
+
+    def latest(self) -> PoseRecord | None:
+        """The newest record in the ring (None if nothing was written yet).
+
+        Moves the cursor past it, so `wait_next` then waits for a newer one. The
+        records jumped over are not counted as missed.
+        """
+        while True:
+            written = self._ring.written
+            if written == 0:
+                return None
+            record = self._ring.read(written - 1)
+            if record is not None:
+                self._position = max(self._position, written)
+                return record
+
+    def wait_next(self, timeout: float | None = None) -> PoseRecord | None:
+        """The next record in order, waiting for it to be written.
+
+        If the reader fell more than ``capacity`` records behind, it resumes at the
+        oldest record still in the ring and adds the gap to `missed`.
+
+        Args:
+            timeout: most seconds to wait; None waits until a record arrives or the
+                ring is closed.
+
+        Returns:
+            A copy of the record, or None if the timeout passed or the ring is
+            closed and this reader has consumed everything (see `done`).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        published = self._ring._published
+        while True:
+            with published:
+                while self._position >= self._ring.written and not self._ring.closed:
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        return None
+                    published.wait(remaining)
+                written = self._ring.written
+            if self._position >= written:
+                return None
+            record = self._next_record(written)
+            if record is not None:
+                return record
+
+    def read_since(self) -> RingBatch:
+        """Every record written since the last read, without waiting.
+
+        Returns:
+            The records (possibly none) and how many were missed on the way.
+        """
+        missed_before = self.missed
+        written = self._ring.written
+        records = []
+        while self._position < written:
+            record = self._next_record(written)
+            if record is not None:
+                records.append(record)
+        return RingBatch(records=tuple(records), missed=self.missed - missed_before)
+
+    def __iter__(self) -> Iterator[PoseRecord]:
+        """Yield records in order, waiting for new ones, until the ring is closed and drained."""
+        while (record := self.wait_next()) is not None:
+            yield record
+
+    def _next_record(self, written: int) -> PoseRecord | None:
+        """Copy the record at the cursor and advance; None (and counted) if overwritten."""
+        oldest = max(0, self._ring.written - self._ring.capacity)
+        if self._position < oldest:
+            self.missed += oldest - self._position
+            self._position = oldest
+            if self._position >= written:
+                return None
+        record = self._ring.read(self._position)
+        if record is None:
+            self.missed += 1
+        self._position += 1
+        return record
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    view = array.view()
+    view.flags.writeable = False
+    return view
