@@ -27,3 +27,7 @@ class InputMismatchError(EngineError, ValueError):
 
 class RuntimeUnavailableError(EngineError, ImportError):
     """The requested runtime or device is not installed or not present."""
+
+
+class ExportError(EngineError, RuntimeError):
+    """A model could not be exported, or the export does not match the torch model."""

@@ -1,0 +1,238 @@
+"""The metadata record embedded in every sleap-live export, and how to read it back.
+
+An exported model carries one JSON document (ONNX `metadata_props["sleap_live"]`,
+TorchScript extra file `sleap_live.json`, and a `<file>.json` sidecar beside
+either) that says everything a runner needs to turn the graph's outputs into
+poses: the `ModelInfo`, the input contract and the output names. Reading it needs
+only `json` (and `onnx` for `.onnx` files), never torch, so a bare onnxruntime
+deployment can interpret its outputs.
+
+Schema (version 1)::
+
+    {
+      "schema": "sleap-live/export", "schema_version": 1,
+      "format": "onnx" | "torchscript",
+      "sleap_live_version": "0.1.0", "created": "2025-01-01T00:00:00+00:00",
+      "model": {"model_type": ..., "skeleton": {"name": ..., "node_names": [...],
+                "edges": [[0, 1], ...]}, "input_channels": 1 | 3,
+                "max_instances": ..., "class_names": [...], "peak_threshold": ...,
+                "postprocess": {...}},
+      "input": {"name": "frames", "dtype": "uint8", "layout": "NHWC",
+                "channels": [1, 3]},
+      "outputs": ["instance_frame", "points", "point_scores", "instance_scores"],
+      "sources": [{"path": ..., "training_config": "training_config.yaml",
+                   "sha256": ...}],
+      "exporter": {"torch": "2.13.0", "opset": 17},
+      "verification": [{"frames": [2, 200, 248, 3], "instances": 4,
+                        "max_abs_diff": {"points": 0.0, ...}}, ...] | null
+    }
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+from sleap_live.engines.errors import ModelConfigError, ModelNotFoundError
+from sleap_live.engines.types import MODEL_TYPES, ModelInfo, Skeleton
+
+SCHEMA = "sleap-live/export"
+SCHEMA_VERSION = 1
+METADATA_KEY = "sleap_live"
+TORCHSCRIPT_METADATA_FILE = "sleap_live.json"
+INPUT_NAME = "frames"
+
+
+@attrs.frozen
+class ExportMetadata:
+    """Everything recorded about one exported model.
+
+    Attributes:
+        info: the model's `ModelInfo`.
+        format: "onnx" or "torchscript".
+        input_name: name of the graph's single uint8 NHWC input.
+        input_channels: channel counts the graph itself accepts; frames with
+            another count are converted on the host before the call.
+        output_names: the graph's outputs, in order.
+        sleap_live_version: version of the package that wrote the export.
+        created: ISO 8601 time of the export.
+        sources: one record per model directory the export was built from
+            (path, training config file name and its sha256).
+        exporter: tool versions and settings (torch version, ONNX opset).
+        verification: one record per checked frame batch (shape, instances found,
+            largest absolute difference per output), or None if not verified.
+    """
+
+    info: ModelInfo
+    format: str
+    input_name: str
+    input_channels: tuple[int, ...]
+    output_names: tuple[str, ...]
+    sleap_live_version: str
+    created: str
+    sources: tuple[Mapping[str, Any], ...] = ()
+    exporter: Mapping[str, Any] = attrs.field(factory=dict)
+    verification: tuple[Mapping[str, Any], ...] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready document described in the module docstring."""
+        return {
+            "schema": SCHEMA,
+            "schema_version": SCHEMA_VERSION,
+            "format": self.format,
+            "sleap_live_version": self.sleap_live_version,
+            "created": self.created,
+            "model": info_to_dict(self.info),
+            "input": {
+                "name": self.input_name,
+                "dtype": "uint8",
+                "layout": "NHWC",
+                "channels": list(self.input_channels),
+            },
+            "outputs": list(self.output_names),
+            "sources": [dict(source) for source in self.sources],
+            "exporter": dict(self.exporter),
+            "verification": (
+                None if self.verification is None else [dict(v) for v in self.verification]
+            ),
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    @classmethod
+    def from_dict(cls, document: Mapping[str, Any], origin: str = "metadata") -> ExportMetadata:
+        """Parses a document written by `to_dict`.
+
+        Args:
+            document: the parsed JSON.
+            origin: file the document came from, for error messages.
+
+        Raises:
+            ModelConfigError: the document is not sleap-live export metadata or is
+                missing fields.
+        """
+        if document.get("schema") != SCHEMA:
+            raise ModelConfigError(f"{origin}: not sleap-live export metadata (no '{SCHEMA}')")
+        version = document.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ModelConfigError(
+                f"{origin}: export metadata schema version {version} is not supported "
+                f"(this sleap-live reads version {SCHEMA_VERSION}); re-export the model"
+            )
+        try:
+            model_input = document["input"]
+            verification = document.get("verification")
+            return cls(
+                info=info_from_dict(document["model"], origin),
+                format=str(document["format"]),
+                input_name=str(model_input["name"]),
+                input_channels=tuple(int(c) for c in model_input["channels"]),
+                output_names=tuple(str(name) for name in document["outputs"]),
+                sleap_live_version=str(document["sleap_live_version"]),
+                created=str(document["created"]),
+                sources=tuple(document.get("sources", ())),
+                exporter=dict(document.get("exporter", {})),
+                verification=None if verification is None else tuple(verification),
+            )
+        except (KeyError, TypeError, ValueError) as error:
+            raise ModelConfigError(f"{origin}: malformed export metadata ({error!r})") from error
+
+    @classmethod
+    def from_json(cls, text: str | bytes, origin: str = "metadata") -> ExportMetadata:
+        try:
+            document = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ModelConfigError(
+                f"{origin}: export metadata is not valid JSON ({error})"
+            ) from error
+        if not isinstance(document, dict):
+            raise ModelConfigError(f"{origin}: export metadata is not a JSON object")
+        return cls.from_dict(document, origin)
+
+
+def info_to_dict(info: ModelInfo) -> dict[str, Any]:
+    """`ModelInfo` as plain JSON types."""
+    return {
+        "model_type": info.model_type,
+        "skeleton": {
+            "name": info.skeleton.name,
+            "node_names": list(info.skeleton.node_names),
+            "edges": [list(edge) for edge in info.skeleton.edges],
+        },
+        "input_channels": info.input_channels,
+        "max_instances": info.max_instances,
+        "class_names": list(info.class_names),
+        "peak_threshold": info.peak_threshold,
+        "postprocess": dict(info.postprocess),
+    }
+
+
+def info_from_dict(document: Mapping[str, Any], origin: str = "metadata") -> ModelInfo:
+    """Inverse of `info_to_dict`.
+
+    Raises:
+        ModelConfigError: a field is missing or the model type is unknown.
+    """
+    try:
+        skeleton = document["skeleton"]
+        info = ModelInfo(
+            model_type=str(document["model_type"]),
+            skeleton=Skeleton(
+                node_names=tuple(str(name) for name in skeleton["node_names"]),
+                edges=tuple((int(a), int(b)) for a, b in skeleton["edges"]),
+                name=str(skeleton.get("name", "skeleton")),
+            ),
+            input_channels=int(document["input_channels"]),
+            max_instances=int(document["max_instances"]),
+            class_names=tuple(str(name) for name in document.get("class_names", ())),
+            peak_threshold=float(document.get("peak_threshold", 0.2)),
+            postprocess=dict(document.get("postprocess", {})),
+        )
+    except (KeyError, TypeError, ValueError) as error:
+        raise ModelConfigError(f"{origin}: malformed model info ({error!r})") from error
+    if info.model_type not in MODEL_TYPES:
+        raise ModelConfigError(
+            f"{origin}: unknown model type {info.model_type!r} (expected one of {MODEL_TYPES})"
+        )
+    return info
+
+
+def sidecar_path(model_path: str | Path) -> Path:
+    """Where the JSON copy of an export's metadata lives: `<file>.json`."""
+    model_path = Path(model_path)
+    return model_path.with_name(model_path.name + ".json")
+
+
+def read_onnx_metadata(path: str | Path) -> ExportMetadata:
+    """The metadata embedded in a sleap-live `.onnx` export.
+
+    Raises:
+        ModelNotFoundError: the file does not exist.
+        ModelConfigError: the file is not an ONNX model or carries no sleap-live
+            metadata.
+    """
+    import onnx
+
+    path = Path(path)
+    if not path.is_file():
+        raise ModelNotFoundError(f"{path}: no such ONNX file")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as error:  # onnx raises DecodeError, ValueError, ... on junk
+        raise ModelConfigError(f"{path}: not a readable ONNX model ({error})") from error
+    props = {prop.key: prop.value for prop in model.metadata_props}
+    if METADATA_KEY not in props:
+        raise ModelConfigError(
+            f"{path}: no '{METADATA_KEY}' metadata; not exported by sleap-live "
+            "(for a `sleap-nn export` output, pass its directory instead)"
+        )
+    return ExportMetadata.from_json(props[METADATA_KEY], str(path))
+
+
+def read_onnx_info(path: str | Path) -> ModelInfo:
+    """The `ModelInfo` of a sleap-live `.onnx` export (see `read_onnx_metadata`)."""
+    return read_onnx_metadata(path).info
