@@ -117,7 +117,12 @@ class PafLineScorer(torch.nn.Module):
         unit_y = offsets[..., 1] / lengths
         dots = samples[:, :, 0] * unit_x.unsqueeze(-1) + samples[:, :, 1] * unit_y.unsqueeze(-1)
 
-        longest_side = max(2 * self.n_edges, paf_height, paf_width)
+        # Tensor maximum rather than Python max(): comparing sizes would freeze them
+        # into a traced graph.
+        longest_side = torch.maximum(
+            torch.maximum(torch.as_tensor(paf_height), torch.as_tensor(paf_width)),
+            torch.as_tensor(2 * self.n_edges),
+        )
         max_edge_length = self.max_edge_length_ratio * longest_side * self.paf_stride
         # sleap-nn divides a Python float by a tensor, which torch evaluates as
         # reciprocal-then-multiply; doing the same keeps the rounding identical.
