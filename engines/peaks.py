@@ -1,0 +1,223 @@
+"""Peak finding on confidence maps, reproducing sleap-nn's `inference/ops/peaks.py`.
+
+Coordinates here are on the confidence-map grid, xy order, no half-pixel offset.
+
+- Global peaks (one per map; single-instance and centered-instance heads): x is
+  the first column that holds the map's maximum and y the first row that does,
+  as sleap-nn's two chained `max` reductions give. A maximum below the
+  threshold means no peak.
+- Local peaks (centroids, bottom-up part maps): a pixel above the threshold that
+  is greater than its 4 neighbours before it in raster order and not less than
+  the 4 after it. Equal neighbours form a flat top, which is one peak at the mean
+  of its pixels if it fits in a 2x2 block and nothing next to it is as high;
+  otherwise it is no peak (sleap-nn #781). Found peaks are listed in raster order
+  of (sample, row, column, channel).
+- Integral refinement: the intensity-weighted mean offset over a
+  `patch_size`-square window around the peak pixel (zeros outside the map),
+  added to it. For local peaks the window sits at the floor of the (possibly
+  fractional, flat-top) peak and the offset is added to that floor.
+
+Thresholds: global peaks need `value >= threshold`, local peaks `value > threshold`.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from sleap_live.engines.crops import gather_windows, window_origins
+
+DEFAULT_PEAK_THRESHOLD = 0.2
+DEFAULT_PATCH_SIZE = 5
+
+# Raster-order neighbours (drow, dcol): the 4 before a pixel and the 4 after it.
+_BEFORE = ((-1, -1), (-1, 0), (-1, 1), (0, -1))
+_AFTER = ((0, 1), (1, -1), (1, 0), (1, 1))
+_NEIGHBOURS = _BEFORE + _AFTER
+# A flat top fits a 2x2 block unless it holds the south-west neighbour together
+# with the east or south-east one.
+_EAST, _SOUTH_WEST, _SOUTH, _SOUTH_EAST = range(4)
+
+
+def integral_offsets(
+    maps: torch.Tensor,
+    map_inds: torch.Tensor,
+    anchors: torch.Tensor,
+    patch_size: int = DEFAULT_PATCH_SIZE,
+) -> torch.Tensor:
+    """Sub-pixel offsets from the confidence mass around integer peak positions.
+
+    Args:
+        maps: (S, H, W) float32 confidence maps.
+        map_inds: (n,) int64 map of each peak.
+        anchors: (n, 2) float32 integer-valued xy of each peak pixel.
+        patch_size: side of the square window.
+
+    Returns:
+        (n, 2) float32 xy offsets `sum(map * grid) / sum(map)` on a grid centred
+        on the patch.
+    """
+    origins = window_origins(anchors, patch_size, patch_size)
+    patches = gather_windows(maps.unsqueeze(-1), map_inds, origins, patch_size, patch_size)[..., 0]
+    grid = torch.arange(patch_size, dtype=torch.float32) - (patch_size - 1) / 2
+    total = patches.sum((1, 2))
+    x = (patches * grid).sum((1, 2)) / total
+    y = (patches * grid[:, None]).sum((1, 2)) / total
+    return torch.stack([x, y], dim=1)
+
+
+def global_peaks(
+    cms: torch.Tensor,
+    threshold: float = DEFAULT_PEAK_THRESHOLD,
+    refine: bool = True,
+    patch_size: int = DEFAULT_PATCH_SIZE,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The highest point of each confidence map.
+
+    Args:
+        cms: (S, N, H, W) float32 confidence maps.
+        threshold: maxima below this are no peak.
+        refine: apply integral refinement.
+        patch_size: refinement window side.
+
+    Returns:
+        `(points, values)`: (S, N, 2) float32 grid xy and (S, N) float32 peak
+        values, both NaN where there is no peak.
+    """
+    column_max = cms.amax(dim=2)  # (S, N, W)
+    row_max = cms.amax(dim=3)  # (S, N, H)
+    values = column_max.amax(dim=2)
+    points = torch.stack([column_max.argmax(dim=2), row_max.argmax(dim=2)], dim=-1).float()
+    if refine:
+        n_maps = cms.shape[0] * cms.shape[1]
+        flat_points = points.reshape(-1, 2)
+        maps = cms.reshape(-1, cms.shape[2], cms.shape[3])
+        offsets = integral_offsets(maps, torch.arange(n_maps), flat_points, patch_size)
+        points = (flat_points + offsets).reshape(points.shape)
+    found = values >= threshold
+    nan = torch.full((), float("nan"))
+    return torch.where(found[..., None], points, nan), torch.where(found, values, nan)
+
+
+def _shifted(padded: torch.Tensor, drow: int, dcol: int) -> torch.Tensor:
+    """The value at (row + drow, col + dcol) for every pixel of a map padded by 2."""
+    rows = slice(2 + drow, drow - 2 if drow < 2 else None)
+    cols = slice(2 + dcol, dcol - 2 if dcol < 2 else None)
+    return padded[..., rows, cols]
+
+
+def local_peak_map(
+    cms: torch.Tensor, threshold: float = DEFAULT_PEAK_THRESHOLD
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Which pixels are local peaks, and each peak's flat-top offset.
+
+    Dense over the maps (fixed shapes, no data-dependent control flow), so it
+    traces and exports as it runs.
+
+    Args:
+        cms: (S, C, H, W) float32 confidence maps.
+        threshold: peaks must be above this.
+
+    Returns:
+        `(is_peak, offsets)`: (S, C, H, W) bool marking each peak at the first
+        pixel of its flat top in raster order, and (S, C, H, W, 2) float32 xy
+        offsets from that pixel to the mean of the flat top's pixels (0 for an
+        ordinary peak).
+    """
+    padded = F.pad(cms, (2, 2, 2, 2), value=float("-inf"))
+    before = [_shifted(padded, dr, dc) for dr, dc in _BEFORE]
+    after = [_shifted(padded, dr, dc) for dr, dc in _AFTER]
+    before_max = torch.maximum(
+        torch.maximum(before[0], before[1]), torch.maximum(before[2], before[3])
+    )
+    after_max = torch.maximum(torch.maximum(after[0], after[1]), torch.maximum(after[2], after[3]))
+    candidate = (cms > before_max) & (cms >= after_max) & (cms > threshold)
+
+    # A candidate's later neighbours that are as high (so equal) form its flat top.
+    tied = [value >= cms for value in after]
+    fits = ~(tied[_SOUTH_WEST] & (tied[_EAST] | tied[_SOUTH_EAST]))
+
+    # The top leaks if a pixel next to one of its pixels, outside it, is as high.
+    leaks = torch.zeros_like(candidate)
+    for k, (drow, dcol) in enumerate(_AFTER):
+        for erow, ecol in _NEIGHBOURS:
+            row, col = drow + erow, dcol + ecol
+            if (row, col) == (0, 0):
+                continue
+            high = _shifted(padded, row, col) >= cms
+            if (row, col) in _AFTER:
+                high = high & ~tied[_AFTER.index((row, col))]
+            leaks = leaks | (tied[k] & high)
+
+    is_peak = candidate & fits & ~leaks
+    size = 1 + sum(t.float() for t in tied)
+    x = sum(t.float() * dcol for t, (_, dcol) in zip(tied, _AFTER, strict=True)) / size
+    y = sum(t.float() * drow for t, (drow, _) in zip(tied, _AFTER, strict=True)) / size
+    return is_peak, torch.stack([x, y], dim=-1)
+
+
+def _refine_local(
+    cms: torch.Tensor,
+    map_inds: torch.Tensor,
+    points: torch.Tensor,
+    patch_size: int,
+) -> torch.Tensor:
+    anchors = torch.floor(points)
+    maps = cms.reshape(-1, cms.shape[2], cms.shape[3])
+    return anchors + integral_offsets(maps, map_inds, anchors, patch_size)
+
+
+def top_local_peaks(
+    cms: torch.Tensor,
+    max_peaks: int,
+    threshold: float = DEFAULT_PEAK_THRESHOLD,
+    refine: bool = True,
+    patch_size: int = DEFAULT_PATCH_SIZE,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Local peaks of single-channel maps, at most `max_peaks` per map.
+
+    Reproduces sleap-nn's centroid layer with `max_instances=max_peaks`: a map
+    with up to `max_peaks` peaks keeps them all in raster order; a map with more
+    keeps the `max_peaks` highest, highest first.
+
+    Args:
+        cms: (S, 1, H, W) float32 confidence maps.
+        max_peaks: most peaks kept per map.
+        threshold: peaks must be above this.
+        refine: apply integral refinement.
+        patch_size: refinement window side.
+
+    Returns:
+        `(sample_inds, points, values)`: (n,) int64 map of each peak, (n, 2)
+        float32 grid xy and (n,) float32 values; grouped by map.
+    """
+    is_peak, offsets = local_peak_map(cms, threshold)
+    n_maps, width = cms.shape[0], cms.shape[3]
+    scores = torch.where(is_peak, cms, torch.full((), float("-inf"))).reshape(n_maps, -1)
+    # Padding guarantees `max_peaks` candidates even on maps smaller than that.
+    filler = torch.full((1, max_peaks), float("-inf")).expand(n_maps, max_peaks)
+    values, flat = torch.topk(torch.cat([scores, filler], dim=1), max_peaks, dim=1)
+    valid = values > float("-inf")
+    n_peaks = is_peak.reshape(n_maps, -1).sum(1, keepdim=True)
+    slot = torch.arange(max_peaks).expand(n_maps, max_peaks)
+    raster = torch.where(valid, flat, torch.iinfo(torch.int64).max)
+    order = torch.argsort(torch.where(n_peaks <= max_peaks, raster, slot), dim=1)
+    values, flat, valid = (t.gather(1, order) for t in (values, flat, valid))
+
+    sample, slot_inds = torch.nonzero(valid).unbind(1)
+    flat = flat[sample, slot_inds]
+    row, col = flat // width, flat % width
+    points = torch.stack([col, row], dim=1).float() + offsets[sample, 0, row, col]
+    if refine:
+        points = _refine_local(cms, sample, points, patch_size)
+    return sample, points, values[sample, slot_inds]
+
+
+def grid_to_image(points: torch.Tensor, output_stride: int, input_scale: float) -> torch.Tensor:
+    """Confidence-map grid xy to the (size-matched) image's pixels.
+
+    `points * output_stride / input_scale`, in sleap-nn's float32 operation order.
+    """
+    points = points * output_stride
+    if input_scale != 1.0:
+        points = points / input_scale
+    return points

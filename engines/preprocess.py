@@ -1,0 +1,339 @@
+"""In-graph preprocessing: uint8 frames to the network's normalised, padded input.
+
+Reproduces sleap-nn's checkpoint-path preprocessing bit for bit, so the poses
+match `sleap-nn predict`:
+
+1. channel coercion (`ensure_rgb` / `ensure_grayscale`) on the uint8 frames;
+2. the size matcher: letterbox-resize to `(max_height, max_width)` and pad
+   bottom/right;
+3. the input `scale` resize;
+4. zero padding bottom/right to a multiple of the backbone's `max_stride`;
+5. `/ 255` to float32;
+6. the model's own 1 <-> 3 channel conversion when the frames still do not have
+   the network's channel count (this one runs on float values).
+
+sleap-nn runs steps 1-4 with torchvision on uint8 CPU tensors. Its resizes are
+therefore torch's native uint8 antialiased bilinear kernel: int16 fixed-point
+weights, a horizontal pass and then a vertical one, each rounded back to uint8.
+`resize_uint8` rebuilds that kernel from gathers and integer sums so it matches
+exactly and exports to ONNX (the `aten` antialias ops do not). Its weight tables
+are computed in float64 from the dynamic sizes, as torch computes them.
+
+Every size is derived from tensor shapes, never from Python ints frozen at trace
+time, so an exported graph accepts any frame size and either channel count.
+"""
+
+from __future__ import annotations
+
+import attrs
+import torch
+import torch.nn.functional as F
+from sleap_live.engines.errors import InputMismatchError
+
+# torchvision's `rgb_to_grayscale` weights, which sleap-nn uses for both conversions.
+GRAY_WEIGHTS = (0.2989, 0.587, 0.114)
+
+# torch picks the largest fixed-point precision whose largest weight still fits
+# in int16, trying precisions below this bound.
+_MAX_WEIGHT_PRECISION = 22
+
+
+@attrs.frozen
+class PreprocessConfig:
+    """How frames become one model's input.
+
+    Attributes:
+        in_channels: channels the network takes (1 or 3).
+        max_stride: the backbone's total stride; input is padded to a multiple.
+        scale: input scale factor applied after size matching (sleap-nn's
+            `preprocessing.scale`).
+        ensure_rgb: convert grayscale frames to 3 channels first.
+        ensure_grayscale: convert RGB frames to 1 channel first.
+        max_height: size-matcher target height, or None for the frame's own.
+        max_width: size-matcher target width, or None for the frame's own.
+    """
+
+    in_channels: int
+    max_stride: int = 1
+    scale: float = 1.0
+    ensure_rgb: bool = False
+    ensure_grayscale: bool = False
+    max_height: int | None = None
+    max_width: int | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.in_channels not in (1, 3):
+            raise ValueError(f"in_channels must be 1 or 3, got {self.in_channels}")
+        if self.max_stride < 1:
+            raise ValueError(f"max_stride must be >= 1, got {self.max_stride}")
+        if not self.scale > 0:
+            raise ValueError(f"scale must be > 0, got {self.scale}")
+        if self.ensure_rgb and self.ensure_grayscale:
+            raise ValueError("ensure_rgb and ensure_grayscale cannot both be set")
+
+    @property
+    def sizematched(self) -> bool:
+        """Whether frames go through the size matcher."""
+        return self.max_height is not None or self.max_width is not None
+
+
+def frames_to_nchw(frames: torch.Tensor) -> torch.Tensor:
+    """Checks decoder frames and returns them as a uint8 (B, C, H, W) view.
+
+    Raises:
+        InputMismatchError: frames are not uint8 (B, H, W, 1 or 3).
+    """
+    if frames.dtype != torch.uint8:
+        raise InputMismatchError(f"frames must be uint8, got {frames.dtype}")
+    if frames.ndim != 4:
+        raise InputMismatchError(
+            f"frames must be (batch, height, width, channels), got shape {tuple(frames.shape)}"
+        )
+    channels = frames.shape[3]
+    if isinstance(channels, int) and channels not in (1, 3):
+        raise InputMismatchError(f"frames must have 1 or 3 channels, got {channels}")
+    return frames.permute(0, 3, 1, 2)
+
+
+def size_of(image: torch.Tensor, dim: int) -> torch.Tensor:
+    """The size of `dim` as an int64 scalar tensor that tracing keeps dynamic."""
+    return torch.as_tensor(image.shape[dim], dtype=torch.int64)
+
+
+def luma(image: torch.Tensor) -> torch.Tensor:
+    """Grey level of a (B, 3, H, W) image, as torchvision computes it in float32.
+
+    torchvision evaluates `r * 0.2989` and then adds the other two products with
+    fused multiply-adds (`add_(g, alpha=0.587)`), so each step rounds once to
+    float32. Doing the steps in float64 and rounding after each reproduces that
+    exactly, which matters when the result is truncated to uint8.
+
+    Returns:
+        (B, 1, H, W) float32.
+    """
+    red, green, blue = image.double().unbind(1)
+    w_red, w_green, w_blue = (float(torch.tensor(w, dtype=torch.float32)) for w in GRAY_WEIGHTS)
+    gray = (red * w_red).float()
+    gray = (gray.double() + green * w_green).float()
+    gray = (gray.double() + blue * w_blue).float()
+    return gray.unsqueeze(1)
+
+
+def _as_three_channels(image: torch.Tensor) -> torch.Tensor:
+    """A (B, 3, H, W) view of a 1- or 3-channel image (grey repeated)."""
+    return image.expand(image.shape[0], 3, image.shape[2], image.shape[3])
+
+
+def _is_rgb(image: torch.Tensor) -> torch.Tensor:
+    return size_of(image, 1) == 3
+
+
+def ensure_channels(image: torch.Tensor, ensure_rgb: bool, ensure_grayscale: bool) -> torch.Tensor:
+    """sleap-nn's `ensure_rgb` / `ensure_grayscale` on uint8 (B, C, H, W) frames.
+
+    Grey to RGB repeats the channel; RGB to grey is torchvision's luma truncated
+    to uint8 (so white becomes 254, as in sleap-nn). Both branches are computed
+    and selected on the channel count, which keeps the channel axis dynamic in
+    an exported graph.
+    """
+    if ensure_rgb:
+        return _as_three_channels(image)
+    if ensure_grayscale:
+        gray = luma(_as_three_channels(image)).to(torch.uint8)
+        return torch.where(_is_rgb(image), gray, image[:, :1])
+    return image
+
+
+def match_channels(image: torch.Tensor, in_channels: int) -> torch.Tensor:
+    """The network's own channel conversion on normalised float input.
+
+    sleap-nn's model repeats a grey channel for a 3-channel network and converts
+    RGB with the luma weights (no rounding) for a 1-channel one.
+    """
+    if in_channels == 3:
+        return _as_three_channels(image)
+    return torch.where(_is_rgb(image), luma(_as_three_channels(image)), image[:, :1])
+
+
+def _resize_tables(
+    in_size: torch.Tensor, out_size: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """torch's uint8 antialiased bilinear taps for one axis.
+
+    Returns:
+        `(indices, weights, precision)`: source indices (out, taps) int64 clamped
+        into the input; int16-valued weights (out, taps) int32, zero past each
+        output's support; and the fixed-point precision (int64 scalar).
+    """
+    in_f = in_size.double()
+    scale = in_f / out_size.double()
+    upsampling = scale < 1.0
+    support = torch.where(upsampling, torch.ones_like(scale), scale)
+    inv_scale = torch.where(upsampling, torch.ones_like(scale), 1.0 / scale)
+    taps = torch.ceil(support).long() * 2 + 1
+
+    center = scale * (torch.arange(out_size, dtype=torch.float64) + 0.5)
+    # C casts truncate toward zero, which is what `.long()` does.
+    first = torch.clamp((center - support + 0.5).long(), min=0)
+    last = torch.minimum((center + support + 0.5).long(), in_size)
+    tap = torch.arange(taps)
+    source = first[:, None] + tap
+    weights = torch.clamp(
+        1.0 - ((source.double() - center[:, None] + 0.5) * inv_scale).abs(), min=0.0
+    )
+    weights = torch.where(source < last[:, None], weights, torch.zeros_like(weights))
+    total = weights.sum(1, keepdim=True)
+    weights = torch.where(total != 0.0, weights / total, weights)
+
+    # The first precision whose doubled largest weight overflows int16 stops the
+    # search; the fits are monotone, so counting them finds it.
+    steps = torch.arange(_MAX_WEIGHT_PRECISION, dtype=torch.float64)
+    fits = torch.floor(0.5 + weights.max() * torch.pow(2.0, steps + 1.0)) < 32768.0
+    precision = fits.long().sum()
+    fixed = torch.floor(0.5 + weights * torch.pow(2.0, precision.double())).int()
+    indices = torch.minimum(source, in_size - 1)
+    return indices, fixed, precision
+
+
+def _round_fixed_point(sums: torch.Tensor, precision: torch.Tensor) -> torch.Tensor:
+    """`(sum + 2^(p-1)) >> p` saturated to uint8 (sums are never negative)."""
+    half = torch.pow(2.0, precision.double() - 1.0).int()
+    one = torch.pow(2.0, precision.double()).int()
+    return torch.clamp(torch.div(sums + half, one, rounding_mode="trunc"), 0, 255)
+
+
+def _resize_width(image: torch.Tensor, width: torch.Tensor) -> torch.Tensor:
+    indices, weights, precision = _resize_tables(size_of(image, 3), width)
+    taps = indices.shape[1]
+    picked = image[..., indices.reshape(-1)].int()
+    picked = picked.reshape(image.shape[0], image.shape[1], image.shape[2], -1, taps)
+    return _round_fixed_point((picked * weights).sum(4), precision)
+
+
+def _resize_height(image: torch.Tensor, height: torch.Tensor) -> torch.Tensor:
+    indices, weights, precision = _resize_tables(size_of(image, 2), height)
+    taps = indices.shape[1]
+    picked = image[:, :, indices.reshape(-1), :].int()
+    picked = picked.reshape(image.shape[0], image.shape[1], -1, taps, image.shape[3])
+    return _round_fixed_point((picked * weights[:, :, None]).sum(3), precision)
+
+
+def resize_uint8(image: torch.Tensor, height: torch.Tensor, width: torch.Tensor) -> torch.Tensor:
+    """Antialiased bilinear resize of uint8 (B, C, H, W) images, exactly as torch does it.
+
+    Equal to `F.interpolate(image, (height, width), mode="bilinear",
+    antialias=True)` on uint8 CPU tensors (what torchvision's `resize` runs),
+    including its rounding: width first, then height, each pass rounded to
+    uint8. An axis whose size does not change passes through unchanged.
+
+    Args:
+        image: uint8 (B, C, H, W).
+        height: output height, an int64 scalar tensor (or int).
+        width: output width, an int64 scalar tensor (or int).
+    """
+    height = torch.as_tensor(height, dtype=torch.int64)
+    width = torch.as_tensor(width, dtype=torch.int64)
+    resized = _resize_width(image, width)
+    return _resize_height(resized, height).to(torch.uint8)
+
+
+def pad_bottom_right(image: torch.Tensor, pad_height, pad_width) -> torch.Tensor:
+    """Zero-pads the bottom and right edges by (possibly traced) amounts."""
+    return F.pad(image, (0, pad_width, 0, pad_height))
+
+
+def sizematch(
+    image: torch.Tensor, max_height: int | None, max_width: int | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """sleap-nn's size matcher: letterbox-resize into (max_height, max_width).
+
+    The frame is scaled by `min(max_height / H, max_width / W)` (up or down), its
+    size rounded half-to-even in float64 as Python's `round` does, resized, and
+    padded bottom/right. A missing maximum means the frame's own size.
+
+    Returns:
+        `(image, eff_scale)`: the uint8 letterboxed images and the scale factor as
+        a float32 scalar (sleap-nn divides coordinates by it).
+    """
+    height, width = size_of(image, 2), size_of(image, 3)
+    target_height = height if max_height is None else torch.full_like(height, max_height)
+    target_width = width if max_width is None else torch.full_like(width, max_width)
+    eff_scale = torch.minimum(
+        target_height.double() / height.double(), target_width.double() / width.double()
+    )
+    fit_height = torch.round(height.double() * eff_scale).long()
+    fit_width = torch.round(width.double() * eff_scale).long()
+    resized = resize_uint8(image, fit_height, fit_width)
+    padded = pad_bottom_right(resized, target_height - fit_height, target_width - fit_width)
+    return padded, eff_scale.float()
+
+
+def rescale(image: torch.Tensor, scale: float) -> torch.Tensor:
+    """sleap-nn's input scaling: resize to `int(H * scale) x int(W * scale)`."""
+    if scale == 1.0:
+        return image
+    height = torch.floor(size_of(image, 2).double() * scale).long()
+    width = torch.floor(size_of(image, 3).double() * scale).long()
+    return resize_uint8(image, height, width)
+
+
+def pad_to_stride(image: torch.Tensor, stride: int) -> torch.Tensor:
+    """Zero-pads bottom/right so height and width are multiples of `stride`."""
+    if stride == 1:
+        return image
+    height, width = size_of(image, 2), size_of(image, 3)
+    return pad_bottom_right(
+        image, (stride - height % stride) % stride, (stride - width % stride) % stride
+    )
+
+
+def normalize(image: torch.Tensor) -> torch.Tensor:
+    """uint8 to float32 in [0, 1], dividing as sleap-nn does (not multiplying)."""
+    return image.float() / 255.0
+
+
+def network_input(image: torch.Tensor, config: PreprocessConfig) -> torch.Tensor:
+    """Scale, pad, normalise and match channels of uint8 (B, C, H, W) images.
+
+    These are the steps after the size matcher; top-down crops take only these.
+    """
+    image = pad_to_stride(rescale(image, config.scale), config.max_stride)
+    return match_channels(normalize(image), config.in_channels)
+
+
+def size_matched_frames(
+    frames: torch.Tensor, config: PreprocessConfig
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Channel coercion and size matching of uint8 (B, C, H, W) frames.
+
+    Returns:
+        `(frames, eff_scale)`: uint8 frames as the model's stages see them, and
+        the size matcher's scale (float32 scalar; 1 without a size matcher).
+    """
+    frames = ensure_channels(frames, config.ensure_rgb, config.ensure_grayscale)
+    if not config.sizematched:
+        return frames, torch.ones((), dtype=torch.float32)
+    return sizematch(frames, config.max_height, config.max_width)
+
+
+def frame_input(
+    frames: torch.Tensor, config: PreprocessConfig
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The whole preprocessing of uint8 (B, C, H, W) frames for one model.
+
+    Returns:
+        `(input, eff_scale)`: the float32 network input and the size matcher's scale.
+    """
+    frames, eff_scale = size_matched_frames(frames, config)
+    return network_input(frames, config), eff_scale
+
+
+class Preprocessor(torch.nn.Module):
+    """`frame_input` as a module: uint8 (B, C, H, W) frames to `(input, eff_scale)`."""
+
+    def __init__(self, config: PreprocessConfig) -> None:
+        super().__init__()
+        self.config = config
+
+    def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return frame_input(frames, self.config)
