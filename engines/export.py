@@ -61,6 +61,7 @@ __all__ = [
     "TOLERANCE",
     "export_inference_model",
     "export_model",
+    "export_onnx_bytes",
     "main",
     "read_onnx_info",
     "read_onnx_metadata",
@@ -210,8 +211,48 @@ def export_inference_model(
     """
     if format not in EXPORT_FORMATS:
         raise ValueError(f"unknown export format {format!r} (expected one of {EXPORT_FORMATS})")
-    notify = progress or _ignore
     path = _output_path(output, format)
+    payload, metadata = _export(model, format, opset, verify, frames, sources, progress or _ignore)
+    (progress or _ignore)(f"writing {path}")
+    if format == "onnx":
+        path.write_bytes(payload)
+    else:
+        payload.save(str(path), _extra_files={TORCHSCRIPT_METADATA_FILE: metadata.to_json()})
+    sidecar_path(path).write_text(metadata.to_json() + "\n")
+    return path
+
+
+def export_onnx_bytes(
+    model: InferenceModel,
+    *,
+    opset: int = DEFAULT_OPSET,
+    verify: bool = True,
+    frames: Sequence[np.ndarray] | None = None,
+    sources: Sequence[str | Path] = (),
+    progress: Progress | None = None,
+) -> bytes:
+    """Exports an `InferenceModel` to an in-memory ONNX model (metadata embedded).
+
+    Same steps and arguments as `export_inference_model`, without writing files;
+    `OnnxRunner` takes the bytes directly.
+
+    Raises:
+        ExportError: the export failed or disagrees with the torch model.
+    """
+    payload, _ = _export(model, "onnx", opset, verify, frames, sources, progress or _ignore)
+    return payload
+
+
+def _export(
+    model: InferenceModel,
+    format: str,
+    opset: int,
+    verify: bool,
+    frames: Sequence[np.ndarray] | None,
+    sources: Sequence[str | Path],
+    notify: Progress,
+) -> tuple[Any, ExportMetadata]:
+    """The export (ONNX bytes with metadata, or a traced module) and its metadata."""
     model = model.cpu().eval()
     native = model.info.input_channels
     other = 1 if native == 3 else 3
@@ -258,13 +299,9 @@ def export_inference_model(
         exporter={"torch": torch.__version__, **({"opset": opset} if format == "onnx" else {})},
         verification=None if verification is None else tuple(verification),
     )
-    notify(f"writing {path}")
     if format == "onnx":
-        _write_onnx(onnx_bytes, metadata, path)
-    else:
-        traced.save(str(path), _extra_files={TORCHSCRIPT_METADATA_FILE: metadata.to_json()})
-    sidecar_path(path).write_text(metadata.to_json() + "\n")
-    return path
+        return _with_metadata(onnx_bytes, metadata), metadata
+    return traced, metadata
 
 
 def read_torchscript_metadata(path: str | Path) -> ExportMetadata:
@@ -584,7 +621,7 @@ def _differences(
     return diffs
 
 
-def _write_onnx(onnx_bytes: bytes, metadata: ExportMetadata, path: Path) -> None:
+def _with_metadata(onnx_bytes: bytes, metadata: ExportMetadata) -> bytes:
     import onnx
 
     model = onnx.load_from_string(onnx_bytes)
@@ -593,7 +630,7 @@ def _write_onnx(onnx_bytes: bytes, metadata: ExportMetadata, path: Path) -> None
     model.producer_name = "sleap-live"
     model.producer_version = metadata.sleap_live_version
     onnx.checker.check_model(model)
-    onnx.save(model, str(path))
+    return model.SerializeToString()
 
 
 def _load_torchscript(path: str | Path) -> tuple[torch.jit.ScriptModule, ExportMetadata]:
