@@ -1,0 +1,125 @@
+"""Read the weights out of a sleap-nn `best.ckpt` without sleap-nn installed.
+
+A sleap-nn checkpoint is a Lightning checkpoint written by `torch.save`: a zip
+holding a pickle of a dict whose `state_dict` entry has the weights, next to
+training state that pickles objects from omegaconf, lightning and sleap_nn. None
+of those packages exists in the runtime environment, so the pickle is read with an
+unpickler that replaces every class it does not need with an inert placeholder and
+never imports anything outside a short list of torch and standard-library names.
+That also means a checkpoint cannot run code when it is loaded.
+"""
+
+from __future__ import annotations
+
+import collections
+import copyreg
+import pickle
+import types
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from sleap_live.engines.errors import CheckpointError, ModelNotFoundError
+
+# Globals a state_dict of plain tensors needs, and harmless builtins other entries
+# use. Everything else becomes an `_Inert` placeholder.
+_REAL_GLOBALS = {
+    ("collections", "OrderedDict"): collections.OrderedDict,
+    ("copyreg", "_reconstructor"): copyreg._reconstructor,
+    ("torch._utils", "_rebuild_tensor"): torch._utils._rebuild_tensor,
+    ("torch._utils", "_rebuild_tensor_v2"): torch._utils._rebuild_tensor_v2,
+    ("torch._utils", "_rebuild_parameter"): torch._utils._rebuild_parameter,
+    ("torch._tensor", "_rebuild_from_type_v2"): torch._tensor._rebuild_from_type_v2,
+    ("torch.nn.parameter", "Parameter"): torch.nn.Parameter,
+    ("torch", "Size"): torch.Size,
+    ("torch", "Tensor"): torch.Tensor,
+    ("torch", "device"): torch.device,
+    **{
+        ("builtins", kind.__name__): kind
+        for kind in (
+            object,
+            dict,
+            list,
+            tuple,
+            set,
+            frozenset,
+            int,
+            float,
+            complex,
+            str,
+            bytes,
+            bytearray,
+            bool,
+            slice,
+        )
+    },
+}
+
+
+class _Inert(dict):
+    """Stand-in for any class the checkpoint references but we do not load.
+
+    It accepts every way pickle builds objects (calls, `__new__`, `__setstate__`,
+    item and list appends) and keeps nothing.
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> _Inert:
+        return dict.__new__(cls)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        dict.__init__(self)
+
+    def __setstate__(self, state: Any) -> None:
+        pass
+
+    def append(self, item: Any) -> None:
+        pass
+
+    def extend(self, items: Any) -> None:
+        pass
+
+
+class _CheckpointUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        real = _REAL_GLOBALS.get((module, name))
+        if real is not None:
+            return real
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        return type(name, (_Inert,), {"__module__": f"inert.{module}"})
+
+
+# `torch.load` subclasses `pickle_module.Unpickler`, so this is all it needs.
+_PICKLE_MODULE = types.ModuleType("sleap_live_checkpoint_pickle")
+_PICKLE_MODULE.Unpickler = _CheckpointUnpickler
+
+
+def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    """The `state_dict` of a Lightning checkpoint, on the CPU, keys as stored.
+
+    Raises:
+        ModelNotFoundError: the file does not exist.
+        CheckpointError: the file is not a readable torch zip checkpoint or holds no
+            `state_dict` of tensors.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ModelNotFoundError(f"{path}: checkpoint not found")
+    if not zipfile.is_zipfile(path):
+        raise CheckpointError(f"{path}: not a torch checkpoint (not a zip archive)")
+    try:
+        checkpoint = torch.load(
+            path, map_location="cpu", pickle_module=_PICKLE_MODULE, weights_only=False
+        )
+    except Exception as e:
+        problem = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise CheckpointError(f"{path}: cannot read checkpoint ({problem})") from e
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise CheckpointError(f"{path}: checkpoint has no state_dict")
+    state_dict = checkpoint["state_dict"]
+    if not isinstance(state_dict, dict) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state_dict.items()
+    ):
+        raise CheckpointError(f"{path}: state_dict is not a mapping of names to tensors")
+    return dict(state_dict)

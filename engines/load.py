@@ -1,0 +1,119 @@
+"""Find and read a sleap-nn model directory.
+
+Two kinds of directory come out of sleap-nn:
+
+- a trained model directory (`sleap-nn train`): `training_config.yaml` and
+  `best.ckpt`, read by `read_model_dir` into a `ModelSpec`;
+- an exported model directory (`sleap-nn export`): `export_metadata.json` and
+  `model.onnx` and/or `model.trt`. `read_model_dir` refuses it with
+  `ExportedModelDirError` so callers can route it to the exported-model runner;
+  `is_sleap_nn_export_dir` and `read_export_metadata` tell and read it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from sleap_live.engines.errors import ModelConfigError, ModelNotFoundError
+from sleap_live.engines.spec import ModelSpec, read_training_config
+
+TRAINING_CONFIG = "training_config.yaml"
+CHECKPOINT = "best.ckpt"
+EXPORT_METADATA = "export_metadata.json"
+EXPORTED_MODELS = ("model.onnx", "model.trt")
+
+
+class ExportedModelDirError(ModelConfigError):
+    """The directory holds a `sleap-nn export` model, not a trained checkpoint."""
+
+
+def model_dir_of(path: Path) -> Path:
+    """The model directory `path` names: itself, or the folder of a file in one.
+
+    Like sleap-nn, accepts the directory, its `training_config.yaml` or a `.ckpt`.
+
+    Raises:
+        ModelNotFoundError: `path` does not exist.
+    """
+    path = Path(path)
+    if path.is_dir():
+        return path
+    if path.is_file() and (path.name == TRAINING_CONFIG or path.suffix == ".ckpt"):
+        return path.parent
+    if path.exists():
+        raise ModelNotFoundError(f"{path}: not a model directory, {TRAINING_CONFIG} or .ckpt")
+    raise ModelNotFoundError(f"{path}: model directory not found")
+
+
+def read_model_dir(path: Path) -> ModelSpec:
+    """Read a trained sleap-nn model directory into a `ModelSpec`.
+
+    Args:
+        path: the directory `sleap-nn train` wrote, or its config or checkpoint.
+
+    Raises:
+        ModelNotFoundError: the directory, its `training_config.yaml` or its
+            `best.ckpt` is missing.
+        ExportedModelDirError: the directory is a `sleap-nn export` output.
+        ModelConfigError: the config is invalid or describes an unsupported model,
+            including legacy SLEAP 1.x directories.
+    """
+    model_dir = model_dir_of(path)
+    if is_sleap_nn_export_dir(model_dir):
+        raise ExportedModelDirError(
+            f"{model_dir}: this is a sleap-nn export ({EXPORT_METADATA}), not a trained "
+            "model directory; run it with the exported-model runner"
+        )
+    if not (model_dir / TRAINING_CONFIG).is_file():
+        if (model_dir / "training_config.json").is_file():
+            raise ModelConfigError(
+                f"{model_dir}: legacy SLEAP 1.x model (training_config.json) is not supported"
+            )
+        raise ModelNotFoundError(f"{model_dir / TRAINING_CONFIG}: not found")
+    if not (model_dir / CHECKPOINT).is_file():
+        raise ModelNotFoundError(
+            f"{model_dir / CHECKPOINT}: not found (training unfinished or directory incomplete)"
+        )
+    return read_training_config(model_dir)
+
+
+def is_sleap_nn_export_dir(path: Path) -> bool:
+    """Whether `path` is a directory written by `sleap-nn export`."""
+    path = Path(path)
+    return (path / EXPORT_METADATA).is_file() and any(
+        (path / name).is_file() for name in EXPORTED_MODELS
+    )
+
+
+def read_export_metadata(path: Path) -> dict[str, Any]:
+    """The `export_metadata.json` of a `sleap-nn export` directory.
+
+    Args:
+        path: the export directory or its metadata file.
+
+    Raises:
+        ModelNotFoundError: the directory or its metadata file does not exist.
+        ModelConfigError: the file is not a JSON object with a `model_type`.
+    """
+    path = Path(path)
+    metadata_path = path if path.name == EXPORT_METADATA else path / EXPORT_METADATA
+    if not metadata_path.parent.is_dir():
+        raise ModelNotFoundError(f"{metadata_path.parent}: export directory not found")
+    try:
+        text = metadata_path.read_text()
+    except FileNotFoundError as e:
+        raise ModelNotFoundError(f"{metadata_path}: not found") from e
+    except OSError as e:
+        raise ModelConfigError(f"{metadata_path}: cannot read: {e.strerror or e}") from e
+    try:
+        metadata = json.loads(text)
+    except json.JSONDecodeError as e:
+        problem = f"{e.msg} at line {e.lineno}"
+        raise ModelConfigError(f"{metadata_path}: not valid JSON ({problem})") from e
+    if not isinstance(metadata, dict):
+        raise ModelConfigError(f"{metadata_path}: not a JSON object")
+    if not isinstance(metadata.get("model_type"), str) or not metadata["model_type"]:
+        raise ModelConfigError(f"{metadata_path}: no model_type")
+    return metadata

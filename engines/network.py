@@ -1,0 +1,447 @@
+"""sleap-nn's UNet and output heads as lean torch modules that load its checkpoints.
+
+`build_network(spec)` rebuilds the network a `ModelSpec` describes; `load_network`
+also loads the weights from the model's `best.ckpt`. `Network.forward` takes float32
+(batch, channels, height, width) images scaled to [0, 1] and padded exactly as
+sleap-nn feeds its model, and returns a dict of head outputs keyed by sleap-nn head
+class name ("CentroidConfmapsHead", ...). Height and width must be multiples of
+`spec.backbone.input_stride` (sleap-nn pads to `max_stride`, which is the same
+thing unless the UNet has a stem).
+
+The computation is sleap-nn's, step for step:
+
+- Encoder blocks: a 2x2 max pool (except the very first block), then
+  `convs_per_block` convolutions with ReLU; the encoder ends with one more pool.
+  Channels grow as `int(filters * filters_rate ** level)`.
+- An optional stem in front of the encoder: the same blocks with 7x7 kernels,
+  ending with a pool too.
+- Middle block: `convs_per_block - 1` expanding convolutions then one more, all at
+  `int(filters * filters_rate ** levels)` channels.
+- Decoder blocks: x2 upsampling (bilinear, `align_corners=False`, or a 3x3 stride-2
+  transposed convolution with ReLU), concatenation `[skip, upsampled]` with the
+  encoder output of the same stride, then two convolutions with ReLU (always two:
+  sleap-nn does not apply `convs_per_block` to its decoder).
+- Heads: a 1x1 convolution on the decoder output at the head's stride (the
+  bottleneck when the decoder is empty), ending in a sigmoid for class maps and for
+  centroid heads with `use_sigmoid_activation`. The class-vector head max-pools the
+  bottleneck globally, runs `num_fc_layers` fully connected layers with ReLU and
+  a final one, then a softmax.
+- A 1-channel input to a 3-channel model is repeated, a 3-channel input to a
+  1-channel model converted to gray (0.2989 R + 0.587 G + 0.114 B), as sleap-nn's
+  `Model.forward` does.
+
+sleap-nn's "same" max pooling zero-pads odd sizes; ours rounds up instead, which is
+identical because it only ever pools ReLU outputs. Its decoder also resizes an
+upsampled map whose size differs from the skip it joins; with inputs padded to
+`max_stride` that happens only in stem models, so only their decoder blocks resize
+(a no-op when sizes agree). Everything else is free of data-dependent branches, so
+the module traces and exports to ONNX with dynamic height and width.
+
+Checkpoint keys map one to one onto ours; `Network.sleap_nn_keys` holds the map:
+
+    sleap-nn key, after the `model.` prefix        ours
+    backbone.stem.stem_stack.{b}.blocks.stem{b}_conv{j}
+                                                   stem.{b}.convs.{j}
+    backbone.encoders.0.encoder_stack.{b}.blocks.stack0_enc{b}_conv{j}
+                                                   encoder.{b}.convs.{j}
+    backbone.middle_blocks.{m}.blocks.stack0_enc{n}_middle_{kind}_conv{j}
+                                                   middle.{m}.convs.{j}
+    backbone.decoders.0.decoder_stack.{i}.blocks.stack0_dec{i}_s{a}_to_s{b}_trans_conv
+                                                   decoder.{i}.upsample
+    backbone.decoders.0.decoder_stack.{i}.blocks.stack0_dec{i}_s{a}_to_s{b}_refine_conv{j}
+                                                   decoder.{i}.refine.{j}
+    head_layers.{h}.{HeadName}.0                   heads.{HeadName}.conv
+    head_layers.{h}.pre_classification{i}_fc       heads.ClassVectorsHead.hidden.{i}
+    head_layers.{h}.ClassVectorsHead               heads.ClassVectorsHead.out
+
+each followed by `.weight` or `.bias`. `kind` is `expand` (m = 0) or `contract`
+(m = 1), `n` the number of encoder blocks plus 1 + m, `a` and `b` the strides
+before and after the block, and `h` the head's position in `spec.heads`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from sleap_live.engines.checkpoint import read_state_dict
+from sleap_live.engines.errors import CheckpointError, ModelConfigError
+from sleap_live.engines.spec import HeadSpec, ModelSpec, UNetSpec
+from torch import nn
+
+STEM_KERNEL_SIZE = 7
+# sleap-nn's UNet does not pass convs_per_block on to its decoder, whose blocks
+# therefore always refine with this many convolutions.
+DECODER_CONVS = 2
+_TRANSPOSED_KERNEL_SIZE = 3
+_GRAY_WEIGHTS = (0.2989, 0.587, 0.114)
+
+
+def _max_pool(x: torch.Tensor) -> torch.Tensor:
+    return F.max_pool2d(x, kernel_size=2, stride=2, ceil_mode=True)
+
+
+class ConvBlock(nn.Module):
+    """Optional 2x2 max pool, then 3x3 (or `kernel_size`) convolutions with ReLU."""
+
+    def __init__(
+        self, in_channels: int, channels: int, n_convs: int, kernel_size: int, pool: bool
+    ) -> None:
+        super().__init__()
+        self.pool = pool
+        self.convs = nn.ModuleList(
+            nn.Conv2d(in_channels if j == 0 else channels, channels, kernel_size, padding="same")
+            for j in range(n_convs)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.pool:
+            x = _max_pool(x)
+        for conv in self.convs:
+            x = torch.relu(conv(x))
+        return x
+
+
+class UpBlock(nn.Module):
+    """x2 upsampling, concatenation with a skip connection, refining convolutions."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        channels: int,
+        skip_channels: int,
+        n_convs: int,
+        kernel_size: int,
+        transposed: bool,
+        resize_to_skip: bool,
+    ) -> None:
+        super().__init__()
+        self.resize_to_skip = resize_to_skip
+        self.upsample = (
+            nn.ConvTranspose2d(
+                in_channels,
+                channels,
+                _TRANSPOSED_KERNEL_SIZE,
+                stride=2,
+                padding=1,
+                output_padding=1,
+            )
+            if transposed
+            else None
+        )
+        upsampled = channels if transposed else in_channels
+        self.refine = nn.ModuleList(
+            nn.Conv2d(
+                upsampled + skip_channels if j == 0 else channels,
+                channels,
+                kernel_size,
+                padding="same",
+            )
+            for j in range(n_convs)
+        )
+
+    def forward(self, x: torch.Tensor, skip: torch.Tensor | None) -> torch.Tensor:
+        if self.upsample is None:
+            x = F.interpolate(x, scale_factor=2.0, mode="bilinear", align_corners=False)
+        else:
+            x = torch.relu(self.upsample(x))
+        if skip is not None:
+            if self.resize_to_skip:
+                x = F.interpolate(x, size=skip.shape[-2:], mode="bilinear", align_corners=False)
+            x = torch.cat((skip, x), dim=1)
+        for conv in self.refine:
+            x = torch.relu(conv(x))
+        return x
+
+
+class ConvHead(nn.Module):
+    """1x1 convolution to the head's channels, optionally ending in a sigmoid."""
+
+    def __init__(self, in_channels: int, channels: int, sigmoid: bool) -> None:
+        super().__init__()
+        self.sigmoid = sigmoid
+        self.conv = nn.Conv2d(in_channels, channels, kernel_size=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.conv(x)
+        return torch.sigmoid(x) if self.sigmoid else x
+
+
+class ClassVectorsHead(nn.Module):
+    """Global max pool, fully connected layers with ReLU, linear layer, softmax."""
+
+    def __init__(
+        self, in_features: int, n_hidden: int, hidden_units: int, n_classes: int, pool: bool
+    ) -> None:
+        super().__init__()
+        self.pool = pool
+        self.hidden = nn.ModuleList(
+            nn.Linear(in_features if i == 0 else hidden_units, hidden_units)
+            for i in range(n_hidden)
+        )
+        self.out = nn.Linear(hidden_units, n_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.amax(x, dim=(-2, -1)) if self.pool else torch.flatten(x, start_dim=1)
+        for layer in self.hidden:
+            x = torch.relu(layer(x))
+        return torch.softmax(self.out(x), dim=-1)
+
+
+class Network(nn.Module):
+    """sleap-nn's UNet backbone and heads for one `ModelSpec`.
+
+    Attributes:
+        spec: the model this network implements.
+        sleap_nn_keys: our state_dict keys mapped to the checkpoint's keys.
+    """
+
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        unet = spec.backbone
+        fail = _failer(spec.config_path)
+        if unet.stacks != 1:
+            raise fail(f"unet.stacks is {unet.stacks}; sleap-nn's UNet runs only 1 stack")
+        if unet.middle_block and unet.convs_per_block < 2:
+            raise fail(
+                "unet.middle_block with convs_per_block 1 cannot be built (sleap-nn fails too)"
+            )
+        names: dict[str, str] = {}
+
+        def level(n: int) -> int:
+            return int(unet.filters * unet.filters_rate**n)
+
+        stem_blocks, down_blocks = unet.stem_blocks, unet.down_blocks
+        self.stem = nn.ModuleList()
+        channels = unet.in_channels
+        for b in range(stem_blocks):
+            self.stem.append(
+                ConvBlock(channels, level(b), unet.convs_per_block, STEM_KERNEL_SIZE, pool=b > 0)
+            )
+            channels = level(b)
+            for j in range(unet.convs_per_block):
+                names[f"stem.{b}.convs.{j}"] = (
+                    f"backbone.stem.stem_stack.{b}.blocks.stem{b}_conv{j}"
+                )
+        skip_channels = [channels] if stem_blocks else []
+
+        self.encoder = nn.ModuleList()
+        for b in range(down_blocks):
+            n = b + stem_blocks
+            self.encoder.append(
+                ConvBlock(channels, level(n), unet.convs_per_block, unet.kernel_size, pool=n > 0)
+            )
+            channels = level(n)
+            skip_channels.insert(0, channels)
+            for j in range(unet.convs_per_block):
+                names[f"encoder.{b}.convs.{j}"] = (
+                    f"backbone.encoders.0.encoder_stack.{b}.blocks.stack0_enc{b}_conv{j}"
+                )
+
+        bottom = level(down_blocks + stem_blocks)
+        self.middle = nn.ModuleList()
+        if unet.middle_block:
+            parts = (("expand", unet.convs_per_block - 1), ("contract", 1))
+            for m, (kind, n_convs) in enumerate(parts):
+                self.middle.append(ConvBlock(channels, bottom, n_convs, unet.kernel_size, False))
+                channels = bottom
+                enc = down_blocks + 1 + m
+                for j in range(n_convs):
+                    names[f"middle.{m}.convs.{j}"] = (
+                        f"backbone.middle_blocks.{m}.blocks.stack0_enc{enc}_middle_{kind}_conv{j}"
+                    )
+        # sleap-nn sizes the decoder (and a head on an empty decoder) for the middle
+        # block's channels whether or not there is one.
+        if channels != bottom:
+            raise fail(
+                f"unet.middle_block false gives the decoder {channels} channels where "
+                f"sleap-nn's UNet expects {bottom} (it cannot run this config either)"
+            )
+
+        stride = unet.input_stride
+        strides_to_features = {stride: 0}
+        self.decoder = nn.ModuleList()
+        for i in range(unet.up_blocks):
+            out = level(max(0, down_blocks + stem_blocks - 1 - i))
+            concat = not (stem_blocks and i >= down_blocks + stem_blocks)
+            has_skip = i < len(skip_channels)
+            if concat != has_skip:
+                raise fail(
+                    f"unet.stem_stride {unet.stem_stride} with output_stride "
+                    f"{unet.output_stride} leaves decoder block {i} without its skip "
+                    "connection (sleap-nn cannot run this config either)"
+                )
+            skip = skip_channels[i] if has_skip else 0
+            if has_skip and skip != out:
+                raise fail(f"decoder block {i} joins a {skip}-channel skip where {out} is built")
+            self.decoder.append(
+                UpBlock(
+                    channels,
+                    out,
+                    skip,
+                    DECODER_CONVS if concat else 1,
+                    unet.kernel_size,
+                    transposed=not unet.up_interpolate,
+                    resize_to_skip=stem_blocks > 0,
+                )
+            )
+            prefix = (
+                f"backbone.decoders.0.decoder_stack.{i}.blocks."
+                f"stack0_dec{i}_s{stride}_to_s{stride // 2}"
+            )
+            if not unet.up_interpolate:
+                names[f"decoder.{i}.upsample"] = f"{prefix}_trans_conv"
+            for j in range(len(self.decoder[-1].refine)):
+                names[f"decoder.{i}.refine.{j}"] = f"{prefix}_refine_conv{j}"
+            channels = out
+            stride //= 2
+            strides_to_features[stride] = i + 1
+
+        self.heads = nn.ModuleDict()
+        sources = []
+        feature_channels = [bottom] + [block.refine[0].out_channels for block in self.decoder]
+        for h, head in enumerate(spec.heads):
+            source = self._head_source(head, strides_to_features, fail)
+            sources.append((head.name, source))
+            self.heads[head.name] = _make_head(head, unet, feature_channels[source], fail)
+            for our, theirs in _head_names(head, h).items():
+                names[our] = theirs
+        self.head_sources: tuple[tuple[str, int], ...] = tuple(sources)
+        self.sleap_nn_keys: dict[str, str] = {
+            key: f"model.{names[key.rpartition('.')[0]]}.{key.rpartition('.')[2]}"
+            for key in self.state_dict()
+        }
+
+    def _head_source(self, head: HeadSpec, strides_to_features: dict[int, int], fail: _Fail) -> int:
+        """Index into [bottleneck, decoder outputs...] of the feature map a head reads."""
+        if head.name == "ClassVectorsHead" or not self.decoder:
+            return 0
+        source = strides_to_features.get(head.output_stride, 0)
+        if source == 0:
+            produced = sorted(s for s, i in strides_to_features.items() if i)
+            raise fail(
+                f"{head.name} output_stride {head.output_stride} is not a decoder stride {produced}"
+            )
+        return source
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        x = self._match_channels(x)
+        skips = []
+        if len(self.stem):
+            for block in self.stem:
+                x = block(x)
+            x = _max_pool(x)
+            skips.append(x)
+        for block in self.encoder:
+            x = block(x)
+            skips.insert(0, x)
+        x = _max_pool(x)
+        for block in self.middle:
+            x = block(x)
+        features = [x]
+        for i, block in enumerate(self.decoder):
+            x = block(x, skips[i] if i < len(skips) else None)
+            features.append(x)
+        return {name: self.heads[name](features[source]) for name, source in self.head_sources}
+
+    def _match_channels(self, x: torch.Tensor) -> torch.Tensor:
+        channels = x.shape[-3]
+        if channels == self.spec.backbone.in_channels or channels not in (1, 3):
+            return x
+        if channels == 1:
+            return x.repeat(1, 3, 1, 1)
+        r, g, b = x.unbind(dim=-3)
+        return (_GRAY_WEIGHTS[0] * r + _GRAY_WEIGHTS[1] * g + _GRAY_WEIGHTS[2] * b).unsqueeze(-3)
+
+    def load_sleap_nn_state_dict(self, state_dict: dict[str, torch.Tensor], source: Path) -> None:
+        """Load weights stored under sleap-nn's checkpoint keys.
+
+        Raises:
+            CheckpointError: a weight is missing, unexpected, or of the wrong shape,
+                naming `source` and the first such key.
+        """
+        own = self.state_dict()
+        mapped = {}
+        for key, theirs in self.sleap_nn_keys.items():
+            if theirs not in state_dict:
+                raise CheckpointError(
+                    f"{source}: checkpoint lacks {theirs}; it does not match "
+                    f"{self.spec.config_path.name}"
+                )
+            value = state_dict[theirs]
+            if value.shape != own[key].shape:
+                raise CheckpointError(
+                    f"{source}: {theirs} has shape {tuple(value.shape)} but "
+                    f"{self.spec.config_path.name} implies {tuple(own[key].shape)}"
+                )
+            mapped[key] = value
+        unexpected = sorted(set(state_dict) - set(self.sleap_nn_keys.values()))
+        if unexpected:
+            raise CheckpointError(
+                f"{source}: checkpoint has {len(unexpected)} weights the config does not "
+                f"describe, first {unexpected[0]}"
+            )
+        self.load_state_dict(mapped, strict=True)
+
+
+_Fail = Callable[[str], ModelConfigError]
+
+
+def _failer(config_path: Path) -> _Fail:
+    def fail(problem: str) -> ModelConfigError:
+        return ModelConfigError(f"{config_path}: {problem}")
+
+    return fail
+
+
+def _make_head(head: HeadSpec, unet: UNetSpec, in_channels: int, fail: _Fail) -> nn.Module:
+    if head.name != "ClassVectorsHead":
+        return ConvHead(in_channels, head.n_channels, sigmoid=head.activation == "sigmoid")
+    if not unet.middle_block:
+        raise fail("ClassVectorsHead needs unet.middle_block (sleap-nn fails without one)")
+    if head.num_fc_layers == 0 and head.global_pool and in_channels != head.num_fc_units:
+        raise fail(
+            f"ClassVectorsHead with num_fc_layers 0 needs num_fc_units {in_channels} "
+            "(sleap-nn cannot run this config either)"
+        )
+    return ClassVectorsHead(
+        in_channels, head.num_fc_layers, head.num_fc_units, head.n_channels, head.global_pool
+    )
+
+
+def _head_names(head: HeadSpec, position: int) -> dict[str, str]:
+    """Our module paths of a head mapped to sleap-nn's."""
+    theirs = f"head_layers.{position}"
+    if head.name != "ClassVectorsHead":
+        return {f"heads.{head.name}.conv": f"{theirs}.{head.name}.0"}
+    names = {
+        f"heads.{head.name}.hidden.{i}": f"{theirs}.pre_classification{i}_fc"
+        for i in range(head.num_fc_layers)
+    }
+    names[f"heads.{head.name}.out"] = f"{theirs}.ClassVectorsHead"
+    return names
+
+
+def build_network(spec: ModelSpec) -> Network:
+    """A randomly initialised `Network` for `spec`, in eval mode.
+
+    Raises:
+        ModelConfigError: the UNet options form a network sleap-nn cannot run.
+    """
+    return Network(spec).eval()
+
+
+def load_network(spec: ModelSpec) -> Network:
+    """The `Network` for `spec` with the weights of `spec.checkpoint_path`, in eval mode.
+
+    Raises:
+        ModelConfigError: the UNet options form a network sleap-nn cannot run.
+        ModelNotFoundError: the checkpoint does not exist.
+        CheckpointError: the checkpoint is unreadable or does not match the config.
+    """
+    network = build_network(spec)
+    network.load_sleap_nn_state_dict(read_state_dict(spec.checkpoint_path), spec.checkpoint_path)
+    return network
