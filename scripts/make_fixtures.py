@@ -1,0 +1,286 @@
+"""Build sleap-live's test fixtures: synthetic videos, tiny sleap-nn models and goldens.
+
+Run with the sleap-nn venv from the repository root:
+
+    /work/venvs/snn/bin/python scripts/make_fixtures.py --out tests/data
+
+Stages (all by default, or pick with --stages): ``data`` renders the datasets and test
+videos and checks PyAV and sleap-io decode them identically; ``train`` trains the seven
+models with ``sleap-nn train``; ``predict`` records goldens with ``sleap-nn predict``;
+``export`` runs ``sleap-nn export --format onnx``; ``score`` compares goldens with ground
+truth. Training inputs and full training run folders go to --work (not committed).
+Everything is seeded; results are deterministic up to PyTorch's CPU kernels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import sleap_io as sio
+import yaml
+from fixtures import configs, goldens, media, synth
+
+SNN_BIN = Path(sys.executable).parent
+TRAIN_FRAMES = {"single": 240, "multi_gray": 300, "multi_rgb": 300}
+TEST_FRAMES = 200
+DEMO_FRAMES = 150
+TRAIN_STRIDE = 4
+TRAIN_SEED = {"single": 101, "multi_gray": 102, "multi_rgb": 103}
+TEST_SEED = {"single": 201, "multi_gray": 202, "multi_rgb": 203}
+DEMO_SEED = 301
+STAGES = ("data", "train", "predict", "export", "score")
+
+
+def video_name(variant: synth.Variant) -> str:
+    """Test video file name: FFV1 gray .mkv, or lossless RGB H.264 .mp4."""
+    return f"{variant.name}.mkv" if variant.grayscale else f"{variant.name}.mp4"
+
+
+# Goldens: name -> (model dirs in order, dataset, nodes to score or None for all).
+GOLDENS = {
+    "single_instance": (["single_instance"], "single", None),
+    "centroid": (["centroid"], "multi_gray", [synth.NODE_NAMES.index("body")]),
+    "topdown": (["centroid", "centered_instance"], "multi_gray", None),
+    "bottomup": (["bottomup"], "multi_gray", None),
+    "multi_class_topdown": (["centroid_rgb", "multi_class_topdown"], "multi_rgb", None),
+    "multi_class_bottomup": (["multi_class_bottomup"], "multi_rgb", None),
+}
+# Exports: name -> model dirs. Input size = the test frames padded to max_stride 16.
+EXPORTS = {
+    "topdown": ["centroid", "centered_instance"],
+    "single_instance": ["single_instance"],
+}
+EXPORT_HEIGHT, EXPORT_WIDTH = 176, 208
+
+
+def skeleton() -> sio.Skeleton:
+    """The five-node chain skeleton shared by every dataset."""
+    names = list(synth.NODE_NAMES)
+    return sio.Skeleton(
+        nodes=names,
+        edges=[(names[a], names[b]) for a, b in synth.EDGES],
+        name="chain5",
+    )
+
+
+def write_labels(path: Path, video_path: Path, points: np.ndarray, variant: synth.Variant) -> None:
+    """Save user-labelled training frames that reference video_path."""
+    skel = skeleton()
+    video = sio.Video.from_filename(str(video_path))
+    tracks = [sio.Track(name=look.name) for look in variant.animals] if variant.with_tracks else []
+    frames = []
+    for f in range(points.shape[0]):
+        instances = [
+            sio.Instance.from_numpy(
+                points[f, a].astype(np.float64),
+                skeleton=skel,
+                track=tracks[a] if tracks else None,
+            )
+            for a in range(points.shape[1])
+        ]
+        frames.append(sio.LabeledFrame(video=video, frame_idx=f, instances=instances))
+    labels = sio.Labels(labeled_frames=frames, videos=[video], skeletons=[skel], tracks=tracks)
+    sio.save_slp(labels, str(path))
+
+
+def make_data(out: Path, work: Path) -> dict:
+    """Render training sets, test videos with ground truth, and the lossy demo clip."""
+    videos_dir, truth_dir, train_dir = out / "videos", out / "ground_truth", work / "train_data"
+    for folder in (videos_dir, truth_dir, train_dir):
+        folder.mkdir(parents=True, exist_ok=True)
+    report = {}
+    for name, variant in synth.VARIANTS.items():
+        frames, points = synth.render_sequence(
+            variant, TRAIN_SEED[name], TRAIN_FRAMES[name], stride=TRAIN_STRIDE
+        )
+        train_video = train_dir / video_name(variant)
+        media.write_lossless(train_video, frames, variant.grayscale)
+        media.verify_identical(train_video, frames, variant.grayscale)
+        write_labels(train_dir / f"{name}.slp", train_video.resolve(), points, variant)
+
+        frames, points = synth.render_sequence(variant, TEST_SEED[name], TEST_FRAMES)
+        test_video = videos_dir / video_name(variant)
+        media.write_lossless(test_video, frames, variant.grayscale)
+        report[name] = media.verify_identical(test_video, frames, variant.grayscale)
+        names = np.array([look.name for look in variant.animals], dtype=np.str_)
+        np.savez_compressed(
+            truth_dir / f"{name}.npz",
+            points=points.astype(np.float32),
+            identities=np.broadcast_to(
+                np.arange(len(variant.animals), dtype=np.int32), points.shape[:2]
+            ).copy(),
+            identity_names=names,
+            node_names=np.array(synth.NODE_NAMES, dtype=np.str_),
+            edges=np.array(synth.EDGES, dtype=np.int32),
+            frame_indices=np.arange(TEST_FRAMES, dtype=np.int64),
+            video=np.array(test_video.name),
+        )
+        print(f"[data] {name}: {report[name]}", flush=True)
+    frames, _ = synth.render_sequence(synth.VARIANTS["multi_gray"], DEMO_SEED, DEMO_FRAMES)
+    media.write_lossy_demo(videos_dir / "demo.mp4", frames)
+    return report
+
+
+def run_logged(cmd: list[str], log_path: Path, cwd: Path) -> float:
+    """Run a command, send its output to log_path, fail loudly; return seconds taken."""
+    start = time.perf_counter()
+    with open(log_path, "w") as log:
+        result = subprocess.run(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, check=False)
+    elapsed = time.perf_counter() - start
+    if result.returncode != 0:
+        tail = log_path.read_text().splitlines()[-30:]
+        raise RuntimeError(f"{' '.join(cmd)} failed ({result.returncode}):\n" + "\n".join(tail))
+    return elapsed
+
+
+def train_models(out: Path, work: Path, only: list[str] | None) -> dict:
+    """Train each model, then keep only training_config.yaml and best.ckpt in out/models."""
+    runs = work / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    report = {}
+    for seed, spec in enumerate(configs.MODELS):
+        if only and spec.name not in only:
+            continue
+        run_dir = runs / spec.name
+        shutil.rmtree(run_dir, ignore_errors=True)
+        labels_path = (work / "train_data" / f"{spec.dataset}.slp").resolve()
+        cfg = configs.training_config(spec, labels_path, run_dir.resolve(), seed)
+        cfg_path = runs / f"{spec.name}.yaml"
+        cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        cmd = [str(SNN_BIN / "sleap-nn"), "train", "--config", str(cfg_path.resolve())]
+        print(f"[train] {spec.name} ...", flush=True)
+        seconds = run_logged(cmd, runs / f"{spec.name}.log", cwd=work)
+        model_dir = out / "models" / spec.name
+        shutil.rmtree(model_dir, ignore_errors=True)
+        model_dir.mkdir(parents=True)
+        for keep in ("training_config.yaml", "best.ckpt"):
+            shutil.copy2(run_dir / keep, model_dir / keep)
+        report[spec.name] = {
+            "train_seconds": round(seconds, 1),
+            "best_ckpt_bytes": (model_dir / "best.ckpt").stat().st_size,
+        }
+        print(f"[train] {spec.name}: {report[spec.name]}", flush=True)
+    return report
+
+
+def predict_command(models: list[str], video: str, output: str) -> list[str]:
+    """The sleap-nn predict call recorded for a golden (paths relative to the repo)."""
+    cmd = ["sleap-nn", "predict", "--data_path", video]
+    for model in models:
+        cmd += ["--model_paths", f"tests/data/models/{model}"]
+    return [*cmd, "--output_path", output, "--device", "cpu"]
+
+
+def make_goldens(out: Path, repo: Path, only: list[str] | None) -> dict:
+    """Run sleap-nn predict per golden and flatten each .slp into an .npz."""
+    goldens_dir = out / "goldens"
+    goldens_dir.mkdir(parents=True, exist_ok=True)
+    report = {}
+    for name, (models, dataset, _) in GOLDENS.items():
+        if only and name not in only:
+            continue
+        variant = synth.VARIANTS[dataset]
+        video = f"tests/data/videos/{video_name(variant)}"
+        slp = f"tests/data/goldens/{name}.slp"
+        cmd = predict_command(models, video, slp)
+        run = [str(SNN_BIN / cmd[0]), *cmd[1:]]
+        seconds = run_logged(run, goldens_dir / f"{name}.log", cwd=repo)
+        (goldens_dir / f"{name}.log").unlink()
+        arrays = goldens.predictions_to_arrays(repo / slp, TEST_FRAMES)
+        np.savez_compressed(goldens_dir / f"{name}.npz", **arrays)
+        report[name] = {
+            "command": " ".join(cmd),
+            "seconds": round(seconds, 1),
+            "instances_per_frame": np.bincount(arrays["n_instances"]).tolist(),
+        }
+        print(f"[predict] {name}: {report[name]}", flush=True)
+    return report
+
+
+def make_exports(out: Path, repo: Path) -> dict:
+    """Export model dirs to ONNX; record failures instead of stopping."""
+    report = {}
+    for name, models in EXPORTS.items():
+        target = out / "exports" / name
+        shutil.rmtree(target, ignore_errors=True)
+        cmd = ["sleap-nn", "export"]
+        cmd += [f"tests/data/models/{m}" for m in models]
+        cmd += ["--output", f"tests/data/exports/{name}", "--format", "onnx"]
+        cmd += ["--input-height", str(EXPORT_HEIGHT), "--input-width", str(EXPORT_WIDTH)]
+        log = out / f"export_{name}.log"
+        try:
+            seconds = run_logged([str(SNN_BIN / cmd[0]), *cmd[1:]], log, cwd=repo)
+        except RuntimeError as error:
+            report[name] = {"command": " ".join(cmd), "error": str(error)}
+            print(f"[export] {name} FAILED: {error}", flush=True)
+            continue
+        log.unlink()
+        files = {p.name: p.stat().st_size for p in sorted(target.iterdir())}
+        report[name] = {"command": " ".join(cmd), "seconds": round(seconds, 1), "files": files}
+        print(f"[export] {name}: {report[name]}", flush=True)
+    return report
+
+
+def score_goldens(out: Path) -> dict:
+    """Compare each golden with the ground truth of its test video."""
+    report = {}
+    for name, (_, dataset, nodes) in GOLDENS.items():
+        path = out / "goldens" / f"{name}.npz"
+        if not path.exists():
+            continue
+        with np.load(path) as pred_file, np.load(out / "ground_truth" / f"{dataset}.npz") as gt:
+            pred = dict(pred_file)
+            report[name] = goldens.score_against_truth(
+                pred, gt["points"], gt["identity_names"], nodes
+            )
+        print(f"[score] {name}: {report[name]}", flush=True)
+    return report
+
+
+def main() -> None:
+    """Parse arguments and run the requested stages."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("tests/data"))
+    parser.add_argument("--work", type=Path, default=Path("build/fixtures"))
+    parser.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
+    parser.add_argument("--only", nargs="+", help="limit train/predict to these names")
+    args = parser.parse_args()
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    repo = Path(__file__).resolve().parent.parent
+    out, work = args.out.resolve(), args.work.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
+    manifest_path = out / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    import sleap_nn
+
+    manifest["sleap_nn_version"] = sleap_nn.__version__
+    manifest["sleap_io_version"] = sio.__version__
+    manifest.setdefault("stage_seconds", {})
+    handlers = {
+        "data": lambda: make_data(out, work),
+        "train": lambda: train_models(out, work, args.only),
+        "predict": lambda: make_goldens(out, repo, args.only),
+        "export": lambda: make_exports(out, repo),
+        "score": lambda: score_goldens(out),
+    }
+    for stage in STAGES:
+        if stage not in args.stages:
+            continue
+        start = time.perf_counter()
+        result = handlers[stage]()
+        manifest.setdefault(stage, {}).update(result)
+        manifest["stage_seconds"][stage] = round(time.perf_counter() - start, 1)
+        manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
