@@ -38,7 +38,18 @@ import attrs
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 from sleap_live.engines.errors import ModelConfigError
-from sleap_live.engines.types import FramePoses
+from sleap_live.engines.types import FramePoses, ModelInfo
+
+# Outputs of the bottom-up inference graphs, per frame: K peak slots per node.
+#   peaks (B, nodes, K, 2) float32 xy in frame pixels, NaN in empty slots;
+#   peak_scores (B, nodes, K) float32 confidence map values, NaN in empty slots;
+#   peak_valid (B, nodes, K) bool; a node's peaks fill its first slots in raster
+#   order of their pixels (sleap-nn's order);
+#   line_scores (B, edges, K, K) float32 PAF score of source slot i against
+#   destination slot j, NaN where either slot is empty or the peaks coincide;
+#   class_probs (B, nodes, K, classes) float32 class map values at each peak.
+BOTTOMUP_OUTPUTS = ("peaks", "peak_scores", "peak_valid", "line_scores")
+MULTI_CLASS_BOTTOMUP_OUTPUTS = ("peaks", "peak_scores", "peak_valid", "class_probs")
 
 
 def edge_assembly_order(edges: Sequence[tuple[int, int]]) -> tuple[int, ...]:
@@ -107,7 +118,7 @@ class PafGrouper:
         min_instance_peaks: instances with fewer peaks are discarded; an `int` is
             a count, a `float` a fraction of `n_nodes` (sleap-nn's rule).
         max_instances: most instances kept per frame (the best scoring); `None`
-            keeps all.
+            keeps all, as does any value of at least nodes x K.
         edge_order: assembly order of the edges (derived from `edges`).
     """
 
@@ -125,31 +136,41 @@ class PafGrouper:
         return edge_assembly_order(self.edges)
 
     def postprocess_settings(self) -> dict[str, Any]:
-        """The JSON-serialisable settings that `from_postprocess` reads back."""
+        """The `ModelInfo.postprocess` entries `from_info` reads back.
+
+        `max_instances` is not among them: it is `ModelInfo.max_instances`.
+        """
         return {
             "grouping": "paf",
+            "edges": [list(edge) for edge in self.edges],
             "min_line_scores": self.min_line_scores,
             "min_instance_peaks": self.min_instance_peaks,
-            "max_instances": self.max_instances,
         }
 
     @classmethod
-    def from_postprocess(
-        cls, n_nodes: int, edges: Sequence[tuple[int, int]], settings: Mapping[str, Any]
-    ) -> PafGrouper:
-        """Rebuild a grouper from `ModelInfo.postprocess` (see `postprocess_settings`)."""
-        if settings.get("grouping") != "paf":
-            raise ModelConfigError(
-                f"Bottom-up model metadata has grouping={settings.get('grouping')!r}, "
-                "expected 'paf'."
-            )
+    def from_info(cls, info: ModelInfo) -> PafGrouper:
+        """The grouper a bottom-up model's `ModelInfo` describes.
+
+        Raises:
+            ModelConfigError: `info.postprocess` lacks the PAF grouping settings.
+        """
+        settings = _settings(info, "paf", ("edges", "min_line_scores", "min_instance_peaks"))
         return cls(
-            n_nodes=n_nodes,
-            edges=edges,
-            min_line_scores=float(settings.get("min_line_scores", 0.25)),
-            min_instance_peaks=settings.get("min_instance_peaks", 0),
-            max_instances=settings.get("max_instances"),
+            n_nodes=info.skeleton.n_nodes,
+            edges=settings["edges"],
+            min_line_scores=float(settings["min_line_scores"]),
+            min_instance_peaks=settings["min_instance_peaks"],
+            max_instances=info.max_instances,
         )
+
+    def group_batch(self, outputs: Mapping[str, np.ndarray]) -> list[FramePoses]:
+        """Instances of every frame of a batch of `BOTTOMUP_OUTPUTS`."""
+        return [
+            self.group(peaks, peak_scores, peak_valid, line_scores)
+            for peaks, peak_scores, peak_valid, line_scores in zip(
+                *(np.asarray(outputs[name]) for name in BOTTOMUP_OUTPUTS), strict=True
+            )
+        ]
 
     def group(
         self,
@@ -267,6 +288,22 @@ class PafGrouper:
         )
 
 
+def _settings(info: ModelInfo, grouping: str, keys: Sequence[str]) -> Mapping[str, Any]:
+    settings = info.postprocess
+    if settings.get("grouping") != grouping:
+        raise ModelConfigError(
+            f"{info.model_type} model metadata has postprocess grouping="
+            f"{settings.get('grouping')!r}, expected {grouping!r}; re-export the model"
+        )
+    missing = [key for key in keys if key not in settings]
+    if missing:
+        raise ModelConfigError(
+            f"{info.model_type} model metadata lacks postprocess settings {missing}; "
+            "re-export the model"
+        )
+    return settings
+
+
 def _hungarian(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """`linear_sum_assignment`, tolerating matrices whose forbidden pairs block it.
 
@@ -301,22 +338,32 @@ class ClassMapGrouper:
     max_instances: int | None = None
 
     def postprocess_settings(self) -> dict[str, Any]:
-        """The JSON-serialisable settings that `from_postprocess` reads back."""
-        return {"grouping": "class_maps", "max_instances": self.max_instances}
+        """The `ModelInfo.postprocess` entries `from_info` reads back."""
+        return {"grouping": "class_maps"}
 
     @classmethod
-    def from_postprocess(
-        cls, n_nodes: int, n_classes: int, settings: Mapping[str, Any]
-    ) -> ClassMapGrouper:
-        """Rebuild a grouper from `ModelInfo.postprocess` (see `postprocess_settings`)."""
-        if settings.get("grouping") != "class_maps":
-            raise ModelConfigError(
-                f"Multi-class bottom-up model metadata has grouping="
-                f"{settings.get('grouping')!r}, expected 'class_maps'."
-            )
+    def from_info(cls, info: ModelInfo) -> ClassMapGrouper:
+        """The grouper a multi-class bottom-up model's `ModelInfo` describes.
+
+        Raises:
+            ModelConfigError: `info.postprocess` is not for class-map grouping.
+        """
+        _settings(info, "class_maps", ())
         return cls(
-            n_nodes=n_nodes, n_classes=n_classes, max_instances=settings.get("max_instances")
+            n_nodes=info.skeleton.n_nodes,
+            n_classes=len(info.class_names),
+            max_instances=info.max_instances,
         )
+
+    def group_batch(self, outputs: Mapping[str, np.ndarray]) -> list[FramePoses]:
+        """Instances of every frame of a batch of `MULTI_CLASS_BOTTOMUP_OUTPUTS`."""
+        return [
+            self.group(peaks, peak_scores, peak_valid, class_probs)
+            for peaks, peak_scores, peak_valid, class_probs in zip(
+                *(np.asarray(outputs[name]) for name in MULTI_CLASS_BOTTOMUP_OUTPUTS),
+                strict=True,
+            )
+        ]
 
     def group(
         self,

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import numpy as np
 import pytest
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.grouping import ClassMapGrouper, PafGrouper, edge_assembly_order
+from sleap_live.engines.types import ModelInfo, Skeleton
 
 # ---------------------------------------------------------------- edge order
 
@@ -180,12 +182,33 @@ def test_max_instances_keeps_the_best_scores_only_when_exceeded():
     np.testing.assert_allclose(uncapped.instance_scores, [0.5, 0.9, 0.7])  # assembly order
 
 
-def test_settings_round_trip_through_postprocess():
-    grouper = PafGrouper(3, [(0, 1), (1, 2)], min_line_scores=0.3, min_instance_peaks=0.5)
-    settings = grouper.postprocess_settings()
-    assert PafGrouper.from_postprocess(3, [(0, 1), (1, 2)], settings) == grouper
-    with pytest.raises(ModelConfigError, match="grouping"):
-        PafGrouper.from_postprocess(3, [(0, 1)], {"grouping": "class_maps"})
+def _info(model_type, postprocess, max_instances, class_names=()):
+    skeleton = Skeleton(("a", "b", "c"), ((0, 1), (1, 2)))
+    return ModelInfo(
+        model_type=model_type,
+        skeleton=skeleton,
+        input_channels=1,
+        max_instances=max_instances,
+        class_names=class_names,
+        postprocess=postprocess,
+    )
+
+
+def test_grouper_round_trips_through_model_info():
+    # PAF edges may differ from the skeleton's; the grouper keeps its own.
+    grouper = PafGrouper(
+        3, [(1, 2), (1, 0)], min_line_scores=0.3, min_instance_peaks=0.5, max_instances=4
+    )
+    info = _info("bottomup", grouper.postprocess_settings(), 4)
+    assert PafGrouper.from_info(info) == grouper
+    assert json.loads(json.dumps(grouper.postprocess_settings())) == grouper.postprocess_settings()
+
+
+def test_grouper_from_info_rejects_missing_settings():
+    with pytest.raises(ModelConfigError, match="expected 'paf'"):
+        PafGrouper.from_info(_info("bottomup", {"grouping": "class_maps"}, 4))
+    with pytest.raises(ModelConfigError, match="min_line_scores"):
+        PafGrouper.from_info(_info("bottomup", {"grouping": "paf", "edges": []}, 4))
 
 
 def test_grouping_many_animals_is_fast():
@@ -270,8 +293,11 @@ def test_class_cap_ranks_absent_classes_first_like_sleap_nn():
 
 
 def test_class_settings_round_trip_and_no_peaks():
-    grouper = ClassMapGrouper(2, 3, max_instances=2)
-    assert ClassMapGrouper.from_postprocess(2, 3, grouper.postprocess_settings()) == grouper
-    peaks, scores = _frame(2, 2)
-    poses = grouper.group(peaks, scores, np.zeros((2, 2), bool), np.zeros((2, 2, 3), np.float32))
-    assert poses.n_instances == 0 and poses.points.shape == (0, 2, 2)
+    grouper = ClassMapGrouper(3, 2, max_instances=1)
+    info = _info("multi_class_bottomup", grouper.postprocess_settings(), 1, ("x", "y"))
+    assert ClassMapGrouper.from_info(info) == grouper
+    with pytest.raises(ModelConfigError, match="expected 'class_maps'"):
+        ClassMapGrouper.from_info(_info("multi_class_bottomup", {"grouping": "paf"}, 1, ("x",)))
+    peaks, scores = _frame(3, 2)
+    poses = grouper.group(peaks, scores, np.zeros((3, 2), bool), np.zeros((3, 2, 2), np.float32))
+    assert poses.n_instances == 0 and poses.points.shape == (0, 3, 2)
