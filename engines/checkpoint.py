@@ -61,7 +61,7 @@ class _Inert(dict):
     """Stand-in for any class the checkpoint references but we do not load.
 
     It accepts every way pickle builds objects (calls, `__new__`, `__setstate__`,
-    item and list appends) and keeps nothing.
+    item and list appends) and runs no code of the class it replaces.
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> _Inert:

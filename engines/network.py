@@ -61,6 +61,7 @@ before and after the block, and `h` the head's position in `spec.heads`.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -348,7 +349,10 @@ class Network(nn.Module):
         return {name: self.heads[name](features[source]) for name, source in self.head_sources}
 
     def _match_channels(self, x: torch.Tensor) -> torch.Tensor:
-        channels = x.shape[-3]
+        # A traced graph has a fixed channel count, so baking this branch in is right.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            channels = int(x.shape[-3])
         if channels == self.spec.backbone.in_channels or channels not in (1, 3):
             return x
         if channels == 1:

@@ -1,0 +1,393 @@
+"""Parsing training_config.yaml into a ModelSpec."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+from sleap_live.engines.errors import ModelConfigError
+from sleap_live.engines.spec import (
+    MODEL_HEADS,
+    ModelSpec,
+    PreprocessSpec,
+    UNetSpec,
+    read_training_config,
+)
+
+MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
+NODES = ["head", "thorax", "abdomen", "tail"]
+EDGES = [["head", "thorax"], ["thorax", "abdomen"], ["abdomen", "tail"]]
+CLASSES = ["female", "male"]
+UNET = {
+    "in_channels": 1,
+    "kernel_size": 3,
+    "filters": 16,
+    "filters_rate": 2.0,
+    "max_stride": 16,
+    "stem_stride": None,
+    "middle_block": True,
+    "up_interpolate": True,
+    "stacks": 1,
+    "convs_per_block": 2,
+    "output_stride": 2,
+}
+CONFMAPS = {"part_names": None, "sigma": 2.5, "output_stride": 2, "loss_weight": 1.0}
+HEADS = {
+    "single_instance": {"confmaps": CONFMAPS},
+    "centroid": {
+        "confmaps": {
+            "anchor_part": "thorax",
+            "centroid_method": None,
+            "sigma": 5.0,
+            "output_stride": 4,
+            "use_sigmoid_activation": False,
+        }
+    },
+    "centered_instance": {"confmaps": CONFMAPS | {"anchor_part": "thorax"}},
+    "bottomup": {
+        "confmaps": CONFMAPS,
+        "pafs": {"edges": None, "sigma": 15.0, "output_stride": 4, "loss_weight": 1.0},
+    },
+    "multi_class_bottomup": {
+        "confmaps": CONFMAPS,
+        "class_maps": {"classes": CLASSES, "sigma": 5.0, "output_stride": 2},
+    },
+    "multi_class_topdown": {
+        "confmaps": CONFMAPS | {"anchor_part": "abdomen"},
+        "class_vectors": {
+            "classes": CLASSES,
+            "num_fc_layers": 2,
+            "num_fc_units": 32,
+            "global_pool": True,
+            "output_stride": 16,
+        },
+    },
+}
+HEAD_ORDER = (
+    "single_instance",
+    "centroid",
+    "centered_instance",
+    "bottomup",
+    "multi_class_bottomup",
+    "multi_class_topdown",
+    "bottomup_segmentation",
+    "embedding",
+    "bbox_centernet",
+)
+
+
+def training_config(model_type: str, crop_size: int | None = 96) -> dict:
+    """A config shaped like the ones `sleap-nn train` writes."""
+    head_configs = {key: None for key in HEAD_ORDER}
+    head_configs[model_type] = copy.deepcopy(HEADS[model_type])
+    return {
+        "data_config": {
+            "train_labels_path": ["labels.slp"],
+            "preprocessing": {
+                "ensure_rgb": False,
+                "ensure_grayscale": False,
+                "max_height": None,
+                "max_width": None,
+                "scale": 1.0,
+                "crop_size": crop_size,
+                "min_crop_size": 100,
+                "crop_mode": "fixed",
+                "tiling": {"enabled": False, "tile_size": None},
+            },
+            "skeletons": [
+                {
+                    "nodes": [{"name": n} for n in NODES],
+                    "edges": [
+                        {"source": {"name": s}, "destination": {"name": d}} for s, d in EDGES
+                    ],
+                    "symmetries": [],
+                    "name": "fly",
+                }
+            ],
+        },
+        "model_config": {
+            "init_weights": "default",
+            "backbone_config": {"unet": dict(UNET), "convnext": None, "swint": None},
+            "head_configs": head_configs,
+        },
+        "trainer_config": {"max_epochs": 10},
+        "sleap_nn_version": "0.3.5",
+    }
+
+
+def parse(tmp_path: Path, config: dict) -> ModelSpec:
+    (tmp_path / "training_config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    return read_training_config(tmp_path)
+
+
+@pytest.mark.parametrize("model_type", list(MODEL_HEADS))
+def test_every_model_type_parses(tmp_path, model_type):
+    spec = parse(tmp_path, training_config(model_type))
+    assert spec.model_type == model_type
+    assert spec.head_names == tuple(name for _, name in MODEL_HEADS[model_type])
+    assert spec.backbone == UNetSpec(**UNET)
+    assert spec.path == tmp_path
+    assert spec.checkpoint_path == tmp_path / "best.ckpt"
+    assert spec.config_path == tmp_path / "training_config.yaml"
+    assert spec.sleap_nn_version == "0.3.5"
+
+
+def test_skeleton_and_defaults_from_it(tmp_path):
+    spec = parse(tmp_path, training_config("bottomup"))
+    assert spec.skeleton.name == "fly"
+    assert spec.skeleton.node_names == tuple(NODES)
+    assert spec.skeleton.edges == ((0, 1), (1, 2), (2, 3))
+    confmaps, pafs = spec.heads
+    assert confmaps.part_names == tuple(NODES)
+    assert confmaps.n_channels == 4
+    assert pafs.edges == tuple(tuple(e) for e in EDGES)
+    assert pafs.edge_indices == ((0, 1), (1, 2), (2, 3))
+    assert pafs.n_channels == 6
+    assert (confmaps.output_stride, pafs.output_stride) == (2, 4)
+    assert (confmaps.sigma, pafs.sigma) == (2.5, 15.0)
+    assert spec.anchor_part is None
+    assert spec.class_names == ()
+
+
+def test_explicit_part_names_and_edges_win(tmp_path):
+    config = training_config("bottomup")
+    heads = config["model_config"]["head_configs"]["bottomup"]
+    heads["confmaps"]["part_names"] = ["tail", "abdomen", "thorax", "head"]
+    heads["pafs"]["edges"] = [["tail", "head"]]
+    confmaps, pafs = parse(tmp_path, config).heads
+    assert confmaps.part_names == ("tail", "abdomen", "thorax", "head")
+    assert pafs.edge_indices == ((0, 3),)
+
+
+def test_paf_edge_outside_parts_is_rejected(tmp_path):
+    config = training_config("bottomup")
+    config["model_config"]["head_configs"]["bottomup"]["pafs"]["edges"] = [["head", "wing"]]
+    with pytest.raises(ModelConfigError, match="'wing', which is not a part"):
+        parse(tmp_path, config)
+
+
+def test_activations(tmp_path):
+    config = training_config("centroid")
+    assert parse(tmp_path, config).heads[0].activation == "identity"
+    config["model_config"]["head_configs"]["centroid"]["confmaps"]["use_sigmoid_activation"] = True
+    centroid = parse(tmp_path, config).heads[0]
+    assert centroid.activation == "sigmoid"
+    assert centroid.n_channels == 1
+    maps = parse(tmp_path, training_config("multi_class_bottomup")).head("ClassMapsHead")
+    assert (maps.activation, maps.n_channels) == ("sigmoid", 2)
+    vectors = parse(tmp_path, training_config("multi_class_topdown")).head("ClassVectorsHead")
+    assert (vectors.activation, vectors.n_channels) == ("softmax", 2)
+    assert (vectors.num_fc_layers, vectors.num_fc_units, vectors.global_pool) == (2, 32, True)
+
+
+def test_class_vector_defaults_follow_sleap_nn(tmp_path):
+    config = training_config("multi_class_topdown")
+    config["model_config"]["head_configs"]["multi_class_topdown"]["class_vectors"] = {
+        "classes": CLASSES,
+        "output_stride": 16,
+    }
+    vectors = parse(tmp_path, config).head("ClassVectorsHead")
+    assert (vectors.num_fc_layers, vectors.num_fc_units, vectors.global_pool) == (1, 64, True)
+
+
+def test_anchor_part_and_class_names(tmp_path):
+    spec = parse(tmp_path, training_config("multi_class_topdown"))
+    assert (spec.anchor_part, spec.anchor_part_name) == (2, "abdomen")
+    assert spec.class_names == tuple(CLASSES)
+    spec = parse(tmp_path, training_config("centroid"))
+    assert (spec.anchor_part, spec.anchor_part_name) == (1, "thorax")
+
+
+def test_unknown_anchor_part_is_rejected(tmp_path):
+    config = training_config("centroid")
+    config["model_config"]["head_configs"]["centroid"]["confmaps"]["anchor_part"] = "wing"
+    with pytest.raises(ModelConfigError, match="anchor_part 'wing' is not a skeleton node"):
+        parse(tmp_path, config)
+
+
+def test_missing_classes_are_rejected(tmp_path):
+    config = training_config("multi_class_bottomup")
+    config["model_config"]["head_configs"]["multi_class_bottomup"]["class_maps"]["classes"] = None
+    with pytest.raises(ModelConfigError, match=r"class_maps\.classes is empty"):
+        parse(tmp_path, config)
+
+
+def test_preprocessing(tmp_path):
+    config = training_config("centered_instance", crop_size=128)
+    config["data_config"]["preprocessing"] |= {
+        "ensure_rgb": True,
+        "max_height": 1024,
+        "max_width": 1280,
+        "scale": 0.5,
+    }
+    assert parse(tmp_path, config).preprocess == PreprocessSpec(
+        ensure_rgb=True, scale=0.5, max_height=1024, max_width=1280, crop_size=128
+    )
+
+
+def test_preprocessing_defaults_when_keys_are_absent(tmp_path):
+    config = training_config("single_instance")
+    config["data_config"]["preprocessing"] = {}
+    spec = parse(tmp_path, config)
+    assert spec.preprocess == PreprocessSpec()
+    assert spec.preprocess.scale == 1.0
+    assert not spec.tiling
+
+
+def test_tiling_flag(tmp_path):
+    config = training_config("single_instance")
+    config["data_config"]["preprocessing"]["tiling"]["enabled"] = True
+    assert parse(tmp_path, config).tiling
+
+
+@pytest.mark.parametrize("model_type", ["centered_instance", "multi_class_topdown"])
+def test_crop_models_need_a_crop_size(tmp_path, model_type):
+    with pytest.raises(ModelConfigError, match="crop_size is null"):
+        parse(tmp_path, training_config(model_type, crop_size=None))
+
+
+@pytest.mark.parametrize("scale", [[0.5, 0.5], 0, -1.0, "half"])
+def test_bad_scale_is_rejected(tmp_path, scale):
+    config = training_config("single_instance")
+    config["data_config"]["preprocessing"]["scale"] = scale
+    with pytest.raises(ModelConfigError, match=r"preprocessing\.scale"):
+        parse(tmp_path, config)
+
+
+def test_model_type_is_the_first_head_config_set(tmp_path):
+    config = training_config("single_instance")
+    config["model_config"]["head_configs"]["bottomup"] = copy.deepcopy(HEADS["bottomup"])
+    assert parse(tmp_path, config).model_type == "single_instance"
+
+
+@pytest.mark.parametrize("backbone", ["convnext", "swint", "pretrained"])
+def test_other_backbones_are_not_supported_yet(tmp_path, backbone):
+    config = training_config("single_instance")
+    config["model_config"]["backbone_config"] = {"unet": None, backbone: {"filters_rate": 2.0}}
+    with pytest.raises(ModelConfigError, match=f"backbone '{backbone}' is not supported yet") as e:
+        parse(tmp_path, config)
+    assert str(tmp_path / "training_config.yaml") in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_unknown_backbone_and_no_backbone(tmp_path):
+    config = training_config("single_instance")
+    config["model_config"]["backbone_config"] = {"resnet": {"depth": 18}}
+    with pytest.raises(ModelConfigError, match="backbone 'resnet' is unknown"):
+        parse(tmp_path, config)
+    config["model_config"]["backbone_config"] = {"unet": None}
+    with pytest.raises(ModelConfigError, match="has no backbone set"):
+        parse(tmp_path, config)
+
+
+def test_unknown_head_type(tmp_path):
+    config = training_config("single_instance")
+    config["model_config"]["head_configs"] = {
+        "bbox_centernet": {"center": {"output_stride": 4}},
+        "single_instance": HEADS["single_instance"],
+    }
+    with pytest.raises(ModelConfigError, match="unsupported head type 'bbox_centernet'"):
+        parse(tmp_path, config)
+    config["model_config"]["head_configs"] = {"single_instance": None}
+    with pytest.raises(ModelConfigError, match="has no head set"):
+        parse(tmp_path, config)
+
+
+def test_unknown_head_within_a_model_type(tmp_path):
+    config = training_config("bottomup")
+    config["model_config"]["head_configs"]["bottomup"]["offsets"] = {"output_stride": 2}
+    with pytest.raises(ModelConfigError, match="unknown head 'offsets'"):
+        parse(tmp_path, config)
+
+
+@pytest.mark.parametrize(
+    ("path", "key"),
+    [
+        (("model_config", "backbone_config", "unet"), "filters"),
+        (("model_config", "backbone_config", "unet"), "stem_stride"),
+        (("model_config", "head_configs", "bottomup", "pafs"), "output_stride"),
+        (("model_config", "head_configs", "bottomup"), "pafs"),
+        (("model_config",), "head_configs"),
+        (("data_config",), "skeletons"),
+        ((), "model_config"),
+    ],
+)
+def test_missing_keys_are_named(tmp_path, path, key):
+    config = training_config("bottomup")
+    parent = config
+    for part in path:
+        parent = parent[part]
+    del parent[key]
+    with pytest.raises(ModelConfigError, match="missing key") as e:
+        parse(tmp_path, config)
+    message = str(e.value)
+    assert message.startswith(f"{tmp_path / 'training_config.yaml'}: ")
+    assert ".".join((*path, key)) in message
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "problem"),
+    [
+        ("max_stride", 24, "power of two"),
+        ("output_stride", 32, "exceeds max_stride"),
+        ("filters", 0, "integer >= 1"),
+        ("filters_rate", "fast", "positive number"),
+        ("middle_block", "yes", "true or false"),
+        ("in_channels", 4, "expected 1 or 3"),
+        ("stem_stride", 16, "leaves no encoder blocks"),
+    ],
+)
+def test_bad_unet_values(tmp_path, key, value, problem):
+    config = training_config("single_instance")
+    config["model_config"]["backbone_config"]["unet"][key] = value
+    with pytest.raises(ModelConfigError, match=problem):
+        parse(tmp_path, config)
+
+
+def test_derived_unet_geometry():
+    unet = UNetSpec(**UNET)
+    assert (unet.stem_blocks, unet.down_blocks, unet.up_blocks, unet.input_stride) == (0, 4, 3, 16)
+    stem = UNetSpec(**(UNET | {"stem_stride": 4, "output_stride": 4}))
+    assert (stem.stem_blocks, stem.down_blocks, stem.up_blocks, stem.input_stride) == (2, 2, 4, 32)
+
+
+def test_bad_skeleton(tmp_path):
+    config = training_config("single_instance")
+    config["data_config"]["skeletons"] = []
+    with pytest.raises(ModelConfigError, match="model has no skeleton"):
+        parse(tmp_path, config)
+    config = training_config("single_instance")
+    config["data_config"]["skeletons"][0]["edges"][0]["source"]["name"] = "wing"
+    with pytest.raises(ModelConfigError, match="'wing', which is not a node"):
+        parse(tmp_path, config)
+
+
+def test_unreadable_yaml(tmp_path):
+    (tmp_path / "training_config.yaml").write_text("model_config: [unclosed\n")
+    with pytest.raises(ModelConfigError, match="not valid YAML"):
+        read_training_config(tmp_path)
+    (tmp_path / "training_config.yaml").write_text("- just\n- a list\n")
+    with pytest.raises(ModelConfigError, match="the document is not a mapping"):
+        read_training_config(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "model_dir",
+    sorted(MODELS.glob("*/training_config.yaml")) if MODELS.is_dir() else [],
+    ids=lambda p: p.parent.name,
+)
+def test_trained_model_configs(model_dir):
+    spec = read_training_config(model_dir.parent)
+    assert spec.model_type in MODEL_HEADS
+    assert spec.skeleton.n_nodes > 0
+    for head in spec.heads:
+        assert head.n_channels > 0
+        assert head.output_stride <= spec.backbone.input_stride
+
+
+def test_trained_models_present_or_skipped():
+    if not MODELS.is_dir():
+        pytest.skip("tests/data/models is not there yet")
+    assert any(MODELS.glob("*/training_config.yaml"))
