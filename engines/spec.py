@@ -13,8 +13,10 @@ sleap-nn's predict derives them:
 - `scale` defaults to 1.0. `crop_size` is computed by `sleap-nn train` and written
   back into the config; predict never recomputes it, so a centered-instance model
   without one is unusable and rejected here.
-- The anchor part is the crop-consuming head's `anchor_part`, resolved to its index
-  in the skeleton's node names; predict fails when the name is not a node, so do we.
+- The anchor part is the `anchor_part` of the model's centroid or centered-instance
+  head, resolved to its index in the skeleton's node names; predict fails when the
+  name is not a node, so do we. (In a centroid + centered-instance pair, predict
+  takes the centered-instance model's value, even when that one is null.)
 """
 
 from __future__ import annotations
@@ -140,6 +142,7 @@ class HeadSpec:
         edges: (source, destination) part names of a PAF head, two channels each.
         edge_indices: `edges` as indices into the confidence map head's parts.
         classes: one channel (or vector entry) per class for class heads.
+        class_output: whether sleap-nn reports a class as a "track" or an "identity".
         anchor_part: node the instance crops are centered on, if any.
         centroid_method: how training derived centroids; None means sleap-nn's
             default (the anchor if set, else the center of mass).
@@ -158,6 +161,7 @@ class HeadSpec:
     edges: tuple[tuple[str, str], ...] = ()
     edge_indices: tuple[tuple[int, int], ...] = ()
     classes: tuple[str, ...] = ()
+    class_output: str = "track"
     anchor_part: str | None = None
     centroid_method: str | None = None
     use_sigmoid_activation: bool = False
@@ -198,6 +202,7 @@ class PreprocessSpec:
         max_width: frames are letterboxed to this width, if set.
         crop_size: side of the square instance crop (crop models only), else None.
         crop_mode: "fixed" (a crop_size window) or "bbox" (a resized detector box).
+        tiling: the model was trained for tiled inference (`tiling.enabled`).
     """
 
     ensure_rgb: bool = False
@@ -207,6 +212,7 @@ class PreprocessSpec:
     max_width: int | None = None
     crop_size: int | None = None
     crop_mode: str = "fixed"
+    tiling: bool = False
 
 
 @attrs.frozen
@@ -223,7 +229,6 @@ class ModelSpec:
         class_names: identity classes of multi-class models, else empty.
         anchor_part: index of the anchor node in `skeleton.node_names`, or None.
         anchor_part_name: its name, or None.
-        tiling: whether the model was trained for tiled inference.
         sleap_nn_version: version of sleap-nn that wrote the config, if recorded.
     """
 
@@ -236,7 +241,6 @@ class ModelSpec:
     class_names: tuple[str, ...] = ()
     anchor_part: int | None = None
     anchor_part_name: str | None = None
-    tiling: bool = False
     sleap_nn_version: str | None = None
 
     @property
@@ -321,8 +325,6 @@ def parse_training_config(config: Any, model_dir: Path) -> ModelSpec:
         anchor_index = skeleton.node_names.index(anchor_name)
 
     class_names = next((h.classes for h in heads if h.classes), ())
-    preprocessing = reader.optional(data_config, "preprocessing", "data_config", Mapping, {})
-    tiling = reader.optional(preprocessing, "tiling", "data_config.preprocessing", Mapping, {})
     version = root.get("sleap_nn_version")
     return ModelSpec(
         path=Path(model_dir),
@@ -334,7 +336,6 @@ def parse_training_config(config: Any, model_dir: Path) -> ModelSpec:
         class_names=class_names,
         anchor_part=anchor_index,
         anchor_part_name=anchor_name,
-        tiling=tiling.get("enabled") is True,
         sleap_nn_version=str(version) if version is not None else None,
     )
 
@@ -463,6 +464,7 @@ def _parse_head(
             config_key=key,
             output_stride=output_stride,
             classes=_classes(reader, leaf, where),
+            class_output=_class_output(reader, leaf, where),
             num_fc_layers=reader.integer(
                 reader.optional(leaf, "num_fc_layers", where, int, 1),
                 f"{where}.num_fc_layers",
@@ -487,6 +489,7 @@ def _parse_head(
             output_stride=output_stride,
             sigma=sigma,
             classes=_classes(reader, leaf, where),
+            class_output=_class_output(reader, leaf, where),
         )
     if name == "PartAffinityFieldsHead":
         part_names = previous[0].part_names
@@ -527,6 +530,13 @@ def _classes(reader: _ConfigReader, leaf: Mapping, where: str) -> tuple[str, ...
     if not classes:
         raise reader.error(f"{where}.classes is empty; an identity model needs its class names")
     return classes
+
+
+def _class_output(reader: _ConfigReader, leaf: Mapping, where: str) -> str:
+    class_output = reader.optional(leaf, "class_output", where, str, "track")
+    if class_output not in ("track", "identity"):
+        raise reader.error(f"{where}.class_output is {class_output!r}; expected track or identity")
+    return class_output
 
 
 def _edges(
@@ -570,6 +580,7 @@ def _parse_preprocess(
     crop_mode = reader.optional(section, "crop_mode", where, str, "fixed")
     if crop_mode not in ("fixed", "bbox"):
         raise reader.error(f"{where}.crop_mode is {crop_mode!r}; expected 'fixed' or 'bbox'")
+    tiling = reader.optional(section, "tiling", where, Mapping, {})
     if model_type in CROP_MODEL_TYPES and crop_size is None:
         raise reader.error(
             f"{where}.crop_size is null; sleap-nn train writes the crop size of a "
@@ -588,6 +599,7 @@ def _parse_preprocess(
         max_width=max_width,
         crop_size=crop_size,
         crop_mode=crop_mode,
+        tiling=tiling.get("enabled") is True,
     )
 
 

@@ -176,7 +176,7 @@ def test_activations(tmp_path):
     assert centroid.activation == "sigmoid"
     assert centroid.n_channels == 1
     maps = parse(tmp_path, training_config("multi_class_bottomup")).head("ClassMapsHead")
-    assert (maps.activation, maps.n_channels) == ("sigmoid", 2)
+    assert (maps.activation, maps.n_channels, maps.class_output) == ("sigmoid", 2, "track")
     vectors = parse(tmp_path, training_config("multi_class_topdown")).head("ClassVectorsHead")
     assert (vectors.activation, vectors.n_channels) == ("softmax", 2)
     assert (vectors.num_fc_layers, vectors.num_fc_units, vectors.global_pool) == (2, 32, True)
@@ -190,6 +190,16 @@ def test_class_vector_defaults_follow_sleap_nn(tmp_path):
     }
     vectors = parse(tmp_path, config).head("ClassVectorsHead")
     assert (vectors.num_fc_layers, vectors.num_fc_units, vectors.global_pool) == (1, 64, True)
+
+
+def test_class_output(tmp_path):
+    config = training_config("multi_class_topdown")
+    vectors = config["model_config"]["head_configs"]["multi_class_topdown"]["class_vectors"]
+    vectors["class_output"] = "identity"
+    assert parse(tmp_path, config).head("ClassVectorsHead").class_output == "identity"
+    vectors["class_output"] = "name"
+    with pytest.raises(ModelConfigError, match="expected track or identity"):
+        parse(tmp_path, config)
 
 
 def test_anchor_part_and_class_names(tmp_path):
@@ -233,13 +243,13 @@ def test_preprocessing_defaults_when_keys_are_absent(tmp_path):
     spec = parse(tmp_path, config)
     assert spec.preprocess == PreprocessSpec()
     assert spec.preprocess.scale == 1.0
-    assert not spec.tiling
+    assert not spec.preprocess.tiling
 
 
 def test_tiling_flag(tmp_path):
     config = training_config("single_instance")
     config["data_config"]["preprocessing"]["tiling"]["enabled"] = True
-    assert parse(tmp_path, config).tiling
+    assert parse(tmp_path, config).preprocess.tiling
 
 
 @pytest.mark.parametrize("model_type", ["centered_instance", "multi_class_topdown"])
