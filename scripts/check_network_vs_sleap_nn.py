@@ -10,7 +10,9 @@ builds a sleap-nn model with random weights, saves it the way `sleap-nn train` d
 with sleap-nn's own checkpoint loader and with `sleap_live.engines.load`, feeds both
 the same random input and compares every head output. Trained model directories
 given on the command line, and those under tests/data/models/, are compared the
-same way. Exits non-zero when any output differs by more than `TOLERANCE`.
+same way. Configurations sleap-nn cannot build or run must be refused by sleap-live
+too. Exits non-zero when any output differs by more than `TOLERANCE` or the two
+disagree on what runs.
 """
 
 from __future__ import annotations
@@ -33,8 +35,10 @@ import lightning as L  # noqa: E402
 from loguru import logger  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 from sleap_live.engines.checkpoint import read_state_dict  # noqa: E402
+from sleap_live.engines.errors import ModelConfigError  # noqa: E402
 from sleap_live.engines.load import read_model_dir  # noqa: E402
-from sleap_live.engines.network import load_network  # noqa: E402
+from sleap_live.engines.network import build_network, load_network  # noqa: E402
+from sleap_live.engines.spec import read_training_config  # noqa: E402
 from sleap_nn.config import model_config as mc  # noqa: E402
 from sleap_nn.config.training_job_config import TrainingJobConfig  # noqa: E402
 from sleap_nn.inference.loaders import _load_lightning_module  # noqa: E402
@@ -130,6 +134,18 @@ CASES = [
         heads("single_instance", 4),
     ),
     (
+        "single odd filters rate 1.3",
+        "single_instance",
+        {"filters": 7, "filters_rate": 1.3, "max_stride": 32, "output_stride": 4},
+        heads("single_instance", 4),
+    ),
+    (
+        "single large rf preset",
+        "single_instance",
+        {"filters": 24, "max_stride": 32, "output_stride": 4},
+        heads("single_instance", 4),
+    ),
+    (
         "single 3 convs transposed",
         "single_instance",
         {"convs_per_block": 3, "up_interpolate": False, "output_stride": 1},
@@ -213,6 +229,15 @@ CASES = [
 ]
 
 
+# UNet options sleap-nn cannot build or run; sleap-live must refuse them too.
+UNRUNNABLE = [
+    ("stacks 2", {"stacks": 2}),
+    ("middle block with 1 conv", {"convs_per_block": 1}),
+    ("no middle block, rate 1.5", {"middle_block": False}),
+    ("stem 4, output stride 2", {"stem_stride": 4}),
+]
+
+
 def write_model_dir(path: Path, model_type: str, unet: dict, head_config: dict) -> None:
     """Save a randomly initialised sleap-nn model as `sleap-nn train` would."""
     config = OmegaConf.structured(TrainingJobConfig())
@@ -229,6 +254,7 @@ def write_model_dir(path: Path, model_type: str, unet: dict, head_config: dict) 
         }
     ]
     config.data_config.preprocessing.crop_size = 96
+    OmegaConf.save(config, path / "training_config.yaml")
     module = lm.LightningModel.get_lightning_model_from_config(config)
     trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False)
     trainer.strategy.connect(module)
@@ -236,7 +262,6 @@ def write_model_dir(path: Path, model_type: str, unet: dict, head_config: dict) 
     checkpoint = torch.load(path / "best.ckpt", weights_only=False)
     checkpoint["config"] = config
     torch.save(checkpoint, path / "best.ckpt")
-    OmegaConf.save(config, path / "training_config.yaml")
 
 
 def sleap_nn_model(path: Path, model_type: str) -> torch.nn.Module:
@@ -281,6 +306,37 @@ def compare(path: Path, sizes: list[tuple[int, int]], channels: list[int] | None
     return worst
 
 
+def sleap_nn_runs(path: Path, stride: int) -> bool:
+    try:
+        with torch.inference_mode():
+            sleap_nn_model(path, "single_instance")(torch.rand(1, 1, stride * 2, stride * 2))
+    except Exception:
+        return False
+    return True
+
+
+def check_unrunnable(tmp: Path) -> int:
+    """Count configs that sleap-nn runs but sleap-live refuses, or the other way."""
+    failures = 0
+    for name, unet in UNRUNNABLE:
+        path = tmp / name.replace(" ", "_").replace(",", "")
+        path.mkdir()
+        try:
+            write_model_dir(path, "single_instance", unet, heads("single_instance", 2))
+            theirs = sleap_nn_runs(path, read_model_dir(path).backbone.input_stride)
+        except Exception:
+            theirs = False
+        try:
+            build_network(read_training_config(path))
+            ours = True
+        except ModelConfigError:
+            ours = False
+        failures += theirs != ours
+        verdict = "ok  " if theirs == ours else "FAIL"
+        print(f"{verdict} {name:32s} sleap-nn runs: {theirs}, sleap-live builds: {ours}")
+    return failures
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model_dirs", nargs="*", type=Path, help="trained model directories")
@@ -304,6 +360,7 @@ def main() -> int:
             diff = compare(path, sizes, channels)
             failures += diff > TOLERANCE
             print(f"{'ok  ' if diff <= TOLERANCE else 'FAIL'} {name:32s} max |diff| {diff:.2e}")
+        failures += check_unrunnable(Path(tmp))
 
     trained = list(args.model_dirs)
     models = REPO / "tests" / "data" / "models"
