@@ -1,0 +1,213 @@
+"""Frame sources: video files, cameras, paced replay and Python iterables.
+
+Every source is opened by its constructor (so a bad path or device fails at once),
+is a context manager, exposes `Source`'s attributes, and is iterated once, yielding
+`Frame` records whose iteration releases the source's resources when it ends.
+`open_source` picks the right kind from one argument.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from types import TracebackType
+from typing import Any, Protocol, runtime_checkable
+
+from sleap_live.stream.sources.camera import CameraSource
+from sleap_live.stream.sources.file import FileSource
+from sleap_live.stream.sources.iterator import IteratorSource
+from sleap_live.stream.sources.replay import ReplaySource
+from sleap_live.stream.types import Frame
+
+__all__ = [
+    "SOURCE_KINDS",
+    "CameraSource",
+    "FileSource",
+    "IteratorSource",
+    "ReplaySource",
+    "Source",
+    "open_source",
+]
+
+SOURCE_KINDS = (
+    'a video file path (str or Path; replay=True paces it like a camera)',
+    'a camera: an int index, "camera:N", "camera:<device>", or a device string with camera=True',
+    "an iterable of uint8 frames, or a zero-argument callable returning a frame or None",
+)
+
+_CAMERA_PREFIX = "camera:"
+
+# Which keyword options apply to which kind of source, for open_source's checks.
+_OPTIONS = {
+    "camera": {"width", "height", "fps", "input_format", "backend", "options", "source_id"},
+    "file": {"start", "stop", "source_id"},
+    "replay": {"fps", "start", "stop", "drop_late", "source_id"},
+    "iterator": {"fps", "live", "copy", "source_id"},
+}
+
+
+@runtime_checkable
+class Source(Protocol):
+    """What every frame source provides.
+
+    Attributes:
+        source_id: name stamped on every frame.
+        fps: frames per second, or None if unknown.
+        frame_shape: (height, width, channels) of every image; channels 1 (gray) or
+            3 (RGB).
+        n_frames: frames expected, or None if unknown or unbounded (cameras).
+        is_live: True if frames arrive on their own clock (cameras, paced replay):
+            a consumer that falls behind should drop frames rather than wait.
+    """
+
+    source_id: str
+    fps: float | None
+    frame_shape: tuple[int, int, int]
+    n_frames: int | None
+    is_live: bool
+
+    def __iter__(self) -> Iterator[Frame]: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None: ...
+
+
+def open_source(
+    spec: str | os.PathLike[str] | int | Iterable[Any] | Callable[[], Any],
+    *,
+    camera: bool | None = None,
+    replay: bool = False,
+    fps: float | None = None,
+    width: int | None = None,
+    height: int | None = None,
+    start: int | None = None,
+    stop: int | None = None,
+    input_format: str | None = None,
+    backend: str | None = None,
+    options: Mapping[str, str] | None = None,
+    drop_late: bool | None = None,
+    live: bool | None = None,
+    copy: bool | None = None,
+    source_id: str | None = None,
+) -> Source:
+    """Open the source ``spec`` describes.
+
+    Kinds, decided once from ``spec``:
+
+    - a video file path (str or `os.PathLike`) -> `FileSource`, or `ReplaySource`
+      with ``replay=True``;
+    - an int, ``"camera:N"`` or ``"camera:<device>"`` -> `CameraSource`; with
+      ``camera=True`` any str is a device string (``"/dev/video2"``,
+      ``"video=Logitech BRIO"``); with ``camera=False`` a str is always a file;
+    - an iterable of frames, or a zero-argument callable -> `IteratorSource`.
+
+    Options left at None keep each source's default. An option the chosen kind does
+    not take is an error rather than silently ignored.
+
+    Args:
+        spec: what to read (see above).
+        camera: force (True) or forbid (False) reading ``spec`` as a camera.
+        replay: pace a video file at its frame rate (or ``fps``) like a camera.
+        fps: camera frame rate to request, replay rate, or an iterator's nominal rate.
+        width: camera frame width to request (with ``height``).
+        height: camera frame height to request (with ``width``).
+        start: first frame index of a file or replay.
+        stop: frame index one past the last of a file or replay.
+        input_format: camera pixel format to request (e.g. ``"mjpeg"``).
+        backend: FFmpeg capture device for a camera (default by platform).
+        options: extra FFmpeg options for a camera.
+        drop_late: whether a replay skips frames its consumer was too slow for.
+        live: whether an iterator's frames arrive on their own clock.
+        copy: whether an iterator source copies each frame.
+        source_id: name stamped on every frame.
+
+    Returns:
+        The opened source; use it in a ``with`` block or call ``close()``.
+
+    Raises:
+        ValueError: if ``spec`` is none of the supported kinds, or an option does not
+            apply to its kind.
+        SourceNotFoundError: if the file or camera does not exist.
+        SourceError: if it exists but cannot be opened.
+    """
+    kind = _kind_of(spec, camera, replay)
+    given = {
+        name: value
+        for name, value in {
+            "fps": fps,
+            "width": width,
+            "height": height,
+            "start": start,
+            "stop": stop,
+            "input_format": input_format,
+            "backend": backend,
+            "options": options,
+            "drop_late": drop_late,
+            "live": live,
+            "copy": copy,
+            "source_id": source_id,
+        }.items()
+        if value is not None
+    }
+    unsupported = sorted(set(given) - _OPTIONS[kind])
+    if unsupported:
+        raise ValueError(
+            f"option{'s' if len(unsupported) > 1 else ''} {', '.join(unsupported)} "
+            f"cannot be used with a {kind} source (it takes {', '.join(sorted(_OPTIONS[kind]))})"
+        )
+    if kind == "camera":
+        return CameraSource(_camera_device(spec), **given)
+    if kind == "file":
+        return FileSource(spec, **given)
+    if kind == "replay":
+        return ReplaySource(spec, **given)
+    return IteratorSource(spec, **given)
+
+
+def _kind_of(spec: Any, camera: bool | None, replay: bool) -> str:
+    if camera is not None and not isinstance(camera, bool):
+        raise ValueError(f"camera must be True, False or None, got {camera!r}")
+    kind: str | None = None
+    if spec is None or isinstance(spec, bool | bytes):
+        kind = None
+    elif isinstance(spec, int):
+        kind = "camera"
+    elif isinstance(spec, str) and spec.startswith(_CAMERA_PREFIX) and camera is not False:
+        kind = "camera"
+    elif isinstance(spec, str | os.PathLike):
+        kind = "camera" if camera else "file"
+    elif isinstance(spec, Iterable) or callable(spec):
+        kind = "iterator"
+    if kind is None or (camera is not None and camera != (kind == "camera")):
+        raise ValueError(
+            f"cannot open {spec!r}"
+            + (f" with camera={camera}" if camera is not None else "")
+            + "; supported sources are: "
+            + "; ".join(SOURCE_KINDS)
+        )
+    if replay:
+        if kind != "file":
+            raise ValueError(f"replay=True paces video files only, not a {kind} source")
+        return "replay"
+    return kind
+
+
+def _camera_device(spec: int | str | os.PathLike[str]) -> int | str:
+    if isinstance(spec, int):
+        return spec
+    device = os.fspath(spec)
+    if device.startswith(_CAMERA_PREFIX):
+        device = device[len(_CAMERA_PREFIX) :]
+        if not device:
+            raise ValueError('"camera:" needs an index or a device, e.g. "camera:0"')
+        if device.isdigit():
+            return int(device)
+    return device

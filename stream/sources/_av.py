@@ -1,0 +1,78 @@
+"""PyAV helpers shared by the file and camera sources: opening, pixel formats, conversion."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import av
+import av.container
+import av.error
+import av.video.stream
+import numpy as np
+from sleap_live.stream.errors import SourceError
+
+# Single-channel pixel formats: gray at any depth, gray with alpha, and 1-bit mono.
+_GRAY_FORMAT_PREFIXES = ("gray", "ya", "mono")
+
+
+def reason(error: BaseException) -> str:
+    """PyAV's description of what went wrong, without the repeated file name."""
+    if isinstance(error, av.error.FFmpegError) and error.strerror:
+        return error.strerror
+    return str(error) or type(error).__name__
+
+
+def open_input(
+    url: str,
+    *,
+    format: str | None = None,
+    options: Mapping[str, str] | None = None,
+    timeout: float | tuple[float, float] | None = None,
+) -> av.container.InputContainer:
+    """`av.open` for reading; PyAV's own errors propagate for the caller to explain."""
+    return av.open(
+        url, mode="r", format=format, options=dict(options or {}), timeout=timeout
+    )
+
+
+def video_stream(
+    container: av.container.InputContainer, name: str
+) -> av.video.stream.VideoStream:
+    """The first video stream, set up for threaded decoding.
+
+    Raises:
+        SourceError: if there is no video stream or it has no frame size.
+    """
+    if not container.streams.video:
+        kinds = sorted({stream.type for stream in container.streams}) or ["none"]
+        raise SourceError(f"{name}: no video stream (streams found: {', '.join(kinds)})")
+    stream = container.streams.video[0]
+    stream.thread_type = "AUTO"
+    if not stream.codec_context.width or not stream.codec_context.height:
+        raise SourceError(f"{name}: video stream has no frame size; the file may be damaged")
+    return stream
+
+
+def is_gray(pixel_format: str | None) -> bool:
+    """Whether frames in this FFmpeg pixel format have one channel."""
+    return pixel_format is not None and pixel_format.startswith(_GRAY_FORMAT_PREFIXES)
+
+
+def frame_shape(stream: av.video.stream.VideoStream) -> tuple[int, int, int]:
+    """(height, width, channels) of the images made from this stream's frames."""
+    context = stream.codec_context
+    channels = 1 if is_gray(context.pix_fmt) else 3
+    return (context.height, context.width, channels)
+
+
+def to_image(frame: av.VideoFrame, channels: int) -> np.ndarray:
+    """(H, W, channels) contiguous uint8 image: gray for 1 channel, RGB for 3."""
+    if channels == 1:
+        return np.ascontiguousarray(frame.to_ndarray(format="gray")[:, :, None])
+    return np.ascontiguousarray(frame.to_ndarray(format="rgb24"))
+
+
+def rate_of(stream: av.video.stream.VideoStream) -> float | None:
+    """Frames per second the stream declares, or None if it declares none."""
+    rate = stream.average_rate or stream.guessed_rate
+    return float(rate) if rate else None

@@ -1,0 +1,126 @@
+"""The lifecycle every source shares: open once, iterate once, close from any thread."""
+
+from __future__ import annotations
+
+import abc
+import threading
+from collections.abc import Generator, Iterator
+from types import TracebackType
+from typing import TypeVar
+
+from sleap_live.stream.types import Frame
+
+_SourceT = TypeVar("_SourceT", bound="SourceBase")
+
+
+class SourceBase(abc.ABC):
+    """Base of the sources: subclasses implement `_frames` and `_release`.
+
+    Resources are acquired in the subclass constructor (so a bad path or device fails
+    there), released exactly once by whichever comes first: the end of iteration, or
+    `close`. A source is read once: iterating it a second time raises.
+
+    Attributes:
+        source_id: name stamped on every frame.
+        fps: frames per second, or None if unknown.
+        frame_shape: (height, width, channels) of every frame's image, channels 1
+            (gray) or 3 (RGB).
+        n_frames: frames the source will yield, or None if unknown or unbounded.
+        is_live: True if frames arrive on their own clock (cameras, paced replay),
+            so a consumer that falls behind should drop frames rather than wait.
+    """
+
+    source_id: str
+    fps: float | None
+    frame_shape: tuple[int, int, int]
+    n_frames: int | None
+    is_live: bool
+
+    def __init__(self, source_id: str) -> None:
+        self.source_id = source_id
+        self._lock = threading.Lock()
+        # Set by close(); frame loops check it so a close from another thread ends
+        # an iteration at its next frame.
+        self._stop = threading.Event()
+        self._closed = False
+        self._released = False
+        self._iteration: Generator[Frame, None, None] | None = None
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close` was called or iteration finished."""
+        return self._closed
+
+    def __iter__(self) -> Iterator[Frame]:
+        """Frames in order; the source's resources are released when iteration ends.
+
+        Raises:
+            ValueError: if the source is closed or was already iterated.
+        """
+        with self._lock:
+            if self._closed:
+                raise ValueError(f"{self.source_id}: source is closed; open it again to reread")
+            if self._iteration is not None:
+                raise ValueError(f"{self.source_id}: source is already being read; read it once")
+            self._iteration = self._generate()
+            return self._iteration
+
+    def close(self) -> None:
+        """Release the source. Idempotent and safe from any thread.
+
+        If another thread is inside an iteration, that iteration stops at its next
+        frame and releases the resources itself (PyAV objects must not be closed
+        under a thread that is using them).
+        """
+        with self._lock:
+            self._closed = True
+            self._stop.set()
+            iteration = self._iteration
+        if iteration is not None:
+            try:
+                iteration.close()
+            except ValueError:
+                # "generator already executing": another thread is inside it and
+                # will see the stop event and release on its way out.
+                return
+        self._release_once()
+
+    def __enter__(self: _SourceT) -> _SourceT:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(source_id={self.source_id!r}, frame_shape={self.frame_shape},"
+            f" fps={self.fps}, n_frames={self.n_frames}, closed={self._closed})"
+        )
+
+    def _generate(self) -> Generator[Frame, None, None]:
+        try:
+            yield from self._frames()
+        finally:
+            with self._lock:
+                self._closed = True
+            self._release_once()
+
+    def _release_once(self) -> None:
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
+        self._release()
+
+    @abc.abstractmethod
+    def _frames(self) -> Iterator[Frame]:
+        """Yield the frames; check `self._stop` between frames."""
+
+    @abc.abstractmethod
+    def _release(self) -> None:
+        """Free what the constructor acquired; called exactly once."""

@@ -1,0 +1,202 @@
+"""Cameras read through FFmpeg's capture devices (v4l2, avfoundation, dshow) with PyAV."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterator, Mapping
+
+import av
+import av.error
+from sleap_live.stream.errors import SourceError, SourceNotFoundError
+from sleap_live.stream.sources import _av
+from sleap_live.stream.sources._base import SourceBase
+from sleap_live.stream.types import Frame
+
+# FFmpeg input device used for cameras on each platform.
+DEFAULT_BACKENDS = {"linux": "v4l2", "darwin": "avfoundation", "win32": "dshow"}
+
+# The option that picks the camera's own pixel format (e.g. "mjpeg", "yuyv422").
+_PIXEL_FORMAT_OPTION = {"v4l2": "input_format", "video4linux2": "input_format"}
+
+# A camera that sends this many undecodable frames in a row is broken, not noisy.
+_MAX_CONSECUTIVE_DECODE_ERRORS = 30
+
+
+def default_backend(platform: str = sys.platform) -> str:
+    """The FFmpeg capture device for cameras on this platform.
+
+    Raises:
+        SourceError: on a platform without a known camera device.
+    """
+    key = "linux" if platform.startswith("linux") else platform
+    if key not in DEFAULT_BACKENDS:
+        raise SourceError(
+            f"no default camera backend for platform {platform!r}; pass backend= "
+            f"(one of FFmpeg's input devices, e.g. {', '.join(sorted(DEFAULT_BACKENDS.values()))})"
+        )
+    return DEFAULT_BACKENDS[key]
+
+
+def device_name(device: int | str, backend: str) -> str:
+    """What FFmpeg's ``backend`` calls camera ``device`` (an index or a device string).
+
+    Raises:
+        ValueError: for an index with dshow, which names cameras rather than numbering them.
+    """
+    if isinstance(device, str):
+        return device
+    if backend in ("v4l2", "video4linux2"):
+        return f"/dev/video{device}"
+    if backend == "avfoundation":
+        return f"{device}:none"
+    raise ValueError(
+        f"camera index {device} cannot be used with {backend}; pass the device by name, "
+        'for dshow "video=<camera name>" '
+        "(list them with: ffmpeg -list_devices true -f dshow -i dummy)"
+    )
+
+
+class CameraSource(SourceBase):
+    """Frames from a live camera, stamped with `time.monotonic()` when read.
+
+    Decoding uses slice threads only: frame threading would hold several frames back
+    and add their intervals to every frame's latency.
+
+    Args:
+        device: camera index (``0`` is ``/dev/video0`` on Linux, the first
+            avfoundation camera on macOS) or a device string passed to FFmpeg as is
+            (``"/dev/video2"``, ``"0:none"``, ``"video=Logitech BRIO"``).
+        width: requested frame width; give it with ``height``.
+        height: requested frame height; give it with ``width``.
+        fps: requested frame rate.
+        input_format: the camera's pixel format or codec to request, e.g. ``"mjpeg"``
+            or ``"yuyv422"`` (v4l2 ``input_format``, elsewhere ``pixel_format``).
+        backend: FFmpeg input device; defaults to v4l2, avfoundation or dshow by
+            platform. Any FFmpeg input format works, e.g. ``"lavfi"`` with a
+            ``testsrc`` graph as the device for a synthetic camera.
+        options: further FFmpeg device options, applied last.
+        source_id: name stamped on every frame; defaults to ``"camera:<index>"`` or
+            the device string.
+
+    Raises:
+        SourceNotFoundError: if the device does not exist.
+        SourceError: if it exists but cannot be opened (busy, unsupported size...).
+        ValueError: for inconsistent arguments.
+    """
+
+    is_live = True
+
+    def __init__(
+        self,
+        device: int | str = 0,
+        *,
+        width: int | None = None,
+        height: int | None = None,
+        fps: float | None = None,
+        input_format: str | None = None,
+        backend: str | None = None,
+        options: Mapping[str, str] | None = None,
+        source_id: str | None = None,
+    ) -> None:
+        if isinstance(device, bool) or not isinstance(device, int | str):
+            raise ValueError(f"camera device must be an index or a device string, got {device!r}")
+        if isinstance(device, int) and device < 0:
+            raise ValueError(f"camera index must be >= 0, got {device}")
+        self.backend = backend or default_backend()
+        self.device = device_name(device, self.backend)
+        super().__init__(
+            source_id if source_id is not None else
+            (f"camera:{device}" if isinstance(device, int) else device)
+        )
+        device_options = _device_options(self.backend, width, height, fps, input_format)
+        device_options.update(options or {})
+        if self.backend in ("v4l2", "video4linux2") and self.device.startswith("/dev/"):
+            if not os.path.exists(self.device):
+                raise SourceNotFoundError(f"{self.device}: no such camera device")
+        try:
+            self._container = _av.open_input(
+                self.device, format=self.backend, options=device_options
+            )
+        except FileNotFoundError as error:
+            raise SourceNotFoundError(f"{self.device}: no such camera device") from error
+        except (av.error.FFmpegError, ValueError) as error:
+            raise SourceError(
+                f"{self.device}: cannot open camera with {self.backend}: {_av.reason(error)}"
+            ) from error
+        try:
+            self._stream = _av.video_stream(self._container, self.device)
+        except SourceError:
+            self._container.close()
+            raise
+        self._stream.thread_type = "SLICE"
+        self.fps = float(fps) if fps is not None else _av.rate_of(self._stream)
+        self.frame_shape = _av.frame_shape(self._stream)
+        self.n_frames = None
+        self.decode_errors = 0
+
+    def _frames(self) -> Iterator[Frame]:
+        channels = self.frame_shape[2]
+        index = 0
+        consecutive_errors = 0
+        packets = self._container.demux(self._stream)
+        while not self._stop.is_set():
+            try:
+                packet = next(packets)
+            except StopIteration:
+                return
+            except av.error.FFmpegError as error:
+                raise SourceError(
+                    f"{self.device}: camera stopped after {index} frames: {_av.reason(error)}"
+                ) from error
+            captured = time.monotonic()
+            try:
+                frames = self._stream.decode(packet)
+            except av.error.FFmpegError as error:
+                # Cameras send the odd damaged frame (e.g. a cut MJPEG); skip it.
+                self.decode_errors += 1
+                consecutive_errors += 1
+                if consecutive_errors >= _MAX_CONSECUTIVE_DECODE_ERRORS:
+                    raise SourceError(
+                        f"{self.device}: {consecutive_errors} frames in a row failed to decode: "
+                        f"{_av.reason(error)}"
+                    ) from error
+                continue
+            consecutive_errors = 0
+            for frame in frames:
+                height, width, _ = self.frame_shape
+                if (frame.height, frame.width) != (height, width):
+                    raise SourceError(
+                        f"{self.device}: frame {index} is {frame.width}x{frame.height} but the "
+                        f"camera opened at {width}x{height}; resolution changes are not supported"
+                    )
+                yield Frame(index, captured, self.source_id, _av.to_image(frame, channels))
+                index += 1
+
+    def _release(self) -> None:
+        self._container.close()
+
+
+def _device_options(
+    backend: str,
+    width: int | None,
+    height: int | None,
+    fps: float | None,
+    input_format: str | None,
+) -> dict[str, str]:
+    """FFmpeg device options for the requested size, rate and pixel format."""
+    options: dict[str, str] = {}
+    if (width is None) != (height is None):
+        raise ValueError(f"give camera width and height together, got {width=} {height=}")
+    if width is not None and height is not None:
+        if width < 1 or height < 1:
+            raise ValueError(f"camera size must be positive, got {width}x{height}")
+        options["video_size"] = f"{width}x{height}"
+    if fps is not None:
+        if fps <= 0:
+            raise ValueError(f"camera fps must be positive, got {fps}")
+        options["framerate"] = f"{fps:g}"
+    if input_format is not None:
+        options[_PIXEL_FORMAT_OPTION.get(backend, "pixel_format")] = input_format
+    return options

@@ -1,0 +1,94 @@
+"""A video file delivered at a fixed frame rate, as if a camera were filming it."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+
+import attrs
+from sleap_live.stream.errors import SourceError
+from sleap_live.stream.sources._base import SourceBase
+from sleap_live.stream.sources.file import FileSource
+from sleap_live.stream.types import Frame
+
+
+class ReplaySource(SourceBase):
+    """Paced replay of a video file: a repeatable stand-in for a live camera.
+
+    Frame ``i`` (counting from the first frame replayed) is released at
+    ``t0 + i / fps``, where ``t0`` is when the first frame was released; waits are
+    on that absolute monotonic deadline, so the schedule never drifts. Each frame is
+    stamped with the time it was released. Decoding happens ahead of the deadline.
+
+    Like a camera, the replay does not slow down for its consumer: with
+    ``drop_late=True`` (the default) a frame whose successor is already due when the
+    consumer asks for it is skipped, counted in `skipped`, and shows up as a gap in
+    the frame indices. With ``drop_late=False`` late frames are released at once, so
+    every frame arrives but a slow consumer sees bursts as the replay catches up.
+
+    Truncated files behave as in `FileSource`: the frames that decode are replayed,
+    then `SourceError` is raised.
+
+    Args:
+        path: the video file.
+        fps: replay rate; defaults to the rate the video declares.
+        start: index of the first frame to replay.
+        stop: index one past the last frame to replay; None replays to the end.
+        drop_late: skip frames the consumer was too slow to take in time.
+        source_id: name stamped on every frame; defaults to the path as given.
+
+    Raises:
+        SourceNotFoundError: if the file does not exist.
+        SourceError: if it cannot be opened, or declares no rate and ``fps`` is None.
+        ValueError: if fps is not positive, or start/stop are not a valid range.
+    """
+
+    is_live = True
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        fps: float | None = None,
+        start: int = 0,
+        stop: int | None = None,
+        drop_late: bool = True,
+        source_id: str | None = None,
+    ) -> None:
+        if fps is not None and not fps > 0:
+            raise ValueError(f"replay fps must be positive, got {fps}")
+        self._file = FileSource(path, start=start, stop=stop, source_id=source_id)
+        super().__init__(self._file.source_id)
+        rate = fps if fps is not None else self._file.fps
+        if rate is None:
+            self._file.close()
+            raise SourceError(f"{self._file.path}: the video declares no frame rate; pass fps=")
+        self.path = self._file.path
+        self.fps = float(rate)
+        self.frame_shape = self._file.frame_shape
+        self.n_frames = self._file.n_frames
+        self.drop_late = drop_late
+        self.skipped = 0
+
+    def _frames(self) -> Iterator[Frame]:
+        period = 1.0 / self.fps
+        first_release: float | None = None
+        first_index = 0
+        for frame in self._file:
+            if first_release is None:
+                first_release, first_index = time.monotonic(), frame.index
+            deadline = first_release + (frame.index - first_index) * period
+            delay = deadline - time.monotonic()
+            if delay > 0:
+                if self._stop.wait(delay):
+                    return
+            elif self.drop_late and -delay >= period:
+                self.skipped += 1
+                continue
+            yield attrs.evolve(frame, timestamp=time.monotonic())
+            if self._stop.is_set():
+                return
+
+    def _release(self) -> None:
+        self._file.close()
