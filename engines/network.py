@@ -62,7 +62,6 @@ before and after the block, and `h` the head's position in `spec.heads`.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -203,130 +202,169 @@ class Network(nn.Module):
         super().__init__()
         self.spec = spec
         unet = spec.backbone
-        fail = _failer(spec.config_path)
         if unet.stacks != 1:
-            raise fail(f"unet.stacks is {unet.stacks}; sleap-nn's UNet runs only 1 stack")
+            raise self._config_error(
+                f"unet.stacks is {unet.stacks}; sleap-nn's UNet runs only 1 stack"
+            )
         if unet.middle_block and unet.convs_per_block < 2:
-            raise fail(
+            raise self._config_error(
                 "unet.middle_block with convs_per_block 1 cannot be built (sleap-nn fails too)"
             )
+        # Our module paths mapped to sleap-nn's, filled in as modules are made.
         names: dict[str, str] = {}
+        skip_channels = self._build_encoder(unet, names)
+        self._build_middle(unet, names)
+        strides_to_features = self._build_decoder(unet, skip_channels, names)
+        self.head_sources = self._build_heads(strides_to_features, names)
+        self.sleap_nn_keys: dict[str, str] = {
+            key: f"model.{names[key.rpartition('.')[0]]}.{key.rpartition('.')[2]}"
+            for key in self.state_dict()
+        }
 
-        def level(n: int) -> int:
-            return int(unet.filters * unet.filters_rate**n)
+    def _config_error(self, problem: str) -> ModelConfigError:
+        return ModelConfigError(f"{self.spec.config_path}: {problem}")
 
-        stem_blocks, down_blocks = unet.stem_blocks, unet.down_blocks
+    def _build_encoder(self, unet: UNetSpec, names: dict[str, str]) -> list[int]:
+        """Make the stem and encoder blocks; returns the skip channels, deepest first."""
         self.stem = nn.ModuleList()
         channels = unet.in_channels
-        for b in range(stem_blocks):
-            self.stem.append(
-                ConvBlock(channels, level(b), unet.convs_per_block, STEM_KERNEL_SIZE, pool=b > 0)
+        for b in range(unet.stem_blocks):
+            block = ConvBlock(
+                channels, _level(unet, b), unet.convs_per_block, STEM_KERNEL_SIZE, pool=b > 0
             )
-            channels = level(b)
+            self.stem.append(block)
+            channels = _level(unet, b)
             for j in range(unet.convs_per_block):
                 names[f"stem.{b}.convs.{j}"] = (
                     f"backbone.stem.stem_stack.{b}.blocks.stem{b}_conv{j}"
                 )
-        skip_channels = [channels] if stem_blocks else []
-
+        skip_channels = [channels] if unet.stem_blocks else []
         self.encoder = nn.ModuleList()
-        for b in range(down_blocks):
-            n = b + stem_blocks
-            self.encoder.append(
-                ConvBlock(channels, level(n), unet.convs_per_block, unet.kernel_size, pool=n > 0)
+        for b in range(unet.down_blocks):
+            n = b + unet.stem_blocks
+            block = ConvBlock(
+                channels, _level(unet, n), unet.convs_per_block, unet.kernel_size, pool=n > 0
             )
-            channels = level(n)
+            self.encoder.append(block)
+            channels = _level(unet, n)
             skip_channels.insert(0, channels)
             for j in range(unet.convs_per_block):
                 names[f"encoder.{b}.convs.{j}"] = (
                     f"backbone.encoders.0.encoder_stack.{b}.blocks.stack0_enc{b}_conv{j}"
                 )
+        return skip_channels
 
-        bottom = level(down_blocks + stem_blocks)
+    def _build_middle(self, unet: UNetSpec, names: dict[str, str]) -> None:
+        channels = _level(unet, unet.down_blocks + unet.stem_blocks - 1)
+        bottom = _level(unet, unet.down_blocks + unet.stem_blocks)
         self.middle = nn.ModuleList()
         if unet.middle_block:
             parts = (("expand", unet.convs_per_block - 1), ("contract", 1))
             for m, (kind, n_convs) in enumerate(parts):
                 self.middle.append(ConvBlock(channels, bottom, n_convs, unet.kernel_size, False))
                 channels = bottom
-                enc = down_blocks + 1 + m
+                n = unet.down_blocks + 1 + m
                 for j in range(n_convs):
                     names[f"middle.{m}.convs.{j}"] = (
-                        f"backbone.middle_blocks.{m}.blocks.stack0_enc{enc}_middle_{kind}_conv{j}"
+                        f"backbone.middle_blocks.{m}.blocks.stack0_enc{n}_middle_{kind}_conv{j}"
                     )
         # sleap-nn sizes the decoder (and a head on an empty decoder) for the middle
         # block's channels whether or not there is one.
         if channels != bottom:
-            raise fail(
+            raise self._config_error(
                 f"unet.middle_block false gives the decoder {channels} channels where "
                 f"sleap-nn's UNet expects {bottom} (it cannot run this config either)"
             )
 
+    def _build_decoder(
+        self, unet: UNetSpec, skip_channels: list[int], names: dict[str, str]
+    ) -> dict[int, int]:
+        """Make the decoder blocks; returns {stride: index into [bottleneck, blocks...]}."""
+        channels = _level(unet, unet.down_blocks + unet.stem_blocks)
         stride = unet.input_stride
         strides_to_features = {stride: 0}
         self.decoder = nn.ModuleList()
         for i in range(unet.up_blocks):
-            out = level(max(0, down_blocks + stem_blocks - 1 - i))
-            concat = not (stem_blocks and i >= down_blocks + stem_blocks)
+            out = _level(unet, max(0, unet.down_blocks + unet.stem_blocks - 1 - i))
+            concat = not (unet.stem_blocks and i >= unet.down_blocks + unet.stem_blocks)
             has_skip = i < len(skip_channels)
             if concat != has_skip:
-                raise fail(
+                raise self._config_error(
                     f"unet.stem_stride {unet.stem_stride} with output_stride "
                     f"{unet.output_stride} leaves decoder block {i} without its skip "
                     "connection (sleap-nn cannot run this config either)"
                 )
             skip = skip_channels[i] if has_skip else 0
             if has_skip and skip != out:
-                raise fail(f"decoder block {i} joins a {skip}-channel skip where {out} is built")
-            self.decoder.append(
-                UpBlock(
-                    channels,
-                    out,
-                    skip,
-                    DECODER_CONVS if concat else 1,
-                    unet.kernel_size,
-                    transposed=not unet.up_interpolate,
-                    resize_to_skip=stem_blocks > 0,
+                raise self._config_error(
+                    f"decoder block {i} joins a {skip}-channel skip where {out} is built"
                 )
+            block = UpBlock(
+                channels,
+                out,
+                skip,
+                DECODER_CONVS if concat else 1,
+                unet.kernel_size,
+                transposed=not unet.up_interpolate,
+                resize_to_skip=unet.stem_blocks > 0,
             )
+            self.decoder.append(block)
             prefix = (
                 f"backbone.decoders.0.decoder_stack.{i}.blocks."
                 f"stack0_dec{i}_s{stride}_to_s{stride // 2}"
             )
-            if not unet.up_interpolate:
+            if block.upsample is not None:
                 names[f"decoder.{i}.upsample"] = f"{prefix}_trans_conv"
-            for j in range(len(self.decoder[-1].refine)):
+            for j in range(len(block.refine)):
                 names[f"decoder.{i}.refine.{j}"] = f"{prefix}_refine_conv{j}"
             channels = out
             stride //= 2
             strides_to_features[stride] = i + 1
+        return strides_to_features
 
+    def _build_heads(
+        self, strides_to_features: dict[int, int], names: dict[str, str]
+    ) -> tuple[tuple[str, int], ...]:
+        """Make the heads; returns (head name, index of the feature map it reads)."""
+        unet = self.spec.backbone
+        feature_channels = [_level(unet, unet.down_blocks + unet.stem_blocks)]
+        feature_channels += [block.refine[0].out_channels for block in self.decoder]
         self.heads = nn.ModuleDict()
         sources = []
-        feature_channels = [bottom] + [block.refine[0].out_channels for block in self.decoder]
-        for h, head in enumerate(spec.heads):
-            source = self._head_source(head, strides_to_features, fail)
+        for h, head in enumerate(self.spec.heads):
+            source = self._head_source(head, strides_to_features)
             sources.append((head.name, source))
-            self.heads[head.name] = _make_head(head, unet, feature_channels[source], fail)
-            for our, theirs in _head_names(head, h).items():
-                names[our] = theirs
-        self.head_sources: tuple[tuple[str, int], ...] = tuple(sources)
-        self.sleap_nn_keys: dict[str, str] = {
-            key: f"model.{names[key.rpartition('.')[0]]}.{key.rpartition('.')[2]}"
-            for key in self.state_dict()
-        }
+            self.heads[head.name] = self._make_head(head, feature_channels[source])
+            names.update(_head_names(head, h))
+        return tuple(sources)
 
-    def _head_source(self, head: HeadSpec, strides_to_features: dict[int, int], fail: _Fail) -> int:
+    def _head_source(self, head: HeadSpec, strides_to_features: dict[int, int]) -> int:
         """Index into [bottleneck, decoder outputs...] of the feature map a head reads."""
         if head.name == "ClassVectorsHead" or not self.decoder:
             return 0
         source = strides_to_features.get(head.output_stride, 0)
         if source == 0:
             produced = sorted(s for s, i in strides_to_features.items() if i)
-            raise fail(
+            raise self._config_error(
                 f"{head.name} output_stride {head.output_stride} is not a decoder stride {produced}"
             )
         return source
+
+    def _make_head(self, head: HeadSpec, in_channels: int) -> nn.Module:
+        if head.name != "ClassVectorsHead":
+            return ConvHead(in_channels, head.n_channels, sigmoid=head.activation == "sigmoid")
+        if not self.spec.backbone.middle_block:
+            raise self._config_error(
+                "ClassVectorsHead needs unet.middle_block (sleap-nn fails without one)"
+            )
+        if head.num_fc_layers == 0 and head.global_pool and in_channels != head.num_fc_units:
+            raise self._config_error(
+                f"ClassVectorsHead with num_fc_layers 0 needs num_fc_units {in_channels} "
+                "(sleap-nn cannot run this config either)"
+            )
+        return ClassVectorsHead(
+            in_channels, head.num_fc_layers, head.num_fc_units, head.n_channels, head.global_pool
+        )
 
     def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
         x = self._match_channels(x)
@@ -391,29 +429,9 @@ class Network(nn.Module):
         self.load_state_dict(mapped, strict=True)
 
 
-_Fail = Callable[[str], ModelConfigError]
-
-
-def _failer(config_path: Path) -> _Fail:
-    def fail(problem: str) -> ModelConfigError:
-        return ModelConfigError(f"{config_path}: {problem}")
-
-    return fail
-
-
-def _make_head(head: HeadSpec, unet: UNetSpec, in_channels: int, fail: _Fail) -> nn.Module:
-    if head.name != "ClassVectorsHead":
-        return ConvHead(in_channels, head.n_channels, sigmoid=head.activation == "sigmoid")
-    if not unet.middle_block:
-        raise fail("ClassVectorsHead needs unet.middle_block (sleap-nn fails without one)")
-    if head.num_fc_layers == 0 and head.global_pool and in_channels != head.num_fc_units:
-        raise fail(
-            f"ClassVectorsHead with num_fc_layers 0 needs num_fc_units {in_channels} "
-            "(sleap-nn cannot run this config either)"
-        )
-    return ClassVectorsHead(
-        in_channels, head.num_fc_layers, head.num_fc_units, head.n_channels, head.global_pool
-    )
+def _level(unet: UNetSpec, n: int) -> int:
+    """Channels of the UNet's level `n`, computed as sleap-nn does."""
+    return int(unet.filters * unet.filters_rate**n)
 
 
 def _head_names(head: HeadSpec, position: int) -> dict[str, str]:

@@ -366,7 +366,7 @@ def main() -> int:
     models = REPO / "tests" / "data" / "models"
     if models.is_dir():
         trained += sorted(p for p in models.iterdir() if (p / "best.ckpt").is_file())
-    for path in trained:
+    for path in dict.fromkeys(p.resolve() for p in trained):
         spec = read_model_dir(path)
         stride = spec.backbone.input_stride
         side = spec.preprocess.crop_size or 160
