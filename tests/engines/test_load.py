@@ -265,6 +265,14 @@ def test_foreign_objects_are_read_inertly(tmp_path, monkeypatch):
         assert torch.equal(state_dict[key], value)
 
 
+def test_parameters_and_other_dtypes(tmp_path):
+    weights = {"w": torch.nn.Parameter(torch.ones(2)), "h": torch.zeros(3, dtype=torch.float16)}
+    torch.save({"state_dict": weights}, tmp_path / "best.ckpt")
+    state_dict = read_state_dict(tmp_path / "best.ckpt")
+    assert torch.equal(state_dict["w"], weights["w"])
+    assert state_dict["h"].dtype == torch.float16
+
+
 def test_checkpoint_cannot_run_code(tmp_path):
     marker = tmp_path / "ran"
     path = tmp_path / "best.ckpt"
