@@ -1,0 +1,311 @@
+"""The pipeline's policies, ordering, backpressure, shutdown and error propagation."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import av
+import numpy as np
+import pytest
+import sleap_io as sio
+from sleap_live.engines.errors import InputMismatchError
+from sleap_live.stream.errors import PipelineError, SourceError
+from sleap_live.stream.pipeline import Pipeline
+
+JOIN_TIMEOUT = 10.0
+
+
+def assert_record_matches_frame(record, fakes) -> None:
+    expected = fakes.poses_for(record.frame_index)
+    np.testing.assert_array_equal(record.poses.points, expected.points)
+    np.testing.assert_array_equal(record.poses.identities, expected.identities)
+
+
+def no_pipeline_threads() -> bool:
+    return not [t for t in threading.enumerate() if t.name.startswith("sleap-live")]
+
+
+@pytest.fixture(autouse=True)
+def threads_are_gone():
+    yield
+    deadline = time.monotonic() + JOIN_TIMEOUT
+    while not no_pipeline_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert no_pipeline_threads(), [t.name for t in threading.enumerate()]
+
+
+def test_recorded_iteration_yields_every_frame_in_order(fakes):
+    runner = fakes.FakeRunner()
+    source = fakes.FakeSource(43)
+    pipeline = Pipeline(source, runner)
+    records = list(pipeline)
+
+    assert [r.frame_index for r in records] == list(range(43))
+    for record in records:
+        assert_record_matches_frame(record, fakes)
+        assert record.ready_time >= record.capture_time
+    assert pipeline.policy == "recorded" and pipeline.batch_size == 8
+    assert runner.batch_sizes == [8, 8, 8, 8, 8, 3]
+    stats = pipeline.stats
+    assert (stats.frames_captured, stats.frames_processed, stats.frames_dropped) == (43, 43, 0)
+    assert not stats.running
+    assert source.closed
+    # A runner passed in stays the caller's.
+    assert not runner.closed
+
+
+def test_recorded_loop_inside_with_misses_nothing(fakes):
+    with Pipeline(fakes.FakeSource(30), fakes.FakeRunner()) as pipeline:
+        indices = [record.frame_index for record in pipeline]
+    assert indices == list(range(30))
+    (iterator,) = pipeline.stats.consumers
+    assert (iterator.name, iterator.delivered, iterator.skipped) == ("iterator", 30, 0)
+
+
+def test_late_recorded_loop_starts_at_the_oldest_record_kept_and_counts_the_rest(fakes):
+    with Pipeline(fakes.FakeSource(30), fakes.FakeRunner(), ring_capacity=4) as pipeline:
+        assert pipeline.join(timeout=JOIN_TIMEOUT)
+        indices = [record.frame_index for record in pipeline]
+    assert indices == [26, 27, 28, 29]
+    (iterator,) = pipeline.stats.consumers
+    assert (iterator.delivered, iterator.skipped) == (4, 26)
+
+
+def test_recorded_callbacks_see_every_record_even_when_slow(fakes):
+    seen = []
+
+    def slow(record):
+        time.sleep(0.005)
+        seen.append(record.frame_index)
+
+    pipeline = Pipeline(fakes.FakeSource(40), fakes.FakeRunner(), ring_capacity=4)
+    pipeline.on_poses(slow, on_skip=lambda n: pytest.fail(f"skipped {n}"))
+    pipeline.run()
+    assert seen == list(range(40))
+    (consumer,) = pipeline.stats.consumers
+    assert consumer.name.endswith("slow") and (consumer.delivered, consumer.skipped) == (40, 0)
+
+
+def test_decode_of_the_next_batch_overlaps_inference(fakes):
+    # 48 frames at 5 ms each to decode, 6 batches at 40 ms each to infer: run one
+    # after the other that is 480 ms; overlapped, about 280 ms.
+    source = fakes.FakeSource(48, decode_delay=0.005)
+    pipeline = Pipeline(source, fakes.FakeRunner(delay=0.04))
+    started = time.monotonic()
+    pipeline.run()
+    assert time.monotonic() - started < 0.4
+    assert pipeline.stats.frames_processed == 48
+
+
+def test_live_policy_keeps_up_with_a_fast_runner(fakes):
+    source = fakes.FakeSource(45, is_live=True, paced=True)
+    pipeline = Pipeline(source, fakes.FakeRunner(delay=0.002))
+    records = list(pipeline)
+
+    stats = pipeline.stats
+    assert pipeline.policy == "live" and pipeline.batch_size == 1
+    assert stats.frames_dropped == 0
+    assert [r.frame_index for r in records] == list(range(45))
+    assert stats.latency_p99 < 0.05
+    assert stats.frames_total is None
+
+
+def test_live_policy_drops_and_bounds_latency_with_a_slow_runner(fakes):
+    # 30 fps for 2 s into an 80 ms engine. A processed frame waits at most one
+    # frame interval (33 ms) for the engine and then runs for 80 ms: ~115 ms. We
+    # allow another engine run of scheduling slack on a shared machine (195 ms).
+    # An unbounded queue would instead reach ~1 s by the end of the run.
+    source = fakes.FakeSource(60, is_live=True, paced=True)
+    pipeline = Pipeline(source, fakes.FakeRunner(delay=0.08))
+    records = list(pipeline)
+
+    stats = pipeline.stats
+    assert stats.frames_dropped > 20
+    assert stats.frames_captured == 60
+    assert stats.frames_processed + stats.frames_dropped == 60
+    assert len(records) == stats.frames_processed
+    indices = [r.frame_index for r in records]
+    assert indices == sorted(indices)
+    for record in records:
+        assert_record_matches_frame(record, fakes)
+    assert stats.latency_p99 < 0.08 + 1 / 30 + 0.08
+    assert max(r.latency for r in records) < 0.08 + 1 / 30 + 0.08
+    assert stats.engine_latency_p50 == pytest.approx(0.08, abs=0.03)
+
+
+def test_live_batches_wait_at_most_a_few_frame_intervals(fakes):
+    source = fakes.FakeSource(24, fps=100.0, is_live=True, paced=True)
+    runner = fakes.FakeRunner()
+    records = list(Pipeline(source, runner, batch_size=4))
+    assert [r.frame_index for r in records] == list(range(24))
+    assert max(runner.batch_sizes) == 4
+    assert sum(runner.batch_sizes) == 24
+
+
+def test_slow_callback_lags_and_is_told_what_it_skipped_without_slowing_inference(fakes):
+    seen, skips = [], []
+
+    def slow(record):
+        time.sleep(0.03)
+        seen.append(record.frame_index)
+
+    source = fakes.FakeSource(100, fps=100.0, is_live=True, paced=True)
+    pipeline = Pipeline(source, fakes.FakeRunner(delay=0.001), ring_capacity=8)
+    pipeline.on_poses(slow, on_skip=skips.append)
+    last = []
+    pipeline.on_poses(last.append)
+    pipeline.run()
+
+    stats = pipeline.stats
+    # Inference kept pace with the 1 s source although the callback needs 3 s.
+    assert last[-1].ready_time - last[0].capture_time < 1.4
+    assert stats.frames_dropped <= 2
+    slow_stats = next(c for c in stats.consumers if c.name.endswith("slow"))
+    assert sum(skips) == slow_stats.skipped > 0
+    assert slow_stats.delivered == len(seen)
+    assert len(seen) + sum(skips) == stats.frames_processed
+    assert seen == sorted(seen)
+
+
+def test_stop_flushes_outputs_and_recording_matches_poses(fakes, tmp_path):
+    source = fakes.FakeSource(None, is_live=True, paced=True, fps=60.0, source_id="camera:0")
+    pipeline = Pipeline(
+        source,
+        fakes.FakeRunner(delay=0.005),
+        output=tmp_path / "out.slp",
+        record=tmp_path / "out.mp4",
+    )
+    pipeline.start()
+    time.sleep(0.5)
+    pipeline.stop(timeout=JOIN_TIMEOUT)
+    pipeline.stop()  # idempotent
+
+    processed = pipeline.stats.frames_processed
+    assert processed > 10 and source.closed
+    labels = sio.load_slp(str(tmp_path / "out.slp"))
+    assert len(labels) == processed
+    assert labels.videos[0].filename == str((tmp_path / "out.mp4").resolve())
+    assert labels.video.shape[0] == processed
+    assert [t.name for t in labels.tracks] == ["left", "right"]
+    # Frame k of the recording is the frame the k-th labeled frame's poses came from.
+    with av.open(str(tmp_path / "out.mp4")) as container:
+        recorded = [f.to_ndarray(format="gray") for f in container.decode(video=0)]
+    assert len(recorded) == processed
+    checked = 0
+    for k, frame in enumerate(labels):
+        assert frame.frame_idx == k
+        if frame.instances:
+            source_index = int(frame.instances[0].numpy()[0, 0])
+            assert np.median(recorded[k]) == pytest.approx(fakes.fill_of(source_index), abs=4)
+            checked += 1
+    assert checked > processed // 2
+
+
+def test_file_output_links_to_the_source_with_source_frame_indices(fakes, tmp_path):
+    video = tmp_path / "clip.mp4"
+    video.touch()
+    source = fakes.FakeSource(10, source_id=str(video))
+    Pipeline(source, fakes.FakeRunner(), output=tmp_path / "out.slp").run()
+    labels = sio.load_slp(str(tmp_path / "out.slp"), open_videos=False)
+    assert [lf.frame_idx for lf in labels] == list(range(10))
+    assert labels.videos[0].filename == str(video.resolve())
+    assert tuple(labels.videos[0].shape) == (10, 8, 8, 1)
+    second = labels[5].instances
+    assert len(second) == 2 and second[1].track.name == "right"
+
+
+def test_engine_failure_is_reraised_as_pipeline_error_after_saving_finished_frames(fakes, tmp_path):
+    runner = fakes.FakeRunner(fail_on_call=3)
+    pipeline = Pipeline(fakes.FakeSource(80), runner, output=tmp_path / "out.slp")
+    with pytest.raises(
+        PipelineError, match="infer stage failed: RuntimeError: engine exploded"
+    ) as info:
+        pipeline.run()
+    assert isinstance(info.value.__cause__, RuntimeError)
+    labels = sio.load_slp(str(tmp_path / "out.slp"), open_videos=False)
+    assert [lf.frame_idx for lf in labels] == list(range(24))
+    # Raised once; later calls are quiet.
+    pipeline.stop()
+
+
+def test_engine_and_source_errors_keep_their_type(fakes):
+    error = InputMismatchError("model.onnx: expects 1 channel, got 3")
+    with pytest.raises(InputMismatchError, match="expects 1 channel"):
+        Pipeline(fakes.FakeSource(20), fakes.FakeRunner(fail_on_call=0, error=error)).run()
+
+    records = []
+    pipeline = Pipeline(fakes.FakeSource(20, fail_at=13), fakes.FakeRunner(), batch_size=4)
+    pipeline.on_poses(records.append)
+    with pytest.raises(SourceError, match="corrupt packet at frame 13"):
+        pipeline.run()
+    # A failing source is an early end of stream: every frame it delivered is processed.
+    assert [r.frame_index for r in records] == list(range(13))
+
+
+def test_callback_error_stops_the_pipeline(fakes):
+    def broken(record):
+        raise KeyError("no such arena")
+
+    source = fakes.FakeSource(None, is_live=True, paced=True)
+    with pytest.raises(PipelineError, match=r"consumer .*broken stage failed: KeyError") as info:
+        with Pipeline(source, fakes.FakeRunner()) as pipeline:
+            pipeline.on_poses(broken)
+            pipeline.join(timeout=JOIN_TIMEOUT)
+    assert isinstance(info.value.__cause__, KeyError)
+
+
+def test_runner_returning_the_wrong_number_of_poses_is_an_error(fakes):
+    class Short(fakes.FakeRunner):
+        def run(self, frames):
+            return super().run(frames)[:-1]
+
+    with pytest.raises(PipelineError, match="poses for 7 frames, given a batch of 8"):
+        Pipeline(fakes.FakeSource(8), Short()).run()
+
+
+def test_stop_gives_up_on_a_stuck_source_and_names_it(fakes):
+    source = fakes.FakeSource(None, is_live=True, hang_at=3)
+    pipeline = Pipeline(source, fakes.FakeRunner()).start()
+    try:
+        with pytest.raises(PipelineError, match=r"did not stop within 0.2 s .*capture"):
+            pipeline.stop(timeout=0.2)
+        assert not pipeline.join(timeout=0.05)
+    finally:
+        source.release.set()
+        assert pipeline.join(timeout=JOIN_TIMEOUT)
+
+
+def test_stats_snapshot_while_running(fakes):
+    source = fakes.FakeSource(None, is_live=True, paced=True, fps=50.0)
+    with Pipeline(source, fakes.FakeRunner(delay=0.004)) as pipeline:
+        time.sleep(0.5)
+        stats = pipeline.stats
+    assert stats.running and stats.policy == "live"
+    assert 0.3 < stats.elapsed < 2.0
+    assert 30 < stats.fps < 70 and 30 < stats.capture_fps < 70
+    assert stats.latency_p50 is not None and stats.latency_p50 < stats.latency_p99 + 1e-9
+    assert stats.engine_latency_p50 >= 0.004
+    assert set(stats.queue_depths) == {"frames", "batches", "results"}
+    assert stats.instances_last_frame in (0, 1, 2)
+    assert not pipeline.stats.running
+
+
+def test_elapsed_uses_the_injected_clock(fakes):
+    now = [100.0]
+    pipeline = Pipeline(fakes.FakeSource(5), fakes.FakeRunner(), clock=lambda: now[0])
+    assert pipeline.stats.elapsed == 0.0
+    pipeline.start()
+    now[0] = 103.5
+    pipeline.join(timeout=JOIN_TIMEOUT)
+    now[0] = 200.0
+    assert pipeline.stats.elapsed == 3.5
+
+
+def test_invalid_arguments(fakes):
+    with pytest.raises(ValueError, match="policy must be one of live, recorded; got 'fast'"):
+        Pipeline(fakes.FakeSource(), fakes.FakeRunner(), policy="fast")
+    with pytest.raises(ValueError, match="batch_size must be an int of at least 1, got 0"):
+        Pipeline(fakes.FakeSource(), fakes.FakeRunner(), batch_size=0)
+    with pytest.raises(ValueError, match=r"out\.txt: pose output must be a \.slp file"):
+        Pipeline(fakes.FakeSource(), fakes.FakeRunner(), output="out.txt").start()
