@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import threading
+import weakref
 from collections.abc import Generator, Iterator
 from types import TracebackType
 from typing import TypeVar
@@ -44,7 +45,9 @@ class SourceBase(abc.ABC):
         self._stop = threading.Event()
         self._closed = False
         self._released = False
-        self._iteration: Generator[Frame, None, None] | None = None
+        # Weak, so that a consumer breaking out of its loop frees the generator and
+        # with it (through its `finally`) the source's resources.
+        self._iteration: weakref.ref[Generator[Frame, None, None]] | None = None
 
     @property
     def closed(self) -> bool:
@@ -62,8 +65,9 @@ class SourceBase(abc.ABC):
                 raise ValueError(f"{self.source_id}: source is closed; open it again to reread")
             if self._iteration is not None:
                 raise ValueError(f"{self.source_id}: source is already being read; read it once")
-            self._iteration = self._generate()
-            return self._iteration
+            iteration = self._generate()
+            self._iteration = weakref.ref(iteration)
+            return iteration
 
     def close(self) -> None:
         """Release the source. Idempotent and safe from any thread.
@@ -75,7 +79,7 @@ class SourceBase(abc.ABC):
         with self._lock:
             self._closed = True
             self._stop.set()
-            iteration = self._iteration
+            iteration = self._iteration() if self._iteration is not None else None
         if iteration is not None:
             try:
                 iteration.close()
