@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 from typing import Any, Protocol, runtime_checkable
 
 from sleap_live.stream.sources.camera import CameraSource
@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 SOURCE_KINDS = (
-    'a video file path (str or Path; replay=True paces it like a camera)',
+    "a video file path (str or Path; replay=True paces it like a camera)",
     'a camera: an int index, "camera:N", "camera:<device>", or a device string with camera=True',
     "an iterable of uint8 frames, or a zero-argument callable returning a frame or None",
 )
@@ -38,12 +38,16 @@ SOURCE_KINDS = (
 _CAMERA_PREFIX = "camera:"
 
 # Which keyword options apply to which kind of source, for open_source's checks.
-_OPTIONS = {
-    "camera": {"width", "height", "fps", "input_format", "backend", "options", "source_id"},
-    "file": {"start", "stop", "source_id"},
-    "replay": {"fps", "start", "stop", "drop_late", "source_id"},
-    "iterator": {"fps", "live", "copy", "source_id"},
-}
+_OPTIONS = MappingProxyType(
+    {
+        "camera": frozenset(
+            {"width", "height", "fps", "input_format", "backend", "options", "source_id"}
+        ),
+        "file": frozenset({"start", "stop", "source_id"}),
+        "replay": frozenset({"fps", "start", "stop", "drop_late", "source_id"}),
+        "iterator": frozenset({"fps", "live", "copy", "source_id"}),
+    }
+)
 
 
 @runtime_checkable

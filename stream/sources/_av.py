@@ -30,14 +30,10 @@ def open_input(
     timeout: float | tuple[float, float] | None = None,
 ) -> av.container.InputContainer:
     """`av.open` for reading; PyAV's own errors propagate for the caller to explain."""
-    return av.open(
-        url, mode="r", format=format, options=dict(options or {}), timeout=timeout
-    )
+    return av.open(url, mode="r", format=format, options=dict(options or {}), timeout=timeout)
 
 
-def video_stream(
-    container: av.container.InputContainer, name: str
-) -> av.video.stream.VideoStream:
+def video_stream(container: av.container.InputContainer, name: str) -> av.video.stream.VideoStream:
     """The first video stream, set up for threaded decoding.
 
     Raises:

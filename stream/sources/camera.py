@@ -6,6 +6,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator, Mapping
+from types import MappingProxyType
 
 import av
 import av.error
@@ -15,10 +16,10 @@ from sleap_live.stream.sources._base import SourceBase
 from sleap_live.stream.types import Frame
 
 # FFmpeg input device used for cameras on each platform.
-DEFAULT_BACKENDS = {"linux": "v4l2", "darwin": "avfoundation", "win32": "dshow"}
+DEFAULT_BACKENDS = MappingProxyType({"linux": "v4l2", "darwin": "avfoundation", "win32": "dshow"})
 
 # The option that picks the camera's own pixel format (e.g. "mjpeg", "yuyv422").
-_PIXEL_FORMAT_OPTION = {"v4l2": "input_format", "video4linux2": "input_format"}
+_PIXEL_FORMAT_OPTION = MappingProxyType({"v4l2": "input_format", "video4linux2": "input_format"})
 
 # A camera that sends this many undecodable frames in a row is broken, not noisy.
 _MAX_CONSECUTIVE_DECODE_ERRORS = 30
@@ -107,8 +108,9 @@ class CameraSource(SourceBase):
         self.backend = backend or default_backend()
         self.device = device_name(device, self.backend)
         super().__init__(
-            source_id if source_id is not None else
-            (f"camera:{device}" if isinstance(device, int) else device)
+            source_id
+            if source_id is not None
+            else (f"camera:{device}" if isinstance(device, int) else device)
         )
         device_options = _device_options(self.backend, width, height, fps, input_format)
         device_options.update(options or {})

@@ -20,8 +20,9 @@ class FileSource(SourceBase):
     """Frames of a video file, decoded on the CPU with FFmpeg's threaded decoders.
 
     Frames come as fast as they decode (``is_live`` is False); `ReplaySource` paces a
-    file like a camera. Frame indices are positions in the file, so with ``start=10``
-    the first frame has index 10.
+    file like a camera. Each frame is stamped when the decoder hands it over. Frame
+    indices are positions in the file, so with ``start=10`` the first frame has
+    index 10 (a start frame is reached by seeking to the keyframe before it).
 
     Truncated or damaged files: every frame that decodes is yielded, then
     `SourceError` is raised naming the file and the problem, so a consumer keeps what

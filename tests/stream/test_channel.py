@@ -31,7 +31,7 @@ def test_rejects_bad_arguments(capacity, policy, error, message):
 
 
 def test_on_drop_needs_drop_oldest():
-    with pytest.raises(ValueError, match="on_drop needs policy=\"drop_oldest\""):
+    with pytest.raises(ValueError, match='on_drop needs policy="drop_oldest"'):
         Channel(1, "block", on_drop=print)
 
 
