@@ -35,8 +35,8 @@ def box_top_left(centers: torch.Tensor, height: int, width: int) -> torch.Tensor
     Returns:
         (n, 2) float32 xy.
     """
-    half = torch.tensor([width / 2, height / 2], dtype=centers.dtype)
-    return (centers - half) + 0.5
+    corner = torch.stack([centers[:, 0] - width / 2, centers[:, 1] - height / 2], dim=1)
+    return corner + 0.5
 
 
 def window_origins(centers: torch.Tensor, height: int, width: int) -> torch.Tensor:
@@ -50,10 +50,12 @@ def window_origins(centers: torch.Tensor, height: int, width: int) -> torch.Tens
     Returns:
         (n, 2) int64 xy.
     """
-    half = torch.tensor([width // 2, height // 2], dtype=centers.dtype)
+    corner = box_top_left(centers, height, width)
     # `.long()` truncates toward zero like sleap-nn's; it differs from floor only
     # for windows hanging off the top/left edge.
-    return (box_top_left(centers, height, width) + half).long() - half.long()
+    x = (corner[:, 0] + width // 2).long() - width // 2
+    y = (corner[:, 1] + height // 2).long() - height // 2
+    return torch.stack([x, y], dim=1)
 
 
 def gather_windows(

@@ -26,12 +26,16 @@ time, so an exported graph accepts any frame size and either channel count.
 from __future__ import annotations
 
 import attrs
+import numpy as np
 import torch
 import torch.nn.functional as F
 from sleap_live.engines.errors import InputMismatchError
+from sleap_live.engines.spec import ModelSpec
 
-# torchvision's `rgb_to_grayscale` weights, which sleap-nn uses for both conversions.
+# torchvision's `rgb_to_grayscale` weights, which sleap-nn uses for both conversions,
+# and their float32 values, which torchvision computes with.
 GRAY_WEIGHTS = (0.2989, 0.587, 0.114)
+_GRAY_WEIGHTS_F32 = tuple(float(np.float32(weight)) for weight in GRAY_WEIGHTS)
 
 # torch picks the largest fixed-point precision whose largest weight still fits
 # in int16, trying precisions below this bound.
@@ -71,6 +75,22 @@ class PreprocessConfig:
         if self.ensure_rgb and self.ensure_grayscale:
             raise ValueError("ensure_rgb and ensure_grayscale cannot both be set")
 
+    @classmethod
+    def from_spec(cls, spec: ModelSpec) -> PreprocessConfig:
+        """The preprocessing sleap-nn predict applies for a model on its own.
+
+        Inputs are padded to the backbone's `max_stride`, as sleap-nn pads them.
+        """
+        return cls(
+            in_channels=spec.in_channels,
+            max_stride=spec.max_stride,
+            scale=spec.preprocess.scale,
+            ensure_rgb=spec.preprocess.ensure_rgb,
+            ensure_grayscale=spec.preprocess.ensure_grayscale,
+            max_height=spec.preprocess.max_height,
+            max_width=spec.preprocess.max_width,
+        )
+
     @property
     def sizematched(self) -> bool:
         """Whether frames go through the size matcher."""
@@ -96,8 +116,25 @@ def frames_to_nchw(frames: torch.Tensor) -> torch.Tensor:
 
 
 def size_of(image: torch.Tensor, dim: int) -> torch.Tensor:
-    """The size of `dim` as an int64 scalar tensor that tracing keeps dynamic."""
-    return torch.as_tensor(image.shape[dim], dtype=torch.int64)
+    """The size of `dim` as a (1,) int64 tensor that tracing keeps dynamic.
+
+    One element rather than zero dimensions: the TorchScript ONNX exporter
+    computes float64 arithmetic on zero-dimensional tensors in float32, which
+    would break the exactness of the resize tables.
+    """
+    size = image.shape[dim]
+    if isinstance(size, torch.Tensor):  # under tracing, shapes are recorded tensors
+        return size.reshape(1)
+    return torch.tensor([size])
+
+
+def _as_size(size: int | torch.Tensor) -> torch.Tensor:
+    return size.reshape(1) if isinstance(size, torch.Tensor) else torch.tensor([size])
+
+
+def _scalar(size: torch.Tensor) -> torch.Tensor:
+    """A (1,) size as the zero-dimensional tensor `arange` and `pad` take."""
+    return size.reshape(())
 
 
 def luma(image: torch.Tensor) -> torch.Tensor:
@@ -112,7 +149,7 @@ def luma(image: torch.Tensor) -> torch.Tensor:
         (B, 1, H, W) float32.
     """
     red, green, blue = image.double().unbind(1)
-    w_red, w_green, w_blue = (float(torch.tensor(w, dtype=torch.float32)) for w in GRAY_WEIGHTS)
+    w_red, w_green, w_blue = _GRAY_WEIGHTS_F32
     gray = (red * w_red).float()
     gray = (gray.double() + green * w_green).float()
     gray = (gray.double() + blue * w_blue).float()
@@ -163,7 +200,7 @@ def _resize_tables(
     Returns:
         `(indices, weights, precision)`: source indices (out, taps) int64 clamped
         into the input; int16-valued weights (out, taps) int32, zero past each
-        output's support; and the fixed-point precision (int64 scalar).
+        output's support; and the fixed-point precision, (1,) int64.
     """
     in_f = in_size.double()
     scale = in_f / out_size.double()
@@ -172,11 +209,11 @@ def _resize_tables(
     inv_scale = torch.where(upsampling, torch.ones_like(scale), 1.0 / scale)
     taps = torch.ceil(support).long() * 2 + 1
 
-    center = scale * (torch.arange(out_size, dtype=torch.float64) + 0.5)
+    center = scale * (torch.arange(_scalar(out_size), dtype=torch.float64) + 0.5)
     # C casts truncate toward zero, which is what `.long()` does.
     first = torch.clamp((center - support + 0.5).long(), min=0)
     last = torch.minimum((center + support + 0.5).long(), in_size)
-    tap = torch.arange(taps)
+    tap = torch.arange(_scalar(taps))
     source = first[:, None] + tap
     weights = torch.clamp(
         1.0 - ((source.double() - center[:, None] + 0.5) * inv_scale).abs(), min=0.0
@@ -188,8 +225,9 @@ def _resize_tables(
     # The first precision whose doubled largest weight overflows int16 stops the
     # search; the fits are monotone, so counting them finds it.
     steps = torch.arange(_MAX_WEIGHT_PRECISION, dtype=torch.float64)
-    fits = torch.floor(0.5 + weights.max() * torch.pow(2.0, steps + 1.0)) < 32768.0
-    precision = fits.long().sum()
+    largest = weights.amax().reshape(1)
+    fits = torch.floor(0.5 + largest * torch.pow(2.0, steps + 1.0)) < 32768.0
+    precision = fits.long().sum(0, keepdim=True)
     fixed = torch.floor(0.5 + weights * torch.pow(2.0, precision.double())).int()
     indices = torch.minimum(source, in_size - 1)
     return indices, fixed, precision
@@ -218,7 +256,9 @@ def _resize_height(image: torch.Tensor, height: torch.Tensor) -> torch.Tensor:
     return _round_fixed_point((picked * weights[:, :, None]).sum(3), precision)
 
 
-def resize_uint8(image: torch.Tensor, height: torch.Tensor, width: torch.Tensor) -> torch.Tensor:
+def resize_uint8(
+    image: torch.Tensor, height: int | torch.Tensor, width: int | torch.Tensor
+) -> torch.Tensor:
     """Antialiased bilinear resize of uint8 (B, C, H, W) images, exactly as torch does it.
 
     Equal to `F.interpolate(image, (height, width), mode="bilinear",
@@ -228,18 +268,19 @@ def resize_uint8(image: torch.Tensor, height: torch.Tensor, width: torch.Tensor)
 
     Args:
         image: uint8 (B, C, H, W).
-        height: output height, an int64 scalar tensor (or int).
-        width: output width, an int64 scalar tensor (or int).
+        height: output height, an int or a (1,) int64 tensor.
+        width: output width, an int or a (1,) int64 tensor.
     """
-    height = torch.as_tensor(height, dtype=torch.int64)
-    width = torch.as_tensor(width, dtype=torch.int64)
+    height, width = _as_size(height), _as_size(width)
     resized = _resize_width(image, width)
     return _resize_height(resized, height).to(torch.uint8)
 
 
-def pad_bottom_right(image: torch.Tensor, pad_height, pad_width) -> torch.Tensor:
-    """Zero-pads the bottom and right edges by (possibly traced) amounts."""
-    return F.pad(image, (0, pad_width, 0, pad_height))
+def pad_bottom_right(
+    image: torch.Tensor, pad_height: torch.Tensor, pad_width: torch.Tensor
+) -> torch.Tensor:
+    """Zero-pads the bottom and right edges by (1,) int64 amounts."""
+    return F.pad(image, (0, _scalar(pad_width), 0, _scalar(pad_height)))
 
 
 def sizematch(
@@ -252,8 +293,8 @@ def sizematch(
     padded bottom/right. A missing maximum means the frame's own size.
 
     Returns:
-        `(image, eff_scale)`: the uint8 letterboxed images and the scale factor as
-        a float32 scalar (sleap-nn divides coordinates by it).
+        `(image, eff_scale)`: the uint8 letterboxed images and the scale factor,
+        (1,) float32 (sleap-nn divides coordinates by it).
     """
     height, width = size_of(image, 2), size_of(image, 3)
     target_height = height if max_height is None else torch.full_like(height, max_height)
@@ -308,11 +349,11 @@ def size_matched_frames(
 
     Returns:
         `(frames, eff_scale)`: uint8 frames as the model's stages see them, and
-        the size matcher's scale (float32 scalar; 1 without a size matcher).
+        the size matcher's scale, (1,) float32 (1 without a size matcher).
     """
     frames = ensure_channels(frames, config.ensure_rgb, config.ensure_grayscale)
     if not config.sizematched:
-        return frames, torch.ones((), dtype=torch.float32)
+        return frames, torch.ones(1, dtype=torch.float32)
     return sizematch(frames, config.max_height, config.max_width)
 
 
@@ -322,7 +363,8 @@ def frame_input(
     """The whole preprocessing of uint8 (B, C, H, W) frames for one model.
 
     Returns:
-        `(input, eff_scale)`: the float32 network input and the size matcher's scale.
+        `(input, eff_scale)`: the float32 network input and the size matcher's
+        scale, (1,) float32.
     """
     frames, eff_scale = size_matched_frames(frames, config)
     return network_input(frames, config), eff_scale

@@ -22,3 +22,17 @@ def toy_models() -> ModuleType:
         sys.modules[name] = module
         spec.loader.exec_module(module)
     return sys.modules[name]
+
+
+@pytest.fixture(scope="session")
+def fake_networks() -> ModuleType:
+    """`tests/engines/fake_networks.py`: stand-in networks and blob frames."""
+    name = "sleap_live_tests_fake_networks"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            name, Path(__file__).with_name("fake_networks.py")
+        )
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]

@@ -1,0 +1,178 @@
+"""Host-side decoding of inference-model outputs into per-frame poses.
+
+Pure numpy and scipy, so a runner can decode with nothing but the model's
+`ModelInfo` (the record embedded in exported models). `decode` dispatches on
+`info.model_type`.
+
+Instance-list models (single instance, centroid, top-down; `INSTANCE_OUTPUTS`)
+list M instances over the whole batch. Decoding groups them by frame, keeping
+their order, and drops instances without any found node, as sleap-nn does when
+it writes predictions.
+
+Bottom-up models hand over K peak slots per node plus PAF line scores or class
+probabilities (`BOTTOMUP_OUTPUTS`, `MULTI_CLASS_BOTTOMUP_OUTPUTS`); they are
+grouped into instances by `sleap_live.engines.grouping`.
+
+Multi-class top-down assigns identities per frame as sleap-nn does: Hungarian
+matching (`scipy.optimize.linear_sum_assignment`) of the frame's instances to
+classes on the negated class probabilities. Every instance of the frame takes
+part, including ones dropped afterwards for having no nodes; instances left
+without a class (more instances than classes) get identity -1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+from sleap_live.engines.errors import ModelConfigError
+from sleap_live.engines.grouping import (
+    BOTTOMUP_OUTPUTS,
+    MULTI_CLASS_BOTTOMUP_OUTPUTS,
+    ClassMapGrouper,
+    PafGrouper,
+)
+from sleap_live.engines.model import INSTANCE_OUTPUTS
+from sleap_live.engines.types import FramePoses, ModelInfo
+
+Decoder = Callable[[ModelInfo, Mapping[str, np.ndarray], int], list[FramePoses]]
+
+
+def decode(info: ModelInfo, outputs: Mapping[str, np.ndarray], batch_size: int) -> list[FramePoses]:
+    """Poses of each frame of a batch from an inference model's named outputs.
+
+    Args:
+        info: the model's record; `info.model_type` selects the decoding.
+        outputs: output name to array, as the model (or its export) produced them.
+        batch_size: frames in the batch (instance lists cannot tell it).
+
+    Returns:
+        One `FramePoses` per frame, in batch order.
+
+    Raises:
+        ModelConfigError: no decoding exists for the model type, or an output
+            the decoding needs is missing.
+    """
+    decoder = DECODERS.get(info.model_type)
+    if decoder is None:
+        raise ModelConfigError(
+            f"cannot decode outputs of a {info.model_type!r} model; "
+            f"decodable model types: {', '.join(DECODERS)}"
+        )
+    return decoder(info, outputs, batch_size)
+
+
+def _instance_arrays(
+    outputs: Mapping[str, np.ndarray], names: tuple[str, ...]
+) -> tuple[np.ndarray, ...]:
+    missing = [name for name in names if name not in outputs]
+    if missing:
+        raise ModelConfigError(
+            f"model outputs lack {', '.join(missing)}; got {', '.join(outputs) or 'none'}"
+        )
+    return tuple(np.asarray(outputs[name]) for name in names)
+
+
+def _frame_poses(
+    points: np.ndarray,
+    point_scores: np.ndarray,
+    instance_scores: np.ndarray,
+    identities: np.ndarray,
+) -> FramePoses:
+    found = ~np.isnan(points).all(axis=(1, 2))
+    return FramePoses(
+        points=points[found].astype(np.float32, copy=False),
+        point_scores=point_scores[found].astype(np.float32, copy=False),
+        instance_scores=instance_scores[found].astype(np.float32, copy=False),
+        identities=identities[found].astype(np.int32, copy=False),
+    )
+
+
+def decode_instances(
+    info: ModelInfo, outputs: Mapping[str, np.ndarray], batch_size: int
+) -> list[FramePoses]:
+    """Per-frame poses from `INSTANCE_OUTPUTS`; identities are all -1."""
+    del info
+    frames, points, point_scores, instance_scores = _instance_arrays(outputs, INSTANCE_OUTPUTS)
+    poses = []
+    for frame in range(batch_size):
+        rows = np.flatnonzero(frames == frame)
+        poses.append(
+            _frame_poses(
+                points[rows],
+                point_scores[rows],
+                instance_scores[rows],
+                np.full(rows.shape, -1, np.int32),
+            )
+        )
+    return poses
+
+
+def assign_classes(class_scores: np.ndarray) -> np.ndarray:
+    """sleap-nn's identity assignment for one frame's instances.
+
+    Args:
+        class_scores: (instances, classes) class probabilities.
+
+    Returns:
+        (instances,) int32 class of each instance, -1 for instances left over.
+    """
+    identities = np.full(class_scores.shape[0], -1, np.int32)
+    if class_scores.size:
+        rows, cols = linear_sum_assignment(-class_scores)
+        identities[rows] = cols
+    return identities
+
+
+def decode_multi_class_instances(
+    info: ModelInfo, outputs: Mapping[str, np.ndarray], batch_size: int
+) -> list[FramePoses]:
+    """Per-frame poses from `INSTANCE_OUTPUTS` plus `class_scores`, with identities."""
+    del info
+    frames, points, point_scores, instance_scores, class_scores = _instance_arrays(
+        outputs, (*INSTANCE_OUTPUTS, "class_scores")
+    )
+    poses = []
+    for frame in range(batch_size):
+        rows = np.flatnonzero(frames == frame)
+        poses.append(
+            _frame_poses(
+                points[rows],
+                point_scores[rows],
+                instance_scores[rows],
+                assign_classes(class_scores[rows]),
+            )
+        )
+    return poses
+
+
+def decode_bottomup(
+    info: ModelInfo, outputs: Mapping[str, np.ndarray], batch_size: int
+) -> list[FramePoses]:
+    """Per-frame poses from `BOTTOMUP_OUTPUTS`, grouped with PAFs (`PafGrouper`)."""
+    del batch_size
+    _instance_arrays(outputs, BOTTOMUP_OUTPUTS)
+    return PafGrouper.from_info(info).group_batch(outputs)
+
+
+def decode_multi_class_bottomup(
+    info: ModelInfo, outputs: Mapping[str, np.ndarray], batch_size: int
+) -> list[FramePoses]:
+    """Per-frame poses from `MULTI_CLASS_BOTTOMUP_OUTPUTS`, one per class (`ClassMapGrouper`)."""
+    del batch_size
+    _instance_arrays(outputs, MULTI_CLASS_BOTTOMUP_OUTPUTS)
+    return ClassMapGrouper.from_info(info).group_batch(outputs)
+
+
+DECODERS: Mapping[str, Decoder] = MappingProxyType(
+    {
+        "single_instance": decode_instances,
+        "centroid": decode_instances,
+        "topdown": decode_instances,
+        "multi_class_topdown": decode_multi_class_instances,
+        "bottomup": decode_bottomup,
+        "multi_class_bottomup": decode_multi_class_bottomup,
+    }
+)

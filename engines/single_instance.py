@@ -1,0 +1,116 @@
+"""Single-instance inference: frames to one pose per frame, in one graph.
+
+Reproduces sleap-nn predict on a single-instance model: preprocessing
+(`sleap_live.engines.preprocess`), the network, the global peak of each node's
+confidence map with integral refinement, and the coordinate ladder
+`grid * output_stride / input_scale / eff_scale`. The instance score is the sum
+of the found nodes' peak values, as sleap-nn reports it (`np.nansum`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from sleap_live.engines.errors import ModelConfigError
+from sleap_live.engines.model import INSTANCE_OUTPUTS, InferenceModel
+from sleap_live.engines.network import load_network
+from sleap_live.engines.peaks import (
+    DEFAULT_PATCH_SIZE,
+    DEFAULT_PEAK_THRESHOLD,
+    global_peaks,
+    grid_to_image,
+)
+from sleap_live.engines.preprocess import PreprocessConfig, frame_input, frames_to_nchw
+from sleap_live.engines.spec import ModelSpec
+from sleap_live.engines.types import ModelInfo, Skeleton
+
+SINGLE_INSTANCE_HEAD = "SingleInstanceConfmapsHead"
+
+
+def check_model_type(spec: ModelSpec, expected: str) -> None:
+    """Raises ModelConfigError unless `spec` is a model of type `expected`."""
+    if spec.model_type != expected:
+        raise ModelConfigError(
+            f"{spec.config_path}: a {spec.model_type} model, not a {expected} model"
+        )
+
+
+class SingleInstanceModel(InferenceModel):
+    """A single-instance model from uint8 frames to `INSTANCE_OUTPUTS`.
+
+    Every frame yields one instance (`instance_frame` is `arange(B)`); nodes
+    without a peak above the threshold are NaN, and a frame without any is
+    dropped when decoded.
+
+    Args:
+        network: module mapping the normalised, padded input to a dict with a
+            `SingleInstanceConfmapsHead` tensor.
+        preprocess: how frames become the network input.
+        skeleton: the model's skeleton (one confidence map per node).
+        output_stride: stride of the confidence maps.
+        peak_threshold: peaks below this are missing nodes.
+        refine: integral refinement of peaks.
+        patch_size: integral refinement window.
+    """
+
+    output_names = INSTANCE_OUTPUTS
+
+    def __init__(
+        self,
+        network: torch.nn.Module,
+        preprocess: PreprocessConfig,
+        skeleton: Skeleton,
+        output_stride: int,
+        *,
+        peak_threshold: float = DEFAULT_PEAK_THRESHOLD,
+        refine: bool = True,
+        patch_size: int = DEFAULT_PATCH_SIZE,
+    ) -> None:
+        super().__init__()
+        self.network = network
+        self.preprocess = preprocess
+        self.output_stride = output_stride
+        self.peak_threshold = peak_threshold
+        self.refine = refine
+        self.patch_size = patch_size
+        self.info = ModelInfo(
+            model_type="single_instance",
+            skeleton=skeleton,
+            input_channels=preprocess.in_channels,
+            max_instances=1,
+            peak_threshold=peak_threshold,
+        )
+
+    @classmethod
+    def from_spec(
+        cls, spec: ModelSpec, network: torch.nn.Module | None = None, **options: Any
+    ) -> SingleInstanceModel:
+        """The model a sleap-nn single-instance model directory describes.
+
+        Args:
+            spec: the parsed training config.
+            network: the network; by default loaded from the checkpoint.
+            **options: keyword options of the constructor.
+
+        Raises:
+            ModelConfigError: `spec` is not a single-instance model.
+        """
+        check_model_type(spec, "single_instance")
+        return cls(
+            load_network(spec) if network is None else network,
+            PreprocessConfig.from_spec(spec),
+            spec.skeleton,
+            spec.head(SINGLE_INSTANCE_HEAD).output_stride,
+            **options,
+        )
+
+    def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        image, eff_scale = frame_input(frames_to_nchw(frames), self.preprocess)
+        confmaps = self.network(image)[SINGLE_INSTANCE_HEAD]
+        points, scores = global_peaks(confmaps, self.peak_threshold, self.refine, self.patch_size)
+        points = grid_to_image(points, self.output_stride, self.preprocess.scale) / eff_scale
+        found = ~torch.isnan(scores)
+        instance_scores = torch.where(found, scores, torch.zeros(())).sum(1)
+        instance_frame = torch.arange(confmaps.shape[0])
+        return instance_frame, points, scores, instance_scores

@@ -1,0 +1,369 @@
+"""Top-down inference: centroids, crops and centered-instance poses in one graph.
+
+Reproduces sleap-nn predict's checkpoint path for a centroid model alone and for a
+centroid + centered-instance pair (plain or multi-class):
+
+1. Centroid stage. Frames are preprocessed with the centroid model's settings
+   (`sleap_live.engines.preprocess`); centroids are the local peaks of its
+   confidence map above the threshold, integral-refined, mapped to frame pixels
+   (`grid * stride / scale / eff_scale`). A frame keeps every centroid in raster
+   order if it has at most `max_instances`, else its `max_instances` highest,
+   highest first (sleap-nn with `--max_instances`).
+2. Crops. Around each centroid, in the size-matched frame (raw channels, not
+   input-scaled) and at the centroid times `eff_scale`, sleap-nn's integer
+   window is cut (`sleap_live.engines.crops`), zeros outside the frame. Only the
+   centroids found are cropped: the second stage's work follows the number of
+   animals.
+3. Centered-instance stage. Crops get the instance model's input scaling,
+   padding, normalisation and channel matching (no channel coercion, no size
+   matching); each node's global peak, refined, is mapped to crop pixels, moved
+   by sleap-nn's box corner `centroid - crop_size / 2 + 0.5` (not the window's
+   integer origin) and divided by `eff_scale`.
+
+Instances come out in centroid order, scored by their centroid's confidence map
+value. The multi-class model also outputs each instance's class probabilities;
+identities are assigned per frame on the host (`sleap_live.engines.postprocess`).
+A centroid model alone reports each centroid as a one-node instance, on a
+one-node "centroid" skeleton when its training skeleton has more nodes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from sleap_live.engines.crops import box_top_left, crop_centered
+from sleap_live.engines.model import INSTANCE_OUTPUTS, InferenceModel
+from sleap_live.engines.network import load_network
+from sleap_live.engines.peaks import (
+    DEFAULT_PATCH_SIZE,
+    DEFAULT_PEAK_THRESHOLD,
+    global_peaks,
+    grid_to_image,
+    top_local_peaks,
+)
+from sleap_live.engines.preprocess import (
+    PreprocessConfig,
+    frames_to_nchw,
+    network_input,
+    size_matched_frames,
+    sizematch,
+)
+from sleap_live.engines.single_instance import check_model_type
+from sleap_live.engines.spec import ModelSpec
+from sleap_live.engines.types import ModelInfo, Skeleton
+
+CENTROID_HEAD = "CentroidConfmapsHead"
+INSTANCE_HEAD = "CenteredInstanceConfmapsHead"
+CLASS_VECTORS_HEAD = "ClassVectorsHead"
+
+# sleap-nn predict keeps every centroid; a graph needs a bound (sleap-nn export's).
+DEFAULT_MAX_INSTANCES = 20
+
+# Multi-class top-down adds class_scores (M, classes) float32: the instance's
+# class probabilities (the ClassVectorsHead softmax).
+MULTI_CLASS_TOPDOWN_OUTPUTS = (*INSTANCE_OUTPUTS, "class_scores")
+
+# sleap-io's one-node skeleton for centroids of multi-node models.
+CENTROID_SKELETON = Skeleton(node_names=("centroid",), name="centroid")
+
+
+class CentroidStage(torch.nn.Module):
+    """Frames to centroids: preprocessing, centroid network, local peaks.
+
+    `forward` takes uint8 (B, C, H, W) frames and returns `(sized, eff_scale,
+    instance_frame, centroids, values)`: the channel-coerced, size-matched uint8
+    frames, the size matcher's scale ((1,) float32), and per centroid its
+    frame (M,) int64, frame-pixel xy (M, 2) float32 and confidence (M,) float32.
+
+    Args:
+        network: module with a `CentroidConfmapsHead` output.
+        preprocess: the centroid model's preprocessing.
+        output_stride: stride of the centroid confidence map.
+        max_instances: most centroids kept per frame.
+        peak_threshold: centroids must be above this.
+        refine: integral refinement.
+        patch_size: integral refinement window.
+    """
+
+    def __init__(
+        self,
+        network: torch.nn.Module,
+        preprocess: PreprocessConfig,
+        output_stride: int,
+        max_instances: int,
+        peak_threshold: float,
+        refine: bool,
+        patch_size: int,
+    ) -> None:
+        super().__init__()
+        if max_instances < 1:
+            raise ValueError(f"max_instances must be >= 1, got {max_instances}")
+        self.network = network
+        self.preprocess = preprocess
+        self.output_stride = output_stride
+        self.max_instances = max_instances
+        self.peak_threshold = peak_threshold
+        self.refine = refine
+        self.patch_size = patch_size
+
+    def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        sized, eff_scale = size_matched_frames(frames, self.preprocess)
+        confmaps = self.network(network_input(sized, self.preprocess))[CENTROID_HEAD]
+        instance_frame, points, values = top_local_peaks(
+            confmaps, self.max_instances, self.peak_threshold, self.refine, self.patch_size
+        )
+        centroids = grid_to_image(points, self.output_stride, self.preprocess.scale) / eff_scale
+        return sized, eff_scale, instance_frame, centroids, values
+
+
+class CentroidModel(InferenceModel):
+    """A centroid model alone, from uint8 frames to `INSTANCE_OUTPUTS`.
+
+    Each centroid is an instance with one node; its point score and instance
+    score are the centroid's confidence.
+
+    Args:
+        network: module with a `CentroidConfmapsHead` output.
+        preprocess: how frames become the network input.
+        skeleton: the training skeleton; reported as `CENTROID_SKELETON` unless
+            it has a single node.
+        output_stride: stride of the confidence map.
+        max_instances: most centroids per frame.
+        peak_threshold: centroids must be above this.
+        refine: integral refinement.
+        patch_size: integral refinement window.
+    """
+
+    output_names = INSTANCE_OUTPUTS
+
+    def __init__(
+        self,
+        network: torch.nn.Module,
+        preprocess: PreprocessConfig,
+        skeleton: Skeleton,
+        output_stride: int,
+        *,
+        max_instances: int = DEFAULT_MAX_INSTANCES,
+        peak_threshold: float = DEFAULT_PEAK_THRESHOLD,
+        refine: bool = True,
+        patch_size: int = DEFAULT_PATCH_SIZE,
+    ) -> None:
+        super().__init__()
+        self.stage = CentroidStage(
+            network, preprocess, output_stride, max_instances, peak_threshold, refine, patch_size
+        )
+        self.info = ModelInfo(
+            model_type="centroid",
+            skeleton=skeleton if skeleton.n_nodes == 1 else CENTROID_SKELETON,
+            input_channels=preprocess.in_channels,
+            max_instances=max_instances,
+            peak_threshold=peak_threshold,
+        )
+
+    @classmethod
+    def from_spec(
+        cls, spec: ModelSpec, network: torch.nn.Module | None = None, **options: Any
+    ) -> CentroidModel:
+        """The model a sleap-nn centroid model directory describes.
+
+        Raises:
+            ModelConfigError: `spec` is not a centroid model.
+        """
+        check_model_type(spec, "centroid")
+        return cls(
+            load_network(spec) if network is None else network,
+            PreprocessConfig.from_spec(spec),
+            spec.skeleton,
+            spec.head(CENTROID_HEAD).output_stride,
+            **options,
+        )
+
+    def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        _, _, instance_frame, centroids, values = self.stage(frames_to_nchw(frames))
+        return instance_frame, centroids[:, None], values[:, None], values
+
+
+class TopDownModel(InferenceModel):
+    """A centroid + centered-instance pair from uint8 frames to `INSTANCE_OUTPUTS`.
+
+    Args:
+        centroid_network: module with a `CentroidConfmapsHead` output.
+        instance_network: module with a `CenteredInstanceConfmapsHead` output.
+        centroid_preprocess: frame preprocessing for the centroid model.
+        instance_preprocess: crop preprocessing for the instance model; only its
+            `in_channels`, `max_stride` and `scale` apply.
+        skeleton: the instance model's skeleton.
+        centroid_stride: stride of the centroid confidence map.
+        instance_stride: stride of the instance confidence maps.
+        crop_size: side of the square crops.
+        max_instances: most instances per frame.
+        peak_threshold: threshold of both stages.
+        refine: integral refinement in both stages.
+        patch_size: integral refinement window.
+    """
+
+    output_names = INSTANCE_OUTPUTS
+    model_type = "topdown"
+
+    def __init__(
+        self,
+        centroid_network: torch.nn.Module,
+        instance_network: torch.nn.Module,
+        centroid_preprocess: PreprocessConfig,
+        instance_preprocess: PreprocessConfig,
+        skeleton: Skeleton,
+        centroid_stride: int,
+        instance_stride: int,
+        crop_size: int,
+        *,
+        max_instances: int = DEFAULT_MAX_INSTANCES,
+        peak_threshold: float = DEFAULT_PEAK_THRESHOLD,
+        refine: bool = True,
+        patch_size: int = DEFAULT_PATCH_SIZE,
+        class_names: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__()
+        if crop_size < 1:
+            raise ValueError(f"crop_size must be >= 1, got {crop_size}")
+        self.stage = CentroidStage(
+            centroid_network,
+            centroid_preprocess,
+            centroid_stride,
+            max_instances,
+            peak_threshold,
+            refine,
+            patch_size,
+        )
+        self.instance_network = instance_network
+        self.instance_preprocess = instance_preprocess
+        self.instance_stride = instance_stride
+        self.crop_size = crop_size
+        self.peak_threshold = peak_threshold
+        self.refine = refine
+        self.patch_size = patch_size
+        self.info = ModelInfo(
+            model_type=self.model_type,
+            skeleton=skeleton,
+            input_channels=centroid_preprocess.in_channels,
+            max_instances=max_instances,
+            class_names=class_names,
+            peak_threshold=peak_threshold,
+        )
+
+    @classmethod
+    def from_specs(
+        cls,
+        centroid: ModelSpec,
+        instance: ModelSpec,
+        centroid_network: torch.nn.Module | None = None,
+        instance_network: torch.nn.Module | None = None,
+        **options: Any,
+    ) -> TopDownModel:
+        """The pair sleap-nn predict builds from a centroid and an instance directory.
+
+        sleap-nn fills each frame-preprocessing setting from the centroid config
+        and, where that is unset, from the instance config; each stage keeps its
+        own input scale, and the crop size is the instance model's.
+
+        Raises:
+            ModelConfigError: the directories are not a centroid model and a model
+                of this class's instance type.
+        """
+        check_model_type(centroid, "centroid")
+        check_model_type(instance, cls._instance_type())
+        centroid_settings, instance_settings = centroid.preprocess, instance.preprocess
+        frame_preprocess = PreprocessConfig(
+            in_channels=centroid.in_channels,
+            max_stride=centroid.max_stride,
+            scale=centroid_settings.scale,
+            ensure_rgb=centroid_settings.ensure_rgb,
+            ensure_grayscale=centroid_settings.ensure_grayscale,
+            max_height=_first_set(centroid_settings.max_height, instance_settings.max_height),
+            max_width=_first_set(centroid_settings.max_width, instance_settings.max_width),
+        )
+        return cls(
+            load_network(centroid) if centroid_network is None else centroid_network,
+            load_network(instance) if instance_network is None else instance_network,
+            frame_preprocess,
+            PreprocessConfig.from_spec(instance),
+            instance.skeleton,
+            centroid.head(CENTROID_HEAD).output_stride,
+            instance.head(INSTANCE_HEAD).output_stride,
+            instance_settings.crop_size,
+            **cls._spec_options(instance),
+            **options,
+        )
+
+    @staticmethod
+    def _instance_type() -> str:
+        return "centered_instance"
+
+    @staticmethod
+    def _spec_options(instance: ModelSpec) -> dict[str, Any]:
+        return {}
+
+    def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        raw = frames_to_nchw(frames)
+        sized, eff_scale, instance_frame, centroids, values = self.stage(raw)
+        sized_centroids = centroids * eff_scale
+        source = self._crop_source(frames, raw, sized)
+        crops = crop_centered(
+            source, instance_frame, sized_centroids, self.crop_size, self.crop_size
+        )
+        heads = self.instance_network(
+            network_input(crops.permute(0, 3, 1, 2), self.instance_preprocess)
+        )
+        points, scores = global_peaks(
+            heads[INSTANCE_HEAD], self.peak_threshold, self.refine, self.patch_size
+        )
+        points = grid_to_image(points, self.instance_stride, self.instance_preprocess.scale)
+        corner = box_top_left(sized_centroids, self.crop_size, self.crop_size)
+        points = (points + corner[:, None]) / eff_scale
+        return (instance_frame, points, scores, values, *self._extra_outputs(heads))
+
+    def _extra_outputs(self, heads: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        return ()
+
+    def _crop_source(
+        self, frames: torch.Tensor, raw: torch.Tensor, sized: torch.Tensor
+    ) -> torch.Tensor:
+        """The channels-last image sleap-nn crops: size-matched but channel-raw."""
+        preprocess = self.stage.preprocess
+        if not preprocess.sizematched:
+            return frames
+        if not (preprocess.ensure_rgb or preprocess.ensure_grayscale):
+            return sized.permute(0, 2, 3, 1)
+        return sizematch(raw, preprocess.max_height, preprocess.max_width)[0].permute(0, 2, 3, 1)
+
+
+class MultiClassTopDownModel(TopDownModel):
+    """A centroid + multi-class centered-instance pair.
+
+    Outputs `MULTI_CLASS_TOPDOWN_OUTPUTS`: the top-down instances plus each
+    instance's class probabilities. `instance_network` must also output
+    `ClassVectorsHead`; `class_names` names its entries.
+    """
+
+    output_names = MULTI_CLASS_TOPDOWN_OUTPUTS
+    model_type = "multi_class_topdown"
+
+    def __init__(self, *args: Any, class_names: tuple[str, ...], **options: Any) -> None:
+        if not class_names:
+            raise ValueError("a multi-class top-down model needs at least one class name")
+        super().__init__(*args, class_names=tuple(class_names), **options)
+
+    @staticmethod
+    def _instance_type() -> str:
+        return "multi_class_topdown"
+
+    @staticmethod
+    def _spec_options(instance: ModelSpec) -> dict[str, Any]:
+        return {"class_names": instance.head(CLASS_VECTORS_HEAD).classes}
+
+    def _extra_outputs(self, heads: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        return (heads[CLASS_VECTORS_HEAD],)
+
+
+def _first_set(first: int | None, second: int | None) -> int | None:
+    return first if first is not None else second
