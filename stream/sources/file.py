@@ -33,6 +33,12 @@ class FileSource(SourceBase):
     undecodable packet is skipped so that later frames still come out. With frame
     threading, the few frames in flight when a decode error hits may be lost.
 
+    Attributes:
+        path: the video file.
+        n_frames: frames in the requested range, from the frame count the header
+            declares or, when it declares none (e.g. Matroska), estimated from its
+            duration and frame rate; None if neither is known.
+
     Args:
         path: the video file.
         start: index of the first frame to yield.
