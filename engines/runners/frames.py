@@ -1,0 +1,70 @@
+"""Checks and host-side channel conversion for frame batches handed to runners.
+
+Works on numpy arrays and on torch tensors (without importing torch when given
+numpy), so the ONNX runners stay usable in a torch-free deployment.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from sleap_live.engines.errors import InputMismatchError
+
+# torchvision's `rgb_to_grayscale` weights, which sleap-nn's `ensure_grayscale` uses.
+GRAY_WEIGHTS = (0.2989, 0.587, 0.114)
+
+
+def check_frames(frames: Any) -> tuple[int, int, int, int]:
+    """Checks a uint8 (batch, height, width, channels) batch with 1 or 3 channels.
+
+    Args:
+        frames: numpy array or torch tensor.
+
+    Returns:
+        The shape.
+
+    Raises:
+        InputMismatchError: wrong type, dtype, rank or channel count.
+    """
+    dtype = getattr(frames, "dtype", None)
+    shape = getattr(frames, "shape", None)
+    if dtype is None or shape is None:
+        raise InputMismatchError(
+            f"frames must be a uint8 numpy array or torch tensor, got {type(frames).__name__}"
+        )
+    if str(dtype) not in ("uint8", "torch.uint8"):
+        raise InputMismatchError(f"frames must be uint8, got {dtype} (convert or decode as uint8)")
+    if len(shape) != 4:
+        raise InputMismatchError(
+            f"frames must be (batch, height, width, channels), got shape {tuple(shape)}; "
+            "add a batch axis for a single frame"
+        )
+    if shape[3] not in (1, 3):
+        raise InputMismatchError(
+            f"frames must have 1 or 3 channels (last axis), got shape {tuple(shape)}"
+        )
+    if shape[0] == 0:
+        raise InputMismatchError("frames batch is empty")
+    return tuple(int(n) for n in shape)
+
+
+def convert_channels(frames: np.ndarray, channels: int) -> np.ndarray:
+    """Converts uint8 (B, H, W, C) frames to `channels` channels as sleap-nn does.
+
+    Grey to RGB repeats the channel; RGB to grey is torchvision's luma, truncated
+    to uint8 (each product and sum rounded to float32 as torchvision rounds it).
+
+    Returns:
+        The frames themselves when they already have `channels` channels.
+    """
+    if frames.shape[3] == channels:
+        return frames
+    if channels == 3:
+        return np.repeat(frames, 3, axis=3)
+    red, green, blue = (frames[..., index].astype(np.float64) for index in range(3))
+    w_red, w_green, w_blue = (float(np.float32(weight)) for weight in GRAY_WEIGHTS)
+    gray = (red * w_red).astype(np.float32)
+    gray = (gray + green * w_green).astype(np.float32)
+    gray = (gray + blue * w_blue).astype(np.float32)
+    return gray.astype(np.uint8)[..., None]
