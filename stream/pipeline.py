@@ -127,7 +127,10 @@ class Pipeline:
         record: video file to record the processed frames to (see
             `VideoRecorder`); the .slp output then links to this recording.
         engine: runtime used when loading models from paths ("auto", "torch", "onnx").
-        device: device used when loading models from paths ("cpu", "cuda", ...).
+        device: device used when loading models from paths ("auto", "cpu", "cuda", ...).
+        warmup: run the engine once on a blank batch before capture starts, so
+            one-time initialisation neither delays nor drops the first frames nor
+            shows up in the latency statistics.
         save_interval: seconds between periodic saves of `output`.
         clock: time source for `stats` rates and elapsed time; injectable for
             tests. Capture and ready times always use `time.monotonic`.
@@ -175,7 +178,8 @@ class Pipeline:
         output: str | os.PathLike[str] | None = None,
         record: str | os.PathLike[str] | None = None,
         engine: str = "auto",
-        device: str | None = None,
+        device: str = "auto",
+        warmup: bool = True,
         save_interval: float | None = 10.0,
         clock: Clock = time.monotonic,
     ) -> None:
@@ -197,6 +201,7 @@ class Pipeline:
         self._output = Path(output) if output is not None else None
         self._record = Path(record) if record is not None else None
         self._save_interval = save_interval
+        self._warmup = warmup
         self._clock = clock
 
         live = policy == "live"
@@ -212,6 +217,8 @@ class Pipeline:
         self._sinks: dict[str, Channel[Any]] = {}
 
         self._halt = threading.Event()
+        # Set once the engine is warmed up (or the pipeline halts); capture waits for it.
+        self._engine_ready = threading.Event()
         self._lock = threading.Lock()
         self._room = threading.Condition()
         self._consumers: list[_Consumer] = []
@@ -433,7 +440,10 @@ class Pipeline:
 
     def _capture(self) -> None:
         frames: Iterator[Frame] = iter(())
+        self._engine_ready.wait()
         try:
+            if self._halt.is_set():
+                return
             frames = iter(self._source)
             for frame in frames:
                 if self._halt.is_set():
@@ -483,6 +493,10 @@ class Pipeline:
 
     def _infer(self) -> None:
         try:
+            if self._warmup:
+                blank = np.zeros((self.batch_size, *self._source.frame_shape), np.uint8)
+                self.runner.run(blank)
+            self._engine_ready.set()
             for batch in self._batches:
                 if self._halt.is_set():
                     break
@@ -661,6 +675,7 @@ class Pipeline:
 
     def _request_halt(self) -> None:
         self._halt.set()
+        self._engine_ready.set()
         # Closing the source ends a capture waiting for its next frame; closing the
         # channels wakes a capture waiting for room and lets the batcher and infer
         # stages drain what is left without taking new work.
@@ -698,7 +713,7 @@ def _as_runner(
     model_or_runner: Runner | str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,
     engine: str,
-    device: str | None,
+    device: str,
 ) -> Runner:
     if isinstance(model_or_runner, Runner):
         return model_or_runner

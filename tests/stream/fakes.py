@@ -65,6 +65,7 @@ class FakeRunner:
 
     Args:
         delay: seconds each `run` call takes, whatever the batch size.
+        first_delay: seconds the first call takes instead (one-time initialisation).
         fail_on_call: raise `error` on this call (0-based).
         error: the exception raised on `fail_on_call`.
     """
@@ -75,12 +76,14 @@ class FakeRunner:
         self,
         delay: float = 0.0,
         *,
+        first_delay: float | None = None,
         fail_on_call: int | None = None,
         error: BaseException | None = None,
         info: ModelInfo = INFO,
     ) -> None:
         self.info = info
         self.delay = delay
+        self.first_delay = first_delay
         self.fail_on_call = fail_on_call
         self.error = error or RuntimeError("engine exploded")
         self.batch_sizes: list[int] = []
@@ -93,9 +96,10 @@ class FakeRunner:
             )
         if len(self.batch_sizes) == self.fail_on_call:
             raise self.error
+        delay = self.first_delay if not self.batch_sizes and self.first_delay else self.delay
         self.batch_sizes.append(len(frames))
-        if self.delay:
-            time.sleep(self.delay)
+        if delay:
+            time.sleep(delay)
         return [poses_for(index_of(image)) for image in frames]
 
     def close(self) -> None:
