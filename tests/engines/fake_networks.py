@@ -90,3 +90,42 @@ def export_and_run(
     )
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     return [session.run(names, {"frames": frames.numpy()}) for frames in inputs]
+
+
+def model_spec(
+    model_type: str,
+    heads: Mapping[str, Mapping],
+    nodes: Sequence[str] = ("head", "thorax", "tail"),
+    in_channels: int = 1,
+    max_stride: int = 16,
+    preprocessing: Mapping | None = None,
+):
+    """A `ModelSpec` parsed from a minimal training config of one model type."""
+    from pathlib import Path
+
+    from sleap_live.engines.spec import parse_training_config
+
+    unet = {
+        "in_channels": in_channels,
+        "kernel_size": 3,
+        "filters": 8,
+        "filters_rate": 2.0,
+        "max_stride": max_stride,
+        "stem_stride": None,
+        "middle_block": True,
+        "up_interpolate": True,
+        "stacks": 1,
+        "convs_per_block": 2,
+        "output_stride": 1,
+    }
+    config = {
+        "data_config": {
+            "skeletons": [{"name": "fake", "nodes": [{"name": n} for n in nodes], "edges": []}],
+            "preprocessing": dict(preprocessing or {}),
+        },
+        "model_config": {
+            "backbone_config": {"unet": unet},
+            "head_configs": {model_type: dict(heads)},
+        },
+    }
+    return parse_training_config(config, Path("/fake") / model_type)
