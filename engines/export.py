@@ -154,11 +154,11 @@ def export_model(
             directories cannot be loaded.
         ExportError: the export failed or does not match the torch model.
     """
-    from sleap_live.engines.load import build_inference_model
+    from sleap_live.engines.api import load_inference_model
 
     notify = progress or _ignore
     notify("loading model")
-    model = build_inference_model(paths)
+    model = load_inference_model(paths)
     return export_inference_model(
         model,
         output,
@@ -211,9 +211,10 @@ def export_inference_model(
     """
     if format not in EXPORT_FORMATS:
         raise ValueError(f"unknown export format {format!r} (expected one of {EXPORT_FORMATS})")
+    notify = progress or _ignore
     path = _output_path(output, format)
-    payload, metadata = _export(model, format, opset, verify, frames, sources, progress or _ignore)
-    (progress or _ignore)(f"writing {path}")
+    payload, metadata = _export(model, format, opset, verify, frames, sources, notify)
+    notify(f"writing {path}")
     if format == "onnx":
         path.write_bytes(payload)
     else:

@@ -1,0 +1,245 @@
+"""`load_runner`: one entry point from whatever model the user has to a `Runner`.
+
+Accepted models:
+
+- one or two sleap-nn model directories (a top-down model is a centroid directory
+  and a centered-instance directory, given together in any order);
+- a sleap-live ONNX export (`.onnx`) or TorchScript export (`.pt`);
+- a directory written by `sleap-nn export` (`export_metadata.json` + `model.onnx`).
+
+Engines: "torch" runs the torch inference model (eager, or the TorchScript
+export); "onnx" runs ONNX Runtime, exporting model directories to an in-memory
+ONNX graph first; "auto" picks ONNX Runtime on the CPU (it ran the toy models
+faster than eager torch, see scripts/bench_engines.py) and on a GPU when
+`onnxruntime-gpu` is installed, torch otherwise.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from sleap_live.engines.errors import ExportError, ModelConfigError, ModelNotFoundError
+from sleap_live.engines.model import InferenceModel
+from sleap_live.engines.runners.base import Runner
+
+ENGINES = ("auto", "torch", "onnx")
+DEVICES = ("auto", "cpu", "cuda")
+# Options of the in-memory ONNX export of model directories (engine "onnx").
+EXPORT_OPTIONS = ("opset", "verify")
+
+
+def load_runner(
+    paths: str | Path | Sequence[str | Path],
+    *,
+    engine: str = "auto",
+    device: str = "auto",
+    threads: int | None = None,
+    **options: Any,
+) -> Runner:
+    """Loads a model and returns a `Runner` for it.
+
+    Args:
+        paths: one path, or a list of one or two (see the module docstring).
+        engine: "auto", "torch" or "onnx".
+        device: "auto" (a CUDA GPU when one can be used, else the CPU), "cpu",
+            "cuda" or "cuda:N".
+        threads: CPU threads per operator for whichever engine runs (torch's
+            `num_threads`, ONNX Runtime's `intra_op_threads`); None keeps the
+            engine's default (one per physical core).
+        **options: for model directories run with ONNX Runtime, `opset` and
+            `verify` of the in-memory export (see `export_onnx_bytes`).
+
+    Returns:
+        A `TorchRunner`, `OnnxRunner` or `SleapNNExportRunner`.
+
+    Raises:
+        ValueError: unknown engine or device, or an engine that cannot run this
+            kind of model.
+        ModelNotFoundError, ModelConfigError, CheckpointError: the model cannot
+            be read.
+        RuntimeUnavailableError: the engine or device is not available.
+        ExportError: `engine="onnx"` and the model cannot be exported.
+    """
+    paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r} (expected one of {ENGINES})")
+    if device.partition(":")[0] not in DEVICES:
+        raise ValueError(f"unknown device {device!r} (expected 'auto', 'cpu', 'cuda' or 'cuda:N')")
+    if not 1 <= len(paths) <= 2:
+        raise ValueError(
+            f"give one model, or two model directories for top-down; got {len(paths)} paths"
+        )
+    unknown = set(options) - set(EXPORT_OPTIONS)
+    if unknown:
+        raise TypeError(f"load_runner got unknown options {sorted(unknown)}")
+    for path in paths:
+        if not path.exists():
+            raise ModelNotFoundError(f"{path}: no such model file or directory")
+
+    first = paths[0]
+    if len(paths) == 1 and first.is_file():
+        if first.suffix == ".onnx":
+            return _onnx_file_runner(first, engine, device, threads)
+        if first.suffix == ".pt":
+            return _torchscript_runner(first, engine, device, threads)
+        raise ValueError(
+            f"{first}: unknown model file type (expected a sleap-live '.onnx' or '.pt' export, "
+            "or a model directory)"
+        )
+    from sleap_live.engines.load import is_sleap_nn_export_dir
+
+    if len(paths) == 1 and is_sleap_nn_export_dir(first):
+        return _sleap_nn_export_runner(first, engine, device, threads)
+    for path in paths:
+        if not path.is_dir():
+            raise ValueError(f"{path}: expected a model directory alongside {first}")
+    return _model_dir_runner(paths, engine, device, threads, options)
+
+
+def load_inference_model(paths: str | Path | Sequence[str | Path]) -> InferenceModel:
+    """The torch inference model of one or two trained sleap-nn model directories.
+
+    Args:
+        paths: a single-instance, centroid, bottom-up or multi-class bottom-up
+            directory; or a centroid directory and a centered-instance or
+            multi-class top-down directory, in any order.
+
+    Raises:
+        ModelNotFoundError: a directory, config or checkpoint is missing.
+        ModelConfigError: the directories do not form a runnable model (a
+            centered-instance model without its centroid model, two frame models).
+        CheckpointError: a checkpoint does not load.
+    """
+    from sleap_live.engines.bottomup import BottomUpModel, MultiClassBottomUpModel
+    from sleap_live.engines.load import read_model_dir
+    from sleap_live.engines.single_instance import SingleInstanceModel
+    from sleap_live.engines.topdown import CentroidModel, MultiClassTopDownModel, TopDownModel
+
+    paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
+    specs = [read_model_dir(path) for path in paths]
+    types = [spec.model_type for spec in specs]
+    if len(specs) == 1:
+        (spec,) = specs
+        single = {
+            "single_instance": SingleInstanceModel,
+            "centroid": CentroidModel,
+            "bottomup": BottomUpModel,
+            "multi_class_bottomup": MultiClassBottomUpModel,
+        }
+        if spec.model_type in single:
+            return single[spec.model_type].from_spec(spec)
+        raise ModelConfigError(
+            f"{paths[0]}: a {spec.model_type} model runs on crops around centroids; "
+            "give its centroid model directory too"
+        )
+    pairs = {"centered_instance": TopDownModel, "multi_class_topdown": MultiClassTopDownModel}
+    if len(specs) == 2 and "centroid" in types:
+        centroid = specs[types.index("centroid")]
+        instance = specs[1 - types.index("centroid")]
+        if instance.model_type in pairs:
+            return pairs[instance.model_type].from_specs(centroid, instance)
+    listed = ", ".join(f"{path} ({kind})" for path, kind in zip(paths, types, strict=True))
+    raise ModelConfigError(
+        f"{listed}: two directories must be a centroid model and a centered-instance "
+        "or multi-class top-down model"
+    )
+
+
+def _onnx_file_runner(path: Path, engine: str, device: str, threads: int | None) -> Runner:
+    from sleap_live.engines.runners.onnx import OnnxRunner, providers_for
+
+    _require(engine, "onnx", f"{path} is an ONNX export")
+    return OnnxRunner(path, providers_for(_onnx_device(device)), intra_op_threads=threads)
+
+
+def _torchscript_runner(path: Path, engine: str, device: str, threads: int | None) -> Runner:
+    from sleap_live.engines.export import load_torchscript
+    from sleap_live.engines.runners.torch import TorchRunner
+
+    _require(engine, "torch", f"{path} is a TorchScript export")
+    model = load_torchscript(path)
+    return TorchRunner(
+        model,
+        _torch_device(device),
+        input_channels=model.metadata.input_channels,
+        num_threads=threads,
+    )
+
+
+def _sleap_nn_export_runner(path: Path, engine: str, device: str, threads: int | None) -> Runner:
+    from sleap_live.engines.runners.onnx import providers_for
+    from sleap_live.engines.runners.sleap_nn_export import SleapNNExportRunner
+
+    _require(engine, "onnx", f"{path} is a sleap-nn export directory")
+    return SleapNNExportRunner(path, providers_for(_onnx_device(device)), intra_op_threads=threads)
+
+
+def _model_dir_runner(
+    paths: list[Path],
+    engine: str,
+    device: str,
+    threads: int | None,
+    export_options: dict[str, Any],
+) -> Runner:
+    from sleap_live.engines.runners.torch import TorchRunner
+
+    model = load_inference_model(paths)
+    if engine == "torch" or (engine == "auto" and not _onnx_can_use(device)):
+        return TorchRunner(model, _torch_device(device), num_threads=threads)
+
+    from sleap_live.engines.export import export_onnx_bytes
+    from sleap_live.engines.runners.onnx import OnnxRunner, providers_for
+
+    try:
+        onnx_bytes = export_onnx_bytes(model, sources=paths, **export_options)
+    except ExportError as error:
+        if engine == "onnx":
+            raise
+        warnings.warn(
+            f"running {', '.join(map(str, paths))} with torch: {error}", RuntimeWarning, 2
+        )
+        return TorchRunner(model, _torch_device(device), num_threads=threads)
+    return OnnxRunner(onnx_bytes, providers_for(_onnx_device(device)), intra_op_threads=threads)
+
+
+def _require(engine: str, needed: str, what: str) -> None:
+    if engine not in ("auto", needed):
+        raise ValueError(f"{what}; it runs with engine '{needed}', not {engine!r}")
+
+
+def _torch_device(device: str) -> str:
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _onnx_device(device: str) -> str:
+    """The ONNX Runtime device: "auto" means CUDA only if onnxruntime-gpu can use it."""
+    if device != "auto":
+        return device
+    return "cuda" if _onnx_can_use("auto") and _gpu_present() else "cpu"
+
+
+def _onnx_can_use(device: str) -> bool:
+    """Whether ONNX Runtime can run on `device` ("auto": on the device auto picks)."""
+    if device == "cpu":
+        return True
+    import onnxruntime as ort
+
+    has_cuda_provider = "CUDAExecutionProvider" in ort.get_available_providers()
+    if device == "auto":
+        return has_cuda_provider or not _gpu_present()
+    return has_cuda_provider
+
+
+def _gpu_present() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
