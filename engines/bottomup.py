@@ -113,19 +113,6 @@ def top_peaks_per_channel(
     return torch.where(valid.unsqueeze(-1), points, 0.0), values, valid
 
 
-def _preprocess_config(spec: ModelSpec) -> PreprocessConfig:
-    # sleap-nn pads to the backbone's max_stride (not the stem-adjusted stride).
-    return PreprocessConfig(
-        in_channels=spec.in_channels,
-        max_stride=spec.max_stride,
-        scale=spec.preprocess.scale,
-        ensure_rgb=spec.preprocess.ensure_rgb,
-        ensure_grayscale=spec.preprocess.ensure_grayscale,
-        max_height=spec.preprocess.max_height,
-        max_width=spec.preprocess.max_width,
-    )
-
-
 def _check_model_type(spec: ModelSpec, expected: str) -> None:
     if spec.model_type != expected:
         raise ModelConfigError(
@@ -256,7 +243,9 @@ class BottomUpModel(_BottomUpBase):
             skeleton=skeleton,
             input_channels=preprocess.in_channels,
             # Every instance owns at least one peak, so nodes x K means no limit.
-            max_instances=max_instances or skeleton.n_nodes * max_peaks_per_node,
+            max_instances=(
+                skeleton.n_nodes * max_peaks_per_node if max_instances is None else max_instances
+            ),
             peak_threshold=peak_threshold,
             postprocess={
                 **grouper.postprocess_settings(),
@@ -286,7 +275,7 @@ class BottomUpModel(_BottomUpBase):
         confmaps, pafs = spec.head(CONFMAPS_HEAD), spec.head(PAFS_HEAD)
         return cls(
             load_network(spec) if network is None else network,
-            _preprocess_config(spec),
+            PreprocessConfig.from_spec(spec),
             spec.skeleton,
             pafs.edge_indices,
             confmaps.output_stride,
@@ -365,7 +354,7 @@ class MultiClassBottomUpModel(_BottomUpBase):
             model_type="multi_class_bottomup",
             skeleton=skeleton,
             input_channels=preprocess.in_channels,
-            max_instances=max_instances or len(class_names),
+            max_instances=len(class_names) if max_instances is None else max_instances,
             class_names=tuple(class_names),
             peak_threshold=peak_threshold,
             postprocess={**grouper.postprocess_settings(), **self._peak_settings()},
@@ -384,7 +373,7 @@ class MultiClassBottomUpModel(_BottomUpBase):
         confmaps, class_maps = spec.head(CONFMAPS_HEAD), spec.head(CLASS_MAPS_HEAD)
         return cls(
             load_network(spec) if network is None else network,
-            _preprocess_config(spec),
+            PreprocessConfig.from_spec(spec),
             spec.skeleton,
             class_maps.classes,
             confmaps.output_stride,

@@ -17,6 +17,7 @@ from sleap_live.engines.bottomup import (
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.grouping import ClassMapGrouper, PafGrouper
 from sleap_live.engines.metadata import info_from_dict, info_to_dict
+from sleap_live.engines.postprocess import decode
 from sleap_live.engines.preprocess import PreprocessConfig
 from sleap_live.engines.spec import HeadSpec, ModelSpec, PreprocessSpec, UNetSpec
 from sleap_live.engines.types import Skeleton
@@ -171,6 +172,36 @@ def test_crossing_animals_are_grouped_correctly():
     np.testing.assert_allclose(found, expected, atol=0.05)
     np.testing.assert_array_equal(poses.identities, [-1, -1, -1])
     assert (poses.instance_scores > 2.0).all()  # three edges scoring close to 1
+
+
+def test_postprocess_decode_groups_bottomup_outputs():
+    animals = _crossing_animals()
+    cms, pafs = _render(animals, SKELETON.edges, 40, 40)
+    class_maps = torch.full((1, 2, 40, 40), 0.5)
+    bottomup = BottomUpModel(
+        FixedMaps(cms=cms, pafs=pafs),
+        PreprocessConfig(in_channels=1),
+        SKELETON,
+        SKELETON.edges,
+        STRIDE,
+        STRIDE,
+    )
+    multi = MultiClassBottomUpModel(
+        FixedMaps(cms=cms, classes=class_maps),
+        PreprocessConfig(in_channels=1),
+        SKELETON,
+        ("a", "b"),
+        STRIDE,
+        STRIDE,
+    )
+
+    (paf_poses,) = decode(bottomup.info, _outputs(bottomup, _frames(1, 80, 80)), 1)
+    (class_poses,) = decode(multi.info, _outputs(multi, _frames(1, 80, 80)), 1)
+
+    assert paf_poses.n_instances == 3
+    assert class_poses.identities.tolist() == [0, 1]  # equal probabilities: all matches kept
+    with pytest.raises(ModelConfigError, match="line_scores"):
+        decode(bottomup.info, {"peaks": np.zeros((1, 4, 20, 2))}, 1)
 
 
 def test_frame_coordinates_undo_input_scale_and_size_matching():
