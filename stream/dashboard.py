@@ -8,7 +8,8 @@ UI, so a slow terminal cannot slow inference.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 from rich.console import Console, RenderableType
 from rich.live import Live
@@ -105,19 +106,28 @@ def render_progress(stats: PipelineStats, *, width: int = 40) -> RenderableType:
     return line
 
 
-def live_display(renderable: RenderableType, console: Console) -> Live:
-    """A `rich.live.Live` that redraws `renderable` a few times a second.
+@contextlib.contextmanager
+def live_display(renderable: RenderableType, console: Console) -> Iterator[None]:
+    """Redraw `renderable` a few times a second while the block runs.
 
-    Use as a context manager around the wait for the pipeline; on a terminal
-    that is not interactive, rich prints the final state once when it stops.
+    On an interactive terminal this is a `rich.live.Live`. Elsewhere (a pipe, a
+    log file) nothing is drawn while running and the final state is printed once
+    at the end, on lines of its own.
     """
-    return Live(
+    if not console.is_terminal:
+        try:
+            yield
+        finally:
+            console.print(renderable)
+        return
+    with Live(
         renderable,
         console=console,
         refresh_per_second=REFRESH_PER_SECOND,
         redirect_stdout=False,
         redirect_stderr=False,
-    )
+    ):
+        yield
 
 
 def _ms(seconds: float | None) -> str:

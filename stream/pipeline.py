@@ -41,6 +41,7 @@ from typing import Any, Literal
 
 import attrs
 import numpy as np
+from sleap_live.engines.api import load_runner
 from sleap_live.engines.errors import EngineError
 from sleap_live.engines.runners.base import Runner
 from sleap_live.engines.types import FramePoses
@@ -116,7 +117,7 @@ class Pipeline:
             iterable of `Frame` with `source_id`, `fps`, `frame_shape`, `n_frames`
             and `is_live`. The pipeline closes it when capture ends.
         model_or_runner: a `Runner`, or one or more model paths to load with
-            `sleap_live.engines.load_runner`. A runner passed in stays the
+            `sleap_live.engines.api.load_runner`. A runner passed in stays the
             caller's to close; one loaded here is closed when the pipeline stops.
         batch_size: frames per engine call; default 1 for ``"live"``, 8 for
             ``"recorded"``.
@@ -141,7 +142,7 @@ class Pipeline:
     Example:
         A closed loop on a camera, plus a complete .slp of the session::
 
-            from sleap_live.engines import load_runner
+            from sleap_live.engines.api import load_runner
             from sleap_live.stream import Pipeline, open_source
 
             runner = load_runner(["models/centroid", "models/centered_instance"])
@@ -223,7 +224,11 @@ class Pipeline:
         self._room = threading.Condition()
         self._consumers: list[_Consumer] = []
         self._pending_callbacks: list[tuple[_Consumer, Callable[..., Any], Any]] = []
-        self._threads: list[threading.Thread] = []
+        # Names of the stages whose threads are running. Waiting on this condition,
+        # not on Thread.join, keeps a Ctrl-C during join() harmless: an interrupted
+        # Thread.join can leave a live thread marked as finished (CPython < 3.13).
+        self._running: list[str] = []
+        self._stages_done = threading.Condition()
         self._error: BaseException | None = None
         self._error_raised = False
         self._started = False
@@ -287,7 +292,8 @@ class Pipeline:
         """
         self._request_halt()
         if not self.join(timeout):
-            stuck = ", ".join(t.name for t in self._threads if t.is_alive())
+            with self._stages_done:
+                stuck = ", ".join(self._running)
             raise PipelineError(
                 f"pipeline did not stop within {timeout} s (still running: {stuck})"
             )
@@ -308,11 +314,12 @@ class Pipeline:
         """
         self._release_iterators_of_this_thread()
         deadline = None if timeout is None else time.monotonic() + timeout
-        for thread in list(self._threads):
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            thread.join(remaining)
-            if thread.is_alive():
-                return False
+        with self._stages_done:
+            while self._running:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._stages_done.wait(remaining)
         self._finish()
         self._raise_stored_error()
         return True
@@ -656,7 +663,8 @@ class Pipeline:
         thread = threading.Thread(
             target=self._guard, args=(stage, target, *args), name=f"sleap-live {stage}", daemon=True
         )
-        self._threads.append(thread)
+        with self._stages_done:
+            self._running.append(stage)
         thread.start()
 
     def _guard(self, stage: str, target: Callable[..., None], *args: Any) -> None:
@@ -667,6 +675,10 @@ class Pipeline:
             self._store_error(stage, exc)
             self._request_halt()
             self._notify_room()
+        finally:
+            with self._stages_done:
+                self._running.remove(stage)
+                self._stages_done.notify_all()
 
     def _store_error(self, stage: str, exc: BaseException) -> None:
         with self._lock:
@@ -717,8 +729,6 @@ def _as_runner(
 ) -> Runner:
     if isinstance(model_or_runner, Runner):
         return model_or_runner
-    from sleap_live.engines import load_runner
-
     paths = (
         [model_or_runner] if isinstance(model_or_runner, (str, os.PathLike)) else model_or_runner
     )

@@ -106,5 +106,14 @@ def test_progress_without_length_is_a_counter():
 def test_live_display_prints_the_final_state_on_a_plain_stream():
     console = Console(file=io.StringIO(), width=80, color_system=None, force_terminal=False)
     with live_display(Dashboard(snapshot), console):
+        assert console.file.getvalue() == ""
+    text = console.file.getvalue()
+    assert "captured 2000" in text and text.endswith("\n")
+    assert text.splitlines()[-1].rstrip().endswith("90 skipped")
+
+
+def test_live_display_redraws_on_a_terminal():
+    console = Console(file=io.StringIO(), width=80, color_system=None, force_terminal=True)
+    with live_display(Dashboard(snapshot), console):
         pass
     assert "captured 2000" in console.file.getvalue()

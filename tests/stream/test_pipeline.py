@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import sleap_io as sio
 from sleap_live.engines.errors import InputMismatchError
+from sleap_live.stream import pipeline as pipeline_module
 from sleap_live.stream.errors import PipelineError, SourceError
 from sleap_live.stream.pipeline import Pipeline
 
@@ -324,3 +325,21 @@ def test_invalid_arguments(fakes):
         Pipeline(fakes.FakeSource(), fakes.FakeRunner(), batch_size=0)
     with pytest.raises(ValueError, match=r"out\.txt: pose output must be a \.slp file"):
         Pipeline(fakes.FakeSource(), fakes.FakeRunner(), output="out.txt").start()
+
+
+def test_model_paths_are_loaded_and_the_runner_closed_at_the_end(fakes, monkeypatch):
+    loaded = []
+
+    def load(paths, *, engine, device):
+        loaded.append((paths, engine, device, fakes.FakeRunner()))
+        return loaded[-1][-1]
+
+    monkeypatch.setattr(pipeline_module, "load_runner", load)
+    pipeline = Pipeline(fakes.FakeSource(5), "models/single", engine="onnx", device="cpu")
+    assert pipeline.run().frames_processed == 5
+    [(paths, engine, device, runner)] = loaded
+    assert (paths, engine, device) == (["models/single"], "onnx", "cpu")
+    assert runner.closed
+
+    Pipeline(fakes.FakeSource(5), ["models/centroid", "models/instance"]).run()
+    assert loaded[-1][:3] == (["models/centroid", "models/instance"], "auto", "auto")
