@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from rich.console import Console
-from sleap_live.engines.api import load_runner
 from sleap_live.engines.errors import EngineError
 from sleap_live.stream.dashboard import Dashboard, ProgressView, live_display
 from sleap_live.stream.errors import StreamError
@@ -165,6 +164,9 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def _run(args: argparse.Namespace, console: Console) -> int:
+    # Imported here, so --help and argument errors answer without loading torch.
+    from sleap_live.engines.api import load_runner
+
     source = _open(args)
     with source:
         runner = load_runner(args.models, engine=args.engine, device=args.device)

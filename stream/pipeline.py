@@ -41,7 +41,6 @@ from typing import Any, Literal
 
 import attrs
 import numpy as np
-from sleap_live.engines.api import load_runner
 from sleap_live.engines.errors import EngineError
 from sleap_live.engines.runners.base import Runner
 from sleap_live.engines.types import FramePoses
@@ -111,6 +110,14 @@ class _Consumer:
 
 class Pipeline:
     """Runs a pose model on a stream of frames, in threads, with bounded queues.
+
+    Lifecycle: `start()` launches the stages and returns at once; `join()` waits
+    for the source to end; `stop()` ends capture early, finishes the frames
+    already in the engine and saves the outputs. `run()` is start plus join. As a
+    context manager the pipeline starts on enter and stops on exit, so call
+    `join()` (or iterate) inside the block to process a file to its end. Errors
+    from any stage are raised by `join`/`stop`/`run`/`__exit__` in the caller's
+    thread. A pipeline runs once.
 
     Args:
         source: an open frame source (see `sleap_live.stream.open_source`): an
@@ -255,10 +262,13 @@ class Pipeline:
 
         Raises:
             ValueError, FileNotFoundError: an output path is unusable (nothing started).
+            PipelineError: `stop()` was called before `start()`.
         """
         with self._lock:
             if self._started:
                 return self
+            if self._halt.is_set():
+                raise PipelineError("the pipeline was stopped before it started; make a new one")
             writers = self._open_writers()
             self._sinks = {name: channel for name, (channel, _) in writers.items()}
             self._started = True
@@ -697,10 +707,12 @@ class Pipeline:
 
     def _finish(self) -> None:
         with self._lock:
-            if self._finished or not self._started:
+            # join() before start() has nothing to finish; stop() before start() does.
+            if self._finished or not (self._started or self._halt.is_set()):
                 return
             self._finished = True
-            self._stopped_at = self._clock()
+            if self._started:
+                self._stopped_at = self._clock()
         if self._owns_runner:
             self.runner.close()
 
@@ -729,6 +741,10 @@ def _as_runner(
 ) -> Runner:
     if isinstance(model_or_runner, Runner):
         return model_or_runner
+    # Imported here: loading models may need torch, and a pipeline given a runner
+    # (say ONNX Runtime only) should not pay for importing it.
+    from sleap_live.engines.api import load_runner
+
     paths = (
         [model_or_runner] if isinstance(model_or_runner, (str, os.PathLike)) else model_or_runner
     )

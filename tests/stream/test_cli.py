@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import sleap_io as sio
 from scipy.optimize import linear_sum_assignment
+from sleap_live.engines import api as engines_api
 from sleap_live.stream import cli
 
 FAKES = Path(__file__).with_name("fakes.py")
@@ -48,7 +49,7 @@ def fake_engine(monkeypatch, fakes):
         made.append((models, engine, device, runner))
         return runner
 
-    monkeypatch.setattr(cli, "load_runner", load)
+    monkeypatch.setattr(engines_api, "load_runner", load)
     return made
 
 
@@ -144,7 +145,7 @@ def test_engine_failure_mid_run_is_one_line_and_keeps_finished_frames(
     video, tmp_path, monkeypatch, capsys, fakes
 ):
     monkeypatch.setattr(
-        cli, "load_runner", lambda models, **options: fakes.FakeRunner(fail_on_call=3)
+        engines_api, "load_runner", lambda models, **options: fakes.FakeRunner(fail_on_call=3)
     )
     out = tmp_path / "out.slp"
     assert cli.main([str(video), "-m", "m", "-o", str(out), "-q"]) == 1
@@ -196,6 +197,7 @@ SIGNAL_SCRIPT = textwrap.dedent(
     spec = importlib.util.spec_from_file_location("fakes", {fakes!r})
     fakes = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fakes)
+    from sleap_live.engines import api
     from sleap_live.stream import cli
 
     ready = pathlib.Path(sys.argv[1])
@@ -207,7 +209,7 @@ SIGNAL_SCRIPT = textwrap.dedent(
                 ready.touch()
             return poses
 
-    cli.load_runner = lambda models, **options: Runner(delay=0.05)
+    api.load_runner = lambda models, **options: Runner(delay=0.05)
     sys.exit(cli.main(sys.argv[2:]))
     """
 )

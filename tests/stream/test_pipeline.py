@@ -9,8 +9,8 @@ import av
 import numpy as np
 import pytest
 import sleap_io as sio
+from sleap_live.engines import api as engines_api
 from sleap_live.engines.errors import InputMismatchError
-from sleap_live.stream import pipeline as pipeline_module
 from sleap_live.stream.errors import PipelineError, SourceError
 from sleap_live.stream.pipeline import Pipeline
 
@@ -334,7 +334,7 @@ def test_model_paths_are_loaded_and_the_runner_closed_at_the_end(fakes, monkeypa
         loaded.append((paths, engine, device, fakes.FakeRunner()))
         return loaded[-1][-1]
 
-    monkeypatch.setattr(pipeline_module, "load_runner", load)
+    monkeypatch.setattr(engines_api, "load_runner", load)
     pipeline = Pipeline(fakes.FakeSource(5), "models/single", engine="onnx", device="cpu")
     assert pipeline.run().frames_processed == 5
     [(paths, engine, device, runner)] = loaded
@@ -343,3 +343,14 @@ def test_model_paths_are_loaded_and_the_runner_closed_at_the_end(fakes, monkeypa
 
     Pipeline(fakes.FakeSource(5), ["models/centroid", "models/instance"]).run()
     assert loaded[-1][:3] == (["models/centroid", "models/instance"], "auto", "auto")
+
+
+def test_stop_before_start_releases_everything(fakes, monkeypatch):
+    runner = fakes.FakeRunner()
+    monkeypatch.setattr(engines_api, "load_runner", lambda paths, **options: runner)
+    source = fakes.FakeSource(5)
+    pipeline = Pipeline(source, "models/single")
+    pipeline.stop()
+    assert source.closed and runner.closed
+    with pytest.raises(PipelineError, match="stopped before it started"):
+        pipeline.start()
