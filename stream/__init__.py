@@ -1,13 +1,26 @@
 """sleap-live stream: sources, the realtime pipeline, the ring buffer and the CLI."""
 
 from sleap_live.stream.errors import PipelineError, SourceError, SourceNotFoundError, StreamError
+from sleap_live.stream.pipeline import Pipeline
+from sleap_live.stream.ring import RingBuffer, RingReader
+from sleap_live.stream.sources import open_source
+from sleap_live.stream.stats import ConsumerStats, PipelineStats
 from sleap_live.stream.types import Frame, PoseRecord
+from sleap_live.stream.writers import SlpWriter, VideoRecorder
 
 __all__ = [
+    "ConsumerStats",
     "Frame",
+    "Pipeline",
     "PipelineError",
+    "PipelineStats",
     "PoseRecord",
+    "RingBuffer",
+    "RingReader",
+    "SlpWriter",
     "SourceError",
     "SourceNotFoundError",
     "StreamError",
+    "VideoRecorder",
+    "open_source",
 ]
