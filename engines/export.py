@@ -150,12 +150,14 @@ def export_model(
         to `<file>.json`.
 
     Raises:
+        ValueError: unknown format, or an output file whose suffix does not fit it.
         ModelNotFoundError, ModelConfigError, CheckpointError: the model
             directories cannot be loaded.
         ExportError: the export failed or does not match the torch model.
     """
     from sleap_live.engines.api import load_inference_model
 
+    _output_path(output, format)
     notify = progress or _ignore
     notify("loading model")
     model = load_inference_model(paths)
@@ -209,12 +211,11 @@ def export_inference_model(
         ExportError: the export failed or disagrees with the torch model.
         ValueError: bad arguments (format, frames).
     """
-    if format not in EXPORT_FORMATS:
-        raise ValueError(f"unknown export format {format!r} (expected one of {EXPORT_FORMATS})")
     notify = progress or _ignore
     path = _output_path(output, format)
     payload, metadata = _export(model, format, opset, verify, frames, sources, notify)
     notify(f"writing {path}")
+    path.parent.mkdir(parents=True, exist_ok=True)
     if format == "onnx":
         path.write_bytes(payload)
     else:
@@ -344,8 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     """`sleap-live export MODEL_DIR [MODEL_DIR2] -o OUT [--format] [--opset] [--no-verify]`.
 
     Returns:
-        The process exit status: 0 on success, 1 on a model or export error, 2 on
-        bad arguments.
+        The process exit status: 0 on success, 1 on a model, output or export
+        error, 2 on bad command-line arguments.
     """
     from rich.console import Console
     from rich.table import Table
@@ -389,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
                 verify=args.verify,
                 progress=lambda step: status.update(step),
             )
-    except (EngineError, OSError) as error:
+    except (EngineError, OSError, ValueError) as error:
         console.print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
         return 1
 
@@ -418,16 +419,16 @@ def _ignore(step: str) -> None:
 
 
 def _output_path(output: str | Path, format: str) -> Path:
+    """The file an export to `output` writes: `output` itself or `output/model.<suffix>`."""
+    if format not in EXPORT_FORMATS:
+        raise ValueError(f"unknown export format {format!r} (expected one of {EXPORT_FORMATS})")
     output = Path(output)
     suffix = SUFFIXES[format]
     if output.suffix in SUFFIXES.values():
         if output.suffix != suffix:
-            raise ValueError(f"{output}: a {format} export is written to a '{suffix}' file")
-        path = output
-    else:
-        path = output / f"model{suffix}"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path
+            raise ValueError(f"{output}: {format} exports are written to '{suffix}' files")
+        return output
+    return output / f"model{suffix}"
 
 
 def _check_batches(frames: Sequence[np.ndarray] | None, channels: int) -> list[np.ndarray]:

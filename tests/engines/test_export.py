@@ -181,7 +181,7 @@ def test_bad_arguments_are_rejected(tmp_path, toy_models):
     model = toy_models.ToyInstanceModel()
     with pytest.raises(ValueError, match="unknown export format 'tensorrt'"):
         export_inference_model(model, tmp_path, format="tensorrt")
-    with pytest.raises(ValueError, match=r"a torchscript export is written to a '\.pt' file"):
+    with pytest.raises(ValueError, match=r"torchscript exports are written to '\.pt' files"):
         export_inference_model(model, tmp_path / "m.onnx", format="torchscript")
     with pytest.raises(ValueError, match="expected uint8"):
         export_inference_model(model, tmp_path, frames=[np.zeros((1, 8, 8, 3), np.float32)])

@@ -147,6 +147,10 @@ def test_export_cli_reports_errors_on_one_line(tmp_path, capsys):
     assert main([str(tmp_path / "missing"), "-o", str(tmp_path / "out")]) == 1
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("error:") and "missing" in line
+    model_dir = str(DATA / "models" / "single_instance")
+    assert main([model_dir, "-o", str(tmp_path / "m.pt")]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "onnx exports are written to '.onnx' files" in line
     with pytest.raises(SystemExit):
         main(["a", "b", "c"])
 
