@@ -21,9 +21,12 @@ Two policies decide what happens when a later stage is slower than capture:
   default, and decoding runs ahead by two batches so the next batch is ready
   the moment the engine finishes the current one.
 
-Frames that reached the engine are never lost: whatever stops the pipeline (end
-of source, `stop()`, Ctrl-C, an error in any stage), poses already computed are
-still emitted to the ring, the writers and the consumers, and the writers save.
+Finished frames are never lost: whatever stops the pipeline (end of source,
+`stop()`, Ctrl-C, a failing source, engine or consumer), poses already computed
+are still emitted to the ring, the writers and the consumers, and the writers
+save. `stop()` and failures discard only frames not yet handed to the engine; a
+failing source is an early end of stream, so every frame it delivered is
+processed.
 
 Consumers read the ring, each through its own cursor. Under ``"live"`` a slow
 consumer lags on its own and is told how many records it skipped; under
@@ -55,17 +58,18 @@ Policy = Literal["live", "recorded"]
 POLICIES: tuple[str, ...] = ("live", "recorded")
 
 # Live: one frame per batch is the lowest latency. Recorded: 8 is the batch size
-# sleap-nn exports engines for by default (its `--max-batch-size`), so an exported
-# TensorRT engine accepts it; it amortises per-call overhead (3-4x fewer calls
-# than batch 2), and two batches of 8 in flight keep decode-ahead memory small.
+# sleap-nn exports engines for by default (its `--max-batch-size`), so exported
+# TensorRT engines accept it; it amortises per-call overhead (sleap-nn PR #418
+# measured 3.4x the single-instance TensorRT throughput at batch 8 over batch 1);
+# and two batches in flight keep decode-ahead memory small (16 MB of 1024² gray).
 DEFAULT_BATCH_SIZE = {"live": 1, "recorded": 8}
 
 # Records kept in the ring: about 8 s at 30 fps of slack for a lagging consumer.
 # A record is small (max_instances x nodes x 3 floats), so this costs little.
 DEFAULT_RING_CAPACITY = 256
 
-# Pose records waiting for the .slp writer; small, so a periodic save that takes
-# a few seconds does not hold up the emit stage.
+# Pose records are small, so the .slp writer's queue is deep: a periodic save
+# that takes a few seconds does not hold up the emit stage.
 SLP_QUEUE_CAPACITY = 4096
 
 # Frames waiting for the video recorder; images are large, so keep ~1 s at 30 fps.
@@ -241,7 +245,7 @@ class Pipeline:
         self._started = False
         self._finished = False
         self._started_at: float | None = None
-        self._stopped_at: float | None = None
+        self._stopped_at: float | None = None  # when the emit stage finished
 
         self._captured = 0
         self._processed = 0
@@ -436,7 +440,7 @@ class Pipeline:
         return PipelineStats(
             policy=self.policy,
             batch_size=self.batch_size,
-            running=self._started and not self._finished,
+            running=self._is_running(),
             elapsed=elapsed,
             frames_total=None if self.policy == "live" else self._source.n_frames,
             frames_captured=self._captured,
@@ -553,6 +557,7 @@ class Pipeline:
             self._results.close()
             raise
         finally:
+            self._stopped_at = self._clock()
             self.ring.close()
             for channel in self._sinks.values():
                 channel.close()
@@ -660,7 +665,10 @@ class Pipeline:
                     class_names=info.class_names,
                     renumber=recording,
                     save_interval=self._save_interval,
-                    provenance={"sleap_live_source": source.source_id},
+                    provenance={
+                        "sleap_live_source": source.source_id,
+                        "sleap_live_model_type": info.model_type,
+                    },
                 )
             except BaseException:
                 if recording:
@@ -695,6 +703,10 @@ class Pipeline:
             if self._error is None:
                 self._error = _as_reported(stage, exc)
 
+    def _is_running(self) -> bool:
+        with self._stages_done:
+            return bool(self._running)
+
     def _request_halt(self) -> None:
         self._halt.set()
         self._engine_ready.set()
@@ -711,8 +723,6 @@ class Pipeline:
             if self._finished or not (self._started or self._halt.is_set()):
                 return
             self._finished = True
-            if self._started:
-                self._stopped_at = self._clock()
         if self._owns_runner:
             self.runner.close()
 

@@ -227,6 +227,8 @@ def test_file_output_links_to_the_source_with_source_frame_indices(fakes, tmp_pa
     assert [lf.frame_idx for lf in labels] == list(range(10))
     assert labels.videos[0].filename == str(video.resolve())
     assert tuple(labels.videos[0].shape) == (10, 8, 8, 1)
+    assert labels.provenance["sleap_live_source"] == str(video)
+    assert labels.provenance["sleap_live_model_type"] == "multi_class_topdown"
     second = labels[5].instances
     assert len(second) == 2 and second[1].track.name == "right"
 
@@ -309,13 +311,25 @@ def test_stats_snapshot_while_running(fakes):
 
 def test_elapsed_uses_the_injected_clock(fakes):
     now = [100.0]
-    pipeline = Pipeline(fakes.FakeSource(5), fakes.FakeRunner(), clock=lambda: now[0])
-    assert pipeline.stats.elapsed == 0.0
+    source = fakes.FakeSource(5, hang_at=3)
+    pipeline = Pipeline(source, fakes.FakeRunner(), clock=lambda: now[0])
+    assert pipeline.stats.elapsed == 0.0 and not pipeline.stats.running
     pipeline.start()
     now[0] = 103.5
-    pipeline.join(timeout=JOIN_TIMEOUT)
+    assert pipeline.stats.running and pipeline.stats.elapsed == 3.5
+    source.release.set()
+    assert pipeline.join(timeout=JOIN_TIMEOUT)
     now[0] = 200.0
-    assert pipeline.stats.elapsed == 3.5
+    assert pipeline.stats.elapsed == 3.5 and not pipeline.stats.running
+
+
+def test_stats_say_finished_without_join(fakes):
+    pipeline = Pipeline(fakes.FakeSource(5), fakes.FakeRunner()).start()
+    deadline = time.monotonic() + JOIN_TIMEOUT
+    while pipeline.stats.running and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not pipeline.stats.running and pipeline.stats.frames_processed == 5
+    pipeline.join(timeout=JOIN_TIMEOUT)
 
 
 def test_invalid_arguments(fakes):
