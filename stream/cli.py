@@ -120,17 +120,28 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         help="poses to this .slp file (default for files: VIDEO.predictions.slp)",
     )
-    out.add_argument("--record", type=Path, metavar="VIDEO", help="record processed frames")
+    out.add_argument(
+        "--record",
+        type=Path,
+        metavar="VIDEO",
+        help="record the processed frames to this video (the .slp output then links to it)",
+    )
     run = common.add_argument_group("run")
     run.add_argument("--duration", type=_positive_float, metavar="S", help="stop after S seconds")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bar or dashboard")
 
-    parser = _Parser(prog=PROG, description="Realtime pose estimation with sleap-nn models.")
+    parser = _Parser(
+        prog=PROG,
+        description="Realtime pose estimation with sleap-nn models.",
+        epilog=f"`run` may be left out: `{PROG} VIDEO -m MODEL`, `{PROG} --camera 0 -m MODEL`.",
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     run_parser = commands.add_parser(
         "run", parents=[common], help="run a model on a video file or a camera"
     )
-    run_parser.add_argument("video", nargs="?", type=Path, metavar="VIDEO")
+    run_parser.add_argument(
+        "video", nargs="?", type=Path, metavar="VIDEO", help="video file (or use --camera)"
+    )
     camera = run_parser.add_argument_group("camera")
     camera.add_argument("--camera", metavar="DEVICE", help="camera index (0) or device path")
     camera.add_argument("--width", type=_positive_int, help="requested frame width")
@@ -139,7 +150,7 @@ def _parser() -> argparse.ArgumentParser:
     replay = commands.add_parser(
         "replay", parents=[common], help="replay a video file at its frame rate, like a camera"
     )
-    replay.add_argument("video", type=Path, metavar="VIDEO")
+    replay.add_argument("video", type=Path, metavar="VIDEO", help="video file")
     replay.add_argument("--fps", type=_positive_float, help="replay rate (default: the video's)")
     for name in DELEGATED:
         commands.add_parser(name, help=f"see `{PROG} {name} -h`")
@@ -239,7 +250,9 @@ def _summarise(
 def _delegate(name: str, argv: list[str]) -> int:
     try:
         module = importlib.import_module(DELEGATED[name])
-    except ModuleNotFoundError:
+    except ModuleNotFoundError as error:
+        if error.name != DELEGATED[name]:
+            raise  # the command exists but one of its dependencies is missing
         return _fail(f"`{PROG} {name}` is not available in this installation", EXIT_USAGE)
     return int(module.main(argv))
 
