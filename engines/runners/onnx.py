@@ -171,7 +171,7 @@ class OnnxRunner:
         self._input_name = graph_input.name
         self._output_names = [output.name for output in session.get_outputs()]
         self.device = device_of(providers)
-        self._io = CudaIO.for_device(session, self.device)
+        self._io = BoundIO.for_device(session, self.device)
         self._session: Any = session
 
     def run(self, frames: Any) -> list[FramePoses]:
@@ -211,20 +211,29 @@ def device_of(providers: Sequence[Provider]) -> str:
     return "cpu"
 
 
-class CudaIO:
-    """One I/O binding reused across runs on a CUDA session (see the module docstring).
+class BoundIO:
+    """One I/O binding reused across runs of a session (see the module docstring).
 
-    Device buffers for outputs of known shape are cached per batch size; their
-    contents are copied to fresh host arrays at the end of each run, so results
-    handed to the caller are never overwritten by a later run.
+    Runners use it on CUDA sessions; it works the same on the CPU (`device_type`
+    "cpu"), which is how it is tested without a GPU. Device buffers for outputs of
+    known shape are cached per batch size; their contents are copied to fresh host
+    arrays at the end of each run, so results handed to the caller are never
+    overwritten by a later run.
+
+    Args:
+        session: the `onnxruntime.InferenceSession`.
+        device_type: "cuda" or "cpu", where inputs and outputs are bound.
+        device_id: the device's index.
     """
 
-    def __init__(self, session: Any, device_id: int) -> None:
+    def __init__(self, session: Any, device_type: str, device_id: int = 0) -> None:
         import onnxruntime as ort
 
         self._ort = ort
         self._session = session
+        self._device_type = device_type
         self._device_id = device_id
+        self._torch_device = "cpu" if device_type == "cpu" else f"cuda:{device_id}"
         self._binding = session.io_binding()
         (graph_input,) = session.get_inputs()
         self._input_name = graph_input.name
@@ -235,11 +244,11 @@ class CudaIO:
         self._buffers: dict[int, dict[str, Any]] = {}
 
     @classmethod
-    def for_device(cls, session: Any, device: str) -> CudaIO | None:
+    def for_device(cls, session: Any, device: str) -> BoundIO | None:
         """The binding for a session on `device` ("cuda:N"), or None on the CPU."""
         if not device.startswith("cuda:"):
             return None
-        return cls(session, int(device.partition(":")[2]))
+        return cls(session, "cuda", int(device.partition(":")[2]))
 
     def run(self, frames: Any) -> dict[str, np.ndarray]:
         binding = self._binding
@@ -251,10 +260,10 @@ class CudaIO:
             binding.bind_cpu_input(self._input_name, np.ascontiguousarray(frames))
         else:
             # The binding holds only a pointer: `device_frames` must outlive the run.
-            device_frames = frames.to(f"cuda:{self._device_id}").contiguous()
+            device_frames = frames.to(self._torch_device).contiguous()
             binding.bind_input(
                 self._input_name,
-                "cuda",
+                self._device_type,
                 self._device_id,
                 np.uint8,
                 tuple(device_frames.shape),
@@ -265,7 +274,7 @@ class CudaIO:
             if name in buffers:
                 binding.bind_ortvalue_output(name, buffers[name])
             else:
-                binding.bind_output(name, "cuda", self._device_id)
+                binding.bind_output(name, self._device_type, self._device_id)
         self._session.run_with_iobinding(binding)
         outputs = binding.copy_outputs_to_cpu()
         del device_frames
@@ -278,7 +287,7 @@ class CudaIO:
                 shape = _fixed_shape(dims, batch_size)
                 if shape is not None and dtype is not None:
                     buffers[name] = self._ort.OrtValue.ortvalue_from_shape_and_type(
-                        shape, dtype, "cuda", self._device_id
+                        shape, dtype, self._device_type, self._device_id
                     )
             self._buffers[batch_size] = buffers
         return self._buffers[batch_size]

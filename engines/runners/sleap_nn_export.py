@@ -61,7 +61,7 @@ from sleap_live.engines.grouping import ClassMapGrouper, PafGrouper
 from sleap_live.engines.load import read_export_metadata
 from sleap_live.engines.postprocess import decode
 from sleap_live.engines.runners.frames import check_frames, convert_channels
-from sleap_live.engines.runners.onnx import CPU, CudaIO, Provider, create_session, device_of
+from sleap_live.engines.runners.onnx import CPU, BoundIO, Provider, create_session, device_of
 from sleap_live.engines.spec import ModelSpec, parse_training_config
 from sleap_live.engines.topdown import CENTROID_SKELETON
 from sleap_live.engines.types import FramePoses, ModelInfo, Skeleton
@@ -157,7 +157,7 @@ class SleapNNExportRunner:
                 f"it outputs {self._output_names}"
             )
         self.device = device_of(providers)
-        self._io = CudaIO.for_device(session, self.device)
+        self._io = BoundIO.for_device(session, self.device)
         self._session: Any = session
 
     def run(self, frames: Any) -> list[FramePoses]:

@@ -23,7 +23,12 @@ from sleap_live.engines.export import (
 from sleap_live.engines.preprocess import ensure_channels
 from sleap_live.engines.runners.base import Runner
 from sleap_live.engines.runners.frames import check_frames, convert_channels
-from sleap_live.engines.runners.onnx import OnnxRunner, create_session, providers_for
+from sleap_live.engines.runners.onnx import (
+    BoundIO,
+    OnnxRunner,
+    create_session,
+    providers_for,
+)
 from sleap_live.engines.runners.torch import TorchRunner
 
 HAS_CUDA_EP = "CUDAExecutionProvider" in ort.get_available_providers()
@@ -205,6 +210,47 @@ def test_onnx_runner_refuses_foreign_models(tmp_path):
     (tmp_path / "junk.onnx").write_bytes(b"junk")
     with pytest.raises(ModelConfigError, match="onnxruntime cannot load it"):
         OnnxRunner(tmp_path / "junk.onnx")
+
+
+def test_io_binding_matches_session_run_and_never_reuses_results(toy_onnx):
+    # The binding the CUDA path uses, exercised on the CPU.
+    session = create_session(toy_onnx, intra_op_threads=1)
+    bound = BoundIO(session, "cpu")
+    frames = sample_frames(2, 96, 128, 3, seed=4)
+    first = bound.run(frames)
+    names = [output.name for output in session.get_outputs()]
+    expected = dict(zip(names, session.run(None, {"frames": frames}), strict=True))
+    for name, value in expected.items():
+        np.testing.assert_array_equal(first[name], value)
+    again = bound.run(torch.from_numpy(sample_frames(2, 96, 128, 3, seed=5)))
+    assert first["points"].shape != again["points"].shape or not np.array_equal(
+        first["points"], again["points"], equal_nan=True
+    )
+    for name, value in expected.items():
+        np.testing.assert_array_equal(first[name], value)
+
+
+def test_io_binding_preallocates_outputs_whose_shape_follows_the_batch():
+    graph = onnx.helper.make_graph(
+        [
+            onnx.helper.make_node("Cast", ["frames"], ["as_float"], to=onnx.TensorProto.FLOAT),
+            onnx.helper.make_node("ReduceSum", ["as_float", "axes"], ["sums"], keepdims=0),
+        ],
+        "sums",
+        [onnx.helper.make_tensor_value_info("frames", onnx.TensorProto.UINT8, ["batch", 4, 4, 1])],
+        [onnx.helper.make_tensor_value_info("sums", onnx.TensorProto.FLOAT, ["batch"])],
+        [onnx.helper.make_tensor("axes", onnx.TensorProto.INT64, [3], [1, 2, 3])],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    session = create_session(model.SerializeToString())
+    bound = BoundIO(session, "cpu")
+    ones = bound.run(np.ones((2, 4, 4, 1), np.uint8))
+    twos = bound.run(np.full((2, 4, 4, 1), 2, np.uint8))
+    threes = bound.run(np.full((3, 4, 4, 1), 3, np.uint8))
+    np.testing.assert_array_equal(ones["sums"], [16, 16])
+    np.testing.assert_array_equal(twos["sums"], [32, 32])
+    np.testing.assert_array_equal(threes["sums"], [48, 48, 48])
+    assert sorted(bound._buffers) == [2, 3] and "sums" in bound._buffers[2]
 
 
 @pytest.mark.gpu
