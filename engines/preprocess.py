@@ -15,15 +15,20 @@ match `sleap-nn predict`:
 sleap-nn runs steps 1-4 with torchvision on uint8 CPU tensors. Its resizes are
 therefore torch's native uint8 antialiased bilinear kernel: int16 fixed-point
 weights, a horizontal pass and then a vertical one, each rounded back to uint8.
-`resize_uint8` rebuilds that kernel from gathers and integer sums so it matches
-exactly and exports to ONNX (the `aten` antialias ops do not). Its weight tables
-are computed in float64 from the dynamic sizes, as torch computes them.
 
+Eager mode on CPU runs the very torch/torchvision kernels sleap-nn runs. Traced
+graphs (and other devices) use exact re-implementations built from ops that
+export: `resize_uint8_exportable` rebuilds the resize kernel from gathers and
+exact float32 sums (the `aten` antialias ops do not export to ONNX), with its
+weight tables computed in float64 from the dynamic sizes as torch computes them;
+channel conversions compute both branches and select on the channel count.
 Every size is derived from tensor shapes, never from Python ints frozen at trace
 time, so an exported graph accepts any frame size and either channel count.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import attrs
 import numpy as np
@@ -138,16 +143,22 @@ def _scalar(size: torch.Tensor) -> torch.Tensor:
 
 
 def luma(image: torch.Tensor) -> torch.Tensor:
-    """Grey level of a (B, 3, H, W) image, as torchvision computes it in float32.
+    """Grey level of a (B, 3, H, W) image, as torchvision computes it.
 
-    torchvision evaluates `r * 0.2989` and then adds the other two products with
-    fused multiply-adds (`add_(g, alpha=0.587)`), so each step rounds once to
-    float32. Doing the steps in float64 and rounding after each reproduces that
-    exactly, which matters when the result is truncated to uint8.
+    torchvision evaluates `r * 0.2989` and then adds the other two products
+    with `add_(..., alpha=...)`, which rounds once per step (a fused
+    multiply-add). In eager mode those very ops run; a traced graph does the
+    steps in float64 and rounds after each, which gives the same float32 values
+    (checked on all 2^24 uint8 colours), so truncating to uint8 agrees too.
 
     Returns:
         (B, 1, H, W) float32.
     """
+    if not torch.jit.is_tracing():
+        red, green, blue = image.unbind(1)
+        weights = GRAY_WEIGHTS
+        gray = red.mul(weights[0]).add_(green, alpha=weights[1]).add_(blue, alpha=weights[2])
+        return gray.unsqueeze(1)
     red, green, blue = image.double().unbind(1)
     w_red, w_green, w_blue = _GRAY_WEIGHTS_F32
     gray = (red * w_red).float()
@@ -161,23 +172,28 @@ def _as_three_channels(image: torch.Tensor) -> torch.Tensor:
     return image.expand(image.shape[0], 3, image.shape[2], image.shape[3])
 
 
-def _is_rgb(image: torch.Tensor) -> torch.Tensor:
-    return size_of(image, 1) == 3
+def _to_grey(image: torch.Tensor, convert: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """`convert(rgb)` for 3-channel images, the image itself for 1-channel ones.
+
+    Eager mode picks the branch; a traced graph computes both and selects on
+    the channel count, so its channel axis stays dynamic.
+    """
+    channels = image.shape[1]
+    if isinstance(channels, int):  # eager; under tracing shapes are tensors
+        return image if channels == 1 else convert(image)
+    return torch.where(size_of(image, 1) == 3, convert(_as_three_channels(image)), image[:, :1])
 
 
 def ensure_channels(image: torch.Tensor, ensure_rgb: bool, ensure_grayscale: bool) -> torch.Tensor:
     """sleap-nn's `ensure_rgb` / `ensure_grayscale` on uint8 (B, C, H, W) frames.
 
     Grey to RGB repeats the channel; RGB to grey is torchvision's luma truncated
-    to uint8 (so white becomes 254, as in sleap-nn). Both branches are computed
-    and selected on the channel count, which keeps the channel axis dynamic in
-    an exported graph.
+    to uint8 (so white becomes 254, as in sleap-nn).
     """
     if ensure_rgb:
         return _as_three_channels(image)
     if ensure_grayscale:
-        gray = luma(_as_three_channels(image)).to(torch.uint8)
-        return torch.where(_is_rgb(image), gray, image[:, :1])
+        return _to_grey(image, lambda rgb: luma(rgb).to(torch.uint8))
     return image
 
 
@@ -189,7 +205,7 @@ def match_channels(image: torch.Tensor, in_channels: int) -> torch.Tensor:
     """
     if in_channels == 3:
         return _as_three_channels(image)
-    return torch.where(_is_rgb(image), luma(_as_three_channels(image)), image[:, :1])
+    return _to_grey(image, luma)
 
 
 def _resize_tables(
@@ -199,7 +215,7 @@ def _resize_tables(
 
     Returns:
         `(indices, weights, precision)`: source indices (out, taps) int64 clamped
-        into the input; int16-valued weights (out, taps) int32, zero past each
+        into the input; int16-valued weights (out, taps) float32, zero past each
         output's support; and the fixed-point precision, (1,) int64.
     """
     in_f = in_size.double()
@@ -228,32 +244,60 @@ def _resize_tables(
     largest = weights.amax().reshape(1)
     fits = torch.floor(0.5 + largest * torch.pow(2.0, steps + 1.0)) < 32768.0
     precision = fits.long().sum(0, keepdim=True)
-    fixed = torch.floor(0.5 + weights * torch.pow(2.0, precision.double())).int()
+    fixed = torch.floor(0.5 + weights * torch.pow(2.0, precision.double())).float()
     indices = torch.minimum(source, in_size - 1)
     return indices, fixed, precision
 
 
-def _round_fixed_point(sums: torch.Tensor, precision: torch.Tensor) -> torch.Tensor:
-    """`(sum + 2^(p-1)) >> p` saturated to uint8 (sums are never negative)."""
-    half = torch.pow(2.0, precision.double() - 1.0).int()
-    one = torch.pow(2.0, precision.double()).int()
-    return torch.clamp(torch.div(sums + half, one, rounding_mode="trunc"), 0, 255)
+def _resize_leading_axis(
+    image: torch.Tensor, in_size: torch.Tensor, out_size: torch.Tensor
+) -> torch.Tensor:
+    """One exact resize pass along the first axis of a uint8 (L, N) matrix.
 
+    Gathers every output's taps (whole rows, so the gather copies contiguous
+    blocks) and sums them with torch's int16 weights in one batched matmul,
+    then rounds as torch does: `(sum + 2^(p-1)) >> p`, saturated to uint8.
+    The integer sums can exceed float32's exact range (2^24) for strong
+    downscales, so each weight is split as `high * 2^q + low`, `q = p - 15`
+    (when positive): the `high` sum stays below 2^24 and the small `low` sum
+    only carries into it once rounded. Every partial sum is an exact integer,
+    so the matmul's summation order does not matter.
 
-def _resize_width(image: torch.Tensor, width: torch.Tensor) -> torch.Tensor:
-    indices, weights, precision = _resize_tables(size_of(image, 3), width)
+    Returns:
+        (out, N) uint8.
+    """
+    indices, weights, precision = _resize_tables(in_size, out_size)
     taps = indices.shape[1]
-    picked = image[..., indices.reshape(-1)].int()
-    picked = picked.reshape(image.shape[0], image.shape[1], image.shape[2], -1, taps)
-    return _round_fixed_point((picked * weights).sum(4), precision)
+    picked = image.index_select(0, indices.reshape(-1)).float()
+    picked = picked.reshape(-1, taps, image.shape[1])  # (out, taps, N)
+
+    shift = torch.clamp(precision - 15, min=0).double()
+    unit = torch.pow(2.0, shift).float()
+    high = torch.floor(weights / unit)
+    low = weights - high * unit
+    sums = torch.matmul(torch.stack([high, low], dim=1), picked)  # (out, 2, N)
+    low_sum = sums[:, 1] + torch.pow(2.0, precision.double() - 1.0).float()
+    total = sums[:, 0] + torch.floor(low_sum / unit)
+    rounded = torch.floor(total / torch.pow(2.0, precision.double() - shift).float())
+    return torch.clamp(rounded, 0.0, 255.0).to(torch.uint8)
 
 
-def _resize_height(image: torch.Tensor, height: torch.Tensor) -> torch.Tensor:
-    indices, weights, precision = _resize_tables(size_of(image, 2), height)
-    taps = indices.shape[1]
-    picked = image[:, :, indices.reshape(-1), :].int()
-    picked = picked.reshape(image.shape[0], image.shape[1], -1, taps, image.shape[3])
-    return _round_fixed_point((picked * weights[:, :, None]).sum(3), precision)
+def resize_uint8_exportable(
+    image: torch.Tensor, height: int | torch.Tensor, width: int | torch.Tensor
+) -> torch.Tensor:
+    """`resize_uint8` from gathers and exact float32 sums, which export to ONNX.
+
+    A pass whose size does not change has a single unit weight per output and
+    passes its input through.
+    """
+    batch, channels = image.shape[0], image.shape[1]
+    in_height, in_width = size_of(image, 2), size_of(image, 3)
+    columns = image.permute(3, 0, 1, 2).reshape(image.shape[3], -1)  # (W, B*C*H)
+    columns = _resize_leading_axis(columns, in_width, _as_size(width))
+    resized = columns.reshape(-1, batch, channels, image.shape[2])  # (W', B, C, H)
+    rows = resized.permute(3, 1, 2, 0).reshape(image.shape[2], -1)  # (H, B*C*W')
+    rows = _resize_leading_axis(rows, in_height, _as_size(height))
+    return rows.reshape(-1, batch, channels, resized.shape[0]).permute(1, 2, 0, 3)
 
 
 def resize_uint8(
@@ -261,19 +305,23 @@ def resize_uint8(
 ) -> torch.Tensor:
     """Antialiased bilinear resize of uint8 (B, C, H, W) images, exactly as torch does it.
 
-    Equal to `F.interpolate(image, (height, width), mode="bilinear",
-    antialias=True)` on uint8 CPU tensors (what torchvision's `resize` runs),
-    including its rounding: width first, then height, each pass rounded to
-    uint8. An axis whose size does not change passes through unchanged.
+    What torchvision's `resize` (and so sleap-nn) runs on uint8 CPU tensors:
+    `F.interpolate(image, (height, width), mode="bilinear", antialias=True)`,
+    with int16 fixed-point weights, width first, then height, each pass rounded
+    to uint8. Eager CPU tensors go to that kernel; traced graphs and other
+    devices get `resize_uint8_exportable`, which computes the same numbers.
 
     Args:
         image: uint8 (B, C, H, W).
         height: output height, an int or a (1,) int64 tensor.
         width: output width, an int or a (1,) int64 tensor.
     """
-    height, width = _as_size(height), _as_size(width)
-    resized = _resize_width(image, width)
-    return _resize_height(resized, height).to(torch.uint8)
+    if torch.jit.is_tracing() or image.device.type != "cpu":
+        return resize_uint8_exportable(image, height, width)
+    size = (int(height), int(width))
+    if size == tuple(image.shape[2:]):
+        return image
+    return F.interpolate(image, size=size, mode="bilinear", align_corners=False, antialias=True)
 
 
 def pad_bottom_right(

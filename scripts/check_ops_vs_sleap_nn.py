@@ -2,14 +2,16 @@
 
 Run with the sleap-nn environment, where sleap-live is installed without deps:
 
-    /work/venvs/snn/bin/python scripts/check_ops_vs_sleap_nn.py [--models]
+    /work/venvs/snn/bin/python scripts/check_ops_vs_sleap_nn.py [--models] [--no-ops]
 
 Ops on random and synthetic inputs: preprocessing (`_apply_full_preprocess` plus
 the model's normalisation and channel conversion), global and local peak finding
 with integral refinement (including flat tops), crops around centroids. With
 `--models`, every trained model pair under tests/data/models/ is also run end to
 end on the test videos and compared with the `sleap-nn predict` goldens under
-tests/data/goldens/.
+tests/data/goldens/ (the runs recorded in tests/data/manifest.json): instance
+counts and order per frame, point distances (median and 99th percentile) and
+point and instance score differences.
 
 Prints the largest differences and exits non-zero if any exceeds its tolerance.
 """
@@ -17,6 +19,7 @@ Prints the largest differences and exits non-zero if any exceeds its tolerance.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -139,14 +142,15 @@ def check_resize(report: Report, rng: np.random.Generator) -> None:
         (1000, 1000, 300, 300),
         (300, 500, 37, 23),
         (200, 300, 199, 301),
+        (1080, 1920, 120, 213),
     ):
         image = torch.from_numpy(rng.integers(0, 256, (2, 3, height, width), dtype=np.uint8))
         expected = F.interpolate(
             image, (out_height, out_width), mode="bilinear", antialias=True, align_corners=False
         )
-        ours = preprocess.resize_uint8(image, out_height, out_width)
+        ours = preprocess.resize_uint8_exportable(image, out_height, out_width)
         worst = max(worst, float((ours.int() - expected.int()).abs().max()))
-    report.check("uint8 antialiased resize vs torch (grey levels)", worst, 0.0)
+    report.check("exportable uint8 antialiased resize vs torch (grey levels)", worst, 0.0)
 
 
 def check_global_peaks(report: Report, rng: np.random.Generator) -> None:
@@ -240,6 +244,128 @@ def check_crops(report: Report, rng: np.random.Generator) -> None:
     report.check("crops: box top-left", worst_offset, 0.0)
 
 
+def _predict_runs(manifest: dict) -> list[tuple[str, list[Path], Path]]:
+    """(golden name, model directories, video) of each recorded `sleap-nn predict` run."""
+    runs = []
+    for name, record in manifest.get("predict", {}).items():
+        words = shlex.split(record["command"])
+        models, video, option = [], None, None
+        for word in words:
+            if word.startswith("-"):
+                option = word
+            elif option in ("--model_paths", "-m"):
+                models.append(REPO / word)  # the option takes one or more values
+            elif option == "--data_path":
+                video = REPO / word
+        runs.append((name, models, video))
+    return runs
+
+
+def _build(model_dirs: list[Path]):
+    """Our inference model for the directories sleap-nn predict was given."""
+    from sleap_live.engines.single_instance import SingleInstanceModel
+    from sleap_live.engines.spec import read_training_config
+    from sleap_live.engines.topdown import CentroidModel, MultiClassTopDownModel, TopDownModel
+
+    specs = {spec.model_type: spec for spec in map(read_training_config, model_dirs)}
+    # sleap-nn predict keeps every centroid; a bound above any frame's count matches it.
+    unbounded = {"max_instances": 1000}
+    if set(specs) == {"single_instance"}:
+        return SingleInstanceModel.from_spec(specs["single_instance"])
+    if set(specs) == {"centroid"}:
+        return CentroidModel.from_spec(specs["centroid"], **unbounded)
+    if set(specs) == {"centroid", "centered_instance"}:
+        return TopDownModel.from_specs(specs["centroid"], specs["centered_instance"], **unbounded)
+    if set(specs) == {"centroid", "multi_class_topdown"}:
+        return MultiClassTopDownModel.from_specs(
+            specs["centroid"], specs["multi_class_topdown"], **unbounded
+        )
+    return None
+
+
+def _match(golden_points: np.ndarray, our_points: np.ndarray) -> list[tuple[int, int]]:
+    """Pairs (golden, ours) of instances, by least total distance over shared nodes."""
+    from scipy.optimize import linear_sum_assignment
+
+    if not len(golden_points) or not len(our_points):
+        return []
+    distances = np.linalg.norm(golden_points[:, None] - our_points[None], axis=-1)
+    cost = np.where(np.isnan(distances), 1e3, distances).mean(-1)
+    return list(zip(*linear_sum_assignment(cost), strict=True))
+
+
+def check_goldens(report: Report, batch_size: int) -> None:
+    import json
+    import time
+
+    import sleap_io as sio
+    from sleap_live.engines.postprocess import decode
+
+    manifest_path = REPO / "tests" / "data" / "manifest.json"
+    if not manifest_path.is_file():
+        print("skip goldens: no tests/data/manifest.json")
+        return
+    for name, model_dirs, video_path in _predict_runs(json.loads(manifest_path.read_text())):
+        golden_path = REPO / "tests" / "data" / "goldens" / f"{name}.npz"
+        model = _build(model_dirs) if golden_path.is_file() else None
+        if model is None:
+            print(f"skip golden {name}: no golden file or not an instance-list model")
+            continue
+        golden = np.load(golden_path)
+        video = sio.load_video(str(video_path))
+        frame_indices = golden["frame_indices"].tolist()
+        errors, score_errors, order_mismatches, count_mismatches = [], [], 0, 0
+        seconds = 0.0
+        with torch.inference_mode():
+            for start in range(0, len(frame_indices), batch_size):
+                indices = frame_indices[start : start + batch_size]
+                frames = torch.from_numpy(np.stack([video[i] for i in indices]))
+                began = time.perf_counter()
+                outputs = model(frames)
+                poses = decode(
+                    model.info,
+                    {k: v.numpy() for k, v in zip(model.output_names, outputs, strict=True)},
+                    len(indices),
+                )
+                seconds += time.perf_counter() - began
+                for offset, frame_poses in enumerate(poses):
+                    row = start + offset
+                    n = int(golden["n_instances"][row])
+                    golden_points = golden["points"][row, :n]
+                    if frame_poses.n_instances != n:
+                        count_mismatches += 1
+                    pairs = _match(golden_points, frame_poses.points)
+                    order_mismatches += sum(g != o for g, o in pairs)
+                    for g, o in pairs:
+                        distance = np.linalg.norm(golden_points[g] - frame_poses.points[o], axis=-1)
+                        errors.extend(distance[~np.isnan(distance)].tolist())
+                        both = ~np.isnan(frame_poses.point_scores[o]) & ~np.isnan(distance)
+                        score_errors.extend(
+                            np.abs(
+                                golden["point_scores"][row, g][both]
+                                - frame_poses.point_scores[o][both]
+                            ).tolist()
+                        )
+                        score_errors.append(
+                            abs(
+                                float(golden["instance_scores"][row, g])
+                                - float(frame_poses.instance_scores[o])
+                            )
+                        )
+        errors_array = np.array(errors) if errors else np.zeros(1)
+        print(
+            f"     {name}: {len(frame_indices)} frames, {len(errors)} points, "
+            f"{seconds:.2f} s in our model (batch {batch_size})"
+        )
+        report.check(f"{name}: frames with a different instance count", count_mismatches, 0)
+        report.check(f"{name}: instances in a different order", order_mismatches, 0)
+        report.check(f"{name}: median point distance (px)", float(np.median(errors_array)), 0.1)
+        report.check(
+            f"{name}: p99 point distance (px)", float(np.percentile(errors_array, 99)), 0.5
+        )
+        report.check(f"{name}: max score difference", max(score_errors, default=0.0), 1e-3)
+
+
 OP_CHECKS: tuple[Callable[[Report, np.random.Generator], None], ...] = (
     check_preprocess,
     check_resize,
@@ -252,12 +378,20 @@ OP_CHECKS: tuple[Callable[[Report, np.random.Generator], None], ...] = (
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--models", action="store_true", help="also compare trained models with the goldens"
+    )
+    parser.add_argument("--ops", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--batch-size", type=int, default=4)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     report = Report()
     rng = np.random.default_rng(args.seed)
-    for check in OP_CHECKS:
-        check(report, rng)
+    if args.ops:
+        for check in OP_CHECKS:
+            check(report, rng)
+    if args.models:
+        check_goldens(report, args.batch_size)
     if report.failures:
         print(f"{len(report.failures)} check(s) failed: {', '.join(report.failures)}")
         return 1

@@ -49,16 +49,28 @@ class TestResizeUint8:
             ((50, 50), (50, 80)),  # height unchanged
         ],
     )
-    def test_equals_torch_uint8_antialiased_bilinear(self, size, out_size):
+    def test_exportable_version_equals_torch_uint8_antialiased_bilinear(self, size, out_size):
         image = _random_frames((2, 3, *size))
         expected = F.interpolate(
             image, size=out_size, mode="bilinear", align_corners=False, antialias=True
         )
+        assert torch.equal(preprocess.resize_uint8_exportable(image, *out_size), expected)
         assert torch.equal(preprocess.resize_uint8(image, *out_size), expected)
+
+    def test_exportable_version_is_exact_for_bright_images_and_strong_downscales(self):
+        # A 34x downscale of bright pixels: fixed-point sums beyond float32's exact
+        # integers (a plain float32 sum gets two pixels wrong here).
+        cols, rows = torch.arange(1400), torch.arange(32)[:, None]
+        image = (200 + (cols * 7 + rows * 13) % 56).to(torch.uint8)[None, None]
+        expected = F.interpolate(
+            image, size=(32, 41), mode="bilinear", align_corners=False, antialias=True
+        )
+        assert torch.equal(preprocess.resize_uint8_exportable(image, 32, 41), expected)
 
     def test_same_size_is_identity(self):
         image = _random_frames((1, 1, 33, 47))
         assert torch.equal(preprocess.resize_uint8(image, 33, 47), image)
+        assert torch.equal(preprocess.resize_uint8_exportable(image, 33, 47), image)
 
     def test_within_a_grey_level_of_float_antialiased_bilinear(self):
         image = _random_frames((1, 1, 90, 110), seed=1)
