@@ -1,0 +1,141 @@
+"""Compare sleap-live's poses with sleap-nn's goldens and with ground truth.
+
+The goldens are `sleap-nn predict` outputs on the test videos, stored as .npz by
+scripts/make_fixtures.py (see tests/data/README.md). Instances are matched per
+frame by the Hungarian method on mean point distance, since the two tools need
+not list a frame's instances in the same order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import attrs
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+# golden name -> (model dirs, test video, ground-truth file)
+CASES: dict[str, tuple[tuple[str, ...], str, str]] = {
+    "single_instance": (("single_instance",), "single.mkv", "single.npz"),
+    "centroid": (("centroid",), "multi_gray.mkv", "multi_gray.npz"),
+    "topdown": (("centroid", "centered_instance"), "multi_gray.mkv", "multi_gray.npz"),
+    "bottomup": (("bottomup",), "multi_gray.mkv", "multi_gray.npz"),
+    "multi_class_topdown": (
+        ("centroid_rgb", "multi_class_topdown"),
+        "multi_rgb.mp4",
+        "multi_rgb.npz",
+    ),
+    "multi_class_bottomup": (("multi_class_bottomup",), "multi_rgb.mp4", "multi_rgb.npz"),
+}
+
+
+def case_paths(name: str) -> tuple[list[Path], Path, Path, Path]:
+    """Model dirs, video, golden .npz and ground truth .npz of one case."""
+    models, video, truth = CASES[name]
+    return (
+        [DATA / "models" / m for m in models],
+        DATA / "videos" / video,
+        DATA / "goldens" / f"{name}.npz",
+        DATA / "ground_truth" / truth,
+    )
+
+
+@attrs.frozen
+class Comparison:
+    """How two sets of per-frame poses differ."""
+
+    frames: int
+    same_count_fraction: float
+    point_errors: np.ndarray  # px, over matched points present in both
+    score_errors: np.ndarray  # |point score difference| over the same points
+    instance_score_errors: np.ndarray
+    identity_agreement: float  # fraction of matched instances with the same identity
+    presence_mismatches: int  # matched points found by one side only
+
+    def summary(self) -> str:
+        p = self.point_errors
+        return (
+            f"frames {self.frames}, same count {self.same_count_fraction:.4f}, "
+            f"points median {np.median(p):.4g} px p99 {np.percentile(p, 99):.4g} px "
+            f"max {p.max():.4g} px, point score p99 {np.percentile(self.score_errors, 99):.3g}, "
+            f"instance score p99 {np.percentile(self.instance_score_errors, 99):.3g}, "
+            f"identity agreement {self.identity_agreement:.4f}, "
+            f"presence mismatches {self.presence_mismatches}"
+        )
+
+
+def match(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Hungarian pairing of instances (I, N, 2) by mean distance over shared nodes."""
+    if len(a) == 0 or len(b) == 0:
+        return np.zeros(0, int), np.zeros(0, int)
+    d = np.linalg.norm(a[:, None] - b[None], axis=-1)  # (Ia, Ib, N)
+    with np.errstate(invalid="ignore"):
+        cost = np.nanmean(np.where(np.isnan(d), np.nan, d), axis=-1)
+    cost = np.where(np.isnan(cost), 1e6, cost)
+    return linear_sum_assignment(cost)
+
+
+def compare(
+    ours: Sequence[dict[str, np.ndarray]],
+    golden: dict[str, np.ndarray],
+    class_names: Sequence[str] = (),
+) -> Comparison:
+    """Compare our per-frame poses with a golden .npz.
+
+    `ours[i]` holds "points" (I, N, 2), "point_scores" (I, N), "instance_scores" (I,)
+    and "identities" (I,) for golden frame i. Identities are compared by name:
+    ours index `class_names`, the golden's index its "track_names".
+    """
+    track_names = [str(t) for t in golden["track_names"]]
+    n_frames = len(golden["frame_indices"])
+    same = 0
+    point_errors, score_errors, inst_errors = [], [], []
+    agree = total = mismatches = 0
+    for i in range(n_frames):
+        n = int(golden["n_instances"][i])
+        g_pts = golden["points"][i, :n]
+        o = ours[i]
+        same += len(o["points"]) == n
+        ia, ib = match(o["points"], g_pts)
+        for a, b in zip(ia, ib, strict=True):
+            d = np.linalg.norm(o["points"][a] - g_pts[b], axis=-1)
+            present = ~np.isnan(d)
+            mismatches += int(np.sum(np.isnan(o["points"][a, :, 0]) != np.isnan(g_pts[b, :, 0])))
+            point_errors.extend(d[present])
+            score_errors.extend(
+                np.abs(o["point_scores"][a] - golden["point_scores"][i, b])[present]
+            )
+            inst_errors.append(abs(o["instance_scores"][a] - golden["instance_scores"][i, b]))
+            golden_track = int(golden["track_ids"][i, b])
+            if track_names and golden_track >= 0:
+                total += 1
+                ours_id = int(o["identities"][a])
+                ours_name = class_names[ours_id] if ours_id >= 0 else None
+                agree += int(ours_name == track_names[golden_track])
+    return Comparison(
+        frames=n_frames,
+        same_count_fraction=same / n_frames,
+        point_errors=np.asarray(point_errors, float),
+        score_errors=np.asarray(score_errors, float),
+        instance_score_errors=np.asarray(inst_errors, float),
+        identity_agreement=agree / total if total else 1.0,
+        presence_mismatches=mismatches,
+    )
+
+
+def ground_truth_errors(
+    ours: Sequence[dict[str, np.ndarray]], truth: dict[str, np.ndarray]
+) -> tuple[np.ndarray, int]:
+    """Point errors (px) of our poses against ground truth, and missed animals."""
+    errors, missed = [], 0
+    for i, o in enumerate(ours):
+        gt = truth["points"][i]
+        ia, ib = match(o["points"], gt)
+        missed += len(gt) - len(ia)
+        for a, b in zip(ia, ib, strict=True):
+            d = np.linalg.norm(o["points"][a] - gt[b], axis=-1)
+            errors.extend(d[~np.isnan(d)])
+    return np.asarray(errors, float), missed
