@@ -50,6 +50,7 @@ from sleap_live.engines.types import FramePoses
 from sleap_live.stream.channel import Channel
 from sleap_live.stream.errors import ChannelClosed, ChannelEmpty, PipelineError, StreamError
 from sleap_live.stream.ring import RingBuffer, RingReader
+from sleap_live.stream.sources import Source
 from sleap_live.stream.stats import Clock, ConsumerStats, LatencyWindow, PipelineStats, RateMeter
 from sleap_live.stream.types import Frame, PoseRecord
 from sleap_live.stream.writers import SlpWriter, VideoRecorder
@@ -181,7 +182,7 @@ class Pipeline:
 
     def __init__(
         self,
-        source: Any,
+        source: Source,
         model_or_runner: Runner | str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
         *,
         batch_size: int | None = None,
@@ -410,9 +411,7 @@ class Pipeline:
         if owns_run:
             self.start()
         try:
-            while (record := consumer.reader.wait_next()) is not None:
-                self._notify_room()
-                consumer.delivered += 1
+            while (record := self._take(consumer)) is not None:
                 yield record
         finally:
             self._detach(consumer)
@@ -602,15 +601,25 @@ class Pipeline:
     ) -> None:
         reported = 0
         try:
-            while (record := consumer.reader.wait_next()) is not None:
-                self._notify_room()
+            while (record := self._take(consumer)) is not None:
                 if consumer.skipped != reported and on_skip is not None:
                     on_skip(consumer.skipped - reported)
                 reported = consumer.skipped
                 callback(record)
-                consumer.delivered += 1
         finally:
             self._detach(consumer)
+
+    def _take(self, consumer: _Consumer) -> PoseRecord | None:
+        """A consumer's next record (None once the ring is closed and drained).
+
+        Taking it frees the record's slot, which a lossless consumer's backpressure
+        may be holding the emit stage for.
+        """
+        record = consumer.reader.wait_next()
+        if record is not None:
+            consumer.delivered += 1
+            self._notify_room()
+        return record
 
     # -------------------------------------------------------------------- helpers
 
