@@ -2,14 +2,16 @@
 
 Run with the sleap-nn environment, where sleap-live is installed without deps:
 
-    /work/venvs/snn/bin/python scripts/check_ops_vs_sleap_nn.py [--models] [--no-ops]
+    /work/venvs/snn/bin/python scripts/check_ops_vs_sleap_nn.py [--no-ops] \\
+        [--models [--runtime torch onnx]]
 
 Ops on random and synthetic inputs: preprocessing (`_apply_full_preprocess` plus
 the model's normalisation and channel conversion), global and local peak finding
 with integral refinement (including flat tops), crops around centroids. With
 `--models`, every trained model pair under tests/data/models/ is also run end to
-end on the test videos and compared with the `sleap-nn predict` goldens under
-tests/data/goldens/ (the runs recorded in tests/data/manifest.json): instance
+end (eagerly, and with `--runtime onnx` exported by sleap-live's exporter and run
+by ONNX Runtime) on the test videos and compared with the `sleap-nn predict`
+goldens under tests/data/goldens/ (the runs in tests/data/manifest.json): instance
 counts and order per frame, point distances (median and 99th percentile) and
 point and instance score differences.
 
@@ -294,7 +296,37 @@ def _match(golden_points: np.ndarray, our_points: np.ndarray) -> list[tuple[int,
     return list(zip(*linear_sum_assignment(cost), strict=True))
 
 
-def check_goldens(report: Report, batch_size: int) -> None:
+def _torch_runner(model) -> Callable[[np.ndarray], dict[str, np.ndarray]]:
+    def run(frames: np.ndarray) -> dict[str, np.ndarray]:
+        with torch.inference_mode():
+            outputs = model(torch.from_numpy(frames))
+        return {k: v.numpy() for k, v in zip(model.output_names, outputs, strict=True)}
+
+    return run
+
+
+def _onnx_runner(model, check_frames: list[np.ndarray]) -> Callable[[np.ndarray], dict]:
+    """Exports `model` with sleap-live's exporter (verified on `check_frames`) and runs it."""
+    import tempfile
+
+    import onnxruntime as ort
+    from sleap_live.engines.export import export_inference_model
+
+    with tempfile.TemporaryDirectory() as directory:
+        path = export_inference_model(model, directory, format="onnx", frames=check_frames)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    input_name = session.get_inputs()[0].name
+
+    def run(frames: np.ndarray) -> dict[str, np.ndarray]:
+        outputs = session.run(model.output_names, {input_name: frames})
+        return dict(zip(model.output_names, outputs, strict=True))
+
+    return run
+
+
+def check_goldens(report: Report, batch_size: int, runtime: str) -> None:
     import json
     import time
 
@@ -311,59 +343,54 @@ def check_goldens(report: Report, batch_size: int) -> None:
         if model is None:
             print(f"skip golden {name}: no golden file or not an instance-list model")
             continue
+        model.eval()
         golden = np.load(golden_path)
         video = sio.load_video(str(video_path))
         frame_indices = golden["frame_indices"].tolist()
+        batches = [
+            np.stack([video[i] for i in frame_indices[start : start + batch_size]])
+            for start in range(0, len(frame_indices), batch_size)
+        ]
+        if runtime == "onnx":
+            run = _onnx_runner(model, [batches[0], batches[-1][:1]])
+        else:
+            run = _torch_runner(model)
         errors, score_errors, order_mismatches, count_mismatches = [], [], 0, 0
         seconds = 0.0
-        with torch.inference_mode():
-            for start in range(0, len(frame_indices), batch_size):
-                indices = frame_indices[start : start + batch_size]
-                frames = torch.from_numpy(np.stack([video[i] for i in indices]))
-                began = time.perf_counter()
-                outputs = model(frames)
-                poses = decode(
-                    model.info,
-                    {k: v.numpy() for k, v in zip(model.output_names, outputs, strict=True)},
-                    len(indices),
-                )
-                seconds += time.perf_counter() - began
-                for offset, frame_poses in enumerate(poses):
-                    row = start + offset
-                    n = int(golden["n_instances"][row])
-                    golden_points = golden["points"][row, :n]
-                    if frame_poses.n_instances != n:
-                        count_mismatches += 1
-                    pairs = _match(golden_points, frame_poses.points)
-                    order_mismatches += sum(g != o for g, o in pairs)
-                    for g, o in pairs:
-                        distance = np.linalg.norm(golden_points[g] - frame_poses.points[o], axis=-1)
-                        errors.extend(distance[~np.isnan(distance)].tolist())
-                        both = ~np.isnan(frame_poses.point_scores[o]) & ~np.isnan(distance)
-                        score_errors.extend(
-                            np.abs(
-                                golden["point_scores"][row, g][both]
-                                - frame_poses.point_scores[o][both]
-                            ).tolist()
-                        )
-                        score_errors.append(
-                            abs(
-                                float(golden["instance_scores"][row, g])
-                                - float(frame_poses.instance_scores[o])
-                            )
-                        )
+        for batch_index, frames in enumerate(batches):
+            began = time.perf_counter()
+            poses = decode(model.info, run(frames), len(frames))
+            seconds += time.perf_counter() - began
+            for offset, frame_poses in enumerate(poses):
+                row = batch_index * batch_size + offset
+                n = int(golden["n_instances"][row])
+                golden_points = golden["points"][row, :n]
+                if frame_poses.n_instances != n:
+                    count_mismatches += 1
+                pairs = _match(golden_points, frame_poses.points)
+                order_mismatches += sum(g != o for g, o in pairs)
+                for g, o in pairs:
+                    distance = np.linalg.norm(golden_points[g] - frame_poses.points[o], axis=-1)
+                    errors.extend(distance[~np.isnan(distance)].tolist())
+                    both = ~np.isnan(frame_poses.point_scores[o]) & ~np.isnan(distance)
+                    point_scores = golden["point_scores"][row, g][both]
+                    score_errors.extend(
+                        np.abs(point_scores - frame_poses.point_scores[o][both]).tolist()
+                    )
+                    instance_score = float(golden["instance_scores"][row, g])
+                    score_errors.append(abs(instance_score - float(frame_poses.instance_scores[o])))
         errors_array = np.array(errors) if errors else np.zeros(1)
+        label = f"{name} ({runtime})"
         print(
-            f"     {name}: {len(frame_indices)} frames, {len(errors)} points, "
-            f"{seconds:.2f} s in our model (batch {batch_size})"
+            f"     {label}: {len(frame_indices)} frames, {len(errors)} points, "
+            f"{seconds:.2f} s to run and decode (batch {batch_size})"
         )
-        report.check(f"{name}: frames with a different instance count", count_mismatches, 0)
-        report.check(f"{name}: instances in a different order", order_mismatches, 0)
-        report.check(f"{name}: median point distance (px)", float(np.median(errors_array)), 0.1)
-        report.check(
-            f"{name}: p99 point distance (px)", float(np.percentile(errors_array, 99)), 0.5
-        )
-        report.check(f"{name}: max score difference", max(score_errors, default=0.0), 1e-3)
+        report.check(f"{label}: frames with a different instance count", count_mismatches, 0)
+        report.check(f"{label}: instances in a different order", order_mismatches, 0)
+        report.check(f"{label}: median point distance (px)", float(np.median(errors_array)), 0.1)
+        p99 = float(np.percentile(errors_array, 99))
+        report.check(f"{label}: p99 point distance (px)", p99, 0.5)
+        report.check(f"{label}: max score difference", max(score_errors, default=0.0), 1e-3)
 
 
 OP_CHECKS: tuple[Callable[[Report, np.random.Generator], None], ...] = (
@@ -383,6 +410,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--ops", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument(
+        "--runtime",
+        nargs="+",
+        choices=("torch", "onnx"),
+        default=["torch"],
+        help="run the models eagerly in torch and/or exported to ONNX Runtime",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     report = Report()
@@ -391,7 +425,8 @@ def main(argv: list[str] | None = None) -> int:
         for check in OP_CHECKS:
             check(report, rng)
     if args.models:
-        check_goldens(report, args.batch_size)
+        for runtime in args.runtime:
+            check_goldens(report, args.batch_size, runtime)
     if report.failures:
         print(f"{len(report.failures)} check(s) failed: {', '.join(report.failures)}")
         return 1
