@@ -26,14 +26,14 @@ import signal
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from rich.console import Console
 from sleap_live.engines.errors import EngineError
 from sleap_live.stream.dashboard import Dashboard, ProgressView, live_display
 from sleap_live.stream.errors import StreamError
 from sleap_live.stream.pipeline import Pipeline
-from sleap_live.stream.sources import open_source
+from sleap_live.stream.sources import Source, open_source
 
 PROG = "sleap-live"
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -199,7 +199,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
-def _open(args: argparse.Namespace) -> Any:
+def _open(args: argparse.Namespace) -> Source:
     if args.command == "replay":
         return open_source(args.video, replay=True, fps=args.fps)
     if args.video is not None:
