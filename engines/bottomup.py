@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.grouping import (
     BOTTOMUP_OUTPUTS,

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
 from sleap_live.engines.errors import CheckpointError, ModelNotFoundError
 
 # Globals a state_dict of plain tensors needs, and harmless builtins other entries

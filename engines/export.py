@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from sleap_live.engines.errors import (
     EngineError,
     ExportError,

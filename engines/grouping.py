@@ -37,6 +37,7 @@ from typing import Any
 import attrs
 import numpy as np
 from scipy.optimize import linear_sum_assignment
+
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.types import FramePoses, ModelInfo
 

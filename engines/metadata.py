@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+
 from sleap_live.engines.errors import ModelConfigError, ModelNotFoundError
 from sleap_live.engines.types import MODEL_TYPES, ModelInfo, Skeleton
 

@@ -66,10 +66,11 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch import nn
+
 from sleap_live.engines.checkpoint import read_state_dict
 from sleap_live.engines.errors import CheckpointError, ModelConfigError
 from sleap_live.engines.spec import HeadSpec, ModelSpec, UNetSpec
-from torch import nn
 
 STEM_KERNEL_SIZE = 7
 # sleap-nn's UNet does not pass convs_per_block on to its decoder, whose blocks

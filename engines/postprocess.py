@@ -27,6 +27,7 @@ from types import MappingProxyType
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
+
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.grouping import (
     BOTTOMUP_OUTPUTS,

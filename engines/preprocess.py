@@ -34,6 +34,7 @@ import attrs
 import numpy as np
 import torch
 import torch.nn.functional as F
+
 from sleap_live.engines.errors import InputMismatchError
 from sleap_live.engines.spec import ModelSpec
 

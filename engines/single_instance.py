@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.model import INSTANCE_OUTPUTS, InferenceModel
 from sleap_live.engines.network import load_network

@@ -28,6 +28,7 @@ from typing import Any
 
 import attrs
 import yaml
+
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.types import Skeleton
 

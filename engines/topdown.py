@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
 from sleap_live.engines.crops import box_top_left, crop_centered
 from sleap_live.engines.model import INSTANCE_OUTPUTS, InferenceModel
 from sleap_live.engines.network import load_network

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 from rich.table import Table
+
 from sleap_live.engines.api import load_runner
 from sleap_live.engines.export import sample_frames
 

@@ -34,15 +34,16 @@ warnings.filterwarnings("ignore")
 import lightning as L  # noqa: E402
 from loguru import logger  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
+from sleap_nn.config import model_config as mc  # noqa: E402
+from sleap_nn.config.training_job_config import TrainingJobConfig  # noqa: E402
+from sleap_nn.inference.loaders import _load_lightning_module  # noqa: E402
+from sleap_nn.training import lightning_modules as lm  # noqa: E402
+
 from sleap_live.engines.checkpoint import read_state_dict  # noqa: E402
 from sleap_live.engines.errors import ModelConfigError  # noqa: E402
 from sleap_live.engines.load import read_model_dir  # noqa: E402
 from sleap_live.engines.network import build_network, load_network  # noqa: E402
 from sleap_live.engines.spec import read_training_config  # noqa: E402
-from sleap_nn.config import model_config as mc  # noqa: E402
-from sleap_nn.config.training_job_config import TrainingJobConfig  # noqa: E402
-from sleap_nn.inference.loaders import _load_lightning_module  # noqa: E402
-from sleap_nn.training import lightning_modules as lm  # noqa: E402
 
 TOLERANCE = 1e-5
 REPO = Path(__file__).resolve().parents[1]

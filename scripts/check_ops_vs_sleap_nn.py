@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
 from sleap_live.engines import crops, peaks, preprocess
 
 REPO = Path(__file__).resolve().parents[1]
@@ -310,6 +311,7 @@ def _onnx_runner(model, check_frames: list[np.ndarray]) -> Callable[[np.ndarray]
     import tempfile
 
     import onnxruntime as ort
+
     from sleap_live.engines.export import export_inference_model
 
     with tempfile.TemporaryDirectory() as directory:
@@ -331,6 +333,7 @@ def check_goldens(report: Report, batch_size: int, runtime: str) -> None:
     import time
 
     import sleap_io as sio
+
     from sleap_live.engines.postprocess import decode
 
     manifest_path = REPO / "tests" / "data" / "manifest.json"

@@ -28,6 +28,7 @@ import threading
 import time
 
 import numpy as np
+
 from sleap_live.engines.api import load_runner
 from sleap_live.stream import Pipeline, PoseRecord, open_source
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Generic, Literal, TypeVar
 
 import attrs
+
 from sleap_live.stream.errors import ChannelClosed, ChannelEmpty, ChannelFull
 
 T = TypeVar("T")

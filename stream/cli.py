@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from rich.console import Console
+
 from sleap_live.engines.errors import EngineError
 from sleap_live.stream.dashboard import Dashboard, ProgressView, live_display
 from sleap_live.stream.errors import StreamError

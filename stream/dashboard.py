@@ -16,6 +16,7 @@ from rich.live import Live
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
+
 from sleap_live.stream.stats import PipelineStats
 
 StatsGetter = Callable[[], PipelineStats]

@@ -44,6 +44,7 @@ from typing import Any, Literal
 
 import attrs
 import numpy as np
+
 from sleap_live.engines.errors import EngineError
 from sleap_live.engines.runners.base import Runner
 from sleap_live.engines.types import FramePoses

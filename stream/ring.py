@@ -24,6 +24,7 @@ from collections.abc import Iterator
 
 import attrs
 import numpy as np
+
 from sleap_live.engines.types import FramePoses
 from sleap_live.stream.types import PoseRecord
 

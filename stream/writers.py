@@ -17,6 +17,7 @@ from typing import Any
 import av
 import numpy as np
 import sleap_io as sio
+
 from sleap_live.engines.types import FramePoses, Skeleton
 from sleap_live.stream.stats import Clock
 from sleap_live.stream.types import PoseRecord

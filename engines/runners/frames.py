@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
 from sleap_live.engines.errors import InputMismatchError
 
 # torchvision's `rgb_to_grayscale` weights, which sleap-nn's `ensure_grayscale` uses.

@@ -52,6 +52,7 @@ from typing import Any
 import attrs
 import numpy as np
 import yaml
+
 from sleap_live.engines.errors import (
     EngineError,
     ModelConfigError,
@@ -289,6 +290,7 @@ def _letterbox(
 ) -> tuple[np.ndarray, float]:
     """sleap-nn's size matcher on uint8 (B, C, H, W) frames."""
     import torch
+
     from sleap_live.engines.preprocess import sizematch
 
     matched, scale = sizematch(torch.from_numpy(image), max_height, max_width)

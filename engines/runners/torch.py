@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from sleap_live.engines.errors import EngineError, RuntimeUnavailableError
 from sleap_live.engines.model import InferenceModel
 from sleap_live.engines.postprocess import decode

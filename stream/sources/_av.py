@@ -9,6 +9,7 @@ import av.container
 import av.error
 import av.video.stream
 import numpy as np
+
 from sleap_live.stream.errors import SourceError
 
 # Single-channel pixel formats: gray at any depth, gray with alpha, and 1-bit mono.

@@ -10,6 +10,7 @@ from types import MappingProxyType
 
 import av
 import av.error
+
 from sleap_live.stream.errors import SourceError, SourceNotFoundError
 from sleap_live.stream.sources import _av
 from sleap_live.stream.sources._base import SourceBase

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
+
 from sleap_live.stream.errors import SourceError
 from sleap_live.stream.sources._base import SourceBase
 from sleap_live.stream.types import Frame

@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 
 import attrs
+
 from sleap_live.stream.errors import SourceError
 from sleap_live.stream.sources._base import SourceBase
 from sleap_live.stream.sources.file import FileSource

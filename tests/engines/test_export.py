@@ -11,6 +11,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
+
 from sleap_live.engines.errors import ExportError, ModelConfigError, ModelNotFoundError
 from sleap_live.engines.export import (
     TOLERANCE,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from sleap_live.engines.checkpoint import read_state_dict
 from sleap_live.engines.errors import CheckpointError, ModelConfigError, ModelNotFoundError
 from sleap_live.engines.load import (

@@ -8,6 +8,7 @@ import av
 import numpy as np
 import pytest
 import torch
+
 from sleap_live.engines import api
 from sleap_live.engines.api import load_inference_model, load_runner
 from sleap_live.engines.errors import ExportError, ModelConfigError, ModelNotFoundError

@@ -10,6 +10,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
+
 from sleap_live.engines.errors import CheckpointError, ModelConfigError
 from sleap_live.engines.load import read_model_dir
 from sleap_live.engines.network import Network, build_network, load_network

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+
 from sleap_live.engines import peaks
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.postprocess import assign_classes, decode
 from sleap_live.engines.types import ModelInfo, Skeleton

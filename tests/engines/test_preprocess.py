@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+
 from sleap_live.engines import preprocess
 from sleap_live.engines.errors import InputMismatchError
 from sleap_live.engines.preprocess import PreprocessConfig

@@ -7,6 +7,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
+
 from sleap_live.engines.errors import (
     EngineError,
     InputMismatchError,

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
+
 from sleap_live.engines.api import load_runner
 from sleap_live.engines.errors import ModelConfigError, RuntimeUnavailableError
 from sleap_live.engines.runners.sleap_nn_export import SleapNNExportRunner

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.spec import (
     MODEL_HEADS,

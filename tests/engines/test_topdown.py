@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.model import INSTANCE_OUTPUTS
 from sleap_live.engines.postprocess import decode

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
 from sleap_live.engines.model import INSTANCE_OUTPUTS, InferenceModel
 from sleap_live.engines.types import ModelInfo, Skeleton
 

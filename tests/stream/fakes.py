@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 
 import numpy as np
+
 from sleap_live.engines.errors import InputMismatchError
 from sleap_live.engines.types import FramePoses, ModelInfo, Skeleton
 from sleap_live.stream.errors import SourceError

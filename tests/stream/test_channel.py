@@ -6,6 +6,7 @@ import queue
 import threading
 
 import pytest
+
 from sleap_live.stream.channel import Channel, ChannelStats
 from sleap_live.stream.errors import ChannelClosed, ChannelEmpty, ChannelFull, StreamError
 

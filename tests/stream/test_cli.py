@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import sleap_io as sio
 from scipy.optimize import linear_sum_assignment
+
 from sleap_live.engines import api as engines_api
 from sleap_live.stream import cli
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 from rich.console import Console
+
 from sleap_live.stream.dashboard import Dashboard, ProgressView, live_display
 from sleap_live.stream.stats import ConsumerStats, PipelineStats
 

@@ -9,6 +9,7 @@ import av
 import numpy as np
 import pytest
 import sleap_io as sio
+
 from sleap_live.engines import api as engines_api
 from sleap_live.engines.errors import InputMismatchError
 from sleap_live.stream.errors import PipelineError, SourceError

@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 import pytest
+
 from sleap_live.engines.types import FramePoses
 from sleap_live.stream.ring import RingBatch, RingBuffer, RingStats
 from sleap_live.stream.types import PoseRecord

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from sleap_live.stream.errors import SourceError, SourceNotFoundError
 from sleap_live.stream.sources import (
     CameraSource,

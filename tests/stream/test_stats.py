@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from sleap_live.stream.stats import LatencyWindow, PipelineStats, RateMeter
 
 

@@ -6,6 +6,7 @@ import av
 import numpy as np
 import pytest
 import sleap_io as sio
+
 from sleap_live.engines.types import FramePoses, Skeleton
 from sleap_live.stream.types import PoseRecord
 from sleap_live.stream.writers import SlpWriter, VideoRecorder
