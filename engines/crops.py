@@ -78,8 +78,8 @@ def gather_windows(
         (n, height, width, C) windows in `images`' dtype; pixels outside the image are 0.
     """
     image_height, image_width = images.shape[1], images.shape[2]
-    rows = origins[:, 1:2] + torch.arange(height)  # (n, height)
-    cols = origins[:, 0:1] + torch.arange(width)  # (n, width)
+    rows = origins[:, 1:2] + torch.arange(height, device=origins.device)  # (n, height)
+    cols = origins[:, 0:1] + torch.arange(width, device=origins.device)  # (n, width)
     inside = ((rows >= 0) & (rows < image_height))[:, :, None] & (
         (cols >= 0) & (cols < image_width)
     )[:, None, :]
@@ -89,7 +89,7 @@ def gather_windows(
         :, None, :
     ]
     pixels = images.reshape(-1, images.shape[3])[flat]  # (n, height, width, C)
-    return torch.where(inside[..., None], pixels, torch.zeros((), dtype=images.dtype))
+    return torch.where(inside[..., None], pixels, 0)
 
 
 def crop_centered(

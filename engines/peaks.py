@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
 from sleap_live.engines.crops import gather_windows, window_origins
 
 DEFAULT_PEAK_THRESHOLD = 0.2
@@ -58,7 +59,8 @@ def integral_offsets(
     """
     origins = window_origins(anchors, patch_size, patch_size)
     patches = gather_windows(maps.unsqueeze(-1), map_inds, origins, patch_size, patch_size)[..., 0]
-    grid = torch.arange(patch_size, dtype=torch.float32) - (patch_size - 1) / 2
+    grid = torch.arange(patch_size, dtype=torch.float32, device=maps.device)
+    grid = grid - (patch_size - 1) / 2
     total = patches.sum((1, 2))
     x = (patches * grid).sum((1, 2)) / total
     y = (patches * grid[:, None]).sum((1, 2)) / total
@@ -91,10 +93,11 @@ def global_peaks(
         n_maps = cms.shape[0] * cms.shape[1]
         flat_points = points.reshape(-1, 2)
         maps = cms.reshape(-1, cms.shape[2], cms.shape[3])
-        offsets = integral_offsets(maps, torch.arange(n_maps), flat_points, patch_size)
+        map_inds = torch.arange(n_maps, device=cms.device)
+        offsets = integral_offsets(maps, map_inds, flat_points, patch_size)
         points = (flat_points + offsets).reshape(points.shape)
     found = values >= threshold
-    nan = torch.full((), float("nan"))
+    nan = float("nan")
     return torch.where(found[..., None], points, nan), torch.where(found, values, nan)
 
 
@@ -134,6 +137,10 @@ def local_peak_map(
 
     # A candidate's later neighbours that are as high (so equal) form its flat top.
     tied = [value >= cms for value in after]
+    # Ties are rare in float32, so eager mode skips the flat-top check without
+    # them (as sleap-nn does); a traced graph always runs it.
+    if not torch.jit.is_tracing() and not bool((candidate & (cms == after_max)).any()):
+        return candidate, cms.new_zeros((*cms.shape, 2))
     fits = ~(tied[_SOUTH_WEST] & (tied[_EAST] | tied[_SOUTH_EAST]))
 
     # The top leaks if a pixel next to one of its pixels, outside it, is as high.
@@ -192,13 +199,13 @@ def top_local_peaks(
     """
     is_peak, offsets = local_peak_map(cms, threshold)
     n_maps, width = cms.shape[0], cms.shape[3]
-    scores = torch.where(is_peak, cms, torch.full((), float("-inf"))).reshape(n_maps, -1)
+    scores = torch.where(is_peak, cms, float("-inf")).reshape(n_maps, -1)
     # Padding guarantees `max_peaks` candidates even on maps smaller than that.
-    filler = torch.full((1, max_peaks), float("-inf")).expand(n_maps, max_peaks)
+    filler = cms.new_full((1, max_peaks), float("-inf")).expand(n_maps, max_peaks)
     values, flat = torch.topk(torch.cat([scores, filler], dim=1), max_peaks, dim=1)
     valid = values > float("-inf")
     n_peaks = is_peak.reshape(n_maps, -1).sum(1, keepdim=True)
-    slot = torch.arange(max_peaks).expand(n_maps, max_peaks)
+    slot = torch.arange(max_peaks, device=cms.device).expand(n_maps, max_peaks)
     raster = torch.where(valid, flat, torch.iinfo(torch.int64).max)
     order = torch.argsort(torch.where(n_peaks <= max_peaks, raster, slot), dim=1)
     values, flat, valid = (t.gather(1, order) for t in (values, flat, valid))

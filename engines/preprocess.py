@@ -131,11 +131,13 @@ def size_of(image: torch.Tensor, dim: int) -> torch.Tensor:
     size = image.shape[dim]
     if isinstance(size, torch.Tensor):  # under tracing, shapes are recorded tensors
         return size.reshape(1)
-    return torch.tensor([size])
+    return torch.tensor([size], device=image.device)
 
 
-def _as_size(size: int | torch.Tensor) -> torch.Tensor:
-    return size.reshape(1) if isinstance(size, torch.Tensor) else torch.tensor([size])
+def _as_size(size: int | torch.Tensor, device: torch.device) -> torch.Tensor:
+    if isinstance(size, torch.Tensor):
+        return size.reshape(1)
+    return torch.tensor([size], device=device)
 
 
 def _scalar(size: torch.Tensor) -> torch.Tensor:
@@ -226,11 +228,12 @@ def _resize_tables(
     inv_scale = torch.where(upsampling, torch.ones_like(scale), 1.0 / scale)
     taps = torch.ceil(support).long() * 2 + 1
 
-    center = scale * (torch.arange(_scalar(out_size), dtype=torch.float64) + 0.5)
+    device = in_size.device
+    center = scale * (torch.arange(_scalar(out_size), dtype=torch.float64, device=device) + 0.5)
     # C casts truncate toward zero, which is what `.long()` does.
     first = torch.clamp((center - support + 0.5).long(), min=0)
     last = torch.minimum((center + support + 0.5).long(), in_size)
-    tap = torch.arange(_scalar(taps))
+    tap = torch.arange(_scalar(taps), device=device)
     source = first[:, None] + tap
     weights = torch.clamp(
         1.0 - ((source.double() - center[:, None] + 0.5) * inv_scale).abs(), min=0.0
@@ -241,7 +244,7 @@ def _resize_tables(
 
     # The first precision whose doubled largest weight overflows int16 stops the
     # search; the fits are monotone, so counting them finds it.
-    steps = torch.arange(_MAX_WEIGHT_PRECISION, dtype=torch.float64)
+    steps = torch.arange(_MAX_WEIGHT_PRECISION, dtype=torch.float64, device=device)
     largest = weights.amax().reshape(1)
     fits = torch.floor(0.5 + largest * torch.pow(2.0, steps + 1.0)) < 32768.0
     precision = fits.long().sum(0, keepdim=True)
@@ -294,10 +297,10 @@ def resize_uint8_exportable(
     batch, channels = image.shape[0], image.shape[1]
     in_height, in_width = size_of(image, 2), size_of(image, 3)
     columns = image.permute(3, 0, 1, 2).reshape(image.shape[3], -1)  # (W, B*C*H)
-    columns = _resize_leading_axis(columns, in_width, _as_size(width))
+    columns = _resize_leading_axis(columns, in_width, _as_size(width, image.device))
     resized = columns.reshape(-1, batch, channels, image.shape[2])  # (W', B, C, H)
     rows = resized.permute(3, 1, 2, 0).reshape(image.shape[2], -1)  # (H, B*C*W')
-    rows = _resize_leading_axis(rows, in_height, _as_size(height))
+    rows = _resize_leading_axis(rows, in_height, _as_size(height, image.device))
     return rows.reshape(-1, batch, channels, resized.shape[0]).permute(1, 2, 0, 3)
 
 
@@ -402,7 +405,7 @@ def size_matched_frames(
     """
     frames = ensure_channels(frames, config.ensure_rgb, config.ensure_grayscale)
     if not config.sizematched:
-        return frames, torch.ones(1, dtype=torch.float32)
+        return frames, torch.ones(1, dtype=torch.float32, device=frames.device)
     return sizematch(frames, config.max_height, config.max_width)
 
 

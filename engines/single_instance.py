@@ -112,6 +112,6 @@ class SingleInstanceModel(InferenceModel):
         points, scores = global_peaks(confmaps, self.peak_threshold, self.refine, self.patch_size)
         points = grid_to_image(points, self.output_stride, self.preprocess.scale) / eff_scale
         found = ~torch.isnan(scores)
-        instance_scores = torch.where(found, scores, torch.zeros(())).sum(1)
-        instance_frame = torch.arange(confmaps.shape[0])
+        instance_scores = torch.where(found, scores, 0.0).sum(1)
+        instance_frame = torch.arange(confmaps.shape[0], device=confmaps.device)
         return instance_frame, points, scores, instance_scores
