@@ -29,8 +29,10 @@ one-node "centroid" skeleton when its training skeleton has more nodes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+import attrs
 import torch
 
 from sleap_live.engines.crops import box_top_left, crop_centered
@@ -222,7 +224,6 @@ class TopDownModel(InferenceModel):
         peak_threshold: float = DEFAULT_PEAK_THRESHOLD,
         refine: bool = True,
         patch_size: int = DEFAULT_PATCH_SIZE,
-        class_names: tuple[str, ...] = (),
     ) -> None:
         super().__init__()
         if crop_size < 1:
@@ -248,7 +249,6 @@ class TopDownModel(InferenceModel):
             skeleton=skeleton,
             input_channels=centroid_preprocess.in_channels,
             max_instances=max_instances,
-            class_names=class_names,
             peak_threshold=peak_threshold,
         )
 
@@ -342,17 +342,19 @@ class MultiClassTopDownModel(TopDownModel):
     """A centroid + multi-class centered-instance pair.
 
     Outputs `MULTI_CLASS_TOPDOWN_OUTPUTS`: the top-down instances plus each
-    instance's class probabilities. `instance_network` must also output
-    `ClassVectorsHead`; `class_names` names its entries.
+    instance's class probabilities. Takes `TopDownModel`'s arguments plus
+    `class_names`, which names the entries of the `ClassVectorsHead` that
+    `instance_network` must also output.
     """
 
     output_names = MULTI_CLASS_TOPDOWN_OUTPUTS
     model_type = "multi_class_topdown"
 
-    def __init__(self, *args: Any, class_names: tuple[str, ...], **options: Any) -> None:
+    def __init__(self, *args: Any, class_names: Sequence[str], **options: Any) -> None:
         if not class_names:
             raise ValueError("a multi-class top-down model needs at least one class name")
-        super().__init__(*args, class_names=tuple(class_names), **options)
+        super().__init__(*args, **options)
+        self.info = attrs.evolve(self.info, class_names=tuple(class_names))
 
     @staticmethod
     def _instance_type() -> str:
