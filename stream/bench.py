@@ -1,0 +1,237 @@
+"""`sleap-live bench`: what the pipeline costs on top of the engine, on this machine.
+
+Every figure comes from one run, side by side, with one loaded runner:
+
+1. **engine**: `runner.run` alone on frames already decoded into memory.
+2. **recorded**: the whole pipeline on the video file (decode, batching,
+   inference, pose records), lossless. Its fps over the engine's is the share of
+   the engine's speed the pipeline keeps; decode and pre/post-processing run in
+   other threads, so it should be close to 1.
+3. **live**: the file replayed at `--live-fps` as if it were a camera, batch 1.
+   Capture-to-pose latency percentiles against the engine's own latency show what
+   queueing and hand-offs add.
+4. **soak** (`--soak-frames`, 0 to skip): the decoded frames cycled through the
+   recorded pipeline for many frames while resident memory is sampled, to show
+   memory stays flat.
+
+Usage: `sleap-live bench VIDEO -m MODEL [-m MODEL2] [--json bench.json]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import resource
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from sleap_live.engines.errors import EngineError
+from sleap_live.stream.errors import StreamError
+from sleap_live.stream.pipeline import Pipeline
+from sleap_live.stream.sources import FileSource, IteratorSource, ReplaySource
+from sleap_live.stream.types import PoseRecord
+
+
+def resident_mb() -> float:
+    """Current resident set size in MiB (peak size where /proc is unavailable)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
+
+
+def decode_all(video: Path, limit: int | None = None) -> np.ndarray:
+    with FileSource(video) as source:
+        return np.stack([f.image for f in itertools.islice(source, limit)])
+
+
+def bench_engine(runner: Any, frames: np.ndarray, batch_size: int) -> dict[str, float]:
+    runner.run(frames[:batch_size])  # warm-up
+    per_call = []
+    start = time.perf_counter()
+    for i in range(0, len(frames), batch_size):
+        t0 = time.perf_counter()
+        runner.run(frames[i : i + batch_size])
+        per_call.append(time.perf_counter() - t0)
+    seconds = time.perf_counter() - start
+    return {
+        "frames": len(frames),
+        "seconds": seconds,
+        "fps": len(frames) / seconds,
+        "call_ms_p50": 1e3 * float(np.median(per_call)),
+    }
+
+
+def bench_recorded(runner: Any, video: Path, batch_size: int, limit: int) -> dict[str, float]:
+    source = FileSource(video, stop=limit)
+    start = time.perf_counter()
+    stats = Pipeline(source, runner, batch_size=batch_size, policy="recorded").run()
+    seconds = time.perf_counter() - start
+    return {
+        "frames": stats.frames_processed,
+        "seconds": seconds,
+        "fps": stats.frames_processed / seconds,
+    }
+
+
+def bench_live(runner: Any, video: Path, fps: float, limit: int) -> dict[str, float]:
+    latencies: list[float] = []
+    pipeline = Pipeline(
+        ReplaySource(video, fps=fps, stop=limit), runner, policy="live", batch_size=1
+    )
+    pipeline.on_poses(lambda record: latencies.append(record.latency), lossless=True)
+    stats = pipeline.run()
+    lat = np.asarray(latencies) * 1e3
+    engine_p50 = 1e3 * (stats.engine_latency_p50 or 0.0)
+    engine_p99 = 1e3 * (stats.engine_latency_p99 or 0.0)
+    p50, p99 = float(np.percentile(lat, 50)), float(np.percentile(lat, 99))
+    return {
+        "fps": fps,
+        "frames": stats.frames_processed,
+        "dropped": stats.frames_dropped,
+        "latency_ms_p50": p50,
+        "latency_ms_p99": p99,
+        "engine_ms_p50": engine_p50,
+        "engine_ms_p99": engine_p99,
+        "overhead_ms_p50": p50 - engine_p50,
+        "overhead_ms_p99": p99 - engine_p99,
+        "p99_over_engine_p50_ms": p99 - engine_p50,
+    }
+
+
+def bench_soak(
+    runner: Any, frames: np.ndarray, n_frames: int, batch_size: int, every: int = 1000
+) -> dict[str, Any]:
+    samples: list[tuple[int, float]] = []
+
+    def sample(record: PoseRecord) -> None:
+        if record.frame_index % every == 0:
+            samples.append((record.frame_index, resident_mb()))
+
+    cycled = itertools.islice(itertools.cycle(frames), n_frames)
+    pipeline = Pipeline(
+        IteratorSource(cycled, copy=False), runner, batch_size=batch_size, policy="recorded"
+    )
+    pipeline.on_poses(sample, lossless=True)
+    start = time.perf_counter()
+    stats = pipeline.run()
+    seconds = time.perf_counter() - start
+    # The first samples include one-time allocations (arena growth, warm caches):
+    # flatness is judged from the second sample on.
+    settled = samples[1:] if len(samples) > 2 else samples
+    first, last = settled[0][1], settled[-1][1]
+    return {
+        "frames": stats.frames_processed,
+        "fps": stats.frames_processed / seconds,
+        "rss_mb_first": first,
+        "rss_mb_last": last,
+        "rss_mb_growth": last - first,
+        "rss_mb_max": max(m for _, m in settled),
+        "samples": samples,
+    }
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sleap-live bench", description=__doc__.splitlines()[0])
+    parser.add_argument("video", type=Path)
+    parser.add_argument("-m", "--model", dest="models", action="append", required=True)
+    parser.add_argument("--engine", choices=("auto", "torch", "onnx"), default="auto")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--batch-size", type=int, default=8, help="recorded and engine runs")
+    parser.add_argument("--frames", type=int, default=None, help="frames of VIDEO to use")
+    parser.add_argument("--live-fps", type=float, default=30.0)
+    parser.add_argument("--soak-frames", type=int, default=20_000)
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    console = Console()
+    from sleap_live.engines.api import load_runner
+
+    try:
+        if not args.video.exists():
+            raise FileNotFoundError(f"{args.video}: no such file")
+        runner = load_runner(args.models, engine=args.engine, device=args.device)
+        try:
+            frames = decode_all(args.video, args.frames)
+            limit = len(frames)
+            results: dict[str, Any] = {
+                "video": str(args.video),
+                "models": args.models,
+                "runner": type(runner).__name__,
+                "device": runner.device,
+                "frame_shape": list(frames.shape[1:]),
+            }
+            console.print(f"engine only: {limit} frames, batch {args.batch_size} ...")
+            results["engine"] = bench_engine(runner, frames, args.batch_size)
+            console.print("recorded pipeline ...")
+            results["recorded"] = bench_recorded(runner, args.video, args.batch_size, limit)
+            results["recorded"]["ratio_to_engine"] = (
+                results["recorded"]["fps"] / results["engine"]["fps"]
+            )
+            console.print(f"live replay at {args.live_fps:g} fps ...")
+            results["live"] = bench_live(runner, args.video, args.live_fps, limit)
+            if args.soak_frames:
+                console.print(f"soak: {args.soak_frames} frames ...")
+                results["soak"] = bench_soak(runner, frames, args.soak_frames, args.batch_size)
+        finally:
+            runner.close()
+    except (StreamError, EngineError, OSError, ValueError) as error:
+        print(f"sleap-live: error: {str(error).splitlines()[0]}", file=sys.stderr)
+        return 1
+    console.print(_table(results))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+def _table(r: dict[str, Any]) -> Table:
+    table = Table(
+        title=f"sleap-live bench: {r['engine']} on {r['device']}, frames {tuple(r['frame_shape'])}"
+    )
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    e, rec, live = r["engine"], r["recorded"], r["live"]
+    table.add_row("engine only fps", f"{e['fps']:.1f}")
+    table.add_row("recorded pipeline fps", f"{rec['fps']:.1f}")
+    table.add_row("recorded / engine", f"{rec['ratio_to_engine']:.3f}")
+    table.add_row(
+        f"live @ {live['fps']:g} fps: frames / dropped", f"{live['frames']} / {live['dropped']}"
+    )
+    table.add_row(
+        "live latency p50 / p99 (ms)",
+        f"{live['latency_ms_p50']:.2f} / {live['latency_ms_p99']:.2f}",
+    )
+    table.add_row(
+        "engine latency p50 / p99 (ms)",
+        f"{live['engine_ms_p50']:.2f} / {live['engine_ms_p99']:.2f}",
+    )
+    table.add_row(
+        "added latency p50 / p99 (ms)",
+        f"{live['overhead_ms_p50']:.2f} / {live['overhead_ms_p99']:.2f}",
+    )
+    if "soak" in r:
+        s = r["soak"]
+        table.add_row("soak frames / fps", f"{s['frames']} / {s['fps']:.1f}")
+        table.add_row(
+            "soak RSS first / last / growth (MiB)",
+            f"{s['rss_mb_first']:.1f} / {s['rss_mb_last']:.1f} / {s['rss_mb_growth']:+.1f}",
+        )
+    return table
+
+
+if __name__ == "__main__":
+    sys.exit(main())
