@@ -408,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
             diffs = check["max_abs_diff"]
             table.add_row(
                 "×".join(str(n) for n in check["frames"]),
-                str(check["instances"]),
+                "-" if check["instances"] is None else str(check["instances"]),
                 *(f"{diffs[name]:.2g}" for name in names),
             )
         console.print(table)
