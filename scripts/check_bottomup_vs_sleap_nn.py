@@ -31,6 +31,14 @@ from pathlib import Path
 import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
+from sleap_nn.inference.layers.backends.torch_backend import TorchBackend
+from sleap_nn.inference.layers.bottomup import BottomUpLayer
+from sleap_nn.inference.layers.bottomup_multiclass import BottomUpMultiClassLayer
+from sleap_nn.inference.layers.configs import PostprocessConfig
+from sleap_nn.inference.ops.paf import PAFScorer, score_paf_lines_batch
+from sleap_nn.inference.ops.peaks import find_local_peaks
+from sleap_nn.inference.preprocess_info import PreprocInfo
+
 from sleap_live.engines.bottomup import (
     BottomUpModel,
     MultiClassBottomUpModel,
@@ -40,13 +48,6 @@ from sleap_live.engines.grouping import ClassMapGrouper, PafGrouper
 from sleap_live.engines.paf import PafLineScorer
 from sleap_live.engines.preprocess import PreprocessConfig
 from sleap_live.engines.types import FramePoses, Skeleton
-from sleap_nn.inference.layers.backends.torch_backend import TorchBackend
-from sleap_nn.inference.layers.bottomup import BottomUpLayer
-from sleap_nn.inference.layers.bottomup_multiclass import BottomUpMultiClassLayer
-from sleap_nn.inference.layers.configs import PostprocessConfig
-from sleap_nn.inference.ops.paf import PAFScorer, score_paf_lines_batch
-from sleap_nn.inference.ops.peaks import find_local_peaks
-from sleap_nn.inference.preprocess_info import PreprocInfo
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_STRIDE = 16
@@ -442,8 +443,9 @@ def _rank_in_node(channels: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------ trained models
 
 
-def check_models(report: Report) -> None:
+def check_models(report: Report, goldens: Path, options: dict) -> None:
     import sleap_io as sio
+
     from sleap_live.engines.spec import read_training_config
 
     cases = {
@@ -452,11 +454,13 @@ def check_models(report: Report) -> None:
     }
     for name, (model_class, grouper_class, video_name) in cases.items():
         model_dir = REPO / "tests/data/models" / name
-        golden_path = REPO / "tests/data/goldens" / f"{name}.npz"
+        golden_path = goldens / f"{name}.npz"
         if not (model_dir / "best.ckpt").is_file() or not golden_path.is_file():
             print(f"skip {name}: no trained model or golden yet")
             continue
-        model = model_class.from_spec(read_training_config(model_dir)).eval()
+        spec = read_training_config(model_dir)
+        model_options = options if model_class is BottomUpModel else {}
+        model = model_class.from_spec(spec, **model_options).eval()
         grouper = grouper_class.from_info(model.info)
         golden = np.load(golden_path)
         video = sio.load_video(str(REPO / "tests/data/videos" / video_name))
@@ -498,12 +502,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=150)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--models", action="store_true", help="also compare trained models")
+    parser.add_argument(
+        "--goldens", type=Path, default=REPO / "tests/data/goldens", help="golden .npz folder"
+    )
+    parser.add_argument(
+        "--min-line-scores",
+        type=float,
+        default=0.25,
+        help="the value the bottom-up golden was predicted with (sleap-nn's default 0.25)",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     report = Report()
     check_synthetic(report, args.trials, args.seed)
     if args.models:
-        check_models(report)
+        check_models(report, args.goldens, {"min_line_scores": args.min_line_scores})
     if report.failures:
         print(f"FAILED: {', '.join(report.failures)}")
         return 1
