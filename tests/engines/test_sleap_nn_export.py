@@ -11,6 +11,7 @@ import json
 import shutil
 from pathlib import Path
 
+import av
 import numpy as np
 import pytest
 import torch
@@ -318,3 +319,46 @@ def test_load_runner_routes_export_directories(single_export):
         load_runner(single_export, engine="torch")
     runner.close()
     runner.close()
+
+
+def video_frames(name: str, count: int) -> np.ndarray:
+    with av.open(str(DATA / "videos" / name)) as container:
+        frames = [
+            frame.to_ndarray(format="gray")[..., None]
+            for _, frame in zip(range(count), container.decode(video=0), strict=False)
+        ]
+    return np.stack(frames)
+
+
+def matched_errors(poses, truth: np.ndarray) -> np.ndarray:
+    """Pixel error of every predicted point against its nearest true instance."""
+    errors = []
+    for pose, animals in zip(poses, truth, strict=False):
+        for points in pose.points:
+            distances = np.linalg.norm(animals - points[None], axis=-1)
+            errors.append(distances[np.nanargmin(np.nanmean(distances, axis=1))])
+    return np.concatenate(errors)
+
+
+@pytest.mark.parametrize(
+    ("export", "models", "video", "truth", "animals"),
+    [
+        ("single_instance", ["single_instance"], "single.mkv", "single.npz", 1),
+        ("topdown", ["centroid", "centered_instance"], "multi_gray.mkv", "multi_gray.npz", 2),
+    ],
+)
+def test_real_sleap_nn_exports_track_the_animals(export, models, video, truth, animals):
+    folder = DATA / "exports" / export
+    if not (folder / "export_metadata.json").is_file():
+        pytest.skip(f"fixture {folder} has not been generated (scripts/make_fixtures.py)")
+    frames = video_frames(video, 8)
+    runner = load_runner(folder, device="cpu", threads=1)
+    assert isinstance(runner, SleapNNExportRunner)
+    poses = [pose for start in (0, 4) for pose in runner.run(frames[start : start + 4])]
+    assert [pose.n_instances for pose in poses] == [animals] * 8
+    with np.load(DATA / "ground_truth" / truth) as ground_truth:
+        errors = matched_errors(poses, ground_truth["points"][:8])
+    assert np.median(errors) < 4.0
+    ours = load_runner([DATA / "models" / name for name in models], engine="torch", device="cpu")
+    ours_errors = matched_errors(ours.run(frames), np.stack([p.points for p in poses]))
+    assert np.median(ours_errors) < 4.0
