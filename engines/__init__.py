@@ -1,8 +1,15 @@
-"""sleap-live engines: load sleap-nn models, export them, and run them."""
+"""sleap-live engines: load sleap-nn models, export them, and run them.
+
+`load_runner`, `load_inference_model` and `export_model` load torch,
+so they are imported on first use: `import sleap_live.engines` stays light.
+"""
+
+from typing import Any
 
 from sleap_live.engines.errors import (
     CheckpointError,
     EngineError,
+    ExportError,
     InputMismatchError,
     ModelConfigError,
     ModelNotFoundError,
@@ -21,6 +28,7 @@ __all__ = [
     "MODEL_TYPES",
     "CheckpointError",
     "EngineError",
+    "ExportError",
     "ExportedModelDirError",
     "FramePoses",
     "HeadSpec",
@@ -33,7 +41,24 @@ __all__ = [
     "RuntimeUnavailableError",
     "Skeleton",
     "UNetSpec",
+    "export_model",
     "is_sleap_nn_export_dir",
+    "load_inference_model",
+    "load_runner",
     "read_export_metadata",
     "read_model_dir",
 ]
+
+_LAZY = {
+    "load_runner": "sleap_live.engines.api",
+    "load_inference_model": "sleap_live.engines.api",
+    "export_model": "sleap_live.engines.export",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'sleap_live.engines' has no attribute {name!r}")
