@@ -16,8 +16,10 @@ quantised maps), at random frame sizes, strides and input scales, go through
   `PafGrouper` / `ClassMapGrouper` (grouped instances).
 
 With `--models`, the trained models under tests/data/models/{bottomup,
-multi_class_bottomup} run end to end on their test videos and are compared with
-the `sleap-nn predict` goldens in tests/data/goldens/.
+multi_class_bottomup} run end to end on their test videos (in torch, or with
+`--onnx` as ONNX exports in onnxruntime) and are compared with the `sleap-nn
+predict` goldens in tests/data/goldens/ (or `--goldens`). A bottom-up golden
+predicted with `--min_line_scores X` needs `--min-line-scores X` here.
 
 Prints the differences and exits non-zero if any exceeds its tolerance.
 """
@@ -171,9 +173,10 @@ def render_class_maps(poses, n_classes, height, width, stride, sigma, rng):
 # ------------------------------------------------------------------ comparisons
 
 
-def sleap_nn_frames(outputs, batch: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """sleap-nn `Outputs` as per-frame (points, point_scores, instance_scores) with
-    all-NaN instances dropped, as `Outputs.to_instances` does."""
+def sleap_nn_frames(outputs, batch: int, multi_class: bool = False) -> list[tuple]:
+    """sleap-nn `Outputs` as per-frame (points, point_scores, instance_scores,
+    identities) with all-NaN instances dropped, as `Outputs.to_instances` does.
+    Multi-class slots are classes; other models have no identities (None)."""
     frames = []
     for b in range(batch):
         points = outputs.pred_keypoints[b].numpy()
@@ -183,6 +186,7 @@ def sleap_nn_frames(outputs, batch: int) -> list[tuple[np.ndarray, np.ndarray, n
                 points[keep],
                 outputs.pred_peak_values[b].numpy()[keep],
                 outputs.instance_scores[b].numpy()[keep],
+                np.flatnonzero(keep) if multi_class else None,
             )
         )
     return frames
@@ -196,26 +200,38 @@ class Tally:
         self.score_errors: list[np.ndarray] = []
         self.frames = 0
         self.crowded = 0
+        self.with_identities = 0
+        self.same_identities = 0
         self.same_count = 0
         self.same_order = 0
         self.missing_mismatch = 0
 
-    def add(self, ours: FramePoses, reference: tuple[np.ndarray, np.ndarray, np.ndarray]):
-        points, point_scores, instance_scores = reference
+    def add(self, ours: FramePoses, reference: tuple) -> None:
+        """Compare one frame; `reference` is (points, point_scores, instance_scores,
+        identities or None). With identities, instances pair up by identity."""
+        points, point_scores, instance_scores, identities = reference
         self.frames += 1
         self.crowded += int(points.shape[0] > 1)
+        if identities is not None:
+            self.with_identities += 1
+            if not np.array_equal(ours.identities, identities):
+                return
+            self.same_identities += 1
         if ours.n_instances != points.shape[0]:
             return
         self.same_count += 1
         if points.shape[0] == 0:
             self.same_order += 1
             return
-        # Match instances by mean distance, then check whether order agreed too.
-        gaps = np.linalg.norm(ours.points[:, None] - points[None], axis=-1)
-        shared = ~np.isnan(gaps)
-        distance = np.where(shared, gaps, 0).sum(-1) / np.maximum(shared.sum(-1), 1)
-        distance = np.where(shared.any(-1), distance, 1e6)
-        rows, cols = linear_sum_assignment(distance)
+        if identities is not None:
+            rows = cols = np.arange(points.shape[0])
+        else:
+            # Match instances by mean distance, then check whether order agreed too.
+            gaps = np.linalg.norm(ours.points[:, None] - points[None], axis=-1)
+            shared = ~np.isnan(gaps)
+            distance = np.where(shared, gaps, 0).sum(-1) / np.maximum(shared.sum(-1), 1)
+            distance = np.where(shared.any(-1), distance, 1e6)
+            rows, cols = linear_sum_assignment(distance)
         self.same_order += int(np.array_equal(cols, np.arange(len(cols))))
         ours_points, ref_points = ours.points[rows], points[cols]
         if not np.array_equal(np.isnan(ours_points), np.isnan(ref_points)):
@@ -239,6 +255,13 @@ class Tally:
             COUNT_AGREEMENT,
             at_least=True,
         )
+        if self.with_identities:
+            report.check(
+                f"{name} same identities",
+                self.same_identities / self.with_identities,
+                COUNT_AGREEMENT,
+                at_least=True,
+            )
         report.check(f"{name} frames with different missing nodes", self.missing_mismatch, 0)
         report.check(f"{name} point error median (px)", float(np.median(errors)), POINT_MEDIAN_TOL)
         report.check(
@@ -398,7 +421,7 @@ def check_synthetic(report: Report, trials: int, seed: int) -> None:
             max_instances=max_instances,
             postprocess_config=PostprocessConfig(peak_threshold=0.2, refinement="integral"),
         )
-        reference = sleap_nn_frames(layer.postprocess(heads, info), batch)
+        reference = sleap_nn_frames(layer.postprocess(heads, info), batch, multi_class=True)
         model = MultiClassBottomUpModel(
             FixedMaps(heads),
             PreprocessConfig(in_channels=1, max_stride=MAX_STRIDE, scale=scale),
@@ -443,9 +466,10 @@ def _rank_in_node(channels: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------ trained models
 
 
-def check_models(report: Report, goldens: Path, options: dict) -> None:
+def check_models(report: Report, goldens: Path, options: dict, onnx: bool) -> None:
     import sleap_io as sio
 
+    from sleap_live.engines.export import export_onnx_bytes
     from sleap_live.engines.spec import read_training_config
 
     cases = {
@@ -461,40 +485,55 @@ def check_models(report: Report, goldens: Path, options: dict) -> None:
         spec = read_training_config(model_dir)
         model_options = options if model_class is BottomUpModel else {}
         model = model_class.from_spec(spec, **model_options).eval()
+        run = _onnx_run(export_onnx_bytes(model), model) if onnx else _torch_run(model)
         grouper = grouper_class.from_info(model.info)
         golden = np.load(golden_path)
+        track_names = list(golden["track_names"])
         video = sio.load_video(str(REPO / "tests/data/videos" / video_name))
         tally = Tally()
-        same_identity = 0
-        for start in range(0, len(golden["n_instances"]), 4):
-            indices = list(range(start, min(start + 4, len(golden["n_instances"]))))
-            frames = torch.from_numpy(np.stack([video[i] for i in indices]))
-            with torch.inference_mode():
-                raw = model(frames)
-            outputs = dict(zip(model.output_names, (o.numpy() for o in raw), strict=True))
+        n_frames = len(golden["n_instances"])
+        for start in range(0, n_frames, 4):
+            indices = list(range(start, min(start + 4, n_frames)))
+            outputs = run(np.stack([video[i] for i in indices]))
             for index, poses in zip(indices, grouper.group_batch(outputs), strict=True):
                 n = int(golden["n_instances"][index])
+                identities = None
+                if model_class is MultiClassBottomUpModel:
+                    identities = np.array(
+                        [
+                            model.info.class_names.index(track_names[t])
+                            for t in golden["track_ids"][index, :n]
+                        ]
+                    )
                 reference = (
                     golden["points"][index, :n],
                     golden["point_scores"][index, :n],
                     golden["instance_scores"][index, :n],
+                    identities,
                 )
                 tally.add(poses, reference)
-                if name == "multi_class_bottomup":
-                    names = list(golden["track_names"])
-                    expected = [
-                        list(model.info.class_names).index(names[t])
-                        for t in golden["track_ids"][index, :n]
-                    ]
-                    same_identity += int(sorted(expected) == sorted(poses.identities.tolist()))
-        tally.report(report, f"{name} (trained model vs golden)")
-        if name == "multi_class_bottomup":
-            report.check(
-                f"{name} frames with the same identities",
-                same_identity / tally.frames,
-                COUNT_AGREEMENT,
-                at_least=True,
-            )
+        engine = "ONNX Runtime" if onnx else "torch"
+        tally.report(report, f"{name} ({engine}, trained model vs golden)")
+
+
+def _torch_run(model):
+    def run(frames: np.ndarray) -> dict[str, np.ndarray]:
+        with torch.inference_mode():
+            raw = model(torch.from_numpy(frames))
+        return {name: tensor.numpy() for name, tensor in zip(model.output_names, raw, strict=True)}
+
+    return run
+
+
+def _onnx_run(onnx_bytes: bytes, model):
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(onnx_bytes, providers=["CPUExecutionProvider"])
+
+    def run(frames: np.ndarray) -> dict[str, np.ndarray]:
+        return dict(zip(model.output_names, session.run(None, {"frames": frames}), strict=True))
+
+    return run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -502,6 +541,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=150)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--models", action="store_true", help="also compare trained models")
+    parser.add_argument(
+        "--onnx", action="store_true", help="run the trained models as ONNX exports"
+    )
     parser.add_argument(
         "--goldens", type=Path, default=REPO / "tests/data/goldens", help="golden .npz folder"
     )
@@ -516,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
     report = Report()
     check_synthetic(report, args.trials, args.seed)
     if args.models:
-        check_models(report, args.goldens, {"min_line_scores": args.min_line_scores})
+        check_models(report, args.goldens, {"min_line_scores": args.min_line_scores}, args.onnx)
     if report.failures:
         print(f"FAILED: {', '.join(report.failures)}")
         return 1
