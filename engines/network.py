@@ -167,7 +167,12 @@ class ConvHead(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.conv(x)
-        return torch.sigmoid(x) if self.sigmoid else x
+        if not self.sigmoid:
+            return x
+        # Spelled out rather than torch.sigmoid: ONNX Runtime's Sigmoid kernel is an
+        # approximation that flushes to 0 below about -17.5, which turns saturated
+        # class maps into ties and changes identity assignment against torch.
+        return 1.0 / (1.0 + torch.exp(-x))
 
 
 class ClassVectorsHead(nn.Module):

@@ -344,3 +344,17 @@ def test_trained_models_load_and_run(model_dir):
         outputs = network(torch.rand(1, spec.in_channels, side, side))
     assert set(outputs) == set(spec.head_names)
     assert all(torch.isfinite(v).all() for v in outputs.values())
+
+
+def test_sigmoid_heads_keep_saturated_values_in_onnx():
+    from sleap_live.engines.network import ConvHead
+
+    head = ConvHead(2, 2, sigmoid=True).eval()
+    x = torch.linspace(-40, 40, 2 * 16 * 16).reshape(1, 2, 16, 16)
+    buffer = io.BytesIO()
+    torch.onnx.export(head, (x,), buffer, dynamo=False, input_names=["x"])
+    ours = ort.InferenceSession(buffer.getvalue()).run(None, {"x": x.numpy()})[0]
+    with torch.no_grad():
+        expected = torch.sigmoid(head.conv(x)).numpy()
+    assert (ours > 0).all()  # no flush to zero: saturated class maps must not tie
+    np.testing.assert_allclose(ours, expected, rtol=1e-4)
