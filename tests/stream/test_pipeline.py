@@ -115,13 +115,15 @@ def test_live_policy_keeps_up_with_a_fast_runner(fakes):
 
 
 def test_warmup_keeps_slow_engine_initialisation_out_of_the_stream(fakes):
-    runner = fakes.FakeRunner(delay=0.002, first_delay=0.3)
+    # A 0.5 s first call would show as >= 0.5 s latency; the bound leaves room for
+    # scheduling noise on a shared machine without letting that through.
+    runner = fakes.FakeRunner(delay=0.002, first_delay=0.5)
     source = fakes.FakeSource(30, is_live=True, paced=True)
     records = list(Pipeline(source, runner))
     assert [r.frame_index for r in records] == list(range(30))
-    assert max(r.latency for r in records) < 0.05
+    assert max(r.latency for r in records) < 0.25
 
-    runner = fakes.FakeRunner(delay=0.002, first_delay=0.3)
+    runner = fakes.FakeRunner(delay=0.002, first_delay=0.5)
     source = fakes.FakeSource(30, is_live=True, paced=True)
     pipeline = Pipeline(source, runner, warmup=False)
     pipeline.run()
