@@ -53,7 +53,7 @@ from sleap_live.engines.preprocess import (
     frames_to_nchw,
     size_of,
 )
-from sleap_live.engines.spec import ModelSpec
+from sleap_live.engines.spec import ModelSpec, check_model_type
 from sleap_live.engines.types import ModelInfo, Skeleton
 
 CONFMAPS_HEAD = "MultiInstanceConfmapsHead"
@@ -112,13 +112,6 @@ def top_peaks_per_channel(
         points = anchors + integral_offsets(maps, map_inds, anchors, patch_size)
         points = points.reshape(batch, channels, max_peaks, 2)
     return torch.where(valid.unsqueeze(-1), points, 0.0), values, valid
-
-
-def _check_model_type(spec: ModelSpec, expected: str) -> None:
-    if spec.model_type != expected:
-        raise ModelConfigError(
-            f"{spec.config_path}: a {spec.model_type} model, not a {expected} model"
-        )
 
 
 class _BottomUpBase(InferenceModel):
@@ -272,7 +265,7 @@ class BottomUpModel(_BottomUpBase):
         Raises:
             ModelConfigError: `spec` is not a bottom-up model.
         """
-        _check_model_type(spec, "bottomup")
+        check_model_type(spec, "bottomup")
         confmaps, pafs = spec.head(CONFMAPS_HEAD), spec.head(PAFS_HEAD)
         return cls(
             load_network(spec) if network is None else network,
@@ -370,7 +363,7 @@ class MultiClassBottomUpModel(_BottomUpBase):
         Raises:
             ModelConfigError: `spec` is not a multi-class bottom-up model.
         """
-        _check_model_type(spec, "multi_class_bottomup")
+        check_model_type(spec, "multi_class_bottomup")
         confmaps, class_maps = spec.head(CONFMAPS_HEAD), spec.head(CLASS_MAPS_HEAD)
         return cls(
             load_network(spec) if network is None else network,

@@ -13,7 +13,6 @@ from typing import Any
 
 import torch
 
-from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.model import INSTANCE_OUTPUTS, InferenceModel
 from sleap_live.engines.network import load_network
 from sleap_live.engines.peaks import (
@@ -23,18 +22,10 @@ from sleap_live.engines.peaks import (
     grid_to_image,
 )
 from sleap_live.engines.preprocess import PreprocessConfig, frame_input, frames_to_nchw
-from sleap_live.engines.spec import ModelSpec
+from sleap_live.engines.spec import ModelSpec, check_model_type
 from sleap_live.engines.types import ModelInfo, Skeleton
 
 SINGLE_INSTANCE_HEAD = "SingleInstanceConfmapsHead"
-
-
-def check_model_type(spec: ModelSpec, expected: str) -> None:
-    """Raises ModelConfigError unless `spec` is a model of type `expected`."""
-    if spec.model_type != expected:
-        raise ModelConfigError(
-            f"{spec.config_path}: a {spec.model_type} model, not a {expected} model"
-        )
 
 
 class SingleInstanceModel(InferenceModel):

@@ -272,6 +272,14 @@ class ModelSpec:
         return tuple(head.name for head in self.heads)
 
 
+def check_model_type(spec: ModelSpec, expected: str) -> None:
+    """Raises ModelConfigError unless `spec` is a model of type `expected`."""
+    if spec.model_type != expected:
+        raise ModelConfigError(
+            f"{spec.config_path}: a {spec.model_type} model, not a {expected} model"
+        )
+
+
 def read_training_config(model_dir: Path) -> ModelSpec:
     """Parse `model_dir/training_config.yaml` into a `ModelSpec`.
 

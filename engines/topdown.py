@@ -52,8 +52,7 @@ from sleap_live.engines.preprocess import (
     size_matched_frames,
     sizematch,
 )
-from sleap_live.engines.single_instance import check_model_type
-from sleap_live.engines.spec import ModelSpec
+from sleap_live.engines.spec import ModelSpec, check_model_type
 from sleap_live.engines.types import ModelInfo, Skeleton
 
 CENTROID_HEAD = "CentroidConfmapsHead"
