@@ -44,8 +44,8 @@ from sleap_live.engines.paf import PafLineScorer
 from sleap_live.engines.peaks import (
     DEFAULT_PATCH_SIZE,
     DEFAULT_PEAK_THRESHOLD,
-    integral_offsets,
     local_peak_map,
+    refine_peaks,
 )
 from sleap_live.engines.preprocess import (
     PreprocessConfig,
@@ -106,10 +106,8 @@ def top_peaks_per_channel(
     points = torch.stack([cols, rows], dim=-1).float()
     points = points + flat_offsets.gather(2, flat.unsqueeze(-1).expand(-1, -1, -1, 2))
     if refine:
-        anchors = torch.floor(points).reshape(-1, 2)
         map_inds = torch.arange(batch * channels).repeat_interleave(max_peaks)
-        maps = cms.reshape(-1, cms.shape[2], cms.shape[3])
-        points = anchors + integral_offsets(maps, map_inds, anchors, patch_size)
+        points = refine_peaks(cms, map_inds, points.reshape(-1, 2), patch_size)
         points = points.reshape(batch, channels, max_peaks, 2)
     return torch.where(valid.unsqueeze(-1), points, 0.0), values, valid
 

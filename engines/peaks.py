@@ -67,6 +67,29 @@ def integral_offsets(
     return torch.stack([x, y], dim=1)
 
 
+def refine_peaks(
+    cms: torch.Tensor,
+    map_inds: torch.Tensor,
+    points: torch.Tensor,
+    patch_size: int,
+) -> torch.Tensor:
+    """Integral refinement of peaks found on the grid.
+
+    Args:
+        cms: (B, N, H, W) confidence maps; map `i` is channel `i % N` of sample `i // N`.
+        map_inds: (n,) int64 flat map index of each peak.
+        points: (n, 2) float32 grid xy of each peak.
+        patch_size: refinement window side.
+
+    Returns:
+        (n, 2) float32 refined grid xy: the floored point plus the integral offset
+        of the window there.
+    """
+    anchors = torch.floor(points)
+    maps = cms.reshape(-1, cms.shape[2], cms.shape[3])
+    return anchors + integral_offsets(maps, map_inds, anchors, patch_size)
+
+
 def global_peaks(
     cms: torch.Tensor,
     threshold: float = DEFAULT_PEAK_THRESHOLD,
@@ -90,12 +113,9 @@ def global_peaks(
     values = column_max.amax(dim=2)
     points = torch.stack([column_max.argmax(dim=2), row_max.argmax(dim=2)], dim=-1).float()
     if refine:
-        n_maps = cms.shape[0] * cms.shape[1]
-        flat_points = points.reshape(-1, 2)
-        maps = cms.reshape(-1, cms.shape[2], cms.shape[3])
-        map_inds = torch.arange(n_maps, device=cms.device)
-        offsets = integral_offsets(maps, map_inds, flat_points, patch_size)
-        points = (flat_points + offsets).reshape(points.shape)
+        map_inds = torch.arange(cms.shape[0] * cms.shape[1], device=cms.device)
+        flat_points = refine_peaks(cms, map_inds, points.reshape(-1, 2), patch_size)
+        points = flat_points.reshape(points.shape)
     found = values >= threshold
     nan = float("nan")
     return torch.where(found[..., None], points, nan), torch.where(found, values, nan)
@@ -162,17 +182,6 @@ def local_peak_map(
     return is_peak, torch.stack([x, y], dim=-1)
 
 
-def _refine_local(
-    cms: torch.Tensor,
-    map_inds: torch.Tensor,
-    points: torch.Tensor,
-    patch_size: int,
-) -> torch.Tensor:
-    anchors = torch.floor(points)
-    maps = cms.reshape(-1, cms.shape[2], cms.shape[3])
-    return anchors + integral_offsets(maps, map_inds, anchors, patch_size)
-
-
 def top_local_peaks(
     cms: torch.Tensor,
     max_peaks: int,
@@ -215,7 +224,7 @@ def top_local_peaks(
     row, col = flat // width, flat % width
     points = torch.stack([col, row], dim=1).float() + offsets[sample, 0, row, col]
     if refine:
-        points = _refine_local(cms, sample, points, patch_size)
+        points = refine_peaks(cms, sample, points, patch_size)
     return sample, points, values[sample, slot_inds]
 
 
