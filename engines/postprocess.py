@@ -91,24 +91,39 @@ def _frame_poses(
     )
 
 
+def _poses_by_frame(
+    batch_size: int,
+    frames: np.ndarray,
+    points: np.ndarray,
+    point_scores: np.ndarray,
+    instance_scores: np.ndarray,
+    class_scores: np.ndarray | None = None,
+) -> list[FramePoses]:
+    """Splits an instance list into frames, keeping its order.
+
+    Identities come from `assign_classes` on each frame's `class_scores`, or are
+    all -1 without them.
+    """
+    poses = []
+    for frame in range(batch_size):
+        rows = np.flatnonzero(frames == frame)
+        identities = (
+            np.full(rows.shape, -1, np.int32)
+            if class_scores is None
+            else assign_classes(class_scores[rows])
+        )
+        poses.append(
+            _frame_poses(points[rows], point_scores[rows], instance_scores[rows], identities)
+        )
+    return poses
+
+
 def decode_instances(
     info: ModelInfo, outputs: Mapping[str, np.ndarray], batch_size: int
 ) -> list[FramePoses]:
     """Per-frame poses from `INSTANCE_OUTPUTS`; identities are all -1."""
     del info
-    frames, points, point_scores, instance_scores = _instance_arrays(outputs, INSTANCE_OUTPUTS)
-    poses = []
-    for frame in range(batch_size):
-        rows = np.flatnonzero(frames == frame)
-        poses.append(
-            _frame_poses(
-                points[rows],
-                point_scores[rows],
-                instance_scores[rows],
-                np.full(rows.shape, -1, np.int32),
-            )
-        )
-    return poses
+    return _poses_by_frame(batch_size, *_instance_arrays(outputs, INSTANCE_OUTPUTS))
 
 
 def assign_classes(class_scores: np.ndarray) -> np.ndarray:
@@ -132,21 +147,8 @@ def decode_multi_class_instances(
 ) -> list[FramePoses]:
     """Per-frame poses from `INSTANCE_OUTPUTS` plus `class_scores`, with identities."""
     del info
-    frames, points, point_scores, instance_scores, class_scores = _instance_arrays(
-        outputs, (*INSTANCE_OUTPUTS, "class_scores")
-    )
-    poses = []
-    for frame in range(batch_size):
-        rows = np.flatnonzero(frames == frame)
-        poses.append(
-            _frame_poses(
-                points[rows],
-                point_scores[rows],
-                instance_scores[rows],
-                assign_classes(class_scores[rows]),
-            )
-        )
-    return poses
+    arrays = _instance_arrays(outputs, (*INSTANCE_OUTPUTS, "class_scores"))
+    return _poses_by_frame(batch_size, *arrays)
 
 
 def decode_bottomup(
