@@ -31,13 +31,7 @@ from sleap_live.engines.metadata import (
 )
 from sleap_live.engines.model import INSTANCE_OUTPUTS
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
@@ -45,11 +39,6 @@ def toy_onnx(tmp_path_factory, toy_models):
     model = toy_models.ToyInstanceModel()
     path = export_inference_model(model, tmp_path_factory.mktemp("onnx"))
     return model, path
-
-
-def torch_outputs(model, frames):
-    with torch.inference_mode():
-        return [output.numpy() for output in model(torch.from_numpy(frames))]
 
 
 def test_onnx_export_writes_model_and_sidecar_with_the_same_metadata(toy_onnx):
@@ -87,7 +76,7 @@ def test_onnx_graph_has_dynamic_frame_axes_and_instance_counts(toy_onnx):
         assert output.type.tensor_type.shape.dim[0].dim_param == "instances"
 
 
-def test_onnx_export_runs_in_bare_onnxruntime_without_sleap_live(toy_onnx, tmp_path):
+def test_onnx_export_runs_in_bare_onnxruntime_without_sleap_live(toy_onnx, tmp_path, toy_models):
     model, path = toy_onnx
     frames = sample_frames(2, 150, 190, 1, seed=5)
     np.save(tmp_path / "frames.npy", frames)
@@ -109,7 +98,7 @@ def test_onnx_export_runs_in_bare_onnxruntime_without_sleap_live(toy_onnx, tmp_p
     assert "'head', 'body', 'tail'" in done.stdout
     with np.load(tmp_path / "out.npz") as bare:
         outputs = [bare[f"arr_{index}"] for index in range(len(INSTANCE_OUTPUTS))]
-    expected = torch_outputs(model, frames)
+    expected = toy_models.eager_outputs(model, frames)
     assert outputs[0].shape[0] > 0
     for got, want in zip(outputs, expected, strict=True):
         np.testing.assert_allclose(got, want, atol=TOLERANCE)
@@ -127,7 +116,8 @@ def test_torchscript_export_round_trips_with_metadata(tmp_path, toy_models):
     loaded = load_torchscript(path)
     assert loaded.info == model.info and loaded.output_names == INSTANCE_OUTPUTS
     frames = sample_frames(3, 111, 177, 3, seed=9)
-    for got, want in zip(torch_outputs(loaded, frames), torch_outputs(model, frames), strict=True):
+    eager = toy_models.eager_outputs
+    for got, want in zip(eager(loaded, frames), eager(model, frames), strict=True):
         np.testing.assert_array_equal(got, want)
 
 

@@ -7,7 +7,6 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-import torch
 
 from sleap_live.engines import api
 from sleap_live.engines.api import load_inference_model, load_runner
@@ -25,12 +24,7 @@ from sleap_live.engines.runners.torch import TorchRunner
 DATA = Path(__file__).parents[1] / "data"
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -35,12 +35,7 @@ from sleap_live.engines.runners.torch import TorchRunner
 HAS_CUDA_EP = "CUDAExecutionProvider" in ort.get_available_providers()
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
@@ -53,11 +48,6 @@ def toy_onnx(toy, tmp_path_factory):
     return export_inference_model(toy, tmp_path_factory.mktemp("onnx"), verify=False)
 
 
-def raw_outputs(model, frames):
-    with torch.inference_mode():
-        return [output.numpy() for output in model(torch.from_numpy(frames))]
-
-
 def assert_same_poses(got, want, atol=1e-3):
     assert len(got) == len(want)
     for mine, theirs in zip(got, want, strict=True):
@@ -68,13 +58,13 @@ def assert_same_poses(got, want, atol=1e-3):
         np.testing.assert_array_equal(mine.identities, theirs.identities)
 
 
-def test_torch_runner_splits_instance_lists_into_frames(toy):
+def test_torch_runner_splits_instance_lists_into_frames(toy, toy_models):
     frames = sample_frames(3, 120, 150, 3, seed=2)
     runner = TorchRunner(toy)
     assert isinstance(runner, Runner)
     assert runner.device == "cpu" and runner.info == toy.info
     poses = runner.run(frames)
-    frame_of, points, point_scores, instance_scores = raw_outputs(toy, frames)
+    frame_of, points, point_scores, instance_scores = toy_models.eager_outputs(toy, frames)
     assert len(poses) == 3
     assert sum(pose.n_instances for pose in poses) == len(frame_of) > 0
     for index, pose in enumerate(poses):

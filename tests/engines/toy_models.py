@@ -4,13 +4,14 @@
 channels, converts channels, resizes by a scale factor, pads to its stride, runs a
 few convolutions, finds local peaks with a threshold and `nonzero` (so the number
 of instances depends on the data) and reports instance lists (`INSTANCE_OUTPUTS`).
-The variants break one export rule each.
+The variants break one export rule each; `eager_outputs` runs any of them.
 
 Test modules load this file through `tests/engines/conftest.py` fixtures.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -118,6 +119,12 @@ class AntialiasedModel(ToyInstanceModel):
         return F.interpolate(
             x, scale_factor=self.scale, mode="bilinear", align_corners=False, antialias=True
         )
+
+
+def eager_outputs(model: torch.nn.Module, frames: np.ndarray) -> list[np.ndarray]:
+    """`model`'s outputs on uint8 (B, H, W, C) numpy frames, run eagerly, as numpy arrays."""
+    with torch.inference_mode():
+        return [output.numpy() for output in model(torch.from_numpy(frames))]
 
 
 def _gaussian_kernel(size: int, sigma: float) -> torch.Tensor:
