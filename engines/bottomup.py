@@ -106,7 +106,7 @@ def top_peaks_per_channel(
     points = torch.stack([cols, rows], dim=-1).float()
     points = points + flat_offsets.gather(2, flat.unsqueeze(-1).expand(-1, -1, -1, 2))
     if refine:
-        map_inds = torch.arange(batch * channels).repeat_interleave(max_peaks)
+        map_inds = torch.arange(batch * channels, device=cms.device).repeat_interleave(max_peaks)
         points = refine_peaks(cms, map_inds, points.reshape(-1, 2), patch_size)
         points = points.reshape(batch, channels, max_peaks, 2)
     return torch.where(valid.unsqueeze(-1), points, 0.0), values, valid
