@@ -30,12 +30,15 @@ The computation is sleap-nn's, step for step:
   1-channel model converted to gray (0.2989 R + 0.587 G + 0.114 B), as sleap-nn's
   `Model.forward` does.
 
-sleap-nn's "same" max pooling zero-pads odd sizes; ours rounds up instead, which is
-identical because it only ever pools ReLU outputs. Its decoder also resizes an
-upsampled map whose size differs from the skip it joins; with inputs padded to
-`max_stride` that happens only in stem models, so only their decoder blocks resize
-(a no-op when sizes agree). Everything else is free of data-dependent branches, so
-the module traces and exports to ONNX with dynamic height and width.
+sleap-nn's "same" max pooling zero-pads an odd size only on a layer's first call
+and then switches its padding off, so from the second batch of a `predict` run on
+it floors odd sizes. Ours always floors: the steady state, which is what sleap-nn
+gives for every frame but its first batch. Odd sizes reach a pool only in stem
+models (sleap-nn pads inputs to `max_stride`, but a stem doubles the real stride);
+there its decoder resizes an upsampled map to the size of the skip it joins, and so
+do our stem models' decoder blocks (a no-op when sizes agree). Everything else is
+free of data-dependent branches, so the module traces and exports to ONNX with
+dynamic height and width.
 
 Checkpoint keys map one to one onto ours; `Network.sleap_nn_keys` holds the map:
 
@@ -81,7 +84,7 @@ _GRAY_WEIGHTS = (0.2989, 0.587, 0.114)
 
 
 def _max_pool(x: torch.Tensor) -> torch.Tensor:
-    return F.max_pool2d(x, kernel_size=2, stride=2, ceil_mode=True)
+    return F.max_pool2d(x, kernel_size=2, stride=2, ceil_mode=False)
 
 
 class ConvBlock(nn.Module):
