@@ -36,15 +36,17 @@ compare, ground_truth_errors = goldens.compare, goldens.ground_truth_errors
 
 BATCH = 8
 
-# Mean error against the synthetic ground truth, measured with these fixtures
-# (see tests/data/README.md) and bounded with headroom; sleap-nn's own goldens sit
-# at the same level, so a bound breach means our pipeline lost accuracy.
+# Mean point error (px) against the synthetic ground truth, bounded at what these
+# fixture models measure (tests/data/README.md, scripts/make_fixtures.py) plus about
+# 20 % headroom. The tiny models are trained for minutes on CPU, so the bounds say
+# "the model finds the animals", not "the model is good"; the test also requires us
+# to be no less accurate than sleap-nn's own predict on the same frames.
 MEAN_ERROR_BOUND_PX = {
-    "single_instance": 2.0,
-    "topdown": 2.5,
-    "bottomup": 3.0,
-    "multi_class_topdown": 3.0,
-    "multi_class_bottomup": 3.0,
+    "single_instance": 1.5,
+    "topdown": 2.6,
+    "bottomup": 4.5,
+    "multi_class_topdown": 10.0,
+    "multi_class_bottomup": 15.0,
 }
 
 
@@ -116,11 +118,21 @@ def test_onnx_graph_agrees_with_torch_module(name):
 @pytest.mark.parametrize("name", list(MEAN_ERROR_BOUND_PX))
 def test_accuracy_against_ground_truth(name):
     _require(name)
-    _, _, _, truth_path = case_paths(name)
+    _, _, golden_path, truth_path = case_paths(name)
     truth = dict(np.load(truth_path))
+    golden = dict(np.load(golden_path))
     ours, _ = _poses(name, "onnx")
     errors, missed = ground_truth_errors(ours, truth)
+    reference = [
+        {"points": golden["points"][i, : golden["n_instances"][i]]} for i in range(len(ours))
+    ]
+    sleap_nn_errors, sleap_nn_missed = ground_truth_errors(reference, truth)
     n_animals = truth["points"].shape[1] * len(ours)
-    print(f"{name}: mean {errors.mean():.3f} px, missed {missed}/{n_animals}")
+    print(
+        f"{name}: mean {errors.mean():.3f} px (sleap-nn {sleap_nn_errors.mean():.3f} px), "
+        f"missed {missed}/{n_animals} (sleap-nn {sleap_nn_missed})"
+    )
     assert errors.mean() <= MEAN_ERROR_BOUND_PX[name]
-    assert missed <= 0.02 * n_animals
+    assert errors.mean() <= sleap_nn_errors.mean() + 0.01
+    assert missed <= sleap_nn_missed
+    assert missed <= 0.05 * n_animals
