@@ -12,7 +12,9 @@ side pays for interpreter start-up or model loading in the timed part:
                    inference and pose records end to end; plus the engine alone
                    on frames already in memory.
 
-Each is warmed up first, then timed over the whole clip. Usage:
+Each first makes one untimed pass over the clip (torch's CPU kernels are slow the
+first time they meet each input shape, and top-down crop counts vary), then is
+timed over the whole clip. Usage:
 
     python scripts/bench_vs_sleap_nn.py --sleap-nn-python /path/to/sleap-nn-venv/bin/python
 
@@ -56,7 +58,7 @@ SLEAP_NN_BENCH = textwrap.dedent(
             predictor = Predictor.from_export_dir(
                 export_dir, runtime="onnx", device="cpu", batch_size=batch_size
             )
-        predictor.predict(video, frames=list(range(4 * batch_size)))  # warm-up
+        predictor.predict(video)  # warm-up: one untimed pass over the clip
         start = time.perf_counter()
         labels = predictor.predict(video)
         seconds = time.perf_counter() - start
@@ -112,7 +114,8 @@ def bench_sleap_live(clip: Path, engine: str, batch_size: int) -> dict:
     try:
         with FileSource(clip) as src:
             frames = np.stack([f.image for f in src])
-        runner.run(frames[:batch_size])  # warm-up
+        for i in range(0, len(frames), batch_size):  # warm-up: one untimed pass
+            runner.run(frames[i : i + batch_size])
         start = time.perf_counter()
         for i in range(0, len(frames), batch_size):
             runner.run(frames[i : i + batch_size])
