@@ -203,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _table(r: dict[str, Any]) -> Table:
     table = Table(
-        title=f"sleap-live bench: {r['engine']} on {r['device']}, frames {tuple(r['frame_shape'])}"
+        title=f"sleap-live bench: {r['runner']} on {r['device']}, frames {tuple(r['frame_shape'])}"
     )
     table.add_column("measure")
     table.add_column("value", justify="right")

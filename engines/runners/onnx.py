@@ -114,6 +114,9 @@ def create_session(
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    # Idle operator threads would otherwise spin for a while after every run,
+    # taking the cores that decode and the pipeline's other stages need.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if intra_op_threads is not None:
         options.intra_op_num_threads = intra_op_threads
     source = model if isinstance(model, bytes) else str(model)
