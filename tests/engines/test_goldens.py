@@ -45,8 +45,8 @@ MEAN_ERROR_BOUND_PX = {
     "single_instance": 1.5,
     "topdown": 2.6,
     "bottomup": 4.5,
-    "multi_class_topdown": 10.0,
-    "multi_class_bottomup": 15.0,
+    "multi_class_topdown": 4.0,
+    "multi_class_bottomup": 5.0,
 }
 
 
