@@ -44,7 +44,7 @@ BATCH = 8
 MEAN_ERROR_BOUND_PX = {
     "single_instance": 1.5,
     "topdown": 2.6,
-    "bottomup": 4.5,
+    "bottomup": 5.5,
     "multi_class_topdown": 4.0,
     "multi_class_bottomup": 5.0,
 }
