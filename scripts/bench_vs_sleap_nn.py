@@ -29,16 +29,14 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from pathlib import Path
 
 import av
-import numpy as np
 from rich.console import Console
 from rich.table import Table
 
 from sleap_live.engines.api import load_runner
-from sleap_live.stream import Pipeline
+from sleap_live.stream.bench import bench_engine, bench_recorded, decode_all
 from sleap_live.stream.sources import FileSource
 
 REPO = Path(__file__).resolve().parents[1]
@@ -112,22 +110,12 @@ def bench_sleap_nn(python: Path, clip: Path, export_dir: Path, batch_size: int) 
 def bench_sleap_live(clip: Path, engine: str, batch_size: int) -> dict:
     runner = load_runner([str(m) for m in MODELS], engine=engine, device="cpu")
     try:
-        with FileSource(clip) as src:
-            frames = np.stack([f.image for f in src])
-        for i in range(0, len(frames), batch_size):  # warm-up: one untimed pass
-            runner.run(frames[i : i + batch_size])
-        start = time.perf_counter()
-        for i in range(0, len(frames), batch_size):
-            runner.run(frames[i : i + batch_size])
-        engine_seconds = time.perf_counter() - start
-
-        start = time.perf_counter()
-        stats = Pipeline(FileSource(clip), runner, batch_size=batch_size).run()
-        pipeline_seconds = time.perf_counter() - start
+        engine_only = bench_engine(runner, decode_all(clip), batch_size)
+        recorded = bench_recorded(runner, clip, batch_size, engine_only["frames"])
         return {
-            "frames": int(stats.frames_processed),
-            "seconds": pipeline_seconds,
-            "engine_seconds": engine_seconds,
+            "frames": int(recorded["frames"]),
+            "seconds": recorded["seconds"],
+            "engine_seconds": engine_only["seconds"],
         }
     finally:
         runner.close()
