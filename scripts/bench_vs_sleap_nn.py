@@ -36,7 +36,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sleap_live.engines.api import load_runner
-from sleap_live.stream.bench import bench_engine, bench_recorded, decode_all
+from sleap_live.stream.bench import bench_throughput, decode_all
 from sleap_live.stream.sources import FileSource
 
 REPO = Path(__file__).resolve().parents[1]
@@ -110,8 +110,7 @@ def bench_sleap_nn(python: Path, clip: Path, export_dir: Path, batch_size: int) 
 def bench_sleap_live(clip: Path, engine: str, batch_size: int) -> dict:
     runner = load_runner([str(m) for m in MODELS], engine=engine, device="cpu")
     try:
-        engine_only = bench_engine(runner, decode_all(clip), batch_size)
-        recorded = bench_recorded(runner, clip, batch_size, engine_only["frames"])
+        engine_only, recorded = bench_throughput(runner, clip, decode_all(clip), batch_size)
         return {
             "frames": int(recorded["frames"]),
             "seconds": recorded["seconds"],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
 
@@ -13,7 +15,7 @@ import sleap_io as sio
 from sleap_live.engines import api as engines_api
 from sleap_live.engines.errors import InputMismatchError
 from sleap_live.stream.errors import PipelineError, SourceError
-from sleap_live.stream.pipeline import Pipeline
+from sleap_live.stream.pipeline import RECORDED_BACKGROUND_NICE, Pipeline
 
 JOIN_TIMEOUT = 10.0
 
@@ -371,3 +373,37 @@ def test_stop_before_start_releases_everything(fakes, monkeypatch):
     assert source.closed and runner.closed
     with pytest.raises(PipelineError, match="stopped before it started"):
         pipeline.start()
+
+
+def _thread_nice() -> int:
+    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="per-thread priority is Linux-only")
+@pytest.mark.parametrize("policy", ["recorded", "live"])
+def test_recorded_policy_runs_every_stage_but_infer_at_low_priority(fakes, policy):
+    base = _thread_nice()
+    seen: dict[str, int] = {}
+
+    class Runner(fakes.FakeRunner):
+        def run(self, frames):
+            seen["infer"] = _thread_nice()
+            return super().run(frames)
+
+    source = fakes.FakeSource(10, is_live=policy == "live")
+    frames = iter(source)
+
+    def capture():
+        # The first call comes from the constructor; the last from the capture stage.
+        seen["capture"] = _thread_nice()
+        frame = next(frames, None)
+        return None if frame is None else frame.image
+
+    from sleap_live.stream.sources import IteratorSource
+
+    pipeline = Pipeline(IteratorSource(capture), Runner(), policy=policy)
+    pipeline.on_poses(lambda record: seen.setdefault("consumer", _thread_nice()))
+    pipeline.run()
+
+    background = min(19, base + RECORDED_BACKGROUND_NICE) if policy == "recorded" else base
+    assert seen == {"infer": base, "capture": background, "consumer": background}
