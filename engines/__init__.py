@@ -15,13 +15,13 @@ from sleap_live.engines.errors import (
     ModelNotFoundError,
     RuntimeUnavailableError,
 )
-from sleap_live.engines.load import (
+from sleap_live.engines.load.dirs import (
     ExportedModelDirError,
     is_sleap_nn_export_dir,
     read_export_metadata,
     read_model_dir,
 )
-from sleap_live.engines.spec import HeadSpec, ModelSpec, PreprocessSpec, UNetSpec
+from sleap_live.engines.load.spec import HeadSpec, ModelSpec, PreprocessSpec, UNetSpec
 from sleap_live.engines.types import MODEL_TYPES, FramePoses, ModelInfo, Skeleton
 
 __all__ = [
@@ -50,9 +50,9 @@ __all__ = [
 ]
 
 _LAZY = {
-    "load_runner": "sleap_live.engines.api",
-    "load_inference_model": "sleap_live.engines.api",
-    "export_model": "sleap_live.engines.export",
+    "load_runner": "sleap_live.engines.runners.load",
+    "load_inference_model": "sleap_live.engines.graph.build",
+    "export_model": "sleap_live.engines.export.onnx",
 }
 
 

@@ -60,6 +60,10 @@ class ModelInfo:
     postprocess: Mapping[str, Any] = attrs.field(factory=dict, eq=False)
 
 
+# sleap-io's one-node skeleton for centroids of multi-node models.
+CENTROID_SKELETON = Skeleton(node_names=("centroid",), name="centroid")
+
+
 @attrs.frozen(eq=False)
 class FramePoses:
     """Poses of every instance found in one frame.

@@ -21,8 +21,8 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from sleap_live.engines.api import load_runner
-from sleap_live.engines.export import sample_frames
+from sleap_live.engines.export.onnx import sample_frames
+from sleap_live.engines.runners.load import load_runner
 
 
 def read_video_frames(path: Path, count: int, channels: int) -> np.ndarray:

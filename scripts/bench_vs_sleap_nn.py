@@ -35,7 +35,7 @@ import av
 from rich.console import Console
 from rich.table import Table
 
-from sleap_live.engines.api import load_runner
+from sleap_live.engines.runners.load import load_runner
 from sleap_live.stream.bench import bench_throughput, decode_all
 from sleap_live.stream.sources import FileSource
 

@@ -41,14 +41,14 @@ from sleap_nn.inference.ops.paf import PAFScorer, score_paf_lines_batch
 from sleap_nn.inference.ops.peaks import find_local_peaks
 from sleap_nn.inference.preprocess_info import PreprocInfo
 
-from sleap_live.engines.bottomup import (
+from sleap_live.engines.graph.bottomup import (
     BottomUpModel,
     MultiClassBottomUpModel,
     top_peaks_per_channel,
 )
-from sleap_live.engines.grouping import ClassMapGrouper, PafGrouper
-from sleap_live.engines.paf import PafLineScorer
-from sleap_live.engines.preprocess import PreprocessConfig
+from sleap_live.engines.graph.paf import PafLineScorer
+from sleap_live.engines.graph.preprocess import PreprocessConfig
+from sleap_live.engines.host.grouping import ClassMapGrouper, PafGrouper
 from sleap_live.engines.types import FramePoses, Skeleton
 
 REPO = Path(__file__).resolve().parents[1]
@@ -469,8 +469,8 @@ def _rank_in_node(channels: np.ndarray) -> np.ndarray:
 def check_models(report: Report, goldens: Path, options: dict, onnx: bool) -> None:
     import sleap_io as sio
 
-    from sleap_live.engines.export import export_onnx_bytes
-    from sleap_live.engines.spec import read_training_config
+    from sleap_live.engines.export.onnx import export_onnx_bytes
+    from sleap_live.engines.load.spec import read_training_config
 
     cases = {
         "bottomup": (BottomUpModel, PafGrouper, "multi_gray.mkv"),

@@ -7,7 +7,7 @@ Run with the sleap-nn environment, where sleap-live is installed editable:
 For each synthetic configuration below (every UNet option and every head type) it
 builds a sleap-nn model with random weights, saves it the way `sleap-nn train` does
 (`training_config.yaml` plus a Lightning `best.ckpt`), loads that directory both
-with sleap-nn's own checkpoint loader and with `sleap_live.engines.load`, feeds both
+with sleap-nn's own checkpoint loader and with `sleap_live.engines.load.dirs`, feeds both
 the same random input and compares every head output. Trained model directories
 given on the command line, and those under tests/data/models/, are compared the
 same way. Configurations sleap-nn cannot build or run must be refused by sleap-live
@@ -39,11 +39,11 @@ from sleap_nn.config.training_job_config import TrainingJobConfig  # noqa: E402
 from sleap_nn.inference.loaders import _load_lightning_module  # noqa: E402
 from sleap_nn.training import lightning_modules as lm  # noqa: E402
 
-from sleap_live.engines.checkpoint import read_state_dict  # noqa: E402
 from sleap_live.engines.errors import ModelConfigError  # noqa: E402
-from sleap_live.engines.load import read_model_dir  # noqa: E402
-from sleap_live.engines.network import build_network, load_network  # noqa: E402
-from sleap_live.engines.spec import read_training_config  # noqa: E402
+from sleap_live.engines.graph.network import build_network, load_network  # noqa: E402
+from sleap_live.engines.load.checkpoint import read_state_dict  # noqa: E402
+from sleap_live.engines.load.dirs import read_model_dir  # noqa: E402
+from sleap_live.engines.load.spec import read_training_config  # noqa: E402
 
 TOLERANCE = 1e-5
 REPO = Path(__file__).resolve().parents[1]

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sleap_live.engines import crops, peaks, preprocess
+from sleap_live.engines.graph import crops, peaks, preprocess
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -266,9 +266,9 @@ def _predict_runs(manifest: dict) -> list[tuple[str, list[Path], Path]]:
 
 def _build(model_dirs: list[Path]):
     """Our inference model for the directories sleap-nn predict was given."""
-    from sleap_live.engines.single_instance import SingleInstanceModel
-    from sleap_live.engines.spec import read_training_config
-    from sleap_live.engines.topdown import CentroidModel, MultiClassTopDownModel, TopDownModel
+    from sleap_live.engines.graph.single_instance import SingleInstanceModel
+    from sleap_live.engines.graph.topdown import CentroidModel, MultiClassTopDownModel, TopDownModel
+    from sleap_live.engines.load.spec import read_training_config
 
     specs = {spec.model_type: spec for spec in map(read_training_config, model_dirs)}
     # sleap-nn predict keeps every centroid; a bound above any frame's count matches it.
@@ -312,7 +312,7 @@ def _onnx_runner(model, check_frames: list[np.ndarray]) -> Callable[[np.ndarray]
 
     import onnxruntime as ort
 
-    from sleap_live.engines.export import export_inference_model
+    from sleap_live.engines.export.onnx import export_inference_model
 
     with tempfile.TemporaryDirectory() as directory:
         path = export_inference_model(model, directory, format="onnx", frames=check_frames)
@@ -334,7 +334,7 @@ def check_goldens(report: Report, batch_size: int, runtime: str) -> None:
 
     import sleap_io as sio
 
-    from sleap_live.engines.postprocess import decode
+    from sleap_live.engines.host.postprocess import decode
 
     manifest_path = REPO / "tests" / "data" / "manifest.json"
     if not manifest_path.is_file():

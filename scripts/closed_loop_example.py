@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 
-from sleap_live.engines.api import load_runner
+from sleap_live.engines.runners.load import load_runner
 from sleap_live.stream import Pipeline, PoseRecord, open_source
 
 

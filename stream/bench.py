@@ -253,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     console = Console()
-    from sleap_live.engines.api import load_runner
+    from sleap_live.engines.runners.load import load_runner
 
     try:
         if not args.video.exists():

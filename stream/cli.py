@@ -42,7 +42,7 @@ EXIT_INTERRUPTED, EXIT_TERMINATED = 128 + signal.SIGINT, 128 + signal.SIGTERM
 
 # Subcommands implemented elsewhere: each module has `main(argv) -> int` with its
 # own argument parser; `sleap-live NAME ARGS...` calls it with ARGS.
-DELEGATED = {"export": "sleap_live.engines.export", "bench": "sleap_live.stream.bench"}
+DELEGATED = {"export": "sleap_live.engines.export.onnx", "bench": "sleap_live.stream.bench"}
 COMMANDS = ("run", "replay", *DELEGATED)
 
 
@@ -177,7 +177,7 @@ def _check(args: argparse.Namespace) -> None:
 
 def _run(args: argparse.Namespace, console: Console) -> int:
     # Imported here, so --help and argument errors answer without loading torch.
-    from sleap_live.engines.api import load_runner
+    from sleap_live.engines.runners.load import load_runner
 
     source = _open(args)
     with source:

@@ -142,7 +142,7 @@ class Pipeline:
             iterable of `Frame` with `source_id`, `fps`, `frame_shape`, `n_frames`
             and `is_live`. The pipeline closes it when capture ends.
         model_or_runner: a `Runner`, or one or more model paths to load with
-            `sleap_live.engines.api.load_runner`. A runner passed in stays the
+            `sleap_live.engines.runners.load.load_runner`. A runner passed in stays the
             caller's to close; one loaded here is closed when the pipeline stops.
         batch_size: frames per engine call; default 1 for ``"live"``, 8 for
             ``"recorded"``.
@@ -167,7 +167,7 @@ class Pipeline:
     Example:
         A closed loop on a camera, plus a complete .slp of the session::
 
-            from sleap_live.engines.api import load_runner
+            from sleap_live.engines.runners.load import load_runner
             from sleap_live.stream import Pipeline, open_source
 
             runner = load_runner(["models/centroid", "models/centered_instance"])
@@ -777,7 +777,7 @@ def _as_runner(
         return model_or_runner
     # Imported here: loading models may need torch, and a pipeline given a runner
     # (say ONNX Runtime only) should not pay for importing it.
-    from sleap_live.engines.api import load_runner
+    from sleap_live.engines.runners.load import load_runner
 
     paths = (
         [model_or_runner] if isinstance(model_or_runner, (str, os.PathLike)) else model_or_runner

@@ -34,9 +34,9 @@ from sleap_live.engines.errors import (
     ModelNotFoundError,
     RuntimeUnavailableError,
 )
-from sleap_live.engines.metadata import METADATA_KEY, ExportMetadata
-from sleap_live.engines.postprocess import decode
-from sleap_live.engines.runners.frames import check_frames, convert_channels
+from sleap_live.engines.host.frames import check_frames, convert_channels
+from sleap_live.engines.host.postprocess import decode
+from sleap_live.engines.load.metadata import METADATA_KEY, ExportMetadata
 from sleap_live.engines.types import FramePoses, ModelInfo
 
 CPU = "CPUExecutionProvider"

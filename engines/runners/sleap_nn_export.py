@@ -16,7 +16,7 @@ Frames are brought to that contract on the host:
 Padding bottom/right leaves coordinates unchanged; resizing is undone by dividing
 coordinates by the scale. The graph's outputs (see sleap-nn's export wrappers)
 are rewritten into the outputs of sleap-live's own model of that type and decoded
-by `sleap_live.engines.postprocess.decode`, so poses mean the same whichever
+by `sleap_live.engines.host.postprocess.decode`, so poses mean the same whichever
 runner produced them:
 
 - single_instance (peaks, peak_vals): one instance per frame, scored by the sum
@@ -58,14 +58,13 @@ from sleap_live.engines.errors import (
     ModelConfigError,
     RuntimeUnavailableError,
 )
-from sleap_live.engines.grouping import ClassMapGrouper, PafGrouper
-from sleap_live.engines.load import read_export_metadata
-from sleap_live.engines.postprocess import decode
-from sleap_live.engines.runners.frames import check_frames, convert_channels
+from sleap_live.engines.host.frames import check_frames, convert_channels
+from sleap_live.engines.host.grouping import ClassMapGrouper, PafGrouper
+from sleap_live.engines.host.postprocess import decode
+from sleap_live.engines.load.dirs import read_export_metadata
+from sleap_live.engines.load.spec import ModelSpec, parse_training_config
 from sleap_live.engines.runners.onnx import CPU, BoundIO, Provider, create_session, device_of
-from sleap_live.engines.spec import ModelSpec, parse_training_config
-from sleap_live.engines.topdown import CENTROID_SKELETON
-from sleap_live.engines.types import FramePoses, ModelInfo, Skeleton
+from sleap_live.engines.types import CENTROID_SKELETON, FramePoses, ModelInfo, Skeleton
 
 MODEL_FILE = "model.onnx"
 # sleap-nn model type -> sleap-live model type.
@@ -291,7 +290,7 @@ def _letterbox(
     """sleap-nn's size matcher on uint8 (B, C, H, W) frames."""
     import torch
 
-    from sleap_live.engines.preprocess import sizematch
+    from sleap_live.engines.graph.preprocess import sizematch
 
     matched, scale = sizematch(torch.from_numpy(image), max_height, max_width)
     return matched.numpy(), float(scale)

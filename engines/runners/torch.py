@@ -9,9 +9,9 @@ import numpy as np
 import torch
 
 from sleap_live.engines.errors import EngineError, RuntimeUnavailableError
-from sleap_live.engines.model import InferenceModel
-from sleap_live.engines.postprocess import decode
-from sleap_live.engines.runners.frames import check_frames, convert_channels
+from sleap_live.engines.graph.base import InferenceModel
+from sleap_live.engines.host.frames import check_frames, convert_channels
+from sleap_live.engines.host.postprocess import decode
 from sleap_live.engines.types import FramePoses, ModelInfo
 
 

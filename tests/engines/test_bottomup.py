@@ -10,17 +10,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sleap_live.engines.bottomup import (
+from sleap_live.engines.errors import ModelConfigError
+from sleap_live.engines.graph.bottomup import (
     BottomUpModel,
     MultiClassBottomUpModel,
     top_peaks_per_channel,
 )
-from sleap_live.engines.errors import ModelConfigError
-from sleap_live.engines.grouping import ClassMapGrouper, PafGrouper
-from sleap_live.engines.metadata import info_from_dict, info_to_dict
-from sleap_live.engines.postprocess import decode
-from sleap_live.engines.preprocess import PreprocessConfig
-from sleap_live.engines.spec import HeadSpec, ModelSpec, PreprocessSpec, UNetSpec
+from sleap_live.engines.graph.preprocess import PreprocessConfig
+from sleap_live.engines.host.grouping import ClassMapGrouper, PafGrouper
+from sleap_live.engines.host.postprocess import decode
+from sleap_live.engines.load.metadata import info_from_dict, info_to_dict
+from sleap_live.engines.load.spec import HeadSpec, ModelSpec, PreprocessSpec, UNetSpec
 from sleap_live.engines.types import Skeleton
 
 SKELETON = Skeleton(("head", "neck", "body", "tail"), ((0, 1), (1, 2), (2, 3)))
@@ -358,7 +358,7 @@ def test_from_spec_reads_strides_edges_and_classes():
 
 def test_onnx_export_matches_torch_at_two_frame_sizes(tmp_path):
     onnxruntime = pytest.importorskip("onnxruntime")
-    from sleap_live.engines.export import export_inference_model
+    from sleap_live.engines.export.onnx import export_inference_model
 
     model = BottomUpModel(
         ToyNetwork(1, 4, 3),
@@ -391,8 +391,8 @@ def test_onnx_export_matches_torch_at_two_frame_sizes(tmp_path):
 
 def test_multi_class_onnx_export_verifies(tmp_path):
     pytest.importorskip("onnxruntime")
-    from sleap_live.engines.export import export_inference_model
-    from sleap_live.engines.metadata import read_onnx_metadata
+    from sleap_live.engines.export.onnx import export_inference_model
+    from sleap_live.engines.load.metadata import read_onnx_metadata
 
     model = MultiClassBottomUpModel(
         ToyNetwork(3, 4, 3, n_classes=2),

@@ -1,4 +1,4 @@
-"""Tests for sleap_live.engines.crops."""
+"""Tests for sleap_live.engines.graph.crops."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from sleap_live.engines import crops
+from sleap_live.engines.graph import crops
 
 
 @pytest.mark.parametrize(

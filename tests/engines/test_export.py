@@ -1,4 +1,4 @@
-"""Tests for sleap_live.engines.export and sleap_live.engines.metadata."""
+"""Tests for sleap_live.engines.export.onnx and sleap_live.engines.load.metadata."""
 
 from __future__ import annotations
 
@@ -13,14 +13,15 @@ import pytest
 import torch
 
 from sleap_live.engines.errors import ExportError, ModelConfigError, ModelNotFoundError
-from sleap_live.engines.export import (
+from sleap_live.engines.export.onnx import (
     TOLERANCE,
     export_inference_model,
     load_torchscript,
     read_torchscript_metadata,
     sample_frames,
 )
-from sleap_live.engines.metadata import (
+from sleap_live.engines.host.outputs import INSTANCE_OUTPUTS
+from sleap_live.engines.load.metadata import (
     METADATA_KEY,
     ExportMetadata,
     info_from_dict,
@@ -29,7 +30,6 @@ from sleap_live.engines.metadata import (
     read_onnx_metadata,
     sidecar_path,
 )
-from sleap_live.engines.model import INSTANCE_OUTPUTS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

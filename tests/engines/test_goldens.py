@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sleap_live.engines.api import load_runner
+from sleap_live.engines.runners.load import load_runner
 from sleap_live.stream.sources import FileSource
 
 

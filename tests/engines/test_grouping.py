@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from sleap_live.engines.errors import ModelConfigError
-from sleap_live.engines.grouping import ClassMapGrouper, PafGrouper, edge_assembly_order
+from sleap_live.engines.host.grouping import ClassMapGrouper, PafGrouper, edge_assembly_order
 from sleap_live.engines.types import ModelInfo, Skeleton
 
 # ---------------------------------------------------------------- edge order

@@ -12,17 +12,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from sleap_live.engines.checkpoint import read_state_dict
 from sleap_live.engines.errors import CheckpointError, ModelConfigError, ModelNotFoundError
-from sleap_live.engines.load import (
+from sleap_live.engines.graph.network import build_network, load_network
+from sleap_live.engines.load.checkpoint import read_state_dict
+from sleap_live.engines.load.dirs import (
     ExportedModelDirError,
     is_sleap_nn_export_dir,
     model_dir_of,
     read_export_metadata,
     read_model_dir,
 )
-from sleap_live.engines.network import build_network, load_network
-from sleap_live.engines.spec import read_training_config
+from sleap_live.engines.load.spec import read_training_config
 
 MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
 CENTROID_CONFIG = """\

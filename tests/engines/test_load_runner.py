@@ -1,4 +1,4 @@
-"""Tests for sleap_live.engines.api.load_runner."""
+"""Tests for sleap_live.engines.runners.load.load_runner."""
 
 from __future__ import annotations
 
@@ -8,16 +8,16 @@ import av
 import numpy as np
 import pytest
 
-from sleap_live.engines import api
-from sleap_live.engines.api import load_inference_model, load_runner
 from sleap_live.engines.errors import ExportError, ModelConfigError, ModelNotFoundError
-from sleap_live.engines.export import (
+from sleap_live.engines.export.onnx import (
     export_inference_model,
     main,
     read_torchscript_metadata,
     sample_frames,
 )
-from sleap_live.engines.metadata import read_onnx_metadata
+from sleap_live.engines.graph.build import load_inference_model
+from sleap_live.engines.load.metadata import read_onnx_metadata
+from sleap_live.engines.runners.load import load_runner
 from sleap_live.engines.runners.onnx import OnnxRunner
 from sleap_live.engines.runners.torch import TorchRunner
 
@@ -151,7 +151,10 @@ def test_export_cli_reports_errors_on_one_line(tmp_path, capsys):
 
 
 def test_auto_falls_back_to_torch_when_the_model_does_not_export(toy_models, tmp_path, monkeypatch):
-    monkeypatch.setattr(api, "load_inference_model", lambda paths: toy_models.AntialiasedModel())
+    monkeypatch.setattr(
+        "sleap_live.engines.graph.build.load_inference_model",
+        lambda paths: toy_models.AntialiasedModel(),
+    )
     with pytest.warns(RuntimeWarning, match="with torch: ONNX export of the topdown model failed"):
         runner = load_runner(tmp_path, device="cpu")
     assert isinstance(runner, TorchRunner)

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from sleap_live.engines.errors import CheckpointError, ModelConfigError
-from sleap_live.engines.load import read_model_dir
-from sleap_live.engines.network import Network, build_network, load_network
-from sleap_live.engines.spec import HeadSpec, ModelSpec, PreprocessSpec, UNetSpec
+from sleap_live.engines.graph.network import Network, build_network, load_network
+from sleap_live.engines.load.dirs import read_model_dir
+from sleap_live.engines.load.spec import HeadSpec, ModelSpec, PreprocessSpec, UNetSpec
 from sleap_live.engines.types import Skeleton
 
 MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
@@ -347,7 +347,7 @@ def test_trained_models_load_and_run(model_dir):
 
 
 def test_sigmoid_heads_keep_saturated_values_in_onnx():
-    from sleap_live.engines.network import ConvHead
+    from sleap_live.engines.graph.network import ConvHead
 
     head = ConvHead(2, 2, sigmoid=True).eval()
     x = torch.linspace(-40, 40, 2 * 16 * 16).reshape(1, 2, 16, 16)

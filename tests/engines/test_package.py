@@ -8,7 +8,8 @@ def test_engines_import_does_not_load_torch_until_needed():
     code = (
         "import sys, sleap_live.engines as e, sleap_live.stream;"
         "assert 'torch' not in sys.modules, 'torch loaded on import';"
-        "e.load_runner; assert 'torch' in sys.modules"
+        "e.load_runner; assert 'torch' not in sys.modules, 'torch loaded by load_runner';"
+        "e.load_inference_model; assert 'torch' in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from sleap_live.engines.paf import PafLineScorer
+from sleap_live.engines.graph.paf import PafLineScorer
 
 
 def _loop_scores(pafs, peaks, edges, stride, n_points, ratio, weight):

@@ -1,4 +1,4 @@
-"""Tests for sleap_live.engines.peaks."""
+"""Tests for sleap_live.engines.graph.peaks."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from sleap_live.engines import peaks
+from sleap_live.engines.graph import peaks
 
 
 def _gaussian(height: int, width: int, x: float, y: float, sigma: float, peak: float = 1.0):

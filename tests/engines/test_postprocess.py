@@ -1,4 +1,4 @@
-"""Tests for sleap_live.engines.postprocess."""
+"""Tests for sleap_live.engines.host.postprocess."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sleap_live.engines.errors import ModelConfigError
-from sleap_live.engines.postprocess import assign_classes, decode
+from sleap_live.engines.host.postprocess import assign_classes, decode
 from sleap_live.engines.types import ModelInfo, Skeleton
 
 NAN = np.nan

@@ -1,4 +1,4 @@
-"""Tests for sleap_live.engines.preprocess."""
+"""Tests for sleap_live.engines.graph.preprocess."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sleap_live.engines import preprocess
 from sleap_live.engines.errors import InputMismatchError
-from sleap_live.engines.preprocess import PreprocessConfig
+from sleap_live.engines.graph import preprocess
+from sleap_live.engines.graph.preprocess import PreprocessConfig
 
 
 def _random_frames(shape: tuple[int, ...], seed: int = 0) -> torch.Tensor:

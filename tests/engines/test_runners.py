@@ -15,15 +15,15 @@ from sleap_live.engines.errors import (
     ModelNotFoundError,
     RuntimeUnavailableError,
 )
-from sleap_live.engines.export import (
+from sleap_live.engines.export.onnx import (
     export_inference_model,
     export_onnx_bytes,
     load_torchscript,
     sample_frames,
 )
-from sleap_live.engines.preprocess import ensure_channels
+from sleap_live.engines.graph.preprocess import ensure_channels
+from sleap_live.engines.host.frames import check_frames, convert_channels
 from sleap_live.engines.runners.base import Runner
-from sleap_live.engines.runners.frames import check_frames, convert_channels
 from sleap_live.engines.runners.onnx import (
     BoundIO,
     OnnxRunner,

@@ -1,4 +1,4 @@
-"""Tests for sleap_live.engines.single_instance."""
+"""Tests for sleap_live.engines.graph.single_instance."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from sleap_live.engines.errors import ModelConfigError
-from sleap_live.engines.model import INSTANCE_OUTPUTS
-from sleap_live.engines.postprocess import decode
-from sleap_live.engines.preprocess import PreprocessConfig
-from sleap_live.engines.single_instance import SingleInstanceModel
+from sleap_live.engines.graph.preprocess import PreprocessConfig
+from sleap_live.engines.graph.single_instance import SingleInstanceModel
+from sleap_live.engines.host.outputs import INSTANCE_OUTPUTS
+from sleap_live.engines.host.postprocess import decode
 from sleap_live.engines.types import Skeleton
 
 SKELETON = Skeleton(("head", "thorax", "tail"))

@@ -17,8 +17,8 @@ import pytest
 import torch
 import yaml
 
-from sleap_live.engines.api import load_runner
 from sleap_live.engines.errors import ModelConfigError, RuntimeUnavailableError
+from sleap_live.engines.runners.load import load_runner
 from sleap_live.engines.runners.sleap_nn_export import SleapNNExportRunner
 
 DATA = Path(__file__).parents[1] / "data"

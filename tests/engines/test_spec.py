@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from sleap_live.engines.errors import ModelConfigError
-from sleap_live.engines.spec import (
+from sleap_live.engines.load.spec import (
     MODEL_HEADS,
     ModelSpec,
     PreprocessSpec,

@@ -1,4 +1,4 @@
-"""Tests for sleap_live.engines.topdown (centroid, top-down and multi-class top-down)."""
+"""Tests for sleap_live.engines.graph.topdown (centroid, top-down and multi-class top-down)."""
 
 from __future__ import annotations
 
@@ -7,16 +7,16 @@ import pytest
 import torch
 
 from sleap_live.engines.errors import ModelConfigError
-from sleap_live.engines.model import INSTANCE_OUTPUTS
-from sleap_live.engines.postprocess import decode
-from sleap_live.engines.preprocess import PreprocessConfig
-from sleap_live.engines.topdown import (
+from sleap_live.engines.graph.preprocess import PreprocessConfig
+from sleap_live.engines.graph.topdown import (
     CENTROID_SKELETON,
     MULTI_CLASS_TOPDOWN_OUTPUTS,
     CentroidModel,
     MultiClassTopDownModel,
     TopDownModel,
 )
+from sleap_live.engines.host.outputs import INSTANCE_OUTPUTS
+from sleap_live.engines.host.postprocess import decode
 from sleap_live.engines.types import Skeleton
 
 SKELETON = Skeleton(("head", "thorax", "tail"))

@@ -15,7 +15,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from sleap_live.engines.model import INSTANCE_OUTPUTS, InferenceModel
+from sleap_live.engines.graph.base import InferenceModel
+from sleap_live.engines.host.outputs import INSTANCE_OUTPUTS
 from sleap_live.engines.types import ModelInfo, Skeleton
 
 NODE_NAMES = ("head", "body", "tail")

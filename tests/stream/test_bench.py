@@ -68,7 +68,7 @@ def test_resident_memory_is_positive():
 def test_recorded_run_decodes_every_loop():
     if not MODEL.exists() or not VIDEO.exists():
         pytest.skip("test model or video missing")
-    from sleap_live.engines.api import load_runner
+    from sleap_live.engines.runners.load import load_runner
 
     runner = load_runner([str(MODEL)])
     try:

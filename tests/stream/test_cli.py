@@ -21,7 +21,7 @@ import pytest
 import sleap_io as sio
 from scipy.optimize import linear_sum_assignment
 
-from sleap_live.engines import api as engines_api
+from sleap_live.engines.runners import load as engines_api
 from sleap_live.stream import cli
 
 FAKES = Path(__file__).with_name("fakes.py")
@@ -198,7 +198,7 @@ SIGNAL_SCRIPT = textwrap.dedent(
     spec = importlib.util.spec_from_file_location("fakes", {fakes!r})
     fakes = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fakes)
-    from sleap_live.engines import api
+    from sleap_live.engines.runners import load as api
     from sleap_live.stream import cli
 
     ready = pathlib.Path(sys.argv[1])

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import sleap_io as sio
 
-from sleap_live.engines import api as engines_api
 from sleap_live.engines.errors import InputMismatchError
+from sleap_live.engines.runners import load as engines_api
 from sleap_live.stream.errors import PipelineError, SourceError
 from sleap_live.stream.pipeline import RECORDED_BACKGROUND_NICE, Pipeline
 

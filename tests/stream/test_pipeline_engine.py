@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import sleap_io as sio
 
-from sleap_live.engines.api import load_runner
+from sleap_live.engines.runners.load import load_runner
 from sleap_live.stream import Pipeline
 from sleap_live.stream.sources import FileSource
 

@@ -6,7 +6,7 @@ channels, and does all preprocessing, the network and peak finding inside, so th
 same graph exports to ONNX and runs anywhere. Its outputs are named tensors whose
 layout depends on the model type (see `OUTPUT_NAMES`); turning them into
 `FramePoses` (PAF grouping, identity assignment) happens on the host in
-`sleap_live.engines.postprocess`.
+`sleap_live.engines.host.postprocess`.
 """
 
 from __future__ import annotations
@@ -14,11 +14,6 @@ from __future__ import annotations
 import torch
 
 from sleap_live.engines.types import ModelInfo
-
-# Instance-list outputs: M instances over the whole batch, M data-dependent.
-#   instance_frame (M,) int64 batch index; points (M, nodes, 2) float32 frame pixels,
-#   NaN where missing; point_scores (M, nodes) float32; instance_scores (M,) float32.
-INSTANCE_OUTPUTS = ("instance_frame", "points", "point_scores", "instance_scores")
 
 
 class InferenceModel(torch.nn.Module):

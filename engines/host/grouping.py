@@ -39,18 +39,8 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from sleap_live.engines.errors import ModelConfigError
+from sleap_live.engines.host.outputs import BOTTOMUP_OUTPUTS, MULTI_CLASS_BOTTOMUP_OUTPUTS
 from sleap_live.engines.types import FramePoses, ModelInfo
-
-# Outputs of the bottom-up inference graphs, per frame: K peak slots per node.
-#   peaks (B, nodes, K, 2) float32 xy in frame pixels, NaN in empty slots;
-#   peak_scores (B, nodes, K) float32 confidence map values, NaN in empty slots;
-#   peak_valid (B, nodes, K) bool; a node's peaks fill its first slots in raster
-#   order of their pixels (sleap-nn's order);
-#   line_scores (B, edges, K, K) float32 PAF score of source slot i against
-#   destination slot j, NaN where either slot is empty or the peaks coincide;
-#   class_probs (B, nodes, K, classes) float32 class map values at each peak.
-BOTTOMUP_OUTPUTS = ("peaks", "peak_scores", "peak_valid", "line_scores")
-MULTI_CLASS_BOTTOMUP_OUTPUTS = ("peaks", "peak_scores", "peak_valid", "class_probs")
 
 
 def edge_assembly_order(edges: Sequence[tuple[int, int]]) -> tuple[int, ...]:

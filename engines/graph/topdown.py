@@ -4,14 +4,14 @@ Reproduces sleap-nn predict's checkpoint path for a centroid model alone and for
 centroid + centered-instance pair (plain or multi-class):
 
 1. Centroid stage. Frames are preprocessed with the centroid model's settings
-   (`sleap_live.engines.preprocess`); centroids are the local peaks of its
+   (`sleap_live.engines.graph.preprocess`); centroids are the local peaks of its
    confidence map above the threshold, integral-refined, mapped to frame pixels
    (`grid * stride / scale / eff_scale`). A frame keeps every centroid in raster
    order if it has at most `max_instances`, else its `max_instances` highest,
    highest first (sleap-nn with `--max_instances`).
 2. Crops. Around each centroid, in the size-matched frame (raw channels, not
    input-scaled) and at the centroid times `eff_scale`, sleap-nn's integer
-   window is cut (`sleap_live.engines.crops`), zeros outside the frame. Only the
+   window is cut (`sleap_live.engines.graph.crops`), zeros outside the frame. Only the
    centroids found are cropped: the second stage's work follows the number of
    animals.
 3. Centered-instance stage. Crops get the instance model's input scaling,
@@ -22,7 +22,7 @@ centroid + centered-instance pair (plain or multi-class):
 
 Instances come out in centroid order, scored by their centroid's confidence map
 value. The multi-class model also outputs each instance's class probabilities;
-identities are assigned per frame on the host (`sleap_live.engines.postprocess`).
+identities are assigned per frame on the host (`sleap_live.engines.host.postprocess`).
 A centroid model alone reports each centroid as a one-node instance, on a
 one-node "centroid" skeleton when its training skeleton has more nodes.
 """
@@ -35,25 +35,26 @@ from typing import Any
 import attrs
 import torch
 
-from sleap_live.engines.crops import box_top_left, crop_centered
-from sleap_live.engines.model import INSTANCE_OUTPUTS, InferenceModel
-from sleap_live.engines.network import load_network
-from sleap_live.engines.peaks import (
+from sleap_live.engines.graph.base import InferenceModel
+from sleap_live.engines.graph.crops import box_top_left, crop_centered
+from sleap_live.engines.graph.network import load_network
+from sleap_live.engines.graph.peaks import (
     DEFAULT_PATCH_SIZE,
     DEFAULT_PEAK_THRESHOLD,
     global_peaks,
     grid_to_image,
     top_local_peaks,
 )
-from sleap_live.engines.preprocess import (
+from sleap_live.engines.graph.preprocess import (
     PreprocessConfig,
     frames_to_nchw,
     network_input,
     size_matched_frames,
     sizematch,
 )
-from sleap_live.engines.spec import ModelSpec, check_model_type
-from sleap_live.engines.types import ModelInfo, Skeleton
+from sleap_live.engines.host.outputs import INSTANCE_OUTPUTS, MULTI_CLASS_TOPDOWN_OUTPUTS
+from sleap_live.engines.load.spec import ModelSpec, check_model_type
+from sleap_live.engines.types import CENTROID_SKELETON, ModelInfo, Skeleton
 
 CENTROID_HEAD = "CentroidConfmapsHead"
 INSTANCE_HEAD = "CenteredInstanceConfmapsHead"
@@ -61,13 +62,6 @@ CLASS_VECTORS_HEAD = "ClassVectorsHead"
 
 # sleap-nn predict keeps every centroid; a graph needs a bound (sleap-nn export's).
 DEFAULT_MAX_INSTANCES = 20
-
-# Multi-class top-down adds class_scores (M, classes) float32: the instance's
-# class probabilities (the ClassVectorsHead softmax).
-MULTI_CLASS_TOPDOWN_OUTPUTS = (*INSTANCE_OUTPUTS, "class_scores")
-
-# sleap-io's one-node skeleton for centroids of multi-node models.
-CENTROID_SKELETON = Skeleton(node_names=("centroid",), name="centroid")
 
 
 class CentroidStage(torch.nn.Module):

@@ -6,11 +6,11 @@ to fixed-size per-frame tensors (`BOTTOMUP_OUTPUTS`,
 with integral refinement, and either PAF line scores for every candidate
 connection or class probabilities at every peak. Grouping peaks into instances
 is sequential, data-dependent work and happens on the host
-(`sleap_live.engines.grouping`), from the settings the models put in
+(`sleap_live.engines.host.grouping`), from the settings the models put in
 `ModelInfo.postprocess`.
 
 Peaks are sleap-nn's local peaks with integral refinement (predict's default,
-patch 5; see `sleap_live.engines.peaks`). Their grid positions times the
+patch 5; see `sleap_live.engines.graph.peaks`). Their grid positions times the
 confidence map stride are the scaled-input pixels PAFs are scored in; divided by
 the input scale and then the size matcher's scale they are frame pixels, in
 sleap-nn's float32 operation order.
@@ -32,28 +32,27 @@ import torch
 import torch.nn.functional as F
 
 from sleap_live.engines.errors import ModelConfigError
-from sleap_live.engines.grouping import (
-    BOTTOMUP_OUTPUTS,
-    MULTI_CLASS_BOTTOMUP_OUTPUTS,
-    ClassMapGrouper,
-    PafGrouper,
-)
-from sleap_live.engines.model import InferenceModel
-from sleap_live.engines.network import load_network
-from sleap_live.engines.paf import PafLineScorer
-from sleap_live.engines.peaks import (
+from sleap_live.engines.graph.base import InferenceModel
+from sleap_live.engines.graph.network import load_network
+from sleap_live.engines.graph.paf import PafLineScorer
+from sleap_live.engines.graph.peaks import (
     DEFAULT_PATCH_SIZE,
     DEFAULT_PEAK_THRESHOLD,
     local_peak_map,
     refine_peaks,
 )
-from sleap_live.engines.preprocess import (
+from sleap_live.engines.graph.preprocess import (
     PreprocessConfig,
     Preprocessor,
     frames_to_nchw,
     size_of,
 )
-from sleap_live.engines.spec import ModelSpec, check_model_type
+from sleap_live.engines.host.grouping import (
+    ClassMapGrouper,
+    PafGrouper,
+)
+from sleap_live.engines.host.outputs import BOTTOMUP_OUTPUTS, MULTI_CLASS_BOTTOMUP_OUTPUTS
+from sleap_live.engines.load.spec import ModelSpec, check_model_type
 from sleap_live.engines.types import ModelInfo, Skeleton
 
 CONFMAPS_HEAD = "MultiInstanceConfmapsHead"

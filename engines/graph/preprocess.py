@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from sleap_live.engines.errors import InputMismatchError
-from sleap_live.engines.spec import ModelSpec
+from sleap_live.engines.load.spec import ModelSpec
 
 # torchvision's `rgb_to_grayscale` weights, which sleap-nn uses for both conversions,
 # and their float32 values, which torchvision computes with.

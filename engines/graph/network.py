@@ -71,9 +71,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sleap_live.engines.checkpoint import read_state_dict
 from sleap_live.engines.errors import CheckpointError, ModelConfigError
-from sleap_live.engines.spec import HeadSpec, ModelSpec, UNetSpec
+from sleap_live.engines.load.checkpoint import read_state_dict
+from sleap_live.engines.load.spec import HeadSpec, ModelSpec, UNetSpec
 
 STEM_KERNEL_SIZE = 7
 # sleap-nn's UNet does not pass convs_per_block on to its decoder, whose blocks

@@ -21,8 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sleap_live.engines.errors import ExportError, ModelConfigError, ModelNotFoundError
-from sleap_live.engines.model import InferenceModel
+from sleap_live.engines.errors import ExportError, ModelNotFoundError
 from sleap_live.engines.runners.base import Runner
 
 ENGINES = ("auto", "torch", "onnx")
@@ -89,7 +88,7 @@ def load_runner(
             f"{first}: unknown model file type (expected a sleap-live '.onnx' or '.pt' export, "
             "or a model directory)"
         )
-    from sleap_live.engines.load import is_sleap_nn_export_dir
+    from sleap_live.engines.load.dirs import is_sleap_nn_export_dir
 
     if len(paths) == 1 and is_sleap_nn_export_dir(first):
         return _sleap_nn_export_runner(first, engine, device, threads)
@@ -97,55 +96,6 @@ def load_runner(
         if not path.is_dir():
             raise ValueError(f"{path}: expected a model directory alongside {first}")
     return _model_dir_runner(paths, engine, device, threads, options)
-
-
-def load_inference_model(paths: str | Path | Sequence[str | Path]) -> InferenceModel:
-    """The torch inference model of one or two trained sleap-nn model directories.
-
-    Args:
-        paths: a single-instance, centroid, bottom-up or multi-class bottom-up
-            directory; or a centroid directory and a centered-instance or
-            multi-class top-down directory, in any order.
-
-    Raises:
-        ModelNotFoundError: a directory, config or checkpoint is missing.
-        ModelConfigError: the directories do not form a runnable model (a
-            centered-instance model without its centroid model, two frame models).
-        CheckpointError: a checkpoint does not load.
-    """
-    from sleap_live.engines.bottomup import BottomUpModel, MultiClassBottomUpModel
-    from sleap_live.engines.load import read_model_dir
-    from sleap_live.engines.single_instance import SingleInstanceModel
-    from sleap_live.engines.topdown import CentroidModel, MultiClassTopDownModel, TopDownModel
-
-    paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
-    specs = [read_model_dir(path) for path in paths]
-    types = [spec.model_type for spec in specs]
-    if len(specs) == 1:
-        (spec,) = specs
-        single = {
-            "single_instance": SingleInstanceModel,
-            "centroid": CentroidModel,
-            "bottomup": BottomUpModel,
-            "multi_class_bottomup": MultiClassBottomUpModel,
-        }
-        if spec.model_type in single:
-            return single[spec.model_type].from_spec(spec)
-        raise ModelConfigError(
-            f"{paths[0]}: a {spec.model_type} model runs on crops around centroids; "
-            "give its centroid model directory too"
-        )
-    pairs = {"centered_instance": TopDownModel, "multi_class_topdown": MultiClassTopDownModel}
-    if len(specs) == 2 and "centroid" in types:
-        centroid = specs[types.index("centroid")]
-        instance = specs[1 - types.index("centroid")]
-        if instance.model_type in pairs:
-            return pairs[instance.model_type].from_specs(centroid, instance)
-    listed = ", ".join(f"{path} ({kind})" for path, kind in zip(paths, types, strict=True))
-    raise ModelConfigError(
-        f"{listed}: two directories must be a centroid model and a centered-instance "
-        "or multi-class top-down model"
-    )
 
 
 def _onnx_file_runner(path: Path, engine: str, device: str, threads: int | None) -> Runner:
@@ -156,7 +106,7 @@ def _onnx_file_runner(path: Path, engine: str, device: str, threads: int | None)
 
 
 def _torchscript_runner(path: Path, engine: str, device: str, threads: int | None) -> Runner:
-    from sleap_live.engines.export import load_torchscript
+    from sleap_live.engines.export.onnx import load_torchscript
     from sleap_live.engines.runners.torch import TorchRunner
 
     _require(engine, "torch", f"{path} is a TorchScript export")
@@ -184,13 +134,14 @@ def _model_dir_runner(
     threads: int | None,
     export_options: dict[str, Any],
 ) -> Runner:
+    from sleap_live.engines.graph.build import load_inference_model
     from sleap_live.engines.runners.torch import TorchRunner
 
     model = load_inference_model(paths)
     if engine == "torch" or (engine == "auto" and not _onnx_can_use(device)):
         return TorchRunner(model, _torch_device(device), num_threads=threads)
 
-    from sleap_live.engines.export import export_onnx_bytes
+    from sleap_live.engines.export.onnx import export_onnx_bytes
     from sleap_live.engines.runners.onnx import OnnxRunner, providers_for
 
     try:

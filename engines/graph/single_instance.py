@@ -1,7 +1,7 @@
 """Single-instance inference: frames to one pose per frame, in one graph.
 
 Reproduces sleap-nn predict on a single-instance model: preprocessing
-(`sleap_live.engines.preprocess`), the network, the global peak of each node's
+(`sleap_live.engines.graph.preprocess`), the network, the global peak of each node's
 confidence map with integral refinement, and the coordinate ladder
 `grid * output_stride / input_scale / eff_scale`. The instance score is the sum
 of the found nodes' peak values, as sleap-nn reports it (`np.nansum`).
@@ -13,16 +13,17 @@ from typing import Any
 
 import torch
 
-from sleap_live.engines.model import INSTANCE_OUTPUTS, InferenceModel
-from sleap_live.engines.network import load_network
-from sleap_live.engines.peaks import (
+from sleap_live.engines.graph.base import InferenceModel
+from sleap_live.engines.graph.network import load_network
+from sleap_live.engines.graph.peaks import (
     DEFAULT_PATCH_SIZE,
     DEFAULT_PEAK_THRESHOLD,
     global_peaks,
     grid_to_image,
 )
-from sleap_live.engines.preprocess import PreprocessConfig, frame_input, frames_to_nchw
-from sleap_live.engines.spec import ModelSpec, check_model_type
+from sleap_live.engines.graph.preprocess import PreprocessConfig, frame_input, frames_to_nchw
+from sleap_live.engines.host.outputs import INSTANCE_OUTPUTS
+from sleap_live.engines.load.spec import ModelSpec, check_model_type
 from sleap_live.engines.types import ModelInfo, Skeleton
 
 SINGLE_INSTANCE_HEAD = "SingleInstanceConfmapsHead"

@@ -11,7 +11,7 @@ it writes predictions.
 
 Bottom-up models hand over K peak slots per node plus PAF line scores or class
 probabilities (`BOTTOMUP_OUTPUTS`, `MULTI_CLASS_BOTTOMUP_OUTPUTS`); they are
-grouped into instances by `sleap_live.engines.grouping`.
+grouped into instances by `sleap_live.engines.host.grouping`.
 
 Multi-class top-down assigns identities per frame as sleap-nn does: Hungarian
 matching (`scipy.optimize.linear_sum_assignment`) of the frame's instances to
@@ -29,13 +29,15 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from sleap_live.engines.errors import ModelConfigError
-from sleap_live.engines.grouping import (
-    BOTTOMUP_OUTPUTS,
-    MULTI_CLASS_BOTTOMUP_OUTPUTS,
+from sleap_live.engines.host.grouping import (
     ClassMapGrouper,
     PafGrouper,
 )
-from sleap_live.engines.model import INSTANCE_OUTPUTS
+from sleap_live.engines.host.outputs import (
+    BOTTOMUP_OUTPUTS,
+    INSTANCE_OUTPUTS,
+    MULTI_CLASS_BOTTOMUP_OUTPUTS,
+)
 from sleap_live.engines.types import FramePoses, ModelInfo
 
 Decoder = Callable[[ModelInfo, Mapping[str, np.ndarray], int], list[FramePoses]]

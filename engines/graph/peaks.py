@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from sleap_live.engines.crops import gather_windows, window_origins
+from sleap_live.engines.graph.crops import gather_windows, window_origins
 
 DEFAULT_PEAK_THRESHOLD = 0.2
 DEFAULT_PATCH_SIZE = 5

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sleap_live.engines.errors import ModelConfigError, ModelNotFoundError
-from sleap_live.engines.spec import ModelSpec, read_training_config
+from sleap_live.engines.load.spec import ModelSpec, read_training_config
 
 TRAINING_CONFIG = "training_config.yaml"
 CHECKPOINT = "best.ckpt"

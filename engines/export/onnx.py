@@ -12,7 +12,7 @@ under a second. The torch.export-based exporter specialises the channel axis,
 needs tens of seconds, mistranslates `%` on symbolic sizes, and its antialiased
 `Resize` disagrees with torch on odd frame sizes. Neither exporter can express
 torch's antialiased bilinear downscale with the same numbers, so inference models
-implement it with operations that export (see `sleap_live.engines.preprocess`).
+implement it with operations that export (see `sleap_live.engines.graph.preprocess`).
 
 Tracing freezes any Python value computed from a shape, so every export is checked
 numerically against the torch module on frames of two sizes and batch sizes, and
@@ -45,7 +45,9 @@ from sleap_live.engines.errors import (
     ModelConfigError,
     ModelNotFoundError,
 )
-from sleap_live.engines.metadata import (
+from sleap_live.engines.graph.base import InferenceModel
+from sleap_live.engines.host.outputs import INSTANCE_OUTPUTS
+from sleap_live.engines.load.metadata import (
     INPUT_NAME,
     METADATA_KEY,
     TORCHSCRIPT_METADATA_FILE,
@@ -54,7 +56,6 @@ from sleap_live.engines.metadata import (
     read_onnx_metadata,
     sidecar_path,
 )
-from sleap_live.engines.model import INSTANCE_OUTPUTS, InferenceModel
 
 __all__ = [
     "DEFAULT_OPSET",
@@ -156,7 +157,7 @@ def export_model(
             directories cannot be loaded.
         ExportError: the export failed or does not match the torch model.
     """
-    from sleap_live.engines.api import load_inference_model
+    from sleap_live.engines.graph.build import load_inference_model
 
     _output_path(output, format)
     notify = progress or _ignore

@@ -1,0 +1,90 @@
+"""The output contract: what every inference graph returns, by model type.
+
+The graph side (`sleap_live.engines.graph`) produces these outputs, the exporters
+name them, the runners read them, and the host decoders (`postprocess`,
+`grouping`) turn them into `FramePoses`. This module is the one place that spells
+them out; it imports nothing heavy, so a torch-free deployment can read it.
+
+Instance-list outputs (single instance, centroid, top-down): M instances over the
+whole batch, M data-dependent.
+
+- ``instance_frame`` (M,) int64: index in the batch of the instance's frame;
+- ``points`` (M, nodes, 2) float32: x, y in frame pixels, NaN where a node was
+  not found;
+- ``point_scores`` (M, nodes) float32: confidence map peak values;
+- ``instance_scores`` (M,) float32;
+- multi-class top-down adds ``class_scores`` (M, classes) float32: the
+  instance's class probabilities (the ClassVectorsHead softmax).
+
+Bottom-up outputs, per frame, K peak slots per node:
+
+- ``peaks`` (B, nodes, K, 2) float32: xy in frame pixels, NaN in empty slots;
+- ``peak_scores`` (B, nodes, K) float32: confidence map values, NaN in empty slots;
+- ``peak_valid`` (B, nodes, K) bool: a node's peaks fill its first slots in
+  raster order of their pixels (sleap-nn's order);
+- ``line_scores`` (B, edges, K, K) float32: PAF score of source slot i against
+  destination slot j, NaN where either slot is empty or the peaks coincide;
+- multi-class bottom-up has ``class_probs`` (B, nodes, K, classes) float32, class
+  map values at each peak, instead of ``line_scores``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+import attrs
+
+INSTANCE_OUTPUTS = ("instance_frame", "points", "point_scores", "instance_scores")
+MULTI_CLASS_TOPDOWN_OUTPUTS = (*INSTANCE_OUTPUTS, "class_scores")
+BOTTOMUP_OUTPUTS = ("peaks", "peak_scores", "peak_valid", "line_scores")
+MULTI_CLASS_BOTTOMUP_OUTPUTS = ("peaks", "peak_scores", "peak_valid", "class_probs")
+
+
+@attrs.frozen
+class OutputSpec:
+    """One graph output: its name, element type and axes.
+
+    Attributes:
+        name: the ONNX output name.
+        dtype: numpy dtype name.
+        axes: one name per axis; "instances" is the data-dependent instance
+            count of instance-list outputs, "batch" the frames in the batch.
+    """
+
+    name: str
+    dtype: str
+    axes: tuple[str, ...]
+
+
+_SPECS = {
+    spec.name: spec
+    for spec in (
+        OutputSpec("instance_frame", "int64", ("instances",)),
+        OutputSpec("points", "float32", ("instances", "nodes", "xy")),
+        OutputSpec("point_scores", "float32", ("instances", "nodes")),
+        OutputSpec("instance_scores", "float32", ("instances",)),
+        OutputSpec("class_scores", "float32", ("instances", "classes")),
+        OutputSpec("peaks", "float32", ("batch", "nodes", "peak_slots", "xy")),
+        OutputSpec("peak_scores", "float32", ("batch", "nodes", "peak_slots")),
+        OutputSpec("peak_valid", "bool", ("batch", "nodes", "peak_slots")),
+        OutputSpec("line_scores", "float32", ("batch", "edges", "peak_slots", "peak_slots")),
+        OutputSpec("class_probs", "float32", ("batch", "nodes", "peak_slots", "classes")),
+    )
+}
+
+OUTPUTS_BY_MODEL_TYPE: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "single_instance": INSTANCE_OUTPUTS,
+        "centroid": INSTANCE_OUTPUTS,
+        "topdown": INSTANCE_OUTPUTS,
+        "multi_class_topdown": MULTI_CLASS_TOPDOWN_OUTPUTS,
+        "bottomup": BOTTOMUP_OUTPUTS,
+        "multi_class_bottomup": MULTI_CLASS_BOTTOMUP_OUTPUTS,
+    }
+)
+
+
+def output_spec(name: str) -> OutputSpec:
+    """The contract of output `name`; KeyError for a name no graph produces."""
+    return _SPECS[name]
