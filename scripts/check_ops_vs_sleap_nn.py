@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sleap_live.engines.graph import crops, peaks, preprocess
+from sleap_live.engines.graph import crops, peaks, preprocess, resize
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -151,7 +151,7 @@ def check_resize(report: Report, rng: np.random.Generator) -> None:
         expected = F.interpolate(
             image, (out_height, out_width), mode="bilinear", antialias=True, align_corners=False
         )
-        ours = preprocess.resize_uint8_exportable(image, out_height, out_width)
+        ours = resize.resize_uint8_exportable(image, out_height, out_width)
         worst = max(worst, float((ours.int() - expected.int()).abs().max()))
     report.check("exportable uint8 antialiased resize vs torch (grey levels)", worst, 0.0)
 

@@ -41,12 +41,8 @@ from sleap_live.engines.graph.peaks import (
     local_peak_map,
     refine_peaks,
 )
-from sleap_live.engines.graph.preprocess import (
-    PreprocessConfig,
-    Preprocessor,
-    frames_to_nchw,
-    size_of,
-)
+from sleap_live.engines.graph.preprocess import PreprocessConfig, Preprocessor, frames_to_nchw
+from sleap_live.engines.graph.resize import size_of
 from sleap_live.engines.host.grouping import (
     ClassMapGrouper,
     PafGrouper,

@@ -72,6 +72,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from sleap_live.engines.errors import CheckpointError, ModelConfigError
+from sleap_live.engines.host.frames import GRAY_WEIGHTS
 from sleap_live.engines.load.checkpoint import read_state_dict
 from sleap_live.engines.load.spec import HeadSpec, ModelSpec, UNetSpec
 
@@ -80,7 +81,6 @@ STEM_KERNEL_SIZE = 7
 # therefore always refine with this many convolutions.
 DECODER_CONVS = 2
 _TRANSPOSED_KERNEL_SIZE = 3
-_GRAY_WEIGHTS = (0.2989, 0.587, 0.114)
 
 
 def _max_pool(x: torch.Tensor) -> torch.Tensor:
@@ -405,7 +405,7 @@ class Network(nn.Module):
         if channels == 1:
             return x.repeat(1, 3, 1, 1)
         r, g, b = x.unbind(dim=-3)
-        return (_GRAY_WEIGHTS[0] * r + _GRAY_WEIGHTS[1] * g + _GRAY_WEIGHTS[2] * b).unsqueeze(-3)
+        return (GRAY_WEIGHTS[0] * r + GRAY_WEIGHTS[1] * g + GRAY_WEIGHTS[2] * b).unsqueeze(-3)
 
     def load_sleap_nn_state_dict(self, state_dict: dict[str, torch.Tensor], source: Path) -> None:
         """Load weights stored under sleap-nn's checkpoint keys.

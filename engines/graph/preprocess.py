@@ -12,18 +12,16 @@ match `sleap-nn predict`:
 6. the model's own 1 <-> 3 channel conversion when the frames still do not have
    the network's channel count (this one runs on float values).
 
-sleap-nn runs steps 1-4 with torchvision on uint8 CPU tensors. Its resizes are
-therefore torch's native uint8 antialiased bilinear kernel: int16 fixed-point
-weights, a horizontal pass and then a vertical one, each rounded back to uint8.
+sleap-nn runs steps 1-4 with torchvision on uint8 CPU tensors, so its resizes
+are torch's native uint8 antialiased kernel, reproduced exactly (and exportably)
+in `resize`.
 
 Eager mode on CPU runs the very torch/torchvision kernels sleap-nn runs. Traced
 graphs (and other devices) use exact re-implementations built from ops that
-export: `resize_uint8_exportable` rebuilds the resize kernel from gathers and
-exact float32 sums (the `aten` antialias ops do not export to ONNX), with its
-weight tables computed in float64 from the dynamic sizes as torch computes them;
-channel conversions compute both branches and select on the channel count.
-Every size is derived from tensor shapes, never from Python ints frozen at trace
-time, so an exported graph accepts any frame size and either channel count.
+export: the resize of `resize.resize_uint8_exportable`, and channel conversions
+that compute both branches and select on the channel count. Every size is
+derived from tensor shapes, never from Python ints frozen at trace time, so an
+exported graph accepts any frame size and either channel count.
 """
 
 from __future__ import annotations
@@ -36,16 +34,12 @@ import torch
 import torch.nn.functional as F
 
 from sleap_live.engines.errors import InputMismatchError
+from sleap_live.engines.graph.resize import as_scalar, resize_uint8, size_of
+from sleap_live.engines.host.frames import GRAY_WEIGHTS
 from sleap_live.engines.load.spec import ModelSpec
 
-# torchvision's `rgb_to_grayscale` weights, which sleap-nn uses for both conversions,
-# and their float32 values, which torchvision computes with.
-GRAY_WEIGHTS = (0.2989, 0.587, 0.114)
+# The float32 values of the luma weights, which torchvision computes with.
 _GRAY_WEIGHTS_F32 = tuple(float(np.float32(weight)) for weight in GRAY_WEIGHTS)
-
-# torch picks the largest fixed-point precision whose largest weight still fits
-# in int16, trying precisions below this bound.
-_MAX_WEIGHT_PRECISION = 22
 
 
 @attrs.frozen
@@ -121,30 +115,6 @@ def frames_to_nchw(frames: torch.Tensor) -> torch.Tensor:
     return frames.permute(0, 3, 1, 2)
 
 
-def size_of(image: torch.Tensor, dim: int) -> torch.Tensor:
-    """The size of `dim` as a (1,) int64 tensor that tracing keeps dynamic.
-
-    One element rather than zero dimensions: the TorchScript ONNX exporter
-    computes float64 arithmetic on zero-dimensional tensors in float32, which
-    would break the exactness of the resize tables.
-    """
-    size = image.shape[dim]
-    if isinstance(size, torch.Tensor):  # under tracing, shapes are recorded tensors
-        return size.reshape(1)
-    return torch.tensor([size], device=image.device)
-
-
-def _as_size(size: int | torch.Tensor, device: torch.device) -> torch.Tensor:
-    if isinstance(size, torch.Tensor):
-        return size.reshape(1)
-    return torch.tensor([size], device=device)
-
-
-def _scalar(size: torch.Tensor) -> torch.Tensor:
-    """A (1,) size as the zero-dimensional tensor `arange` and `pad` take."""
-    return size.reshape(())
-
-
 def luma(image: torch.Tensor) -> torch.Tensor:
     """Grey level of a (B, 3, H, W) image, as torchvision computes it.
 
@@ -211,128 +181,11 @@ def match_channels(image: torch.Tensor, in_channels: int) -> torch.Tensor:
     return _to_grey(image, luma)
 
 
-def _resize_tables(
-    in_size: torch.Tensor, out_size: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """torch's uint8 antialiased bilinear taps for one axis.
-
-    Returns:
-        `(indices, weights, precision)`: source indices (out, taps) int64 clamped
-        into the input; int16-valued weights (out, taps) float32, zero past each
-        output's support; and the fixed-point precision, (1,) int64.
-    """
-    in_f = in_size.double()
-    scale = in_f / out_size.double()
-    upsampling = scale < 1.0
-    support = torch.where(upsampling, torch.ones_like(scale), scale)
-    inv_scale = torch.where(upsampling, torch.ones_like(scale), 1.0 / scale)
-    taps = torch.ceil(support).long() * 2 + 1
-
-    device = in_size.device
-    center = scale * (torch.arange(_scalar(out_size), dtype=torch.float64, device=device) + 0.5)
-    # C casts truncate toward zero, which is what `.long()` does.
-    first = torch.clamp((center - support + 0.5).long(), min=0)
-    last = torch.minimum((center + support + 0.5).long(), in_size)
-    tap = torch.arange(_scalar(taps), device=device)
-    source = first[:, None] + tap
-    weights = torch.clamp(
-        1.0 - ((source.double() - center[:, None] + 0.5) * inv_scale).abs(), min=0.0
-    )
-    weights = torch.where(source < last[:, None], weights, torch.zeros_like(weights))
-    total = weights.sum(1, keepdim=True)
-    weights = torch.where(total != 0.0, weights / total, weights)
-
-    # The first precision whose doubled largest weight overflows int16 stops the
-    # search; the fits are monotone, so counting them finds it.
-    steps = torch.arange(_MAX_WEIGHT_PRECISION, dtype=torch.float64, device=device)
-    largest = weights.amax().reshape(1)
-    fits = torch.floor(0.5 + largest * torch.pow(2.0, steps + 1.0)) < 32768.0
-    precision = fits.long().sum(0, keepdim=True)
-    fixed = torch.floor(0.5 + weights * torch.pow(2.0, precision.double())).float()
-    indices = torch.minimum(source, in_size - 1)
-    return indices, fixed, precision
-
-
-def _resize_leading_axis(
-    image: torch.Tensor, in_size: torch.Tensor, out_size: torch.Tensor
-) -> torch.Tensor:
-    """One exact resize pass along the first axis of a uint8 (L, N) matrix.
-
-    Gathers every output's taps (whole rows, so the gather copies contiguous
-    blocks) and sums them with torch's int16 weights in one batched matmul,
-    then rounds as torch does: `(sum + 2^(p-1)) >> p`, saturated to uint8.
-    The integer sums can exceed float32's exact range (2^24) for strong
-    downscales, so each weight is split as `high * 2^q + low`, `q = p - 15`
-    (when positive): the `high` sum stays below 2^24 and the small `low` sum
-    only carries into it once rounded. Every partial sum is an exact integer,
-    so the matmul's summation order does not matter.
-
-    Returns:
-        (out, N) uint8.
-    """
-    indices, weights, precision = _resize_tables(in_size, out_size)
-    taps = indices.shape[1]
-    picked = image.index_select(0, indices.reshape(-1)).float()
-    picked = picked.reshape(-1, taps, image.shape[1])  # (out, taps, N)
-
-    shift = torch.clamp(precision - 15, min=0).double()
-    unit = torch.pow(2.0, shift).float()
-    high = torch.floor(weights / unit)
-    low = weights - high * unit
-    sums = torch.matmul(torch.stack([high, low], dim=1), picked)  # (out, 2, N)
-    low_sum = sums[:, 1] + torch.pow(2.0, precision.double() - 1.0).float()
-    total = sums[:, 0] + torch.floor(low_sum / unit)
-    rounded = torch.floor(total / torch.pow(2.0, precision.double() - shift).float())
-    return torch.clamp(rounded, 0.0, 255.0).to(torch.uint8)
-
-
-def resize_uint8_exportable(
-    image: torch.Tensor, height: int | torch.Tensor, width: int | torch.Tensor
-) -> torch.Tensor:
-    """`resize_uint8` from gathers and exact float32 sums, which export to ONNX.
-
-    A pass whose size does not change has a single unit weight per output and
-    passes its input through.
-    """
-    batch, channels = image.shape[0], image.shape[1]
-    in_height, in_width = size_of(image, 2), size_of(image, 3)
-    columns = image.permute(3, 0, 1, 2).reshape(image.shape[3], -1)  # (W, B*C*H)
-    columns = _resize_leading_axis(columns, in_width, _as_size(width, image.device))
-    resized = columns.reshape(-1, batch, channels, image.shape[2])  # (W', B, C, H)
-    rows = resized.permute(3, 1, 2, 0).reshape(image.shape[2], -1)  # (H, B*C*W')
-    rows = _resize_leading_axis(rows, in_height, _as_size(height, image.device))
-    return rows.reshape(-1, batch, channels, resized.shape[0]).permute(1, 2, 0, 3)
-
-
-def resize_uint8(
-    image: torch.Tensor, height: int | torch.Tensor, width: int | torch.Tensor
-) -> torch.Tensor:
-    """Antialiased bilinear resize of uint8 (B, C, H, W) images, exactly as torch does it.
-
-    What torchvision's `resize` (and so sleap-nn) runs on uint8 CPU tensors:
-    `F.interpolate(image, (height, width), mode="bilinear", antialias=True)`,
-    with int16 fixed-point weights, width first, then height, each pass rounded
-    to uint8. Eager CPU tensors go to that kernel; traced graphs and other
-    devices get `resize_uint8_exportable`, which computes the same numbers.
-
-    Args:
-        image: uint8 (B, C, H, W).
-        height: output height, an int or a (1,) int64 tensor.
-        width: output width, an int or a (1,) int64 tensor.
-    """
-    if torch.jit.is_tracing() or image.device.type != "cpu":
-        return resize_uint8_exportable(image, height, width)
-    size = (int(height), int(width))
-    if size == tuple(image.shape[2:]):
-        return image
-    return F.interpolate(image, size=size, mode="bilinear", align_corners=False, antialias=True)
-
-
 def pad_bottom_right(
     image: torch.Tensor, pad_height: torch.Tensor, pad_width: torch.Tensor
 ) -> torch.Tensor:
     """Zero-pads the bottom and right edges by (1,) int64 amounts."""
-    return F.pad(image, (0, _scalar(pad_width), 0, _scalar(pad_height)))
+    return F.pad(image, (0, as_scalar(pad_width), 0, as_scalar(pad_height)))
 
 
 def sizematch(

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from sleap_live.engines.errors import InputMismatchError
-from sleap_live.engines.graph import preprocess
+from sleap_live.engines.graph import preprocess, resize
 from sleap_live.engines.graph.preprocess import PreprocessConfig
 
 
@@ -55,8 +55,8 @@ class TestResizeUint8:
         expected = F.interpolate(
             image, size=out_size, mode="bilinear", align_corners=False, antialias=True
         )
-        assert torch.equal(preprocess.resize_uint8_exportable(image, *out_size), expected)
-        assert torch.equal(preprocess.resize_uint8(image, *out_size), expected)
+        assert torch.equal(resize.resize_uint8_exportable(image, *out_size), expected)
+        assert torch.equal(resize.resize_uint8(image, *out_size), expected)
 
     def test_exportable_version_is_exact_for_bright_images_and_strong_downscales(self):
         # A 34x downscale of bright pixels: fixed-point sums beyond float32's exact
@@ -66,19 +66,19 @@ class TestResizeUint8:
         expected = F.interpolate(
             image, size=(32, 41), mode="bilinear", align_corners=False, antialias=True
         )
-        assert torch.equal(preprocess.resize_uint8_exportable(image, 32, 41), expected)
+        assert torch.equal(resize.resize_uint8_exportable(image, 32, 41), expected)
 
     def test_same_size_is_identity(self):
         image = _random_frames((1, 1, 33, 47))
-        assert torch.equal(preprocess.resize_uint8(image, 33, 47), image)
-        assert torch.equal(preprocess.resize_uint8_exportable(image, 33, 47), image)
+        assert torch.equal(resize.resize_uint8(image, 33, 47), image)
+        assert torch.equal(resize.resize_uint8_exportable(image, 33, 47), image)
 
     def test_within_a_grey_level_of_float_antialiased_bilinear(self):
         image = _random_frames((1, 1, 90, 110), seed=1)
         expected = F.interpolate(
             image.float(), size=(41, 67), mode="bilinear", align_corners=False, antialias=True
         )
-        assert (preprocess.resize_uint8(image, 41, 67).float() - expected).abs().max() <= 1.0
+        assert (resize.resize_uint8(image, 41, 67).float() - expected).abs().max() <= 1.0
 
 
 class TestChannels:
@@ -167,10 +167,10 @@ class TestFrameInput:
         assert eff_scale.item() == 1.25
         # 50x80 -> size matched 62x100 (padded to 100x100) -> scaled 50x50 -> padded 64x64.
         assert image.shape == (2, 1, 64, 64) and image.dtype == torch.float32
-        sized = preprocess.resize_uint8(frames, 62, 100)
+        sized = resize.resize_uint8(frames, 62, 100)
         letterboxed = F.pad(sized, (0, 0, 0, 38))
         expected = preprocess.match_channels(
-            preprocess.normalize(preprocess.resize_uint8(letterboxed, 50, 50)), 1
+            preprocess.normalize(resize.resize_uint8(letterboxed, 50, 50)), 1
         )
         assert torch.equal(image[..., :50, :50], expected)
         assert (image[..., 50:, :] == 0).all()
