@@ -29,7 +29,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.graph.base import InferenceModel
@@ -40,6 +39,7 @@ from sleap_live.engines.graph.peaks import (
     DEFAULT_PEAK_THRESHOLD,
     local_peak_map,
     refine_peaks,
+    top_peaks,
 )
 from sleap_live.engines.graph.preprocess import PreprocessConfig, Preprocessor, frames_to_nchw
 from sleap_live.engines.graph.resize import size_of
@@ -84,16 +84,9 @@ def top_peaks_per_channel(
     width = size_of(cms, 3)
     is_peak, offsets = local_peak_map(cms, threshold)
 
-    scores = torch.where(is_peak, cms, torch.full((), float("-inf"))).flatten(2)
-    # Padding guarantees K candidates even on maps with fewer pixels than that.
-    scores = F.pad(scores, (0, max_peaks), value=float("-inf"))
-    values, flat = torch.topk(scores, max_peaks, dim=2)
-    valid = values > float("-inf")
-    raster = torch.where(valid, flat, torch.iinfo(torch.int64).max)
-    order = torch.argsort(raster, dim=2)
-    valid = valid.gather(2, order)
-    flat = torch.where(valid, flat.gather(2, order), 0)
-    values = torch.where(valid, values.gather(2, order), 0.0)
+    values, flat, valid = top_peaks(cms, is_peak, max_peaks)
+    flat = torch.where(valid, flat, 0)
+    values = torch.where(valid, values, 0.0)
 
     rows = torch.div(flat, width, rounding_mode="floor")
     cols = flat - rows * width

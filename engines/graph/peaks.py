@@ -182,6 +182,40 @@ def local_peak_map(
     return is_peak, torch.stack([x, y], dim=-1)
 
 
+def top_peaks(
+    cms: torch.Tensor, is_peak: torch.Tensor, max_peaks: int, raster_unless_more: bool = False
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The `max_peaks` highest peaks of every map, as `max_peaks` slots per map.
+
+    A map's kept peaks fill its first slots in raster order. With
+    `raster_unless_more`, a map with more peaks than slots lists its kept ones
+    highest first instead, as sleap-nn's centroid layer does.
+
+    Args:
+        cms: (..., H, W) float32 confidence maps.
+        is_peak: (..., H, W) bool, the peaks of `cms` (see `local_peak_map`).
+        max_peaks: K, slots per map.
+        raster_unless_more: order the kept peaks of overfull maps by value.
+
+    Returns:
+        `(values, flat, valid)`, each (..., K): the peak values (-inf in empty
+        slots), their pixels' raster indices `row * W + col`, and which slots hold
+        a peak.
+    """
+    scores = torch.where(is_peak, cms, float("-inf")).flatten(-2)
+    # Padding guarantees K candidates even on maps with fewer pixels than that.
+    scores = F.pad(scores, (0, max_peaks), value=float("-inf"))
+    values, flat = torch.topk(scores, max_peaks, dim=-1)
+    valid = values > float("-inf")
+    key = torch.where(valid, flat, torch.iinfo(torch.int64).max)
+    if raster_unless_more:
+        n_peaks = is_peak.flatten(-2).sum(-1, keepdim=True)
+        slot = torch.arange(max_peaks, device=cms.device).expand_as(flat)
+        key = torch.where(n_peaks <= max_peaks, key, slot)
+    order = torch.argsort(key, dim=-1)
+    return values.gather(-1, order), flat.gather(-1, order), valid.gather(-1, order)
+
+
 def top_local_peaks(
     cms: torch.Tensor,
     max_peaks: int,
@@ -207,17 +241,8 @@ def top_local_peaks(
         float32 grid xy and (n,) float32 values; grouped by map.
     """
     is_peak, offsets = local_peak_map(cms, threshold)
-    n_maps, width = cms.shape[0], cms.shape[3]
-    scores = torch.where(is_peak, cms, float("-inf")).reshape(n_maps, -1)
-    # Padding guarantees `max_peaks` candidates even on maps smaller than that.
-    filler = cms.new_full((1, max_peaks), float("-inf")).expand(n_maps, max_peaks)
-    values, flat = torch.topk(torch.cat([scores, filler], dim=1), max_peaks, dim=1)
-    valid = values > float("-inf")
-    n_peaks = is_peak.reshape(n_maps, -1).sum(1, keepdim=True)
-    slot = torch.arange(max_peaks, device=cms.device).expand(n_maps, max_peaks)
-    raster = torch.where(valid, flat, torch.iinfo(torch.int64).max)
-    order = torch.argsort(torch.where(n_peaks <= max_peaks, raster, slot), dim=1)
-    values, flat, valid = (t.gather(1, order) for t in (values, flat, valid))
+    width = cms.shape[3]
+    values, flat, valid = top_peaks(cms[:, 0], is_peak[:, 0], max_peaks, raster_unless_more=True)
 
     sample, slot_inds = torch.nonzero(valid).unbind(1)
     flat = flat[sample, slot_inds]
