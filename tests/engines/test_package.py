@@ -1,7 +1,26 @@
-"""The public surface of `sleap_live.engines`."""
+"""The public surface of `sleap_live.engines`, and which of it imports without torch."""
 
 import subprocess
 import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+BLOCKER = REPO / "tests" / "torch_blocker.py"
+BLOCKED = "torch_blocker: blocked import of"  # what the blocker writes per attempt
+# Folders of the torch-free side (host code, model files, ONNX runners, streaming)
+# and the modules in them that are allowed to need torch.
+TORCH_FREE_FOLDERS = {
+    "sleap_live.engines": REPO / "engines",
+    "sleap_live.engines.host": REPO / "engines" / "host",
+    "sleap_live.engines.load": REPO / "engines" / "load",
+    "sleap_live.engines.runners": REPO / "engines" / "runners",
+    "sleap_live.stream": REPO / "stream",
+    "sleap_live.stream.sources": REPO / "stream" / "sources",
+}
+NEEDS_TORCH = {
+    "sleap_live.engines.load.checkpoint",  # reads torch checkpoints
+    "sleap_live.engines.runners.torch",  # runs torch modules
+}
 
 
 def test_engines_import_does_not_load_torch_until_needed():
@@ -23,3 +42,46 @@ def test_unknown_attribute_is_an_attribute_error():
         assert "no_such_thing" in str(error)
     else:
         raise AssertionError("expected AttributeError")
+
+
+# Imports each module named on the command line; exits with the failures' tracebacks.
+IMPORT_EACH = """
+import importlib
+import sys
+import traceback
+
+failed = []
+for name in sys.argv[1:]:
+    try:
+        importlib.import_module(name)
+    except Exception:
+        failed.append(f"{name}:\\n{traceback.format_exc()}")
+sys.exit("\\n".join(failed) or None)
+"""
+
+
+def _torch_free_modules() -> list[str]:
+    modules = []
+    for package, folder in TORCH_FREE_FOLDERS.items():
+        modules.append(package)
+        modules += [
+            f"{package}.{p.stem}" for p in sorted(folder.glob("*.py")) if p.stem != "__init__"
+        ]
+    return [module for module in modules if module not in NEEDS_TORCH]
+
+
+def test_host_side_modules_import_with_torch_unimportable(tmp_path):
+    modules = _torch_free_modules()
+    for expected in ("host.grouping", "load.spec", "runners.onnx", "runners.sleap_nn_export"):
+        assert f"sleap_live.engines.{expected}" in modules
+    assert "sleap_live.stream.sources.file" in modules
+    result = subprocess.run(
+        [sys.executable, str(BLOCKER), "-c", IMPORT_EACH, *modules],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    # Not even an attempt that fails quietly: where torch is installed, it would load.
+    assert BLOCKED not in result.stderr, result.stderr
