@@ -2,6 +2,7 @@
 
 import sys
 
-from sleap_live.stream.cli import main
+from sleap_live.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":
+    sys.exit(main())

@@ -26,28 +26,24 @@ Every figure comes from one run, side by side, with one loaded runner:
    recorded pipeline for many frames while resident memory is sampled, to show
    memory stays flat.
 
-Usage: `sleap-live bench VIDEO -m MODEL [-m MODEL2] [--json bench.json]`.
+`run_bench` runs all four on one runner; the command line is `sleap-live bench`
+(`sleap_live.cli.bench`).
 """
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import json
 import os
 import resource
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rich.console import Console
-from rich.table import Table
 
-from sleap_live.engines.errors import EngineError
-from sleap_live.stream.errors import StreamError
+from sleap_live.stream.errors import SourceError
 from sleap_live.stream.pipeline import Pipeline
 from sleap_live.stream.sources import FileSource, IteratorSource, ReplaySource, Source
 from sleap_live.stream.types import PoseRecord
@@ -67,8 +63,16 @@ def resident_mb() -> float:
 
 
 def decode_all(video: Path, limit: int | None = None) -> np.ndarray:
+    """The first `limit` frames of `video` (all if None), stacked.
+
+    Raises:
+        SourceError: the video has no frames.
+    """
     with FileSource(video) as source:
-        return np.stack([f.image for f in itertools.islice(source, limit)])
+        images = [frame.image for frame in itertools.islice(source, limit)]
+    if not images:
+        raise SourceError(f"{video}: no frames to measure")
+    return np.stack(images)
 
 
 def warm_up(runner: Any, frames: np.ndarray, batch_size: int) -> None:
@@ -223,120 +227,58 @@ def bench_soak(
     }
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sleap-live bench", description=__doc__.splitlines()[0])
-    parser.add_argument("video", type=Path)
-    parser.add_argument("-m", "--model", dest="models", action="append", required=True)
-    parser.add_argument("--engine", choices=("auto", "torch", "onnx"), default="auto")
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--batch-size", type=int, default=8, help="recorded and engine runs")
-    parser.add_argument("--frames", type=int, default=None, help="frames of VIDEO to use")
-    parser.add_argument(
-        "--repeats", type=int, default=5, help="alternating engine and recorded runs (medians)"
-    )
-    parser.add_argument(
-        "--loops",
-        type=int,
-        default=None,
-        help=f"play the frames this many times per run (default: {MIN_STEADY_FRAMES} frames)",
-    )
-    parser.add_argument("--live-fps", type=float, default=30.0)
-    parser.add_argument("--soak-frames", type=int, default=20_000)
-    parser.add_argument("--json", type=Path, help="also write the figures to this file")
-    return parser
+def run_bench(
+    runner: Any,
+    video: Path,
+    *,
+    frames: int | None = None,
+    batch_size: int = 8,
+    repeats: int = 5,
+    loops: int | None = None,
+    live_fps: float = 30.0,
+    soak_frames: int = 20_000,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Every measurement of the module docstring, with one runner.
 
+    Args:
+        runner: a loaded `Runner`; it stays open.
+        video: the clip to measure with.
+        frames: how many of its first frames to use (None: all).
+        batch_size: frames per engine call in the engine, recorded and soak runs.
+        repeats: alternating engine and recorded runs (their medians are reported).
+        loops: plays of the frames per throughput run (None: enough for
+            `MIN_STEADY_FRAMES`).
+        live_fps: replay rate of the live run.
+        soak_frames: frames of the soak run (0 skips it).
+        progress: called with a line saying what is measured next.
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
-    for name in ("repeats", "loops", "batch_size"):
-        if getattr(args, name) is not None and getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1")
-    console = Console()
-    from sleap_live.engines.runners.load import load_runner
-
-    try:
-        if not args.video.exists():
-            raise FileNotFoundError(f"{args.video}: no such file")
-        runner = load_runner(args.models, engine=args.engine, device=args.device)
-        try:
-            frames = decode_all(args.video, args.frames)
-            limit = len(frames)
-            loops = args.loops or -(-MIN_STEADY_FRAMES // limit)
-            results: dict[str, Any] = {
-                "video": str(args.video),
-                "models": args.models,
-                "runner": type(runner).__name__,
-                "device": runner.device,
-                "frame_shape": list(frames.shape[1:]),
-                "loops": loops,
-                "repeats": args.repeats,
-            }
-            console.print(
-                f"engine only and recorded pipeline: {limit} frames x {loops} loops,"
-                f" batch {args.batch_size}, {args.repeats} runs each ..."
-            )
-            results["engine"], results["recorded"] = bench_throughput(
-                runner,
-                args.video,
-                frames,
-                args.batch_size,
-                repeats=args.repeats,
-                loops=loops,
-            )
-            console.print(f"live replay at {args.live_fps:g} fps ...")
-            results["live"] = bench_live(runner, args.video, args.live_fps, limit)
-            if args.soak_frames:
-                console.print(f"soak: {args.soak_frames} frames ...")
-                results["soak"] = bench_soak(runner, frames, args.soak_frames, args.batch_size)
-        finally:
-            runner.close()
-    except (StreamError, EngineError, OSError, ValueError) as error:
-        print(f"sleap-live: error: {str(error).splitlines()[0]}", file=sys.stderr)
-        return 1
-    console.print(_table(results))
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
-    return 0
-
-
-def _table(r: dict[str, Any]) -> Table:
-    table = Table(
-        title=f"sleap-live bench: {r['runner']} on {r['device']}, frames {tuple(r['frame_shape'])}"
+    Returns:
+        A JSON-ready dict: the run's settings, then "engine", "recorded", "live" and,
+        unless skipped, "soak" (see the `bench_*` functions).
+    """
+    say = progress or (lambda line: None)
+    decoded = decode_all(video, frames)
+    limit = len(decoded)
+    loops = loops or -(-MIN_STEADY_FRAMES // limit)
+    results: dict[str, Any] = {
+        "video": str(video),
+        "runner": type(runner).__name__,
+        "device": runner.device,
+        "frame_shape": list(decoded.shape[1:]),
+        "loops": loops,
+        "repeats": repeats,
+    }
+    say(
+        f"engine only and recorded pipeline: {limit} frames x {loops} loops,"
+        f" batch {batch_size}, {repeats} runs each ..."
     )
-    table.add_column("measure")
-    table.add_column("value", justify="right")
-    e, rec, live = r["engine"], r["recorded"], r["live"]
-    frames = f"{e['frames']} frames ({r['loops']} x {e['frames'] // r['loops']})"
-    table.add_row("frames per throughput run", frames)
-    table.add_row(f"engine only fps (median of {len(e['fps_runs'])})", f"{e['fps']:.1f}")
-    table.add_row(f"recorded pipeline fps (median of {len(rec['fps_runs'])})", f"{rec['fps']:.1f}")
-    table.add_row("recorded / engine (median of run pairs)", f"{rec['ratio_to_engine']:.3f}")
-    table.add_row("recorded / engine (ratio of medians)", f"{rec['ratio_of_medians']:.3f}")
-    table.add_row(
-        f"live @ {live['fps']:g} fps: frames / dropped", f"{live['frames']} / {live['dropped']}"
+    results["engine"], results["recorded"] = bench_throughput(
+        runner, video, decoded, batch_size, repeats=repeats, loops=loops
     )
-    table.add_row(
-        "live latency p50 / p99 (ms)",
-        f"{live['latency_ms_p50']:.2f} / {live['latency_ms_p99']:.2f}",
-    )
-    table.add_row(
-        "engine latency p50 / p99 (ms)",
-        f"{live['engine_ms_p50']:.2f} / {live['engine_ms_p99']:.2f}",
-    )
-    table.add_row(
-        "added latency p50 / p99 (ms)",
-        f"{live['overhead_ms_p50']:.2f} / {live['overhead_ms_p99']:.2f}",
-    )
-    if "soak" in r:
-        s = r["soak"]
-        table.add_row("soak frames / fps", f"{s['frames']} / {s['fps']:.1f}")
-        table.add_row(
-            "soak RSS first / last / growth (MiB)",
-            f"{s['rss_mb_first']:.1f} / {s['rss_mb_last']:.1f} / {s['rss_mb_growth']:+.1f}",
-        )
-    return table
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    say(f"live replay at {live_fps:g} fps ...")
+    results["live"] = bench_live(runner, video, live_fps, limit)
+    if soak_frames:
+        say(f"soak: {soak_frames} frames ...")
+        results["soak"] = bench_soak(runner, decoded, soak_frames, batch_size)
+    return results

@@ -15,7 +15,7 @@ def test_ruff_clean():
     if not Path(ruff).exists():
         pytest.skip("ruff is not installed")
     result = subprocess.run(
-        [ruff, "check", "engines", "stream", "tests", "scripts"],
+        [ruff, "check", "engines", "stream", "sleap_live", "tests", "scripts"],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -1,13 +1,17 @@
-"""The `sleap-live` command line: runs, errors, exit codes, signals.
+"""The `sleap-live` command line: runs, exports, errors, exit codes, signals.
 
 Most tests swap `load_runner` for the fake runner, so they exercise the CLI, the
 sources, the pipeline and the writers without a trained model. Tests at the end
-run real models from tests/data/models when the engines can load them.
+run and export real models from tests/data/models when the engines can load them.
+(What the help says, and the options the subcommands share: tests/test_cli_help.py.)
 """
 
 from __future__ import annotations
 
+import inspect
+import io
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,10 +23,12 @@ import av
 import numpy as np
 import pytest
 import sleap_io as sio
+from rich.console import Console
 from scipy.optimize import linear_sum_assignment
 
+from sleap_live import cli, engines
+from sleap_live.cli import export as cli_export
 from sleap_live.engines.runners import load as engines_api
-from sleap_live.stream import cli
 
 FAKES = Path(__file__).with_name("fakes.py")
 MODELS = Path(__file__).parents[1] / "data" / "models"
@@ -163,33 +169,123 @@ def test_missing_model_is_one_line_and_exit_1(video, tmp_path, capsys):
     )
 
 
-def test_delegated_commands(monkeypatch, capsys):
-    calls = []
-
-    class Export:
-        @staticmethod
-        def main(argv):
-            calls.append(argv)
-            return 3
-
-    monkeypatch.setitem(sys.modules, "sleap_live_test_export", Export)
-    monkeypatch.setitem(cli.DELEGATED, "export", "sleap_live_test_export")
-    assert cli.main(["export", "model_dir", "-o", "x.onnx"]) == 3
-    assert calls == [["model_dir", "-o", "x.onnx"]]
-
-    monkeypatch.setitem(cli.DELEGATED, "bench", "sleap_live_no_such_module")
-    assert cli.main(["bench"]) == 2
-    assert (
-        error_line(capsys)
-        == "sleap-live: error: `sleap-live bench` is not available in this installation"
-    )
-
-
-def test_export_reaches_the_engines_exporter(capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main(["export", "--help"])
-    assert exit_info.value.code == 0
+def test_export_help_is_the_export_subcommand(capsys):
+    assert cli.main(["export", "--help"]) == 0
     assert "usage: sleap-live export" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["a", "b", "c"], "give one model directory, or two for a top-down model"),
+        (["m", "-f", "tensorrt"], "argument -f/--format: invalid choice: 'tensorrt'"),
+        (["m", "--opset", "0"], "argument --opset: must be at least 1, got 0"),
+        ([], "the following arguments are required: MODEL_DIR"),
+    ],
+)
+def test_export_bad_arguments_are_one_line_and_exit_2(argv, message, capsys):
+    assert cli.main(["export", *argv]) == 2
+    line = error_line(capsys)
+    assert line.startswith("sleap-live: error: ") and message in line
+
+
+def test_export_of_a_missing_model_is_one_line_and_exit_1(tmp_path, capsys):
+    missing = tmp_path / "no_model"
+    assert cli.main(["export", str(missing), "-o", str(tmp_path / "out.onnx")]) == 1
+    line = error_line(capsys)
+    assert line.startswith(f"sleap-live: error: {missing}")
+    assert not (tmp_path / "out.onnx").exists()
+
+
+def test_export_interrupted_exits_130(monkeypatch, capsys):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(engines, "export_model", interrupted, raising=False)
+    assert cli.main(["export", "model_dir"]) == 130
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_export_defaults_are_the_exporters():
+    """The parser spells the exporter's defaults out (it must not import torch to build)."""
+    from sleap_live.engines import export_model
+
+    parameters = inspect.signature(export_model).parameters
+    args = cli.parser().parse_args(["export", "model_dir"])
+    assert args.opset == cli_export.DEFAULT_OPSET == parameters["opset"].default
+    assert args.format == parameters["format"].default == "onnx"
+    assert args.verify is parameters["verify"].default is True
+
+
+def test_verification_table_is_never_cut_at_80_columns():
+    outputs = [
+        "instance_frame",
+        "points",
+        "point_scores",
+        "instance_scores",
+        "class_scores",
+        "centroid_points",
+        "centroid_scores",
+    ]
+    checks = [
+        {
+            "frames": [batch, 240 + batch, 320 + batch, 3],
+            "instances": 10 + batch,
+            "max_abs_diff": {name: batch * 1.25e-5 * (i + 1) for i, name in enumerate(outputs)},
+        }
+        for batch in range(1, 6)
+    ]
+    file = io.StringIO()
+    cli_export.print_wide(Console(file=file, width=80), cli_export.verification_table(checks, 1e-3))
+    text = file.getvalue()
+    assert "…" not in text
+    for check in checks:
+        assert "×".join(map(str, check["frames"])) in text
+        assert f"{check['instances']} instances" in text
+        assert all(f"{diff:.2g}" in text for diff in check["max_abs_diff"].values())
+    assert all(f"│ {name} " in text for name in outputs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("format", "suffix"), [("onnx", ".onnx"), ("torchscript", ".pt")])
+def test_export_writes_a_verified_model_and_shows_its_check(
+    format, suffix, tmp_path, monkeypatch, capsys
+):
+    if not real_run_available("single_instance"):
+        pytest.skip("tests/data/models has no trained single_instance model")
+    from sleap_live.engines.load.metadata import ExportMetadata, sidecar_path
+
+    model = shutil.copytree(MODELS / "single_instance", tmp_path / "single_instance")
+    monkeypatch.setenv("COLUMNS", "40")  # narrower than the table: still nothing is cut
+    assert cli.main(["export", str(model), "--format", format]) == 0
+
+    path = model / f"sleap_live{suffix}"  # the default output
+    metadata = ExportMetadata.from_json(sidecar_path(path).read_text(), str(path))
+    assert metadata.format == format and metadata.verification
+    err = capsys.readouterr().err
+    assert f"exported single_instance model to {path}" in err
+    assert "…" not in err
+    for check in metadata.verification:
+        assert "×".join(map(str, check["frames"])) in err
+        assert all(f"{diff:.2g}" in err for diff in check["max_abs_diff"].values())
+    assert all(name in err for name in metadata.output_names)
+
+
+@pytest.mark.slow
+def test_export_without_verification_into_a_directory(tmp_path, capsys):
+    if not real_run_available("single_instance"):
+        pytest.skip("tests/data/models has no trained single_instance model")
+    out = tmp_path / "exported"
+    argv = ["export", str(MODELS / "single_instance"), "-o", str(out), "--no-verify"]
+    assert cli.main(argv) == 0
+    assert (out / "model.onnx").exists() and (out / "model.onnx.json").exists()
+    err = capsys.readouterr().err
+    assert f"exported single_instance model to {out / 'model.onnx'}" in err
+    assert "largest difference" not in err
+    # A file whose suffix is not the format's is a usage error, before any work.
+    assert cli.main([*argv[:2], "-o", str(tmp_path / "m.pt")]) == 2
+    assert error_line(capsys).startswith("sleap-live: error: ")
+    assert not (tmp_path / "m.pt").exists()
 
 
 SIGNAL_SCRIPT = textwrap.dedent(
@@ -199,7 +295,7 @@ SIGNAL_SCRIPT = textwrap.dedent(
     fakes = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fakes)
     from sleap_live.engines.runners import load as api
-    from sleap_live.stream import cli
+    from sleap_live import cli
 
     ready = pathlib.Path(sys.argv[1])
 
@@ -271,7 +367,7 @@ def test_real_model_end_to_end_matches_ground_truth(name, tmp_path):
     models = [arg for d in dirs for arg in ("-m", str(MODELS / d))]
     options = ["-o", str(out), "--device", "cpu", "-q"]
     result = subprocess.run(
-        [sys.executable, "-m", "sleap_live.stream.cli", "run", str(video), *models, *options],
+        [sys.executable, "-m", "sleap_live", "run", str(video), *models, *options],
         capture_output=True,
         text=True,
         timeout=300,

@@ -1,0 +1,209 @@
+"""`sleap-live run` (a video file or a camera) and `sleap-live replay` (a file paced live).
+
+A file is processed losslessly in batches with a progress bar; a camera or a
+replay runs with the live policy and a dashboard. Ctrl-C or SIGTERM stops
+capture, finishes the frames already in the engine and saves the outputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from sleap_live.cli.options import (
+    PROG,
+    UsageError,
+    add_model_options,
+    check_models,
+    positive_float,
+    positive_int,
+)
+from sleap_live.stream.dashboard import Dashboard, ProgressView, live_display
+from sleap_live.stream.pipeline import Pipeline
+from sleap_live.stream.sources import Source, open_source
+
+RUN_SUMMARY = "run a model on a video file, or on a camera with --camera"
+REPLAY_SUMMARY = "replay a video file at its frame rate, as if it were a camera"
+
+
+def add_parsers(commands: Any) -> None:
+    """Adds `run` and `replay` to the subcommands of the top-level parser."""
+    run = commands.add_parser(
+        "run",
+        help=RUN_SUMMARY,
+        description="Run a model on a video file or a camera. A file runs losslessly, in "
+        "batches, with a progress bar; a camera runs live (the newest frames first, dropping "
+        "what the engine cannot keep up with) with a dashboard. Ctrl-C or SIGTERM stops "
+        "capture, finishes the frames in flight and saves the outputs.",
+        epilog=f"`run` may be left out:\n  {PROG} VIDEO -m MODEL\n  {PROG} --camera 0 -m MODEL",
+    )
+    run.add_argument(
+        "video", nargs="?", type=Path, metavar="VIDEO", help="video file (or give --camera)"
+    )
+    _add_common_options(
+        run,
+        batch_size_help="frames per engine call (default: 8 for files, 1 for cameras)",
+        output_help="poses to this .slp file (default: VIDEO.predictions.slp for a file, "
+        "none for a camera)",
+    )
+    camera = run.add_argument_group("camera")
+    camera.add_argument(
+        "--camera",
+        metavar="DEVICE",
+        help="camera index (0) or device path, instead of VIDEO (default: none)",
+    )
+    camera.add_argument(
+        "--width", type=positive_int, help="requested frame width (default: the camera's)"
+    )
+    camera.add_argument(
+        "--height", type=positive_int, help="requested frame height (default: the camera's)"
+    )
+    camera.add_argument(
+        "--fps", type=positive_float, help="requested frame rate (default: the camera's)"
+    )
+    run.set_defaults(handler=handle)
+
+    replay = commands.add_parser(
+        "replay",
+        help=REPLAY_SUMMARY,
+        description="Replay a video file at its frame rate as if it were a camera: the live "
+        "policy, batch 1 and a dashboard, to try live mode without a camera.",
+    )
+    replay.add_argument("video", type=Path, metavar="VIDEO", help="video file")
+    _add_common_options(
+        replay,
+        batch_size_help="frames per engine call (default: 1, as for a camera)",
+        output_help="poses to this .slp file (default: none)",
+    )
+    replay.add_argument(
+        "--fps", type=positive_float, help="replay rate (default: the video's frame rate)"
+    )
+    replay.set_defaults(handler=handle)
+
+
+def _add_common_options(
+    parser: argparse.ArgumentParser, *, batch_size_help: str, output_help: str
+) -> None:
+    # The pipeline picks the batch size from its policy: 8 recorded, 1 live.
+    add_model_options(parser, batch_size=None, batch_size_help=batch_size_help)
+    out = parser.add_argument_group("outputs")
+    out.add_argument("-o", "--output", type=Path, help=output_help)
+    out.add_argument(
+        "--record",
+        type=Path,
+        metavar="VIDEO",
+        help="record the processed frames to this video, which the .slp output then "
+        "links to (default: no recording)",
+    )
+    stop = parser.add_argument_group("session")
+    stop.add_argument(
+        "--duration",
+        type=positive_float,
+        metavar="S",
+        help="stop after S seconds (default: at the end of the source, or Ctrl-C)",
+    )
+    stop.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress bar or dashboard (default: show them)",
+    )
+
+
+def handle(args: argparse.Namespace, console: Console) -> int:
+    """Runs `run` or `replay`; returns the exit status (errors propagate to `main`)."""
+    _check(args)
+    # Imported here, so --help and argument errors answer without loading an engine.
+    from sleap_live.engines.runners.load import load_runner
+
+    source = _open(args)
+    with source:
+        runner = load_runner(args.models, engine=args.engine, device=args.device)
+        try:
+            output = args.output
+            if output is None and _is_file_run(args):
+                output = args.video.with_name(f"{args.video.name}.predictions.slp")
+            pipeline = Pipeline(
+                source, runner, batch_size=args.batch_size, output=output, record=args.record
+            )
+            try:
+                _process(pipeline, args, console)
+            except KeyboardInterrupt:
+                _summarise(pipeline, output, args.record, console)
+                raise
+            _summarise(pipeline, output, args.record, console)
+        finally:
+            runner.close()
+    return 0
+
+
+def _check(args: argparse.Namespace) -> None:
+    check_models(args)
+    if args.output is not None and args.output.suffix != ".slp":
+        raise UsageError(f"{args.output}: the pose output (-o) must be a .slp file")
+    if args.command != "run":
+        return
+    if (args.video is None) == (args.camera is None):
+        raise UsageError("give a VIDEO file or --camera DEVICE (one of them)")
+    if args.camera is None:
+        given = [f"--{name}" for name in ("width", "height", "fps") if getattr(args, name)]
+        if given:
+            raise UsageError(f"{', '.join(given)} only apply with --camera")
+    elif (args.width is None) != (args.height is None):
+        raise UsageError("give --width and --height together")
+
+
+def _is_file_run(args: argparse.Namespace) -> bool:
+    return args.command == "run" and args.camera is None
+
+
+def _open(args: argparse.Namespace) -> Source:
+    if args.command == "replay":
+        return open_source(args.video, replay=True, fps=args.fps)
+    if args.video is not None:
+        return open_source(args.video, camera=False)
+    device: int | str = int(args.camera) if args.camera.isdigit() else args.camera
+    return open_source(device, camera=True, width=args.width, height=args.height, fps=args.fps)
+
+
+def _process(pipeline: Pipeline, args: argparse.Namespace, console: Console) -> None:
+    """Runs until the source ends, --duration passes or a signal arrives; then stops."""
+    view = ProgressView if pipeline.policy == "recorded" else Dashboard
+    display = (
+        contextlib.nullcontext()
+        if args.quiet
+        else live_display(view(lambda: pipeline.stats), console)
+    )
+    with display:
+        pipeline.start()
+        try:
+            pipeline.join(args.duration)
+        except KeyboardInterrupt:
+            console.print("stopping: finishing the frames in flight and saving outputs")
+            pipeline.stop()
+            raise
+        pipeline.stop()
+
+
+def _summarise(
+    pipeline: Pipeline, output: Path | None, record: Path | None, console: Console
+) -> None:
+    stats = pipeline.stats
+    line = (
+        f"{stats.frames_processed} frames in {stats.elapsed:.1f} s "
+        f"({stats.frames_processed / stats.elapsed if stats.elapsed else 0:.1f} fps)"
+    )
+    if stats.frames_dropped:
+        line += f", {stats.frames_dropped} dropped"
+    if stats.latency_p50 is not None and stats.policy == "live":
+        line += (
+            f", latency p50 {stats.latency_p50 * 1000:.1f} ms p99 {stats.latency_p99 * 1000:.1f} ms"
+        )
+    console.print(line, highlight=False)
+    for what, path in (("poses", output), ("recording", record)):
+        if path is not None:
+            console.print(f"{what}: {path}", highlight=False, soft_wrap=True)
