@@ -9,6 +9,7 @@ from typing import Any
 from sleap_live.engines.errors import (
     CheckpointError,
     EngineError,
+    ExportedModelDirError,
     ExportError,
     InputMismatchError,
     ModelConfigError,
@@ -16,7 +17,6 @@ from sleap_live.engines.errors import (
     RuntimeUnavailableError,
 )
 from sleap_live.engines.load.dirs import (
-    ExportedModelDirError,
     is_sleap_nn_export_dir,
     read_export_metadata,
     read_model_dir,
@@ -52,7 +52,7 @@ __all__ = [
 _LAZY = {
     "load_runner": "sleap_live.engines.runners.load",
     "load_inference_model": "sleap_live.engines.graph.build",
-    "export_model": "sleap_live.engines.export.onnx",
+    "export_model": "sleap_live.engines.export",
 }
 
 

@@ -17,6 +17,10 @@ class ModelConfigError(EngineError, ValueError):
     """A training config or export metadata is unreadable or unsupported."""
 
 
+class ExportedModelDirError(ModelConfigError):
+    """The directory holds a `sleap-nn export` model, not a trained checkpoint."""
+
+
 class CheckpointError(EngineError, ValueError):
     """A checkpoint is corrupt or does not match its training config."""
 

@@ -2,8 +2,9 @@
 
 Two kinds of directory come out of sleap-nn:
 
-- a trained model directory (`sleap-nn train`): `training_config.yaml` and
-  `best.ckpt`, read by `read_model_dir` into a `ModelSpec`;
+- a trained model directory (`sleap-nn train`): `TRAINING_CONFIG`
+  (training_config.yaml) and `CHECKPOINT` (best.ckpt), read by `read_model_dir`
+  into a `ModelSpec`;
 - an exported model directory (`sleap-nn export`): `export_metadata.json` and
   `model.onnx` and/or `model.trt`. `read_model_dir` refuses it with
   `ExportedModelDirError` so callers can route it to the exported-model runner;
@@ -16,17 +17,20 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sleap_live.engines.errors import ModelConfigError, ModelNotFoundError
-from sleap_live.engines.load.spec import ModelSpec, read_training_config
+from sleap_live.engines.errors import (
+    ExportedModelDirError,
+    ModelConfigError,
+    ModelNotFoundError,
+)
+from sleap_live.engines.load.spec import (
+    CHECKPOINT,
+    TRAINING_CONFIG,
+    ModelSpec,
+    read_training_config,
+)
 
-TRAINING_CONFIG = "training_config.yaml"
-CHECKPOINT = "best.ckpt"
 EXPORT_METADATA = "export_metadata.json"
 EXPORTED_MODELS = ("model.onnx", "model.trt")
-
-
-class ExportedModelDirError(ModelConfigError):
-    """The directory holds a `sleap-nn export` model, not a trained checkpoint."""
 
 
 def model_dir_of(path: Path) -> Path:

@@ -17,6 +17,24 @@ sleap-nn's predict derives them:
   head, resolved to its index in the skeleton's node names; predict fails when the
   name is not a node, so do we. (In a centroid + centered-instance pair, predict
   takes the centered-instance model's value, even when that one is null.)
+
+Every option read here either shapes the model sleap-live builds or is checked
+the way sleap-nn checks it; an option whose value sleap-live cannot reproduce is
+refused with a `ModelConfigError` naming it, its value and the file:
+
+- `centroid_method` / `centroid_fallback` are resolved and checked with sleap-nn's
+  rules (known names; an `anchor_part` only with the anchor method; the anchor
+  method only with an `anchor_part`). sleap-nn predict uses them only to compute
+  ground-truth centroids from labels; on video the centroids are the centroid
+  model's peaks, so they change no pose and sleap-live keeps nothing of them.
+- `crop_mode` must be "fixed": "bbox" crops need a box detector.
+- `tiling.enabled` must be false: tiled inference is not implemented.
+- `class_output` must be "track" (what sleap-live reports); "identity" also stamps
+  a `sio.Identity` on each instance, which sleap-live does not write.
+- `ensure_rgb` and `ensure_grayscale` cannot both be true (sleap-nn refuses it).
+
+Training-only settings (`sigma`, losses, augmentation, `min_crop_size`, ...) are
+not read: predict does not read them either.
 """
 
 from __future__ import annotations
@@ -31,6 +49,10 @@ import yaml
 
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.types import Skeleton
+
+# The files `sleap-nn train` writes into a model directory.
+TRAINING_CONFIG = "training_config.yaml"
+CHECKPOINT = "best.ckpt"
 
 SUPPORTED_BACKBONES = ("unet",)
 KNOWN_BACKBONES = ("unet", "convnext", "swint", "pretrained")
@@ -71,6 +93,11 @@ _UNET_KEYS = (
     "convs_per_block",
     "output_stride",
 )
+
+# sleap-nn's centroid methods (`sleap_nn.data.instance_centroids`): the whole-instance
+# reductions, which are also the anchor method's fallbacks, and the anchor.
+CENTROID_REDUCTIONS = ("center_of_mass", "bbox_center", "geometric_median")
+CENTROID_METHODS = (*CENTROID_REDUCTIONS, "anchor")
 
 _MISSING = object()
 
@@ -138,15 +165,11 @@ class HeadSpec:
             "pafs", "class_maps" or "class_vectors").
         output_stride: stride of the head's output relative to the network input.
             A class-vector head reads the bottleneck whatever this says.
-        sigma: spread of the training targets, None for class vectors.
         part_names: one channel per part for confidence map heads.
         edges: (source, destination) part names of a PAF head, two channels each.
         edge_indices: `edges` as indices into the confidence map head's parts.
         classes: one channel (or vector entry) per class for class heads.
-        class_output: whether sleap-nn reports a class as a "track" or an "identity".
         anchor_part: node the instance crops are centered on, if any.
-        centroid_method: how training derived centroids; None means sleap-nn's
-            default (the anchor if set, else the center of mass).
         use_sigmoid_activation: centroid heads trained for a focal loss end in a
             sigmoid.
         num_fc_layers: hidden fully connected layers of a class-vector head.
@@ -157,14 +180,11 @@ class HeadSpec:
     name: str
     config_key: str
     output_stride: int
-    sigma: float | None = None
     part_names: tuple[str, ...] = ()
     edges: tuple[tuple[str, str], ...] = ()
     edge_indices: tuple[tuple[int, int], ...] = ()
     classes: tuple[str, ...] = ()
-    class_output: str = "track"
     anchor_part: str | None = None
-    centroid_method: str | None = None
     use_sigmoid_activation: bool = False
     num_fc_layers: int = 0
     num_fc_units: int = 0
@@ -202,8 +222,6 @@ class PreprocessSpec:
         max_height: frames are letterboxed to this height, if set.
         max_width: frames are letterboxed to this width, if set.
         crop_size: side of the square instance crop (crop models only), else None.
-        crop_mode: "fixed" (a crop_size window) or "bbox" (a resized detector box).
-        tiling: the model was trained for tiled inference (`tiling.enabled`).
     """
 
     ensure_rgb: bool = False
@@ -212,8 +230,6 @@ class PreprocessSpec:
     max_height: int | None = None
     max_width: int | None = None
     crop_size: int | None = None
-    crop_mode: str = "fixed"
-    tiling: bool = False
 
 
 @attrs.frozen
@@ -246,11 +262,11 @@ class ModelSpec:
 
     @property
     def config_path(self) -> Path:
-        return self.path / "training_config.yaml"
+        return self.path / TRAINING_CONFIG
 
     @property
     def checkpoint_path(self) -> Path:
-        return self.path / "best.ckpt"
+        return self.path / CHECKPOINT
 
     @property
     def in_channels(self) -> int:
@@ -280,6 +296,23 @@ def check_model_type(spec: ModelSpec, expected: str) -> None:
         )
 
 
+def read_yaml(path: Path) -> Any:
+    """The YAML document at `path` as plain Python objects.
+
+    Raises:
+        ModelConfigError: the file cannot be read or is not valid YAML.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ModelConfigError(f"{path}: cannot read: {e.strerror or e}") from e
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ModelConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from e
+
+
 def read_training_config(model_dir: Path) -> ModelSpec:
     """Parse `model_dir/training_config.yaml` into a `ModelSpec`.
 
@@ -287,17 +320,7 @@ def read_training_config(model_dir: Path) -> ModelSpec:
         ModelConfigError: the file is not valid YAML, lacks a required key, or
             describes a model sleap-live does not support.
     """
-    config_path = Path(model_dir) / "training_config.yaml"
-    try:
-        text = config_path.read_text()
-    except OSError as e:
-        raise ModelConfigError(f"{config_path}: cannot read: {e.strerror or e}") from e
-    try:
-        config = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        problem = str(e).splitlines()[0]
-        raise ModelConfigError(f"{config_path}: not valid YAML ({problem})") from e
-    return parse_training_config(config, Path(model_dir))
+    return parse_training_config(read_yaml(Path(model_dir) / TRAINING_CONFIG), Path(model_dir))
 
 
 def parse_training_config(config: Any, model_dir: Path) -> ModelSpec:
@@ -305,12 +328,12 @@ def parse_training_config(config: Any, model_dir: Path) -> ModelSpec:
 
     Args:
         config: the YAML document as plain Python objects.
-        model_dir: the model directory; errors name its `training_config.yaml`.
+        model_dir: the model directory; errors name its `TRAINING_CONFIG`.
 
     Raises:
         ModelConfigError: a required key is missing or a value is unsupported.
     """
-    reader = _ConfigReader(Path(model_dir) / "training_config.yaml")
+    reader = _ConfigReader(Path(model_dir) / TRAINING_CONFIG)
     root = reader.mapping(config, "the document")
     model_config = reader.section(root, "", "model_config")
     data_config = reader.section(root, "", "data_config")
@@ -473,7 +496,6 @@ def _parse_head(
             config_key=key,
             output_stride=output_stride,
             classes=_classes(reader, leaf, where),
-            class_output=_class_output(reader, leaf, where),
             num_fc_layers=reader.integer(
                 reader.optional(leaf, "num_fc_layers", where, int, 1),
                 f"{where}.num_fc_layers",
@@ -488,17 +510,12 @@ def _parse_head(
                 reader.optional(leaf, "global_pool", where, bool, True), f"{where}.global_pool"
             ),
         )
-    sigma = reader.number(
-        reader.optional(leaf, "sigma", where, (int, float), 5.0), f"{where}.sigma"
-    )
     if name == "ClassMapsHead":
         return HeadSpec(
             name=name,
             config_key=key,
             output_stride=output_stride,
-            sigma=sigma,
             classes=_classes(reader, leaf, where),
-            class_output=_class_output(reader, leaf, where),
         )
     if name == "PartAffinityFieldsHead":
         part_names = previous[0].part_names
@@ -511,7 +528,6 @@ def _parse_head(
             name=name,
             config_key=key,
             output_stride=output_stride,
-            sigma=sigma,
             edges=edges,
             edge_indices=tuple((part_names.index(s), part_names.index(d)) for s, d in edges),
         )
@@ -519,14 +535,16 @@ def _parse_head(
     if name != "CentroidConfmapsHead":
         part_names = _string_list(reader, leaf.get("part_names"), f"{where}.part_names")
         part_names = part_names or skeleton.node_names
+    anchor_part = None
+    if name in ("CentroidConfmapsHead", "CenteredInstanceConfmapsHead"):
+        anchor_part = reader.optional(leaf, "anchor_part", where, str, None)
+        _check_centroid_method(reader, leaf, where, anchor_part)
     return HeadSpec(
         name=name,
         config_key=key,
         output_stride=output_stride,
-        sigma=sigma,
         part_names=part_names,
-        anchor_part=reader.optional(leaf, "anchor_part", where, str, None),
-        centroid_method=reader.optional(leaf, "centroid_method", where, str, None),
+        anchor_part=anchor_part,
         use_sigmoid_activation=reader.boolean(
             reader.optional(leaf, "use_sigmoid_activation", where, bool, False),
             f"{where}.use_sigmoid_activation",
@@ -538,14 +556,34 @@ def _classes(reader: _ConfigReader, leaf: Mapping, where: str) -> tuple[str, ...
     classes = _string_list(reader, leaf.get("classes"), f"{where}.classes")
     if not classes:
         raise reader.error(f"{where}.classes is empty; an identity model needs its class names")
+    # sleap-live reports each class as a track, which is sleap-nn's "track" output.
+    reader.supported(leaf, "class_output", where, ("track",))
     return classes
 
 
-def _class_output(reader: _ConfigReader, leaf: Mapping, where: str) -> str:
-    class_output = reader.optional(leaf, "class_output", where, str, "track")
-    if class_output not in ("track", "identity"):
-        raise reader.error(f"{where}.class_output is {class_output!r}; expected track or identity")
-    return class_output
+def _check_centroid_method(
+    reader: _ConfigReader, leaf: Mapping, where: str, anchor_part: str | None
+) -> None:
+    """Refuses centroid settings that sleap-nn's `resolve_centroid_method` refuses."""
+    method = reader.optional(leaf, "centroid_method", where, str, None)
+    fallback = reader.optional(leaf, "centroid_fallback", where, str, None)
+    if method is not None and method not in CENTROID_METHODS:
+        raise reader.error(
+            f"{where}.centroid_method {method!r} is unknown (expected one of "
+            f"{', '.join(CENTROID_METHODS)})"
+        )
+    if fallback is not None and fallback not in CENTROID_REDUCTIONS:
+        raise reader.error(
+            f"{where}.centroid_fallback {fallback!r} is unknown (expected one of "
+            f"{', '.join(CENTROID_REDUCTIONS)})"
+        )
+    if anchor_part is not None and method not in (None, "anchor"):
+        raise reader.error(
+            f"{where}.centroid_method {method!r} contradicts anchor_part {anchor_part!r} "
+            f"(sleap-nn refuses both; use centroid_fallback {method!r} instead)"
+        )
+    if anchor_part is None and method == "anchor":
+        raise reader.error(f"{where}.centroid_method 'anchor' needs an anchor_part")
 
 
 def _edges(
@@ -585,30 +623,38 @@ def _parse_preprocess(
         raise reader.error(f"{where}.scale is {scale!r}; expected a positive number")
     max_height = reader.optional(section, "max_height", where, int, None)
     max_width = reader.optional(section, "max_width", where, int, None)
+    for key, size in (("max_height", max_height), ("max_width", max_width)):
+        if size is not None:
+            reader.integer(size, f"{where}.{key}", minimum=1)
     crop_size = reader.optional(section, "crop_size", where, int, None)
-    crop_mode = reader.optional(section, "crop_mode", where, str, "fixed")
-    if crop_mode not in ("fixed", "bbox"):
-        raise reader.error(f"{where}.crop_mode is {crop_mode!r}; expected 'fixed' or 'bbox'")
+    # "bbox" crops resize a box detector's boxes; sleap-live has no box detector.
+    reader.supported(section, "crop_mode", where, ("fixed",))
     tiling = reader.optional(section, "tiling", where, Mapping, {})
+    reader.supported(tiling, "enabled", f"{where}.tiling", (False,))
+    ensure_rgb = reader.boolean(
+        reader.optional(section, "ensure_rgb", where, bool, False), f"{where}.ensure_rgb"
+    )
+    ensure_grayscale = reader.boolean(
+        reader.optional(section, "ensure_grayscale", where, bool, False),
+        f"{where}.ensure_grayscale",
+    )
+    if ensure_rgb and ensure_grayscale:
+        raise reader.error(
+            f"{where}.ensure_rgb and ensure_grayscale are both true; sleap-nn refuses "
+            "this too (choose one)"
+        )
     if model_type in CROP_MODEL_TYPES and crop_size is None:
         raise reader.error(
             f"{where}.crop_size is null; sleap-nn train writes the crop size of a "
             f"{model_type} model here and predict cannot run without it"
         )
     return PreprocessSpec(
-        ensure_rgb=reader.boolean(
-            reader.optional(section, "ensure_rgb", where, bool, False), f"{where}.ensure_rgb"
-        ),
-        ensure_grayscale=reader.boolean(
-            reader.optional(section, "ensure_grayscale", where, bool, False),
-            f"{where}.ensure_grayscale",
-        ),
+        ensure_rgb=ensure_rgb,
+        ensure_grayscale=ensure_grayscale,
         scale=float(scale),
         max_height=max_height,
         max_width=max_width,
         crop_size=crop_size,
-        crop_mode=crop_mode,
-        tiling=tiling.get("enabled") is True,
     )
 
 
@@ -645,6 +691,16 @@ class _ConfigReader:
             raise self.error(f"{where}.{key} is {value!r}; expected {_kind_name(kind)}")
         return value
 
+    def supported(self, parent: Mapping, key: str, where: str, supported: tuple) -> None:
+        """Refuses `where.key` unless it is absent, null or one of `supported`."""
+        value = parent.get(key)
+        if value is None or any(value == ok and type(value) is type(ok) for ok in supported):
+            return
+        raise self.error(
+            f"{where}.{key} {_yaml_value(value)} is not supported "
+            f"(supported: {', '.join(_yaml_value(ok, quote=False) for ok in supported)})"
+        )
+
     def integer(self, value: Any, where: str, minimum: int) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise self.error(f"{where} is {value!r}; expected an integer >= {minimum}")
@@ -665,6 +721,13 @@ class _ConfigReader:
         if value & (value - 1):
             raise self.error(f"{where} is {value}; expected a power of two")
         return value
+
+
+def _yaml_value(value: Any, quote: bool = True) -> str:
+    """`value` as the config spells it: true/false, strings quoted if `quote`."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if quote or not isinstance(value, str) else value
 
 
 def _kind_name(kind: Any) -> str:

@@ -12,11 +12,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from sleap_live.engines.errors import CheckpointError, ModelConfigError, ModelNotFoundError
+from sleap_live.engines.errors import (
+    CheckpointError,
+    ExportedModelDirError,
+    ModelConfigError,
+    ModelNotFoundError,
+)
 from sleap_live.engines.graph.network import build_network, load_network
 from sleap_live.engines.load.checkpoint import read_state_dict
 from sleap_live.engines.load.dirs import (
-    ExportedModelDirError,
     is_sleap_nn_export_dir,
     model_dir_of,
     read_export_metadata,

@@ -11,6 +11,7 @@ import yaml
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.load.spec import (
     MODEL_HEADS,
+    TRAINING_CONFIG,
     ModelSpec,
     PreprocessSpec,
     UNetSpec,
@@ -147,9 +148,16 @@ def test_skeleton_and_defaults_from_it(tmp_path):
     assert pafs.edge_indices == ((0, 1), (1, 2), (2, 3))
     assert pafs.n_channels == 6
     assert (confmaps.output_stride, pafs.output_stride) == (2, 4)
-    assert (confmaps.sigma, pafs.sigma) == (2.5, 15.0)
     assert spec.anchor_part is None
     assert spec.class_names == ()
+
+
+def test_training_only_settings_are_not_read(tmp_path):
+    config = training_config("bottomup")
+    spec = parse(tmp_path, config)
+    config["model_config"]["head_configs"]["bottomup"]["pafs"]["sigma"] = "wide"
+    config["data_config"]["preprocessing"]["min_crop_size"] = None
+    assert parse(tmp_path, config) == spec
 
 
 def test_explicit_part_names_and_edges_win(tmp_path):
@@ -177,7 +185,7 @@ def test_activations(tmp_path):
     assert centroid.activation == "sigmoid"
     assert centroid.n_channels == 1
     maps = parse(tmp_path, training_config("multi_class_bottomup")).head("ClassMapsHead")
-    assert (maps.activation, maps.n_channels, maps.class_output) == ("sigmoid", 2, "track")
+    assert (maps.activation, maps.n_channels) == ("sigmoid", 2)
     vectors = parse(tmp_path, training_config("multi_class_topdown")).head("ClassVectorsHead")
     assert (vectors.activation, vectors.n_channels) == ("softmax", 2)
     assert (vectors.num_fc_layers, vectors.num_fc_units, vectors.global_pool) == (2, 32, True)
@@ -193,14 +201,18 @@ def test_class_vector_defaults_follow_sleap_nn(tmp_path):
     assert (vectors.num_fc_layers, vectors.num_fc_units, vectors.global_pool) == (1, 64, True)
 
 
-def test_class_output(tmp_path):
-    config = training_config("multi_class_topdown")
-    vectors = config["model_config"]["head_configs"]["multi_class_topdown"]["class_vectors"]
-    vectors["class_output"] = "identity"
-    assert parse(tmp_path, config).head("ClassVectorsHead").class_output == "identity"
-    vectors["class_output"] = "name"
-    with pytest.raises(ModelConfigError, match="expected track or identity"):
-        parse(tmp_path, config)
+@pytest.mark.parametrize(
+    ("model_type", "head"),
+    [("multi_class_topdown", "class_vectors"), ("multi_class_bottomup", "class_maps")],
+)
+def test_class_output_track_is_accepted_and_identity_refused(tmp_path, model_type, head):
+    config = training_config(model_type)
+    leaf = config["model_config"]["head_configs"][model_type][head]
+    leaf["class_output"] = "track"
+    parse(tmp_path, config)
+    leaf["class_output"] = "identity"
+    where = f"model_config.head_configs.{model_type}.{head}.class_output"
+    assert_refused(tmp_path, config, f"{where} 'identity' is not supported (supported: track)")
 
 
 def test_anchor_part_and_class_names(tmp_path):
@@ -244,13 +256,115 @@ def test_preprocessing_defaults_when_keys_are_absent(tmp_path):
     spec = parse(tmp_path, config)
     assert spec.preprocess == PreprocessSpec()
     assert spec.preprocess.scale == 1.0
-    assert not spec.preprocess.tiling
 
 
-def test_tiling_flag(tmp_path):
+def assert_refused(tmp_path: Path, config: dict, message: str) -> None:
+    """Parsing fails with exactly `<config path>: <message>`."""
+    with pytest.raises(ModelConfigError) as e:
+        parse(tmp_path, config)
+    assert str(e.value) == f"{tmp_path / TRAINING_CONFIG}: {message}"
+
+
+def test_tiling_disabled_is_accepted_and_enabled_refused(tmp_path):
     config = training_config("single_instance")
-    config["data_config"]["preprocessing"]["tiling"]["enabled"] = True
-    assert parse(tmp_path, config).preprocess.tiling
+    tiling = config["data_config"]["preprocessing"]["tiling"]
+    parse(tmp_path, config)
+    tiling["enabled"] = True
+    assert_refused(
+        tmp_path,
+        config,
+        "data_config.preprocessing.tiling.enabled true is not supported (supported: false)",
+    )
+    config["data_config"]["preprocessing"]["tiling"] = None
+    parse(tmp_path, config)
+
+
+@pytest.mark.parametrize("model_type", ["centered_instance", "multi_class_topdown"])
+def test_fixed_crops_are_accepted_and_bbox_crops_refused(tmp_path, model_type):
+    config = training_config(model_type)
+    parse(tmp_path, config)
+    config["data_config"]["preprocessing"]["crop_mode"] = "bbox"
+    assert_refused(
+        tmp_path,
+        config,
+        "data_config.preprocessing.crop_mode 'bbox' is not supported (supported: fixed)",
+    )
+
+
+def test_ensure_rgb_and_ensure_grayscale_together_are_refused(tmp_path):
+    config = training_config("single_instance")
+    config["data_config"]["preprocessing"] |= {"ensure_rgb": True, "ensure_grayscale": True}
+    assert_refused(
+        tmp_path,
+        config,
+        "data_config.preprocessing.ensure_rgb and ensure_grayscale are both true; "
+        "sleap-nn refuses this too (choose one)",
+    )
+
+
+@pytest.mark.parametrize("key", ["max_height", "max_width"])
+def test_size_matcher_bounds_must_be_positive(tmp_path, key):
+    config = training_config("single_instance")
+    config["data_config"]["preprocessing"][key] = 0
+    assert_refused(
+        tmp_path, config, f"data_config.preprocessing.{key} is 0; expected an integer >= 1"
+    )
+
+
+# What sleap-nn 0.3.5's `resolve_centroid_method(anchor_part, centroid_method,
+# centroid_fallback)` does with each setting: None where it returns, else the start
+# of our message for the ValueError it raises.
+CENTROID_SETTINGS = [
+    (None, None, None, None),
+    ("thorax", None, None, None),
+    (None, "center_of_mass", None, None),
+    (None, "bbox_center", None, None),
+    (None, "geometric_median", None, None),
+    ("thorax", "anchor", None, None),
+    ("thorax", None, "bbox_center", None),
+    ("thorax", "anchor", "geometric_median", None),
+    (None, None, "bbox_center", None),
+    ("thorax", "bbox_center", None, "centroid_method 'bbox_center' contradicts anchor_part"),
+    (None, "anchor", None, "centroid_method 'anchor' needs an anchor_part"),
+    (None, "median", None, "centroid_method 'median' is unknown"),
+    ("thorax", None, "anchor", "centroid_fallback 'anchor' is unknown"),
+    (None, None, "nope", "centroid_fallback 'nope' is unknown"),
+]
+
+
+@pytest.mark.parametrize(("anchor", "method", "fallback", "problem"), CENTROID_SETTINGS)
+@pytest.mark.parametrize("model_type", ["centroid", "centered_instance", "multi_class_topdown"])
+def test_centroid_method_is_checked_as_sleap_nn_checks_it(
+    tmp_path, model_type, anchor, method, fallback, problem
+):
+    config = training_config(model_type)
+    confmaps = config["model_config"]["head_configs"][model_type]["confmaps"]
+    confmaps |= {"anchor_part": anchor, "centroid_method": method, "centroid_fallback": fallback}
+    if problem is None:
+        # sleap-nn predict uses the method only for ground-truth centroids, so the
+        # model sleap-live builds does not depend on it.
+        spec = parse(tmp_path, config)
+        assert spec.anchor_part_name == anchor
+        confmaps |= {"centroid_method": None, "centroid_fallback": None}
+        assert parse(tmp_path, config) == spec
+        return
+    with pytest.raises(ModelConfigError) as e:
+        parse(tmp_path, config)
+    where = f"model_config.head_configs.{model_type}.confmaps"
+    assert str(e.value).startswith(f"{tmp_path / TRAINING_CONFIG}: {where}.{problem}")
+    assert "\n" not in str(e.value)
+
+
+def test_centroid_method_table_matches_the_installed_sleap_nn():
+    """Re-derives CENTROID_SETTINGS from sleap-nn itself where it is installed."""
+    centroids = pytest.importorskip("sleap_nn.data.instance_centroids")
+    for anchor, method, fallback, problem in CENTROID_SETTINGS:
+        try:
+            centroids.resolve_centroid_method(anchor, method, fallback)
+        except ValueError:
+            assert problem is not None, (anchor, method, fallback)
+        else:
+            assert problem is None, (anchor, method, fallback)
 
 
 @pytest.mark.parametrize("model_type", ["centered_instance", "multi_class_topdown"])
