@@ -21,7 +21,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from sleap_live.engines.export.onnx import sample_frames
+from sleap_live.engines.export.frames import sample_frames
 from sleap_live.engines.runners.load import load_runner
 
 

@@ -312,10 +312,10 @@ def _onnx_runner(model, check_frames: list[np.ndarray]) -> Callable[[np.ndarray]
 
     import onnxruntime as ort
 
-    from sleap_live.engines.export.onnx import export_inference_model
+    from sleap_live.engines.export import export_inference_model
 
     with tempfile.TemporaryDirectory() as directory:
-        path = export_inference_model(model, directory, format="onnx", frames=check_frames)
+        path = export_inference_model(model, directory, format="onnx", verify_frames=check_frames)
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])

@@ -9,14 +9,20 @@ Accepted models:
 
 Engines: "torch" runs the torch inference model (eager, or the TorchScript
 export); "onnx" runs ONNX Runtime, exporting model directories to an in-memory
-ONNX graph first; "auto" picks ONNX Runtime on the CPU (it ran the toy models
-faster than eager torch, see scripts/bench_engines.py) and on a GPU when
-`onnxruntime-gpu` is installed, torch otherwise.
+ONNX graph first, verified on frames with animals (`verify_frames`, e.g. the
+first frames of the video about to be run; see `sleap_live.engines.export.frames`
+for where frames come from otherwise); "auto" picks ONNX Runtime on the CPU (it
+ran the toy models faster than eager torch, see scripts/bench_engines.py) and on
+a GPU when `onnxruntime-gpu` is installed, torch otherwise.
+
+"auto" picks the engine before anything is loaded and never changes it: an
+export that fails or does not verify is an `ExportError`, not a quiet switch to
+torch. `.onnx` files and sleap-nn export directories load without importing
+torch (with `device="auto"`, torch is asked about a GPU only when installed).
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,7 +33,7 @@ from sleap_live.engines.runners.base import Runner
 ENGINES = ("auto", "torch", "onnx")
 DEVICES = ("auto", "cpu", "cuda")
 # Options of the in-memory ONNX export of model directories (engine "onnx").
-EXPORT_OPTIONS = ("opset", "verify")
+EXPORT_OPTIONS = ("opset", "verify", "verify_frames")
 
 
 def load_runner(
@@ -48,8 +54,8 @@ def load_runner(
         threads: CPU threads per operator for whichever engine runs (torch's
             `num_threads`, ONNX Runtime's `intra_op_threads`); None keeps the
             engine's default (one per physical core).
-        **options: for model directories run with ONNX Runtime, `opset` and
-            `verify` of the in-memory export (see `export_onnx_bytes`).
+        **options: for model directories run with ONNX Runtime, `opset`, `verify`
+            and `verify_frames` of the in-memory export (see `export_onnx_bytes`).
 
     Returns:
         A `TorchRunner`, `OnnxRunner` or `SleapNNExportRunner`.
@@ -60,7 +66,9 @@ def load_runner(
         ModelNotFoundError, ModelConfigError, CheckpointError: the model cannot
             be read.
         RuntimeUnavailableError: the engine or device is not available.
-        ExportError: `engine="onnx"` and the model cannot be exported.
+        ExportError: model directories run with ONNX Runtime ("onnx", or "auto"
+            on the CPU) whose export fails or does not verify; the message says
+            to run with `--engine torch` or skip the verification instead.
     """
     paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
     if engine not in ENGINES:
@@ -88,13 +96,16 @@ def load_runner(
             f"{first}: unknown model file type (expected a sleap-live '.onnx' or '.pt' export, "
             "or a model directory)"
         )
-    from sleap_live.engines.load.dirs import is_sleap_nn_export_dir
+    from sleap_live.engines.load.dirs import CHECKPOINT, TRAINING_CONFIG, is_sleap_nn_export_dir
 
     if len(paths) == 1 and is_sleap_nn_export_dir(first):
         return _sleap_nn_export_runner(first, engine, device, threads)
     for path in paths:
         if not path.is_dir():
-            raise ValueError(f"{path}: expected a model directory alongside {first}")
+            raise ValueError(
+                f"{path}: expected a model directory ({TRAINING_CONFIG} and {CHECKPOINT}) "
+                f"alongside {first}"
+            )
     return _model_dir_runner(paths, engine, device, threads, options)
 
 
@@ -106,7 +117,7 @@ def _onnx_file_runner(path: Path, engine: str, device: str, threads: int | None)
 
 
 def _torchscript_runner(path: Path, engine: str, device: str, threads: int | None) -> Runner:
-    from sleap_live.engines.export.onnx import load_torchscript
+    from sleap_live.engines.export.torchscript import load_torchscript
     from sleap_live.engines.runners.torch import TorchRunner
 
     _require(engine, "torch", f"{path} is a TorchScript export")
@@ -141,18 +152,16 @@ def _model_dir_runner(
     if engine == "torch" or (engine == "auto" and not _onnx_can_use(device)):
         return TorchRunner(model, _torch_device(device), num_threads=threads)
 
-    from sleap_live.engines.export.onnx import export_onnx_bytes
+    from sleap_live.engines.export import export_onnx_bytes
     from sleap_live.engines.runners.onnx import OnnxRunner, providers_for
 
     try:
         onnx_bytes = export_onnx_bytes(model, sources=paths, **export_options)
     except ExportError as error:
-        if engine == "onnx":
-            raise
-        warnings.warn(
-            f"running {', '.join(map(str, paths))} with torch: {error}", RuntimeWarning, 2
-        )
-        return TorchRunner(model, _torch_device(device), num_threads=threads)
+        raise ExportError(
+            f"cannot run {', '.join(map(str, paths))} with ONNX Runtime: {error}; "
+            "or run the model with torch (--engine torch)"
+        ) from error
     return OnnxRunner(onnx_bytes, providers_for(_onnx_device(device)), intra_op_threads=threads)
 
 

@@ -15,12 +15,8 @@ from sleap_live.engines.errors import (
     ModelNotFoundError,
     RuntimeUnavailableError,
 )
-from sleap_live.engines.export.onnx import (
-    export_inference_model,
-    export_onnx_bytes,
-    load_torchscript,
-    sample_frames,
-)
+from sleap_live.engines.export import export_inference_model, export_onnx_bytes, load_torchscript
+from sleap_live.engines.export.frames import sample_frames
 from sleap_live.engines.graph.preprocess import ensure_channels
 from sleap_live.engines.host.frames import check_frames, convert_channels
 from sleap_live.engines.runners.base import Runner
@@ -96,7 +92,7 @@ def test_runners_take_torch_tensors(toy, toy_onnx):
 
 def test_onnx_runner_runs_in_memory_exports(toy):
     frames = sample_frames(1, 80, 96, 3, seed=8)
-    runner = OnnxRunner(export_onnx_bytes(toy, verify=False))
+    runner = OnnxRunner(export_onnx_bytes(toy))
     assert runner.metadata.input_channels == (1, 3)
     assert_same_poses(runner.run(frames), TorchRunner(toy).run(frames))
 
@@ -112,7 +108,7 @@ def test_onnx_session_is_tuned_for_one_caller(toy_onnx):
 
 def test_frames_the_graph_cannot_convert_are_converted_on_the_host(toy_models, tmp_path):
     model = toy_models.BranchingChannelsModel(input_channels=1)
-    path = export_inference_model(model, tmp_path, frames=[sample_frames(1, 64, 80, 1)])
+    path = export_inference_model(model, tmp_path, verify_frames=sample_frames(3, 64, 80, 1))
     frames = sample_frames(2, 100, 120, 3, seed=3)
     gray = convert_channels(frames, 1)
     expected = TorchRunner(model).run(gray)

@@ -1,0 +1,321 @@
+"""Export an inference model to ONNX or TorchScript, verified, with its metadata.
+
+The steps: pick the verification frames (`sleap_live.engines.export.frames`),
+trace the model on the first check batch, verify the export on both check
+batches (`sleap_live.engines.export.verify`), then learn whether the graph also
+converts the other channel count (1 vs 3) itself. If it does not, the ONNX graph
+is exported again with a fixed channel count (and verified again), and runners
+convert channels on the host. An unverified export is never probed: it takes
+only the model's own channel count.
+
+Every failure is an `ExportError` saying what failed; nothing falls back.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import importlib.metadata
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from sleap_live.engines.export.frames import (
+    SYNTHETIC_SIZE,
+    check_batches,
+    sample_frames,
+    verification_frames,
+)
+from sleap_live.engines.export.onnx import (
+    DEFAULT_OPSET,
+    embed_metadata,
+    onnx_exported,
+    trace_to_onnx,
+)
+from sleap_live.engines.export.torchscript import (
+    save_torchscript,
+    torchscript_exported,
+    trace_to_torchscript,
+)
+from sleap_live.engines.export.verify import Exported, takes_channels, verify_batch
+from sleap_live.engines.graph.base import InferenceModel
+from sleap_live.engines.host.frames import convert_channels
+from sleap_live.engines.load.dirs import TRAINING_CONFIG
+from sleap_live.engines.load.metadata import INPUT_NAME, ExportMetadata, sidecar_path
+
+EXPORT_FORMATS = ("onnx", "torchscript")
+SUFFIXES = {"onnx": ".onnx", "torchscript": ".pt"}
+
+Progress = Callable[[str], None]
+Frames = np.ndarray | Sequence[np.ndarray]
+
+
+def export_model(
+    paths: Sequence[str | Path],
+    output: str | Path,
+    *,
+    format: str = "onnx",
+    opset: int = DEFAULT_OPSET,
+    verify: bool = True,
+    verify_frames: Frames | None = None,
+    progress: Progress | None = None,
+) -> Path:
+    """Builds the inference model of one or two sleap-nn model directories and exports it.
+
+    Args:
+        paths: a model directory, or a centroid and a centered-instance directory
+            (in any order) for a top-down model.
+        output: the file to write (`.onnx` or `.pt`), or a directory to write
+            `model.onnx` / `model.pt` into.
+        format: "onnx" or "torchscript".
+        opset: ONNX opset version.
+        verify: compare the export with the torch model on frames with animals
+            (see `export_inference_model`).
+        verify_frames: uint8 (N, H, W, C) frames that show animals; without them
+            the model directories' training labels are used, then synthetic frames
+            (see `sleap_live.engines.export.frames`).
+        progress: called with a short description of each step.
+
+    Returns:
+        The path of the exported model. Its metadata is embedded and also written
+        to `<file>.json`.
+
+    Raises:
+        ValueError: unknown format, an output file whose suffix does not fit it,
+            or malformed `verify_frames`.
+        ModelNotFoundError, ModelConfigError, CheckpointError: the model
+            directories cannot be loaded.
+        ExportError: the export failed, does not match the torch model, or the
+            model finds no animals in a verification frame.
+    """
+    from sleap_live.engines.graph.build import load_inference_model
+
+    _output_path(output, format)
+    (progress or _ignore)("loading model")
+    model = load_inference_model(paths)
+    return export_inference_model(
+        model,
+        output,
+        format=format,
+        opset=opset,
+        verify=verify,
+        verify_frames=verify_frames,
+        sources=paths,
+        progress=progress,
+    )
+
+
+def export_inference_model(
+    model: InferenceModel,
+    output: str | Path,
+    *,
+    format: str = "onnx",
+    opset: int = DEFAULT_OPSET,
+    verify: bool = True,
+    verify_frames: Frames | None = None,
+    sources: Sequence[str | Path] = (),
+    progress: Progress | None = None,
+) -> Path:
+    """Exports an `InferenceModel` and embeds its metadata.
+
+    With `verify`, the export and the torch module run on two check batches made
+    from the verification frames (two sizes, one odd; two batch sizes); every
+    frame must show the model an animal and every output must agree within
+    `TOLERANCE`. The records (shapes, detections per frame, frame source, largest
+    differences) go into the metadata's "verification" field.
+
+    Args:
+        model: the torch inference model (moved to the CPU and put in eval mode).
+        output: the file to write (`.onnx` or `.pt`), or a directory.
+        format: "onnx" or "torchscript".
+        opset: ONNX opset version.
+        verify: check the export numerically.
+        verify_frames: uint8 (N, H, W, C) frames that show animals (or batches of
+            them, all of one size); the default looks in the training labels of
+            `sources`, then uses synthetic frames.
+        sources: model directories the model was built from, recorded with the
+            sha256 of their training configs.
+        progress: called with a short description of each step.
+
+    Returns:
+        The path of the exported model.
+
+    Raises:
+        ExportError: the export failed, disagrees with the torch model, or the
+            model finds no animals in a verification frame.
+        ValueError: bad arguments (format, output suffix, frames).
+    """
+    notify = progress or _ignore
+    path = _output_path(output, format)
+    payload, metadata = _export(model, format, opset, verify, verify_frames, sources, notify)
+    notify(f"writing {path}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if format == "onnx":
+        path.write_bytes(payload)
+    else:
+        save_torchscript(payload, path, metadata)
+    sidecar_path(path).write_text(metadata.to_json() + "\n")
+    return path
+
+
+def export_onnx_bytes(
+    model: InferenceModel,
+    *,
+    opset: int = DEFAULT_OPSET,
+    verify: bool = True,
+    verify_frames: Frames | None = None,
+    sources: Sequence[str | Path] = (),
+    progress: Progress | None = None,
+) -> bytes:
+    """Exports an `InferenceModel` to an in-memory ONNX model (metadata embedded).
+
+    Same steps and arguments as `export_inference_model`, without writing files;
+    `OnnxRunner` takes the bytes directly.
+
+    Raises:
+        ExportError: the export failed, disagrees with the torch model, or the
+            model finds no animals in a verification frame.
+    """
+    payload, _ = _export(model, "onnx", opset, verify, verify_frames, sources, progress or _ignore)
+    return payload
+
+
+def _export(
+    model: InferenceModel,
+    format: str,
+    opset: int,
+    verify: bool,
+    verify_frames: Frames | None,
+    sources: Sequence[str | Path],
+    notify: Progress,
+) -> tuple[Any, ExportMetadata]:
+    """The export (ONNX bytes with metadata, or a traced module) and its metadata."""
+    model = model.cpu().eval()
+    native = model.info.input_channels
+    label = _label(model, sources)
+    verification: list[dict[str, Any]] | None = None
+    if not verify:
+        example = _unverified_example(native, verify_frames)
+        payload, _ = _trace(model, format, example, opset, dynamic_channels=False, notify=notify)
+        input_channels: tuple[int, ...] = (native,)
+    else:
+        notify("choosing verification frames")
+        chosen = verification_frames(native, verify_frames, sources)
+        batches = check_batches(chosen.frames)
+
+        def verified(exported: Exported) -> list[dict[str, Any]]:
+            records = []
+            for batch in batches:
+                notify(f"verifying on frames {tuple(batch.shape)}")
+                records.append(
+                    verify_batch(
+                        model,
+                        exported,
+                        batch,
+                        label=label,
+                        source=chosen.source,
+                        no_animals_hint=chosen.hint,
+                    )
+                )
+            return records
+
+        payload, exported = _trace(
+            model, format, batches[0], opset, dynamic_channels=True, notify=notify
+        )
+        verification = verified(exported)
+        other = 1 if native == 3 else 3
+        notify(f"checking {other}-channel input")
+        if takes_channels(model, exported, convert_channels(batches[-1], other)):
+            input_channels = (1, 3)
+        else:
+            input_channels = (native,)
+            if format == "onnx":
+                notify("re-exporting with a fixed channel count")
+                payload, exported = _trace(
+                    model, format, batches[0], opset, dynamic_channels=False, notify=notify
+                )
+                verification = verified(exported)
+
+    metadata = ExportMetadata(
+        info=model.info,
+        format=format,
+        input_name=INPUT_NAME,
+        input_channels=input_channels,
+        output_names=tuple(model.output_names),
+        sleap_live_version=_package_version(),
+        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        sources=tuple(_source_record(Path(source)) for source in sources),
+        exporter={"torch": torch.__version__, **({"opset": opset} if format == "onnx" else {})},
+        verification=None if verification is None else tuple(verification),
+    )
+    if format == "onnx":
+        return embed_metadata(payload, metadata), metadata
+    return payload, metadata
+
+
+def _trace(
+    model: InferenceModel,
+    format: str,
+    example: np.ndarray,
+    opset: int,
+    *,
+    dynamic_channels: bool,
+    notify: Progress,
+) -> tuple[Any, Exported]:
+    """The raw export (ONNX bytes or traced module) and the same ready to verify."""
+    if format == "onnx":
+        notify("exporting to ONNX")
+        onnx_bytes, notes = trace_to_onnx(model, example, opset, dynamic_channels=dynamic_channels)
+        return onnx_bytes, onnx_exported(onnx_bytes, notes)
+    notify("tracing to TorchScript")
+    traced, notes = trace_to_torchscript(model, example)
+    return traced, torchscript_exported(traced, model, notes)
+
+
+def _unverified_example(channels: int, verify_frames: Frames | None) -> np.ndarray:
+    """The trace input of an unverified export: a given frame, else a synthetic one."""
+    if verify_frames is None:
+        return sample_frames(1, *SYNTHETIC_SIZE, channels)
+    return verification_frames(channels, verify_frames).frames[:1]
+
+
+def _label(model: InferenceModel, sources: Sequence[str | Path]) -> str:
+    """Names the model in errors: its type and the directories it came from."""
+    names = f" ({', '.join(str(source) for source in sources)})" if sources else ""
+    return f"the {model.info.model_type} model{names}"
+
+
+def _ignore(step: str) -> None:
+    del step
+
+
+def _output_path(output: str | Path, format: str) -> Path:
+    """The file an export to `output` writes: `output` itself or `output/model.<suffix>`."""
+    if format not in EXPORT_FORMATS:
+        raise ValueError(f"unknown export format {format!r} (expected one of {EXPORT_FORMATS})")
+    output = Path(output)
+    suffix = SUFFIXES[format]
+    if output.suffix in SUFFIXES.values():
+        if output.suffix != suffix:
+            raise ValueError(f"{output}: {format} exports are written to '{suffix}' files")
+        return output
+    return output / f"model{suffix}"
+
+
+def _source_record(source: Path) -> dict[str, Any]:
+    record: dict[str, Any] = {"path": str(source.resolve())}
+    config = source / TRAINING_CONFIG
+    if config.is_file():
+        record["training_config"] = TRAINING_CONFIG
+        record["sha256"] = hashlib.sha256(config.read_bytes()).hexdigest()
+    return record
+
+
+def _package_version() -> str:
+    try:
+        return importlib.metadata.version("sleap-live")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"

@@ -1,0 +1,191 @@
+"""The frames an export is verified on, and where they come from.
+
+A check only means something on frames where the model finds animals, so the
+frames are taken, in this order, from:
+
+1. the caller (`verify_frames=`: the first frames of the video about to be run,
+   or `sleap-live export --verify-video`);
+2. the model directories' own training labels, the `labels_gt.train.N.slp` /
+   `labels_gt.val.N.slp` files `sleap-nn train` writes (`labels_train_gt_N.slp`
+   in older versions): user-labelled frames of the first labelled video that is
+   still on disk;
+3. synthetic frames (`sample_frames`), which only toy models tend to find
+   anything in.
+
+Wherever they come from, the verification refuses a frame without animals
+(`sleap_live.engines.export.verify`), so the synthetic fallback fails loudly for
+a real model instead of comparing empty outputs.
+
+The frames are checked as two batches: up to two frames at their own size, and
+three frames placed in the top-left corner of a larger, odd-sized canvas filled
+with each frame's median colour. Different batch sizes and an odd size that is a
+multiple of no stride make values that tracing froze from a shape show up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import attrs
+import numpy as np
+
+from sleap_live.engines.errors import ExportError
+from sleap_live.engines.host.frames import convert_channels
+
+# Frames read from training labels, and the size of the synthetic ones.
+FRAMES_WANTED = 5
+SYNTHETIC_SIZE = (240, 320)
+# Rows and columns added for the second check size (one more where needed to make
+# the size odd).
+GROWTH = (23, 37)
+TRAINING_LABELS = (
+    "labels_gt.train.*.slp",
+    "labels_gt.val.*.slp",
+    "labels_train_gt_*.slp",
+    "labels_val_gt_*.slp",
+)
+# What to do instead, in Python and on the `sleap-live export` command line.
+GIVE_HINT = "give frames that show animals (verify_frames=, --verify-video VIDEO)"
+SKIP_HINT = "skip verification (verify=False, --no-verify)"
+
+
+@attrs.frozen
+class VerificationFrames:
+    """Frames to verify an export on.
+
+    Attributes:
+        frames: uint8 (N, H, W, C) frames with the model's channel count.
+        source: where they came from, for the metadata and error messages.
+        hint: what the user can do when the model finds no animals in them.
+    """
+
+    frames: np.ndarray
+    source: str
+    hint: str
+
+
+def verification_frames(
+    channels: int,
+    given: np.ndarray | Sequence[np.ndarray] | None = None,
+    model_dirs: Sequence[str | Path] = (),
+) -> VerificationFrames:
+    """The frames to verify on, from the first source that has any (module docstring).
+
+    Args:
+        channels: the model's input channel count; frames are converted to it.
+        given: uint8 (N, H, W, C) frames, or a sequence of such batches of one
+            frame size, or None.
+        model_dirs: the model directories whose training labels to look in.
+
+    Raises:
+        ValueError: `given` frames are not uint8 (N, H, W, C) with 1 or 3 channels,
+            or not all of one size.
+        ExportError: a training labels file exists but cannot be read.
+    """
+    if given is not None:
+        frames = convert_channels(_stacked(given), channels)
+        return VerificationFrames(
+            frames,
+            "the given frames",
+            f"{GIVE_HINT}, or {SKIP_HINT}",
+        )
+    for model_dir in model_dirs:
+        found = _training_label_frames(Path(model_dir))
+        if found is not None:
+            frames, path = found
+            return VerificationFrames(
+                convert_channels(frames, channels),
+                f"the training labels {path}",
+                f"{GIVE_HINT}, or {SKIP_HINT}",
+            )
+    where = f" in {', '.join(map(str, model_dirs))}" if model_dirs else ""
+    return VerificationFrames(
+        sample_frames(FRAMES_WANTED, *SYNTHETIC_SIZE, channels, seed=0),
+        f"synthetic frames (no training labels with their video on disk{where})",
+        f"{GIVE_HINT}, or {SKIP_HINT}",
+    )
+
+
+def check_batches(frames: np.ndarray) -> list[np.ndarray]:
+    """The two check batches made from (N, H, W, C) frames (see the module docstring)."""
+    count, height, width, _ = frames.shape
+    first = frames[: min(count, 2)]
+    picked = frames[[(2 + index) % count for index in range(3)]]
+    grown = [
+        size + growth + (size + growth + 1) % 2
+        for size, growth in zip((height, width), GROWTH, strict=True)
+    ]
+    fill = np.median(picked.reshape(len(picked), -1, picked.shape[3]), axis=1)
+    canvas = np.empty((len(picked), *grown, picked.shape[3]), np.uint8)
+    canvas[:] = fill.astype(np.uint8)[:, None, None, :]
+    canvas[:, :height, :width] = picked
+    return [np.ascontiguousarray(first), canvas]
+
+
+def sample_frames(batch: int, height: int, width: int, channels: int, seed: int = 0) -> np.ndarray:
+    """Deterministic synthetic frames: a smooth background with a few bright blobs.
+
+    Returns:
+        uint8 array of shape (batch, height, width, channels).
+    """
+    rng = np.random.default_rng(seed)
+    rows, cols = np.mgrid[0:height, 0:width].astype(np.float32)
+    frames = np.empty((batch, height, width, channels), np.uint8)
+    for index in range(batch):
+        image = 50 + 25 * np.sin(cols / 17 + index) * np.cos(rows / 23)
+        for _ in range(int(rng.integers(2, 6))):
+            centre_row, centre_col = rng.uniform(0.15, 0.85, 2) * (height, width)
+            sigma_row, sigma_col = rng.uniform(3, 12, 2)
+            image = image + rng.uniform(120, 200) * np.exp(
+                -((rows - centre_row) ** 2) / (2 * sigma_row**2)
+                - (cols - centre_col) ** 2 / (2 * sigma_col**2)
+            )
+        tint = rng.uniform(0.8, 1.0, channels)
+        noisy = image[..., None] * tint + rng.normal(0, 3, (height, width, channels))
+        frames[index] = np.clip(noisy, 0, 255).astype(np.uint8)
+    return frames
+
+
+def _stacked(given: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
+    batches = [given] if isinstance(given, np.ndarray) else [np.asarray(b) for b in given]
+    for batch in batches:
+        if batch.dtype != np.uint8 or batch.ndim != 4 or batch.shape[-1] not in (1, 3):
+            raise ValueError(
+                "verify_frames: expected uint8 (N, H, W, C) frames with 1 or 3 channels, "
+                f"got {batch.dtype} {batch.shape}"
+            )
+    if not sum(len(batch) for batch in batches):
+        raise ValueError("verify_frames: no frames given")
+    shapes = sorted({batch.shape[1:] for batch in batches})
+    if len(shapes) != 1:
+        raise ValueError(
+            f"verify_frames: expected frames of one size and channel count, got {shapes}"
+        )
+    return np.concatenate(batches)
+
+
+def _training_label_frames(model_dir: Path) -> tuple[np.ndarray, Path] | None:
+    """Up to `FRAMES_WANTED` user-labelled frames of the first video still on disk."""
+    paths = [path for pattern in TRAINING_LABELS for path in sorted(model_dir.glob(pattern))]
+    if not paths:
+        return None
+    import sleap_io as sio
+
+    for path in paths:
+        try:
+            labels = sio.load_slp(str(path))
+        except (OSError, KeyError, ValueError) as error:
+            raise ExportError(
+                f"{path}: cannot read these training labels for verification ({error}); "
+                f"{GIVE_HINT}, or {SKIP_HINT}"
+            ) from error
+        for video in labels.videos:
+            if not video.exists():
+                continue
+            labelled = [frame for frame in labels.find(video) if frame.has_user_instances]
+            labelled = labelled[:FRAMES_WANTED]
+            if labelled:
+                images = [np.asarray(frame.image, np.uint8) for frame in labelled]
+                return np.stack([image.reshape(*image.shape[:2], -1) for image in images]), path
+    return None

@@ -1,0 +1,200 @@
+"""Numerical comparison of an export with the torch module it was traced from.
+
+Tracing freezes any Python value computed from a shape, so an export is only
+trusted after it has run on frames of more than one size and batch size and
+given the torch module's outputs within `TOLERANCE`. A comparison of empty
+instance lists proves nothing, so every frame a check runs on must show the
+model at least one animal (`detections_per_frame`); a frame without any is an
+`ExportError`, not a pass.
+
+Two kinds of check:
+
+- `verify_batch`: the export must agree. A runtime error, a shape or NaN-mask
+  difference or a difference above `TOLERANCE` is an `ExportError`.
+- `takes_channels`: whether the export also converts the other channel count
+  (1 vs 3) itself. Disagreement is an answer here, not an error, and so is the
+  runtime refusing the input (`Exported.refusals`) once the same export has
+  verified on the native channel count; anything else raised propagates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+import torch
+
+from sleap_live.engines.errors import ExportError
+from sleap_live.engines.export._quiet import first_line
+from sleap_live.engines.graph.base import InferenceModel
+
+# Largest difference allowed between the export and the torch module, in output
+# units: pixels for coordinates, confidence for scores.
+TOLERANCE = 1e-3
+
+Outputs = dict[str, np.ndarray]
+
+
+@attrs.frozen
+class Exported:
+    """An export ready to be checked.
+
+    Attributes:
+        run: runs the export on uint8 (B, H, W, C) frames; outputs by name.
+        refusals: exception types by which its runtime refuses an input the graph
+            was not traced for (ONNX Runtime's `Fail`, TorchScript's `RuntimeError`).
+        tracer_notes: what the tracer warned about the model, quoted in errors.
+    """
+
+    run: Callable[[np.ndarray], Outputs]
+    refusals: tuple[type[Exception], ...]
+    tracer_notes: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class Comparison:
+    """How an export's outputs differ from the torch module's on one batch.
+
+    Attributes:
+        max_abs_diff: largest absolute difference per output (NaNs excluded).
+        problems: one line per disagreement: a shape or NaN-mask difference, or
+            a difference above `TOLERANCE`; empty when the two agree.
+    """
+
+    max_abs_diff: dict[str, float]
+    problems: tuple[str, ...]
+
+
+def torch_outputs(model: InferenceModel, frames: np.ndarray) -> Outputs:
+    """The torch module's outputs on uint8 (B, H, W, C) frames, as numpy arrays."""
+    with torch.inference_mode():
+        outputs = model(torch.from_numpy(frames))
+    return {name: output.numpy() for name, output in zip(model.output_names, outputs, strict=True)}
+
+
+def detections_per_frame(outputs: Mapping[str, np.ndarray], batch: int) -> list[int]:
+    """How many animals the model found in each frame of a batch.
+
+    Instance-list outputs: instances with at least one node found. Bottom-up
+    outputs: valid peaks (of any node), since grouping happens on the host.
+    """
+    if "peak_valid" in outputs:
+        return [int(count) for count in outputs["peak_valid"].reshape(batch, -1).sum(axis=1)]
+    found = ~np.isnan(outputs["points"][..., 0]).all(axis=-1)
+    frames = outputs["instance_frame"][found]
+    return [int(count) for count in np.bincount(frames, minlength=batch)[:batch]]
+
+
+def compare(reference: Outputs, actual: Mapping[str, np.ndarray]) -> Comparison:
+    """Compares every output of the torch module with the export's."""
+    diffs: dict[str, float] = {}
+    problems: list[str] = []
+    for name, expected in reference.items():
+        got = np.asarray(actual[name])
+        if got.shape != expected.shape:
+            problems.append(
+                f"output {name!r} has shape {got.shape} in the export but {expected.shape} in torch"
+            )
+            continue
+        expected64, got64 = expected.astype(np.float64), got.astype(np.float64)
+        missing = np.isnan(expected64)
+        if not np.array_equal(missing, np.isnan(got64)):
+            problems.append(f"output {name!r} is NaN in different places")
+            continue
+        delta = np.abs(expected64[~missing] - got64[~missing])
+        diffs[name] = float(delta.max()) if delta.size else 0.0
+        if not diffs[name] <= TOLERANCE:
+            problems.append(f"{name} {diffs[name]:.3g}")
+    return Comparison(diffs, tuple(problems))
+
+
+def verify_batch(
+    model: InferenceModel,
+    exported: Exported,
+    frames: np.ndarray,
+    *,
+    label: str,
+    source: str,
+    no_animals_hint: str,
+) -> dict[str, Any]:
+    """Checks the export against the torch module on one batch of frames.
+
+    Args:
+        model: the torch inference model.
+        exported: the export.
+        frames: uint8 (B, H, W, C) frames with the model's native channel count.
+        label: names the model in errors ("the topdown model (centroid, ...)").
+        source: where the frames came from, recorded and quoted in errors.
+        no_animals_hint: what to do instead, appended to the no-animals error.
+
+    Returns:
+        The verification record: frame shape, instances, detections per frame,
+        frame source and largest absolute difference per output.
+
+    Raises:
+        ExportError: a frame shows the model no animals; the export raises on the
+            frames; or its outputs differ from torch's (shape, NaNs, > TOLERANCE).
+    """
+    shape = "×".join(str(n) for n in frames.shape)
+    size = f"{frames.shape[1]}×{frames.shape[2]}"
+    reference = torch_outputs(model, frames)
+    detections = detections_per_frame(reference, len(frames))
+    empty = [index for index, count in enumerate(detections) if count == 0]
+    if empty:
+        raise ExportError(
+            f"cannot verify the export of {label}: it finds no animals in frame {empty[0]} "
+            f"of the {size} check batch ({len(frames)} frames from {source}), and a check "
+            f"on empty outputs proves nothing; {no_animals_hint}"
+        )
+    hint = _tracer_hint(exported.tracer_notes)
+    try:
+        actual = exported.run(frames)
+    except Exception as error:  # every runtime error here is a failed export
+        raise ExportError(
+            f"the export of {label} fails on {shape} frames that the torch model accepts: "
+            f"{first_line(error)}{hint}"
+        ) from error
+    comparison = compare(reference, actual)
+    if comparison.problems:
+        raise ExportError(
+            f"the export of {label} differs from the torch model on {shape} frames by more "
+            f"than {TOLERANCE:g}: {', '.join(comparison.problems)}{hint}"
+        )
+    instances = reference.get("instance_frame")
+    return {
+        "frames": list(frames.shape),
+        "instances": None if instances is None else int(instances.shape[0]),
+        "detections": detections,
+        "frame_source": source,
+        "max_abs_diff": comparison.max_abs_diff,
+    }
+
+
+def takes_channels(model: InferenceModel, exported: Exported, frames: np.ndarray) -> bool:
+    """Whether the export agrees with torch on frames of the other channel count.
+
+    Call it only after the export verified on the same frames with the native
+    channel count, so a refusal can only be about the channel count. Frames on
+    which the torch model finds no animals cannot show agreement: False.
+
+    Raises:
+        ExportError: the export raised something other than one of its refusals.
+    """
+    reference = torch_outputs(model, frames)
+    if not all(detections_per_frame(reference, len(frames))):
+        return False
+    try:
+        actual = exported.run(frames)
+    except exported.refusals:
+        return False
+    except Exception as error:
+        raise ExportError(
+            f"the export raised on {frames.shape[3]}-channel frames: {first_line(error)}"
+        ) from error
+    return not compare(reference, actual).problems
+
+
+def _tracer_hint(notes: Sequence[str]) -> str:
+    return f"; the tracer warned: {' | '.join(notes)}" if notes else ""
