@@ -1,16 +1,25 @@
-"""Ring buffer of pose records: one writer, any number of readers, none waits for another.
+"""Ring buffer of pose records: one writer, lagging readers and lossless readers.
 
 The pipeline's last stage writes every `PoseRecord` into a `RingBuffer`; consumers
-(closed-loop controllers, the dashboard, writers) read from it, each through its own
-`RingReader` cursor. Storage is preallocated numpy arrays with one slot per record,
-so writing copies a few small arrays and never allocates.
+(closed-loop controllers, the dashboard, iterators) read from it, each through its
+own `RingReader` cursor. Storage is preallocated numpy arrays with one slot per
+record, so writing copies a few small arrays and never allocates.
 
-Consistency without making the writer wait: each slot carries the sequence number
-of the record it holds (``-1`` while being written). A reader copies a slot and then
-checks the sequence number again (a seqlock); if the writer overwrote the slot in
-the meantime the copy is discarded and the record counted as missed. The writer only
-takes the condition's lock for the instant it needs to publish the new count and
-wake waiting readers; readers never hold it while copying.
+Two kinds of reader:
+
+- *lagging* (the default): never holds the writer back. A reader that falls more
+  than ``capacity`` records behind resumes at the oldest record still in the ring
+  and counts the records it missed.
+- *lossless* (``reader(lossless=True)``): the writer waits before overwriting a
+  record this reader has not read yet, so it sees every record. `RingReader.detach`
+  (or `RingBuffer.stop_waiting` for all of them) turns it into a lagging reader.
+
+Consistency without locking readers out while they copy: each slot carries the
+sequence number of the record it holds (``-1`` while being written). A reader
+copies a slot and then checks the sequence number again (a seqlock); if the writer
+overwrote the slot in the meantime the copy is discarded and the record counted as
+missed. The writer holds the ring's lock only to publish the new count, and to wait
+for lossless readers.
 
 Records are numbered from 0 in the order written (their *sequence*); record ``s``
 lives in slot ``s % capacity`` until ``capacity`` more records have been written.
@@ -27,45 +36,6 @@ import numpy as np
 
 from sleap_live.engines.types import FramePoses
 from sleap_live.stream.types import PoseRecord
-
-
-@attrs.frozen(eq=False)
-class RingArrays:
-    """Read-only views of a ring buffer's slot arrays, for zero-copy polling.
-
-    Ownership: the ring's writer owns every slot. Slot ``k`` holds record
-    ``sequence[k]`` (``-1`` while empty or being written) and its rows of the other
-    arrays are that record's. A view of a slot stays valid until ``capacity`` more
-    writes, after which the writer reuses it. To read without copying, note
-    ``s = sequence[k]``, read the rows, and trust them only if ``sequence[k] == s``
-    still holds afterwards; copy anything you keep.
-
-    Instance rows at and beyond ``n_instances[k]`` hold NaN points and scores and
-    identity -1.
-
-    Attributes:
-        sequence: (capacity,) int64 record number in each slot.
-        frame_index: (capacity,) int64 `Frame.index`.
-        source: (capacity,) int32 index into `RingBuffer.source_ids`.
-        capture_time: (capacity,) float64 monotonic seconds.
-        ready_time: (capacity,) float64 monotonic seconds.
-        points: (capacity, max_instances, n_nodes, 2) float32 xy.
-        point_scores: (capacity, max_instances, n_nodes) float32.
-        instance_scores: (capacity, max_instances) float32.
-        n_instances: (capacity,) int32 instances stored in each slot.
-        identities: (capacity, max_instances) int32 class or track id, -1 for none.
-    """
-
-    sequence: np.ndarray
-    frame_index: np.ndarray
-    source: np.ndarray
-    capture_time: np.ndarray
-    ready_time: np.ndarray
-    points: np.ndarray
-    point_scores: np.ndarray
-    instance_scores: np.ndarray
-    n_instances: np.ndarray
-    identities: np.ndarray
 
 
 @attrs.frozen
@@ -113,7 +83,7 @@ class RingBuffer:
     """Fixed-size ring of pose records with one writer and independent readers.
 
     Args:
-        capacity: records kept; a reader more than this far behind misses records.
+        capacity: records kept; a lagging reader more than this far behind misses records.
         max_instances: instances stored per record; extra ones are dropped (the
             first ``max_instances`` are kept) and counted in `stats`.
         n_nodes: nodes per instance; every written record must have this many.
@@ -130,7 +100,7 @@ class RingBuffer:
         shape = (capacity, max_instances)
         self._sequence = np.full(capacity, -1, np.int64)
         self._frame_index = np.zeros(capacity, np.int64)
-        self._source = np.zeros(capacity, np.int32)
+        self._source_id: list[str] = [""] * capacity
         self._capture_time = np.zeros(capacity, np.float64)
         self._ready_time = np.zeros(capacity, np.float64)
         self._points = np.full((*shape, n_nodes, 2), np.nan, np.float32)
@@ -138,16 +108,14 @@ class RingBuffer:
         self._instance_scores = np.full(shape, np.nan, np.float32)
         self._n_instances = np.zeros(capacity, np.int32)
         self._identities = np.full(shape, -1, np.int32)
-        self._arrays = RingArrays(
-            **{
-                field.name: _read_only(getattr(self, f"_{field.name}"))
-                for field in attrs.fields(RingArrays)
-            }
-        )
-        self._source_ids: list[str] = []
-        self._source_slots: dict[str, int] = {}
+        # Serialises writers (and close) without ever being taken by readers.
         self._write_lock = threading.Lock()
-        self._published = threading.Condition()
+        # Guards the count, the lossless readers and the flags below.
+        self._lock = threading.Lock()
+        self._published = threading.Condition(self._lock)  # a record was written, or closed
+        self._room = threading.Condition(self._lock)  # a lossless reader moved on
+        self._lossless: set[RingReader] = set()
+        self._waits_for_readers = True
         self._written = 0
         self._closed = False
         self._truncated_records = 0
@@ -178,25 +146,13 @@ class RingBuffer:
         """Whether `close` was called."""
         return self._closed
 
-    @property
-    def arrays(self) -> RingArrays:
-        """Read-only views of the slot arrays; see `RingArrays` for the ownership rules."""
-        return self._arrays
-
-    @property
-    def source_ids(self) -> tuple[str, ...]:
-        """Source names, indexed by the values in `RingArrays.source`."""
-        return tuple(self._source_ids)
-
-    def slot(self, sequence: int) -> int:
-        """The slot that holds (or held, or will hold) record ``sequence``."""
-        return sequence % self._capacity
-
     def write(self, record: PoseRecord) -> int:
         """Copy a record into the next slot and wake waiting readers.
 
-        Never waits for readers. Meant for one writer thread; concurrent writers are
-        serialised by a lock of their own, which readers never take.
+        Waits first while a lossless reader has not yet read the record that slot
+        holds, until that reader moves on, detaches, or `stop_waiting` is called.
+        Meant for one writer thread; concurrent writers are serialised by a lock of
+        their own, which readers never take.
 
         Args:
             record: poses of one frame; its instances must have `n_nodes` nodes.
@@ -213,15 +169,17 @@ class RingBuffer:
         with self._write_lock:
             if self._closed:
                 raise ValueError("cannot write to a closed ring buffer")
+            sequence = self._written
+            with self._room:
+                while self._holds_back(sequence):
+                    self._room.wait()
             if poses.n_instances > n_kept:
                 self._truncated_records += 1
                 self._truncated_instances += poses.n_instances - n_kept
-            source = self._source_slot(record.source_id)
-            sequence = self._written
             slot = sequence % self._capacity
             self._sequence[slot] = -1
             self._frame_index[slot] = record.frame_index
-            self._source[slot] = source
+            self._source_id[slot] = record.source_id
             self._capture_time[slot] = record.capture_time
             self._ready_time[slot] = record.ready_time
             self._n_instances[slot] = n_kept
@@ -239,24 +197,37 @@ class RingBuffer:
                 self._published.notify_all()
         return sequence
 
+    def stop_waiting(self) -> None:
+        """Make `write` stop waiting for lossless readers, now and from now on. Idempotent.
+
+        Wakes a writer that is waiting. Lossless readers then lag like any other
+        reader and count what they miss; `close` does this too.
+        """
+        with self._room:
+            self._waits_for_readers = False
+            self._room.notify_all()
+
     def close(self) -> None:
-        """Refuse further writes and wake every waiting reader. Idempotent.
+        """Refuse further writes and wake every waiting reader and writer. Idempotent.
 
         Readers still get the records left in the ring, then their iteration ends
         and `RingReader.wait_next` returns None.
         """
+        self.stop_waiting()
         with self._write_lock, self._published:
             self._closed = True
             self._published.notify_all()
 
-    def reader(self, *, from_oldest: bool = False) -> RingReader:
+    def reader(self, *, from_oldest: bool = False, lossless: bool = False) -> RingReader:
         """A new independent cursor over the ring.
 
         Args:
             from_oldest: start at the oldest record still in the ring instead of
                 the next record written.
+            lossless: make the writer wait for this reader (see the module docs)
+                until it is detached.
         """
-        return RingReader(self, from_oldest=from_oldest)
+        return RingReader(self, from_oldest=from_oldest, lossless=lossless)
 
     def read(self, sequence: int) -> PoseRecord | None:
         """A copy of record ``sequence``, or None if it is not (or no longer) in the ring."""
@@ -276,7 +247,7 @@ class RingBuffer:
             frame_index=int(self._frame_index[slot]),
             capture_time=float(self._capture_time[slot]),
             ready_time=float(self._ready_time[slot]),
-            source_id=self._source_ids[int(self._source[slot])],
+            source_id=self._source_id[slot],
             poses=poses,
         )
         # Seqlock check: the slot was rewritten while we copied, so the copy may be torn.
@@ -295,6 +266,12 @@ class RingBuffer:
                 closed=self._closed,
             )
 
+    def _holds_back(self, sequence: int) -> bool:
+        """Whether writing `sequence` would overwrite a record a lossless reader still needs."""
+        return self._waits_for_readers and any(
+            sequence - reader.position >= self._capacity for reader in self._lossless
+        )
+
     def _check_shapes(self, record: PoseRecord) -> None:
         poses, n_nodes = record.poses, self._n_nodes
         n = poses.n_instances
@@ -312,32 +289,33 @@ class RingBuffer:
                     f"this ring buffer needs {shape} ({n_nodes} nodes per instance)"
                 )
 
-    def _source_slot(self, source_id: str) -> int:
-        slot = self._source_slots.get(source_id)
-        if slot is None:
-            slot = len(self._source_ids)
-            self._source_ids.append(source_id)
-            self._source_slots[source_id] = slot
-        return slot
-
 
 class RingReader:
     """One consumer's cursor over a `RingBuffer`; get one from `RingBuffer.reader`.
 
-    A reader is cheap and private to the thread that uses it; the ring does not
-    track readers, so dropping one needs no cleanup and never affects the writer.
-    Everything returned is a copy the caller owns.
+    A reader is cheap and private to the thread that uses it. A lagging reader is
+    not tracked by the ring, so dropping one needs no cleanup; a lossless one holds
+    the writer back until `detach` is called. Everything returned is a copy the
+    caller owns.
 
     Attributes:
         missed: records the writer overwrote before this reader got to them. Records
             skipped on purpose by `latest` are not counted.
     """
 
-    def __init__(self, ring: RingBuffer, *, from_oldest: bool = False) -> None:
+    def __init__(
+        self, ring: RingBuffer, *, from_oldest: bool = False, lossless: bool = False
+    ) -> None:
         self._ring = ring
-        written = ring.written
-        self._position = max(0, written - ring.capacity) if from_oldest else written
         self.missed = 0
+        # Placed under the ring's lock, so a waiting writer sees a lossless reader
+        # and its position together.
+        with ring._lock:
+            written = ring.written
+            self._position = max(0, written - ring.capacity) if from_oldest else written
+            self._holds_writer = lossless
+            if lossless:
+                ring._lossless.add(self)
 
     @property
     def position(self) -> int:
@@ -345,9 +323,24 @@ class RingReader:
         return self._position
 
     @property
+    def lossless(self) -> bool:
+        """Whether the writer waits for this reader (see `RingBuffer.reader`)."""
+        return self._holds_writer
+
+    @property
     def done(self) -> bool:
         """Whether the ring is closed and this reader has consumed everything."""
         return self._ring.closed and self._position >= self._ring.written
+
+    def detach(self) -> None:
+        """Stop holding the writer back; the reader goes on reading as a lagging one.
+
+        Idempotent; a no-op for a lagging reader.
+        """
+        with self._ring._room:
+            self._holds_writer = False
+            self._ring._lossless.discard(self)
+            self._ring._room.notify_all()
 
     def latest(self) -> PoseRecord | None:
         """The newest record in the ring (None if nothing was written yet).
@@ -361,18 +354,18 @@ class RingReader:
                 return None
             record = self._ring.read(written - 1)
             if record is not None:
-                self._position = max(self._position, written)
+                self._move_to(max(self._position, written))
                 return record
 
     def wait_next(self, timeout: float | None = None) -> PoseRecord | None:
         """The next record in order, waiting for it to be written.
 
-        If the reader fell more than ``capacity`` records behind, it resumes at the
-        oldest record still in the ring and adds the gap to `missed`.
+        If a lagging reader fell more than ``capacity`` records behind, it resumes at
+        the oldest record still in the ring and adds the gap to `missed`.
 
         Args:
-            timeout: most seconds to wait; None waits until a record arrives or the
-                ring is closed.
+            timeout: most (real) seconds to wait; None waits until a record arrives
+                or the ring is closed.
 
         Returns:
             A copy of the record, or None if the timeout passed or the ring is
@@ -419,17 +412,18 @@ class RingReader:
         oldest = max(0, self._ring.written - self._ring.capacity)
         if self._position < oldest:
             self.missed += oldest - self._position
-            self._position = oldest
+            self._move_to(oldest)
             if self._position >= written:
                 return None
         record = self._ring.read(self._position)
         if record is None:
             self.missed += 1
-        self._position += 1
+        self._move_to(self._position + 1)
         return record
 
-
-def _read_only(array: np.ndarray) -> np.ndarray:
-    view = array.view()
-    view.flags.writeable = False
-    return view
+    def _move_to(self, position: int) -> None:
+        """Advance the cursor; a lossless reader tells a waiting writer it has room."""
+        self._position = position
+        if self._holds_writer:
+            with self._ring._room:
+                self._ring._room.notify_all()

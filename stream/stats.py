@@ -8,14 +8,14 @@ Both sides may be on different threads; each meter guards its own state.
 from __future__ import annotations
 
 import threading
-import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping, Sequence
 
 import attrs
 import numpy as np
 
-Clock = Callable[[], float]
+from sleap_live.stream.clock import MONOTONIC, Clock
+from sleap_live.stream.types import PoseRecord
 
 
 class RateMeter:
@@ -23,7 +23,8 @@ class RateMeter:
 
     Args:
         window: length of the window in seconds.
-        clock: returns the current time in seconds; injectable for tests.
+        clock: the current time in seconds; only read, so any callable that
+            returns seconds will do. Injectable for tests.
 
     Notes:
         Before a full window has passed since `start()`, the rate is taken over
@@ -32,7 +33,7 @@ class RateMeter:
         bounded by the event rate times the window.
     """
 
-    def __init__(self, window: float = 2.0, *, clock: Clock = time.monotonic) -> None:
+    def __init__(self, window: float = 2.0, *, clock: Clock = MONOTONIC) -> None:
         if window <= 0:
             raise ValueError(f"RateMeter window must be positive seconds, got {window!r}")
         self._window = window
@@ -163,3 +164,91 @@ class PipelineStats:
         if self.frames_total is None or self.fps <= 0:
             return None
         return max(self.frames_total - self.frames_processed, 0) / self.fps
+
+
+class StageMeters:
+    """What a pipeline's stages count and time, turned into `PipelineStats` on request.
+
+    Each counter is written by one stage thread; `snapshot` may run on any thread.
+
+    Args:
+        clock: the pipeline's clock, for rates and elapsed time.
+    """
+
+    def __init__(self, clock: Clock = MONOTONIC) -> None:
+        self._clock = clock
+        self.captured = 0
+        self.processed = 0
+        self.batch_frames_dropped = 0
+        self.instances_last_frame = 0
+        self._capture_rate = RateMeter(clock=clock)
+        self._process_rate = RateMeter(clock=clock)
+        self._latency = LatencyWindow()
+        self._engine_latency = LatencyWindow()
+        self._started_at: float | None = None
+        self._stopped_at: float | None = None
+
+    def start(self) -> None:
+        """The pipeline started: elapsed time and rates count from now."""
+        self._started_at = self._clock()
+        self._capture_rate.start()
+        self._process_rate.start()
+
+    def stop(self) -> None:
+        """The last record was emitted: elapsed time stops here."""
+        self._stopped_at = self._clock()
+
+    def frame_captured(self) -> None:
+        self.captured += 1
+        self._capture_rate.add()
+
+    def batch_dropped(self, n_frames: int) -> None:
+        self.batch_frames_dropped += n_frames
+
+    def engine_ran(self, seconds: float) -> None:
+        self._engine_latency.add(seconds)
+
+    def record_emitted(self, record: PoseRecord) -> None:
+        self.processed += 1
+        self._process_rate.add()
+        self._latency.add(record.latency)
+        self.instances_last_frame = record.poses.n_instances
+
+    def snapshot(
+        self,
+        *,
+        policy: str,
+        batch_size: int,
+        running: bool,
+        frames_total: int | None,
+        frames_dropped: int,
+        queue_depths: Mapping[str, int],
+        consumers: Sequence[ConsumerStats],
+    ) -> PipelineStats:
+        """The stats record; `frames_dropped` adds the frames dropped outside these meters."""
+        latency = self._latency.percentiles(50, 99)
+        engine = self._engine_latency.percentiles(50, 99)
+        if self._started_at is None:
+            elapsed = 0.0
+        else:
+            end = self._stopped_at if self._stopped_at is not None else self._clock()
+            elapsed = end - self._started_at
+        return PipelineStats(
+            policy=policy,
+            batch_size=batch_size,
+            running=running,
+            elapsed=elapsed,
+            frames_total=frames_total,
+            frames_captured=self.captured,
+            frames_processed=self.processed,
+            frames_dropped=frames_dropped + self.batch_frames_dropped,
+            fps=self._process_rate.rate(),
+            capture_fps=self._capture_rate.rate(),
+            latency_p50=latency[0],
+            latency_p99=latency[1],
+            engine_latency_p50=engine[0],
+            engine_latency_p99=engine[1],
+            queue_depths=dict(queue_depths),
+            instances_last_frame=self.instances_last_frame,
+            consumers=tuple(consumers),
+        )

@@ -1,31 +1,43 @@
 """Outputs of a pipeline run: poses to a SLEAP .slp file, frames to a video file.
 
-Both writers are used from one thread (the pipeline gives each its own sink
-thread) and are context managers; `close()` is idempotent and always leaves a
-complete, readable file behind.
+Both writers are used from one thread and are context managers; `close()` is
+idempotent and always leaves a complete, readable file behind. `open_outputs`
+opens the writers a pipeline's output options ask for, each behind a queue of its
+own that one sink thread drains (`Outputs.loops`), so a slow save or encode never
+holds up the stage that feeds them.
 """
 
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import attrs
 import av
 import numpy as np
 import sleap_io as sio
 
-from sleap_live.engines.types import FramePoses, Skeleton
-from sleap_live.stream.stats import Clock
+from sleap_live.engines.types import FramePoses, ModelInfo, Skeleton
+from sleap_live.stream.channel import Channel
+from sleap_live.stream.clock import MONOTONIC, Clock
+from sleap_live.stream.errors import ChannelClosed
+from sleap_live.stream.sources import Source
 from sleap_live.stream.types import PoseRecord
 
 # A periodic save rewrites the whole file, so its cost grows with the run. Saves
 # are spaced at least this many times their own duration apart, which keeps
 # saving below ~1/SAVE_COST_RATIO of the writer's time on arbitrarily long runs.
 SAVE_COST_RATIO = 10.0
+
+# Pose records are small, so the .slp writer's queue is deep: a periodic save
+# that takes a few seconds does not hold up the stage feeding it.
+SLP_QUEUE_CAPACITY = 4096
+
+# Frames waiting for the video recorder; images are large, so keep ~1 s at 30 fps.
+RECORD_QUEUE_CAPACITY = 32
 
 
 def to_sio_skeleton(skeleton: Skeleton) -> sio.Skeleton:
@@ -85,7 +97,7 @@ class SlpWriter:
         renumber: bool = False,
         save_interval: float | None = 10.0,
         provenance: Mapping[str, Any] | None = None,
-        clock: Clock = time.monotonic,
+        clock: Clock = MONOTONIC,
     ) -> None:
         self.path = Path(path)
         if self.path.suffix != ".slp":
@@ -297,6 +309,114 @@ class VideoRecorder:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+@attrs.frozen
+class OutputOptions:
+    """What a pipeline writes besides its ring buffer.
+
+    Attributes:
+        output: .slp file for every pose record, or None.
+        record: video file for the processed frames, or None; the .slp then links
+            to it and numbers its frames as the recording does.
+        save_interval: seconds between periodic saves of `output`; None saves on close only.
+    """
+
+    output: Path | None = attrs.field(default=None, converter=attrs.converters.optional(Path))
+    record: Path | None = attrs.field(default=None, converter=attrs.converters.optional(Path))
+    save_interval: float | None = 10.0
+
+
+class Outputs:
+    """Open writers, each behind its own bounded queue.
+
+    The owner runs every loop of `loops` in a thread of its own, feeds records and
+    frames with `write`, and calls `close` once nothing more comes: each loop then
+    drains its queue, closes its writer and returns.
+    """
+
+    def __init__(self, writers: Mapping[str, tuple[Channel[Any], SlpWriter | VideoRecorder]]):
+        self._writers = dict(writers)
+
+    @property
+    def loops(self) -> dict[str, Callable[[], None]]:
+        """One loop per writer, by name ("slp", "record"), for the owner's threads."""
+        return {
+            name: (lambda queue=queue, writer=writer: _drain(queue, writer))
+            for name, (queue, writer) in self._writers.items()
+        }
+
+    def write(self, record: PoseRecord, image: np.ndarray) -> None:
+        """Queue a pose record for the .slp writer and its frame for the recorder.
+
+        Waits while a queue is full. A writer that already failed is skipped: its
+        loop's error reaches the owner through that loop's thread.
+        """
+        for name, item in (("slp", record), ("record", image)):
+            if name in self._writers:
+                try:
+                    self._writers[name][0].put(item)
+                except ChannelClosed:
+                    pass
+
+    def close(self) -> None:
+        """Let every loop finish what is queued and close its writer. Idempotent."""
+        for queue, _ in self._writers.values():
+            queue.close()
+
+    def depths(self) -> dict[str, int]:
+        """Items waiting in each writer's queue, by writer name."""
+        return {name: queue.stats().depth for name, (queue, _) in self._writers.items()}
+
+
+def open_outputs(
+    options: OutputOptions, source: Source, info: ModelInfo, *, clock: Clock = MONOTONIC
+) -> Outputs:
+    """Open the writers `options` ask for, for poses of `info`'s model on `source`.
+
+    Raises:
+        ValueError, FileNotFoundError: an output path is unusable (nothing is left open).
+    """
+    writers: dict[str, tuple[Channel[Any], SlpWriter | VideoRecorder]] = {}
+    recording = options.record is not None
+    if options.record is not None:
+        recorder = VideoRecorder(options.record, source.fps or 30.0, source.frame_shape)
+        writers["record"] = (Channel(RECORD_QUEUE_CAPACITY), recorder)
+    if options.output is not None:
+        try:
+            slp = SlpWriter(
+                options.output,
+                info.skeleton,
+                video=options.record if options.record is not None else source.source_id,
+                frame_shape=source.frame_shape,
+                fps=source.fps,
+                n_frames=None if recording else source.n_frames,
+                class_names=info.class_names,
+                renumber=recording,
+                save_interval=options.save_interval,
+                provenance={
+                    "sleap_live_source": source.source_id,
+                    "sleap_live_model_type": info.model_type,
+                },
+                clock=clock,
+            )
+        except BaseException:
+            if recording:
+                writers["record"][1].close()
+            raise
+        writers["slp"] = (Channel(SLP_QUEUE_CAPACITY), slp)
+    return Outputs(writers)
+
+
+def _drain(queue: Channel[Any], writer: SlpWriter | VideoRecorder) -> None:
+    try:
+        for item in queue:
+            writer.write(item)
+    except BaseException:
+        queue.close()  # nothing more is accepted, so the feeding stage never waits on it
+        raise
+    finally:
+        writer.close()
 
 
 def _as_fraction(fps: float) -> Fraction:
