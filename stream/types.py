@@ -14,7 +14,8 @@ class Frame:
 
     Attributes:
         index: position in its source, counted from 0 (gaps mean the source skipped).
-        timestamp: capture time in seconds on `time.monotonic()`'s clock.
+        timestamp: capture time in seconds on the source's `Clock` (by default
+            `time.monotonic`).
         source_id: name of the source that produced it.
         image: (height, width, channels) uint8 array, channels 1 or 3 (RGB).
     """
@@ -31,8 +32,8 @@ class PoseRecord:
 
     Attributes:
         frame_index: `Frame.index` of the frame the poses came from.
-        capture_time: `Frame.timestamp` (monotonic seconds).
-        ready_time: monotonic seconds at which the poses were ready.
+        capture_time: `Frame.timestamp` (seconds on the source's clock).
+        ready_time: when the poses were ready, on the pipeline's clock.
         source_id: `Frame.source_id`.
         poses: the instances found.
     """

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import MappingProxyType, TracebackType
 from typing import Any, Protocol, runtime_checkable
 
+from sleap_live.stream.clock import Clock
 from sleap_live.stream.sources.camera import CameraSource
 from sleap_live.stream.sources.file import FileSource
 from sleap_live.stream.sources.iterator import IteratorSource
@@ -41,11 +42,11 @@ _CAMERA_PREFIX = "camera:"
 _OPTIONS = MappingProxyType(
     {
         "camera": frozenset(
-            {"width", "height", "fps", "input_format", "backend", "options", "source_id"}
+            {"width", "height", "fps", "input_format", "backend", "options", "source_id", "clock"}
         ),
-        "file": frozenset({"start", "stop", "source_id"}),
-        "replay": frozenset({"fps", "start", "stop", "drop_late", "source_id"}),
-        "iterator": frozenset({"fps", "live", "copy", "source_id"}),
+        "file": frozenset({"start", "stop", "source_id", "clock"}),
+        "replay": frozenset({"fps", "start", "stop", "drop_late", "source_id", "clock"}),
+        "iterator": frozenset({"fps", "live", "copy", "source_id", "clock"}),
     }
 )
 
@@ -101,6 +102,7 @@ def open_source(
     live: bool | None = None,
     copy: bool | None = None,
     source_id: str | None = None,
+    clock: Clock | None = None,
 ) -> Source:
     """Open the source ``spec`` describes.
 
@@ -132,6 +134,8 @@ def open_source(
         live: whether an iterator's frames arrive on their own clock.
         copy: whether an iterator source copies each frame.
         source_id: name stamped on every frame.
+        clock: what frames are stamped (and a replay paced) with; give a pipeline
+            the same one.
 
     Returns:
         The opened source; use it in a ``with`` block or call ``close()``.
@@ -158,6 +162,7 @@ def open_source(
             "live": live,
             "copy": copy,
             "source_id": source_id,
+            "clock": clock,
         }.items()
         if value is not None
     }

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
 
 import av
 import av.container
@@ -48,6 +49,24 @@ def video_stream(container: av.container.InputContainer, name: str) -> av.video.
     if not stream.codec_context.width or not stream.codec_context.height:
         raise SourceError(f"{name}: video stream has no frame size; the file may be damaged")
     return stream
+
+
+def packets(
+    container: av.container.InputContainer,
+    stream: av.video.stream.VideoStream,
+    stop: threading.Event,
+) -> Iterator[av.Packet]:
+    """The demux loop: `stream`'s packets until the input ends or `stop` is set.
+
+    PyAV's read errors (`av.error.FFmpegError`) propagate for the caller to judge.
+    """
+    demuxed = container.demux(stream)
+    while not stop.is_set():
+        try:
+            packet = next(demuxed)
+        except StopIteration:
+            return
+        yield packet
 
 
 def is_gray(pixel_format: str | None) -> bool:

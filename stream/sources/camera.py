@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 
 import av
 import av.error
 
+from sleap_live.stream.clock import MONOTONIC, Clock
 from sleap_live.stream.errors import SourceError, SourceNotFoundError
 from sleap_live.stream.sources import _av
 from sleap_live.stream.sources._base import SourceBase
@@ -61,7 +61,7 @@ def device_name(device: int | str, backend: str) -> str:
 
 
 class CameraSource(SourceBase):
-    """Frames from a live camera, stamped with `time.monotonic()` when read.
+    """Frames from a live camera, stamped with `clock` when read.
 
     Decoding uses slice threads only: frame threading would hold several frames back
     and add their intervals to every frame's latency.
@@ -81,6 +81,7 @@ class CameraSource(SourceBase):
         options: further FFmpeg device options, applied last.
         source_id: name stamped on every frame; defaults to ``"camera:<index>"`` or
             the device string.
+        clock: what frames are stamped with.
 
     Raises:
         SourceNotFoundError: if the device does not exist.
@@ -101,7 +102,9 @@ class CameraSource(SourceBase):
         backend: str | None = None,
         options: Mapping[str, str] | None = None,
         source_id: str | None = None,
+        clock: Clock = MONOTONIC,
     ) -> None:
+        self._clock = clock
         if isinstance(device, bool) or not isinstance(device, int | str):
             raise ValueError(f"camera device must be an index or a device string, got {device!r}")
         if isinstance(device, int) and device < 0:
@@ -143,39 +146,38 @@ class CameraSource(SourceBase):
         channels = self.frame_shape[2]
         index = 0
         consecutive_errors = 0
-        packets = self._container.demux(self._stream)
-        while not self._stop.is_set():
-            try:
-                packet = next(packets)
-            except StopIteration:
-                return
-            except av.error.FFmpegError as error:
-                raise SourceError(
-                    f"{self.device}: camera stopped after {index} frames: {_av.reason(error)}"
-                ) from error
-            captured = time.monotonic()
-            try:
-                frames = self._stream.decode(packet)
-            except av.error.FFmpegError as error:
-                # Cameras send the odd damaged frame (e.g. a cut MJPEG); skip it.
-                self.decode_errors += 1
-                consecutive_errors += 1
-                if consecutive_errors >= _MAX_CONSECUTIVE_DECODE_ERRORS:
-                    raise SourceError(
-                        f"{self.device}: {consecutive_errors} frames in a row failed to decode: "
-                        f"{_av.reason(error)}"
-                    ) from error
-                continue
-            consecutive_errors = 0
-            for frame in frames:
-                height, width, _ = self.frame_shape
-                if (frame.height, frame.width) != (height, width):
-                    raise SourceError(
-                        f"{self.device}: frame {index} is {frame.width}x{frame.height} but the "
-                        f"camera opened at {width}x{height}; resolution changes are not supported"
-                    )
-                yield Frame(index, captured, self.source_id, _av.to_image(frame, channels))
-                index += 1
+        try:
+            for packet in _av.packets(self._container, self._stream, self._stop):
+                captured = self._clock()
+                try:
+                    frames = self._stream.decode(packet)
+                except av.error.FFmpegError as error:
+                    # Cameras send the odd damaged frame (e.g. a cut MJPEG); skip it.
+                    self.decode_errors += 1
+                    consecutive_errors += 1
+                    if consecutive_errors >= _MAX_CONSECUTIVE_DECODE_ERRORS:
+                        raise SourceError(
+                            f"{self.device}: {consecutive_errors} frames in a row failed to "
+                            f"decode: {_av.reason(error)}"
+                        ) from error
+                    continue
+                consecutive_errors = 0
+                for frame in frames:
+                    self._check_size(frame, index)
+                    yield Frame(index, captured, self.source_id, _av.to_image(frame, channels))
+                    index += 1
+        except av.error.FFmpegError as error:
+            raise SourceError(
+                f"{self.device}: camera stopped after {index} frames: {_av.reason(error)}"
+            ) from error
+
+    def _check_size(self, frame: av.VideoFrame, index: int) -> None:
+        height, width, _ = self.frame_shape
+        if (frame.height, frame.width) != (height, width):
+            raise SourceError(
+                f"{self.device}: frame {index} is {frame.width}x{frame.height} but the "
+                f"camera opened at {width}x{height}; resolution changes are not supported"
+            )
 
     def _release(self) -> None:
         self._container.close()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import av
 import av.error
 
+from sleap_live.stream.clock import MONOTONIC, Clock
 from sleap_live.stream.errors import SourceError, SourceNotFoundError
 from sleap_live.stream.sources import _av
 from sleap_live.stream.sources._base import SourceBase
@@ -45,6 +45,7 @@ class FileSource(SourceBase):
         start: index of the first frame to yield.
         stop: index one past the last frame to yield; None reads to the end.
         source_id: name stamped on every frame; defaults to the path as given.
+        clock: what frames are stamped with.
 
     Raises:
         SourceNotFoundError: if the file does not exist.
@@ -62,8 +63,10 @@ class FileSource(SourceBase):
         start: int = 0,
         stop: int | None = None,
         source_id: str | None = None,
+        clock: Clock = MONOTONIC,
     ) -> None:
         self.path = Path(path)
+        self._clock = clock
         super().__init__(source_id if source_id is not None else os.fspath(path))
         self._start, self._stop_index = _frame_range(start, stop)
         if not self.path.exists():
@@ -121,7 +124,7 @@ class FileSource(SourceBase):
         index: int | None = None if seeked else 0
         last_index = -1
         for frame in self._decoded(log):
-            captured = time.monotonic()
+            captured = self._clock()
             if index is None:
                 index = self._index_of(frame)
                 if index is None or index > self._start:
@@ -172,22 +175,17 @@ class FileSource(SourceBase):
 
     def _decoded(self, log: _DecodeLog) -> Iterator[av.VideoFrame]:
         """Decoded frames in order, skipping packets that fail; problems go to ``log``."""
-        packets = self._container.demux(self._stream)
-        while not self._stop.is_set():
-            try:
-                packet = next(packets)
-            except StopIteration:
-                return
-            except av.error.FFmpegError as error:
-                log.note("read", f"reading failed after {log.packets} packets: {_av.reason(error)}")
-                # The demuxer's end-of-stream flush packet never came; drain the decoder.
-                yield from self._decode_packet(None, log)
-                return
-            if packet.size:
-                log.packets += 1
-            if packet.is_corrupt:
-                log.note("cut", f"packet {log.packets} is cut short")
-            yield from self._decode_packet(packet, log)
+        try:
+            for packet in _av.packets(self._container, self._stream, self._stop):
+                if packet.size:
+                    log.packets += 1
+                if packet.is_corrupt:
+                    log.note("cut", f"packet {log.packets} is cut short")
+                yield from self._decode_packet(packet, log)
+        except av.error.FFmpegError as error:
+            log.note("read", f"reading failed after {log.packets} packets: {_av.reason(error)}")
+            # The demuxer's end-of-stream flush packet never came; drain the decoder.
+            yield from self._decode_packet(None, log)
 
     def _decode_packet(self, packet: av.Packet | None, log: _DecodeLog) -> list[av.VideoFrame]:
         try:

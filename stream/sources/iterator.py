@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
 
+from sleap_live.stream.clock import MONOTONIC, Clock
 from sleap_live.stream.errors import SourceError
 from sleap_live.stream.sources._base import SourceBase
 from sleap_live.stream.types import Frame
@@ -36,6 +36,7 @@ class IteratorSource(SourceBase):
         copy: copy every frame, so the caller may reuse its buffers. With False the
             caller's array (or a view of it) is handed on when already contiguous.
         source_id: name stamped on every frame.
+        clock: what frames are stamped with.
 
     Raises:
         SourceError: if the supplier yields nothing, or a frame is not a uint8 array
@@ -52,7 +53,9 @@ class IteratorSource(SourceBase):
         live: bool = False,
         copy: bool = True,
         source_id: str = "iterator",
+        clock: Clock = MONOTONIC,
     ) -> None:
+        self._clock = clock
         if fps is not None and not fps > 0:
             raise ValueError(f"fps must be positive, got {fps}")
         super().__init__(source_id)
@@ -91,7 +94,7 @@ class IteratorSource(SourceBase):
                 return
 
     def _frame(self, index: int, item: Any, shape: tuple[int, ...] | None) -> Frame:
-        captured = time.monotonic()
+        captured = self._clock()
         image = np.asarray(item)
         if image.dtype != np.uint8:
             raise SourceError(

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 
 import attrs
 
+from sleap_live.stream.clock import MONOTONIC, Clock
 from sleap_live.stream.errors import SourceError
 from sleap_live.stream.sources._base import SourceBase
 from sleap_live.stream.sources.file import FileSource
@@ -18,8 +18,8 @@ class ReplaySource(SourceBase):
     """Paced replay of a video file: a repeatable stand-in for a live camera.
 
     Frame ``i`` (counting from the first frame replayed) is released at
-    ``t0 + i / fps``, where ``t0`` is when the first frame was released; waits are
-    on that absolute monotonic deadline, so the schedule never drifts. Each frame is
+    ``t0 + i / fps`` on `clock`, where ``t0`` is when the first frame was released;
+    waits are on that absolute deadline, so the schedule never drifts. Each frame is
     stamped with the time it was released. Decoding happens ahead of the deadline.
 
     Like a camera, the replay does not slow down for its consumer: with
@@ -38,6 +38,7 @@ class ReplaySource(SourceBase):
         stop: index one past the last frame to replay; None replays to the end.
         drop_late: skip frames the consumer was too slow to take in time.
         source_id: name stamped on every frame; defaults to the path as given.
+        clock: the clock frames are paced and stamped on.
 
     Raises:
         SourceNotFoundError: if the file does not exist.
@@ -56,10 +57,12 @@ class ReplaySource(SourceBase):
         stop: int | None = None,
         drop_late: bool = True,
         source_id: str | None = None,
+        clock: Clock = MONOTONIC,
     ) -> None:
         if fps is not None and not fps > 0:
             raise ValueError(f"replay fps must be positive, got {fps}")
-        self._file = FileSource(path, start=start, stop=stop, source_id=source_id)
+        self._clock = clock
+        self._file = FileSource(path, start=start, stop=stop, source_id=source_id, clock=clock)
         super().__init__(self._file.source_id)
         rate = fps if fps is not None else self._file.fps
         if rate is None:
@@ -78,16 +81,16 @@ class ReplaySource(SourceBase):
         first_index = 0
         for frame in self._file:
             if first_release is None:
-                first_release, first_index = time.monotonic(), frame.index
+                first_release, first_index = self._clock(), frame.index
             deadline = first_release + (frame.index - first_index) * period
-            delay = deadline - time.monotonic()
+            delay = deadline - self._clock()
             if delay > 0:
-                if self._stop.wait(delay):
+                if self._clock.sleep_until(deadline, self._stop):
                     return
             elif self.drop_late and -delay >= period:
                 self.skipped += 1
                 continue
-            yield attrs.evolve(frame, timestamp=time.monotonic())
+            yield attrs.evolve(frame, timestamp=self._clock())
             if self._stop.is_set():
                 return
 
