@@ -1,4 +1,4 @@
-"""Tests for sleap_live.engines.export.onnx and sleap_live.engines.load.metadata."""
+"""Tests for sleap_live.engines.export and sleap_live.engines.load.metadata."""
 
 from __future__ import annotations
 
@@ -6,20 +6,26 @@ import hashlib
 import json
 import subprocess
 import sys
+from pathlib import Path
 
+import av
 import numpy as np
 import onnx
 import pytest
 import torch
 
 from sleap_live.engines.errors import ExportError, ModelConfigError, ModelNotFoundError
-from sleap_live.engines.export.onnx import (
+from sleap_live.engines.export import (
     TOLERANCE,
     export_inference_model,
+    export_model,
+    export_onnx_bytes,
     load_torchscript,
     read_torchscript_metadata,
-    sample_frames,
 )
+from sleap_live.engines.export.frames import sample_frames
+from sleap_live.engines.export.verify import Exported
+from sleap_live.engines.graph.build import load_inference_model
 from sleap_live.engines.host.outputs import INSTANCE_OUTPUTS
 from sleap_live.engines.load.metadata import (
     METADATA_KEY,
@@ -30,6 +36,32 @@ from sleap_live.engines.load.metadata import (
     read_onnx_metadata,
     sidecar_path,
 )
+
+DATA = Path(__file__).parents[1] / "data"
+MODELS = DATA / "models"
+# Every trained fixture model (pairs are top-down), with the test clip it was made for.
+FIXTURE_MODELS = {
+    "single_instance": (("single_instance",), "single.mkv"),
+    "centroid": (("centroid",), "multi_gray.mkv"),
+    "topdown": (("centroid", "centered_instance"), "multi_gray.mkv"),
+    "bottomup": (("bottomup",), "multi_gray.mkv"),
+    "centroid_rgb": (("centroid_rgb",), "multi_rgb.mp4"),
+    "multi_class_topdown": (("centroid_rgb", "multi_class_topdown"), "multi_rgb.mp4"),
+    "multi_class_bottomup": (("multi_class_bottomup",), "multi_rgb.mp4"),
+}
+
+
+def video_frames(name: str, count: int = 5) -> np.ndarray:
+    """The first frames of a test clip as the decoders hand them (gray clips: 1 channel)."""
+    path = DATA / "videos" / name
+    pixel_format = "gray" if path.suffix == ".mkv" else "rgb24"
+    with av.open(str(path)) as container:
+        frames = [
+            frame.to_ndarray(format=pixel_format)
+            for _, frame in zip(range(count), container.decode(video=0), strict=False)
+        ]
+    return np.stack([frame.reshape(*frame.shape[:2], -1) for frame in frames])
+
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -58,9 +90,14 @@ def test_onnx_export_writes_model_and_sidecar_with_the_same_metadata(toy_onnx):
 def test_onnx_export_is_verified_at_two_frame_sizes_within_tolerance(toy_onnx):
     _, path = toy_onnx
     checks = read_onnx_metadata(path).verification
-    assert [check["frames"] for check in checks] == [[2, 240, 320, 3], [3, 203, 275, 3]]
-    assert all(check["instances"] > 0 for check in checks)
+    # No frames given and no training labels: synthetic frames, the second batch
+    # on a larger canvas of odd size.
+    assert [check["frames"] for check in checks] == [[2, 240, 320, 3], [3, 263, 357, 3]]
     for check in checks:
+        assert check["frame_source"].startswith("synthetic frames")
+        assert len(check["detections"]) == check["frames"][0]
+        assert all(count > 0 for count in check["detections"])
+        assert check["instances"] >= sum(check["detections"])
         assert set(check["max_abs_diff"]) == set(INSTANCE_OUTPUTS)
         assert max(check["max_abs_diff"].values()) <= TOLERANCE
 
@@ -124,7 +161,7 @@ def test_torchscript_export_round_trips_with_metadata(tmp_path, toy_models):
 def test_verification_catches_shapes_frozen_by_tracing(tmp_path, toy_models):
     for format in ("onnx", "torchscript"):
         with pytest.raises(
-            ExportError, match=r"differs from the torch model on 3×203×275×3"
+            ExportError, match=r"differs from the torch model on 3×263×357×3"
         ) as error:
             export_inference_model(toy_models.FrozenSizeModel(), tmp_path, format=format)
         assert "points" in str(error.value)
@@ -132,17 +169,30 @@ def test_verification_catches_shapes_frozen_by_tracing(tmp_path, toy_models):
     assert not list(tmp_path.iterdir())
 
 
-def test_unverified_export_skips_the_comparison(tmp_path, toy_models):
+def test_unverified_export_skips_the_comparison_and_takes_only_its_own_channels(
+    tmp_path, toy_models
+):
     path = export_inference_model(toy_models.FrozenSizeModel(), tmp_path, verify=False)
-    assert read_onnx_metadata(path).verification is None
+    metadata = read_onnx_metadata(path)
+    assert metadata.verification is None
+    assert metadata.input_channels == (3,)
+    (frames,) = onnx.load(str(path)).graph.input
+    assert frames.type.tensor_type.shape.dim[3].dim_value == 3
 
 
 def test_graph_that_cannot_convert_channels_gets_a_fixed_channel_input(tmp_path, toy_models):
     model = toy_models.BranchingChannelsModel(input_channels=1)
-    path = export_inference_model(model, tmp_path, frames=[sample_frames(1, 64, 80, 1)])
-    assert read_onnx_metadata(path).input_channels == (1,)
+    path = export_inference_model(model, tmp_path, verify_frames=sample_frames(3, 64, 80, 1))
+    metadata = read_onnx_metadata(path)
+    assert metadata.input_channels == (1,)
     (frames,) = onnx.load(str(path)).graph.input
     assert frames.type.tensor_type.shape.dim[3].dim_value == 1
+    # The fixed-channel graph is verified again, on the given frames' two sizes.
+    assert [check["frames"] for check in metadata.verification] == [
+        [2, 64, 80, 1],
+        [3, 87, 117, 1],
+    ]
+    assert {check["frame_source"] for check in metadata.verification} == {"the given frames"}
 
 
 def test_onnx_export_of_an_unsupported_operator_is_one_clear_error(tmp_path, toy_models, capfd):
@@ -175,7 +225,16 @@ def test_bad_arguments_are_rejected(tmp_path, toy_models):
     with pytest.raises(ValueError, match=r"torchscript exports are written to '\.pt' files"):
         export_inference_model(model, tmp_path / "m.onnx", format="torchscript")
     with pytest.raises(ValueError, match="expected uint8"):
-        export_inference_model(model, tmp_path, frames=[np.zeros((1, 8, 8, 3), np.float32)])
+        export_inference_model(model, tmp_path, verify_frames=np.zeros((1, 8, 8, 3), np.float32))
+    with pytest.raises(ValueError, match="frames of one size"):
+        export_inference_model(
+            model,
+            tmp_path,
+            verify_frames=[sample_frames(1, 40, 40, 3), sample_frames(1, 41, 40, 3)],
+        )
+    with pytest.raises(ValueError, match="no frames given"):
+        export_inference_model(model, tmp_path, verify_frames=np.zeros((0, 8, 8, 3), np.uint8))
+    assert not list(tmp_path.iterdir())
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -226,3 +285,191 @@ def test_sample_frames_are_deterministic_uint8_with_bright_blobs():
     assert frames.dtype == np.uint8 and frames.shape == (2, 50, 60, 3)
     np.testing.assert_array_equal(frames, sample_frames(2, 50, 60, 3, seed=1))
     assert frames.max() > 150 > np.median(frames)
+
+
+# ------------------------------------------------------- frames with animals
+
+
+def test_a_verification_frame_without_animals_fails_loudly(tmp_path, toy_models):
+    model = toy_models.ToyInstanceModel()
+    frames = sample_frames(4, 64, 80, 3, seed=3)
+    frames[3] = 0  # nothing to find; it lands in the second check batch
+    with pytest.raises(ExportError) as error:
+        export_inference_model(model, tmp_path, verify_frames=frames, sources=[tmp_path / "toy"])
+    message = str(error.value)
+    assert f"cannot verify the export of the topdown model ({tmp_path / 'toy'})" in message
+    assert "finds no animals in frame 1 of the 87×117 check batch" in message
+    assert "from the given frames" in message
+    assert "--no-verify" in message and "verify_frames=" in message
+    assert not list(tmp_path.iterdir())
+
+
+def test_synthetic_frames_without_detections_fail_loudly(toy_models):
+    blind = toy_models.ToyInstanceModel(threshold=2.0)  # brightness never exceeds 1
+    with pytest.raises(
+        ExportError, match=r"no animals in frame 0 of the 240×320 check batch"
+    ) as error:
+        export_onnx_bytes(blind)
+    assert "synthetic frames (no training labels with their video on disk)" in str(error.value)
+    assert "--verify-video VIDEO" in str(error.value)
+
+
+@pytest.mark.parametrize("name", FIXTURE_MODELS)
+def test_every_fixture_model_verifies_on_real_animals_at_two_sizes(name, tmp_path):
+    dirs, clip = FIXTURE_MODELS[name]
+    frames = video_frames(clip)
+    path = export_model([MODELS / d for d in dirs], tmp_path, verify_frames=frames)
+    checks = read_onnx_metadata(path).verification
+    channels = frames.shape[3]
+    assert [check["frames"] for check in checks] == [
+        [2, 168, 200, channels],
+        [3, 191, 237, channels],
+    ]
+    for check in checks:
+        assert check["frame_source"] == "the given frames"
+        # One animal in the single-instance clip, two elsewhere (bottom-up: peaks).
+        least = 1 if name == "single_instance" else 2
+        assert all(count >= least for count in check["detections"]), check["detections"]
+        assert max(check["max_abs_diff"].values()) <= TOLERANCE
+
+
+@pytest.fixture
+def labelled_model_dir(tmp_path):
+    """A copy of the centroid model directory with sleap-nn's training-labels file.
+
+    The labels are user instances (the ground truth) on the `multi_gray` test clip,
+    referenced by absolute path as `sleap-nn train` writes them.
+    """
+    import sleap_io as sio
+
+    model_dir = tmp_path / "centroid"
+    model_dir.mkdir()
+    for name in ("training_config.yaml", "best.ckpt"):
+        (model_dir / name).write_bytes((MODELS / "centroid" / name).read_bytes())
+    truth = np.load(DATA / "ground_truth" / "multi_gray.npz")
+    skeleton = sio.Skeleton(
+        [str(n) for n in truth["node_names"]], [tuple(e) for e in truth["edges"].tolist()]
+    )
+    video = sio.Video.from_filename(str((DATA / "videos" / "multi_gray.mkv").resolve()))
+    labelled = [
+        sio.LabeledFrame(
+            video=video,
+            frame_idx=index,
+            instances=[
+                sio.Instance.from_numpy(points, skeleton) for points in truth["points"][index]
+            ],
+        )
+        for index in (10, 50, 90)
+    ]
+    sio.Labels(labelled, videos=[video], skeletons=[skeleton]).save(
+        str(model_dir / "labels_gt.train.0.slp")
+    )
+    return model_dir
+
+
+def test_without_frames_the_training_labels_of_the_model_dir_are_used(labelled_model_dir):
+    onnx_bytes = export_onnx_bytes(
+        load_inference_model(labelled_model_dir), sources=[labelled_model_dir]
+    )
+    metadata = ExportMetadata.from_json(
+        {p.key: p.value for p in onnx.load_from_string(onnx_bytes).metadata_props}[METADATA_KEY]
+    )
+    labels = labelled_model_dir / "labels_gt.train.0.slp"
+    assert [check["frames"] for check in metadata.verification] == [
+        [2, 168, 200, 1],
+        [3, 191, 237, 1],
+    ]
+    for check in metadata.verification:
+        assert check["frame_source"] == f"the training labels {labels}"
+        assert check["detections"] == [2] * check["frames"][0]
+
+
+def test_training_labels_whose_video_is_gone_leave_synthetic_frames(labelled_model_dir):
+    (labelled_model_dir / "labels_gt.train.0.slp").rename(
+        labelled_model_dir / "labels_gt.val.0.slp"
+    )
+    import sleap_io as sio
+
+    labels = sio.load_slp(str(labelled_model_dir / "labels_gt.val.0.slp"))
+    labels.videos[0].replace_filename(str(labelled_model_dir / "gone.mkv"), open=False)
+    labels.save(str(labelled_model_dir / "labels_gt.val.0.slp"))
+    with pytest.raises(ExportError, match=r"centroid model .*finds no animals") as error:
+        export_onnx_bytes(load_inference_model(labelled_model_dir), sources=[labelled_model_dir])
+    assert f"no training labels with their video on disk in {labelled_model_dir}" in str(
+        error.value
+    )
+
+
+def test_unreadable_training_labels_are_one_clear_error(tmp_path, toy_models):
+    (tmp_path / "labels_gt.train.0.slp").write_bytes(b"not hdf5")
+    with pytest.raises(ExportError, match=r"labels_gt\.train\.0\.slp: cannot read these"):
+        export_onnx_bytes(toy_models.ToyInstanceModel(), sources=[tmp_path])
+
+
+# ------------------------------------------------- errors are errors, not answers
+
+
+class Refusal(RuntimeError):
+    """Stands in for the runtime's own way of refusing an input."""
+
+
+def _exported_with(monkeypatch, run_hook):
+    """Makes the exporter wrap every ONNX export's run in `run_hook(run, frames)`."""
+    from sleap_live.engines.export import exporter
+
+    real = exporter.onnx_exported
+
+    def wrapped(onnx_bytes, notes=()):
+        exported = real(onnx_bytes, notes)
+        return Exported(
+            lambda frames: run_hook(exported.run, frames), (Refusal,), exported.tracer_notes
+        )
+
+    monkeypatch.setattr(exporter, "onnx_exported", wrapped)
+
+
+def test_a_runtime_exception_during_verification_is_an_export_error(monkeypatch, toy_models):
+    fault = Refusal("kernel fault")
+
+    def failing(run, frames):
+        raise fault
+
+    _exported_with(monkeypatch, failing)
+    with pytest.raises(ExportError, match=r"fails on 2×240×320×3 frames .*: kernel fault") as error:
+        export_onnx_bytes(toy_models.ToyInstanceModel())
+    assert error.value.__cause__ is fault
+
+
+def test_only_a_refusal_of_the_other_channel_count_means_fixed_channels(monkeypatch, toy_models):
+    def refuses_gray(run, frames):
+        if frames.shape[3] == 1:
+            raise Refusal("wrong channel count")
+        return run(frames)
+
+    _exported_with(monkeypatch, refuses_gray)
+    onnx_bytes = export_onnx_bytes(toy_models.ToyInstanceModel())
+    (frames,) = onnx.load_from_string(onnx_bytes).graph.input
+    assert frames.type.tensor_type.shape.dim[3].dim_value == 3
+
+    bug = ZeroDivisionError("exporter bug")
+
+    def crashes_on_gray(run, frames):
+        if frames.shape[3] == 1:
+            raise bug
+        return run(frames)
+
+    _exported_with(monkeypatch, crashes_on_gray)
+    with pytest.raises(ExportError, match="raised on 1-channel frames: exporter bug") as error:
+        export_onnx_bytes(toy_models.ToyInstanceModel())
+    assert error.value.__cause__ is bug
+
+
+def test_export_model_records_the_opset(tmp_path):
+    path = export_model(
+        [MODELS / "single_instance"],
+        tmp_path / "m.onnx",
+        opset=18,
+        verify_frames=video_frames("single.mkv"),
+    )
+    assert read_onnx_metadata(path).exporter["opset"] == 18
+    assert onnx.load(str(path)).opset_import[0].version == 18

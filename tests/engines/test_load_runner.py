@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import warnings
 from pathlib import Path
 
 import av
@@ -9,14 +12,13 @@ import numpy as np
 import pytest
 
 from sleap_live.engines.errors import ExportError, ModelConfigError, ModelNotFoundError
-from sleap_live.engines.export.onnx import (
+from sleap_live.engines.export import (
     export_inference_model,
-    main,
+    export_model,
     read_torchscript_metadata,
-    sample_frames,
 )
+from sleap_live.engines.export.frames import sample_frames
 from sleap_live.engines.graph.build import load_inference_model
-from sleap_live.engines.load.metadata import read_onnx_metadata
 from sleap_live.engines.runners.load import load_runner
 from sleap_live.engines.runners.onnx import OnnxRunner
 from sleap_live.engines.runners.torch import TorchRunner
@@ -84,7 +86,11 @@ def test_bad_arguments_are_refused(exports, tmp_path):
     (tmp_path / "model.h5").write_bytes(b"")
     with pytest.raises(ValueError, match=r"model\.h5: unknown model file type"):
         load_runner(tmp_path / "model.h5")
-    with pytest.raises(ValueError, match="expected a model directory alongside"):
+    with pytest.raises(
+        ValueError,
+        match=r"toy\.onnx: expected a model directory \(training_config\.yaml and best\.ckpt\) "
+        "alongside",
+    ):
         load_runner([tmp_path, onnx_path])
 
 
@@ -102,10 +108,12 @@ def test_model_directories_run_on_either_engine(video_frames):
     model_dir = DATA / "models" / "single_instance"
     torch_runner = load_runner(model_dir, engine="torch", device="cpu")
     onnx_runner = load_runner([model_dir], engine="onnx", device="cpu", verify=False)
-    auto_runner = load_runner(str(model_dir), device="cpu", threads=1)
+    auto_runner = load_runner(str(model_dir), device="cpu", threads=1, verify_frames=video_frames)
     assert isinstance(torch_runner, TorchRunner)
     assert isinstance(onnx_runner, OnnxRunner) and isinstance(auto_runner, OnnxRunner)
-    assert auto_runner.metadata.verification is not None
+    checks = auto_runner.metadata.verification
+    assert [check["frame_source"] for check in checks] == ["the given frames"] * 2
+    assert all(check["detections"] == [1] * check["frames"][0] for check in checks)
     (source,) = auto_runner.metadata.sources
     assert source["path"] == str(model_dir.resolve())
     expected = torch_runner.run(video_frames)
@@ -122,41 +130,82 @@ def test_model_directories_that_do_not_form_a_model_are_refused():
         load_inference_model([model_dir, model_dir])
 
 
-def test_export_cli_writes_a_verified_model(tmp_path, capsys):
+def test_a_verified_torchscript_export_loads_and_runs_like_the_torch_model(tmp_path, video_frames):
     model_dir = DATA / "models" / "single_instance"
-    assert main([str(model_dir), "-o", str(tmp_path), "--opset", "18"]) == 0
-    metadata = read_onnx_metadata(tmp_path / "model.onnx")
-    assert metadata.exporter["opset"] == 18
-    assert metadata.info.model_type == "single_instance"
-    assert len(metadata.verification) == 2
-    report = capsys.readouterr().err
-    assert "exported single_instance model to" in report and "points" in report
-    assert (
-        main([str(model_dir), "-o", str(tmp_path / "m.pt"), "-f", "torchscript", "--no-verify"])
-        == 0
+    path = export_model(
+        [model_dir], tmp_path / "m.pt", format="torchscript", verify_frames=video_frames
     )
-    assert read_torchscript_metadata(tmp_path / "m.pt").verification is None
+    runner = load_runner(path, device="cpu")
+    assert isinstance(runner, TorchRunner)
+    checks = read_torchscript_metadata(path).verification
+    assert [check["frames"] for check in checks] == [[2, 168, 200, 1], [3, 191, 237, 1]]
+    assert all(count == 1 for check in checks for count in check["detections"])
+    got = runner.run(video_frames[1:2])
+    want = TorchRunner(load_inference_model(model_dir)).run(video_frames[1:2])
+    assert got[0].n_instances == want[0].n_instances == 1
+    assert not np.isnan(want[0].points).any()
+    np.testing.assert_allclose(got[0].points, want[0].points, atol=1e-4)
+    np.testing.assert_allclose(got[0].point_scores, want[0].point_scores, atol=1e-4)
 
 
-def test_export_cli_reports_errors_on_one_line(tmp_path, capsys):
-    assert main([str(tmp_path / "missing"), "-o", str(tmp_path / "out")]) == 1
-    (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith("error:") and "missing" in line
-    model_dir = str(DATA / "models" / "single_instance")
-    assert main([model_dir, "-o", str(tmp_path / "m.pt")]) == 1
-    (line,) = capsys.readouterr().err.strip().splitlines()
-    assert "onnx exports are written to '.onnx' files" in line
-    with pytest.raises(SystemExit):
-        main(["a", "b", "c"])
-
-
-def test_auto_falls_back_to_torch_when_the_model_does_not_export(toy_models, tmp_path, monkeypatch):
+def test_auto_does_not_fall_back_to_torch_when_the_model_does_not_export(
+    toy_models, tmp_path, monkeypatch
+):
     monkeypatch.setattr(
         "sleap_live.engines.graph.build.load_inference_model",
         lambda paths: toy_models.AntialiasedModel(),
     )
-    with pytest.warns(RuntimeWarning, match="with torch: ONNX export of the topdown model failed"):
-        runner = load_runner(tmp_path, device="cpu")
-    assert isinstance(runner, TorchRunner)
-    with pytest.raises(ExportError, match="_upsample_bilinear2d_aa"):
-        load_runner(tmp_path, engine="onnx", device="cpu")
+    for engine in ("auto", "onnx"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with pytest.raises(ExportError) as error:
+                load_runner(tmp_path, engine=engine, device="cpu")
+        message = str(error.value)
+        assert message.startswith(f"cannot run {tmp_path} with ONNX Runtime: ONNX export")
+        assert "_upsample_bilinear2d_aa" in message and message.endswith("(--engine torch)")
+        assert isinstance(error.value.__cause__, ExportError)
+    assert isinstance(load_runner(tmp_path, engine="torch", device="cpu"), TorchRunner)
+
+
+def test_a_model_dir_that_finds_no_animals_to_verify_on_is_an_error():
+    model_dir = DATA / "models" / "centroid"
+    with pytest.raises(ExportError, match="finds no animals") as error:
+        load_runner(model_dir, device="cpu")
+    message = str(error.value)
+    assert "synthetic frames" in message and "verify_frames=" in message
+    assert message.endswith("or run the model with torch (--engine torch)")
+    black = np.zeros((3, 168, 200, 1), np.uint8)
+    with pytest.raises(ExportError, match="from the given frames"):
+        load_runner(model_dir, device="cpu", verify_frames=black)
+
+
+def test_onnx_files_and_sleap_nn_export_dirs_load_and_run_without_torch(exports, tmp_path):
+    _, onnx_path, _ = exports
+    np.save(tmp_path / "frames.npy", sample_frames(2, 90, 120, 3, seed=1))
+    script = (
+        "import sys\n"
+        "sys.modules['torch'] = None  # any import of torch now fails\n"
+        "import numpy as np\n"
+        "from sleap_live.engines.runners.load import load_runner\n"
+        f"frames = np.load({str(tmp_path / 'frames.npy')!r})\n"
+        f"for model in ({str(onnx_path)!r}, {str(DATA / 'exports' / 'single_instance')!r}):\n"
+        "    for device in ('cpu', 'auto'):\n"
+        "        runner = load_runner(model, device=device)\n"
+        "        poses = runner.run(frames if 'toy' in model else frames[..., :1])\n"
+        "        assert len(poses) == 2, poses\n"
+        "        print(type(runner).__name__, runner.device)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [
+        "OnnxRunner",
+        "cpu",
+        "OnnxRunner",
+        "cpu",
+        "SleapNNExportRunner",
+        "cpu",
+        "SleapNNExportRunner",
+        "cpu",
+    ]
