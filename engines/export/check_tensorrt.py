@@ -11,8 +11,9 @@ type and shape, then reports per node:
 - ops whose output shape depends on the input values (NonZero, ...);
 - the restrictions of the support matrix that the graph alone decides (TopK's K
   limit, Resize modes, pooling, constant `axes` / `axis` / `depth` inputs, ...).
-  Restrictions that need the engine's optimisation profile or the op's runtime
-  values (Attention, If/Loop branches, RNN activations) are not checked.
+  Nodes inside If/Loop/Scan bodies are checked too. Restrictions this does not
+  decide (Attention's inputs, If's branch ranks, Loop's carried shapes, RNN
+  activations, Squeeze/Unsqueeze `axes` "resolvable to a constant") are not checked.
 
 INT64 is not reported: TensorRT 10 handles it natively.
 
@@ -26,11 +27,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import attrs
 import numpy as np
 import onnx
-from google.protobuf.message import DecodeError
 from onnx import TensorProto, helper, numpy_helper
 
 from sleap_live.engines.errors import EngineError, ModelNotFoundError
@@ -58,7 +59,7 @@ TOPK_K_LIMIT = 3840  # the TopK row: "`K` input must be less than 3840"
 # Element types of the matrix's "Supported Types" column, keyed by ONNX type.
 # Types missing here (INT16, UINT16/32/64, STRING, COMPLEX, FP8 E5M2, ...) do not exist
 # in TensorRT. UINT8 and DOUBLE have their own rules above.
-_TRT_TYPES = {
+_TRT_TYPES: dict[int, str] = {
     TensorProto.FLOAT: "FP32",
     TensorProto.FLOAT16: "FP16",
     TensorProto.BFLOAT16: "BF16",
@@ -221,7 +222,7 @@ def _load(model: onnx.ModelProto | str | Path) -> tuple[onnx.ModelProto, str]:
         raise ModelNotFoundError(f"{path}: no such file")
     try:
         proto = onnx.load(str(path))
-    except (DecodeError, OSError, ValueError) as error:
+    except Exception as error:  # onnx raises protobuf's DecodeError, OSError, ... on junk
         raise UnreadableGraphError(f"{path}: not an ONNX model ({error})") from error
     if not proto.graph.node:
         raise UnreadableGraphError(f"{path}: not an ONNX model (no graph nodes)")
@@ -362,7 +363,7 @@ def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
 
 
 # --- Restrictions column: the ones the graph alone decides ---------------------------
-def _attr(node: onnx.NodeProto, name: str, default: object = None) -> object:
+def _attr(node: onnx.NodeProto, name: str, default: Any = None) -> Any:
     for attribute in node.attribute:
         if attribute.name == name:
             value = helper.get_attribute_value(attribute)
@@ -385,11 +386,11 @@ def _topk(node: onnx.NodeProto, scope: _Scope) -> list[str]:
     k_name = _input(node, 1)
     k = _attr(node, "k") if not k_name else scope.constants.get(k_name)
     if k is not None:
-        if int(np.asarray(k).reshape(-1)[0]) >= TOPK_K_LIMIT:
-            reasons.append(f"K={int(np.asarray(k).reshape(-1)[0])} is not below {TOPK_K_LIMIT}")
+        if (value := int(np.asarray(k).reshape(-1)[0])) >= TOPK_K_LIMIT:
+            reasons.append(f"K={value} is not below {TOPK_K_LIMIT}")
         return reasons
     shape = scope.shapes.get(node.input[0])
-    axis = int(_attr(node, "axis", -1))  # type: ignore[arg-type]
+    axis = int(_attr(node, "axis", -1))
     length = shape[axis] if shape and -len(shape) <= axis < len(shape) else None
     if length is None:
         reasons.append(
@@ -428,9 +429,9 @@ def _resize(node: onnx.NodeProto, scope: _Scope) -> list[str]:
 def _pool(node: onnx.NodeProto, scope: _Scope) -> list[str]:
     reasons = []
     kernel = _attr(node, "kernel_shape", [])
-    if node.op_type != "LpPool" and len(kernel) not in (2, 3):  # type: ignore[arg-type]
-        reasons.append(f"{len(kernel)}D pooling: only 2D or 3D")  # type: ignore[arg-type]
-    if any(step != 1 for step in _attr(node, "dilations", [])):  # type: ignore[attr-defined]
+    if node.op_type != "LpPool" and len(kernel) not in (2, 3):
+        reasons.append(f"{len(kernel)}D pooling: only 2D or 3D")
+    if any(step != 1 for step in _attr(node, "dilations", [])):
         reasons.append("dilations other than 1")
     if node.op_type == "MaxPool" and len(node.output) > 1 and node.output[1]:
         reasons.append("the Indices output is not supported")
