@@ -1,7 +1,13 @@
-"""Stand-ins for engines and sources, so pipeline tests run fast on any CPU.
+"""Stand-ins for engines, sources and the clock, so pipeline tests run fast on any CPU.
 
 Frames carry their own index in their first two pixels, and the fake runner turns
 that back into poses, so a test can check that every record belongs to its frame.
+
+Timing tests run on a `FakeClock` that only the test moves: a `SteppedSource`
+releases frames when the test says, a `FakeRunner` given the clock "runs" until the
+clock reaches its end time, and `drive` steps the clock from event to event,
+waiting (`settle`) until the pipeline has nothing left to do at each step. What a
+record's latency is then follows from the schedule, not from the machine's load.
 Loaded by `conftest.py` (fixture `fakes`) and by CLI subprocess scripts by path.
 """
 
@@ -9,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 
@@ -61,14 +67,88 @@ def poses_for(index: int) -> FramePoses:
     )
 
 
+# Real seconds a fake-clock wait may last before the test fails instead of hanging.
+HANG_TIMEOUT = 10.0
+
+
+class FakeClock:
+    """A `Clock` that moves only when told to, or when something sleeps on it.
+
+    `sleep_until` jumps the clock to the deadline at once (with ``jump=True``) or
+    waits for someone else to move it there. `wait_until` always waits for that.
+
+    Args:
+        now: the starting time.
+        jump: whether `sleep_until` moves the clock itself.
+    """
+
+    def __init__(self, now: float = 0.0, *, jump: bool = True) -> None:
+        self._now = now
+        self._jump = jump
+        self._moved = threading.Condition()
+        self.sleepers = 0
+
+    def __call__(self) -> float:
+        return self._now
+
+    def set(self, now: float) -> None:
+        """Move the clock to `now` (never backwards) and wake what waits for it."""
+        with self._moved:
+            self._now = max(self._now, now)
+            self._moved.notify_all()
+
+    def advance(self, seconds: float) -> None:
+        self.set(self._now + seconds)
+
+    def sleep_until(self, deadline: float, wake: threading.Event) -> bool:
+        if wake.is_set():
+            return True
+        if self._jump:
+            self.set(deadline)
+            return False
+        return self._wait(deadline, wake)
+
+    def wait_until(self, deadline: float) -> None:
+        """Block until another thread moves the clock to `deadline`."""
+        self._wait(deadline, None)
+
+    def _wait(self, deadline: float, wake: threading.Event | None) -> bool:
+        give_up = time.monotonic() + HANG_TIMEOUT
+        with self._moved:
+            self.sleepers += 1
+            try:
+                while self._now < deadline:
+                    if wake is not None and wake.is_set():
+                        return True
+                    if time.monotonic() > give_up:
+                        raise TimeoutError(f"nobody moved the fake clock to {deadline}")
+                    # Short real waits only so that `wake`, an Event, is noticed.
+                    self._moved.wait(0.005)
+                return False
+            finally:
+                self.sleepers -= 1
+
+
+def wait_for(condition, what: str, timeout: float = HANG_TIMEOUT) -> None:
+    """Poll `condition()` until true; fail naming `what` after `timeout` real seconds."""
+    give_up = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > give_up:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.001)
+
+
 class FakeRunner:
     """A `Runner` whose poses come from the frame index written in each image.
 
     Args:
-        delay: seconds each `run` call takes, whatever the batch size.
+        delay: seconds each `run` call takes, whatever the batch size: real seconds
+            slept, or with `clock` the call waits until the clock is `delay` later.
         first_delay: seconds the first call takes instead (one-time initialisation).
         fail_on_call: raise `error` on this call (0-based).
         error: the exception raised on `fail_on_call`.
+        clock: a `FakeClock` that times the calls instead of sleeping.
+        gate: calls wait for this event before returning (set it to let them go).
     """
 
     device = "cpu"
@@ -81,8 +161,16 @@ class FakeRunner:
         fail_on_call: int | None = None,
         error: BaseException | None = None,
         info: ModelInfo = INFO,
+        clock: FakeClock | None = None,
+        gate: threading.Event | None = None,
     ) -> None:
         self.info = info
+        self.clock = clock
+        self.gate = gate
+        # While a call waits on the fake clock: the time it will return at.
+        self.busy_until: float | None = None
+        self.calls_started = 0
+        self.calls_finished = 0
         self.delay = delay
         self.first_delay = first_delay
         self.fail_on_call = fail_on_call
@@ -99,8 +187,18 @@ class FakeRunner:
             raise self.error
         delay = self.first_delay if not self.batch_sizes and self.first_delay else self.delay
         self.batch_sizes.append(len(frames))
-        if delay:
+        if self.clock is not None:
+            until = self.clock() + delay
+            self.busy_until = until
+            self.calls_started += 1
+            if delay:
+                self.clock.wait_until(until)
+            self.busy_until = None
+            self.calls_finished += 1
+        elif delay:
             time.sleep(delay)
+        if self.gate is not None and not self.gate.wait(HANG_TIMEOUT):
+            raise TimeoutError("the test never opened the runner's gate")
         return [poses_for(index_of(image)) for image in frames]
 
     def close(self) -> None:
@@ -145,6 +243,7 @@ class FakeSource:
         self.release = threading.Event()
         self._stop = threading.Event()
         self.closed = False
+        self.yielded = 0
 
     def __iter__(self) -> Iterator[Frame]:
         start = time.monotonic()
@@ -160,6 +259,7 @@ class FakeSource:
                 self._stop.wait(max(0.0, start + index / self.fps - time.monotonic()))
             elif self.decode_delay:
                 time.sleep(self.decode_delay)
+            self.yielded = index + 1  # frames decoded so far, this one included
             yield Frame(
                 index, time.monotonic(), self.source_id, frame_image(index, self.frame_shape)
             )
@@ -168,3 +268,110 @@ class FakeSource:
     def close(self) -> None:
         self._stop.set()
         self.closed = True
+
+
+class SteppedSource:
+    """A live camera the test drives: `push` releases frames, `end` ends the stream.
+
+    Each frame is stamped on `clock` when the pipeline reads it, as a camera stamps
+    a frame when it is read.
+    """
+
+    def __init__(
+        self,
+        clock: FakeClock,
+        *,
+        fps: float = 30.0,
+        shape: tuple[int, int, int] = (8, 8, 1),
+        source_id: str = "camera:fake",
+    ) -> None:
+        self.clock = clock
+        self.source_id = source_id
+        self.fps = fps
+        self.frame_shape = shape
+        self.n_frames = None
+        self.is_live = True
+        self.pushed = 0
+        self.pulled = 0
+        self.closed = False
+        self._ended = False
+        self._changed = threading.Condition()
+
+    def push(self, n: int = 1) -> None:
+        with self._changed:
+            self.pushed += n
+            self._changed.notify_all()
+
+    def end(self) -> None:
+        with self._changed:
+            self._ended = True
+            self._changed.notify_all()
+
+    def close(self) -> None:
+        self.closed = True
+        self.end()
+
+    def __iter__(self) -> Iterator[Frame]:
+        while True:
+            with self._changed:
+                while self.pulled >= self.pushed and not self._ended:
+                    self._changed.wait()
+                if self.closed or self.pulled >= self.pushed:
+                    return
+                index = self.pulled
+            yield Frame(index, self.clock(), self.source_id, frame_image(index, self.frame_shape))
+            self.pulled = index + 1
+
+
+def settle(pipeline, source: SteppedSource, runner: FakeRunner) -> None:
+    """Wait until every released frame is processed, dropped, or waits for the fake clock.
+
+    For batch size 1: a frame is then processed, dropped, queued for an engine that
+    is busy until a later time, or in the engine.
+    """
+    assert pipeline.batch_size == 1
+
+    def settled() -> bool:
+        stats = pipeline.stats
+        depths = stats.queue_depths
+        busy = runner.busy_until is not None
+        in_engine = 1 if busy else 0
+        return (
+            source.pulled == source.pushed == stats.frames_captured
+            and depths["frames"] == depths["results"] == 0
+            and (depths["batches"] == 0 or busy)
+            and stats.frames_processed + stats.frames_dropped + depths["batches"] + in_engine
+            == stats.frames_captured
+        )
+
+    wait_for(settled, "the pipeline to settle")
+
+
+def finish_warmup(runner: FakeRunner, clock: FakeClock) -> None:
+    """Let the warm-up call take its time on the fake clock, and wait for its end."""
+    wait_for(lambda: runner.calls_started >= 1, "the warm-up call")
+    if runner.busy_until is not None:
+        clock.set(runner.busy_until)
+    wait_for(lambda: runner.calls_finished >= 1, "the end of the warm-up call")
+
+
+def drive(
+    pipeline, source: SteppedSource, runner: FakeRunner, times: Iterable[float], end: bool = True
+) -> None:
+    """Release one frame at each time in `times` (on the source's clock), settling
+    after every step; the engine's calls end at their own times in between and
+    after the last frame. With `end`, the stream then ends."""
+    clock = source.clock
+    for at in times:
+        while runner.busy_until is not None and runner.busy_until <= at:
+            clock.set(runner.busy_until)
+            settle(pipeline, source, runner)
+        clock.set(at)
+        settle(pipeline, source, runner)
+        source.push()
+        settle(pipeline, source, runner)
+    while runner.busy_until is not None:
+        clock.set(runner.busy_until)
+        settle(pipeline, source, runner)
+    if end:
+        source.end()

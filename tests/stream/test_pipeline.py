@@ -15,7 +15,8 @@ import sleap_io as sio
 from sleap_live.engines.errors import InputMismatchError
 from sleap_live.engines.runners import load as engines_api
 from sleap_live.stream.errors import PipelineError, SourceError
-from sleap_live.stream.pipeline import RECORDED_BACKGROUND_NICE, Pipeline
+from sleap_live.stream.pipeline import Pipeline
+from sleap_live.stream.priority import RECORDED_BACKGROUND_NICE
 
 JOIN_TIMEOUT = 10.0
 
@@ -93,20 +94,43 @@ def test_recorded_callbacks_see_every_record_even_when_slow(fakes):
 
 
 def test_decode_of_the_next_batch_overlaps_inference(fakes):
-    # 48 frames at 5 ms each to decode, 6 batches at 40 ms each to infer: run one
-    # after the other that is 480 ms; overlapped, about 280 ms.
-    source = fakes.FakeSource(48, decode_delay=0.005)
-    pipeline = Pipeline(source, fakes.FakeRunner(delay=0.04))
-    started = time.monotonic()
+    # The engine's call on batch k returns only once the source has decoded all of
+    # batch k + 1: were decoding to wait for inference, the call would never return.
+    source = fakes.FakeSource(48)
+
+    class WaitsForDecodeAhead(fakes.FakeRunner):
+        def run(self, frames):
+            batch = len(self.batch_sizes)  # 0 is the warm-up
+            if 1 <= batch < 6:
+                fakes.wait_for(lambda: source.yielded >= 8 * (batch + 1), "decode ahead")
+            return super().run(frames)
+
+    pipeline = Pipeline(source, WaitsForDecodeAhead())
     pipeline.run()
-    assert time.monotonic() - started < 0.4
     assert pipeline.stats.frames_processed == 48
 
 
+def live_run(fakes, *, delay, fps=30.0, n_frames, start=1.0, warmup=True, **options):
+    """A live pipeline on a fake clock, fed one frame per interval from `start`;
+    returns the pipeline, the records a fast consumer got, the runner."""
+    clock = fakes.FakeClock()
+    source = fakes.SteppedSource(clock, fps=fps, source_id=options.pop("source_id", "camera:fake"))
+    runner = fakes.FakeRunner(
+        delay=delay, clock=clock, first_delay=options.pop("first_delay", None)
+    )
+    pipeline = Pipeline(source, runner, clock=clock, warmup=warmup, **options)
+    records = []
+    pipeline.on_poses(records.append)
+    pipeline.start()
+    if warmup:
+        fakes.finish_warmup(runner, clock)
+    fakes.drive(pipeline, source, runner, [start + i / fps for i in range(n_frames)])
+    assert pipeline.join(timeout=JOIN_TIMEOUT)
+    return pipeline, records, runner
+
+
 def test_live_policy_keeps_up_with_a_fast_runner(fakes):
-    source = fakes.FakeSource(45, is_live=True, paced=True)
-    pipeline = Pipeline(source, fakes.FakeRunner(delay=0.002))
-    records = list(pipeline)
+    pipeline, records, _ = live_run(fakes, delay=0.002, n_frames=45)
 
     stats = pipeline.stats
     assert pipeline.policy == "live" and pipeline.batch_size == 1
@@ -117,29 +141,33 @@ def test_live_policy_keeps_up_with_a_fast_runner(fakes):
 
 
 def test_warmup_keeps_slow_engine_initialisation_out_of_the_stream(fakes):
-    # A 0.5 s first call would show as >= 0.5 s latency; the bound leaves room for
-    # scheduling noise on a shared machine without letting that through.
-    runner = fakes.FakeRunner(delay=0.002, first_delay=0.5)
-    source = fakes.FakeSource(30, is_live=True, paced=True)
-    records = list(Pipeline(source, runner))
+    # On the fake clock the first engine call takes 0.5 s, later ones 2 ms. A frame
+    # waiting in the camera before the warm-up ends is read (and stamped) after it.
+    clock = fakes.FakeClock()
+    source = fakes.SteppedSource(clock)
+    runner = fakes.FakeRunner(delay=0.002, first_delay=0.5, clock=clock)
+    pipeline = Pipeline(source, runner, clock=clock)
+    records = []
+    pipeline.on_poses(records.append)
+    pipeline.start()
+    source.push()
+    fakes.finish_warmup(runner, clock)
+    fakes.drive(pipeline, source, runner, [1 + i / 30 for i in range(29)])
+    assert pipeline.join(timeout=JOIN_TIMEOUT)
     assert [r.frame_index for r in records] == list(range(30))
     assert max(r.latency for r in records) < 0.25
 
-    runner = fakes.FakeRunner(delay=0.002, first_delay=0.5)
-    source = fakes.FakeSource(30, is_live=True, paced=True)
-    pipeline = Pipeline(source, runner, warmup=False)
-    pipeline.run()
+    # Without warm-up the camera goes on filming during the slow first call.
+    pipeline, _, _ = live_run(fakes, delay=0.002, first_delay=0.5, n_frames=30, warmup=False)
     assert pipeline.stats.frames_dropped > 3
 
 
 def test_live_policy_drops_and_bounds_latency_with_a_slow_runner(fakes):
-    # 30 fps for 2 s into an 80 ms engine. A processed frame waits at most one
-    # frame interval (33 ms) for the engine and then runs for 80 ms: ~115 ms. We
-    # allow another engine run of scheduling slack on a shared machine (195 ms).
-    # An unbounded queue would instead reach ~1 s by the end of the run.
-    source = fakes.FakeSource(60, is_live=True, paced=True)
-    pipeline = Pipeline(source, fakes.FakeRunner(delay=0.08))
-    records = list(pipeline)
+    # 30 fps for 2 s into an 80 ms engine, on the fake clock. A processed frame
+    # waits at most one frame interval (33 ms) for the engine and then runs for
+    # 80 ms: ~115 ms; the bound allows another engine run (195 ms). An unbounded
+    # queue would instead reach ~1 s by the end of the run.
+    pipeline, records, _ = live_run(fakes, delay=0.08, n_frames=60)
 
     stats = pipeline.stats
     assert stats.frames_dropped > 20
@@ -156,30 +184,51 @@ def test_live_policy_drops_and_bounds_latency_with_a_slow_runner(fakes):
 
 
 def test_live_batches_wait_at_most_a_few_frame_intervals(fakes):
-    source = fakes.FakeSource(24, fps=100.0, is_live=True, paced=True)
-    runner = fakes.FakeRunner()
-    records = list(Pipeline(source, runner, batch_size=4))
+    # Four frames at once make a full batch; two alone go to the engine once the
+    # batch's deadline (4 frame intervals) passes without more frames.
+    clock = fakes.FakeClock()
+    source = fakes.SteppedSource(clock, fps=10.0)
+    runner = fakes.FakeRunner(clock=clock)
+    pipeline = Pipeline(source, runner, batch_size=4, clock=clock)
+    records = []
+    pipeline.on_poses(records.append)
+    pipeline.start()
+    for group in (4, 4, 4, 4, 4, 2, 2):
+        source.push(group)
+        fakes.wait_for(lambda: pipeline.stats.frames_processed == source.pushed, "the batch")
+    source.end()
+    assert pipeline.join(timeout=JOIN_TIMEOUT)
     assert [r.frame_index for r in records] == list(range(24))
     assert max(runner.batch_sizes) == 4
     assert sum(runner.batch_sizes[1:]) == 24
 
 
 def test_slow_callback_lags_and_is_told_what_it_skipped_without_slowing_inference(fakes):
+    # The slow callback is stuck on its first record until the stream has ended;
+    # the stream (100 frames at 100 fps on the fake clock) settles frame by frame
+    # all the same, which it could not if the callback held up the emit stage.
     seen, skips = [], []
+    stuck = threading.Event()
 
     def slow(record):
-        time.sleep(0.03)
+        stuck.wait(JOIN_TIMEOUT)
         seen.append(record.frame_index)
 
-    source = fakes.FakeSource(100, fps=100.0, is_live=True, paced=True)
-    pipeline = Pipeline(source, fakes.FakeRunner(delay=0.001), ring_capacity=8)
+    clock = fakes.FakeClock()
+    source = fakes.SteppedSource(clock, fps=100.0)
+    runner = fakes.FakeRunner(delay=0.001, clock=clock)
+    pipeline = Pipeline(source, runner, ring_capacity=8, clock=clock)
     pipeline.on_poses(slow, on_skip=skips.append)
     last = []
     pipeline.on_poses(last.append)
-    pipeline.run()
+    pipeline.start()
+    fakes.finish_warmup(runner, clock)
+    fakes.drive(pipeline, source, runner, [1 + i / 100 for i in range(100)])
+    stuck.set()
+    assert pipeline.join(timeout=JOIN_TIMEOUT)
 
     stats = pipeline.stats
-    # Inference kept pace with the 1 s source although the callback needs 3 s.
+    # Inference kept pace with the 1 s source although the callback fell far behind.
     assert last[-1].ready_time - last[0].capture_time < 1.4
     assert stats.frames_dropped <= 2
     slow_stats = next(c for c in stats.consumers if c.name.endswith("slow"))
@@ -190,15 +239,15 @@ def test_slow_callback_lags_and_is_told_what_it_skipped_without_slowing_inferenc
 
 
 def test_stop_flushes_outputs_and_recording_matches_poses(fakes, tmp_path):
-    source = fakes.FakeSource(None, is_live=True, paced=True, fps=60.0, source_id="camera:0")
+    clock = fakes.FakeClock()
+    source = fakes.SteppedSource(clock, fps=60.0, source_id="camera:0")
+    runner = fakes.FakeRunner(delay=0.005, clock=clock)
     pipeline = Pipeline(
-        source,
-        fakes.FakeRunner(delay=0.005),
-        output=tmp_path / "out.slp",
-        record=tmp_path / "out.mp4",
+        source, runner, output=tmp_path / "out.slp", record=tmp_path / "out.mp4", clock=clock
     )
     pipeline.start()
-    time.sleep(0.5)
+    fakes.finish_warmup(runner, clock)
+    fakes.drive(pipeline, source, runner, [1 + i / 60 for i in range(30)], end=False)
     pipeline.stop(timeout=JOIN_TIMEOUT)
     pipeline.stop()  # idempotent
 
@@ -300,9 +349,12 @@ def test_stop_gives_up_on_a_stuck_source_and_names_it(fakes):
 
 
 def test_stats_snapshot_while_running(fakes):
-    source = fakes.FakeSource(None, is_live=True, paced=True, fps=50.0)
-    with Pipeline(source, fakes.FakeRunner(delay=0.004)) as pipeline:
-        time.sleep(0.5)
+    clock = fakes.FakeClock()
+    source = fakes.SteppedSource(clock, fps=50.0)
+    runner = fakes.FakeRunner(delay=0.005, clock=clock)
+    with Pipeline(source, runner, clock=clock) as pipeline:
+        fakes.finish_warmup(runner, clock)
+        fakes.drive(pipeline, source, runner, [i / 50 for i in range(1, 26)], end=False)
         stats = pipeline.stats
     assert stats.running and stats.policy == "live"
     assert 0.3 < stats.elapsed < 2.0

@@ -94,7 +94,6 @@ def test_wraparound_keeps_the_newest_capacity_records():
     assert [record.frame_index for record in oldest_first.records] == [6, 7, 8, 9]
     for record in oldest_first.records:
         check_record(record)
-    assert ring.slot(9) == 1
 
 
 def test_slow_reader_learns_how_many_records_it_missed():
@@ -182,24 +181,102 @@ def test_truncates_extra_instances_and_counts_them():
     )
 
 
-def test_raw_arrays_are_read_only_views_of_the_slots():
+def test_each_record_keeps_its_source_id():
     ring = RingBuffer(2, MAX_INSTANCES, N_NODES)
-    arrays = ring.arrays
-    assert arrays.sequence.tolist() == [-1, -1]
+    reader = ring.reader()
     ring.write(make_record(2, source_id="left"))
     ring.write(make_record(3, source_id="right"))
-    slot = ring.slot(1)
-    assert arrays.sequence[slot] == 1
-    assert arrays.frame_index[slot] == 3
-    assert ring.source_ids[arrays.source[slot]] == "right"
-    assert arrays.n_instances[slot] == 3
-    assert np.all(arrays.points[slot, :3] == 3)
-    assert np.all(np.isnan(arrays.points[slot, 3:]))
-    assert arrays.identities[slot, 3] == -1
-    with pytest.raises(ValueError, match="read-only"):
-        arrays.points[0, 0, 0, 0] = 1
-    ring.write(make_record(4))
-    assert arrays.frame_index[ring.slot(0)] == 4, "the view follows the writer"
+    assert [r.source_id for r in reader.read_since().records] == ["left", "right"]
+    ring.write(make_record(4, source_id="left"))
+    assert ring.read(2).source_id == "left" and ring.read(1).source_id == "right"
+
+
+def write_in_thread(ring: RingBuffer, record: PoseRecord) -> threading.Thread:
+    writer = threading.Thread(target=ring.write, args=(record,), daemon=True)
+    writer.start()
+    return writer
+
+
+def test_lossless_reader_holds_the_writer_until_it_reads():
+    ring = RingBuffer(4, MAX_INSTANCES, N_NODES)
+    reader = ring.reader(lossless=True)
+    assert reader.lossless
+    for frame in range(4):
+        ring.write(make_record(frame))
+    writer = write_in_thread(ring, make_record(4))
+    # The fifth write would overwrite record 0, which the reader has not read: it
+    # cannot finish however long it is given.
+    writer.join(0.05)
+    assert writer.is_alive() and ring.written == 4
+    assert reader.wait_next(timeout=5).frame_index == 0
+    writer.join(5)
+    assert not writer.is_alive() and ring.written == 5
+    assert [r.frame_index for r in reader.read_since().records] == [1, 2, 3, 4]
+    assert reader.missed == 0
+
+
+def test_detaching_a_lossless_reader_releases_the_writer():
+    ring = RingBuffer(4, MAX_INSTANCES, N_NODES)
+    reader = ring.reader(lossless=True)
+    for frame in range(4):
+        ring.write(make_record(frame))
+    writer = write_in_thread(ring, make_record(4))
+    writer.join(0.05)
+    assert writer.is_alive()
+    reader.detach()
+    reader.detach()  # idempotent
+    writer.join(5)
+    assert not writer.is_alive() and not reader.lossless
+    # From now on it lags like any reader: record 0 is gone, and counted.
+    assert [r.frame_index for r in reader.read_since().records] == [1, 2, 3, 4]
+    assert reader.missed == 1
+
+
+def test_a_lagging_reader_counts_what_it_missed_while_a_lossless_one_sees_everything():
+    ring = RingBuffer(4, MAX_INSTANCES, N_NODES)
+    lossless, lagging = ring.reader(lossless=True), ring.reader()
+    seen = []
+    for frame in range(12):
+        if ring.written - lossless.position >= ring.capacity:
+            seen.extend(r.frame_index for r in lossless.read_since().records)
+        ring.write(make_record(frame))
+    seen.extend(r.frame_index for r in lossless.read_since().records)
+    assert seen == list(range(12)) and lossless.missed == 0
+    batch = lagging.read_since()
+    assert [r.frame_index for r in batch.records] == [8, 9, 10, 11]
+    assert batch.missed == lagging.missed == 8
+
+
+@pytest.mark.parametrize("how", ["stop_waiting", "close"])
+def test_stop_wakes_a_writer_waiting_for_a_lossless_reader(how):
+    ring = RingBuffer(2, MAX_INSTANCES, N_NODES)
+    reader = ring.reader(lossless=True)
+    ring.write(make_record(0))
+    ring.write(make_record(1))
+    writer = write_in_thread(ring, make_record(2))
+    writer.join(0.05)
+    assert writer.is_alive()
+    getattr(ring, how)()
+    writer.join(5)
+    assert not writer.is_alive() and ring.written == 3
+    # The writer no longer waits: the reader now misses what is overwritten.
+    if how == "stop_waiting":
+        ring.write(make_record(3))
+    assert reader.read_since().missed == ring.written - 2
+
+
+def test_lossless_reader_attached_late_starts_at_the_oldest_record():
+    ring = RingBuffer(4, MAX_INSTANCES, N_NODES)
+    for frame in range(6):
+        ring.write(make_record(frame))
+    reader = ring.reader(from_oldest=True, lossless=True)
+    assert reader.position == 2
+    writer = write_in_thread(ring, make_record(6))
+    writer.join(0.05)
+    assert writer.is_alive(), "record 2 is still unread"
+    assert reader.wait_next(timeout=5).frame_index == 2
+    writer.join(5)
+    assert not writer.is_alive()
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -175,8 +174,9 @@ def test_truncated_file_yields_what_decodes_then_raises(video, mark, why, reques
 # --- paced replay ------------------------------------------------------------------------
 
 
-def test_replay_releases_frames_on_schedule(rgb_video):
-    with ReplaySource(rgb_video, stop=12, drop_late=False) as source:
+def test_replay_releases_frames_on_schedule(rgb_video, fakes):
+    clock = fakes.FakeClock(100.0)
+    with ReplaySource(rgb_video, stop=12, drop_late=False, clock=clock) as source:
         assert source.is_live is True
         assert source.fps == FPS
         assert source.n_frames == 12
@@ -184,53 +184,67 @@ def test_replay_releases_frames_on_schedule(rgb_video):
     assert [frame.index for frame in frames] == list(range(12))
     elapsed = np.array([frame.timestamp - frames[0].timestamp for frame in frames])
     scheduled = np.arange(12) / FPS
-    # Never early; late only by scheduler jitter on a busy machine.
-    assert np.all(elapsed >= scheduled - 1e-3)
-    assert np.all(elapsed <= scheduled + 0.05)
-    assert np.median(np.diff(elapsed)) == pytest.approx(1 / FPS, abs=0.01)
+    # Never early, never late: the fake clock has no scheduler jitter.
+    assert np.all(elapsed >= scheduled - 1e-9)
+    assert np.all(elapsed <= scheduled + 1e-9)
+    assert np.median(np.diff(elapsed)) == pytest.approx(1 / FPS, abs=1e-9)
 
 
-def test_replay_fps_overrides_the_file_rate(gray_video):
-    with ReplaySource(gray_video, fps=100, stop=11, drop_late=False) as source:
+def test_replay_fps_overrides_the_file_rate(gray_video, fakes):
+    clock = fakes.FakeClock()
+    with ReplaySource(gray_video, fps=100, stop=11, drop_late=False, clock=clock) as source:
         frames = list(source)
     total = frames[-1].timestamp - frames[0].timestamp
-    assert 0.1 - 1e-3 <= total < 0.25
+    assert total == pytest.approx(0.1)
 
 
-def test_replay_skips_frames_a_slow_consumer_was_too_late_for(rgb_video):
-    source = ReplaySource(rgb_video, stop=12)
+def test_replay_skips_frames_a_slow_consumer_was_too_late_for(rgb_video, fakes):
+    clock = fakes.FakeClock()
+    source = ReplaySource(rgb_video, stop=12, clock=clock)
     indices = []
     for frame in source:
         indices.append(frame.index)
         if frame.index == 2:
-            time.sleep(4.5 / FPS)
+            clock.advance(4.5 / FPS)  # the consumer takes 4.5 frame intervals
     assert indices[:3] == [0, 1, 2]
-    assert source.skipped >= 3
+    # Frames 3 to 5 were due more than an interval before the consumer came back.
+    assert source.skipped == 3
     assert len(indices) + source.skipped == 12
     assert indices == sorted(indices) and indices[-1] == 11
 
 
-def test_replay_without_drop_late_delivers_every_frame(rgb_video):
-    source = ReplaySource(rgb_video, stop=8, drop_late=False)
+def test_replay_without_drop_late_delivers_every_frame(rgb_video, fakes):
+    clock = fakes.FakeClock()
+    source = ReplaySource(rgb_video, stop=8, drop_late=False, clock=clock)
     frames = []
     for frame in source:
         frames.append(frame)
         if frame.index == 1:
-            time.sleep(4 / FPS)
+            clock.advance(4 / FPS)
     assert [frame.index for frame in frames] == list(range(8))
     assert source.skipped == 0
     # The late frames come at once, then the schedule resumes where it was.
-    assert frames[7].timestamp - frames[0].timestamp == pytest.approx(7 / FPS, abs=0.03)
+    assert [frame.timestamp - frames[0].timestamp for frame in frames[2:6]] == pytest.approx(
+        [5 / FPS] * 4
+    )
+    assert frames[7].timestamp - frames[0].timestamp == pytest.approx(7 / FPS)
 
 
-def test_close_wakes_a_waiting_replay(gray_video):
-    source = ReplaySource(gray_video, fps=1)
+def test_close_wakes_a_waiting_replay(gray_video, fakes):
+    # On a clock that only moves when told, the replay waits for frame 1 until
+    # the close: nothing else could end that wait.
+    clock = fakes.FakeClock(jump=False)
+    source = ReplaySource(gray_video, fps=1, clock=clock)
     iterator = iter(source)
     next(iterator)
-    threading.Timer(0.1, source.close).start()
-    started = time.monotonic()
-    assert list(iterator) == []
-    assert time.monotonic() - started < 0.9
+    rest = []
+    reader = threading.Thread(target=lambda: rest.extend(iterator), daemon=True)
+    reader.start()
+    fakes.wait_for(lambda: clock.sleepers == 1, "the replay to wait for frame 1")
+    source.close()
+    reader.join(5)
+    assert not reader.is_alive()
+    assert rest == [] and clock() == 0.0
     assert source.closed
 
 
@@ -440,3 +454,12 @@ def test_open_source_rejects_options_of_another_kind(gray_video):
 def test_open_source_with_camera_false_reads_a_file_named_like_a_camera(tmp_path):
     with pytest.raises(SourceNotFoundError, match="camera:0: no such file"):
         open_source(str(Path("camera:0")), camera=False)
+
+
+def test_open_source_passes_the_clock_frames_are_stamped_on(gray_video, fakes):
+    clock = fakes.FakeClock(42.0)
+    with open_source(gray_video, stop=3, clock=clock) as source:
+        assert [frame.timestamp for frame in source] == [42.0] * 3
+    frames = [np.zeros((4, 4), np.uint8)] * 2
+    with open_source(frames, clock=clock) as source:
+        assert [frame.timestamp for frame in source] == [42.0] * 2
