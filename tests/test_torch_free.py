@@ -11,6 +11,7 @@ Top-down groups instances inside the graph; bottom-up groups them on the host
 from __future__ import annotations
 
 import functools
+import itertools
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,7 @@ BLOCKED = "torch_blocker: blocked import of"  # what the blocker writes per atte
 DATA = TESTS / "data"
 VIDEO = DATA / "videos" / "multi_gray.mkv"
 VIDEO_FRAMES = 200
+VERIFY_FRAMES = 5  # first frames of VIDEO the exports are verified on
 MODELS = {"topdown": ("centroid", "centered_instance"), "bottomup": ("bottomup",)}
 # Generous upper bound for one subprocess, only so that a hang fails the test.
 HANG_TIMEOUT_S = 600
@@ -64,6 +66,7 @@ Poses = dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]
 def onnx_export(tmp_path_factory):
     """name -> a sleap-live ONNX export of that fixture model, made once per session."""
     from sleap_live.engines import export_model
+    from sleap_live.stream.sources import FileSource
 
     folder = tmp_path_factory.mktemp("onnx_exports")
 
@@ -73,7 +76,9 @@ def onnx_export(tmp_path_factory):
         missing = [p for p in [*models, VIDEO] if not p.exists()]
         if missing:
             pytest.skip(f"fixture missing: {missing[0]}")
-        return export_model(models, folder / f"{name}.onnx")
+        with FileSource(VIDEO) as source:
+            frames = np.stack([frame.image for frame in itertools.islice(source, VERIFY_FRAMES)])
+        return export_model(models, folder / f"{name}.onnx", verify_frames=frames)
 
     return export
 
