@@ -102,7 +102,7 @@ def verification_frames(
     where = f" in {', '.join(map(str, model_dirs))}" if model_dirs else ""
     return VerificationFrames(
         sample_frames(FRAMES_WANTED, *SYNTHETIC_SIZE, channels, seed=0),
-        f"synthetic frames (no training labels with their video on disk{where})",
+        f"synthetic frames, as there are no training labels with their video on disk{where}",
         f"{GIVE_HINT}, or {SKIP_HINT}",
     )
 

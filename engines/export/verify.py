@@ -145,8 +145,8 @@ def verify_batch(
     if empty:
         raise ExportError(
             f"cannot verify the export of {label}: it finds no animals in frame {empty[0]} "
-            f"of the {size} check batch ({len(frames)} frames from {source}), and a check "
-            f"on empty outputs proves nothing; {no_animals_hint}"
+            f"of the {size} check batch, made from {source}; a check on empty outputs "
+            f"proves nothing. {no_animals_hint[0].upper()}{no_animals_hint[1:]}"
         )
     hint = _tracer_hint(exported.tracer_notes)
     try:

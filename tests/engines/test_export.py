@@ -310,7 +310,9 @@ def test_synthetic_frames_without_detections_fail_loudly(toy_models):
         ExportError, match=r"no animals in frame 0 of the 240×320 check batch"
     ) as error:
         export_onnx_bytes(blind)
-    assert "synthetic frames (no training labels with their video on disk)" in str(error.value)
+    assert "synthetic frames, as there are no training labels with their video on disk;" in str(
+        error.value
+    )
     assert "--verify-video VIDEO" in str(error.value)
 
 

@@ -19,10 +19,12 @@ VIDEO = DATA / "videos" / "multi_gray.mkv"
 def test_recorded_pipeline_matches_the_engine_frame_by_frame(tmp_path):
     if not VIDEO.exists() or not all(m.exists() for m in MODELS):
         pytest.skip("test models or video missing")
-    runner = load_runner([str(m) for m in MODELS], engine="onnx", device="cpu")
+    with FileSource(VIDEO, stop=48) as source:
+        frames = np.stack([f.image for f in source])
+    runner = load_runner(
+        [str(m) for m in MODELS], engine="onnx", device="cpu", verify_frames=frames[:5]
+    )
     try:
-        with FileSource(VIDEO, stop=48) as source:
-            frames = np.stack([f.image for f in source])
         direct = [p for i in range(0, 48, 8) for p in runner.run(frames[i : i + 8])]
 
         output = tmp_path / "poses.slp"
