@@ -21,9 +21,11 @@ SUMMARIES = {
     "export": export.SUMMARY,
     "bench": bench.SUMMARY,
 }
-# Options every subcommand that loads a model has, defined once in sleap_live.cli.options.
+# Options every subcommand that loads a model has, defined once in sleap_live.cli.options,
+# and the verification options they share with `export`.
 MODEL_COMMANDS = ("run", "replay", "bench")
 MODEL_OPTIONS = ("models", "engine", "device", "batch_size")
+VERIFY_OPTIONS = ("verify", "verify_video")
 
 
 def subcommands() -> dict[str, argparse.ArgumentParser]:
@@ -108,6 +110,23 @@ def test_model_options_are_the_same_in_every_subcommand():
                 assert (a.default, a.help) == (b.default, b.help), (name, dest)
 
 
+@pytest.mark.parametrize("name", [*MODEL_COMMANDS[1:], "export"])
+def test_verification_options_are_the_same_in_every_subcommand(name):
+    parsers = subcommands()
+    first, other = options(parsers[MODEL_COMMANDS[0]]), options(parsers[name])
+    for dest in VERIFY_OPTIONS:
+        a, b = first[dest], other[dest]
+        assert (a.option_strings, a.type, a.default, a.const, a.metavar) == (
+            b.option_strings,
+            b.type,
+            b.default,
+            b.const,
+            b.metavar,
+        ), (name, dest)
+    # The default frames differ (a run has its own video); the help says which.
+    assert "(default: " in first["verify_video"].help
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
@@ -116,9 +135,14 @@ def test_model_options_are_the_same_in_every_subcommand():
         (["--batch-size", "two"], "argument --batch-size: expected a whole number, got 'two'"),
         (["-m", "b", "-m", "c"], "give -m once, or twice for a top-down model"),
         ([], "the following arguments are required: -m/--model"),
+        (
+            ["--verify-video", "x.mp4", "--no-verify"],
+            "argument --no-verify: not allowed with argument --verify-video",
+        ),
     ],
 )
 def test_model_options_fail_the_same_way_in_every_subcommand(extra, message, capsys):
+    """Bad values of shared options: the same one-line error, status 2, in every command."""
     errors = set()
     for name in MODEL_COMMANDS:
         # The video does not exist: argument errors come first, with status 2.

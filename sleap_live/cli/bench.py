@@ -11,11 +11,14 @@ from rich.console import Console
 from rich.table import Table
 
 from sleap_live.cli.options import (
+    IN_MEMORY_EXPORT,
     add_model_options,
+    add_verify_options,
     check_models,
     count,
     positive_float,
     positive_int,
+    verify_options,
 )
 from sleap_live.stream.bench import MIN_STEADY_FRAMES, run_bench
 
@@ -37,6 +40,9 @@ def add_parser(commands: Any) -> None:
         parser,
         batch_size=8,
         batch_size_help="frames per engine call in the engine, recorded and soak runs",
+    )
+    add_verify_options(
+        parser, frames_default="the first frames of VIDEO", description=IN_MEMORY_EXPORT
     )
     parser.add_argument(
         "--frames",
@@ -88,7 +94,8 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         raise FileNotFoundError(f"{args.video}: no such file")
     from sleap_live.engines.runners.load import load_runner
 
-    runner = load_runner(args.models, engine=args.engine, device=args.device)
+    verify = verify_options(args, args.video)
+    runner = load_runner(args.models, engine=args.engine, device=args.device, **verify)
     try:
         figures = run_bench(
             runner,

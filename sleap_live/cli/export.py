@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from sleap_live.cli.options import UsageError, positive_int
+from sleap_live.cli.options import UsageError, add_verify_options, positive_int, verify_options
 
 SUMMARY = "export model directories to one ONNX or TorchScript file, verified against torch"
 # The exporter's formats and default opset, written here so that building the
@@ -56,11 +56,9 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--opset", type=positive_int, default=DEFAULT_OPSET, help="ONNX opset version"
     )
-    parser.add_argument(
-        "--no-verify",
-        dest="verify",
-        action="store_false",
-        help="skip the numerical comparison with the torch module (default: compare)",
+    add_verify_options(
+        parser,
+        frames_default="frames of the model directories' training labels, else synthetic frames",
     )
     parser.set_defaults(handler=handle)
 
@@ -69,10 +67,11 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     """Exports, then prints the model type and the verification table (stderr)."""
     if len(args.model_dirs) > 2:
         raise UsageError("give one model directory, or two for a top-down model")
+    verify = verify_options(args)
     # Imported here: the exporter loads torch, which --help and the other commands
     # do not need.
     from sleap_live.engines import export_model
-    from sleap_live.engines.export.onnx import TOLERANCE
+    from sleap_live.engines.export import TOLERANCE
     from sleap_live.engines.load.metadata import ExportMetadata, sidecar_path
 
     output = args.output or Path(args.model_dirs[0]) / f"sleap_live{SUFFIXES[args.format]}"
@@ -82,8 +81,8 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             output,
             format=args.format,
             opset=args.opset,
-            verify=args.verify,
             progress=status.update,
+            **verify,
         )
     metadata = ExportMetadata.from_json(sidecar_path(path).read_text(), str(path))
     console.print(
@@ -100,7 +99,11 @@ def verification_table(checks: Sequence[Mapping[str, Any]], tolerance: float) ->
     Outputs are the long list (up to seven names), batches the short one, so the
     table grows downwards rather than past the terminal's width.
     """
-    table = Table(title=f"largest difference from torch (tolerance {tolerance:g})")
+    source = checks[0].get("frame_source")
+    table = Table(
+        title=f"largest difference from torch (tolerance {tolerance:g})",
+        caption=None if source is None else f"frames: {source}",
+    )
     table.add_column("output")
     for check in checks:
         shape = "×".join(str(n) for n in check["frames"])
@@ -112,6 +115,16 @@ def verification_table(checks: Sequence[Mapping[str, Any]], tolerance: float) ->
 
 
 def print_wide(console: Console, table: Table) -> None:
-    """Prints `table` at its natural width, even past the console's (never cut)."""
+    """Prints `table` at its natural width, even past the console's (never cut).
+
+    rich fits everything to the console's width, squeezing columns down to "…";
+    widened for this one table, the console prints it whole, and a narrow terminal
+    wraps its lines instead.
+    """
     natural = Measurement.get(console, console.options.update_width(10_000), table).maximum
-    console.print(table, width=max(console.width, natural), crop=False)
+    width = console.width
+    console.width = max(width, natural)
+    try:
+        console.print(table)
+    finally:
+        console.width = width

@@ -8,11 +8,24 @@ checked and documented the same way everywhere.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any, NoReturn
 
+import numpy as np
+
 from sleap_live.engines.runners.load import ENGINES
+from sleap_live.stream.errors import SourceError
+from sleap_live.stream.sources import FileSource
 
 PROG = "sleap-live"
+# What the verification options mean to commands other than `export`.
+IN_MEMORY_EXPORT = (
+    "A model directory that runs with ONNX Runtime is exported in memory first and "
+    "checked against torch on frames that show animals."
+)
+# Frames of a video an export is verified on: the exporter checks two at their own
+# size and three on a larger, odd-sized canvas.
+VERIFY_FRAMES = 5
 
 
 class UsageError(Exception):
@@ -96,6 +109,65 @@ def add_model_options(
         metavar="N",
         help=batch_size_help,
     )
+
+
+def add_verify_options(
+    parser: argparse.ArgumentParser, *, frames_default: str, description: str | None = None
+) -> None:
+    """`--verify-video VIDEO` or `--no-verify`: how an export is checked against torch.
+
+    `sleap-live export` always exports; the other commands export a model directory
+    in memory when it runs with ONNX Runtime, and check it the same way.
+
+    Args:
+        parser: the subcommand's parser.
+        frames_default: what the check runs on without --verify-video, in words.
+        description: shown under the group's title.
+    """
+    group = parser.add_argument_group("verification", description)
+    check = group.add_mutually_exclusive_group()
+    check.add_argument(
+        "--verify-video",
+        type=Path,
+        metavar="VIDEO",
+        help=f"verify on the first {VERIFY_FRAMES} frames of this video, which must show "
+        f"animals (default: {frames_default})",
+    )
+    check.add_argument(
+        "--no-verify",
+        dest="verify",
+        action="store_false",
+        help="skip the numerical comparison with the torch module (default: compare)",
+    )
+
+
+def verify_options(args: argparse.Namespace, video: Path | None = None) -> dict[str, Any]:
+    """`verify` and `verify_frames` for `export_model` or `load_runner`.
+
+    Args:
+        args: parsed options of a parser with `add_verify_options`.
+        video: the video the command runs on; its first frames are the default.
+
+    Raises:
+        SourceNotFoundError, SourceError: the video is missing, unreadable or empty.
+    """
+    if not args.verify:
+        return {"verify": False}
+    chosen = args.verify_video or video
+    return {"verify": True, "verify_frames": None if chosen is None else first_frames(chosen)}
+
+
+def first_frames(video: Path, count: int = VERIFY_FRAMES) -> np.ndarray:
+    """The first `count` frames of `video` (fewer if it is shorter), uint8 (N, H, W, C).
+
+    Raises:
+        SourceNotFoundError, SourceError: the video is missing, unreadable or empty.
+    """
+    with FileSource(video, stop=count) as source:
+        images = [frame.image for frame in source]
+    if not images:
+        raise SourceError(f"{video}: no frames to verify a model export on")
+    return np.stack(images)
 
 
 def check_models(args: argparse.Namespace) -> None:

@@ -15,12 +15,15 @@ from typing import Any
 from rich.console import Console
 
 from sleap_live.cli.options import (
+    IN_MEMORY_EXPORT,
     PROG,
     UsageError,
     add_model_options,
+    add_verify_options,
     check_models,
     positive_float,
     positive_int,
+    verify_options,
 )
 from sleap_live.stream.dashboard import Dashboard, ProgressView, live_display
 from sleap_live.stream.pipeline import Pipeline
@@ -46,6 +49,8 @@ def add_parsers(commands: Any) -> None:
     )
     _add_common_options(
         run,
+        frames_default="the first frames of VIDEO; for a camera, frames of the model "
+        "directories' training labels, else synthetic frames",
         batch_size_help="frames per engine call (default: 8 for files, 1 for cameras)",
         output_help="poses to this .slp file (default: VIDEO.predictions.slp for a file, "
         "none for a camera)",
@@ -76,6 +81,7 @@ def add_parsers(commands: Any) -> None:
     replay.add_argument("video", type=Path, metavar="VIDEO", help="video file")
     _add_common_options(
         replay,
+        frames_default="the first frames of VIDEO",
         batch_size_help="frames per engine call (default: 1, as for a camera)",
         output_help="poses to this .slp file (default: none)",
     )
@@ -86,10 +92,11 @@ def add_parsers(commands: Any) -> None:
 
 
 def _add_common_options(
-    parser: argparse.ArgumentParser, *, batch_size_help: str, output_help: str
+    parser: argparse.ArgumentParser, *, frames_default: str, batch_size_help: str, output_help: str
 ) -> None:
     # The pipeline picks the batch size from its policy: 8 recorded, 1 live.
     add_model_options(parser, batch_size=None, batch_size_help=batch_size_help)
+    add_verify_options(parser, frames_default=frames_default, description=IN_MEMORY_EXPORT)
     out = parser.add_argument_group("outputs")
     out.add_argument("-o", "--output", type=Path, help=output_help)
     out.add_argument(
@@ -122,7 +129,8 @@ def handle(args: argparse.Namespace, console: Console) -> int:
 
     source = _open(args)
     with source:
-        runner = load_runner(args.models, engine=args.engine, device=args.device)
+        verify = verify_options(args, args.video)
+        runner = load_runner(args.models, engine=args.engine, device=args.device, **verify)
         try:
             output = args.output
             if output is None and _is_file_run(args):

@@ -96,7 +96,7 @@ def test_bench_front_end_prints_the_table_and_writes_json(
     """The whole `sleap-live bench` with the fake runner: every section, one table."""
     runners = []
 
-    def load(models, *, engine, device):
+    def load(models, *, engine, device, **options):
         runners.append(fakes.FakeRunner())
         return runners[-1]
 

@@ -46,14 +46,24 @@ def write_indexed_video(path: Path, n_frames: int, fakes, fps: int = 30) -> Path
     return path
 
 
+class Made(list):
+    """The runners `fake_engine` made, (models, engine, device, runner) each, and the
+    export options (`verify`, `verify_frames`) each load was given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.options: list[dict] = []
+
+
 @pytest.fixture
 def fake_engine(monkeypatch, fakes):
     """Replace model loading with the fake runner; returns the runners made."""
-    made = []
+    made = Made()
 
-    def load(models, *, engine, device):
+    def load(models, *, engine, device, **options):
         runner = fakes.FakeRunner()
         made.append((models, engine, device, runner))
+        made.options.append(options)
         return runner
 
     monkeypatch.setattr(engines_api, "load_runner", load)
@@ -88,6 +98,27 @@ def test_run_a_file_writes_every_frame(video, tmp_path, fake_engine, capsys, fak
     )
     err = capsys.readouterr().err
     assert "40/40 frames" in err and "40 frames in" in err and f"poses: {out}" in err
+
+
+def test_runs_verify_an_in_memory_export_on_the_first_frames_of_their_video(
+    video, tmp_path, fake_engine, fakes
+):
+    other = write_indexed_video(tmp_path / "other.mkv", 12, fakes)
+    for argv in (
+        ["run", str(video)],
+        ["replay", str(video), "--fps", "1000"],
+        ["run", str(video), "--verify-video", str(other)],
+    ):
+        assert cli.main([*argv, "-m", "m", "-q", "-o", str(tmp_path / "out.slp")]) == 0
+    assert cli.main(["run", str(video), "-m", "m", "-q", "--no-verify"]) == 0
+    first, replayed, given, skipped = fake_engine.options
+    for options, clip in ((first, video), (replayed, video), (given, other)):
+        assert options["verify"] is True
+        frames = options["verify_frames"]
+        assert frames.shape == (5, 24, 32, 1) and frames.dtype == np.uint8
+        expected = [fakes.frame_image(i, (24, 32, 1)) for i in range(5)]
+        np.testing.assert_array_equal(frames, np.stack(expected), err_msg=str(clip))
+    assert skipped == {"verify": False}
 
 
 def test_run_without_output_writes_next_to_the_video(video, fake_engine):
@@ -181,6 +212,10 @@ def test_export_help_is_the_export_subcommand(capsys):
         (["m", "-f", "tensorrt"], "argument -f/--format: invalid choice: 'tensorrt'"),
         (["m", "--opset", "0"], "argument --opset: must be at least 1, got 0"),
         ([], "the following arguments are required: MODEL_DIR"),
+        (
+            ["m", "--verify-video", "v.mp4", "--no-verify"],
+            "argument --no-verify: not allowed with argument --verify-video",
+        ),
     ],
 )
 def test_export_bad_arguments_are_one_line_and_exit_2(argv, message, capsys):
@@ -195,6 +230,12 @@ def test_export_of_a_missing_model_is_one_line_and_exit_1(tmp_path, capsys):
     line = error_line(capsys)
     assert line.startswith(f"sleap-live: error: {missing}")
     assert not (tmp_path / "out.onnx").exists()
+
+
+def test_export_verified_on_a_missing_video_is_one_line_and_exit_1(tmp_path, capsys):
+    video = tmp_path / "nope.mp4"
+    assert cli.main(["export", "model_dir", "--verify-video", str(video)]) == 1
+    assert error_line(capsys) == f"sleap-live: error: {video}: no such file"
 
 
 def test_export_interrupted_exits_130(monkeypatch, capsys):
@@ -236,8 +277,10 @@ def test_verification_table_is_never_cut_at_80_columns():
         for batch in range(1, 6)
     ]
     file = io.StringIO()
-    cli_export.print_wide(Console(file=file, width=80), cli_export.verification_table(checks, 1e-3))
+    console = Console(file=file, width=80)
+    cli_export.print_wide(console, cli_export.verification_table(checks, 1e-3))
     text = file.getvalue()
+    assert console.width == 80
     assert "…" not in text
     for check in checks:
         assert "×".join(map(str, check["frames"])) in text
@@ -269,6 +312,25 @@ def test_export_writes_a_verified_model_and_shows_its_check(
         assert "×".join(map(str, check["frames"])) in err
         assert all(f"{diff:.2g}" in err for diff in check["max_abs_diff"].values())
     assert all(name in err for name in metadata.output_names)
+
+
+@pytest.mark.slow
+def test_export_verified_on_a_video(tmp_path, capsys):
+    if not real_run_available("single_instance"):
+        pytest.skip("tests/data/models has no trained single_instance model")
+    from sleap_live.engines.load.metadata import ExportMetadata, sidecar_path
+
+    video = Path(__file__).parents[1] / "data" / "videos" / "single.mkv"
+    out = tmp_path / "single.onnx"
+    argv = ["export", str(MODELS / "single_instance"), "-o", str(out), "--verify-video"]
+    assert cli.main([*argv, str(video)]) == 0
+    checks = ExportMetadata.from_json(sidecar_path(out).read_text(), str(out)).verification
+    with av.open(str(video)) as container:
+        stream = container.streams.video[0]
+        size = [stream.height, stream.width]
+    # The first check batch is frames of the video at their own size.
+    assert checks[0]["frames"][1:3] == size
+    assert f"exported single_instance model to {out}" in capsys.readouterr().err
 
 
 @pytest.mark.slow
