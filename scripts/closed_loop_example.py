@@ -24,6 +24,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import itertools
 import threading
 import time
 
@@ -67,6 +68,17 @@ class RegionTrigger:
             self.skipped_records += n
 
 
+def first_frames(video: str, count: int = 5) -> np.ndarray:
+    """The video's first frames, uint8 (N, H, W, C).
+
+    A model directory run with ONNX Runtime is exported in memory first and checked
+    against torch on frames that show animals: these, rather than the training
+    labels' frames or synthetic ones.
+    """
+    with open_source(video) as source:
+        return np.stack([frame.image for frame in itertools.islice(source, count)])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("video", nargs="?", help="video to replay at its frame rate")
@@ -82,9 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.camera is not None:
         camera = int(args.camera) if args.camera.isdigit() else args.camera
         source = open_source(camera, camera=True)
+        verify_frames = None
     else:
         source = open_source(args.video, replay=True)
-    runner = load_runner(args.models, device=args.device)
+        verify_frames = first_frames(args.video)
+    runner = load_runner(args.models, device=args.device, verify_frames=verify_frames)
     trigger = RegionTrigger(args.node, min_x=0.6 * source.frame_shape[1])
     try:
         with Pipeline(source, runner) as pipeline:

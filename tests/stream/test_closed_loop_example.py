@@ -28,10 +28,11 @@ def test_example_triggers_polls_and_reports(example, fakes, monkeypatch, tmp_pat
             image = fakes.frame_image(index, (24, 32, 1))[..., 0]
             container.mux(stream.encode(av.VideoFrame.from_ndarray(image, format="gray")))
         container.mux(stream.encode())
-    runners = []
+    runners, options_given = [], []
 
     def load(models, **options):
         runners.append(fakes.FakeRunner())
+        options_given.append(options)
         return runners[-1]
 
     monkeypatch.setattr(example, "load_runner", load)
@@ -44,3 +45,5 @@ def test_example_triggers_polls_and_reports(example, fakes, monkeypatch, tmp_pat
     assert "30 frames at" in out and "0 dropped" in out
     assert "the callback skipped 0 records" in out
     assert runners[0].closed
+    # A model directory's in-memory export would be verified on the video's first frames.
+    assert options_given[0]["verify_frames"].shape == (5, 24, 32, 1)
