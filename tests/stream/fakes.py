@@ -327,17 +327,20 @@ def settle(pipeline, source: SteppedSource, runner: FakeRunner) -> None:
     """Wait until every released frame is processed, dropped, or waits for the fake clock.
 
     For batch size 1: a frame is then processed, dropped, queued for an engine that
-    is busy until a later time, or in the engine.
+    is busy until a later time, or in that engine.
     """
     assert pipeline.batch_size == 1
 
     def settled() -> bool:
         stats = pipeline.stats
         depths = stats.queue_depths
-        busy = runner.busy_until is not None
+        until = runner.busy_until
+        busy = until is not None
         in_engine = 1 if busy else 0
         return (
-            source.pulled == source.pushed == stats.frames_captured
+            # An engine call whose end time has come is about to return.
+            not (busy and until <= source.clock())
+            and source.pulled == source.pushed == stats.frames_captured
             and depths["frames"] == depths["results"] == 0
             and (depths["batches"] == 0 or busy)
             and stats.frames_processed + stats.frames_dropped + depths["batches"] + in_engine
@@ -350,8 +353,8 @@ def settle(pipeline, source: SteppedSource, runner: FakeRunner) -> None:
 def finish_warmup(runner: FakeRunner, clock: FakeClock) -> None:
     """Let the warm-up call take its time on the fake clock, and wait for its end."""
     wait_for(lambda: runner.calls_started >= 1, "the warm-up call")
-    if runner.busy_until is not None:
-        clock.set(runner.busy_until)
+    if (until := runner.busy_until) is not None:
+        clock.set(until)
     wait_for(lambda: runner.calls_finished >= 1, "the end of the warm-up call")
 
 
@@ -363,15 +366,16 @@ def drive(
     after the last frame. With `end`, the stream then ends."""
     clock = source.clock
     for at in times:
-        while runner.busy_until is not None and runner.busy_until <= at:
-            clock.set(runner.busy_until)
+        # Settled, the engine is either idle or waiting for its end time.
+        while (until := runner.busy_until) is not None and until <= at:
+            clock.set(until)
             settle(pipeline, source, runner)
         clock.set(at)
         settle(pipeline, source, runner)
         source.push()
         settle(pipeline, source, runner)
-    while runner.busy_until is not None:
-        clock.set(runner.busy_until)
+    while (until := runner.busy_until) is not None:
+        clock.set(until)
         settle(pipeline, source, runner)
     if end:
         source.end()
