@@ -7,7 +7,8 @@ Run with the sleap-nn venv from the repository root:
 Stages (all by default, or pick with --stages): ``data`` renders the datasets and test
 videos and checks PyAV and sleap-io decode them identically; ``train`` trains the seven
 models with ``sleap-nn train``; ``predict`` records goldens with ``sleap-nn predict``;
-``export`` runs ``sleap-nn export --format onnx``; ``score`` compares goldens with ground
+``export`` runs ``sleap-nn export --format onnx`` per golden and records
+``sleap-nn predict --runtime onnx`` on each export; ``score`` compares goldens with ground
 truth. Training inputs and full training run folders go to --work (not committed).
 Everything is seeded; results are deterministic up to PyTorch's CPU kernels.
 """
@@ -53,11 +54,10 @@ GOLDENS = {
     "multi_class_topdown": (["centroid_rgb", "multi_class_topdown"], "multi_rgb", None),
     "multi_class_bottomup": (["multi_class_bottomup"], "multi_rgb", None),
 }
-# Exports: name -> model dirs. Input size = the test frames padded to max_stride 16.
-EXPORTS = {
-    "topdown": ["centroid", "centered_instance"],
-    "single_instance": ["single_instance"],
-}
+# Exports: one per golden, of the same model dirs. Input size = the test frames padded to
+# max_stride 16: the exported graphs do not pad, and their traced resizes and crop grids
+# are frozen at this size.
+EXPORTS = {name: models for name, (models, _, _) in GOLDENS.items()}
 EXPORT_HEIGHT, EXPORT_WIDTH = 176, 208
 
 
@@ -171,12 +171,17 @@ def train_models(out: Path, work: Path, only: list[str] | None) -> dict:
     return report
 
 
-def predict_command(models: list[str], video: str, output: str) -> list[str]:
+def predict_command(model_paths: list[str], video: str, output: str) -> list[str]:
     """The sleap-nn predict call recorded for a golden (paths relative to the repo)."""
     cmd = ["sleap-nn", "predict", "--data_path", video]
-    for model in models:
-        cmd += ["--model_paths", f"tests/data/models/{model}"]
+    for model in model_paths:
+        cmd += ["--model_paths", model]
     return [*cmd, "--output_path", output, "--device", "cpu"]
+
+
+def repo_relative(path: Path, repo: Path) -> str:
+    """`path` relative to the repository when it is inside it, else as it is."""
+    return str(path.relative_to(repo)) if path.is_relative_to(repo) else str(path)
 
 
 def make_goldens(out: Path, repo: Path, only: list[str] | None) -> dict:
@@ -190,7 +195,7 @@ def make_goldens(out: Path, repo: Path, only: list[str] | None) -> dict:
         variant = synth.VARIANTS[dataset]
         video = f"tests/data/videos/{video_name(variant)}"
         slp = f"tests/data/goldens/{name}.slp"
-        cmd = predict_command(models, video, slp)
+        cmd = predict_command([f"tests/data/models/{m}" for m in models], video, slp)
         run = [str(SNN_BIN / cmd[0]), *cmd[1:]]
         seconds = run_logged(run, goldens_dir / f"{name}.log", cwd=repo)
         (goldens_dir / f"{name}.log").unlink()
@@ -205,26 +210,73 @@ def make_goldens(out: Path, repo: Path, only: list[str] | None) -> dict:
     return report
 
 
-def make_exports(out: Path, repo: Path) -> dict:
-    """Export model dirs to ONNX; record failures instead of stopping."""
+def export_command(name: str, models: list[str]) -> list[str]:
+    """The sleap-nn export call recorded for an export (paths relative to the repo)."""
+    cmd = ["sleap-nn", "export", *(f"tests/data/models/{m}" for m in models)]
+    cmd += ["--output", f"tests/data/exports/{name}", "--format", "onnx"]
+    return [*cmd, "--input-height", str(EXPORT_HEIGHT), "--input-width", str(EXPORT_WIDTH)]
+
+
+def padded_video(out: Path, work: Path, dataset: str) -> Path:
+    """The test video of `dataset` zero-padded bottom/right to the export input size.
+
+    sleap-nn's exported-model predict feeds frames to the graph as they are, and the
+    graphs only run at stride multiples, so their goldens are made on this copy. It is
+    written losslessly and checked to decode to exactly the padded pixels.
+    """
+    variant = synth.VARIANTS[dataset]
+    source = out / "videos" / video_name(variant)
+    target = work / "export_videos" / f"{Path(video_name(variant)).stem}_padded{source.suffix}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    frames, _ = media.decode_pyav(source)
+    height, width = frames.shape[1:3]
+    padding = ((0, 0), (0, EXPORT_HEIGHT - height), (0, EXPORT_WIDTH - width), (0, 0))
+    padded = np.pad(np.broadcast_to(frames, (*frames.shape[:3], 3)), padding)
+    media.write_lossless(target, padded, variant.grayscale)
+    media.verify_identical(target, padded, variant.grayscale)
+    return target
+
+
+def make_exports(out: Path, repo: Path, work: Path, only: list[str] | None) -> dict:
+    """Export each golden's model dirs to ONNX and record `predict --runtime onnx` on it.
+
+    The export goldens (goldens/export_<name>.npz) are sleap-nn's exported-model
+    predict on the padded test video (see `padded_video`); only the .npz is kept.
+    """
     report = {}
+    videos: dict[str, Path] = {}
     for name, models in EXPORTS.items():
+        if only and name not in only:
+            continue
         target = out / "exports" / name
         shutil.rmtree(target, ignore_errors=True)
-        cmd = ["sleap-nn", "export"]
-        cmd += [f"tests/data/models/{m}" for m in models]
-        cmd += ["--output", f"tests/data/exports/{name}", "--format", "onnx"]
-        cmd += ["--input-height", str(EXPORT_HEIGHT), "--input-width", str(EXPORT_WIDTH)]
-        log = out / f"export_{name}.log"
-        try:
-            seconds = run_logged([str(SNN_BIN / cmd[0]), *cmd[1:]], log, cwd=repo)
-        except RuntimeError as error:
-            report[name] = {"command": " ".join(cmd), "error": str(error)}
-            print(f"[export] {name} FAILED: {error}", flush=True)
-            continue
-        log.unlink()
+        cmd = export_command(name, models)
+        log = work / f"export_{name}.log"
+        seconds = run_logged([str(SNN_BIN / cmd[0]), *cmd[1:]], log, cwd=repo)
         files = {p.name: p.stat().st_size for p in sorted(target.iterdir())}
         report[name] = {"command": " ".join(cmd), "seconds": round(seconds, 1), "files": files}
+
+        dataset = GOLDENS[name][1]
+        if dataset not in videos:
+            videos[dataset] = padded_video(out, work, dataset)
+        slp = work / "export_goldens" / f"{name}.slp"
+        slp.parent.mkdir(parents=True, exist_ok=True)
+        predict = predict_command(
+            [f"tests/data/exports/{name}"],
+            repo_relative(videos[dataset], repo),
+            repo_relative(slp, repo),
+        )
+        predict += ["--runtime", "onnx"]
+        seconds = run_logged(
+            [str(SNN_BIN / predict[0]), *predict[1:]], work / f"predict_{name}.log", cwd=repo
+        )
+        arrays = goldens.predictions_to_arrays(slp, TEST_FRAMES)
+        np.savez_compressed(out / "goldens" / f"export_{name}.npz", **arrays)
+        report[name]["predict"] = {
+            "command": " ".join(predict),
+            "seconds": round(seconds, 1),
+            "instances_per_frame": np.bincount(arrays["n_instances"]).tolist(),
+        }
         print(f"[export] {name}: {report[name]}", flush=True)
     return report
 
@@ -251,7 +303,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("tests/data"))
     parser.add_argument("--work", type=Path, default=Path("build/fixtures"))
     parser.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
-    parser.add_argument("--only", nargs="+", help="limit train/predict to these names")
+    parser.add_argument("--only", nargs="+", help="limit train/predict/export to these names")
     args = parser.parse_args()
     os.environ.setdefault("PYTHONHASHSEED", "0")
     repo = Path(__file__).resolve().parent.parent
@@ -269,7 +321,7 @@ def main() -> None:
         "data": lambda: make_data(out, work),
         "train": lambda: train_models(out, work, args.only),
         "predict": lambda: make_goldens(out, repo, args.only),
-        "export": lambda: make_exports(out, repo),
+        "export": lambda: make_exports(out, repo, work, args.only),
         "score": lambda: score_goldens(out),
     }
     for stage in STAGES:
