@@ -50,6 +50,13 @@ def check_frames(frames: Any) -> tuple[int, int, int, int]:
     return tuple(int(n) for n in shape)
 
 
+def as_numpy(frames: Any) -> np.ndarray:
+    """A numpy array or torch tensor of frames as a host numpy array."""
+    if isinstance(frames, np.ndarray):
+        return frames
+    return frames.cpu().numpy()
+
+
 def convert_channels(frames: np.ndarray, channels: int) -> np.ndarray:
     """Converts uint8 (B, H, W, C) frames to `channels` channels as sleap-nn does.
 

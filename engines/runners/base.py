@@ -1,9 +1,13 @@
-"""The one interface every engine implements: a uint8 batch in, poses out."""
+"""The one interface every engine implements (a uint8 batch in, poses out), and the
+start of `run` they share."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from sleap_live.engines.errors import EngineError
+from sleap_live.engines.host.frames import as_numpy, check_frames, convert_channels
 from sleap_live.engines.types import FramePoses, ModelInfo
 
 
@@ -27,3 +31,31 @@ class Runner(Protocol):
     def close(self) -> None:
         """Release sessions and device buffers; idempotent."""
         ...
+
+
+def begin_run(
+    runner: object, engine: object | None, frames: Any, channels: Sequence[int]
+) -> tuple[Any, int]:
+    """What every runner's `run` does first, before its engine sees the frames.
+
+    Args:
+        runner: the runner, named in the error when it is closed.
+        engine: its model or session; None once the runner is closed.
+        frames: the batch handed to `run`.
+        channels: channel counts the engine takes itself; frames with another
+            count are converted on the host to the first (`convert_channels`).
+
+    Returns:
+        `(frames, batch_size)`: the frames as given (numpy array or torch tensor),
+        or as a converted numpy array.
+
+    Raises:
+        EngineError: the runner is closed.
+        InputMismatchError: frames are not uint8 (B, H, W, 1 or 3).
+    """
+    if engine is None:
+        raise EngineError(f"this {type(runner).__name__} is closed")
+    batch_size, _, _, count = check_frames(frames)
+    if count not in channels:
+        frames = convert_channels(as_numpy(frames), channels[0])
+    return frames, batch_size

@@ -10,12 +10,14 @@ thread per physical core) unless told otherwise.
 
 On a CUDA GPU (`onnxruntime-gpu`) inputs and outputs go through one reused I/O
 binding: a CUDA torch tensor is bound in place (no host round trip), a numpy batch
-is copied up once; outputs whose shape is fixed by the batch size are bound to
-device buffers allocated once per batch size, the rest to buffers ONNX Runtime
-allocates. ONNX Runtime synchronises its stream once at the end of the run (it
-must: instance counts are data-dependent), then all outputs come back to the host
-in one copy; there are no other synchronisations, staging copies or per-run
-allocations of fixed-shape outputs. When torch has CUDA, the session runs on
+is copied up once; outputs whose shape is fixed by the batch size (bottom-up
+outputs, per frame; see `sleap_live.engines.host.outputs`) are bound to device
+buffers allocated once per batch size, the rest (instance lists, whose length the
+data decide) to buffers ONNX Runtime allocates. ONNX Runtime synchronises its
+stream once at the end of the run (it must: instance counts are data-dependent),
+then all outputs come back to the host in one copy; there are no other
+synchronisations, staging copies or per-run allocations of fixed-shape outputs.
+When torch has CUDA, the session runs on
 torch's current stream (`user_compute_stream`), so work queued on that stream to
 produce the frames is ordered before inference without an explicit sync.
 """
@@ -24,19 +26,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
 from sleap_live.engines.errors import (
-    EngineError,
     ModelConfigError,
     ModelNotFoundError,
     RuntimeUnavailableError,
 )
-from sleap_live.engines.host.frames import check_frames, convert_channels
+from sleap_live.engines.host.frames import as_numpy
+from sleap_live.engines.host.outputs import OUTPUTS_BY_MODEL_TYPE, output_spec
 from sleap_live.engines.host.postprocess import decode
 from sleap_live.engines.load.metadata import METADATA_KEY, ExportMetadata
+from sleap_live.engines.runners.base import begin_run
 from sleap_live.engines.types import FramePoses, ModelInfo
 
 CPU = "CPUExecutionProvider"
@@ -44,6 +48,12 @@ CUDA = "CUDAExecutionProvider"
 GPU_INSTALL_HINT = "pip install sleap-live[gpu]"
 
 Provider = str | tuple[str, Mapping[str, Any]]
+# Output name -> one name per axis (see `sleap_live.engines.host.outputs.OutputSpec`).
+OutputAxes = Mapping[str, Sequence[str]]
+
+BATCH_AXIS = "batch"
+# Instance lists are as long as the data make them; never preallocated.
+INSTANCE_AXIS = "instances"
 
 _ELEMENT_TYPES = {
     "tensor(float)": np.float32,
@@ -175,7 +185,7 @@ class OnnxRunner:
         self._input_name = graph_input.name
         self._output_names = [output.name for output in session.get_outputs()]
         self.device = device_of(providers)
-        self._io = BoundIO.for_device(session, self.device)
+        self._io = BoundIO.for_device(session, self.device, contract_axes(self.info.model_type))
         self._session: Any = session
 
     def run(self, frames: Any) -> list[FramePoses]:
@@ -189,16 +199,11 @@ class OnnxRunner:
             InputMismatchError: frames are not uint8 (B, H, W, 1 or 3).
             EngineError: the runner is closed.
         """
-        if self._session is None:
-            raise EngineError("this OnnxRunner is closed")
-        batch_size, _, _, channels = check_frames(frames)
-        accepted = self.metadata.input_channels
-        if channels not in accepted:
-            frames = convert_channels(_to_numpy(frames), accepted[0])
+        frames, batch_size = begin_run(self, self._session, frames, self.metadata.input_channels)
         if self._io is not None:
             outputs = self._io.run(frames)
         else:
-            values = self._session.run(None, {self._input_name: _to_numpy(frames)})
+            values = self._session.run(None, {self._input_name: as_numpy(frames)})
             outputs = dict(zip(self._output_names, values, strict=True))
         return decode(self.info, outputs, batch_size)
 
@@ -206,6 +211,11 @@ class OnnxRunner:
         """Releases the session and its buffers; idempotent."""
         self._io = None
         self._session = None
+
+
+def contract_axes(model_type: str) -> OutputAxes:
+    """The axes of each output a sleap-live graph of `model_type` has (its output contract)."""
+    return {name: output_spec(name).axes for name in OUTPUTS_BY_MODEL_TYPE.get(model_type, ())}
 
 
 def device_of(providers: Sequence[Provider]) -> str:
@@ -224,13 +234,28 @@ class BoundIO:
     arrays at the end of each run, so results handed to the caller are never
     overwritten by a later run.
 
+    An output's shape is known when each of its axes (named in `output_axes`) is
+    sized in the graph, is the batch axis, or is an axis of the same name that the
+    graph sizes in another output: a bottom-up graph leaves `peak_scores` (batch,
+    nodes, peak_slots) symbolic where `peaks` (batch, nodes, peak_slots, xy) is
+    static. Outputs with an instance axis, or whose axes are not given, are left
+    to ONNX Runtime.
+
     Args:
         session: the `onnxruntime.InferenceSession`.
         device_type: "cuda" or "cpu", where inputs and outputs are bound.
         device_id: the device's index.
+        output_axes: axis names per output (e.g. `contract_axes`).
     """
 
-    def __init__(self, session: Any, device_type: str, device_id: int = 0) -> None:
+    def __init__(
+        self,
+        session: Any,
+        device_type: str,
+        device_id: int = 0,
+        *,
+        output_axes: OutputAxes = MappingProxyType({}),
+    ) -> None:
         import onnxruntime as ort
 
         self._ort = ort
@@ -245,14 +270,24 @@ class BoundIO:
             (output.name, output.shape, _ELEMENT_TYPES.get(output.type))
             for output in session.get_outputs()
         ]
+        self._axes = {
+            name: tuple(output_axes[name])
+            for name, dims, _ in self._outputs
+            if name in output_axes and len(output_axes[name]) == len(dims)
+        }
+        self._axis_sizes = _axis_sizes(
+            [(dims, self._axes[name]) for name, dims, _ in self._outputs if name in self._axes]
+        )
         self._buffers: dict[int, dict[str, Any]] = {}
 
     @classmethod
-    def for_device(cls, session: Any, device: str) -> BoundIO | None:
+    def for_device(
+        cls, session: Any, device: str, output_axes: OutputAxes = MappingProxyType({})
+    ) -> BoundIO | None:
         """The binding for a session on `device` ("cuda:N"), or None on the CPU."""
         if not device.startswith("cuda:"):
             return None
-        return cls(session, "cuda", int(device.partition(":")[2]))
+        return cls(session, "cuda", int(device.partition(":")[2]), output_axes=output_axes)
 
     def run(self, frames: Any) -> dict[str, np.ndarray]:
         binding = self._binding
@@ -288,7 +323,10 @@ class BoundIO:
         if batch_size not in self._buffers:
             buffers = {}
             for name, dims, dtype in self._outputs:
-                shape = _fixed_shape(dims, batch_size)
+                axes = self._axes.get(name)
+                shape = (
+                    None if axes is None else _fixed_shape(dims, axes, self._axis_sizes, batch_size)
+                )
                 if shape is not None and dtype is not None:
                     buffers[name] = self._ort.OrtValue.ortvalue_from_shape_and_type(
                         shape, dtype, self._device_type, self._device_id
@@ -297,23 +335,33 @@ class BoundIO:
         return self._buffers[batch_size]
 
 
-def _fixed_shape(dims: Sequence[Any], batch_size: int) -> tuple[int, ...] | None:
-    """An output's shape when only the batch axis varies, else None."""
+def _axis_sizes(outputs: Sequence[tuple[Sequence[Any], Sequence[str]]]) -> dict[str, int]:
+    """Axis name -> size, for the axes some output's graph dims give a size."""
+    sizes: dict[str, int] = {}
+    for dims, axes in outputs:
+        for dim, axis in zip(dims, axes, strict=True):
+            if isinstance(dim, int) and axis not in (BATCH_AXIS, INSTANCE_AXIS):
+                sizes.setdefault(axis, dim)
+    return sizes
+
+
+def _fixed_shape(
+    dims: Sequence[Any], axes: Sequence[str], axis_sizes: Mapping[str, int], batch_size: int
+) -> tuple[int, ...] | None:
+    """An output's shape for `batch_size` frames, or None when the data decide it."""
+    if INSTANCE_AXIS in axes:
+        return None
     shape = []
-    for dim in dims:
+    for dim, axis in zip(dims, axes, strict=True):
         if isinstance(dim, int):
             shape.append(dim)
-        elif dim == "batch":
+        elif axis == BATCH_AXIS:
             shape.append(batch_size)
+        elif axis in axis_sizes:
+            shape.append(axis_sizes[axis])
         else:
             return None
     return tuple(shape)
-
-
-def _to_numpy(frames: Any) -> np.ndarray:
-    if isinstance(frames, np.ndarray):
-        return frames
-    return frames.cpu().numpy()
 
 
 def _provider_name(provider: Provider) -> str:

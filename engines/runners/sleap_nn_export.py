@@ -1,46 +1,49 @@
 """Runs a directory written by `sleap-nn export` (`export_metadata.json` + `model.onnx`).
 
-The graph is used as sleap-nn wrote it. Its input contract is uint8 NCHW
-`(batch, C, H, W)` named "image", with `C` the model's channel count and `H`, `W`
-either fixed or free but then required to be multiples of the backbone's stride.
-Frames are brought to that contract on the host:
+Poses are those of `sleap-nn predict --runtime onnx` on the same directory
+(sleap-nn 0.3.5, `Predictor.from_export_dir` and its `Exported*Layer` adapters,
+with predict's defaults). The graph is used as sleap-nn wrote it: uint8 NCHW
+`(batch, C, H, W)` named "image", which it normalises, resizes by `input_scale`
+and decodes itself. Around it, as sleap-nn does:
 
-1. channels converted as sleap-nn's `ensure_rgb` / `ensure_grayscale` do;
-2. the size matcher of the training config (`max_height` / `max_width`),
-   letterboxing exactly as sleap-nn's checkpoint path does;
-3. for a graph of fixed size, frames that are larger are letterboxed down into
-   it (antialiased, as sleap-nn resizes) and smaller ones padded; otherwise
-   padding bottom/right to a multiple of the backbone's `max_stride` (read from
-   the training config the export copied beside the graph).
+- frames go in as they are: no size matching, no resize, no refinement;
+- single_instance: one instance per frame, NaN where a node's peak is under the
+  threshold, scored by the sum of its node values;
+- centroid: one instance per valid slot, on the one-node "centroid" skeleton
+  (a model of a larger skeleton), scored by the centroid value;
+- topdown: one instance per valid slot with any node found, scored by the sum of
+  its node values (sleap-nn's exported path sets no centroid score);
+- multi_class_topdown_combined: the frame's valid instances get classes by
+  Hungarian matching on the softmax of their class logits; instances come out
+  in class order, those left without a class are dropped, scores as top-down;
+- bottomup: PAF grouping of the graph's candidates with predict's defaults
+  (`min_line_scores` 0.25, `min_instance_peaks` 0, no instance cap), peaks
+  divided by `input_scale`;
+- multi_class_bottomup: class-map grouping, one instance per class that got a
+  peak, scored by the sum of its node values. Its graph already divides peaks by
+  `input_scale` and sleap-nn's adapter divides them again; that is reproduced,
+  so these poses stay sleap-nn's (it only matters for `input_scale` != 1).
 
-Padding bottom/right leaves coordinates unchanged; resizing is undone by dividing
-coordinates by the scale. The graph's outputs (see sleap-nn's export wrappers)
-are rewritten into the outputs of sleap-live's own model of that type and decoded
-by `sleap_live.engines.host.postprocess.decode`, so poses mean the same whichever
-runner produced them:
+Two steps go beyond sleap-nn, for frames its exported path cannot run:
 
-- single_instance (peaks, peak_vals): one instance per frame, scored by the sum
-  of its node scores;
-- centroid (centroids, centroid_vals, instance_valid): a one-node instance per
-  valid slot (on the "centroid" skeleton), scored by the centroid value;
-- topdown (+ peaks, peak_vals): one instance per valid slot, scored by the
-  centroid value;
-- multi_class_topdown_combined (+ class_logits): softmax class probabilities,
-  assigned to instances per frame by Hungarian matching;
-- bottomup (peaks, peak_vals, peak_mask, line_scores, candidate_mask): PAF
-  grouping with sleap-nn's predict defaults;
-- multi_class_bottomup (peaks, peak_vals, peak_mask, class_probs): class-map
-  grouping.
-
-Bottom-up peaks come in scaled-input pixels and are divided by `input_scale`;
-multi-class bottom-up peaks are already unscaled inside the graph (sleap-nn's own
-adapter divides them a second time, which is a bug). Centered-instance exports
-take crops, not frames, and are refused, as are embedding and box models.
+- frames whose channel count differs from the graph's are converted as
+  sleap-nn's `ensure_rgb` / `ensure_grayscale` do;
+- frames are zero-padded bottom/right to a multiple of the backbone's
+  `max_stride` (from the training config the export copied), as sleap-nn's
+  checkpoint predict pads them; the graphs cannot run other sizes. Padding moves
+  no coordinates, and frames that are already multiples get sleap-nn's exact
+  poses. A graph of fixed size takes frames up to that size, padded to it.
 
 A caveat of sleap-nn's tracer-based export: sizes computed with Python numbers
 (`int(H * input_scale)` resizes, the top-down crop grid's `crop / width`) are
-frozen to the size the graph was traced at (`--input-height/--input-width`).
-Such graphs are only exact for frames that, after steps 1-3, have that size.
+frozen to the size the graph was traced at (`--input-height/--input-width`), so
+such graphs are only right for frames that, padded, have that size. sleap-nn's
+own predict gives the same poses on other sizes.
+
+The graph's outputs are rewritten into the outputs of sleap-live's own model of
+that type and decoded by `sleap_live.engines.host.postprocess.decode`.
+Centered-instance exports take crops, not frames, and are refused, as are
+embedding and box models.
 """
 
 from __future__ import annotations
@@ -51,19 +54,27 @@ from typing import Any
 
 import attrs
 import numpy as np
-import yaml
+from scipy.optimize import linear_sum_assignment
 
 from sleap_live.engines.errors import (
-    EngineError,
+    InputMismatchError,
     ModelConfigError,
     RuntimeUnavailableError,
 )
-from sleap_live.engines.host.frames import check_frames, convert_channels
+from sleap_live.engines.host.frames import as_numpy, convert_channels
 from sleap_live.engines.host.grouping import ClassMapGrouper, PafGrouper
 from sleap_live.engines.host.postprocess import decode
-from sleap_live.engines.load.dirs import read_export_metadata
-from sleap_live.engines.load.spec import ModelSpec, parse_training_config
-from sleap_live.engines.runners.onnx import CPU, BoundIO, Provider, create_session, device_of
+from sleap_live.engines.load.dirs import EXPORT_METADATA, TRAINING_CONFIG, read_export_metadata
+from sleap_live.engines.load.spec import ModelSpec, parse_training_config, read_yaml
+from sleap_live.engines.runners.base import begin_run
+from sleap_live.engines.runners.onnx import (
+    BATCH_AXIS,
+    CPU,
+    BoundIO,
+    Provider,
+    create_session,
+    device_of,
+)
 from sleap_live.engines.types import CENTROID_SKELETON, FramePoses, ModelInfo, Skeleton
 
 MODEL_FILE = "model.onnx"
@@ -81,10 +92,43 @@ FRAME_MODEL_CONFIG = {
     "topdown": "training_config_centroid.yaml",
     "multi_class_topdown_combined": "training_config_centroid.yaml",
 }
-DEFAULT_CONFIG = "training_config.yaml"
 # sleap-nn's defaults for PAF grouping at predict time.
 MIN_LINE_SCORES = 0.25
 MIN_INSTANCE_PEAKS = 0
+
+# The outputs of sleap-nn's export wrappers, with their axes, by sleap-nn model
+# type. "slots" are the `max_instances` centroid slots, "pairs" the K x K
+# candidate connections of an edge; every axis but the batch is fixed in size.
+_INSTANCE_SLOTS = {
+    "centroids": (BATCH_AXIS, "slots", "xy"),
+    "centroid_vals": (BATCH_AXIS, "slots"),
+    "instance_valid": (BATCH_AXIS, "slots"),
+}
+_TOPDOWN = {
+    **_INSTANCE_SLOTS,
+    "peaks": (BATCH_AXIS, "slots", "nodes", "xy"),
+    "peak_vals": (BATCH_AXIS, "slots", "nodes"),
+}
+_PEAK_SLOTS = {
+    "peaks": (BATCH_AXIS, "nodes", "peak_slots", "xy"),
+    "peak_vals": (BATCH_AXIS, "nodes", "peak_slots"),
+    "peak_mask": (BATCH_AXIS, "nodes", "peak_slots"),
+}
+OUTPUT_AXES: Mapping[str, Mapping[str, tuple[str, ...]]] = {
+    "single_instance": {"peaks": (BATCH_AXIS, "nodes", "xy"), "peak_vals": (BATCH_AXIS, "nodes")},
+    "centroid": _INSTANCE_SLOTS,
+    "topdown": _TOPDOWN,
+    "multi_class_topdown_combined": {**_TOPDOWN, "class_logits": (BATCH_AXIS, "slots", "classes")},
+    "bottomup": {
+        **_PEAK_SLOTS,
+        "line_scores": (BATCH_AXIS, "edges", "pairs"),
+        "candidate_mask": (BATCH_AXIS, "edges", "pairs"),
+    },
+    "multi_class_bottomup": {
+        **_PEAK_SLOTS,
+        "class_probs": (BATCH_AXIS, "nodes", "peak_slots", "classes"),
+    },
+}
 
 Outputs = Mapping[str, np.ndarray]
 
@@ -138,7 +182,6 @@ class SleapNNExportRunner:
         self._layout = _layout(metadata, spec, export_dir)
         self.info: ModelInfo = self._layout.info
         self._stride = spec.max_stride
-        self._max_size = (spec.preprocess.max_height, spec.preprocess.max_width)
 
         session = create_session(model_path, providers, intra_op_threads=intra_op_threads)
         (graph_input,) = session.get_inputs()
@@ -149,59 +192,62 @@ class SleapNNExportRunner:
             (height, width) if isinstance(height, int) and isinstance(width, int) else None
         )
         self._output_names = [output.name for output in session.get_outputs()]
-        needed = _OUTPUTS[self._layout.sleap_nn_type]
-        missing = [name for name in needed if name not in self._output_names]
+        output_axes = OUTPUT_AXES[self._layout.sleap_nn_type]
+        missing = [name for name in output_axes if name not in self._output_names]
         if missing:
             raise ModelConfigError(
                 f"{model_path}: a {metadata['model_type']} export should output {missing}; "
                 f"it outputs {self._output_names}"
             )
         self.device = device_of(providers)
-        self._io = BoundIO.for_device(session, self.device)
+        self._io = BoundIO.for_device(session, self.device, output_axes)
         self._session: Any = session
 
     def run(self, frames: Any) -> list[FramePoses]:
         """Poses for each frame of a uint8 (B, H, W, C) numpy array or torch tensor.
 
         Raises:
-            InputMismatchError: frames are not uint8 (B, H, W, 1 or 3).
+            InputMismatchError: frames are not uint8 (B, H, W, 1 or 3), or larger
+                than a fixed-size graph.
             EngineError: the runner is closed.
         """
-        if self._session is None:
-            raise EngineError("this SleapNNExportRunner is closed")
-        check_frames(frames)
-        image, scale = self.prepare(
-            frames if isinstance(frames, np.ndarray) else frames.cpu().numpy()
-        )
+        frames, batch_size = begin_run(self, self._session, frames, (self._channels,))
+        image = self.prepare(as_numpy(frames))
         if self._io is not None:
             outputs = self._io.run(image)
         else:
             values = self._session.run(None, {self._input_name: image})
             outputs = dict(zip(self._output_names, values, strict=True))
-        adapted = _ADAPTERS[self._layout.sleap_nn_type](self._layout, outputs, scale)
-        return decode(self.info, adapted, image.shape[0])
+        return _POSES[self._layout.sleap_nn_type](self._layout, outputs, batch_size)
 
-    def prepare(self, frames: np.ndarray) -> tuple[np.ndarray, float]:
-        """Frames as the graph takes them (steps 1-3 of the module docstring).
+    def prepare(self, frames: np.ndarray) -> np.ndarray:
+        """uint8 (B, H, W, C) frames as the graph's uint8 (B, C, H, W) input.
 
-        Returns:
-            `(image, scale)`: the uint8 (B, C, H, W) input and the factor by which
-            frame coordinates were scaled into it.
+        Converts them to the graph's channel count and pads them bottom/right to a
+        multiple of the backbone's stride, or to the graph's fixed size (see the
+        module docstring).
+
+        Raises:
+            InputMismatchError: frames are larger than a fixed-size graph.
         """
-        image = np.ascontiguousarray(convert_channels(frames, self._channels).transpose(0, 3, 1, 2))
-        scale = 1.0
-        if self._max_size != (None, None):
-            image, scale = _letterbox(image, *self._max_size)
-        height, width = image.shape[2:]
-        if self._fixed_size is not None:
-            target_height, target_width = self._fixed_size
-            if height > target_height or width > target_width:
-                image, fitted = _letterbox(image, target_height, target_width)
-                scale *= fitted
-        else:
+        frames = convert_channels(frames, self._channels)
+        height, width = frames.shape[1:3]
+        if self._fixed_size is None:
             target_height = -(-height // self._stride) * self._stride
             target_width = -(-width // self._stride) * self._stride
-        return _pad(image, target_height, target_width), scale
+        else:
+            target_height, target_width = self._fixed_size
+            if height > target_height or width > target_width:
+                raise InputMismatchError(
+                    f"frames of {height}x{width} do not fit this sleap-nn export's fixed "
+                    f"{target_height}x{target_width} input; re-export it with --input-height "
+                    "and --input-width of at least the frame size"
+                )
+        image = frames.transpose(0, 3, 1, 2)
+        if (target_height, target_width) != (height, width):
+            padding = ((0, 0), (0, 0), (0, target_height - height), (0, target_width - width))
+            image = np.pad(image, padding)
+        return np.ascontiguousarray(image)
 
     def close(self) -> None:
         """Releases the session; idempotent."""
@@ -210,34 +256,30 @@ class SleapNNExportRunner:
 
 
 def _frame_model_spec(export_dir: Path, sleap_nn_type: str) -> ModelSpec:
-    name = FRAME_MODEL_CONFIG.get(sleap_nn_type, DEFAULT_CONFIG)
-    path = export_dir / name
     if sleap_nn_type not in MODEL_TYPES:
         raise ModelConfigError(
             f"{export_dir}: sleap-nn export of type {sleap_nn_type!r} cannot run on whole frames "
             f"(supported: {', '.join(MODEL_TYPES)}; export a centered-instance model together "
             "with its centroid model)"
         )
+    path = export_dir / FRAME_MODEL_CONFIG.get(sleap_nn_type, TRAINING_CONFIG)
     if not path.is_file():
         raise ModelConfigError(
             f"{path}: not found; sleap-live needs the training config sleap-nn export copies "
-            "beside the graph (for the backbone stride and size matcher)"
+            "beside the graph (for the backbone stride)"
         )
-    try:
-        config = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as error:
-        raise ModelConfigError(f"{path}: not valid YAML ({str(error).splitlines()[0]})") from error
-    return parse_training_config(config, export_dir)
+    return parse_training_config(read_yaml(path), export_dir)
 
 
 def _layout(metadata: Mapping[str, Any], spec: ModelSpec, export_dir: Path) -> _Layout:
-    origin = export_dir / "export_metadata.json"
+    origin = export_dir / EXPORT_METADATA
     sleap_nn_type = metadata["model_type"]
     try:
         node_names = tuple(str(name) for name in metadata["node_names"])
         edges = tuple((int(a), int(b)) for a, b in metadata.get("edge_inds") or ())
         input_channels = int(metadata["input_channels"])
         input_scale = float(metadata.get("input_scale", 1.0))
+        # sleap-nn falls back to 0.2 when the metadata has no threshold.
         threshold = float(metadata.get("peak_threshold") or 0.2)
         class_names = tuple(str(name) for name in metadata.get("class_names") or ())
         max_instances = metadata.get("max_instances")
@@ -245,30 +287,33 @@ def _layout(metadata: Mapping[str, Any], spec: ModelSpec, export_dir: Path) -> _
     except (KeyError, TypeError, ValueError) as error:
         raise ModelConfigError(f"{origin}: malformed ({error!r})") from error
     if not edges and spec.skeleton.node_names == node_names:
-        # Single-instance exports record no edges; the training config has them.
+        # Single-instance and top-down exports record no edges; the training config has them.
         edges = spec.skeleton.edges
     skeleton = Skeleton(node_names, edges, name=spec.skeleton.name)
     if sleap_nn_type == "centroid" and len(node_names) > 1:
-        # As sleap-live's own centroid model: one-node instances on sleap-io's skeleton.
         skeleton = CENTROID_SKELETON
 
     postprocess: dict[str, Any] = {}
     if sleap_nn_type == "single_instance":
         max_instances = 1
     elif sleap_nn_type == "bottomup":
+        if max_peaks is None:
+            raise ModelConfigError(f"{origin}: no max_peaks_per_node for a bottomup export")
         postprocess = PafGrouper(
             n_nodes=len(node_names),
             edges=edges,
             min_line_scores=MIN_LINE_SCORES,
             min_instance_peaks=MIN_INSTANCE_PEAKS,
         ).postprocess_settings()
-        max_instances = len(node_names) * int(max_peaks or 1)
-    elif sleap_nn_type == "multi_class_bottomup":
-        postprocess = ClassMapGrouper(
-            n_nodes=len(node_names), n_classes=len(class_names)
-        ).postprocess_settings()
-        max_instances = len(class_names)
-    elif sleap_nn_type == "multi_class_topdown_combined":
+        # No cap, as in sleap-nn: there cannot be more instances than peaks.
+        max_instances = len(node_names) * int(max_peaks)
+    elif sleap_nn_type in ("multi_class_bottomup", "multi_class_topdown_combined"):
+        if not class_names:
+            raise ModelConfigError(f"{origin}: no class_names for a {sleap_nn_type} export")
+        if sleap_nn_type == "multi_class_bottomup":
+            postprocess = ClassMapGrouper(
+                n_nodes=len(node_names), n_classes=len(class_names)
+            ).postprocess_settings()
         max_instances = len(class_names)
     if max_instances is None:
         raise ModelConfigError(f"{origin}: no max_instances for a {sleap_nn_type} export")
@@ -284,124 +329,130 @@ def _layout(metadata: Mapping[str, Any], spec: ModelSpec, export_dir: Path) -> _
     return _Layout(sleap_nn_type, info, input_scale)
 
 
-def _letterbox(
-    image: np.ndarray, max_height: int | None, max_width: int | None
-) -> tuple[np.ndarray, float]:
-    """sleap-nn's size matcher on uint8 (B, C, H, W) frames."""
-    import torch
-
-    from sleap_live.engines.graph.preprocess import sizematch
-
-    matched, scale = sizematch(torch.from_numpy(image), max_height, max_width)
-    return matched.numpy(), float(scale)
+def _point_scores(points: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Node values as float32, NaN wherever the point is missing."""
+    return np.where(np.isnan(points[..., 0]), np.float32(np.nan), values).astype(np.float32)
 
 
-def _pad(image: np.ndarray, height: int, width: int) -> np.ndarray:
-    pad_height, pad_width = height - image.shape[2], width - image.shape[3]
-    if pad_height == 0 and pad_width == 0:
-        return image
-    return np.pad(image, ((0, 0), (0, 0), (0, pad_height), (0, pad_width)))
+def _node_sums(values: np.ndarray) -> np.ndarray:
+    """sleap-nn's score of an instance without one of its own: `np.nansum` of its nodes."""
+    return np.nansum(values.astype(np.float32), axis=-1).astype(np.float32)
 
 
-def _missing_as_nan(points: np.ndarray, scores: np.ndarray) -> np.ndarray:
-    """Scores as float32, NaN wherever the point is missing."""
-    return np.where(np.isnan(points[..., 0]), np.float32(np.nan), scores).astype(np.float32)
-
-
-def _instance_lists(
-    frames: np.ndarray, points: np.ndarray, point_scores: np.ndarray, instance_scores: np.ndarray
-) -> dict[str, np.ndarray]:
-    return {
+def _instance_poses(
+    layout: _Layout,
+    batch_size: int,
+    frames: np.ndarray,
+    points: np.ndarray,
+    values: np.ndarray,
+    instance_scores: np.ndarray,
+    class_scores: np.ndarray | None = None,
+) -> list[FramePoses]:
+    outputs = {
         "instance_frame": frames.astype(np.int64),
         "points": points.astype(np.float32),
-        "point_scores": _missing_as_nan(points, point_scores),
+        "point_scores": _point_scores(points, values),
         "instance_scores": instance_scores.astype(np.float32),
     }
+    if class_scores is not None:
+        outputs["class_scores"] = class_scores.astype(np.float32)
+    return decode(layout.info, outputs, batch_size)
 
 
-def _single_instance(layout: _Layout, outputs: Outputs, scale: float) -> dict[str, np.ndarray]:
-    points = outputs["peaks"] / scale
-    scores = _missing_as_nan(points, outputs["peak_vals"])
-    totals = np.where(np.isnan(scores), 0, scores).sum(axis=1)
-    return _instance_lists(np.arange(points.shape[0]), points, scores, totals)
-
-
-def _centroid(layout: _Layout, outputs: Outputs, scale: float) -> dict[str, np.ndarray]:
-    frames, slots = np.nonzero(outputs["instance_valid"])
-    values = outputs["centroid_vals"][frames, slots]
-    points = outputs["centroids"][frames, slots, None] / scale
-    return _instance_lists(frames, points, values[:, None], values)
-
-
-def _topdown(layout: _Layout, outputs: Outputs, scale: float) -> dict[str, np.ndarray]:
-    frames, slots = np.nonzero(outputs["instance_valid"])
-    return _instance_lists(
-        frames,
-        outputs["peaks"][frames, slots] / scale,
-        outputs["peak_vals"][frames, slots],
-        outputs["centroid_vals"][frames, slots],
+def _single_instance(layout: _Layout, outputs: Outputs, batch_size: int) -> list[FramePoses]:
+    values = outputs["peak_vals"]
+    return _instance_poses(
+        layout, batch_size, np.arange(batch_size), outputs["peaks"], values, _node_sums(values)
     )
 
 
-def _topdown_multi_class(layout: _Layout, outputs: Outputs, scale: float) -> dict[str, np.ndarray]:
+def _centroid(layout: _Layout, outputs: Outputs, batch_size: int) -> list[FramePoses]:
     frames, slots = np.nonzero(outputs["instance_valid"])
-    logits = outputs["class_logits"][frames, slots].astype(np.float64)
-    probs = np.exp(logits - logits.max(axis=1, keepdims=True))
-    probs /= probs.sum(axis=1, keepdims=True)
-    return {
-        **_topdown(layout, outputs, scale),
-        "class_scores": probs.astype(np.float32),
-    }
+    values = outputs["centroid_vals"][frames, slots]
+    points = outputs["centroids"][frames, slots, None]
+    return _instance_poses(layout, batch_size, frames, points, values[:, None], values)
 
 
-def _bottomup(layout: _Layout, outputs: Outputs, scale: float) -> dict[str, np.ndarray]:
+def _topdown(layout: _Layout, outputs: Outputs, batch_size: int) -> list[FramePoses]:
+    frames, slots = np.nonzero(outputs["instance_valid"])
+    values = outputs["peak_vals"][frames, slots]
+    return _instance_poses(
+        layout, batch_size, frames, outputs["peaks"][frames, slots], values, _node_sums(values)
+    )
+
+
+def _topdown_multi_class(layout: _Layout, outputs: Outputs, batch_size: int) -> list[FramePoses]:
+    """Instances in class order, as sleap-nn's adapter slots them (module docstring)."""
+    n_classes = len(layout.info.class_names)
+    frames, slots, classes = [], [], []
+    for frame in range(batch_size):
+        (valid,) = np.nonzero(outputs["instance_valid"][frame])
+        if valid.size == 0:
+            continue
+        logits = outputs["class_logits"][frame, valid].astype(np.float32)
+        probs = np.exp(logits - logits.max(axis=1, keepdims=True))
+        probs /= probs.sum(axis=1, keepdims=True)
+        rows, cols = linear_sum_assignment(-probs)
+        order = np.argsort(cols)
+        frames.append(np.full(rows.size, frame))
+        slots.append(valid[rows[order]])
+        classes.append(cols[order])
+    if not frames:
+        frames, slots, classes = [np.zeros(0, np.int64)] * 3
+    frame_of, slot_of, class_of = (np.concatenate(parts) for parts in (frames, slots, classes))
+    values = outputs["peak_vals"][frame_of, slot_of]
+    # The assignment is made above; as one-hot scores, `decode` keeps it.
+    one_hot = np.eye(n_classes, dtype=np.float32)[class_of]
+    return _instance_poses(
+        layout,
+        batch_size,
+        frame_of,
+        outputs["peaks"][frame_of, slot_of],
+        values,
+        _node_sums(values),
+        one_hot,
+    )
+
+
+def _bottomup(layout: _Layout, outputs: Outputs, batch_size: int) -> list[FramePoses]:
     valid = outputs["peak_mask"].astype(bool)
-    batch, n_edges, pairs = outputs["line_scores"].shape
+    _, n_edges, pairs = outputs["line_scores"].shape
     k = valid.shape[2]
     line_scores = np.where(outputs["candidate_mask"], outputs["line_scores"], np.nan)
-    return {
-        "peaks": _valid_points(outputs["peaks"] / (layout.input_scale * scale), valid),
+    adapted = {
+        "peaks": _valid_points(outputs["peaks"] / layout.input_scale, valid),
         "peak_scores": np.where(valid, outputs["peak_vals"], np.nan).astype(np.float32),
         "peak_valid": valid,
-        "line_scores": line_scores.reshape(batch, n_edges, k, pairs // k).astype(np.float32),
+        "line_scores": line_scores.reshape(batch_size, n_edges, k, pairs // k).astype(np.float32),
     }
+    return decode(layout.info, adapted, batch_size)
 
 
-def _bottomup_multi_class(layout: _Layout, outputs: Outputs, scale: float) -> dict[str, np.ndarray]:
-    # sleap-nn's graph already divides these peaks by input_scale.
+def _bottomup_multi_class(layout: _Layout, outputs: Outputs, batch_size: int) -> list[FramePoses]:
     valid = outputs["peak_mask"].astype(bool)
-    return {
-        "peaks": _valid_points(outputs["peaks"] / scale, valid),
+    adapted = {
+        # Divided by input_scale a second time, as sleap-nn's adapter does.
+        "peaks": _valid_points(outputs["peaks"] / layout.input_scale, valid),
         "peak_scores": np.where(valid, outputs["peak_vals"], np.nan).astype(np.float32),
         "peak_valid": valid,
         "class_probs": outputs["class_probs"].astype(np.float32),
     }
+    return [
+        attrs.evolve(poses, instance_scores=_node_sums(poses.point_scores))
+        for poses in decode(layout.info, adapted, batch_size)
+    ]
 
 
 def _valid_points(points: np.ndarray, valid: np.ndarray) -> np.ndarray:
     return np.where(valid[..., None], points, np.nan).astype(np.float32)
 
 
-# sleap-nn export outputs -> the outputs `postprocess.decode` takes for the model type.
-_ADAPTERS: Mapping[str, Callable[[_Layout, Outputs, float], dict[str, np.ndarray]]] = {
+# sleap-nn export outputs -> poses, by sleap-nn model type.
+_POSES: Mapping[str, Callable[[_Layout, Outputs, int], list[FramePoses]]] = {
     "single_instance": _single_instance,
     "centroid": _centroid,
     "topdown": _topdown,
     "multi_class_topdown_combined": _topdown_multi_class,
     "bottomup": _bottomup,
     "multi_class_bottomup": _bottomup_multi_class,
-}
-_OUTPUTS = {
-    "single_instance": ("peaks", "peak_vals"),
-    "centroid": ("centroids", "centroid_vals", "instance_valid"),
-    "topdown": ("centroid_vals", "peaks", "peak_vals", "instance_valid"),
-    "multi_class_topdown_combined": (
-        "centroid_vals",
-        "peaks",
-        "peak_vals",
-        "class_logits",
-        "instance_valid",
-    ),
-    "bottomup": ("peaks", "peak_vals", "peak_mask", "line_scores", "candidate_mask"),
-    "multi_class_bottomup": ("peaks", "peak_vals", "peak_mask", "class_probs"),
 }

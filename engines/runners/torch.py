@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from sleap_live.engines.errors import EngineError, RuntimeUnavailableError
+from sleap_live.engines.errors import RuntimeUnavailableError
 from sleap_live.engines.graph.base import InferenceModel
-from sleap_live.engines.host.frames import check_frames, convert_channels
 from sleap_live.engines.host.postprocess import decode
+from sleap_live.engines.runners.base import begin_run
 from sleap_live.engines.types import FramePoses, ModelInfo
 
 
@@ -68,10 +68,11 @@ class TorchRunner:
             InputMismatchError: frames are not uint8 (B, H, W, 1 or 3).
             EngineError: the runner is closed.
         """
-        if self._model is None:
-            raise EngineError("this TorchRunner is closed")
-        batch_size, _, _, channels = check_frames(frames)
-        tensor = self._as_model_input(frames, channels)
+        frames, batch_size = begin_run(self, self._model, frames, self._input_channels)
+        if isinstance(frames, np.ndarray):
+            tensor = torch.from_numpy(np.ascontiguousarray(frames)).to(self._target)
+        else:
+            tensor = frames.to(self._target, non_blocking=True)
         with torch.inference_mode():
             outputs = self._model(tensor)
         arrays = {
@@ -83,13 +84,3 @@ class TorchRunner:
     def close(self) -> None:
         """Drops the model (and its device memory); idempotent."""
         self._model = None
-
-    def _as_model_input(self, frames: Any, channels: int) -> torch.Tensor:
-        if isinstance(frames, np.ndarray):
-            if channels not in self._input_channels:
-                frames = convert_channels(frames, self._input_channels[0])
-            return torch.from_numpy(np.ascontiguousarray(frames)).to(self._target)
-        if channels not in self._input_channels:
-            converted = convert_channels(frames.cpu().numpy(), self._input_channels[0])
-            return torch.from_numpy(converted).to(self._target)
-        return frames.to(self._target, non_blocking=True)

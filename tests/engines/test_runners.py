@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -17,16 +19,21 @@ from sleap_live.engines.errors import (
 )
 from sleap_live.engines.export import export_inference_model, export_onnx_bytes, load_torchscript
 from sleap_live.engines.export.frames import sample_frames
+from sleap_live.engines.graph.build import load_inference_model
 from sleap_live.engines.graph.preprocess import ensure_channels
 from sleap_live.engines.host.frames import check_frames, convert_channels
 from sleap_live.engines.runners.base import Runner
 from sleap_live.engines.runners.onnx import (
     BoundIO,
     OnnxRunner,
+    contract_axes,
     create_session,
     providers_for,
 )
 from sleap_live.engines.runners.torch import TorchRunner
+from sleap_live.stream.sources import FileSource
+
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 HAS_CUDA_EP = "CUDAExecutionProvider" in ort.get_available_providers()
 
@@ -217,27 +224,49 @@ def test_io_binding_matches_session_run_and_never_reuses_results(toy_onnx):
         np.testing.assert_array_equal(first[name], value)
 
 
-def test_io_binding_preallocates_outputs_whose_shape_follows_the_batch():
-    graph = onnx.helper.make_graph(
-        [
-            onnx.helper.make_node("Cast", ["frames"], ["as_float"], to=onnx.TensorProto.FLOAT),
-            onnx.helper.make_node("ReduceSum", ["as_float", "axes"], ["sums"], keepdims=0),
-        ],
-        "sums",
-        [onnx.helper.make_tensor_value_info("frames", onnx.TensorProto.UINT8, ["batch", 4, 4, 1])],
-        [onnx.helper.make_tensor_value_info("sums", onnx.TensorProto.FLOAT, ["batch"])],
-        [onnx.helper.make_tensor("axes", onnx.TensorProto.INT64, [3], [1, 2, 3])],
+@pytest.fixture(scope="module")
+def bottomup_onnx():
+    # This project's own export of the fixture bottom-up model, as `load_runner` makes it.
+    model_dir = DATA / "models" / "bottomup"
+    if not (model_dir / "best.ckpt").is_file():
+        pytest.skip(f"fixture {model_dir} has not been generated (scripts/make_fixtures.py)")
+    return export_onnx_bytes(load_inference_model([model_dir]), verify=False)
+
+
+def test_io_binding_preallocates_the_outputs_of_a_bottom_up_export(bottomup_onnx):
+    session = create_session(bottomup_onnx, intra_op_threads=1)
+    dims = {output.name: output.shape for output in session.get_outputs()}
+    # The graph sizes the peak slots in `peaks` and `line_scores` only.
+    assert dims["peaks"][1:] == [5, 20, 2] and not isinstance(dims["peak_scores"][1], int)
+    bound = BoundIO(session, "cpu", output_axes=contract_axes("bottomup"))
+    with FileSource(str(DATA / "videos" / "multi_gray.mkv")) as source:
+        frames = np.stack([frame.image for _, frame in zip(range(5), source, strict=False)])
+    results, buffers = [], []
+    for batch in (frames[:2], frames[2:4], frames[:3]):
+        results.append(bound.run(batch))
+        buffers.append(dict(bound._buffers[len(batch)]))
+        expected = dict(zip(dims, session.run(None, {"frames": batch}), strict=True))
+        for name, value in expected.items():
+            np.testing.assert_array_equal(results[-1][name], value)
+            # The graph wrote into the preallocated buffer.
+            np.testing.assert_array_equal(buffers[-1][name].numpy(), value)
+    assert sorted(buffers[0]) == sorted(dims)
+    assert buffers[0]["peak_scores"].shape() == [2, 5, 20]
+    # The same buffers serve every batch of a size; each size gets its own.
+    assert all(buffers[1][name] is buffers[0][name] for name in dims)
+    assert sorted(bound._buffers) == [2, 3] and buffers[2]["peaks"].shape() == [3, 5, 20, 2]
+    # Results handed out earlier are copies, not the reused buffers.
+    assert not np.array_equal(results[0]["peak_scores"], results[1]["peak_scores"], equal_nan=True)
+    np.testing.assert_array_equal(
+        results[0]["peak_scores"], session.run(["peak_scores"], {"frames": frames[:2]})[0]
     )
-    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
-    session = create_session(model.SerializeToString())
-    bound = BoundIO(session, "cpu")
-    ones = bound.run(np.ones((2, 4, 4, 1), np.uint8))
-    twos = bound.run(np.full((2, 4, 4, 1), 2, np.uint8))
-    threes = bound.run(np.full((3, 4, 4, 1), 3, np.uint8))
-    np.testing.assert_array_equal(ones["sums"], [16, 16])
-    np.testing.assert_array_equal(twos["sums"], [32, 32])
-    np.testing.assert_array_equal(threes["sums"], [48, 48, 48])
-    assert sorted(bound._buffers) == [2, 3] and "sums" in bound._buffers[2]
+
+
+def test_io_binding_leaves_instance_lists_to_onnx_runtime(toy, toy_onnx):
+    session = create_session(toy_onnx, intra_op_threads=1)
+    bound = BoundIO(session, "cpu", output_axes=contract_axes(toy.info.model_type))
+    bound.run(sample_frames(2, 96, 128, 3, seed=4))
+    assert bound._buffers[2] == {}
 
 
 @pytest.mark.gpu
