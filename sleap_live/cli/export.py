@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
@@ -35,7 +36,8 @@ def add_parser(commands: Any) -> None:
         description="Export one sleap-nn model directory, or a centroid and a "
         "centered-instance directory (top-down), to one self-contained graph: uint8 "
         "frames in, peaks or instances out. Unless --no-verify, the export is compared "
-        "with the torch module on frames of two sizes and fails if they disagree.",
+        "with the torch module on frames that show animals, at two sizes, and fails if "
+        "they disagree.",
     )
     parser.add_argument(
         "model_dirs",
@@ -86,7 +88,8 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         )
     metadata = ExportMetadata.from_json(sidecar_path(path).read_text(), str(path))
     console.print(
-        f"exported [bold]{metadata.info.model_type}[/bold] model to {path}", soft_wrap=True
+        f"exported [bold]{metadata.info.model_type}[/bold] model to {escape(str(path))}",
+        soft_wrap=True,
     )
     if metadata.verification:
         print_wide(console, verification_table(metadata.verification, TOLERANCE))

@@ -1,8 +1,9 @@
 """What every `sleap-live` subcommand shares: the parser, its help layout, options, types.
 
-The model options (`-m`, `--engine`, `--device`) and `--batch-size` are defined
-here once and added to each subcommand that loads a model, so they are spelled,
-checked and documented the same way everywhere.
+The model options (`-m`, `--engine`, `--device`, `--batch-size`) and the
+verification options (`--verify-video`, `--no-verify`) are defined here once and
+added to each subcommand they apply to, so they are spelled, checked and
+documented the same way everywhere.
 """
 
 from __future__ import annotations
@@ -45,20 +46,18 @@ class HelpFormatter(argparse.HelpFormatter):
     """
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
-        return "\n\n".join(
-            paragraph
-            if "\n" in paragraph
-            else super(HelpFormatter, self)._fill_text(paragraph, width, indent)
-            for paragraph in text.split("\n\n")
-        )
+        paragraphs = []
+        for paragraph in text.split("\n\n"):
+            if "\n" not in paragraph:  # prose: wrap it
+                paragraph = super()._fill_text(paragraph, width, indent)
+            paragraphs.append(paragraph)
+        return "\n\n".join(paragraphs)
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if "(default" in text or not action.option_strings or action.required:
-            return text
-        if action.default is None:
-            return text
-        if action.default is argparse.SUPPRESS:
+        says_default = "(default" in text
+        has_default = action.default not in (None, argparse.SUPPRESS)
+        if says_default or not has_default or not action.option_strings or action.required:
             return text
         return f"{text} (default: %(default)s)"
 

@@ -250,7 +250,9 @@ def test_export_interrupted_exits_130(monkeypatch, capsys):
 def test_export_defaults_are_the_exporters():
     """The parser spells the exporter's defaults out (it must not import torch to build)."""
     from sleap_live.engines import export_model
+    from sleap_live.engines.export import EXPORT_FORMATS
 
+    assert tuple(cli_export.SUFFIXES) == EXPORT_FORMATS
     parameters = inspect.signature(export_model).parameters
     args = cli.parser().parse_args(["export", "model_dir"])
     assert args.opset == cli_export.DEFAULT_OPSET == parameters["opset"].default
