@@ -1,5 +1,6 @@
 """sleap-live stream: sources, the realtime pipeline, the ring buffer and the CLI."""
 
+from sleap_live.stream.clock import MONOTONIC, Clock
 from sleap_live.stream.errors import PipelineError, SourceError, SourceNotFoundError, StreamError
 from sleap_live.stream.pipeline import Pipeline
 from sleap_live.stream.ring import RingBuffer, RingReader
@@ -9,6 +10,8 @@ from sleap_live.stream.types import Frame, PoseRecord
 from sleap_live.stream.writers import SlpWriter, VideoRecorder
 
 __all__ = [
+    "MONOTONIC",
+    "Clock",
     "ConsumerStats",
     "Frame",
     "Pipeline",
