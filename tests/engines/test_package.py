@@ -7,8 +7,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 BLOCKER = REPO / "tests" / "torch_blocker.py"
 BLOCKED = "torch_blocker: blocked import of"  # what the blocker writes per attempt
-# Folders of the torch-free side (host code, model files, ONNX runners, streaming)
-# and the modules in them that are allowed to need torch.
+# Folders of the torch-free side (host code, model files, ONNX runners, streaming,
+# the command line) and the modules in them that are allowed to need torch.
 TORCH_FREE_FOLDERS = {
     "sleap_live.engines": REPO / "engines",
     "sleap_live.engines.host": REPO / "engines" / "host",
@@ -16,6 +16,7 @@ TORCH_FREE_FOLDERS = {
     "sleap_live.engines.runners": REPO / "engines" / "runners",
     "sleap_live.stream": REPO / "stream",
     "sleap_live.stream.sources": REPO / "stream" / "sources",
+    "sleap_live.cli": REPO / "sleap_live" / "cli",
 }
 NEEDS_TORCH = {
     "sleap_live.engines.load.checkpoint",  # reads torch checkpoints
@@ -75,6 +76,7 @@ def test_host_side_modules_import_with_torch_unimportable(tmp_path):
     for expected in ("host.grouping", "load.spec", "runners.onnx", "runners.sleap_nn_export"):
         assert f"sleap_live.engines.{expected}" in modules
     assert "sleap_live.stream.sources.file" in modules
+    assert "sleap_live.cli.run" in modules
     result = subprocess.run(
         [sys.executable, str(BLOCKER), "-c", IMPORT_EACH, *modules],
         cwd=tmp_path,
