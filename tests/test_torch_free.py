@@ -187,12 +187,6 @@ def test_an_onnx_run_on_the_cpu_never_asks_for_torch(onnx_export, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="engines/runners/load.py: with device 'auto', _onnx_device -> _onnx_can_use('auto') "
-    "-> _gpu_present() imports torch to look for a GPU even when onnxruntime has no CUDA "
-    "provider, so a host with torch installed loads it for an ONNX run",
-)
 def test_an_onnx_run_on_the_default_device_never_asks_for_torch(onnx_export, tmp_path):
     stderr = _python(
         ["-m", "sleap_live", *_run_args(onnx_export("topdown"), tmp_path / "p.slp")],

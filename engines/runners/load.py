@@ -182,24 +182,39 @@ def _onnx_device(device: str) -> str:
     """The ONNX Runtime device: "auto" means CUDA only if onnxruntime-gpu can use it."""
     if device != "auto":
         return device
-    return "cuda" if _onnx_can_use("auto") and _gpu_present() else "cpu"
+    return "cuda" if _ort_has_cuda() and _gpu_present() else "cpu"
 
 
 def _onnx_can_use(device: str) -> bool:
     """Whether ONNX Runtime can run on `device` ("auto": on the device auto picks)."""
     if device == "cpu":
         return True
+    if device == "auto":
+        return _ort_has_cuda() or not _gpu_present()
+    return _ort_has_cuda()
+
+
+def _ort_has_cuda() -> bool:
     import onnxruntime as ort
 
-    has_cuda_provider = "CUDAExecutionProvider" in ort.get_available_providers()
-    if device == "auto":
-        return has_cuda_provider or not _gpu_present()
-    return has_cuda_provider
+    return "CUDAExecutionProvider" in ort.get_available_providers()
 
 
 def _gpu_present() -> bool:
+    """Whether a CUDA GPU is usable, asked of the driver itself.
+
+    A ctypes call into the CUDA driver rather than `torch.cuda`, so that a run of
+    an ONNX export never loads torch (and a host without torch still finds its GPU).
+    """
+    import ctypes
+    import sys
+
+    library = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
     try:
-        import torch
-    except ImportError:
+        driver = ctypes.CDLL(library)
+    except OSError:
         return False
-    return torch.cuda.is_available()
+    count = ctypes.c_int(0)
+    if driver.cuInit(0) != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return False
+    return count.value > 0

@@ -19,6 +19,7 @@ from sleap_live.engines.export import (
 )
 from sleap_live.engines.export.frames import sample_frames
 from sleap_live.engines.graph.build import load_inference_model
+from sleap_live.engines.runners import load as runners_load
 from sleap_live.engines.runners.load import load_runner
 from sleap_live.engines.runners.onnx import OnnxRunner
 from sleap_live.engines.runners.torch import TorchRunner
@@ -209,3 +210,37 @@ def test_onnx_files_and_sleap_nn_export_dirs_load_and_run_without_torch(exports,
         "SleapNNExportRunner",
         "cpu",
     ]
+
+
+class _FakeDriver:
+    def __init__(self, init_status: int, devices: int) -> None:
+        self.init_status = init_status
+        self.devices = devices
+
+    def cuInit(self, flags: int) -> int:
+        return self.init_status
+
+    def cuDeviceGetCount(self, count) -> int:
+        count._obj.value = self.devices
+        return 0
+
+
+@pytest.mark.parametrize(
+    ("driver", "expected"),
+    [
+        (None, False),
+        (_FakeDriver(100, 0), False),
+        (_FakeDriver(0, 0), False),
+        (_FakeDriver(0, 2), True),
+    ],
+)
+def test_gpu_presence_is_asked_of_the_cuda_driver_not_torch(monkeypatch, driver, expected):
+    import ctypes
+
+    def load(name):
+        if driver is None:
+            raise OSError(f"{name}: cannot open shared object file")
+        return driver
+
+    monkeypatch.setattr(ctypes, "CDLL", load)
+    assert runners_load._gpu_present() is expected

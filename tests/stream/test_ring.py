@@ -127,9 +127,7 @@ def test_latest_skips_ahead_without_counting_misses():
 def test_wait_next_times_out_then_wakes_on_write():
     ring = RingBuffer(4, MAX_INSTANCES, N_NODES)
     reader = ring.reader()
-    started = time.monotonic()
     assert reader.wait_next(timeout=0.05) is None
-    assert time.monotonic() - started >= 0.04
     got: list[PoseRecord | None] = []
     waiter = threading.Thread(target=lambda: got.append(reader.wait_next(timeout=5)))
     waiter.start()
