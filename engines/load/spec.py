@@ -438,11 +438,11 @@ def _parse_skeleton(reader: _ConfigReader, data_config: Mapping) -> Skeleton:
                 raise reader.error(f"{where}.edges names {name!r}, which is not a node")
             pair.append(node_names.index(name))
         edges.append((pair[0], pair[1]))
-    name = skeleton.get("name")
+    skeleton_name = skeleton.get("name")
     return Skeleton(
         node_names=node_names,
         edges=tuple(edges),
-        name=str(name) if name is not None else "skeleton",
+        name=str(skeleton_name) if skeleton_name is not None else "skeleton",
     )
 
 
