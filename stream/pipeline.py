@@ -55,7 +55,7 @@ from sleap_live.stream.sources import Source
 from sleap_live.stream.stages import StageThreads
 from sleap_live.stream.stats import PipelineStats, StageMeters
 from sleap_live.stream.types import Frame, PoseRecord
-from sleap_live.stream.writers import OutputOptions, Outputs, open_outputs
+from sleap_live.stream.writers import OpenWriters, OutputOptions, open_outputs
 
 __all__ = ["DEFAULT_BATCH_SIZE", "POLICIES", "RECORDED_BACKGROUND_NICE", "Pipeline", "Policy"]
 
@@ -160,7 +160,7 @@ class Pipeline:
         self.ring = RingBuffer(ring_capacity, info.max_instances, info.skeleton.n_nodes)
         self._consumers = Consumers(self.ring, lossless_by_default=policy == "recorded")
         self._output_options = OutputOptions(output, record, save_interval)
-        self._outputs = Outputs({})
+        self._outputs = OpenWriters({})
         self._warmup = warmup
         self._clock = clock
         self._meters = StageMeters(clock)

@@ -27,4 +27,4 @@ def as_runner(model_or_runner: ModelOrRunner, *, engine: str, device: str) -> tu
     paths = (
         [model_or_runner] if isinstance(model_or_runner, (str, os.PathLike)) else model_or_runner
     )
-    return load_runner(list(paths), engine=engine, device=device), True
+    return load_runner([os.fspath(path) for path in paths], engine=engine, device=device), True

@@ -3,12 +3,13 @@
 Both writers are used from one thread and are context managers; `close()` is
 idempotent and always leaves a complete, readable file behind. `open_outputs`
 opens the writers a pipeline's output options ask for, each behind a queue of its
-own that one sink thread drains (`Outputs.loops`), so a slow save or encode never
+own that one sink thread drains (`OpenWriters.loops`), so a slow save or encode never
 holds up the stage that feeds them.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Mapping
 from fractions import Fraction
@@ -327,7 +328,7 @@ class OutputOptions:
     save_interval: float | None = 10.0
 
 
-class Outputs:
+class OpenWriters:
     """Open writers, each behind its own bounded queue.
 
     The owner runs every loop of `loops` in a thread of its own, feeds records and
@@ -342,7 +343,7 @@ class Outputs:
     def loops(self) -> dict[str, Callable[[], None]]:
         """One loop per writer, by name ("slp", "record"), for the owner's threads."""
         return {
-            name: (lambda queue=queue, writer=writer: _drain(queue, writer))
+            name: functools.partial(_drain, queue, writer)
             for name, (queue, writer) in self._writers.items()
         }
 
@@ -371,7 +372,7 @@ class Outputs:
 
 def open_outputs(
     options: OutputOptions, source: Source, info: ModelInfo, *, clock: Clock = MONOTONIC
-) -> Outputs:
+) -> OpenWriters:
     """Open the writers `options` ask for, for poses of `info`'s model on `source`.
 
     Raises:
@@ -405,7 +406,7 @@ def open_outputs(
                 writers["record"][1].close()
             raise
         writers["slp"] = (Channel(SLP_QUEUE_CAPACITY), slp)
-    return Outputs(writers)
+    return OpenWriters(writers)
 
 
 def _drain(queue: Channel[Any], writer: SlpWriter | VideoRecorder) -> None:

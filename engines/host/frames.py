@@ -47,7 +47,8 @@ def check_frames(frames: Any) -> tuple[int, int, int, int]:
         )
     if shape[0] == 0:
         raise InputMismatchError("frames batch is empty")
-    return tuple(int(n) for n in shape)
+    batch, height, width, channels = (int(n) for n in shape)
+    return batch, height, width, channels
 
 
 def as_numpy(frames: Any) -> np.ndarray:

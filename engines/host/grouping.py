@@ -80,7 +80,7 @@ def edge_assembly_order(edges: Sequence[tuple[int, int]]) -> tuple[int, ...]:
             "edge), so PAF instances cannot be assembled."
         )
 
-    edge_index = {}
+    edge_index: dict[tuple[int, ...], int] = {}
     for index, edge in enumerate(edges):
         edge_index.setdefault(tuple(edge), index)
     order = []

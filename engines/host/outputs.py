@@ -34,6 +34,10 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 import attrs
+import numpy as np
+
+# A graph's outputs by name, as a runtime hands them to the host.
+GraphOutputs = Mapping[str, np.ndarray]
 
 INSTANCE_OUTPUTS = ("instance_frame", "points", "point_scores", "instance_scores")
 MULTI_CLASS_TOPDOWN_OUTPUTS = (*INSTANCE_OUTPUTS, "class_scores")

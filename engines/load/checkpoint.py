@@ -27,7 +27,7 @@ from sleap_live.engines.errors import CheckpointError, ModelNotFoundError
 # use. Everything else becomes an `_Inert` placeholder.
 _REAL_GLOBALS = {
     ("collections", "OrderedDict"): collections.OrderedDict,
-    ("copyreg", "_reconstructor"): copyreg._reconstructor,
+    ("copyreg", "_reconstructor"): copyreg._reconstructor,  # type: ignore[attr-defined]
     ("torch._utils", "_rebuild_tensor"): torch._utils._rebuild_tensor,
     ("torch._utils", "_rebuild_tensor_v2"): torch._utils._rebuild_tensor_v2,
     ("torch._utils", "_rebuild_tensor_v3"): torch._utils._rebuild_tensor_v3,
@@ -95,7 +95,7 @@ class _CheckpointUnpickler(pickle.Unpickler):
 
 # `torch.load` subclasses `pickle_module.Unpickler`, so this is all it needs.
 _PICKLE_MODULE = types.ModuleType("sleap_live_checkpoint_pickle")
-_PICKLE_MODULE.Unpickler = _CheckpointUnpickler
+_PICKLE_MODULE.Unpickler = _CheckpointUnpickler  # type: ignore[attr-defined]
 
 
 def read_state_dict(path: Path) -> dict[str, torch.Tensor]:

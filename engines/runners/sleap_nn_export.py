@@ -63,6 +63,7 @@ from sleap_live.engines.errors import (
 )
 from sleap_live.engines.host.frames import as_numpy, convert_channels
 from sleap_live.engines.host.grouping import ClassMapGrouper, PafGrouper
+from sleap_live.engines.host.outputs import GraphOutputs
 from sleap_live.engines.host.postprocess import decode
 from sleap_live.engines.load.dirs import EXPORT_METADATA, TRAINING_CONFIG, read_export_metadata
 from sleap_live.engines.load.spec import ModelSpec, parse_training_config, read_yaml
@@ -79,7 +80,7 @@ from sleap_live.engines.types import CENTROID_SKELETON, FramePoses, ModelInfo, S
 
 MODEL_FILE = "model.onnx"
 # sleap-nn model type -> sleap-live model type.
-MODEL_TYPES = {
+SLEAP_NN_MODEL_TYPES = {
     "single_instance": "single_instance",
     "centroid": "centroid",
     "topdown": "topdown",
@@ -129,8 +130,6 @@ OUTPUT_AXES: Mapping[str, Mapping[str, tuple[str, ...]]] = {
         "class_probs": (BATCH_AXIS, "nodes", "peak_slots", "classes"),
     },
 }
-
-Outputs = Mapping[str, np.ndarray]
 
 
 @attrs.frozen
@@ -256,11 +255,11 @@ class SleapNNExportRunner:
 
 
 def _frame_model_spec(export_dir: Path, sleap_nn_type: str) -> ModelSpec:
-    if sleap_nn_type not in MODEL_TYPES:
+    if sleap_nn_type not in SLEAP_NN_MODEL_TYPES:
         raise ModelConfigError(
             f"{export_dir}: sleap-nn export of type {sleap_nn_type!r} cannot run on whole frames "
-            f"(supported: {', '.join(MODEL_TYPES)}; export a centered-instance model together "
-            "with its centroid model)"
+            f"(supported: {', '.join(SLEAP_NN_MODEL_TYPES)}; "
+            "export a centered-instance model together with its centroid model)"
         )
     path = export_dir / FRAME_MODEL_CONFIG.get(sleap_nn_type, TRAINING_CONFIG)
     if not path.is_file():
@@ -318,7 +317,7 @@ def _layout(metadata: Mapping[str, Any], spec: ModelSpec, export_dir: Path) -> _
     if max_instances is None:
         raise ModelConfigError(f"{origin}: no max_instances for a {sleap_nn_type} export")
     info = ModelInfo(
-        model_type=MODEL_TYPES[sleap_nn_type],
+        model_type=SLEAP_NN_MODEL_TYPES[sleap_nn_type],
         skeleton=skeleton,
         input_channels=input_channels,
         max_instances=int(max_instances),
@@ -348,7 +347,7 @@ def _instance_poses(
     instance_scores: np.ndarray,
     class_scores: np.ndarray | None = None,
 ) -> list[FramePoses]:
-    outputs = {
+    outputs: dict[str, np.ndarray] = {
         "instance_frame": frames.astype(np.int64),
         "points": points.astype(np.float32),
         "point_scores": _point_scores(points, values),
@@ -359,21 +358,21 @@ def _instance_poses(
     return decode(layout.info, outputs, batch_size)
 
 
-def _single_instance(layout: _Layout, outputs: Outputs, batch_size: int) -> list[FramePoses]:
+def _single_instance(layout: _Layout, outputs: GraphOutputs, batch_size: int) -> list[FramePoses]:
     values = outputs["peak_vals"]
     return _instance_poses(
         layout, batch_size, np.arange(batch_size), outputs["peaks"], values, _node_sums(values)
     )
 
 
-def _centroid(layout: _Layout, outputs: Outputs, batch_size: int) -> list[FramePoses]:
+def _centroid(layout: _Layout, outputs: GraphOutputs, batch_size: int) -> list[FramePoses]:
     frames, slots = np.nonzero(outputs["instance_valid"])
     values = outputs["centroid_vals"][frames, slots]
     points = outputs["centroids"][frames, slots, None]
     return _instance_poses(layout, batch_size, frames, points, values[:, None], values)
 
 
-def _topdown(layout: _Layout, outputs: Outputs, batch_size: int) -> list[FramePoses]:
+def _topdown(layout: _Layout, outputs: GraphOutputs, batch_size: int) -> list[FramePoses]:
     frames, slots = np.nonzero(outputs["instance_valid"])
     values = outputs["peak_vals"][frames, slots]
     return _instance_poses(
@@ -381,10 +380,14 @@ def _topdown(layout: _Layout, outputs: Outputs, batch_size: int) -> list[FramePo
     )
 
 
-def _topdown_multi_class(layout: _Layout, outputs: Outputs, batch_size: int) -> list[FramePoses]:
+def _topdown_multi_class(
+    layout: _Layout, outputs: GraphOutputs, batch_size: int
+) -> list[FramePoses]:
     """Instances in class order, as sleap-nn's adapter slots them (module docstring)."""
     n_classes = len(layout.info.class_names)
-    frames, slots, classes = [], [], []
+    frames: list[np.ndarray] = []
+    slots: list[np.ndarray] = []
+    classes: list[np.ndarray] = []
     for frame in range(batch_size):
         (valid,) = np.nonzero(outputs["instance_valid"][frame])
         if valid.size == 0:
@@ -398,7 +401,7 @@ def _topdown_multi_class(layout: _Layout, outputs: Outputs, batch_size: int) -> 
         slots.append(valid[rows[order]])
         classes.append(cols[order])
     if not frames:
-        frames, slots, classes = [np.zeros(0, np.int64)] * 3
+        frames = slots = classes = [np.zeros(0, np.int64)]
     frame_of, slot_of, class_of = (np.concatenate(parts) for parts in (frames, slots, classes))
     values = outputs["peak_vals"][frame_of, slot_of]
     # The assignment is made above; as one-hot scores, `decode` keeps it.
@@ -414,7 +417,7 @@ def _topdown_multi_class(layout: _Layout, outputs: Outputs, batch_size: int) -> 
     )
 
 
-def _bottomup(layout: _Layout, outputs: Outputs, batch_size: int) -> list[FramePoses]:
+def _bottomup(layout: _Layout, outputs: GraphOutputs, batch_size: int) -> list[FramePoses]:
     valid = outputs["peak_mask"].astype(bool)
     _, n_edges, pairs = outputs["line_scores"].shape
     k = valid.shape[2]
@@ -428,7 +431,9 @@ def _bottomup(layout: _Layout, outputs: Outputs, batch_size: int) -> list[FrameP
     return decode(layout.info, adapted, batch_size)
 
 
-def _bottomup_multi_class(layout: _Layout, outputs: Outputs, batch_size: int) -> list[FramePoses]:
+def _bottomup_multi_class(
+    layout: _Layout, outputs: GraphOutputs, batch_size: int
+) -> list[FramePoses]:
     valid = outputs["peak_mask"].astype(bool)
     adapted = {
         # Divided by input_scale a second time, as sleap-nn's adapter does.
@@ -448,7 +453,7 @@ def _valid_points(points: np.ndarray, valid: np.ndarray) -> np.ndarray:
 
 
 # sleap-nn export outputs -> poses, by sleap-nn model type.
-_POSES: Mapping[str, Callable[[_Layout, Outputs, int], list[FramePoses]]] = {
+_POSES: Mapping[str, Callable[[_Layout, GraphOutputs, int], list[FramePoses]]] = {
     "single_instance": _single_instance,
     "centroid": _centroid,
     "topdown": _topdown,
