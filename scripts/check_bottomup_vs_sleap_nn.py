@@ -470,7 +470,7 @@ def check_models(report: Report, goldens: Path, options: dict, onnx: bool) -> No
     import sleap_io as sio
 
     from sleap_live.engines.export import export_onnx_bytes
-    from sleap_live.engines.load.spec import read_training_config
+    from sleap_live.engines.load.training_config import read_training_config
 
     cases = {
         "bottomup": (BottomUpModel, PafGrouper, "multi_gray.mkv"),

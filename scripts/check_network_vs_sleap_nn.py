@@ -43,7 +43,7 @@ from sleap_live.engines.errors import ModelConfigError  # noqa: E402
 from sleap_live.engines.graph.network import build_network, load_network  # noqa: E402
 from sleap_live.engines.load.checkpoint import read_state_dict  # noqa: E402
 from sleap_live.engines.load.dirs import read_model_dir  # noqa: E402
-from sleap_live.engines.load.spec import read_training_config  # noqa: E402
+from sleap_live.engines.load.training_config import read_training_config  # noqa: E402
 
 TOLERANCE = 1e-5
 REPO = Path(__file__).resolve().parents[1]

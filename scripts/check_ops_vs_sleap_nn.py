@@ -268,7 +268,7 @@ def _build(model_dirs: list[Path]):
     """Our inference model for the directories sleap-nn predict was given."""
     from sleap_live.engines.graph.single_instance import SingleInstanceModel
     from sleap_live.engines.graph.topdown import CentroidModel, MultiClassTopDownModel, TopDownModel
-    from sleap_live.engines.load.spec import read_training_config
+    from sleap_live.engines.load.training_config import read_training_config
 
     specs = {spec.model_type: spec for spec in map(read_training_config, model_dirs)}
     # sleap-nn predict keeps every centroid; a bound above any frame's count matches it.

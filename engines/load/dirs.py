@@ -22,12 +22,8 @@ from sleap_live.engines.errors import (
     ModelConfigError,
     ModelNotFoundError,
 )
-from sleap_live.engines.load.spec import (
-    CHECKPOINT,
-    TRAINING_CONFIG,
-    ModelSpec,
-    read_training_config,
-)
+from sleap_live.engines.load.spec import CHECKPOINT, TRAINING_CONFIG, ModelSpec
+from sleap_live.engines.load.training_config import read_training_config
 
 EXPORT_METADATA = "export_metadata.json"
 EXPORTED_MODELS = ("model.onnx", "model.trt")

@@ -66,7 +66,8 @@ from sleap_live.engines.host.grouping import ClassMapGrouper, PafGrouper
 from sleap_live.engines.host.outputs import GraphOutputs
 from sleap_live.engines.host.postprocess import decode
 from sleap_live.engines.load.dirs import EXPORT_METADATA, TRAINING_CONFIG, read_export_metadata
-from sleap_live.engines.load.spec import ModelSpec, parse_training_config, read_yaml
+from sleap_live.engines.load.spec import ModelSpec
+from sleap_live.engines.load.training_config import parse_training_config, read_yaml
 from sleap_live.engines.runners.base import begin_run
 from sleap_live.engines.runners.onnx import (
     BATCH_AXIS,

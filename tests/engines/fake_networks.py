@@ -103,7 +103,7 @@ def model_spec(
     """A `ModelSpec` parsed from a minimal training config of one model type."""
     from pathlib import Path
 
-    from sleap_live.engines.load.spec import parse_training_config
+    from sleap_live.engines.load.training_config import parse_training_config
 
     unet = {
         "in_channels": in_channels,

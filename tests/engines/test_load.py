@@ -26,7 +26,7 @@ from sleap_live.engines.load.dirs import (
     read_export_metadata,
     read_model_dir,
 )
-from sleap_live.engines.load.spec import read_training_config
+from sleap_live.engines.load.training_config import read_training_config
 
 MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
 CENTROID_CONFIG = """\

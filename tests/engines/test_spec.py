@@ -15,8 +15,8 @@ from sleap_live.engines.load.spec import (
     ModelSpec,
     PreprocessSpec,
     UNetSpec,
-    read_training_config,
 )
+from sleap_live.engines.load.training_config import read_training_config
 
 MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
 NODES = ["head", "thorax", "abdomen", "tail"]

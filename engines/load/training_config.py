@@ -1,0 +1,443 @@
+"""Reads the `training_config.yaml` `sleap-nn train` writes into a `ModelSpec`.
+
+`parse_training_config` turns the config `sleap-nn train` writes into small frozen
+records: the UNet backbone (`UNetSpec`), the output heads in the order sleap-nn
+builds them (`HeadSpec`), the skeleton, and the preprocessing the model was trained
+with (`PreprocessSpec`). Nothing here imports sleap-nn; values are derived the way
+sleap-nn's predict derives them:
+
+- The model type is the first non-null entry of `model_config.head_configs` and the
+  backbone the first non-null entry of `model_config.backbone_config`, in file order.
+- `part_names` default to every skeleton node and PAF `edges` to the skeleton's edges
+  (training fills both in; older or hand-written configs may leave them null).
+- `scale` defaults to 1.0. `crop_size` is computed by `sleap-nn train` and written
+  back into the config; predict never recomputes it, so a centered-instance model
+  without one is unusable and rejected here.
+- The anchor part is the `anchor_part` of the model's centroid or centered-instance
+  head, resolved to its index in the skeleton's node names; predict fails when the
+  name is not a node, so do we. (In a centroid + centered-instance pair, predict
+  takes the centered-instance model's value, even when that one is null.)
+
+Every option read here either shapes the model sleap-live builds or is checked
+the way sleap-nn checks it; an option whose value sleap-live cannot reproduce is
+refused with a `ModelConfigError` naming it, its value and the file:
+
+- `centroid_method` / `centroid_fallback` are resolved and checked with sleap-nn's
+  rules (known names; an `anchor_part` only with the anchor method; the anchor
+  method only with an `anchor_part`). sleap-nn predict uses them only to compute
+  ground-truth centroids from labels; on video the centroids are the centroid
+  model's peaks, so they change no pose and sleap-live keeps nothing of them.
+- `crop_mode` must be "fixed": "bbox" crops need a box detector.
+- `tiling.enabled` must be false: tiled inference is not implemented.
+- `class_output` must be "track" (what sleap-live reports); "identity" also stamps
+  a `sio.Identity` on each instance, which sleap-live does not write.
+- `ensure_rgb` and `ensure_grayscale` cannot both be true (sleap-nn refuses it).
+
+Training-only settings (`sigma`, losses, augmentation, `min_crop_size`, ...) are
+not read: predict does not read them either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sleap_live.engines.errors import ModelConfigError
+from sleap_live.engines.load.config_reader import ConfigReader
+from sleap_live.engines.load.spec import (
+    CROP_MODEL_TYPES,
+    MODEL_HEADS,
+    TRAINING_CONFIG,
+    HeadSpec,
+    ModelSpec,
+    PreprocessSpec,
+    UNetSpec,
+)
+from sleap_live.engines.types import Skeleton
+
+SUPPORTED_BACKBONES = ("unet",)
+KNOWN_BACKBONES = ("unet", "convnext", "swint", "pretrained")
+
+_UNET_KEYS = (
+    "in_channels",
+    "kernel_size",
+    "filters",
+    "filters_rate",
+    "max_stride",
+    "stem_stride",
+    "middle_block",
+    "up_interpolate",
+    "stacks",
+    "convs_per_block",
+    "output_stride",
+)
+
+# sleap-nn's centroid methods (`sleap_nn.data.instance_centroids`): the whole-instance
+# reductions, which are also the anchor method's fallbacks, and the anchor.
+CENTROID_REDUCTIONS = ("center_of_mass", "bbox_center", "geometric_median")
+CENTROID_METHODS = (*CENTROID_REDUCTIONS, "anchor")
+
+
+def read_yaml(path: Path) -> Any:
+    """The YAML document at `path` as plain Python objects.
+
+    Raises:
+        ModelConfigError: the file cannot be read or is not valid YAML.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ModelConfigError(f"{path}: cannot read: {e.strerror or e}") from e
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ModelConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from e
+
+
+def read_training_config(model_dir: Path) -> ModelSpec:
+    """Parse `model_dir/training_config.yaml` into a `ModelSpec`.
+
+    Raises:
+        ModelConfigError: the file is not valid YAML, lacks a required key, or
+            describes a model sleap-live does not support.
+    """
+    return parse_training_config(read_yaml(Path(model_dir) / TRAINING_CONFIG), Path(model_dir))
+
+
+def parse_training_config(config: Any, model_dir: Path) -> ModelSpec:
+    """Turn a loaded `training_config.yaml` mapping into a `ModelSpec`.
+
+    Args:
+        config: the YAML document as plain Python objects.
+        model_dir: the model directory; errors name its `TRAINING_CONFIG`.
+
+    Raises:
+        ModelConfigError: a required key is missing or a value is unsupported.
+    """
+    reader = ConfigReader(Path(model_dir) / TRAINING_CONFIG)
+    root = reader.mapping(config, "the document")
+    model_config = reader.section(root, "", "model_config")
+    data_config = reader.section(root, "", "data_config")
+
+    backbone = _parse_backbone(
+        reader, reader.section(model_config, "model_config", "backbone_config")
+    )
+    skeleton = _parse_skeleton(reader, data_config)
+    model_type, heads = _parse_heads(
+        reader, reader.section(model_config, "model_config", "head_configs"), skeleton
+    )
+    preprocess = _parse_preprocess(reader, data_config, model_type)
+
+    anchor_name = next((h.anchor_part for h in heads if h.anchor_part is not None), None)
+    anchor_index = None
+    if anchor_name is not None:
+        if anchor_name not in skeleton.node_names:
+            raise reader.error(
+                f"anchor_part {anchor_name!r} is not a skeleton node {list(skeleton.node_names)}"
+            )
+        anchor_index = skeleton.node_names.index(anchor_name)
+
+    class_names = next((h.classes for h in heads if h.classes), ())
+    version = root.get("sleap_nn_version")
+    return ModelSpec(
+        path=Path(model_dir),
+        model_type=model_type,
+        skeleton=skeleton,
+        backbone=backbone,
+        heads=heads,
+        preprocess=preprocess,
+        class_names=class_names,
+        anchor_part=anchor_index,
+        anchor_part_name=anchor_name,
+        sleap_nn_version=str(version) if version is not None else None,
+    )
+
+
+def _parse_backbone(reader: ConfigReader, backbones: Mapping) -> UNetSpec:
+    where = "model_config.backbone_config"
+    backbone_type = next((k for k, v in backbones.items() if v is not None), None)
+    if backbone_type is None:
+        raise reader.error(f"{where} has no backbone set")
+    if backbone_type not in SUPPORTED_BACKBONES:
+        kind = "not supported yet" if backbone_type in KNOWN_BACKBONES else "unknown"
+        raise reader.error(
+            f"backbone {backbone_type!r} is {kind}; sleap-live runs only {SUPPORTED_BACKBONES}"
+        )
+    where = f"{where}.unet"
+    unet = reader.mapping(backbones["unet"], where)
+    values = {key: reader.required(unet, key, where) for key in _UNET_KEYS}
+    spec = UNetSpec(
+        in_channels=reader.integer(values["in_channels"], f"{where}.in_channels", minimum=1),
+        kernel_size=reader.integer(values["kernel_size"], f"{where}.kernel_size", minimum=1),
+        filters=reader.integer(values["filters"], f"{where}.filters", minimum=1),
+        filters_rate=reader.number(values["filters_rate"], f"{where}.filters_rate"),
+        max_stride=reader.power_of_two(values["max_stride"], f"{where}.max_stride"),
+        stem_stride=(
+            None
+            if values["stem_stride"] is None
+            else reader.power_of_two(values["stem_stride"], f"{where}.stem_stride")
+        ),
+        middle_block=reader.boolean(values["middle_block"], f"{where}.middle_block"),
+        up_interpolate=reader.boolean(values["up_interpolate"], f"{where}.up_interpolate"),
+        stacks=reader.integer(values["stacks"], f"{where}.stacks", minimum=1),
+        convs_per_block=reader.integer(
+            values["convs_per_block"], f"{where}.convs_per_block", minimum=1
+        ),
+        output_stride=reader.power_of_two(values["output_stride"], f"{where}.output_stride"),
+    )
+    if spec.in_channels not in (1, 3):
+        raise reader.error(f"{where}.in_channels is {spec.in_channels}; expected 1 or 3")
+    if spec.output_stride > spec.max_stride:
+        raise reader.error(
+            f"{where}.output_stride {spec.output_stride} exceeds max_stride {spec.max_stride}"
+        )
+    if spec.down_blocks < 1:
+        raise reader.error(
+            f"{where}.stem_stride {spec.stem_stride} leaves no encoder blocks below "
+            f"max_stride {spec.max_stride}"
+        )
+    return spec
+
+
+def _parse_skeleton(reader: ConfigReader, data_config: Mapping) -> Skeleton:
+    skeletons = reader.required(data_config, "skeletons", "data_config")
+    if not isinstance(skeletons, list) or not skeletons:
+        raise reader.error("data_config.skeletons is empty; the model has no skeleton")
+    where = "data_config.skeletons[0]"
+    skeleton = reader.mapping(skeletons[0], where)
+    nodes = reader.required(skeleton, "nodes", where)
+    if not isinstance(nodes, list) or not nodes:
+        raise reader.error(f"{where}.nodes is empty")
+    node_names = tuple(_name_of(reader, node, f"{where}.nodes") for node in nodes)
+    edges = []
+    for edge in skeleton.get("edges") or ():
+        edge = reader.mapping(edge, f"{where}.edges")
+        pair = []
+        for end in ("source", "destination"):
+            name = _name_of(reader, reader.required(edge, end, f"{where}.edges"), f"{where}.edges")
+            if name not in node_names:
+                raise reader.error(f"{where}.edges names {name!r}, which is not a node")
+            pair.append(node_names.index(name))
+        edges.append((pair[0], pair[1]))
+    skeleton_name = skeleton.get("name")
+    return Skeleton(
+        node_names=node_names,
+        edges=tuple(edges),
+        name=str(skeleton_name) if skeleton_name is not None else "skeleton",
+    )
+
+
+def _name_of(reader: ConfigReader, item: Any, where: str) -> str:
+    if isinstance(item, str):
+        return item
+    if isinstance(item, Mapping) and isinstance(item.get("name"), str):
+        return item["name"]
+    raise reader.error(f"{where} has an entry without a name: {item!r}")
+
+
+def _parse_heads(
+    reader: ConfigReader, head_configs: Mapping, skeleton: Skeleton
+) -> tuple[str, tuple[HeadSpec, ...]]:
+    model_type = next((k for k, v in head_configs.items() if v is not None), None)
+    if model_type is None:
+        raise reader.error("model_config.head_configs has no head set")
+    if model_type not in MODEL_HEADS:
+        raise reader.error(
+            f"unknown or unsupported head type {model_type!r}; supported: {', '.join(MODEL_HEADS)}"
+        )
+    where = f"model_config.head_configs.{model_type}"
+    head_config = reader.mapping(head_configs[model_type], where)
+    known = {key for key, _ in MODEL_HEADS[model_type]}
+    for key, value in head_config.items():
+        if key not in known and value is not None:
+            raise reader.error(f"unknown head {key!r} in {where}")
+
+    heads: list[HeadSpec] = []
+    for key, name in MODEL_HEADS[model_type]:
+        leaf = reader.section(head_config, where, key)
+        heads.append(_parse_head(reader, leaf, f"{where}.{key}", key, name, skeleton, heads))
+    return model_type, tuple(heads)
+
+
+def _parse_head(
+    reader: ConfigReader,
+    leaf: Mapping,
+    where: str,
+    key: str,
+    name: str,
+    skeleton: Skeleton,
+    previous: list[HeadSpec],
+) -> HeadSpec:
+    output_stride = reader.power_of_two(
+        reader.required(leaf, "output_stride", where), f"{where}.output_stride"
+    )
+    if name == "ClassVectorsHead":
+        return HeadSpec(
+            name=name,
+            config_key=key,
+            output_stride=output_stride,
+            classes=_classes(reader, leaf, where),
+            num_fc_layers=reader.integer(
+                reader.optional(leaf, "num_fc_layers", where, int, 1),
+                f"{where}.num_fc_layers",
+                minimum=0,
+            ),
+            num_fc_units=reader.integer(
+                reader.optional(leaf, "num_fc_units", where, int, 64),
+                f"{where}.num_fc_units",
+                minimum=1,
+            ),
+            global_pool=reader.boolean(
+                reader.optional(leaf, "global_pool", where, bool, True), f"{where}.global_pool"
+            ),
+        )
+    if name == "ClassMapsHead":
+        return HeadSpec(
+            name=name,
+            config_key=key,
+            output_stride=output_stride,
+            classes=_classes(reader, leaf, where),
+        )
+    if name == "PartAffinityFieldsHead":
+        part_names = previous[0].part_names
+        edges = _edges(reader, leaf, where, skeleton)
+        for edge in edges:
+            for end in edge:
+                if end not in part_names:
+                    raise reader.error(f"{where}.edges names {end!r}, which is not a part")
+        return HeadSpec(
+            name=name,
+            config_key=key,
+            output_stride=output_stride,
+            edges=edges,
+            edge_indices=tuple((part_names.index(s), part_names.index(d)) for s, d in edges),
+        )
+    part_names = ()
+    if name != "CentroidConfmapsHead":
+        part_names = _string_list(reader, leaf.get("part_names"), f"{where}.part_names")
+        part_names = part_names or skeleton.node_names
+    anchor_part = None
+    if name in ("CentroidConfmapsHead", "CenteredInstanceConfmapsHead"):
+        anchor_part = reader.optional(leaf, "anchor_part", where, str, None)
+        _check_centroid_method(reader, leaf, where, anchor_part)
+    return HeadSpec(
+        name=name,
+        config_key=key,
+        output_stride=output_stride,
+        part_names=part_names,
+        anchor_part=anchor_part,
+        use_sigmoid_activation=reader.boolean(
+            reader.optional(leaf, "use_sigmoid_activation", where, bool, False),
+            f"{where}.use_sigmoid_activation",
+        ),
+    )
+
+
+def _classes(reader: ConfigReader, leaf: Mapping, where: str) -> tuple[str, ...]:
+    classes = _string_list(reader, leaf.get("classes"), f"{where}.classes")
+    if not classes:
+        raise reader.error(f"{where}.classes is empty; an identity model needs its class names")
+    # sleap-live reports each class as a track, which is sleap-nn's "track" output.
+    reader.supported(leaf, "class_output", where, ("track",))
+    return classes
+
+
+def _check_centroid_method(
+    reader: ConfigReader, leaf: Mapping, where: str, anchor_part: str | None
+) -> None:
+    """Refuses centroid settings that sleap-nn's `resolve_centroid_method` refuses."""
+    method = reader.optional(leaf, "centroid_method", where, str, None)
+    fallback = reader.optional(leaf, "centroid_fallback", where, str, None)
+    if method is not None and method not in CENTROID_METHODS:
+        raise reader.error(
+            f"{where}.centroid_method {method!r} is unknown (expected one of "
+            f"{', '.join(CENTROID_METHODS)})"
+        )
+    if fallback is not None and fallback not in CENTROID_REDUCTIONS:
+        raise reader.error(
+            f"{where}.centroid_fallback {fallback!r} is unknown (expected one of "
+            f"{', '.join(CENTROID_REDUCTIONS)})"
+        )
+    if anchor_part is not None and method not in (None, "anchor"):
+        raise reader.error(
+            f"{where}.centroid_method {method!r} contradicts anchor_part {anchor_part!r} "
+            f"(sleap-nn refuses both; use centroid_fallback {method!r} instead)"
+        )
+    if anchor_part is None and method == "anchor":
+        raise reader.error(f"{where}.centroid_method 'anchor' needs an anchor_part")
+
+
+def _edges(
+    reader: ConfigReader, leaf: Mapping, where: str, skeleton: Skeleton
+) -> tuple[tuple[str, str], ...]:
+    edges = leaf.get("edges")
+    if edges is None:
+        names = skeleton.node_names
+        return tuple((names[s], names[d]) for s, d in skeleton.edges)
+    if not isinstance(edges, list):
+        raise reader.error(f"{where}.edges is not a list")
+    pairs = []
+    for edge in edges:
+        if not (
+            isinstance(edge, list) and len(edge) == 2 and all(isinstance(n, str) for n in edge)
+        ):
+            raise reader.error(f"{where}.edges entry {edge!r} is not a [source, destination] pair")
+        pairs.append((edge[0], edge[1]))
+    return tuple(pairs)
+
+
+def _string_list(reader: ConfigReader, value: Any, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise reader.error(f"{where} is not a list of names")
+    return tuple(value)
+
+
+def _parse_preprocess(
+    reader: ConfigReader, data_config: Mapping, model_type: str
+) -> PreprocessSpec:
+    where = "data_config.preprocessing"
+    section = reader.optional(data_config, "preprocessing", "data_config", Mapping, {})
+    scale = reader.optional(section, "scale", where, (int, float), 1.0)
+    if isinstance(scale, bool) or not scale > 0:
+        raise reader.error(f"{where}.scale is {scale!r}; expected a positive number")
+    max_height = reader.optional(section, "max_height", where, int, None)
+    max_width = reader.optional(section, "max_width", where, int, None)
+    for key, size in (("max_height", max_height), ("max_width", max_width)):
+        if size is not None:
+            reader.integer(size, f"{where}.{key}", minimum=1)
+    crop_size = reader.optional(section, "crop_size", where, int, None)
+    # "bbox" crops resize a box detector's boxes; sleap-live has no box detector.
+    reader.supported(section, "crop_mode", where, ("fixed",))
+    tiling = reader.optional(section, "tiling", where, Mapping, {})
+    reader.supported(tiling, "enabled", f"{where}.tiling", (False,))
+    ensure_rgb = reader.boolean(
+        reader.optional(section, "ensure_rgb", where, bool, False), f"{where}.ensure_rgb"
+    )
+    ensure_grayscale = reader.boolean(
+        reader.optional(section, "ensure_grayscale", where, bool, False),
+        f"{where}.ensure_grayscale",
+    )
+    if ensure_rgb and ensure_grayscale:
+        raise reader.error(
+            f"{where}.ensure_rgb and ensure_grayscale are both true; sleap-nn refuses "
+            "this too (choose one)"
+        )
+    if model_type in CROP_MODEL_TYPES and crop_size is None:
+        raise reader.error(
+            f"{where}.crop_size is null; sleap-nn train writes the crop size of a "
+            f"{model_type} model here and predict cannot run without it"
+        )
+    return PreprocessSpec(
+        ensure_rgb=ensure_rgb,
+        ensure_grayscale=ensure_grayscale,
+        scale=float(scale),
+        max_height=max_height,
+        max_width=max_width,
+        crop_size=crop_size,
+    )
