@@ -8,8 +8,9 @@ Commands::
     sleap-live replay VIDEO --fps 30 -m MODEL   (a file paced like a camera)
     sleap-live export MODEL_DIR [MODEL_DIR2] -o OUT [--format onnx|torchscript]
     sleap-live bench VIDEO -m MODEL [--json bench.json]
+    sleap-live check-tensorrt MODEL.onnx        (what TensorRT would refuse or change)
 
-One parser holds every subcommand (`run.py`, `export.py`, `bench.py`), built from
+One parser holds every subcommand (`run.py`, `export.py`, `bench.py`, `check.py`), built from
 the options they share (`options.py`). `python -m sleap_live` is the same command.
 
 Exit status: 0 done, 1 a source, model or output failed, 2 bad arguments,
@@ -27,7 +28,7 @@ from collections.abc import Iterator, Sequence
 
 from rich.console import Console
 
-from sleap_live.cli import bench, export, run
+from sleap_live.cli import bench, check, export, run
 from sleap_live.cli.options import PROG, Parser, UsageError
 from sleap_live.engines.errors import EngineError
 from sleap_live.stream.errors import StreamError
@@ -36,7 +37,7 @@ __all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_TERMINATED", "EXIT_USAGE", "m
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED, EXIT_TERMINATED = 128 + signal.SIGINT, 128 + signal.SIGTERM
-COMMANDS = ("run", "replay", "export", "bench")
+COMMANDS = ("run", "replay", "export", "bench", "check-tensorrt")
 
 
 class Terminated(KeyboardInterrupt):
@@ -89,6 +90,7 @@ def parser() -> argparse.ArgumentParser:
             f"  {PROG} replay VIDEO --fps 30 -m MODEL_DIR\n"
             f"  {PROG} export MODEL_DIR -o exported/\n"
             f"  {PROG} bench VIDEO -m MODEL_DIR\n"
+            f"  {PROG} check-tensorrt exported/model.onnx\n"
             f"\n`{PROG} COMMAND -h` lists a command's options."
         ),
     )
@@ -96,6 +98,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_parsers(commands)
     export.add_parser(commands)
     bench.add_parser(commands)
+    check.add_parser(commands)
     return top
 
 

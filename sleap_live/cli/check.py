@@ -1,0 +1,55 @@
+"""`sleap-live check-tensorrt`: what TensorRT's ONNX importer would refuse or change in a graph.
+
+The lint itself is `sleap_live.engines.export.check_tensorrt`; this module prints
+its findings, one line each, and exits like a linter: 0 clean, 1 findings, 2 when
+the file is missing or is not an ONNX model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from sleap_live.cli.options import PROG
+
+SUMMARY = "list what TensorRT's ONNX importer would refuse or silently change in a graph"
+
+
+def add_parser(commands: Any) -> None:
+    """Adds `check-tensorrt` to the subcommands of the top-level parser."""
+    parser = commands.add_parser(
+        "check-tensorrt",
+        help=SUMMARY,
+        description="Read an ONNX graph and report, node by node, what TensorRT 10's ONNX "
+        "importer refuses or silently changes: element types it does not take inside a "
+        "network (uint8, float64, bool where an op excludes it), unsupported operators, "
+        "data-dependent shapes, TopK limits. One line per finding (node, op, reason, the "
+        "rule's source). Exit status: 0 clean, 1 findings, 2 the file is missing or not ONNX.",
+    )
+    parser.add_argument("model", type=Path, metavar="MODEL.onnx", help="the ONNX graph to check")
+    parser.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace, console: Console) -> int:
+    """Prints the findings (stdout) and returns the lint's exit status."""
+    del console
+    from sleap_live.engines.errors import ModelNotFoundError
+    from sleap_live.engines.export.check_tensorrt import (
+        EXIT_UNREADABLE,
+        UnreadableGraphError,
+        check_tensorrt,
+        exit_code,
+        format_findings,
+    )
+
+    try:
+        findings = check_tensorrt(args.model)
+    except (ModelNotFoundError, UnreadableGraphError) as error:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    print(format_findings(findings))
+    return exit_code(findings)
