@@ -5,7 +5,8 @@ Accepted models:
 - one or two sleap-nn model directories (a top-down model is a centroid directory
   and a centered-instance directory, given together in any order);
 - a sleap-live ONNX export (`.onnx`) or TorchScript export (`.pt`);
-- a directory written by `sleap-nn export` (`export_metadata.json` + `model.onnx`).
+- a directory written by `sleap-nn export` (`export_metadata.json` + `model.onnx`);
+- a sleap-live TensorRT engine file (`.engine`/`.plan`), which runs alone.
 
 Engines: "torch" runs the torch inference model (eager, or the TorchScript
 export); "onnx" runs ONNX Runtime, exporting model directories to an in-memory
@@ -13,7 +14,11 @@ ONNX graph first, verified on frames with animals (`verify_frames`, e.g. the
 first frames of the video about to be run; see `sleap_live.engines.export.frames`
 for where frames come from otherwise); "auto" picks ONNX Runtime on the CPU (it
 ran the toy models faster than eager torch, see scripts/bench_engines.py) and on
-a GPU when `onnxruntime-gpu` is installed, torch otherwise.
+a GPU when `onnxruntime-gpu` is installed, torch otherwise. "tensorrt" runs a
+TensorRT engine on a CUDA GPU: an engine file as it is, or engines built from an
+ONNX export (cached beside it) or from model directories (exported in memory,
+cached in `default_cache_dir()` or `engine_cache`), for frames of `frame_size` at
+once, or for each new frame size on its first batch (see `sleap_live.engines.export.tensorrt`).
 
 "auto" picks the engine before anything is loaded and never changes it: an
 export that fails or does not verify is an `ExportError`, not a quiet switch to
@@ -27,13 +32,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sleap_live.engines.errors import ExportError, ModelNotFoundError
+from sleap_live.engines.errors import ExportError, ModelNotFoundError, RuntimeUnavailableError
 from sleap_live.engines.runners.base import Runner
 
-ENGINES = ("auto", "torch", "onnx")
+# `.engine`/`.plan`: TensorRT engine files (`sleap_live.engines.export.tensorrt`).
+ENGINE_SUFFIXES = (".engine", ".plan")
+
+ENGINES = ("auto", "torch", "onnx", "tensorrt")
 DEVICES = ("auto", "cpu", "cuda")
 # Options of the in-memory ONNX export of model directories (engine "onnx").
 EXPORT_OPTIONS = ("opset", "verify", "verify_frames")
+# Options of engine "tensorrt" (see `_tensorrt_runner`).
+TENSORRT_OPTIONS = ("frame_size", "batch_size", "precision", "engine_cache", "stream")
 
 
 def load_runner(
@@ -48,17 +58,22 @@ def load_runner(
 
     Args:
         paths: one path, or a list of one or two (see the module docstring).
-        engine: "auto", "torch" or "onnx".
+        engine: "auto", "torch", "onnx" or "tensorrt".
         device: "auto" (a CUDA GPU when one can be used, else the CPU), "cpu",
             "cuda" or "cuda:N".
         threads: CPU threads per operator for whichever engine runs (torch's
             `num_threads`, ONNX Runtime's `intra_op_threads`); None keeps the
             engine's default (one per physical core).
-        **options: for model directories run with ONNX Runtime, `opset`, `verify`
-            and `verify_frames` of the in-memory export (see `export_onnx_bytes`).
+        **options: for model directories run with ONNX Runtime or TensorRT,
+            `opset`, `verify` and `verify_frames` of the in-memory export (see
+            `export_onnx_bytes`); for TensorRT, `frame_size` ((height, width) or
+            (height, width, channels): build the engine now rather than on the
+            first batch), `batch_size` (the throughput profile's, default 8),
+            `precision` ("fp32" or "fp16"), `engine_cache` (a directory) and
+            `stream` (the `torch.cuda.Stream` runs enqueue on).
 
     Returns:
-        A `TorchRunner`, `OnnxRunner` or `SleapNNExportRunner`.
+        A `TorchRunner`, `OnnxRunner`, `SleapNNExportRunner` or `TensorRTRunner`.
 
     Raises:
         ValueError: unknown engine or device, or an engine that cannot run this
@@ -70,24 +85,28 @@ def load_runner(
             on the CPU) whose export fails or does not verify; the message says
             to run with `--engine torch` or skip the verification instead.
     """
-    paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
+    models = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r} (expected one of {ENGINES})")
     if device.partition(":")[0] not in DEVICES:
         raise ValueError(f"unknown device {device!r} (expected 'auto', 'cpu', 'cuda' or 'cuda:N')")
-    if not 1 <= len(paths) <= 2:
+    if not 1 <= len(models) <= 2:
         raise ValueError(
-            f"give one model, or two model directories for top-down; got {len(paths)} paths"
+            f"give one model, or two model directories for top-down; got {len(models)} paths"
         )
-    unknown = set(options) - set(EXPORT_OPTIONS)
+    known = (*EXPORT_OPTIONS, *(TENSORRT_OPTIONS if engine == "tensorrt" else ()))
+    unknown = set(options) - set(known)
     if unknown:
         raise TypeError(f"load_runner got unknown options {sorted(unknown)}")
-    for path in paths:
+    for path in models:
         if not path.exists():
             raise ModelNotFoundError(f"{path}: no such model file or directory")
 
-    first = paths[0]
-    if len(paths) == 1 and first.is_file():
+    first = models[0]
+    if engine == "tensorrt" or (len(models) == 1 and first.suffix in ENGINE_SUFFIXES):
+        _require(engine, "tensorrt", f"{first} is a TensorRT engine")
+        return _tensorrt_runner(models, device, options)
+    if len(models) == 1 and first.is_file():
         if first.suffix == ".onnx":
             return _onnx_file_runner(first, engine, device, threads)
         if first.suffix == ".pt":
@@ -96,17 +115,24 @@ def load_runner(
             f"{first}: unknown model file type (expected a sleap-live '.onnx' or '.pt' export, "
             "or a model directory)"
         )
-    from sleap_live.engines.load.dirs import CHECKPOINT, TRAINING_CONFIG, is_sleap_nn_export_dir
+    from sleap_live.engines.load.dirs import is_sleap_nn_export_dir
 
-    if len(paths) == 1 and is_sleap_nn_export_dir(first):
+    if len(models) == 1 and is_sleap_nn_export_dir(first):
         return _sleap_nn_export_runner(first, engine, device, threads)
+    _check_model_dirs(models)
+    return _model_dir_runner(models, engine, device, threads, options)
+
+
+def _check_model_dirs(paths: list[Path]) -> None:
+    from sleap_live.engines.load.dirs import CHECKPOINT, TRAINING_CONFIG
+
+    first = paths[0]
     for path in paths:
         if not path.is_dir():
             raise ValueError(
                 f"{path}: expected a model directory ({TRAINING_CONFIG} and {CHECKPOINT}) "
                 f"alongside {first}"
             )
-    return _model_dir_runner(paths, engine, device, threads, options)
 
 
 def _onnx_file_runner(path: Path, engine: str, device: str, threads: int | None) -> Runner:
@@ -163,6 +189,92 @@ def _model_dir_runner(
             "or run the model with torch (--engine torch)"
         ) from error
     return OnnxRunner(onnx_bytes, providers_for(_onnx_device(device)), intra_op_threads=threads)
+
+
+def _tensorrt_runner(paths: list[Path], device: str, options: dict[str, Any]) -> Runner:
+    """A `TensorRTRunner` for an engine file, a sleap-live `.onnx` or model directories."""
+    from sleap_live.engines.export import tensorrt as trt_export
+    from sleap_live.engines.runners.tensorrt import TensorRTRunner
+
+    first = paths[0]
+    if len(paths) == 1 and first.is_file() and first.suffix not in (*ENGINE_SUFFIXES, ".onnx"):
+        raise ValueError(
+            f"{first}: TensorRT runs '.engine' files, sleap-live '.onnx' exports or model "
+            "directories"
+        )
+    trt = trt_export.import_tensorrt()
+    cuda = _tensorrt_device(device)
+    run_options: dict[str, Any] = {"device": cuda, "stream": options.get("stream"), "tensorrt": trt}
+    if first.suffix in ENGINE_SUFFIXES:
+        return TensorRTRunner.from_engine_file(first, **run_options)
+
+    if first.suffix == ".onnx":
+        model = trt_export.read_onnx_model(first)
+        directory, stem = Path(options.get("engine_cache") or first.parent), first.stem
+    else:
+        from sleap_live.engines.load.dirs import is_sleap_nn_export_dir
+
+        if len(paths) == 1 and is_sleap_nn_export_dir(first):
+            raise ValueError(
+                f"{first} is a sleap-nn export directory; it runs with engine 'onnx'; for "
+                "TensorRT, give the model directories it was exported from"
+            )
+        _check_model_dirs(paths)
+        export_options = {name: options[name] for name in EXPORT_OPTIONS if name in options}
+        model = trt_export.read_onnx_model(_tensorrt_onnx_bytes(paths, export_options))
+        directory = Path(options.get("engine_cache") or trt_export.default_cache_dir())
+        stem = model.sha256[:16]
+    cache = trt_export.EngineCache(
+        directory,
+        model,
+        stem,
+        trt,
+        trt_export.current_gpu(cuda),
+        options.get("precision", "fp32"),
+    )
+    batch_size = int(options.get("batch_size", trt_export.DEFAULT_BATCH_SIZE))
+    frame_size = options.get("frame_size")
+    if frame_size is not None:
+        height, width, *channels = (int(n) for n in frame_size)
+        channel = channels[0] if channels else model.metadata.input_channels[0]
+        cache.engine((height, width, channel), batch_size)
+
+    def engine_for(frame: tuple[int, int, int]) -> Any:
+        return cache.engine(frame, batch_size)
+
+    return TensorRTRunner(model.metadata, engine_for, **run_options)
+
+
+def _tensorrt_onnx_bytes(paths: list[Path], export_options: dict[str, Any]) -> bytes:
+    """The in-memory ONNX export of model directories that TensorRT builds from."""
+    import inspect
+
+    from sleap_live.engines.export import export_onnx_bytes
+    from sleap_live.engines.graph.build import load_inference_model
+
+    if "profile" in inspect.signature(export_onnx_bytes).parameters:
+        export_options = {"profile": "tensorrt", **export_options}
+    try:
+        return export_onnx_bytes(load_inference_model(paths), sources=paths, **export_options)
+    except ExportError as error:
+        raise ExportError(
+            f"cannot run {', '.join(map(str, paths))} with TensorRT: {error}; "
+            "or run the model with torch (--engine torch)"
+        ) from error
+
+
+def _tensorrt_device(device: str) -> str:
+    """The CUDA device TensorRT runs on ("cuda:N"); one-line errors where there is none."""
+    if device == "cpu":
+        raise ValueError("TensorRT runs on a CUDA GPU; on the CPU use --engine onnx or torch")
+    if not _gpu_present():
+        raise RuntimeUnavailableError(
+            "no CUDA GPU found (TensorRT needs an NVIDIA GPU and its driver); "
+            "on the CPU use --engine onnx"
+        )
+    if device in ("auto", "cuda"):
+        return "cuda:0"
+    return device
 
 
 def _require(engine: str, needed: str, what: str) -> None:
