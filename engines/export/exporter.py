@@ -8,6 +8,9 @@ is exported again with a fixed channel count (and verified again), and runners
 convert channels on the host. An unverified export is never probed: it takes
 only the model's own channel count.
 
+The "tensorrt" profile's graph is made for one frame size and channel count, so
+it is verified on two batch sizes of that one size and never probed.
+
 Every failure is an `ExportError` saying what failed; nothing falls back.
 """
 
@@ -42,9 +45,16 @@ from sleap_live.engines.export.torchscript import (
 )
 from sleap_live.engines.export.verify import Exported, takes_channels, verify_batch
 from sleap_live.engines.graph.base import InferenceModel
+from sleap_live.engines.graph.preprocess import frame_channels
 from sleap_live.engines.host.frames import convert_channels
 from sleap_live.engines.load.dirs import TRAINING_CONFIG
-from sleap_live.engines.load.metadata import INPUT_NAME, ExportMetadata, sidecar_path
+from sleap_live.engines.load.metadata import (
+    DEFAULT_PROFILE,
+    INPUT_NAME,
+    TENSORRT_PROFILE,
+    ExportMetadata,
+    sidecar_path,
+)
 
 EXPORT_FORMATS = ("onnx", "torchscript")
 SUFFIXES = {"onnx": ".onnx", "torchscript": ".pt"}
@@ -62,6 +72,8 @@ def export_model(
     verify: bool = True,
     verify_frames: Frames | None = None,
     progress: Progress | None = None,
+    profile: str = DEFAULT_PROFILE,
+    frame_size: tuple[int, int] | None = None,
 ) -> Path:
     """Builds the inference model of one or two sleap-nn model directories and exports it.
 
@@ -78,6 +90,12 @@ def export_model(
             the model directories' training labels are used, then synthetic frames
             (see `sleap_live.engines.export.frames`).
         progress: called with a short description of each step.
+        profile: "default" (any frame size, instance lists) or "tensorrt" (ONNX
+            only: float32 inside, one frame size, fixed instance slots; see
+            `sleap_live.engines.graph.base`).
+        frame_size: (height, width) of a "tensorrt" export; the verification
+            frames are cut or padded to it. By default, the verification frames'
+            own size (or the given frame's, unverified).
 
     Returns:
         The path of the exported model. Its metadata is embedded and also written
@@ -105,6 +123,8 @@ def export_model(
         verify_frames=verify_frames,
         sources=paths,
         progress=progress,
+        profile=profile,
+        frame_size=frame_size,
     )
 
 
@@ -118,6 +138,8 @@ def export_inference_model(
     verify_frames: Frames | None = None,
     sources: Sequence[str | Path] = (),
     progress: Progress | None = None,
+    profile: str = DEFAULT_PROFILE,
+    frame_size: tuple[int, int] | None = None,
 ) -> Path:
     """Exports an `InferenceModel` and embeds its metadata.
 
@@ -139,6 +161,9 @@ def export_inference_model(
         sources: model directories the model was built from, recorded with the
             sha256 of their training configs.
         progress: called with a short description of each step.
+        profile: the graph's profile (see `export_model`); the model is put
+            back in its own afterwards.
+        frame_size: a "tensorrt" export's frame size (see `export_model`).
 
     Returns:
         The path of the exported model.
@@ -150,7 +175,9 @@ def export_inference_model(
     """
     notify = progress or _ignore
     path = _output_path(output, format)
-    payload, metadata = _export(model, format, opset, verify, verify_frames, sources, notify)
+    payload, metadata = _export(
+        model, format, opset, verify, verify_frames, sources, notify, profile, frame_size
+    )
     notify(f"writing {path}")
     path.parent.mkdir(parents=True, exist_ok=True)
     if format == "onnx":
@@ -169,6 +196,8 @@ def export_onnx_bytes(
     verify_frames: Frames | None = None,
     sources: Sequence[str | Path] = (),
     progress: Progress | None = None,
+    profile: str = DEFAULT_PROFILE,
+    frame_size: tuple[int, int] | None = None,
 ) -> bytes:
     """Exports an `InferenceModel` to an in-memory ONNX model (metadata embedded).
 
@@ -179,7 +208,10 @@ def export_onnx_bytes(
         ExportError: the export failed, disagrees with the torch model, or the
             model finds no animals in a verification frame.
     """
-    payload, _ = _export(model, "onnx", opset, verify, verify_frames, sources, progress or _ignore)
+    notify = progress or _ignore
+    payload, _ = _export(
+        model, "onnx", opset, verify, verify_frames, sources, notify, profile, frame_size
+    )
     return payload
 
 
@@ -191,20 +223,47 @@ def _export(
     verify_frames: Frames | None,
     sources: Sequence[str | Path],
     notify: Progress,
+    profile: str = DEFAULT_PROFILE,
+    frame_size: tuple[int, int] | None = None,
 ) -> tuple[Any, ExportMetadata]:
     """The export (ONNX bytes with metadata, or a traced module) and its metadata."""
-    model = model.cpu().eval()
-    native = model.info.input_channels
+    if profile == TENSORRT_PROFILE and format != "onnx":
+        raise ValueError(f"the {profile} profile exports to ONNX only, not {format}")
+    previous = model.profile
+    model = model.cpu().eval().set_profile(profile)
+    try:
+        return _export_profiled(
+            model, format, opset, verify, verify_frames, sources, notify, frame_size
+        )
+    finally:
+        model.set_profile(previous)
+
+
+def _export_profiled(
+    model: InferenceModel,
+    format: str,
+    opset: int,
+    verify: bool,
+    verify_frames: Frames | None,
+    sources: Sequence[str | Path],
+    notify: Progress,
+    frame_size: tuple[int, int] | None,
+) -> tuple[Any, ExportMetadata]:
+    fixed_shape = model.tensorrt_profile
+    native = frame_channels(model.frame_preprocess) if fixed_shape else model.info.input_channels
     label = _label(model, sources)
     verification: list[dict[str, Any]] | None = None
     if not verify:
-        example = _unverified_example(native, verify_frames)
+        example = _fitted(_unverified_example(native, verify_frames), frame_size)
         payload, _ = _trace(model, format, example, opset, dynamic_channels=False, notify=notify)
         input_channels: tuple[int, ...] = (native,)
     else:
         notify("choosing verification frames")
         chosen = verification_frames(native, verify_frames, sources)
-        batches = check_batches(chosen.frames)
+        if fixed_shape:
+            batches = _fixed_size_batches(_fitted(chosen.frames, frame_size))
+        else:
+            batches = check_batches(chosen.frames)
 
         def verified(exported: Exported) -> list[dict[str, Any]]:
             records = []
@@ -223,12 +282,14 @@ def _export(
             return records
 
         payload, exported = _trace(
-            model, format, batches[0], opset, dynamic_channels=True, notify=notify
+            model, format, batches[0], opset, dynamic_channels=not fixed_shape, notify=notify
         )
         verification = verified(exported)
         other = 1 if native == 3 else 3
-        notify(f"checking {other}-channel input")
-        if takes_channels(model, exported, convert_channels(batches[-1], other)):
+        if fixed_shape:
+            # Its channel count is fixed; the host converts frames of the other.
+            input_channels = (native,)
+        elif takes_channels(model, exported, _checking(notify, other, batches[-1])):
             input_channels = (1, 3)
         else:
             input_channels = (native,)
@@ -238,6 +299,7 @@ def _export(
                     model, format, batches[0], opset, dynamic_channels=False, notify=notify
                 )
                 verification = verified(exported)
+        example = batches[0]
 
     metadata = ExportMetadata(
         info=model.info,
@@ -250,10 +312,56 @@ def _export(
         sources=tuple(_source_record(Path(source)) for source in sources),
         exporter={"torch": torch.__version__, **({"opset": opset} if format == "onnx" else {})},
         verification=None if verification is None else tuple(verification),
+        profile=model.profile,
+        tensorrt=_tensorrt_record(example, native) if fixed_shape else None,
     )
     if format == "onnx":
         return embed_metadata(payload, metadata), metadata
     return payload, metadata
+
+
+def _checking(notify: Progress, channels: int, frames: np.ndarray) -> np.ndarray:
+    notify(f"checking {channels}-channel input")
+    return convert_channels(frames, channels)
+
+
+def _fitted(frames: np.ndarray, frame_size: tuple[int, int] | None) -> np.ndarray:
+    """Frames cut or padded (bottom/right, with each frame's median) to `frame_size`."""
+    if frame_size is None:
+        return frames
+    height, width = frame_size
+    if height < 1 or width < 1:
+        raise ValueError(f"frame_size must be positive, got {frame_size}")
+    cut = frames[:, :height, :width]
+    fill = np.median(cut.reshape(len(cut), -1, cut.shape[3]), axis=1).astype(np.uint8)
+    canvas = np.empty((len(cut), height, width, cut.shape[3]), np.uint8)
+    canvas[:] = fill[:, None, None, :]
+    canvas[:, : cut.shape[1], : cut.shape[2]] = cut
+    return canvas
+
+
+def _fixed_size_batches(frames: np.ndarray) -> list[np.ndarray]:
+    """Two check batches of the frames' own size: up to two frames, then three."""
+    count = len(frames)
+    return [
+        np.ascontiguousarray(frames[: min(count, 2)]),
+        np.ascontiguousarray(frames[[(2 + index) % count for index in range(3)]]),
+    ]
+
+
+def _tensorrt_record(example: np.ndarray, channels: int) -> dict[str, Any]:
+    """What a TensorRT engine builder needs to know about a tensorrt-profile graph."""
+    return {
+        "frame_shape": [int(example.shape[1]), int(example.shape[2]), channels],
+        "resize": "host-computed int16-valued weights, float32 elementwise products "
+        "and sums of integers below 2^24, no MatMul",
+        "tf32": {
+            "resize_exact": True,
+            "reason": "TF32 rounds only MatMul and convolution inputs; the resize has "
+            "neither, and its float32 arithmetic is exact, so TF32 may stay on for it "
+            "(the network's convolutions round as TF32 does, as on any GPU)",
+        },
+    }
 
 
 def _trace(

@@ -2,7 +2,9 @@
 
 The graph has one uint8 (batch, height, width, channels) input named "frames"
 whose batch, height, width and (unless `dynamic_channels` is off) channel axes are
-dynamic, and its instance-list outputs have a dynamic instance axis.
+dynamic, and its instance-list outputs have a dynamic instance axis. A
+TensorRT-profile graph has only its batch axis dynamic: it is made for the frame
+size and channel count it is traced on.
 
 It uses torch's TorchScript-based exporter (`dynamo=False`): under torch 2.13 it
 keeps every shape computed from the input (padding to the stride, `scale_factor`
@@ -25,8 +27,13 @@ from sleap_live.engines.errors import ExportError
 from sleap_live.engines.export._quiet import first_line, native_stdout_silenced, tracer_notes
 from sleap_live.engines.export.verify import Exported, Outputs
 from sleap_live.engines.graph.base import InferenceModel
-from sleap_live.engines.host.outputs import INSTANCE_OUTPUTS
-from sleap_live.engines.load.metadata import INPUT_NAME, METADATA_KEY, ExportMetadata
+from sleap_live.engines.host.outputs import BATCH_AXIS, INSTANCE_AXIS, output_spec
+from sleap_live.engines.load.metadata import (
+    INPUT_NAME,
+    METADATA_KEY,
+    OUTPUT_LAYOUTS,
+    ExportMetadata,
+)
 
 DEFAULT_OPSET = 17
 
@@ -43,13 +50,19 @@ def trace_to_onnx(
         ExportError: the exporter failed (an unsupported operator says to try
             TorchScript instead).
     """
-    input_axes = {0: "batch", 1: "height", 2: "width"}
-    if dynamic_channels:
-        input_axes[3] = "channels"
+    input_axes = {0: BATCH_AXIS}
+    if not model.tensorrt_profile:
+        input_axes |= {1: "height", 2: "width"}
+        if dynamic_channels:
+            input_axes[3] = "channels"
     dynamic_axes: dict[str, dict[int, str]] = {INPUT_NAME: input_axes}
+    layout = OUTPUT_LAYOUTS[model.profile]
     for name in model.output_names:
-        if name in INSTANCE_OUTPUTS:
-            dynamic_axes[name] = {0: "instances"}
+        # The batch axis of a fixed-shape graph's outputs is named so that nothing
+        # but the batch is left symbolic; the default graph leaves it to the exporter.
+        first = output_spec(name, layout).axes[0]
+        if first == INSTANCE_AXIS or (model.tensorrt_profile and first == BATCH_AXIS):
+            dynamic_axes[name] = {0: first}
     buffer = io.BytesIO()
     with tracer_notes() as notes, torch.no_grad(), native_stdout_silenced():
         try:

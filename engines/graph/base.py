@@ -4,27 +4,69 @@ An inference model is one `torch.nn.Module` that takes uint8 frames exactly as
 decoders hand them, (batch, height, width, channels) with any frame size and 1 or 3
 channels, and does all preprocessing, the network and peak finding inside, so the
 same graph exports to ONNX and runs anywhere. Its outputs are named tensors whose
-layout depends on the model type (see `OUTPUT_NAMES`); turning them into
+layout depends on the model type (`sleap_live.engines.host.outputs`); turning them into
 `FramePoses` (PAF grouping, identity assignment) happens on the host in
 `sleap_live.engines.host.postprocess`.
+
+Each model computes its graph in one of two profiles (`PROFILES`). "default":
+uint8 images and sizes from tensor shapes, so the graph takes any frame size, and
+instance lists as long as the animals found. "tensorrt": what TensorRT's ONNX
+importer takes as it is; the frames cast to float32 at once and float32 after
+that (no float64, no uint8 inside), sizes fixed by the frames it is traced on, and
+`max_instances` slots per frame with a validity mask (`INSTANCE_SLOTS` layout).
+Both give the same poses.
 """
 
 from __future__ import annotations
 
 import torch
 
+from sleap_live.engines.graph.preprocess import PreprocessConfig
+from sleap_live.engines.host.outputs import output_names
+from sleap_live.engines.load.metadata import (
+    DEFAULT_PROFILE,
+    OUTPUT_LAYOUTS,
+    PROFILES,
+    TENSORRT_PROFILE,
+)
 from sleap_live.engines.types import ModelInfo
 
 
 class InferenceModel(torch.nn.Module):
     """Base class of every sleap-live inference model.
 
-    Subclasses set `info` and `output_names` and implement `forward`, which maps a
-    uint8 (B, H, W, C) tensor to a tuple of tensors in `output_names` order.
+    Subclasses set `info` and implement `forward`, which maps a uint8 (B, H, W, C)
+    tensor to a tuple of tensors in `output_names` order.
     """
 
     info: ModelInfo
-    output_names: tuple[str, ...]
+    profile: str = DEFAULT_PROFILE
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        """The outputs' names, in order, for the model type and profile."""
+        return output_names(self.info.model_type, OUTPUT_LAYOUTS[self.profile])
+
+    @property
+    def frame_preprocess(self) -> PreprocessConfig:
+        """How the model's first stage preprocesses frames."""
+        raise NotImplementedError
+
+    @property
+    def tensorrt_profile(self) -> bool:
+        """Whether the graph is the TensorRT profile's (fixed slots, float32 inside)."""
+        return self.profile == TENSORRT_PROFILE
+
+    def set_profile(self, profile: str) -> InferenceModel:
+        """Computes the graph in `profile` from now on; returns the model.
+
+        Raises:
+            ValueError: unknown profile.
+        """
+        if profile not in PROFILES:
+            raise ValueError(f"unknown profile {profile!r} (expected one of {PROFILES})")
+        self.profile = profile
+        return self
 
     def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
         raise NotImplementedError

@@ -32,6 +32,7 @@ import torch
 
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.graph.base import InferenceModel
+from sleap_live.engines.graph.crops import clip_index
 from sleap_live.engines.graph.network import load_network
 from sleap_live.engines.graph.paf import PafLineScorer
 from sleap_live.engines.graph.peaks import (
@@ -41,13 +42,18 @@ from sleap_live.engines.graph.peaks import (
     refine_peaks,
     top_peaks,
 )
-from sleap_live.engines.graph.preprocess import PreprocessConfig, Preprocessor, frames_to_nchw
+from sleap_live.engines.graph.preprocess import (
+    PreprocessConfig,
+    Preprocessor,
+    frame_values,
+    frame_values_input,
+    frames_to_nchw,
+)
 from sleap_live.engines.graph.resize import size_of
 from sleap_live.engines.host.grouping import (
     ClassMapGrouper,
     PafGrouper,
 )
-from sleap_live.engines.host.outputs import BOTTOMUP_OUTPUTS, MULTI_CLASS_BOTTOMUP_OUTPUTS
 from sleap_live.engines.load.spec import ModelSpec, check_model_type
 from sleap_live.engines.types import ModelInfo, Skeleton
 
@@ -64,6 +70,7 @@ def top_peaks_per_channel(
     threshold: float = DEFAULT_PEAK_THRESHOLD,
     refine: bool = True,
     patch_size: int = DEFAULT_PATCH_SIZE,
+    raster_unless_more: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The highest `max_peaks` local peaks of every channel, in raster order.
 
@@ -73,6 +80,8 @@ def top_peaks_per_channel(
         threshold: peaks must be above this.
         refine: apply integral refinement.
         patch_size: refinement window side.
+        raster_unless_more: a channel with more than K peaks lists its kept
+            ones highest first (sleap-nn's centroid layer; see `top_peaks`).
 
     Returns:
         `(points, values, valid)`: (B, N, K, 2) float32 grid xy, (B, N, K) float32
@@ -84,7 +93,7 @@ def top_peaks_per_channel(
     width = size_of(cms, 3)
     is_peak, offsets = local_peak_map(cms, threshold)
 
-    values, flat, valid = top_peaks(cms, is_peak, max_peaks)
+    values, flat, valid = top_peaks(cms, is_peak, max_peaks, raster_unless_more)
     flat = torch.where(valid, flat, 0)
     values = torch.where(valid, values, 0.0)
 
@@ -125,6 +134,10 @@ class _BottomUpBase(InferenceModel):
         self.refine = refine
         self.patch_size = patch_size
 
+    @property
+    def frame_preprocess(self) -> PreprocessConfig:
+        return self.preprocess.config
+
     def _peak_settings(self) -> dict[str, Any]:
         return {
             "max_peaks_per_node": self.max_peaks_per_node,
@@ -136,7 +149,10 @@ class _BottomUpBase(InferenceModel):
         self, frames: torch.Tensor
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Network outputs, peaks in scaled-input pixels, values, validity, eff. scale."""
-        image, eff_scale = self.preprocess(frames_to_nchw(frames))
+        if self.tensorrt_profile:
+            image, eff_scale = frame_values_input(frame_values(frames), self.preprocess.config)
+        else:
+            image, eff_scale = self.preprocess(frames_to_nchw(frames))
         heads = self.network(image)
         points, values, valid = top_peaks_per_channel(
             heads[CONFMAPS_HEAD],
@@ -177,8 +193,6 @@ class BottomUpModel(_BottomUpBase):
             float fraction of the nodes).
         max_instances: most instances per frame, or None for no limit.
     """
-
-    output_names = BOTTOMUP_OUTPUTS
 
     def __init__(
         self,
@@ -300,8 +314,6 @@ class MultiClassBottomUpModel(_BottomUpBase):
         max_instances: most instances per frame, or None for one per class.
     """
 
-    output_names = MULTI_CLASS_BOTTOMUP_OUTPUTS
-
     def __init__(
         self,
         network: torch.nn.Module,
@@ -367,8 +379,8 @@ class MultiClassBottomUpModel(_BottomUpBase):
         batch, n_classes = class_maps.shape[0], class_maps.shape[1]
         on_class_grid = points / self.class_map_stride
         cells = torch.round(on_class_grid).long()
-        cols = cells[..., 0].clamp(0, class_maps.shape[3] - 1)
-        rows = cells[..., 1].clamp(0, class_maps.shape[2] - 1)
+        cols = clip_index(cells[..., 0], class_maps.shape[3])
+        rows = clip_index(cells[..., 1], class_maps.shape[2])
         flat = (rows * class_maps.shape[3] + cols).reshape(batch, 1, -1)
         probs = class_maps.flatten(2).gather(2, flat.expand(-1, n_classes, -1))
         probs = probs.reshape(batch, n_classes, *valid.shape[1:]).permute(0, 2, 3, 1)

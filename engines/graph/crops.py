@@ -58,6 +58,17 @@ def window_origins(centers: torch.Tensor, height: int, width: int) -> torch.Tens
     return torch.stack([x, y], dim=1)
 
 
+def clip_index(index: torch.Tensor, size: int | torch.Tensor) -> torch.Tensor:
+    """Integer indices clipped into `[0, size - 1]`.
+
+    With Max and Min rather than a clamp, which exports as a Clip that TensorRT
+    does not run on integers.
+    """
+    low = torch.zeros((), dtype=index.dtype, device=index.device)
+    high = torch.as_tensor(size - 1, dtype=index.dtype, device=index.device)
+    return torch.minimum(torch.maximum(index, low), high)
+
+
 def gather_windows(
     images: torch.Tensor,
     sample_inds: torch.Tensor,
@@ -83,8 +94,8 @@ def gather_windows(
     inside = ((rows >= 0) & (rows < image_height))[:, :, None] & (
         (cols >= 0) & (cols < image_width)
     )[:, None, :]
-    rows = rows.clamp(min=0).clamp(max=image_height - 1)
-    cols = cols.clamp(min=0).clamp(max=image_width - 1)
+    rows = clip_index(rows, image_height)
+    cols = clip_index(cols, image_width)
     flat = (sample_inds[:, None, None] * image_height + rows[:, :, None]) * image_width + cols[
         :, None, :
     ]

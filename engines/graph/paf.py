@@ -30,6 +30,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from sleap_live.engines.graph.crops import clip_index
+
 # sleap-nn interpolates line points with a slope of (dst - src) / (eps + 1).
 _ONE_PLUS_EPS = float(np.float32(1.0) + np.finfo(np.float32).eps)
 
@@ -104,8 +106,8 @@ class PafLineScorer(torch.nn.Module):
         steps = self.line_steps.view(n_points, 1)
         points = src.unsqueeze(-2) + slope * steps  # (B, E, K, K, P, 2)
         cells = torch.round(points / self.paf_stride).long()
-        cols = cells[..., 0].clamp(0, paf_width - 1)
-        rows = cells[..., 1].clamp(0, paf_height - 1)
+        cols = clip_index(cells[..., 0], paf_width)
+        rows = clip_index(cells[..., 1], paf_height)
 
         flat_index = (rows * paf_width + cols).reshape(batch, self.n_edges, 1, -1)
         pafs_flat = pafs.reshape(batch, self.n_edges, 2, paf_height * paf_width)

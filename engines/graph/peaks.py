@@ -212,7 +212,8 @@ def top_peaks(
         n_peaks = is_peak.flatten(-2).sum(-1, keepdim=True)
         slot = torch.arange(max_peaks, device=cms.device).expand_as(flat)
         key = torch.where(n_peaks <= max_peaks, key, slot)
-    order = torch.argsort(key, dim=-1)
+    # A top-k with a constant K (not argsort, whose K the exporter takes from a shape).
+    order = torch.topk(key, max_peaks, dim=-1, largest=False).indices
     return values.gather(-1, order), flat.gather(-1, order), valid.gather(-1, order)
 
 

@@ -22,10 +22,18 @@ export: the resize of `resize.resize_uint8_exportable`, and channel conversions
 that compute both branches and select on the channel count. Every size is
 derived from tensor shapes, never from Python ints frozen at trace time, so an
 exported graph accepts any frame size and either channel count.
+
+The TensorRT profile (`frame_values_input`) takes the same steps on float32
+"values": the uint8 frames cast to float32 at the graph's input, every later step
+in float32 with uint8 rounding kept where sleap-nn rounds (`resize.resize_values`),
+sizes fixed at trace time and computed in Python as torch computes them in float64.
+Its frames come with the channel count the model's frames need (`frame_channels`;
+the host converts others exactly as sleap-nn does), so it needs no luma.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import attrs
@@ -33,8 +41,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from sleap_live.engines.errors import InputMismatchError
-from sleap_live.engines.graph.resize import as_scalar, resize_uint8, size_of
+from sleap_live.engines.errors import InputMismatchError, ModelConfigError
+from sleap_live.engines.graph.resize import (
+    as_scalar,
+    resize_uint8,
+    resize_values,
+    size_of,
+    static_size,
+)
 from sleap_live.engines.host.frames import GRAY_WEIGHTS
 from sleap_live.engines.load.spec import ModelSpec
 
@@ -103,6 +117,11 @@ def frames_to_nchw(frames: torch.Tensor) -> torch.Tensor:
     Raises:
         InputMismatchError: frames are not uint8 (B, H, W, 1 or 3).
     """
+    _check_frames(frames)
+    return frames.permute(0, 3, 1, 2)
+
+
+def _check_frames(frames: torch.Tensor) -> None:
     if frames.dtype != torch.uint8:
         raise InputMismatchError(f"frames must be uint8, got {frames.dtype}")
     if frames.ndim != 4:
@@ -112,7 +131,6 @@ def frames_to_nchw(frames: torch.Tensor) -> torch.Tensor:
     channels = frames.shape[3]
     if isinstance(channels, int) and channels not in (1, 3):
         raise InputMismatchError(f"frames must have 1 or 3 channels, got {channels}")
-    return frames.permute(0, 3, 1, 2)
 
 
 def luma(image: torch.Tensor) -> torch.Tensor:
@@ -273,6 +291,105 @@ def frame_input(
     """
     frames, eff_scale = size_matched_frames(frames, config)
     return network_input(frames, config), eff_scale
+
+
+def frame_channels(config: PreprocessConfig) -> int:
+    """The channel count of the frames a TensorRT-profile graph takes.
+
+    What sleap-nn's channel coercion leaves, or the network's own count.
+
+    Raises:
+        ModelConfigError: the network would convert RGB to grey on float input,
+            which float32 cannot do with torchvision's fused rounding.
+    """
+    if config.ensure_grayscale:
+        return 1
+    if config.ensure_rgb and config.in_channels == 1:
+        raise ModelConfigError(
+            "a 1-channel network trained with ensure_rgb converts RGB to grey in float "
+            "arithmetic that the tensorrt profile cannot reproduce; export the default profile"
+        )
+    return 3 if config.ensure_rgb else config.in_channels
+
+
+def frame_values(frames: torch.Tensor) -> torch.Tensor:
+    """Checks decoder frames; returns them as float32 (B, C, H, W), cast before anything.
+
+    Raises:
+        InputMismatchError: frames are not uint8 (B, H, W, 1 or 3).
+    """
+    _check_frames(frames)
+    return frames.float().permute(0, 3, 1, 2)
+
+
+def _check_values(frames: torch.Tensor) -> None:
+    if frames.dtype != torch.float32:
+        raise InputMismatchError(f"frame values must be float32, got {frames.dtype}")
+
+
+def size_matched_values(
+    image: torch.Tensor, config: PreprocessConfig
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`size_matched_frames` for float32 (B, C, H, W) values with `frame_channels`.
+
+    Returns:
+        `(values, eff_scale)`: the letterboxed float32 values and the size
+        matcher's scale, (1,) float32.
+
+    Raises:
+        InputMismatchError: the frames do not have `frame_channels(config)` channels.
+    """
+    _check_values(image)
+    channels, wanted = static_size(image, 1), frame_channels(config)
+    if channels != wanted:
+        raise InputMismatchError(
+            f"this tensorrt-profile model takes {wanted}-channel frames, got {channels}"
+        )
+    if config.ensure_rgb:
+        image = _as_three_channels(image)
+    if not config.sizematched:
+        return image, torch.ones(1, dtype=torch.float32, device=image.device)
+    height, width = static_size(image, 2), static_size(image, 3)
+    target_height = height if config.max_height is None else config.max_height
+    target_width = width if config.max_width is None else config.max_width
+    # Python floats are float64 and `round` rounds half to even, as torch does.
+    eff_scale = min(target_height / height, target_width / width)
+    fit_height, fit_width = round(height * eff_scale), round(width * eff_scale)
+    resized = resize_values(image, fit_height, fit_width)
+    padded = F.pad(resized, (0, target_width - fit_width, 0, target_height - fit_height))
+    return padded, torch.tensor([eff_scale], dtype=torch.float32, device=image.device)
+
+
+def network_input_values(image: torch.Tensor, config: PreprocessConfig) -> torch.Tensor:
+    """`network_input` for float32 (B, C, H, W) values: scale, pad, normalise, channels."""
+    _check_values(image)
+    if config.scale != 1.0:
+        height = math.floor(static_size(image, 2) * config.scale)
+        width = math.floor(static_size(image, 3) * config.scale)
+        image = resize_values(image, height, width)
+    stride = config.max_stride
+    height, width = static_size(image, 2), static_size(image, 3)
+    image = F.pad(
+        image, (0, (stride - width % stride) % stride, 0, (stride - height % stride) % stride)
+    )
+    image = normalize(image)
+    channels = static_size(image, 1)
+    if channels == config.in_channels:
+        return image
+    if config.in_channels == 3:
+        return _as_three_channels(image)
+    raise ModelConfigError(
+        f"a {config.in_channels}-channel network given {channels}-channel frames "
+        "converts them in float arithmetic that the tensorrt profile cannot reproduce"
+    )
+
+
+def frame_values_input(
+    frames: torch.Tensor, config: PreprocessConfig
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`frame_input` for float32 (B, C, H, W) values (the TensorRT profile)."""
+    values, eff_scale = size_matched_values(frames, config)
+    return network_input_values(values, config), eff_scale
 
 
 class Preprocessor(torch.nn.Module):

@@ -8,10 +8,22 @@ rebuilds it from gathers and exact float32 sums (the `aten` antialias ops do not
 export to ONNX), with its weight tables computed in float64 from the dynamic
 sizes as torch computes them. Sizes are derived from tensor shapes, never from
 Python ints frozen at trace time, so an exported graph accepts any frame size.
+
+The TensorRT profile resizes with `resize_values`: float32 images holding uint8
+values, sizes fixed at trace time, and the weight tables computed on the host
+(`resize_tables`, in float64 as torch's C++ kernel computes them) and embedded as
+float32 constants (the weights are int16-valued, so float32 holds them exactly).
+Its sums are elementwise products reduced in float32, every partial sum an
+integer below 2^24, with no MatMul: TF32, which TensorRT applies to matrix
+products and convolutions only, cannot change them, and neither can float32.
 """
 
 from __future__ import annotations
 
+import math
+import warnings
+
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -159,3 +171,94 @@ def resize_uint8(
     if size == tuple(image.shape[2:]):
         return image
     return F.interpolate(image, size=size, mode="bilinear", align_corners=False, antialias=True)
+
+
+def static_size(image: torch.Tensor, dim: int) -> int:
+    """The size of `dim` as a Python int, frozen into a traced graph on purpose.
+
+    The TensorRT profile's graphs are made for one frame size, so their sizes are
+    constants; the tracer's warning about freezing them is expected and silenced.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        return int(image.shape[dim])
+
+
+def resize_tables(in_size: int, out_size: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """torch's uint8 antialiased bilinear taps for one axis, computed on the host.
+
+    The arithmetic of torch's C++ kernel (`_compute_index_ranges_int16_weights`),
+    in float64 as it runs there: the same numbers as `_resize_tables` computes in
+    a graph, from Python ints.
+
+    Returns:
+        `(indices, weights, precision)`: source indices (out, taps) int64 clamped
+        into the input; int16-valued weights (out, taps) float64, zero past each
+        output's support; and the fixed-point precision.
+    """
+    scale = in_size / out_size
+    support = 1.0 if scale < 1.0 else scale
+    inv_scale = 1.0 if scale < 1.0 else 1.0 / scale
+    taps = math.ceil(support) * 2 + 1
+    center = scale * (np.arange(out_size, dtype=np.float64) + 0.5)
+    # C casts truncate toward zero.
+    first = np.maximum(np.trunc(center - support + 0.5).astype(np.int64), 0)
+    last = np.minimum(np.trunc(center + support + 0.5).astype(np.int64), in_size)
+    source = first[:, None] + np.arange(taps)
+    weights = np.maximum(1.0 - np.abs((source - center[:, None] + 0.5) * inv_scale), 0.0)
+    weights = np.where(source < last[:, None], weights, 0.0)
+    # Summed tap by tap, in the kernel's order.
+    total = np.zeros(out_size)
+    for tap in range(taps):
+        total = total + weights[:, tap]
+    weights = np.where(
+        total[:, None] != 0.0, weights / np.where(total != 0.0, total, 1.0)[:, None], weights
+    )
+    largest = float(weights.max())
+    precision = 0
+    while precision < _MAX_WEIGHT_PRECISION and int(0.5 + largest * 2.0 ** (precision + 1)) < 32768:
+        precision += 1
+    fixed = np.floor(0.5 + weights * 2.0**precision)
+    return np.minimum(source, in_size - 1), fixed, precision
+
+
+def _resize_values_axis(image: torch.Tensor, axis: int, out_size: int) -> torch.Tensor:
+    """One exact resize pass along `axis` of float32 (B, C, H, W) uint8 values.
+
+    The weights split as `high * 2^q + low` (see `_resize_leading_axis`) so that
+    every partial sum stays an exact float32 integer.
+    """
+    in_size = static_size(image, axis)
+    if in_size == out_size:
+        return image
+    indices, fixed, precision = resize_tables(in_size, out_size)
+    taps = indices.shape[1]
+    shift = max(precision - 15, 0)
+    unit = 2.0**shift
+    high = np.floor(fixed / unit)
+    low = fixed - high * unit
+    picked = image.index_select(axis, torch.from_numpy(indices.reshape(-1)).to(image.device))
+    shape = list(image.shape)
+    shape[0] = -1  # the batch axis stays dynamic
+    shape[axis : axis + 1] = [out_size, taps]
+    picked = picked.reshape(shape)
+    # Weights broadcast as (out, taps) followed by one unit axis per later image axis.
+    trailing = (1,) * (3 - axis)
+
+    def weighted_sum(weights: np.ndarray) -> torch.Tensor:
+        table = torch.from_numpy(weights.astype(np.float32).reshape(out_size, taps, *trailing))
+        return (picked * table.to(image.device)).sum(axis + 1)
+
+    low_sum = weighted_sum(low) + 2.0 ** (precision - 1)
+    total = weighted_sum(high) + torch.floor(low_sum / unit)
+    rounded = torch.floor(total / 2.0 ** (precision - shift))
+    return torch.clamp(rounded, 0.0, 255.0)
+
+
+def resize_values(image: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """`resize_uint8` on float32 (B, C, H, W) images holding uint8 values.
+
+    Width first, then height, each pass rounded to uint8 values as torch rounds
+    them; the result is float32 too. Sizes are fixed at trace time.
+    """
+    return _resize_values_axis(_resize_values_axis(image, 3, width), 2, height)

@@ -21,8 +21,13 @@ from sleap_live.engines.graph.peaks import (
     global_peaks,
     grid_to_image,
 )
-from sleap_live.engines.graph.preprocess import PreprocessConfig, frame_input, frames_to_nchw
-from sleap_live.engines.host.outputs import INSTANCE_OUTPUTS
+from sleap_live.engines.graph.preprocess import (
+    PreprocessConfig,
+    frame_input,
+    frame_values,
+    frame_values_input,
+    frames_to_nchw,
+)
 from sleap_live.engines.load.spec import ModelSpec, check_model_type
 from sleap_live.engines.types import ModelInfo, Skeleton
 
@@ -32,9 +37,9 @@ SINGLE_INSTANCE_HEAD = "SingleInstanceConfmapsHead"
 class SingleInstanceModel(InferenceModel):
     """A single-instance model from uint8 frames to `INSTANCE_OUTPUTS`.
 
-    Every frame yields one instance (`instance_frame` is `arange(B)`); nodes
-    without a peak above the threshold are NaN, and a frame without any is
-    dropped when decoded.
+    Every frame yields one instance (`instance_frame` is `arange(B)`; in the
+    TensorRT profile, one valid slot per frame); nodes without a peak above the
+    threshold are NaN, and a frame without any is dropped when decoded.
 
     Args:
         network: module mapping the normalised, padded input to a dict with a
@@ -46,8 +51,6 @@ class SingleInstanceModel(InferenceModel):
         refine: integral refinement of peaks.
         patch_size: integral refinement window.
     """
-
-    output_names = INSTANCE_OUTPUTS
 
     def __init__(
         self,
@@ -98,12 +101,22 @@ class SingleInstanceModel(InferenceModel):
             **options,
         )
 
+    @property
+    def frame_preprocess(self) -> PreprocessConfig:
+        return self.preprocess
+
     def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        image, eff_scale = frame_input(frames_to_nchw(frames), self.preprocess)
+        if self.tensorrt_profile:
+            image, eff_scale = frame_values_input(frame_values(frames), self.preprocess)
+        else:
+            image, eff_scale = frame_input(frames_to_nchw(frames), self.preprocess)
         confmaps = self.network(image)[SINGLE_INSTANCE_HEAD]
         points, scores = global_peaks(confmaps, self.peak_threshold, self.refine, self.patch_size)
         points = grid_to_image(points, self.output_stride, self.preprocess.scale) / eff_scale
         found = ~torch.isnan(scores)
         instance_scores = torch.where(found, scores, 0.0).sum(1)
+        if self.tensorrt_profile:
+            valid = torch.ones_like(instance_scores, dtype=torch.bool)[:, None]
+            return valid, points[:, None], scores[:, None], instance_scores[:, None]
         instance_frame = torch.arange(confmaps.shape[0], device=confmaps.device)
         return instance_frame, points, scores, instance_scores

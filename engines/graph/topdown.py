@@ -21,10 +21,14 @@ centroid + centered-instance pair (plain or multi-class):
    integer origin) and divided by `eff_scale`.
 
 Instances come out in centroid order, scored by their centroid's confidence map
-value. The multi-class model also outputs each instance's class probabilities;
-identities are assigned per frame on the host (`sleap_live.engines.host.postprocess`).
-A centroid model alone reports each centroid as a one-node instance, on a
-one-node "centroid" skeleton when its training skeleton has more nodes.
+value. In the TensorRT profile every frame has `max_instances` slots: its
+centroids fill the first ones (in the same order), every slot is cropped and run
+through the instance network, and `instance_valid` says which slots hold a
+centroid, so the graph has no data-dependent shape. The multi-class model also
+outputs each instance's class probabilities; identities are assigned per frame
+on the host (`sleap_live.engines.host.postprocess`). A centroid model alone
+reports each centroid as a one-node instance, on a one-node "centroid" skeleton
+when its training skeleton has more nodes.
 """
 
 from __future__ import annotations
@@ -35,7 +39,9 @@ from typing import Any
 import attrs
 import torch
 
+from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.graph.base import InferenceModel
+from sleap_live.engines.graph.bottomup import top_peaks_per_channel
 from sleap_live.engines.graph.crops import box_top_left, crop_centered
 from sleap_live.engines.graph.network import load_network
 from sleap_live.engines.graph.peaks import (
@@ -47,12 +53,15 @@ from sleap_live.engines.graph.peaks import (
 )
 from sleap_live.engines.graph.preprocess import (
     PreprocessConfig,
+    frame_values,
     frames_to_nchw,
     network_input,
+    network_input_values,
     size_matched_frames,
+    size_matched_values,
     sizematch,
 )
-from sleap_live.engines.host.outputs import INSTANCE_OUTPUTS, MULTI_CLASS_TOPDOWN_OUTPUTS
+from sleap_live.engines.graph.resize import static_size
 from sleap_live.engines.load.spec import ModelSpec, check_model_type
 from sleap_live.engines.types import CENTROID_SKELETON, ModelInfo, Skeleton
 
@@ -112,6 +121,29 @@ class CentroidStage(torch.nn.Module):
         centroids = grid_to_image(points, self.output_stride, self.preprocess.scale) / eff_scale
         return sized, eff_scale, instance_frame, centroids, values
 
+    def slots(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """`forward` for the TensorRT profile: float32 (B, C, H, W) frame values in.
+
+        Returns:
+            `(sized, eff_scale, valid, centroids, values)`: the size-matched
+            float32 frames, the size matcher's scale, and per slot (B, K) whether
+            it holds a centroid, its frame-pixel xy (B, K, 2) (0 in empty slots)
+            and its confidence (B, K) (0 in empty slots).
+        """
+        sized, eff_scale = size_matched_values(frames, self.preprocess)
+        confmaps = self.network(network_input_values(sized, self.preprocess))[CENTROID_HEAD]
+        points, values, valid = top_peaks_per_channel(
+            confmaps,
+            self.max_instances,
+            self.peak_threshold,
+            self.refine,
+            self.patch_size,
+            raster_unless_more=True,
+        )
+        centroids = grid_to_image(points[:, 0], self.output_stride, self.preprocess.scale)
+        centroids = torch.where(valid[:, 0, :, None], centroids / eff_scale, 0.0)
+        return sized, eff_scale, valid[:, 0], centroids, values[:, 0]
+
 
 class CentroidModel(InferenceModel):
     """A centroid model alone, from uint8 frames to `INSTANCE_OUTPUTS`.
@@ -130,8 +162,6 @@ class CentroidModel(InferenceModel):
         refine: integral refinement.
         patch_size: integral refinement window.
     """
-
-    output_names = INSTANCE_OUTPUTS
 
     def __init__(
         self,
@@ -175,7 +205,16 @@ class CentroidModel(InferenceModel):
             **options,
         )
 
+    @property
+    def frame_preprocess(self) -> PreprocessConfig:
+        return self.stage.preprocess
+
     def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if self.tensorrt_profile:
+            _, _, valid, centroids, values = self.stage.slots(frame_values(frames))
+            centroids = torch.where(valid[..., None], centroids, float("nan"))
+            values = torch.where(valid, values, float("nan"))
+            return valid, centroids[:, :, None], values[..., None], values
         _, _, instance_frame, centroids, values = self.stage(frames_to_nchw(frames))
         return instance_frame, centroids[:, None], values[:, None], values
 
@@ -199,7 +238,6 @@ class TopDownModel(InferenceModel):
         patch_size: integral refinement window.
     """
 
-    output_names = INSTANCE_OUTPUTS
     model_type = "topdown"
 
     def __init__(
@@ -297,24 +335,67 @@ class TopDownModel(InferenceModel):
     def _spec_options(instance: ModelSpec) -> dict[str, Any]:
         return {}
 
+    @property
+    def frame_preprocess(self) -> PreprocessConfig:
+        return self.stage.preprocess
+
     def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if self.tensorrt_profile:
+            return self._slots_forward(frames)
         raw = frames_to_nchw(frames)
         sized, eff_scale, instance_frame, centroids, values = self.stage(raw)
+        crop_frames = self._crop_source(frames, raw, sized)
+        points, scores, heads = self._instances(crop_frames, instance_frame, centroids, eff_scale)
+        return (instance_frame, points, scores, values, *self._extra_outputs(heads))
+
+    def _slots_forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The TensorRT profile: every one of the `max_instances` slots is cropped."""
+        raw = frame_values(frames)
+        sized, eff_scale, valid, centroids, values = self.stage.slots(raw)
+        batch, slots = valid.shape[0], self.stage.max_instances
+        crop_frames = self._crop_source(raw.permute(0, 2, 3, 1), raw, sized)
+        instance_frame = torch.arange(batch, device=valid.device).repeat_interleave(slots)
+        points, scores, heads = self._instances(
+            crop_frames, instance_frame, centroids.reshape(-1, 2), eff_scale
+        )
+        nan = float("nan")
+        slotted = []
+        for output in (points, scores, *self._extra_outputs(heads)):
+            # Sizes as ints, so that the graph's outputs have every axis but the batch sized.
+            trailing = [static_size(output, dim) for dim in range(1, output.ndim)]
+            empty = valid.reshape(-1, *(1,) * len(trailing))
+            slotted.append(torch.where(empty, output, nan).reshape(-1, slots, *trailing))
+        points, scores, *extra = slotted
+        return (valid, points, scores, torch.where(valid, values, nan), *extra)
+
+    def _instances(
+        self,
+        crop_frames: torch.Tensor,
+        instance_frame: torch.Tensor,
+        centroids: torch.Tensor,
+        eff_scale: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """Crops around the centroids and the instance network's points and scores.
+
+        Returns:
+            `(points, scores, heads)`: (n, nodes, 2) frame-pixel xy, (n, nodes)
+            peak values (both NaN where a node is missing) and the network's heads.
+        """
         sized_centroids = centroids * eff_scale
-        source = self._crop_source(frames, raw, sized)
         crops = crop_centered(
-            source, instance_frame, sized_centroids, self.crop_size, self.crop_size
+            crop_frames, instance_frame, sized_centroids, self.crop_size, self.crop_size
         )
-        heads = self.instance_network(
-            network_input(crops.permute(0, 3, 1, 2), self.instance_preprocess)
-        )
+        crops = crops.permute(0, 3, 1, 2)
+        if self.tensorrt_profile:
+            heads = self.instance_network(network_input_values(crops, self.instance_preprocess))
+        else:
+            heads = self.instance_network(network_input(crops, self.instance_preprocess))
         points, scores = global_peaks(
             heads[INSTANCE_HEAD], self.peak_threshold, self.refine, self.patch_size
         )
         points = grid_to_image(points, self.instance_stride, self.instance_preprocess.scale)
         corner = box_top_left(sized_centroids, self.crop_size, self.crop_size)
-        points = (points + corner[:, None]) / eff_scale
-        return (instance_frame, points, scores, values, *self._extra_outputs(heads))
+        return (points + corner[:, None]) / eff_scale, scores, heads
 
     def _extra_outputs(self, heads: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
         return ()
@@ -322,11 +403,25 @@ class TopDownModel(InferenceModel):
     def _crop_source(
         self, frames: torch.Tensor, raw: torch.Tensor, sized: torch.Tensor
     ) -> torch.Tensor:
-        """The channels-last image sleap-nn crops: size-matched but channel-raw."""
+        """The channels-last image sleap-nn crops: size-matched but channel-raw.
+
+        In the TensorRT profile the frames already have the channels the channel
+        coercion leaves (`preprocess.frame_channels`): with `ensure_rgb` the same
+        image to crop, but with `ensure_grayscale` sleap-nn would crop the RGB
+        frames, which that graph never sees.
+
+        Raises:
+            ModelConfigError: the TensorRT profile with `ensure_grayscale`.
+        """
         preprocess = self.stage.preprocess
+        if self.tensorrt_profile and preprocess.ensure_grayscale:
+            raise ModelConfigError(
+                "a top-down model whose centroid model has ensure_grayscale crops the RGB "
+                "frames, which the tensorrt profile does not take; export the default profile"
+            )
         if not preprocess.sizematched:
             return frames
-        if not (preprocess.ensure_rgb or preprocess.ensure_grayscale):
+        if self.tensorrt_profile or not (preprocess.ensure_rgb or preprocess.ensure_grayscale):
             return sized.permute(0, 2, 3, 1)
         return sizematch(raw, preprocess.max_height, preprocess.max_width)[0].permute(0, 2, 3, 1)
 
@@ -340,7 +435,6 @@ class MultiClassTopDownModel(TopDownModel):
     `instance_network` must also output.
     """
 
-    output_names = MULTI_CLASS_TOPDOWN_OUTPUTS
     model_type = "multi_class_topdown"
 
     def __init__(self, *args: Any, class_names: Sequence[str], **options: Any) -> None:

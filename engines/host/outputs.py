@@ -26,6 +26,17 @@ Bottom-up outputs, per frame, K peak slots per node:
   destination slot j, NaN where either slot is empty or the peaks coincide;
 - multi-class bottom-up has ``class_probs`` (B, nodes, K, classes) float32, class
   map values at each peak, instead of ``line_scores``.
+
+The TensorRT profile's graphs (`LAYOUTS`: "instance_slots") replace the instance
+list with `max_instances` fixed slots per frame, so every output's shape is known
+before the run (preallocated buffers, CUDA graphs); bottom-up outputs are the same
+in both layouts.
+
+- ``instance_valid`` (B, S) bool: which slots hold an instance; a frame's
+  instances fill its first slots, in the order the instance list has them;
+- ``points`` (B, S, nodes, 2), ``point_scores`` (B, S, nodes), ``instance_scores``
+  (B, S) and ``class_scores`` (B, S, classes) float32: as above, NaN in empty slots
+  (``class_scores`` too).
 """
 
 from __future__ import annotations
@@ -43,6 +54,17 @@ INSTANCE_OUTPUTS = ("instance_frame", "points", "point_scores", "instance_scores
 MULTI_CLASS_TOPDOWN_OUTPUTS = (*INSTANCE_OUTPUTS, "class_scores")
 BOTTOMUP_OUTPUTS = ("peaks", "peak_scores", "peak_valid", "line_scores")
 MULTI_CLASS_BOTTOMUP_OUTPUTS = ("peaks", "peak_scores", "peak_valid", "class_probs")
+INSTANCE_SLOT_OUTPUTS = ("instance_valid", "points", "point_scores", "instance_scores")
+MULTI_CLASS_TOPDOWN_SLOT_OUTPUTS = (*INSTANCE_SLOT_OUTPUTS, "class_scores")
+
+INSTANCE_LIST = "instance_list"
+INSTANCE_SLOTS = "instance_slots"
+LAYOUTS = (INSTANCE_LIST, INSTANCE_SLOTS)
+# Axis names with a size the data or the call decide; every other axis is sized in
+# the graph (or, unsized there, by an output that shares the axis name).
+INSTANCE_AXIS = "instances"
+BATCH_AXIS = "batch"
+SLOT_AXIS = "instance_slots"
 
 
 @attrs.frozen
@@ -53,7 +75,8 @@ class OutputSpec:
         name: the ONNX output name.
         dtype: numpy dtype name.
         axes: one name per axis; "instances" is the data-dependent instance
-            count of instance-list outputs, "batch" the frames in the batch.
+            count of instance-list outputs, "batch" the frames in the batch,
+            "instance_slots" the fixed `max_instances` slots per frame.
     """
 
     name: str
@@ -61,7 +84,7 @@ class OutputSpec:
     axes: tuple[str, ...]
 
 
-_SPECS = {
+_LIST_SPECS = {
     spec.name: spec
     for spec in (
         OutputSpec("instance_frame", "int64", ("instances",)),
@@ -76,6 +99,18 @@ _SPECS = {
         OutputSpec("class_probs", "float32", ("batch", "nodes", "peak_slots", "classes")),
     )
 }
+_SLOT_SPECS = _LIST_SPECS | {
+    spec.name: spec
+    for spec in (
+        OutputSpec("instance_valid", "bool", (BATCH_AXIS, SLOT_AXIS)),
+        OutputSpec("points", "float32", (BATCH_AXIS, SLOT_AXIS, "nodes", "xy")),
+        OutputSpec("point_scores", "float32", (BATCH_AXIS, SLOT_AXIS, "nodes")),
+        OutputSpec("instance_scores", "float32", (BATCH_AXIS, SLOT_AXIS)),
+        OutputSpec("class_scores", "float32", (BATCH_AXIS, SLOT_AXIS, "classes")),
+    )
+}
+del _SLOT_SPECS["instance_frame"]
+_SPECS = {INSTANCE_LIST: _LIST_SPECS, INSTANCE_SLOTS: _SLOT_SPECS}
 
 OUTPUTS_BY_MODEL_TYPE: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
@@ -89,6 +124,29 @@ OUTPUTS_BY_MODEL_TYPE: Mapping[str, tuple[str, ...]] = MappingProxyType(
 )
 
 
-def output_spec(name: str) -> OutputSpec:
-    """The contract of output `name`; KeyError for a name no graph produces."""
-    return _SPECS[name]
+SLOT_OUTPUTS_BY_MODEL_TYPE: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        **OUTPUTS_BY_MODEL_TYPE,
+        "single_instance": INSTANCE_SLOT_OUTPUTS,
+        "centroid": INSTANCE_SLOT_OUTPUTS,
+        "topdown": INSTANCE_SLOT_OUTPUTS,
+        "multi_class_topdown": MULTI_CLASS_TOPDOWN_SLOT_OUTPUTS,
+    }
+)
+
+
+def output_spec(name: str, layout: str = INSTANCE_LIST) -> OutputSpec:
+    """The contract of output `name` in `layout`; KeyError for a name no graph produces."""
+    return _SPECS[layout][name]
+
+
+def output_names(model_type: str, layout: str = INSTANCE_LIST) -> tuple[str, ...]:
+    """The outputs, in order, of a `model_type` graph with `layout`; KeyError if unknown."""
+    by_type = SLOT_OUTPUTS_BY_MODEL_TYPE if layout == INSTANCE_SLOTS else OUTPUTS_BY_MODEL_TYPE
+    return by_type[model_type]
+
+
+def output_axes(model_type: str, layout: str = INSTANCE_LIST) -> dict[str, tuple[str, ...]]:
+    """Axis names of each output of a `model_type` graph with `layout` (none if unknown)."""
+    by_type = SLOT_OUTPUTS_BY_MODEL_TYPE if layout == INSTANCE_SLOTS else OUTPUTS_BY_MODEL_TYPE
+    return {name: output_spec(name, layout).axes for name in by_type.get(model_type, ())}

@@ -7,7 +7,10 @@ Pure numpy and scipy, so a runner can decode with nothing but the model's
 Instance-list models (single instance, centroid, top-down; `INSTANCE_OUTPUTS`)
 list M instances over the whole batch. Decoding groups them by frame, keeping
 their order, and drops instances without any found node, as sleap-nn does when
-it writes predictions.
+it writes predictions. The TensorRT profile's graphs give the same instances in
+fixed slots per frame (`INSTANCE_SLOT_OUTPUTS`, with `instance_valid`); they are
+read as the instance list they hold (`instance_list`), so both layouts decode to
+the same poses.
 
 Bottom-up models hand over K peak slots per node plus PAF line scores or class
 probabilities (`BOTTOMUP_OUTPUTS`, `MULTI_CLASS_BOTTOMUP_OUTPUTS`); they are
@@ -40,6 +43,9 @@ from sleap_live.engines.host.outputs import (
 )
 from sleap_live.engines.types import FramePoses, ModelInfo
 
+# Instance outputs that the slot layout holds per (frame, slot).
+_SLOTTED = ("points", "point_scores", "instance_scores", "class_scores")
+
 Decoder = Callable[[ModelInfo, Mapping[str, np.ndarray], int], list[FramePoses]]
 
 
@@ -67,9 +73,26 @@ def decode(info: ModelInfo, outputs: Mapping[str, np.ndarray], batch_size: int) 
     return decoder(info, outputs, batch_size)
 
 
+def instance_list(outputs: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+    """Slot-layout instance outputs as the instance list they hold; others as they are.
+
+    A frame's valid slots come first and in instance-list order, so the list is
+    the valid slots in (frame, slot) order, with `instance_frame` their frame.
+    """
+    if "instance_valid" not in outputs:
+        return outputs
+    valid = np.asarray(outputs["instance_valid"], dtype=bool)
+    listed = {"instance_frame": np.nonzero(valid)[0].astype(np.int64)}
+    for name in _SLOTTED:
+        if name in outputs:
+            listed[name] = np.asarray(outputs[name])[valid]
+    return listed
+
+
 def _instance_arrays(
     outputs: Mapping[str, np.ndarray], names: tuple[str, ...]
 ) -> tuple[np.ndarray, ...]:
+    outputs = instance_list(outputs)
     missing = [name for name in names if name not in outputs]
     if missing:
         raise ModelConfigError(

@@ -24,8 +24,17 @@ Schema (version 1)::
                    "sha256": ...}],
       "exporter": {"torch": "2.13.0", "opset": 17},
       "verification": [{"frames": [2, 200, 248, 3], "instances": 4,
-                        "max_abs_diff": {"points": 0.0, ...}}, ...] | null
+                        "max_abs_diff": {"points": 0.0, ...}}, ...] | null,
+      "profile": "default" | "tensorrt",
+      "tensorrt": null | {"frame_shape": [H, W, C], "resize": ..., "tf32": {...}}
     }
+
+`profile` (absent in older files: "default") says how the graph was built. The
+default graph takes any frame size and lists the instances it finds; the
+"tensorrt" graph (`PROFILES`) is made for TensorRT's ONNX importer: uint8 only at
+its input, float32 inside, one frame size, and fixed instance slots
+(`OUTPUT_LAYOUTS`). Its `tensorrt` record tells an engine builder the frame shape
+and whether TF32 may stay on (the resize's exactness does not depend on it).
 """
 
 from __future__ import annotations
@@ -46,6 +55,12 @@ METADATA_KEY = "sleap_live"
 TORCHSCRIPT_METADATA_FILE = "sleap_live.json"
 INPUT_NAME = "frames"
 
+DEFAULT_PROFILE = "default"
+TENSORRT_PROFILE = "tensorrt"
+PROFILES = (DEFAULT_PROFILE, TENSORRT_PROFILE)
+# The output layout (`sleap_live.engines.host.outputs.LAYOUTS`) of each profile's graphs.
+OUTPUT_LAYOUTS = {DEFAULT_PROFILE: "instance_list", TENSORRT_PROFILE: "instance_slots"}
+
 
 @attrs.frozen
 class ExportMetadata:
@@ -65,6 +80,9 @@ class ExportMetadata:
         exporter: tool versions and settings (torch version, ONNX opset).
         verification: one record per checked frame batch (shape, instances found,
             largest absolute difference per output), or None if not verified.
+        profile: the graph's profile, one of `PROFILES`.
+        tensorrt: for the "tensorrt" profile, what an engine builder needs to know
+            (frame shape, resize arithmetic, whether TF32 may stay on and why).
     """
 
     info: ModelInfo
@@ -77,6 +95,18 @@ class ExportMetadata:
     sources: tuple[Mapping[str, Any], ...] = ()
     exporter: Mapping[str, Any] = attrs.field(factory=dict)
     verification: tuple[Mapping[str, Any], ...] | None = None
+    profile: str = attrs.field(default=DEFAULT_PROFILE)
+    tensorrt: Mapping[str, Any] | None = None
+
+    @profile.validator
+    def _check_profile(self, attribute: Any, value: str) -> None:
+        if value not in PROFILES:
+            raise ModelConfigError(f"unknown export profile {value!r} (expected one of {PROFILES})")
+
+    @property
+    def output_layout(self) -> str:
+        """The layout of the graph's outputs: "instance_list" or "instance_slots"."""
+        return OUTPUT_LAYOUTS[self.profile]
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready document described in the module docstring."""
@@ -99,6 +129,8 @@ class ExportMetadata:
             "verification": (
                 None if self.verification is None else [dict(v) for v in self.verification]
             ),
+            "profile": self.profile,
+            "tensorrt": None if self.tensorrt is None else dict(self.tensorrt),
         }
 
     def to_json(self) -> str:
@@ -138,6 +170,8 @@ class ExportMetadata:
                 sources=tuple(document.get("sources", ())),
                 exporter=dict(document.get("exporter", {})),
                 verification=None if verification is None else tuple(verification),
+                profile=str(document.get("profile", DEFAULT_PROFILE)),
+                tensorrt=document.get("tensorrt"),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise ModelConfigError(f"{origin}: malformed export metadata ({error!r})") from error
