@@ -541,7 +541,7 @@ def export_tensorrt(
     paths: list[str | Path],
     output: str | Path,
     *,
-    frame: FrameShape,
+    frame: tuple[int, ...],
     batch_size: int = DEFAULT_BATCH_SIZE,
     precision: str = "fp32",
     device: str = "cuda:0",
@@ -556,7 +556,8 @@ def export_tensorrt(
     Args:
         paths: a model directory, or a centroid and a centered-instance directory.
         output: the export directory.
-        frame: (height, width, channels) of the stream's frames.
+        frame: (height, width) or (height, width, channels) of the stream's
+            frames; without channels, the model's own.
         batch_size: the throughput profile's batch size.
         precision: one of `PRECISIONS`.
         device: the CUDA device to build on.
@@ -571,13 +572,18 @@ def export_tensorrt(
         RuntimeUnavailableError: TensorRT or a CUDA GPU is missing.
         ExportError: the ONNX export or the build failed.
     """
+    import inspect
+
     from sleap_live.engines.export.exporter import export_model
 
     trt = import_tensorrt()
     gpu = current_gpu(device)
+    if "profile" in inspect.signature(export_model).parameters:
+        export_options = {"profile": "tensorrt", **export_options}
     onnx_path = export_model(paths, Path(output) / "model.onnx", format="onnx", **export_options)
-    cache = EngineCache(
-        onnx_path.parent, read_onnx_model(onnx_path), "model", trt, gpu, precision, notify=notify
-    )
-    cache.engine(frame, batch_size)
-    return cache.path(cache.key(frame, batch_size))
+    model = read_onnx_model(onnx_path)
+    height, width, *channels = (int(n) for n in frame)
+    shape = (height, width, channels[0] if channels else model.metadata.input_channels[0])
+    cache = EngineCache(onnx_path.parent, model, "model", trt, gpu, precision, notify=notify)
+    cache.engine(shape, batch_size)
+    return cache.path(cache.key(shape, batch_size))

@@ -26,6 +26,8 @@ SUMMARY = "export model directories to one ONNX or TorchScript file, verified ag
 # `export_model`.
 SUFFIXES = {"onnx": ".onnx", "torchscript": ".pt"}
 DEFAULT_OPSET = 17
+# TensorRT: an export directory (model.onnx, and engines built on this machine's GPU).
+FORMATS = (*SUFFIXES, "tensorrt")
 
 
 def add_parser(commands: Any) -> None:
@@ -50,11 +52,10 @@ def add_parser(commands: Any) -> None:
         "--output",
         type=Path,
         help="output file, or a directory to write model.onnx / model.pt into "
-        "(default: FIRST_MODEL_DIR/sleap_live.onnx, or .pt for torchscript)",
+        "(default: FIRST_MODEL_DIR/sleap_live.onnx, or .pt for torchscript); for tensorrt, "
+        "a directory (default: FIRST_MODEL_DIR/sleap_live_tensorrt)",
     )
-    parser.add_argument(
-        "-f", "--format", choices=tuple(SUFFIXES), default="onnx", help="what to export to"
-    )
+    parser.add_argument("-f", "--format", choices=FORMATS, default="onnx", help="what to export to")
     parser.add_argument(
         "--opset", type=positive_int, default=DEFAULT_OPSET, help="ONNX opset version"
     )
@@ -62,6 +63,28 @@ def add_parser(commands: Any) -> None:
         parser,
         frames_default="frames of the model directories' training labels, else synthetic frames",
     )
+    engine = parser.add_argument_group(
+        "tensorrt",
+        "--format tensorrt writes model.onnx into the output directory and builds its engine "
+        "beside it on this machine's GPU; engines for other GPUs can be added to the same "
+        "directory by exporting there again on them.",
+    )
+    engine.add_argument(
+        "--frame-size",
+        type=frame_size,
+        metavar="HxW",
+        help="frame size the engine runs at (default: that of --verify-video's frames)",
+    )
+    engine.add_argument(
+        "--batch-size", type=positive_int, default=8, metavar="N", help="largest batch"
+    )
+    engine.add_argument(
+        "--precision",
+        choices=("fp32", "fp16"),
+        default="fp32",
+        help="engine precision (fp16 needs a graph with its own float16 casts)",
+    )
+    engine.add_argument("--device", default="cuda:0", help="the GPU to build on")
     parser.set_defaults(handler=handle)
 
 
@@ -76,6 +99,8 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     from sleap_live.engines.export import TOLERANCE
     from sleap_live.engines.load.metadata import ExportMetadata, sidecar_path
 
+    if args.format == "tensorrt":
+        return _export_tensorrt(args, console, verify)
     output = args.output or Path(args.model_dirs[0]) / f"sleap_live{SUFFIXES[args.format]}"
     with console.status("exporting") as status:
         path = export_model(
@@ -94,6 +119,51 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     if metadata.verification:
         print_wide(console, verification_table(metadata.verification, TOLERANCE))
     return 0
+
+
+def _export_tensorrt(args: argparse.Namespace, console: Console, verify: dict[str, Any]) -> int:
+    """`--format tensorrt`: the ONNX export and its engine, in one directory."""
+    from sleap_live.engines.export import TOLERANCE
+    from sleap_live.engines.export.tensorrt import export_tensorrt, read_engine_file
+
+    frames = verify.get("verify_frames")
+    frame = args.frame_size or (None if frames is None else frames.shape[1:])
+    if frame is None:
+        raise UsageError("--format tensorrt needs --frame-size HxW (or --verify-video VIDEO)")
+    output = args.output or Path(args.model_dirs[0]) / "sleap_live_tensorrt"
+    with console.status("exporting") as status:
+        path = export_tensorrt(
+            args.model_dirs,
+            output,
+            frame=tuple(frame),
+            batch_size=args.batch_size,
+            precision=args.precision,
+            device=args.device,
+            notify=lambda line: console.print(escape(line), soft_wrap=True),
+            opset=args.opset,
+            progress=status.update,
+            **verify,
+        )
+    metadata = read_engine_file(path).metadata
+    console.print(
+        f"exported [bold]{metadata.info.model_type}[/bold] model to {escape(str(path))}",
+        soft_wrap=True,
+    )
+    if metadata.verification:
+        print_wide(console, verification_table(metadata.verification, TOLERANCE))
+    return 0
+
+
+def frame_size(text: str) -> tuple[int, int]:
+    """argparse type: "HEIGHTxWIDTH", both at least 1."""
+    height, _, width = text.lower().partition("x")
+    try:
+        size = (int(height), int(width))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected HEIGHTxWIDTH, got {text!r}") from None
+    if min(size) < 1:
+        raise argparse.ArgumentTypeError(f"sizes must be at least 1, got {text!r}")
+    return size
 
 
 def verification_table(checks: Sequence[Mapping[str, Any]], tolerance: float) -> Table:

@@ -98,7 +98,8 @@ def add_model_options(
         "--engine",
         choices=ENGINES,
         default="auto",
-        help="torch, onnx (ONNX Runtime), or auto: ONNX Runtime wherever it can run, else torch",
+        help="torch, onnx (ONNX Runtime), tensorrt (a CUDA GPU), or auto: ONNX Runtime "
+        "wherever it can run, else torch",
     )
     model.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     model.add_argument(

@@ -729,6 +729,32 @@ def test_load_runner_caches_model_dir_engines_by_model_hash(fake_gpu, monkeypatc
     assert [path.name.split(".")[0] for path in (tmp_path / "cache").glob("*.engine")] == [sha[:16]]
 
 
+def test_cli_export_tensorrt_writes_the_onnx_and_its_engine(
+    fake_gpu, monkeypatch, tmp_path, capsys
+):
+    from sleap_live import cli
+    from sleap_live.engines.export import exporter
+
+    exported = []
+
+    def export_model(paths, output, **options):
+        exported.append(options)
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+        Path(output).write_bytes(clean_onnx())
+        return Path(output)
+
+    monkeypatch.setattr(exporter, "export_model", export_model)
+    argv = ["export", "m", "-f", "tensorrt", "--no-verify", "-o", str(tmp_path / "out")]
+    assert cli.main(argv) == 2
+    assert "needs --frame-size HxW" in capsys.readouterr().err
+    assert cli.main([*argv, "--frame-size", "24x32", "--batch-size", "2"]) == 0
+    (engine,) = (tmp_path / "out").glob("*.engine")
+    assert engine.name.endswith(".fp32.24x32x1-b2.engine") and engine.name.startswith("model.")
+    assert read_engine_file(engine).metadata.info.model_type == "topdown"
+    assert exported[0]["verify"] is False
+    assert cli.main([*argv, "--frame-size", "24by32"]) == 2
+
+
 def test_engine_suffixes_agree():
     assert runners_load.ENGINE_SUFFIXES == trt_export.ENGINE_SUFFIXES
 

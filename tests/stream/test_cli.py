@@ -208,7 +208,7 @@ def test_export_help_is_the_export_subcommand(capsys):
     ("argv", "message"),
     [
         (["a", "b", "c"], "give one model directory, or two for a top-down model"),
-        (["m", "-f", "tensorrt"], "argument -f/--format: invalid choice: 'tensorrt'"),
+        (["m", "-f", "tflite"], "argument -f/--format: invalid choice: 'tflite'"),
         (["m", "--opset", "0"], "argument --opset: must be at least 1, got 0"),
         ([], "the following arguments are required: MODEL_DIR"),
         (
