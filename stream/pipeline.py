@@ -55,7 +55,12 @@ from sleap_live.stream.sources import Source
 from sleap_live.stream.stages import StageThreads
 from sleap_live.stream.stats import PipelineStats, StageMeters
 from sleap_live.stream.types import Frame, PoseRecord
-from sleap_live.stream.writers import OpenWriters, OutputOptions, open_outputs
+from sleap_live.stream.writers import (
+    DEFAULT_SAVE_INTERVAL,
+    OpenWriters,
+    OutputOptions,
+    open_outputs,
+)
 
 __all__ = ["DEFAULT_BATCH_SIZE", "POLICIES", "RECORDED_BACKGROUND_NICE", "Pipeline", "Policy"]
 
@@ -102,8 +107,8 @@ class Pipeline:
             ``"recorded"``.
         policy: ``"live"`` or ``"recorded"``; default from `source.is_live`.
         ring_capacity: pose records kept in `ring` for consumers and polling.
-        output: .slp file to write every pose record to (saved periodically and
-            on stop, see `SlpWriter`).
+        output: .slp file to write every pose record to (journaled every
+            `save_interval` seconds, written on stop, see `SlpWriter`).
         record: video file to record the processed frames to (see
             `VideoRecorder`); the .slp output then links to this recording.
         engine: runtime used when loading models from paths ("auto", "torch", "onnx").
@@ -111,7 +116,8 @@ class Pipeline:
         warmup: run the engine once on a blank batch before capture starts, so
             one-time initialisation neither delays nor drops the first frames nor
             shows up in the latency statistics.
-        save_interval: seconds between periodic saves of `output`.
+        save_interval: most seconds a finished frame waits before it is saved to
+            `output`'s journal: what a crash can cost (see `SlpWriter`).
         clock: the time every timing decision is made on: ready times, engine
             times, the live batcher's deadline, `stats` and the save schedule.
             Give the source the same clock, since latency is ready time minus the
@@ -141,7 +147,7 @@ class Pipeline:
         engine: str = "auto",
         device: str = "auto",
         warmup: bool = True,
-        save_interval: float | None = 10.0,
+        save_interval: float | None = DEFAULT_SAVE_INTERVAL,
         clock: Clock = MONOTONIC,
     ) -> None:
         if policy is None:
@@ -343,6 +349,11 @@ class Pipeline:
 
     def __iter__(self) -> Iterator[PoseRecord]:
         return self.records()
+
+    @property
+    def outputs(self) -> OpenWriters:
+        """The open writers (none before `start`); `outputs.describe()` says what each holds."""
+        return self._outputs
 
     @property
     def stats(self) -> PipelineStats:

@@ -1,6 +1,11 @@
-"""SlpWriter and VideoRecorder: round trips through sleap-io and PyAV."""
+"""SlpWriter and VideoRecorder: round trips through sleap-io and PyAV, the journal, locks."""
 
 from __future__ import annotations
+
+import shutil
+import threading
+import time
+from pathlib import Path
 
 import av
 import numpy as np
@@ -8,8 +13,13 @@ import pytest
 import sleap_io as sio
 
 from sleap_live.engines.types import FramePoses, Skeleton
+from sleap_live.stream import writers as writers_module
+from sleap_live.stream.channel import Channel
+from sleap_live.stream.journal import journal_path
+from sleap_live.stream.outputs_guard import OutputBusyError, OutputError
+from sleap_live.stream.slp_writer import MAX_CHUNK_FRAMES, SlpWriter, recover_slp
 from sleap_live.stream.types import PoseRecord
-from sleap_live.stream.writers import SlpWriter, VideoRecorder
+from sleap_live.stream.writers import VideoRecorder
 
 SKELETON = Skeleton(node_names=("head", "thorax", "tail"), edges=((0, 1), (1, 2)), name="fly")
 
@@ -22,7 +32,7 @@ class FakeClock:
         return self.now
 
 
-def record(frame_index: int, points: np.ndarray, identities=None) -> PoseRecord:
+def record(frame_index: int, points: np.ndarray, identities=None, ready=1.01) -> PoseRecord:
     n = points.shape[0]
     scores = np.where(np.isnan(points[..., 0]), np.nan, 0.5 + 0.01 * frame_index)
     poses = FramePoses(
@@ -31,7 +41,7 @@ def record(frame_index: int, points: np.ndarray, identities=None) -> PoseRecord:
         instance_scores=np.linspace(0.9, 0.8, n).astype(np.float32),
         identities=np.asarray(identities if identities is not None else [-1] * n, np.int32),
     )
-    return PoseRecord(frame_index, 1.0, 1.01, "test", poses)
+    return PoseRecord(frame_index, ready - 0.01, ready, "test", poses)
 
 
 def two_animals(frame_index: int) -> np.ndarray:
@@ -103,53 +113,173 @@ def test_renumber_counts_frames_in_arrival_order(tmp_path):
     np.testing.assert_allclose(labels[2].instances[0].numpy(), two_animals(20)[0])
 
 
-def test_periodic_saves_keep_every_frame_written_before_them(tmp_path):
+def snapshot(slp: SlpWriter, tmp_path, name: str = "crashed") -> Path:
+    """The journal as a kill would leave it now, beside a .slp path of its own."""
+    copy = tmp_path / f"{name}.slp"
+    shutil.copyfile(slp.journal, journal_path(copy))
+    return copy
+
+
+def test_frames_reach_the_journal_within_the_save_interval(tmp_path):
     clock = FakeClock()
-    slp = writer(tmp_path, save_interval=5.0, clock=clock)
-    path = tmp_path / "out.slp"
-    slp.write(record(0, two_animals(0)))
-    assert not path.exists()
-    clock.now = 5.0
-    slp.write(record(1, two_animals(1)))
-    assert len(sio.load_slp(str(path), open_videos=False)) == 2
-    clock.now = 6.0
-    slp.write(record(2, two_animals(2)))
-    assert len(sio.load_slp(str(path), open_videos=False)) == 2
+    slp = writer(tmp_path, save_interval=2.0, clock=clock)
+    assert not (tmp_path / "out.slp").exists() and slp.journal.exists()
+    slp.write(record(0, two_animals(0), ready=0.0))
+    clock.now = 1.9
+    slp.write(record(1, two_animals(1), ready=1.9))
+    assert (slp.n_frames_written, slp.n_frames_saved) == (2, 0)
+    assert slp.seconds_until_due() == pytest.approx(0.1)
+    clock.now = 2.0  # frame 0 has waited 2 s: both frames held go to the journal
+    slp.write(record(2, two_animals(2), ready=2.0))
+    assert slp.n_frames_saved == 3
+    assert slp.seconds_until_due() is None
+
+    crashed = snapshot(slp, tmp_path)
+    contents = recover_slp(crashed)
+    assert (contents.n_chunks, contents.torn_bytes) == (1, 0)
+    labels = sio.load_slp(str(crashed), open_videos=False)
+    assert [lf.frame_idx for lf in labels] == [0, 1, 2]
+    assert not journal_path(crashed).exists()
+
+    slp.write(record(3, two_animals(3), ready=2.5))
+    slp.close()
+    slp.close()
+    assert slp.finished and not slp.journal.exists()
     assert list(tmp_path.glob(".*partial*")) == []
+    assert len(sio.load_slp(str(tmp_path / "out.slp"), open_videos=False)) == 4
+
+
+def test_each_save_appends_only_the_new_frames(tmp_path):
+    """Constant cost: the 50th save writes as many bytes as the first."""
+    clock = FakeClock()
+    slp = writer(tmp_path, save_interval=1.0, clock=clock)
+    sizes = [slp.journal.stat().st_size]
+    for i in range(100):
+        clock.now = i * 0.5
+        slp.write(record(i, two_animals(0), ready=clock.now))
+        if slp.n_frames_saved == i + 1:
+            sizes.append(slp.journal.stat().st_size)
+    growth = np.diff(sizes)
+    assert len(growth) >= 30 and len(set(growth.tolist())) == 1
     slp.close()
+
+
+def test_a_fast_run_saves_full_chunks_before_the_interval(tmp_path):
+    slp = writer(tmp_path, save_interval=1000.0, clock=FakeClock())
+    for i in range(MAX_CHUNK_FRAMES + 5):
+        slp.write(record(i, two_animals(0), ready=0.0))
+    assert slp.n_frames_saved == MAX_CHUNK_FRAMES
     slp.close()
-    assert len(sio.load_slp(str(path), open_videos=False)) == 3
+    assert len(sio.load_slp(str(tmp_path / "out.slp"), open_videos=False)) == MAX_CHUNK_FRAMES + 5
 
 
-def test_slow_saves_are_spaced_out(tmp_path):
-    class SlowClock(FakeClock):
-        """Every reading advances 1 s, so each save appears to take 1 s."""
-
-        def __call__(self) -> float:
-            self.now += 1.0
-            return self.now
-
-    class CountingWriter(SlpWriter):
-        saves = 0
-
-        def flush(self) -> None:
-            self.saves += 1
-            super().flush()
-
-    slp = CountingWriter(
-        tmp_path / "out.slp",
-        SKELETON,
-        video="v",
-        frame_shape=(4, 4, 1),
-        save_interval=2.0,
-        clock=SlowClock(),
-    )
-    for i in range(30):
-        slp.write(record(i, two_animals(i)))
-    # 30 writes span ~60 clock seconds; a save that takes 1 s pushes the next one
-    # 10 s away instead of the 2 s interval, so about 5 saves happen, not 20.
-    assert 3 <= slp.saves <= 6
+def test_a_torn_last_chunk_costs_that_chunk_only(tmp_path):
+    clock = FakeClock()
+    slp = writer(tmp_path, save_interval=1.0, clock=clock)
+    for i in range(6):
+        clock.now = float(i)
+        slp.write(record(i, two_animals(i), ready=clock.now))
+    assert slp.n_frames_saved == 6  # chunks [0, 1], [2, 3], [4, 5]
+    crashed = snapshot(slp, tmp_path)
+    journal = journal_path(crashed)
+    journal.write_bytes(journal.read_bytes()[:-7])  # killed in the middle of a write
+    contents = recover_slp(crashed)
+    assert contents.torn_bytes > 0
+    assert [lf.frame_idx for lf in sio.load_slp(str(crashed), open_videos=False)] == [0, 1, 2, 3]
     slp.close()
+
+
+def test_a_second_writer_of_the_same_path_is_refused(tmp_path):
+    first = writer(tmp_path)
+    with pytest.raises(OutputBusyError, match="being written by another sleap-live run"):
+        writer(tmp_path)
+    with pytest.raises(OutputBusyError):
+        recover_slp(tmp_path / "out.slp")
+    first.write(record(0, two_animals(0)))
+    first.close()
+    assert len(sio.load_slp(str(tmp_path / "out.slp"), open_videos=False)) == 1
+    writer(tmp_path).close()  # free again once the first is done
+
+
+def test_an_earlier_runs_unrecovered_journal_is_never_overwritten(tmp_path):
+    clock = FakeClock()
+    crashed = writer(tmp_path, save_interval=1.0, clock=clock)
+    crashed.write(record(0, two_animals(0), ready=-1.0))
+    assert crashed.n_frames_saved == 1
+    saved = crashed.journal.read_bytes()
+    crashed.discard()  # what a kill leaves: the journal with frames, no lock
+    assert crashed.journal.read_bytes() == saved
+    with pytest.raises(OutputError, match=r"earlier run.*sleap-live recover"):
+        writer(tmp_path)
+    assert crashed.journal.read_bytes() == saved
+    recover_slp(tmp_path / "out.slp")
+    assert len(sio.load_slp(str(tmp_path / "out.slp"), open_videos=False)) == 1
+    writer(tmp_path).close()
+
+
+def test_a_journal_without_frames_and_stale_temporaries_are_cleared(tmp_path):
+    writer(tmp_path).discard()  # killed before its first save: header only
+    stale = tmp_path / ".out.99999.partial.slp"
+    stale.write_bytes(b"half a file")
+    with writer(tmp_path) as slp:
+        slp.write(record(0, two_animals(0)))
+    assert not stale.exists()
+    assert len(sio.load_slp(str(tmp_path / "out.slp"), open_videos=False)) == 1
+
+
+def test_a_symlinked_output_keeps_its_link(tmp_path):
+    (tmp_path / "real").mkdir()
+    target = tmp_path / "real" / "poses.slp"
+    link = tmp_path / "out.slp"
+    link.symlink_to(target)
+    with writer(tmp_path) as slp:
+        slp.write(record(0, two_animals(0)))
+    assert link.is_symlink() and target.is_file()
+    assert len(sio.load_slp(str(link), open_videos=False)) == 1
+
+
+def test_describe_never_claims_more_than_is_on_disk(tmp_path):
+    clock = FakeClock()
+    slp = writer(tmp_path, save_interval=1.0, clock=clock)
+    slp.write(record(0, two_animals(0), ready=-1.0))  # due at once: saved
+    slp.write(record(1, two_animals(1), ready=0.0))  # held, not yet saved
+    clock.now = 0.5
+    slp.write(record(2, two_animals(2), ready=0.5))  # held too
+    line = slp.describe()
+    assert line.startswith("poses: 1 frames saved in ") and "sleap-live recover" in line
+    slp.close()
+    assert slp.describe() == f"poses: {tmp_path / 'out.slp'} (3 frames)"
+
+
+def test_the_drain_loop_saves_while_the_stream_pauses(tmp_path):
+    slp = writer(tmp_path, save_interval=0.05)
+    queue: Channel = Channel(8)
+    loop = threading.Thread(target=writers_module._drain, args=(queue, slp))
+    loop.start()
+    queue.put(record(0, two_animals(0), ready=time.monotonic()))
+    deadline = time.monotonic() + 30
+    while slp.n_frames_saved == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert slp.n_frames_saved == 1  # saved with no further record arriving
+    queue.close()
+    loop.join()
+    assert slp.finished
+
+
+def test_failed_final_save_keeps_the_journal_and_says_how_to_recover(tmp_path, monkeypatch):
+    slp = writer(tmp_path)
+    slp.write(record(0, two_animals(0)))
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(sio, "save_slp", full_disk)
+    with pytest.raises(OutputError, match=r"1 frames saved so far are in .*sleap-live recover"):
+        slp.close()
+    assert slp.journal.exists() and not slp.finished
+    monkeypatch.undo()
+    recover_slp(tmp_path / "out.slp")
+    assert len(sio.load_slp(str(tmp_path / "out.slp"), open_videos=False)) == 1
 
 
 def test_write_rejects_wrong_node_count_and_use_after_close(tmp_path):
@@ -217,3 +347,17 @@ def test_recorder_rejects_other_shapes_and_use_after_close(tmp_path):
     recorder.close()
     with pytest.raises(ValueError, match="after close"):
         recorder.write(np.zeros((8, 8, 3), np.uint8))
+
+
+def test_recorder_locks_its_file_and_names_unwritable_formats(tmp_path):
+    with VideoRecorder(tmp_path / "rec.mp4", 30, (8, 8, 3)) as recorder:
+        with pytest.raises(OutputBusyError, match="the recording is being written"):
+            VideoRecorder(tmp_path / "rec.mp4", 30, (8, 8, 3))
+        recorder.write(np.zeros((8, 8, 3), np.uint8))
+    assert decode(tmp_path / "rec.mp4").shape[0] == 1
+    assert recorder.describe() == f"recording: {tmp_path / 'rec.mp4'} (1 frames)"
+    with pytest.raises(ValueError, match=r"rec\.slp: cannot record to a \.slp file.*\.mp4"):
+        VideoRecorder(tmp_path / "rec.slp", 30, (8, 8, 3))
+    assert not (tmp_path / "rec.slp").exists()
+    with pytest.raises(ValueError, match="fps must be positive"):
+        VideoRecorder(tmp_path / "rec2.mp4", float("inf"), (8, 8, 3))

@@ -1,0 +1,396 @@
+"""Poses to a SLEAP .slp file through an append-only journal: `SlpWriter`, `recover_slp`.
+
+A kill loses at most the last `save_interval` seconds of finished frames, a save
+costs the same at any point of a run, and memory holds only the frames since the
+last save (see `journal` for the file the frames are appended to).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import sleap_io as sio
+
+from sleap_live.engines.types import FramePoses, Skeleton
+from sleap_live.stream.clock import MONOTONIC, Clock
+from sleap_live.stream.journal import (
+    JOURNAL_SUFFIX,
+    MAGIC,
+    FrameChunk,
+    JournalContents,
+    JournalError,
+    JournalHeader,
+    JournalWriter,
+    journal_path,
+    read_journal,
+    scan_journal,
+)
+from sleap_live.stream.outputs_guard import (
+    OutputError,
+    OutputLock,
+    stale_temporaries,
+    temporary_path,
+)
+from sleap_live.stream.types import PoseRecord
+
+# Seconds of finished frames a kill may cost: the .slp writer appends what it
+# holds to its journal at least this often.
+DEFAULT_SAVE_INTERVAL = 2.0
+
+# Frames per journal chunk at most, so a fast recorded run holds little in memory.
+MAX_CHUNK_FRAMES = 4096
+
+
+def to_sio_skeleton(skeleton: Skeleton) -> sio.Skeleton:
+    """Convert an engine skeleton to a sleap-io one (same node order and edges)."""
+    names = list(skeleton.node_names)
+    edges = [(names[src], names[dst]) for src, dst in skeleton.edges]
+    return sio.Skeleton(nodes=names, edges=edges, name=skeleton.name)
+
+
+class SlpWriter:
+    """Saves pose records as predictions in a SLEAP .slp file, crash-safely.
+
+    Every instance becomes a `sleap_io.PredictedInstance` with its point scores and
+    instance score; for multi-class models each identity becomes one
+    `sleap_io.Track` named after its class. Frames in which nothing was found are
+    kept as empty labeled frames, so "processed, nothing there" stays distinct
+    from "never processed". Instances with no point found at all are left out.
+
+    While the run lasts, finished frames are appended to a journal beside the
+    .slp (``NAME.slp.journal``, see `journal`) at most `save_interval` seconds
+    after their poses were ready; a save costs the same at any point of the run
+    and memory holds only the frames since the last one. `close()` writes the .slp
+    from the journal through sleap-io (to a temporary file renamed over `path`),
+    then deletes the journal. After a crash the journal holds every frame but the
+    last `save_interval` seconds', and `recover_slp` (`sleap-live recover`)
+    writes the .slp from it.
+
+    The journal is locked for the writer's lifetime, so a second writer of the
+    same `path` fails at once. A symlinked `path` keeps its link: the file it
+    points to is written.
+
+    Args:
+        path: the .slp file to write.
+        skeleton: the model's skeleton.
+        video: the video the poses belong to: a file path (it need not be
+            readable now; the .slp links to it) or a name for a live source.
+        frame_shape: (height, width, channels) of the frames.
+        fps: frame rate stored with the video, if known.
+        n_frames: frames in the video, if known; otherwise the highest frame index
+            written plus one.
+        class_names: identity names of a multi-class model (one track each).
+        renumber: number labeled frames 0, 1, 2, ... in the order written, to
+            match a recording of exactly the processed frames; otherwise use
+            `PoseRecord.frame_index`.
+        save_interval: most seconds (on `clock`, from a record's `ready_time`)
+            a finished frame waits before it is in the journal; None saves only
+            on close.
+        provenance: extra metadata stored in the file (JSON-serialisable values).
+        clock: time source for the save schedule; injectable for tests.
+
+    Raises:
+        ValueError: `path` does not end in .slp, or `frame_shape` is not (H, W, C).
+        FileNotFoundError: the folder `path` would be written in does not exist.
+        OutputBusyError: another run is writing `path`.
+        OutputError: the journal cannot be written, or holds an earlier run's
+            unrecovered frames (nothing is overwritten).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        skeleton: Skeleton,
+        *,
+        video: str | os.PathLike[str],
+        frame_shape: tuple[int, int, int],
+        fps: float | None = None,
+        n_frames: int | None = None,
+        class_names: tuple[str, ...] = (),
+        renumber: bool = False,
+        save_interval: float | None = DEFAULT_SAVE_INTERVAL,
+        provenance: Mapping[str, Any] | None = None,
+        clock: Clock = MONOTONIC,
+    ) -> None:
+        self.path = Path(path)
+        if self.path.suffix != ".slp":
+            raise ValueError(f"{self.path}: pose output must be a .slp file")
+        if not self.path.parent.is_dir():
+            raise FileNotFoundError(f"{self.path}: folder {self.path.parent} does not exist")
+        if len(frame_shape) != 3:
+            raise ValueError(f"{self.path}: frame_shape must be (H, W, C), got {frame_shape!r}")
+        if save_interval is not None and not 0 < save_interval < float("inf"):
+            raise ValueError(f"{self.path}: save_interval must be a positive number of seconds")
+        self._n_nodes = skeleton.n_nodes
+        video_name = str(video)
+        if Path(video_name).exists():
+            video_name = str(Path(video_name).resolve())
+        header = JournalHeader(
+            skeleton=skeleton,
+            class_names=tuple(class_names),
+            video=video_name,
+            frame_shape=(int(frame_shape[0]), int(frame_shape[1]), int(frame_shape[2])),
+            fps=None if fps is None else float(fps),
+            n_frames=n_frames,
+            provenance=dict(provenance or {}),
+            pid=os.getpid(),
+        )
+        # Write through a symlink to its target, so the link survives the rename.
+        self._target = Path(os.path.realpath(self.path))
+        self.journal = journal_path(self._target)
+        self._lock = _lock_journal(self.journal, self.path)
+        try:
+            for stale in stale_temporaries(self._target):
+                stale.unlink(missing_ok=True)  # we hold the lock: their writer is gone
+            assert self._lock.fd is not None
+            self._journal = JournalWriter(self._lock.fd, header)
+        except OSError as error:
+            self._lock.release()
+            raise OutputError(f"{self.journal}: cannot write the journal: {error}") from error
+        self._renumber = renumber
+        self._save_interval = save_interval
+        self._clock = clock
+        self._pending: list[tuple[int, FramePoses]] = []
+        self._due: float | None = None
+        self.n_frames_written = 0
+        self.n_frames_saved = 0
+        self.finished = False
+        self._closed = False
+
+    def write(self, record: PoseRecord) -> None:
+        """Add the poses of one frame; appends to the journal when a save is due.
+
+        The record's arrays are copied, so a ring-buffer view may be passed.
+
+        Raises:
+            ValueError: the writer is closed, or the record's node count does not
+                match the skeleton.
+        """
+        if self._closed:
+            raise ValueError(f"{self.path}: write() after close()")
+        poses = record.poses
+        if poses.points.shape[1:] != (self._n_nodes, 2):
+            raise ValueError(
+                f"{self.path}: poses have points of shape {poses.points.shape}, expected "
+                f"(instances, {self._n_nodes}, 2) for this skeleton"
+            )
+        frame_index = self.n_frames_written if self._renumber else record.frame_index
+        found = np.isfinite(poses.points).any(axis=(1, 2))
+        kept = FramePoses(
+            points=np.array(poses.points[found], np.float32),
+            point_scores=np.array(poses.point_scores[found], np.float32),
+            instance_scores=np.array(poses.instance_scores[found], np.float32),
+            identities=np.array(poses.identities[found], np.int32),
+        )
+        self._pending.append((frame_index, kept))
+        self.n_frames_written += 1
+        if self._due is None and self._save_interval is not None:
+            self._due = record.ready_time + self._save_interval
+        if len(self._pending) >= MAX_CHUNK_FRAMES or self.seconds_until_due() == 0:
+            self.flush()
+
+    def seconds_until_due(self) -> float | None:
+        """Seconds until the frames held must be saved (0: now); None: none is due."""
+        if self._due is None:
+            return None
+        return max(0.0, self._due - self._clock())
+
+    def flush(self) -> None:
+        """Append every frame held to the journal and wait until it is on disk."""
+        self._due = None
+        if not self._pending:
+            return
+        indices, poses = zip(*self._pending, strict=True)
+        chunk = FrameChunk(
+            frame_indices=np.array(indices, np.int64),
+            counts=np.array([p.n_instances for p in poses], np.int32),
+            points=np.concatenate([p.points for p in poses]).reshape(-1, self._n_nodes, 2),
+            point_scores=np.concatenate([p.point_scores for p in poses]).reshape(-1, self._n_nodes),
+            instance_scores=np.concatenate([p.instance_scores for p in poses]),
+            identities=np.concatenate([p.identities for p in poses]),
+        )
+        self._journal.append(chunk)
+        self.n_frames_saved += chunk.n_frames
+        self._pending.clear()
+
+    def close(self) -> None:
+        """Save the journal's last frames, write the .slp from it; idempotent.
+
+        Raises:
+            OutputError: the .slp could not be written; the journal is kept, and
+                the message says how to recover it.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.flush()
+            write_slp_from_journal(self.journal, self._target)
+            self.finished = True
+            self.journal.unlink()
+        except Exception as error:
+            raise OutputError(
+                f"{self.path}: saving the poses failed ({error}); the {self.n_frames_saved} "
+                f"frames saved so far are in {self.journal}: `sleap-live recover {self.path}` "
+                "writes them to the .slp"
+            ) from error
+        finally:
+            self._lock.release()
+
+    def discard(self) -> None:
+        """Close without writing the .slp: for a run that fails before its first frame.
+
+        The journal is deleted unless it already holds frames.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if self.n_frames_saved == 0:
+            self.journal.unlink(missing_ok=True)
+        self._lock.release()
+
+    def describe(self) -> str:
+        """What the output holds, in one line: the .slp, or the journal and how to recover."""
+        if self.finished:
+            return f"poses: {self.path} ({self.n_frames_saved} frames)"
+        return (
+            f"poses: {self.n_frames_saved} frames saved in {self.journal}, not yet in "
+            f"{self.path}: `sleap-live recover {self.path}` writes them"
+        )
+
+    def __enter__(self) -> SlpWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def recover_slp(path: str | os.PathLike[str]) -> JournalContents:
+    """Write the .slp `path` from the journal a crashed run left beside it.
+
+    Every complete chunk is kept; a chunk cut short by the crash is dropped.
+    The journal is deleted once the .slp is written.
+
+    Args:
+        path: the .slp file (or its ``.journal``).
+
+    Returns:
+        What the journal held (frames saved, torn bytes dropped).
+
+    Raises:
+        OutputBusyError: a run is still writing `path`.
+        JournalError: there is no journal, or it is unreadable.
+    """
+    slp = Path(path)
+    if slp.name.endswith(".slp" + JOURNAL_SUFFIX):
+        slp = slp.with_name(slp.name[: -len(JOURNAL_SUFFIX)])
+    target = Path(os.path.realpath(slp))
+    journal = journal_path(target)
+    if not journal.exists():
+        raise JournalError(f"{slp}: no journal to recover ({journal} does not exist)")
+    lock = OutputLock(journal, f"the pose output {slp}")
+    try:
+        contents = scan_journal(journal)
+        for stale in stale_temporaries(target):
+            stale.unlink(missing_ok=True)
+        write_slp_from_journal(journal, target)
+        journal.unlink()
+    finally:
+        lock.release()
+    return contents
+
+
+def write_slp_from_journal(journal: Path, slp: Path) -> int:
+    """Write the .slp file `slp` (through a temporary file) from `journal`; returns frames.
+
+    Raises:
+        JournalError: the journal is unreadable.
+        OSError: the .slp cannot be written.
+    """
+    header, chunks = read_journal(journal)
+    skeleton = to_sio_skeleton(header.skeleton)
+    tracks = [sio.Track(name=name) for name in header.class_names]
+    video = sio.Video(filename=header.video, open_backend=False)
+    if header.fps is not None:
+        video.backend_metadata["fps"] = header.fps
+    frames: list[sio.LabeledFrame] = []
+    last_index = -1
+    for chunk in chunks:
+        for frame_index, rows in chunk.frames():
+            instances = [
+                sio.PredictedInstance.from_numpy(
+                    chunk.points[i].astype(np.float64),
+                    skeleton=skeleton,
+                    point_scores=chunk.point_scores[i].astype(np.float64),
+                    score=float(chunk.instance_scores[i]),
+                    track=_track(tracks, int(chunk.identities[i])),
+                )
+                for i in range(rows.start, rows.stop)
+            ]
+            frames.append(sio.LabeledFrame(video=video, frame_idx=frame_index, instances=instances))
+            last_index = max(last_index, frame_index)
+    n_frames = header.n_frames if header.n_frames is not None else last_index + 1
+    video.backend_metadata["shape"] = (n_frames, *header.frame_shape)
+    labels = sio.Labels(
+        labeled_frames=frames,
+        videos=[video],
+        skeletons=[skeleton],
+        tracks=tracks,
+        provenance=dict(header.provenance),
+    )
+    partial = temporary_path(slp)
+    try:
+        sio.save_slp(labels, str(partial), verbose=False)
+        _fsync_file(partial)
+        os.replace(partial, slp)
+        _fsync_folder(slp.parent)
+    finally:
+        partial.unlink(missing_ok=True)
+    return len(frames)
+
+
+def _track(tracks: list[sio.Track], identity: int) -> sio.Track | None:
+    return tracks[identity] if 0 <= identity < len(tracks) else None
+
+
+def _lock_journal(journal: Path, slp: Path) -> OutputLock:
+    """Lock `slp`'s journal; refuse one that holds an earlier run's unrecovered frames."""
+    lock = OutputLock(journal, f"the pose output {slp}")
+    try:
+        with open(journal, "rb") as handle:
+            start = handle.read(len(MAGIC))
+        if start and not MAGIC.startswith(start):
+            raise OutputError(f"{journal}: exists and is not a sleap-live journal; move it away")
+        if len(start) == len(MAGIC):
+            earlier = scan_journal(journal)
+            if earlier.n_chunks:
+                raise OutputError(
+                    f"{slp}: {journal} holds frames of an earlier run that did not finish; "
+                    f"`sleap-live recover {slp}` saves them to the .slp (or delete the journal)"
+                )
+    except JournalError:
+        pass  # a header cut short: the earlier run saved no frame, nothing to keep
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make a rename in `folder` durable (POSIX; Windows cannot open folders)."""
+    if sys.platform == "win32":
+        return
+    _fsync_file(folder)
