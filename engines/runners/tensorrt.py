@@ -23,24 +23,23 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import numpy as np
 
 from sleap_live.engines.errors import EngineError, InputMismatchError, ModelConfigError
-from sleap_live.engines.export.tensorrt import (
-    EngineFile,
-    FrameShape,
-    import_tensorrt,
-    read_engine_file,
-)
 from sleap_live.engines.host.postprocess import decode
 from sleap_live.engines.load.metadata import ExportMetadata
 from sleap_live.engines.runners.base import begin_run
 from sleap_live.engines.types import FramePoses, ModelInfo
 
-EngineSource = Callable[[FrameShape], EngineFile]
+if TYPE_CHECKING:
+    # `sleap_live.engines.export` loads torch (its exporter); this module imports without it.
+    from sleap_live.engines.export.tensorrt import EngineFile
+
+FrameShape = tuple[int, int, int]
+EngineSource = Callable[[FrameShape], "EngineFile"]
 
 
 class DeviceMemory(Protocol):
@@ -293,6 +292,8 @@ class TensorRTRunner:
         memory: DeviceMemory | None = None,
         tensorrt: ModuleType | None = None,
     ) -> None:
+        from sleap_live.engines.export.tensorrt import import_tensorrt
+
         self._trt = tensorrt or import_tensorrt()
         self.metadata = metadata
         self.info: ModelInfo = metadata.info
@@ -306,6 +307,8 @@ class TensorRTRunner:
     @classmethod
     def from_engine_file(cls, engine: str | Path | EngineFile, **options: Any) -> TensorRTRunner:
         """A runner of one engine file alone (its header holds the metadata)."""
+        from sleap_live.engines.export.tensorrt import EngineFile, read_engine_file
+
         engine_file = engine if isinstance(engine, EngineFile) else read_engine_file(engine)
         return cls(engine_file.metadata, fixed_engine(engine_file), **options)
 
