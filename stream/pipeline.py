@@ -34,6 +34,7 @@ Every timing decision is made on one injectable `Clock` (see `clock`).
 
 from __future__ import annotations
 
+import inspect
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -43,7 +44,13 @@ import attrs
 import numpy as np
 
 from sleap_live.engines.types import FramePoses
-from sleap_live.stream.batching import collect_batch, policy_channels
+from sleap_live.stream.batching import (
+    Batch,
+    DeviceStreams,
+    StageTimes,
+    collect_batch,
+    policy_channels,
+)
 from sleap_live.stream.channel import Channel
 from sleap_live.stream.clock import MONOTONIC, Clock
 from sleap_live.stream.consumers import Consumers, call_back
@@ -74,6 +81,10 @@ POLICIES: tuple[str, ...] = ("live", "recorded")
 # and two batches in flight keep decode-ahead memory small (16 MB of 1024² gray).
 DEFAULT_BATCH_SIZE = {"live": 1, "recorded": 8}
 
+# Batches whose stage times `timeline` keeps: the first ones show the overlap, and
+# a camera running for hours must not grow a list without end.
+TIMELINE_BATCHES = 512
+
 # Records kept in the ring: about 8 s at 30 fps of slack for a lagging consumer.
 # A record is small (max_instances x nodes x 3 floats), so this costs little.
 DEFAULT_RING_CAPACITY = 256
@@ -83,6 +94,7 @@ DEFAULT_RING_CAPACITY = 256
 class _Result:
     frames: tuple[Frame, ...]
     poses: list[FramePoses]
+    batch: Batch
 
 
 class Pipeline:
@@ -166,6 +178,8 @@ class Pipeline:
         self.ring = RingBuffer(ring_capacity, info.max_instances, info.skeleton.n_nodes)
         self._consumers = Consumers(self.ring, lossless_by_default=policy == "recorded")
         self._output_options = OutputOptions(output, record, save_interval)
+        self._records_frames = record is not None
+        self._runner_takes_stream = _takes_stream(self.runner)
         self._outputs = OpenWriters({})
         self._warmup = warmup
         self._clock = clock
@@ -175,6 +189,8 @@ class Pipeline:
             policy, batch_size, lambda batch: self._meters.batch_dropped(len(batch.frames))
         )
         self._results: Channel[_Result] = Channel(2, "block")
+        # Stage times of the first TIMELINE_BATCHES batches, appended by emit only.
+        self._timeline: list[StageTimes] = []
 
         self._halt = threading.Event()
         # Set once the engine is warmed up (or the pipeline halts); capture waits for it.
@@ -401,12 +417,18 @@ class Pipeline:
         # Live: wait for a full batch at most batch_size frame intervals after the
         # first frame was captured. Recorded: always fill the batch.
         wait = self.batch_size / fps if self.policy == "live" and fps else None
+        streams: DeviceStreams | None = None
         try:
             for first in self._frames:
                 if self._halt.is_set():
                     break
+                if streams is None:
+                    # Created by the first device frame; host frames need none.
+                    streams = DeviceStreams.for_image(first.image)
                 deadline = None if wait is None else first.timestamp + wait
-                batch = collect_batch(self._frames, first, self.batch_size, deadline, self._clock)
+                batch = collect_batch(
+                    self._frames, first, self.batch_size, deadline, self._clock, streams
+                )
                 self._batches.put(batch)
         except ChannelClosed:
             pass  # halted while waiting for room
@@ -423,23 +445,40 @@ class Pipeline:
                 if self._halt.is_set():
                     break
                 started = self._clock()
-                poses = self.runner.run(batch.images)
-                self._meters.engine_ran(self._clock() - started)
+                poses = self._run_engine(batch)
+                batch.times.engine = (started, self._clock())
+                self._meters.engine_ran(batch.times.engine[1] - started)
                 if len(poses) != len(batch.frames):
                     raise PipelineError(
                         f"runner returned poses for {len(poses)} frames, "
                         f"given a batch of {len(batch.frames)}"
                     )
-                self._results.put(_Result(batch.frames, poses))
+                self._results.put(_Result(batch.frames, poses, batch))
         except ChannelClosed:
             pass  # the emit stage failed; its error is already stored
         finally:
             self._results.close()
 
+    def _run_engine(self, batch: Batch) -> list[FramePoses]:
+        """The runner on one batch; a device batch on the inference stream, after its stack."""
+        if batch.streams is None:
+            return self.runner.run(batch.images)
+        import torch
+
+        inference = batch.streams.inference
+        inference.wait_event(batch.ready)
+        with torch.cuda.stream(inference):
+            if self._runner_takes_stream:
+                return self.runner.run(batch.images, stream=inference)
+            return self.runner.run(batch.images)
+
     def _emit(self) -> None:
         try:
             for result in self._results:
-                for frame, poses in zip(result.frames, result.poses, strict=True):
+                started = self._clock()
+                for position, (frame, poses) in enumerate(
+                    zip(result.frames, result.poses, strict=True)
+                ):
                     record = PoseRecord(
                         frame_index=frame.index,
                         capture_time=frame.timestamp,
@@ -449,7 +488,10 @@ class Pipeline:
                     )
                     self.ring.write(record)  # waits for lossless consumers
                     self._meters.record_emitted(record)
-                    self._outputs.write(record, frame.image)
+                    self._outputs.write(record, self._recorded_image(result.batch, position))
+                result.batch.times.postprocess = (started, self._clock())
+                if len(self._timeline) < TIMELINE_BATCHES:
+                    self._timeline.append(result.batch.times)
         except BaseException:
             self._results.close()
             raise
@@ -459,6 +501,19 @@ class Pipeline:
             self._outputs.close()
 
     # -------------------------------------------------------------------- helpers
+
+    def _recorded_image(self, batch: Batch, position: int) -> np.ndarray:
+        """A frame's image for the recorder, from its batch (device images to the host)."""
+        image = batch.images[position]
+        if isinstance(image, np.ndarray) or not self._records_frames:
+            return image
+        # Device frames' own buffers are reused by the source; the batch's copy is not.
+        return image.cpu().numpy()
+
+    @property
+    def timeline(self) -> list[StageTimes]:
+        """Stage times of the first `TIMELINE_BATCHES` batches emitted, in order."""
+        return list(self._timeline)
 
     def _on_stage_failure(self) -> None:
         self._request_halt()
@@ -483,6 +538,17 @@ class Pipeline:
             self._finished = True
         if self._owns_runner:
             self.runner.close()
+
+
+def _takes_stream(runner: Any) -> bool:
+    """Whether `runner.run` accepts a ``stream=`` keyword (GPU runners)."""
+    try:
+        parameters = inspect.signature(runner.run).parameters
+    except (TypeError, ValueError):
+        return False
+    return "stream" in parameters or any(
+        parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters.values()
+    )
 
 
 def _close_iterator(iterator: Iterator[Any]) -> None:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import attrs
 import numpy as np
 
 from sleap_live.engines.types import FramePoses
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 
 @attrs.frozen(eq=False)
@@ -17,13 +22,15 @@ class Frame:
         timestamp: capture time in seconds on the source's `Clock` (by default
             `time.monotonic`).
         source_id: name of the source that produced it.
-        image: (height, width, channels) uint8 array, channels 1 or 3 (RGB).
+        image: (height, width, channels) uint8 image, channels 1 or 3 (RGB): a numpy
+            array, or a torch tensor on a CUDA device from a GPU decoder
+            (`NvdecSource`), whose images stay on the device up to the engine.
     """
 
     index: int
     timestamp: float
     source_id: str
-    image: np.ndarray
+    image: np.ndarray | Tensor
 
 
 @attrs.frozen(eq=False)

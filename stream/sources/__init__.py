@@ -17,14 +17,17 @@ from sleap_live.stream.clock import Clock
 from sleap_live.stream.sources.camera import CameraSource
 from sleap_live.stream.sources.file import FileSource
 from sleap_live.stream.sources.iterator import IteratorSource
+from sleap_live.stream.sources.nvdec import DECODERS, NvdecSource, open_file
 from sleap_live.stream.sources.replay import ReplaySource
 from sleap_live.stream.types import Frame
 
 __all__ = [
+    "DECODERS",
     "SOURCE_KINDS",
     "CameraSource",
     "FileSource",
     "IteratorSource",
+    "NvdecSource",
     "ReplaySource",
     "Source",
     "open_source",
@@ -44,8 +47,8 @@ _OPTIONS = MappingProxyType(
         "camera": frozenset(
             {"width", "height", "fps", "input_format", "backend", "options", "source_id", "clock"}
         ),
-        "file": frozenset({"start", "stop", "source_id", "clock"}),
-        "replay": frozenset({"fps", "start", "stop", "drop_late", "source_id", "clock"}),
+        "file": frozenset({"start", "stop", "source_id", "clock", "decoder"}),
+        "replay": frozenset({"fps", "start", "stop", "drop_late", "source_id", "clock", "decoder"}),
         "iterator": frozenset({"fps", "live", "copy", "source_id", "clock"}),
     }
 )
@@ -103,6 +106,7 @@ def open_source(
     copy: bool | None = None,
     source_id: str | None = None,
     clock: Clock | None = None,
+    decoder: str | None = None,
 ) -> Source:
     """Open the source ``spec`` describes.
 
@@ -136,6 +140,12 @@ def open_source(
         source_id: name stamped on every frame.
         clock: what frames are stamped (and a replay paced) with; give a pipeline
             the same one.
+        decoder: what decodes a file or replay: ``"pyav"`` (the default: FFmpeg on
+            the CPU), ``"nvdec"`` (NVDEC on the GPU, frames as CUDA tensors) or
+            ``"auto"`` (NVDEC where it decodes the file exactly, else PyAV). When
+            NVDEC is not used, a one-line notice says why: logged as a warning if
+            ``"nvdec"`` was asked for, at info level under ``"auto"``, and kept
+            as the source's ``decoder_notice``; ``decoder`` says which one runs.
 
     Returns:
         The opened source; use it in a ``with`` block or call ``close()``.
@@ -163,6 +173,7 @@ def open_source(
             "copy": copy,
             "source_id": source_id,
             "clock": clock,
+            "decoder": decoder,
         }.items()
         if value is not None
     }
@@ -175,7 +186,7 @@ def open_source(
     if kind == "camera":
         return CameraSource(_camera_device(spec), **given)
     if kind == "file":
-        return FileSource(spec, **given)
+        return open_file(spec, **given)
     if kind == "replay":
         return ReplaySource(spec, **given)
     return IteratorSource(spec, **given)

@@ -29,6 +29,9 @@ class SourceBase(abc.ABC):
         n_frames: frames the source will yield, or None if unknown or unbounded.
         is_live: True if frames arrive on their own clock (cameras, paced replay),
             so a consumer that falls behind should drop frames rather than wait.
+        decoder: what decodes the frames: ``"pyav"`` (CPU), ``"nvdec"`` (GPU), or
+            ``"none"`` for frames handed over already decoded (iterators).
+        decoder_notice: why a GPU decoder asked for was not used, or None.
     """
 
     source_id: str
@@ -36,6 +39,8 @@ class SourceBase(abc.ABC):
     frame_shape: tuple[int, int, int]
     n_frames: int | None
     is_live: bool
+    decoder: str = "pyav"
+    decoder_notice: str | None = None
 
     def __init__(self, source_id: str) -> None:
         self.source_id = source_id

@@ -72,6 +72,7 @@ class IteratorSource(SourceBase):
             )
         self.fps = float(fps) if fps is not None else None
         self.is_live = live
+        self.decoder = "none"
         self._copy = copy
         first = next(self._items, _END)
         try:

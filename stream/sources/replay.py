@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import attrs
 
 from sleap_live.stream.clock import MONOTONIC, Clock
 from sleap_live.stream.errors import SourceError
 from sleap_live.stream.sources._base import SourceBase
-from sleap_live.stream.sources.file import FileSource
+from sleap_live.stream.sources.nvdec import open_file
 from sleap_live.stream.types import Frame
 
 
@@ -39,6 +40,7 @@ class ReplaySource(SourceBase):
         drop_late: skip frames the consumer was too slow to take in time.
         source_id: name stamped on every frame; defaults to the path as given.
         clock: the clock frames are paced and stamped on.
+        decoder: ``"pyav"``, ``"nvdec"`` or ``"auto"`` (see `nvdec.choose_decoder`).
 
     Raises:
         SourceNotFoundError: if the file does not exist.
@@ -58,17 +60,21 @@ class ReplaySource(SourceBase):
         drop_late: bool = True,
         source_id: str | None = None,
         clock: Clock = MONOTONIC,
+        decoder: str = "pyav",
     ) -> None:
         if fps is not None and not fps > 0:
             raise ValueError(f"replay fps must be positive, got {fps}")
         self._clock = clock
-        self._file = FileSource(path, start=start, stop=stop, source_id=source_id, clock=clock)
+        self._file = open_file(
+            path, decoder, start=start, stop=stop, source_id=source_id, clock=clock
+        )
         super().__init__(self._file.source_id)
+        self.decoder, self.decoder_notice = self._file.decoder, self._file.decoder_notice
         rate = fps if fps is not None else self._file.fps
+        self.path = Path(path)
         if rate is None:
             self._file.close()
-            raise SourceError(f"{self._file.path}: the video declares no frame rate; pass fps=")
-        self.path = self._file.path
+            raise SourceError(f"{self.path}: the video declares no frame rate; pass fps=")
         self.fps = float(rate)
         self.frame_shape = self._file.frame_shape
         self.n_frames = self._file.n_frames

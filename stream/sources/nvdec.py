@@ -1,0 +1,329 @@
+"""Video files decoded on the GPU with NVDEC (PyNvVideoCodec), frames kept on the device.
+
+PyNvVideoCodec's `ThreadedDecoder` decodes ahead on its own thread into device
+memory; each decoded frame is an NV12 surface that reaches torch through DLPack
+with no copy. The decoder reuses its surfaces for later frames, so every surface
+is converted (`nv12`, bit-identical to PyAV's conversion of the same NV12 frame)
+into one of the source's own device buffers, and that work has finished, before
+the next frames are asked for. Frames then carry a torch CUDA tensor as `image`.
+
+Which decoder a file gets is decided by `choose_decoder`; `open_file` opens it
+and falls back to PyAV (`FileSource`) with a one-line notice naming what is
+missing. Only what `nv12` reproduces exactly is decoded here: 8-bit 4:2:0 H.264,
+HEVC or AV1 at an even frame size; anything else (10-bit P010 frames, odd sizes,
+other codecs) goes to PyAV, so poses never depend on the decoder chosen.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from sleap_live.stream.clock import MONOTONIC, Clock
+from sleap_live.stream.errors import SourceError, SourceNotFoundError
+from sleap_live.stream.sources import _av
+from sleap_live.stream.sources._base import SourceBase
+from sleap_live.stream.types import Frame
+
+DECODERS: tuple[str, ...] = ("auto", "nvdec", "pyav")
+INSTALL_HINT = "pip install PyNvVideoCodec"
+# What NVDEC decodes that `nv12` converts exactly: FFmpeg codec and pixel format names.
+NVDEC_CODECS = frozenset({"h264", "hevc", "av1"})
+NVDEC_PIXEL_FORMATS = frozenset({"yuv420p", "yuvj420p", "nv12"})
+# Frames decoded per request, and device image buffers the source cycles through.
+DECODE_BATCH = 4
+DEFAULT_BUFFERS = 64
+
+logger = logging.getLogger(__name__)
+
+
+@attrs.frozen
+class StreamInfo:
+    """What PyAV reads from a file's header, to choose a decoder and describe frames."""
+
+    codec: str
+    pixel_format: str | None
+    width: int
+    height: int
+    colorspace: int | None
+    color_range: int | None
+    fps: float | None
+    n_frames: int | None
+
+
+def probe(path: str | os.PathLike[str]) -> StreamInfo:
+    """The first video stream's codec, format, size, colour tags, rate and length.
+
+    Raises:
+        SourceNotFoundError: no such file.
+        SourceError: it cannot be opened or has no video stream.
+    """
+    if not Path(path).is_file():
+        raise SourceNotFoundError(f"{path}: no such file")
+    import av.error
+
+    try:
+        container = _av.open_input(os.fspath(path))
+    except av.error.FFmpegError as error:
+        raise SourceError(f"{path}: cannot open video: {_av.reason(error)}") from error
+    try:
+        stream = _av.video_stream(container, str(path))
+        context = stream.codec_context
+        return StreamInfo(
+            codec=context.name,
+            pixel_format=context.pix_fmt,
+            width=context.width,
+            height=context.height,
+            colorspace=getattr(context, "colorspace", None),
+            color_range=getattr(context, "color_range", None),
+            fps=_av.rate_of(stream),
+            n_frames=stream.frames or None,
+        )
+    finally:
+        container.close()
+
+
+def nvdec_unavailable(info: StreamInfo) -> str | None:
+    """Why NVDEC cannot decode this stream exactly here, or None if it can."""
+    if importlib.util.find_spec("PyNvVideoCodec") is None:
+        return f"PyNvVideoCodec is not installed ({INSTALL_HINT})"
+    import torch
+
+    if not torch.cuda.is_available():
+        return "no CUDA device is available to torch"
+    if info.codec not in NVDEC_CODECS:
+        return f"NVDEC does not decode {info.codec} (it decodes {', '.join(sorted(NVDEC_CODECS))})"
+    if info.pixel_format not in NVDEC_PIXEL_FORMATS:
+        return (
+            f"{info.pixel_format} frames are not converted bit-identically to PyAV's "
+            "(8-bit 4:2:0 only)"
+        )
+    from sleap_live.stream.sources import nv12
+
+    channels = 1 if _av.is_gray(info.pixel_format) else 3
+    return nv12.reproducible(info.width, info.height, nv12.matrix_of(info.colorspace), channels)
+
+
+@attrs.frozen
+class DecoderChoice:
+    """The decoder a file gets, and the notice to show when it is not the one asked for."""
+
+    decoder: str
+    notice: str | None
+
+
+def choose_decoder(requested: str, info: StreamInfo) -> DecoderChoice:
+    """``"nvdec"`` or ``"pyav"`` for a file, from ``requested`` (one of `DECODERS`).
+
+    ``"auto"`` and ``"nvdec"`` pick NVDEC when `nvdec_unavailable` finds nothing
+    missing; otherwise PyAV, with a one-line notice saying why.
+
+    Raises:
+        ValueError: an unknown decoder name.
+    """
+    if requested not in DECODERS:
+        raise ValueError(f"decoder must be one of {', '.join(DECODERS)}; got {requested!r}")
+    if requested == "pyav":
+        return DecoderChoice("pyav", None)
+    reason = nvdec_unavailable(info)
+    if reason is None:
+        return DecoderChoice("nvdec", None)
+    return DecoderChoice("pyav", f"NVDEC not used: {reason}; decoding with PyAV on the CPU")
+
+
+def report(choice: DecoderChoice, requested: str) -> None:
+    """Log a fallback's notice: a warning when NVDEC was asked for, info under auto."""
+    if choice.notice is not None:
+        logger.log(logging.WARNING if requested == "nvdec" else logging.INFO, choice.notice)
+
+
+class NvdecSource(SourceBase):
+    """Frames of a video file decoded by NVDEC; each `Frame.image` is a CUDA tensor.
+
+    Frame indices and timestamps follow `FileSource`: indices are positions in the
+    file (``start=10`` gives index 10 first), each frame is stamped on ``clock``
+    when it is handed over. Images are (H, W, C) uint8 tensors on ``device``, RGB
+    for colour video, in ``buffers`` device buffers used in turn: a frame's image
+    stays valid until ``buffers`` more frames have been read, far more than the
+    pipeline holds before it stacks frames into a batch (three batches).
+
+    Args:
+        path: the video file; NVDEC must be able to decode it (see `choose_decoder`).
+        start: index of the first frame to yield.
+        stop: index one past the last frame to yield; None reads to the end.
+        source_id: name stamped on every frame; defaults to the path as given.
+        clock: what frames are stamped with.
+        device: the CUDA device to decode on.
+        buffers: device image buffers cycled through (at least 2).
+        info: the file's `probe`, if already read.
+
+    Raises:
+        SourceNotFoundError, SourceError: as `probe`, or NVDEC cannot open the file.
+        ValueError: a bad range or buffer count.
+    """
+
+    is_live = False
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        start: int = 0,
+        stop: int | None = None,
+        source_id: str | None = None,
+        clock: Clock = MONOTONIC,
+        device: str = "cuda:0",
+        buffers: int = DEFAULT_BUFFERS,
+        info: StreamInfo | None = None,
+    ) -> None:
+        import torch
+
+        from sleap_live.stream.sources import nv12
+
+        super().__init__(source_id if source_id is not None else os.fspath(path))
+        if start < 0 or (stop is not None and stop <= start):
+            raise ValueError(f"start and stop must be 0 <= start < stop; got {start}, {stop}")
+        if buffers < 2:
+            raise ValueError(f"buffers must be at least 2, got {buffers}")
+        self.path = Path(path)
+        self._clock = clock
+        self._start, self._stop_index = start, stop
+        self.info = info if info is not None else probe(path)
+        self.fps = self.info.fps
+        channels = 1 if _av.is_gray(self.info.pixel_format) else 3
+        self.frame_shape = (self.info.height, self.info.width, channels)
+        total = self.info.n_frames
+        if total is not None and stop is not None:
+            total = min(total, stop)
+        self.n_frames = None if total is None else max(0, total - start)
+        self.device = torch.device(device)
+        self._full_range = nv12.is_full_range(self.info.color_range)
+        self._tables = nv12.yuv_tables(
+            nv12.matrix_of(self.info.colorspace), self._full_range, self.device
+        )
+        self._buffers = [
+            torch.empty(self.frame_shape, dtype=torch.uint8, device=self.device)
+            for _ in range(buffers)
+        ]
+        # Decode and conversion run on this stream, apart from inference's.
+        self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self._decoder = _open_decoder(self.path, self.device, self.stream, start)
+
+    def _frames(self) -> Iterator[Frame]:
+        index, slot = self._start, 0
+        while not self._stop.is_set():
+            decoded = self._decoder.get_batch_frames(DECODE_BATCH)
+            if not decoded:
+                return
+            images = []
+            for surface in decoded:
+                images.append(self._copy_out(surface, self._buffers[slot]))
+                slot = (slot + 1) % len(self._buffers)
+            # The decoder may overwrite these surfaces once asked for more frames:
+            # the copies must be complete first.
+            self._synchronize()
+            for image in images:
+                if self._stop_index is not None and index >= self._stop_index:
+                    return
+                yield Frame(index, self._clock(), self.source_id, image)
+                index += 1
+
+    def _copy_out(self, surface: Any, buffer: Any) -> Any:
+        import torch
+
+        from sleap_live.stream.sources import nv12
+
+        height, width, channels = self.frame_shape
+        with _on(self.stream):
+            planes = torch.from_dlpack(surface)
+            luma, chroma = nv12.split_nv12(planes, height, width)
+            if channels == 1:
+                # A gray stream's luma is what PyAV's gray -> gray hands over.
+                buffer[..., 0].copy_(luma)
+            else:
+                buffer.copy_(nv12.nv12_to_rgb(luma, chroma, self._tables))
+        return buffer
+
+    def _synchronize(self) -> None:
+        if self.stream is not None:
+            self.stream.synchronize()
+
+    def _release(self) -> None:
+        end = getattr(self._decoder, "end", None)
+        if end is not None:
+            end()
+        self._decoder = None
+        self._buffers.clear()
+
+
+def _on(stream: Any) -> Any:
+    """A context that makes `stream` torch's current stream (no-op for None)."""
+    import contextlib
+
+    import torch
+
+    return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
+
+
+def _open_decoder(path: Path, device: Any, stream: Any, start: int) -> Any:
+    """PyNvVideoCodec's ThreadedDecoder for `path`, decoding NV12 into device memory."""
+    try:
+        import PyNvVideoCodec as nvc
+    except ImportError as error:
+        raise SourceError(f"NVDEC needs PyNvVideoCodec: {INSTALL_HINT} ({error})") from error
+    try:
+        return nvc.ThreadedDecoder(
+            os.fspath(path),
+            buffer_size=2 * DECODE_BATCH,
+            gpu_id=device.index or 0,
+            cuda_context=0,
+            cuda_stream=0 if stream is None else stream.cuda_stream,
+            use_device_memory=True,
+            output_color_type=nvc.OutputColorType.NATIVE,
+            start_frame=start,
+        )
+    except Exception as error:
+        raise SourceError(f"{path}: NVDEC cannot open it: {error}") from error
+
+
+def open_file(
+    path: str | os.PathLike[str],
+    decoder: str = "pyav",
+    *,
+    start: int = 0,
+    stop: int | None = None,
+    source_id: str | None = None,
+    clock: Clock = MONOTONIC,
+) -> SourceBase:
+    """The file `path` as a `NvdecSource` or a `FileSource`, as `choose_decoder` picks.
+
+    The source's ``decoder`` attribute says which it is (``"nvdec"`` or ``"pyav"``),
+    and ``decoder_notice`` why NVDEC was not used (None when it was, or not asked
+    for). The notice is also logged once (`report`).
+    """
+    from sleap_live.stream.sources.file import FileSource
+
+    if decoder not in DECODERS:
+        raise ValueError(f"decoder must be one of {', '.join(DECODERS)}; got {decoder!r}")
+    choice = DecoderChoice("pyav", None)
+    info: StreamInfo | None = None
+    if decoder != "pyav":
+        info = probe(path)
+        choice = choose_decoder(decoder, info)
+        report(choice, decoder)
+    source: SourceBase
+    if choice.decoder == "nvdec":
+        source = NvdecSource(
+            path, start=start, stop=stop, source_id=source_id, clock=clock, info=info
+        )
+    else:
+        source = FileSource(path, start=start, stop=stop, source_id=source_id, clock=clock)
+    source.decoder = choice.decoder
+    source.decoder_notice = choice.notice
+    return source
