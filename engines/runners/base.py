@@ -19,6 +19,9 @@ class Runner(Protocol):
     runners) of shape (batch, height, width, channels), exactly as decoders hand
     frames over; every preprocessing step happens inside the runner. A runner is
     used from one thread at a time.
+
+    GPU runners also take `run(frames, stream=...)`, the CUDA stream the frames
+    were made ready on and the run queues its work on.
     """
 
     info: ModelInfo
@@ -43,11 +46,13 @@ def begin_run(
         engine: its model or session; None once the runner is closed.
         frames: the batch handed to `run`.
         channels: channel counts the engine takes itself; frames with another
-            count are converted on the host to the first (`convert_channels`).
+            count are converted to the first: on the host (`convert_channels`),
+            or, for a tensor on a GPU, on its device by the graph's own torch code
+            (the same values), so device frames never visit the host.
 
     Returns:
         `(frames, batch_size)`: the frames as given (numpy array or torch tensor),
-        or as a converted numpy array.
+        or converted (a numpy array, or a tensor on the frames' device).
 
     Raises:
         EngineError: the runner is closed.
@@ -57,5 +62,23 @@ def begin_run(
         raise EngineError(f"this {type(runner).__name__} is closed")
     batch_size, _, _, count = check_frames(frames)
     if count not in channels:
-        frames = convert_channels(as_numpy(frames), channels[0])
+        if _off_host(frames):
+            frames = _convert_on_device(frames, channels[0])
+        else:
+            frames = convert_channels(as_numpy(frames), channels[0])
     return frames, batch_size
+
+
+def _off_host(frames: Any) -> bool:
+    device = getattr(frames, "device", None)
+    return device is not None and getattr(device, "type", "cpu") != "cpu"
+
+
+def _convert_on_device(frames: Any, channels: int) -> Any:
+    """`convert_channels` of a torch tensor, on its device, with the graph's own code."""
+    from sleap_live.engines.graph.preprocess import ensure_channels
+
+    image = ensure_channels(
+        frames.permute(0, 3, 1, 2), ensure_rgb=channels == 3, ensure_grayscale=channels == 1
+    )
+    return image.permute(0, 2, 3, 1).contiguous()

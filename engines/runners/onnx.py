@@ -1,146 +1,87 @@
 """Runs a sleap-live ONNX export with ONNX Runtime, on the CPU or a CUDA GPU.
 
 Only `onnxruntime`, numpy and the export's own metadata are needed (torch is used
-only when frames arrive as torch tensors), so this runner works in a torch-free
-deployment.
+only on a GPU, when installed), so this runner works in a torch-free deployment.
 
 On the CPU the session is tuned for one caller at a time: every graph
 optimisation, sequential execution, and ONNX Runtime's default intra-op pool (one
 thread per physical core) unless told otherwise.
 
-On a CUDA GPU (`onnxruntime-gpu`) inputs and outputs go through one reused I/O
-binding: a CUDA torch tensor is bound in place (no host round trip), a numpy batch
-is copied up once; outputs whose shape is fixed by the batch size (bottom-up
-outputs, per frame; see `sleap_live.engines.host.outputs`) are bound to device
-buffers allocated once per batch size, the rest (instance lists, whose length the
-data decide) to buffers ONNX Runtime allocates. ONNX Runtime synchronises its
-stream once at the end of the run (it must: instance counts are data-dependent),
-then all outputs come back to the host in one copy; there are no other
-synchronisations, staging copies or per-run allocations of fixed-shape outputs.
-When torch has CUDA, the session runs on
-torch's current stream (`user_compute_stream`), so work queued on that stream to
-produce the frames is ordered before inference without an explicit sync.
+On a CUDA GPU (`onnxruntime-gpu`), with the CUDA execution provider or the
+TensorRT one (`providers_for(..., execution_provider="tensorrt")`, engines cached
+on disk), inputs and outputs go through I/O binding, never through `session.run`:
+
+- with CUDA torch installed, `sleap_live.engines.runners.onnx_binding.TorchBinding`:
+  torch CUDA tensors bound by pointer in and out, outputs the output contract
+  fixes preallocated as torch tensors, the session computing on the runner's
+  torch stream (`user_compute_stream`), one synchronisation per run, and CUDA
+  graphs on request (`cuda_graphs=True`, for graphs whose outputs are all
+  fixed-size);
+- without torch, `BoundIO`: a numpy batch copied up once, fixed-shape outputs in
+  device buffers (`OrtValue`) allocated once per batch size, the rest allocated by
+  ONNX Runtime, everything copied back in one go after ONNX Runtime's own
+  synchronisation.
+
+An output's shape is fixed when each of its axes (named by the output contract,
+`sleap_live.engines.host.outputs`) is sized in the graph, is the batch axis, or is
+an axis of the same name that the graph sizes in another output (see
+`OutputShapes`); an instance axis never is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
-from sleap_live.engines.errors import (
-    ModelConfigError,
-    ModelNotFoundError,
-    RuntimeUnavailableError,
-)
+from sleap_live.engines.errors import ModelConfigError, RuntimeUnavailableError
 from sleap_live.engines.host.frames import as_numpy
-from sleap_live.engines.host.outputs import OUTPUTS_BY_MODEL_TYPE, output_spec
 from sleap_live.engines.host.postprocess import decode
 from sleap_live.engines.load.metadata import METADATA_KEY, ExportMetadata
 from sleap_live.engines.runners.base import begin_run
+from sleap_live.engines.runners.onnx_session import (
+    BATCH_AXIS,
+    CPU,
+    CUDA,
+    ELEMENT_TYPES,
+    GPU_INSTALL_HINT,
+    INSTANCE_AXIS,
+    TENSORRT,
+    OutputAxes,
+    OutputShapes,
+    Provider,
+    contract_axes,
+    create_session,
+    device_of,
+    providers_for,
+    torch_has_cuda,
+    with_compute_stream,
+    with_cuda_graphs,
+)
 from sleap_live.engines.types import FramePoses, ModelInfo
 
-CPU = "CPUExecutionProvider"
-CUDA = "CUDAExecutionProvider"
-GPU_INSTALL_HINT = "pip install sleap-live[gpu]"
+__all__ = [
+    "BATCH_AXIS",
+    "CPU",
+    "CUDA",
+    "ELEMENT_TYPES",
+    "GPU_INSTALL_HINT",
+    "INSTANCE_AXIS",
+    "TENSORRT",
+    "BoundIO",
+    "OnnxRunner",
+    "OutputAxes",
+    "Provider",
+    "contract_axes",
+    "create_session",
+    "device_of",
+    "providers_for",
+]
 
-Provider = str | tuple[str, Mapping[str, Any]]
-# Output name -> one name per axis (see `sleap_live.engines.host.outputs.OutputSpec`).
-OutputAxes = Mapping[str, Sequence[str]]
-
-BATCH_AXIS = "batch"
-# Instance lists are as long as the data make them; never preallocated.
-INSTANCE_AXIS = "instances"
-
-_ELEMENT_TYPES = {
-    "tensor(float)": np.float32,
-    "tensor(float16)": np.float16,
-    "tensor(double)": np.float64,
-    "tensor(bool)": np.bool_,
-    "tensor(int64)": np.int64,
-    "tensor(int32)": np.int32,
-    "tensor(uint8)": np.uint8,
-}
-
-
-def providers_for(device: str) -> list[Provider]:
-    """The execution providers for a device name: "cpu", "cuda" or "cuda:N"."""
-    if device == "cpu":
-        return [CPU]
-    kind, _, index = device.partition(":")
-    if kind == "cuda":
-        return [(CUDA, {"device_id": int(index or 0)})]
-    raise RuntimeUnavailableError(f"unsupported device {device!r} (use 'cpu', 'cuda' or 'cuda:N')")
-
-
-def create_session(
-    model: str | Path | bytes,
-    providers: Sequence[Provider] = (CPU,),
-    *,
-    intra_op_threads: int | None = None,
-) -> Any:
-    """An `onnxruntime.InferenceSession` configured for streaming inference.
-
-    Args:
-        model: path of an `.onnx` file, or its bytes.
-        providers: execution providers in priority order, as names or
-            `(name, options)` pairs. CUDA options default to torch's current
-            stream when torch has CUDA.
-        intra_op_threads: threads per operator; None keeps ONNX Runtime's default
-            (one per physical core).
-
-    Raises:
-        ModelNotFoundError: the file does not exist.
-        ModelConfigError: ONNX Runtime cannot load the model.
-        RuntimeUnavailableError: onnxruntime or a requested provider is missing,
-            or the CUDA provider could not start.
-    """
-    try:
-        import onnxruntime as ort
-    except ImportError as error:
-        raise RuntimeUnavailableError(
-            "onnxruntime is not installed (pip install onnxruntime)"
-        ) from error
-    origin = "ONNX model bytes" if isinstance(model, bytes) else str(model)
-    if not isinstance(model, bytes) and not Path(model).is_file():
-        raise ModelNotFoundError(f"{model}: no such ONNX file")
-    providers = [_with_defaults(provider) for provider in providers]
-    names = [_provider_name(provider) for provider in providers]
-    available = ort.get_available_providers()
-    for name in names:
-        if name not in available:
-            hint = f"; install the GPU build: {GPU_INSTALL_HINT}" if name == CUDA else ""
-            raise RuntimeUnavailableError(
-                f"{name} is not available in onnxruntime {ort.__version__} "
-                f"(available: {', '.join(available)}){hint}"
-            )
-    if CUDA in names and hasattr(ort, "preload_dlls"):
-        # Lets onnxruntime-gpu find the CUDA/cuDNN libraries shipped in pip wheels.
-        ort.preload_dlls()
-
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    # Idle operator threads would otherwise spin for a while after every run,
-    # taking the cores that decode and the pipeline's other stages need.
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    if intra_op_threads is not None:
-        options.intra_op_num_threads = intra_op_threads
-    source = model if isinstance(model, bytes) else str(model)
-    try:
-        session = ort.InferenceSession(source, options, providers=providers)
-    except Exception as error:  # onnxruntime raises its own exception types
-        raise ModelConfigError(f"{origin}: onnxruntime cannot load it ({error})") from error
-    missing = [name for name in names if name not in session.get_providers()]
-    if missing:
-        raise RuntimeUnavailableError(
-            f"{origin}: onnxruntime could not start {', '.join(missing)} "
-            "(is a GPU present, with the CUDA and cuDNN versions this onnxruntime needs?)"
-        )
-    return session
+DEFAULT_MAX_GRAPHS = 4
 
 
 class OnnxRunner:
@@ -148,10 +89,17 @@ class OnnxRunner:
 
     Args:
         model: path of the `.onnx` file, or its bytes.
-        providers: execution providers in priority order (see `providers_for`);
-            the default is the CPU.
+        providers: execution providers in priority order (see `providers_for`:
+            CPU, CUDA, or TensorRT with its engine cache); the default is the CPU.
         intra_op_threads: threads per operator; None keeps ONNX Runtime's default
             (one per physical core).
+        stream: GPU with CUDA torch: the `torch.cuda.Stream` the session computes
+            on (None: torch's current stream when the runner is made).
+        cuda_graphs: GPU with CUDA torch: run through CUDA graphs, one per input
+            shape, when every output of this export has a fixed shape (bottom-up
+            exports; instance lists are not), else run without them after a
+            one-line notice.
+        max_graphs: input shapes that get a CUDA graph.
 
     Attributes:
         info: the model's `ModelInfo`, read from the embedded metadata.
@@ -162,6 +110,7 @@ class OnnxRunner:
         ModelNotFoundError, ModelConfigError: see `create_session`; also when the
             model carries no sleap-live metadata.
         RuntimeUnavailableError: see `create_session`.
+        ValueError: `stream` or `cuda_graphs` on the CPU.
     """
 
     def __init__(
@@ -170,8 +119,18 @@ class OnnxRunner:
         providers: Sequence[Provider] = (CPU,),
         *,
         intra_op_threads: int | None = None,
+        stream: Any = None,
+        cuda_graphs: bool = False,
+        max_graphs: int = DEFAULT_MAX_GRAPHS,
     ) -> None:
         origin = "ONNX model bytes" if isinstance(model, bytes) else str(model)
+        self.device = device_of(providers)
+        if self.device == "cpu" and (stream is not None or cuda_graphs):
+            raise ValueError("stream and cuda_graphs need a CUDA execution provider")
+        # A torch stream makes the session compute where the runner's torch work runs.
+        stream = _torch_stream(self.device, stream)
+        if stream is not None:
+            providers = with_compute_stream(providers, stream.cuda_stream)
         session = create_session(model, providers, intra_op_threads=intra_op_threads)
         document = session.get_modelmeta().custom_metadata_map.get(METADATA_KEY)
         if document is None:
@@ -184,27 +143,55 @@ class OnnxRunner:
         (graph_input,) = session.get_inputs()
         self._input_name = graph_input.name
         self._output_names = [output.name for output in session.get_outputs()]
-        self.device = device_of(providers)
-        self._io = BoundIO.for_device(session, self.device, contract_axes(self.info.model_type))
+        axes = contract_axes(self.info.model_type, self.metadata.output_layout)
+        shapes = OutputShapes.of_session(session, axes)
+        if cuda_graphs:
+            session, cuda_graphs = _with_graphs_if_possible(
+                session, shapes, stream, model, providers, intra_op_threads
+            )
+        self._io: Any = None
+        if self.device != "cpu":
+            if stream is not None:
+                from sleap_live.engines.runners.onnx_binding import TorchBinding
+
+                self._io = TorchBinding(
+                    session,
+                    self.device,
+                    shapes,
+                    stream=stream,
+                    cuda_graphs=cuda_graphs,
+                    max_graphs=max_graphs,
+                )
+            else:
+                self._io = BoundIO.for_device(session, self.device, axes)
         self._session: Any = session
 
-    def run(self, frames: Any) -> list[FramePoses]:
+    def run(self, frames: Any, stream: Any = None) -> list[FramePoses]:
         """Poses for each frame of a uint8 (B, H, W, C) batch.
 
         Args:
             frames: numpy array, or a torch tensor (on the session's GPU for a
                 copy-free CUDA run).
+            stream: a CUDA stream the frames were made ready on: the session's
+                stream waits for it (a CPU runner synchronises it before reading
+                device frames).
 
         Raises:
             InputMismatchError: frames are not uint8 (B, H, W, 1 or 3).
             EngineError: the runner is closed.
         """
         frames, batch_size = begin_run(self, self._session, frames, self.metadata.input_channels)
-        if self._io is not None:
-            outputs = self._io.run(frames)
-        else:
+        if self._io is None:
+            if stream is not None and not isinstance(frames, np.ndarray):
+                stream.synchronize()
             values = self._session.run(None, {self._input_name: as_numpy(frames)})
             outputs = dict(zip(self._output_names, values, strict=True))
+        elif isinstance(self._io, BoundIO):
+            if stream is not None:
+                stream.synchronize()
+            outputs = self._io.run(frames)
+        else:
+            outputs = self._io.run(frames, stream)
         return decode(self.info, outputs, batch_size)
 
     def close(self) -> None:
@@ -213,33 +200,54 @@ class OnnxRunner:
         self._session = None
 
 
-def contract_axes(model_type: str) -> OutputAxes:
-    """The axes of each output a sleap-live graph of `model_type` has (its output contract)."""
-    return {name: output_spec(name).axes for name in OUTPUTS_BY_MODEL_TYPE.get(model_type, ())}
+def _torch_stream(device: str, stream: Any) -> Any:
+    """The torch stream a GPU session computes on, or None without CUDA torch."""
+    if device == "cpu" or not torch_has_cuda():
+        if stream is not None:
+            raise RuntimeUnavailableError("stream= needs torch with CUDA")
+        return None
+    import torch
+
+    return stream if stream is not None else torch.cuda.current_stream(torch.device(device))
 
 
-def device_of(providers: Sequence[Provider]) -> str:
-    """The device the first provider runs on: "cpu" or "cuda:N"."""
-    if _provider_name(providers[0]) == CUDA:
-        return f"cuda:{int(_provider_options(providers[0]).get('device_id', 0))}"
-    return "cpu"
+def _with_graphs_if_possible(
+    session: Any,
+    shapes: OutputShapes,
+    stream: Any,
+    model: str | Path | bytes,
+    providers: Sequence[Provider],
+    intra_op_threads: int | None,
+) -> tuple[Any, bool]:
+    """The session remade with CUDA graphs on, or the one given after a notice saying why not."""
+    from sleap_live.engines.runners.cuda import LOG
+
+    reason = shapes.data_dependent()
+    if reason is None and stream is None:
+        reason = "they need torch with CUDA for static buffers"
+    if reason is None:
+        try:
+            return (
+                create_session(
+                    model, with_cuda_graphs(providers), intra_op_threads=intra_op_threads
+                ),
+                True,
+            )
+        except (ModelConfigError, RuntimeUnavailableError) as error:
+            reason = f"onnxruntime refused them ({error})"
+    LOG.warning(f"CUDA graphs off, running without them: {reason}")
+    return session, False
 
 
 class BoundIO:
-    """One I/O binding reused across runs of a session (see the module docstring).
+    """One I/O binding reused across runs of a session, without torch (see the module docstring).
 
-    Runners use it on CUDA sessions; it works the same on the CPU (`device_type`
-    "cpu"), which is how it is tested without a GPU. Device buffers for outputs of
-    known shape are cached per batch size; their contents are copied to fresh host
-    arrays at the end of each run, so results handed to the caller are never
-    overwritten by a later run.
-
-    An output's shape is known when each of its axes (named in `output_axes`) is
-    sized in the graph, is the batch axis, or is an axis of the same name that the
-    graph sizes in another output: a bottom-up graph leaves `peak_scores` (batch,
-    nodes, peak_slots) symbolic where `peaks` (batch, nodes, peak_slots, xy) is
-    static. Outputs with an instance axis, or whose axes are not given, are left
-    to ONNX Runtime.
+    Runners use it on GPU sessions when torch has no CUDA; it works the same on the
+    CPU (`device_type` "cpu"), which is how it is tested without a GPU. Device
+    buffers for outputs of known shape (`OutputShapes`) are cached per batch size;
+    their contents are copied to fresh host arrays at the end of each run, so
+    results handed to the caller are never overwritten by a later run. Outputs
+    with an instance axis, or whose axes are not given, are left to ONNX Runtime.
 
     Args:
         session: the `onnxruntime.InferenceSession`.
@@ -267,17 +275,9 @@ class BoundIO:
         (graph_input,) = session.get_inputs()
         self._input_name = graph_input.name
         self._outputs = [
-            (output.name, output.shape, _ELEMENT_TYPES.get(output.type))
-            for output in session.get_outputs()
+            (output.name, ELEMENT_TYPES.get(output.type)) for output in session.get_outputs()
         ]
-        self._axes = {
-            name: tuple(output_axes[name])
-            for name, dims, _ in self._outputs
-            if name in output_axes and len(output_axes[name]) == len(dims)
-        }
-        self._axis_sizes = _axis_sizes(
-            [(dims, self._axes[name]) for name, dims, _ in self._outputs if name in self._axes]
-        )
+        self._shapes = OutputShapes.of_session(session, output_axes)
         self._buffers: dict[int, dict[str, Any]] = {}
 
     @classmethod
@@ -309,7 +309,7 @@ class BoundIO:
                 device_frames.data_ptr(),
             )
         buffers = self._output_buffers(int(frames.shape[0]))
-        for name, _, _ in self._outputs:
+        for name, _ in self._outputs:
             if name in buffers:
                 binding.bind_ortvalue_output(name, buffers[name])
             else:
@@ -317,78 +317,16 @@ class BoundIO:
         self._session.run_with_iobinding(binding)
         outputs = binding.copy_outputs_to_cpu()
         del device_frames
-        return {name: array for (name, _, _), array in zip(self._outputs, outputs, strict=True)}
+        return {name: array for (name, _), array in zip(self._outputs, outputs, strict=True)}
 
     def _output_buffers(self, batch_size: int) -> dict[str, Any]:
         if batch_size not in self._buffers:
             buffers = {}
-            for name, dims, dtype in self._outputs:
-                axes = self._axes.get(name)
-                shape = (
-                    None if axes is None else _fixed_shape(dims, axes, self._axis_sizes, batch_size)
-                )
+            for name, dtype in self._outputs:
+                shape = self._shapes(name, batch_size)
                 if shape is not None and dtype is not None:
                     buffers[name] = self._ort.OrtValue.ortvalue_from_shape_and_type(
                         shape, dtype, self._device_type, self._device_id
                     )
             self._buffers[batch_size] = buffers
         return self._buffers[batch_size]
-
-
-def _axis_sizes(outputs: Sequence[tuple[Sequence[Any], Sequence[str]]]) -> dict[str, int]:
-    """Axis name -> size, for the axes some output's graph dims give a size."""
-    sizes: dict[str, int] = {}
-    for dims, axes in outputs:
-        for dim, axis in zip(dims, axes, strict=True):
-            if isinstance(dim, int) and axis not in (BATCH_AXIS, INSTANCE_AXIS):
-                sizes.setdefault(axis, dim)
-    return sizes
-
-
-def _fixed_shape(
-    dims: Sequence[Any], axes: Sequence[str], axis_sizes: Mapping[str, int], batch_size: int
-) -> tuple[int, ...] | None:
-    """An output's shape for `batch_size` frames, or None when the data decide it."""
-    if INSTANCE_AXIS in axes:
-        return None
-    shape = []
-    for dim, axis in zip(dims, axes, strict=True):
-        if isinstance(dim, int):
-            shape.append(dim)
-        elif axis == BATCH_AXIS:
-            shape.append(batch_size)
-        elif axis in axis_sizes:
-            shape.append(axis_sizes[axis])
-        else:
-            return None
-    return tuple(shape)
-
-
-def _provider_name(provider: Provider) -> str:
-    return provider if isinstance(provider, str) else provider[0]
-
-
-def _provider_options(provider: Provider) -> Mapping[str, Any]:
-    return {} if isinstance(provider, str) else provider[1]
-
-
-def _with_defaults(provider: Provider) -> Provider:
-    """Adds torch's current CUDA stream to CUDA provider options when possible."""
-    if _provider_name(provider) != CUDA:
-        return provider
-    options = dict(_provider_options(provider))
-    if "user_compute_stream" not in options and _torch_has_cuda():
-        import torch
-
-        device = torch.device("cuda", int(options.get("device_id", 0)))
-        options["user_compute_stream"] = str(torch.cuda.current_stream(device).cuda_stream)
-    return (CUDA, options)
-
-
-def _torch_has_cuda() -> bool:
-    """Whether torch is importable with CUDA, without importing it for nothing."""
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()

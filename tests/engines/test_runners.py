@@ -169,7 +169,7 @@ def test_closed_runners_refuse_to_run(toy, toy_onnx):
 
 @pytest.mark.skipif(HAS_CUDA_EP, reason="onnxruntime-gpu is installed")
 def test_cuda_without_onnxruntime_gpu_names_what_to_install(toy_onnx):
-    with pytest.raises(RuntimeUnavailableError, match=r"pip install sleap-live\[gpu\]"):
+    with pytest.raises(RuntimeUnavailableError, match=r'pip install "sleap-live\[gpu\]"'):
         OnnxRunner(toy_onnx, providers_for("cuda"))
 
 

@@ -1,0 +1,328 @@
+"""ONNX Runtime sessions for sleap-live's runners: execution providers and their options.
+
+Torch-free: the CPU path and a torch-free GPU deployment import only onnxruntime
+and numpy. Provider options are ONNX Runtime's documented names (CUDA and TensorRT
+execution providers); `OutputShapes` reads which outputs can be preallocated.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sleap_live.engines.errors import (
+    ModelConfigError,
+    ModelNotFoundError,
+    RuntimeUnavailableError,
+)
+from sleap_live.engines.host.outputs import BATCH_AXIS, INSTANCE_AXIS, INSTANCE_LIST, output_axes
+
+CPU = "CPUExecutionProvider"
+CUDA = "CUDAExecutionProvider"
+TENSORRT = "TensorrtExecutionProvider"
+GPU_PROVIDERS = (CUDA, TENSORRT)
+EXECUTION_PROVIDERS = {"cuda": CUDA, "tensorrt": TENSORRT}
+GPU_INSTALL_HINT = 'pip install "sleap-live[gpu]"'
+# The provider option that turns CUDA graphs on, per GPU provider.
+CUDA_GRAPH_OPTIONS = {CUDA: ("enable_cuda_graph", "1"), TENSORRT: ("trt_cuda_graph_enable", "True")}
+
+Provider = str | tuple[str, Mapping[str, Any]]
+# Output name -> one name per axis (see `sleap_live.engines.host.outputs.OutputSpec`).
+OutputAxes = Mapping[str, Sequence[str]]
+
+ELEMENT_TYPES = {
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(double)": np.float64,
+    "tensor(bool)": np.bool_,
+    "tensor(int64)": np.int64,
+    "tensor(int32)": np.int32,
+    "tensor(uint8)": np.uint8,
+}
+
+
+def providers_for(
+    device: str,
+    execution_provider: str = "cuda",
+    *,
+    trt_cache_dir: str | Path | None = None,
+    trt_fp16: bool = False,
+) -> list[Provider]:
+    """The execution providers for a device name: "cpu", "cuda" or "cuda:N".
+
+    Args:
+        device: where to run.
+        execution_provider: on a GPU, "cuda" (the CUDA provider) or "tensorrt"
+            (ONNX Runtime's TensorRT provider, the CUDA provider behind it for
+            whatever TensorRT does not take).
+        trt_cache_dir: TensorRT: the folder of its engine and timing caches
+            (default `default_trt_cache_dir()`); ONNX Runtime keys each engine by
+            the model, the GPU and the TensorRT version, and rebuilds otherwise.
+        trt_fp16: TensorRT: let it build float16 kernels.
+
+    Raises:
+        RuntimeUnavailableError: an unknown device, or TensorRT on the CPU.
+        ValueError: an unknown execution provider.
+    """
+    if execution_provider not in EXECUTION_PROVIDERS:
+        raise ValueError(
+            f"unknown execution provider {execution_provider!r} "
+            f"(expected one of {tuple(EXECUTION_PROVIDERS)})"
+        )
+    if device == "cpu":
+        if execution_provider == "tensorrt":
+            raise RuntimeUnavailableError("the TensorRT execution provider needs a CUDA device")
+        return [CPU]
+    kind, _, index = device.partition(":")
+    if kind != "cuda":
+        raise RuntimeUnavailableError(
+            f"unsupported device {device!r} (use 'cpu', 'cuda' or 'cuda:N')"
+        )
+    device_id = int(index or 0)
+    cuda: Provider = (CUDA, {"device_id": device_id})
+    if execution_provider == "cuda":
+        return [cuda]
+    cache = str(Path(trt_cache_dir) if trt_cache_dir is not None else default_trt_cache_dir())
+    tensorrt = {
+        "device_id": device_id,
+        "trt_engine_cache_enable": "True",
+        "trt_engine_cache_path": cache,
+        "trt_timing_cache_enable": "True",
+        "trt_timing_cache_path": cache,
+        "trt_fp16_enable": str(bool(trt_fp16)),
+    }
+    return [(TENSORRT, tensorrt), cuda]
+
+
+def default_trt_cache_dir() -> Path:
+    """Where ONNX Runtime's TensorRT engines are cached, under $XDG_CACHE_HOME or ~/.cache."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "sleap-live" / "onnxruntime-tensorrt"
+
+
+def with_compute_stream(providers: Sequence[Provider], stream_handle: int) -> list[Provider]:
+    """GPU providers told to compute on a CUDA stream (its `cudaStream_t` as an int)."""
+    return [
+        _with_options(
+            provider,
+            {"has_user_compute_stream": "1", "user_compute_stream": str(stream_handle)},
+        )
+        for provider in providers
+    ]
+
+
+def with_cuda_graphs(providers: Sequence[Provider]) -> list[Provider]:
+    """GPU providers with CUDA graphs on (ONNX Runtime captures in the first runs)."""
+    return [
+        _with_options(provider, dict([CUDA_GRAPH_OPTIONS[_provider_name(provider)]]))
+        if _provider_name(provider) in CUDA_GRAPH_OPTIONS
+        else provider
+        for provider in providers
+    ]
+
+
+def create_session(
+    model: str | Path | bytes,
+    providers: Sequence[Provider] = (CPU,),
+    *,
+    intra_op_threads: int | None = None,
+) -> Any:
+    """An `onnxruntime.InferenceSession` configured for streaming inference.
+
+    Args:
+        model: path of an `.onnx` file, or its bytes.
+        providers: execution providers in priority order, as names or
+            `(name, options)` pairs. CUDA options default to torch's current
+            stream when torch has CUDA.
+        intra_op_threads: threads per operator; None keeps ONNX Runtime's default
+            (one per physical core).
+
+    Raises:
+        ModelNotFoundError: the file does not exist.
+        ModelConfigError: ONNX Runtime cannot load the model.
+        RuntimeUnavailableError: onnxruntime or a requested provider is missing,
+            or the CUDA provider could not start.
+    """
+    try:
+        import onnxruntime as ort
+    except ImportError as error:
+        raise RuntimeUnavailableError(
+            "onnxruntime is not installed (pip install onnxruntime)"
+        ) from error
+    origin = "ONNX model bytes" if isinstance(model, bytes) else str(model)
+    if not isinstance(model, bytes) and not Path(model).is_file():
+        raise ModelNotFoundError(f"{model}: no such ONNX file")
+    providers = [_with_defaults(provider) for provider in providers]
+    names = [_provider_name(provider) for provider in providers]
+    available = ort.get_available_providers()
+    for name in names:
+        if name not in available:
+            hint = f"; install the GPU build: {GPU_INSTALL_HINT}" if name in GPU_PROVIDERS else ""
+            raise RuntimeUnavailableError(
+                f"{name} is not available in onnxruntime {ort.__version__} "
+                f"(available: {', '.join(available)}){hint}"
+            )
+    if set(names) & set(GPU_PROVIDERS) and hasattr(ort, "preload_dlls"):
+        # Lets onnxruntime-gpu find the CUDA/cuDNN libraries shipped in pip wheels.
+        ort.preload_dlls()
+    for provider in providers:
+        cache = _provider_options(provider).get("trt_engine_cache_path")
+        if _provider_name(provider) == TENSORRT and cache:
+            Path(cache).mkdir(parents=True, exist_ok=True)
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    # Idle operator threads would otherwise spin for a while after every run,
+    # taking the cores that decode and the pipeline's other stages need.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if intra_op_threads is not None:
+        options.intra_op_num_threads = intra_op_threads
+    source = model if isinstance(model, bytes) else str(model)
+    try:
+        session = ort.InferenceSession(source, options, providers=providers)
+    except Exception as error:  # onnxruntime raises its own exception types
+        raise ModelConfigError(f"{origin}: onnxruntime cannot load it ({error})") from error
+    missing = [name for name in names if name not in session.get_providers()]
+    if missing:
+        raise RuntimeUnavailableError(
+            f"{origin}: onnxruntime could not start {', '.join(missing)} "
+            "(is a GPU present, with the CUDA and cuDNN versions this onnxruntime needs?)"
+        )
+    return session
+
+
+def contract_axes(model_type: str, layout: str = INSTANCE_LIST) -> OutputAxes:
+    """The axes of each output a sleap-live graph of `model_type` has (its output contract).
+
+    `layout` is the graph's output layout (`ExportMetadata.output_layout`).
+    """
+    return output_axes(model_type, layout)
+
+
+def device_of(providers: Sequence[Provider]) -> str:
+    """The device the first provider runs on: "cpu" or "cuda:N"."""
+    if _provider_name(providers[0]) in GPU_PROVIDERS:
+        return f"cuda:{int(_provider_options(providers[0]).get('device_id', 0))}"
+    return "cpu"
+
+
+class OutputShapes:
+    """Each output's shape for a batch size, where the graph and the output contract fix it.
+
+    An output's shape is known when each of its axes (named in `output_axes`) is
+    sized in the graph, is the batch axis, or is an axis of the same name that the
+    graph sizes in another output: a bottom-up graph leaves `peak_scores` (batch,
+    nodes, peak_slots) symbolic where `peaks` (batch, nodes, peak_slots, xy) is
+    static. Outputs with an instance axis, or whose axes are not given, are not.
+
+    Args:
+        outputs: `(name, graph dims)` per output, as `session.get_outputs()` gives
+            them (ints, or names/None for symbolic dims).
+        output_axes: axis names per output (e.g. `contract_axes`).
+    """
+
+    def __init__(
+        self, outputs: Sequence[tuple[str, Sequence[Any]]], output_axes: OutputAxes
+    ) -> None:
+        self._dims = {name: list(dims) for name, dims in outputs}
+        self._axes = {
+            name: tuple(output_axes[name])
+            for name, dims in outputs
+            if name in output_axes and len(output_axes[name]) == len(dims)
+        }
+        self._axis_sizes = _axis_sizes(
+            [(dims, self._axes[name]) for name, dims in outputs if name in self._axes]
+        )
+
+    @classmethod
+    def of_session(cls, session: Any, output_axes: OutputAxes) -> OutputShapes:
+        return cls([(output.name, output.shape) for output in session.get_outputs()], output_axes)
+
+    def __call__(self, name: str, batch_size: int) -> tuple[int, ...] | None:
+        """The shape of output `name` for `batch_size` frames, or None when the data decide it."""
+        axes = self._axes.get(name)
+        if axes is None:
+            return None
+        return _fixed_shape(self._dims[name], axes, self._axis_sizes, batch_size)
+
+    def data_dependent(self) -> str | None:
+        """Why some output's shape is not fixed by the batch size, or None if none is."""
+        for name in self._dims:
+            if name not in self._axes:
+                return f"output {name!r} is not in the output contract"
+            if self(name, 1) is None:
+                return f"output {name!r} is as long as the data make it"
+        return None
+
+
+def _axis_sizes(outputs: Sequence[tuple[Sequence[Any], Sequence[str]]]) -> dict[str, int]:
+    """Axis name -> size, for the axes some output's graph dims give a size."""
+    sizes: dict[str, int] = {}
+    for dims, axes in outputs:
+        for dim, axis in zip(dims, axes, strict=True):
+            if isinstance(dim, int) and axis not in (BATCH_AXIS, INSTANCE_AXIS):
+                sizes.setdefault(axis, dim)
+    return sizes
+
+
+def _fixed_shape(
+    dims: Sequence[Any], axes: Sequence[str], axis_sizes: Mapping[str, int], batch_size: int
+) -> tuple[int, ...] | None:
+    """An output's shape for `batch_size` frames, or None when the data decide it."""
+    if INSTANCE_AXIS in axes:
+        return None
+    shape = []
+    for dim, axis in zip(dims, axes, strict=True):
+        if isinstance(dim, int):
+            shape.append(dim)
+        elif axis == BATCH_AXIS:
+            shape.append(batch_size)
+        elif axis in axis_sizes:
+            shape.append(axis_sizes[axis])
+        else:
+            return None
+    return tuple(shape)
+
+
+def _provider_name(provider: Provider) -> str:
+    return provider if isinstance(provider, str) else provider[0]
+
+
+def _provider_options(provider: Provider) -> Mapping[str, Any]:
+    return {} if isinstance(provider, str) else provider[1]
+
+
+def _with_options(provider: Provider, options: Mapping[str, Any]) -> Provider:
+    """A GPU provider with `options` added where not set; other providers as they are."""
+    name = _provider_name(provider)
+    if name not in GPU_PROVIDERS:
+        return provider
+    return (name, {**options, **_provider_options(provider)})
+
+
+def _with_defaults(provider: Provider) -> Provider:
+    """Adds torch's current CUDA stream to GPU provider options when possible."""
+    if _provider_name(provider) not in GPU_PROVIDERS:
+        return provider
+    options = _provider_options(provider)
+    if "user_compute_stream" in options or not torch_has_cuda():
+        return provider
+    import torch
+
+    device = torch.device("cuda", int(options.get("device_id", 0)))
+    (with_stream,) = with_compute_stream([provider], torch.cuda.current_stream(device).cuda_stream)
+    return with_stream
+
+
+def torch_has_cuda() -> bool:
+    """Whether torch is importable with CUDA, without importing it for nothing."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
