@@ -71,7 +71,8 @@ class LoadedTorchScript(InferenceModel):
         self.module = module
         self.metadata = metadata
         self.info = metadata.info
-        self.output_names = metadata.output_names
+        # `output_names` follows from the model type and the profile's output layout.
+        self.profile = metadata.profile
 
     def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return tuple(self.module(frames))

@@ -16,7 +16,6 @@ import torch
 import torch.nn.functional as F
 
 from sleap_live.engines.graph.base import InferenceModel
-from sleap_live.engines.host.outputs import INSTANCE_OUTPUTS
 from sleap_live.engines.types import ModelInfo, Skeleton
 
 NODE_NAMES = ("head", "body", "tail")
@@ -57,7 +56,6 @@ class ToyInstanceModel(InferenceModel):
             max_instances=20,
             peak_threshold=threshold,
         )
-        self.output_names = INSTANCE_OUTPUTS
 
     def to_model_channels(self, x: torch.Tensor) -> torch.Tensor:
         # Works for either input channel count without branching on the shape.
