@@ -18,8 +18,9 @@ Precision lives in the ONNX graph: the network is strongly typed (TensorRT 10
 needs the creation flag; TensorRT 11 types every network strongly and removed
 `BuilderFlag.FP16`), so "fp32" builds an fp32 engine from an fp32 graph and
 "fp16" needs a graph with its own float16 casts. TF32 is cleared for fp32
-builds: the exact-integer resize of sleap-nn's preprocessing runs as a MatMul,
-which TF32 would round.
+builds unless the export records that its resize is exact under TF32 (the
+"tensorrt" profile's does); otherwise an exact-integer resize may run as a MatMul,
+which TF32 would round. The choice and its reason are stored with the engine.
 
 `tensorrt` is imported lazily (`import_tensorrt`), so this module imports on a
 host without it.
@@ -370,9 +371,9 @@ def build_engine(
         )
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, settings.workspace_bytes)
+    tf32_kept, tf32_reason = _tf32_policy(model.metadata, key)
     tf32 = getattr(trt.BuilderFlag, "TF32", None)
-    tf32_cleared = key.precision == "fp32" and tf32 is not None
-    if tf32_cleared:
+    if not tf32_kept and tf32 is not None:
         config.clear_flag(tf32)
     input_name = model.metadata.input_name
     for minimum, optimum, maximum in key.profiles():
@@ -390,10 +391,27 @@ def build_engine(
         _save(timing_cache, bytes(memoryview(cache.serialize())), notify, "timing cache")
     build = {
         "strongly_typed": True,
-        "tf32": not tf32_cleared,
+        "tf32": tf32_kept,
+        "tf32_reason": tf32_reason,
         "workspace_bytes": settings.workspace_bytes,
     }
     return EngineFile(key, model.metadata, bytes(memoryview(plan)), build)
+
+
+def _tf32_policy(metadata: ExportMetadata, key: EngineKey) -> tuple[bool, str]:
+    """Whether TF32 may stay on in an fp32 build, and why.
+
+    TF32 rounds MatMul and convolution inputs. A graph whose export records that its
+    resize is exact under TF32 keeps it (the network's convolutions then round as
+    TF32 does); any other graph may compute the resize as a MatMul of integers,
+    which TF32 would change, so it is cleared.
+    """
+    if key.precision != "fp32":
+        return True, "reduced precision: the graph's own casts decide"
+    record = metadata.tensorrt or {}
+    if record.get("tf32", {}).get("resize_exact"):
+        return True, str(record["tf32"].get("reason", "the export says its resize is exact"))
+    return False, "the export does not record a resize exact under TF32"
 
 
 def _check_buildable(model: OnnxModel, key: EngineKey) -> None:
@@ -407,6 +425,12 @@ def _check_buildable(model: OnnxModel, key: EngineKey) -> None:
         raise ExportError(
             f"{model.origin}: the graph takes {model.metadata.input_channels} channels, "
             f"not {channels}"
+        )
+    fixed = (model.metadata.tensorrt or {}).get("frame_shape")
+    if fixed is not None and tuple(fixed) != key.frame:
+        raise ExportError(
+            f"{model.origin}: the graph is made for {'x'.join(map(str, fixed))} frames, not "
+            f"{'x'.join(map(str, key.frame))}; export it for this size"
         )
     graph = onnx.load_from_string(model.onnx_bytes)
     if key.precision == "fp16" and not _has_float16(graph):
@@ -562,8 +586,9 @@ def export_tensorrt(
         precision: one of `PRECISIONS`.
         device: the CUDA device to build on.
         notify: told about rebuilds, one line each.
-        **export_options: for `export_model` (`verify`, `verify_frames`, `progress`,
-            `profile` where the exporter has it).
+        **export_options: for `export_model` (`opset`, `verify`, `verify_frames`,
+            `progress`); the export is always of the "tensorrt" profile, at `frame`'s
+            size.
 
     Returns:
         The engine file's path.
@@ -572,17 +597,20 @@ def export_tensorrt(
         RuntimeUnavailableError: TensorRT or a CUDA GPU is missing.
         ExportError: the ONNX export or the build failed.
     """
-    import inspect
-
     from sleap_live.engines.export.exporter import export_model
 
     trt = import_tensorrt()
     gpu = current_gpu(device)
-    if "profile" in inspect.signature(export_model).parameters:
-        export_options = {"profile": "tensorrt", **export_options}
-    onnx_path = export_model(paths, Path(output) / "model.onnx", format="onnx", **export_options)
-    model = read_onnx_model(onnx_path)
     height, width, *channels = (int(n) for n in frame)
+    onnx_path = export_model(
+        paths,
+        Path(output) / "model.onnx",
+        format="onnx",
+        profile="tensorrt",
+        frame_size=(height, width),
+        **export_options,
+    )
+    model = read_onnx_model(onnx_path)
     shape = (height, width, channels[0] if channels else model.metadata.input_channels[0])
     cache = EngineCache(onnx_path.parent, model, "model", trt, gpu, precision, notify=notify)
     cache.engine(shape, batch_size)

@@ -208,54 +208,66 @@ def _tensorrt_runner(paths: list[Path], device: str, options: dict[str, Any]) ->
     if first.suffix in ENGINE_SUFFIXES:
         return TensorRTRunner.from_engine_file(first, **run_options)
 
-    if first.suffix == ".onnx":
-        model = trt_export.read_onnx_model(first)
-        directory, stem = Path(options.get("engine_cache") or first.parent), first.stem
-    else:
-        from sleap_live.engines.load.dirs import is_sleap_nn_export_dir
-
-        if len(paths) == 1 and is_sleap_nn_export_dir(first):
-            raise ValueError(
-                f"{first} is a sleap-nn export directory; it runs with engine 'onnx'; for "
-                "TensorRT, give the model directories it was exported from"
-            )
-        _check_model_dirs(paths)
-        export_options = {name: options[name] for name in EXPORT_OPTIONS if name in options}
-        model = trt_export.read_onnx_model(_tensorrt_onnx_bytes(paths, export_options))
-        directory = Path(options.get("engine_cache") or trt_export.default_cache_dir())
-        stem = model.sha256[:16]
-    cache = trt_export.EngineCache(
-        directory,
-        model,
-        stem,
-        trt,
-        trt_export.current_gpu(cuda),
-        options.get("precision", "fp32"),
-    )
+    gpu = trt_export.current_gpu(cuda)
+    precision = options.get("precision", "fp32")
     batch_size = int(options.get("batch_size", trt_export.DEFAULT_BATCH_SIZE))
     frame_size = options.get("frame_size")
-    if frame_size is not None:
-        height, width, *channels = (int(n) for n in frame_size)
-        channel = channels[0] if channels else model.metadata.input_channels[0]
-        cache.engine((height, width, channel), batch_size)
+    if first.suffix == ".onnx":
+        model = trt_export.read_onnx_model(first)
+        directory = Path(options.get("engine_cache") or first.parent)
+        cache = trt_export.EngineCache(directory, model, first.stem, trt, gpu, precision)
+        fixed = (model.metadata.tensorrt or {}).get("frame_shape")
+        if fixed is not None:  # a "tensorrt" profile graph: one frame size, built now
+            cache.engine(tuple(fixed), batch_size)
+        metadata = model.metadata
+        return TensorRTRunner(
+            metadata.info,
+            metadata.input_channels,
+            lambda frame: cache.engine(frame, batch_size),
+            **run_options,
+        )
+
+    from sleap_live.engines.graph.build import load_inference_model
+    from sleap_live.engines.load.dirs import is_sleap_nn_export_dir
+
+    if len(paths) == 1 and is_sleap_nn_export_dir(first):
+        raise ValueError(
+            f"{first} is a sleap-nn export directory; it runs with engine 'onnx'; for "
+            "TensorRT, give the model directories it was exported from"
+        )
+    _check_model_dirs(paths)
+    inference_model = load_inference_model(paths)
+    export_options = {name: options[name] for name in EXPORT_OPTIONS if name in options}
+    directory = Path(options.get("engine_cache") or trt_export.default_cache_dir())
+    caches: dict[tuple[int, int, int], Any] = {}
 
     def engine_for(frame: tuple[int, int, int]) -> Any:
-        return cache.engine(frame, batch_size)
+        """Exports the model for this frame size (once) and gets its engine."""
+        if frame not in caches:
+            onnx_bytes = _tensorrt_onnx_bytes(inference_model, paths, frame, export_options)
+            model = trt_export.read_onnx_model(onnx_bytes)
+            caches[frame] = trt_export.EngineCache(
+                directory, model, model.sha256[:16], trt, gpu, precision
+            )
+        return caches[frame].engine(frame, batch_size)
 
-    return TensorRTRunner(model.metadata, engine_for, **run_options)
+    info = inference_model.info
+    if frame_size is not None:
+        height, width, *channels = (int(n) for n in frame_size)
+        engine_for((height, width, channels[0] if channels else info.input_channels))
+    return TensorRTRunner(info, (info.input_channels,), engine_for, **run_options)
 
 
-def _tensorrt_onnx_bytes(paths: list[Path], export_options: dict[str, Any]) -> bytes:
-    """The in-memory ONNX export of model directories that TensorRT builds from."""
-    import inspect
-
+def _tensorrt_onnx_bytes(
+    model: Any, paths: list[Path], frame: tuple[int, int, int], export_options: dict[str, Any]
+) -> bytes:
+    """The in-memory "tensorrt" profile export of model directories for one frame size."""
     from sleap_live.engines.export import export_onnx_bytes
-    from sleap_live.engines.graph.build import load_inference_model
 
-    if "profile" in inspect.signature(export_onnx_bytes).parameters:
-        export_options = {"profile": "tensorrt", **export_options}
     try:
-        return export_onnx_bytes(load_inference_model(paths), sources=paths, **export_options)
+        return export_onnx_bytes(
+            model, sources=paths, profile="tensorrt", frame_size=frame[:2], **export_options
+        )
     except ExportError as error:
         raise ExportError(
             f"cannot run {', '.join(map(str, paths))} with TensorRT: {error}; "

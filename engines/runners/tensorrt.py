@@ -30,7 +30,6 @@ import numpy as np
 
 from sleap_live.engines.errors import EngineError, InputMismatchError, ModelConfigError
 from sleap_live.engines.host.postprocess import decode
-from sleap_live.engines.load.metadata import ExportMetadata
 from sleap_live.engines.runners.base import begin_run
 from sleap_live.engines.types import FramePoses, ModelInfo
 
@@ -265,7 +264,9 @@ class TensorRTRunner:
     """Runs a sleap-live TensorRT engine (see the module docstring).
 
     Args:
-        metadata: the export metadata (skeleton, settings, outputs).
+        info: the model's record (skeleton, settings) its outputs decode with.
+        input_channels: channel counts the engines take; frames with another
+            count are converted on the host first.
         engines: gives the engine for a frame shape (height, width, channels):
             `fixed_engine` for one engine file, or an `EngineCache`'s `engine`
             method (building on the first batch of each new frame size).
@@ -276,7 +277,7 @@ class TensorRTRunner:
         tensorrt: the `tensorrt` module; default `import_tensorrt()`.
 
     Attributes:
-        info, metadata, device: as for every runner.
+        info, input_channels, device: as given.
 
     Raises:
         RuntimeUnavailableError: TensorRT is not installed.
@@ -284,7 +285,8 @@ class TensorRTRunner:
 
     def __init__(
         self,
-        metadata: ExportMetadata,
+        info: ModelInfo,
+        input_channels: Sequence[int],
         engines: EngineSource,
         *,
         device: str = "cuda:0",
@@ -295,8 +297,8 @@ class TensorRTRunner:
         from sleap_live.engines.export.tensorrt import import_tensorrt
 
         self._trt = tensorrt or import_tensorrt()
-        self.metadata = metadata
-        self.info: ModelInfo = metadata.info
+        self.info = info
+        self.input_channels = tuple(input_channels)
         self.device = device
         self._memory = memory or TorchMemory(device)
         self._stream = stream
@@ -310,7 +312,8 @@ class TensorRTRunner:
         from sleap_live.engines.export.tensorrt import EngineFile, read_engine_file
 
         engine_file = engine if isinstance(engine, EngineFile) else read_engine_file(engine)
-        return cls(engine_file.metadata, fixed_engine(engine_file), **options)
+        metadata = engine_file.metadata
+        return cls(metadata.info, metadata.input_channels, fixed_engine(engine_file), **options)
 
     def run(self, frames: Any, *, stream: Any = None) -> list[FramePoses]:
         """Poses for each frame of a uint8 (B, H, W, C) batch.
@@ -327,7 +330,7 @@ class TensorRTRunner:
                 engine serves their size.
             EngineError: the runner is closed, or TensorRT fails to enqueue.
         """
-        frames, batch_size = begin_run(self, self._source, frames, self.metadata.input_channels)
+        frames, batch_size = begin_run(self, self._source, frames, self.input_channels)
         assert self._source is not None  # begin_run refuses closed runners
         frame: FrameShape = (int(frames.shape[1]), int(frames.shape[2]), int(frames.shape[3]))
         engine = self._engines.get(frame)

@@ -284,7 +284,10 @@ class CountingMemory(TorchMemory):
 # --- fixtures -------------------------------------------------------------------------
 
 
-def clean_onnx(nodes: int = NODES, *, float64: bool = False) -> bytes:
+EXACT_RESIZE = {"resize_exact": True, "reason": "no MatMul in the resize"}
+
+
+def clean_onnx(nodes: int = NODES, *, float64: bool = False, tf32=EXACT_RESIZE) -> bytes:
     """A small graph that lints clean for TensorRT (unless `float64`), with sleap-live metadata."""
     floats, int64 = TensorProto.FLOAT, TensorProto.INT64
     first = (
@@ -335,6 +338,8 @@ def clean_onnx(nodes: int = NODES, *, float64: bool = False) -> bytes:
         output_names=("instance_frame", "points", "point_scores", "instance_scores"),
         sleap_live_version="test",
         created="2025-01-01T00:00:00+00:00",
+        profile="tensorrt",
+        tensorrt={"frame_shape": list(FRAME), "tf32": tf32},
     )
     return embed_metadata(model.SerializeToString(), metadata)
 
@@ -391,19 +396,32 @@ def test_model_hash_ignores_metadata_but_not_the_graph(model):
     assert read_onnx_model(clean_onnx(nodes=3)).sha256 != model.sha256
 
 
-def test_build_is_strongly_typed_fp32_without_tf32_or_removed_flags(model, trt, tmp_path):
+def test_tf32_is_cleared_unless_the_export_says_its_resize_is_exact(trt):
+    inexact = read_onnx_model(clean_onnx(tf32={"resize_exact": False}))
+    built = build_engine(trt, inexact, key_for(inexact, trt))
+    assert built.build["tf32"] is False
+    assert [entry[1] for entry in trt.log if entry[0] == "build"] == [[trt.BuilderFlag.TF32]]
+
+
+def test_a_fixed_size_graph_builds_only_for_its_size(model, trt):
+    with pytest.raises(ExportError, match="made for 24x32x1 frames, not 30x32x1"):
+        build_engine(trt, model, key_for(model, trt, frame=(30, 32, 1)))
+
+
+def test_build_is_strongly_typed_fp32_without_removed_flags(model, trt, tmp_path):
     built = build_engine(trt, model, key_for(model, trt), timing_cache=tmp_path / "timing")
     (flags,) = [entry[1] for entry in trt.log if entry[0] == "network flags"]
     assert flags == 1 << trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED
     (build,) = [entry for entry in trt.log if entry[0] == "build"]
-    assert build[1] == [trt.BuilderFlag.TF32]
+    assert build[1] == []  # the export says its resize is exact: TF32 stays on
     assert build[2] == {"workspace": trt_export.DEFAULT_WORKSPACE_BYTES}
     plan = json.loads(built.plan)
     one, full = [1, *FRAME], [BATCH, *FRAME]
     assert plan["profiles"] == [[one, one, one], [one, full, full]]
     assert built.build == {
         "strongly_typed": True,
-        "tf32": False,
+        "tf32": True,
+        "tf32_reason": "no MatMul in the resize",
         "workspace_bytes": trt_export.DEFAULT_WORKSPACE_BYTES,
     }
     if trt.__version__.startswith("11."):
@@ -706,27 +724,49 @@ def fake_gpu(trt, monkeypatch):
 def test_load_runner_builds_beside_an_onnx_export_and_runs_the_engine_file(fake_gpu, tmp_path):
     path = tmp_path / "model.onnx"
     path.write_bytes(clean_onnx())
-    runner = load_runner(path, engine="tensorrt", frame_size=FRAME[:2], batch_size=BATCH)
-    assert builds(fake_gpu) == 1  # frame_size given: built at load
+    runner = load_runner(path, engine="tensorrt", batch_size=BATCH)
+    assert builds(fake_gpu) == 1  # a "tensorrt" profile graph has one size: built at load
     (engine_path,) = tmp_path.glob("model.*.engine")
-    assert len(runner.run(frames(BATCH))) == BATCH and builds(fake_gpu) == 1
-    assert len(runner.run(np.zeros((1, 30, 40, 1), np.uint8))) == 1  # a new size builds
-    assert builds(fake_gpu) == 2 and len(list(tmp_path.glob("model.*.engine"))) == 2
+    assert len(runner.run(frames(BATCH))) == BATCH
+    rgb = np.repeat(frames(2), 3, axis=3)  # converted on the host to the graph's channel
+    assert len(runner.run(rgb)) == 2 and builds(fake_gpu) == 1
+    with pytest.raises(ExportError, match="made for 24x32x1 frames, not 30x40x1"):
+        runner.run(np.zeros((1, 30, 40, 1), np.uint8))
+    assert load_runner(path, engine="tensorrt", batch_size=BATCH) and builds(fake_gpu) == 1
     alone = load_runner(engine_path)  # engine "auto" runs an engine file with TensorRT
     assert isinstance(alone, TensorRTRunner) and len(alone.run(frames(2))) == 2
     with pytest.raises(ValueError, match="TensorRT engine; it runs with engine 'tensorrt'"):
         load_runner(engine_path, engine="onnx")
 
 
-def test_load_runner_caches_model_dir_engines_by_model_hash(fake_gpu, monkeypatch, tmp_path):
-    monkeypatch.setattr(runners_load, "_tensorrt_onnx_bytes", lambda paths, options: clean_onnx())
+def test_load_runner_exports_model_dirs_per_frame_size_and_caches_by_hash(
+    fake_gpu, monkeypatch, tmp_path
+):
+    from sleap_live.engines.graph import build
+
+    info = read_onnx_model(clean_onnx()).metadata.info
+    exports = []
+
+    def export(model, paths, frame, options):
+        exports.append((frame, options))
+        return clean_onnx()
+
+    monkeypatch.setattr(
+        build, "load_inference_model", lambda paths: types.SimpleNamespace(info=info)
+    )
+    monkeypatch.setattr(runners_load, "_tensorrt_onnx_bytes", export)
     model_dir = tmp_path / "model"
-    (model_dir).mkdir()
-    runner = load_runner(model_dir, engine="tensorrt", engine_cache=tmp_path / "cache")
-    assert builds(fake_gpu) == 0  # no frame size yet: built on the first batch
+    model_dir.mkdir()
+    cache = tmp_path / "cache"
+    runner = load_runner(model_dir, engine="tensorrt", engine_cache=cache, verify=False)
+    assert builds(fake_gpu) == 0 and exports == []  # no frame size yet: on the first batch
     runner.run(frames(2))
+    runner.run(frames(3))
+    assert exports == [(FRAME, {"verify": False})] and builds(fake_gpu) == 1
     sha = read_onnx_model(clean_onnx()).sha256
-    assert [path.name.split(".")[0] for path in (tmp_path / "cache").glob("*.engine")] == [sha[:16]]
+    assert [path.name.split(".")[0] for path in cache.glob("*.engine")] == [sha[:16]]
+    load_runner(model_dir, engine="tensorrt", engine_cache=cache, frame_size=FRAME[:2])
+    assert builds(fake_gpu) == 1  # exported again, and found in the cache
 
 
 def test_cli_export_tensorrt_writes_the_onnx_and_its_engine(
@@ -775,25 +815,29 @@ def _has_tensorrt() -> bool:
     not (torch.cuda.is_available() and _has_tensorrt()), reason="needs TensorRT and a CUDA GPU"
 )
 def test_real_engine_matches_onnx_runtime_on_a_fixture_model(tmp_path):
+    from sleap_live.engines.export import export_onnx_bytes
+    from sleap_live.engines.export.frames import sample_frames
+    from sleap_live.engines.graph.build import load_inference_model
     from sleap_live.engines.runners.onnx import OnnxRunner
 
-    data = Path(__file__).parents[1] / "data"
-    video_frames = np.zeros((4, 64, 80, 1), np.uint8)
+    model_dir = Path(__file__).parents[1] / "data" / "models" / "single_instance"
+    batch = sample_frames(4, 64, 80, 1)
     runner = load_runner(
-        data / "models" / "single_instance",
+        model_dir,
         engine="tensorrt",
         engine_cache=tmp_path,
-        frame_size=video_frames.shape[1:],
+        frame_size=(64, 80),
         batch_size=4,
         verify=False,
     )
-    from sleap_live.engines.export.frames import sample_frames
-
-    batch = sample_frames(4, 64, 80, 1)
-    reference = OnnxRunner(
-        runners_load._tensorrt_onnx_bytes([data / "models" / "single_instance"], {"verify": False})
-    ).run(batch)
-    device_batch = torch.from_numpy(batch).cuda()
-    for poses in (runner.run(batch), runner.run(device_batch)):
-        for got, want in zip(poses, reference, strict=True):
+    onnx_bytes = export_onnx_bytes(
+        load_inference_model([model_dir]), profile="tensorrt", frame_size=(64, 80), verify=False
+    )
+    reference = OnnxRunner(onnx_bytes).run(batch)
+    for poses in (
+        runner.run(batch),
+        runner.run(torch.from_numpy(batch).cuda()),
+        runner.run(batch[:1]),
+    ):
+        for got, want in zip(poses, reference, strict=False):
             np.testing.assert_allclose(got.points, want.points, atol=1e-2)
