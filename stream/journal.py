@@ -209,11 +209,13 @@ class JournalContents:
     Attributes:
         header: the journal's header.
         n_chunks: complete chunks after the header.
+        n_frames: frames in those chunks.
         torn_bytes: bytes after the last complete chunk (a write cut short by a crash).
     """
 
     header: JournalHeader
     n_chunks: int
+    n_frames: int
     torn_bytes: int
 
 
@@ -230,18 +232,20 @@ def read_journal(path: Path) -> tuple[JournalHeader, Iterator[FrameChunk]]:
 
 
 def scan_journal(path: Path) -> JournalContents:
-    """How many complete chunks the journal at `path` holds, and how many bytes are torn.
+    """How many complete chunks and frames the journal at `path` holds, and how many bytes are torn.
 
     Raises:
         JournalError: as `read_journal`.
     """
     handle, header = _open(path)
-    n_chunks, readable = 0, handle.tell()
+    n_chunks, n_frames, readable = 0, 0, handle.tell()
     with handle:
         while (record := _read_record(handle)) is not None:
-            n_chunks += record[0] == _FRAMES
+            if record[0] == _FRAMES:
+                n_chunks += 1
+                n_frames += _CHUNK.unpack_from(record[1])[0]
             readable += _RECORD.size + len(record[1])
-    return JournalContents(header, n_chunks, os.path.getsize(path) - readable)
+    return JournalContents(header, n_chunks, n_frames, os.path.getsize(path) - readable)
 
 
 def _open(path: Path) -> tuple[BinaryIO, JournalHeader]:

@@ -42,6 +42,10 @@ from sleap_live.stream.types import PoseRecord
 # holds to its journal at least this often.
 DEFAULT_SAVE_INTERVAL = 2.0
 
+# A save falls due this fraction of the interval after the oldest frame held was
+# ready, so a late wake-up or a slow disk still keeps the promised loss window.
+SAVE_DUE_FRACTION = 0.9
+
 # Frames per journal chunk at most, so a fast recorded run holds little in memory.
 MAX_CHUNK_FRAMES = 4096
 
@@ -190,7 +194,7 @@ class SlpWriter:
         self._pending.append((frame_index, kept))
         self.n_frames_written += 1
         if self._due is None and self._save_interval is not None:
-            self._due = record.ready_time + self._save_interval
+            self._due = record.ready_time + SAVE_DUE_FRACTION * self._save_interval
         if len(self._pending) >= MAX_CHUNK_FRAMES or self.seconds_until_due() == 0:
             self.flush()
 

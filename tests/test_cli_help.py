@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sleap_live import cli
-from sleap_live.cli import bench, check, export, run
+from sleap_live.cli import bench, check, export, recover, run
 
 SUMMARIES = {
     "run": run.RUN_SUMMARY,
@@ -21,6 +21,7 @@ SUMMARIES = {
     "export": export.SUMMARY,
     "bench": bench.SUMMARY,
     "check-tensorrt": check.SUMMARY,
+    "recover": recover.SUMMARY,
 }
 # Options every subcommand that loads a model has, defined once in sleap_live.cli.options,
 # and the verification options they share with `export`.

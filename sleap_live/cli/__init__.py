@@ -8,27 +8,35 @@ Commands::
     sleap-live replay VIDEO --fps 30 -m MODEL   (a file paced like a camera)
     sleap-live export MODEL_DIR [MODEL_DIR2] -o OUT [--format onnx|torchscript]
     sleap-live bench VIDEO -m MODEL [--json bench.json]
+    sleap-live recover FILE.slp                 (the .slp of a killed run, from its journal)
     sleap-live check-tensorrt MODEL.onnx        (what TensorRT would refuse or change)
 
-One parser holds every subcommand (`run.py`, `export.py`, `bench.py`, `check.py`), built from
-the options they share (`options.py`). `python -m sleap_live` is the same command.
+One parser holds every subcommand (`run.py`, `export.py`, `bench.py`, `check.py`, `recover.py`),
+built from the options they share (`options.py`). `python -m sleap_live` is the same command.
 
 Exit status: 0 done, 1 a source, model or output failed, 2 bad arguments,
 130 interrupted (Ctrl-C), 143 terminated (SIGTERM). Every expected error is
 one line on stderr: `sleap-live: error: <message>`.
+
+Signals: the first Ctrl-C (or SIGTERM) stops the command cleanly (a run finishes
+the frames in flight and saves its outputs); a second one only says what is
+still being done and how to leave; a third exits at once, after the command has
+said what its outputs hold, without waiting for its threads.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import signal
 import sys
 from collections.abc import Iterator, Sequence
+from types import FrameType
 
 from rich.console import Console
 
-from sleap_live.cli import bench, check, export, run
+from sleap_live.cli import bench, check, export, recover, run
 from sleap_live.cli.options import PROG, Parser, UsageError
 from sleap_live.engines.errors import EngineError
 from sleap_live.stream.errors import StreamError
@@ -37,11 +45,15 @@ __all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_TERMINATED", "EXIT_USAGE", "m
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED, EXIT_TERMINATED = 128 + signal.SIGINT, 128 + signal.SIGTERM
-COMMANDS = ("run", "replay", "export", "bench", "check-tensorrt")
+COMMANDS = ("run", "replay", "export", "bench", "check-tensorrt", "recover")
 
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM arrived; handled like Ctrl-C, with its own exit status."""
+
+
+class ForcedExit(KeyboardInterrupt):
+    """A third Ctrl-C or SIGTERM: leave at once, without waiting for the command's threads."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -63,9 +75,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(error), EXIT_USAGE)
     except SystemExit as done:  # --help
         return int(done.code or 0)
+    interrupts = _Interrupts()
     try:
-        with _sigterm_as_interrupt():
+        with interrupts.installed():
             return int(args.handler(args, console))
+    except ForcedExit:
+        # Stage threads may still hold locks (h5py's) that interpreter shutdown
+        # would wait for forever: leave without it, as the user asked.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_TERMINATED if interrupts.first == signal.SIGTERM else EXIT_INTERRUPTED)
     except UsageError as error:
         return _fail(str(error), EXIT_USAGE)
     except Terminated:
@@ -90,6 +109,7 @@ def parser() -> argparse.ArgumentParser:
             f"  {PROG} replay VIDEO --fps 30 -m MODEL_DIR\n"
             f"  {PROG} export MODEL_DIR -o exported/\n"
             f"  {PROG} bench VIDEO -m MODEL_DIR\n"
+            f"  {PROG} recover session.slp   (after a kill: the .slp from its journal)\n"
             f"  {PROG} check-tensorrt exported/model.onnx\n"
             f"\n`{PROG} COMMAND -h` lists a command's options."
         ),
@@ -99,21 +119,48 @@ def parser() -> argparse.ArgumentParser:
     export.add_parser(commands)
     bench.add_parser(commands)
     check.add_parser(commands)
+    recover.add_parser(commands)
     return top
 
 
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """Turns SIGTERM into `Terminated` in the main thread, so it stops cleanly like Ctrl-C."""
+class _Interrupts:
+    """SIGINT and SIGTERM for one command: the first stops it, the second says what
+    is still being done, the third leaves at once (`ForcedExit`).
 
-    def terminate(signum: int, frame: object) -> None:
-        raise Terminated()
+    Attributes:
+        first: the first signal received, or None.
+    """
 
-    previous = signal.signal(signal.SIGTERM, terminate)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    def __init__(self) -> None:
+        self.first: int | None = None
+        self._count = 0
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        signals = (signal.SIGINT, signal.SIGTERM)
+        previous = {signum: signal.signal(signum, self._handle) for signum in signals}
+        try:
+            yield
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self._count += 1
+        if self._count == 1:
+            self.first = signum
+            raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+        if self._count == 2:
+            print(
+                f"{PROG}: still finishing the frames in flight and saving the outputs; "
+                "interrupt once more to exit at once: the frames saved so far stay in the "
+                f"journal beside each .slp output (FILE.slp.journal), and `{PROG} recover "
+                "FILE.slp` writes them to the .slp",
+                file=sys.stderr,
+                flush=True,
+            )
+            return
+        raise ForcedExit()
 
 
 def _fail(message: str, status: int) -> int:

@@ -26,8 +26,10 @@ from sleap_live.cli.options import (
     verify_options,
 )
 from sleap_live.stream.dashboard import Dashboard, ProgressView, live_display
+from sleap_live.stream.outputs_guard import check_outputs
 from sleap_live.stream.pipeline import Pipeline
 from sleap_live.stream.sources import Source, open_source
+from sleap_live.stream.writers import DEFAULT_SAVE_INTERVAL
 
 RUN_SUMMARY = "run a model on a video file, or on a camera with --camera"
 REPLAY_SUMMARY = "replay a video file at its frame rate, as if it were a camera"
@@ -106,6 +108,14 @@ def _add_common_options(
         help="record the processed frames to this video, which the .slp output then "
         "links to (default: no recording)",
     )
+    out.add_argument(
+        "--save-interval",
+        type=positive_float,
+        default=DEFAULT_SAVE_INTERVAL,
+        metavar="S",
+        help="save finished frames to the .slp's journal at least every S seconds: what a "
+        "crash can cost",
+    )
     stop = parser.add_argument_group("session")
     stop.add_argument(
         "--duration",
@@ -127,23 +137,36 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     # Imported here, so --help and argument errors answer without loading an engine.
     from sleap_live.engines.runners.load import load_runner
 
+    output = args.output
+    if output is None and _is_file_run(args):
+        output = args.video.with_name(f"{args.video.name}.predictions.slp")
+    check_outputs(
+        {"-o": output, "--record": args.record},
+        {
+            "VIDEO": [args.video],
+            "-m": [Path(model) for model in args.models],
+            "--verify-video": [args.verify_video],
+        },
+    )
     source = _open(args)
     with source:
         verify = verify_options(args, args.video)
         runner = load_runner(args.models, engine=args.engine, device=args.device, **verify)
         try:
-            output = args.output
-            if output is None and _is_file_run(args):
-                output = args.video.with_name(f"{args.video.name}.predictions.slp")
             pipeline = Pipeline(
-                source, runner, batch_size=args.batch_size, output=output, record=args.record
+                source,
+                runner,
+                batch_size=args.batch_size,
+                output=output,
+                record=args.record,
+                save_interval=args.save_interval,
             )
             try:
                 _process(pipeline, args, console)
             except KeyboardInterrupt:
-                _summarise(pipeline, output, args.record, console)
+                _summarise(pipeline, output, console)
                 raise
-            _summarise(pipeline, output, args.record, console)
+            _summarise(pipeline, output, console)
         finally:
             runner.close()
     return 0
@@ -197,9 +220,7 @@ def _process(pipeline: Pipeline, args: argparse.Namespace, console: Console) -> 
         pipeline.stop()
 
 
-def _summarise(
-    pipeline: Pipeline, output: Path | None, record: Path | None, console: Console
-) -> None:
+def _summarise(pipeline: Pipeline, output: Path | None, console: Console) -> None:
     stats = pipeline.stats
     line = (
         f"{stats.frames_processed} frames in {stats.elapsed:.1f} s "
@@ -212,6 +233,9 @@ def _summarise(
             f", latency p50 {stats.latency_p50 * 1000:.1f} ms p99 {stats.latency_p99 * 1000:.1f} ms"
         )
     console.print(line, highlight=False)
-    for what, path in (("poses", output), ("recording", record)):
-        if path is not None:
-            console.print(f"{what}: {path}", highlight=False, soft_wrap=True)
+    # What the files hold now, never what was asked for.
+    saved = pipeline.outputs.describe()
+    if not saved and output is not None:
+        saved = [f"poses: none written to {output} (stopped before the pipeline started)"]
+    for saying in saved:
+        console.print(saying, highlight=False, soft_wrap=True, markup=False)

@@ -125,18 +125,19 @@ def test_frames_reach_the_journal_within_the_save_interval(tmp_path):
     slp = writer(tmp_path, save_interval=2.0, clock=clock)
     assert not (tmp_path / "out.slp").exists() and slp.journal.exists()
     slp.write(record(0, two_animals(0), ready=0.0))
-    clock.now = 1.9
-    slp.write(record(1, two_animals(1), ready=1.9))
+    clock.now = 1.7
+    slp.write(record(1, two_animals(1), ready=1.7))
     assert (slp.n_frames_written, slp.n_frames_saved) == (2, 0)
+    # Due a little before the 2 s, so a late wake-up still keeps the promise.
     assert slp.seconds_until_due() == pytest.approx(0.1)
-    clock.now = 2.0  # frame 0 has waited 2 s: both frames held go to the journal
-    slp.write(record(2, two_animals(2), ready=2.0))
+    clock.now = 1.8  # frame 0 has waited 0.9 x 2 s: both frames held go to the journal
+    slp.write(record(2, two_animals(2), ready=1.8))
     assert slp.n_frames_saved == 3
     assert slp.seconds_until_due() is None
 
     crashed = snapshot(slp, tmp_path)
     contents = recover_slp(crashed)
-    assert (contents.n_chunks, contents.torn_bytes) == (1, 0)
+    assert (contents.n_chunks, contents.n_frames, contents.torn_bytes) == (1, 3, 0)
     labels = sio.load_slp(str(crashed), open_videos=False)
     assert [lf.frame_idx for lf in labels] == [0, 1, 2]
     assert not journal_path(crashed).exists()

@@ -1,0 +1,50 @@
+"""`sleap-live recover FILE.slp`: write the .slp a killed run left as a journal.
+
+A run saves its finished frames every few seconds to ``FILE.slp.journal`` and
+writes ``FILE.slp`` from it when it ends. After a kill, a crash or a power cut
+the journal holds every frame up to its last save; this writes them to the .slp.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from sleap_live.cli.options import PROG
+
+SUMMARY = "write the .slp of a run that was killed before it could, from its journal"
+
+
+def add_parser(commands: Any) -> None:
+    """Adds `recover` to the subcommands of the top-level parser."""
+    recover = commands.add_parser(
+        "recover",
+        help=SUMMARY,
+        description="A run saves its finished frames every few seconds (--save-interval) to "
+        "a journal beside its .slp output, FILE.slp.journal, and writes FILE.slp from it when "
+        "it ends. After a kill, a crash or a power cut, this writes FILE.slp from the journal: "
+        "every frame saved before the crash. The journal is deleted once the .slp is written.",
+        epilog=f"example:\n  {PROG} recover session.slp",
+    )
+    recover.add_argument(
+        "file", type=Path, metavar="FILE", help="the .slp output (or its .slp.journal)"
+    )
+    recover.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace, console: Console) -> int:
+    """Runs `recover`; returns the exit status (errors propagate to `main`)."""
+    from sleap_live.stream.slp_writer import recover_slp
+
+    contents = recover_slp(args.file)
+    slp = args.file
+    if slp.name.endswith(".journal"):
+        slp = slp.with_name(slp.name[: -len(".journal")])
+    line = f"{slp}: recovered {contents.n_frames} frames"
+    if contents.torn_bytes:
+        line += f" (the save the crash cut short, {contents.torn_bytes} bytes, was dropped)"
+    console.print(line, highlight=False, soft_wrap=True, markup=False)
+    return 0

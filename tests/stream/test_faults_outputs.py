@@ -1,0 +1,221 @@
+"""Fault suite, outputs: no output path, second writer or kill destroys data (issue #11).
+
+Each test is one case of the issue's list: the run is refused in one line before
+any work, or it writes what it should and nothing else is touched. Runs use the
+fake engine (see test_cli.py); the kill tests run `scripts/fault_soak.py child`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import sleap_io as sio
+
+from sleap_live import cli
+from sleap_live.engines.runners import load as engines_api
+from sleap_live.stream.journal import journal_path
+
+ROOT = Path(__file__).parents[2]
+SOAK = ROOT / "scripts" / "fault_soak.py"
+sys.path.insert(0, str(SOAK.parent))
+import fault_soak  # noqa: E402
+
+
+@pytest.fixture
+def loads(monkeypatch, fakes) -> list:
+    """Model loads: a fake runner each. Empty afterwards means no work was done."""
+    made: list = []
+
+    def load(models, **options):
+        made.append(models)
+        return fakes.FakeRunner()
+
+    monkeypatch.setattr(engines_api, "load_runner", load)
+    return made
+
+
+@pytest.fixture
+def clip(tmp_path) -> Path:
+    return fault_soak.write_clip(tmp_path / "clip.mkv", 40)
+
+
+def refused(capsys) -> str:
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_record_naming_the_input_video_is_refused_and_the_video_kept(clip, loads, capsys):
+    before = clip.read_bytes()
+    status = cli.main(["run", str(clip), "-m", "m", "--record", str(clip), "--no-verify"])
+    assert status == 1
+    line = refused(capsys)
+    assert "the output of --record is the VIDEO input" in line and str(clip) in line
+    assert clip.read_bytes() == before
+    assert loads == []  # refused before any work
+
+
+def test_slp_output_that_is_the_input_is_refused(clip, tmp_path, loads, capsys):
+    renamed = tmp_path / "clip.slp"
+    clip.rename(renamed)
+    before = renamed.read_bytes()
+    assert cli.main(["run", str(renamed), "-m", "m", "-o", str(renamed), "--no-verify"]) == 1
+    assert "the output of -o is the VIDEO input" in refused(capsys)
+    assert renamed.read_bytes() == before and loads == []
+
+
+def test_an_output_linked_to_an_input_is_refused(clip, tmp_path, loads, capsys):
+    link = tmp_path / "poses.slp"
+    link.symlink_to(clip)
+    hard = tmp_path / "hard.mp4"
+    os.link(clip, hard)
+    before = clip.read_bytes()
+    assert cli.main(["run", str(clip), "-m", "m", "-o", str(link), "--no-verify"]) == 1
+    assert "-o is the VIDEO input" in refused(capsys)
+    assert cli.main(["run", str(clip), "-m", "m", "--record", str(hard), "--no-verify"]) == 1
+    assert "--record is the VIDEO input" in refused(capsys)
+    assert link.is_symlink() and clip.read_bytes() == before and loads == []
+
+
+def test_record_naming_a_model_file_is_refused(clip, tmp_path, loads, capsys):
+    model = tmp_path / "model.onnx"
+    model.write_bytes(b"onnx bytes")
+    assert cli.main(["run", str(clip), "-m", str(model), "--record", str(model)]) == 1
+    assert "the output of --record is the -m input" in refused(capsys)
+    directory = tmp_path / "centroid"
+    directory.mkdir()
+    (directory / "best.ckpt").write_bytes(b"weights")
+    argv = ["run", str(clip), "-m", str(directory), "--record", str(directory / "best.ckpt")]
+    assert cli.main(argv) == 1
+    assert "--record is the -m input" in refused(capsys)
+    assert (directory / "best.ckpt").read_bytes() == b"weights" and loads == []
+
+
+def test_the_pose_output_and_the_recording_must_differ(clip, tmp_path, loads, capsys):
+    out = tmp_path / "same.slp"
+    argv = ["run", str(clip), "-m", "m", "-o", str(out), "--record", str(out), "--no-verify"]
+    assert cli.main(argv) == 1
+    assert "the output of --record is the -o input" in refused(capsys)
+    assert loads == []
+
+
+def test_an_unwritable_output_is_found_before_any_work(clip, tmp_path, loads, capsys):
+    missing = tmp_path / "missing" / "out.slp"
+    assert cli.main(["run", str(clip), "-m", "m", "-o", str(missing), "--no-verify"]) == 1
+    assert "does not exist" in refused(capsys)
+    folder = tmp_path / "folder.slp"
+    folder.mkdir()
+    assert cli.main(["run", str(clip), "-m", "m", "-o", str(folder), "--no-verify"]) == 1
+    assert "names a folder" in refused(capsys)
+    assert loads == []
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write into any folder")
+def test_a_read_only_output_folder_is_found_before_any_work(clip, tmp_path, loads, capsys):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        argv = ["run", str(clip), "-m", "m", "-o", str(locked / "out.slp"), "--no-verify"]
+        assert cli.main(argv) == 1
+    finally:
+        locked.chmod(0o700)
+    assert "is not writable" in refused(capsys) and loads == []
+
+
+def test_a_symlinked_output_stays_a_link_to_the_poses(clip, tmp_path, loads):
+    (tmp_path / "store").mkdir()
+    target = tmp_path / "store" / "poses.slp"
+    link = tmp_path / "out.slp"
+    link.symlink_to(target)
+    assert cli.main(["run", str(clip), "-m", "m", "-o", str(link), "-q", "--no-verify"]) == 0
+    assert link.is_symlink() and link.resolve() == target.resolve()
+    assert len(sio.load_slp(str(target), open_videos=False)) == 40
+
+
+def start(tmp_path: Path, name: str, argv: list[str], delay: float = 0.02):
+    log_dir = tmp_path / name
+    return log_dir, fault_soak.start_child(log_dir, argv, delay=delay)
+
+
+def test_two_runs_writing_the_same_output_at_once(tmp_path, capsys, loads):
+    clip = fault_soak.write_clip(tmp_path / "long.mkv", 600)
+    out = tmp_path / "out.slp"
+    argv = ["run", str(clip), "-m", "m", "-o", str(out), "-q", "--no-verify"]
+    log_dir, first = start(tmp_path, "first", argv)
+    try:
+        fault_soak.wait_for(log_dir / "ready", first)
+        assert cli.main(argv) == 1  # the second run, while the first writes
+        line = refused(capsys)
+        assert "being written by another sleap-live run" in line and str(out) in line
+        _, err = first.communicate(timeout=120)
+    finally:
+        first.kill()
+    assert first.returncode == 0, err
+    labels = sio.load_slp(str(out), open_videos=False)
+    assert [lf.frame_idx for lf in labels] == list(range(600))
+    assert not journal_path(out).exists()
+    assert list(tmp_path.glob(".*partial*")) == []
+
+
+def test_kill_before_the_first_save_leaves_a_recoverable_output(tmp_path):
+    clip = fault_soak.write_clip(tmp_path / "long.mkv", 600)
+    out = tmp_path / "out.slp"
+    argv = ["replay", str(clip), "-m", "m", "-o", str(out), "-q", "--no-verify"]
+    log_dir, process = start(tmp_path, "run", [*argv, "--save-interval", "1000"])
+    try:
+        fault_soak.wait_for(log_dir / "ready", process)
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+    finally:
+        process.kill()
+    assert not out.exists() and journal_path(out).exists()
+    done = recover(out)
+    assert done.returncode == 0 and "recovered 0 frames" in done.stdout + done.stderr
+    labels = sio.load_slp(str(out), open_videos=False)
+    assert len(labels) == 0 and labels.skeletons[0].node_names == ["head", "tail"]
+
+
+def recover(out: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sleap_live", "recover", str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("kind", ["replay", "run"])
+def test_kill_mid_run_keeps_every_frame_up_to_the_last_save(kind, tmp_path):
+    clip = fault_soak.write_clip(tmp_path / "long.mkv", 3000)
+    out = tmp_path / "out.slp"
+    argv = [kind, str(clip), "-m", "m", "-o", str(out), "-q", "--no-verify"]
+    log_dir, process = start(tmp_path, "run", [*argv, "--save-interval", "0.2"])
+    journal = journal_path(out)
+    try:
+        fault_soak.wait_for(log_dir / "ready", process)
+        header_only = journal.stat().st_size
+        deadline = time.monotonic() + 60
+        while journal.stat().st_size == header_only and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.3)
+        killed_at = time.monotonic()
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+    finally:
+        process.kill()
+    figures = fault_soak.check_killed_output(out, log_dir, killed_at)  # recovers; checks order
+    assert figures["recovered"] and figures["saved"] > 0
+    assert not journal.exists()
+    # Recovering twice finds nothing left to recover, and the .slp is kept.
+    shutil.copyfile(out, tmp_path / "kept.slp")
+    again = recover(out)
+    assert again.returncode == 1 and "no journal to recover" in again.stderr
+    assert out.read_bytes() == (tmp_path / "kept.slp").read_bytes()

@@ -1,0 +1,118 @@
+"""Fault suite, signals: Ctrl-C at any moment saves or says what is saved (issue #11).
+
+A second Ctrl-C during the final save lets the save finish; a third exits at once,
+saying how many frames the journal holds and how to recover them; a Ctrl-C before
+the pipeline started claims no output; the summary never claims more frames than
+the file holds; the exit status is 130, never death by the signal. Runs go through
+`scripts/fault_soak.py child` (the fake engine; a slowed final save or start).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import sleap_io as sio
+
+from sleap_live.stream.journal import journal_path
+
+SOAK = Path(__file__).parents[2] / "scripts" / "fault_soak.py"
+sys.path.insert(0, str(SOAK.parent))
+import fault_soak  # noqa: E402
+
+
+def started_run(tmp_path: Path, **slow: float) -> tuple[Path, Path, subprocess.Popen[str]]:
+    clip = fault_soak.write_clip(tmp_path / "long.mkv", 3000)
+    out, log_dir = tmp_path / "out.slp", tmp_path / "log"
+    argv = ["run", str(clip), "-m", "m", "-o", str(out), "-q", "--no-verify"]
+    return out, log_dir, fault_soak.start_child(log_dir, argv, delay=0.02, **slow)
+
+
+def claimed_frames(err: str, out: Path) -> int:
+    match = re.search(rf"poses: {re.escape(str(out))} \((\d+) frames\)", err)
+    assert match, err
+    return int(match.group(1))
+
+
+def test_second_ctrl_c_during_the_final_save_lets_it_finish(tmp_path):
+    out, log_dir, process = started_run(tmp_path, slow_save=2.0)
+    try:
+        fault_soak.wait_for(log_dir / "ready", process)
+        process.send_signal(signal.SIGINT)
+        fault_soak.wait_for(log_dir / "saving", process)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130, err
+    assert "still finishing the frames in flight and saving the outputs" in err
+    labels = sio.load_slp(str(out), open_videos=False)
+    assert claimed_frames(err, out) == len(labels) > 0
+    assert [lf.frame_idx for lf in labels] == list(range(len(labels)))
+    assert not journal_path(out).exists() and list(tmp_path.glob(".*partial*")) == []
+    assert "Traceback" not in err
+
+
+def test_third_ctrl_c_exits_at_once_and_says_how_to_recover(tmp_path):
+    out, log_dir, process = started_run(tmp_path, slow_save=600.0)
+    try:
+        fault_soak.wait_for(log_dir / "ready", process)
+        process.send_signal(signal.SIGINT)
+        fault_soak.wait_for(log_dir / "saving", process)
+        process.send_signal(signal.SIGINT)
+        time.sleep(0.2)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)  # not the 600 s the save would take
+    finally:
+        process.kill()
+    assert process.returncode == 130, err
+    match = re.search(r"poses: (\d+) frames saved in (\S+), not yet in", err)
+    assert match, err
+    assert match.group(2) == str(journal_path(out))
+    assert f"sleap-live recover {out}" in err
+    assert not out.exists()
+    done = subprocess.run(
+        [sys.executable, "-m", "sleap_live", "recover", str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    labels = sio.load_slp(str(out), open_videos=False)
+    assert len(labels) == int(match.group(1)) > 0  # the summary claimed what the file holds
+    assert "Traceback" not in err
+
+
+def test_ctrl_c_before_the_pipeline_started_claims_no_output(tmp_path):
+    out, log_dir, process = started_run(tmp_path, slow_start=600.0)
+    try:
+        fault_soak.wait_for(log_dir / "starting", process)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130, err
+    assert f"poses: none written to {out}" in err
+    assert f"poses: {out}" not in err
+    assert not out.exists() and not journal_path(out).exists()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_the_summary_counts_what_the_file_holds(signum, tmp_path):
+    out, log_dir, process = started_run(tmp_path)
+    try:
+        fault_soak.wait_for(log_dir / "ready", process)
+        process.send_signal(signum)
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 128 + signum, err
+    labels = sio.load_slp(str(out), open_videos=False)
+    assert claimed_frames(err, out) == len(labels)
+    finished = fault_soak.finished_frames(log_dir)
+    assert [lf.frame_idx for lf in labels] == sorted(finished)  # every finished frame
