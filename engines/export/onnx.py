@@ -92,7 +92,10 @@ def trace_to_onnx(
 def onnx_exported(onnx_bytes: bytes, notes: tuple[str, ...] = ()) -> Exported:
     """The graph in an ONNX Runtime CPU session, ready to verify."""
     import onnxruntime as ort
-    from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument
+    from onnxruntime.capi.onnxruntime_pybind11_state import (  # type: ignore[import-untyped]
+        Fail,
+        InvalidArgument,
+    )
 
     options = ort.SessionOptions()
     # A graph that refuses a probe frame is an expected outcome, not an error to log.

@@ -29,6 +29,7 @@ import torch
 from sleap_live.engines.errors import ExportError
 from sleap_live.engines.export._quiet import first_line
 from sleap_live.engines.graph.base import InferenceModel
+from sleap_live.engines.host.postprocess import instance_list
 
 # Largest difference allowed between the export and the torch module, in output
 # units: pixels for coordinates, confidence for scores.
@@ -77,11 +78,12 @@ def torch_outputs(model: InferenceModel, frames: np.ndarray) -> Outputs:
 def detections_per_frame(outputs: Mapping[str, np.ndarray], batch: int) -> list[int]:
     """How many animals the model found in each frame of a batch.
 
-    Instance-list outputs: instances with at least one node found. Bottom-up
+    Instance outputs (either layout): instances with at least one node found. Bottom-up
     outputs: valid peaks (of any node), since grouping happens on the host.
     """
     if "peak_valid" in outputs:
         return [int(count) for count in outputs["peak_valid"].reshape(batch, -1).sum(axis=1)]
+    outputs = instance_list(outputs)
     found = ~np.isnan(outputs["points"][..., 0]).all(axis=-1)
     frames = outputs["instance_frame"][found]
     return [int(count) for count in np.bincount(frames, minlength=batch)[:batch]]
@@ -162,7 +164,7 @@ def verify_batch(
             f"the export of {label} differs from the torch model on {shape} frames by more "
             f"than {TOLERANCE:g}: {', '.join(comparison.problems)}{hint}"
         )
-    instances = reference.get("instance_frame")
+    instances = instance_list(reference).get("instance_frame")
     return {
         "frames": list(frames.shape),
         "instances": None if instances is None else int(instances.shape[0]),

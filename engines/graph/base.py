@@ -35,22 +35,19 @@ from sleap_live.engines.types import ModelInfo
 class InferenceModel(torch.nn.Module):
     """Base class of every sleap-live inference model.
 
-    Subclasses set `info` and implement `forward`, which maps a uint8 (B, H, W, C)
-    tensor to a tuple of tensors in `output_names` order.
+    Subclasses set `info` and `frame_preprocess` and implement `forward`, which
+    maps a uint8 (B, H, W, C) tensor to a tuple of tensors in `output_names` order.
     """
 
     info: ModelInfo
+    # How the model's first stage preprocesses frames.
+    frame_preprocess: PreprocessConfig
     profile: str = DEFAULT_PROFILE
 
     @property
     def output_names(self) -> tuple[str, ...]:
         """The outputs' names, in order, for the model type and profile."""
         return output_names(self.info.model_type, OUTPUT_LAYOUTS[self.profile])
-
-    @property
-    def frame_preprocess(self) -> PreprocessConfig:
-        """How the model's first stage preprocesses frames."""
-        raise NotImplementedError
 
     @property
     def tensorrt_profile(self) -> bool:

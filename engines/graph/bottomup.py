@@ -127,16 +127,13 @@ class _BottomUpBase(InferenceModel):
             raise ValueError(f"max_peaks_per_node must be at least 1, got {max_peaks_per_node}")
         self.network = network
         self.preprocess = Preprocessor(preprocess)
+        self.frame_preprocess = preprocess
         self.input_scale = preprocess.scale
         self.confmap_stride = confmap_stride
         self.peak_threshold = peak_threshold
         self.max_peaks_per_node = max_peaks_per_node
         self.refine = refine
         self.patch_size = patch_size
-
-    @property
-    def frame_preprocess(self) -> PreprocessConfig:
-        return self.preprocess.config
 
     def _peak_settings(self) -> dict[str, Any]:
         return {

@@ -28,12 +28,12 @@ def load_inference_model(paths: str | Path | Sequence[str | Path]) -> InferenceM
         CheckpointError: a checkpoint does not load.
     """
 
-    paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
-    specs = [read_model_dir(path) for path in paths]
+    dirs = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
+    specs = [read_model_dir(path) for path in dirs]
     types = [spec.model_type for spec in specs]
     if len(specs) == 1:
         (spec,) = specs
-        single = {
+        single: dict[str, type[SingleInstanceModel | CentroidModel | BottomUpModel]] = {
             "single_instance": SingleInstanceModel,
             "centroid": CentroidModel,
             "bottomup": BottomUpModel,
@@ -42,16 +42,19 @@ def load_inference_model(paths: str | Path | Sequence[str | Path]) -> InferenceM
         if spec.model_type in single:
             return single[spec.model_type].from_spec(spec)
         raise ModelConfigError(
-            f"{paths[0]}: a {spec.model_type} model runs on crops around centroids; "
+            f"{dirs[0]}: a {spec.model_type} model runs on crops around centroids; "
             "give its centroid model directory too"
         )
-    pairs = {"centered_instance": TopDownModel, "multi_class_topdown": MultiClassTopDownModel}
+    pairs: dict[str, type[TopDownModel]] = {
+        "centered_instance": TopDownModel,
+        "multi_class_topdown": MultiClassTopDownModel,
+    }
     if len(specs) == 2 and "centroid" in types:
         centroid = specs[types.index("centroid")]
         instance = specs[1 - types.index("centroid")]
         if instance.model_type in pairs:
             return pairs[instance.model_type].from_specs(centroid, instance)
-    listed = ", ".join(f"{path} ({kind})" for path, kind in zip(paths, types, strict=True))
+    listed = ", ".join(f"{path} ({kind})" for path, kind in zip(dirs, types, strict=True))
     raise ModelConfigError(
         f"{listed}: two directories must be a centroid model and a centered-instance "
         "or multi-class top-down model"

@@ -66,6 +66,7 @@ class SingleInstanceModel(InferenceModel):
         super().__init__()
         self.network = network
         self.preprocess = preprocess
+        self.frame_preprocess = preprocess
         self.output_stride = output_stride
         self.peak_threshold = peak_threshold
         self.refine = refine
@@ -100,10 +101,6 @@ class SingleInstanceModel(InferenceModel):
             spec.head(SINGLE_INSTANCE_HEAD).output_stride,
             **options,
         )
-
-    @property
-    def frame_preprocess(self) -> PreprocessConfig:
-        return self.preprocess
 
     def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if self.tensorrt_profile:

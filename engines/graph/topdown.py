@@ -176,6 +176,7 @@ class CentroidModel(InferenceModel):
         patch_size: int = DEFAULT_PATCH_SIZE,
     ) -> None:
         super().__init__()
+        self.frame_preprocess = preprocess
         self.stage = CentroidStage(
             network, preprocess, output_stride, max_instances, peak_threshold, refine, patch_size
         )
@@ -204,10 +205,6 @@ class CentroidModel(InferenceModel):
             spec.head(CENTROID_HEAD).output_stride,
             **options,
         )
-
-    @property
-    def frame_preprocess(self) -> PreprocessConfig:
-        return self.stage.preprocess
 
     def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if self.tensorrt_profile:
@@ -259,6 +256,7 @@ class TopDownModel(InferenceModel):
         super().__init__()
         if crop_size < 1:
             raise ValueError(f"crop_size must be >= 1, got {crop_size}")
+        self.frame_preprocess = centroid_preprocess
         self.stage = CentroidStage(
             centroid_network,
             centroid_preprocess,
@@ -304,6 +302,8 @@ class TopDownModel(InferenceModel):
         """
         check_model_type(centroid, "centroid")
         check_model_type(instance, cls._instance_type())
+        if instance.preprocess.crop_size is None:
+            raise ModelConfigError(f"the {instance.model_type} model has no crop size")
         centroid_settings, instance_settings = centroid.preprocess, instance.preprocess
         frame_preprocess = PreprocessConfig(
             in_channels=centroid.in_channels,
@@ -322,7 +322,7 @@ class TopDownModel(InferenceModel):
             instance.skeleton,
             centroid.head(CENTROID_HEAD).output_stride,
             instance.head(INSTANCE_HEAD).output_stride,
-            instance_settings.crop_size,
+            instance.preprocess.crop_size,
             **cls._spec_options(instance),
             **options,
         )
@@ -334,10 +334,6 @@ class TopDownModel(InferenceModel):
     @staticmethod
     def _spec_options(instance: ModelSpec) -> dict[str, Any]:
         return {}
-
-    @property
-    def frame_preprocess(self) -> PreprocessConfig:
-        return self.stage.preprocess
 
     def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if self.tensorrt_profile:

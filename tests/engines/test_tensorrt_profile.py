@@ -84,11 +84,15 @@ def _poses(onnx_bytes: bytes, frames: np.ndarray) -> list[dict]:
         runner.close()
 
 
-def _export(name: str, frames: np.ndarray, profile: str) -> bytes:
+def _export(name: str, frames: np.ndarray, profile: str, verify: bool = True) -> bytes:
     models, _, _, _ = goldens.case_paths(name)
     model = load_inference_model(models)
     return export_onnx_bytes(
-        model, verify_frames=frames[:VERIFY_FRAMES], sources=models, profile=profile
+        model,
+        verify=verify,
+        verify_frames=frames[:VERIFY_FRAMES],
+        sources=models,
+        profile=profile,
     )
 
 
@@ -262,7 +266,9 @@ def test_tensorrt_profile_matches_sleap_nn_predict(name):
 def test_tensorrt_profile_agrees_with_the_default_at_an_odd_size(name):
     _, video, _, _ = goldens.case_paths(name)
     frames = _odd_canvas(_frames(video)[:16])
-    default = _poses(_export(name, frames, "default"), frames)
+    # The default graph's own check grows the frames further, past where the
+    # fixture models find animals; it is verified at other sizes elsewhere.
+    default = _poses(_export(name, frames, "default", verify=False), frames)
     tensorrt = _poses(_export(name, frames, "tensorrt"), frames)
     for index, (d, t) in enumerate(zip(default, tensorrt, strict=True)):
         where = f"{name} frame {index} at {frames.shape[1]}x{frames.shape[2]}"

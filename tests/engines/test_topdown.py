@@ -10,12 +10,11 @@ from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.graph.preprocess import PreprocessConfig
 from sleap_live.engines.graph.topdown import (
     CENTROID_SKELETON,
-    MULTI_CLASS_TOPDOWN_OUTPUTS,
     CentroidModel,
     MultiClassTopDownModel,
     TopDownModel,
 )
-from sleap_live.engines.host.outputs import INSTANCE_OUTPUTS
+from sleap_live.engines.host.outputs import INSTANCE_OUTPUTS, MULTI_CLASS_TOPDOWN_OUTPUTS
 from sleap_live.engines.host.postprocess import decode
 from sleap_live.engines.types import Skeleton
 
