@@ -26,6 +26,11 @@ Every figure comes from one run, side by side, with one loaded runner:
    recorded pipeline for many frames while resident memory is sampled, to show
    memory stays flat.
 
+The recorded run also keeps each batch's stage times (`Pipeline.timeline`):
+`timeline_summary` turns them into start/end offsets of the first batches per
+stage (decode, stack, engine, postprocess), each stage's busy fraction, and how
+much of the engine's busy time decoding ran beside it (the overlap).
+
 `run_bench` runs all four on one runner; the command line is `sleap-live bench`
 (`sleap_live.cli.bench`).
 """
@@ -43,9 +48,11 @@ from typing import Any
 
 import numpy as np
 
+from sleap_live.stream.batching import STAGES, StageTimes
 from sleap_live.stream.errors import SourceError
 from sleap_live.stream.pipeline import Pipeline
 from sleap_live.stream.sources import FileSource, IteratorSource, ReplaySource, Source
+from sleap_live.stream.sources.nvdec import open_file
 from sleap_live.stream.types import PoseRecord
 
 # Frames per timed run when --loops is not given: about 4 s at 250 fps.
@@ -107,18 +114,24 @@ def bench_engine(
 
 
 def bench_recorded(
-    runner: Any, video: Path, batch_size: int, limit: int, loops: int = 1
-) -> dict[str, float]:
+    runner: Any,
+    video: Path,
+    batch_size: int,
+    limit: int,
+    loops: int = 1,
+    decoder: str = "pyav",
+) -> dict[str, Any]:
     """The lossless pipeline decoding the first `limit` frames of `video`, `loops` times.
 
     The runner must already be warm: the pipeline's own warm-up is skipped, as the
-    engine-only run skips its untimed pass.
+    engine-only run skips its untimed pass. The result's "timeline" is
+    `timeline_summary` of the run's batches.
     """
     if loops == 1:
-        source: Source = FileSource(video, stop=limit)
+        source: Source = open_file(video, decoder, stop=limit)
     else:
         # Decoding happens lazily, in the pipeline's capture thread, as for a file.
-        source = IteratorSource(_decode_loops(video, limit, loops), copy=False)
+        source = IteratorSource(_decode_loops(video, limit, loops, decoder), copy=False)
     start = time.perf_counter()
     pipeline = Pipeline(source, runner, batch_size=batch_size, policy="recorded", warmup=False)
     stats = pipeline.run()
@@ -127,7 +140,72 @@ def bench_recorded(
         "frames": stats.frames_processed,
         "seconds": seconds,
         "fps": stats.frames_processed / seconds,
+        "timeline": timeline_summary(pipeline.timeline),
     }
+
+
+def timeline_summary(times: list[StageTimes], first: int = 8) -> dict[str, Any]:
+    """Per-stage timeline of a run's batches, in milliseconds from the first decode.
+
+    Returns:
+        "batches": for each of the first `first` batches, each stage's
+        ``[start, end]`` offset; "busy": per stage, the share of the run's span
+        in which that stage was working on some batch; "decode_during_engine":
+        the share of the engine's busy time in which decoding ran too (0 when the
+        stages take turns, near 1 when decode fully overlaps inference); "span_ms":
+        the run's span. Empty dict for no batches.
+    """
+    if not times:
+        return {}
+    origin = min(batch.decode[0] for batch in times)
+    end = max(batch.postprocess[1] for batch in times)
+    span = max(end - origin, 1e-12)
+    intervals = {stage: [getattr(batch, stage) for batch in times] for stage in STAGES}
+    engine = _union(intervals["engine"])
+    return {
+        "span_ms": 1e3 * span,
+        "batches": [
+            {stage: [1e3 * (t - origin) for t in getattr(batch, stage)] for stage in STAGES}
+            for batch in times[:first]
+        ],
+        "busy": {stage: _length(_union(spans)) / span for stage, spans in intervals.items()},
+        "decode_during_engine": (
+            _length(_intersect(_union(intervals["decode"]), engine)) / _length(engine)
+            if _length(engine) > 0
+            else 0.0
+        ),
+    }
+
+
+def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Disjoint, sorted intervals covering `spans`."""
+    merged: list[tuple[float, float]] = []
+    for start, stop in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], stop))
+        else:
+            merged.append((start, stop))
+    return merged
+
+
+def _intersect(
+    a: list[tuple[float, float]], b: list[tuple[float, float]]
+) -> list[tuple[float, float]]:
+    """Intersection of two disjoint sorted interval lists."""
+    out, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        start, stop = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if start < stop:
+            out.append((start, stop))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def _length(spans: list[tuple[float, float]]) -> float:
+    return sum(stop - start for start, stop in spans)
 
 
 def bench_throughput(
@@ -138,13 +216,14 @@ def bench_throughput(
     *,
     repeats: int = 1,
     loops: int = 1,
+    decoder: str = "pyav",
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Engine-only and recorded-pipeline runs, alternating; medians of `repeats` each."""
     warm_up(runner, frames, batch_size)
     engine_runs, recorded_runs = [], []
     for _ in range(repeats):
         engine_runs.append(bench_engine(runner, frames, batch_size, loops))
-        recorded_runs.append(bench_recorded(runner, video, batch_size, len(frames), loops))
+        recorded_runs.append(bench_recorded(runner, video, batch_size, len(frames), loops, decoder))
     engine, recorded = _median_run(engine_runs), _median_run(recorded_runs)
     # Each recorded run is compared with the engine run just before it, which met
     # the same load from the rest of the machine; the median pair is the figure.
@@ -163,9 +242,9 @@ def _median_run(runs: list[dict[str, float]]) -> dict[str, Any]:
     return median
 
 
-def _decode_loops(video: Path, limit: int, loops: int) -> Iterator[np.ndarray]:
+def _decode_loops(video: Path, limit: int, loops: int, decoder: str) -> Iterator[Any]:
     for _ in range(loops):
-        with FileSource(video, stop=limit) as source:
+        with open_file(video, decoder, stop=limit) as source:
             for frame in source:
                 yield frame.image
 
@@ -238,6 +317,7 @@ def run_bench(
     live_fps: float = 30.0,
     soak_frames: int = 20_000,
     progress: Callable[[str], None] | None = None,
+    decoder: str = "pyav",
 ) -> dict[str, Any]:
     """Every measurement of the module docstring, with one runner.
 
@@ -252,6 +332,7 @@ def run_bench(
         live_fps: replay rate of the live run.
         soak_frames: frames of the soak run (0 skips it).
         progress: called with a line saying what is measured next.
+        decoder: what decodes the recorded runs (see `open_file`).
 
     Returns:
         A JSON-ready dict: the run's settings, then "engine", "recorded", "live" and,
@@ -274,7 +355,7 @@ def run_bench(
         f" batch {batch_size}, {repeats} runs each ..."
     )
     results["engine"], results["recorded"] = bench_throughput(
-        runner, video, decoded, batch_size, repeats=repeats, loops=loops
+        runner, video, decoded, batch_size, repeats=repeats, loops=loops, decoder=decoder
     )
     say(f"live replay at {live_fps:g} fps ...")
     results["live"] = bench_live(runner, video, live_fps, limit)

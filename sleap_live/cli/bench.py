@@ -12,6 +12,7 @@ from rich.table import Table
 
 from sleap_live.cli.options import (
     IN_MEMORY_EXPORT,
+    add_decoder_option,
     add_model_options,
     add_verify_options,
     check_models,
@@ -20,6 +21,7 @@ from sleap_live.cli.options import (
     positive_int,
     verify_options,
 )
+from sleap_live.stream.batching import STAGES
 from sleap_live.stream.bench import MIN_STEADY_FRAMES, run_bench
 
 SUMMARY = "measure what the pipeline costs on top of the engine, on this machine"
@@ -41,6 +43,7 @@ def add_parser(commands: Any) -> None:
         batch_size=8,
         batch_size_help="frames per engine call in the engine, recorded and soak runs",
     )
+    add_decoder_option(parser)
     add_verify_options(
         parser, frames_default="the first frames of VIDEO", description=IN_MEMORY_EXPORT
     )
@@ -107,11 +110,14 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             live_fps=args.live_fps,
             soak_frames=args.soak_frames,
             progress=lambda line: console.print(line, highlight=False),
+            decoder=args.decoder,
         )
     finally:
         runner.close()
     results = {"models": args.models, **figures}
     Console().print(table(results))
+    if results["recorded"].get("timeline"):
+        Console().print(timeline_table(results["recorded"]["timeline"]))
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2))
     return 0
@@ -153,4 +159,23 @@ def table(r: dict[str, Any]) -> Table:
             "soak RSS first / last / growth (MiB)",
             f"{s['rss_mb_first']:.1f} / {s['rss_mb_last']:.1f} / {s['rss_mb_growth']:+.1f}",
         )
+    return result
+
+
+def timeline_table(summary: dict[str, Any]) -> Table:
+    """The recorded run's per-stage timeline: the first batches' start-end offsets (ms
+    from the first decode) per stage, then each stage's busy share and the overlap."""
+    result = Table(
+        title="recorded pipeline timeline (ms from the first decode; median run)",
+        caption=f"decode ran during {summary['decode_during_engine']:.0%} of the engine's "
+        f"busy time; span {summary['span_ms']:.1f} ms",
+    )
+    result.add_column("batch", justify="right")
+    for stage in STAGES:
+        result.add_column(stage, justify="right")
+    for number, batch in enumerate(summary["batches"]):
+        result.add_row(
+            str(number), *(f"{batch[stage][0]:.1f}-{batch[stage][1]:.1f}" for stage in STAGES)
+        )
+    result.add_row("busy", *(f"{summary['busy'][stage]:.0%}" for stage in STAGES))
     return result

@@ -16,7 +16,7 @@ import numpy as np
 
 from sleap_live.engines.runners.load import ENGINES
 from sleap_live.stream.errors import SourceError
-from sleap_live.stream.sources import FileSource
+from sleap_live.stream.sources import DECODERS, FileSource
 
 PROG = "sleap-live"
 # What the verification options mean to commands other than `export`.
@@ -109,6 +109,24 @@ def add_model_options(
         metavar="N",
         help=batch_size_help,
     )
+
+
+def add_decoder_option(parser: argparse.ArgumentParser) -> None:
+    """`--decoder`: what decodes a video file (PyAV on the CPU, or NVDEC on the GPU)."""
+    parser.add_argument(
+        "--decoder",
+        choices=DECODERS,
+        default="pyav",
+        help="pyav (FFmpeg on the CPU), nvdec (NVDEC on the GPU via PyNvVideoCodec, frames "
+        "kept on the device), or auto: NVDEC where it decodes the video exactly, else PyAV; "
+        "a one-line notice says why NVDEC was not used",
+    )
+
+
+def path_line(source: Any, runner: Any) -> str:
+    """The processing path, in one line: ``path: pyav decode -> OnnxRunner on cpu``."""
+    decoder = getattr(source, "decoder", "pyav")
+    return f"path: {decoder} decode -> {type(runner).__name__} on {runner.device}"
 
 
 def add_verify_options(

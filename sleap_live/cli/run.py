@@ -18,9 +18,11 @@ from sleap_live.cli.options import (
     IN_MEMORY_EXPORT,
     PROG,
     UsageError,
+    add_decoder_option,
     add_model_options,
     add_verify_options,
     check_models,
+    path_line,
     positive_float,
     positive_int,
     verify_options,
@@ -98,6 +100,7 @@ def _add_common_options(
 ) -> None:
     # The pipeline picks the batch size from its policy: 8 recorded, 1 live.
     add_model_options(parser, batch_size=None, batch_size_help=batch_size_help)
+    add_decoder_option(parser)
     add_verify_options(parser, frames_default=frames_default, description=IN_MEMORY_EXPORT)
     out = parser.add_argument_group("outputs")
     out.add_argument("-o", "--output", type=Path, help=output_help)
@@ -161,6 +164,8 @@ def handle(args: argparse.Namespace, console: Console) -> int:
                 record=args.record,
                 save_interval=args.save_interval,
             )
+            if not args.quiet:
+                _print_path(source, runner, args.decoder, console)
             try:
                 _process(pipeline, args, console)
             except KeyboardInterrupt:
@@ -172,6 +177,15 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _print_path(source: Source, runner: Any, decoder: str, console: Console) -> None:
+    """The path line, after the fallback notice under --decoder auto (with --decoder
+    nvdec the notice is a logged warning, shown already)."""
+    notice = getattr(source, "decoder_notice", None)
+    if notice is not None and decoder == "auto":
+        console.print(notice, highlight=False, soft_wrap=True)
+    console.print(path_line(source, runner), highlight=False, soft_wrap=True)
+
+
 def _check(args: argparse.Namespace) -> None:
     check_models(args)
     if args.output is not None and args.output.suffix != ".slp":
@@ -180,6 +194,8 @@ def _check(args: argparse.Namespace) -> None:
         return
     if (args.video is None) == (args.camera is None):
         raise UsageError("give a VIDEO file or --camera DEVICE (one of them)")
+    if args.camera is not None and args.decoder != "pyav":
+        raise UsageError("--decoder applies to video files; cameras are read with PyAV")
     if args.camera is None:
         given = [f"--{name}" for name in ("width", "height", "fps") if getattr(args, name)]
         if given:
@@ -194,9 +210,9 @@ def _is_file_run(args: argparse.Namespace) -> bool:
 
 def _open(args: argparse.Namespace) -> Source:
     if args.command == "replay":
-        return open_source(args.video, replay=True, fps=args.fps)
+        return open_source(args.video, replay=True, fps=args.fps, decoder=args.decoder)
     if args.video is not None:
-        return open_source(args.video, camera=False)
+        return open_source(args.video, camera=False, decoder=args.decoder)
     device: int | str = int(args.camera) if args.camera.isdigit() else args.camera
     return open_source(device, camera=True, width=args.width, height=args.height, fps=args.fps)
 

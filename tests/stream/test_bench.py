@@ -129,3 +129,56 @@ def test_bench_interrupted_exits_130_and_closes_the_runner(gray_video, monkeypat
 def test_decoding_no_frames_is_a_source_error(gray_video):
     with pytest.raises(SourceError, match="no frames to measure"):
         bench.decode_all(gray_video, limit=0)
+
+
+def test_timeline_summary_gives_offsets_busy_shares_and_overlap():
+    from sleap_live.stream.batching import StageTimes
+
+    # Two batches: batch 1 decodes (10-20) while batch 0 runs in the engine (12-22).
+    times = [
+        StageTimes(decode=(0.0, 10.0), stack=(10.0, 11.0), engine=(12.0, 22.0)),
+        StageTimes(decode=(10.0, 20.0), stack=(20.0, 21.0), engine=(22.0, 32.0)),
+    ]
+    times[0].postprocess = (22.0, 23.0)
+    times[1].postprocess = (32.0, 40.0)
+    summary = bench.timeline_summary(times, first=1)
+    assert summary["span_ms"] == 40_000
+    assert summary["batches"] == [
+        {
+            "decode": [0.0, 10_000.0],
+            "stack": [10_000.0, 11_000.0],
+            "engine": [12_000.0, 22_000.0],
+            "postprocess": [22_000.0, 23_000.0],
+        }
+    ]
+    assert summary["busy"] == {"decode": 0.5, "stack": 0.05, "engine": 0.5, "postprocess": 0.225}
+    # Decode (0-20) overlaps the engine (12-32) for 8 of its 20 busy seconds.
+    assert summary["decode_during_engine"] == pytest.approx(0.4)
+    assert bench.timeline_summary([]) == {}
+
+
+def test_recorded_run_reports_its_timeline(fakes, gray_video):
+    result = bench.bench_recorded(fakes.FakeRunner(), gray_video, batch_size=4, limit=12)
+    timeline = result["timeline"]
+    assert len(timeline["batches"]) == 3
+    for batch in timeline["batches"]:
+        order = [t for stage in ("decode", "stack", "engine", "postprocess") for t in batch[stage]]
+        assert order == sorted(order)
+    assert set(timeline["busy"]) == {"decode", "stack", "engine", "postprocess"}
+    assert 0.0 <= timeline["decode_during_engine"] <= 1.0
+
+
+def test_bench_prints_the_timeline_table():
+    from rich.console import Console
+
+    from sleap_live.cli.bench import timeline_table
+    from sleap_live.stream.batching import StageTimes
+
+    times = [StageTimes(decode=(0.0, 1.0), stack=(1.0, 1.5), engine=(2.0, 3.0))]
+    times[0].postprocess = (3.0, 4.0)
+    console = Console(width=120, record=True)
+    console.print(timeline_table(bench.timeline_summary(times)))
+    text = console.export_text()
+    assert "0.0-1000.0" in text and "2000.0-3000.0" in text
+    assert "decode ran during 0% of the engine's busy time" in text
+    assert "busy" in text and "25%" in text

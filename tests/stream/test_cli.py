@@ -155,6 +155,8 @@ def test_replay_is_live_and_stops_after_duration(tmp_path, fake_engine, capsys, 
         (["v.mp4", "-m", "m", "--batch-size", "0"], "argument --batch-size: must be at least 1"),
         (["v.mp4", "-m", "m", "--duration", "x"], "argument --duration: expected a number"),
         (["replay", "v.mp4", "-m", "m", "--engine", "tf"], "argument --engine: invalid choice"),
+        (["v.mp4", "-m", "m", "--decoder", "cuda"], "argument --decoder: invalid choice"),
+        (["--camera", "0", "-m", "m", "--decoder", "nvdec"], "--decoder applies to video files"),
     ],
 )
 def test_bad_arguments_are_one_line_and_exit_2(argv, message, capsys):
@@ -449,3 +451,25 @@ def test_real_model_end_to_end_matches_ground_truth(name, tmp_path):
         errors.append(np.linalg.norm(predicted[rows] - expected[cols], axis=-1).ravel())
     # sleap-nn's own predictions on these clips have a median error of about 1 px.
     assert np.nanmedian(np.concatenate(errors)) < 3.0
+
+
+def test_run_prints_its_path_and_why_nvdec_was_not_used(
+    video, fake_engine, capsys, monkeypatch, caplog
+):
+    from sleap_live.stream.sources import nvdec
+
+    monkeypatch.setattr(nvdec, "nvdec_unavailable", lambda info: "no GPU in this test")
+    notice = "NVDEC not used: no GPU in this test; decoding with PyAV on the CPU"
+    assert cli.main(["run", str(video), "-m", "m", "--decoder", "auto"]) == 0
+    err = capsys.readouterr().err
+    assert err.count(notice) == 1 and "path: pyav decode -> FakeRunner on cpu\n" in err
+    # Asked for explicitly, the notice is a logged warning (stderr without handlers).
+    caplog.clear()
+    assert cli.main(["run", str(video), "-m", "m", "--decoder", "nvdec"]) == 0
+    assert notice not in capsys.readouterr().err
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [("WARNING", notice)]
+    assert cli.main(["run", str(video), "-m", "m"]) == 0
+    err = capsys.readouterr().err
+    assert "NVDEC" not in err and "path: pyav decode -> FakeRunner on cpu" in err
+    assert cli.main(["run", str(video), "-m", "m", "-q"]) == 0
+    assert "path:" not in capsys.readouterr().err

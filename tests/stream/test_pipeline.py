@@ -459,3 +459,71 @@ def test_recorded_policy_runs_every_stage_but_infer_at_low_priority(fakes, polic
 
     background = min(19, base + RECORDED_BACKGROUND_NICE) if policy == "recorded" else base
     assert seen == {"infer": base, "capture": background, "consumer": background}
+
+
+# --- stage times, device batches -------------------------------------------------------
+
+
+def test_every_batch_records_its_stage_times_in_order(fakes):
+    pipeline = Pipeline(fakes.FakeSource(20), fakes.FakeRunner(), batch_size=4)
+    pipeline.run()
+    timeline = pipeline.timeline
+    assert len(timeline) == 5
+    for times in timeline:
+        order = [*times.decode, *times.stack, *times.engine, *times.postprocess]
+        assert order == sorted(order)
+    starts = [times.engine[0] for times in timeline]
+    assert starts == sorted(starts)
+
+
+def test_tensor_frames_are_stacked_by_torch_without_streams(fakes):
+    import torch
+
+    from sleap_live.stream.batching import DeviceStreams, collect_batch
+    from sleap_live.stream.channel import Channel
+    from sleap_live.stream.types import Frame
+
+    images = [torch.full((4, 5, 3), i, dtype=torch.uint8) for i in range(3)]
+    frames = [Frame(i, float(i), "t", image) for i, image in enumerate(images)]
+    channel: Channel[Frame] = Channel(4, "block")
+    for frame in frames[1:]:
+        channel.put(frame)
+    channel.close()
+    batch = collect_batch(channel, frames[0], 3, None, fakes.FakeClock(5.0))
+    assert isinstance(batch.images, torch.Tensor) and batch.images.shape == (3, 4, 5, 3)
+    assert [int(image[0, 0, 0]) for image in batch.images] == [0, 1, 2]
+    assert batch.times.decode == (0.0, 2.0) and batch.ready is None and batch.streams is None
+    # CPU tensors and arrays stay on the host path: no CUDA streams are made.
+    assert DeviceStreams.for_image(frames[0].image) is None
+    assert DeviceStreams.for_image(np.zeros((2, 2, 1), np.uint8)) is None
+
+
+def test_a_runner_gets_the_inference_stream_only_if_it_takes_one(fakes):
+    from sleap_live.stream.pipeline import _takes_stream
+
+    class StreamRunner(fakes.FakeRunner):
+        def run(self, frames, stream=None):
+            return super().run(frames)
+
+    assert _takes_stream(StreamRunner()) and not _takes_stream(fakes.FakeRunner())
+
+
+@pytest.mark.gpu
+def test_device_frames_stay_on_the_gpu_and_run_on_the_inference_stream(fakes):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    from sleap_live.stream.sources import IteratorSource
+
+    seen = []
+
+    class DeviceRunner(fakes.FakeRunner):
+        def run(self, frames, stream=None):
+            seen.append((frames.device.type, stream, torch.cuda.current_stream()))
+            return super().run(frames.cpu().numpy())
+
+    images = [torch.from_numpy(fakes.frame_image(i)).cuda() for i in range(8)]
+    pipeline = Pipeline(IteratorSource(images, copy=False), DeviceRunner(), batch_size=4)
+    pipeline.run()
+    assert [device for device, _, _ in seen[1:]] == ["cuda", "cuda"]
+    assert all(stream is not None and stream == current for _, stream, current in seen[1:])
