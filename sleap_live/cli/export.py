@@ -19,6 +19,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from sleap_live.cli.options import UsageError, add_verify_options, positive_int, verify_options
+from sleap_live.engines.load.metadata import DEFAULT_PROFILE, PROFILES
 
 SUMMARY = "export model directories to one ONNX or TorchScript file, verified against torch"
 # The exporter's formats and default opset, written here so that building the
@@ -58,6 +59,13 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("-f", "--format", choices=FORMATS, default="onnx", help="what to export to")
     parser.add_argument(
         "--opset", type=positive_int, default=DEFAULT_OPSET, help="ONNX opset version"
+    )
+    parser.add_argument(
+        "--profile",
+        choices=PROFILES,
+        default=DEFAULT_PROFILE,
+        help="default: any frame size, instance lists; tensorrt (ONNX only): what TensorRT "
+        "takes as it is (float32 inside, the verification frames' size, fixed instance slots)",
     )
     add_verify_options(
         parser,
@@ -108,6 +116,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             output,
             format=args.format,
             opset=args.opset,
+            profile=args.profile,
             progress=status.update,
             **verify,
         )

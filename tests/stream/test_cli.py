@@ -337,6 +337,22 @@ def test_export_verified_on_a_video(tmp_path, capsys):
 
 
 @pytest.mark.slow
+def test_export_with_the_tensorrt_profile_lints_clean(tmp_path, capsys):
+    if not real_run_available("single_instance"):
+        pytest.skip("tests/data/models has no trained single_instance model")
+    from sleap_live.engines.load.metadata import ExportMetadata, sidecar_path
+
+    video = Path(__file__).parents[1] / "data" / "videos" / "single.mkv"
+    out = tmp_path / "single.onnx"
+    argv = ["export", str(MODELS / "single_instance"), "-o", str(out), "--profile", "tensorrt"]
+    assert cli.main([*argv, "--verify-video", str(video)]) == 0
+    assert ExportMetadata.from_json(sidecar_path(out).read_text(), str(out)).profile == "tensorrt"
+    capsys.readouterr()
+    assert cli.main(["check-tensorrt", str(out)]) == 0
+    assert capsys.readouterr().out.startswith("clean")
+
+
+@pytest.mark.slow
 def test_export_without_verification_into_a_directory(tmp_path, capsys):
     if not real_run_available("single_instance"):
         pytest.skip("tests/data/models has no trained single_instance model")
