@@ -39,6 +39,7 @@ import numpy as np
 
 from sleap_live.engines.errors import ModelConfigError, RuntimeUnavailableError
 from sleap_live.engines.host.frames import as_numpy
+from sleap_live.engines.host.outputs import output_axes
 from sleap_live.engines.host.postprocess import decode
 from sleap_live.engines.load.metadata import METADATA_KEY, ExportMetadata
 from sleap_live.engines.runners.base import begin_run
@@ -53,7 +54,6 @@ from sleap_live.engines.runners.onnx_session import (
     OutputAxes,
     OutputShapes,
     Provider,
-    contract_axes,
     create_session,
     device_of,
     providers_for,
@@ -75,7 +75,6 @@ __all__ = [
     "OnnxRunner",
     "OutputAxes",
     "Provider",
-    "contract_axes",
     "create_session",
     "device_of",
     "providers_for",
@@ -143,7 +142,7 @@ class OnnxRunner:
         (graph_input,) = session.get_inputs()
         self._input_name = graph_input.name
         self._output_names = [output.name for output in session.get_outputs()]
-        axes = contract_axes(self.info.model_type, self.metadata.output_layout)
+        axes = output_axes(self.info.model_type, self.metadata.output_layout)
         shapes = OutputShapes.of_session(session, axes)
         if cuda_graphs:
             session, cuda_graphs = _with_graphs_if_possible(
@@ -253,7 +252,7 @@ class BoundIO:
         session: the `onnxruntime.InferenceSession`.
         device_type: "cuda" or "cpu", where inputs and outputs are bound.
         device_id: the device's index.
-        output_axes: axis names per output (e.g. `contract_axes`).
+        output_axes: axis names per output (`sleap_live.engines.host.outputs.output_axes`).
     """
 
     def __init__(

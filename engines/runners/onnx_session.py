@@ -19,7 +19,7 @@ from sleap_live.engines.errors import (
     ModelNotFoundError,
     RuntimeUnavailableError,
 )
-from sleap_live.engines.host.outputs import BATCH_AXIS, INSTANCE_AXIS, INSTANCE_LIST, output_axes
+from sleap_live.engines.host.outputs import BATCH_AXIS, INSTANCE_AXIS
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
@@ -196,14 +196,6 @@ def create_session(
     return session
 
 
-def contract_axes(model_type: str, layout: str = INSTANCE_LIST) -> OutputAxes:
-    """The axes of each output a sleap-live graph of `model_type` has (its output contract).
-
-    `layout` is the graph's output layout (`ExportMetadata.output_layout`).
-    """
-    return output_axes(model_type, layout)
-
-
 def device_of(providers: Sequence[Provider]) -> str:
     """The device the first provider runs on: "cpu" or "cuda:N"."""
     if _provider_name(providers[0]) in GPU_PROVIDERS:
@@ -223,7 +215,7 @@ class OutputShapes:
     Args:
         outputs: `(name, graph dims)` per output, as `session.get_outputs()` gives
             them (ints, or names/None for symbolic dims).
-        output_axes: axis names per output (e.g. `contract_axes`).
+        output_axes: axis names per output (`sleap_live.engines.host.outputs.output_axes`).
     """
 
     def __init__(

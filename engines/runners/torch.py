@@ -104,7 +104,7 @@ class TorchRunner:
         self._stream = stream
         self._graphed = (
             GraphedForward(
-                self._model, self._output_names, contract_axes(model), max_graphs=max_graphs
+                self._model, self._output_names, model_output_axes(model), max_graphs=max_graphs
             )
             if cuda_graphs
             else None
@@ -168,6 +168,6 @@ class TorchRunner:
         self._graphed = None
 
 
-def contract_axes(model: InferenceModel) -> dict[str, tuple[str, ...]]:
+def model_output_axes(model: InferenceModel) -> dict[str, tuple[str, ...]]:
     """The output contract's axes of each of the model's outputs, in its profile's layout."""
     return output_axes(model.info.model_type, OUTPUT_LAYOUTS[model.profile])

@@ -38,7 +38,6 @@ from sleap_live.engines.runners.onnx import (
     CUDA,
     TENSORRT,
     OnnxRunner,
-    contract_axes,
     create_session,
     device_of,
     providers_for,
@@ -380,9 +379,7 @@ def test_output_shapes_of_this_projects_exports(bottomup_onnx, toy_onnx, toy):
     bottomup = OutputShapes.of_session(create_session(bottomup_onnx), BOTTOMUP_AXES)
     assert bottomup.data_dependent() is None
     assert bottomup("peak_scores", 3) == (3, 5, 20) and bottomup("line_scores", 1)[0] == 1
-    toy_shapes = OutputShapes.of_session(
-        create_session(toy_onnx), contract_axes(toy.info.model_type)
-    )
+    toy_shapes = OutputShapes.of_session(create_session(toy_onnx), output_axes(toy.info.model_type))
     assert toy_shapes("points", 2) is None
     assert toy_shapes.data_dependent() == "output 'instance_frame' is as long as the data make it"
 
@@ -468,7 +465,7 @@ def test_torch_binding_binds_tensors_in_place_and_preallocates(bottomup_onnx, an
 def test_torch_binding_leaves_instance_lists_to_onnx_runtime(toy_onnx, toy):
     session = create_session(toy_onnx, intra_op_threads=1)
     recording = RecordingSession(session)
-    shapes = OutputShapes.of_session(session, contract_axes(toy.info.model_type))
+    shapes = OutputShapes.of_session(session, output_axes(toy.info.model_type))
     binding = TorchBinding(recording, "cpu", shapes)
     frames = sample_frames(2, 96, 128, 3, seed=4)
     assert_outputs_equal(binding.run(frames), session_outputs(session, frames))

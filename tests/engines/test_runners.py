@@ -22,11 +22,11 @@ from sleap_live.engines.export.frames import sample_frames
 from sleap_live.engines.graph.build import load_inference_model
 from sleap_live.engines.graph.preprocess import ensure_channels
 from sleap_live.engines.host.frames import check_frames, convert_channels
+from sleap_live.engines.host.outputs import output_axes
 from sleap_live.engines.runners.base import Runner
 from sleap_live.engines.runners.onnx import (
     BoundIO,
     OnnxRunner,
-    contract_axes,
     create_session,
     providers_for,
 )
@@ -238,7 +238,7 @@ def test_io_binding_preallocates_the_outputs_of_a_bottom_up_export(bottomup_onnx
     dims = {output.name: output.shape for output in session.get_outputs()}
     # The graph sizes the peak slots in `peaks` and `line_scores` only.
     assert dims["peaks"][1:] == [5, 20, 2] and not isinstance(dims["peak_scores"][1], int)
-    bound = BoundIO(session, "cpu", output_axes=contract_axes("bottomup"))
+    bound = BoundIO(session, "cpu", output_axes=output_axes("bottomup"))
     with FileSource(str(DATA / "videos" / "multi_gray.mkv")) as source:
         frames = np.stack([frame.image for _, frame in zip(range(5), source, strict=False)])
     results, buffers = [], []
@@ -264,7 +264,7 @@ def test_io_binding_preallocates_the_outputs_of_a_bottom_up_export(bottomup_onnx
 
 def test_io_binding_leaves_instance_lists_to_onnx_runtime(toy, toy_onnx):
     session = create_session(toy_onnx, intra_op_threads=1)
-    bound = BoundIO(session, "cpu", output_axes=contract_axes(toy.info.model_type))
+    bound = BoundIO(session, "cpu", output_axes=output_axes(toy.info.model_type))
     bound.run(sample_frames(2, 96, 128, 3, seed=4))
     assert bound._buffers[2] == {}
 
