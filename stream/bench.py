@@ -237,7 +237,7 @@ def bench_throughput(
 def _median_run(runs: list[dict[str, float]]) -> dict[str, Any]:
     """The run with the median fps, plus every run's fps."""
     ranked = sorted(runs, key=lambda run: run["fps"])
-    median = dict(ranked[(len(ranked) - 1) // 2])
+    median: dict[str, Any] = dict(ranked[(len(ranked) - 1) // 2])
     median["fps_runs"] = [run["fps"] for run in runs]
     return median
 

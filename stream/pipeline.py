@@ -469,7 +469,8 @@ class Pipeline:
         inference.wait_event(batch.ready)
         with torch.cuda.stream(inference):
             if self._runner_takes_stream:
-                return self.runner.run(batch.images, stream=inference)
+                run: Any = self.runner.run  # GPU runners' run takes stream= (not the protocol)
+                return run(batch.images, stream=inference)
             return self.runner.run(batch.images)
 
     def _emit(self) -> None:

@@ -244,7 +244,7 @@ def _summarise(pipeline: Pipeline, output: Path | None, console: Console) -> Non
     )
     if stats.frames_dropped:
         line += f", {stats.frames_dropped} dropped"
-    if stats.latency_p50 is not None and stats.policy == "live":
+    if stats.latency_p50 is not None and stats.latency_p99 is not None and stats.policy == "live":
         line += (
             f", latency p50 {stats.latency_p50 * 1000:.1f} ms p99 {stats.latency_p99 * 1000:.1f} ms"
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import MappingProxyType, TracebackType
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 from sleap_live.stream.clock import Clock
 from sleap_live.stream.sources.camera import CameraSource
@@ -157,7 +157,7 @@ def open_source(
         SourceError: if it exists but cannot be opened.
     """
     kind = _kind_of(spec, camera, replay)
-    given = {
+    given: dict[str, Any] = {
         name: value
         for name, value in {
             "fps": fps,
@@ -183,13 +183,14 @@ def open_source(
             f"option{'s' if len(unsupported) > 1 else ''} {', '.join(unsupported)} "
             f"cannot be used with a {kind} source (it takes {', '.join(sorted(_OPTIONS[kind]))})"
         )
+    # `_kind_of` has narrowed `spec` to what each kind takes.
     if kind == "camera":
-        return CameraSource(_camera_device(spec), **given)
+        return CameraSource(_camera_device(cast("int | str | os.PathLike[str]", spec)), **given)
     if kind == "file":
-        return open_file(spec, **given)
+        return open_file(cast("str | os.PathLike[str]", spec), **given)
     if kind == "replay":
-        return ReplaySource(spec, **given)
-    return IteratorSource(spec, **given)
+        return ReplaySource(cast("str | os.PathLike[str]", spec), **given)
+    return IteratorSource(cast("Iterable[Any] | Callable[[], Any]", spec), **given)
 
 
 def _kind_of(spec: Any, camera: bool | None, replay: bool) -> str:

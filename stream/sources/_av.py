@@ -42,7 +42,7 @@ def video_stream(container: av.container.InputContainer, name: str) -> av.video.
         SourceError: if there is no video stream or it has no frame size.
     """
     if not container.streams.video:
-        kinds = sorted({stream.type for stream in container.streams}) or ["none"]
+        kinds: list[str] = sorted({stream.type for stream in container.streams}) or ["none"]
         raise SourceError(f"{name}: no video stream (streams found: {', '.join(kinds)})")
     stream = container.streams.video[0]
     stream.thread_type = "AUTO"

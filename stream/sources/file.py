@@ -101,8 +101,9 @@ class FileSource(SourceBase):
         """
         if self.fps is None:
             return None
-        if self._stream.duration is not None:
-            seconds = float(self._stream.duration * self._stream.time_base)
+        time_base = self._stream.time_base
+        if self._stream.duration is not None and time_base is not None:
+            seconds = float(self._stream.duration * time_base)
         elif self._container.duration is not None and len(self._container.streams) == 1:
             seconds = self._container.duration / av.time_base
         else:
@@ -196,10 +197,10 @@ class FileSource(SourceBase):
 
     def _seek(self, start: int) -> bool:
         """Seek to the keyframe at or before frame ``start``; False if it cannot seek."""
-        if self.fps is None:
-            return False
         stream = self._stream
-        offset = Fraction(start) / Fraction(stream.average_rate or stream.guessed_rate)
+        if self.fps is None or stream.time_base is None:
+            return False
+        offset = Fraction(start) / self._rate()
         target = (stream.start_time or 0) + int(offset / stream.time_base)
         try:
             self._container.seek(target, stream=stream, backward=True)
@@ -214,7 +215,13 @@ class FileSource(SourceBase):
             return None
         stream = self._stream
         seconds = (frame.pts - (stream.start_time or 0)) * frame.time_base
-        return round(seconds * (stream.average_rate or stream.guessed_rate))
+        return round(seconds * self._rate())
+
+    def _rate(self) -> Fraction:
+        """The stream's frame rate, exact; only called when `fps` is known."""
+        rate = self._stream.average_rate or self._stream.guessed_rate
+        assert rate is not None, "the stream declares no frame rate"
+        return Fraction(rate)
 
     def _check_size(self, frame: av.VideoFrame, index: int) -> None:
         height, width, _ = self.frame_shape

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sized
 from typing import Any
 
 import numpy as np
@@ -61,7 +61,7 @@ class IteratorSource(SourceBase):
         super().__init__(source_id)
         if isinstance(frames, Iterable):
             self._items: Iterator[Any] = iter(frames)
-            self.n_frames = len(frames) if hasattr(frames, "__len__") else None
+            self.n_frames = len(frames) if isinstance(frames, Sized) else None
         elif callable(frames):
             self._items = _call_until_none(frames)
             self.n_frames = None

@@ -274,7 +274,7 @@ def _on(stream: Any) -> Any:
 def _open_decoder(path: Path, device: Any, stream: Any, start: int) -> Any:
     """PyNvVideoCodec's ThreadedDecoder for `path`, decoding NV12 into device memory."""
     try:
-        import PyNvVideoCodec as nvc
+        import PyNvVideoCodec as nvc  # type: ignore[import-not-found,import-untyped,unused-ignore]
     except ImportError as error:
         raise SourceError(f"NVDEC needs PyNvVideoCodec: {INSTALL_HINT} ({error})") from error
     try:

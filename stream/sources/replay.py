@@ -75,14 +75,14 @@ class ReplaySource(SourceBase):
         if rate is None:
             self._file.close()
             raise SourceError(f"{self.path}: the video declares no frame rate; pass fps=")
-        self.fps = float(rate)
+        self.fps = self._rate = float(rate)
         self.frame_shape = self._file.frame_shape
         self.n_frames = self._file.n_frames
         self.drop_late = drop_late
         self.skipped = 0
 
     def _frames(self) -> Iterator[Frame]:
-        period = 1.0 / self.fps
+        period = 1.0 / self._rate
         first_release: float | None = None
         first_index = 0
         for frame in self._file:
