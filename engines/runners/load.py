@@ -23,7 +23,7 @@ once, or for each new frame size on its first batch (see `sleap_live.engines.exp
 "auto" picks the engine before anything is loaded and never changes it: an
 export that fails or does not verify is an `ExportError`, not a quiet switch to
 torch. `.onnx` files and sleap-nn export directories load without importing
-torch (with `device="auto"`, torch is asked about a GPU only when installed).
+torch (with `device="auto"`, the CUDA driver itself is asked whether a GPU is there).
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ DEVICES = ("auto", "cpu", "cuda")
 EXPORT_OPTIONS = ("opset", "verify", "verify_frames")
 # Options of engine "tensorrt" (see `_tensorrt_runner`).
 TENSORRT_OPTIONS = ("frame_size", "batch_size", "precision", "engine_cache", "stream")
+# GPU options of engines "torch" and "onnx" (see `_gpu_options`).
+GPU_OPTIONS = ("stream", "cuda_graphs", "execution_provider")
 
 
 def load_runner(
@@ -70,7 +72,11 @@ def load_runner(
             (height, width, channels): build the engine now rather than on the
             first batch), `batch_size` (the throughput profile's, default 8),
             `precision` ("fp32" or "fp16"), `engine_cache` (a directory) and
-            `stream` (the `torch.cuda.Stream` runs enqueue on).
+            `stream` (the `torch.cuda.Stream` runs enqueue on). On a GPU with
+            torch or ONNX Runtime: `stream` likewise, `cuda_graphs` (capture
+            fixed-shape runs as CUDA graphs) and, for ONNX Runtime,
+            `execution_provider` ("cuda" or "tensorrt", ONNX Runtime's TensorRT
+            provider with its engine cache).
 
     Returns:
         A `TorchRunner`, `OnnxRunner`, `SleapNNExportRunner` or `TensorRTRunner`.
@@ -94,7 +100,7 @@ def load_runner(
         raise ValueError(
             f"give one model, or two model directories for top-down; got {len(models)} paths"
         )
-    known = (*EXPORT_OPTIONS, *(TENSORRT_OPTIONS if engine == "tensorrt" else ()))
+    known = (*EXPORT_OPTIONS, *(TENSORRT_OPTIONS if engine == "tensorrt" else GPU_OPTIONS))
     unknown = set(options) - set(known)
     if unknown:
         raise TypeError(f"load_runner got unknown options {sorted(unknown)}")
@@ -106,11 +112,12 @@ def load_runner(
     if engine == "tensorrt" or (len(models) == 1 and first.suffix in ENGINE_SUFFIXES):
         _require(engine, "tensorrt", f"{first} is a TensorRT engine")
         return _tensorrt_runner(models, device, options)
+    gpu = _gpu_options(options)
     if len(models) == 1 and first.is_file():
         if first.suffix == ".onnx":
-            return _onnx_file_runner(first, engine, device, threads)
+            return _onnx_file_runner(first, engine, device, threads, gpu)
         if first.suffix == ".pt":
-            return _torchscript_runner(first, engine, device, threads)
+            return _torchscript_runner(first, engine, device, threads, gpu)
         raise ValueError(
             f"{first}: unknown model file type (expected a sleap-live '.onnx' or '.pt' export, "
             "or a model directory)"
@@ -118,9 +125,23 @@ def load_runner(
     from sleap_live.engines.load.dirs import is_sleap_nn_export_dir
 
     if len(models) == 1 and is_sleap_nn_export_dir(first):
-        return _sleap_nn_export_runner(first, engine, device, threads)
+        return _sleap_nn_export_runner(first, engine, device, threads, gpu)
     _check_model_dirs(models)
-    return _model_dir_runner(models, engine, device, threads, options)
+    export_options = {name: options[name] for name in EXPORT_OPTIONS if name in options}
+    return _model_dir_runner(models, engine, device, threads, export_options, gpu)
+
+
+def _gpu_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The GPU options given, as the torch and ONNX runners' keyword arguments."""
+    return {name: options[name] for name in GPU_OPTIONS if name in options}
+
+
+def _onnx_arguments(device: str, gpu: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """ONNX Runtime's providers for `device`, and the runner's stream and graph options."""
+    from sleap_live.engines.runners.onnx import providers_for
+
+    runner = {name: value for name, value in gpu.items() if name != "execution_provider"}
+    return providers_for(device, gpu.get("execution_provider", "cuda")), runner
 
 
 def _check_model_dirs(paths: list[Path]) -> None:
@@ -135,14 +156,19 @@ def _check_model_dirs(paths: list[Path]) -> None:
             )
 
 
-def _onnx_file_runner(path: Path, engine: str, device: str, threads: int | None) -> Runner:
-    from sleap_live.engines.runners.onnx import OnnxRunner, providers_for
+def _onnx_file_runner(
+    path: Path, engine: str, device: str, threads: int | None, gpu: dict[str, Any]
+) -> Runner:
+    from sleap_live.engines.runners.onnx import OnnxRunner
 
     _require(engine, "onnx", f"{path} is an ONNX export")
-    return OnnxRunner(path, providers_for(_onnx_device(device)), intra_op_threads=threads)
+    providers, runner = _onnx_arguments(_onnx_device(device), gpu)
+    return OnnxRunner(path, providers, intra_op_threads=threads, **runner)
 
 
-def _torchscript_runner(path: Path, engine: str, device: str, threads: int | None) -> Runner:
+def _torchscript_runner(
+    path: Path, engine: str, device: str, threads: int | None, gpu: dict[str, Any]
+) -> Runner:
     from sleap_live.engines.export.torchscript import load_torchscript
     from sleap_live.engines.runners.torch import TorchRunner
 
@@ -153,15 +179,20 @@ def _torchscript_runner(path: Path, engine: str, device: str, threads: int | Non
         _torch_device(device),
         input_channels=model.metadata.input_channels,
         num_threads=threads,
+        **_torch_options(gpu),
     )
 
 
-def _sleap_nn_export_runner(path: Path, engine: str, device: str, threads: int | None) -> Runner:
-    from sleap_live.engines.runners.onnx import providers_for
+def _sleap_nn_export_runner(
+    path: Path, engine: str, device: str, threads: int | None, gpu: dict[str, Any]
+) -> Runner:
     from sleap_live.engines.runners.sleap_nn_export import SleapNNExportRunner
 
     _require(engine, "onnx", f"{path} is a sleap-nn export directory")
-    return SleapNNExportRunner(path, providers_for(_onnx_device(device)), intra_op_threads=threads)
+    if gpu.keys() - {"execution_provider"}:
+        raise ValueError(f"{path}: a sleap-nn export runs without stream or cuda_graphs options")
+    providers, _ = _onnx_arguments(_onnx_device(device), gpu)
+    return SleapNNExportRunner(path, providers, intra_op_threads=threads)
 
 
 def _model_dir_runner(
@@ -170,16 +201,17 @@ def _model_dir_runner(
     device: str,
     threads: int | None,
     export_options: dict[str, Any],
+    gpu: dict[str, Any],
 ) -> Runner:
     from sleap_live.engines.graph.build import load_inference_model
     from sleap_live.engines.runners.torch import TorchRunner
 
     model = load_inference_model(paths)
     if engine == "torch" or (engine == "auto" and not _onnx_can_use(device)):
-        return TorchRunner(model, _torch_device(device), num_threads=threads)
+        return TorchRunner(model, _torch_device(device), num_threads=threads, **_torch_options(gpu))
 
     from sleap_live.engines.export import export_onnx_bytes
-    from sleap_live.engines.runners.onnx import OnnxRunner, providers_for
+    from sleap_live.engines.runners.onnx import OnnxRunner
 
     try:
         onnx_bytes = export_onnx_bytes(model, sources=paths, **export_options)
@@ -188,7 +220,14 @@ def _model_dir_runner(
             f"cannot run {', '.join(map(str, paths))} with ONNX Runtime: {error}; "
             "or run the model with torch (--engine torch)"
         ) from error
-    return OnnxRunner(onnx_bytes, providers_for(_onnx_device(device)), intra_op_threads=threads)
+    providers, runner = _onnx_arguments(_onnx_device(device), gpu)
+    return OnnxRunner(onnx_bytes, providers, intra_op_threads=threads, **runner)
+
+
+def _torch_options(gpu: dict[str, Any]) -> dict[str, Any]:
+    if "execution_provider" in gpu:
+        raise ValueError("execution_provider is an ONNX Runtime option; torch runs without it")
+    return gpu
 
 
 def _tensorrt_runner(paths: list[Path], device: str, options: dict[str, Any]) -> Runner:

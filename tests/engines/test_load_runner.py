@@ -11,7 +11,12 @@ import av
 import numpy as np
 import pytest
 
-from sleap_live.engines.errors import ExportError, ModelConfigError, ModelNotFoundError
+from sleap_live.engines.errors import (
+    ExportError,
+    ModelConfigError,
+    ModelNotFoundError,
+    RuntimeUnavailableError,
+)
 from sleap_live.engines.export import (
     export_inference_model,
     export_model,
@@ -70,10 +75,22 @@ def test_an_export_cannot_run_on_the_other_engine(exports):
         load_runner(pt_path, engine="onnx")
 
 
+def test_gpu_options_reach_the_runner_and_are_refused_where_they_cannot_apply(exports):
+    _, onnx_path, pt_path = exports
+    with pytest.raises(ValueError, match="stream and cuda_graphs need a CUDA execution provider"):
+        load_runner(onnx_path, device="cpu", cuda_graphs=True)
+    with pytest.raises(ValueError, match="execution_provider is an ONNX Runtime option"):
+        load_runner(pt_path, device="cpu", execution_provider="tensorrt")
+    with pytest.raises(TypeError, match=r"unknown options \['precision'\]"):
+        load_runner(onnx_path, precision="fp16")  # a TensorRT option
+    with pytest.raises(RuntimeUnavailableError, match="TensorRT execution provider needs a CUDA"):
+        load_runner(onnx_path, device="cpu", execution_provider="tensorrt")
+
+
 def test_bad_arguments_are_refused(exports, tmp_path):
     _, onnx_path, _ = exports
-    with pytest.raises(ValueError, match="unknown engine 'tensorrt'"):
-        load_runner(onnx_path, engine="tensorrt")
+    with pytest.raises(ValueError, match="unknown engine 'tflite'"):
+        load_runner(onnx_path, engine="tflite")
     with pytest.raises(TypeError, match=r"unknown options \['num_threads'\]"):
         load_runner(onnx_path, num_threads=1)
     with pytest.raises(ValueError, match="unknown device 'tpu'"):
