@@ -98,6 +98,30 @@ def providers_for(
     return [(TENSORRT, tensorrt), cuda]
 
 
+def _gpu_build_hint() -> str:
+    """How to get a CUDA provider: install the GPU build, or take it back from the CPU build.
+
+    `onnxruntime` and `onnxruntime-gpu` install into the same package folder; with both
+    installed, whichever pip wrote last wins, and the CPU build's files hide the CUDA
+    provider.
+    """
+    import importlib.metadata
+
+    installed = set()
+    for distribution in ("onnxruntime", "onnxruntime-gpu"):
+        try:
+            importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        installed.add(distribution)
+    if installed == {"onnxruntime", "onnxruntime-gpu"}:
+        return (
+            "; onnxruntime and onnxruntime-gpu are both installed and the CPU build's files "
+            "won: pip uninstall -y onnxruntime onnxruntime-gpu && pip install onnxruntime-gpu"
+        )
+    return f"; install the GPU build: {GPU_INSTALL_HINT}"
+
+
 def default_trt_cache_dir() -> Path:
     """Where ONNX Runtime's TensorRT engines are cached, under $XDG_CACHE_HOME or ~/.cache."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -161,7 +185,7 @@ def create_session(
     available = ort.get_available_providers()
     for name in names:
         if name not in available:
-            hint = f"; install the GPU build: {GPU_INSTALL_HINT}" if name in GPU_PROVIDERS else ""
+            hint = _gpu_build_hint() if name in GPU_PROVIDERS else ""
             raise RuntimeUnavailableError(
                 f"{name} is not available in onnxruntime {ort.__version__} "
                 f"(available: {', '.join(available)}){hint}"

@@ -612,3 +612,21 @@ def test_onnx_cuda_runner_binds_torch_tensors_and_matches_the_cpu(
     for _ in range(3):
         assert_same_poses(runner.run(torch.from_numpy(animal_frames).cuda()), expected, 1e-3)
         assert_same_poses(runner.run(animal_frames), expected, 1e-3)
+
+
+@pytest.mark.skipif(HAS_CUDA_EP, reason="onnxruntime-gpu is installed")
+def test_both_onnxruntime_builds_installed_is_named_with_the_fix(toy_onnx, monkeypatch):
+    import importlib.metadata
+
+    real_version = importlib.metadata.version
+
+    def version(distribution):
+        return "1.31.1" if distribution == "onnxruntime-gpu" else real_version(distribution)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    with pytest.raises(RuntimeUnavailableError) as error:
+        create_session(toy_onnx, providers_for("cuda"))
+    message = str(error.value)
+    assert "\n" not in message
+    assert "onnxruntime and onnxruntime-gpu are both installed" in message
+    assert "pip uninstall -y onnxruntime onnxruntime-gpu && pip install onnxruntime-gpu" in message
