@@ -23,6 +23,11 @@ def _helper_module(file_name: str, module_name: str) -> ModuleType:
     return sys.modules[module_name]
 
 
+# `tests/engines/goldens.py`, registered at once: test modules import it by this name
+# (`import sleap_live_tests_goldens as goldens`) to parametrize over its cases.
+_helper_module("goldens.py", "sleap_live_tests_goldens")
+
+
 @pytest.fixture(scope="session")
 def toy_models() -> ModuleType:
     """`tests/engines/toy_models.py`: small exportable inference models."""

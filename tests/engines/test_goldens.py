@@ -10,30 +10,16 @@ difference measured on the fixtures, so a real change in the poses fails them.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from functools import cache
-from pathlib import Path
 
 import attrs
 import numpy as np
 import pytest
+import sleap_live_tests_goldens as goldens  # registered by conftest.py
 
 from sleap_live.engines.runners.load import load_runner
 from sleap_live.stream.sources import FileSource
 
-
-def _load_goldens():
-    name = "sleap_live_tests_goldens"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("goldens.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-goldens = _load_goldens()
 CASES, case_paths = goldens.CASES, goldens.case_paths
 compare, ground_truth_errors = goldens.compare, goldens.ground_truth_errors
 

@@ -8,16 +8,15 @@ only run at stride multiples); see tests/data/README.md.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
 from functools import cache
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
+import sleap_live_tests_goldens as goldens  # registered by conftest.py
 import torch
 
 from sleap_live.engines.errors import (
@@ -46,17 +45,6 @@ CASES = {
 # sleap-nn predict's default batch size, which the goldens were made with.
 BATCH = 4
 TOLERANCE = 1e-3
-
-
-def _goldens_module():
-    """tests/engines/goldens.py, shared with test_goldens.py."""
-    name = "sleap_live_tests_goldens"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("goldens.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 
 
 def require(*paths: Path) -> None:
@@ -109,7 +97,7 @@ def test_real_exports_give_sleap_nn_predict_poses(name):
     ours = as_dicts(run_all(runner, video_frames(video)))
     golden = dict(np.load(golden_path))
     assert runner.info.skeleton.node_names == tuple(golden["node_names"])
-    result = _goldens_module().compare(ours, golden, runner.info.class_names)
+    result = goldens.compare(ours, golden, runner.info.class_names)
     print(name, result.summary())
     assert result.frames == 200
     assert len(result.count_mismatches) <= 0.001 * result.frames, result.summary()

@@ -7,13 +7,12 @@ golden tolerances against sleap-nn, at the test videos' size and at odd sizes.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
+import sleap_live_tests_goldens as goldens  # registered by conftest.py
 import torch
 import torch.nn.functional as F
 
@@ -29,18 +28,6 @@ from sleap_live.engines.runners.onnx import BoundIO, OnnxRunner
 from sleap_live.engines.types import ModelInfo, Skeleton
 from sleap_live.stream.sources import FileSource
 
-
-def _load_goldens():
-    name = "sleap_live_tests_goldens"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("goldens.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-goldens = _load_goldens()
 MODELS = goldens.DATA / "models"
 BATCH = 8
 VERIFY_FRAMES = 5
