@@ -8,6 +8,7 @@ when it falls behind. The ring does the waiting; this module keeps the counts th
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from sleap_live.stream.ring import RingBuffer, RingReader
@@ -70,6 +71,17 @@ class Consumers:
         consumer = Consumer(name, reader, thread)
         self._attached.append(consumer)
         return consumer
+
+    def callback(
+        self,
+        callback: Callable[[PoseRecord], object],
+        on_skip: Callable[[int], object] | None,
+        lossless: bool | None,
+    ) -> tuple[str, Callable[[], None]]:
+        """A new consumer for `callback`: the name of its stage and its thread's body."""
+        name = getattr(callback, "__qualname__", type(callback).__name__)
+        consumer = self.attach(name, lossless)
+        return f"consumer {name}", functools.partial(call_back, consumer, callback, on_skip)
 
     def release_thread(self, thread: int) -> None:
         """Iterators of `thread` stop holding the writer: that thread is not iterating."""

@@ -8,19 +8,11 @@ Data flow, with a channel (or the ring) on every edge::
                                                                 └──────▶ outputs (writers.py:
                                                                          .slp, recording)
 
-Two policies decide what happens when a later stage is slower than capture:
-
-- ``"live"`` (default for live sources): capture never waits. The frames and
-  batches channels hold only the newest work (``drop_oldest``), so when inference
-  falls behind the oldest waiting frame is discarded and counted, and every
-  processed frame waited at most one frame interval before reaching the engine:
-  capture-to-pose latency stays near one frame interval plus one engine run.
-  Batches hold 1 frame by default, the lowest latency.
-- ``"recorded"`` (default for files): nothing is ever dropped. Every channel
-  blocks, so a slow stage slows capture instead. Batches hold 8 frames by
-  default, and decoding runs ahead by two batches so the next batch is ready
-  the moment the engine finishes the current one. Every stage but infer runs at
-  the lowest CPU priority (see `priority`).
+Two policies (see `batching`) decide what happens when a later stage is slower
+than capture: ``"live"`` (default for live sources) never makes capture wait and
+drops the oldest waiting frames instead, so latency stays near one frame interval
+plus one engine run; ``"recorded"`` (default for files) drops nothing, a slow
+stage slowing capture instead, and decodes ahead of the engine.
 
 Finished frames are never lost: whatever stops the pipeline (end of source,
 `stop()`, Ctrl-C, a failing source, engine or consumer), poses already computed
@@ -34,26 +26,24 @@ Every timing decision is made on one injectable `Clock` (see `clock`).
 
 from __future__ import annotations
 
-import inspect
 import os
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any, Literal
+from typing import Any
 
-import attrs
-import numpy as np
-
-from sleap_live.engines.types import FramePoses
 from sleap_live.stream.batching import (
-    Batch,
-    DeviceStreams,
+    DEFAULT_BATCH_SIZE,
+    POLICIES,
+    Batcher,
+    Policy,
     StageTimes,
-    collect_batch,
+    choose_policy,
     policy_channels,
 )
 from sleap_live.stream.channel import Channel
 from sleap_live.stream.clock import MONOTONIC, Clock
-from sleap_live.stream.consumers import Consumers, call_back
+from sleap_live.stream.consumers import Consumers
+from sleap_live.stream.engine_step import EngineResult, EngineStep
 from sleap_live.stream.errors import ChannelClosed, PipelineError
 from sleap_live.stream.priority import RECORDED_BACKGROUND_NICE, apply_stage_priority
 from sleap_live.stream.ring import RingBuffer
@@ -71,30 +61,9 @@ from sleap_live.stream.writers import (
 
 __all__ = ["DEFAULT_BATCH_SIZE", "POLICIES", "RECORDED_BACKGROUND_NICE", "Pipeline", "Policy"]
 
-Policy = Literal["live", "recorded"]
-POLICIES: tuple[str, ...] = ("live", "recorded")
-
-# Live: one frame per batch is the lowest latency. Recorded: 8 is the batch size
-# sleap-nn exports engines for by default (its `--max-batch-size`), so exported
-# TensorRT engines accept it; it amortises per-call overhead (sleap-nn PR #418
-# measured 3.4x the single-instance TensorRT throughput at batch 8 over batch 1);
-# and two batches in flight keep decode-ahead memory small (16 MB of 1024² gray).
-DEFAULT_BATCH_SIZE = {"live": 1, "recorded": 8}
-
-# Batches whose stage times `timeline` keeps: the first ones show the overlap, and
-# a camera running for hours must not grow a list without end.
-TIMELINE_BATCHES = 512
-
 # Records kept in the ring: about 8 s at 30 fps of slack for a lagging consumer.
 # A record is small (max_instances x nodes x 3 floats), so this costs little.
 DEFAULT_RING_CAPACITY = 256
-
-
-@attrs.frozen(eq=False)
-class _Result:
-    frames: tuple[Frame, ...]
-    poses: list[FramePoses]
-    batch: Batch
 
 
 class Pipeline:
@@ -162,14 +131,7 @@ class Pipeline:
         save_interval: float | None = DEFAULT_SAVE_INTERVAL,
         clock: Clock = MONOTONIC,
     ) -> None:
-        if policy is None:
-            policy = "live" if source.is_live else "recorded"
-        if policy not in POLICIES:
-            raise ValueError(f"policy must be one of {', '.join(POLICIES)}; got {policy!r}")
-        if batch_size is None:
-            batch_size = DEFAULT_BATCH_SIZE[policy]
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be an int of at least 1, got {batch_size!r}")
+        policy, batch_size = choose_policy(policy, source.is_live, batch_size)
         self._source = source
         self.policy: Policy = policy
         self.batch_size = batch_size
@@ -179,18 +141,16 @@ class Pipeline:
         self._consumers = Consumers(self.ring, lossless_by_default=policy == "recorded")
         self._output_options = OutputOptions(output, record, save_interval)
         self._records_frames = record is not None
-        self._runner_takes_stream = _takes_stream(self.runner)
         self._outputs = OpenWriters({})
         self._warmup = warmup
         self._clock = clock
         self._meters = StageMeters(clock)
+        self._engine = EngineStep(self.runner, clock, self._meters)
 
         self._frames, self._batches = policy_channels(
             policy, batch_size, lambda batch: self._meters.batch_dropped(len(batch.frames))
         )
-        self._results: Channel[_Result] = Channel(2, "block")
-        # Stage times of the first TIMELINE_BATCHES batches, appended by emit only.
-        self._timeline: list[StageTimes] = []
+        self._results: Channel[EngineResult] = Channel(2, "block")
 
         self._halt = threading.Event()
         # Set once the engine is warmed up (or the pipeline halts); capture waits for it.
@@ -329,16 +289,12 @@ class Pipeline:
             lossless: override the policy's choice (True: never skip, apply
                 backpressure; False: skip when behind).
         """
-        name = getattr(callback, "__qualname__", type(callback).__name__)
-        consumer = self._consumers.attach(name, lossless)
-        stage = f"consumer {name}"
+        stage, body = self._consumers.callback(callback, on_skip, lossless)
         with self._lock:
             if self._started:
-                self._stages.spawn(stage, call_back, consumer, callback, on_skip)
+                self._stages.spawn(stage, body)
             else:
-                self._pending_callbacks.append(
-                    (stage, lambda: call_back(consumer, callback, on_skip))
-                )
+                self._pending_callbacks.append((stage, body))
 
     def records(self) -> Iterator[PoseRecord]:
         """Yield every pose record in order, in the caller's thread.
@@ -387,6 +343,11 @@ class Pipeline:
             consumers=self._consumers.stats(),
         )
 
+    @property
+    def timeline(self) -> list[StageTimes]:
+        """Stage times of the first `stats.TIMELINE_BATCHES` batches emitted, in order."""
+        return self._meters.timeline()
+
     # --------------------------------------------------------------------- stages
 
     def _capture(self) -> None:
@@ -413,23 +374,12 @@ class Pipeline:
             self._source.close()
 
     def _batch(self) -> None:
-        fps = self._source.fps
-        # Live: wait for a full batch at most batch_size frame intervals after the
-        # first frame was captured. Recorded: always fill the batch.
-        wait = self.batch_size / fps if self.policy == "live" and fps else None
-        streams: DeviceStreams | None = None
+        batcher = Batcher(self._frames, self.batch_size, self.policy, self._source.fps, self._clock)
         try:
             for first in self._frames:
                 if self._halt.is_set():
                     break
-                if streams is None:
-                    # Created by the first device frame; host frames need none.
-                    streams = DeviceStreams.for_image(first.image)
-                deadline = None if wait is None else first.timestamp + wait
-                batch = collect_batch(
-                    self._frames, first, self.batch_size, deadline, self._clock, streams
-                )
-                self._batches.put(batch)
+                self._batches.put(batcher.batch(first))
         except ChannelClosed:
             pass  # halted while waiting for room
         finally:
@@ -438,47 +388,23 @@ class Pipeline:
     def _infer(self) -> None:
         try:
             if self._warmup:
-                blank = np.zeros((self.batch_size, *self._source.frame_shape), np.uint8)
-                self.runner.run(blank)
+                self._engine.warm_up(self.batch_size, self._source.frame_shape)
             self._engine_ready.set()
             for batch in self._batches:
                 if self._halt.is_set():
                     break
-                started = self._clock()
-                poses = self._run_engine(batch)
-                batch.times.engine = (started, self._clock())
-                self._meters.engine_ran(batch.times.engine[1] - started)
-                if len(poses) != len(batch.frames):
-                    raise PipelineError(
-                        f"runner returned poses for {len(poses)} frames, "
-                        f"given a batch of {len(batch.frames)}"
-                    )
-                self._results.put(_Result(batch.frames, poses, batch))
+                self._results.put(self._engine.run(batch))
         except ChannelClosed:
             pass  # the emit stage failed; its error is already stored
         finally:
             self._results.close()
-
-    def _run_engine(self, batch: Batch) -> list[FramePoses]:
-        """The runner on one batch; a device batch on the inference stream, after its stack."""
-        if batch.streams is None:
-            return self.runner.run(batch.images)
-        import torch
-
-        inference = batch.streams.inference
-        inference.wait_event(batch.ready)
-        with torch.cuda.stream(inference):
-            if self._runner_takes_stream:
-                run: Any = self.runner.run  # GPU runners' run takes stream= (not the protocol)
-                return run(batch.images, stream=inference)
-            return self.runner.run(batch.images)
 
     def _emit(self) -> None:
         try:
             for result in self._results:
                 started = self._clock()
                 for position, (frame, poses) in enumerate(
-                    zip(result.frames, result.poses, strict=True)
+                    zip(result.batch.frames, result.poses, strict=True)
                 ):
                     record = PoseRecord(
                         frame_index=frame.index,
@@ -489,10 +415,10 @@ class Pipeline:
                     )
                     self.ring.write(record)  # waits for lossless consumers
                     self._meters.record_emitted(record)
-                    self._outputs.write(record, self._recorded_image(result.batch, position))
+                    image = result.batch.image(position, on_host=self._records_frames)
+                    self._outputs.write(record, image)
                 result.batch.times.postprocess = (started, self._clock())
-                if len(self._timeline) < TIMELINE_BATCHES:
-                    self._timeline.append(result.batch.times)
+                self._meters.batch_emitted(result.batch.times)
         except BaseException:
             self._results.close()
             raise
@@ -502,19 +428,6 @@ class Pipeline:
             self._outputs.close()
 
     # -------------------------------------------------------------------- helpers
-
-    def _recorded_image(self, batch: Batch, position: int) -> np.ndarray:
-        """A frame's image for the recorder, from its batch (device images to the host)."""
-        image = batch.images[position]
-        if isinstance(image, np.ndarray) or not self._records_frames:
-            return image
-        # Device frames' own buffers are reused by the source; the batch's copy is not.
-        return image.cpu().numpy()
-
-    @property
-    def timeline(self) -> list[StageTimes]:
-        """Stage times of the first `TIMELINE_BATCHES` batches emitted, in order."""
-        return list(self._timeline)
 
     def _on_stage_failure(self) -> None:
         self._request_halt()
@@ -539,17 +452,6 @@ class Pipeline:
             self._finished = True
         if self._owns_runner:
             self.runner.close()
-
-
-def _takes_stream(runner: Any) -> bool:
-    """Whether `runner.run` accepts a ``stream=`` keyword (GPU runners)."""
-    try:
-        parameters = inspect.signature(runner.run).parameters
-    except (TypeError, ValueError):
-        return False
-    return "stream" in parameters or any(
-        parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters.values()
-    )
 
 
 def _close_iterator(iterator: Iterator[Any]) -> None:

@@ -1,4 +1,5 @@
-"""Pipeline telemetry: windowed rates, latency percentiles and the snapshot record.
+"""Pipeline telemetry: windowed rates, latency percentiles, the stage timeline and
+the snapshot record.
 
 Meters are written by pipeline stages and read by whoever asks for
 `Pipeline.stats` (a dashboard refreshing a few times a second, a test, a user).
@@ -14,8 +15,13 @@ from collections.abc import Mapping, Sequence
 import attrs
 import numpy as np
 
+from sleap_live.stream.batching import StageTimes
 from sleap_live.stream.clock import MONOTONIC, Clock
 from sleap_live.stream.types import PoseRecord
+
+# Batches whose stage times `StageMeters.timeline` keeps: the first ones show the
+# overlap, and a camera running for hours must not grow a list without end.
+TIMELINE_BATCHES = 512
 
 
 class RateMeter:
@@ -187,6 +193,8 @@ class StageMeters:
         self._engine_latency = LatencyWindow()
         self._started_at: float | None = None
         self._stopped_at: float | None = None
+        # Stage times of the first TIMELINE_BATCHES batches, appended by emit only.
+        self._timeline: list[StageTimes] = []
 
     def start(self) -> None:
         """The pipeline started: elapsed time and rates count from now."""
@@ -213,6 +221,15 @@ class StageMeters:
         self._process_rate.add()
         self._latency.add(record.latency)
         self.instances_last_frame = record.poses.n_instances
+
+    def batch_emitted(self, times: StageTimes) -> None:
+        """A batch's records are out: its stage times join the timeline while it has room."""
+        if len(self._timeline) < TIMELINE_BATCHES:
+            self._timeline.append(times)
+
+    def timeline(self) -> list[StageTimes]:
+        """Stage times of the first `TIMELINE_BATCHES` batches emitted, in order."""
+        return list(self._timeline)
 
     def snapshot(
         self,

@@ -499,13 +499,13 @@ def test_tensor_frames_are_stacked_by_torch_without_streams(fakes):
 
 
 def test_a_runner_gets_the_inference_stream_only_if_it_takes_one(fakes):
-    from sleap_live.stream.pipeline import _takes_stream
+    from sleap_live.stream.engine_step import takes_stream
 
     class StreamRunner(fakes.FakeRunner):
         def run(self, frames, stream=None):
             return super().run(frames)
 
-    assert _takes_stream(StreamRunner()) and not _takes_stream(fakes.FakeRunner())
+    assert takes_stream(StreamRunner()) and not takes_stream(fakes.FakeRunner())
 
 
 @pytest.mark.gpu
