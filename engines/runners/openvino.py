@@ -1,0 +1,293 @@
+"""Runs a sleap-live export with OpenVINO on the CPU.
+
+OpenVINO reads this project's ONNX export directly (a `.onnx` file or the
+in-memory bytes of a model directory's export), or the OpenVINO IR that
+`sleap-live export --format openvino` writes (`.xml` + `.bin`,
+`sleap_live.engines.export.openvino`). The graph keeps the ONNX's dynamic axes
+(batch, height, width), and the sleap-live metadata travels with it: an ONNX
+file's `metadata_props` appear in OpenVINO as rt_info `framework/sleap_live`, an
+IR carries its own copy as rt_info `sleap_live`.
+
+Precision: OpenVINO's CPU plugin computes in bf16 by default on CPUs that have it
+(AMX, AVX512-BF16), which moves points by pixels. This runner asks for f32
+(`INFERENCE_PRECISION_HINT`) unless bf16 is requested explicitly, and then
+measures what bf16 costs: the same frames run at both precisions at load, and one
+line reports the difference (`PrecisionCheck`).
+
+Only `openvino`, numpy and scipy are needed; torch is never imported.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+from sleap_live.engines.errors import (
+    ModelConfigError,
+    ModelNotFoundError,
+    RuntimeUnavailableError,
+)
+from sleap_live.engines.host.frames import as_numpy, convert_channels
+from sleap_live.engines.host.postprocess import decode
+from sleap_live.engines.load.metadata import METADATA_KEY, ExportMetadata
+from sleap_live.engines.runners.base import begin_run
+from sleap_live.engines.types import FramePoses, ModelInfo
+
+LOG = logging.getLogger("sleap_live.engines.runners")
+
+INSTALL_HINT = 'pip install "sleap-live[openvino]"'
+# User-facing precision names (TensorRT's spelling) and OpenVINO's hint for each.
+PRECISIONS = {"fp32": "f32", "bf16": "bf16"}
+DEFAULT_PRECISION = "fp32"
+# Where the metadata sits in an OpenVINO model's rt_info: an IR's own copy, then
+# the ONNX `metadata_props` the ONNX frontend keeps.
+IR_METADATA_PATH = [METADATA_KEY]
+ONNX_METADATA_PATH = ["framework", METADATA_KEY]
+MODEL_SUFFIXES = (".onnx", ".xml")
+
+
+def import_openvino() -> Any:
+    """The `openvino` module, or a one-line error saying how to install it."""
+    try:
+        import openvino
+    except ImportError:
+        raise RuntimeUnavailableError(f"OpenVINO is not installed; {INSTALL_HINT}") from None
+    return openvino
+
+
+def openvino_installed() -> bool:
+    """Whether `openvino` can be imported (without importing it)."""
+    import importlib.util
+
+    return importlib.util.find_spec("openvino") is not None
+
+
+@attrs.frozen
+class PrecisionCheck:
+    """How far a reduced-precision run is from f32 on the same frames.
+
+    Attributes:
+        precision: the reduced precision ("bf16").
+        frames: frames compared.
+        count_agreement: frames on which both found the same number of instances.
+        points_max_px, points_median_px: distance between matched points present
+            in both (NaN when no point was compared).
+        presence_mismatches: matched points found by one side only.
+    """
+
+    precision: str
+    frames: int
+    count_agreement: int
+    points_max_px: float
+    points_median_px: float
+    presence_mismatches: int
+
+    def line(self) -> str:
+        return (
+            f"OpenVINO {self.precision} against fp32 on {self.frames} verification frames: "
+            f"points max {self.points_max_px:.3g} px, median {self.points_median_px:.3g} px; "
+            f"instance counts equal on {self.count_agreement}/{self.frames} frames; "
+            f"{self.presence_mismatches} points found by one precision only"
+        )
+
+
+class OpenVINORunner:
+    """Runs a sleap-live export (ONNX or OpenVINO IR) with OpenVINO on the CPU.
+
+    Args:
+        model: a `.onnx` or `.xml` path, or the bytes of a sleap-live ONNX export.
+        precision: "fp32" (the default; agrees with ONNX Runtime to float32
+            rounding) or "bf16" (explicit only; needs `check_frames`).
+        threads: OpenVINO's `INFERENCE_NUM_THREADS`; None keeps its default.
+        check_frames: uint8 (N, H, W, C) frames that show animals; with "bf16",
+            run at both precisions at load and compared (`precision_check`).
+        cache_dir: OpenVINO's compiled-model cache (`CACHE_DIR`), so a later
+            start skips most of the compilation; None compiles every time.
+        notice: where the bf16 comparison line goes.
+
+    Attributes:
+        info, metadata, device ("cpu"), precision.
+        precision_check: the bf16 comparison, or None at fp32.
+
+    Raises:
+        RuntimeUnavailableError: OpenVINO is not installed, or bf16 is asked of a
+            CPU without it.
+        ModelNotFoundError, ModelConfigError: the model cannot be read or carries
+            no sleap-live metadata.
+        ValueError: unknown precision, or bf16 without frames to check it on.
+    """
+
+    def __init__(
+        self,
+        model: str | Path | bytes,
+        *,
+        precision: str = DEFAULT_PRECISION,
+        threads: int | None = None,
+        check_frames: np.ndarray | None = None,
+        cache_dir: str | Path | None = None,
+        notice: Callable[[str], None] = LOG.warning,
+    ) -> None:
+        if precision not in PRECISIONS:
+            raise ValueError(
+                f"unknown precision {precision!r} (expected one of {tuple(PRECISIONS)})"
+            )
+        if precision != DEFAULT_PRECISION and check_frames is None:
+            raise ValueError(
+                f"precision {precision} is measured against fp32 at load on frames that show "
+                "animals: give check_frames (on the command line, --verify-video VIDEO or keep "
+                "the default verification)"
+            )
+        ov = import_openvino()
+        origin = "ONNX model bytes" if isinstance(model, bytes) else str(model)
+        core = ov.Core()
+        if precision != DEFAULT_PRECISION:
+            _require_capability(core, precision)
+        graph = _read_model(core, model, origin)
+        self.metadata = _metadata(graph, origin)
+        self.info: ModelInfo = self.metadata.info
+        self.device = "cpu"
+        self.precision = precision
+        config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY"}
+        if threads is not None:
+            config["INFERENCE_NUM_THREADS"] = int(threads)
+        if cache_dir is not None:
+            config["CACHE_DIR"] = str(cache_dir)
+        self._compiled: Any = _compile(core, graph, precision, config)
+        self._request: Any = self._compiled.create_infer_request()
+        self._outputs = _output_ports(self._compiled, self.metadata.output_names, origin)
+        self.precision_check: PrecisionCheck | None = None
+        if precision != DEFAULT_PRECISION:
+            assert check_frames is not None
+            reference = _compile(core, graph, DEFAULT_PRECISION, config).create_infer_request()
+            self.precision_check = self._compare(reference, check_frames)
+            notice(self.precision_check.line())
+
+    def run(self, frames: Any) -> list[FramePoses]:
+        """Poses for each frame of a uint8 (B, H, W, C) batch (numpy or CPU tensor).
+
+        Raises:
+            InputMismatchError: frames are not uint8 (B, H, W, 1 or 3).
+            EngineError: the runner is closed.
+        """
+        return self._run(self._request, frames)
+
+    def close(self) -> None:
+        """Releases the compiled model; idempotent."""
+        self._request = None
+        self._compiled = None
+
+    def _run(self, request: Any, frames: Any) -> list[FramePoses]:
+        frames, batch_size = begin_run(self, request, frames, self.metadata.input_channels)
+        # The input is read in place; outputs are copies, never overwritten later.
+        results = request.infer([np.ascontiguousarray(as_numpy(frames))], share_inputs=True)
+        values = results.to_tuple()
+        outputs = {name: values[index] for name, index in self._outputs}
+        return decode(self.info, outputs, batch_size)
+
+    def _compare(self, reference: Any, frames: np.ndarray) -> PrecisionCheck:
+        """Runs `frames` at this runner's precision and at f32, and measures the difference."""
+        frames = np.asarray(frames)
+        if frames.shape[-1] not in self.metadata.input_channels:
+            frames = convert_channels(frames, self.metadata.input_channels[0])
+        return compare_poses(self.precision, self.run(frames), self._run(reference, frames))
+
+
+def compare_poses(
+    precision: str, reduced: Sequence[FramePoses], full: Sequence[FramePoses]
+) -> PrecisionCheck:
+    """Matches each frame's instances (Hungarian, mean point distance) and measures the points."""
+    distances: list[np.ndarray] = []
+    same_count = presence = 0
+    for low, high in zip(reduced, full, strict=True):
+        same_count += int(low.n_instances == high.n_instances)
+        if low.n_instances == 0 or high.n_instances == 0:
+            continue
+        gaps = np.linalg.norm(low.points[:, None] - high.points[None], axis=-1)
+        shared = (~np.isnan(gaps)).sum(axis=-1)
+        # Pairs without a node in common get a cost no real pair reaches.
+        cost = np.where(shared > 0, np.nansum(gaps, axis=-1) / np.maximum(shared, 1), 1e6)
+        rows, columns = linear_sum_assignment(cost)
+        for a, b in zip(rows, columns, strict=True):
+            found_low = ~np.isnan(low.points[a, :, 0])
+            found_high = ~np.isnan(high.points[b, :, 0])
+            presence += int(np.sum(found_low != found_high))
+            distances.append(gaps[a, b][found_low & found_high])
+    points = np.concatenate(distances) if distances else np.zeros(0)
+    return PrecisionCheck(
+        precision=precision,
+        frames=len(full),
+        count_agreement=same_count,
+        points_max_px=float(points.max()) if points.size else float("nan"),
+        points_median_px=float(np.median(points)) if points.size else float("nan"),
+        presence_mismatches=presence,
+    )
+
+
+def _require_capability(core: Any, precision: str) -> None:
+    capabilities = core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    if precision.upper() not in capabilities:
+        raise RuntimeUnavailableError(
+            f"this CPU has no {precision} support in OpenVINO (it offers "
+            f"{', '.join(capabilities)}); run at fp32"
+        )
+
+
+def _read_model(core: Any, model: str | Path | bytes, origin: str) -> Any:
+    if isinstance(model, bytes):
+        try:
+            return core.read_model(model)
+        except RuntimeError as error:
+            raise ModelConfigError(f"{origin}: OpenVINO cannot read it ({error})") from error
+    path = Path(model)
+    if not path.is_file():
+        raise ModelNotFoundError(f"{path}: no such model file")
+    if path.suffix not in MODEL_SUFFIXES:
+        raise ModelConfigError(
+            f"{path}: OpenVINO runs sleap-live '.onnx' exports or '.xml' IR exports"
+        )
+    try:
+        return core.read_model(str(path))
+    except RuntimeError as error:
+        raise ModelConfigError(f"{path}: OpenVINO cannot read it ({error})") from error
+
+
+def _metadata(graph: Any, origin: str) -> ExportMetadata:
+    for key in (IR_METADATA_PATH, ONNX_METADATA_PATH):
+        if graph.has_rt_info(key):
+            return ExportMetadata.from_json(graph.get_rt_info(key).astype(str), origin)
+    raise ModelConfigError(
+        f"{origin}: no '{METADATA_KEY}' metadata; not exported by sleap-live "
+        "(for a `sleap-nn export` output, pass its directory instead)"
+    )
+
+
+def _compile(core: Any, graph: Any, precision: str, config: dict[str, Any]) -> Any:
+    settings = {**config, "INFERENCE_PRECISION_HINT": PRECISIONS[precision]}
+    try:
+        return core.compile_model(graph, "CPU", settings)
+    except RuntimeError as error:
+        raise ModelConfigError(f"OpenVINO cannot compile the model ({error})") from error
+
+
+def _output_ports(compiled: Any, names: Sequence[str], origin: str) -> list[tuple[str, int]]:
+    """Each metadata output name with the index of the compiled model's output of that name.
+
+    Indices, not ports: they are the same in every compilation of the graph (the
+    f32 reference of a bf16 runner).
+
+    A port may carry several tensor names (OpenVINO merges names of tensors that
+    fold into one), so ports are matched by membership, never by `any_name`.
+    """
+    indices = []
+    for name in names:
+        found = [i for i, port in enumerate(compiled.outputs) if name in port.get_names()]
+        if not found:
+            raise ModelConfigError(f"{origin}: the graph has no output named {name!r}")
+        indices.append((name, found[0]))
+    return indices
