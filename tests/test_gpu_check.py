@@ -1,0 +1,486 @@
+"""scripts/gpu_check.py: its pure parts (budgets, targets, rows, the skip line), and
+whole runs on the CPU: every GPU part skipped with its reason, and a rehearsal that
+runs the GPU parts' code with ONNX Runtime on the CPU."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "gpu_check.py"
+# Generous bound on one run of the script, only so that a hang fails the test.
+HANG_TIMEOUT_S = 600
+
+
+def _load_script():
+    name = "sleap_live_gpu_check_script"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, SCRIPT)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+gc = _load_script()
+
+
+def _environment(**changes):
+    values = {
+        "cuda": True,
+        "cuda_reason": None,
+        "versions": {"onnxruntime": "1.30.0", "torch": "2.11.0"},
+        "providers": ("CPUExecutionProvider",),
+        "gpu": {"name": "NVIDIA H200"},
+        "import_errors": {},
+        "libx264": True,
+        "nvdec_module": False,
+        "tensorrt_module": False,
+    }
+    values.update(changes)
+    return gc.Environment(**values)
+
+
+# ----------------------------------------------------------------------------- targets
+
+
+def test_targets_at_least_at_most_and_binding():
+    fps = gc.Target(3000, "fps")
+    assert gc.judge(3100.0, fps) == gc.PASS
+    assert gc.judge(2900.0, fps) == gc.BELOW
+    latency = gc.Target(2.0, "ms", at_most=True)
+    assert gc.judge(1.5, latency) == gc.PASS
+    assert gc.judge(2.5, latency) == gc.BELOW
+    parity = gc.Target(0.1, "px", at_most=True, binding=True)
+    assert gc.judge(0.05, parity) == gc.PASS
+    assert gc.judge(0.2, parity) == gc.FAIL
+    assert gc.judge(float("nan"), parity) == gc.FAIL
+    assert gc.judge(5.0, None) == gc.MEASURED
+    assert fps.label() == ">= 3000 fps" and latency.label() == "<= 2 ms"
+
+
+def test_exit_code_fails_only_on_failures_and_timeouts():
+    rows = [
+        gc.Row("speed", status=gc.BELOW),
+        gc.Row("parity", status=gc.PASS),
+        gc.Row("decode", status=gc.SKIP),
+        gc.Row("overlap", status=gc.MEASURED),
+    ]
+    assert gc.exit_code(rows) == 0
+    assert gc.exit_code([*rows, gc.Row("parity", status=gc.FAIL)]) == 1
+    assert gc.exit_code([*rows, gc.Row("speed", status=gc.TIMEOUT)]) == 1
+
+
+# ----------------------------------------------------------------------------- budgets
+
+
+def test_part_budget_is_a_share_of_what_is_left():
+    parts = list(gc.PARTS)
+    total = sum(gc.PART_SHARES.values())
+    assert gc.part_budget(450.0, "speed", parts) == pytest.approx(
+        450.0 * gc.PART_SHARES["speed"] / total
+    )
+    # Time earlier parts left unused goes to the later ones.
+    later = ["pipeline", "overlap"]
+    shares = gc.PART_SHARES["pipeline"] + gc.PART_SHARES["overlap"]
+    assert gc.part_budget(100.0, "pipeline", later) == pytest.approx(
+        100.0 * gc.PART_SHARES["pipeline"] / shares
+    )
+    assert gc.part_budget(0.0, "speed", parts) == 0.0
+    assert gc.part_budget(-5.0, "speed", parts) == 0.0
+
+
+def test_item_budget_shares_and_leaves_later_items_their_floor():
+    fair, limit = gc.item_budget(60.0, 4, floor_s=3.0)
+    assert fair == 15.0
+    assert limit == 51.0  # may overrun its share, leaving 3 s to each of the other three
+    assert gc.item_budget(10.0, 1, floor_s=3.0) == (10.0, 10.0)
+    fair, limit = gc.item_budget(4.0, 4, floor_s=3.0)  # less than the floors: the fair share
+    assert (fair, limit) == (1.0, 1.0)
+    assert gc.item_budget(0.0, 3) == (0.0, 0.0)
+    assert gc.item_budget(5.0, 0) == (0.0, 0.0)
+
+
+def test_window_is_a_capped_share_of_the_item():
+    assert gc.window(10.0) == pytest.approx(10.0 * gc.WINDOW_SHARE)
+    assert gc.window(1000.0) == gc.MAX_WINDOW_S
+    assert gc.window(-1.0) == 0.0
+
+
+def test_time_limit_interrupts_a_busy_item():
+    assert issubclass(gc.BudgetExceeded, KeyboardInterrupt)
+    assert not issubclass(gc.BudgetExceeded, Exception)  # no `except Exception` swallows it
+    with pytest.raises(gc.BudgetExceeded), gc.time_limit(0.05):
+        while True:
+            pass
+    with pytest.raises(gc.BudgetExceeded), gc.time_limit(0.0):
+        pass
+    with gc.time_limit(30.0):
+        pass  # finishes inside its limit; the alarm is cancelled
+
+
+class FakeClock:
+    def __init__(self, step: float) -> None:
+        self.now = 0.0
+        self.step = step
+
+    def __call__(self) -> float:
+        return self.now
+
+    def run(self, batch) -> None:
+        self.now += self.step
+
+
+def test_time_calls_counts_frames_over_the_window():
+    clock = FakeClock(step=0.125)  # exact in binary: the window ends on a call's end
+    batches = [np.zeros((8, 2, 2, 1), np.uint8), np.zeros((8, 2, 2, 1), np.uint8)]
+    timing = gc.time_calls(clock.run, batches, 1.0, clock=clock)
+    assert len(timing.per_call) == 8
+    assert timing.frames == 64
+    assert timing.fps == pytest.approx(64.0)
+    assert timing.percentile_ms(50) == pytest.approx(125.0)
+    few = gc.time_calls(clock.run, batches, 0.0, min_calls=3, clock=clock)
+    assert len(few.per_call) == 3
+    capped = gc.time_calls(clock.run, batches, 1e9, max_calls=7, clock=clock)
+    assert len(capped.per_call) == 7
+
+
+def test_batches_of():
+    frames = np.arange(20)
+    assert [len(b) for b in gc.batches_of(frames, 8)] == [8, 8]
+    assert [len(b) for b in gc.batches_of(frames, 8, keep_tail=True)] == [8, 8, 4]
+    assert [len(b) for b in gc.batches_of(np.arange(5), 8)] == [5]
+
+
+def test_pipeline_loops():
+    assert gc.pipeline_loops(None, 600, 8.0) == 1
+    assert gc.pipeline_loops(3000.0, 600, 8.0) == 20  # capped at MAX_LOOPS
+    assert gc.pipeline_loops(150.0, 600, 8.0) == 2
+    assert gc.pipeline_loops(float("nan"), 600, 8.0) == 1
+
+
+# ----------------------------------------------------------------------------- rows, output
+
+
+def _comparison(errors, counts=(), identity=1.0):
+    return types.SimpleNamespace(
+        frames=10,
+        point_errors=np.asarray(errors, float),
+        score_errors=np.asarray([1e-7], float),
+        instance_score_errors=np.asarray([2e-7], float),
+        count_mismatches=tuple(counts),
+        presence_mismatches=0,
+        identity_agreement=identity,
+    )
+
+
+def test_parity_rows():
+    row = gc.parity_row("torch-cuda", "topdown", "168x200", _comparison([0.0, 0.01, 0.02]))
+    assert row.status == gc.PASS and row.value == pytest.approx(0.01)
+    assert row.target.binding and row.extra["max_px"] == pytest.approx(0.02)
+    assert gc.parity_row("x", "m", "s", _comparison([0.3, 0.4])).status == gc.FAIL
+    counts = gc.parity_row("x", "m", "s", _comparison([0.0], counts=(3, 7)))
+    assert counts.status == gc.FAIL and "counts differ on 2 frames" in counts.note
+    identity = gc.parity_row("x", "m", "s", _comparison([0.0], identity=0.9))
+    assert identity.status == gc.FAIL and "identity" in identity.note
+    empty = gc.parity_row("x", "m", "s", _comparison([]))
+    assert empty.status == gc.FAIL and "no points" in empty.note
+    json.dumps(row.to_json())
+
+
+def test_values_cells_and_plain_table():
+    latency = gc.Row(
+        "speed",
+        "torch-cuda",
+        "single_instance",
+        "1024x1024",
+        "p50",
+        0.81,
+        "ms",
+        gc.Target(2.0, "ms", at_most=True),
+        gc.PASS,
+        extra={"p99_ms": 1.234},
+    )
+    assert gc.format_value(latency) == "0.81 ms (p99 1.23)"
+    assert gc.format_value(gc.Row("speed", value=3123.4, unit="fps")) == "3123 fps"
+    assert gc.format_value(gc.Row("parity", value=1.5e-5, unit="px")) == "1.50e-05 px"
+    assert gc.format_value(gc.Row("parity", value=float("nan"), unit="px")) == "nan px"
+    assert gc.format_value(gc.Row("environment", value="NVIDIA H200")) == "NVIDIA H200"
+    assert gc.format_value(gc.Row("decode", status=gc.SKIP)) == "-"
+    cells = gc.table_cells(latency)
+    assert cells[:5] == ("speed", "torch-cuda", "single_instance", "1024x1024", "p50")
+    assert cells[6:8] == ("<= 2 ms", gc.PASS)
+    text = gc.plain_table([latency, gc.Row("decode", "nvdec", status=gc.SKIP, note="why")])
+    lines = text.splitlines()
+    assert lines[0].split() == list(gc.COLUMNS)
+    assert "0.81 ms (p99 1.23)" in lines[1] and lines[2].endswith("why")
+
+
+def test_skip_line_groups_reasons_and_names_whole_parts():
+    runners = {
+        "parity": ["onnx-cpu", "torch-cuda", "ort-cuda"],
+        "speed": ["torch-cuda", "ort-cuda"],
+    }
+    skips = [
+        gc.Skip("parity", "torch-cuda", "no CUDA GPU"),
+        gc.Skip("parity", "ort-cuda", "no CUDA GPU"),
+        gc.Skip("speed", "torch-cuda", "no CUDA GPU"),
+        gc.Skip("speed", "ort-cuda", "no CUDA GPU"),
+        gc.Skip("decode", "nvdec", "PyNvVideoCodec is not installed"),
+        gc.Skip("overlap", "-", "no pipeline run"),
+    ]
+    line = gc.skip_line(skips, runners)
+    assert line == (
+        "skipped: parity/torch-cuda, parity/ort-cuda, speed (no CUDA GPU); "
+        "decode/nvdec (PyNvVideoCodec is not installed); overlap (no pipeline run)"
+    )
+    assert "\n" not in line
+    assert gc.skip_line([], runners) == "skipped: nothing"
+
+
+def test_fastest_runner_prefers_the_measured_best():
+    def fps(runner, value, model="topdown", size="1024x1024"):
+        return gc.Row("speed", runner, model, size, gc.FPS_FIGURE, value, "fps")
+
+    rows = [fps("torch-cuda", 900.0), fps("torch-cuda-graphs", 1200.0), fps("ort-cuda", 5e3, "x")]
+    candidates = ["torch-cuda", "torch-cuda-graphs", "ort-cuda"]
+    assert gc.fastest_runner(rows, "topdown", "1024x1024", candidates) == "torch-cuda-graphs"
+    # Nothing measured: the most specialised runner available.
+    assert gc.fastest_runner([], "topdown", "1024x1024", candidates) == "ort-cuda"
+    assert gc.fastest_runner([], "topdown", "1024x1024", ["onnx-cpu"]) == "onnx-cpu"
+
+
+def test_notices_are_captured_and_the_logger_restored():
+    logger = logging.getLogger("sleap_live")
+    propagate = logger.propagate
+    with gc.captured_notices() as notices:
+        logging.getLogger("sleap_live.engines.runners").warning("CUDA graphs off:  eager")
+        logging.getLogger("sleap_live.engines.runners").warning("CUDA graphs off:  eager")
+    assert notices == ["CUDA graphs off: eager"]
+    assert logger.propagate == propagate and not logger.handlers
+    row = gc.with_notices(gc.Row("speed", note="engine alone"), notices)
+    assert row.note == "engine alone; CUDA graphs off: eager"
+    assert row.extra["notices"] == notices
+
+
+# ----------------------------------------------------------------------------- environment
+
+
+def test_runner_availability():
+    no_gpu = _environment(cuda=False, cuda_reason="no CUDA GPU: torch 2.13.0+cpu sees none")
+    assert gc.runner_unavailable("onnx-cpu", no_gpu) is None
+    for runner in gc.GPU_RUNNERS:
+        assert gc.runner_unavailable(runner, no_gpu) == no_gpu.cuda_reason
+    gpu = _environment()
+    assert gc.runner_unavailable("torch-cuda", gpu) is None
+    assert gc.runner_unavailable("torch-cuda-graphs", gpu) is None
+    assert "onnxruntime-gpu" in gc.runner_unavailable("ort-cuda", gpu)
+    assert "TensorRT provider" in gc.runner_unavailable("ort-tensorrt", gpu)
+    assert "pip install tensorrt" in gc.runner_unavailable("tensorrt", gpu)
+    full = _environment(
+        providers=("TensorrtExecutionProvider", "CUDAExecutionProvider"), tensorrt_module=True
+    )
+    assert all(gc.runner_unavailable(runner, full) is None for runner in gc.RUNNERS)
+    assert "not installed" in gc.runner_unavailable(
+        "onnx-cpu", _environment(versions={"onnxruntime": None})
+    )
+
+
+def test_part_requirements():
+    env = _environment(
+        import_errors={"sleap_live.stream.bench": "ModuleNotFoundError: No module named 'x'"},
+        libx264=False,
+    )
+    assert "sleap_live.stream.bench" in gc.part_unavailable("pipeline", env)
+    assert "sleap_live.stream.bench" in gc.part_unavailable("decode", env)
+    assert gc.part_unavailable("parity", env) is None
+    assert "libx264" in gc.part_unavailable("clip", env)
+    no_av = _environment(import_errors={"av": "ModuleNotFoundError: No module named 'av'"})
+    assert all("av" in gc.part_unavailable(part, no_av) for part in ("clip", "parity", "speed"))
+    assert gc.part_unavailable("environment", no_av) is None
+
+
+# ----------------------------------------------------------------------------- frames, models
+
+
+def test_pad_frames_centres_and_repeats_edges():
+    frames = np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4, 1)
+    padded = gc.pad_frames(frames, 7, 8)
+    assert padded.shape == (2, 7, 8, 1)
+    np.testing.assert_array_equal(padded[:, 2:5, 2:6], frames)
+    np.testing.assert_array_equal(padded[:, 0, 2:6], frames[:, 0])
+    np.testing.assert_array_equal(padded[:, 3, 0], frames[:, 1, 0])
+    with pytest.raises(ValueError, match="cannot pad"):
+        gc.pad_frames(frames, 2, 8)
+
+
+def test_sized_model_dir_sets_the_size_matcher(tmp_path):
+    model = ROOT / "tests" / "data" / "models" / "single_instance"
+    sized = gc.sized_model_dir(model, 1024, 1024, tmp_path)
+    config = (sized / "training_config.yaml").read_text()
+    assert "    max_height: 1024\n" in config and "    max_width: 1024\n" in config
+    original = (model / "training_config.yaml").read_text()
+    assert config.replace("1024", "X") == original.replace("168", "X").replace("200", "X")
+    assert (sized / "best.ckpt").read_bytes()[:64] == (model / "best.ckpt").read_bytes()[:64]
+    with pytest.raises(ValueError, match="max_height"):
+        gc.sized_config("data:\n  other: 1\n", 10, 10)
+
+
+def test_write_clip_round_trips_through_pyav(tmp_path):
+    frames = np.zeros((4, 32, 48, 1), np.uint8) + 90
+    path = tmp_path / "clip.mp4"
+    assert gc.write_clip(path, iter(frames)) == 4
+    info = gc.clip_info(path)
+    assert info == {"codec": "h264", "pix_fmt": "yuv420p", "height": 32, "width": 48, "frames": 4}
+    decoded = gc.decode_video(path)
+    assert decoded.shape == (4, 32, 48, 3)
+    assert np.abs(decoded.astype(int) - 90).max() <= 2
+
+
+def test_package_tree_imports_the_checkout(tmp_path):
+    tree = gc.package_tree(tmp_path)
+    assert (tree / "sleap_live" / "engines").resolve() == ROOT / "engines"
+    assert (tree / "sleap_live" / "stream").resolve() == ROOT / "stream"
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); "
+        "import sleap_live.engines.runners.load as m; print(m.__file__)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(tree)], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip().startswith(str(tree))
+
+
+def test_install_wheels_falls_back_to_a_folder_on_sys_path(tmp_path, monkeypatch):
+    assert gc.install_wheels(tmp_path)["result"] == "no .whl files there"
+    (tmp_path / "av-18.1.0-cp311-abi3-manylinux_2_28_x86_64.whl").write_bytes(b"")
+    commands = []
+
+    def pip(command, **kwargs):
+        commands.append(command)
+        failed = "--target" not in command  # the environment is read-only; a folder is not
+        return subprocess.CompletedProcess(command, int(failed), "", "read-only" * failed)
+
+    monkeypatch.setattr(gc.subprocess, "run", pip)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    report = gc.install_wheels(tmp_path)
+    assert report["wheels"] == ["av-18.1.0-cp311-abi3-manylinux_2_28_x86_64.whl"]
+    assert commands[0][1:4] == ["-m", "pip", "install"] and "--no-index" in commands[0]
+    target = commands[1][commands[1].index("--target") + 1]
+    assert sys.path[0] == target and report["result"].startswith(f"installed into {target}")
+
+
+def test_items_time_out_or_fail_one_by_one(tmp_path):
+    args = gc.parse_args(["--work-dir", str(tmp_path), "--cases", "single_instance"])
+    check = gc.Check(args, _environment(), {})
+
+    def forever(fair):
+        while True:
+            pass
+
+    def broken(fair):
+        raise RuntimeError("no engine\nfor this")
+
+    def quick(fair):
+        return [gc.Row("speed", "torch-cuda", figure="fps", value=1.0)]
+
+    template = gc.Row("speed", "torch-cuda", "single_instance", figure="fps")
+    check.items(0.6, [(template, forever), (template, broken), (template, quick)])
+    assert [row.status for row in check.rows] == [gc.TIMEOUT, gc.FAIL, gc.MEASURED]
+    assert check.rows[1].note == "RuntimeError: no engine for this"
+    check.items(0.0, [(template, quick)])
+    assert check.rows[-1].status == gc.TIMEOUT and check.rows[-1].note == "part budget spent"
+
+
+# ----------------------------------------------------------------------------- whole runs
+
+
+def _run(tmp_path, *options):
+    report = tmp_path / "out" / "gpu_check.json"
+    command = [
+        sys.executable,
+        str(SCRIPT),
+        "--json",
+        str(report),
+        "--work-dir",
+        str(tmp_path / "work"),
+        "--cases",
+        "single_instance",
+        "--frames",
+        "16",
+        *options,
+    ]
+    env = {**os.environ, "COLUMNS": "200", "PYTHONUNBUFFERED": "1"}
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=HANG_TIMEOUT_S, env=env, cwd=tmp_path
+    )
+    return result, json.loads(report.read_text()) if report.exists() else None
+
+
+def _rows(report, part, status=None):
+    rows = [row for row in report["rows"] if row["part"] == part]
+    return [row for row in rows if status is None or row["status"] == status]
+
+
+@pytest.mark.slow
+def test_cpu_run_skips_every_gpu_part_in_one_line(tmp_path):
+    result, report = _run(tmp_path, "--clip-frames", "8", "--budget", "150")
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    skip_lines = [line for line in result.stdout.splitlines() if line.startswith("skipped: ")]
+    assert len(skip_lines) == 1, output
+    line = skip_lines[0]
+    for name in (
+        "parity/torch-cuda",
+        "parity/ort-cuda",
+        "parity/tensorrt",
+        "speed",
+        "pipeline",
+        "decode/nvdec",
+        "overlap",
+        "no CUDA GPU",
+    ):
+        assert name in line, line
+    assert report is not None
+    for key in ("environment", "targets", "parts", "rows", "skipped", "skip_line", "exit_code"):
+        assert key in report
+    assert report["skip_line"] == line and report["exit_code"] == 0
+    assert list(report["parts"]) == list(gc.PARTS)
+    assert report["environment"]["cuda"] is False
+    (parity,) = _rows(report, "parity", gc.PASS)
+    assert parity["runner"] == "onnx-cpu" and parity["model"] == "single_instance"
+    assert parity["value"] <= 1e-4 and parity["binding"]
+    assert _rows(report, "clip", gc.PASS)[0]["value"] == 8
+    assert _rows(report, "decode", gc.MEASURED)[0]["runner"] == "pyav"
+    assert not _rows(report, "speed", gc.MEASURED)
+
+
+@pytest.mark.slow
+def test_rehearsal_runs_the_gpu_parts_code_on_the_cpu(tmp_path):
+    result, report = _run(
+        tmp_path, "--rehearse", "--clip-frames", "16", "--large-size", "256", "--budget", "50"
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    speed = _rows(report, "speed", gc.MEASURED)
+    assert {(row["size"], row["figure"]) for row in speed} == {
+        (size, figure)
+        for size in ("168x200", "256x256")
+        for figure in (gc.FPS_FIGURE, "engine latency b1 p50")
+    }
+    assert all(row["runner"] == "onnx-cpu" and row["value"] > 0 for row in speed)
+    assert all(row["target"] is None for row in speed)  # no targets away from 1024x1024
+    figures = {row["figure"] for row in _rows(report, "pipeline", gc.MEASURED)}
+    assert figures == {"pipeline fps b8 (pyav)", "capture-to-pose b1 p50 (pyav replay)"}
+    overlap = {row["figure"]: row["value"] for row in _rows(report, "overlap", gc.MEASURED)}
+    assert 0.0 <= overlap["decode during engine"] <= 1.0
+    assert set(report["details"]["timelines"]) == {"single_instance"}
