@@ -9,10 +9,13 @@ Accepted models:
 - a sleap-live TensorRT engine file (`.engine`/`.plan`), which runs alone.
 
 Engines: "torch" runs the torch inference model (eager, or the TorchScript
-export); "onnx" runs ONNX Runtime, exporting model directories to an in-memory
-ONNX graph first, verified on frames with animals (`verify_frames`, e.g. the
-first frames of the video about to be run; see `sleap_live.engines.export.frames`
-for where frames come from otherwise); "auto" picks ONNX Runtime on the CPU (it
+export); "onnx" runs ONNX Runtime, exporting model directories to an ONNX graph
+first, verified on frames with animals (`verify_frames`, e.g. the first frames of
+the video about to be run; see `sleap_live.engines.export.frames` for where frames
+come from otherwise) and kept in the export cache, from which later runs load it
+without building the torch model or importing torch
+(`sleap_live.engines.load.export_cache`; `cache=False` exports in memory only);
+"auto" picks ONNX Runtime on the CPU (it
 ran the toy models faster than eager torch, see scripts/bench_engines.py) and on
 a GPU when `onnxruntime-gpu` is installed, torch otherwise. "tensorrt" runs a
 TensorRT engine on a CUDA GPU: an engine file as it is, or engines built from an
@@ -32,18 +35,39 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sleap_live.engines.errors import ExportError, ModelNotFoundError, RuntimeUnavailableError
+import attrs
+
+from sleap_live.engines.errors import (
+    ExportError,
+    ModelConfigError,
+    ModelNotFoundError,
+    RuntimeUnavailableError,
+)
+from sleap_live.engines.load.export_cache import (
+    ExportCache,
+    Notify,
+    cache_key,
+    default_cache_dir,
+    embedded_key,
+    notice,
+    with_embedded_key,
+)
 from sleap_live.engines.runners.base import Runner
+
+# Told what a slow step of loading is doing, in one line.
+Progress = Notify
 
 # `.engine`/`.plan`: TensorRT engine files (`sleap_live.engines.export.tensorrt`).
 ENGINE_SUFFIXES = (".engine", ".plan")
 
-ENGINES = ("auto", "torch", "onnx", "tensorrt")
+ENGINES = ("auto", "torch", "onnx", "openvino", "tensorrt")
 DEVICES = ("auto", "cpu", "cuda")
 # Options of the in-memory ONNX export of model directories (engine "onnx").
 EXPORT_OPTIONS = ("opset", "verify", "verify_frames")
 # Options of engine "tensorrt" (see `_tensorrt_runner`).
 TENSORRT_OPTIONS = ("frame_size", "batch_size", "precision", "engine_cache", "stream")
+# Options of engine "openvino" (see `OpenVINORunner`).
+OPENVINO_OPTIONS = ("precision",)
 # GPU options of engines "torch" and "onnx" (see `_gpu_options`).
 GPU_OPTIONS = ("stream", "cuda_graphs", "execution_provider")
 
@@ -54,6 +78,9 @@ def load_runner(
     engine: str = "auto",
     device: str = "auto",
     threads: int | None = None,
+    cache: bool = True,
+    cache_dir: str | Path | None = None,
+    progress: Progress | None = None,
     **options: Any,
 ) -> Runner:
     """Loads a model and returns a `Runner` for it.
@@ -66,6 +93,13 @@ def load_runner(
         threads: CPU threads per operator for whichever engine runs (torch's
             `num_threads`, ONNX Runtime's `intra_op_threads`); None keeps the
             engine's default (one per physical core).
+        cache: model directories run with ONNX Runtime: load their export from
+            the export cache, exporting (and caching) it only when it is not there
+            (see `sleap_live.engines.load.export_cache`); False exports in memory
+            and neither reads nor writes the cache.
+        cache_dir: sleap-live's cache directory (default: `default_cache_dir()`).
+        progress: called with one line saying what a slow step is doing (loading
+            the torch model, exporting, verifying), for a status display.
         **options: for model directories run with ONNX Runtime or TensorRT,
             `opset`, `verify` and `verify_frames` of the in-memory export (see
             `export_onnx_bytes`); for TensorRT, `frame_size` ((height, width) or
@@ -100,7 +134,8 @@ def load_runner(
         raise ValueError(
             f"give one model, or two model directories for top-down; got {len(models)} paths"
         )
-    known = (*EXPORT_OPTIONS, *(TENSORRT_OPTIONS if engine == "tensorrt" else GPU_OPTIONS))
+    engine_options = {"tensorrt": TENSORRT_OPTIONS, "openvino": OPENVINO_OPTIONS}
+    known = (*EXPORT_OPTIONS, *engine_options.get(engine, GPU_OPTIONS))
     unknown = set(options) - set(known)
     if unknown:
         raise TypeError(f"load_runner got unknown options {sorted(unknown)}")
@@ -113,14 +148,20 @@ def load_runner(
         _require(engine, "tensorrt", f"{first} is a TensorRT engine")
         return _tensorrt_runner(models, device, options)
     gpu = _gpu_options(options)
+    cpu = _CpuRunners(
+        engine, device, threads, options, Path(cache_dir or default_cache_dir()) if cache else None
+    )
     if len(models) == 1 and first.is_file():
+        if first.suffix == ".xml":
+            _require(engine, "openvino", f"{first} is an OpenVINO IR export")
+            return cpu.openvino(first)
         if first.suffix == ".onnx":
-            return _onnx_file_runner(first, engine, device, threads, gpu)
+            return _onnx_file_runner(first, engine, device, threads, gpu, cpu)
         if first.suffix == ".pt":
             return _torchscript_runner(first, engine, device, threads, gpu)
         raise ValueError(
-            f"{first}: unknown model file type (expected a sleap-live '.onnx' or '.pt' export, "
-            "or a model directory)"
+            f"{first}: unknown model file type (expected a sleap-live '.onnx', '.xml' (OpenVINO) "
+            "or '.pt' export, or a model directory)"
         )
     from sleap_live.engines.load.dirs import is_sleap_nn_export_dir
 
@@ -128,7 +169,10 @@ def load_runner(
         return _sleap_nn_export_runner(first, engine, device, threads, gpu)
     _check_model_dirs(models)
     export_options = {name: options[name] for name in EXPORT_OPTIONS if name in options}
-    return _model_dir_runner(models, engine, device, threads, export_options, gpu)
+    caching = ExportCache(cache_dir or default_cache_dir(), notice) if cache else None
+    return _model_dir_runner(
+        models, engine, device, threads, export_options, gpu, caching, progress or _quiet, cpu
+    )
 
 
 def _gpu_options(options: dict[str, Any]) -> dict[str, Any]:
@@ -157,13 +201,69 @@ def _check_model_dirs(paths: list[Path]) -> None:
 
 
 def _onnx_file_runner(
-    path: Path, engine: str, device: str, threads: int | None, gpu: dict[str, Any]
+    path: Path, engine: str, device: str, threads: int | None, gpu: dict[str, Any], cpu: _CpuRunners
 ) -> Runner:
+    if cpu.runs(gpu):
+        return cpu.runner(path)
     from sleap_live.engines.runners.onnx import OnnxRunner
 
     _require(engine, "onnx", f"{path} is an ONNX export")
     providers, runner = _onnx_arguments(_onnx_device(device), gpu)
     return OnnxRunner(path, providers, intra_op_threads=threads, **runner)
+
+
+@attrs.frozen
+class _CpuRunners:
+    """Engine "openvino", and "auto" on the CPU (ONNX Runtime unless OpenVINO measured faster).
+
+    Attributes:
+        engine, device, threads: as given to `load_runner`.
+        options: `load_runner`'s options (`precision`; `verify_frames` to check bf16
+            and to time the CPU engines on, see `sleap_live.engines.runners.cpu_choice`).
+        cache_dir: sleap-live's cache directory (OpenVINO's compiled models, the
+            auto choice), or None with `cache=False`.
+    """
+
+    engine: str
+    device: str
+    threads: int | None
+    options: dict[str, Any]
+    cache_dir: Path | None
+
+    def runs(self, gpu: dict[str, Any]) -> bool:
+        """Whether this picks the runner: engine "openvino", or "auto" on the CPU."""
+        if self.engine == "openvino":
+            if self.device not in ("auto", "cpu") or gpu:
+                raise ValueError("OpenVINO runs on the CPU (--device cpu), without GPU options")
+            return True
+        return self.engine == "auto" and not gpu and _onnx_device(self.device) == "cpu"
+
+    def runner(self, model: Path | bytes) -> Any:
+        """An `OpenVINORunner` (engine "openvino"), or auto's choice on the CPU."""
+        if self.engine == "openvino":
+            return self.openvino(model)
+        from sleap_live.engines.runners.cpu_choice import choose_cpu_runner
+        from sleap_live.engines.runners.onnx import OnnxRunner
+
+        return choose_cpu_runner(
+            model,
+            lambda: OnnxRunner(model, intra_op_threads=self.threads),
+            lambda: self.openvino(model),
+            frames=self.options.get("verify_frames"),
+            threads=self.threads,
+            cache_dir=self.cache_dir,
+        )
+
+    def openvino(self, model: Path | bytes) -> Any:
+        from sleap_live.engines.runners.openvino import OpenVINORunner
+
+        return OpenVINORunner(
+            model,
+            precision=self.options.get("precision", "fp32"),
+            threads=self.threads,
+            check_frames=self.options.get("verify_frames"),
+            cache_dir=None if self.cache_dir is None else self.cache_dir / "openvino",
+        )
 
 
 def _torchscript_runner(
@@ -202,26 +302,73 @@ def _model_dir_runner(
     threads: int | None,
     export_options: dict[str, Any],
     gpu: dict[str, Any],
+    cache: ExportCache | None,
+    progress: Progress,
+    cpu: _CpuRunners,
 ) -> Runner:
-    from sleap_live.engines.graph.build import load_inference_model
-    from sleap_live.engines.runners.torch import TorchRunner
-
-    model = load_inference_model(paths)
+    """The torch model of model directories, or their ONNX export: cached, else made now."""
     if engine == "torch" or (engine == "auto" and not _onnx_can_use(device)):
+        progress("loading the torch model")
+        from sleap_live.engines.graph.build import load_inference_model
+        from sleap_live.engines.runners.torch import TorchRunner
+
+        model = load_inference_model(paths)
         return TorchRunner(model, _torch_device(device), num_threads=threads, **_torch_options(gpu))
 
-    from sleap_live.engines.export import export_onnx_bytes
     from sleap_live.engines.runners.onnx import OnnxRunner
 
+    providers, runner_options = _onnx_arguments(_onnx_device(device), gpu)
+
+    def onnx_runner(onnx_bytes: bytes) -> OnnxRunner:
+        if cpu.runs(gpu):
+            return cpu.runner(onnx_bytes)
+        return OnnxRunner(onnx_bytes, providers, intra_op_threads=threads, **runner_options)
+
+    key = None if cache is None else cache_key(paths, export_options)
+    if cache is None or key is None:
+        return onnx_runner(_exported_onnx(paths, export_options, progress, "exporting model"))
+    cached = cache.read(key)
+    if cached is not None:
+        try:
+            runner = onnx_runner(cached)
+        except ModelConfigError as error:  # ONNX Runtime cannot load it, or its metadata is off
+            cache.discard(key, f"not loadable ({error})")
+        else:
+            if embedded_key(runner.metadata) == key.digest:
+                return runner
+            runner.close()
+            cache.discard(key, "keyed differently in its own metadata")
+    headline = "exporting model (first run, cached for next time)"
+    onnx_bytes = with_embedded_key(_exported_onnx(paths, export_options, progress, headline), key)
+    cache.write(key, onnx_bytes)
+    return onnx_runner(onnx_bytes)
+
+
+def _exported_onnx(
+    paths: list[Path], export_options: dict[str, Any], progress: Progress, headline: str
+) -> bytes:
+    """The model directories' in-memory ONNX export, each step told to `progress`."""
+    progress(f"{headline}: loading the torch model")
+    from sleap_live.engines.export import export_onnx_bytes
+    from sleap_live.engines.graph.build import load_inference_model
+
+    model = load_inference_model(paths)
     try:
-        onnx_bytes = export_onnx_bytes(model, sources=paths, **export_options)
+        return export_onnx_bytes(
+            model,
+            sources=paths,
+            progress=lambda step: progress(f"{headline}: {step}"),
+            **export_options,
+        )
     except ExportError as error:
         raise ExportError(
             f"cannot run {', '.join(map(str, paths))} with ONNX Runtime: {error}; "
             "or run the model with torch (--engine torch)"
         ) from error
-    providers, runner = _onnx_arguments(_onnx_device(device), gpu)
-    return OnnxRunner(onnx_bytes, providers, intra_op_threads=threads, **runner)
+
+
+def _quiet(step: str) -> None:
+    del step
 
 
 def _torch_options(gpu: dict[str, Any]) -> dict[str, Any]:

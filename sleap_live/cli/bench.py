@@ -12,11 +12,15 @@ from rich.table import Table
 
 from sleap_live.cli.options import (
     IN_MEMORY_EXPORT,
+    add_cache_options,
     add_decoder_option,
     add_model_options,
     add_verify_options,
+    cache_options,
     check_models,
     count,
+    engine_options,
+    loading_status,
     positive_float,
     positive_int,
     verify_options,
@@ -47,6 +51,7 @@ def add_parser(commands: Any) -> None:
     add_verify_options(
         parser, frames_default="the first frames of VIDEO", description=IN_MEMORY_EXPORT
     )
+    add_cache_options(parser)
     parser.add_argument(
         "--frames",
         type=positive_int,
@@ -98,7 +103,16 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     from sleap_live.engines.runners.load import load_runner
 
     verify = verify_options(args, args.video)
-    runner = load_runner(args.models, engine=args.engine, device=args.device, **verify)
+    with loading_status(console) as progress:
+        runner = load_runner(
+            args.models,
+            engine=args.engine,
+            device=args.device,
+            progress=progress,
+            **cache_options(args),
+            **engine_options(args),
+            **verify,
+        )
     try:
         figures = run_bench(
             runner,

@@ -1,7 +1,8 @@
 """What every `sleap-live` subcommand shares: the parser, its help layout, options, types.
 
-The model options (`-m`, `--engine`, `--device`, `--batch-size`) and the
-verification options (`--verify-video`, `--no-verify`) are defined here once and
+The model options (`-m`, `--engine`, `--device`, `--batch-size`), the
+verification options (`--verify-video`, `--no-verify`) and the export cache
+options (`--no-cache`, `--cache-dir`) are defined here once and
 added to each subcommand they apply to, so they are spelled, checked and
 documented the same way everywhere.
 """
@@ -9,16 +10,22 @@ documented the same way everywhere.
 from __future__ import annotations
 
 import argparse
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
 import numpy as np
+from rich.console import Console
 
 from sleap_live.engines.runners.load import ENGINES
 from sleap_live.stream.errors import SourceError
 from sleap_live.stream.sources import DECODERS, FileSource
 
 PROG = "sleap-live"
+# `--precision` of --engine openvino (`sleap_live.engines.runners.openvino.PRECISIONS`,
+# written here so that building the parser does not import the runner).
+PRECISIONS = ("fp32", "bf16")
 # What the verification options mean to commands other than `export`.
 IN_MEMORY_EXPORT = (
     "A model directory that runs with ONNX Runtime is exported in memory first and "
@@ -98,8 +105,16 @@ def add_model_options(
         "--engine",
         choices=ENGINES,
         default="auto",
-        help="torch, onnx (ONNX Runtime), tensorrt (a CUDA GPU), or auto: ONNX Runtime "
-        "wherever it can run, else torch",
+        help="torch, onnx (ONNX Runtime), openvino (OpenVINO on the CPU), tensorrt (a CUDA "
+        "GPU), or auto: ONNX Runtime wherever it can run, else torch; on the CPU, OpenVINO "
+        "instead where it is installed and measured faster (once per model and machine, on "
+        "the verification frames; the choice is printed)",
+    )
+    model.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        help="--engine openvino: fp32 (default), or bf16 on CPUs that have it, whose error "
+        "against fp32 on the verification frames is printed at load",
     )
     model.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     model.add_argument(
@@ -109,6 +124,19 @@ def add_model_options(
         metavar="N",
         help=batch_size_help,
     )
+
+
+def engine_options(args: argparse.Namespace) -> dict[str, Any]:
+    """`load_runner`'s engine options from `add_model_options`' (only those given).
+
+    Raises:
+        UsageError: --precision without --engine openvino.
+    """
+    if args.precision is None:
+        return {}
+    if args.engine != "openvino":
+        raise UsageError("--precision is an option of --engine openvino")
+    return {"precision": args.precision}
 
 
 def add_decoder_option(parser: argparse.ArgumentParser) -> None:
@@ -157,6 +185,66 @@ def add_verify_options(
         action="store_false",
         help="skip the numerical comparison with the torch module (default: compare)",
     )
+
+
+def add_cache_options(parser: argparse.ArgumentParser) -> None:
+    """`--no-cache` or `--cache-dir DIR`: where a model directory's ONNX export is kept."""
+    group = parser.add_argument_group(
+        "export cache",
+        "A model directory's ONNX export is cached, keyed by its config and checkpoint, "
+        "sleap-live's version and the export options, so only its first run exports it; "
+        "later runs start from the cached graph (verified when it was made, on that run's "
+        "frames).",
+    )
+    where = group.add_mutually_exclusive_group()
+    where.add_argument(
+        "--no-cache",
+        dest="cache",
+        action="store_false",
+        help="export in memory and neither read nor write the cache (default: use it)",
+    )
+    where.add_argument(
+        "--cache-dir",
+        type=Path,
+        metavar="DIR",
+        help="sleap-live's cache directory, exports in DIR/onnx (default: "
+        "$SLEAP_LIVE_CACHE_DIR, else the user cache directory: ~/.cache/sleap-live on Linux)",
+    )
+
+
+def cache_options(args: argparse.Namespace) -> dict[str, Any]:
+    """`cache` and `cache_dir` for `load_runner`, from a parser with `add_cache_options`."""
+    return {"cache": args.cache, "cache_dir": args.cache_dir}
+
+
+@contextlib.contextmanager
+def loading_status(console: Console, *, quiet: bool = False) -> Iterator[Callable[[str], None]]:
+    """A `progress` callback for `load_runner` that shows its steps as one status line.
+
+    On a terminal the line is a spinner that shows the latest step from the first
+    step on (nothing shows when loading needs no slow step) and goes when loading
+    ends; elsewhere (a log, a pipe) each step is printed as a line. `quiet` shows
+    nothing.
+    """
+    status: Any = None
+
+    def show(step: str) -> None:
+        nonlocal status
+        if quiet:
+            return
+        if not console.is_terminal:
+            console.print(step, highlight=False, soft_wrap=True, markup=False)
+        elif status is None:
+            status = console.status(step)
+            status.start()
+        else:
+            status.update(step)
+
+    try:
+        yield show
+    finally:
+        if status is not None:
+            status.stop()
 
 
 def verify_options(args: argparse.Namespace, video: Path | None = None) -> dict[str, Any]:

@@ -18,10 +18,14 @@ from sleap_live.cli.options import (
     IN_MEMORY_EXPORT,
     PROG,
     UsageError,
+    add_cache_options,
     add_decoder_option,
     add_model_options,
     add_verify_options,
+    cache_options,
     check_models,
+    engine_options,
+    loading_status,
     path_line,
     positive_float,
     positive_int,
@@ -102,6 +106,7 @@ def _add_common_options(
     add_model_options(parser, batch_size=None, batch_size_help=batch_size_help)
     add_decoder_option(parser)
     add_verify_options(parser, frames_default=frames_default, description=IN_MEMORY_EXPORT)
+    add_cache_options(parser)
     out = parser.add_argument_group("outputs")
     out.add_argument("-o", "--output", type=Path, help=output_help)
     out.add_argument(
@@ -154,7 +159,16 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     source = _open(args)
     with source:
         verify = verify_options(args, args.video)
-        runner = load_runner(args.models, engine=args.engine, device=args.device, **verify)
+        with loading_status(console, quiet=args.quiet) as progress:
+            runner = load_runner(
+                args.models,
+                engine=args.engine,
+                device=args.device,
+                progress=progress,
+                **cache_options(args),
+                **engine_options(args),
+                **verify,
+            )
         try:
             pipeline = Pipeline(
                 source,

@@ -1,0 +1,274 @@
+"""The on-disk cache of the ONNX graphs that model directories are exported to.
+
+A model directory run with ONNX Runtime is exported (and verified) once; the graph
+is kept in the user's cache directory and later runs load it as they would a
+sleap-live `.onnx` export, without building the torch model or importing torch.
+
+Where: `default_cache_dir()` (`$SLEAP_LIVE_CACHE_DIR`, else platformdirs'
+`user_cache_dir("sleap-live")`, `~/.cache/sleap-live` on Linux), graphs under its
+`onnx/` folder as `<key>.onnx` with a `<key>.onnx.json` sidecar.
+
+The key (`cache_key`) is a sha256 over everything the graph depends on:
+
+- each model directory's `training_config.yaml` and `best.ckpt` bytes (by content,
+  not path: a moved or copied directory still hits; the directories' order, which
+  `load_runner` does not care about, does not count);
+- sleap-live's version and a digest of the source files that build and export the
+  graph (everything under `sleap_live.engines` but the runners), so an editable
+  install that changes the graph code between releases never reuses a stale graph;
+- the export options (opset, profile, frame size, and whether the graph was
+  verified: an unverified export is kept apart from a verified one, whose probe
+  may have let it take both channel counts).
+
+Which frames a graph was verified on is not part of the key: a graph verified on
+one video's frames is a verified export of that model, and the verification
+records embedded in it say which frames those were. Run once with `--no-cache`
+(`cache=False`) to verify on other frames. The embedded `sources` paths are those
+of the run that filled the cache.
+
+An entry is trusted only when its sidecar is this schema's, names the same key and
+gives the graph file's length and sha256, and (checked by the loader, see
+`embedded_key`) the graph's own metadata carries the key and ONNX Runtime loads it.
+Anything else is a corrupt entry: it is removed with a one-line notice and the
+model is exported again. Entries are written atomically (a temporary file renamed
+into place, the sidecar last), so concurrent runs and kills never leave a half
+entry that passes these checks. A cache that cannot be written is a notice, never
+a failed run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from sleap_live.engines.load.metadata import METADATA_KEY, ExportMetadata, sidecar_path
+from sleap_live.engines.load.spec import CHECKPOINT, TRAINING_CONFIG
+
+CACHE_DIR_ENV = "SLEAP_LIVE_CACHE_DIR"
+ONNX_FOLDER = "onnx"
+ENTRY_SCHEMA = "sleap-live/onnx-cache"
+ENTRY_SCHEMA_VERSION = 1
+# Where the key goes in the graph's embedded `ExportMetadata`.
+KEY_FIELD = "cache_key"
+# The source folders of `sleap_live.engines` whose code does not shape the graph.
+_NOT_GRAPH_CODE = ("runners",)
+
+Notify = Callable[[str], None]
+
+
+def notice(message: str) -> None:
+    """The default notifier: one line on stderr."""
+    print(f"sleap-live: {message}", file=sys.stderr)
+
+
+def default_cache_dir() -> Path:
+    """sleap-live's cache directory: `$SLEAP_LIVE_CACHE_DIR`, else the user's cache dir."""
+    chosen = os.environ.get(CACHE_DIR_ENV)
+    if chosen:
+        return Path(chosen)
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("sleap-live", appauthor=False))
+
+
+@attrs.frozen
+class CacheKey:
+    """What a cached graph was made from, and its digest.
+
+    Attributes:
+        digest: sha256 (hex) of `parts`, the entry's file name.
+        parts: the keyed values, as written to the sidecar.
+    """
+
+    digest: str
+    parts: Mapping[str, Any]
+
+
+def cache_key(
+    paths: Sequence[Path], export_options: Mapping[str, Any], *, version: str | None = None
+) -> CacheKey | None:
+    """The key of the graph `paths` export to with `export_options`.
+
+    Args:
+        paths: the model directories (in any order).
+        export_options: the export's options (opset, verify, profile, frame_size,
+            ...); `verify_frames` is left out (see the module docstring).
+        version: sleap-live's version (default: the installed one).
+
+    Returns:
+        The key, or None when a directory's config or checkpoint cannot be read
+        (the model loader then says what is missing).
+    """
+    try:
+        models = sorted(_model_digests(Path(path)) for path in paths)
+    except OSError:
+        return None
+    options = {
+        name: _plain(value) for name, value in export_options.items() if name != "verify_frames"
+    }
+    parts = {
+        "models": [{TRAINING_CONFIG: config, CHECKPOINT: ckpt} for config, ckpt in models],
+        "sleap_live_version": package_version() if version is None else version,
+        "code": code_digest(),
+        "export": dict(sorted(options.items())),
+    }
+    text = json.dumps(parts, sort_keys=True, separators=(",", ":"))
+    return CacheKey(hashlib.sha256(text.encode()).hexdigest(), parts)
+
+
+def package_version() -> str:
+    """The installed sleap-live's version ("unknown" when it is not installed)."""
+    try:
+        return importlib.metadata.version("sleap-live")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def code_digest() -> str:
+    """sha256 of the source files that build and export the graph (see the module docstring)."""
+    engines = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(engines.rglob("*.py")):
+        relative = path.relative_to(engines)
+        if relative.parts[0] in _NOT_GRAPH_CODE:
+            continue
+        digest.update(relative.as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def embedded_key(metadata: ExportMetadata) -> str | None:
+    """The cache key a graph's embedded metadata carries, if any."""
+    key = metadata.exporter.get(KEY_FIELD)
+    return key if isinstance(key, str) else None
+
+
+def with_embedded_key(onnx_bytes: bytes, key: CacheKey) -> bytes:
+    """The graph with `key` added to its embedded metadata's `exporter` record."""
+    import onnx
+
+    model = onnx.load_from_string(onnx_bytes)
+    for prop in model.metadata_props:
+        if prop.key == METADATA_KEY:
+            document = json.loads(prop.value)
+            document["exporter"] = {**document.get("exporter", {}), KEY_FIELD: key.digest}
+            prop.value = json.dumps(document, indent=2)
+            return bytes(model.SerializeToString())
+    raise ValueError(f"the graph carries no '{METADATA_KEY}' metadata to key")
+
+
+@attrs.frozen
+class ExportCache:
+    """The ONNX graphs in one cache directory.
+
+    Attributes:
+        root: sleap-live's cache directory (graphs go in its `onnx/` folder).
+        notify: called with a one-line notice when an entry is rebuilt or the
+            cache cannot be written.
+    """
+
+    root: Path = attrs.field(converter=Path)
+    notify: Notify
+
+    @property
+    def directory(self) -> Path:
+        return self.root / ONNX_FOLDER
+
+    def graph_path(self, key: CacheKey) -> Path:
+        return self.directory / f"{key.digest}.onnx"
+
+    def read(self, key: CacheKey) -> bytes | None:
+        """The cached graph of `key`; None when absent, or corrupt (removed, with a notice)."""
+        graph = self.graph_path(key)
+        sidecar = sidecar_path(graph)
+        if not graph.exists() and not sidecar.exists():
+            return None
+        try:
+            record = json.loads(sidecar.read_text())
+            onnx_bytes = graph.read_bytes()
+        except (OSError, UnicodeDecodeError, ValueError) as error:
+            self.discard(key, f"unreadable ({type(error).__name__})")
+            return None
+        problem = _entry_problem(record, key, onnx_bytes)
+        if problem is not None:
+            self.discard(key, problem)
+            return None
+        return onnx_bytes
+
+    def write(self, key: CacheKey, onnx_bytes: bytes) -> None:
+        """Stores a keyed graph (see `with_embedded_key`): graph, then sidecar, each atomically."""
+        record = {
+            "schema": ENTRY_SCHEMA,
+            "schema_version": ENTRY_SCHEMA_VERSION,
+            "key": key.digest,
+            "bytes": len(onnx_bytes),
+            "sha256": hashlib.sha256(onnx_bytes).hexdigest(),
+            "parts": dict(key.parts),
+        }
+        graph = self.graph_path(key)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            _write_atomically(graph, onnx_bytes)
+            _write_atomically(sidecar_path(graph), (json.dumps(record, indent=2) + "\n").encode())
+        except OSError as error:
+            self.notify(f"cannot cache the exported model in {self.directory} ({error})")
+
+    def discard(self, key: CacheKey, reason: str) -> None:
+        """Removes an entry found corrupt, saying so."""
+        graph = self.graph_path(key)
+        self.notify(f"cached export {graph} is {reason}: exporting the model again")
+        for path in (sidecar_path(graph), graph):
+            path.unlink(missing_ok=True)
+
+
+def _entry_problem(record: Any, key: CacheKey, onnx_bytes: bytes) -> str | None:
+    """What is wrong with an entry's sidecar or graph file, or None."""
+    if not isinstance(record, dict) or record.get("schema") != ENTRY_SCHEMA:
+        return "not a sleap-live cache entry"
+    if record.get("schema_version") != ENTRY_SCHEMA_VERSION:
+        return f"of cache schema version {record.get('schema_version')}"
+    if record.get("key") != key.digest:
+        return "recorded under another key"
+    if record.get("bytes") != len(onnx_bytes):
+        return f"truncated or overwritten ({len(onnx_bytes)} bytes, {record.get('bytes')} recorded)"
+    if record.get("sha256") != hashlib.sha256(onnx_bytes).hexdigest():
+        return "damaged (its sha256 differs from the recorded one)"
+    return None
+
+
+def _model_digests(path: Path) -> tuple[str, str]:
+    """sha256 of a model directory's training config and checkpoint bytes."""
+    return (
+        hashlib.sha256((path / TRAINING_CONFIG).read_bytes()).hexdigest(),
+        hashlib.sha256((path / CHECKPOINT).read_bytes()).hexdigest(),
+    )
+
+
+def _plain(value: Any) -> Any:
+    """An export option as JSON (tuples as lists)."""
+    if isinstance(value, (tuple, list)):
+        return [_plain(item) for item in value]
+    return value
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """Writes `data` to a temporary file beside `path`, then renames it into place."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

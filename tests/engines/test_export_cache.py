@@ -1,0 +1,353 @@
+"""The export cache: model directories exported once, loaded from the cache after.
+
+Exports are counted by wrapping `export_onnx_bytes`; nothing here is timed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+
+import sleap_live.engines.export as export_package
+from sleap_live.cli import main
+from sleap_live.cli.options import first_frames
+from sleap_live.engines.load import export_cache
+from sleap_live.engines.load.export_cache import (
+    CACHE_DIR_ENV,
+    CacheKey,
+    ExportCache,
+    cache_key,
+    default_cache_dir,
+    with_embedded_key,
+)
+from sleap_live.engines.load.metadata import sidecar_path
+from sleap_live.engines.runners.load import load_runner
+
+DATA = Path(__file__).parents[1] / "data"
+SINGLE = DATA / "models" / "single_instance"
+CENTROID = DATA / "models" / "centroid"
+CENTERED = DATA / "models" / "centered_instance"
+VIDEO = DATA / "videos" / "single.mkv"
+TORCH_BLOCKER = Path(__file__).parents[1] / "torch_blocker.py"
+HEADLINE = "exporting model (first run, cached for next time)"
+
+
+class Exports:
+    """Counts calls of the real `export_onnx_bytes` (load_runner imports it at each export)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls = 0
+        real = export_package.export_onnx_bytes
+
+        def counted(*args, **kwargs):
+            self.calls += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(export_package, "export_onnx_bytes", counted)
+
+
+@pytest.fixture
+def exports(monkeypatch) -> Exports:
+    return Exports(monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def frames() -> np.ndarray:
+    return first_frames(VIDEO)
+
+
+def load(cache_dir: Path, **options):
+    """The single-instance model on ONNX Runtime, unverified unless told (quick to export)."""
+    options.setdefault("verify", False)
+    return load_runner(SINGLE, engine="onnx", device="cpu", cache_dir=cache_dir, **options)
+
+
+def entries(cache_dir: Path) -> list[str]:
+    folder = cache_dir / "onnx"
+    return sorted(path.name for path in folder.iterdir()) if folder.is_dir() else []
+
+
+def copy_model(source: Path, target: Path) -> Path:
+    shutil.copytree(source, target)
+    return target
+
+
+# --- the key ---------------------------------------------------------------------
+
+
+def test_key_follows_the_checkpoint_config_version_and_options(tmp_path):
+    model = copy_model(SINGLE, tmp_path / "model")
+    options = {"verify": True}
+    base = cache_key([model], options)
+    assert base is not None and len(base.digest) == 64
+    assert cache_key([model], options).digest == base.digest
+
+    moved = copy_model(SINGLE, tmp_path / "elsewhere")
+    assert cache_key([moved], options).digest == base.digest, "keyed by content, not path"
+
+    different = {
+        "opset": cache_key([model], {**options, "opset": 18}),
+        "no-verify": cache_key([model], {"verify": False}),
+        "profile": cache_key([model], {**options, "profile": "tensorrt"}),
+        "frame_size": cache_key([model], {**options, "frame_size": (64, 80)}),
+        "version": cache_key([model], options, version="99.0"),
+    }
+    checkpoint = model / "best.ckpt"
+    checkpoint.write_bytes(checkpoint.read_bytes() + b"\0")
+    different["checkpoint"] = cache_key([model], options)
+    checkpoint.write_bytes(checkpoint.read_bytes()[:-1])
+    assert cache_key([model], options).digest == base.digest
+    config = model / "training_config.yaml"
+    config.write_text(config.read_text() + "\n# edited\n")
+    different["config"] = cache_key([model], options)
+    digests = {name: key.digest for name, key in different.items() if key is not None}
+    assert len(digests) == len(different)
+    assert base.digest not in digests.values()
+    assert len(set(digests.values())) == len(digests), digests
+
+
+def test_key_ignores_the_verification_frames_and_the_directories_order(frames):
+    plain = cache_key([CENTROID, CENTERED], {"verify": True})
+    framed = cache_key([CENTERED, CENTROID], {"verify": True, "verify_frames": frames})
+    assert plain is not None and framed is not None and plain.digest == framed.digest
+
+
+def test_key_follows_the_code_that_builds_the_graph(monkeypatch):
+    before = cache_key([SINGLE], {})
+    monkeypatch.setattr(export_cache, "code_digest", lambda: "0" * 64)
+    after = cache_key([SINGLE], {})
+    assert before is not None and after is not None and before.digest != after.digest
+
+
+def test_unreadable_model_files_have_no_key(tmp_path):
+    model = copy_model(SINGLE, tmp_path / "model")
+    (model / "best.ckpt").unlink()
+    assert cache_key([model], {}) is None
+
+
+def test_default_cache_dir_is_the_environment_variable_else_the_user_cache(monkeypatch, tmp_path):
+    import platformdirs
+
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path))
+    assert default_cache_dir() == tmp_path
+    monkeypatch.delenv(CACHE_DIR_ENV)
+    assert default_cache_dir() == Path(platformdirs.user_cache_dir("sleap-live", appauthor=False))
+
+
+# --- hits and misses -------------------------------------------------------------
+
+
+def test_a_second_load_runs_the_cached_graph_without_exporting(tmp_path, exports, frames):
+    steps: list[str] = []
+    first = load(tmp_path, verify=True, verify_frames=frames, progress=steps.append)
+    assert exports.calls == 1
+    assert steps and all(step.startswith(HEADLINE) for step in steps)
+    assert any("verifying" in step for step in steps)
+    key = cache_key([SINGLE], {"verify": True})
+    assert entries(tmp_path) == [f"{key.digest}.onnx", f"{key.digest}.onnx.json"]
+
+    steps.clear()
+    second = load(tmp_path, verify=True, verify_frames=frames, progress=steps.append)
+    assert exports.calls == 1 and steps == []
+    assert second.metadata.verification == first.metadata.verification  # a verified export
+    assert second.metadata.exporter["cache_key"] == key.digest
+    for a, b in zip(first.run(frames), second.run(frames), strict=True):
+        np.testing.assert_array_equal(a.points, b.points)
+        np.testing.assert_array_equal(a.point_scores, b.point_scores)
+
+    load(tmp_path)  # unverified exports are keyed apart
+    assert exports.calls == 2 and len(entries(tmp_path)) == 4
+
+
+def test_a_changed_checkpoint_is_exported_again(tmp_path, exports):
+    model = copy_model(SINGLE, tmp_path / "model")
+    cache = tmp_path / "cache"
+    for expected in (1, 1):
+        load_runner(model, engine="onnx", device="cpu", cache_dir=cache, verify=False)
+        assert exports.calls == expected
+    checkpoint = model / "best.ckpt"
+    checkpoint.write_bytes(checkpoint.read_bytes() + b"\0")  # torch ignores trailing bytes
+    load_runner(model, engine="onnx", device="cpu", cache_dir=cache, verify=False)
+    assert exports.calls == 2 and len(entries(cache)) == 4
+
+
+def test_without_the_cache_nothing_is_read_or_written(tmp_path, exports):
+    load(tmp_path)
+    before = {name: (tmp_path / "onnx" / name).stat().st_mtime_ns for name in entries(tmp_path)}
+    load(tmp_path, cache=False)
+    load(tmp_path, cache=False)
+    assert exports.calls == 3
+    after = {name: (tmp_path / "onnx" / name).stat().st_mtime_ns for name in entries(tmp_path)}
+    assert after == before
+    empty = tmp_path / "never"
+    load(empty, cache=False)
+    assert not empty.exists()
+
+
+def test_the_torch_engine_uses_no_cache(tmp_path):
+    load_runner(SINGLE, engine="torch", device="cpu", cache_dir=tmp_path)
+    assert not (tmp_path / "onnx").exists()
+
+
+def test_an_unwritable_cache_is_a_notice_not_a_failure(tmp_path, exports, capsys):
+    blocked = tmp_path / "file"
+    blocked.write_text("a file where the cache folder would be")
+    runner = load(blocked)
+    assert runner.info.model_type == "single_instance"
+    assert "cannot cache the exported model" in capsys.readouterr().err
+
+
+# --- corrupt entries -------------------------------------------------------------
+
+
+@pytest.fixture
+def cached(tmp_path, exports) -> tuple[Path, CacheKey]:
+    """A cache directory holding the unverified single-instance export, and its key."""
+    load(tmp_path)
+    key = cache_key([SINGLE], {"verify": False})
+    assert exports.calls == 1
+    return tmp_path, key
+
+
+def _rewrite(cache_dir: Path, key: CacheKey, onnx_bytes: bytes) -> None:
+    """Replaces the entry's graph, its sidecar made to match (length and sha256)."""
+    ExportCache(cache_dir, print).write(key, onnx_bytes)
+
+
+def _garbage(graph: Path) -> str:
+    graph.write_bytes(b"not an onnx graph at all" * 100)
+    return "truncated or overwritten"
+
+
+def _truncated(graph: Path) -> str:
+    graph.write_bytes(graph.read_bytes()[: graph.stat().st_size // 2])
+    return "truncated or overwritten"
+
+
+def _flipped(graph: Path) -> str:
+    data = bytearray(graph.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    graph.write_bytes(bytes(data))
+    return "damaged"
+
+
+def _bad_sidecar(graph: Path) -> str:
+    sidecar_path(graph).write_text("{ not json")
+    return "unreadable"
+
+
+def _no_sidecar(graph: Path) -> str:
+    sidecar_path(graph).unlink()
+    return "unreadable"
+
+
+def _other_key_in_sidecar(graph: Path) -> str:
+    sidecar = sidecar_path(graph)
+    record = json.loads(sidecar.read_text())
+    sidecar.write_text(json.dumps({**record, "key": "0" * 64}))
+    return "recorded under another key"
+
+
+@pytest.mark.parametrize(
+    "corrupt", [_garbage, _truncated, _flipped, _bad_sidecar, _no_sidecar, _other_key_in_sidecar]
+)
+def test_a_corrupt_entry_is_exported_again_with_a_notice(cached, exports, capsys, corrupt):
+    cache_dir, key = cached
+    graph = cache_dir / "onnx" / f"{key.digest}.onnx"
+    capsys.readouterr()
+    says = corrupt(graph)
+    runner = load(cache_dir)
+    assert exports.calls == 2
+    (notice,) = capsys.readouterr().err.strip().splitlines()
+    assert str(graph) in notice and says in notice and "exporting the model again" in notice
+    assert runner.metadata.exporter["cache_key"] == key.digest
+    load(cache_dir)  # the rebuilt entry is good
+    assert exports.calls == 2
+
+
+def test_a_graph_onnx_runtime_cannot_load_is_exported_again(cached, exports, capsys):
+    cache_dir, key = cached
+    _rewrite(cache_dir, key, b"\x08\x07" + b"\xff" * 300)  # consistent sidecar, junk graph
+    capsys.readouterr()
+    load(cache_dir)
+    assert exports.calls == 2
+    assert "not loadable" in capsys.readouterr().err
+
+
+def test_a_graph_keyed_differently_in_its_own_metadata_is_exported_again(cached, exports, capsys):
+    cache_dir, key = cached
+    graph = cache_dir / "onnx" / f"{key.digest}.onnx"
+    other = CacheKey("f" * 64, {})
+    _rewrite(cache_dir, key, with_embedded_key(graph.read_bytes(), other))
+    capsys.readouterr()
+    runner = load(cache_dir)
+    assert exports.calls == 2
+    assert "keyed differently in its own metadata" in capsys.readouterr().err
+    assert runner.metadata.exporter["cache_key"] == key.digest
+
+
+def test_a_changed_version_misses(cached, exports, monkeypatch):
+    cache_dir, _ = cached
+    monkeypatch.setattr(export_cache, "package_version", lambda: "99.0")
+    load(cache_dir)
+    assert exports.calls == 2 and len(entries(cache_dir)) == 4
+
+
+# --- the command line ------------------------------------------------------------
+
+
+@pytest.fixture
+def clip(tmp_path) -> Path:
+    """The first 10 frames of the single-instance fixture video."""
+    path = tmp_path / "clip.mkv"
+    with av.open(str(VIDEO)) as source, av.open(str(path), "w") as target:
+        stream = target.add_stream("ffv1", rate=30)
+        stream.width, stream.height, stream.pix_fmt = 200, 168, "gray"
+        for frame in itertools.islice(source.decode(video=0), 10):
+            image = frame.to_ndarray(format="gray")
+            target.mux(stream.encode(av.VideoFrame.from_ndarray(image, format="gray")))
+        target.mux(stream.encode())
+    return path
+
+
+def test_cli_caches_in_cache_dir_and_a_warm_run_needs_no_torch(tmp_path, clip, capsys):
+    cache = tmp_path / "cache"
+    argv = ["run", str(clip), "-m", str(SINGLE), "--cache-dir", str(cache)]
+    assert main([*argv, "-o", str(tmp_path / "cold.slp")]) == 0
+    assert HEADLINE in capsys.readouterr().err
+    assert len(entries(cache)) == 2
+
+    warm = subprocess.run(
+        [sys.executable, str(TORCH_BLOCKER), "-m", "sleap_live", *argv, "-o", "warm.slp"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert warm.returncode == 0, warm.stderr
+    assert "torch_blocker" not in warm.stderr and HEADLINE not in warm.stderr
+    assert "poses:" in warm.stderr and (tmp_path / "warm.slp").is_file()
+
+
+def test_cli_no_cache_exports_without_the_cache(tmp_path, clip, capsys, exports):
+    cache = tmp_path / "cache"
+    argv = ["run", str(clip), "-m", str(SINGLE), "--engine", "onnx", "--no-verify"]
+    assert main([*argv, "--no-cache", "-o", str(tmp_path / "a.slp")]) == 0
+    assert "exporting model" in capsys.readouterr().err and exports.calls == 1
+    assert main([*argv, "--cache-dir", str(cache), "-o", str(tmp_path / "b.slp")]) == 0
+    assert main([*argv, "--cache-dir", str(cache), "-o", str(tmp_path / "c.slp")]) == 0
+    assert exports.calls == 2 and len(entries(cache)) == 2
+
+
+def test_cli_no_cache_and_cache_dir_are_exclusive(tmp_path, capsys):
+    argv = ["run", "clip.mkv", "-m", str(SINGLE), "--no-cache", "--cache-dir", str(tmp_path)]
+    assert main(argv) == 2
+    assert "not allowed with argument" in capsys.readouterr().err
