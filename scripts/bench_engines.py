@@ -1,4 +1,4 @@
-"""Time the torch and ONNX Runtime engines on the same model and frames.
+"""Time the torch, ONNX Runtime and OpenVINO engines on the same model and frames.
 
     python scripts/bench_engines.py MODEL_DIR [MODEL_DIR2] [--batch 1 4] [--size 512x512]
         [--channels 1] [--iterations 50] [--warmup 5] [--threads 2] [--video PATH]
@@ -6,7 +6,9 @@
 MODEL is anything `load_runner` takes. Each engine runs the same frames (synthetic
 blobs, or the first frames of --video) for --warmup untimed and --iterations timed
 batches; the table gives load time, median and 90th-percentile batch latency, and
-frames per second. Run it under `nice` on a shared machine.
+frames per second. OpenVINO runs at fp32 (`--engines ... openvino`, the default
+when it is installed); its load includes compiling the graph. Run it under `nice`
+on a shared machine.
 """
 
 from __future__ import annotations
@@ -46,7 +48,14 @@ def time_engine(
     paths: list[str], engine: str, batch: np.ndarray, args: argparse.Namespace
 ) -> dict[str, float]:
     started = time.perf_counter()
-    runner = load_runner(paths, engine=engine, device="cpu", threads=args.threads)
+    runner = load_runner(
+        paths,
+        engine=engine,
+        device="cpu",
+        threads=args.threads,
+        verify_frames=batch[:5],
+        cache_dir=args.cache_dir,
+    )
     loaded = time.perf_counter() - started
     try:
         for _ in range(args.warmup):
@@ -67,10 +76,17 @@ def time_engine(
     }
 
 
+def default_engines() -> list[str]:
+    """torch and onnx, and openvino where it is installed."""
+    from sleap_live.engines.runners.openvino import openvino_installed
+
+    return ["torch", "onnx", *(["openvino"] if openvino_installed() else [])]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="+", help="model path(s), as load_runner takes them")
-    parser.add_argument("--engines", nargs="+", default=["torch", "onnx"])
+    parser.add_argument("--engines", nargs="+", default=default_engines())
     parser.add_argument("--batch", nargs="+", type=int, default=[1, 4], help="batch sizes")
     parser.add_argument("--size", default="384x384", help="frame HxW for synthetic frames")
     parser.add_argument("--channels", type=int, default=1, choices=(1, 3))
@@ -78,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads per engine")
+    parser.add_argument(
+        "--cache-dir", type=Path, help="sleap-live cache directory (default: the user's)"
+    )
     args = parser.parse_args(argv)
 
     height, width = (int(n) for n in args.size.lower().split("x"))

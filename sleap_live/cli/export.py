@@ -28,7 +28,8 @@ SUMMARY = "export model directories to one ONNX or TorchScript file, verified ag
 SUFFIXES = {"onnx": ".onnx", "torchscript": ".pt"}
 DEFAULT_OPSET = 17
 # TensorRT: an export directory (model.onnx, and engines built on this machine's GPU).
-FORMATS = (*SUFFIXES, "tensorrt")
+# OpenVINO: IR (.xml + .bin) of the verified ONNX export.
+FORMATS = (*SUFFIXES, "openvino", "tensorrt")
 
 
 def add_parser(commands: Any) -> None:
@@ -109,6 +110,8 @@ def handle(args: argparse.Namespace, console: Console) -> int:
 
     if args.format == "tensorrt":
         return _export_tensorrt(args, console, verify)
+    if args.format == "openvino":
+        return _export_openvino(args, console, verify)
     output = args.output or Path(args.model_dirs[0]) / f"sleap_live{SUFFIXES[args.format]}"
     with console.status("exporting") as status:
         path = export_model(
@@ -154,6 +157,27 @@ def _export_tensorrt(args: argparse.Namespace, console: Console, verify: dict[st
             **verify,
         )
     metadata = read_engine_file(path).metadata
+    console.print(
+        f"exported [bold]{metadata.info.model_type}[/bold] model to {escape(str(path))}",
+        soft_wrap=True,
+    )
+    if metadata.verification:
+        print_wide(console, verification_table(metadata.verification, TOLERANCE))
+    return 0
+
+
+def _export_openvino(args: argparse.Namespace, console: Console, verify: dict[str, Any]) -> int:
+    """`--format openvino`: the verified ONNX export saved as OpenVINO IR."""
+    from sleap_live.engines.export import TOLERANCE
+    from sleap_live.engines.export.openvino import export_openvino
+    from sleap_live.engines.load.metadata import ExportMetadata, sidecar_path
+
+    output = args.output or Path(args.model_dirs[0]) / "sleap_live.xml"
+    with console.status("exporting") as status:
+        path = export_openvino(
+            args.model_dirs, output, opset=args.opset, progress=status.update, **verify
+        )
+    metadata = ExportMetadata.from_json(sidecar_path(path).read_text(), str(path))
     console.print(
         f"exported [bold]{metadata.info.model_type}[/bold] model to {escape(str(path))}",
         soft_wrap=True,

@@ -1,0 +1,298 @@
+"""The OpenVINO runner: goldens at fp32, IR export, bf16 only when asked, auto's choice."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from functools import cache
+
+import numpy as np
+import pytest
+import sleap_live_tests_goldens as goldens  # registered by conftest.py
+
+from sleap_live.engines.errors import RuntimeUnavailableError
+from sleap_live.engines.runners import cpu_choice
+from sleap_live.engines.runners.load import load_runner
+from sleap_live.engines.types import FramePoses
+from sleap_live.stream.sources import FileSource
+
+ov = pytest.importorskip("openvino")
+
+from sleap_live.engines.export.openvino import export_openvino  # noqa: E402
+from sleap_live.engines.runners.openvino import (  # noqa: E402
+    OpenVINORunner,
+    compare_poses,
+)
+
+BATCH = 8
+VERIFY_FRAMES = 5
+# The same bounds as ONNX Runtime against sleap-nn (tests/engines/test_goldens.py):
+# instance counts and presence equal, points within 1e-4 px.
+POINTS_PX = 1e-4
+
+
+@cache
+def _frames(video: str) -> np.ndarray:
+    with FileSource(video) as source:
+        return np.stack([frame.image for frame in source])
+
+
+def _case(name: str) -> tuple[list[str], np.ndarray, dict]:
+    models, video, golden, _ = goldens.case_paths(name)
+    missing = [p for p in [*models, video, golden] if not p.exists()]
+    if missing:
+        pytest.skip(f"fixture missing: {missing[0]}")
+    return [str(m) for m in models], _frames(str(video)), dict(np.load(golden))
+
+
+def _as_records(runner, frames: np.ndarray) -> list[dict]:
+    out = []
+    for start in range(0, len(frames), BATCH):
+        for poses in runner.run(frames[start : start + BATCH]):
+            out.append(
+                {
+                    "points": poses.points,
+                    "point_scores": poses.point_scores,
+                    "instance_scores": poses.instance_scores,
+                    "identities": poses.identities,
+                }
+            )
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(goldens.CASES))
+def test_openvino_fp32_matches_sleap_nn_predict(name, tmp_path):
+    models, frames, golden = _case(name)
+    runner = load_runner(
+        models,
+        engine="openvino",
+        device="cpu",
+        cache_dir=tmp_path,
+        verify_frames=frames[:VERIFY_FRAMES],
+    )
+    assert isinstance(runner, OpenVINORunner) and runner.precision == "fp32"
+    try:
+        ours = _as_records(runner, frames)
+    finally:
+        runner.close()
+    result = goldens.compare(
+        ours, golden, runner.info.class_names, goldens.compared_frames(name, len(ours))
+    )
+    summary = f"{name}: {result.summary()}"
+    print(summary)
+    assert result.count_mismatches == (), summary
+    assert result.presence_mismatches == 0, summary
+    assert result.point_errors.size > 0, summary
+    assert result.point_errors.max() <= POINTS_PX, summary
+    assert result.identity_agreement == 1.0, summary
+
+
+@pytest.fixture(scope="module")
+def topdown_ir(tmp_path_factory):
+    models, frames, _ = _case("topdown")
+    output = tmp_path_factory.mktemp("ir") / "topdown.xml"
+    return export_openvino(models, output, verify_frames=frames[:VERIFY_FRAMES]), frames
+
+
+@pytest.mark.slow
+def test_ir_export_round_trip(topdown_ir, tmp_path):
+    path, frames = topdown_ir
+    assert path.with_suffix(".bin").is_file()
+    sidecar = json.loads(path.with_name(path.name + ".json").read_text())
+    assert sidecar["format"] == "openvino" and sidecar["verification"]
+    # float32 weights: save_model's default float16 compression is off.
+    graph = ov.Core().read_model(str(path))
+    assert not any(
+        op.get_type_name() == "Convert" and "f16" in str(op.get_input_element_type(0))
+        for op in graph.get_ops()
+    )
+    from_ir = load_runner(path, cache_dir=tmp_path)
+    assert isinstance(from_ir, OpenVINORunner)
+    assert from_ir.metadata.format == "openvino" and from_ir.info.model_type == "topdown"
+    from_onnx = load_runner(
+        goldens.case_paths("topdown")[0],
+        engine="onnx",
+        device="cpu",
+        cache_dir=tmp_path,
+        verify_frames=frames[:VERIFY_FRAMES],
+    )
+    batch = frames[:BATCH]
+    for mine, theirs in zip(from_ir.run(batch), from_onnx.run(batch), strict=True):
+        assert mine.n_instances == theirs.n_instances > 0
+        np.testing.assert_allclose(mine.points, theirs.points, rtol=0, atol=POINTS_PX)
+    with pytest.raises(ValueError, match="runs with engine 'openvino'"):
+        load_runner(path, engine="onnx")
+
+
+@pytest.mark.slow
+def test_bf16_only_when_asked_and_its_error_is_printed(topdown_ir, tmp_path):
+    path, frames = topdown_ir
+    assert OpenVINORunner(path).precision == "fp32"
+    core = ov.Core()
+    if "BF16" not in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+        with pytest.raises(RuntimeUnavailableError, match="no bf16"):
+            OpenVINORunner(path, precision="bf16", check_frames=frames[:VERIFY_FRAMES])
+        return
+    lines: list[str] = []
+    runner = OpenVINORunner(
+        path, precision="bf16", check_frames=frames[:VERIFY_FRAMES], notice=lines.append
+    )
+    check = runner.precision_check
+    assert check is not None and check.frames == VERIFY_FRAMES
+    assert len(lines) == 1 and lines[0] == check.line()
+    assert lines[0].startswith("OpenVINO bf16 against fp32 on 5 verification frames: points max")
+    assert "instance counts equal on" in lines[0]
+    with pytest.raises(ValueError, match="check_frames"):
+        OpenVINORunner(path, precision="bf16")
+    with pytest.raises(TypeError, match="precision"):
+        load_runner(path, engine="onnx", precision="bf16")
+
+
+def test_compare_poses_matches_instances_and_counts():
+    def poses(*points):
+        array = np.asarray(points, np.float32).reshape(len(points), 2, 2)
+        n = len(points)
+        return FramePoses(
+            array, np.ones((n, 2), np.float32), np.ones(n, np.float32), -np.ones(n, np.int32)
+        )
+
+    full = [poses([0, 0, 10, 10], [50, 50, 60, 60]), poses([0, 0, 1, 1])]
+    reduced = [poses([50.5, 50, 60, 60], [0, 0, np.nan, np.nan]), poses()]
+    check = compare_poses("bf16", reduced, full)
+    assert check.frames == 2 and check.count_agreement == 1
+    assert check.points_max_px == pytest.approx(0.5) and check.points_median_px == 0
+    assert check.presence_mismatches == 1
+
+
+def test_missing_openvino_is_one_line_naming_the_extra():
+    code = (
+        "import sys; sys.modules['openvino'] = None\n"
+        "from sleap_live.engines.runners.openvino import OpenVINORunner\n"
+        "try:\n    OpenVINORunner(b'')\n"
+        "except ImportError as error:\n    print(error)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.strip() == (
+        'OpenVINO is not installed; pip install "sleap-live[openvino]"'
+    ), result.stderr
+
+
+class _Timed:
+    """A runner whose runs take no time, counting them."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.runs, self.closed = name, 0, False
+
+    def run(self, frames):
+        self.runs += 1
+        return []
+
+    def close(self):
+        self.closed = True
+
+
+def test_auto_choice_is_measured_once_cached_and_printed(monkeypatch, tmp_path, toy_onnx):
+    from sleap_live.engines.export.frames import sample_frames
+
+    frames = sample_frames(2, 32, 40, 1)
+    onnx_bytes = toy_onnx
+    made: list[_Timed] = []
+
+    def maker(name):
+        def make():
+            made.append(_Timed(name))
+            return made[-1]
+
+        return make
+
+    monkeypatch.setattr(
+        cpu_choice, "measure", lambda runners, frames: {"onnx": 10.0, "openvino": 9.0}
+    )
+    lines: list[str] = []
+    chosen = cpu_choice.choose_cpu_runner(
+        onnx_bytes,
+        maker("onnx"),
+        maker("openvino"),
+        frames=frames,
+        threads=1,
+        cache_dir=tmp_path,
+        notice=lines.append,
+    )
+    assert chosen.name == "openvino" and [r.closed for r in made] == [True, False]
+    assert "engine auto: OpenVINO on the CPU: 9.0 ms" in lines[-1] and "measured now" in lines[-1]
+    # Cached: only the chosen runner is made, nothing is measured again.
+    monkeypatch.setattr(cpu_choice, "measure", lambda *_: pytest.fail("measured again"))
+    again = cpu_choice.choose_cpu_runner(
+        onnx_bytes,
+        maker("onnx"),
+        maker("openvino"),
+        frames=frames,
+        threads=1,
+        cache_dir=tmp_path,
+        notice=lines.append,
+    )
+    assert again.name == "openvino" and len(made) == 3 and "cached" in lines[-1]
+    # A corrupt entry is measured again; within the margin ONNX Runtime stays.
+    (entry,) = (tmp_path / cpu_choice.FOLDER).iterdir()
+    entry.write_text("{not json")
+    monkeypatch.setattr(
+        cpu_choice, "measure", lambda runners, frames: {"onnx": 10.0, "openvino": 9.8}
+    )
+    kept = cpu_choice.choose_cpu_runner(
+        onnx_bytes,
+        maker("onnx"),
+        maker("openvino"),
+        frames=frames,
+        threads=1,
+        cache_dir=tmp_path,
+        notice=lines.append,
+    )
+    assert kept.name == "onnx" and "engine auto: ONNX Runtime" in lines[-1]
+    # No frames: ONNX Runtime, saying why.
+    plain = cpu_choice.choose_cpu_runner(
+        onnx_bytes,
+        maker("onnx"),
+        maker("openvino"),
+        frames=None,
+        threads=1,
+        cache_dir=tmp_path,
+        notice=lines.append,
+    )
+    assert plain.name == "onnx" and "no verification frames" in lines[-1]
+
+
+def test_measure_times_every_runner_alike():
+    runners = {"onnx": _Timed("onnx"), "openvino": _Timed("openvino")}
+    timings = cpu_choice.measure(runners, np.zeros((2, 8, 8, 1), np.uint8), rounds=3)
+    assert set(timings) == {"onnx", "openvino"} and all(t >= 0 for t in timings.values())
+    assert [r.runs for r in runners.values()] == [4, 4]
+
+
+@pytest.fixture(scope="module")
+def toy_onnx(toy_models) -> bytes:
+    from sleap_live.engines.export import export_onnx_bytes
+
+    return export_onnx_bytes(toy_models.ToyInstanceModel(), verify=False)
+
+
+def test_toy_export_runs_alike_in_openvino_and_onnx_runtime(toy_onnx):
+    from sleap_live.engines.export.frames import sample_frames
+    from sleap_live.engines.runners.onnx import OnnxRunner
+
+    onnx_bytes = toy_onnx
+    # An unverified export takes only the model's channel count: gray frames are
+    # converted on the host, as for ONNX Runtime.
+    frames = sample_frames(2, 96, 128, 1, seed=4)
+    runner = OpenVINORunner(onnx_bytes, threads=1)
+    assert runner.device == "cpu" and runner.metadata.input_channels == (3,)
+    mine, theirs = runner.run(frames), OnnxRunner(onnx_bytes, intra_op_threads=1).run(frames)
+    assert sum(p.n_instances for p in theirs) > 0
+    for a, b in zip(mine, theirs, strict=True):
+        assert a.n_instances == b.n_instances
+        np.testing.assert_allclose(a.points, b.points, rtol=0, atol=1e-4)
+    runner.close()
+    runner.close()
+    with pytest.raises(Exception, match="closed"):
+        runner.run(frames)
