@@ -114,6 +114,7 @@ def test_item_budget_shares_and_leaves_later_items_their_floor():
 def test_window_is_a_capped_share_of_the_item():
     assert gc.window(10.0) == pytest.approx(10.0 * gc.WINDOW_SHARE)
     assert gc.window(1000.0) == gc.MAX_WINDOW_S
+    assert gc.window(1000.0, most_s=0.5) == 0.5
     assert gc.window(-1.0) == 0.0
 
 
@@ -468,7 +469,16 @@ def test_cpu_run_skips_every_gpu_part_in_one_line(tmp_path):
 @pytest.mark.slow
 def test_rehearsal_runs_the_gpu_parts_code_on_the_cpu(tmp_path):
     result, report = _run(
-        tmp_path, "--rehearse", "--clip-frames", "16", "--large-size", "256", "--budget", "50"
+        tmp_path,
+        "--rehearse",
+        "--clip-frames",
+        "16",
+        "--large-size",
+        "256",
+        "--max-window",
+        "0.5",
+        "--budget",
+        "300",
     )
     assert result.returncode == 0, result.stdout + result.stderr
     speed = _rows(report, "speed", gc.MEASURED)
