@@ -37,6 +37,7 @@ it puts the repository's package layout on sys.path; `--wheel-dir` installs whee
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import faulthandler
 import importlib
@@ -48,6 +49,7 @@ import math
 import os
 import platform
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -455,6 +457,7 @@ def bootstrap() -> str:
     except ModuleNotFoundError:
         pass
     tree = package_tree(Path(tempfile.mkdtemp(prefix="gpu_check_pkg_")))
+    atexit.register(shutil.rmtree, tree, ignore_errors=True)
     sys.path.insert(0, str(tree))
     importlib.invalidate_caches()
     return f"repository checkout via {tree} on sys.path"
