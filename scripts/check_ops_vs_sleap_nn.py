@@ -266,8 +266,9 @@ def _predict_runs(manifest: dict) -> list[tuple[str, list[Path], Path]]:
 
 def _build(model_dirs: list[Path]):
     """Our inference model for the directories sleap-nn predict was given."""
+    from sleap_live.engines.graph.centroid import CentroidModel
     from sleap_live.engines.graph.single_instance import SingleInstanceModel
-    from sleap_live.engines.graph.topdown import CentroidModel, MultiClassTopDownModel, TopDownModel
+    from sleap_live.engines.graph.topdown import MultiClassTopDownModel, TopDownModel
     from sleap_live.engines.load.training_config import read_training_config
 
     specs = {spec.model_type: spec for spec in map(read_training_config, model_dirs)}

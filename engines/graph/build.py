@@ -8,8 +8,9 @@ from pathlib import Path
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.graph.base import InferenceModel
 from sleap_live.engines.graph.bottomup import BottomUpModel, MultiClassBottomUpModel
+from sleap_live.engines.graph.centroid import CentroidModel
 from sleap_live.engines.graph.single_instance import SingleInstanceModel
-from sleap_live.engines.graph.topdown import CentroidModel, MultiClassTopDownModel, TopDownModel
+from sleap_live.engines.graph.topdown import MultiClassTopDownModel, TopDownModel
 from sleap_live.engines.load.dirs import read_model_dir
 
 

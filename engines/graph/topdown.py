@@ -1,14 +1,10 @@
 """Top-down inference: centroids, crops and centered-instance poses in one graph.
 
-Reproduces sleap-nn predict's checkpoint path for a centroid model alone and for a
-centroid + centered-instance pair (plain or multi-class):
+Reproduces sleap-nn predict's checkpoint path for a centroid + centered-instance
+pair (plain or multi-class):
 
-1. Centroid stage. Frames are preprocessed with the centroid model's settings
-   (`sleap_live.engines.graph.preprocess`); centroids are the local peaks of its
-   confidence map above the threshold, integral-refined, mapped to frame pixels
-   (`grid * stride / scale / eff_scale`). A frame keeps every centroid in raster
-   order if it has at most `max_instances`, else its `max_instances` highest,
-   highest first (sleap-nn with `--max_instances`).
+1. Centroid stage (`sleap_live.engines.graph.centroid`): each frame's centroids,
+   in frame pixels, at most `max_instances` of them.
 2. Crops. Around each centroid, in the size-matched frame (raw channels, not
    input-scaled) and at the centroid times `eff_scale`, sleap-nn's integer
    window is cut (`sleap_live.engines.graph.crops`), zeros outside the frame. Only the
@@ -26,9 +22,8 @@ centroids fill the first ones (in the same order), every slot is cropped and run
 through the instance network, and `instance_valid` says which slots hold a
 centroid, so the graph has no data-dependent shape. The multi-class model also
 outputs each instance's class probabilities; identities are assigned per frame
-on the host (`sleap_live.engines.host.postprocess`). A centroid model alone
-reports each centroid as a one-node instance, on a one-node "centroid" skeleton
-when its training skeleton has more nodes.
+on the host (`sleap_live.engines.host.postprocess`). The centroid stage, and
+the centroid model alone, are in `sleap_live.engines.graph.centroid`.
 """
 
 from __future__ import annotations
@@ -41,7 +36,7 @@ import torch
 
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.graph.base import InferenceModel
-from sleap_live.engines.graph.bottomup import top_peaks_per_channel
+from sleap_live.engines.graph.centroid import CENTROID_HEAD, DEFAULT_MAX_INSTANCES, CentroidStage
 from sleap_live.engines.graph.crops import box_top_left, crop_centered
 from sleap_live.engines.graph.network import load_network
 from sleap_live.engines.graph.peaks import (
@@ -49,7 +44,6 @@ from sleap_live.engines.graph.peaks import (
     DEFAULT_PEAK_THRESHOLD,
     global_peaks,
     grid_to_image,
-    top_local_peaks,
 )
 from sleap_live.engines.graph.preprocess import (
     PreprocessConfig,
@@ -57,163 +51,14 @@ from sleap_live.engines.graph.preprocess import (
     frames_to_nchw,
     network_input,
     network_input_values,
-    size_matched_frames,
-    size_matched_values,
     sizematch,
 )
 from sleap_live.engines.graph.resize import static_size
 from sleap_live.engines.load.spec import ModelSpec, check_model_type
-from sleap_live.engines.types import CENTROID_SKELETON, ModelInfo, Skeleton
+from sleap_live.engines.types import ModelInfo, Skeleton
 
-CENTROID_HEAD = "CentroidConfmapsHead"
 INSTANCE_HEAD = "CenteredInstanceConfmapsHead"
 CLASS_VECTORS_HEAD = "ClassVectorsHead"
-
-# sleap-nn predict keeps every centroid; a graph needs a bound (sleap-nn export's).
-DEFAULT_MAX_INSTANCES = 20
-
-
-class CentroidStage(torch.nn.Module):
-    """Frames to centroids: preprocessing, centroid network, local peaks.
-
-    `forward` takes uint8 (B, C, H, W) frames and returns `(sized, eff_scale,
-    instance_frame, centroids, values)`: the channel-coerced, size-matched uint8
-    frames, the size matcher's scale ((1,) float32), and per centroid its
-    frame (M,) int64, frame-pixel xy (M, 2) float32 and confidence (M,) float32.
-
-    Args:
-        network: module with a `CentroidConfmapsHead` output.
-        preprocess: the centroid model's preprocessing.
-        output_stride: stride of the centroid confidence map.
-        max_instances: most centroids kept per frame.
-        peak_threshold: centroids must be above this.
-        refine: integral refinement.
-        patch_size: integral refinement window.
-    """
-
-    def __init__(
-        self,
-        network: torch.nn.Module,
-        preprocess: PreprocessConfig,
-        output_stride: int,
-        max_instances: int,
-        peak_threshold: float,
-        refine: bool,
-        patch_size: int,
-    ) -> None:
-        super().__init__()
-        if max_instances < 1:
-            raise ValueError(f"max_instances must be >= 1, got {max_instances}")
-        self.network = network
-        self.preprocess = preprocess
-        self.output_stride = output_stride
-        self.max_instances = max_instances
-        self.peak_threshold = peak_threshold
-        self.refine = refine
-        self.patch_size = patch_size
-
-    def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        sized, eff_scale = size_matched_frames(frames, self.preprocess)
-        confmaps = self.network(network_input(sized, self.preprocess))[CENTROID_HEAD]
-        instance_frame, points, values = top_local_peaks(
-            confmaps, self.max_instances, self.peak_threshold, self.refine, self.patch_size
-        )
-        centroids = grid_to_image(points, self.output_stride, self.preprocess.scale) / eff_scale
-        return sized, eff_scale, instance_frame, centroids, values
-
-    def slots(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """`forward` for the TensorRT profile: float32 (B, C, H, W) frame values in.
-
-        Returns:
-            `(sized, eff_scale, valid, centroids, values)`: the size-matched
-            float32 frames, the size matcher's scale, and per slot (B, K) whether
-            it holds a centroid, its frame-pixel xy (B, K, 2) (0 in empty slots)
-            and its confidence (B, K) (0 in empty slots).
-        """
-        sized, eff_scale = size_matched_values(frames, self.preprocess)
-        confmaps = self.network(network_input_values(sized, self.preprocess))[CENTROID_HEAD]
-        points, values, valid = top_peaks_per_channel(
-            confmaps,
-            self.max_instances,
-            self.peak_threshold,
-            self.refine,
-            self.patch_size,
-            raster_unless_more=True,
-        )
-        centroids = grid_to_image(points[:, 0], self.output_stride, self.preprocess.scale)
-        centroids = torch.where(valid[:, 0, :, None], centroids / eff_scale, 0.0)
-        return sized, eff_scale, valid[:, 0], centroids, values[:, 0]
-
-
-class CentroidModel(InferenceModel):
-    """A centroid model alone, from uint8 frames to `INSTANCE_OUTPUTS`.
-
-    Each centroid is an instance with one node; its point score and instance
-    score are the centroid's confidence.
-
-    Args:
-        network: module with a `CentroidConfmapsHead` output.
-        preprocess: how frames become the network input.
-        skeleton: the training skeleton; reported as `CENTROID_SKELETON` unless
-            it has a single node.
-        output_stride: stride of the confidence map.
-        max_instances: most centroids per frame.
-        peak_threshold: centroids must be above this.
-        refine: integral refinement.
-        patch_size: integral refinement window.
-    """
-
-    def __init__(
-        self,
-        network: torch.nn.Module,
-        preprocess: PreprocessConfig,
-        skeleton: Skeleton,
-        output_stride: int,
-        *,
-        max_instances: int = DEFAULT_MAX_INSTANCES,
-        peak_threshold: float = DEFAULT_PEAK_THRESHOLD,
-        refine: bool = True,
-        patch_size: int = DEFAULT_PATCH_SIZE,
-    ) -> None:
-        super().__init__()
-        self.frame_preprocess = preprocess
-        self.stage = CentroidStage(
-            network, preprocess, output_stride, max_instances, peak_threshold, refine, patch_size
-        )
-        self.info = ModelInfo(
-            model_type="centroid",
-            skeleton=skeleton if skeleton.n_nodes == 1 else CENTROID_SKELETON,
-            input_channels=preprocess.in_channels,
-            max_instances=max_instances,
-            peak_threshold=peak_threshold,
-        )
-
-    @classmethod
-    def from_spec(
-        cls, spec: ModelSpec, network: torch.nn.Module | None = None, **options: Any
-    ) -> CentroidModel:
-        """The model a sleap-nn centroid model directory describes.
-
-        Raises:
-            ModelConfigError: `spec` is not a centroid model.
-        """
-        check_model_type(spec, "centroid")
-        return cls(
-            load_network(spec) if network is None else network,
-            PreprocessConfig.from_spec(spec),
-            spec.skeleton,
-            spec.head(CENTROID_HEAD).output_stride,
-            **options,
-        )
-
-    def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        if self.tensorrt_profile:
-            _, _, valid, centroids, values = self.stage.slots(frame_values(frames))
-            centroids = torch.where(valid[..., None], centroids, float("nan"))
-            values = torch.where(valid, values, float("nan"))
-            return valid, centroids[:, :, None], values[..., None], values
-        _, _, instance_frame, centroids, values = self.stage(frames_to_nchw(frames))
-        return instance_frame, centroids[:, None], values[:, None], values
 
 
 class TopDownModel(InferenceModel):

@@ -1,4 +1,5 @@
-"""Tests for sleap_live.engines.graph.topdown (centroid, top-down and multi-class top-down)."""
+"""Tests for sleap_live.engines.graph.centroid and .topdown (centroid, top-down and
+multi-class top-down)."""
 
 from __future__ import annotations
 
@@ -7,16 +8,12 @@ import pytest
 import torch
 
 from sleap_live.engines.errors import ModelConfigError
+from sleap_live.engines.graph.centroid import CentroidModel
 from sleap_live.engines.graph.preprocess import PreprocessConfig
-from sleap_live.engines.graph.topdown import (
-    CENTROID_SKELETON,
-    CentroidModel,
-    MultiClassTopDownModel,
-    TopDownModel,
-)
+from sleap_live.engines.graph.topdown import MultiClassTopDownModel, TopDownModel
 from sleap_live.engines.host.outputs import INSTANCE_OUTPUTS, MULTI_CLASS_TOPDOWN_OUTPUTS
 from sleap_live.engines.host.postprocess import decode
-from sleap_live.engines.types import Skeleton
+from sleap_live.engines.types import CENTROID_SKELETON, Skeleton
 
 SKELETON = Skeleton(("head", "thorax", "tail"))
 CLASSES = ("dim", "mid", "bright")
