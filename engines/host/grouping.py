@@ -36,7 +36,6 @@ from typing import Any
 
 import attrs
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.host.outputs import BOTTOMUP_OUTPUTS, MULTI_CLASS_BOTTOMUP_OUTPUTS
@@ -293,6 +292,17 @@ def _settings(info: ModelInfo, grouping: str, keys: Sequence[str]) -> Mapping[st
             "re-export the model"
         )
     return settings
+
+
+def linear_sum_assignment(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`scipy.optimize.linear_sum_assignment`, imported at its first use.
+
+    scipy.optimize takes about 0.5 s to import, a third of a warm start, and only
+    bottom-up and multi-class models need it.
+    """
+    from scipy.optimize import linear_sum_assignment as assign
+
+    return assign(cost)
 
 
 def _hungarian(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -29,12 +29,12 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.host.grouping import (
     ClassMapGrouper,
     PafGrouper,
+    linear_sum_assignment,
 )
 from sleap_live.engines.host.outputs import (
     BOTTOMUP_OUTPUTS,
