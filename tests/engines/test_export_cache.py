@@ -351,3 +351,30 @@ def test_cli_no_cache_and_cache_dir_are_exclusive(tmp_path, capsys):
     argv = ["run", "clip.mkv", "-m", str(SINGLE), "--no-cache", "--cache-dir", str(tmp_path)]
     assert main(argv) == 2
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_loading_status_is_one_line_on_a_terminal_and_a_line_per_step_elsewhere():
+    import io
+
+    from rich.console import Console
+
+    from sleap_live.cli.options import loading_status
+
+    steps = [f"{HEADLINE}: exporting to ONNX", f"{HEADLINE}: verifying on frames (2, 8, 8, 1)"]
+    log = io.StringIO()
+    with loading_status(Console(file=log, width=200)) as progress:
+        for step in steps:
+            progress(step)
+    assert log.getvalue().splitlines() == steps
+
+    screen = io.StringIO()
+    with loading_status(Console(file=screen, force_terminal=True, width=200)) as progress:
+        for step in steps:
+            progress(step)
+    shown = screen.getvalue()  # one spinner line, updated in place, erased when loading ends
+    assert steps[-1] in shown and shown.count("\n") == 1 and shown.endswith("\x1b[2K")
+
+    quiet = io.StringIO()
+    with loading_status(Console(file=quiet, force_terminal=True), quiet=True) as progress:
+        progress(steps[0])
+    assert quiet.getvalue() == ""
