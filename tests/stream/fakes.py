@@ -365,6 +365,9 @@ def drive(
     after every step; the engine's calls end at their own times in between and
     after the last frame. With `end`, the stream then ends."""
     clock = source.clock
+    # Frames released before the drive (e.g. during the warm-up) reach the engine, or
+    # wait for it, before the clock moves on.
+    settle(pipeline, source, runner)
     for at in times:
         # Settled, the engine is either idle or waiting for its end time.
         while (until := runner.busy_until) is not None and until <= at:
