@@ -28,6 +28,7 @@ import attrs
 import numpy as np
 
 from sleap_live.engines.errors import (
+    EngineError,
     ModelConfigError,
     ModelNotFoundError,
     RuntimeUnavailableError,
@@ -94,6 +95,13 @@ class PrecisionCheck:
             f"instance counts equal on {self.count_agreement}/{self.frames} frames; "
             f"{self.presence_mismatches} points found by one precision only"
         )
+
+
+# Graphs that run a second network on crops around the animals found: on a batch
+# without animals the crop batch is empty, and OpenVINO's CPU plugin refuses an
+# empty batch ("MaxPool ... batch_size ... > 0"), so auto never picks OpenVINO for
+# them and an explicit OpenVINO run of one stops with a one-line error.
+CROP_MODEL_TYPES = ("topdown", "multi_class_topdown")
 
 
 class OpenVINORunner:
@@ -184,7 +192,16 @@ class OpenVINORunner:
     def _run(self, request: Any, frames: Any) -> list[FramePoses]:
         frames, batch_size = begin_run(self, request, frames, self.metadata.input_channels)
         # The input is read in place; outputs are copies, never overwritten later.
-        results = request.infer([np.ascontiguousarray(as_numpy(frames))], share_inputs=True)
+        try:
+            results = request.infer([np.ascontiguousarray(as_numpy(frames))], share_inputs=True)
+        except RuntimeError as error:
+            if self.info.model_type in CROP_MODEL_TYPES and "batch_size" in str(error):
+                raise EngineError(
+                    f"OpenVINO cannot run this {self.info.model_type} graph on a batch without "
+                    "animals (its CPU plugin refuses the empty crop batch); "
+                    "run it with --engine onnx"
+                ) from error
+            raise
         values = results.to_tuple()
         outputs = {name: values[index] for name, index in self._outputs}
         return decode(self.info, outputs, batch_size)

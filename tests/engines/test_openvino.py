@@ -6,12 +6,13 @@ import json
 import subprocess
 import sys
 from functools import cache
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import sleap_live_tests_goldens as goldens  # registered by conftest.py
 
-from sleap_live.engines.errors import RuntimeUnavailableError
+from sleap_live.engines.errors import EngineError, RuntimeUnavailableError
 from sleap_live.engines.runners import cpu_choice
 from sleap_live.engines.runners.load import load_runner
 from sleap_live.engines.types import FramePoses
@@ -127,6 +128,17 @@ def test_ir_export_round_trip(topdown_ir, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_top_down_batch_without_animals_is_a_one_line_error(topdown_ir, tmp_path):
+    path, frames = topdown_ir
+    runner = load_runner(path, cache_dir=tmp_path)
+    with pytest.raises(
+        EngineError, match="OpenVINO cannot run this topdown graph on a batch"
+    ) as error:
+        runner.run(np.zeros_like(frames[:2]))
+    assert "\n" not in str(error.value) and "--engine onnx" in str(error.value)
+
+
+@pytest.mark.slow
 def test_bf16_only_when_asked_and_its_error_is_printed(topdown_ir, tmp_path):
     path, frames = topdown_ir
     assert OpenVINORunner(path).precision == "fp32"
@@ -184,6 +196,7 @@ class _Timed:
 
     def __init__(self, name: str) -> None:
         self.name, self.runs, self.closed = name, 0, False
+        self.info = SimpleNamespace(model_type="single_instance")
 
     def run(self, frames):
         self.runs += 1
@@ -196,6 +209,7 @@ class _Timed:
 def test_auto_choice_is_measured_once_cached_and_printed(monkeypatch, tmp_path, toy_onnx):
     from sleap_live.engines.export.frames import sample_frames
 
+    monkeypatch.delenv(cpu_choice.ENGINE_ENV)
     frames = sample_frames(2, 32, 40, 1)
     onnx_bytes = toy_onnx
     made: list[_Timed] = []
@@ -222,7 +236,8 @@ def test_auto_choice_is_measured_once_cached_and_printed(monkeypatch, tmp_path, 
     )
     assert chosen.name == "openvino" and [r.closed for r in made] == [True, False]
     assert "engine auto: OpenVINO on the CPU: 9.0 ms" in lines[-1] and "measured now" in lines[-1]
-    # Cached: only the chosen runner is made, nothing is measured again.
+    # Cached: nothing is measured again; the ONNX Runtime runner that told the model
+    # type is closed.
     monkeypatch.setattr(cpu_choice, "measure", lambda *_: pytest.fail("measured again"))
     again = cpu_choice.choose_cpu_runner(
         onnx_bytes,
@@ -233,7 +248,8 @@ def test_auto_choice_is_measured_once_cached_and_printed(monkeypatch, tmp_path, 
         cache_dir=tmp_path,
         notice=lines.append,
     )
-    assert again.name == "openvino" and len(made) == 3 and "cached" in lines[-1]
+    assert again.name == "openvino" and len(made) == 4 and made[2].closed
+    assert "cached" in lines[-1]
     # A corrupt entry is measured again; within the margin ONNX Runtime stays.
     (entry,) = (tmp_path / cpu_choice.FOLDER).iterdir()
     entry.write_text("{not json")
@@ -261,6 +277,49 @@ def test_auto_choice_is_measured_once_cached_and_printed(monkeypatch, tmp_path, 
         notice=lines.append,
     )
     assert plain.name == "onnx" and "no verification frames" in lines[-1]
+
+
+@pytest.mark.parametrize("model_type", ["topdown", "multi_class_topdown"])
+def test_auto_keeps_top_down_graphs_on_onnx_runtime_without_measuring(monkeypatch, model_type):
+    monkeypatch.delenv(cpu_choice.ENGINE_ENV)
+    monkeypatch.setattr(cpu_choice, "measure", lambda *_: pytest.fail("measured"))
+    onnx = _Timed("onnx")
+    onnx.info = SimpleNamespace(model_type=model_type)
+    lines: list[str] = []
+    chosen = cpu_choice.choose_cpu_runner(
+        b"graph",
+        lambda: onnx,
+        lambda: pytest.fail("OpenVINO made"),
+        frames=np.zeros((2, 8, 8, 1), np.uint8),
+        threads=1,
+        cache_dir=None,
+        notice=lines.append,
+    )
+    assert chosen is onnx and "refuses a top-down graph's empty crop batch" in lines[-1]
+
+
+def test_the_environment_pins_auto_without_measuring(monkeypatch):
+    monkeypatch.setattr(cpu_choice, "measure", lambda *_: pytest.fail("measured"))
+    pick = {"onnx": _Timed("onnx"), "openvino": _Timed("openvino")}
+
+    def choose():
+        return cpu_choice.choose_cpu_runner(
+            b"graph",
+            lambda: pick["onnx"],
+            lambda: pick["openvino"],
+            frames=np.zeros((2, 8, 8, 1), np.uint8),
+            threads=1,
+            cache_dir=None,
+            notice=lambda line: None,
+        )
+
+    monkeypatch.setenv(cpu_choice.ENGINE_ENV, "openvino")
+    assert choose() is pick["openvino"]
+    monkeypatch.setenv(cpu_choice.ENGINE_ENV, "onnx")
+    assert choose() is pick["onnx"]
+    monkeypatch.setenv(cpu_choice.ENGINE_ENV, "tflite")
+    with pytest.raises(ValueError, match="SLEAP_LIVE_CPU_ENGINE='tflite'"):
+        choose()
 
 
 def test_measure_times_every_runner_alike():
