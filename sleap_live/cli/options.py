@@ -113,8 +113,8 @@ def add_model_options(
     model.add_argument(
         "--precision",
         choices=PRECISIONS,
-        help="--engine openvino: fp32 (default), or bf16 on CPUs that have it, whose error "
-        "against fp32 on the verification frames is printed at load",
+        help="--engine openvino: fp32, or bf16 on CPUs that have it, whose error against "
+        "fp32 on the verification frames is printed at load (default: fp32)",
     )
     model.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     model.add_argument(
