@@ -16,14 +16,11 @@ from sleap_live.cli.options import (
     add_decoder_option,
     add_model_options,
     add_verify_options,
-    cache_options,
     check_models,
     count,
-    engine_options,
-    loading_status,
+    load_model,
     positive_float,
     positive_int,
-    verify_options,
 )
 from sleap_live.stream.batching import STAGES
 from sleap_live.stream.bench import MIN_STEADY_FRAMES, run_bench
@@ -100,19 +97,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     check_models(args)
     if not args.video.exists():
         raise FileNotFoundError(f"{args.video}: no such file")
-    from sleap_live.engines.runners.load import load_runner
-
-    verify = verify_options(args, args.video)
-    with loading_status(console) as progress:
-        runner = load_runner(
-            args.models,
-            engine=args.engine,
-            device=args.device,
-            progress=progress,
-            **cache_options(args),
-            **engine_options(args),
-            **verify,
-        )
+    runner = load_model(args, console, args.video)
     try:
         figures = run_bench(
             runner,

@@ -247,6 +247,35 @@ def loading_status(console: Console, *, quiet: bool = False) -> Iterator[Callabl
             status.stop()
 
 
+def load_model(
+    args: argparse.Namespace, console: Console, video: Path | None, *, quiet: bool = False
+) -> Any:
+    """The runner for `-m`, loaded with the shared model, engine, cache and verification
+    options, its slow steps shown as one status line (`loading_status`).
+
+    Args:
+        args: parsed options of a parser with `add_model_options`, `add_cache_options`
+            and `add_verify_options`.
+        console: where the status line goes.
+        video: the video the command runs on (its first frames verify an export).
+        quiet: show no status line.
+    """
+    # Imported here: the engines are loaded only by commands that run a model.
+    from sleap_live.engines.runners.load import load_runner
+
+    verify = verify_options(args, video)
+    with loading_status(console, quiet=quiet) as progress:
+        return load_runner(
+            args.models,
+            engine=args.engine,
+            device=args.device,
+            progress=progress,
+            **cache_options(args),
+            **engine_options(args),
+            **verify,
+        )
+
+
 def verify_options(args: argparse.Namespace, video: Path | None = None) -> dict[str, Any]:
     """`verify` and `verify_frames` for `export_model` or `load_runner`.
 

@@ -22,14 +22,11 @@ from sleap_live.cli.options import (
     add_decoder_option,
     add_model_options,
     add_verify_options,
-    cache_options,
     check_models,
-    engine_options,
-    loading_status,
+    load_model,
     path_line,
     positive_float,
     positive_int,
-    verify_options,
 )
 from sleap_live.stream.dashboard import Dashboard, ProgressView, live_display
 from sleap_live.stream.outputs_guard import check_outputs
@@ -142,9 +139,6 @@ def _add_common_options(
 def handle(args: argparse.Namespace, console: Console) -> int:
     """Runs `run` or `replay`; returns the exit status (errors propagate to `main`)."""
     _check(args)
-    # Imported here, so --help and argument errors answer without loading an engine.
-    from sleap_live.engines.runners.load import load_runner
-
     output = args.output
     if output is None and _is_file_run(args):
         output = args.video.with_name(f"{args.video.name}.predictions.slp")
@@ -158,17 +152,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     )
     source = _open(args)
     with source:
-        verify = verify_options(args, args.video)
-        with loading_status(console, quiet=args.quiet) as progress:
-            runner = load_runner(
-                args.models,
-                engine=args.engine,
-                device=args.device,
-                progress=progress,
-                **cache_options(args),
-                **engine_options(args),
-                **verify,
-            )
+        runner = load_model(args, console, args.video, quiet=args.quiet)
         try:
             pipeline = Pipeline(
                 source,
