@@ -105,7 +105,6 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     # Imported here: the exporter loads torch, which --help and the other commands
     # do not need.
     from sleap_live.engines import export_model
-    from sleap_live.engines.export import TOLERANCE
     from sleap_live.engines.load.metadata import ExportMetadata, sidecar_path
 
     if args.format == "tensorrt":
@@ -124,18 +123,11 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             **verify,
         )
     metadata = ExportMetadata.from_json(sidecar_path(path).read_text(), str(path))
-    console.print(
-        f"exported [bold]{metadata.info.model_type}[/bold] model to {escape(str(path))}",
-        soft_wrap=True,
-    )
-    if metadata.verification:
-        print_wide(console, verification_table(metadata.verification, TOLERANCE))
-    return 0
+    return _report(console, path, metadata)
 
 
 def _export_tensorrt(args: argparse.Namespace, console: Console, verify: dict[str, Any]) -> int:
     """`--format tensorrt`: the ONNX export and its engine, in one directory."""
-    from sleap_live.engines.export import TOLERANCE
     from sleap_live.engines.export.tensorrt import export_tensorrt, read_engine_file
 
     frames = verify.get("verify_frames")
@@ -157,18 +149,11 @@ def _export_tensorrt(args: argparse.Namespace, console: Console, verify: dict[st
             **verify,
         )
     metadata = read_engine_file(path).metadata
-    console.print(
-        f"exported [bold]{metadata.info.model_type}[/bold] model to {escape(str(path))}",
-        soft_wrap=True,
-    )
-    if metadata.verification:
-        print_wide(console, verification_table(metadata.verification, TOLERANCE))
-    return 0
+    return _report(console, path, metadata)
 
 
 def _export_openvino(args: argparse.Namespace, console: Console, verify: dict[str, Any]) -> int:
     """`--format openvino`: the verified ONNX export saved as OpenVINO IR."""
-    from sleap_live.engines.export import TOLERANCE
     from sleap_live.engines.export.openvino import export_openvino
     from sleap_live.engines.load.metadata import ExportMetadata, sidecar_path
 
@@ -178,6 +163,13 @@ def _export_openvino(args: argparse.Namespace, console: Console, verify: dict[st
             args.model_dirs, output, opset=args.opset, progress=status.update, **verify
         )
     metadata = ExportMetadata.from_json(sidecar_path(path).read_text(), str(path))
+    return _report(console, path, metadata)
+
+
+def _report(console: Console, path: Path, metadata: Any) -> int:
+    """Says what was exported where, and the verification table (stderr); exit status 0."""
+    from sleap_live.engines.export import TOLERANCE
+
     console.print(
         f"exported [bold]{metadata.info.model_type}[/bold] model to {escape(str(path))}",
         soft_wrap=True,
