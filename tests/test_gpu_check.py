@@ -35,20 +35,22 @@ def _load_script():
 gc = _load_script()
 
 
+# A GPU machine's environment with CUDA torch only, as plain values.
+_ENVIRONMENT = {
+    "cuda": True,
+    "cuda_reason": None,
+    "versions": {"onnxruntime": "1.30.0", "torch": "2.11.0"},
+    "providers": ("CPUExecutionProvider",),
+    "gpu": {"name": "NVIDIA H200"},
+    "import_errors": {},
+    "libx264": True,
+    "nvdec_module": False,
+    "tensorrt_module": False,
+}
+
+
 def _environment(**changes):
-    values = {
-        "cuda": True,
-        "cuda_reason": None,
-        "versions": {"onnxruntime": "1.30.0", "torch": "2.11.0"},
-        "providers": ("CPUExecutionProvider",),
-        "gpu": {"name": "NVIDIA H200"},
-        "import_errors": {},
-        "libx264": True,
-        "nvdec_module": False,
-        "tensorrt_module": False,
-    }
-    values.update(changes)
-    return gc.Environment(**values)
+    return gc.Environment(**{**_ENVIRONMENT, **changes})
 
 
 # ----------------------------------------------------------------------------- targets
@@ -118,16 +120,46 @@ def test_window_is_a_capped_share_of_the_item():
     assert gc.window(-1.0) == 0.0
 
 
+def _in_a_fresh_process(body: str) -> None:
+    """Runs `body` (with the script loaded as `gc`) in a new interpreter.
+
+    The time limit is SIGALRM: in the test process, after ONNX Runtime's, OpenVINO's
+    and torch's native thread pools have started, an alarm can land in one of their
+    threads and crash the whole suite (seen once); the script itself always runs as
+    a process of its own.
+    """
+    code = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('gpu_check', {str(SCRIPT)!r})\n"
+        "gc = importlib.util.module_from_spec(spec)\n"
+        "sys.modules['gpu_check'] = gc\n"
+        "spec.loader.exec_module(gc)\n" + body
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_TIMEOUT_S
+    )
+    assert result.returncode == 0, result.stderr
+
+
 def test_time_limit_interrupts_a_busy_item():
     assert issubclass(gc.BudgetExceeded, KeyboardInterrupt)
     assert not issubclass(gc.BudgetExceeded, Exception)  # no `except Exception` swallows it
-    with pytest.raises(gc.BudgetExceeded), gc.time_limit(0.05):
-        while True:
-            pass
-    with pytest.raises(gc.BudgetExceeded), gc.time_limit(0.0):
-        pass
-    with gc.time_limit(30.0):
-        pass  # finishes inside its limit; the alarm is cancelled
+    _in_a_fresh_process(
+        """
+def raises(seconds, busy):
+    try:
+        with gc.time_limit(seconds):
+            while busy:
+                pass
+    except gc.BudgetExceeded:
+        return True
+    return False
+
+assert raises(0.05, True)
+assert raises(0.0, False)
+assert not raises(30.0, False)  # finishes inside its limit; the alarm is cancelled
+"""
+    )
 
 
 class FakeClock:
@@ -382,25 +414,34 @@ def test_install_wheels_falls_back_to_a_folder_on_sys_path(tmp_path, monkeypatch
 
 
 def test_items_time_out_or_fail_one_by_one(tmp_path):
-    args = gc.parse_args(["--work-dir", str(tmp_path), "--cases", "single_instance"])
-    check = gc.Check(args, _environment(), {})
+    _in_a_fresh_process(
+        f"""
+args = gc.parse_args(["--work-dir", {str(tmp_path)!r}, "--cases", "single_instance"])
+environment = gc.Environment(**{_ENVIRONMENT!r})
+check = gc.Check(args, environment, {{}})
 
-    def forever(fair):
-        while True:
-            pass
 
-    def broken(fair):
-        raise RuntimeError("no engine\nfor this")
+def forever(fair):
+    while True:
+        pass
 
-    def quick(fair):
-        return [gc.Row("speed", "torch-cuda", figure="fps", value=1.0)]
 
-    template = gc.Row("speed", "torch-cuda", "single_instance", figure="fps")
-    check.items(0.6, [(template, forever), (template, broken), (template, quick)])
-    assert [row.status for row in check.rows] == [gc.TIMEOUT, gc.FAIL, gc.MEASURED]
-    assert check.rows[1].note == "RuntimeError: no engine for this"
-    check.items(0.0, [(template, quick)])
-    assert check.rows[-1].status == gc.TIMEOUT and check.rows[-1].note == "part budget spent"
+def broken(fair):
+    raise RuntimeError("no engine\\nfor this")
+
+
+def quick(fair):
+    return [gc.Row("speed", "torch-cuda", figure="fps", value=1.0)]
+
+
+template = gc.Row("speed", "torch-cuda", "single_instance", figure="fps")
+check.items(0.6, [(template, forever), (template, broken), (template, quick)])
+assert [row.status for row in check.rows] == [gc.TIMEOUT, gc.FAIL, gc.MEASURED]
+assert check.rows[1].note == "RuntimeError: no engine for this"
+check.items(0.0, [(template, quick)])
+assert check.rows[-1].status == gc.TIMEOUT and check.rows[-1].note == "part budget spent"
+"""
+    )
 
 
 # ----------------------------------------------------------------------------- whole runs
