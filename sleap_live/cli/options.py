@@ -313,23 +313,21 @@ def check_models(args: argparse.Namespace) -> None:
 
 def positive_int(text: str) -> int:
     """argparse type: a whole number of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+    return _whole_number(text, minimum=1)
 
 
 def count(text: str) -> int:
     """argparse type: a whole number of at least 0."""
+    return _whole_number(text, minimum=0)
+
+
+def _whole_number(text: str, *, minimum: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
     return value
 
 
