@@ -148,6 +148,13 @@ def policy_channels(
     return Channel(2 * batch_size, "block"), Channel(2, "block")
 
 
+def frames_in_flight(policy: str, batch_size: int) -> int:
+    """Most frames a pipeline holds at once: both `policy_channels` full, one batch
+    being filled and one in the engine."""
+    frames, batches = (batch_size, 1) if policy == "live" else (2 * batch_size, 2)
+    return frames + (batches + 2) * batch_size
+
+
 class Batcher:
     """The batcher stage's step: a whole batch from its first frame.
 

@@ -45,6 +45,7 @@ from sleap_live.stream.clock import MONOTONIC, Clock
 from sleap_live.stream.consumers import Consumers
 from sleap_live.stream.engine_step import EngineResult, EngineStep
 from sleap_live.stream.errors import ChannelClosed, PipelineError
+from sleap_live.stream.memory import check_batch_memory
 from sleap_live.stream.priority import RECORDED_BACKGROUND_NICE, apply_stage_priority
 from sleap_live.stream.ring import RingBuffer
 from sleap_live.stream.runner import ModelOrRunner, as_runner
@@ -105,7 +106,8 @@ class Pipeline:
             source's capture timestamp. Injectable for tests.
 
     Raises:
-        ValueError: an unknown policy or a batch size below 1.
+        ValueError: an unknown policy, a batch size below 1, or one whose frames in
+            flight would not fit in memory (`check_batch_memory`).
 
     Example:
         A closed loop on a camera is in ``scripts/closed_loop_example.py``.
@@ -132,6 +134,7 @@ class Pipeline:
         clock: Clock = MONOTONIC,
     ) -> None:
         policy, batch_size = choose_policy(policy, source.is_live, batch_size)
+        check_batch_memory(policy, batch_size, source.frame_shape)
         self._source = source
         self.policy: Policy = policy
         self.batch_size = batch_size

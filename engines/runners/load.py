@@ -62,6 +62,7 @@ ENGINE_SUFFIXES = (".engine", ".plan")
 
 ENGINES = ("auto", "torch", "onnx", "openvino", "tensorrt")
 DEVICES = ("auto", "cpu", "cuda")
+DEVICE_FORMS = "auto, cpu, cuda or cuda:N (N a GPU index)"
 # Options of the in-memory ONNX export of model directories (engine "onnx").
 EXPORT_OPTIONS = ("opset", "verify", "verify_frames")
 # Options of engine "tensorrt" (see `_tensorrt_runner`).
@@ -128,8 +129,8 @@ def load_runner(
     models = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r} (expected one of {ENGINES})")
-    if device.partition(":")[0] not in DEVICES:
-        raise ValueError(f"unknown device {device!r} (expected 'auto', 'cpu', 'cuda' or 'cuda:N')")
+    if not is_device(device):
+        raise ValueError(f"unknown device {device!r} (expected {DEVICE_FORMS})")
     if not 1 <= len(models) <= 2:
         raise ValueError(
             f"give one model, or two model directories for top-down; got {len(models)} paths"
@@ -459,6 +460,14 @@ def _tensorrt_onnx_bytes(
             f"cannot run {', '.join(map(str, paths))} with TensorRT: {error}; "
             "or run the model with torch (--engine torch)"
         ) from error
+
+
+def is_device(device: str) -> bool:
+    """Whether `device` is one of `DEVICE_FORMS`: "auto", "cpu", "cuda" or "cuda:N"."""
+    kind, colon, index = device.partition(":")
+    if not colon:
+        return kind in DEVICES
+    return kind == "cuda" and index.isascii() and index.isdigit()
 
 
 def _tensorrt_device(device: str) -> str:

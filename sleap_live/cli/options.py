@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
@@ -18,7 +19,7 @@ from typing import Any, NoReturn
 import numpy as np
 from rich.console import Console
 
-from sleap_live.engines.runners.load import ENGINES
+from sleap_live.engines.runners.load import DEVICE_FORMS, ENGINES, is_device
 from sleap_live.stream.errors import SourceError
 from sleap_live.stream.sources import DECODERS, FileSource
 
@@ -34,6 +35,11 @@ IN_MEMORY_EXPORT = (
 # Frames of a video an export is verified on: the exporter checks two at their own
 # size and three on a larger, odd-sized canvas.
 VERIFY_FRAMES = 5
+# Upper bounds of the numeric options: far beyond any real use, and below what
+# breaks (a timer past `threading.TIMEOUT_MAX`, a batch no memory holds).
+MAX_BATCH_SIZE = 1024
+MAX_SECONDS = 365 * 24 * 3600
+MAX_FPS = 10_000
 
 
 class UsageError(Exception):
@@ -116,10 +122,10 @@ def add_model_options(
         help="--engine openvino: fp32, or bf16 on CPUs that have it, whose error against "
         "fp32 on the verification frames is printed at load (default: fp32)",
     )
-    model.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    model.add_argument("--device", type=device, default="auto", help=DEVICE_FORMS)
     model.add_argument(
         "--batch-size",
-        type=positive_int,
+        type=bounded_batch_size,
         default=batch_size,
         metavar="N",
         help=batch_size_help,
@@ -321,22 +327,58 @@ def count(text: str) -> int:
     return _whole_number(text, minimum=0)
 
 
-def _whole_number(text: str, *, minimum: int) -> int:
+def bounded_batch_size(text: str) -> int:
+    """argparse type: frames per engine call, 1 to `MAX_BATCH_SIZE`.
+
+    Whether the frames in flight fit in memory is checked once the frame size is
+    known (`sleap_live.stream.batching.check_batch_memory`).
+    """
+    return _whole_number(text, minimum=1, maximum=MAX_BATCH_SIZE)
+
+
+def _whole_number(text: str, *, minimum: int, maximum: int | None = None) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value < minimum:
         raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise argparse.ArgumentTypeError(f"must be at most {maximum}, got {value}")
     return value
 
 
 def positive_float(text: str) -> float:
-    """argparse type: a number above 0."""
+    """argparse type: a finite number above 0."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {value:g}")
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
     return value
+
+
+def seconds(text: str) -> float:
+    """argparse type: a duration or interval in seconds, above 0 and at most a year."""
+    return _at_most(positive_float(text), MAX_SECONDS, "seconds (a year)")
+
+
+def frame_rate(text: str) -> float:
+    """argparse type: frames per second, above 0 and at most `MAX_FPS`."""
+    return _at_most(positive_float(text), MAX_FPS, "frames per second")
+
+
+def _at_most(value: float, maximum: float, unit: str) -> float:
+    if value > maximum:
+        raise argparse.ArgumentTypeError(f"must be at most {maximum:g} {unit}, got {value:g}")
+    return value
+
+
+def device(text: str) -> str:
+    """argparse type: where the model runs, one of `DEVICE_FORMS`."""
+    if not is_device(text):
+        raise argparse.ArgumentTypeError(f"expected {DEVICE_FORMS}, got {text!r}")
+    return text

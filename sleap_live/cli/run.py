@@ -23,12 +23,15 @@ from sleap_live.cli.options import (
     add_model_options,
     add_verify_options,
     check_models,
+    frame_rate,
     load_model,
     path_line,
-    positive_float,
     positive_int,
+    seconds,
 )
+from sleap_live.stream.batching import choose_policy
 from sleap_live.stream.dashboard import Dashboard, ProgressView, live_display
+from sleap_live.stream.memory import check_batch_memory
 from sleap_live.stream.outputs_guard import check_outputs
 from sleap_live.stream.pipeline import Pipeline
 from sleap_live.stream.sources import Source, open_source
@@ -73,7 +76,7 @@ def add_parsers(commands: Any) -> None:
         "--height", type=positive_int, help="requested frame height (default: the camera's)"
     )
     camera.add_argument(
-        "--fps", type=positive_float, help="requested frame rate (default: the camera's)"
+        "--fps", type=frame_rate, help="requested frame rate (default: the camera's)"
     )
     run.set_defaults(handler=handle)
 
@@ -91,7 +94,7 @@ def add_parsers(commands: Any) -> None:
         output_help="poses to this .slp file (default: none)",
     )
     replay.add_argument(
-        "--fps", type=positive_float, help="replay rate (default: the video's frame rate)"
+        "--fps", type=frame_rate, help="replay rate (default: the video's frame rate)"
     )
     replay.set_defaults(handler=handle)
 
@@ -115,7 +118,7 @@ def _add_common_options(
     )
     out.add_argument(
         "--save-interval",
-        type=positive_float,
+        type=seconds,
         default=DEFAULT_SAVE_INTERVAL,
         metavar="S",
         help="save finished frames to the .slp's journal at least every S seconds: what a "
@@ -124,7 +127,7 @@ def _add_common_options(
     stop = parser.add_argument_group("session")
     stop.add_argument(
         "--duration",
-        type=positive_float,
+        type=seconds,
         metavar="S",
         help="stop after S seconds (default: at the end of the source, or Ctrl-C)",
     )
@@ -152,6 +155,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     )
     source = _open(args)
     with source:
+        _check_batch_size(args, source)
         runner = load_model(args, console, args.video, quiet=args.quiet)
         try:
             pipeline = Pipeline(
@@ -200,6 +204,17 @@ def _check(args: argparse.Namespace) -> None:
             raise UsageError(f"{', '.join(given)} only apply with --camera")
     elif (args.width is None) != (args.height is None):
         raise UsageError("give --width and --height together")
+
+
+def _check_batch_size(args: argparse.Namespace, source: Source) -> None:
+    """Whether --batch-size fits in memory, checked before the model loads."""
+    if args.batch_size is None:
+        return
+    policy, batch_size = choose_policy(None, source.is_live, args.batch_size)
+    try:
+        check_batch_memory(policy, batch_size, source.frame_shape)
+    except ValueError as error:
+        raise UsageError(f"--batch-size: {error}") from None
 
 
 def _is_file_run(args: argparse.Namespace) -> bool:
