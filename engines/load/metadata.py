@@ -40,7 +40,7 @@ and whether TF32 may stay on (the resize's exactness does not depend on it).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -173,6 +173,8 @@ class ExportMetadata:
                 profile=str(document.get("profile", DEFAULT_PROFILE)),
                 tensorrt=document.get("tensorrt"),
             )
+        except ModelConfigError:
+            raise
         except (KeyError, TypeError, ValueError) as error:
             raise ModelConfigError(f"{origin}: malformed export metadata ({error!r})") from error
 
@@ -233,7 +235,71 @@ def info_from_dict(document: Mapping[str, Any], origin: str = "metadata") -> Mod
         raise ModelConfigError(
             f"{origin}: unknown model type {info.model_type!r} (expected one of {MODEL_TYPES})"
         )
+    check_info(info, origin)
     return info
+
+
+def check_info(info: ModelInfo, origin: str) -> None:
+    """Raises `ModelConfigError`, naming `origin`, unless `info` holds together: a
+    valid skeleton (`check_skeleton`), 1 or 3 input channels, and room for at least
+    one instance."""
+    check_skeleton(info.skeleton, origin)
+    if info.input_channels not in (1, 3):
+        raise ModelConfigError(
+            f"{origin}: input_channels is {info.input_channels}; models take 1 or 3 channels"
+        )
+    if info.max_instances < 1:
+        raise ModelConfigError(f"{origin}: max_instances is {info.max_instances}; at least 1")
+
+
+def check_skeleton(skeleton: Skeleton, origin: str) -> None:
+    """Raises `ModelConfigError`, naming `origin`, unless `skeleton` has distinct nodes
+    and every edge joins two of them."""
+    nodes = skeleton.node_names
+    if not nodes:
+        raise ModelConfigError(f"{origin}: the skeleton has no nodes")
+    repeated = sorted({name for name in nodes if nodes.count(name) > 1})
+    if repeated:
+        raise ModelConfigError(f"{origin}: skeleton node names repeat: {', '.join(repeated)}")
+    for edge in skeleton.edges:
+        if not all(0 <= node < len(nodes) for node in edge):
+            raise ModelConfigError(
+                f"{origin}: skeleton edge {list(edge)} names a node that does not exist "
+                f"(the skeleton has {len(nodes)} nodes, indices 0 to {len(nodes) - 1})"
+            )
+
+
+def check_graph_sizes(
+    info: ModelInfo,
+    outputs: Iterable[tuple[str, Sequence[Any]]],
+    output_axes: Mapping[str, Sequence[str]],
+    origin: str,
+) -> None:
+    """Raises `ModelConfigError`, naming `origin`, where a graph output's fixed size
+    along its nodes, edges or classes axis disagrees with the metadata.
+
+    Args:
+        info: the metadata's model record.
+        outputs: `(name, dims)` of each graph output (ints, or names/None where
+            the graph leaves a dim open), as ONNX Runtime lists them.
+        output_axes: axis names of each output (`sleap_live.engines.host.outputs`).
+        origin: the model, for the message.
+    """
+    expected = {
+        "nodes": info.skeleton.n_nodes,
+        "edges": len(info.skeleton.edges),
+        "classes": len(info.class_names),
+    }
+    for name, dims in outputs:
+        axes = output_axes.get(name)
+        if axes is None or len(axes) != len(dims):
+            continue
+        for axis, size in zip(axes, dims, strict=True):
+            if axis in expected and isinstance(size, int) and size != expected[axis]:
+                raise ModelConfigError(
+                    f"{origin}: the metadata gives {expected[axis]} {axis} but the graph's "
+                    f"output {name!r} has {size}; the metadata does not belong to this graph"
+                )
 
 
 def sidecar_path(model_path: str | Path) -> Path:

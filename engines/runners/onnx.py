@@ -41,7 +41,7 @@ from sleap_live.engines.errors import ModelConfigError, RuntimeUnavailableError
 from sleap_live.engines.host.frames import as_numpy
 from sleap_live.engines.host.outputs import output_axes
 from sleap_live.engines.host.postprocess import decode
-from sleap_live.engines.load.metadata import METADATA_KEY, ExportMetadata
+from sleap_live.engines.load.metadata import METADATA_KEY, ExportMetadata, check_graph_sizes
 from sleap_live.engines.runners.base import begin_run
 from sleap_live.engines.runners.onnx_session import (
     BATCH_AXIS,
@@ -143,6 +143,8 @@ class OnnxRunner:
         self._input_name = graph_input.name
         self._output_names = [output.name for output in session.get_outputs()]
         axes = output_axes(self.info.model_type, self.metadata.output_layout)
+        graph_outputs = [(output.name, output.shape) for output in session.get_outputs()]
+        check_graph_sizes(self.info, graph_outputs, axes, origin)
         shapes = OutputShapes.of_session(session, axes)
         if cuda_graphs:
             session, cuda_graphs = _with_graphs_if_possible(

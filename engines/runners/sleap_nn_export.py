@@ -66,6 +66,7 @@ from sleap_live.engines.host.grouping import ClassMapGrouper, PafGrouper
 from sleap_live.engines.host.outputs import GraphOutputs
 from sleap_live.engines.host.postprocess import decode
 from sleap_live.engines.load.dirs import EXPORT_METADATA, TRAINING_CONFIG, read_export_metadata
+from sleap_live.engines.load.metadata import check_graph_sizes, check_info, check_skeleton
 from sleap_live.engines.load.spec import ModelSpec
 from sleap_live.engines.load.training_config import parse_training_config, read_yaml
 from sleap_live.engines.runners.base import begin_run
@@ -192,13 +193,16 @@ class SleapNNExportRunner:
             (height, width) if isinstance(height, int) and isinstance(width, int) else None
         )
         self._output_names = [output.name for output in session.get_outputs()]
-        output_axes = OUTPUT_AXES[self._layout.sleap_nn_type]
+        output_axes = self._axes = OUTPUT_AXES[self._layout.sleap_nn_type]
         missing = [name for name in output_axes if name not in self._output_names]
         if missing:
             raise ModelConfigError(
                 f"{model_path}: a {metadata['model_type']} export should output {missing}; "
                 f"it outputs {self._output_names}"
             )
+        self._origin = str(export_dir / EXPORT_METADATA)
+        graph_outputs = [(output.name, output.shape) for output in session.get_outputs()]
+        check_graph_sizes(self.info, graph_outputs, output_axes, self._origin)
         self.device = device_of(providers)
         self._io = BoundIO.for_device(session, self.device, output_axes)
         self._session: Any = session
@@ -218,6 +222,13 @@ class SleapNNExportRunner:
         else:
             values = self._session.run(None, {self._input_name: image})
             outputs = dict(zip(self._output_names, values, strict=True))
+        # Axes the graph leaves open (a bottom-up graph's nodes) are checked on the data.
+        check_graph_sizes(
+            self.info,
+            [(name, outputs[name].shape) for name in self._axes],
+            self._axes,
+            self._origin,
+        )
         return _POSES[self._layout.sleap_nn_type](self._layout, outputs, batch_size)
 
     def prepare(self, frames: np.ndarray) -> np.ndarray:
@@ -290,6 +301,9 @@ def _layout(metadata: Mapping[str, Any], spec: ModelSpec, export_dir: Path) -> _
         # Single-instance and top-down exports record no edges; the training config has them.
         edges = spec.skeleton.edges
     skeleton = Skeleton(node_names, edges, name=spec.skeleton.name)
+    # Checked before the centroid's stand-in skeleton replaces it, and before grouping
+    # settings index nodes by its edges.
+    check_skeleton(skeleton, str(origin))
     if sleap_nn_type == "centroid" and len(node_names) > 1:
         skeleton = CENTROID_SKELETON
 
@@ -326,6 +340,7 @@ def _layout(metadata: Mapping[str, Any], spec: ModelSpec, export_dir: Path) -> _
         peak_threshold=threshold,
         postprocess=postprocess,
     )
+    check_info(info, str(origin))
     return _Layout(sleap_nn_type, info, input_scale)
 
 

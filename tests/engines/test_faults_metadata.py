@@ -1,0 +1,135 @@
+"""Fault suite, bad metadata: an export whose metadata does not hold together, or does
+not belong to its graph, is refused on load in one line that names the model (issue #11).
+
+Both kinds of export are covered: a sleap-live `.onnx` (metadata embedded in the
+graph) and a `sleap-nn export` directory (`export_metadata.json`).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from sleap_live import cli
+from sleap_live.engines.errors import ModelConfigError
+from sleap_live.engines.export.exporter import export_inference_model
+from sleap_live.engines.load.metadata import METADATA_KEY
+from sleap_live.engines.runners.load import load_runner
+
+DATA = Path(__file__).parents[1] / "data"
+
+
+@pytest.fixture(scope="module")
+def toy_export(toy_models, tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("toy")
+    return export_inference_model(toy_models.ToyInstanceModel(), folder / "toy.onnx", verify=False)
+
+
+def edited_onnx(source: Path, target: Path, edit) -> Path:
+    """A copy of a sleap-live export whose embedded metadata `edit` changed (no sidecar)."""
+    model = onnx.load(str(source))
+    for prop in model.metadata_props:
+        if prop.key == METADATA_KEY:
+            document = json.loads(prop.value)
+            edit(document["model"]["skeleton"])
+            prop.value = json.dumps(document)
+    onnx.save(model, str(target))
+    return target
+
+
+def edited_export_dir(kind: str, target: Path, edit) -> Path:
+    """A copy of a `sleap-nn export` directory whose export_metadata.json `edit` changed."""
+    shutil.copytree(DATA / "exports" / kind, target)
+    path = target / "export_metadata.json"
+    metadata = json.loads(path.read_text())
+    edit(metadata)
+    path.write_text(json.dumps(metadata))
+    return target
+
+
+def test_an_out_of_range_edge_in_a_sleap_live_export_names_the_model(toy_export, tmp_path):
+    def bad_edge(skeleton):
+        skeleton["edges"].append([0, 40])
+
+    model = edited_onnx(toy_export, tmp_path / "bad_edge.onnx", bad_edge)
+    with pytest.raises(ModelConfigError) as caught:
+        load_runner(model, device="cpu")
+    message = str(caught.value)
+    assert message.startswith(f"{model}: skeleton edge [0, 40] names a node that does not exist")
+
+
+def test_a_node_count_not_matching_a_sleap_live_graph_names_the_model(toy_export, tmp_path):
+    def extra_node(skeleton):
+        skeleton["node_names"].append("extra")
+
+    model = edited_onnx(toy_export, tmp_path / "extra_node.onnx", extra_node)
+    with pytest.raises(ModelConfigError) as caught:
+        runner = load_runner(model, device="cpu")
+        runner.run(np.zeros((1, 64, 64, 1), np.uint8))
+    message = str(caught.value)
+    assert message.startswith(f"{model}: the metadata gives ")
+    assert "does not belong to this graph" in message
+
+
+@pytest.mark.parametrize("kind", ["bottomup", "single_instance", "topdown"])
+def test_an_out_of_range_edge_in_a_sleap_nn_export_names_the_model(kind, tmp_path):
+    def bad_edge(metadata):
+        metadata["edge_inds"] = [[0, 1], [1, 9]]
+
+    folder = edited_export_dir(kind, tmp_path / kind, bad_edge)
+    with pytest.raises(ModelConfigError) as caught:
+        load_runner(folder, device="cpu")
+    assert str(caught.value) == (
+        f"{folder / 'export_metadata.json'}: skeleton edge [1, 9] names a node that does "
+        "not exist (the skeleton has 5 nodes, indices 0 to 4)"
+    )
+
+
+@pytest.mark.parametrize("kind", ["single_instance", "topdown", "bottomup"])
+def test_a_node_count_not_matching_a_sleap_nn_graph_names_the_model(kind, tmp_path):
+    def extra_node(metadata):
+        metadata["node_names"].append("extra")
+
+    folder = edited_export_dir(kind, tmp_path / kind, extra_node)
+    with pytest.raises(ModelConfigError) as caught:
+        runner = load_runner(folder, device="cpu")
+        # A bottom-up graph leaves its nodes axis open: its first run finds the mismatch.
+        runner.run(np.zeros((1, 64, 64, 1), np.uint8))
+    message = str(caught.value)
+    assert message.startswith(f"{folder / 'export_metadata.json'}: the metadata gives 6 nodes")
+    assert "has 5; the metadata does not belong to this graph" in message
+
+
+def test_repeated_node_names_and_bad_channels_are_refused(tmp_path):
+    def repeated(metadata):
+        metadata["node_names"][1] = metadata["node_names"][0]
+
+    folder = edited_export_dir("single_instance", tmp_path / "repeated", repeated)
+    with pytest.raises(ModelConfigError, match="skeleton node names repeat: nose"):
+        load_runner(folder, device="cpu")
+
+    def two_channels(metadata):
+        metadata["input_channels"] = 2
+
+    folder = edited_export_dir("single_instance", tmp_path / "channels", two_channels)
+    with pytest.raises(ModelConfigError, match="input_channels is 2; models take 1 or 3"):
+        load_runner(folder, device="cpu")
+
+
+def test_the_command_line_says_it_in_one_line(tmp_path, capsys):
+    def bad_edge(metadata):
+        metadata["edge_inds"] = [[0, 1], [1, 9]]
+
+    folder = edited_export_dir("bottomup", tmp_path / "bottomup", bad_edge)
+    video = DATA / "videos" / "single.mkv"
+    status = cli.main(["run", str(video), "-m", str(folder), "-o", str(tmp_path / "p.slp"), "-q"])
+    assert status == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "skeleton edge [1, 9] names a node" in lines[0]
+    assert str(folder) in lines[0]
+    assert not (tmp_path / "p.slp").exists()
