@@ -254,7 +254,12 @@ def loading_status(console: Console, *, quiet: bool = False) -> Iterator[Callabl
 
 
 def load_model(
-    args: argparse.Namespace, console: Console, video: Path | None, *, quiet: bool = False
+    args: argparse.Namespace,
+    console: Console,
+    video: Path | None,
+    *,
+    quiet: bool = False,
+    bit_depth: int | None = None,
 ) -> Any:
     """The runner for `-m`, loaded with the shared model, engine, cache and verification
     options, its slow steps shown as one status line (`loading_status`).
@@ -265,11 +270,12 @@ def load_model(
         console: where the status line goes.
         video: the video the command runs on (its first frames verify an export).
         quiet: show no status line.
+        bit_depth: the bits per sample of `video`'s data (None: its pixel format's).
     """
     # Imported here: the engines are loaded only by commands that run a model.
     from sleap_live.engines.runners.load import load_runner
 
-    verify = verify_options(args, video)
+    verify = verify_options(args, video, bit_depth)
     with loading_status(console, quiet=quiet) as progress:
         return load_runner(
             args.models,
@@ -282,29 +288,37 @@ def load_model(
         )
 
 
-def verify_options(args: argparse.Namespace, video: Path | None = None) -> dict[str, Any]:
+def verify_options(
+    args: argparse.Namespace, video: Path | None = None, bit_depth: int | None = None
+) -> dict[str, Any]:
     """`verify` and `verify_frames` for `export_model` or `load_runner`.
 
     Args:
         args: parsed options of a parser with `add_verify_options`.
         video: the video the command runs on; its first frames are the default.
+        bit_depth: the bits per sample `video`'s data uses (None: its pixel format's).
 
     Raises:
         SourceNotFoundError, SourceError: the video is missing, unreadable or empty.
     """
     if not args.verify:
         return {"verify": False}
-    chosen = args.verify_video or video
-    return {"verify": True, "verify_frames": None if chosen is None else first_frames(chosen)}
+    if args.verify_video is not None:
+        return {"verify": True, "verify_frames": first_frames(args.verify_video)}
+    frames = None if video is None else first_frames(video, bit_depth=bit_depth)
+    return {"verify": True, "verify_frames": frames}
 
 
-def first_frames(video: Path, count: int = VERIFY_FRAMES) -> np.ndarray:
-    """The first `count` frames of `video` (fewer if it is shorter), uint8 (N, H, W, C).
+def first_frames(
+    video: Path, count: int = VERIFY_FRAMES, *, bit_depth: int | None = None
+) -> np.ndarray:
+    """The first `count` frames of `video` (fewer if it is shorter), uint8 (N, H, W, C),
+    `bit_depth` bits per sample scaled to 8 (None: the pixel format's depth).
 
     Raises:
         SourceNotFoundError, SourceError: the video is missing, unreadable or empty.
     """
-    with FileSource(video, stop=count) as source:
+    with FileSource(video, stop=count, bit_depth=bit_depth) as source:
         images = [frame.image for frame in source]
     if not images:
         raise SourceError(f"{video}: no frames to verify a model export on")
@@ -334,6 +348,11 @@ def bounded_batch_size(text: str) -> int:
     known (`sleap_live.stream.batching.check_batch_memory`).
     """
     return _whole_number(text, minimum=1, maximum=MAX_BATCH_SIZE)
+
+
+def bit_depth(text: str) -> int:
+    """argparse type: bits per sample a video's data uses, 8 to 16."""
+    return _whole_number(text, minimum=8, maximum=16)
 
 
 def _whole_number(text: str, *, minimum: int, maximum: int | None = None) -> int:

@@ -22,6 +22,7 @@ from sleap_live.cli.options import (
     add_decoder_option,
     add_model_options,
     add_verify_options,
+    bit_depth,
     check_models,
     frame_rate,
     load_model,
@@ -105,6 +106,15 @@ def _add_common_options(
     # The pipeline picks the batch size from its policy: 8 recorded, 1 live.
     add_model_options(parser, batch_size=None, batch_size_help=batch_size_help)
     add_decoder_option(parser)
+    parser.add_argument(
+        "--bit-depth",
+        type=bit_depth,
+        metavar="BITS",
+        help="bits per sample the video's or camera's data uses (8 to 16), scaled to 8 bits "
+        "for the model: 12 for 12-bit data stored in a 16-bit video (default: the pixel "
+        "format's depth; a 16-bit source whose first frame uses 12 bits or fewer is warned "
+        "about)",
+    )
     add_verify_options(parser, frames_default=frames_default, description=IN_MEMORY_EXPORT)
     add_cache_options(parser)
     out = parser.add_argument_group("outputs")
@@ -156,7 +166,9 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     source = _open(args)
     with source:
         _check_batch_size(args, source)
-        runner = load_model(args, console, args.video, quiet=args.quiet)
+        # The source's bit depth, resolved: a warning about it was the source's to give.
+        bit_depth = getattr(source, "bit_depth", None)
+        runner = load_model(args, console, args.video, quiet=args.quiet, bit_depth=bit_depth)
         try:
             pipeline = Pipeline(
                 source,
@@ -223,11 +235,24 @@ def _is_file_run(args: argparse.Namespace) -> bool:
 
 def _open(args: argparse.Namespace) -> Source:
     if args.command == "replay":
-        return open_source(args.video, replay=True, fps=args.fps, decoder=args.decoder)
+        return open_source(
+            args.video,
+            replay=True,
+            fps=args.fps,
+            decoder=args.decoder,
+            bit_depth=args.bit_depth,
+        )
     if args.video is not None:
-        return open_source(args.video, camera=False, decoder=args.decoder)
+        return open_source(args.video, camera=False, decoder=args.decoder, bit_depth=args.bit_depth)
     device: int | str = int(args.camera) if args.camera.isdigit() else args.camera
-    return open_source(device, camera=True, width=args.width, height=args.height, fps=args.fps)
+    return open_source(
+        device,
+        camera=True,
+        width=args.width,
+        height=args.height,
+        fps=args.fps,
+        bit_depth=args.bit_depth,
+    )
 
 
 def _process(pipeline: Pipeline, args: argparse.Namespace, console: Console) -> None:

@@ -45,10 +45,22 @@ _CAMERA_PREFIX = "camera:"
 _OPTIONS = MappingProxyType(
     {
         "camera": frozenset(
-            {"width", "height", "fps", "input_format", "backend", "options", "source_id", "clock"}
+            {
+                "width",
+                "height",
+                "fps",
+                "input_format",
+                "backend",
+                "options",
+                "source_id",
+                "clock",
+                "bit_depth",
+            }
         ),
-        "file": frozenset({"start", "stop", "source_id", "clock", "decoder"}),
-        "replay": frozenset({"fps", "start", "stop", "drop_late", "source_id", "clock", "decoder"}),
+        "file": frozenset({"start", "stop", "source_id", "clock", "decoder", "bit_depth"}),
+        "replay": frozenset(
+            {"fps", "start", "stop", "drop_late", "source_id", "clock", "decoder", "bit_depth"}
+        ),
         "iterator": frozenset({"fps", "live", "copy", "source_id", "clock"}),
     }
 )
@@ -107,6 +119,7 @@ def open_source(
     source_id: str | None = None,
     clock: Clock | None = None,
     decoder: str | None = None,
+    bit_depth: int | None = None,
 ) -> Source:
     """Open the source ``spec`` describes.
 
@@ -146,6 +159,10 @@ def open_source(
             NVDEC is not used, a one-line notice says why: logged as a warning if
             ``"nvdec"`` was asked for, at info level under ``"auto"``, and kept
             as the source's ``decoder_notice``; ``decoder`` says which one runs.
+        bit_depth: bits per sample the data of a file, replay or camera uses (8 to
+            16): its largest value becomes 255. Default: the pixel format's depth;
+            a 16-bit source whose first frame uses 12 bits or fewer gets a warning
+            (logged), since scaled from 16 bits it is near-black.
 
     Returns:
         The opened source; use it in a ``with`` block or call ``close()``.
@@ -174,6 +191,7 @@ def open_source(
             "source_id": source_id,
             "clock": clock,
             "decoder": decoder,
+            "bit_depth": bit_depth,
         }.items()
         if value is not None
     }

@@ -14,6 +14,7 @@ from sleap_live.stream.clock import MONOTONIC, Clock
 from sleap_live.stream.errors import SourceError, SourceNotFoundError
 from sleap_live.stream.sources import _av
 from sleap_live.stream.sources._base import SourceBase
+from sleap_live.stream.sources._depth import ImageConverter
 from sleap_live.stream.types import Frame
 
 # FFmpeg input device used for cameras on each platform.
@@ -82,6 +83,8 @@ class CameraSource(SourceBase):
         source_id: name stamped on every frame; defaults to ``"camera:<index>"`` or
             the device string.
         clock: what frames are stamped with.
+        bit_depth: bits per sample the camera's data uses, scaled to 8 (see
+            `_depth.ImageConverter`); None: its pixel format's depth.
 
     Raises:
         SourceNotFoundError: if the device does not exist.
@@ -103,6 +106,7 @@ class CameraSource(SourceBase):
         options: Mapping[str, str] | None = None,
         source_id: str | None = None,
         clock: Clock = MONOTONIC,
+        bit_depth: int | None = None,
     ) -> None:
         self._clock = clock
         if isinstance(device, bool) or not isinstance(device, int | str):
@@ -139,11 +143,18 @@ class CameraSource(SourceBase):
         self._stream.thread_type = "SLICE"
         self.fps = float(fps) if fps is not None else _av.rate_of(self._stream)
         self.frame_shape = _av.frame_shape(self._stream)
+        try:
+            self._to_image = ImageConverter(
+                self._stream.codec_context.pix_fmt, self.frame_shape[2], bit_depth, self.device
+            )
+        except ValueError:
+            self._container.close()
+            raise
+        self.bit_depth = self._to_image.bit_depth
         self.n_frames = None
         self.decode_errors = 0
 
     def _frames(self) -> Iterator[Frame]:
-        channels = self.frame_shape[2]
         index = 0
         consecutive_errors = 0
         try:
@@ -164,7 +175,7 @@ class CameraSource(SourceBase):
                 consecutive_errors = 0
                 for frame in frames:
                     self._check_size(frame, index)
-                    yield Frame(index, captured, self.source_id, _av.to_image(frame, channels))
+                    yield Frame(index, captured, self.source_id, self._to_image(frame))
                     index += 1
         except av.error.FFmpegError as error:
             raise SourceError(

@@ -14,6 +14,7 @@ from sleap_live.stream.clock import MONOTONIC, Clock
 from sleap_live.stream.errors import SourceError, SourceNotFoundError
 from sleap_live.stream.sources import _av
 from sleap_live.stream.sources._base import SourceBase
+from sleap_live.stream.sources._depth import ImageConverter
 from sleap_live.stream.types import Frame
 
 
@@ -39,6 +40,7 @@ class FileSource(SourceBase):
         n_frames: frames in the requested range, from the frame count the header
             declares or, when it declares none (e.g. Matroska), estimated from its
             duration and frame rate; None if neither is known.
+        bit_depth: the bits per sample scaled to 8 (given, or the pixel format's).
 
     Args:
         path: the video file.
@@ -46,12 +48,15 @@ class FileSource(SourceBase):
         stop: index one past the last frame to yield; None reads to the end.
         source_id: name stamped on every frame; defaults to the path as given.
         clock: what frames are stamped with.
+        bit_depth: bits per sample the video's data uses, scaled to 8 (see
+            `_depth.ImageConverter`); None: its pixel format's depth.
 
     Raises:
         SourceNotFoundError: if the file does not exist.
         SourceError: if it cannot be opened or holds no video stream (PyAV's reason
             is in the message).
-        ValueError: if start/stop are not a valid range, or start is past the end.
+        ValueError: if start/stop are not a valid range, start is past the end, or
+            bit_depth is not 8 to 16 or more than the pixel format holds.
     """
 
     is_live = False
@@ -64,6 +69,7 @@ class FileSource(SourceBase):
         stop: int | None = None,
         source_id: str | None = None,
         clock: Clock = MONOTONIC,
+        bit_depth: int | None = None,
     ) -> None:
         self.path = Path(path)
         self._clock = clock
@@ -84,6 +90,14 @@ class FileSource(SourceBase):
             raise
         self.fps = _av.rate_of(self._stream)
         self.frame_shape = _av.frame_shape(self._stream)
+        try:
+            self._to_image = ImageConverter(
+                self._stream.codec_context.pix_fmt, self.frame_shape[2], bit_depth, str(self.path)
+            )
+        except ValueError:
+            self._container.close()
+            raise
+        self.bit_depth = self._to_image.bit_depth
         self._declared_frames = self._stream.frames or None
         self._expected_frames = self._declared_frames or self._frames_from_duration()
         if self._expected_frames is not None and self._start >= self._expected_frames:
@@ -119,7 +133,6 @@ class FileSource(SourceBase):
         return max(0, end - self._start)
 
     def _frames(self) -> Iterator[Frame]:
-        channels = self.frame_shape[2]
         log = _DecodeLog()
         seeked = self._start > 0 and self._seek(self._start)
         index: int | None = None if seeked else 0
@@ -138,7 +151,7 @@ class FileSource(SourceBase):
                 return
             if index >= self._start:
                 self._check_size(frame, index)
-                yield Frame(index, captured, self.source_id, _av.to_image(frame, channels))
+                yield Frame(index, captured, self.source_id, self._to_image(frame))
             last_index = index
             index += 1
             if self._stop.is_set():
@@ -163,6 +176,10 @@ class FileSource(SourceBase):
                 f"its duration implies about {self._expected_frames} frames "
                 f"but it ends after {last_index + 1}",
             )
+        if log.frames >= log.packets:
+            # Judged by what decodes: a packet flagged as cut short whose frame came out
+            # whole (at the seam of byte-concatenated MPEG-TS files) lost nothing.
+            log.problems.pop("cut", None)
         if log.problems:
             delivered = (
                 f"frames up to index {last_index} were delivered"
@@ -182,11 +199,11 @@ class FileSource(SourceBase):
                     log.packets += 1
                 if packet.is_corrupt:
                     log.note("cut", f"packet {log.packets} is cut short")
-                yield from self._decode_packet(packet, log)
+                yield from log.decoded(self._decode_packet(packet, log))
         except av.error.FFmpegError as error:
             log.note("read", f"reading failed after {log.packets} packets: {_av.reason(error)}")
             # The demuxer's end-of-stream flush packet never came; drain the decoder.
-            yield from self._decode_packet(None, log)
+            yield from log.decoded(self._decode_packet(None, log))
 
     def _decode_packet(self, packet: av.Packet | None, log: _DecodeLog) -> list[av.VideoFrame]:
         try:
@@ -236,11 +253,18 @@ class FileSource(SourceBase):
 
 
 class _DecodeLog:
-    """What happened while decoding one file: packets read and the first problem of each kind."""
+    """What happened while decoding one file: packets read, frames decoded and the
+    first problem of each kind."""
 
     def __init__(self) -> None:
         self.packets = 0
+        self.frames = 0
         self.problems: dict[str, str] = {}
+
+    def decoded(self, frames: list[av.VideoFrame]) -> list[av.VideoFrame]:
+        """`frames`, counted."""
+        self.frames += len(frames)
+        return frames
 
     def note(self, kind: str, detail: str) -> None:
         self.problems.setdefault(kind, detail)

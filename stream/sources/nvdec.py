@@ -29,6 +29,7 @@ from sleap_live.stream.clock import MONOTONIC, Clock
 from sleap_live.stream.errors import SourceError, SourceNotFoundError
 from sleap_live.stream.sources import _av
 from sleap_live.stream.sources._base import SourceBase
+from sleap_live.stream.sources._depth import check_bit_depth
 from sleap_live.stream.types import Frame
 
 DECODERS: tuple[str, ...] = ("auto", "nvdec", "pyav")
@@ -300,8 +301,11 @@ def open_file(
     stop: int | None = None,
     source_id: str | None = None,
     clock: Clock = MONOTONIC,
+    bit_depth: int | None = None,
 ) -> SourceBase:
     """The file `path` as a `NvdecSource` or a `FileSource`, as `choose_decoder` picks.
+
+    NVDEC decodes 8-bit video only, so a `bit_depth` above 8 is a `ValueError` there.
 
     The source's ``decoder`` attribute says which it is (``"nvdec"`` or ``"pyav"``),
     and ``decoder_notice`` why NVDEC was not used (None when it was, or not asked
@@ -319,11 +323,19 @@ def open_file(
         report(choice, decoder)
     source: SourceBase
     if choice.decoder == "nvdec":
+        check_bit_depth(bit_depth)
+        if bit_depth not in (None, 8):
+            raise ValueError(
+                f"{path}: bit depth {bit_depth} is more than the 8 bits per sample NVDEC "
+                "decodes this video to; use the pyav decoder"
+            )
         source = NvdecSource(
             path, start=start, stop=stop, source_id=source_id, clock=clock, info=info
         )
     else:
-        source = FileSource(path, start=start, stop=stop, source_id=source_id, clock=clock)
+        source = FileSource(
+            path, start=start, stop=stop, source_id=source_id, clock=clock, bit_depth=bit_depth
+        )
     source.decoder = choice.decoder
     source.decoder_notice = choice.notice
     return source

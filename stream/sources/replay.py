@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,11 +42,12 @@ class ReplaySource(SourceBase):
         source_id: name stamped on every frame; defaults to the path as given.
         clock: the clock frames are paced and stamped on.
         decoder: ``"pyav"``, ``"nvdec"`` or ``"auto"`` (see `nvdec.choose_decoder`).
+        bit_depth: bits per sample the video's data uses (see `FileSource`).
 
     Raises:
         SourceNotFoundError: if the file does not exist.
         SourceError: if it cannot be opened, or declares no rate and ``fps`` is None.
-        ValueError: if fps is not positive, or start/stop are not a valid range.
+        ValueError: if fps is not positive and finite, or start/stop are not a valid range.
     """
 
     is_live = True
@@ -61,12 +63,21 @@ class ReplaySource(SourceBase):
         source_id: str | None = None,
         clock: Clock = MONOTONIC,
         decoder: str = "pyav",
+        bit_depth: int | None = None,
     ) -> None:
         if fps is not None and not fps > 0:
             raise ValueError(f"replay fps must be positive, got {fps}")
+        if fps is not None and not math.isfinite(fps):
+            raise ValueError(f"replay fps must be finite, got {fps}")
         self._clock = clock
         self._file = open_file(
-            path, decoder, start=start, stop=stop, source_id=source_id, clock=clock
+            path,
+            decoder,
+            start=start,
+            stop=stop,
+            source_id=source_id,
+            clock=clock,
+            bit_depth=bit_depth,
         )
         super().__init__(self._file.source_id)
         self.decoder, self.decoder_notice = self._file.decoder, self._file.decoder_notice
@@ -77,6 +88,7 @@ class ReplaySource(SourceBase):
             raise SourceError(f"{self.path}: the video declares no frame rate; pass fps=")
         self.fps = self._rate = float(rate)
         self.frame_shape = self._file.frame_shape
+        self.bit_depth: int | None = getattr(self._file, "bit_depth", None)
         self.n_frames = self._file.n_frames
         self.drop_late = drop_late
         self.skipped = 0
