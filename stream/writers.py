@@ -38,6 +38,32 @@ SLP_QUEUE_CAPACITY = 4096
 RECORD_QUEUE_CAPACITY = 32
 
 
+def check_recording_path(path: Path) -> None:
+    """Raises `ValueError`, naming `path`, unless its suffix is one FFmpeg writes: a
+    recording named like a model or a .slp is refused before any work."""
+    if path.suffix.lstrip(".").lower() not in _written_suffixes():
+        raise _not_a_video_format(path)
+
+
+@functools.cache
+def _written_suffixes() -> frozenset[str]:
+    """File name extensions of every container format FFmpeg can write."""
+    suffixes: set[str] = set()
+    for name in av.formats_available:
+        try:
+            suffixes.update(av.ContainerFormat(name, "w").extensions)
+        except ValueError:  # an input-only format
+            continue
+    return frozenset(suffixes)
+
+
+def _not_a_video_format(path: Path) -> ValueError:
+    return ValueError(
+        f"{path}: cannot record to a {path.suffix or 'suffix-less'} file: it is not a video "
+        "format FFmpeg can write; use .mp4, .mkv or .avi"
+    )
+
+
 class VideoRecorder:
     """Encodes frames to a video file with PyAV, one output frame per `write()`.
 
@@ -94,10 +120,7 @@ class VideoRecorder:
             self._lock.release()
             if self._lock.created:
                 self.path.unlink(missing_ok=True)
-            raise ValueError(
-                f"{self.path}: cannot record to a {self.path.suffix} file: it is not a video "
-                "format FFmpeg can write; use .mp4, .mkv or .avi"
-            ) from None
+            raise _not_a_video_format(self.path) from None
         except BaseException:
             self._lock.release()
             raise

@@ -21,7 +21,7 @@ from rich.console import Console
 
 from sleap_live.engines.runners.load import DEVICE_FORMS, ENGINES, is_device
 from sleap_live.stream.errors import SourceError
-from sleap_live.stream.sources import DECODERS, FileSource
+from sleap_live.stream.sources import DECODERS, FileSource, is_url
 
 PROG = "sleap-live"
 # `--precision` of --engine openvino (`sleap_live.engines.runners.openvino.PRECISIONS`,
@@ -348,6 +348,15 @@ def bounded_batch_size(text: str) -> int:
     known (`sleap_live.stream.batching.check_batch_memory`).
     """
     return _whole_number(text, minimum=1, maximum=MAX_BATCH_SIZE)
+
+
+def video_or_url(text: str) -> Path | str:
+    """argparse type: a video file's path, or a stream URL kept as written (as a path
+    its ``//`` would fold to ``/``)."""
+    try:
+        return text if is_url(text) else Path(text)
+    except ValueError as error:  # a URL of a scheme that is not a stream
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def bit_depth(text: str) -> int:

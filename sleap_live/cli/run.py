@@ -29,6 +29,7 @@ from sleap_live.cli.options import (
     path_line,
     positive_int,
     seconds,
+    video_or_url,
 )
 from sleap_live.stream.batching import choose_policy
 from sleap_live.stream.dashboard import Dashboard, ProgressView, live_display
@@ -36,7 +37,7 @@ from sleap_live.stream.memory import check_batch_memory
 from sleap_live.stream.outputs_guard import check_outputs
 from sleap_live.stream.pipeline import Pipeline
 from sleap_live.stream.sources import Source, open_source
-from sleap_live.stream.writers import DEFAULT_SAVE_INTERVAL
+from sleap_live.stream.writers import DEFAULT_SAVE_INTERVAL, check_recording_path
 
 RUN_SUMMARY = "run a model on a video file, or on a camera with --camera"
 REPLAY_SUMMARY = "replay a video file at its frame rate, as if it were a camera"
@@ -54,7 +55,12 @@ def add_parsers(commands: Any) -> None:
         epilog=f"`run` may be left out:\n  {PROG} VIDEO -m MODEL\n  {PROG} --camera 0 -m MODEL",
     )
     run.add_argument(
-        "video", nargs="?", type=Path, metavar="VIDEO", help="video file (or give --camera)"
+        "video",
+        nargs="?",
+        type=video_or_url,
+        metavar="VIDEO",
+        help="video file, or a live stream's URL (rtsp://, http(s)://, udp://, rtp://, srt://, "
+        "rtmp://, tcp://), run like a camera; or give --camera",
     )
     _add_common_options(
         run,
@@ -87,7 +93,7 @@ def add_parsers(commands: Any) -> None:
         description="Replay a video file at its frame rate as if it were a camera: the live "
         "policy, batch 1 and a dashboard, to try live mode without a camera.",
     )
-    replay.add_argument("video", type=Path, metavar="VIDEO", help="video file")
+    replay.add_argument("video", type=video_or_url, metavar="VIDEO", help="video file")
     _add_common_options(
         replay,
         frames_default="the first frames of VIDEO",
@@ -152,23 +158,27 @@ def _add_common_options(
 def handle(args: argparse.Namespace, console: Console) -> int:
     """Runs `run` or `replay`; returns the exit status (errors propagate to `main`)."""
     _check(args)
+    # A video file; None for a camera or a stream URL.
+    video = args.video if isinstance(args.video, Path) else None
     output = args.output
-    if output is None and _is_file_run(args):
-        output = args.video.with_name(f"{args.video.name}.predictions.slp")
+    if output is None and video is not None and args.command == "run":
+        output = video.with_name(f"{video.name}.predictions.slp")
     check_outputs(
         {"-o": output, "--record": args.record},
         {
-            "VIDEO": [args.video],
+            "VIDEO": [video],
             "-m": [Path(model) for model in args.models],
             "--verify-video": [args.verify_video],
         },
     )
+    if args.record is not None:
+        check_recording_path(args.record)
     source = _open(args)
     with source:
         _check_batch_size(args, source)
         # The source's bit depth, resolved: a warning about it was the source's to give.
         bit_depth = getattr(source, "bit_depth", None)
-        runner = load_model(args, console, args.video, quiet=args.quiet, bit_depth=bit_depth)
+        runner = load_model(args, console, video, quiet=args.quiet, bit_depth=bit_depth)
         try:
             pipeline = Pipeline(
                 source,
@@ -204,6 +214,14 @@ def _check(args: argparse.Namespace) -> None:
     check_models(args)
     if args.output is not None and args.output.suffix != ".slp":
         raise UsageError(f"{args.output}: the pose output (-o) must be a .slp file")
+    if isinstance(args.video, str):  # a stream URL
+        if args.command == "replay":
+            raise UsageError(
+                f"{args.video}: replay paces a video file; a stream is live already "
+                f"(run it with `{PROG} run URL`)"
+            )
+        if args.decoder != "pyav":
+            raise UsageError("--decoder applies to video files; streams are read with PyAV")
     if args.command != "run":
         return
     if (args.video is None) == (args.camera is None):
@@ -229,10 +247,6 @@ def _check_batch_size(args: argparse.Namespace, source: Source) -> None:
         raise UsageError(f"--batch-size: {error}") from None
 
 
-def _is_file_run(args: argparse.Namespace) -> bool:
-    return args.command == "run" and args.camera is None
-
-
 def _open(args: argparse.Namespace) -> Source:
     if args.command == "replay":
         return open_source(
@@ -242,6 +256,8 @@ def _open(args: argparse.Namespace) -> Source:
             decoder=args.decoder,
             bit_depth=args.bit_depth,
         )
+    if isinstance(args.video, str):
+        return open_source(args.video, bit_depth=args.bit_depth)
     if args.video is not None:
         return open_source(args.video, camera=False, decoder=args.decoder, bit_depth=args.bit_depth)
     device: int | str = int(args.camera) if args.camera.isdigit() else args.camera

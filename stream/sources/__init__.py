@@ -1,4 +1,4 @@
-"""Frame sources: video files, cameras, paced replay and Python iterables.
+"""Frame sources: video files, cameras, network streams, paced replay and Python iterables.
 
 Every source is opened by its constructor (so a bad path or device fails at once),
 is a context manager, exposes `Source`'s attributes, and is iterated once, yielding
@@ -17,6 +17,7 @@ from sleap_live.stream.clock import Clock
 from sleap_live.stream.sources.camera import CameraSource
 from sleap_live.stream.sources.file import FileSource
 from sleap_live.stream.sources.iterator import IteratorSource
+from sleap_live.stream.sources.network import URL_SCHEMES, NetworkSource, is_url
 from sleap_live.stream.sources.nvdec import DECODERS, NvdecSource, open_file
 from sleap_live.stream.sources.replay import ReplaySource
 from sleap_live.stream.types import Frame
@@ -24,18 +25,22 @@ from sleap_live.stream.types import Frame
 __all__ = [
     "DECODERS",
     "SOURCE_KINDS",
+    "URL_SCHEMES",
     "CameraSource",
     "FileSource",
     "IteratorSource",
+    "NetworkSource",
     "NvdecSource",
     "ReplaySource",
     "Source",
+    "is_url",
     "open_source",
 ]
 
 SOURCE_KINDS = (
     "a video file path (str or Path; replay=True paces it like a camera)",
     'a camera: an int index, "camera:N", "camera:<device>", or a device string with camera=True',
+    "a live stream URL (rtsp://, http(s)://, udp://, rtp://, srt://, rtmp://, tcp://)",
     "an iterable of uint8 frames, or a zero-argument callable returning a frame or None",
 )
 
@@ -62,6 +67,7 @@ _OPTIONS = MappingProxyType(
             {"fps", "start", "stop", "drop_late", "source_id", "clock", "decoder", "bit_depth"}
         ),
         "iterator": frozenset({"fps", "live", "copy", "source_id", "clock"}),
+        "network": frozenset({"options", "source_id", "clock", "bit_depth"}),
     }
 )
 
@@ -127,6 +133,8 @@ def open_source(
 
     - a video file path (str or `os.PathLike`) -> `FileSource`, or `ReplaySource`
       with ``replay=True``;
+    - a str URL of one of `URL_SCHEMES` (``"rtsp://..."``, ``"http://..."``) ->
+      `NetworkSource`, a live stream read like a camera (unless ``camera=True``);
     - an int, ``"camera:N"`` or ``"camera:<device>"`` -> `CameraSource`; with
       ``camera=True`` any str is a device string (``"/dev/video2"``,
       ``"video=Logitech BRIO"``); with ``camera=False`` a str is always a file;
@@ -146,7 +154,7 @@ def open_source(
         stop: frame index one past the last of a file or replay.
         input_format: camera pixel format to request (e.g. ``"mjpeg"``).
         backend: FFmpeg capture device for a camera (default by platform).
-        options: extra FFmpeg options for a camera.
+        options: extra FFmpeg options for a camera or a network stream.
         drop_late: whether a replay skips frames its consumer was too slow for.
         live: whether an iterator's frames arrive on their own clock.
         copy: whether an iterator source copies each frame.
@@ -208,6 +216,8 @@ def open_source(
         return open_file(cast("str | os.PathLike[str]", spec), **given)
     if kind == "replay":
         return ReplaySource(cast("str | os.PathLike[str]", spec), **given)
+    if kind == "network":
+        return NetworkSource(cast("str", spec), **given)
     return IteratorSource(cast("Iterable[Any] | Callable[[], Any]", spec), **given)
 
 
@@ -221,6 +231,8 @@ def _kind_of(spec: Any, camera: bool | None, replay: bool) -> str:
         kind = "camera"
     elif isinstance(spec, str) and spec.startswith(_CAMERA_PREFIX) and camera is not False:
         kind = "camera"
+    elif not camera and is_url(spec):
+        kind = "network"
     elif isinstance(spec, str | os.PathLike):
         kind = "camera" if camera else "file"
     elif isinstance(spec, Iterable) or callable(spec):

@@ -135,6 +135,10 @@ class CameraSource(SourceBase):
             raise SourceError(
                 f"{self.device}: cannot open camera with {self.backend}: {_av.reason(error)}"
             ) from error
+        self._adopt_stream(fps, bit_depth)
+
+    def _adopt_stream(self, fps: float | None, bit_depth: int | None) -> None:
+        """Sets up the opened `_container`'s video stream; closes it if that fails."""
         try:
             self._stream = _av.video_stream(self._container, self.device)
         except SourceError:
