@@ -94,6 +94,10 @@ def render_progress(stats: PipelineStats, *, width: int = 40) -> RenderableType:
     total = stats.frames_total
     done = stats.frames_processed
     eta = stats.eta
+    if total is not None and done > total:
+        # A length estimated from a duration (concatenated MPEG-TS restarts its
+        # timestamps) that the decoded frames outran: the length is unknown.
+        total = eta = None
     parts = [
         f"{done}/{total} frames" if total is not None else f"{done} frames",
         f"{stats.fps:.1f} fps",

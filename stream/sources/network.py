@@ -31,7 +31,10 @@ def url_scheme(spec: Any) -> str | None:
     if not isinstance(spec, str):
         return None
     scheme, separator, _ = spec.partition("://")
-    if not separator or not scheme.isascii() or not scheme.replace("+", "").isalnum():
+    # One letter is a Windows drive ("C://videos"), not a scheme.
+    if not separator or len(scheme) < 2 or not scheme.isascii():
+        return None
+    if not scheme.replace("+", "").isalnum():
         return None
     return scheme.lower()
 

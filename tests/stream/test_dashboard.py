@@ -99,6 +99,11 @@ def test_progress_bar_with_known_length():
     assert finished.endswith("300/300 frames · 30.0 fps · 0:01:15")
 
 
+def test_progress_past_an_estimated_length_is_a_counter():
+    stats = snapshot(policy="recorded", frames_total=30, frames_processed=45, fps=30.0)
+    assert render(ProgressView(lambda: stats)) == "45 frames · 30.0 fps · 0:01:15"
+
+
 def test_progress_without_length_is_a_counter():
     # A live run has no length, hence no bar and no ETA: frames, rate, elapsed time.
     assert render(ProgressView(snapshot)) == "1990 frames · 30.0 fps · 0:01:15"
