@@ -345,7 +345,7 @@ def bounded_batch_size(text: str) -> int:
     """argparse type: frames per engine call, 1 to `MAX_BATCH_SIZE`.
 
     Whether the frames in flight fit in memory is checked once the frame size is
-    known (`sleap_live.stream.batching.check_batch_memory`).
+    known (`sleap_live.stream.memory.check_batch_memory`).
     """
     return _whole_number(text, minimum=1, maximum=MAX_BATCH_SIZE)
 

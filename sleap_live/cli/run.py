@@ -36,7 +36,7 @@ from sleap_live.stream.dashboard import Dashboard, ProgressView, live_display
 from sleap_live.stream.memory import check_batch_memory
 from sleap_live.stream.outputs_guard import check_outputs
 from sleap_live.stream.pipeline import Pipeline
-from sleap_live.stream.sources import Source, open_source
+from sleap_live.stream.sources import Source, is_url, open_source
 from sleap_live.stream.writers import DEFAULT_SAVE_INTERVAL, check_recording_path
 
 RUN_SUMMARY = "run a model on a video file, or on a camera with --camera"
@@ -263,7 +263,8 @@ def _open(args: argparse.Namespace) -> Source:
     device: int | str = int(args.camera) if args.camera.isdigit() else args.camera
     return open_source(
         device,
-        camera=True,
+        # A stream URL given as --camera is read as the stream it is.
+        camera=None if is_url(device) else True,
         width=args.width,
         height=args.height,
         fps=args.fps,

@@ -167,7 +167,7 @@ def open_source(
             NVDEC is not used, a one-line notice says why: logged as a warning if
             ``"nvdec"`` was asked for, at info level under ``"auto"``, and kept
             as the source's ``decoder_notice``; ``decoder`` says which one runs.
-        bit_depth: bits per sample the data of a file, replay or camera uses (8 to
+        bit_depth: bits per sample the data of a file, replay, camera or stream uses (8 to
             16): its largest value becomes 255. Default: the pixel format's depth;
             a 16-bit source whose first frame uses 12 bits or fewer gets a warning
             (logged), since scaled from 16 bits it is near-black.

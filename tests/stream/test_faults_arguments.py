@@ -171,6 +171,15 @@ def test_a_refused_rtsp_url_is_named_as_written(tmp_path, loads, capsys, monkeyp
     assert loads == [] and list(tmp_path.iterdir()) == []  # no rtsp:/ folder or output
 
 
+def test_a_stream_url_given_as_camera_is_read_as_a_stream(loads, capsys):
+    url = "rtsp://127.0.0.1:1/cam"
+    assert run("run", "--camera", url) == 1
+    assert refused(capsys) == f"sleap-live: error: {url}: cannot open stream: Connection refused"
+    assert run("run", "--camera", url, "--fps", "30") == 2
+    assert "fps cannot be used with a network source" in refused(capsys)
+    assert loads == []
+
+
 def test_stream_urls_are_not_replayed_or_decoded_on_the_gpu(loads, capsys):
     url = "rtsp://127.0.0.1:1/cam"
     assert run("replay", url) == 2
