@@ -15,11 +15,11 @@ plus one engine run; ``"recorded"`` (default for files) drops nothing, a slow
 stage slowing capture instead, and decodes ahead of the engine.
 
 Finished frames are never lost: whatever stops the pipeline (end of source,
-`stop()`, Ctrl-C, a failing source, engine or consumer), poses already computed
-are still emitted to the ring, the writers and the consumers, and the writers
-save. `stop()` and failures discard only frames not yet handed to the engine; a
-failing source is an early end of stream, so every frame it delivered is
-processed.
+`stop()`, Ctrl-C, a failing source or engine, a callback with ``on_error="stop"``),
+poses already computed are still emitted to the ring, the writers and the
+consumers, and the writers save. `stop()` and failures discard only frames not
+yet handed to the engine; a failing source is an early end of stream, so every
+frame it delivered is processed.
 
 Every timing decision is made on one injectable `Clock` (see `clock`).
 """
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -42,11 +43,11 @@ from sleap_live.stream.batching import (
 )
 from sleap_live.stream.channel import Channel
 from sleap_live.stream.clock import MONOTONIC, Clock
-from sleap_live.stream.consumers import Consumers
+from sleap_live.stream.consumers import Consumers, OnError
 from sleap_live.stream.engine_step import EngineResult, EngineStep
 from sleap_live.stream.errors import ChannelClosed, PipelineError
 from sleap_live.stream.priority import RECORDED_BACKGROUND_NICE, apply_stage_priority
-from sleap_live.stream.ring import RingBuffer
+from sleap_live.stream.ring import DEFAULT_STALL_TIMEOUT, RingBuffer
 from sleap_live.stream.runner import ModelOrRunner, as_runner
 from sleap_live.stream.sources import Source
 from sleap_live.stream.stages import StageThreads
@@ -137,8 +138,16 @@ class Pipeline:
         self.batch_size = batch_size
         self.runner, self._owns_runner = as_runner(model_or_runner, engine=engine, device=device)
         info = self.runner.info
-        self.ring = RingBuffer(ring_capacity, info.max_instances, info.skeleton.n_nodes)
-        self._consumers = Consumers(self.ring, lossless_by_default=policy == "recorded")
+        self.ring = RingBuffer(
+            ring_capacity, info.max_instances, info.skeleton.n_nodes, clock=clock
+        )
+        self._consumers = Consumers(
+            self.ring,
+            lossless_by_default=policy == "recorded",
+            report=lambda stage, error: self._stages.store_error(stage, error),
+            halt=self._request_halt,
+            clock=clock,
+        )
         self._output_options = OutputOptions(output, record, save_interval)
         self._records_frames = record is not None
         self._outputs = OpenWriters({})
@@ -213,7 +222,7 @@ class Pipeline:
             StreamError, EngineError: a source or engine failed; re-raised as is.
         """
         self._request_halt()
-        if not self.join(timeout):
+        if not self._wait(timeout, stopping=True):
             stuck = ", ".join(self._stages.running)
             raise PipelineError(
                 f"pipeline did not stop within {timeout} s (still running: {stuck})"
@@ -233,13 +242,7 @@ class Pipeline:
             StreamError, EngineError: a source or engine failed; re-raised as is.
                 A stored error is raised once, by the first call that sees it.
         """
-        # A thread waiting here is not iterating: its iterators must not block emit.
-        self._consumers.release_thread(threading.get_ident())
-        if not self._stages.wait(timeout):
-            return False
-        self._finish()
-        self._stages.raise_error()
-        return True
+        return self._wait(timeout, stopping=False)
 
     def run(self) -> PipelineStats:
         """Process the source to its end (or until Ctrl-C), then return final stats.
@@ -270,6 +273,8 @@ class Pipeline:
         *,
         on_skip: Callable[[int], object] | None = None,
         lossless: bool | None = None,
+        on_error: OnError = "detach",
+        stall_timeout: float | None = DEFAULT_STALL_TIMEOUT,
     ) -> None:
         """Call `callback(record)` for every pose record, in a thread of its own.
 
@@ -279,8 +284,20 @@ class Pipeline:
         oldest record still there, after `on_skip(n)` tells it how many it missed.
         Under ``"recorded"`` it sees every record (registered after `start`, every
         record still in the ring onwards), and a slow callback slows the pipeline
-        instead. An exception from either callback stops the pipeline and is
-        re-raised from `stop`/`join` as a `PipelineError`.
+        instead, for at most `stall_timeout` seconds per record.
+
+        A fault in the callback costs no poses. An exception from `callback` or
+        `on_skip` is logged at once with its traceback (logger
+        ``sleap_live.stream.consumers``) and, by default, only that callback is
+        detached: inference, the other consumers and the outputs go on to the
+        end. `stats.consumers` shows its error. Leaving the pipeline
+        (`join`/`stop`/`run`/`__exit__`) then raises the first callback error
+        as a `PipelineError` whose `__cause__` is the callback's exception. A
+        callback that never returns is not waited for: once it has spent
+        `stall_timeout` on one record, a lossless one stops holding the pipeline
+        back (a warning says so), and `stop`/`join` leave its daemon thread
+        running without it, as `stop(timeout)` does with any callback still
+        running at its timeout.
 
         Args:
             callback: called with each `PoseRecord` (a copy it may keep).
@@ -288,8 +305,17 @@ class Pipeline:
                 record after the gap.
             lossless: override the policy's choice (True: never skip, apply
                 backpressure; False: skip when behind).
+            on_error: ``"detach"``: a callback that raises gets no more records;
+                ``"stop"``: it also stops the pipeline, as `stop()` does (every
+                frame already in the engine is saved).
+            stall_timeout: seconds (on the pipeline's clock) the callback may
+                spend on one record before it counts as stalled; None: never.
+
+        Raises:
+            ValueError: an unknown `on_error`, or a `stall_timeout` that is not
+                None or a positive, finite number.
         """
-        stage, body = self._consumers.callback(callback, on_skip, lossless)
+        stage, body = self._consumers.callback(callback, on_skip, lossless, on_error, stall_timeout)
         with self._lock:
             if self._started:
                 self._stages.spawn(stage, body)
@@ -428,6 +454,22 @@ class Pipeline:
             self._outputs.close()
 
     # -------------------------------------------------------------------- helpers
+
+    def _wait(self, timeout: float | None, *, stopping: bool) -> bool:
+        """`join`; when `stopping`, callbacks still running at `timeout` are abandoned."""
+        # A thread waiting here is not iterating: its iterators must not block emit.
+        self._consumers.release_thread(threading.get_ident())
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._stages.wait(timeout, but=self._consumers.stages()):
+            return False
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        self._stages.abandon(self._consumers.drain(left, give_up_at_timeout=stopping))
+        # A callback that has returned leaves its stage a moment later.
+        if not self._stages.wait(None if left is None else max(left, 0.1)):
+            return False
+        self._finish()
+        self._stages.raise_error()
+        return True
 
     def _on_stage_failure(self) -> None:
         self._request_halt()
