@@ -327,7 +327,9 @@ class Pipeline:
 
         If the pipeline has not been started, iterating starts it and stops it
         when the loop ends (or is broken out of). Under ``"recorded"`` the
-        pipeline waits for a slow loop, and a loop that begins after `start` (for
+        pipeline waits for a slow loop (up to `DEFAULT_STALL_TIMEOUT` seconds per
+        record; after that, a warning, and the loop skips records when behind
+        instead of holding the pipeline), and a loop that begins after `start` (for
         example right inside `with`) begins at the oldest record still in the
         ring, so it misses nothing unless more than `ring_capacity` records came
         before it. Under ``"live"`` it begins with the next record and skips

@@ -320,16 +320,21 @@ def test_callback_error_detaches_the_callback_and_is_raised_on_leaving(fakes):
         raise KeyError("no such arena")
 
     source = fakes.FakeSource(None, is_live=True, paced=True)
-    with pytest.raises(
-        PipelineError, match=r"callback .*broken failed on frame \d+: KeyError"
-    ) as info:
-        with Pipeline(source, fakes.FakeRunner()) as pipeline:
-            pipeline.on_poses(broken)
-            fakes.wait_for(lambda: pipeline.stats.consumers[0].error, "the callback's failure")
-            # The pipeline goes on without it.
-            processed = pipeline.stats.frames_processed
-            fakes.wait_for(lambda: pipeline.stats.frames_processed > processed, "more frames")
-            assert not pipeline.join(timeout=0.01)
+    pipeline = Pipeline(source, fakes.FakeRunner())
+    pipeline.on_poses(broken)
+    pipeline.__enter__()
+    try:
+        fakes.wait_for(lambda: pipeline.stats.consumers[0].error, "the callback's failure")
+        # The pipeline goes on without it.
+        processed = pipeline.stats.frames_processed
+        fakes.wait_for(lambda: pipeline.stats.frames_processed > processed, "more frames")
+        assert not pipeline.join(timeout=0.01)
+    finally:
+        # Leaving the `with` block raises the callback's error.
+        with pytest.raises(
+            PipelineError, match=r"callback .*broken failed on frame \d+: KeyError"
+        ) as info:
+            pipeline.__exit__(None, None, None)
     assert isinstance(info.value.__cause__, KeyError)
     assert pipeline.stats.consumers[0].error == "KeyError: 'no such arena'"
 
