@@ -22,7 +22,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Literal
 
 from sleap_live.stream.clock import MONOTONIC, Clock
@@ -199,20 +199,24 @@ class Consumers:
             if consumer.thread == thread:
                 consumer.reader.detach()
 
-    def drain(self, timeout: float | None, *, give_up_at_timeout: bool) -> list[str]:
+    def drain(
+        self, timeout: float | None, *, give_up_at_timeout: bool, running: Collection[str]
+    ) -> list[str]:
         """Wait for the callbacks to finish the records left in a closed ring.
 
-        Waits until each callback thread has returned or is stalled (on one record
-        longer than its stall timeout), or `timeout` passes. Every callback still
-        running then that is stalled (or, with `give_up_at_timeout`, any callback
-        still running, and the one whose thread calls this) is abandoned: it gets no
-        more records, a warning names it, and its stage is returned so that the
-        caller stops waiting for it. Its daemon thread runs on until its callback
-        returns.
+        Waits until each callback thread (of the stages in `running`) has returned
+        or is stalled (on one record longer than its stall timeout), or `timeout`
+        passes. Every callback still running then that is stalled (or, with
+        `give_up_at_timeout`, any callback still running, and the one whose thread
+        calls this) is abandoned: it gets no more records, a warning names it, and
+        its stage is returned so that the caller stops waiting for it. Its daemon
+        thread runs on until its callback returns.
 
         Args:
             timeout: most real seconds to wait; None: until each has returned or stalled.
             give_up_at_timeout: abandon the callbacks still running at `timeout`.
+            running: the stages whose threads run (callbacks never started are not
+                waited for).
 
         Returns:
             The stages of the callbacks abandoned.
@@ -221,28 +225,30 @@ class Consumers:
         me = threading.get_ident()
         with self._changed:
             while True:
-                running = [
+                busy = [
                     c
                     for c in self._attached
-                    if isinstance(c, CallbackConsumer) and not (c.finished or c.abandoned)
+                    if isinstance(c, CallbackConsumer)
+                    and c.stage in running
+                    and not (c.finished or c.abandoned)
                 ]
                 now = self._clock()
-                waited_for = [c for c in running if c.thread != me and not c.stalled_at(now)]
+                waited_for = [c for c in busy if c.thread != me and not c.stalled_at(now)]
                 left = None if deadline is None else deadline - time.monotonic()
                 if not waited_for or (left is not None and left <= 0):
                     break
                 self._changed.wait(_CLOCK_RECHECK if left is None else min(left, _CLOCK_RECHECK))
-        given_up = [c for c in running if give_up_at_timeout or c not in waited_for]
+        given_up = [c for c in busy if give_up_at_timeout or c not in waited_for]
         for consumer in given_up:
             consumer.abandoned = True
             if consumer.thread == me:
                 continue  # the pipeline is being stopped from inside this callback
-            busy = "" if consumer.busy_since is None else f" for {now - consumer.busy_since:.3g} s"
+            since = consumer.busy_since
             logger.warning(
                 "on_poses callback %s has been running on one record%s and did not return; "
                 "the pipeline stopped without it and its thread is abandoned",
                 consumer.name,
-                busy,
+                "" if since is None else f" for {now - since:.3g} s",
             )
         return [consumer.stage for consumer in given_up]
 

@@ -465,7 +465,10 @@ class Pipeline:
         if not self._stages.wait(timeout, but=self._consumers.stages()):
             return False
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        self._stages.abandon(self._consumers.drain(left, give_up_at_timeout=stopping))
+        running = self._stages.running
+        self._stages.abandon(
+            self._consumers.drain(left, give_up_at_timeout=stopping, running=running)
+        )
         # A callback that has returned leaves its stage a moment later.
         if not self._stages.wait(None if left is None else max(left, 0.1)):
             return False

@@ -96,11 +96,8 @@ def check_stall_timeout(value: float | None) -> float | None:
     """
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(
-            f"stall_timeout must be a positive number of seconds or None, got {value!r}"
-        )
-    if not (math.isfinite(value) and value > 0):
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not (number and math.isfinite(value) and value > 0):
         raise ValueError(
             f"stall_timeout must be a positive number of seconds or None, got {value!r}"
         )
@@ -336,9 +333,11 @@ class RingBuffer:
     def _wait_for_readers(self, sequence: int) -> None:
         """Wait (holding `_room`) until no lossless reader needs the slot of `sequence`;
         detach, with a warning, each reader that stalls the writer past its timeout."""
-        started = self._clock()
+        started: float | None = None
         while waiting_for := self._holding_back(sequence):
-            waited = self._clock() - started
+            now = self._clock()
+            started = now if started is None else started
+            waited = now - started
             timeouts = [r.stall_timeout for r in waiting_for if r.stall_timeout is not None]
             stalled = [
                 r for r in waiting_for if r.stall_timeout is not None and waited >= r.stall_timeout

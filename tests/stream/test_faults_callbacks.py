@@ -358,3 +358,11 @@ def test_stop_from_inside_a_callback_returns(fakes, tmp_path):
     assert stopped.wait(HANG)
     assert pipeline.join(timeout=HANG)
     assert len(saved_frames(out)) == pipeline.stats.frames_processed
+
+
+def test_stop_before_start_does_not_wait_for_a_callback_never_started(fakes):
+    pipeline = Pipeline(fakes.FakeSource(4), fakes.FakeRunner())
+    pipeline.on_poses(print)
+    stopper, raised = in_thread(pipeline.stop)
+    stopper.join(HANG)
+    assert not stopper.is_alive() and not raised
