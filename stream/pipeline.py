@@ -62,6 +62,10 @@ from sleap_live.stream.writers import (
 
 __all__ = ["DEFAULT_BATCH_SIZE", "POLICIES", "RECORDED_BACKGROUND_NICE", "Pipeline", "Policy"]
 
+# Seconds `stop(timeout)` waits, past its timeout, for the stages to finish once no
+# consumer holds them back.
+STOP_GRACE = 1.0
+
 # Records kept in the ring: about 8 s at 30 fps of slack for a lagging consumer.
 # A record is small (max_instances x nodes x 3 floats), so this costs little.
 DEFAULT_RING_CAPACITY = 256
@@ -212,13 +216,18 @@ class Pipeline:
         Frames captured but not yet handed to the engine are discarded; every
         pose already computed is emitted and saved. Idempotent.
 
+        Callbacks are not waited for once they have spent their stall timeout on
+        one record (see `on_poses`). Past `timeout`, lossless consumers no longer
+        hold the pipeline back, the stages get `STOP_GRACE` more seconds to save,
+        and callbacks still running are abandoned (daemon threads), with a warning.
+
         Args:
             timeout: most (real) seconds to wait for the stages; None waits as long
                 as needed.
 
         Raises:
             PipelineError: a stage failed (chained to the cause), or the stages did
-                not finish within `timeout`.
+                not finish within `timeout` plus `STOP_GRACE`.
             StreamError, EngineError: a source or engine failed; re-raised as is.
         """
         self._request_halt()
@@ -458,12 +467,20 @@ class Pipeline:
     # -------------------------------------------------------------------- helpers
 
     def _wait(self, timeout: float | None, *, stopping: bool) -> bool:
-        """`join`; when `stopping`, callbacks still running at `timeout` are abandoned."""
+        """`join`; when `stopping`, consumers still holding the pipeline at `timeout`
+        are let go (lossless readers detached, callbacks abandoned)."""
         # A thread waiting here is not iterating: its iterators must not block emit.
         self._consumers.release_thread(threading.get_ident())
         deadline = None if timeout is None else time.monotonic() + timeout
-        if not self._stages.wait(timeout, but=self._consumers.stages()):
-            return False
+        callbacks = self._consumers.stages()
+        if not self._stages.wait(timeout, but=callbacks):
+            if not stopping:
+                return False
+            # Past the timeout, emit stops waiting for slow lossless consumers and
+            # gets a moment to hand the last records to the writers.
+            self.ring.stop_waiting()
+            if not self._stages.wait(STOP_GRACE, but=callbacks):
+                return False
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         running = self._stages.running
         self._stages.abandon(

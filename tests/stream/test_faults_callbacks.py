@@ -366,3 +366,24 @@ def test_stop_before_start_does_not_wait_for_a_callback_never_started(fakes):
     stopper, raised = in_thread(pipeline.stop)
     stopper.join(HANG)
     assert not stopper.is_alive() and not raised
+
+
+def test_stop_lets_go_of_a_blocked_lossless_callback_at_its_timeout(fakes, tmp_path, caplog):
+    caplog.set_level(logging.WARNING)
+    out = tmp_path / "out.slp"
+    release, entered = threading.Event(), threading.Event()
+    pipeline = Pipeline(fakes.FakeSource(60), fakes.FakeRunner(), output=out, ring_capacity=4)
+    pipeline.on_poses(blocking(release, entered))  # lossless, stalls only after 5 s
+    pipeline.start()
+    try:
+        assert entered.wait(HANG)
+        fakes.wait_for(lambda: pipeline.stats.frames_processed >= 4, "a full ring", HANG)
+        stopper, raised = in_thread(lambda: pipeline.stop(timeout=0.5))
+        stopper.join(HANG)
+        assert not stopper.is_alive() and not raised, raised
+        assert len(saved_frames(out)) == pipeline.stats.frames_processed
+        assert consumer_named(pipeline, "stuck").stalled
+        messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert any("stuck" in m and "abandoned" in m for m in messages), messages
+    finally:
+        release.set()
