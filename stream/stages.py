@@ -3,7 +3,8 @@
 Each stage runs in a named daemon thread under a guard that stores the stage's
 first failure and calls the owner's `on_failure`, so one failing stage halts the
 rest. The owner waits for the stages with `wait` and re-raises the stored error
-in its own thread with `raise_error`.
+in its own thread with `raise_error`; it may `abandon` a stage it will not wait
+for (a callback that never returns), whose daemon thread then runs on uncounted.
 """
 
 from __future__ import annotations

@@ -277,7 +277,9 @@ def test_a_blocked_lossless_callback_is_detached_and_everything_is_saved(fakes, 
         assert stuck.stalled and stuck.error is None and stuck.delivered == 1
         messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
         assert any("stuck" in m and f"{DEFAULT_STALL_TIMEOUT:g} s" in m for m in messages)
-        assert "stuck: 1 delivered" in render(pipeline.stats)
+        assert "stuck: 1 delivered, 0 skipped, stalled: no longer waited for" in (
+            render(pipeline.stats)
+        )
     finally:
         release.set()
 
