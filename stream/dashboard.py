@@ -82,10 +82,12 @@ def render_dashboard(stats: PipelineStats, *, title: str = "sleap-live") -> Tabl
     table.add_row("instances", f"{stats.instances_last_frame} in last frame")
     table.add_row("queues", "  ".join(f"{k} {v}" for k, v in stats.queue_depths.items()))
     for consumer in stats.consumers:
-        table.add_row(
-            "consumer",
-            f"{consumer.name}: {consumer.delivered} delivered, {consumer.skipped} skipped",
-        )
+        line = Text(f"{consumer.name}: {consumer.delivered} delivered, {consumer.skipped} skipped")
+        if consumer.error is not None:
+            line.append(f", failed: {consumer.error}", style="bold red")
+        elif consumer.stalled:
+            line.append(", stalled: no longer waited for", style="bold yellow")
+        table.add_row("consumer", line)
     return table
 
 

@@ -15,11 +15,11 @@ plus one engine run; ``"recorded"`` (default for files) drops nothing, a slow
 stage slowing capture instead, and decodes ahead of the engine.
 
 Finished frames are never lost: whatever stops the pipeline (end of source,
-`stop()`, Ctrl-C, a failing source, engine or consumer), poses already computed
-are still emitted to the ring, the writers and the consumers, and the writers
-save. `stop()` and failures discard only frames not yet handed to the engine; a
-failing source is an early end of stream, so every frame it delivered is
-processed.
+`stop()`, Ctrl-C, a failing source or engine, a callback with ``on_error="stop"``),
+poses already computed are still emitted to the ring, the writers and the
+consumers, and the writers save. `stop()` and failures discard only frames not
+yet handed to the engine; a failing source is an early end of stream, so every
+frame it delivered is processed.
 
 Every timing decision is made on one injectable `Clock` (see `clock`).
 """
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -42,12 +43,12 @@ from sleap_live.stream.batching import (
 )
 from sleap_live.stream.channel import Channel
 from sleap_live.stream.clock import MONOTONIC, Clock
-from sleap_live.stream.consumers import Consumers
+from sleap_live.stream.consumers import Consumers, OnError
 from sleap_live.stream.engine_step import EngineResult, EngineStep
 from sleap_live.stream.errors import ChannelClosed, PipelineError
 from sleap_live.stream.memory import check_batch_memory
 from sleap_live.stream.priority import RECORDED_BACKGROUND_NICE, apply_stage_priority
-from sleap_live.stream.ring import RingBuffer
+from sleap_live.stream.ring import DEFAULT_STALL_TIMEOUT, RingBuffer
 from sleap_live.stream.runner import ModelOrRunner, as_runner
 from sleap_live.stream.sources import Source
 from sleap_live.stream.stages import StageThreads
@@ -61,6 +62,10 @@ from sleap_live.stream.writers import (
 )
 
 __all__ = ["DEFAULT_BATCH_SIZE", "POLICIES", "RECORDED_BACKGROUND_NICE", "Pipeline", "Policy"]
+
+# Seconds `stop(timeout)` waits, past its timeout, for the stages to finish once no
+# consumer holds them back.
+STOP_GRACE = 1.0
 
 # Records kept in the ring: about 8 s at 30 fps of slack for a lagging consumer.
 # A record is small (max_instances x nodes x 3 floats), so this costs little.
@@ -140,8 +145,16 @@ class Pipeline:
         self.batch_size = batch_size
         self.runner, self._owns_runner = as_runner(model_or_runner, engine=engine, device=device)
         info = self.runner.info
-        self.ring = RingBuffer(ring_capacity, info.max_instances, info.skeleton.n_nodes)
-        self._consumers = Consumers(self.ring, lossless_by_default=policy == "recorded")
+        self.ring = RingBuffer(
+            ring_capacity, info.max_instances, info.skeleton.n_nodes, clock=clock
+        )
+        self._consumers = Consumers(
+            self.ring,
+            lossless_by_default=policy == "recorded",
+            report=lambda stage, error: self._stages.store_error(stage, error),
+            halt=self._request_halt,
+            clock=clock,
+        )
         self._output_options = OutputOptions(output, record, save_interval)
         self._records_frames = record is not None
         self._outputs = OpenWriters({})
@@ -206,17 +219,22 @@ class Pipeline:
         Frames captured but not yet handed to the engine are discarded; every
         pose already computed is emitted and saved. Idempotent.
 
+        Callbacks are not waited for once they have spent their stall timeout on
+        one record (see `on_poses`). Past `timeout`, lossless consumers no longer
+        hold the pipeline back, the stages get `STOP_GRACE` more seconds to save,
+        and callbacks still running are abandoned (daemon threads), with a warning.
+
         Args:
             timeout: most (real) seconds to wait for the stages; None waits as long
                 as needed.
 
         Raises:
             PipelineError: a stage failed (chained to the cause), or the stages did
-                not finish within `timeout`.
+                not finish within `timeout` plus `STOP_GRACE`.
             StreamError, EngineError: a source or engine failed; re-raised as is.
         """
         self._request_halt()
-        if not self.join(timeout):
+        if not self._wait(timeout, stopping=True):
             stuck = ", ".join(self._stages.running)
             raise PipelineError(
                 f"pipeline did not stop within {timeout} s (still running: {stuck})"
@@ -236,13 +254,7 @@ class Pipeline:
             StreamError, EngineError: a source or engine failed; re-raised as is.
                 A stored error is raised once, by the first call that sees it.
         """
-        # A thread waiting here is not iterating: its iterators must not block emit.
-        self._consumers.release_thread(threading.get_ident())
-        if not self._stages.wait(timeout):
-            return False
-        self._finish()
-        self._stages.raise_error()
-        return True
+        return self._wait(timeout, stopping=False)
 
     def run(self) -> PipelineStats:
         """Process the source to its end (or until Ctrl-C), then return final stats.
@@ -273,6 +285,8 @@ class Pipeline:
         *,
         on_skip: Callable[[int], object] | None = None,
         lossless: bool | None = None,
+        on_error: OnError = "detach",
+        stall_timeout: float | None = DEFAULT_STALL_TIMEOUT,
     ) -> None:
         """Call `callback(record)` for every pose record, in a thread of its own.
 
@@ -282,8 +296,20 @@ class Pipeline:
         oldest record still there, after `on_skip(n)` tells it how many it missed.
         Under ``"recorded"`` it sees every record (registered after `start`, every
         record still in the ring onwards), and a slow callback slows the pipeline
-        instead. An exception from either callback stops the pipeline and is
-        re-raised from `stop`/`join` as a `PipelineError`.
+        instead, for at most `stall_timeout` seconds per record.
+
+        A fault in the callback costs no poses. An exception from `callback` or
+        `on_skip` is logged at once with its traceback (logger
+        ``sleap_live.stream.consumers``) and, by default, only that callback is
+        detached: inference, the other consumers and the outputs go on to the
+        end. `stats.consumers` shows its error. Leaving the pipeline
+        (`join`/`stop`/`run`/`__exit__`) then raises the first callback error
+        as a `PipelineError` whose `__cause__` is the callback's exception. A
+        callback that never returns is not waited for: once it has spent
+        `stall_timeout` on one record, a lossless one stops holding the pipeline
+        back (a warning says so), and `stop`/`join` leave its daemon thread
+        running without it, as `stop(timeout)` does with any callback still
+        running at its timeout.
 
         Args:
             callback: called with each `PoseRecord` (a copy it may keep).
@@ -291,8 +317,17 @@ class Pipeline:
                 record after the gap.
             lossless: override the policy's choice (True: never skip, apply
                 backpressure; False: skip when behind).
+            on_error: ``"detach"``: a callback that raises gets no more records;
+                ``"stop"``: it also stops the pipeline, as `stop()` does (every
+                frame already in the engine is saved).
+            stall_timeout: seconds (on the pipeline's clock) the callback may
+                spend on one record before it counts as stalled; None: never.
+
+        Raises:
+            ValueError: an unknown `on_error`, or a `stall_timeout` that is not
+                None or a positive, finite number.
         """
-        stage, body = self._consumers.callback(callback, on_skip, lossless)
+        stage, body = self._consumers.callback(callback, on_skip, lossless, on_error, stall_timeout)
         with self._lock:
             if self._started:
                 self._stages.spawn(stage, body)
@@ -304,7 +339,9 @@ class Pipeline:
 
         If the pipeline has not been started, iterating starts it and stops it
         when the loop ends (or is broken out of). Under ``"recorded"`` the
-        pipeline waits for a slow loop, and a loop that begins after `start` (for
+        pipeline waits for a slow loop (up to `DEFAULT_STALL_TIMEOUT` seconds per
+        record; after that, a warning, and the loop skips records when behind
+        instead of holding the pipeline), and a loop that begins after `start` (for
         example right inside `with`) begins at the oldest record still in the
         ring, so it misses nothing unless more than `ring_capacity` records came
         before it. Under ``"live"`` it begins with the next record and skips
@@ -431,6 +468,33 @@ class Pipeline:
             self._outputs.close()
 
     # -------------------------------------------------------------------- helpers
+
+    def _wait(self, timeout: float | None, *, stopping: bool) -> bool:
+        """`join`; when `stopping`, consumers still holding the pipeline at `timeout`
+        are let go (lossless readers detached, callbacks abandoned)."""
+        # A thread waiting here is not iterating: its iterators must not block emit.
+        self._consumers.release_thread(threading.get_ident())
+        deadline = None if timeout is None else time.monotonic() + timeout
+        callbacks = self._consumers.stages()
+        if not self._stages.wait(timeout, but=callbacks):
+            if not stopping:
+                return False
+            # Past the timeout, emit stops waiting for slow lossless consumers and
+            # gets a moment to hand the last records to the writers.
+            self.ring.stop_waiting()
+            if not self._stages.wait(STOP_GRACE, but=callbacks):
+                return False
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        running = self._stages.running
+        self._stages.abandon(
+            self._consumers.drain(left, give_up_at_timeout=stopping, running=running)
+        )
+        # A callback that has returned leaves its stage a moment later.
+        if not self._stages.wait(None if left is None else max(left, 0.1)):
+            return False
+        self._finish()
+        self._stages.raise_error()
+        return True
 
     def _on_stage_failure(self) -> None:
         self._request_halt()

@@ -12,7 +12,10 @@ Two kinds of reader:
   and counts the records it missed.
 - *lossless* (``reader(lossless=True)``): the writer waits before overwriting a
   record this reader has not read yet, so it sees every record. `RingReader.detach`
-  (or `RingBuffer.stop_waiting` for all of them) turns it into a lagging reader.
+  (or `RingBuffer.stop_waiting` for all of them) turns it into a lagging reader, and
+  so does the writer itself, with a logged warning, when the reader has kept it
+  waiting for one record longer than the reader's ``stall_timeout`` (seconds on the
+  ring's clock): a consumer that stops consuming cannot stop the pipeline.
 
 Consistency without locking readers out while they copy: each slot carries the
 sequence number of the record it holds (``-1`` while being written). A reader
@@ -27,6 +30,8 @@ lives in slot ``s % capacity`` until ``capacity`` more records have been written
 
 from __future__ import annotations
 
+import logging
+import math
 import threading
 import time
 from collections.abc import Iterator
@@ -35,7 +40,19 @@ import attrs
 import numpy as np
 
 from sleap_live.engines.types import FramePoses
+from sleap_live.stream.clock import MONOTONIC, Clock
 from sleap_live.stream.types import PoseRecord
+
+logger = logging.getLogger(__name__)
+
+# Seconds a lossless reader may keep the writer waiting for one record before it is
+# detached: far longer than any healthy consumer takes per record, short enough that
+# a stuck one costs a few seconds of waiting, not the session.
+DEFAULT_STALL_TIMEOUT = 5.0
+
+# Longest real wait between two looks at the clock while the writer waits: a test's
+# fake clock moves without waking the writer.
+_CLOCK_RECHECK = 0.1
 
 
 @attrs.frozen
@@ -71,6 +88,22 @@ class RingBatch:
     missed: int
 
 
+def check_stall_timeout(value: float | None) -> float | None:
+    """`value` if it is None or a positive, finite number of seconds.
+
+    Raises:
+        ValueError: anything else, in one line.
+    """
+    if value is None:
+        return None
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not (number and math.isfinite(value) and value > 0):
+        raise ValueError(
+            f"stall_timeout must be a positive number of seconds or None, got {value!r}"
+        )
+    return float(value)
+
+
 def _positive_int(name: str, value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
@@ -87,13 +120,17 @@ class RingBuffer:
         max_instances: instances stored per record; extra ones are dropped (the
             first ``max_instances`` are kept) and counted in `stats`.
         n_nodes: nodes per instance; every written record must have this many.
+        clock: what lossless readers' stall timeouts are measured on.
 
     Raises:
         TypeError: if an argument is not an int.
         ValueError: if an argument is below 1.
     """
 
-    def __init__(self, capacity: int, max_instances: int, n_nodes: int) -> None:
+    def __init__(
+        self, capacity: int, max_instances: int, n_nodes: int, *, clock: Clock = MONOTONIC
+    ) -> None:
+        self._clock = clock
         self._capacity = _positive_int("capacity", capacity)
         self._max_instances = _positive_int("max_instances", max_instances)
         self._n_nodes = _positive_int("n_nodes", n_nodes)
@@ -150,7 +187,9 @@ class RingBuffer:
         """Copy a record into the next slot and wake waiting readers.
 
         Waits first while a lossless reader has not yet read the record that slot
-        holds, until that reader moves on, detaches, or `stop_waiting` is called.
+        holds, until that reader moves on, detaches, or `stop_waiting` is called; a
+        reader that keeps it waiting longer than its stall timeout is detached, with
+        a warning.
         Meant for one writer thread; concurrent writers are serialised by a lock of
         their own, which readers never take.
 
@@ -171,8 +210,7 @@ class RingBuffer:
                 raise ValueError("cannot write to a closed ring buffer")
             sequence = self._written
             with self._room:
-                while self._holds_back(sequence):
-                    self._room.wait()
+                self._wait_for_readers(sequence)
             if poses.n_instances > n_kept:
                 self._truncated_records += 1
                 self._truncated_instances += poses.n_instances - n_kept
@@ -218,7 +256,14 @@ class RingBuffer:
             self._closed = True
             self._published.notify_all()
 
-    def reader(self, *, from_oldest: bool = False, lossless: bool = False) -> RingReader:
+    def reader(
+        self,
+        *,
+        from_oldest: bool = False,
+        lossless: bool = False,
+        stall_timeout: float | None = DEFAULT_STALL_TIMEOUT,
+        name: str = "ring reader",
+    ) -> RingReader:
         """A new independent cursor over the ring.
 
         Args:
@@ -226,8 +271,21 @@ class RingBuffer:
                 the next record written.
             lossless: make the writer wait for this reader (see the module docs)
                 until it is detached.
+            stall_timeout: most seconds (on the ring's clock) a lossless reader may
+                keep the writer waiting for one record before the writer detaches
+                it; None waits as long as it takes.
+            name: what the warning about a stalled reader calls it.
+
+        Raises:
+            ValueError: `stall_timeout` is not None or a positive, finite number.
         """
-        return RingReader(self, from_oldest=from_oldest, lossless=lossless)
+        return RingReader(
+            self,
+            from_oldest=from_oldest,
+            lossless=lossless,
+            stall_timeout=check_stall_timeout(stall_timeout),
+            name=name,
+        )
 
     def read(self, sequence: int) -> PoseRecord | None:
         """A copy of record ``sequence``, or None if it is not (or no longer) in the ring."""
@@ -266,11 +324,38 @@ class RingBuffer:
                 closed=self._closed,
             )
 
-    def _holds_back(self, sequence: int) -> bool:
-        """Whether writing `sequence` would overwrite a record a lossless reader still needs."""
-        return self._waits_for_readers and any(
-            sequence - reader.position >= self._capacity for reader in self._lossless
-        )
+    def _holding_back(self, sequence: int) -> list[RingReader]:
+        """Lossless readers that still need the record writing `sequence` would overwrite."""
+        if not self._waits_for_readers:
+            return []
+        return [r for r in self._lossless if sequence - r.position >= self._capacity]
+
+    def _wait_for_readers(self, sequence: int) -> None:
+        """Wait (holding `_room`) until no lossless reader needs the slot of `sequence`;
+        detach, with a warning, each reader that stalls the writer past its timeout."""
+        started: float | None = None
+        while waiting_for := self._holding_back(sequence):
+            now = self._clock()
+            started = now if started is None else started
+            waited = now - started
+            timeouts = [r.stall_timeout for r in waiting_for if r.stall_timeout is not None]
+            stalled = [
+                r for r in waiting_for if r.stall_timeout is not None and waited >= r.stall_timeout
+            ]
+            for reader in stalled:
+                reader._stalled = True
+                reader._holds_writer = False
+                self._lossless.discard(reader)
+                logger.warning(
+                    "%s kept the pipeline waiting %g s for it to read one record; it is "
+                    "detached and now skips records when it falls behind",
+                    reader.name,
+                    reader.stall_timeout,
+                )
+            if stalled:
+                continue
+            left = min(timeouts) - waited if timeouts else None
+            self._room.wait(None if left is None else min(left, _CLOCK_RECHECK))
 
     def _check_shapes(self, record: PoseRecord) -> None:
         poses, n_nodes = record.poses, self._n_nodes
@@ -301,13 +386,24 @@ class RingReader:
     Attributes:
         missed: records the writer overwrote before this reader got to them. Records
             skipped on purpose by `latest` are not counted.
+        stall_timeout: most seconds a lossless reader may keep the writer waiting.
+        name: what warnings call this reader.
     """
 
     def __init__(
-        self, ring: RingBuffer, *, from_oldest: bool = False, lossless: bool = False
+        self,
+        ring: RingBuffer,
+        *,
+        from_oldest: bool = False,
+        lossless: bool = False,
+        stall_timeout: float | None = DEFAULT_STALL_TIMEOUT,
+        name: str = "ring reader",
     ) -> None:
         self._ring = ring
         self.missed = 0
+        self.stall_timeout = stall_timeout
+        self.name = name
+        self._stalled = False
         # Placed under the ring's lock, so a waiting writer sees a lossless reader
         # and its position together.
         with ring._lock:
@@ -326,6 +422,11 @@ class RingReader:
     def lossless(self) -> bool:
         """Whether the writer waits for this reader (see `RingBuffer.reader`)."""
         return self._holds_writer
+
+    @property
+    def stalled(self) -> bool:
+        """Whether the writer detached this reader for keeping it waiting too long."""
+        return self._stalled
 
     @property
     def done(self) -> bool:

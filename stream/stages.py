@@ -3,14 +3,15 @@
 Each stage runs in a named daemon thread under a guard that stores the stage's
 first failure and calls the owner's `on_failure`, so one failing stage halts the
 rest. The owner waits for the stages with `wait` and re-raises the stored error
-in its own thread with `raise_error`.
+in its own thread with `raise_error`; it may `abandon` a stage it will not wait
+for (a callback that never returns), whose daemon thread then runs on uncounted.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from sleap_live.engines.errors import EngineError
@@ -52,16 +53,23 @@ class StageThreads:
             self._running.append(stage)
         thread.start()
 
-    def wait(self, timeout: float | None = None) -> bool:
-        """Wait for every stage to finish; False if `timeout` (real seconds) passed first."""
+    def wait(self, timeout: float | None = None, *, but: Collection[str] = ()) -> bool:
+        """Wait for every stage (but those in `but`) to finish; False if `timeout`
+        (real seconds) passed first."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._changed:
-            while self._running:
+            while any(stage not in but for stage in self._running):
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return False
                 self._changed.wait(remaining)
         return True
+
+    def abandon(self, stages: Collection[str]) -> None:
+        """Stop waiting for `stages`: their daemon threads run on, no longer counted."""
+        with self._changed:
+            self._running = [stage for stage in self._running if stage not in stages]
+            self._changed.notify_all()
 
     def store_error(self, stage: str, exc: BaseException) -> None:
         """Keep `exc` as the error to raise, unless an earlier one is kept already."""
@@ -86,7 +94,8 @@ class StageThreads:
             self._on_failure()
         finally:
             with self._changed:
-                self._running.remove(stage)
+                if stage in self._running:  # not if abandoned
+                    self._running.remove(stage)
                 self._changed.notify_all()
 
 

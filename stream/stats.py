@@ -113,11 +113,18 @@ class ConsumerStats:
         name: the callback's name, or "iterator".
         delivered: records handed to the consumer.
         skipped: records the consumer never saw because it fell behind.
+        error: the exception the callback raised (``"KeyError: 'arena'"``), after
+            which it was detached; None while it has not failed.
+        stalled: it spent longer than its stall timeout on one record, so the
+            pipeline stopped waiting for it (a lossless consumer was detached, or
+            `stop` abandoned its thread).
     """
 
     name: str
     delivered: int
     skipped: int
+    error: str | None = None
+    stalled: bool = False
 
 
 @attrs.frozen

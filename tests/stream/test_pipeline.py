@@ -315,16 +315,28 @@ def test_engine_and_source_errors_keep_their_type(fakes):
     assert [r.frame_index for r in records] == list(range(13))
 
 
-def test_callback_error_stops_the_pipeline(fakes):
+def test_callback_error_detaches_the_callback_and_is_raised_on_leaving(fakes):
     def broken(record):
         raise KeyError("no such arena")
 
     source = fakes.FakeSource(None, is_live=True, paced=True)
-    with pytest.raises(PipelineError, match=r"consumer .*broken stage failed: KeyError") as info:
-        with Pipeline(source, fakes.FakeRunner()) as pipeline:
-            pipeline.on_poses(broken)
-            pipeline.join(timeout=JOIN_TIMEOUT)
+    pipeline = Pipeline(source, fakes.FakeRunner())
+    pipeline.on_poses(broken)
+    pipeline.__enter__()
+    try:
+        fakes.wait_for(lambda: pipeline.stats.consumers[0].error, "the callback's failure")
+        # The pipeline goes on without it.
+        processed = pipeline.stats.frames_processed
+        fakes.wait_for(lambda: pipeline.stats.frames_processed > processed, "more frames")
+        assert not pipeline.join(timeout=0.01)
+    finally:
+        # Leaving the `with` block raises the callback's error.
+        with pytest.raises(
+            PipelineError, match=r"callback .*broken failed on frame \d+: KeyError"
+        ) as info:
+            pipeline.__exit__(None, None, None)
     assert isinstance(info.value.__cause__, KeyError)
+    assert pipeline.stats.consumers[0].error == "KeyError: 'no such arena'"
 
 
 def test_runner_returning_the_wrong_number_of_poses_is_an_error(fakes):
