@@ -14,6 +14,7 @@ from types import MappingProxyType, TracebackType
 from typing import Any, Protocol, cast, runtime_checkable
 
 from sleap_live.stream.clock import Clock
+from sleap_live.stream.sources._base import READ_TIMEOUT_MARGIN, default_read_timeout
 from sleap_live.stream.sources.camera import CameraSource
 from sleap_live.stream.sources.file import FileSource
 from sleap_live.stream.sources.iterator import IteratorSource
@@ -23,6 +24,7 @@ from sleap_live.stream.types import Frame
 
 __all__ = [
     "DECODERS",
+    "READ_TIMEOUT_MARGIN",
     "SOURCE_KINDS",
     "CameraSource",
     "FileSource",
@@ -30,6 +32,7 @@ __all__ = [
     "NvdecSource",
     "ReplaySource",
     "Source",
+    "default_read_timeout",
     "open_source",
 ]
 
@@ -45,11 +48,23 @@ _CAMERA_PREFIX = "camera:"
 _OPTIONS = MappingProxyType(
     {
         "camera": frozenset(
-            {"width", "height", "fps", "input_format", "backend", "options", "source_id", "clock"}
+            {
+                "width",
+                "height",
+                "fps",
+                "input_format",
+                "backend",
+                "options",
+                "source_id",
+                "clock",
+                "read_timeout",
+            }
         ),
-        "file": frozenset({"start", "stop", "source_id", "clock", "decoder"}),
-        "replay": frozenset({"fps", "start", "stop", "drop_late", "source_id", "clock", "decoder"}),
-        "iterator": frozenset({"fps", "live", "copy", "source_id", "clock"}),
+        "file": frozenset({"start", "stop", "source_id", "clock", "decoder", "read_timeout"}),
+        "replay": frozenset(
+            {"fps", "start", "stop", "drop_late", "source_id", "clock", "decoder", "read_timeout"}
+        ),
+        "iterator": frozenset({"fps", "live", "copy", "source_id", "clock", "read_timeout"}),
     }
 )
 
@@ -66,6 +81,10 @@ class Source(Protocol):
         n_frames: frames expected, or None if unknown or unbounded (cameras).
         is_live: True if frames arrive on their own clock (cameras, paced replay):
             a consumer that falls behind should drop frames rather than wait.
+
+    A source may also say how long a frame may take to arrive before it counts as
+    stalled, as ``read_timeout`` in seconds (every source `open_source` opens does);
+    a pipeline otherwise allows `default_read_timeout` of its ``fps``.
     """
 
     source_id: str
@@ -107,6 +126,7 @@ def open_source(
     source_id: str | None = None,
     clock: Clock | None = None,
     decoder: str | None = None,
+    read_timeout: float | None = None,
 ) -> Source:
     """Open the source ``spec`` describes.
 
@@ -146,6 +166,10 @@ def open_source(
             NVDEC is not used, a one-line notice says why: logged as a warning if
             ``"nvdec"`` was asked for, at info level under ``"auto"``, and kept
             as the source's ``decoder_notice``; ``decoder`` says which one runs.
+        read_timeout: seconds without a frame after which a pipeline reading the
+            source stops and reports it stalled (`SourceStalledError`), having
+            processed every frame before; default: the source's frame interval plus
+            5 s (`default_read_timeout`); ``math.inf`` waits for ever.
 
     Returns:
         The opened source; use it in a ``with`` block or call ``close()``.
@@ -174,6 +198,7 @@ def open_source(
             "source_id": source_id,
             "clock": clock,
             "decoder": decoder,
+            "read_timeout": read_timeout,
         }.items()
         if value is not None
     }

@@ -82,6 +82,9 @@ class CameraSource(SourceBase):
         source_id: name stamped on every frame; defaults to ``"camera:<index>"`` or
             the device string.
         clock: what frames are stamped with.
+        read_timeout: most seconds a frame may take (a camera on external
+            trigger: the longest gap between triggers) before a pipeline reports
+            the camera stalled; default: the frame interval plus 5 s (`math.inf`: never).
 
     Raises:
         SourceNotFoundError: if the device does not exist.
@@ -103,6 +106,7 @@ class CameraSource(SourceBase):
         options: Mapping[str, str] | None = None,
         source_id: str | None = None,
         clock: Clock = MONOTONIC,
+        read_timeout: float | None = None,
     ) -> None:
         self._clock = clock
         if isinstance(device, bool) or not isinstance(device, int | str):
@@ -114,7 +118,8 @@ class CameraSource(SourceBase):
         super().__init__(
             source_id
             if source_id is not None
-            else (f"camera:{device}" if isinstance(device, int) else device)
+            else (f"camera:{device}" if isinstance(device, int) else device),
+            read_timeout,
         )
         device_options = _device_options(self.backend, width, height, fps, input_format)
         device_options.update(options or {})

@@ -46,6 +46,8 @@ class FileSource(SourceBase):
         stop: index one past the last frame to yield; None reads to the end.
         source_id: name stamped on every frame; defaults to the path as given.
         clock: what frames are stamped with.
+        read_timeout: most seconds a frame may take before a pipeline reports the
+            source stalled; default: the frame interval plus 5 s (`math.inf`: never).
 
     Raises:
         SourceNotFoundError: if the file does not exist.
@@ -64,10 +66,11 @@ class FileSource(SourceBase):
         stop: int | None = None,
         source_id: str | None = None,
         clock: Clock = MONOTONIC,
+        read_timeout: float | None = None,
     ) -> None:
         self.path = Path(path)
         self._clock = clock
-        super().__init__(source_id if source_id is not None else os.fspath(path))
+        super().__init__(source_id if source_id is not None else os.fspath(path), read_timeout)
         self._start, self._stop_index = _frame_range(start, stop)
         if not self.path.exists():
             raise SourceNotFoundError(f"{self.path}: no such file")

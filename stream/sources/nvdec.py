@@ -162,6 +162,8 @@ class NvdecSource(SourceBase):
         device: the CUDA device to decode on.
         buffers: device image buffers cycled through (at least 2).
         info: the file's `probe`, if already read.
+        read_timeout: most seconds a frame may take before a pipeline reports the
+            source stalled; default: the frame interval plus 5 s (`math.inf`: never).
 
     Raises:
         SourceNotFoundError, SourceError: as `probe`, or NVDEC cannot open the file.
@@ -181,12 +183,13 @@ class NvdecSource(SourceBase):
         device: str = "cuda:0",
         buffers: int = DEFAULT_BUFFERS,
         info: StreamInfo | None = None,
+        read_timeout: float | None = None,
     ) -> None:
         import torch
 
         from sleap_live.stream.sources import nv12
 
-        super().__init__(source_id if source_id is not None else os.fspath(path))
+        super().__init__(source_id if source_id is not None else os.fspath(path), read_timeout)
         if start < 0 or (stop is not None and stop <= start):
             raise ValueError(f"start and stop must be 0 <= start < stop; got {start}, {stop}")
         if buffers < 2:
@@ -300,6 +303,7 @@ def open_file(
     stop: int | None = None,
     source_id: str | None = None,
     clock: Clock = MONOTONIC,
+    read_timeout: float | None = None,
 ) -> SourceBase:
     """The file `path` as a `NvdecSource` or a `FileSource`, as `choose_decoder` picks.
 
@@ -320,10 +324,23 @@ def open_file(
     source: SourceBase
     if choice.decoder == "nvdec":
         source = NvdecSource(
-            path, start=start, stop=stop, source_id=source_id, clock=clock, info=info
+            path,
+            start=start,
+            stop=stop,
+            source_id=source_id,
+            clock=clock,
+            info=info,
+            read_timeout=read_timeout,
         )
     else:
-        source = FileSource(path, start=start, stop=stop, source_id=source_id, clock=clock)
+        source = FileSource(
+            path,
+            start=start,
+            stop=stop,
+            source_id=source_id,
+            clock=clock,
+            read_timeout=read_timeout,
+        )
     source.decoder = choice.decoder
     source.decoder_notice = choice.notice
     return source
