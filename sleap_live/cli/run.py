@@ -31,7 +31,7 @@ from sleap_live.cli.options import (
 from sleap_live.stream.dashboard import Dashboard, ProgressView, live_display
 from sleap_live.stream.outputs_guard import check_outputs
 from sleap_live.stream.pipeline import Pipeline
-from sleap_live.stream.sources import Source, open_source
+from sleap_live.stream.sources import READ_TIMEOUT_MARGIN, Source, open_source
 from sleap_live.stream.writers import DEFAULT_SAVE_INTERVAL
 
 RUN_SUMMARY = "run a model on a video file, or on a camera with --camera"
@@ -129,6 +129,15 @@ def _add_common_options(
         help="stop after S seconds (default: at the end of the source, or Ctrl-C)",
     )
     stop.add_argument(
+        "--read-timeout",
+        type=positive_float,
+        metavar="S",
+        help="a source that delivers no frame for S seconds (a camera on external trigger "
+        "that is never triggered, a stalled stream) has stalled: the run stops with an error, "
+        "saving every frame before (default: the source's frame interval plus "
+        f"{READ_TIMEOUT_MARGIN:g} s)",
+    )
+    stop.add_argument(
         "-q",
         "--quiet",
         action="store_true",
@@ -207,12 +216,22 @@ def _is_file_run(args: argparse.Namespace) -> bool:
 
 
 def _open(args: argparse.Namespace) -> Source:
+    timeout = args.read_timeout
     if args.command == "replay":
-        return open_source(args.video, replay=True, fps=args.fps, decoder=args.decoder)
+        return open_source(
+            args.video, replay=True, fps=args.fps, decoder=args.decoder, read_timeout=timeout
+        )
     if args.video is not None:
-        return open_source(args.video, camera=False, decoder=args.decoder)
+        return open_source(args.video, camera=False, decoder=args.decoder, read_timeout=timeout)
     device: int | str = int(args.camera) if args.camera.isdigit() else args.camera
-    return open_source(device, camera=True, width=args.width, height=args.height, fps=args.fps)
+    return open_source(
+        device,
+        camera=True,
+        width=args.width,
+        height=args.height,
+        fps=args.fps,
+        read_timeout=timeout,
+    )
 
 
 def _process(pipeline: Pipeline, args: argparse.Namespace, console: Console) -> None:
