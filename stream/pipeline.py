@@ -73,10 +73,11 @@ __all__ = ["DEFAULT_BATCH_SIZE", "POLICIES", "RECORDED_BACKGROUND_NICE", "Pipeli
 DEFAULT_RING_CAPACITY = 256
 
 # Most seconds leaving `with Pipeline(...)` waits for the stages to finish and the
-# outputs to be saved: long enough for the final .slp write of a long session,
-# short enough that a stage blocked for good (a hung engine or callback) cannot
-# hold the experiment's script for ever.
-DEFAULT_STOP_TIMEOUT = 30.0
+# outputs to be saved. The final .slp write grows with the session (an hour at 30
+# fps, 2 animals of 10 nodes: 40 s on a busy 2-core machine), so this leaves it
+# room; yet a stage blocked for good (a hung engine or callback) cannot hold the
+# experiment's script for ever.
+DEFAULT_STOP_TIMEOUT = 120.0
 
 
 class Pipeline:
@@ -122,9 +123,10 @@ class Pipeline:
         stop_timeout: most (real) seconds leaving a ``with`` block, ending an
             interrupted `run` or a `records` loop waits for the stages to finish
             and the outputs to be saved; after it `PipelineError` names the stages
-            still running, which are daemon threads left to finish on their own
-            (finished frames stay in the .slp's journal). None waits as long as
-            needed.
+            still running, daemon threads left to finish on their own. A save cut
+            short this way goes on while the process lives; if it exits first,
+            the .slp's journal holds every frame saved so far (`sleap-live
+            recover`). None waits as long as needed.
 
     Raises:
         ValueError: an unknown policy, a batch size below 1, or a stop timeout
