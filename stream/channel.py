@@ -25,13 +25,10 @@ from typing import Generic, Literal, TypeVar
 
 import attrs
 
-from sleap_live.stream.clock import Clock
+from sleap_live.stream.clock import CLOCK_POLL, Clock
 from sleap_live.stream.errors import ChannelClosed, ChannelEmpty, ChannelFull
 
 T = TypeVar("T")
-
-# Most real seconds `get_by` waits before it reads its clock again.
-CLOCK_POLL = 0.05
 
 Policy = Literal["block", "drop_oldest"]
 POLICIES: tuple[str, ...] = ("block", "drop_oldest")

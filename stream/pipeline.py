@@ -182,8 +182,14 @@ class Pipeline:
             policy, batch_size, lambda batch: self._meters.batch_dropped(len(batch.frames))
         )
         self._results: Channel[EngineResult] = Channel(2, "block")
+        self._reader = SourceReader(
+            source,
+            self._frames,
+            clock,
+            name="sleap-live capture reader",
+            on_frame=self._meters.frame_captured,
+        )
 
-        self._reader = SourceReader(source, clock, name="sleap-live capture reader")
         self._halt = threading.Event()
         # Set once the engine is warmed up (or the pipeline halts); capture waits for it.
         self._engine_ready = threading.Event()
@@ -388,20 +394,14 @@ class Pipeline:
             if self._halt.is_set():
                 return
             self._reader.start()
-            while (frame := self._reader.next()) is not None:
-                if self._halt.is_set():
-                    break
-                self._meters.frame_captured()
-                self._frames.put(frame)
-        except ChannelClosed:
-            pass  # halted while waiting for room
+            self._reader.watch()
         except Exception as exc:
             # A failing or stalled source is an early end of stream: the frames it
             # did deliver are still processed and saved before the error is raised.
             self._stages.store_error("capture", exc)
         finally:
-            self._frames.close()
             self._reader.close()
+            self._frames.close()
             self._source.close()
             self._reader.report_blocked()
 
@@ -469,10 +469,10 @@ class Pipeline:
     def _request_halt(self) -> None:
         self._halt.set()
         self._engine_ready.set()
-        # Closing the reader ends a capture waiting for its next frame, and closing
-        # the source a read in progress where the source allows; closing the
-        # channels wakes a capture waiting for room and lets the batcher and infer
-        # stages drain what is left without taking new work.
+        # Closing the reader ends the capture stage at once, and closing the source
+        # a read in progress where the source allows; closing the channels wakes a
+        # reader waiting for room and lets the batcher and infer stages drain what
+        # is left without taking new work.
         self._reader.close()
         self._source.close()
         self._frames.close()

@@ -1,34 +1,36 @@
-"""The capture stage's hold on its source: a reader thread, and a read timeout.
+"""The capture stage's hold on its source: a reader thread, watched with a read timeout.
 
 A source's `next()` may block for ever without an error (a camera on external
 trigger, an SDK's `grab()`, a stalled network stream), often in native code that
-Python cannot interrupt. So the pipeline never waits on a source from a stage it
-waits for itself: a `SourceReader` iterates the source in a daemon thread of its
-own and hands each frame over through a one-frame channel, and the capture stage
-takes frames from that channel with a deadline on the pipeline's clock. However
-long the source blocks, the capture stage stops when asked, and it reports a
-source that delivered nothing for its read timeout as stalled
-(`SourceStalledError`).
+Python cannot interrupt. So no stage the pipeline waits for calls into the source:
+a `SourceReader` iterates it in a daemon thread of its own and puts each frame on
+the frames channel, and the capture stage only watches that reader. However long
+the source blocks, the capture stage ends when asked, and it reports a source that
+has been inside one read for longer than its read timeout as stalled
+(`SourceStalledError`), closing the frames channel so that every frame delivered
+before is still processed.
 
-Why a reader thread rather than a watchdog on the capture stage: a watchdog can see
-that the capture stage is blocked in the source but cannot unblock it, so the
-stage that feeds the frames channel would still be stuck and `stop()` would have
-to abandon it mid-call. With a reader, the stage the pipeline waits for never
-calls into the source; the only thread ever left behind is the reader, inside the
-source's own call, and it ends as soon as that call returns (the channel is closed
-by then). Frames are handed over, not copied: the hop costs one wake-up per frame.
+Why a reader thread watched by the capture stage, rather than a watchdog on a
+capture stage that reads the source itself: a watchdog can see that the capture
+stage is blocked but cannot unblock it, so the stage the pipeline waits for would
+stay stuck and `stop()` would have to abandon it. Here the only thread ever left
+behind is the reader, inside the source's own call, and it ends as soon as that
+call returns (the channel is closed by then). Why not a reader handing frames to
+a capture stage through a channel of its own: that costs a thread wake-up per
+frame, about half the recorded pipeline's throughput on small frames when tried.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from sleap_live.stream.channel import Channel
-from sleap_live.stream.clock import Clock
-from sleap_live.stream.errors import ChannelClosed, ChannelEmpty, SourceStalledError
+from sleap_live.stream.clock import CLOCK_POLL, Clock
+from sleap_live.stream.errors import ChannelClosed, SourceStalledError
 from sleap_live.stream.sources import Source, default_read_timeout
 from sleap_live.stream.types import Frame
 
@@ -46,27 +48,42 @@ def read_timeout_of(source: Source) -> float:
 
 
 class SourceReader:
-    """Iterates a source in a named daemon thread; `next` waits for a frame, with a timeout.
+    """Iterates a source onto a channel in a named daemon thread; `watch` waits on it.
 
     Args:
         source: the source to read; the reader thread iterates it once.
+        frames: the channel each frame is put on (waiting for room if it blocks).
         clock: the clock read timeouts are measured on (the pipeline's).
         name: the reader thread's name.
+        on_frame: called in the reader thread before each frame is put.
 
     Attributes:
-        read_timeout: seconds `next` waits for a frame (see `read_timeout_of`).
+        read_timeout: seconds one read may last (see `read_timeout_of`).
         frames_read: frames the source has delivered so far.
+        thread: the reader thread.
     """
 
-    def __init__(self, source: Source, clock: Clock, *, name: str) -> None:
+    def __init__(
+        self,
+        source: Source,
+        frames: Channel[Frame],
+        clock: Clock,
+        *,
+        name: str,
+        on_frame: Callable[[], object],
+    ) -> None:
         self._source = source
+        self._frames = frames
         self._clock = clock
+        self._on_frame = on_frame
         self.read_timeout = read_timeout_of(source)
         self.frames_read = 0
-        self._handoff: Channel[Frame] = Channel(1, "block")
         self._error: BaseException | None = None
         # When the read in progress began, on the clock; None between reads.
         self._reading_since: float | None = None
+        # Set when the reader ends or is closed: what `watch` waits for.
+        self._done = threading.Event()
+        self._closed = False
         self._stalled = False
         self.thread = threading.Thread(target=self._read, name=name, daemon=True)
 
@@ -77,43 +94,40 @@ class SourceReader:
         priority (see `priority`): decoding stays in the background under
         ``"recorded"``.
         """
-        if not self._handoff.closed:
+        if not self._closed:
             self.thread.start()
 
-    def next(self) -> Frame | None:
-        """The next frame; None once the source has ended or the reader is closed.
+    def watch(self) -> None:
+        """Wait until the source ends or the reader is closed.
 
         Raises:
-            SourceStalledError: no frame came for `read_timeout` seconds on the clock.
+            SourceStalledError: one read lasted longer than `read_timeout` on the clock.
             Exception: whatever the source raised, after the frames before it.
         """
-        started = self._clock()
-        try:
-            return self._handoff.get_by(started + self.read_timeout, self._clock)
-        except ChannelEmpty:
-            self._stalled = True
+        poll = None if math.isinf(self.read_timeout) else CLOCK_POLL
+        while not self._done.wait(poll):
             since = self._reading_since
-            waited = self._clock() - (started if since is None else min(since, started))
-            raise SourceStalledError(
-                f"{self._source.source_id}: the source stalled: no frame for {waited:.1f} s, "
-                f"more than its read timeout of {self.read_timeout:g} s "
-                f"({self.frames_read} frames before)"
-            ) from None
-        except ChannelClosed:
-            if self._error is not None:
-                raise self._error from None
-            return None
+            if since is not None and self._clock() - since >= self.read_timeout:
+                self._stalled = True
+                raise SourceStalledError(
+                    f"{self._source.source_id}: the source stalled: no frame for "
+                    f"{self._clock() - since:.1f} s, more than its read timeout of "
+                    f"{self.read_timeout:g} s ({self.frames_read} frames before)"
+                )
+        if self._error is not None:
+            raise self._error
 
     def close(self) -> None:
-        """Take no more frames. A reader waiting to hand one over ends at once; one
-        inside the source ends when its read returns. Idempotent, any thread."""
-        self._handoff.close()
+        """Put no more frames; `watch` returns at once. A reader inside the source
+        ends when its read returns. Idempotent, any thread."""
+        self._closed = True
+        self._done.set()
 
     def report_blocked(self) -> None:
         """Warn, naming the reader thread, if it is left blocked in the source.
 
-        Called once the pipeline stopped reading. A stall already reported by
-        `next` needs no second word.
+        Called once the pipeline stopped reading. A stall already raised by
+        `watch` needs no second word.
         """
         since = self._reading_since
         if self._stalled or since is None or not self.thread.is_alive():
@@ -135,17 +149,20 @@ class SourceReader:
             frames = iter(self._source)
             while (frame := next(frames, None)) is not None:
                 self._reading_since = None
+                if self._closed:
+                    break
                 self.frames_read += 1
-                self._handoff.put(frame)
+                self._on_frame()
+                self._frames.put(frame)
                 self._reading_since = self._clock()
         except ChannelClosed:
-            pass  # the capture stage stopped taking frames
+            pass  # the pipeline stopped taking frames
         except BaseException as exc:
-            self._error = exc  # raised by `next` in the capture stage
+            self._error = exc  # raised by `watch` in the capture stage
         finally:
             self._reading_since = None
-            self._handoff.close()
             _close_iterator(frames)
+            self._done.set()
 
 
 def _close_iterator(iterator: Iterator[Any]) -> None:
