@@ -469,12 +469,14 @@ class Pipeline:
     def _request_halt(self) -> None:
         self._halt.set()
         self._engine_ready.set()
-        # Closing the reader ends the capture stage at once, and closing the source
-        # a read in progress where the source allows; closing the channels wakes a
-        # reader waiting for room and lets the batcher and infer stages drain what
-        # is left without taking new work.
+        # Closing the reader ends the capture stage at once, which closes the source
+        # (ending a read in progress where the source allows) in its own thread:
+        # the caller's thread never runs a source's clean-up, which may block.
+        # Closing the channels wakes a reader waiting for room and lets the batcher
+        # and infer stages drain what is left without taking new work.
         self._reader.close()
-        self._source.close()
+        if not self._started:
+            self._source.close()  # no capture stage will
         self._frames.close()
         self._batches.close()
 

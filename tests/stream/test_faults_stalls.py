@@ -56,9 +56,19 @@ class Stall:
         self.release.wait()
 
 
+@pytest.fixture(autouse=True)
+def no_thread_is_left(fakes):
+    """Each test releases what it blocked; then every pipeline thread must end."""
+    yield
+    fakes.wait_for(
+        lambda: not [t for t in threading.enumerate() if t.name.startswith("sleap-live")],
+        "the pipeline threads to end",
+    )
+
+
 @pytest.fixture
 def stall(fakes):
-    """Makes `Stall`s; releases them and checks that no pipeline thread is left."""
+    """Makes `Stall`s, and releases them when the test ends."""
     made: list[Stall] = []
 
     def make(n: int = 5) -> Stall:
@@ -68,10 +78,6 @@ def stall(fakes):
     yield make
     for each in made:
         each.release.set()
-    fakes.wait_for(
-        lambda: not [t for t in threading.enumerate() if t.name.startswith("sleap-live")],
-        "the pipeline threads to end",
-    )
 
 
 def within(seconds: float, body) -> None:
@@ -265,6 +271,34 @@ def test_leaving_with_pipeline_waits_at_most_its_stop_timeout_and_names_what_run
     finally:
         gate.set()
     pipeline.join(timeout=BOUND)
+
+
+def test_a_source_whose_close_blocks_cannot_hang_leaving_with_pipeline(fakes):
+    # The caller's thread never runs the source's clean-up: the capture stage does,
+    # and the stop timeout bounds the wait for it.
+    unblock = threading.Event()
+
+    class BlockingClose(fakes.FakeSource):
+        def close(self) -> None:
+            super().close()
+            unblock.wait()
+
+    source = BlockingClose(None, is_live=True, hang_at=3)
+    pipeline = Pipeline(source, fakes.FakeRunner(), stop_timeout=0.2)
+
+    def session() -> None:
+        with pipeline:
+            fakes.wait_for(lambda: pipeline.stats.frames_captured == 3, "the first frames")
+
+    try:
+        with pytest.raises(PipelineError, match=r"within 0.2 s \(still running: capture\)$"):
+            within(BOUND, session)
+        [capture] = [t for t in threading.enumerate() if t.name == "sleap-live capture"]
+        assert capture.daemon
+    finally:
+        unblock.set()
+        source.release.set()
+    assert pipeline.join(timeout=BOUND)
 
 
 def test_a_stop_timeout_must_be_positive(fakes):
