@@ -2,7 +2,9 @@
 
 A file is processed losslessly in batches with a progress bar; a camera or a
 replay runs with the live policy and a dashboard. Ctrl-C or SIGTERM stops
-capture, finishes the frames already in the engine and saves the outputs.
+capture, finishes the frames already in the engine and saves the outputs, even
+while the source is blocked; a source that delivers nothing for --read-timeout
+seconds ends the run with an error, after its frames are saved.
 """
 
 from __future__ import annotations
