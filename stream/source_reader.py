@@ -107,12 +107,13 @@ class SourceReader:
         poll = None if math.isinf(self.read_timeout) else CLOCK_POLL
         while not self._done.wait(poll):
             since = self._reading_since
-            if since is not None and self._clock() - since >= self.read_timeout:
+            waited = 0.0 if since is None else self._clock() - since
+            if waited >= self.read_timeout:
                 self._stalled = True
                 raise SourceStalledError(
                     f"{self._source.source_id}: the source stalled: no frame for "
-                    f"{self._clock() - since:.1f} s, more than its read timeout of "
-                    f"{self.read_timeout:g} s ({self.frames_read} frames before)"
+                    f"{waited:.1f} s, more than its read timeout of {self.read_timeout:g} s "
+                    f"({self.frames_read} frames before)"
                 )
         if self._error is not None:
             raise self._error
