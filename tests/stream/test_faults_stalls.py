@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ import threading
 import time
 from pathlib import Path
 
+import av
 import pytest
 import sleap_io as sio
 
@@ -172,6 +174,39 @@ def test_a_source_that_stops_delivering_is_reported_stalled_after_its_read_timeo
     assert stats.frames_processed == (stats.frames_processed if live else 5)
     saved = saved_frames(tmp_path / "out.slp")
     assert len(saved) == stats.frames_processed and saved[-1] == 4
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_a_video_stream_whose_writer_stops_is_reported_stalled(fakes, tmp_path):
+    # A real native block: PyAV waits in read() on a named pipe that a writer keeps
+    # open after its last frame, as with a stalled network stream.
+    stream, release = tmp_path / "stream.mkv", threading.Event()
+    os.mkfifo(stream)
+
+    def write() -> None:
+        with av.open(str(stream), "w", format="matroska") as container:
+            video = container.add_stream("ffv1", rate=30)
+            video.width, video.height, video.pix_fmt = 32, 24, "gray"
+            for index in range(40):
+                image = fakes.frame_image(index, (24, 32, 1))[..., 0]
+                container.mux(video.encode(av.VideoFrame.from_ndarray(image, format="gray")))
+            container.mux(video.encode())
+            release.wait(BOUND)
+
+    threading.Thread(target=write, daemon=True).start()
+    clock = fakes.FakeClock()
+    source = open_source(stream, camera=False, clock=clock, read_timeout=3)
+    pipeline = Pipeline(source, fakes.FakeRunner(), output=tmp_path / "out.slp", clock=clock)
+    try:
+        pipeline.start()
+        fakes.wait_for(lambda: pipeline.stats.frames_captured > 0, "the first frames")
+        advance_until(clock, lambda: not pipeline.stats.running, "the stall to be reported")
+        with pytest.raises(SourceStalledError, match=rf"^{stream}: the source stalled: "):
+            pipeline.join(timeout=BOUND)
+        captured = pipeline.stats.frames_captured
+        assert saved_frames(tmp_path / "out.slp") == list(range(captured))
+    finally:
+        release.set()
 
 
 def test_stop_returns_at_once_while_the_source_blocks_and_saves_what_it_delivered(
