@@ -26,7 +26,7 @@ import logging
 import math
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 from sleap_live.stream.channel import Channel
 from sleap_live.stream.clock import CLOCK_POLL, Clock
@@ -36,9 +36,65 @@ from sleap_live.stream.types import Frame
 
 logger = logging.getLogger(__name__)
 
+_SourceT = TypeVar("_SourceT", bound=Source)
+
 # A read still in progress this many seconds (on the clock) when the pipeline stops
 # reading is not a frame on its way but a blocked source: worth a warning.
 BLOCKED_AFTER = 1.0
+
+
+def open_within(open_source: Callable[[], _SourceT], timeout: float, name: str) -> _SourceT:
+    """`open_source()`, run in a daemon thread of its own and waited for at most `timeout`.
+
+    Opening reads a source's first data (FFmpeg probes a stream, an iterator
+    source takes its first frame), which blocks for ever on a source that never
+    delivers, in native code the caller's Ctrl-C cannot interrupt. Here the caller
+    waits on an event instead, which a Ctrl-C does interrupt. A source opened after
+    the caller gave up is closed by the opening thread.
+
+    Args:
+        open_source: opens the source.
+        timeout: most real seconds to wait (opening happens before any clock runs).
+        name: the source, as the error names it.
+
+    Raises:
+        SourceStalledError: the source was not open after `timeout` seconds.
+        Exception: whatever `open_source` raised.
+    """
+    lock = threading.Lock()
+    opened: list[_SourceT] = []
+    failed: list[BaseException] = []
+    abandoned = False
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            source = open_source()
+        except BaseException as exc:
+            failed.append(exc)
+        else:
+            with lock:
+                if abandoned:
+                    source.close()
+                else:
+                    opened.append(source)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="sleap-live source opener", daemon=True).start()
+    try:
+        done.wait(None if math.isinf(timeout) else timeout)
+    finally:
+        with lock:
+            abandoned = not opened
+    if failed:
+        raise failed[0]
+    if not opened:
+        raise SourceStalledError(
+            f"{name}: the source stalled: nothing read in the {timeout:g} s after opening it "
+            "(its read timeout)"
+        )
+    return opened[0]
 
 
 def read_timeout_of(source: Source) -> float:

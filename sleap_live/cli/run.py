@@ -33,7 +33,13 @@ from sleap_live.cli.options import (
 from sleap_live.stream.dashboard import Dashboard, ProgressView, live_display
 from sleap_live.stream.outputs_guard import check_outputs
 from sleap_live.stream.pipeline import Pipeline
-from sleap_live.stream.sources import READ_TIMEOUT_MARGIN, Source, open_source
+from sleap_live.stream.source_reader import open_within
+from sleap_live.stream.sources import (
+    READ_TIMEOUT_MARGIN,
+    Source,
+    default_read_timeout,
+    open_source,
+)
 from sleap_live.stream.writers import DEFAULT_SAVE_INTERVAL
 
 RUN_SUMMARY = "run a model on a video file, or on a camera with --camera"
@@ -161,7 +167,9 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             "--verify-video": [args.verify_video],
         },
     )
-    source = _open(args)
+    # Opening reads the source's first data, which a stalled source never sends.
+    timeout = args.read_timeout or default_read_timeout(args.fps)
+    source = open_within(lambda: _open(args), timeout, _source_name(args))
     with source:
         runner = load_model(args, console, args.video, quiet=args.quiet)
         try:
@@ -215,6 +223,12 @@ def _check(args: argparse.Namespace) -> None:
 
 def _is_file_run(args: argparse.Namespace) -> bool:
     return args.command == "run" and args.camera is None
+
+
+def _source_name(args: argparse.Namespace) -> str:
+    if args.video is not None:
+        return str(args.video)
+    return f"camera:{args.camera}" if args.camera.isdigit() else str(args.camera)
 
 
 def _open(args: argparse.Namespace) -> Source:

@@ -453,3 +453,58 @@ def test_cli_help_documents_the_read_timeout(command, capsys):
     assert "(default: the source's frame interval plus 5 s)" in words
     assert cli.main([command, "video.mp4", "-m", "m", "--read-timeout", "0"]) == 2
     assert "argument --read-timeout: must be positive" in capsys.readouterr().err
+
+
+@pytest.fixture
+def silent_stream(tmp_path):
+    """A named pipe a writer holds open without ever writing: opening it never ends."""
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("needs named pipes")
+    stream = tmp_path / "silent.mkv"
+    os.mkfifo(stream)
+    writer = os.open(stream, os.O_RDWR | os.O_NONBLOCK)  # a writer that never writes
+    yield stream
+    os.close(writer)
+
+
+def opening(stream: Path, *options: str) -> subprocess.Popen:
+    argv = ["run", str(stream), "-m", "m", "--no-verify", "-q", *options]
+    return subprocess.Popen(
+        [sys.executable, "-m", "sleap_live", *argv], stderr=subprocess.PIPE, text=True
+    )
+
+
+def test_cli_reports_a_source_that_sends_nothing_once_opened(silent_stream, tmp_path):
+    process = opening(silent_stream, "--read-timeout", "1", "-o", str(tmp_path / "out.slp"))
+    try:
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 1, err
+    assert err.strip() == (
+        f"sleap-live: error: {silent_stream}: the source stalled: nothing read in the 1 s "
+        "after opening it (its read timeout)"
+    )
+    assert not (tmp_path / "out.slp").exists()
+
+
+def test_cli_ctrl_c_works_while_a_source_is_being_opened(silent_stream):
+    process = opening(silent_stream)
+    try:
+        # Wait until the run has the pipe open: it is then waiting for data.
+        fds = Path(f"/proc/{process.pid}/fd")
+        give_up = time.monotonic() + 60
+        while not any(
+            os.path.realpath(fd) == os.path.realpath(silent_stream)
+            for fd in fds.glob("*")
+            if fd.is_symlink()
+        ):
+            assert process.poll() is None, process.stderr.read()
+            assert time.monotonic() < give_up, "the run never opened the stream"
+            time.sleep(0.02)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130, err
+    assert "Traceback" not in err
