@@ -1,7 +1,13 @@
 """sleap-live stream: sources, the realtime pipeline, the ring buffer and the CLI."""
 
 from sleap_live.stream.clock import MONOTONIC, Clock
-from sleap_live.stream.errors import PipelineError, SourceError, SourceNotFoundError, StreamError
+from sleap_live.stream.errors import (
+    PipelineError,
+    SourceError,
+    SourceNotFoundError,
+    SourceStalledError,
+    StreamError,
+)
 from sleap_live.stream.pipeline import Pipeline
 from sleap_live.stream.ring import RingBuffer, RingReader
 from sleap_live.stream.sources import open_source
@@ -23,6 +29,7 @@ __all__ = [
     "SlpWriter",
     "SourceError",
     "SourceNotFoundError",
+    "SourceStalledError",
     "StreamError",
     "VideoRecorder",
     "open_source",

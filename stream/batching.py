@@ -44,6 +44,12 @@ POLICIES: tuple[str, ...] = ("live", "recorded")
 # and two batches in flight keep decode-ahead memory small (16 MB of 1024² gray).
 DEFAULT_BATCH_SIZE = {"live": 1, "recorded": 8}
 
+# Recorded: a partial batch goes to the engine once no frame came for this long (on
+# the pipeline's clock). Decoding a file never pauses that long, so full batches
+# are unaffected; a source that stalls, or trickles frames (an SDK not marked
+# live), cannot hold finished frames back in a half-filled batch.
+RECORDED_BATCH_WAIT = 1.0
+
 
 def choose_policy(
     policy: Policy | None, is_live: bool, batch_size: int | None
@@ -159,9 +165,9 @@ class Batcher:
     """The batcher stage's step: a whole batch from its first frame.
 
     Live batches wait for a full batch at most `batch_size` frame intervals after
-    their first frame was captured; recorded ones are always filled (unless the
-    channel closes). The first device frame makes the CUDA streams; host frames
-    need none.
+    their first frame was captured; recorded ones are filled unless the channel
+    closes or no frame comes for `RECORDED_BATCH_WAIT` seconds. The first device
+    frame makes the CUDA streams; host frames need none.
 
     Args:
         frames: the frames channel the first frames came from.
@@ -177,6 +183,7 @@ class Batcher:
         self._frames = frames
         self._batch_size = batch_size
         self._wait = batch_size / fps if policy == "live" and fps else None
+        self._idle = None if policy == "live" else RECORDED_BATCH_WAIT
         self._clock = clock
         self._streams: DeviceStreams | None = None
 
@@ -186,7 +193,7 @@ class Batcher:
             self._streams = DeviceStreams.for_image(first.image)
         deadline = None if self._wait is None else first.timestamp + self._wait
         return collect_batch(
-            self._frames, first, self._batch_size, deadline, self._clock, self._streams
+            self._frames, first, self._batch_size, deadline, self._clock, self._streams, self._idle
         )
 
 
@@ -197,11 +204,13 @@ def collect_batch(
     deadline: float | None,
     clock: Clock,
     streams: DeviceStreams | None = None,
+    idle: float | None = None,
 ) -> Batch:
     """`first` and up to `batch_size - 1` more frames, taken until `deadline` on `clock`.
 
-    With no deadline the batch is filled unless the channel closes. With `streams`
-    (device frames) the images are stacked on the copy stream.
+    With no deadline the batch is filled unless the channel closes or, with `idle`,
+    no frame comes for `idle` seconds on `clock`. With `streams` (device frames)
+    the images are stacked on the copy stream.
 
     Raises:
         StreamError: a frame's size differs from the first's.
@@ -212,7 +221,10 @@ def collect_batch(
         if wait is not None and wait <= 0:
             break
         try:
-            group.append(frames.get(wait))
+            if wait is None and idle is not None:
+                group.append(frames.get_by(clock() + idle, clock))
+            else:
+                group.append(frames.get(wait))
         except (ChannelEmpty, ChannelClosed):
             break
     started = clock()

@@ -6,7 +6,9 @@ drive a whole pipeline on a fake clock instead of sleeping and measuring wall ti
 
 Timeouts that only bound how long a call may block (`Pipeline.join(timeout)`,
 `RingReader.wait_next(timeout)`, `Channel.get(timeout)`) stay in real seconds: on a
-fake clock that nobody advances they would otherwise never expire.
+fake clock that nobody advances they would otherwise never expire. Waits that are
+timing decisions (a source's read timeout, a recorded batch's wait) read the clock
+again every `CLOCK_POLL` real seconds, so a clock another thread moves is noticed.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from __future__ import annotations
 import threading
 import time
 from typing import Protocol, runtime_checkable
+
+# Most real seconds a wait on the clock's time goes without reading the clock again.
+CLOCK_POLL = 0.05
 
 
 @runtime_checkable

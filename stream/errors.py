@@ -18,6 +18,10 @@ class SourceError(StreamError, OSError):
     """A source exists but cannot be opened or decoded (corrupt, truncated, busy)."""
 
 
+class SourceStalledError(SourceError, TimeoutError):
+    """A source delivered no frame for longer than its read timeout, without an error."""
+
+
 class PipelineError(StreamError, RuntimeError):
     """A pipeline stage failed; the original exception is chained as `__cause__`."""
 

@@ -21,16 +21,22 @@ consumers, and the writers save. `stop()` and failures discard only frames not
 yet handed to the engine; a failing source is an early end of stream, so every
 frame it delivered is processed.
 
+Nothing a source does can hang the pipeline: a reader thread of its own calls the
+source (see `source_reader`), so `stop()` ends capture at once even while the
+source is blocked, and a source that delivers no frame for its read timeout is
+reported as stalled (`SourceStalledError`) after the frames it did deliver are
+processed and saved. Leaving ``with Pipeline(...)`` waits at most `stop_timeout`.
+
 Every timing decision is made on one injectable `Clock` (see `clock`).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from sleap_live.stream.batching import (
     DEFAULT_BATCH_SIZE,
@@ -50,10 +56,11 @@ from sleap_live.stream.memory import check_batch_memory
 from sleap_live.stream.priority import RECORDED_BACKGROUND_NICE, apply_stage_priority
 from sleap_live.stream.ring import DEFAULT_STALL_TIMEOUT, RingBuffer
 from sleap_live.stream.runner import ModelOrRunner, as_runner
+from sleap_live.stream.source_reader import SourceReader
 from sleap_live.stream.sources import Source
 from sleap_live.stream.stages import StageThreads
 from sleap_live.stream.stats import PipelineStats, StageMeters
-from sleap_live.stream.types import Frame, PoseRecord
+from sleap_live.stream.types import PoseRecord
 from sleap_live.stream.writers import (
     DEFAULT_SAVE_INTERVAL,
     OpenWriters,
@@ -71,6 +78,13 @@ STOP_GRACE = 1.0
 # A record is small (max_instances x nodes x 3 floats), so this costs little.
 DEFAULT_RING_CAPACITY = 256
 
+# Most seconds leaving `with Pipeline(...)` waits for the stages to finish and the
+# outputs to be saved. The final .slp write grows with the session (an hour at 30
+# fps, 2 animals of 10 nodes: 40 s on a busy 2-core machine), so this leaves it
+# room; yet a stage blocked for good (a hung engine or callback) cannot hold the
+# experiment's script for ever.
+DEFAULT_STOP_TIMEOUT = 120.0
+
 
 class Pipeline:
     """Runs a pose model on a stream of frames, in threads, with bounded queues.
@@ -78,8 +92,11 @@ class Pipeline:
     Lifecycle: `start()` launches the stages and returns at once; `join()` waits
     for the source to end; `stop()` ends capture early, finishes the frames
     already in the engine and saves the outputs. `run()` is start plus join. As a
-    context manager the pipeline starts on enter and stops on exit, so call
-    `join()` (or iterate) inside the block to process a file to its end. Errors
+    context manager the pipeline starts on enter and stops on exit (waiting at
+    most `stop_timeout`), so call `join()` (or iterate) inside the block to
+    process a file to its end. A source that delivers no frame for its
+    ``read_timeout`` (see `open_source`) ends the stream early with a
+    `SourceStalledError`, after every frame it delivered is processed. Errors
     from any stage are raised by `join`/`stop`/`run`/`__exit__` in the caller's
     thread. A pipeline runs once.
 
@@ -109,10 +126,18 @@ class Pipeline:
             times, the live batcher's deadline, `stats` and the save schedule.
             Give the source the same clock, since latency is ready time minus the
             source's capture timestamp. Injectable for tests.
+        stop_timeout: most (real) seconds leaving a ``with`` block, ending an
+            interrupted `run` or a `records` loop waits for the stages to finish
+            and the outputs to be saved; after it `PipelineError` names the stages
+            still running, daemon threads left to finish on their own. A save cut
+            short this way goes on while the process lives; if it exits first,
+            the .slp's journal holds every frame saved so far (`sleap-live
+            recover`). None waits as long as needed.
 
     Raises:
-        ValueError: an unknown policy, a batch size below 1, or one whose frames in
-            flight would not fit in memory (`check_batch_memory`).
+        ValueError: an unknown policy, a batch size below 1 or one whose frames in
+            flight would not fit in memory (`check_batch_memory`), or a stop timeout
+            that is not a positive number of seconds.
 
     Example:
         A closed loop on a camera is in ``scripts/closed_loop_example.py``.
@@ -137,9 +162,15 @@ class Pipeline:
         warmup: bool = True,
         save_interval: float | None = DEFAULT_SAVE_INTERVAL,
         clock: Clock = MONOTONIC,
+        stop_timeout: float | None = DEFAULT_STOP_TIMEOUT,
     ) -> None:
         policy, batch_size = choose_policy(policy, source.is_live, batch_size)
         check_batch_memory(policy, batch_size, source.frame_shape)
+        if stop_timeout is not None and (math.isnan(stop_timeout) or stop_timeout <= 0):
+            raise ValueError(
+                f"stop_timeout must be a positive number of seconds, got {stop_timeout}"
+            )
+        self.stop_timeout = stop_timeout
         self._source = source
         self.policy: Policy = policy
         self.batch_size = batch_size
@@ -167,6 +198,13 @@ class Pipeline:
             policy, batch_size, lambda batch: self._meters.batch_dropped(len(batch.frames))
         )
         self._results: Channel[EngineResult] = Channel(2, "block")
+        self._reader = SourceReader(
+            source,
+            self._frames,
+            clock,
+            name="sleap-live capture reader",
+            on_frame=self._meters.frame_captured,
+        )
 
         self._halt = threading.Event()
         # Set once the engine is warmed up (or the pipeline halts); capture waits for it.
@@ -267,7 +305,7 @@ class Pipeline:
         try:
             self.join()
         except KeyboardInterrupt:
-            self.stop()
+            self.stop(self.stop_timeout)
             raise
         return self.stats
 
@@ -275,7 +313,7 @@ class Pipeline:
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:
-        self.stop()
+        self.stop(self.stop_timeout)
 
     # ----------------------------------------------------------------- consumers
 
@@ -357,7 +395,7 @@ class Pipeline:
         finally:
             consumer.reader.detach()
             if owns_run:
-                self.stop()
+                self.stop(self.stop_timeout)
 
     def __iter__(self) -> Iterator[PoseRecord]:
         return self.records()
@@ -391,27 +429,21 @@ class Pipeline:
     # --------------------------------------------------------------------- stages
 
     def _capture(self) -> None:
-        frames: Iterator[Frame] = iter(())
         self._engine_ready.wait()
         try:
             if self._halt.is_set():
                 return
-            frames = iter(self._source)
-            for frame in frames:
-                if self._halt.is_set():
-                    break
-                self._meters.frame_captured()
-                self._frames.put(frame)
-        except ChannelClosed:
-            pass  # halted while waiting for room
+            self._reader.start()
+            self._reader.watch()
         except Exception as exc:
-            # A failing source is an early end of stream: the frames it did deliver
-            # are still processed and saved before the error is raised.
+            # A failing or stalled source is an early end of stream: the frames it
+            # did deliver are still processed and saved before the error is raised.
             self._stages.store_error("capture", exc)
         finally:
+            self._reader.close()
             self._frames.close()
-            _close_iterator(frames)
             self._source.close()
+            self._reader.report_blocked()
 
     def _batch(self) -> None:
         batcher = Batcher(self._frames, self.batch_size, self.policy, self._source.fps, self._clock)
@@ -504,10 +536,14 @@ class Pipeline:
     def _request_halt(self) -> None:
         self._halt.set()
         self._engine_ready.set()
-        # Closing the source ends a capture waiting for its next frame; closing the
-        # channels wakes a capture waiting for room and lets the batcher and infer
-        # stages drain what is left without taking new work.
-        self._source.close()
+        # Closing the reader ends the capture stage at once, which closes the source
+        # (ending a read in progress where the source allows) in its own thread:
+        # the caller's thread never runs a source's clean-up, which may block.
+        # Closing the channels wakes a reader waiting for room and lets the batcher
+        # and infer stages drain what is left without taking new work.
+        self._reader.close()
+        if not self._started:
+            self._source.close()  # no capture stage will
         self._frames.close()
         self._batches.close()
 
@@ -519,9 +555,3 @@ class Pipeline:
             self._finished = True
         if self._owns_runner:
             self.runner.close()
-
-
-def _close_iterator(iterator: Iterator[Any]) -> None:
-    close = getattr(iterator, "close", None)
-    if close is not None:
-        close()

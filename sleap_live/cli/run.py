@@ -2,7 +2,9 @@
 
 A file is processed losslessly in batches with a progress bar; a camera or a
 replay runs with the live policy and a dashboard. Ctrl-C or SIGTERM stops
-capture, finishes the frames already in the engine and saves the outputs.
+capture, finishes the frames already in the engine and saves the outputs, even
+while the source is blocked; a source that delivers nothing for --read-timeout
+seconds ends the run with an error, after its frames are saved.
 """
 
 from __future__ import annotations
@@ -36,7 +38,14 @@ from sleap_live.stream.dashboard import Dashboard, ProgressView, live_display
 from sleap_live.stream.memory import check_batch_memory
 from sleap_live.stream.outputs_guard import check_outputs
 from sleap_live.stream.pipeline import Pipeline
-from sleap_live.stream.sources import Source, is_url, open_source
+from sleap_live.stream.source_reader import open_within
+from sleap_live.stream.sources import (
+    READ_TIMEOUT_MARGIN,
+    Source,
+    default_read_timeout,
+    is_url,
+    open_source,
+)
 from sleap_live.stream.writers import DEFAULT_SAVE_INTERVAL, check_recording_path
 
 RUN_SUMMARY = "run a model on a video file, or on a camera with --camera"
@@ -148,6 +157,15 @@ def _add_common_options(
         help="stop after S seconds (default: at the end of the source, or Ctrl-C)",
     )
     stop.add_argument(
+        "--read-timeout",
+        type=seconds,
+        metavar="S",
+        help="a source that delivers no frame for S seconds (a camera on external trigger "
+        "that is never triggered, a stalled stream) has stalled: the run stops with an error, "
+        "saving every frame before (default: the source's frame interval plus "
+        f"{READ_TIMEOUT_MARGIN:g} s)",
+    )
+    stop.add_argument(
         "-q",
         "--quiet",
         action="store_true",
@@ -173,7 +191,9 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     )
     if args.record is not None:
         check_recording_path(args.record)
-    source = _open(args)
+    # Opening reads the source's first data, which a stalled source never sends.
+    timeout = args.read_timeout or default_read_timeout(args.fps)
+    source = open_within(lambda: _open(args), timeout, _source_name(args))
     with source:
         _check_batch_size(args, source)
         # The source's bit depth, resolved: a warning about it was the source's to give.
@@ -247,19 +267,29 @@ def _check_batch_size(args: argparse.Namespace, source: Source) -> None:
         raise UsageError(f"--batch-size: {error}") from None
 
 
+def _source_name(args: argparse.Namespace) -> str:
+    if args.video is not None:
+        return str(args.video)
+    return f"camera:{args.camera}" if args.camera.isdigit() else str(args.camera)
+
+
 def _open(args: argparse.Namespace) -> Source:
+    depth, timeout = args.bit_depth, args.read_timeout
     if args.command == "replay":
         return open_source(
             args.video,
             replay=True,
             fps=args.fps,
             decoder=args.decoder,
-            bit_depth=args.bit_depth,
+            bit_depth=depth,
+            read_timeout=timeout,
         )
     if isinstance(args.video, str):
-        return open_source(args.video, bit_depth=args.bit_depth)
+        return open_source(args.video, bit_depth=depth, read_timeout=timeout)
     if args.video is not None:
-        return open_source(args.video, camera=False, decoder=args.decoder, bit_depth=args.bit_depth)
+        return open_source(
+            args.video, camera=False, decoder=args.decoder, bit_depth=depth, read_timeout=timeout
+        )
     device: int | str = int(args.camera) if args.camera.isdigit() else args.camera
     return open_source(
         device,
@@ -268,7 +298,8 @@ def _open(args: argparse.Namespace) -> Source:
         width=args.width,
         height=args.height,
         fps=args.fps,
-        bit_depth=args.bit_depth,
+        bit_depth=depth,
+        read_timeout=timeout,
     )
 
 

@@ -14,6 +14,7 @@ from types import MappingProxyType, TracebackType
 from typing import Any, Protocol, cast, runtime_checkable
 
 from sleap_live.stream.clock import Clock
+from sleap_live.stream.sources._base import READ_TIMEOUT_MARGIN, default_read_timeout
 from sleap_live.stream.sources.camera import CameraSource
 from sleap_live.stream.sources.file import FileSource
 from sleap_live.stream.sources.iterator import IteratorSource
@@ -24,6 +25,7 @@ from sleap_live.stream.types import Frame
 
 __all__ = [
     "DECODERS",
+    "READ_TIMEOUT_MARGIN",
     "SOURCE_KINDS",
     "URL_SCHEMES",
     "CameraSource",
@@ -33,6 +35,7 @@ __all__ = [
     "NvdecSource",
     "ReplaySource",
     "Source",
+    "default_read_timeout",
     "is_url",
     "open_source",
 ]
@@ -60,14 +63,27 @@ _OPTIONS = MappingProxyType(
                 "source_id",
                 "clock",
                 "bit_depth",
+                "read_timeout",
             }
         ),
-        "file": frozenset({"start", "stop", "source_id", "clock", "decoder", "bit_depth"}),
-        "replay": frozenset(
-            {"fps", "start", "stop", "drop_late", "source_id", "clock", "decoder", "bit_depth"}
+        "file": frozenset(
+            {"start", "stop", "source_id", "clock", "decoder", "bit_depth", "read_timeout"}
         ),
-        "iterator": frozenset({"fps", "live", "copy", "source_id", "clock"}),
-        "network": frozenset({"options", "source_id", "clock", "bit_depth"}),
+        "replay": frozenset(
+            {
+                "fps",
+                "start",
+                "stop",
+                "drop_late",
+                "source_id",
+                "clock",
+                "decoder",
+                "bit_depth",
+                "read_timeout",
+            }
+        ),
+        "iterator": frozenset({"fps", "live", "copy", "source_id", "clock", "read_timeout"}),
+        "network": frozenset({"options", "source_id", "clock", "bit_depth", "read_timeout"}),
     }
 )
 
@@ -84,6 +100,10 @@ class Source(Protocol):
         n_frames: frames expected, or None if unknown or unbounded (cameras).
         is_live: True if frames arrive on their own clock (cameras, paced replay):
             a consumer that falls behind should drop frames rather than wait.
+
+    A source may also say how long a frame may take to arrive before it counts as
+    stalled, as ``read_timeout`` in seconds (every source `open_source` opens does);
+    a pipeline otherwise allows `default_read_timeout` of its ``fps``.
     """
 
     source_id: str
@@ -126,6 +146,7 @@ def open_source(
     clock: Clock | None = None,
     decoder: str | None = None,
     bit_depth: int | None = None,
+    read_timeout: float | None = None,
 ) -> Source:
     """Open the source ``spec`` describes.
 
@@ -171,6 +192,10 @@ def open_source(
             16): its largest value becomes 255. Default: the pixel format's depth;
             a 16-bit source whose first frame uses 12 bits or fewer gets a warning
             (logged), since scaled from 16 bits it is near-black.
+        read_timeout: seconds without a frame after which a pipeline reading the
+            source stops and reports it stalled (`SourceStalledError`), having
+            processed every frame before; default: the source's frame interval plus
+            5 s (`default_read_timeout`); ``math.inf`` waits for ever.
 
     Returns:
         The opened source; use it in a ``with`` block or call ``close()``.
@@ -200,6 +225,7 @@ def open_source(
             "clock": clock,
             "decoder": decoder,
             "bit_depth": bit_depth,
+            "read_timeout": read_timeout,
         }.items()
         if value is not None
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import math
 import threading
 import weakref
 from collections.abc import Generator, Iterator
@@ -12,6 +13,31 @@ from typing import TypeVar
 from sleap_live.stream.types import Frame
 
 _SourceT = TypeVar("_SourceT", bound="SourceBase")
+
+# Seconds beyond its frame interval a source may take to deliver a frame before it
+# counts as stalled: room for a camera's start-up, a network stream's hiccup or a
+# busy disk, yet short enough that a stalled session ends while someone watches.
+READ_TIMEOUT_MARGIN = 5.0
+
+
+def default_read_timeout(fps: float | None) -> float:
+    """A source's read timeout unless told otherwise: its frame interval plus the margin."""
+    return (1.0 / fps if fps else 0.0) + READ_TIMEOUT_MARGIN
+
+
+def check_read_timeout(read_timeout: float | None) -> float | None:
+    """`read_timeout` as given (None: the default); `math.inf` never times out.
+
+    Raises:
+        ValueError: it is not a positive number of seconds.
+    """
+    if read_timeout is None:
+        return None
+    if isinstance(read_timeout, bool) or not isinstance(read_timeout, int | float):
+        raise ValueError(f"read_timeout must be a number of seconds, got {read_timeout!r}")
+    if math.isnan(read_timeout) or read_timeout <= 0:
+        raise ValueError(f"read_timeout must be a positive number of seconds, got {read_timeout}")
+    return float(read_timeout)
 
 
 class SourceBase(abc.ABC):
@@ -32,6 +58,8 @@ class SourceBase(abc.ABC):
         decoder: what decodes the frames: ``"pyav"`` (CPU), ``"nvdec"`` (GPU), or
             ``"none"`` for frames handed over already decoded (iterators).
         decoder_notice: why a GPU decoder asked for was not used, or None.
+        read_timeout: most seconds a frame may take to arrive before a pipeline
+            reading the source reports it stalled (see `default_read_timeout`).
     """
 
     source_id: str
@@ -42,8 +70,9 @@ class SourceBase(abc.ABC):
     decoder: str = "pyav"
     decoder_notice: str | None = None
 
-    def __init__(self, source_id: str) -> None:
+    def __init__(self, source_id: str, read_timeout: float | None = None) -> None:
         self.source_id = source_id
+        self._read_timeout = check_read_timeout(read_timeout)
         self._lock = threading.Lock()
         # Set by close(); frame loops check it so a close from another thread ends
         # an iteration at its next frame.
@@ -53,6 +82,13 @@ class SourceBase(abc.ABC):
         # Weak, so that a consumer breaking out of its loop frees the generator and
         # with it (through its `finally`) the source's resources.
         self._iteration: weakref.ref[Generator[Frame, None, None]] | None = None
+
+    @property
+    def read_timeout(self) -> float:
+        """Seconds without a frame after which the source counts as stalled."""
+        if self._read_timeout is None:
+            return default_read_timeout(self.fps)
+        return self._read_timeout
 
     @property
     def closed(self) -> bool:

@@ -85,6 +85,9 @@ class CameraSource(SourceBase):
         clock: what frames are stamped with.
         bit_depth: bits per sample the camera's data uses, scaled to 8 (see
             `_depth.ImageConverter`); None: its pixel format's depth.
+        read_timeout: most seconds a frame may take (a camera on external
+            trigger: the longest gap between triggers) before a pipeline reports
+            the camera stalled; default: the frame interval plus 5 s (`math.inf`: never).
 
     Raises:
         SourceNotFoundError: if the device does not exist.
@@ -107,6 +110,7 @@ class CameraSource(SourceBase):
         source_id: str | None = None,
         clock: Clock = MONOTONIC,
         bit_depth: int | None = None,
+        read_timeout: float | None = None,
     ) -> None:
         self._clock = clock
         if isinstance(device, bool) or not isinstance(device, int | str):
@@ -118,7 +122,8 @@ class CameraSource(SourceBase):
         super().__init__(
             source_id
             if source_id is not None
-            else (f"camera:{device}" if isinstance(device, int) else device)
+            else (f"camera:{device}" if isinstance(device, int) else device),
+            read_timeout,
         )
         device_options = _device_options(self.backend, width, height, fps, input_format)
         device_options.update(options or {})

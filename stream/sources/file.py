@@ -50,6 +50,8 @@ class FileSource(SourceBase):
         clock: what frames are stamped with.
         bit_depth: bits per sample the video's data uses, scaled to 8 (see
             `_depth.ImageConverter`); None: its pixel format's depth.
+        read_timeout: most seconds a frame may take before a pipeline reports the
+            source stalled; default: the frame interval plus 5 s (`math.inf`: never).
 
     Raises:
         SourceNotFoundError: if the file does not exist.
@@ -70,10 +72,11 @@ class FileSource(SourceBase):
         source_id: str | None = None,
         clock: Clock = MONOTONIC,
         bit_depth: int | None = None,
+        read_timeout: float | None = None,
     ) -> None:
         self.path = Path(path)
         self._clock = clock
-        super().__init__(source_id if source_id is not None else os.fspath(path))
+        super().__init__(source_id if source_id is not None else os.fspath(path), read_timeout)
         self._start, self._stop_index = _frame_range(start, stop)
         if not self.path.exists():
             raise SourceNotFoundError(f"{self.path}: no such file")

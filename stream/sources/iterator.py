@@ -37,12 +37,14 @@ class IteratorSource(SourceBase):
             caller's array (or a view of it) is handed on when already contiguous.
         source_id: name stamped on every frame.
         clock: what frames are stamped with.
+        read_timeout: most seconds a frame may take before a pipeline reports the
+            source stalled; default: the frame interval plus 5 s (`math.inf`: never).
 
     Raises:
         SourceError: if the supplier yields nothing, or a frame is not a uint8 array
             of a supported shape (raised when that frame is reached).
         TypeError: if ``frames`` is neither iterable nor callable.
-        ValueError: if fps is not positive.
+        ValueError: if fps or read_timeout is not positive.
     """
 
     def __init__(
@@ -54,11 +56,12 @@ class IteratorSource(SourceBase):
         copy: bool = True,
         source_id: str = "iterator",
         clock: Clock = MONOTONIC,
+        read_timeout: float | None = None,
     ) -> None:
         self._clock = clock
         if fps is not None and not fps > 0:
             raise ValueError(f"fps must be positive, got {fps}")
-        super().__init__(source_id)
+        super().__init__(source_id, read_timeout)
         if isinstance(frames, Iterable):
             self._items: Iterator[Any] = iter(frames)
             self.n_frames = len(frames) if isinstance(frames, Sized) else None

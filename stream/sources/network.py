@@ -68,6 +68,8 @@ class NetworkSource(CameraSource):
         source_id: name stamped on every frame; defaults to the URL.
         clock: what frames are stamped with.
         bit_depth: bits per sample the stream's data uses (see `CameraSource`).
+        read_timeout: most seconds a frame may take before a pipeline reports the
+            stream stalled (see `CameraSource`).
 
     Raises:
         ValueError: `url` is not a URL of one of `URL_SCHEMES`.
@@ -83,13 +85,14 @@ class NetworkSource(CameraSource):
         source_id: str | None = None,
         clock: Clock = MONOTONIC,
         bit_depth: int | None = None,
+        read_timeout: float | None = None,
     ) -> None:
         if not is_url(url):
             raise ValueError(f"{url!r} is not a stream URL ({', '.join(URL_SCHEMES)})")
         self._clock = clock
         self.backend = url_scheme(url) or ""
         self.device = os.fspath(url)
-        SourceBase.__init__(self, source_id if source_id is not None else url)
+        SourceBase.__init__(self, source_id if source_id is not None else url, read_timeout)
         try:
             self._container = _av.open_input(url, options=options, timeout=timeout)
         except av.error.FFmpegError as error:

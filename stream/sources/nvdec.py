@@ -163,6 +163,8 @@ class NvdecSource(SourceBase):
         device: the CUDA device to decode on.
         buffers: device image buffers cycled through (at least 2).
         info: the file's `probe`, if already read.
+        read_timeout: most seconds a frame may take before a pipeline reports the
+            source stalled; default: the frame interval plus 5 s (`math.inf`: never).
 
     Raises:
         SourceNotFoundError, SourceError: as `probe`, or NVDEC cannot open the file.
@@ -182,12 +184,13 @@ class NvdecSource(SourceBase):
         device: str = "cuda:0",
         buffers: int = DEFAULT_BUFFERS,
         info: StreamInfo | None = None,
+        read_timeout: float | None = None,
     ) -> None:
         import torch
 
         from sleap_live.stream.sources import nv12
 
-        super().__init__(source_id if source_id is not None else os.fspath(path))
+        super().__init__(source_id if source_id is not None else os.fspath(path), read_timeout)
         if start < 0 or (stop is not None and stop <= start):
             raise ValueError(f"start and stop must be 0 <= start < stop; got {start}, {stop}")
         if buffers < 2:
@@ -302,6 +305,7 @@ def open_file(
     source_id: str | None = None,
     clock: Clock = MONOTONIC,
     bit_depth: int | None = None,
+    read_timeout: float | None = None,
 ) -> SourceBase:
     """The file `path` as a `NvdecSource` or a `FileSource`, as `choose_decoder` picks.
 
@@ -330,11 +334,23 @@ def open_file(
                 "decodes this video to; use the pyav decoder"
             )
         source = NvdecSource(
-            path, start=start, stop=stop, source_id=source_id, clock=clock, info=info
+            path,
+            start=start,
+            stop=stop,
+            source_id=source_id,
+            clock=clock,
+            info=info,
+            read_timeout=read_timeout,
         )
     else:
         source = FileSource(
-            path, start=start, stop=stop, source_id=source_id, clock=clock, bit_depth=bit_depth
+            path,
+            start=start,
+            stop=stop,
+            source_id=source_id,
+            clock=clock,
+            bit_depth=bit_depth,
+            read_timeout=read_timeout,
         )
     source.decoder = choice.decoder
     source.decoder_notice = choice.notice

@@ -11,7 +11,7 @@ import attrs
 
 from sleap_live.stream.clock import MONOTONIC, Clock
 from sleap_live.stream.errors import SourceError
-from sleap_live.stream.sources._base import SourceBase
+from sleap_live.stream.sources._base import SourceBase, check_read_timeout
 from sleap_live.stream.sources.nvdec import open_file
 from sleap_live.stream.types import Frame
 
@@ -43,6 +43,8 @@ class ReplaySource(SourceBase):
         clock: the clock frames are paced and stamped on.
         decoder: ``"pyav"``, ``"nvdec"`` or ``"auto"`` (see `nvdec.choose_decoder`).
         bit_depth: bits per sample the video's data uses (see `FileSource`).
+        read_timeout: most seconds a frame may take before a pipeline reports the
+            source stalled; default: the replay's frame interval plus 5 s (`math.inf`: never).
 
     Raises:
         SourceNotFoundError: if the file does not exist.
@@ -64,11 +66,13 @@ class ReplaySource(SourceBase):
         clock: Clock = MONOTONIC,
         decoder: str = "pyav",
         bit_depth: int | None = None,
+        read_timeout: float | None = None,
     ) -> None:
         if fps is not None and not fps > 0:
             raise ValueError(f"replay fps must be positive, got {fps}")
         if fps is not None and not math.isfinite(fps):
             raise ValueError(f"replay fps must be finite, got {fps}")
+        read_timeout = check_read_timeout(read_timeout)  # before the file is opened
         self._clock = clock
         self._file = open_file(
             path,
@@ -79,7 +83,7 @@ class ReplaySource(SourceBase):
             clock=clock,
             bit_depth=bit_depth,
         )
-        super().__init__(self._file.source_id)
+        super().__init__(self._file.source_id, read_timeout)
         self.decoder, self.decoder_notice = self._file.decoder, self._file.decoder_notice
         rate = fps if fps is not None else self._file.fps
         self.path = Path(path)

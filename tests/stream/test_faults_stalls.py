@@ -1,0 +1,510 @@
+"""Fault suite, stalls: nothing a source or a stage does hangs the pipeline (issue #11).
+
+A source that stops delivering without an error (a camera on external trigger, an
+SDK `grab()` that blocks, a stalled stream) is reported as stalled after its read
+timeout, with every frame it delivered processed and saved; `stop()`, `--duration`
+and Ctrl-C work while it blocks; a recorded batch is not held back by it; and
+leaving `with Pipeline` waits at most its stop timeout, whatever a stage does.
+
+The blocked source is an iterator whose next frame waits on an event that only the
+test sets, as a native call would: closing the source does not end it. Timing runs
+on the fake clock in-process; the command line runs in subprocesses.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import av
+import pytest
+import sleap_io as sio
+
+from sleap_live import cli
+from sleap_live.stream.batching import RECORDED_BATCH_WAIT
+from sleap_live.stream.errors import PipelineError, SourceStalledError
+from sleap_live.stream.pipeline import DEFAULT_STOP_TIMEOUT, Pipeline
+from sleap_live.stream.sources import (
+    READ_TIMEOUT_MARGIN,
+    FileSource,
+    IteratorSource,
+    ReplaySource,
+    open_source,
+)
+
+FAKES = Path(__file__).with_name("fakes.py")
+# Real seconds a test waits for what should take milliseconds before it fails.
+BOUND = 10.0
+READER = "sleap-live capture reader"
+
+
+class Stall:
+    """`n` frames, then a read that blocks until `release` is set."""
+
+    def __init__(self, fakes, n: int) -> None:
+        self.images = [fakes.frame_image(index) for index in range(n)]
+        self.release = threading.Event()
+
+    def __iter__(self):
+        yield from self.images
+        self.release.wait()
+
+
+@pytest.fixture(autouse=True)
+def no_thread_is_left(fakes):
+    """Each test releases what it blocked; then every pipeline thread must end."""
+    yield
+    fakes.wait_for(
+        lambda: not [t for t in threading.enumerate() if t.name.startswith("sleap-live")],
+        "the pipeline threads to end",
+    )
+
+
+@pytest.fixture
+def stall(fakes):
+    """Makes `Stall`s, and releases them when the test ends."""
+    made: list[Stall] = []
+
+    def make(n: int = 5) -> Stall:
+        made.append(Stall(fakes, n))
+        return made[-1]
+
+    yield make
+    for each in made:
+        each.release.set()
+
+
+def within(seconds: float, body) -> None:
+    """Run `body()` in a thread; fail if it has not returned after `seconds` (a hang)."""
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            body()
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still blocked after {seconds} s"
+    if raised:
+        raise raised[0]
+
+
+def advance_until(clock, condition, what: str, step: float = 0.25) -> None:
+    """Move the fake clock on in steps until `condition()`; fail after `BOUND` real seconds."""
+    give_up = time.monotonic() + BOUND
+    while not condition():
+        assert time.monotonic() < give_up, f"timed out waiting for {what}"
+        clock.advance(step)
+        time.sleep(0.005)
+
+
+def done_with(pipeline, n: int) -> bool:
+    """Whether `n` frames were processed or (live policy) dropped for newer ones."""
+    stats = pipeline.stats
+    return stats.frames_processed + stats.frames_dropped == n
+
+
+def saved_frames(path: Path) -> list[int]:
+    return [lf.frame_idx for lf in sio.load_slp(str(path), open_videos=False)]
+
+
+def reader_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == READER]
+
+
+# --- read timeouts ----------------------------------------------------------------------
+
+
+def test_sources_have_a_read_timeout_beyond_their_frame_interval(gray_video, fakes):
+    frames = [fakes.frame_image(0)]
+    assert IteratorSource(frames, fps=30.0).read_timeout == pytest.approx(1 / 30 + 5)
+    assert IteratorSource(frames).read_timeout == READ_TIMEOUT_MARGIN == 5.0
+    assert open_source(frames, read_timeout=0.5).read_timeout == 0.5
+    assert open_source(frames, read_timeout=math.inf).read_timeout == math.inf
+    with FileSource(gray_video) as source:
+        assert source.read_timeout == pytest.approx(1 / 30 + 5)
+    with open_source(gray_video, read_timeout=12) as source:
+        assert source.read_timeout == 12.0
+    with ReplaySource(gray_video, fps=0.5) as source:
+        assert source.read_timeout == pytest.approx(2 + 5)
+    with open_source(gray_video, replay=True, read_timeout=3) as source:
+        assert source.read_timeout == 3.0
+    with open_source("testsrc=size=64x48:rate=10", camera=True, backend="lavfi") as source:
+        assert source.read_timeout == pytest.approx(0.1 + 5)
+    for bad in (0, -1, math.nan, "5", True):
+        with pytest.raises(ValueError, match="read_timeout must be a"):
+            IteratorSource(frames, read_timeout=bad)
+        with pytest.raises(ValueError, match="read_timeout must be a"):
+            ReplaySource(gray_video, read_timeout=bad)
+
+
+@pytest.mark.parametrize("live", [True, False])
+def test_a_source_that_stops_delivering_is_reported_stalled_after_its_read_timeout(
+    live, stall, fakes, tmp_path
+):
+    clock = fakes.FakeClock()
+    frames = stall(5)
+    source = IteratorSource(frames, live=live, source_id="sdk", clock=clock, read_timeout=3)
+    pipeline = Pipeline(source, fakes.FakeRunner(), output=tmp_path / "out.slp", clock=clock)
+    pipeline.start()
+    fakes.wait_for(lambda: pipeline.stats.frames_captured == 5, "the frames before the stall")
+    advance_until(clock, lambda: not pipeline.stats.running, "the stall to be reported")
+    with pytest.raises(SourceStalledError) as info:
+        pipeline.join(timeout=BOUND)
+    message = str(info.value)
+    assert message.startswith("sdk: the source stalled: no frame for ")
+    assert message.endswith(" s, more than its read timeout of 3 s (5 frames before)")
+    assert float(message.split("no frame for ")[1].split(" s,")[0]) >= 3.0
+    assert isinstance(info.value, TimeoutError)
+    # Every frame delivered before the stall was processed and saved (live: or
+    # dropped for a newer one, as the live policy does).
+    stats = pipeline.stats
+    assert stats.frames_processed + stats.frames_dropped == 5
+    assert stats.frames_processed == (stats.frames_processed if live else 5)
+    saved = saved_frames(tmp_path / "out.slp")
+    assert len(saved) == stats.frames_processed and saved[-1] == 4
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_a_video_stream_whose_writer_stops_is_reported_stalled(fakes, tmp_path):
+    # A real native block: PyAV waits in read() on a named pipe that a writer keeps
+    # open after its last frame, as with a stalled network stream.
+    stream, release = tmp_path / "stream.mkv", threading.Event()
+    os.mkfifo(stream)
+
+    def write() -> None:
+        with av.open(str(stream), "w", format="matroska") as container:
+            video = container.add_stream("ffv1", rate=30)
+            video.width, video.height, video.pix_fmt = 32, 24, "gray"
+            for index in range(40):
+                image = fakes.frame_image(index, (24, 32, 1))[..., 0]
+                container.mux(video.encode(av.VideoFrame.from_ndarray(image, format="gray")))
+            container.mux(video.encode())
+            release.wait(BOUND)
+
+    threading.Thread(target=write, daemon=True).start()
+    clock = fakes.FakeClock()
+    source = open_source(stream, camera=False, clock=clock, read_timeout=3)
+    pipeline = Pipeline(source, fakes.FakeRunner(), output=tmp_path / "out.slp", clock=clock)
+    try:
+        pipeline.start()
+        fakes.wait_for(lambda: pipeline.stats.frames_captured > 0, "the first frames")
+        advance_until(clock, lambda: not pipeline.stats.running, "the stall to be reported")
+        with pytest.raises(SourceStalledError, match=rf"^{stream}: the source stalled: "):
+            pipeline.join(timeout=BOUND)
+        captured = pipeline.stats.frames_captured
+        assert saved_frames(tmp_path / "out.slp") == list(range(captured))
+    finally:
+        release.set()
+
+
+def test_stop_returns_at_once_while_the_source_blocks_and_saves_what_it_delivered(
+    stall, fakes, tmp_path, caplog
+):
+    clock = fakes.FakeClock()
+    source = IteratorSource(stall(5), live=True, source_id="sdk", clock=clock)
+    pipeline = Pipeline(source, fakes.FakeRunner(), output=tmp_path / "out.slp", clock=clock)
+    pipeline.start()
+    fakes.wait_for(lambda: done_with(pipeline, 5), "the frames before the stall")
+    clock.advance(2.0)  # blocked for 2 s: less than the read timeout, more than a frame
+    with caplog.at_level(logging.WARNING):
+        within(BOUND, lambda: pipeline.stop(timeout=BOUND))
+    saved = saved_frames(tmp_path / "out.slp")
+    assert len(saved) == pipeline.stats.frames_processed > 0 and saved[-1] == 4
+    assert not pipeline.stats.running
+    # The one thread left is the reader, inside the source's call: a daemon, named.
+    [reader] = reader_threads()
+    assert reader.daemon
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.startswith("sdk: the source is still blocked in a read (no frame for 2.0 s)")
+    assert repr(READER) in warning
+
+
+def test_a_stalled_recorded_source_does_not_hold_frames_in_a_partial_batch(stall, fakes, tmp_path):
+    # Recorded batches hold 8 frames; the source delivers 5, then blocks (with no
+    # read timeout, so only the batcher's wait can let them go).
+    clock = fakes.FakeClock()
+    frames = stall(5)
+    source = IteratorSource(frames, source_id="sdk", clock=clock, read_timeout=math.inf)
+    runner = fakes.FakeRunner()
+    records = []
+    pipeline = Pipeline(source, runner, output=tmp_path / "out.slp", clock=clock)
+    pipeline.on_poses(records.append)
+    pipeline.start()
+    assert pipeline.policy == "recorded" and pipeline.batch_size == 8
+    fakes.wait_for(lambda: pipeline.stats.frames_captured == 5, "the frames before the stall")
+    advance_until(
+        clock, lambda: len(records) == 5, "the partial batch", step=RECORDED_BATCH_WAIT / 4
+    )
+    assert runner.batch_sizes[1:] == [5]
+    frames.release.set()  # the source ends
+    assert pipeline.join(timeout=BOUND)
+    assert saved_frames(tmp_path / "out.slp") == list(range(5))
+
+
+# --- leaving `with Pipeline` ------------------------------------------------------------
+
+
+def test_leaving_with_pipeline_while_the_source_blocks_saves_and_returns(stall, fakes, tmp_path):
+    clock = fakes.FakeClock()
+    source = IteratorSource(stall(5), live=True, source_id="sdk", clock=clock)
+
+    def session() -> None:
+        with Pipeline(source, fakes.FakeRunner(), output=tmp_path / "out.slp", clock=clock) as p:
+            fakes.wait_for(lambda: done_with(p, 5), "the frames before the stall")
+
+    within(BOUND, session)
+    saved = saved_frames(tmp_path / "out.slp")
+    assert len(saved) > 0 and saved[-1] == 4
+
+
+def test_breaking_out_of_the_records_while_the_source_blocks_returns(stall, fakes):
+    clock = fakes.FakeClock()
+    source = IteratorSource(stall(5), live=False, source_id="sdk", clock=clock)
+    seen = []
+
+    def loop() -> None:
+        for record in Pipeline(source, fakes.FakeRunner(), batch_size=1, clock=clock):
+            seen.append(record.frame_index)
+            if record.frame_index == 4:
+                break
+
+    within(BOUND, loop)
+    assert seen == list(range(5))
+
+
+def test_leaving_with_pipeline_waits_at_most_its_stop_timeout_and_names_what_runs(stall, fakes):
+    # An engine call that never returns (a hung GPU driver): the only thing that can
+    # end the block is the stop timeout.
+    assert Pipeline(fakes.FakeSource(1), fakes.FakeRunner()).stop_timeout == DEFAULT_STOP_TIMEOUT
+    gate = threading.Event()
+    source = fakes.FakeSource(None, is_live=True)
+    pipeline = Pipeline(source, fakes.FakeRunner(gate=gate), stop_timeout=0.2)
+
+    def session() -> None:
+        with pipeline:
+            fakes.wait_for(lambda: pipeline.stats.running, "the stages")
+
+    try:
+        with pytest.raises(
+            PipelineError, match=r"did not stop within 0.2 s \(still running: .*infer"
+        ):
+            within(BOUND, session)
+        stuck = [t for t in threading.enumerate() if t.name == "sleap-live infer"]
+        assert stuck and all(t.daemon for t in stuck)
+    finally:
+        gate.set()
+    pipeline.join(timeout=BOUND)
+
+
+def test_a_source_whose_close_blocks_cannot_hang_leaving_with_pipeline(fakes):
+    # The caller's thread never runs the source's clean-up: the capture stage does,
+    # and the stop timeout bounds the wait for it.
+    unblock = threading.Event()
+
+    class BlockingClose(fakes.FakeSource):
+        def close(self) -> None:
+            super().close()
+            unblock.wait()
+
+    source = BlockingClose(None, is_live=True, hang_at=3)
+    pipeline = Pipeline(source, fakes.FakeRunner(), stop_timeout=0.2)
+
+    def session() -> None:
+        with pipeline:
+            fakes.wait_for(lambda: pipeline.stats.frames_captured == 3, "the first frames")
+
+    try:
+        with pytest.raises(PipelineError, match=r"within 0.2 s \(still running: capture\)$"):
+            within(BOUND, session)
+        [capture] = [t for t in threading.enumerate() if t.name == "sleap-live capture"]
+        assert capture.daemon
+    finally:
+        unblock.set()
+        source.release.set()
+    assert pipeline.join(timeout=BOUND)
+
+
+def test_a_stop_timeout_must_be_positive(fakes):
+    for bad in (0, -1.0, math.nan):
+        with pytest.raises(ValueError, match="stop_timeout must be a positive number"):
+            Pipeline(fakes.FakeSource(1), fakes.FakeRunner(), stop_timeout=bad)
+
+
+# --- the command line -------------------------------------------------------------------
+
+
+# A camera run whose camera delivers 5 frames and then blocks in its read for good;
+# `ready` appears once the engine has run the last of them (the live policy may
+# drop earlier ones for it).
+STALLED_CAMERA = textwrap.dedent(
+    """
+    import importlib.util, pathlib, sys, threading
+    spec = importlib.util.spec_from_file_location("fakes", {fakes!r})
+    fakes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fakes)
+    from sleap_live import cli
+    from sleap_live.cli import run
+    from sleap_live.engines.runners import load as api
+    from sleap_live.stream.sources import IteratorSource
+
+    ready = pathlib.Path(sys.argv[1])
+
+    def grab():
+        for index in range(5):
+            yield fakes.frame_image(index, (24, 32, 1))
+        threading.Event().wait()
+
+    class Runner(fakes.FakeRunner):
+        def run(self, frames):
+            poses = super().run(frames)
+            if len(self.batch_sizes) > 1 and fakes.index_of(frames[-1]) == 4:
+                ready.touch()
+            return poses
+
+    def open_camera(spec, *, read_timeout=None, **options):
+        return IteratorSource(grab(), live=True, fps=30.0, source_id="camera:0",
+                              read_timeout=read_timeout)
+
+    run.open_source = open_camera
+    api.load_runner = lambda models, **options: Runner()
+    sys.exit(cli.main(sys.argv[2:]))
+    """
+)
+
+
+def stalled_camera_run(tmp_path: Path, *options: str) -> tuple[Path, Path, subprocess.Popen]:
+    script, ready, out = tmp_path / "camera.py", tmp_path / "ready", tmp_path / "out.slp"
+    script.write_text(STALLED_CAMERA.format(fakes=str(FAKES)))
+    argv = ["run", "--camera", "0", "-m", "m", "-o", str(out), "-q", "--no-verify", *options]
+    process = subprocess.Popen(
+        [sys.executable, str(script), str(ready), *argv], stderr=subprocess.PIPE, text=True
+    )
+    return out, ready, process
+
+
+def assert_saved_up_to_the_stall(out: Path, err: str) -> None:
+    saved = saved_frames(out)
+    assert saved[-1] == 4 and f"{len(saved)} frames in" in err, err
+
+
+def wait_for_file(path: Path, process: subprocess.Popen) -> None:
+    give_up = time.monotonic() + 60
+    while not path.exists():
+        assert process.poll() is None, process.stderr.read()
+        assert time.monotonic() < give_up, f"the run never wrote {path.name}"
+        time.sleep(0.02)
+
+
+def test_cli_duration_ends_a_run_whose_camera_blocks(tmp_path):
+    out, _, process = stalled_camera_run(tmp_path, "--duration", "1")
+    try:
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 0, err
+    assert_saved_up_to_the_stall(out, err)
+    assert "Traceback" not in err
+
+
+def test_cli_ctrl_c_stops_a_run_whose_camera_blocks(tmp_path):
+    out, ready, process = stalled_camera_run(tmp_path)
+    try:
+        wait_for_file(ready, process)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130, err
+    assert_saved_up_to_the_stall(out, err)
+    assert "Traceback" not in err
+
+
+def test_cli_reports_a_stalled_camera_in_one_line_and_keeps_its_frames(tmp_path):
+    out, _, process = stalled_camera_run(tmp_path, "--read-timeout", "2")
+    try:
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 1, err
+    [line] = err.strip().splitlines()
+    assert line.startswith("sleap-live: error: camera:0: the source stalled: no frame for ")
+    assert line.endswith(" s, more than its read timeout of 2 s (5 frames before)")
+    assert saved_frames(out)[-1] == 4
+
+
+@pytest.mark.parametrize("command", ["run", "replay"])
+def test_cli_help_documents_the_read_timeout(command, capsys):
+    assert cli.main([command, "-h"]) == 0
+    words = " ".join(capsys.readouterr().out.split())
+    assert "--read-timeout S a source that delivers no frame for S seconds" in words
+    assert "has stalled: the run stops with an error, saving every frame before" in words
+    assert "(default: the source's frame interval plus 5 s)" in words
+    assert cli.main([command, "video.mp4", "-m", "m", "--read-timeout", "0"]) == 2
+    assert "argument --read-timeout: must be positive" in capsys.readouterr().err
+
+
+@pytest.fixture
+def silent_stream(tmp_path):
+    """A named pipe a writer holds open without ever writing: opening it never ends."""
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("needs named pipes")
+    stream = tmp_path / "silent.mkv"
+    os.mkfifo(stream)
+    writer = os.open(stream, os.O_RDWR | os.O_NONBLOCK)  # a writer that never writes
+    yield stream
+    os.close(writer)
+
+
+def opening(stream: Path, *options: str) -> subprocess.Popen:
+    argv = ["run", str(stream), "-m", "m", "--no-verify", "-q", *options]
+    return subprocess.Popen(
+        [sys.executable, "-m", "sleap_live", *argv], stderr=subprocess.PIPE, text=True
+    )
+
+
+def test_cli_reports_a_source_that_sends_nothing_once_opened(silent_stream, tmp_path):
+    process = opening(silent_stream, "--read-timeout", "1", "-o", str(tmp_path / "out.slp"))
+    try:
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 1, err
+    assert err.strip() == (
+        f"sleap-live: error: {silent_stream}: the source stalled: nothing read in the 1 s "
+        "after opening it (its read timeout)"
+    )
+    assert not (tmp_path / "out.slp").exists()
+
+
+def test_cli_ctrl_c_works_while_a_source_is_being_opened(silent_stream):
+    process = opening(silent_stream)
+    try:
+        # Wait until the run has the pipe open: it is then waiting for data.
+        fds = Path(f"/proc/{process.pid}/fd")
+        give_up = time.monotonic() + 60
+        while not any(
+            os.path.realpath(fd) == os.path.realpath(silent_stream)
+            for fd in fds.glob("*")
+            if fd.is_symlink()
+        ):
+            assert process.poll() is None, process.stderr.read()
+            assert time.monotonic() < give_up, "the run never opened the stream"
+            time.sleep(0.02)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130, err
+    assert "Traceback" not in err
