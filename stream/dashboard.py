@@ -86,6 +86,12 @@ def render_dashboard(stats: PipelineStats, *, title: str = "sleap-live") -> Tabl
             "consumer",
             f"{consumer.name}: {consumer.delivered} delivered, {consumer.skipped} skipped",
         )
+    if (publish := stats.publish) is not None:
+        table.add_row(
+            "publish",
+            f"{publish.endpoint}: {publish.sent} sent, {publish.skipped} skipped, "
+            f"{publish.subscribers} subscribed",
+        )
     return table
 
 
