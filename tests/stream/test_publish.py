@@ -9,6 +9,7 @@ until its subscription has arrived before the pipeline starts.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import subprocess
@@ -22,12 +23,21 @@ import msgpack
 import numpy as np
 import pytest
 import sleap_io as sio
+from rich.console import Console
 
 from sleap_live import cli
 from sleap_live.engines.runners import load as engines_api
 from sleap_live.engines.runners.load import load_runner
 from sleap_live.engines.types import FramePoses, ModelInfo, Skeleton
-from sleap_live.stream import Pipeline, PoseRecord, Publisher, PublishError, open_source
+from sleap_live.stream import (
+    Pipeline,
+    PoseRecord,
+    Publisher,
+    PublishError,
+    PublishStats,
+    open_source,
+)
+from sleap_live.stream.dashboard import render_dashboard
 from sleap_live.stream.publish import MESSAGE_VERSION, check_endpoint, pose_message
 
 DATA = Path(__file__).parents[1] / "data"
@@ -311,6 +321,21 @@ def test_a_stalled_subscriber_never_holds_up_the_pipeline(fakes, short_dir):
     # In order, none twice, and some missing: the gaps are what the subscriber missed.
     assert sequences == sorted(set(sequences)) and sequences[-1] < n_frames
     assert len(sequences) < n_frames
+
+
+def test_stats_and_the_dashboard_say_what_was_published(fakes):
+    with Publisher("tcp://127.0.0.1:*") as publisher:
+        pipeline = Pipeline(fakes.FakeSource(12), fakes.FakeRunner(), publish=publisher)
+        assert pipeline.stats.publish is None  # nothing runs before start
+        pipeline.run()
+        stats = pipeline.stats
+    assert stats.publish == PublishStats(publisher.endpoint, sent=12, skipped=0, subscribers=0)
+    console = Console(file=io.StringIO(), width=120, color_system=None)
+    console.print(render_dashboard(stats))
+    assert f"publish    {publisher.endpoint}: 12 sent, 0 skipped, 0 subscribed" in (
+        console.file.getvalue()
+    )
+    assert Pipeline(fakes.FakeSource(1), fakes.FakeRunner()).run().publish is None
 
 
 def test_the_subscriber_example_prints_frames_and_what_it_missed(fakes, short_dir):
