@@ -245,11 +245,12 @@ class PosePublishing:
         reader = self._reader
         while True:
             record = reader.wait_next(SUBSCRIPTION_POLL_SECONDS)
-            self._publisher.poll_subscriptions()
             if record is not None:
                 self._publisher.send(record, reader.position - 1, self._info)
             elif reader.done:
                 return
+            # After the send, so that it never delays a message.
+            self._publisher.poll_subscriptions()
 
     def stats(self) -> PublishStats:
         return PublishStats(
@@ -275,7 +276,10 @@ def _import_packages() -> tuple[ModuleType, Callable[[object], bytes]]:
 _BIND_REASONS = {
     errno.EADDRINUSE: "address already in use (is another program publishing there?)",
     errno.EADDRNOTAVAIL: "no interface of this machine has that address",
+    errno.ENODEV: "no interface of this machine has that name or address",
+    errno.EINVAL: "not an address or interface name ZeroMQ can bind",
     errno.ENOENT: "its folder does not exist",
+    errno.ENAMETOOLONG: "the path is too long for a Unix socket",
     errno.EACCES: "permission denied",
 }
 

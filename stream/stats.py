@@ -126,7 +126,8 @@ class PublishStats:
 
     Attributes:
         endpoint: the ZeroMQ endpoint bound.
-        sent: messages handed to ZeroMQ, one per pose record.
+        sent: messages handed to ZeroMQ, one per pose record (with no subscriber
+            connected, ZeroMQ discards them).
         skipped: records the publisher never sent because it fell behind the ring.
             Messages ZeroMQ drops for a subscriber whose queue is full are not seen
             here; subscribers count them from gaps in the messages' ``sequence``.

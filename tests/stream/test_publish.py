@@ -204,6 +204,10 @@ def test_an_address_in_use_or_a_missing_folder_is_a_publish_error(tmp_path):
         assert caught.value.endpoint == first.endpoint
     with pytest.raises(PublishError, match="folder does not exist"):
         Publisher(f"ipc://{tmp_path}/missing/poses")
+    with pytest.raises(PublishError, match="too long for a Unix socket"):
+        Publisher(f"ipc://{tmp_path}/{'p' * 200}")
+    with pytest.raises(PublishError, match="no interface of this machine has that name"):
+        Publisher("tcp://no-such-interface.invalid:5555")
 
 
 def test_missing_packages_name_the_extra(monkeypatch):
