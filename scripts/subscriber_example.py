@@ -63,8 +63,8 @@ def main() -> None:
         pass
     finally:
         print(f"received {received} messages, missed {missed}", flush=True)
-        socket.close(linger=0)
-        context.term()
+        # destroy, not term: after a Ctrl-C during recv, term raises it once more.
+        context.destroy(linger=0)
 
 
 if __name__ == "__main__":
