@@ -3,15 +3,17 @@
 from sleap_live.stream.clock import MONOTONIC, Clock
 from sleap_live.stream.errors import (
     PipelineError,
+    PublishError,
     SourceError,
     SourceNotFoundError,
     SourceStalledError,
     StreamError,
 )
 from sleap_live.stream.pipeline import Pipeline
+from sleap_live.stream.publish import Publisher
 from sleap_live.stream.ring import RingBuffer, RingReader
 from sleap_live.stream.sources import open_source
-from sleap_live.stream.stats import ConsumerStats, PipelineStats
+from sleap_live.stream.stats import ConsumerStats, PipelineStats, PublishStats
 from sleap_live.stream.types import Frame, PoseRecord
 from sleap_live.stream.writers import SlpWriter, VideoRecorder
 
@@ -24,6 +26,9 @@ __all__ = [
     "PipelineError",
     "PipelineStats",
     "PoseRecord",
+    "PublishError",
+    "PublishStats",
+    "Publisher",
     "RingBuffer",
     "RingReader",
     "SlpWriter",

@@ -88,6 +88,12 @@ def render_dashboard(stats: PipelineStats, *, title: str = "sleap-live") -> Tabl
         elif consumer.stalled:
             line.append(", stalled: no longer waited for", style="bold yellow")
         table.add_row("consumer", line)
+    if (publish := stats.publish) is not None:
+        table.add_row(
+            "publish",
+            f"{publish.endpoint}: {publish.sent} sent, {publish.skipped} skipped, "
+            f"{publish.subscribers} subscribed",
+        )
     return table
 
 

@@ -36,3 +36,17 @@ class ChannelFull(StreamError, queue.Full):
 
 class ChannelEmpty(StreamError, queue.Empty):
     """`get_nowait` (or `get` with a timeout) found an open channel empty."""
+
+
+class PublishError(StreamError, OSError):
+    """Poses cannot be published: pyzmq or msgpack is missing, or the endpoint cannot be bound.
+
+    Attributes:
+        reason: what is wrong, in words.
+        endpoint: the endpoint it concerns, or None.
+    """
+
+    def __init__(self, reason: str, endpoint: str | None = None) -> None:
+        super().__init__(reason if endpoint is None else f"publish on {endpoint}: {reason}")
+        self.reason = reason
+        self.endpoint = endpoint

@@ -54,6 +54,7 @@ from sleap_live.stream.engine_step import EngineResult, EngineStep
 from sleap_live.stream.errors import ChannelClosed, PipelineError
 from sleap_live.stream.memory import check_batch_memory
 from sleap_live.stream.priority import RECORDED_BACKGROUND_NICE, apply_stage_priority
+from sleap_live.stream.publish import PosePublishing, Publisher, as_publisher
 from sleap_live.stream.ring import DEFAULT_STALL_TIMEOUT, RingBuffer
 from sleap_live.stream.runner import ModelOrRunner, as_runner
 from sleap_live.stream.source_reader import SourceReader
@@ -133,11 +134,16 @@ class Pipeline:
             short this way goes on while the process lives; if it exits first,
             the .slp's journal holds every frame saved so far (`sleap-live
             recover`). None waits as long as needed.
+        publish: a ZeroMQ endpoint (``"tcp://127.0.0.1:5555"``) to bind before any
+            work and publish every pose record on, or a `Publisher` (which stays the
+            caller's to close); see `sleap_live.stream.publish`. A lagging consumer:
+            it never holds up the pipeline, and `stats.publish` says what it sent.
 
     Raises:
-        ValueError: an unknown policy, a batch size below 1 or one whose frames in
-            flight would not fit in memory (`check_batch_memory`), or a stop timeout
-            that is not a positive number of seconds.
+        ValueError: an unknown policy, a batch size below 1, or one whose frames in
+            flight would not fit in memory (`check_batch_memory`); a stop timeout
+            that is not a positive number of seconds; a malformed `publish` endpoint.
+        PublishError: `publish` cannot be bound, or pyzmq or msgpack is missing.
 
     Example:
         A closed loop on a camera is in ``scripts/closed_loop_example.py``.
@@ -163,6 +169,7 @@ class Pipeline:
         save_interval: float | None = DEFAULT_SAVE_INTERVAL,
         clock: Clock = MONOTONIC,
         stop_timeout: float | None = DEFAULT_STOP_TIMEOUT,
+        publish: str | Publisher | None = None,
     ) -> None:
         policy, batch_size = choose_policy(policy, source.is_live, batch_size)
         check_batch_memory(policy, batch_size, source.frame_shape)
@@ -174,7 +181,15 @@ class Pipeline:
         self._source = source
         self.policy: Policy = policy
         self.batch_size = batch_size
-        self.runner, self._owns_runner = as_runner(model_or_runner, engine=engine, device=device)
+        self._publisher, self._owns_publisher = as_publisher(publish)
+        self._publishing: PosePublishing | None = None
+        try:
+            self.runner, self._owns_runner = as_runner(
+                model_or_runner, engine=engine, device=device
+            )
+        except BaseException:
+            self._close_publisher()
+            raise
         info = self.runner.info
         self.ring = RingBuffer(
             ring_capacity, info.max_instances, info.skeleton.n_nodes, clock=clock
@@ -240,6 +255,9 @@ class Pipeline:
             )
             self._started = True
             self._meters.start()
+            if self._publisher is not None:
+                self._publishing = PosePublishing(self._publisher, self.ring, self.runner.info)
+                self._stages.spawn("publish", self._publishing.run)
             for name, loop in self._outputs.loops.items():
                 self._stages.spawn(f"{name} writer", loop)
             self._stages.spawn("emit", self._emit)
@@ -419,6 +437,7 @@ class Pipeline:
             frames_dropped=self._frames.stats().dropped,
             queue_depths=depths,
             consumers=self._consumers.stats(),
+            publish=None if self._publishing is None else self._publishing.stats(),
         )
 
     @property
@@ -553,5 +572,10 @@ class Pipeline:
             if self._finished or not (self._started or self._halt.is_set()):
                 return
             self._finished = True
+        self._close_publisher()
         if self._owns_runner:
             self.runner.close()
+
+    def _close_publisher(self) -> None:
+        if self._owns_publisher and self._publisher is not None:
+            self._publisher.close()

@@ -128,6 +128,26 @@ class ConsumerStats:
 
 
 @attrs.frozen
+class PublishStats:
+    """What the pose publisher (`Pipeline(publish=...)`, `--publish`) sent.
+
+    Attributes:
+        endpoint: the ZeroMQ endpoint bound.
+        sent: messages handed to ZeroMQ, one per pose record (with no subscriber
+            connected, ZeroMQ discards them).
+        skipped: records the publisher never sent because it fell behind the ring.
+            Messages ZeroMQ drops for a subscriber whose queue is full are not seen
+            here; subscribers count them from gaps in the messages' ``sequence``.
+        subscribers: subscriptions held now (one per subscriber and topic).
+    """
+
+    endpoint: str
+    sent: int
+    skipped: int
+    subscribers: int
+
+
+@attrs.frozen
 class PipelineStats:
     """A snapshot of a running (or finished) pipeline; every field is read-only.
 
@@ -151,6 +171,7 @@ class PipelineStats:
         queue_depths: items waiting in each channel between stages, by channel name.
         instances_last_frame: instances found in the most recent frame.
         consumers: one entry per attached consumer.
+        publish: the pose publisher's counts, None without one.
     """
 
     policy: str
@@ -170,6 +191,7 @@ class PipelineStats:
     queue_depths: Mapping[str, int]
     instances_last_frame: int
     consumers: tuple[ConsumerStats, ...] = ()
+    publish: PublishStats | None = None
 
     @property
     def eta(self) -> float | None:
@@ -248,6 +270,7 @@ class StageMeters:
         frames_dropped: int,
         queue_depths: Mapping[str, int],
         consumers: Sequence[ConsumerStats],
+        publish: PublishStats | None = None,
     ) -> PipelineStats:
         """The stats record; `frames_dropped` adds the frames dropped outside these meters."""
         latency = self._latency.percentiles(50, 99)
@@ -275,4 +298,5 @@ class StageMeters:
             queue_depths=dict(queue_depths),
             instances_last_frame=self.instances_last_frame,
             consumers=tuple(consumers),
+            publish=publish,
         )

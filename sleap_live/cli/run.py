@@ -35,9 +35,11 @@ from sleap_live.cli.options import (
 )
 from sleap_live.stream.batching import choose_policy
 from sleap_live.stream.dashboard import Dashboard, ProgressView, live_display
+from sleap_live.stream.errors import PublishError
 from sleap_live.stream.memory import check_batch_memory
 from sleap_live.stream.outputs_guard import check_outputs
 from sleap_live.stream.pipeline import Pipeline
+from sleap_live.stream.publish import Publisher, check_endpoint
 from sleap_live.stream.source_reader import open_within
 from sleap_live.stream.sources import (
     READ_TIMEOUT_MARGIN,
@@ -149,6 +151,14 @@ def _add_common_options(
         help="save finished frames to the .slp's journal at least every S seconds: what a "
         "crash can cost",
     )
+    out.add_argument(
+        "--publish",
+        type=_endpoint,
+        metavar="ENDPOINT",
+        help="publish every frame's poses to other programs on this ZeroMQ endpoint "
+        "(tcp://127.0.0.1:5555, or ipc://PATH): one message per frame, the topic "
+        "poses/SOURCE and a msgpack map; needs the publish extra (default: no publishing)",
+    )
     stop = parser.add_argument_group("session")
     stop.add_argument(
         "--duration",
@@ -191,6 +201,17 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     )
     if args.record is not None:
         check_recording_path(args.record)
+    with _bind_publisher(args) as publisher:
+        return _run(args, console, video, output, publisher)
+
+
+def _run(
+    args: argparse.Namespace,
+    console: Console,
+    video: Path | None,
+    output: Path | None,
+    publisher: Publisher | None,
+) -> int:
     # Opening reads the source's first data, which a stalled source never sends.
     timeout = args.read_timeout or default_read_timeout(args.fps)
     source = open_within(lambda: _open(args), timeout, _source_name(args))
@@ -207,9 +228,12 @@ def handle(args: argparse.Namespace, console: Console) -> int:
                 output=output,
                 record=args.record,
                 save_interval=args.save_interval,
+                publish=publisher,
             )
             if not args.quiet:
                 _print_path(source, runner, args.decoder, console)
+                if publisher is not None:
+                    console.print(f"publishing poses on {publisher.endpoint}", highlight=False)
             try:
                 _process(pipeline, args, console)
             except KeyboardInterrupt:
@@ -219,6 +243,28 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         finally:
             runner.close()
     return 0
+
+
+def _endpoint(text: str) -> str:
+    """argparse type: a ZeroMQ endpoint to publish on."""
+    try:
+        return check_endpoint(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _bind_publisher(args: argparse.Namespace) -> contextlib.AbstractContextManager[Any]:
+    """The `Publisher` of --publish, bound before any work (a null context without it).
+
+    Raises:
+        PublishError: naming --publish and the endpoint.
+    """
+    if args.publish is None:
+        return contextlib.nullcontext()
+    try:
+        return Publisher(args.publish)
+    except PublishError as error:
+        raise PublishError(f"--publish {args.publish}: {error.reason}") from None
 
 
 def _print_path(source: Source, runner: Any, decoder: str, console: Console) -> None:
@@ -341,3 +387,10 @@ def _summarise(pipeline: Pipeline, output: Path | None, console: Console) -> Non
         saved = [f"poses: none written to {output} (stopped before the pipeline started)"]
     for saying in saved:
         console.print(saying, highlight=False, soft_wrap=True, markup=False)
+    if stats.publish is not None:
+        console.print(
+            f"published: {stats.publish.sent} messages on {stats.publish.endpoint} "
+            f"({stats.publish.skipped} skipped)",
+            highlight=False,
+            soft_wrap=True,
+        )

@@ -1,0 +1,233 @@
+"""What publishing poses over ZeroMQ (`--publish`) adds to a run's latency.
+
+    python scripts/bench_publish.py [--records 5000] [--repeats 3] [--fps 30] [--json out.json]
+
+Three figures, each with a subscriber in another process (plain pyzmq + msgpack)
+connected to the publisher and its subscription arrived before timing starts:
+
+1. **send**: `Publisher.send` per record (building the message, msgpack, handing it
+   to ZeroMQ), timed one call at a time over `--records` records, for the
+   top-down fixture's poses (2 instances x 5 nodes) and for 20 instances x 50 nodes,
+   paced at 1 kHz (as frames come: each call finds the caches and the core cold),
+   and back to back (the CPU cost alone);
+2. **ready -> received**: for each message, the subscriber's `time.monotonic()` when
+   it arrived minus the record's `ready_time` (same machine, same clock on Linux):
+   everything publishing adds after the poses are ready. Through the pipeline,
+   its first part, **ready -> publish thread** (the publish thread's wake-up), is
+   timed on its own;
+3. **capture -> pose**: the pipeline's own latency (`stats.latency_p50/p99`),
+   replaying tests/data/videos/demo.mp4 at `--fps` through the top-down fixture
+   (the sleap-nn export in tests/data/exports/topdown, ONNX Runtime on the CPU),
+   with and without publishing, runs alternating, `--repeats` each.
+
+Wall-clock figures on this machine, as loaded as it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sleap_live.engines.runners.load import load_runner
+from sleap_live.engines.types import FramePoses, ModelInfo, Skeleton
+from sleap_live.stream import Pipeline, PoseRecord, Publisher, open_source
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data"
+
+# A subscriber that records, per message, its arrival minus the record's ready time;
+# once its stdin closes it drains, then prints the list as JSON.
+SUBSCRIBER = """
+import json, sys, time
+import msgpack, zmq
+context = zmq.Context()
+socket = context.socket(zmq.SUB)
+socket.connect(sys.argv[1])
+socket.subscribe(b"poses")
+print("subscribed", flush=True)
+poller = zmq.Poller()
+poller.register(sys.stdin, zmq.POLLIN)
+poller.register(socket, zmq.POLLIN)
+delays = []
+def take():
+    topic, payload = socket.recv_multipart()
+    arrived = time.monotonic()
+    delays.append(arrived - msgpack.unpackb(payload)["ready_time"])
+while True:
+    ready = dict(poller.poll())
+    if socket in ready:
+        take()
+    if sys.stdin.fileno() in ready and not sys.stdin.read(1):
+        break
+while socket.poll(300):
+    take()
+print(json.dumps(delays), flush=True)
+"""
+
+
+class TimedPublisher(Publisher):
+    """A `Publisher` that notes, per record, how long after its ready time it came to send."""
+
+    def __init__(self, endpoint: str) -> None:
+        super().__init__(endpoint)
+        self.waits: list[float] = []
+
+    def send(self, record: PoseRecord, sequence: int, info: ModelInfo) -> None:
+        self.waits.append(time.monotonic() - record.ready_time)
+        super().send(record, sequence, info)
+
+
+class Subscriber:
+    """`SUBSCRIBER` in a subprocess, its subscription arrived at `publisher`."""
+
+    def __init__(self, publisher: Publisher) -> None:
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", SUBSCRIBER, publisher.endpoint],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self._process.stdout is not None
+        self._process.stdout.readline()
+        if not publisher.wait_for_subscribers(1, timeout=60):
+            raise RuntimeError("the subscriber's subscription never arrived")
+
+    def delays(self) -> list[float]:
+        out, _ = self._process.communicate(timeout=60)
+        return list(json.loads(out.splitlines()[-1]))
+
+
+def percentiles_us(seconds: list[float]) -> dict[str, float]:
+    values = np.array(seconds) * 1e6
+    return {
+        "n": len(values),
+        "p50_us": float(np.percentile(values, 50)),
+        "p99_us": float(np.percentile(values, 99)),
+    }
+
+
+def time_send(instances: int, nodes: int, records: int, pace: float) -> dict[str, Any]:
+    """Figures 1 and 2 for records of `instances` x `nodes`, one every `pace` seconds."""
+    info = ModelInfo(
+        model_type="bottomup",
+        skeleton=Skeleton(node_names=tuple(f"node{i}" for i in range(nodes))),
+        input_channels=1,
+        max_instances=instances,
+    )
+    rng = np.random.default_rng(0)
+    poses = FramePoses(
+        points=rng.uniform(0, 500, (instances, nodes, 2)).astype(np.float32),
+        point_scores=rng.uniform(0, 1, (instances, nodes)).astype(np.float32),
+        instance_scores=rng.uniform(0, 1, instances).astype(np.float32),
+        identities=np.full(instances, -1, np.int32),
+    )
+    took = []
+    with Publisher("tcp://127.0.0.1:*") as publisher:
+        subscriber = Subscriber(publisher)
+        for sequence in range(records):
+            now = time.monotonic()
+            record = PoseRecord(sequence, now, now, "bench", poses)
+            started = time.perf_counter()
+            publisher.send(record, sequence, info)
+            took.append(time.perf_counter() - started)
+            if pace:
+                time.sleep(pace)
+        publisher.close()
+        delays = subscriber.delays()
+    return {
+        "poses": f"{instances} instances x {nodes} nodes",
+        "pace_s": pace,
+        "send": percentiles_us(took),
+        "ready_to_received": percentiles_us(delays),
+    }
+
+
+def replay_latency(fps: float, publish: bool) -> dict[str, Any]:
+    """Figure 3 (and 2, through the pipeline) for one replay of the demo clip."""
+    runner = load_runner([str(DATA / "exports" / "topdown")], engine="onnx", device="cpu")
+    source = open_source(DATA / "videos" / "demo.mp4", replay=True, fps=fps)
+    result: dict[str, Any] = {"publish": publish}
+    try:
+        if not publish:
+            stats = Pipeline(source, runner).run()
+        else:
+            with TimedPublisher("tcp://127.0.0.1:*") as publisher:
+                subscriber = Subscriber(publisher)
+                stats = Pipeline(source, runner, publish=publisher).run()
+                publisher.close()
+                result["ready_to_publish_thread"] = percentiles_us(publisher.waits)
+                result["ready_to_received"] = percentiles_us(subscriber.delays())
+    finally:
+        runner.close()
+    assert stats.latency_p50 is not None and stats.latency_p99 is not None
+    result.update(
+        frames=stats.frames_processed,
+        dropped=stats.frames_dropped,
+        capture_to_pose_p50_ms=stats.latency_p50 * 1e3,
+        capture_to_pose_p99_ms=stats.latency_p99 * 1e3,
+    )
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=5000, help="records per send timing")
+    parser.add_argument("--repeats", type=int, default=3, help="replays with and without")
+    parser.add_argument("--fps", type=float, default=30.0, help="replay rate")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+
+    figures: dict[str, Any] = {"send": [], "replay": []}
+    for instances, nodes, pace in ((2, 5, 0.001), (2, 5, 0.0), (20, 50, 0.001)):
+        row = time_send(instances, nodes, args.records, pace)
+        figures["send"].append(row)
+        print(
+            f"{row['poses']}, {'paced at 1 kHz' if pace else 'back to back'}: "
+            f"send p50 {row['send']['p50_us']:.1f} us "
+            f"p99 {row['send']['p99_us']:.1f} us; ready -> received "
+            f"p50 {row['ready_to_received']['p50_us']:.0f} us "
+            f"p99 {row['ready_to_received']['p99_us']:.0f} us "
+            f"({row['ready_to_received']['n']}/{args.records} received)",
+            flush=True,
+        )
+    for _ in range(args.repeats):
+        for publish in (False, True):
+            run = replay_latency(args.fps, publish)
+            figures["replay"].append(run)
+            line = (
+                f"replay at {args.fps:g} fps, publish {'on ' if publish else 'off'}: "
+                f"{run['frames']} frames ({run['dropped']} dropped), capture -> pose "
+                f"p50 {run['capture_to_pose_p50_ms']:.2f} ms "
+                f"p99 {run['capture_to_pose_p99_ms']:.2f} ms"
+            )
+            if publish:
+                woke, received = run["ready_to_publish_thread"], run["ready_to_received"]
+                line += (
+                    f"; ready -> publish thread p50 {woke['p50_us']:.0f} us "
+                    f"p99 {woke['p99_us']:.0f} us"
+                    f"; ready -> received p50 {received['p50_us']:.0f} us "
+                    f"p99 {received['p99_us']:.0f} us ({received['n']} received)"
+                )
+            print(line, flush=True)
+    for publish in (False, True):
+        runs = [run for run in figures["replay"] if run["publish"] == publish]
+        print(
+            f"median over {len(runs)} replays, publish {'on ' if publish else 'off'}: "
+            f"capture -> pose p50 "
+            f"{statistics.median(r['capture_to_pose_p50_ms'] for r in runs):.2f} ms, "
+            f"p99 {statistics.median(r['capture_to_pose_p99_ms'] for r in runs):.2f} ms"
+        )
+    if args.json is not None:
+        args.json.write_text(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,296 @@
+"""Poses to other programs: one ZeroMQ message per pose record, never holding up the pipeline.
+
+A `Publisher` binds a ZeroMQ publish socket (pyzmq). `PosePublishing` is the
+pipeline's consumer that feeds it: in a thread of its own it reads the ring
+through a lagging reader, so it never makes the emit stage wait, and sends each
+record as a two-part message: the topic ``poses/<source id>`` (subscribers filter
+on its prefix, ``poses`` for every source) and one msgpack map (`pose_message`).
+
+What is lost, and who can see it:
+
+- the publisher's thread falling more than a ring behind skips records: counted
+  here (`PublishStats.skipped`);
+- ZeroMQ drops a subscriber's messages while its queue is full (the send
+  high-water mark, `hwm` messages per subscriber), silently, as publish sockets
+  do: the sender cannot see it, and a slow subscriber never costs the others
+  frames. Each message therefore carries ``sequence``, the record's number in the
+  run, so a subscriber counts its own losses from the gaps.
+
+The socket is an XPUB, which subscribers see as a plain publisher; it also tells
+this side about subscriptions, which gives `PublishStats.subscribers` and
+`Publisher.wait_for_subscribers` (a subscriber's subscription travels to the
+publisher after it connects: messages sent before it arrives are not delivered,
+ZeroMQ's "slow joiner").
+
+pyzmq and msgpack are the ``publish`` extra, imported when a publisher is made.
+"""
+
+from __future__ import annotations
+
+import errno
+import re
+import threading
+import time
+from collections.abc import Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from sleap_live.engines.types import ModelInfo
+from sleap_live.stream.errors import PublishError
+from sleap_live.stream.ring import RingBuffer
+from sleap_live.stream.stats import PublishStats
+from sleap_live.stream.types import PoseRecord
+
+if TYPE_CHECKING:
+    import zmq
+
+# The message layout's version: raised when a key changes meaning or goes away.
+MESSAGE_VERSION = 1
+TOPIC_PREFIX = "poses"
+# Messages queued per subscriber before ZeroMQ drops that subscriber's newest
+# ones: about 4 s at 60 fps. Old poses are of little use to a closed loop.
+DEFAULT_HWM = 256
+# How long closing waits for queued messages to leave (the run's last frames).
+LINGER_SECONDS = 0.5
+# How often an idle publisher looks at its subscriptions (real seconds).
+SUBSCRIPTION_POLL_SECONDS = 0.5
+INSTALL_HINT = 'pip install "sleap-live[publish]"'
+ENDPOINT_FORMS = "tcp://HOST:PORT (e.g. tcp://127.0.0.1:5555) or ipc://PATH"
+
+_TCP_PORT = re.compile(r"^tcp://(?P<host>.+):(?P<port>\*|\d+)$")
+
+
+def check_endpoint(endpoint: str) -> str:
+    """`endpoint` if it is a ZeroMQ endpoint another program can connect to.
+
+    ZeroMQ itself would take a TCP port above 65535 modulo 65536, and an inproc://
+    endpoint that only this process's own ZeroMQ context could reach.
+
+    Raises:
+        ValueError: naming the endpoint and what is wrong with it.
+    """
+    if endpoint.startswith("ipc://") and len(endpoint) > len("ipc://"):
+        return endpoint
+    if endpoint.startswith("inproc://"):
+        raise ValueError(
+            f"{endpoint}: inproc:// is not reachable from another program; give {ENDPOINT_FORMS}"
+        )
+    match = _TCP_PORT.match(endpoint)
+    if match is None:
+        raise ValueError(f"{endpoint}: not a ZeroMQ endpoint; give {ENDPOINT_FORMS}")
+    port = match["port"]
+    if port != "*" and not 1 <= int(port) <= 65535:
+        raise ValueError(f"{endpoint}: TCP port {port} is not 1 to 65535 (or * for any free one)")
+    return endpoint
+
+
+class Publisher:
+    """A bound ZeroMQ publish socket that sends pose messages without ever waiting.
+
+    A ZeroMQ socket must not be used by two threads at once; a lock serialises the
+    calls here, so closing it while the pipeline's publish thread sends is safe
+    (that thread's next `send` then fails and stops the pipeline: close a
+    publisher of your own after the pipeline has stopped).
+
+    Args:
+        endpoint: where to bind, `ENDPOINT_FORMS`; ``tcp://127.0.0.1:*`` takes a free port.
+        hwm: messages queued per subscriber before ZeroMQ drops its newest ones.
+
+    Attributes:
+        endpoint: the endpoint bound (with the port chosen for ``*``).
+        sent: messages handed to ZeroMQ.
+
+    Raises:
+        ValueError: `endpoint` is malformed (see `check_endpoint`), or `hwm` below 1.
+        PublishError: pyzmq or msgpack is missing, or the endpoint cannot be bound
+            (address in use, no such interface or folder).
+    """
+
+    def __init__(self, endpoint: str, *, hwm: int = DEFAULT_HWM) -> None:
+        check_endpoint(endpoint)
+        if hwm < 1:
+            raise ValueError(f"hwm must be at least 1, got {hwm}")
+        self._zmq, self._packb = _import_packages()
+        lib = self._zmq
+        self._context = lib.Context()
+        self._socket: zmq.Socket[bytes] = self._context.socket(lib.XPUB)
+        try:
+            self._socket.setsockopt(lib.SNDHWM, hwm)
+            self._socket.setsockopt(lib.LINGER, int(LINGER_SECONDS * 1000))
+            # Every subscribe and unsubscribe reaches this side, so they can be counted.
+            self._socket.setsockopt(lib.XPUB_VERBOSER, 1)
+            self._socket.bind(endpoint)
+        except lib.ZMQError as error:
+            self._socket.close(linger=0)
+            self._context.term()
+            raise PublishError(_bind_failure(error), endpoint=endpoint) from None
+        self.endpoint: str = self._socket.getsockopt_string(lib.LAST_ENDPOINT)
+        self.sent = 0
+        self._subscriptions = 0
+        self._closed = False
+        self._lock = threading.Lock()
+
+    @property
+    def subscribers(self) -> int:
+        """Subscriptions seen so far and not withdrawn: one per subscriber and topic."""
+        return self._subscriptions
+
+    def send(self, record: PoseRecord, sequence: int, info: ModelInfo) -> None:
+        """Send one record as ``[topic, msgpack map]`` (see `pose_message`); never waits."""
+        topic = f"{TOPIC_PREFIX}/{record.source_id}".encode()
+        payload = self._packb(pose_message(record, sequence, info))
+        with self._lock:
+            if self._closed:
+                raise PublishError("the publisher was closed", endpoint=self.endpoint)
+            # A publish socket never blocks: at the high-water mark ZeroMQ drops instead.
+            self._socket.send_multipart((topic, payload), flags=self._zmq.NOBLOCK)
+            self.sent += 1
+
+    def poll_subscriptions(self, timeout: float = 0.0) -> int:
+        """Take the subscription changes that arrived, waiting up to `timeout` (real
+        seconds) for the first; returns `subscribers`."""
+        waited = timeout
+        with self._lock:
+            while not self._closed and self._socket.poll(int(waited * 1000), self._zmq.POLLIN):
+                change = self._socket.recv(self._zmq.NOBLOCK)
+                # 1 then the topic: subscribe; 0 then the topic: unsubscribe.
+                if change[:1] == b"\x01":
+                    self._subscriptions += 1
+                elif change[:1] == b"\x00":
+                    self._subscriptions = max(0, self._subscriptions - 1)
+                waited = 0.0
+        return self._subscriptions
+
+    def wait_for_subscribers(self, count: int = 1, timeout: float | None = None) -> bool:
+        """Wait until `count` subscriptions have reached the publisher, so that the
+        messages sent from then on are delivered to them: call it before the pipeline
+        starts, so that its first frames reach them.
+
+        Args:
+            count: subscriptions to wait for.
+            timeout: most real seconds to wait; None waits as long as needed.
+
+        Returns:
+            True once there are `count`, False if `timeout` passed first.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            wait = 0.1 if remaining is None else max(0.0, min(remaining, 0.1))
+            if self.poll_subscriptions(wait) >= count:
+                return True
+            if remaining is not None and remaining <= 0:
+                return False
+
+    def close(self) -> None:
+        """Let queued messages leave (for at most `LINGER_SECONDS`) and unbind; idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._socket.close()
+        self._context.term()
+
+    def __enter__(self) -> Publisher:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def pose_message(record: PoseRecord, sequence: int, info: ModelInfo) -> dict[str, Any]:
+    """The map one pose record is published as (its layout is in the README).
+
+    Args:
+        record: the poses of one frame.
+        sequence: the record's number among the run's records, from 0.
+        info: the model, for node and track names.
+    """
+    poses = record.poses
+    return {
+        "version": MESSAGE_VERSION,
+        "sequence": sequence,
+        "source_id": record.source_id,
+        "frame_index": record.frame_index,
+        "capture_time": record.capture_time,
+        "ready_time": record.ready_time,
+        "node_names": list(info.skeleton.node_names),
+        "track_names": list(info.class_names),
+        "points": poses.points.tolist(),
+        "point_scores": poses.point_scores.tolist(),
+        "instance_scores": poses.instance_scores.tolist(),
+        "track_ids": poses.identities.tolist(),
+    }
+
+
+class PosePublishing:
+    """The pipeline's publishing consumer: a lagging ring reader feeding a `Publisher`.
+
+    Create it before the first record is written, so that it starts at the first;
+    run `run` in a thread of its own.
+
+    Args:
+        publisher: where the messages go.
+        ring: the pipeline's ring buffer.
+        info: the model the poses come from.
+    """
+
+    def __init__(self, publisher: Publisher, ring: RingBuffer, info: ModelInfo) -> None:
+        self._publisher = publisher
+        self._reader = ring.reader()
+        self._info = info
+
+    def run(self) -> None:
+        """Publish every record until the ring is closed and drained."""
+        reader = self._reader
+        while True:
+            record = reader.wait_next(SUBSCRIPTION_POLL_SECONDS)
+            if record is not None:
+                self._publisher.send(record, reader.position - 1, self._info)
+            elif reader.done:
+                return
+            # After the send, so that it never delays a message.
+            self._publisher.poll_subscriptions()
+
+    def stats(self) -> PublishStats:
+        return PublishStats(
+            endpoint=self._publisher.endpoint,
+            sent=self._publisher.sent,
+            skipped=self._reader.missed,
+            subscribers=self._publisher.subscribers,
+        )
+
+
+def _import_packages() -> tuple[ModuleType, Callable[[object], bytes]]:
+    """pyzmq and msgpack's `packb`, or a `PublishError` that says how to install them."""
+    try:
+        import msgpack
+        import zmq
+    except ImportError as error:
+        raise PublishError(
+            f"publishing poses needs pyzmq and msgpack ({error.name} is missing): {INSTALL_HINT}"
+        ) from None
+    return zmq, msgpack.Packer(use_bin_type=True).pack
+
+
+_BIND_REASONS = {
+    errno.EADDRINUSE: "address already in use (is another program publishing there?)",
+    errno.EADDRNOTAVAIL: "no interface of this machine has that address",
+    errno.ENODEV: "no interface of this machine has that name or address",
+    errno.EINVAL: "not an address or interface name ZeroMQ can bind",
+    errno.ENOENT: "its folder does not exist",
+    errno.ENAMETOOLONG: "the path is too long for a Unix socket",
+    errno.EACCES: "permission denied",
+}
+
+
+def _bind_failure(error: zmq.ZMQError) -> str:
+    return _BIND_REASONS.get(error.errno or 0, f"cannot bind: {error.strerror}")
+
+
+def as_publisher(publish: str | Publisher | None) -> tuple[Publisher | None, bool]:
+    """The publisher for `Pipeline(publish=...)`, and whether the pipeline owns it:
+    one bound here from an endpoint is; one passed in stays the caller's to close."""
+    if publish is None or isinstance(publish, Publisher):
+        return publish, False
+    return Publisher(publish), True

@@ -1,0 +1,457 @@
+"""Poses to other programs: the ZeroMQ publisher, its messages, its option, its subscribers.
+
+Subscribers run in other processes (`SUBSCRIBER`, plain pyzmq + msgpack). ZeroMQ's
+slow joiner (messages sent before a subscription reaches the publisher are not
+delivered to it) is avoided on the publisher's side: each test binds a
+`Publisher`, starts the subscriber, and waits with `Publisher.wait_for_subscribers`
+until its subscription has arrived before the pipeline starts.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import av
+import msgpack
+import numpy as np
+import pytest
+import sleap_io as sio
+from rich.console import Console
+
+from sleap_live import cli
+from sleap_live.engines.runners import load as engines_api
+from sleap_live.engines.runners.load import load_runner
+from sleap_live.engines.types import FramePoses, ModelInfo, Skeleton
+from sleap_live.stream import (
+    Pipeline,
+    PoseRecord,
+    Publisher,
+    PublishError,
+    PublishStats,
+    open_source,
+)
+from sleap_live.stream.dashboard import render_dashboard
+from sleap_live.stream.publish import MESSAGE_VERSION, check_endpoint, pose_message
+
+DATA = Path(__file__).parents[1] / "data"
+SCRIPTS = Path(__file__).parents[2] / "scripts"
+# Most real seconds a test waits for a subscriber or a subprocess: a hang guard only.
+PATIENCE = 60.0
+KEYS = {
+    "version",
+    "sequence",
+    "source_id",
+    "frame_index",
+    "capture_time",
+    "ready_time",
+    "node_names",
+    "track_names",
+    "points",
+    "point_scores",
+    "instance_scores",
+    "track_ids",
+}
+
+# A subscriber that knows nothing of sleap-live. It subscribes to "poses", prints
+# "subscribed", then receives until its stdin closes (with --stall it reads nothing
+# before that), drains what is left and prints every message as a JSON line.
+SUBSCRIBER = textwrap.dedent(
+    """
+    import json, sys
+    import msgpack, zmq
+
+    endpoint, stall = sys.argv[1], "--stall" in sys.argv
+    context = zmq.Context()
+    socket = context.socket(zmq.SUB)
+    if stall:
+        socket.setsockopt(zmq.RCVHWM, 1)
+    socket.connect(endpoint)
+    socket.subscribe(b"poses")
+    print("subscribed", flush=True)
+    poller = zmq.Poller()
+    poller.register(sys.stdin, zmq.POLLIN)
+    if not stall:
+        poller.register(socket, zmq.POLLIN)
+    messages = []
+    while True:
+        ready = dict(poller.poll())
+        if socket in ready:
+            topic, payload = socket.recv_multipart()
+            messages.append([topic.decode(), msgpack.unpackb(payload)])
+        if sys.stdin.fileno() in ready and not sys.stdin.read(1):
+            break
+    while socket.poll(500):
+        topic, payload = socket.recv_multipart()
+        messages.append([topic.decode(), msgpack.unpackb(payload)])
+    for message in messages:
+        print(json.dumps(message), flush=True)
+    socket.close(linger=0)
+    context.term()
+    """
+)
+
+
+class Subscriber:
+    """`SUBSCRIBER` in a subprocess, connected to `publisher`, its subscription arrived."""
+
+    def __init__(self, publisher: Publisher, *, stall: bool = False) -> None:
+        argv = [sys.executable, "-c", SUBSCRIBER, publisher.endpoint]
+        self._process = subprocess.Popen(
+            [*argv, "--stall"] if stall else argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self._process.stdout.readline().strip() == "subscribed"
+        assert publisher.wait_for_subscribers(1, timeout=PATIENCE), "no subscription arrived"
+
+    def finish(self) -> list[tuple[str, dict]]:
+        """Tell it the run is over; the (topic, message) pairs it received, in order."""
+        out, _ = self._process.communicate(timeout=PATIENCE)
+        assert self._process.returncode == 0
+        return [tuple(json.loads(line)) for line in out.splitlines()]
+
+    def kill(self) -> None:
+        if self._process.poll() is None:
+            self._process.kill()
+            self._process.communicate()
+
+
+@pytest.fixture
+def short_dir():
+    """A folder with a short path: an ipc:// endpoint is a Unix socket path (≤ 107 bytes)."""
+    with tempfile.TemporaryDirectory(prefix="sl-pub-") as folder:
+        yield Path(folder)
+
+
+# ------------------------------------------------------------------ the message
+
+
+def test_the_message_is_one_msgpack_map_with_every_key(fakes):
+    poses = FramePoses(
+        points=np.array([[[1.5, 2.5], [np.nan, np.nan]], [[3, 4], [5, 6]]], np.float32),
+        point_scores=np.array([[0.9, np.nan], [0.5, 0.25]], np.float32),
+        instance_scores=np.array([0.75, 0.5], np.float32),
+        identities=np.array([1, -1], np.int32),
+    )
+    record = PoseRecord(
+        frame_index=7, capture_time=100.25, ready_time=100.5, source_id="cam0", poses=poses
+    )
+    message = msgpack.unpackb(msgpack.packb(pose_message(record, 3, fakes.INFO)))
+
+    assert set(message) == KEYS
+    assert message["version"] == MESSAGE_VERSION == 1
+    assert (message["sequence"], message["frame_index"], message["source_id"]) == (3, 7, "cam0")
+    assert (message["capture_time"], message["ready_time"]) == (100.25, 100.5)
+    assert message["node_names"] == ["head", "tail"]
+    assert message["track_names"] == ["left", "right"]
+    assert message["points"][0][0] == [1.5, 2.5] and message["points"][1] == [[3, 4], [5, 6]]
+    assert all(math.isnan(v) for v in message["points"][0][1])
+    assert message["point_scores"][1] == [0.5, 0.25] and math.isnan(message["point_scores"][0][1])
+    assert message["instance_scores"] == [0.75, 0.5]
+    assert message["track_ids"] == [1, -1]
+
+
+def test_a_frame_without_instances_has_empty_lists(fakes):
+    record = PoseRecord(0, 1.0, 2.0, "cam0", FramePoses.empty(2))
+    message = pose_message(record, 0, fakes.INFO)
+    assert [message[k] for k in ("points", "point_scores", "instance_scores", "track_ids")] == [
+        [],
+        [],
+        [],
+        [],
+    ]
+
+
+# ------------------------------------------------------------------ the endpoint
+
+
+@pytest.mark.parametrize(
+    "endpoint", ["tcp://127.0.0.1:5555", "tcp://*:5555", "tcp://127.0.0.1:*", "ipc:///tmp/x"]
+)
+def test_endpoints_other_programs_can_reach_are_accepted(endpoint):
+    assert check_endpoint(endpoint) == endpoint
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "says"),
+    [
+        ("127.0.0.1:5555", "not a ZeroMQ endpoint"),
+        ("tcp://127.0.0.1", "not a ZeroMQ endpoint"),
+        ("http://127.0.0.1:5555", "not a ZeroMQ endpoint"),
+        ("tcp://127.0.0.1:99999", "not 1 to 65535"),
+        ("tcp://127.0.0.1:0", "not 1 to 65535"),
+        ("inproc://poses", "not reachable from another program"),
+    ],
+)
+def test_bad_endpoints_are_refused_in_one_line(endpoint, says):
+    with pytest.raises(ValueError, match=says) as caught:
+        Publisher(endpoint)
+    assert str(caught.value).startswith(endpoint) and "\n" not in str(caught.value)
+
+
+def test_an_address_in_use_or_a_missing_folder_is_a_publish_error(tmp_path):
+    with Publisher("tcp://127.0.0.1:*") as first:
+        with pytest.raises(PublishError, match="address already in use") as caught:
+            Publisher(first.endpoint)
+        assert caught.value.endpoint == first.endpoint
+    with pytest.raises(PublishError, match="folder does not exist"):
+        Publisher(f"ipc://{tmp_path}/missing/poses")
+    with pytest.raises(PublishError, match="too long for a Unix socket"):
+        Publisher(f"ipc://{tmp_path}/{'p' * 200}")
+    with pytest.raises(PublishError, match="no interface of this machine has that name"):
+        Publisher("tcp://no-such-interface.invalid:5555")
+
+
+def test_missing_packages_name_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "zmq", None)
+    with pytest.raises(PublishError, match=r"pyzmq and msgpack .*sleap-live\[publish\]"):
+        Publisher("tcp://127.0.0.1:*")
+
+
+def test_a_closed_publisher_refuses_to_send(fakes):
+    publisher = Publisher("tcp://127.0.0.1:*")
+    publisher.close()
+    publisher.close()
+    with pytest.raises(PublishError, match="closed"):
+        publisher.send(PoseRecord(0, 1.0, 2.0, "cam0", fakes.poses_for(0)), 0, fakes.INFO)
+    assert publisher.poll_subscriptions() == 0 and publisher.sent == 0
+
+
+def test_a_pipeline_that_cannot_load_its_model_unbinds_its_endpoint(fakes):
+    with Publisher("tcp://127.0.0.1:*") as probe:
+        endpoint = probe.endpoint
+    with pytest.raises(FileNotFoundError):
+        Pipeline(fakes.FakeSource(), ["no/such/model"], publish=endpoint)
+    Publisher(endpoint).close()  # bound again: the pipeline let it go
+
+
+# ------------------------------------------------------------- real subscribers
+
+
+def test_a_subscriber_in_another_process_receives_a_60_fps_replay(tmp_path):
+    """The acceptance check: fixture top-down model, demo clip replayed at 60 fps."""
+    runner = load_runner([str(DATA / "exports" / "topdown")], engine="onnx", device="cpu")
+    publisher = Publisher("tcp://127.0.0.1:*")
+    subscriber = Subscriber(publisher)
+    try:
+        source = open_source(DATA / "videos" / "demo.mp4", replay=True, fps=60)
+        out = tmp_path / "poses.slp"
+        pipeline = Pipeline(source, runner, output=out, publish=publisher)
+        stats = pipeline.run()
+        publisher.close()  # lets the last messages leave
+        received = subscriber.finish()
+    finally:
+        subscriber.kill()
+        publisher.close()
+        runner.close()
+
+    assert stats.publish is not None and stats.publish.subscribers == 1
+    assert stats.publish.sent + stats.publish.skipped == stats.frames_processed > 0
+    assert len(received) >= 0.95 * stats.frames_processed
+    sequences = [message["sequence"] for _, message in received]
+    assert sequences == sorted(set(sequences)) and sequences[-1] < stats.frames_processed
+    saved = {frame.frame_idx: frame for frame in sio.load_slp(str(out), open_videos=False)}
+    nodes = runner.info.skeleton.node_names
+    for topic, message in received:
+        assert set(message) == KEYS and message["version"] == MESSAGE_VERSION
+        assert topic == f"poses/{message['source_id']}" and message["node_names"] == list(nodes)
+        assert message["capture_time"] <= message["ready_time"]
+        points = np.array(message["points"], np.float64).reshape(-1, len(nodes), 2)
+        scores = np.array(message["point_scores"], np.float64).reshape(-1, len(nodes))
+        assert len(points) == len(message["instance_scores"]) == len(message["track_ids"])
+        frame = saved.get(message["frame_index"])
+        expected = [instance.numpy() for instance in frame.instances] if frame else []
+        np.testing.assert_array_equal(points, np.array(expected).reshape(points.shape))
+        assert scores.shape == points.shape[:2]
+    assert any(len(message["points"]) == 2 for _, message in received)
+
+
+class WidePosesRunner:
+    """Twenty instances of 50 nodes in every frame: about 30 kB per message, so that a
+    few hundred frames outgrow every queue and socket buffer between the processes."""
+
+    device = "cpu"
+    info = ModelInfo(
+        model_type="bottomup",
+        skeleton=Skeleton(node_names=tuple(f"n{i}" for i in range(50))),
+        input_channels=1,
+        max_instances=20,
+    )
+
+    def run(self, frames: np.ndarray) -> list[FramePoses]:
+        shape = (20, 50)
+        return [
+            FramePoses(
+                points=np.full((*shape, 2), float(i), np.float32),
+                point_scores=np.ones(shape, np.float32),
+                instance_scores=np.ones(20, np.float32),
+                identities=np.full(20, -1, np.int32),
+            )
+            for i in range(len(frames))
+        ]
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_stalled_subscriber_never_holds_up_the_pipeline(fakes, short_dir):
+    """It reads nothing until the run is over: every frame is still processed and
+    published; what ZeroMQ dropped for it shows as gaps in `sequence`."""
+    n_frames = 300
+    publisher = Publisher(f"ipc://{short_dir}/poses", hwm=4)
+    subscriber = Subscriber(publisher, stall=True)
+    try:
+        pipeline = Pipeline(fakes.FakeSource(n_frames), WidePosesRunner(), publish=publisher)
+        pipeline.start()
+        assert pipeline.join(timeout=PATIENCE), "the pipeline waited for the subscriber"
+        stats = pipeline.stats
+        publisher.close()
+        received = subscriber.finish()
+    finally:
+        subscriber.kill()
+        publisher.close()
+
+    assert stats.frames_processed == n_frames
+    assert stats.publish.sent + stats.publish.skipped == n_frames
+    sequences = [message["sequence"] for _, message in received]
+    # In order, none twice, and some missing: the gaps are what the subscriber missed.
+    assert sequences == sorted(set(sequences)) and sequences[-1] < n_frames
+    assert len(sequences) < n_frames
+
+
+def test_stats_and_the_dashboard_say_what_was_published(fakes):
+    with Publisher("tcp://127.0.0.1:*") as publisher:
+        pipeline = Pipeline(fakes.FakeSource(12), fakes.FakeRunner(), publish=publisher)
+        assert pipeline.stats.publish is None  # nothing runs before start
+        pipeline.run()
+        stats = pipeline.stats
+    assert stats.publish == PublishStats(publisher.endpoint, sent=12, skipped=0, subscribers=0)
+    console = Console(file=io.StringIO(), width=120, color_system=None)
+    console.print(render_dashboard(stats))
+    assert f"publish    {publisher.endpoint}: 12 sent, 0 skipped, 0 subscribed" in (
+        console.file.getvalue()
+    )
+    assert Pipeline(fakes.FakeSource(1), fakes.FakeRunner()).run().publish is None
+
+
+def test_the_subscriber_example_prints_frames_and_what_it_missed(fakes, short_dir):
+    endpoint = f"ipc://{short_dir}/poses"
+    with Publisher(endpoint) as publisher:
+        example = subprocess.Popen(
+            [sys.executable, str(SCRIPTS / "subscriber_example.py"), endpoint, "--count", "4"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert publisher.wait_for_subscribers(1, timeout=PATIENCE)
+            for sequence in (0, 1, 5, 6):  # 2, 3 and 4 never come
+                record = PoseRecord(sequence, 1.0, 2.0, "cam0", fakes.poses_for(sequence))
+                publisher.send(record, sequence, fakes.INFO)
+            out, _ = example.communicate(timeout=PATIENCE)
+        finally:
+            example.kill()
+    lines = out.splitlines()
+    assert example.returncode == 0 and len(lines) == 5
+    assert lines[1].startswith("poses/cam0 frame 1: 1 instances, head at (1.0, 0.0), tracks [0]")
+    assert lines[-1] == "received 4 messages, missed 3"
+
+
+# ------------------------------------------------------------------- the option
+
+
+@pytest.fixture
+def fake_engine(monkeypatch, fakes):
+    """Model loading replaced by the fake runner; the runners made."""
+    made = []
+
+    def load(models, **options):
+        made.append(fakes.FakeRunner())
+        return made[-1]
+
+    monkeypatch.setattr(engines_api, "load_runner", load)
+    return made
+
+
+@pytest.fixture
+def clip(tmp_path, fakes) -> Path:
+    """40 gray frames that the fake runner reads its poses from."""
+    path = tmp_path / "clip.mkv"
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("ffv1", rate=30)
+        stream.width, stream.height, stream.pix_fmt = 32, 24, "gray"
+        for index in range(40):
+            image = fakes.frame_image(index, (24, 32, 1))[..., 0]
+            container.mux(stream.encode(av.VideoFrame.from_ndarray(image, format="gray")))
+        container.mux(stream.encode())
+    return path
+
+
+def error_line(capsys) -> str:
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", ["run", "replay"])
+def test_publish_on_run_and_replay_says_what_it_sent(command, clip, fake_engine, short_dir, capsys):
+    endpoint = f"ipc://{short_dir}/poses"
+    assert cli.main([command, str(clip), "-m", "m", "--publish", endpoint]) == 0
+    err = capsys.readouterr().err
+    assert f"publishing poses on {endpoint}" in err
+    processed = int(err.split(" frames in ")[0].split()[-1])
+    assert f"published: {processed} messages on {endpoint} (0 skipped)" in err
+
+
+def test_a_camera_run_takes_publish(fake_engine, monkeypatch, capsys):
+    """`--camera` binds the endpoint before it opens the camera (which is missing here)."""
+    with Publisher("tcp://127.0.0.1:*") as taken:
+        status = cli.main(
+            ["--camera", "/dev/no-such-camera", "-m", "m", "--publish", taken.endpoint]
+        )
+    assert status == 1
+    assert error_line(capsys).endswith(
+        f"--publish {taken.endpoint}: address already in use (is another program publishing there?)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "says"),
+    [
+        ("5555", "not a ZeroMQ endpoint"),
+        ("tcp://127.0.0.1:70000", "TCP port 70000 is not 1 to 65535"),
+        ("inproc://x", "not reachable from another program"),
+    ],
+)
+def test_a_bad_endpoint_is_a_usage_error(endpoint, says, clip, fake_engine, capsys):
+    assert cli.main(["replay", str(clip), "-m", "m", "--publish", endpoint]) == 2
+    line = error_line(capsys)
+    assert "--publish" in line and endpoint in line and says in line
+    assert not fake_engine
+
+
+def test_an_endpoint_in_use_fails_before_any_work(clip, fake_engine, tmp_path, capsys):
+    out = tmp_path / "poses.slp"
+    with Publisher("tcp://127.0.0.1:*") as taken:
+        argv = ["replay", str(clip), "-m", "m", "-o", str(out), "--publish", taken.endpoint]
+        assert cli.main(argv) == 1
+    assert error_line(capsys) == (
+        f"sleap-live: error: --publish {taken.endpoint}: address already in use "
+        "(is another program publishing there?)"
+    )
+    assert not fake_engine and not out.exists()
+
+
+def test_publish_without_the_extra_names_it(clip, fake_engine, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "msgpack", None)
+    assert cli.main(["replay", str(clip), "-m", "m", "--publish", "tcp://127.0.0.1:*"]) == 1
+    line = error_line(capsys)
+    assert line.startswith("sleap-live: error: --publish tcp://127.0.0.1:*: publishing poses")
+    assert 'pip install "sleap-live[publish]"' in line and not fake_engine
