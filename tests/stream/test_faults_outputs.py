@@ -147,6 +147,24 @@ def test_a_symlinked_output_stays_a_link_to_the_poses(clip, tmp_path, loads):
     assert len(sio.load_slp(str(target), open_videos=False)) == 40
 
 
+def test_the_final_save_goes_through_a_temporary_file_of_this_process(
+    clip, tmp_path, loads, monkeypatch
+):
+    # Not one fixed `.X.partial.slp` that two runs would share.
+    written: list[Path] = []
+    save_slp = sio.save_slp
+
+    def save(labels, filename, **options):
+        written.append(Path(filename))
+        return save_slp(labels, filename, **options)
+
+    monkeypatch.setattr(sio, "save_slp", save)
+    out = tmp_path / "out.slp"
+    assert cli.main(["run", str(clip), "-m", "m", "-o", str(out), "-q", "--no-verify"]) == 0
+    assert written == [tmp_path / f".out.{os.getpid()}.partial.slp"]
+    assert not written[0].exists() and len(sio.load_slp(str(out), open_videos=False)) == 40
+
+
 def test_the_pose_writer_holds_only_the_frames_since_its_last_save(tmp_path, fakes):
     # Memory does not grow with the session: after a save the writer keeps nothing
     # of the frames it saved (the issue measured ~5.7 KB per frame kept).
