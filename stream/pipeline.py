@@ -470,6 +470,9 @@ class Pipeline:
             pass  # the emit stage failed; its error is already stored
         finally:
             self._results.close()
+            # The engine's last use. A runner loaded here is closed by this stage, not
+            # by the caller's thread, so the stop timeout bounds a clean-up that blocks.
+            self._close_runner()
 
     def _emit(self) -> None:
         try:
@@ -553,5 +556,10 @@ class Pipeline:
             if self._finished or not (self._started or self._halt.is_set()):
                 return
             self._finished = True
+        if not self._started:
+            self._close_runner()  # no infer stage ran to close it
+
+    def _close_runner(self) -> None:
         if self._owns_runner:
+            self._owns_runner = False
             self.runner.close()

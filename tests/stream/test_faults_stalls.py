@@ -671,3 +671,33 @@ def test_an_iterator_stuck_in_another_thread_is_let_go_at_the_stop_timeout(fakes
         assert processed >= 4 and saved_frames(out) == list(range(processed))
     finally:
         release.set()
+
+
+def test_a_model_whose_clean_up_blocks_cannot_hang_leaving_with_pipeline(fakes, monkeypatch):
+    # A runner the pipeline loaded is the pipeline's to close; its clean-up (freeing
+    # a GPU context, say) may block, and the stop timeout bounds that wait too.
+    from sleap_live.engines.runners import load as engines_api
+
+    release, closing = threading.Event(), threading.Event()
+
+    class BlockingClose(fakes.FakeRunner):
+        def close(self) -> None:
+            closing.set()
+            release.wait()
+            super().close()
+
+    runner = BlockingClose()
+    monkeypatch.setattr(engines_api, "load_runner", lambda models, **options: runner)
+    pipeline = Pipeline(fakes.FakeSource(20), "model.onnx", stop_timeout=0.5)
+
+    def session() -> None:
+        with pipeline:
+            assert closing.wait(BOUND)  # the source ended: the runner is being closed
+
+    try:
+        with pytest.raises(PipelineError, match=r"within 0.5 s \(still running: infer\)$"):
+            within(0.5 + BOUND, session)
+        assert pipeline.stats.frames_processed == 20
+    finally:
+        release.set()
+    assert pipeline.join(timeout=BOUND) and runner.closed
