@@ -489,6 +489,9 @@ class Pipeline:
             pass  # the emit stage failed; its error is already stored
         finally:
             self._results.close()
+            # The engine's last use. A runner loaded here is closed by this stage, not
+            # by the caller's thread, so the stop timeout bounds a clean-up that blocks.
+            self._close_runner()
 
     def _emit(self) -> None:
         try:
@@ -573,7 +576,12 @@ class Pipeline:
                 return
             self._finished = True
         self._close_publisher()
+        if not self._started:
+            self._close_runner()  # no infer stage ran to close it
+
+    def _close_runner(self) -> None:
         if self._owns_runner:
+            self._owns_runner = False
             self.runner.close()
 
     def _close_publisher(self) -> None:

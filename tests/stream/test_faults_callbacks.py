@@ -28,9 +28,13 @@ from sleap_live.stream.dashboard import render_dashboard
 from sleap_live.stream.errors import PipelineError
 from sleap_live.stream.pipeline import Pipeline
 from sleap_live.stream.ring import DEFAULT_STALL_TIMEOUT, RingBuffer
+from sleap_live.stream.sources import open_source
 from sleap_live.stream.types import PoseRecord
 
 FAKES = Path(__file__).with_name("fakes.py")
+sys.path.insert(0, str(Path(__file__).parents[2] / "scripts"))
+import fault_soak  # noqa: E402
+
 # sleap-io loads its modules on first use: load what the .slp writer uses now, not in
 # the writer's lowest-priority thread in the first test, which a busy machine starves.
 _SLP_WRITER_NEEDS = (sio.LabeledFrame, sio.Labels, sio.PredictedInstance, sio.Video, sio.save_slp)
@@ -134,6 +138,25 @@ def test_a_raising_callback_is_logged_at_once_detached_and_the_run_goes_on(
         assert seen == list(range(80)) and failed.delivered == 4
     # Raised once: a later stop is quiet.
     pipeline.stop()
+
+
+def test_a_raising_callback_on_a_replayed_video_costs_no_poses(fakes, tmp_path, caplog):
+    # The case: a replay, a callback that raises, the experiment in `with`.
+    caplog.set_level(logging.WARNING)
+    clip = fault_soak.write_clip(tmp_path / "clip.mkv", 90)
+    out = tmp_path / "out.slp"
+    seen: list[int] = []
+    pipeline = Pipeline(open_source(clip, replay=True, fps=150), fakes.FakeRunner(), output=out)
+    pipeline.on_poses(raising_at(3))
+    pipeline.on_poses(lambda record: seen.append(record.frame_index))
+    with pytest.raises(PipelineError, match=r"broken failed on frame \d+: KeyError") as info:
+        with pipeline:
+            assert pipeline.join(timeout=HANG)
+    failed_on = int(re.search(r"on frame (\d+)", str(info.value)).group(1))
+    assert [r for r in caplog.records if r.name == "sleap_live.stream.consumers"]
+    saved = saved_frames(out)
+    assert saved == seen and len(saved) == pipeline.stats.frames_processed
+    assert saved[-1] > failed_on  # inference went on after the failure
 
 
 def test_only_the_first_callback_error_is_raised(fakes):

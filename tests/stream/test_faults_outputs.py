@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,8 @@ import sleap_io as sio
 from sleap_live import cli
 from sleap_live.engines.runners import load as engines_api
 from sleap_live.stream.journal import journal_path
+from sleap_live.stream.slp_writer import SlpWriter
+from sleap_live.stream.types import PoseRecord
 
 ROOT = Path(__file__).parents[2]
 SOAK = ROOT / "scripts" / "fault_soak.py"
@@ -114,6 +117,10 @@ def test_an_unwritable_output_is_found_before_any_work(clip, tmp_path, loads, ca
     folder.mkdir()
     assert cli.main(["run", str(clip), "-m", "m", "-o", str(folder), "--no-verify"]) == 1
     assert "names a folder" in refused(capsys)
+    recording = tmp_path / "missing" / "rec.mp4"
+    assert cli.main(["run", str(clip), "-m", "m", "--record", str(recording), "--no-verify"]) == 1
+    line = refused(capsys)
+    assert "does not exist" in line and "--record" in line
     assert loads == []
 
 
@@ -138,6 +145,58 @@ def test_a_symlinked_output_stays_a_link_to_the_poses(clip, tmp_path, loads):
     assert cli.main(["run", str(clip), "-m", "m", "-o", str(link), "-q", "--no-verify"]) == 0
     assert link.is_symlink() and link.resolve() == target.resolve()
     assert len(sio.load_slp(str(target), open_videos=False)) == 40
+
+
+def test_the_final_save_goes_through_a_temporary_file_of_this_process(
+    clip, tmp_path, loads, monkeypatch
+):
+    # Not one fixed `.X.partial.slp` that two runs would share.
+    written: list[Path] = []
+    save_slp = sio.save_slp
+
+    def save(labels, filename, **options):
+        written.append(Path(filename))
+        return save_slp(labels, filename, **options)
+
+    monkeypatch.setattr(sio, "save_slp", save)
+    out = tmp_path / "out.slp"
+    assert cli.main(["run", str(clip), "-m", "m", "-o", str(out), "-q", "--no-verify"]) == 0
+    assert written == [tmp_path / f".out.{os.getpid()}.partial.slp"]
+    assert not written[0].exists() and len(sio.load_slp(str(out), open_videos=False)) == 40
+
+
+def test_the_pose_writer_holds_only_the_frames_since_its_last_save(tmp_path, fakes):
+    # Memory does not grow with the session: after a save the writer keeps nothing
+    # of the frames it saved (the issue measured ~5.7 KB per frame kept).
+    clock = fakes.FakeClock()
+    slp = SlpWriter(
+        tmp_path / "out.slp",
+        fakes.SKELETON,
+        video="camera:0",
+        frame_shape=(24, 32, 1),
+        save_interval=1.0,
+        clock=clock,
+    )
+
+    def feed(frames: range) -> int:
+        for index in frames:
+            clock.advance(1 / 30)
+            slp.write(PoseRecord(index, clock(), clock(), "camera:0", fakes.poses_for(index)))
+        return tracemalloc.get_traced_memory()[0]
+
+    feed(range(300))
+    tracemalloc.start()
+    try:
+        early = feed(range(300, 600))
+        late = feed(range(600, 3600))
+    finally:
+        tracemalloc.stop()
+    assert slp.n_frames_written - slp.n_frames_saved <= 30  # one interval's frames
+    assert late - early < 200_000  # kept, these 3000 frames would take about 1.8 MB
+    slp.close()
+    assert [
+        lf.frame_idx for lf in sio.load_slp(str(tmp_path / "out.slp"), open_videos=False)
+    ] == list(range(3600))
 
 
 def start(tmp_path: Path, name: str, argv: list[str], delay: float = 0.02):

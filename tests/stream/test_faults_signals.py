@@ -58,6 +58,27 @@ def test_second_ctrl_c_during_the_final_save_lets_it_finish(tmp_path):
     assert "Traceback" not in err
 
 
+def test_second_ctrl_c_soon_after_the_first_changes_nothing_saved(tmp_path):
+    # The second Ctrl-C 0.2 s after the first lands while the frames in flight are
+    # finished or the outputs saved, or after: the run still saves what it finished,
+    # says what the file holds, leaves no temporary file and exits 130.
+    out, log_dir, process = started_run(tmp_path)
+    try:
+        fault_soak.wait_for(log_dir / "ready", process)
+        process.send_signal(signal.SIGINT)
+        time.sleep(0.2)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130, err
+    labels = sio.load_slp(str(out), open_videos=False)
+    assert claimed_frames(err, out) == len(labels) > 0
+    assert [lf.frame_idx for lf in labels] == sorted(fault_soak.finished_frames(log_dir))
+    assert not journal_path(out).exists() and list(tmp_path.glob(".*partial*")) == []
+    assert "Traceback" not in err
+
+
 def test_third_ctrl_c_exits_at_once_and_says_how_to_recover(tmp_path):
     out, log_dir, process = started_run(tmp_path, slow_save=600.0)
     try:

@@ -31,6 +31,7 @@ import sleap_io as sio
 from sleap_live import cli
 from sleap_live.stream.batching import RECORDED_BATCH_WAIT
 from sleap_live.stream.errors import PipelineError, SourceStalledError
+from sleap_live.stream.journal import journal_path, scan_journal
 from sleap_live.stream.pipeline import DEFAULT_STOP_TIMEOUT, Pipeline
 from sleap_live.stream.sources import (
     READ_TIMEOUT_MARGIN,
@@ -508,3 +509,195 @@ def test_cli_ctrl_c_works_while_a_source_is_being_opened(silent_stream):
         process.kill()
     assert process.returncode == 130, err
     assert "Traceback" not in err
+
+
+# --- every other thing leaving `with Pipeline` may wait for -------------------------------
+# Each test bounds the block by its stop timeout plus `BOUND` real seconds: a hang
+# fails it, a busy machine does not.
+
+
+def test_an_engine_that_hangs_mid_stream_cannot_hang_leaving_with_pipeline(fakes, tmp_path):
+    # The hang comes on a batch of frames, not the warm-up: the frames before it were
+    # emitted, and the journal keeps them however long the engine hangs.
+    hung, release = threading.Event(), threading.Event()
+
+    class HangsOnItsThirdBatch(fakes.FakeRunner):
+        def run(self, frames):
+            if len(self.batch_sizes) == 3:  # call 0 is the warm-up
+                hung.set()
+                release.wait()
+            return super().run(frames)
+
+    out = tmp_path / "out.slp"
+    pipeline = Pipeline(
+        fakes.FakeSource(None, is_live=True, paced=True, fps=200),
+        HangsOnItsThirdBatch(),
+        output=out,
+        save_interval=0.05,
+        stop_timeout=0.5,
+    )
+
+    def session() -> None:
+        with pipeline:
+            assert hung.wait(BOUND)
+
+    try:
+        with pytest.raises(PipelineError, match=r"within 0.5 s \(still running: .*infer"):
+            within(0.5 + BOUND, session)
+        assert pipeline.stats.frames_processed == 2  # batch size 1: calls 1 and 2
+        fakes.wait_for(lambda: scan_journal(journal_path(out)).n_frames == 2, "the journal")
+    finally:
+        release.set()
+    assert pipeline.join(timeout=BOUND)
+    # Once the engine returns, its last frame is saved too.
+    assert len(saved_frames(out)) == pipeline.stats.frames_processed == 3
+
+
+def test_a_final_save_slower_than_the_stop_timeout_cannot_hang_leaving_with_pipeline(
+    fakes, tmp_path, monkeypatch
+):
+    from sleap_live.stream import slp_writer
+
+    release, saving = threading.Event(), threading.Event()
+    write_slp = slp_writer.write_slp_from_journal
+
+    def slow_write(journal, slp):
+        saving.set()
+        release.wait()
+        return write_slp(journal, slp)
+
+    monkeypatch.setattr(slp_writer, "write_slp_from_journal", slow_write)
+    out = tmp_path / "out.slp"
+    pipeline = Pipeline(fakes.FakeSource(30), fakes.FakeRunner(), output=out, stop_timeout=0.5)
+
+    def session() -> None:
+        with pipeline:
+            assert saving.wait(BOUND)  # the source ended; the final save has begun
+
+    try:
+        with pytest.raises(PipelineError, match=r"within 0.5 s \(still running: slp writer\)$"):
+            within(0.5 + BOUND, session)
+        assert not out.exists()
+    finally:
+        release.set()
+    # The save goes on in its daemon thread and completes.
+    assert pipeline.join(timeout=BOUND)
+    assert saved_frames(out) == list(range(30))
+
+
+def test_a_recorder_that_blocks_cannot_hang_leaving_with_pipeline(fakes, tmp_path, monkeypatch):
+    # An encoder that never returns: its queue fills, then the emit stage waits on it.
+    from sleap_live.stream import writers
+
+    release, encoding = threading.Event(), threading.Event()
+    encode = writers.VideoRecorder.write
+
+    def stuck(self, image):
+        encoding.set()
+        release.wait()
+        return encode(self, image)
+
+    monkeypatch.setattr(writers.VideoRecorder, "write", stuck)
+    out, video = tmp_path / "out.slp", tmp_path / "rec.mkv"
+    source = fakes.FakeSource(writers.RECORD_QUEUE_CAPACITY + 40, shape=(8, 8, 1))
+    pipeline = Pipeline(source, fakes.FakeRunner(), output=out, record=video, stop_timeout=0.5)
+
+    def session() -> None:
+        with pipeline:
+            assert encoding.wait(BOUND)
+
+    try:
+        with pytest.raises(PipelineError, match=r"within 0.5 s \(still running: .*record writer"):
+            within(0.5 + BOUND, session)
+    finally:
+        release.set()
+    assert pipeline.join(timeout=BOUND)
+    frames = saved_frames(out)
+    assert frames == list(range(len(frames))) and len(frames) == pipeline.stats.frames_processed
+
+
+def test_an_iterator_left_unfinished_in_the_with_block_does_not_hold_it(fakes, tmp_path):
+    # Under "recorded" an iterator is lossless: the ring's writer waits for it. One
+    # left behind in the thread that leaves the block is not consuming any more, so
+    # leaving does not wait for it, neither for its stall timeout (here on a clock that
+    # never moves) nor for the stop timeout.
+    clock = fakes.FakeClock()
+    out = tmp_path / "out.slp"
+    pipeline = Pipeline(
+        fakes.FakeSource(60), fakes.FakeRunner(), output=out, ring_capacity=4, clock=clock
+    )
+    held = []  # keeps the generator alive: closing it would detach its reader
+
+    def session() -> None:
+        with pipeline:
+            records = iter(pipeline)
+            held.append(records)
+            assert next(records).frame_index == 0
+            fakes.wait_for(lambda: pipeline.ring.written >= 4, "a full ring")
+
+    within(BOUND, session)  # not even the stop timeout: nothing is waited for
+    # Leaving stops capture: every frame the engine finished is saved.
+    processed = pipeline.stats.frames_processed
+    assert processed >= 4 and saved_frames(out) == list(range(processed))
+
+
+def test_an_iterator_stuck_in_another_thread_is_let_go_at_the_stop_timeout(fakes, tmp_path):
+    clock = fakes.FakeClock()
+    out = tmp_path / "out.slp"
+    pipeline = Pipeline(
+        fakes.FakeSource(60),
+        fakes.FakeRunner(),
+        output=out,
+        ring_capacity=4,
+        clock=clock,
+        stop_timeout=0.5,
+    )
+    release, reading = threading.Event(), threading.Event()
+
+    def reader() -> None:
+        for _ in pipeline:
+            reading.set()
+            release.wait()  # a loop body that never finishes
+
+    def session() -> None:
+        with pipeline:
+            threading.Thread(target=reader, daemon=True).start()
+            assert reading.wait(BOUND)
+            fakes.wait_for(lambda: pipeline.ring.written >= 4, "a full ring")
+
+    try:
+        within(0.5 + BOUND, session)
+        processed = pipeline.stats.frames_processed
+        assert processed >= 4 and saved_frames(out) == list(range(processed))
+    finally:
+        release.set()
+
+
+def test_a_model_whose_clean_up_blocks_cannot_hang_leaving_with_pipeline(fakes, monkeypatch):
+    # A runner the pipeline loaded is the pipeline's to close; its clean-up (freeing
+    # a GPU context, say) may block, and the stop timeout bounds that wait too.
+    from sleap_live.engines.runners import load as engines_api
+
+    release, closing = threading.Event(), threading.Event()
+
+    class BlockingClose(fakes.FakeRunner):
+        def close(self) -> None:
+            closing.set()
+            release.wait()
+            super().close()
+
+    runner = BlockingClose()
+    monkeypatch.setattr(engines_api, "load_runner", lambda models, **options: runner)
+    pipeline = Pipeline(fakes.FakeSource(20), "model.onnx", stop_timeout=0.5)
+
+    def session() -> None:
+        with pipeline:
+            assert closing.wait(BOUND)  # the source ended: the runner is being closed
+
+    try:
+        with pytest.raises(PipelineError, match=r"within 0.5 s \(still running: infer\)$"):
+            within(0.5 + BOUND, session)
+        assert pipeline.stats.frames_processed == 20
+    finally:
+        release.set()
+    assert pipeline.join(timeout=BOUND) and runner.closed
