@@ -84,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # would wait for forever: leave without it, as the user asked.
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(EXIT_TERMINATED if interrupts.first == signal.SIGTERM else EXIT_INTERRUPTED)
+        os._exit(interrupts.status)
     except UsageError as error:
         return _fail(str(error), EXIT_USAGE)
     except Terminated:
@@ -142,8 +142,18 @@ class _Interrupts:
         try:
             yield
         finally:
-            for signum, handler in previous.items():
+            # After a signal stopped the command, the process is on its way out with
+            # that signal's status and its outputs saved. Interpreter shutdown puts
+            # back the default action of any signal with a Python handler, which would
+            # turn one more signal into a death by it; an ignored signal stays ignored.
+            late = previous if self.first is None else dict.fromkeys(signals, signal.SIG_IGN)
+            for signum, handler in late.items():
                 signal.signal(signum, handler)
+
+    @property
+    def status(self) -> int:
+        """The exit status the first signal calls for."""
+        return EXIT_TERMINATED if self.first == signal.SIGTERM else EXIT_INTERRUPTED
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self._count += 1
