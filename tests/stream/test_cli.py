@@ -135,7 +135,9 @@ def test_replay_is_live_and_stops_after_duration(tmp_path, fake_engine, capsys, 
     assert status == 0
     labels = sio.load_slp(str(out), open_videos=False)
     assert 10 < len(labels) < 300
-    assert labels.videos[0].filename == str(recording.resolve())
+    # A lossy recording: the poses link to the source, the provenance names the recording.
+    assert labels.videos[0].filename == str(video.resolve())
+    assert labels.provenance["recording"]["path"] == str(recording.resolve())
     with av.open(str(recording)) as container:
         assert container.streams.video[0].frames == len(labels)
     err = capsys.readouterr().err
@@ -150,7 +152,9 @@ def test_replay_is_live_and_stops_after_duration(tmp_path, fake_engine, capsys, 
         (["run", "v.mp4", "--camera", "0", "-m", "m"], "give a VIDEO file or --camera DEVICE"),
         (["run", "v.mp4", "-m", "m", "--width", "640"], "--width only apply with --camera"),
         (["--camera", "0", "-m", "m", "--width", "64"], "give --width and --height together"),
-        (["v.mp4", "-m", "m", "-o", "out.h5"], "out.h5: the pose output (-o) must be a .slp"),
+        (["v.mp4", "-m", "m", "-o", "out.txt"], "out.txt: cannot write poses to a .txt file"),
+        (["v.mp4", "-m", "m", "--record", "r.mp4", "--record-codec", "ffv1"], "r.mp4: a ffv1"),
+        (["v.mp4", "-m", "m", "--record-quality", "52"], "--record-quality: must be at most 51"),
         (["v.mp4", "-m", "a", "-m", "b", "-m", "c"], "give -m once, or twice for a top-down"),
         (["v.mp4", "-m", "m", "--batch-size", "0"], "argument --batch-size: must be at least 1"),
         (["v.mp4", "-m", "m", "--duration", "x"], "argument --duration: expected a number"),
