@@ -6,11 +6,13 @@ A run journals its poses (see `journal`) and, when it ends, writes the file its
 - ``.slp``: SLEAP labels (`sleap_io.save_slp`), with the run's provenance.
 - ``.h5``: SLEAP's analysis HDF5 (`sleap_io.save_analysis_h5`, as SLEAP exports
   it: tracks x nodes x 2 x frames), the provenance in its ``provenance`` dataset.
-- ``.nwb``: NWB with ndx-pose (`sleap_io.save_nwb`), one ``PoseEstimation`` per
-  track; the provenance (JSON) in ``/general/notes``. An ndx-pose series needs a
-  track, so untracked instances get tracks named by their place in the frame
-  (``instance_0``, ...), which are not identities. NWB keeps points and point
-  scores, not instance scores.
+- ``.nwb``: NWB with ndx-pose (`nwb_poses`, sleap-io's layout), one
+  ``PoseEstimation`` per track, timestamped frame index / fps in seconds; the
+  provenance (JSON) in the file's ``notes`` and each ``PoseEstimation``'s
+  ``scorer``. An ndx-pose series needs a track, so untracked instances get tracks
+  named by their place in the frame (``instance_0``, ...), which are not
+  identities. NWB keeps points and point scores, not instance scores, and no
+  frame without animals; sleap-io reads the frames back numbered in time order.
 - ``.csv``: `CSV_COLUMNS`, one row per frame x instance (written with the csv
   module: sleap-io's CSV saver has no instance column and cannot tell a frame
   processed with nothing found from one never processed); the provenance in the
@@ -82,12 +84,15 @@ def _save_h5(labels: sio.Labels, path: Path, final: Path) -> None:
 
 
 def _save_nwb(labels: sio.Labels, path: Path, final: Path) -> None:
-    sio.save_nwb(_with_positional_tracks(labels), str(path))
-    with h5py.File(path, "r+") as handle:
-        general = handle.require_group("general")
-        if "notes" in general:
-            del general["notes"]
-        general["notes"] = _json(labels.provenance)
+    # pynwb and ndx-pose take seconds to import: only a run writing NWB pays for it.
+    from sleap_live.stream.nwb_poses import write_nwb_poses
+
+    write_nwb_poses(
+        _with_positional_tracks(labels),
+        path,
+        notes=_json(labels.provenance),
+        software_version=str(labels.provenance.get("sleap_live_version")),
+    )
 
 
 def _save_csv(labels: sio.Labels, path: Path, final: Path) -> None:
