@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -140,7 +139,9 @@ def _add_common_options(
     add_verify_options(parser, frames_default=frames_default, description=IN_MEMORY_EXPORT)
     add_cache_options(parser)
     out = parser.add_argument_group("outputs")
-    out.add_argument("-o", "--output", type=Path, help=output_help + OUTPUT_FORMATS_HELP)
+    out.add_argument(
+        "-o", "--output", type=Path, metavar="FILE", help=output_help + OUTPUT_FORMATS_HELP
+    )
     out.add_argument(
         "--record",
         type=Path,
@@ -155,7 +156,7 @@ def _add_common_options(
         choices=tuple(RECORD_CODECS),
         default=DEFAULT_RECORD_CODEC,
         help="codec of --record: h264 and h265 are lossy (CRF), ffv1 is lossless (.mkv or "
-        "avi) (default: %(default)s)",
+        ".avi) (default: %(default)s)",
     )
     out.add_argument(
         "--record-quality",
@@ -168,7 +169,7 @@ def _add_common_options(
         type=seconds,
         default=DEFAULT_SAVE_INTERVAL,
         metavar="S",
-        help="save finished frames to the .slp's journal at least every S seconds: what a "
+        help="save finished frames to the pose file's journal at least every S seconds: what a "
         "crash can cost",
     )
     stop = parser.add_argument_group("session")
@@ -230,7 +231,12 @@ def handle(args: argparse.Namespace, console: Console) -> int:
                 record_quality=args.record_quality,
                 provenance={
                     "models": model_records(args.models),
-                    "command": [PROG, *sys.argv[1:]],
+                    "command": args.command,
+                    "options": {
+                        name: str(value) if isinstance(value, Path) else value
+                        for name, value in vars(args).items()
+                        if name not in ("handler", "command")
+                    },
                 },
             )
             if not args.quiet:

@@ -8,8 +8,10 @@ run and export real models from tests/data/models when the engines can load them
 
 from __future__ import annotations
 
+import csv
 import inspect
 import io
+import json
 import os
 import shutil
 import signal
@@ -125,6 +127,23 @@ def test_run_without_output_writes_next_to_the_video(video, fake_engine):
     assert cli.main([str(video), "-m", "m", "-m", "m2", "--engine", "onnx", "-q"]) == 0
     assert fake_engine[0][:2] == (["m", "m2"], "onnx")
     assert len(sio.load_slp(str(video) + ".predictions.slp", open_videos=False)) == 40
+
+
+def test_csv_output_and_a_lossless_recording(tmp_path, video, fake_engine, capsys):
+    out, recording = tmp_path / "poses.csv", tmp_path / "rec.mkv"
+    argv = ["run", str(video), "-m", "m", "-o", str(out), "-q"]
+    argv += ["--record", str(recording), "--record-codec", "ffv1"]
+    assert cli.main(argv) == 0
+    with open(out, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert sorted({int(row["frame_index"]) for row in rows}) == list(range(40))
+    provenance = json.loads((tmp_path / "poses.csv.provenance.json").read_text())
+    assert provenance["command"] == "run" and provenance["options"]["record_codec"] == "ffv1"
+    assert provenance["options"]["output"] == str(out)
+    assert provenance["models"][0]["path"] == str(Path("m").resolve())
+    assert provenance["recording"]["lossless"] is True
+    assert not (tmp_path / "poses.csv.journal").exists()
+    assert f"poses: {out} (40 frames)" in capsys.readouterr().err
 
 
 def test_replay_is_live_and_stops_after_duration(tmp_path, fake_engine, capsys, fakes):
