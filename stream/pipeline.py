@@ -48,7 +48,7 @@ from sleap_live.stream.engine_step import EngineResult, EngineStep
 from sleap_live.stream.errors import ChannelClosed, PipelineError
 from sleap_live.stream.memory import check_batch_memory
 from sleap_live.stream.priority import RECORDED_BACKGROUND_NICE, apply_stage_priority
-from sleap_live.stream.provenance import model_provenance
+from sleap_live.stream.provenance import with_models
 from sleap_live.stream.ring import DEFAULT_STALL_TIMEOUT, RingBuffer
 from sleap_live.stream.runner import ModelOrRunner, as_runner
 from sleap_live.stream.sources import Source
@@ -158,7 +158,7 @@ class Pipeline:
             save_interval,
             record_codec,
             record_quality,
-            {**model_provenance(model_or_runner), **(provenance or {})},
+            with_models(model_or_runner, provenance) if output is not None else {},
         )
         check_batch_memory(policy, batch_size, source.frame_shape)
         self._source = source

@@ -68,6 +68,14 @@ def model_provenance(model_or_runner: object) -> dict[str, Any]:
     return {}
 
 
+def with_models(model_or_runner: object, provenance: Mapping[str, Any] | None) -> dict[str, Any]:
+    """`provenance` with `model_provenance(model_or_runner)` unless it names the models."""
+    given = dict(provenance or {})
+    if "models" in given:
+        return given
+    return {**model_provenance(model_or_runner), **given}
+
+
 def run_provenance(
     runner: Runner,
     *,
