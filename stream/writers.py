@@ -467,7 +467,9 @@ def open_outputs(
         slp = SlpWriter(
             options.output,
             info.skeleton,
-            video=options.record if links_recording and options.record else source.source_id,
+            video=options.record.resolve()
+            if links_recording and options.record
+            else source.source_id,
             frame_shape=source.frame_shape,
             fps=source.fps,
             n_frames=None if links_recording else source.n_frames,

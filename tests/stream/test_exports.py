@@ -319,18 +319,18 @@ def test_lossy_codecs_take_a_quality_and_ffv1_needs_mkv(tmp_path):
     assert not (tmp_path / "rec.mp4").exists() and not (tmp_path / "rec.mkv").exists()
 
 
-def run_recorded(fakes, tmp_path, source_id: str, codec: str):
+def run_recorded(fakes, folder: Path, source_id: str, codec: str):
     shape = (9, 11, 3)
     records = list(
         Pipeline(
             fakes.FakeSource(12, shape=shape, source_id=source_id),
             fakes.FakeRunner(),
-            output=tmp_path / "poses.slp",
-            record=tmp_path / "rec.mkv",
+            output=folder / "poses.slp",
+            record=folder / "rec.mkv",
             record_codec=codec,
         )
     )
-    labels = sio.load_slp(str(tmp_path / "poses.slp"), open_videos=False)
+    labels = sio.load_slp(str(folder / "poses.slp"), open_videos=False)
     return records, labels, shape
 
 
@@ -366,6 +366,9 @@ def test_a_lossy_recording_of_a_file_leaves_the_poses_on_the_file(fakes, tmp_pat
     assert labels.provenance["recording"]["lossless"] is False
 
 
-def test_a_lossy_recording_of_a_camera_is_the_only_picture_so_the_poses_link_to_it(fakes, tmp_path):
-    _, labels, _ = run_recorded(fakes, tmp_path, "camera:0", "h264")
+def test_a_lossy_recording_of_a_camera_is_the_only_picture_so_the_poses_link_to_it(
+    fakes, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)  # a relative recording path is linked resolved
+    _, labels, _ = run_recorded(fakes, Path(), "camera:0", "h264")
     assert labels.videos[0].filename == str((tmp_path / "rec.mkv").resolve())
