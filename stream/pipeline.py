@@ -36,7 +36,8 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from sleap_live.stream.batching import (
     DEFAULT_BATCH_SIZE,
@@ -54,6 +55,7 @@ from sleap_live.stream.engine_step import EngineResult, EngineStep
 from sleap_live.stream.errors import ChannelClosed, PipelineError
 from sleap_live.stream.memory import check_batch_memory
 from sleap_live.stream.priority import RECORDED_BACKGROUND_NICE, apply_stage_priority
+from sleap_live.stream.provenance import with_models
 from sleap_live.stream.publish import PosePublishing, Publisher, as_publisher
 from sleap_live.stream.ring import DEFAULT_STALL_TIMEOUT, RingBuffer
 from sleap_live.stream.runner import ModelOrRunner, as_runner
@@ -63,6 +65,7 @@ from sleap_live.stream.stages import StageThreads
 from sleap_live.stream.stats import PipelineStats, StageMeters
 from sleap_live.stream.types import PoseRecord
 from sleap_live.stream.writers import (
+    DEFAULT_RECORD_CODEC,
     DEFAULT_SAVE_INTERVAL,
     OpenWriters,
     OutputOptions,
@@ -112,10 +115,11 @@ class Pipeline:
             ``"recorded"``.
         policy: ``"live"`` or ``"recorded"``; default from `source.is_live`.
         ring_capacity: pose records kept in `ring` for consumers and polling.
-        output: .slp file to write every pose record to (journaled every
-            `save_interval` seconds, written on stop, see `SlpWriter`).
+        output: pose file to write every pose record to: .slp, .h5 (SLEAP
+            analysis HDF5), .nwb (ndx-pose) or .csv (see `exports`), journaled
+            every `save_interval` seconds and written on stop (see `SlpWriter`).
         record: video file to record the processed frames to (see
-            `VideoRecorder`); the .slp output then links to this recording.
+            `VideoRecorder`, `OutputOptions` for which video `output` links to).
         engine: runtime used when loading models from paths ("auto", "torch", "onnx").
         device: device used when loading models from paths ("auto", "cpu", "cuda", ...).
         warmup: run the engine once on a blank batch before capture starts, so
@@ -123,6 +127,12 @@ class Pipeline:
             shows up in the latency statistics.
         save_interval: most seconds a finished frame waits before it is saved to
             `output`'s journal: what a crash can cost (see `SlpWriter`).
+        record_codec: codec of `record`: "h264" (default), "h265", or "ffv1"
+            (lossless, .mkv or .avi).
+        record_quality: CRF of a lossy `record_codec`; None: the codec's default.
+        provenance: entries added to the outputs' provenance (the model paths
+            are there already when `model_or_runner` is paths; pass
+            ``{"models": provenance.model_records(paths)}`` with a runner).
         clock: the time every timing decision is made on: ready times, engine
             times, the live batcher's deadline, `stats` and the save schedule.
             Give the source the same clock, since latency is ready time minus the
@@ -141,8 +151,10 @@ class Pipeline:
 
     Raises:
         ValueError: an unknown policy, a batch size below 1, or one whose frames in
-            flight would not fit in memory (`check_batch_memory`); a stop timeout
-            that is not a positive number of seconds; a malformed `publish` endpoint.
+            flight would not fit in memory (`check_batch_memory`); an unknown
+            output suffix or recording codec (before any model is loaded); a stop
+            timeout that is not a positive number of seconds; a malformed `publish`
+            endpoint.
         PublishError: `publish` cannot be bound, or pyzmq or msgpack is missing.
 
     Example:
@@ -167,11 +179,22 @@ class Pipeline:
         device: str = "auto",
         warmup: bool = True,
         save_interval: float | None = DEFAULT_SAVE_INTERVAL,
+        record_codec: str = DEFAULT_RECORD_CODEC,
+        record_quality: int | None = None,
+        provenance: Mapping[str, Any] | None = None,
         clock: Clock = MONOTONIC,
         stop_timeout: float | None = DEFAULT_STOP_TIMEOUT,
         publish: str | Publisher | None = None,
     ) -> None:
         policy, batch_size = choose_policy(policy, source.is_live, batch_size)
+        self._output_options = OutputOptions(
+            output,
+            record,
+            save_interval,
+            record_codec,
+            record_quality,
+            with_models(model_or_runner, provenance) if output is not None else {},
+        )
         check_batch_memory(policy, batch_size, source.frame_shape)
         if stop_timeout is not None and (math.isnan(stop_timeout) or stop_timeout <= 0):
             raise ValueError(
@@ -201,7 +224,6 @@ class Pipeline:
             halt=self._request_halt,
             clock=clock,
         )
-        self._output_options = OutputOptions(output, record, save_interval)
         self._records_frames = record is not None
         self._outputs = OpenWriters({})
         self._warmup = warmup
@@ -251,7 +273,11 @@ class Pipeline:
             if self._halt.is_set():
                 raise PipelineError("the pipeline was stopped before it started; make a new one")
             self._outputs = open_outputs(
-                self._output_options, self._source, self.runner.info, clock=self._clock
+                self._output_options,
+                self._source,
+                self.runner,
+                settings={"policy": self.policy, "batch_size": self.batch_size},
+                clock=self._clock,
             )
             self._started = True
             self._meters.start()

@@ -1,4 +1,6 @@
-"""Poses to a SLEAP .slp file through an append-only journal: `SlpWriter`, `recover_slp`.
+"""Poses to a pose file through an append-only journal: `SlpWriter`, `recover_slp`.
+
+The file is SLEAP .slp, or, by its suffix, analysis HDF5, NWB or CSV (see `exports`).
 
 A kill loses at most the last `save_interval` seconds of finished frames, a save
 costs the same at any point of a run, and memory holds only the frames since the
@@ -18,6 +20,7 @@ import sleap_io as sio
 
 from sleap_live.engines.types import FramePoses, Skeleton
 from sleap_live.stream.clock import MONOTONIC, Clock
+from sleap_live.stream.exports import check_suffix, save_labels
 from sleap_live.stream.journal import (
     JOURNAL_SUFFIX,
     MAGIC,
@@ -58,7 +61,7 @@ def to_sio_skeleton(skeleton: Skeleton) -> sio.Skeleton:
 
 
 class SlpWriter:
-    """Saves pose records as predictions in a SLEAP .slp file, crash-safely.
+    """Saves pose records as predictions in a SLEAP .slp file (or .h5, .nwb, .csv), crash-safely.
 
     Every instance becomes a `sleap_io.PredictedInstance` with its point scores and
     instance score; for multi-class models each identity becomes one
@@ -71,7 +74,9 @@ class SlpWriter:
     after their poses were ready; a save costs the same at any point of the run
     and memory holds only the frames since the last one. `close()` writes the .slp
     from the journal through sleap-io (to a temporary file renamed over `path`),
-    then deletes the journal. After a crash the journal holds every frame but the
+    then deletes the journal. A `path` ending in .h5, .nwb or .csv is written
+    the same way, from its own journal (``NAME.csv.journal``), in that format
+    (`exports.save_labels`). After a crash the journal holds every frame but the
     last `save_interval` seconds', and `recover_slp` (`sleap-live recover`)
     writes the .slp from it.
 
@@ -80,7 +85,7 @@ class SlpWriter:
     points to is written.
 
     Args:
-        path: the .slp file to write.
+        path: the pose file to write: .slp, .h5, .nwb or .csv (`exports.SUFFIXES`).
         skeleton: the model's skeleton.
         video: the video the poses belong to: a file path (it need not be
             readable now; the .slp links to it) or a name for a live source.
@@ -99,7 +104,8 @@ class SlpWriter:
         clock: time source for the save schedule; injectable for tests.
 
     Raises:
-        ValueError: `path` does not end in .slp, or `frame_shape` is not (H, W, C).
+        ValueError: `path` has another suffix than `exports.SUFFIXES`, or
+            `frame_shape` is not (H, W, C).
         FileNotFoundError: the folder `path` would be written in does not exist.
         OutputBusyError: another run is writing `path`.
         OutputError: the journal cannot be written, or holds an earlier run's
@@ -122,8 +128,7 @@ class SlpWriter:
         clock: Clock = MONOTONIC,
     ) -> None:
         self.path = Path(path)
-        if self.path.suffix != ".slp":
-            raise ValueError(f"{self.path}: pose output must be a .slp file")
+        check_suffix(self.path)
         if not self.path.parent.is_dir():
             raise FileNotFoundError(f"{self.path}: folder {self.path.parent} does not exist")
         if len(frame_shape) != 3:
@@ -241,7 +246,7 @@ class SlpWriter:
             raise OutputError(
                 f"{self.path}: saving the poses failed ({error}); the {self.n_frames_saved} "
                 f"frames saved so far are in {self.journal}: `sleap-live recover {self.path}` "
-                "writes them to the .slp"
+                "writes them to it"
             ) from error
         finally:
             self._lock.release()
@@ -275,13 +280,14 @@ class SlpWriter:
 
 
 def recover_slp(path: str | os.PathLike[str]) -> JournalContents:
-    """Write the .slp `path` from the journal a crashed run left beside it.
+    """Write the pose file `path` (.slp, .h5, .nwb, .csv) from the journal a crashed run
+    left beside it.
 
     Every complete chunk is kept; a chunk cut short by the crash is dropped.
     The journal is deleted once the .slp is written.
 
     Args:
-        path: the .slp file (or its ``.journal``).
+        path: the pose file (or its ``.journal``).
 
     Returns:
         What the journal held (frames saved, torn bytes dropped).
@@ -291,7 +297,7 @@ def recover_slp(path: str | os.PathLike[str]) -> JournalContents:
         JournalError: there is no journal, or it is unreadable.
     """
     slp = Path(path)
-    if slp.name.endswith(".slp" + JOURNAL_SUFFIX):
+    if slp.name.endswith(JOURNAL_SUFFIX):
         slp = slp.with_name(slp.name[: -len(JOURNAL_SUFFIX)])
     target = Path(os.path.realpath(slp))
     journal = journal_path(target)
@@ -310,11 +316,13 @@ def recover_slp(path: str | os.PathLike[str]) -> JournalContents:
 
 
 def write_slp_from_journal(journal: Path, slp: Path) -> int:
-    """Write the .slp file `slp` (through a temporary file) from `journal`; returns frames.
+    """Write the pose file `slp` (through a temporary file) from `journal`; returns frames.
+
+    The format is `slp`'s suffix's (see `exports`).
 
     Raises:
         JournalError: the journal is unreadable.
-        OSError: the .slp cannot be written.
+        OSError: the file cannot be written.
     """
     header, chunks = read_journal(journal)
     skeleton = to_sio_skeleton(header.skeleton)
@@ -349,7 +357,7 @@ def write_slp_from_journal(journal: Path, slp: Path) -> int:
     )
     partial = temporary_path(slp)
     try:
-        sio.save_slp(labels, str(partial), verbose=False)
+        save_labels(labels, partial, slp)
         _fsync_file(partial)
         os.replace(partial, slp)
         _fsync_folder(slp.parent)
@@ -375,7 +383,7 @@ def _lock_journal(journal: Path, slp: Path) -> OutputLock:
             if earlier.n_chunks:
                 raise OutputError(
                     f"{slp}: {journal} holds frames of an earlier run that did not finish; "
-                    f"`sleap-live recover {slp}` saves them to the .slp (or delete the journal)"
+                    f"`sleap-live recover {slp}` saves them to it (or delete the journal)"
                 )
     except JournalError:
         pass  # a header cut short: the earlier run saved no frame, nothing to keep

@@ -1,4 +1,4 @@
-"""Outputs of a pipeline run: poses to a SLEAP .slp file, frames to a video file.
+"""Outputs of a pipeline run: poses to a pose file (.slp, .h5, .nwb, .csv), frames to a video.
 
 Both writers (`SlpWriter` in `slp_writer`, `VideoRecorder` here) are used from one
 thread and are context managers; `close()` is idempotent and leaves a complete,
@@ -10,6 +10,7 @@ holds up the stage that feeds them.
 
 from __future__ import annotations
 
+import csv
 import functools
 import os
 from collections.abc import Callable, Mapping
@@ -21,11 +22,13 @@ import attrs
 import av
 import numpy as np
 
-from sleap_live.engines.types import ModelInfo
+from sleap_live.engines.runners.base import Runner
 from sleap_live.stream.channel import Channel
 from sleap_live.stream.clock import MONOTONIC, Clock
 from sleap_live.stream.errors import ChannelClosed, ChannelEmpty
+from sleap_live.stream.exports import check_suffix, sidecars
 from sleap_live.stream.outputs_guard import OutputLock, check_outputs
+from sleap_live.stream.provenance import run_provenance
 from sleap_live.stream.slp_writer import DEFAULT_SAVE_INTERVAL, SlpWriter
 from sleap_live.stream.sources import Source
 from sleap_live.stream.types import PoseRecord
@@ -64,28 +67,118 @@ def _not_a_video_format(path: Path) -> ValueError:
     )
 
 
+@attrs.frozen
+class RecordCodec:
+    """How `VideoRecorder` encodes with one codec.
+
+    Attributes:
+        encoder: FFmpeg encoder name.
+        lossless: whether decoded frames equal the frames written, bit for bit.
+        pixel_formats: the stored pixel format for RGB and for grayscale frames.
+        even_size: the codec needs even width and height (chroma subsampling).
+        containers: file suffixes whose containers take the codec.
+        quality: default CRF, or None where the codec takes no quality setting.
+        options: encoder options besides the quality.
+    """
+
+    encoder: str
+    lossless: bool
+    pixel_formats: tuple[str, str]
+    even_size: bool
+    containers: frozenset[str] | None = None
+    quality: int | None = None
+    options: Mapping[str, str] = attrs.field(factory=dict)
+
+
+# B-frames are off so every reader seeks frame-accurately and frames leave the
+# encoder without reordering delay.
+RECORD_CODECS: Mapping[str, RecordCodec] = {
+    "h264": RecordCodec(
+        "libx264",
+        False,
+        ("yuv420p", "yuv420p"),
+        True,
+        quality=18,
+        options={"preset": "veryfast", "bf": "0"},
+    ),
+    "h265": RecordCodec(
+        "libx265",
+        False,
+        ("yuv420p", "yuv420p"),
+        True,
+        quality=23,
+        options={"preset": "veryfast", "x265-params": "bframes=0:log-level=error"},
+    ),
+    # FFV1 stores RGB as bgr0 and gray as gray: both exact, at any frame size.
+    "ffv1": RecordCodec(
+        "ffv1",
+        True,
+        ("bgr0", "gray"),
+        False,
+        frozenset({"mkv", "avi", "nut"}),
+        options={"level": "3", "slicecrc": "1"},
+    ),
+}
+DEFAULT_RECORD_CODEC = "h264"
+
+# The capture times of a recording's frames, beside it (see `VideoRecorder`).
+TIMESTAMPS_SUFFIX = ".timestamps.csv"
+TIMESTAMP_COLUMNS = ("frame", "source_frame_index", "capture_time")
+
+
+def timestamps_path(recording: Path) -> Path:
+    """The capture-time sidecar of `recording`: ``NAME.mkv.timestamps.csv`` beside it."""
+    return recording.with_name(recording.name + TIMESTAMPS_SUFFIX)
+
+
+def check_record_codec(path: Path, codec: str, quality: int | None) -> None:
+    """Raises `ValueError`, naming the option, unless `codec` and `quality` suit `path`."""
+    if codec not in RECORD_CODECS:
+        raise ValueError(
+            f"--record-codec: unknown codec {codec!r}; use one of {', '.join(RECORD_CODECS)}"
+        )
+    chosen = RECORD_CODECS[codec]
+    if quality is not None and chosen.quality is None:
+        raise ValueError(f"--record-quality: {codec} is lossless and takes no quality setting")
+    if quality is not None and not 0 <= quality <= 51:
+        raise ValueError(f"--record-quality: the CRF must be 0 to 51, got {quality}")
+    suffix = path.suffix.lstrip(".").lower()
+    if chosen.containers is not None and suffix not in chosen.containers:
+        raise ValueError(
+            f"{path}: a {codec} recording needs a "
+            f"{' or '.join('.' + name for name in sorted(chosen.containers))} file"
+        )
+
+
 class VideoRecorder:
     """Encodes frames to a video file with PyAV, one output frame per `write()`.
 
     The pipeline records exactly the frames it emitted poses for, in order, so
     frame k of the recording is the k-th pose record (see `SlpWriter(renumber=True)`).
-    Frames are stored at a constant `fps`; when a live run drops frames the
-    recording is therefore shorter than the wall-clock run.
+    Frames are stored at a constant `fps`, so frame k plays at k / fps and every
+    reader finds it by its index; when a live run drops frames the recording is
+    therefore shorter than the wall-clock run. The times the frames were captured
+    are in a sidecar, ``NAME.timestamps.csv`` (`timestamps_path`): one row per
+    frame, `TIMESTAMP_COLUMNS` (the frame's index in the recording, in the source,
+    and its capture time in seconds on the source's clock), written as frames come.
 
-    H.264 (libx264, yuv420p) needs even dimensions; an odd height or width is
-    padded with one black row or column at the bottom or right, which leaves
-    pixel coordinates unchanged. B-frames are off so every reader seeks
-    frame-accurately and frames leave the encoder without reordering delay.
+    Codecs (`RECORD_CODECS`): "h264" (default, lossy, CRF 18) and "h265" (lossy,
+    CRF 23) store yuv420p and need even sizes, so an odd height or width is padded
+    with one black row or column at the bottom or right (pixel coordinates stay
+    the same); "ffv1" (in .mkv or .avi) is lossless: decoded frames equal the
+    frames written, bit for bit.
 
     Args:
         path: video file to write (its suffix picks the container, e.g. .mp4).
         fps: frame rate stored in the file.
         frame_shape: (height, width, channels) of the frames, channels 1 or 3 (RGB).
-        crf: x264 constant rate factor (0 lossless, 18 visually lossless, 23 default).
-        preset: x264 speed preset; faster presets keep up with faster cameras.
+        codec: a key of `RECORD_CODECS`.
+        crf: constant rate factor of a lossy codec (0 best, 51 worst); None: the
+            codec's default.
+        preset: x264/x265 speed preset; faster presets keep up with faster cameras.
 
     Raises:
-        ValueError: bad fps, frame shape or suffix.
+        ValueError: bad fps, frame shape, codec, quality or suffix.
         FileNotFoundError: the folder `path` would be written in does not exist.
     """
 
@@ -95,8 +188,9 @@ class VideoRecorder:
         fps: float,
         frame_shape: tuple[int, int, int],
         *,
-        crf: int = 18,
-        preset: str = "veryfast",
+        codec: str = DEFAULT_RECORD_CODEC,
+        crf: int | None = None,
+        preset: str | None = None,
     ) -> None:
         self.path = Path(path)
         if not self.path.parent.is_dir():
@@ -109,10 +203,16 @@ class VideoRecorder:
             raise ValueError(
                 f"{self.path}: frame_shape must be (H, W, 1 or 3), got {frame_shape!r}"
             )
+        check_record_codec(self.path, codec, crf)
+        self.codec = codec
+        chosen = RECORD_CODECS[codec]
+        self.lossless = chosen.lossless
         self.frame_shape = tuple(int(v) for v in frame_shape)
         height, width, channels = self.frame_shape
-        self._pad = ((0, height % 2), (0, width % 2), (0, 0))
+        pad_rows, pad_columns = (height % 2, width % 2) if chosen.even_size else (0, 0)
+        self._pad = ((0, pad_rows), (0, pad_columns), (0, 0))
         self._pixel_format = "rgb24" if channels == 3 else "gray"
+        self.timestamps = timestamps_path(self.path)
         self._lock = OutputLock(self.path, "the recording")
         try:
             self._container = av.open(str(self.path), "w")
@@ -125,21 +225,39 @@ class VideoRecorder:
             self._lock.release()
             raise
         try:
-            self._stream = self._container.add_stream("libx264", rate=_as_fraction(fps))
-            self._stream.width = width + width % 2
-            self._stream.height = height + height % 2
-            self._stream.pix_fmt = "yuv420p"
-            self._stream.options = {"crf": str(crf), "preset": preset, "bf": "0"}
+            stream = self._container.add_stream(chosen.encoder, rate=_as_fraction(fps))
+            assert isinstance(stream, av.VideoStream)
+            self._stream = stream
+            self._stream.width = width + pad_columns
+            self._stream.height = height + pad_rows
+            self._stream.pix_fmt = chosen.pixel_formats[0 if channels == 3 else 1]
+            options: dict[str, object] = dict(chosen.options)
+            if preset is not None:
+                options["preset"] = preset
+            quality = crf if crf is not None else chosen.quality
+            if quality is not None:
+                options["crf"] = str(quality)
+            self._stream.options = options
+            self._times = open(self.timestamps, "w", newline="", encoding="utf-8")
+            self._times_writer = csv.writer(self._times)
+            self._times_writer.writerow(TIMESTAMP_COLUMNS)
         except Exception:
             self._container.close()
             self._lock.release()
             raise
+        self.quality = quality
         self.n_frames_written = 0
         self.finished = False
         self._closed = False
 
-    def write(self, image: np.ndarray) -> None:
-        """Encode one (H, W, C) uint8 frame.
+    def write(
+        self,
+        image: np.ndarray,
+        *,
+        source_frame_index: int | None = None,
+        capture_time: float | None = None,
+    ) -> None:
+        """Encode one (H, W, C) uint8 frame; note its source index and capture time.
 
         Raises:
             ValueError: the recorder is closed or the frame has another shape.
@@ -158,6 +276,13 @@ class VideoRecorder:
         frame.pts = self.n_frames_written
         for packet in self._stream.encode(frame):
             self._container.mux(packet)
+        self._times_writer.writerow(
+            (
+                self.n_frames_written,
+                "" if source_frame_index is None else source_frame_index,
+                "" if capture_time is None else repr(float(capture_time)),
+            )
+        )
         self.n_frames_written += 1
 
     def close(self) -> None:
@@ -172,7 +297,10 @@ class VideoRecorder:
             try:
                 self._container.close()
             finally:
-                self._lock.release()
+                try:
+                    self._times.close()
+                finally:
+                    self._lock.release()
         self.finished = True
 
     def describe(self) -> str:
@@ -193,22 +321,62 @@ class VideoRecorder:
 
 @attrs.frozen
 class OutputOptions:
-    """What a pipeline writes besides its ring buffer.
+    """What a pipeline writes besides its ring buffer; checked when made, before any work.
 
     Attributes:
-        output: .slp file for every pose record, or None.
-        record: video file for the processed frames, or None; the .slp then links
-            to it and numbers its frames as the recording does.
+        output: pose file for every pose record (.slp, .h5, .nwb or .csv, see
+            `exports`), or None.
+        record: video file for the processed frames, or None. The pose file links
+            to it (numbering its frames as the recording does) when it is lossless,
+            or when the source is not a file (a camera, a stream: there is no other
+            picture); otherwise to the source video, with the recording named in
+            the provenance.
+        record_codec: a key of `RECORD_CODECS` ("ffv1" is the lossless one).
+        record_quality: CRF of a lossy codec; None: the codec's default.
         save_interval: most seconds a finished frame waits before it is saved to
             `output`'s journal (what a crash can cost); None saves on close only.
+        provenance: entries added to the outputs' provenance (for example
+            ``models``: `provenance.model_records` of the model paths).
+
+    Raises:
+        ValueError: an unknown pose suffix, codec, or a quality the codec cannot take.
     """
 
     output: Path | None = attrs.field(default=None, converter=attrs.converters.optional(Path))
     record: Path | None = attrs.field(default=None, converter=attrs.converters.optional(Path))
     save_interval: float | None = DEFAULT_SAVE_INTERVAL
+    record_codec: str = DEFAULT_RECORD_CODEC
+    record_quality: int | None = None
+    provenance: Mapping[str, Any] = attrs.field(factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        if self.output is not None:
+            check_suffix(self.output)
+        if self.record is not None:
+            check_recording_path(self.record)
+            check_record_codec(self.record, self.record_codec, self.record_quality)
+
+    def paths(self) -> dict[str, Path | None]:
+        """Every file the outputs write, by the option that names it (for `check_outputs`)."""
+        paths: dict[str, Path | None] = {"output": self.output, "record": self.record}
+        if self.output is not None:
+            for sidecar in sidecars(self.output):
+                paths[f"output ({sidecar.name})"] = sidecar
+        if self.record is not None:
+            paths["record (its timestamps)"] = timestamps_path(self.record)
+        return paths
 
 
 Writer = SlpWriter | VideoRecorder
+
+
+@attrs.frozen
+class RecordedFrame:
+    """A frame on its way to the recorder, with what its timestamps row needs."""
+
+    image: np.ndarray
+    frame_index: int
+    capture_time: float
 
 
 class OpenWriters:
@@ -236,7 +404,8 @@ class OpenWriters:
         Waits while a queue is full. A writer that already failed is skipped: its
         loop's error reaches the owner through that loop's thread.
         """
-        for name, item in (("slp", record), ("record", image)):
+        frame = RecordedFrame(image, record.frame_index, record.capture_time)
+        for name, item in (("slp", record), ("record", frame)):
             if name in self._writers:
                 try:
                     self._writers[name][0].put(item)
@@ -258,45 +427,70 @@ class OpenWriters:
 
 
 def open_outputs(
-    options: OutputOptions, source: Source, info: ModelInfo, *, clock: Clock = MONOTONIC
+    options: OutputOptions,
+    source: Source,
+    runner: Runner,
+    *,
+    settings: Mapping[str, Any] | None = None,
+    clock: Clock = MONOTONIC,
 ) -> OpenWriters:
-    """Open the writers `options` ask for, for poses of `info`'s model on `source`.
+    """Open the writers `options` ask for, for poses of `runner`'s model on `source`.
 
     Each output is checked first (see `check_outputs`): not the source's file,
     not the other output, in a writable folder. Each is locked while it is open.
+    The pose file's provenance is `provenance.run_provenance` of the run, with
+    `settings` (the pipeline's) and `options.provenance`.
 
     Raises:
         ValueError, FileNotFoundError, OutputError: an output path is unusable
             (nothing is left open, nothing is overwritten).
     """
     source_file = Path(source.source_id)
-    check_outputs(
-        {"output": options.output, "record": options.record},
-        {"source": [source_file] if source_file.is_file() else []},
-    )
+    source_is_file = source_file.is_file()
+    check_outputs(options.paths(), {"source": [source_file] if source_is_file else []})
     writers: dict[str, tuple[Channel[Any], Writer]] = {}
-    recording = options.record is not None
+    info = runner.info
+    recording: dict[str, Any] | None = None
+    if options.record is not None:
+        lossless = RECORD_CODECS[options.record_codec].lossless
+        recording = {
+            "path": str(options.record.resolve()),
+            "codec": options.record_codec,
+            "quality": options.record_quality,
+            "lossless": lossless,
+            "timestamps": str(timestamps_path(options.record).resolve()),
+        }
+    # The poses link to the recording only where it is the best picture there is.
+    links_recording = recording is not None and (recording["lossless"] or not source_is_file)
     if options.output is not None:
+        extra = {**options.provenance, "recording": recording}
         slp = SlpWriter(
             options.output,
             info.skeleton,
-            video=options.record if options.record is not None else source.source_id,
+            video=options.record.resolve()
+            if links_recording and options.record
+            else source.source_id,
             frame_shape=source.frame_shape,
             fps=source.fps,
-            n_frames=None if recording else source.n_frames,
+            n_frames=None if links_recording else source.n_frames,
             class_names=info.class_names,
-            renumber=recording,
+            renumber=links_recording,
             save_interval=options.save_interval,
-            provenance={
-                "sleap_live_source": source.source_id,
-                "sleap_live_model_type": info.model_type,
-            },
+            provenance=run_provenance(
+                runner, source_id=source.source_id, settings=settings or {}, extra=extra
+            ),
             clock=clock,
         )
         writers["slp"] = (Channel(SLP_QUEUE_CAPACITY), slp)
     if options.record is not None:
         try:
-            recorder = VideoRecorder(options.record, source.fps or 30.0, source.frame_shape)
+            recorder = VideoRecorder(
+                options.record,
+                source.fps or 30.0,
+                source.frame_shape,
+                codec=options.record_codec,
+                crf=options.record_quality,
+            )
         except BaseException:
             if "slp" in writers:
                 slp.discard()
@@ -322,7 +516,14 @@ def _drain(queue: Channel[Any], writer: Writer) -> None:
                 continue
             except ChannelClosed:
                 break
-            writer.write(item)
+            if isinstance(writer, VideoRecorder):
+                writer.write(
+                    item.image,
+                    source_frame_index=item.frame_index,
+                    capture_time=item.capture_time,
+                )
+            else:
+                writer.write(item)
     except BaseException:
         queue.close()  # nothing more is accepted, so the feeding stage never waits on it
         raise

@@ -164,8 +164,8 @@ class _Interrupts:
             print(
                 f"{PROG}: still finishing the frames in flight and saving the outputs; "
                 "interrupt once more to exit at once: the frames saved so far stay in the "
-                f"journal beside each .slp output (FILE.slp.journal), and `{PROG} recover "
-                "FILE.slp` writes them to the .slp",
+                f"journal beside each pose output (FILE.journal), and `{PROG} recover "
+                "FILE` writes them to FILE",
                 file=sys.stderr,
                 flush=True,
             )

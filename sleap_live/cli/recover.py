@@ -1,8 +1,9 @@
-"""`sleap-live recover FILE.slp`: write the .slp a killed run left as a journal.
+"""`sleap-live recover FILE`: write the pose file a killed run left as a journal.
 
-A run saves its finished frames every few seconds to ``FILE.slp.journal`` and
-writes ``FILE.slp`` from it when it ends. After a kill, a crash or a power cut
-the journal holds every frame up to its last save; this writes them to the .slp.
+A run saves its finished frames every few seconds to ``FILE.journal`` and writes
+``FILE`` (.slp, .h5, .nwb or .csv) from it when it ends. After a kill, a crash or
+a power cut the journal holds every frame up to its last save; this writes them
+to FILE, in the format its suffix picks.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from rich.console import Console
 
 from sleap_live.cli.options import PROG
 
-SUMMARY = "write the .slp of a run that was killed before it could, from its journal"
+SUMMARY = "write the pose file of a run that was killed before it could, from its journal"
 
 
 def add_parser(commands: Any) -> None:
@@ -24,13 +25,14 @@ def add_parser(commands: Any) -> None:
         "recover",
         help=SUMMARY,
         description="A run saves its finished frames every few seconds (--save-interval) to "
-        "a journal beside its .slp output, FILE.slp.journal, and writes FILE.slp from it when "
-        "it ends. After a kill, a crash or a power cut, this writes FILE.slp from the journal: "
-        "every frame saved before the crash. The journal is deleted once the .slp is written.",
+        "a journal beside its pose output, FILE.journal, and writes FILE from it when it "
+        "ends. After a kill, a crash or a power cut, this writes FILE (.slp, .h5, .nwb or "
+        ".csv, by its suffix) from the journal: every frame saved before the crash. The "
+        "journal is deleted once FILE is written.",
         epilog=f"example:\n  {PROG} recover session.slp",
     )
     recover.add_argument(
-        "file", type=Path, metavar="FILE", help="the .slp output (or its .slp.journal)"
+        "file", type=Path, metavar="FILE", help="the pose output (or its .journal)"
     )
     recover.set_defaults(handler=handle)
 

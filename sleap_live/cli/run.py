@@ -26,6 +26,7 @@ from sleap_live.cli.options import (
     add_verify_options,
     bit_depth,
     check_models,
+    count,
     frame_rate,
     load_model,
     path_line,
@@ -36,9 +37,11 @@ from sleap_live.cli.options import (
 from sleap_live.stream.batching import choose_policy
 from sleap_live.stream.dashboard import Dashboard, ProgressView, live_display
 from sleap_live.stream.errors import PublishError
+from sleap_live.stream.exports import check_suffix
 from sleap_live.stream.memory import check_batch_memory
 from sleap_live.stream.outputs_guard import check_outputs
 from sleap_live.stream.pipeline import Pipeline
+from sleap_live.stream.provenance import model_records
 from sleap_live.stream.publish import Publisher, check_endpoint
 from sleap_live.stream.source_reader import open_within
 from sleap_live.stream.sources import (
@@ -48,10 +51,22 @@ from sleap_live.stream.sources import (
     is_url,
     open_source,
 )
-from sleap_live.stream.writers import DEFAULT_SAVE_INTERVAL, check_recording_path
+from sleap_live.stream.writers import (
+    DEFAULT_RECORD_CODEC,
+    DEFAULT_SAVE_INTERVAL,
+    RECORD_CODECS,
+    OutputOptions,
+)
 
 RUN_SUMMARY = "run a model on a video file, or on a camera with --camera"
 REPLAY_SUMMARY = "replay a video file at its frame rate, as if it were a camera"
+
+OUTPUT_FORMATS_HELP = (
+    ". The suffix picks the format: .slp (SLEAP), .h5 (SLEAP analysis HDF5), .nwb (NWB, "
+    "ndx-pose) or .csv (a row per frame and instance). Poses are saved while the run lasts "
+    "to FILE.journal, the crash-safe record, and FILE is written from it at the end; after "
+    f"a kill, `{PROG} recover FILE` writes it"
+)
 
 
 def add_parsers(commands: Any) -> None:
@@ -78,7 +93,7 @@ def add_parsers(commands: Any) -> None:
         frames_default="the first frames of VIDEO; for a camera, frames of the model "
         "directories' training labels, else synthetic frames",
         batch_size_help="frames per engine call (default: 8 for files, 1 for cameras)",
-        output_help="poses to this .slp file (default: VIDEO.predictions.slp for a file, "
+        output_help="poses to this file (default: VIDEO.predictions.slp for a file, "
         "none for a camera)",
     )
     camera = run.add_argument_group("camera")
@@ -109,7 +124,7 @@ def add_parsers(commands: Any) -> None:
         replay,
         frames_default="the first frames of VIDEO",
         batch_size_help="frames per engine call (default: 1, as for a camera)",
-        output_help="poses to this .slp file (default: none)",
+        output_help="poses to this file (default: none)",
     )
     replay.add_argument(
         "--fps", type=frame_rate, help="replay rate (default: the video's frame rate)"
@@ -135,20 +150,37 @@ def _add_common_options(
     add_verify_options(parser, frames_default=frames_default, description=IN_MEMORY_EXPORT)
     add_cache_options(parser)
     out = parser.add_argument_group("outputs")
-    out.add_argument("-o", "--output", type=Path, help=output_help)
+    out.add_argument(
+        "-o", "--output", type=Path, metavar="FILE", help=output_help + OUTPUT_FORMATS_HELP
+    )
     out.add_argument(
         "--record",
         type=Path,
         metavar="VIDEO",
-        help="record the processed frames to this video, which the .slp output then "
-        "links to (default: no recording)",
+        help="record the processed frames to this video, and their capture times to "
+        "VIDEO.timestamps.csv (default: no recording). The poses link to the recording "
+        "when it is lossless (ffv1) or the source is a camera or stream; otherwise to "
+        "the source video, and the provenance names the recording",
+    )
+    out.add_argument(
+        "--record-codec",
+        choices=tuple(RECORD_CODECS),
+        default=DEFAULT_RECORD_CODEC,
+        help="codec of --record: h264 and h265 are lossy (CRF), ffv1 is lossless (.mkv or "
+        ".avi) (default: %(default)s)",
+    )
+    out.add_argument(
+        "--record-quality",
+        type=_crf,
+        metavar="CRF",
+        help="CRF of a lossy --record-codec, 0 (best) to 51 (default: 18 for h264, 23 for h265)",
     )
     out.add_argument(
         "--save-interval",
         type=seconds,
         default=DEFAULT_SAVE_INTERVAL,
         metavar="S",
-        help="save finished frames to the .slp's journal at least every S seconds: what a "
+        help="save finished frames to the pose file's journal at least every S seconds: what a "
         "crash can cost",
     )
     out.add_argument(
@@ -183,6 +215,14 @@ def _add_common_options(
     )
 
 
+def _crf(text: str) -> int:
+    """argparse type: a constant rate factor, 0 to 51."""
+    value = count(text)
+    if value > 51:
+        raise argparse.ArgumentTypeError(f"must be at most 51, got {value}")
+    return value
+
+
 def handle(args: argparse.Namespace, console: Console) -> int:
     """Runs `run` or `replay`; returns the exit status (errors propagate to `main`)."""
     _check(args)
@@ -199,8 +239,8 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             "--verify-video": [args.verify_video],
         },
     )
-    if args.record is not None:
-        check_recording_path(args.record)
+    # A bad recording path or codec is refused here, before any work.
+    OutputOptions(output, args.record, None, args.record_codec, args.record_quality)
     with _bind_publisher(args) as publisher:
         return _run(args, console, video, output, publisher)
 
@@ -229,6 +269,17 @@ def _run(
                 record=args.record,
                 save_interval=args.save_interval,
                 publish=publisher,
+                record_codec=args.record_codec,
+                record_quality=args.record_quality,
+                provenance={
+                    "models": model_records(args.models),
+                    "command": args.command,
+                    "options": {
+                        name: str(value) if isinstance(value, Path) else value
+                        for name, value in vars(args).items()
+                        if name not in ("handler", "command")
+                    },
+                },
             )
             if not args.quiet:
                 _print_path(source, runner, args.decoder, console)
@@ -278,8 +329,11 @@ def _print_path(source: Source, runner: Any, decoder: str, console: Console) -> 
 
 def _check(args: argparse.Namespace) -> None:
     check_models(args)
-    if args.output is not None and args.output.suffix != ".slp":
-        raise UsageError(f"{args.output}: the pose output (-o) must be a .slp file")
+    if args.output is not None:
+        try:
+            check_suffix(args.output)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
     if isinstance(args.video, str):  # a stream URL
         if args.command == "replay":
             raise UsageError(

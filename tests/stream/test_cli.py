@@ -8,8 +8,10 @@ run and export real models from tests/data/models when the engines can load them
 
 from __future__ import annotations
 
+import csv
 import inspect
 import io
+import json
 import os
 import shutil
 import signal
@@ -127,6 +129,23 @@ def test_run_without_output_writes_next_to_the_video(video, fake_engine):
     assert len(sio.load_slp(str(video) + ".predictions.slp", open_videos=False)) == 40
 
 
+def test_csv_output_and_a_lossless_recording(tmp_path, video, fake_engine, capsys):
+    out, recording = tmp_path / "poses.csv", tmp_path / "rec.mkv"
+    argv = ["run", str(video), "-m", "m", "-o", str(out), "-q"]
+    argv += ["--record", str(recording), "--record-codec", "ffv1"]
+    assert cli.main(argv) == 0
+    with open(out, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert sorted({int(row["frame_index"]) for row in rows}) == list(range(40))
+    provenance = json.loads((tmp_path / "poses.csv.provenance.json").read_text())
+    assert provenance["command"] == "run" and provenance["options"]["record_codec"] == "ffv1"
+    assert provenance["options"]["output"] == str(out)
+    assert provenance["models"][0]["path"] == str(Path("m").resolve())
+    assert provenance["recording"]["lossless"] is True
+    assert not (tmp_path / "poses.csv.journal").exists()
+    assert f"poses: {out} (40 frames)" in capsys.readouterr().err
+
+
 def test_replay_is_live_and_stops_after_duration(tmp_path, fake_engine, capsys, fakes):
     video = write_indexed_video(tmp_path / "long.mkv", 300, fakes)
     out, recording = tmp_path / "out.slp", tmp_path / "rec.mp4"
@@ -135,7 +154,9 @@ def test_replay_is_live_and_stops_after_duration(tmp_path, fake_engine, capsys, 
     assert status == 0
     labels = sio.load_slp(str(out), open_videos=False)
     assert 10 < len(labels) < 300
-    assert labels.videos[0].filename == str(recording.resolve())
+    # A lossy recording: the poses link to the source, the provenance names the recording.
+    assert labels.videos[0].filename == str(video.resolve())
+    assert labels.provenance["recording"]["path"] == str(recording.resolve())
     with av.open(str(recording)) as container:
         assert container.streams.video[0].frames == len(labels)
     err = capsys.readouterr().err
@@ -150,7 +171,9 @@ def test_replay_is_live_and_stops_after_duration(tmp_path, fake_engine, capsys, 
         (["run", "v.mp4", "--camera", "0", "-m", "m"], "give a VIDEO file or --camera DEVICE"),
         (["run", "v.mp4", "-m", "m", "--width", "640"], "--width only apply with --camera"),
         (["--camera", "0", "-m", "m", "--width", "64"], "give --width and --height together"),
-        (["v.mp4", "-m", "m", "-o", "out.h5"], "out.h5: the pose output (-o) must be a .slp"),
+        (["v.mp4", "-m", "m", "-o", "out.txt"], "out.txt: cannot write poses to a .txt file"),
+        (["v.mp4", "-m", "m", "--record", "r.mp4", "--record-codec", "ffv1"], "r.mp4: a ffv1"),
+        (["v.mp4", "-m", "m", "--record-quality", "52"], "--record-quality: must be at most 51"),
         (["v.mp4", "-m", "a", "-m", "b", "-m", "c"], "give -m once, or twice for a top-down"),
         (["v.mp4", "-m", "m", "--batch-size", "0"], "argument --batch-size: must be at least 1"),
         (["v.mp4", "-m", "m", "--duration", "x"], "argument --duration: expected a number"),

@@ -281,8 +281,8 @@ def test_file_output_links_to_the_source_with_source_frame_indices(fakes, tmp_pa
     assert [lf.frame_idx for lf in labels] == list(range(10))
     assert labels.videos[0].filename == str(video.resolve())
     assert tuple(labels.videos[0].shape) == (10, 8, 8, 1)
-    assert labels.provenance["sleap_live_source"] == str(video)
-    assert labels.provenance["sleap_live_model_type"] == "multi_class_topdown"
+    assert labels.provenance["source"] == str(video)
+    assert labels.provenance["model_type"] == "multi_class_topdown"
     second = labels[5].instances
     assert len(second) == 2 and second[1].track.name == "right"
 
@@ -394,8 +394,8 @@ def test_invalid_arguments(fakes):
         Pipeline(fakes.FakeSource(), fakes.FakeRunner(), policy="fast")
     with pytest.raises(ValueError, match="batch_size must be an int of at least 1, got 0"):
         Pipeline(fakes.FakeSource(), fakes.FakeRunner(), batch_size=0)
-    with pytest.raises(ValueError, match=r"out\.txt: pose output must be a \.slp file"):
-        Pipeline(fakes.FakeSource(), fakes.FakeRunner(), output="out.txt").start()
+    with pytest.raises(ValueError, match=r"out\.txt: cannot write poses to a \.txt file"):
+        Pipeline(fakes.FakeSource(), fakes.FakeRunner(), output="out.txt")
 
 
 def test_model_paths_are_loaded_and_the_runner_closed_at_the_end(fakes, monkeypatch):

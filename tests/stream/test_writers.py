@@ -293,8 +293,10 @@ def test_write_rejects_wrong_node_count_and_use_after_close(tmp_path):
 
 
 def test_bad_output_paths_name_the_file(tmp_path):
-    with pytest.raises(ValueError, match=r"out\.h5: pose output must be a \.slp file"):
-        SlpWriter(tmp_path / "out.h5", SKELETON, video="v", frame_shape=(4, 4, 1))
+    with pytest.raises(
+        ValueError, match=r"out\.txt: cannot write poses to a \.txt file.*\.slp, \.h5, \.nwb, \.csv"
+    ):
+        SlpWriter(tmp_path / "out.txt", SKELETON, video="v", frame_shape=(4, 4, 1))
     with pytest.raises(FileNotFoundError, match="does not exist"):
         SlpWriter(tmp_path / "missing" / "out.slp", SKELETON, video="v", frame_shape=(4, 4, 1))
     with pytest.raises(FileNotFoundError, match="does not exist"):

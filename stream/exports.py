@@ -1,0 +1,178 @@
+"""Pose files by suffix: the formats a run can write, and how each is saved.
+
+A run journals its poses (see `journal`) and, when it ends, writes the file its
+`-o` names from the journal in the format the suffix picks:
+
+- ``.slp``: SLEAP labels (`sleap_io.save_slp`), with the run's provenance.
+- ``.h5``: SLEAP's analysis HDF5 (`sleap_io.save_analysis_h5`, as SLEAP exports
+  it: tracks x nodes x 2 x frames), the provenance in its ``provenance`` dataset.
+- ``.nwb``: NWB with ndx-pose (`nwb_poses`, sleap-io's layout), one
+  ``PoseEstimation`` per track, timestamped frame index / fps in seconds; the
+  provenance (JSON) in the file's ``notes`` and each ``PoseEstimation``'s
+  ``scorer``. An ndx-pose series needs a track, so untracked instances get tracks
+  named by their place in the frame (``instance_0``, ...), which are not
+  identities. NWB keeps points and point scores, not instance scores, and no
+  frame without animals; sleap-io reads the frames back numbered in time order.
+- ``.csv``: `CSV_COLUMNS`, one row per frame x instance (written with the csv
+  module: sleap-io's CSV saver has no instance column and cannot tell a frame
+  processed with nothing found from one never processed); the provenance in the
+  sidecar ``NAME.csv.provenance.json``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import sleap_io as sio
+
+SUFFIXES = (".slp", ".h5", ".nwb", ".csv")
+
+# The columns of a CSV pose file before the per-node ones ("NODE.x", "NODE.y",
+# "NODE.score" for each node, in the skeleton's order). A frame processed with
+# nothing found has one row with only frame_index filled.
+CSV_COLUMNS = ("frame_index", "instance", "track", "instance_score")
+
+# Where a CSV pose file's provenance lives: a JSON file beside it.
+PROVENANCE_SIDECAR_SUFFIX = ".provenance.json"
+
+
+def check_suffix(path: Path) -> None:
+    """Raises `ValueError`, naming `path` and the accepted suffixes, unless one fits."""
+    if path.suffix.lower() not in SUFFIXES:
+        raise ValueError(
+            f"{path}: cannot write poses to a {path.suffix or 'suffix-less'} file; "
+            f"pose files are {', '.join(SUFFIXES)}"
+        )
+
+
+def sidecars(path: Path) -> list[Path]:
+    """Files written beside the pose file `path` besides its journal."""
+    if path.suffix.lower() == ".csv":
+        return [path.with_name(path.name + PROVENANCE_SIDECAR_SUFFIX)]
+    return []
+
+
+def save_labels(labels: sio.Labels, path: Path, final: Path) -> None:
+    """Write `labels` to `path` in the format `final`'s suffix picks.
+
+    `path` is the temporary file that is renamed to `final` once complete;
+    `final` names the sidecars, which are written (atomically) beside it.
+    """
+    check_suffix(final)
+    _SAVERS[final.suffix.lower()](labels, path, final)
+
+
+def _save_slp(labels: sio.Labels, path: Path, final: Path) -> None:
+    sio.save_slp(labels, str(path), verbose=False)
+
+
+def _save_h5(labels: sio.Labels, path: Path, final: Path) -> None:
+    sio.save_analysis_h5(labels, str(path), labels_path=str(final))
+    # sleap-io stores the provenance itself; the file must say so, whatever it does.
+    with h5py.File(path, "r+") as handle:
+        if "provenance" in handle:
+            del handle["provenance"]
+        handle["provenance"] = _json(labels.provenance)
+
+
+def _save_nwb(labels: sio.Labels, path: Path, final: Path) -> None:
+    # pynwb and ndx-pose take seconds to import: only a run writing NWB pays for it.
+    from sleap_live.stream.nwb_poses import write_nwb_poses
+
+    write_nwb_poses(
+        _with_positional_tracks(labels),
+        path,
+        notes=_json(labels.provenance),
+        software_version=str(labels.provenance.get("sleap_live_version")),
+    )
+
+
+def _save_csv(labels: sio.Labels, path: Path, final: Path) -> None:
+    skeleton = labels.skeletons[0]
+    nodes = [node.name for node in skeleton.nodes]
+    header = [*CSV_COLUMNS, *(f"{node}.{field}" for node in nodes for field in ("x", "y", "score"))]
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        for frame in sorted(labels.labeled_frames, key=lambda frame: frame.frame_idx):
+            if not frame.instances:
+                writer.writerow([frame.frame_idx] + [""] * (len(header) - 1))
+            for number, instance in enumerate(frame.instances):
+                points = instance.numpy(scores=True)
+                row: list[Any] = [
+                    frame.frame_idx,
+                    number,
+                    instance.track.name if instance.track is not None else "",
+                    _number(getattr(instance, "score", math.nan)),
+                ]
+                for x, y, score in points:
+                    row.extend((_number(x), _number(y), _number(score)))
+                writer.writerow(row)
+        handle.flush()
+        os.fsync(handle.fileno())
+    sidecar = sidecars(final)[0]
+    partial = sidecar.with_name(f".{sidecar.name}.{os.getpid()}.partial")
+    try:
+        partial.write_text(_json(labels.provenance) + "\n", encoding="utf-8")
+        os.replace(partial, sidecar)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+_SAVERS: Mapping[str, Callable[[sio.Labels, Path, Path], None]] = {
+    ".slp": _save_slp,
+    ".h5": _save_h5,
+    ".nwb": _save_nwb,
+    ".csv": _save_csv,
+}
+
+
+def _with_positional_tracks(labels: sio.Labels) -> sio.Labels:
+    """`labels` with every untracked instance on a track named by its place in the frame."""
+    if all(instance.track is not None for frame in labels.labeled_frames for instance in frame):
+        return labels
+    positional: dict[int, sio.Track] = {}
+    frames = []
+    for frame in labels.labeled_frames:
+        instances = []
+        for number, instance in enumerate(frame.instances):
+            track = instance.track
+            if track is None:
+                track = positional.setdefault(number, sio.Track(name=f"instance_{number}"))
+            instances.append(
+                sio.PredictedInstance.from_numpy(
+                    instance.numpy(),
+                    skeleton=instance.skeleton,
+                    point_scores=instance.numpy(scores=True)[:, 2],
+                    score=float(instance.score),
+                    track=track,
+                )
+            )
+        frames.append(
+            sio.LabeledFrame(video=frame.video, frame_idx=frame.frame_idx, instances=instances)
+        )
+    return sio.Labels(
+        labeled_frames=frames,
+        videos=labels.videos,
+        skeletons=labels.skeletons,
+        tracks=[*labels.tracks, *positional.values()],
+        provenance=dict(labels.provenance),
+    )
+
+
+def _number(value: float) -> str:
+    """A float32 value as the shortest text that reads back to it; empty for NaN."""
+    value = float(value)
+    return "" if math.isnan(value) else str(np.float32(value))
+
+
+def _json(value: Mapping[str, Any]) -> str:
+    return json.dumps(dict(value), sort_keys=True, default=str)
