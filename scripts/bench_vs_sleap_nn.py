@@ -47,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -193,10 +194,10 @@ def make_clip(case: Case, n_frames: int, folder: Path) -> Path:
 
 def run_logged(command: list[str], log: Path) -> float:
     """Runs `command` with its output in `log`; its wall time in seconds."""
-    start = datetime.datetime.now()
+    start = time.perf_counter()
     with log.open("w") as out:
         done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, check=False)
-    seconds = (datetime.datetime.now() - start).total_seconds()
+    seconds = time.perf_counter() - start
     if done.returncode != 0:
         tail = log.read_text().strip().splitlines()[-1:] or ["(no output)"]
         raise SystemExit(f"{' '.join(command[:3])} ... failed ({done.returncode}): {tail[0]}")
@@ -205,7 +206,8 @@ def run_logged(command: list[str], log: Path) -> float:
 
 def frame_shape(clip: Path) -> tuple[int, int, int]:
     """(height, width, channels) of the clip's first frame."""
-    return tuple(decode_all(clip, 1).shape[1:])  # type: ignore[return-value]
+    height, width, channels = decode_all(clip, 1).shape[1:]
+    return height, width, channels
 
 
 def sleap_nn_export(sleap_nn: Path, case: Case, clip: Path, folder: Path) -> Path:
