@@ -102,7 +102,7 @@ def add_parser(commands: Any) -> None:
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
-    """Runs the benchmark, prints its table (stdout) and writes --json."""
+    """Runs the benchmark, prints its table (stdout) and writes --json and --plot."""
     check_models(args)
     if args.plot is not None:
         check_plot_option(args.plot)
