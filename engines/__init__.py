@@ -2,6 +2,8 @@
 
 `load_runner`, `load_inference_model` and `export_model` load torch,
 so they are imported on first use: `import sleap_live.engines` stays light.
+Importing it asks torch's OpenMP threads to sleep rather than spin when idle,
+before anything loads torch (see `sleap_live.engines.runners.openmp`).
 """
 
 from typing import Any
@@ -22,7 +24,10 @@ from sleap_live.engines.load.dirs import (
     read_model_dir,
 )
 from sleap_live.engines.load.spec import HeadSpec, ModelSpec, PreprocessSpec, UNetSpec
+from sleap_live.engines.runners.openmp import prefer_passive_wait
 from sleap_live.engines.types import MODEL_TYPES, FramePoses, ModelInfo, Skeleton
+
+prefer_passive_wait()
 
 __all__ = [
     "MODEL_TYPES",

@@ -2,6 +2,7 @@
 
     python scripts/bench_engines.py MODEL_DIR [MODEL_DIR2] [--batch 1 4] [--size 512x512]
         [--channels 1] [--iterations 50] [--warmup 5] [--threads 2] [--video PATH]
+        [--passes 6] [--busy-core]
 
 MODEL is anything `load_runner` takes. Each engine runs the same frames (synthetic
 blobs, or the first frames of --video) for --warmup untimed and --iterations timed
@@ -9,14 +10,26 @@ batches; the table gives load time, median and 90th-percentile batch latency, an
 frames per second. OpenVINO runs at fp32 (`--engines ... openvino`, the default
 when it is installed); its load includes compiling the graph. Run it under `nice`
 on a shared machine.
+
+Steadiness: `--passes N` times N back-to-back passes of --iterations batches and
+gives each pass's frames per second (min, median, max, and max/min); `--busy-core`
+times them twice, as the machine is and while a process of this script's own spins
+on one core (started and killed here), the way another program on a shared machine
+takes a core. torch's OpenMP threads sleep when idle under sleap-live
+(`sleap_live.engines.runners.openmp`); `GOMP_SPINCOUNT=300000` in the environment
+brings back torch's own spin-waiting, for comparison.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import statistics
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -44,36 +57,67 @@ def read_video_frames(path: Path, count: int, channels: int) -> np.ndarray:
     return np.stack(frames)
 
 
+@contextlib.contextmanager
+def busy_core(busy: bool) -> Iterator[None]:
+    """While inside, a child process spins on one core (if `busy`); killed on the way out."""
+    if not busy:
+        yield
+        return
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.2)  # let it start spinning before the timing does
+        yield
+    finally:
+        spinner.kill()
+        spinner.wait()
+
+
+def time_passes(runner: object, batch: np.ndarray, args: argparse.Namespace) -> dict[str, float]:
+    """--passes back-to-back passes of --iterations batches: latencies and fps per pass."""
+    latencies, pass_fps = [], []
+    for _ in range(args.passes):
+        started_pass = time.perf_counter()
+        for _ in range(args.iterations):
+            started = time.perf_counter()
+            runner.run(batch)  # type: ignore[attr-defined]
+            latencies.append(time.perf_counter() - started)
+        pass_fps.append(len(batch) * args.iterations / (time.perf_counter() - started_pass))
+    latencies.sort()
+    return {
+        "median_ms": 1000 * statistics.median(latencies),
+        "p90_ms": 1000 * latencies[int(0.9 * (len(latencies) - 1))],
+        "fps": len(batch) * len(latencies) / sum(latencies),
+        "fps_min": min(pass_fps),
+        "fps_median": statistics.median(pass_fps),
+        "fps_max": max(pass_fps),
+        "spread": max(pass_fps) / min(pass_fps),
+    }
+
+
 def time_engine(
     paths: list[str], engine: str, batch: np.ndarray, args: argparse.Namespace
-) -> dict[str, float]:
+) -> list[dict[str, float]]:
+    """Loads the engine, warms it up, and times it (idle core, then busy with --busy-core)."""
     started = time.perf_counter()
     runner = load_runner(
         paths,
         engine=engine,
         device="cpu",
-        threads=args.threads,
+        threads=args.threads or None,
         verify_frames=batch[:5],
         cache_dir=args.cache_dir,
     )
     loaded = time.perf_counter() - started
+    results = []
     try:
         for _ in range(args.warmup):
             runner.run(batch)
-        latencies = []
-        for _ in range(args.iterations):
-            started = time.perf_counter()
-            runner.run(batch)
-            latencies.append(time.perf_counter() - started)
+        for busy in (False, True) if args.busy_core else (False,):
+            with busy_core(busy):
+                results.append({"load_s": loaded, "busy": busy, **time_passes(runner, batch, args)})
     finally:
         runner.close()
-    latencies.sort()
-    return {
-        "load_s": loaded,
-        "median_ms": 1000 * statistics.median(latencies),
-        "p90_ms": 1000 * latencies[int(0.9 * (len(latencies) - 1))],
-        "fps": len(batch) * len(latencies) / sum(latencies),
-    }
+    return results
 
 
 def default_engines() -> list[str]:
@@ -93,7 +137,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--video", type=Path, help="take frames from this video instead")
     parser.add_argument("--iterations", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1, help="intra-op threads per engine")
+    parser.add_argument("--passes", type=int, default=1, help="timed passes of --iterations")
+    parser.add_argument(
+        "--busy-core",
+        action="store_true",
+        help="time the passes again while a process spins on one core",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="intra-op threads per engine; 0: the engine's default (one per core)",
+    )
     parser.add_argument(
         "--cache-dir", type=Path, help="sleap-live cache directory (default: the user's)"
     )
@@ -110,24 +165,41 @@ def main(argv: list[str] | None = None) -> int:
     table = Table(
         title=f"{' + '.join(args.models)} on {pool.shape[1]}×{pool.shape[2]}×{pool.shape[3]}"
     )
-    for column in ("engine", "batch", "load s", "median ms", "p90 ms", "frames/s"):
-        table.add_column(column, justify="left" if column == "engine" else "right")
+    columns = ["engine", "batch", "load s", "median ms", "p90 ms", "frames/s"]
+    if args.busy_core:
+        columns.insert(2, "busy core")
+    if args.passes > 1:
+        columns += ["pass fps min/med/max", "max/min"]
+    for column in columns:
+        table.add_column(column, justify="left" if column == "engine" else "right", no_wrap=True)
     for engine in args.engines:
         for size in args.batch:
             batch = pool[np.arange(size) % len(pool)]
             with console.status(f"{engine}, batch {size}"):
-                result = time_engine(args.models, engine, batch, args)
-            table.add_row(
-                engine,
-                str(size),
-                f"{result['load_s']:.2f}",
-                f"{result['median_ms']:.2f}",
-                f"{result['p90_ms']:.2f}",
-                f"{result['fps']:.1f}",
-            )
+                results = time_engine(args.models, engine, batch, args)
+            for result in results:
+                row = [
+                    engine,
+                    str(size),
+                    f"{result['load_s']:.2f}",
+                    f"{result['median_ms']:.2f}",
+                    f"{result['p90_ms']:.2f}",
+                    f"{result['fps']:.1f}",
+                ]
+                if args.busy_core:
+                    row.insert(2, "yes" if result["busy"] else "no")
+                if args.passes > 1:
+                    row += [
+                        f"{result['fps_min']:.0f}/{result['fps_median']:.0f}/"
+                        f"{result['fps_max']:.0f}",
+                        f"{result['spread']:.2f}",
+                    ]
+                table.add_row(*row)
     console.print(table)
     console.print(
-        f"threads per engine: {args.threads}; {args.warmup} warmup, {args.iterations} timed"
+        f"threads per engine: {args.threads}; {args.warmup} warmup, {args.passes} x "
+        f"{args.iterations} timed; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, "
+        f"GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT')}"
     )
     return 0
 

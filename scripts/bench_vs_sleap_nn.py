@@ -1,164 +1,536 @@
-"""Side by side: sleap-live's CPU engine against `sleap-nn predict`, one run, one machine.
+"""sleap-live against `sleap-nn predict` on the CPU: speed and poses, every model, one run.
 
-Both tools run the same top-down model (centroid + centered-instance, 2 animals) on
-the same frames. sleap-nn runs in its own virtual environment (it is not a
-dependency of sleap-live), in-process through its `Predictor` API, so neither
-side pays for interpreter start-up or model loading in the timed part:
+    python scripts/bench_vs_sleap_nn.py --sleap-nn /path/to/sleap-nn-venv/bin
+        [--models topdown_fixture topdown_384 ...] [--frames 1100] [--batch-size N]
+        [--json results.json] [--markdown docs/benchmarks.md] [--plot chart.png]
 
-- sleap-nn torch:  `Predictor.from_model_paths(...).predict(video)` (its `predict`)
-- sleap-nn onnx:   `Predictor.from_export_dir(..., runtime="onnx")` on a directory
-                   written by `sleap-nn export` (what `predict --runtime onnx` runs)
-- sleap-live:      `Pipeline(FileSource(video), runner).run()`: decode, batching,
-                   inference and pose records end to end; plus the engine alone
-                   on frames already in memory.
+Every model (`--models`, default all: the tiny test fixtures, and the lab-size models of
+`scripts/fixtures/lab.py` that have been trained) runs on one clip of `--frames` frames:
+a test video looped and zero-padded to a multiple of 32 (lossless, so every tool reads
+the same pixels), or a lab scene rendered from its seed (H.264, as a camera records).
+Three tools run it, on the same clip and machine:
 
-Each first makes one untimed pass over the clip (torch's CPU kernels are slow the
-first time they meet each input shape, and top-down crop counts vary), then is
-timed over the whole clip. Usage:
+- sleap-nn torch: `sleap-nn predict -m MODEL_DIR...` (sleap-nn's own venv);
+- sleap-nn onnx:  `sleap-nn predict --runtime onnx -m EXPORT_DIR` on a directory
+  written by `sleap-nn export` at the clip's frame size (not timed);
+- sleap-live:     `sleap-live run` with its default engine.
 
-    python scripts/bench_vs_sleap_nn.py --sleap-nn-python /path/to/sleap-nn-venv/bin/python
+Measured for each:
 
-Prints a table and writes it as JSON with `--json`.
+- **whole process**: the command timed end to end, once (interpreter start-up, model
+  loading, decoding, inference, writing the .slp). sleap-live's export cache (a
+  folder of this run) is warm: the engine-only step below loads the model first,
+  as any run after a model's first does;
+- **warm, in-process**: sleap-nn's `Predictor.predict` on the clip after one untimed
+  pass (decoding included); sleap-live's recorded pipeline (decode, batches,
+  inference, pose records) after the same;
+- **engine only** (sleap-live): `runner.run` on the first `ENGINE_FRAMES` frames,
+  already decoded in memory;
+- **pose agreement** with `sleap-nn predict` torch's .slp, frame by frame: instances
+  matched (Hungarian on mean point distance; matched / the larger count), frames
+  with the same instance count, and the median and largest distance of matched points.
+
+Each tool keeps its own default batch size unless `--batch-size` sets both. The table
+is printed; `--json` writes every figure, `--markdown FILE` writes the table with the
+machine, versions and date between this script's markers in FILE (added at its end
+when they are not there; nothing else in the file changes), `--plot PNG` a chart.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import os
+import platform
 import subprocess
 import sys
 import tempfile
 import textwrap
+import time
+from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
+from typing import Any
 
-import av
+import numpy as np
+import sleap_io as sio
+from fixtures import media
 from rich.console import Console
 from rich.table import Table
+from scipy.optimize import linear_sum_assignment
 
 from sleap_live.engines.runners.load import load_runner
 from sleap_live.stream.bench import bench_throughput, decode_all
-from sleap_live.stream.sources import FileSource
+
+try:  # the lab-size models, where this checkout has them
+    from fixtures.lab import LAB_MODELS, write_clip
+except ImportError:
+    LAB_MODELS, write_clip = (), None
 
 REPO = Path(__file__).resolve().parents[1]
-MODELS = [REPO / "tests/data/models/centroid", REPO / "tests/data/models/centered_instance"]
-VIDEO = REPO / "tests/data/videos/multi_gray.mkv"
+DATA = REPO / "tests" / "data"
+# Fixture clips are padded to this multiple: sleap-nn's exported graphs take only
+# frames their UNet can run as they are.
+PAD_TO = 32
+# Frames of the engine-only run (decoded into memory; a 1024 x 1024 clip's 1,100
+# frames would take 1.1 GB).
+ENGINE_FRAMES = 256
+# sleap-live's default batch size for files (`sleap-live run`).
+LIVE_BATCH = 8
+TOOLS = ("sleap-nn torch", "sleap-nn onnx", "sleap-live")
+MARK_START = "<!-- bench_vs_sleap_nn: start -->"
+MARK_END = "<!-- bench_vs_sleap_nn: end -->"
 
-SLEAP_NN_BENCH = textwrap.dedent(
+# Run in sleap-nn's venv: its predictor on the clip, one untimed pass, then one timed.
+SLEAP_NN_WARM = textwrap.dedent(
     """
     import json, sys, time
     from sleap_nn.inference.predictor import Predictor
-    video, export_dir, batch_size, models = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
+    clip, export_dir, batch, models = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+    options = {"device": "cpu", **({"batch_size": int(batch)} if batch else {})}
     results = {}
     for runtime in ("torch", "onnx"):
         if runtime == "torch":
-            predictor = Predictor.from_model_paths(models, device="cpu", batch_size=batch_size)
+            predictor = Predictor.from_model_paths(models, **options)
         else:
-            predictor = Predictor.from_export_dir(
-                export_dir, runtime="onnx", device="cpu", batch_size=batch_size
-            )
-        predictor.predict(video)  # warm-up: one untimed pass over the clip
+            predictor = Predictor.from_export_dir(export_dir, runtime="onnx", **options)
+        predictor.predict(clip)
         start = time.perf_counter()
-        labels = predictor.predict(video)
-        seconds = time.perf_counter() - start
-        results[runtime] = {"frames": len(labels.labeled_frames), "seconds": seconds}
+        labels = predictor.predict(clip)
+        results[runtime] = {"frames": len(labels.labeled_frames),
+                            "seconds": time.perf_counter() - start}
     print("RESULT " + json.dumps(results))
     """
 )
+SLEAP_NN_VERSIONS = (
+    "import json, sleap_nn, torch, onnxruntime; print(json.dumps({'sleap-nn': "
+    "sleap_nn.__version__, 'torch': torch.__version__, 'onnxruntime': onnxruntime.__version__}))"
+)
 
 
-def make_clip(source: Path, n_frames: int, out: Path) -> Path:
-    """Loop `source` to `n_frames` frames, losslessly, so both tools read equal pixels."""
-    with FileSource(source) as src:
-        frames = [f.image for f in src]
-    gray = frames[0].shape[-1] == 1
-    with av.open(str(out), "w") as container:
-        stream = container.add_stream("ffv1", rate=30)
-        stream.width, stream.height = frames[0].shape[1], frames[0].shape[0]
-        stream.pix_fmt = "gray" if gray else "bgr0"
-        for i in range(n_frames):
-            image = frames[i % len(frames)]
-            frame = av.VideoFrame.from_ndarray(
-                image[..., 0] if gray else image, format="gray" if gray else "rgb24"
-            )
-            container.mux(stream.encode(frame))
-        container.mux(stream.encode())
+@dataclass(frozen=True)
+class Case:
+    """One model on one clip.
+
+    Attributes:
+        name: what `--models` calls it.
+        model_type: sleap-nn's model type (top-down: the pair).
+        models: the model directories, as `-m` takes them.
+        video: a test video to loop (fixtures), or None.
+        scene: a lab scene to render (`fixtures.lab`), or None.
+    """
+
+    name: str
+    model_type: str
+    models: tuple[Path, ...]
+    video: Path | None = None
+    scene: str | None = None
+
+    def trained(self) -> bool:
+        return all((path / "best.ckpt").is_file() for path in self.models)
+
+
+def _fixture(name: str, model_type: str, models: tuple[str, ...], video: str) -> Case:
+    paths = tuple(DATA / "models" / m for m in models)
+    return Case(f"{name}_fixture", model_type, paths, video=DATA / "videos" / video)
+
+
+FIXTURES = (
+    _fixture("topdown", "topdown", ("centroid", "centered_instance"), "multi_gray.mkv"),
+    _fixture("bottomup", "bottomup", ("bottomup",), "multi_gray.mkv"),
+    _fixture("single_instance", "single_instance", ("single_instance",), "single.mkv"),
+    _fixture(
+        "multi_class_topdown",
+        "multi_class_topdown",
+        ("centroid_rgb", "multi_class_topdown"),
+        "multi_rgb.mp4",
+    ),
+    _fixture(
+        "multi_class_bottomup", "multi_class_bottomup", ("multi_class_bottomup",), "multi_rgb.mp4"
+    ),
+)
+CASES = FIXTURES + tuple(
+    Case(m.name, m.model_type, tuple(m.paths), scene=m.scene) for m in LAB_MODELS
+)
+
+
+def pick_cases(names: list[str] | None) -> list[Case]:
+    """The cases `--models` names (default: every fixture and every trained lab model)."""
+    if not names:
+        return [case for case in CASES if case.trained()]
+    known = {case.name: case for case in CASES}
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise SystemExit(f"--models: unknown {', '.join(unknown)} (known: {', '.join(known)})")
+    untrained = [name for name in names if not known[name].trained()]
+    if untrained:
+        raise SystemExit(
+            f"--models: {', '.join(untrained)} not trained yet "
+            "(scripts/make_fixtures.py --stages lab_data lab_train)"
+        )
+    return [known[name] for name in names]
+
+
+def make_clip(case: Case, n_frames: int, folder: Path) -> Path:
+    """The case's clip: its test video looped and padded (lossless), or its lab scene."""
+    if case.scene is not None:
+        assert write_clip is not None
+        path = folder / f"{case.scene}.mp4"
+        return path if path.exists() else write_clip(path, case.scene, n_frames)
+    assert case.video is not None
+    gray = decode_all(case.video, 1).shape[-1] == 1
+    path = folder / f"{case.video.stem}_{n_frames}{'.mkv' if gray else '.mp4'}"
+    if path.exists():
+        return path
+    frames = decode_all(case.video)
+    frames = frames[np.arange(n_frames) % len(frames)]
+    height, width = frames.shape[1:3]
+    padding = ((0, 0), (0, -height % PAD_TO), (0, -width % PAD_TO), (0, 0))
+    padded = np.pad(np.broadcast_to(frames, (*frames.shape[:3], 3)), padding)
+    media.write_lossless(path, padded, grayscale=gray)
+    return path
+
+
+def run_logged(command: list[str], log: Path) -> float:
+    """Runs `command` with its output in `log`; its wall time in seconds."""
+    start = time.perf_counter()
+    with log.open("w") as out:
+        done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, check=False)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        tail = log.read_text().strip().splitlines()[-1:] or ["(no output)"]
+        raise SystemExit(f"{' '.join(command[:3])} ... failed ({done.returncode}): {tail[0]}")
+    return seconds
+
+
+def frame_shape(clip: Path) -> tuple[int, int, int]:
+    """(height, width, channels) of the clip's first frame."""
+    height, width, channels = decode_all(clip, 1).shape[1:]
+    return height, width, channels
+
+
+def sleap_nn_export(sleap_nn: Path, case: Case, clip: Path, folder: Path) -> Path:
+    height, width, _ = frame_shape(clip)
+    out = folder / f"{case.name}_export"
+    command = [str(sleap_nn / "sleap-nn"), "export", *map(str, case.models), "--output", str(out)]
+    command += ["--format", "onnx", "--input-height", str(height), "--input-width", str(width)]
+    run_logged(command, folder / f"{case.name}_export.log")
     return out
 
 
-def sleap_nn_export(python: Path, out: Path) -> Path:
-    sleap_nn = python.with_name("sleap-nn")
-    subprocess.run(
-        [str(sleap_nn), "export", *map(str, MODELS), "-o", str(out), "--format", "onnx"],
-        check=True,
-        capture_output=True,
+def whole_process(
+    sleap_nn: Path, case: Case, clip: Path, export: Path, folder: Path, batch: int | None
+) -> dict[str, dict[str, Any]]:
+    """Each tool's command on the clip, timed end to end; the .slp each wrote."""
+    models = [arg for path in case.models for arg in ("-m", str(path))]
+    predict = [str(sleap_nn / "sleap-nn"), "predict", "-i", str(clip), "--device", "cpu"]
+    batch_args = ["--batch_size", str(batch)] if batch else []
+    live = [sys.executable, "-m", "sleap_live", "run", str(clip), *models, "-q"]
+    live += ["--cache-dir", str(folder / "cache")]
+    live += ["--batch-size", str(batch)] if batch else []
+    commands = {
+        "sleap-nn torch": [*predict, *models, *batch_args],
+        "sleap-nn onnx": [*predict, "-m", str(export), "--runtime", "onnx", *batch_args],
+        "sleap-live": live,
+    }
+    results = {}
+    for tool, command in commands.items():
+        slp = folder / f"{case.name}_{tool.replace(' ', '_')}.slp"
+        seconds = run_logged([*command, "-o", str(slp)], slp.with_suffix(".log"))
+        results[tool] = {"whole_s": seconds, "slp": slp}
+    return results
+
+
+def sleap_nn_warm(
+    sleap_nn: Path, case: Case, clip: Path, export: Path, batch: int | None
+) -> dict[str, dict[str, float]]:
+    command = [str(sleap_nn / "python"), "-c", SLEAP_NN_WARM, str(clip), str(export)]
+    command += [str(batch or ""), *map(str, case.models)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise SystemExit(f"sleap-nn in-process run failed on {case.name}: {tail}")
+    return json.loads(lines[0][len("RESULT ") :])
+
+
+def sleap_live_warm(case: Case, clip: Path, folder: Path, batch: int | None) -> dict[str, Any]:
+    """Engine only and the recorded pipeline, warm; fills the export cache for `run`."""
+    frames = decode_all(clip, ENGINE_FRAMES)
+    runner = load_runner(
+        [str(m) for m in case.models],
+        device="cpu",
+        cache_dir=folder / "cache",
+        verify_frames=frames[:5],
     )
-    return out
-
-
-def bench_sleap_nn(python: Path, clip: Path, export_dir: Path, batch_size: int) -> dict:
-    result = subprocess.run(
-        [str(python), "-c", SLEAP_NN_BENCH, str(clip), str(export_dir), str(batch_size)]
-        + [str(m) for m in MODELS],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    line = next(x for x in result.stdout.splitlines() if x.startswith("RESULT "))
-    return json.loads(line[len("RESULT ") :])
-
-
-def bench_sleap_live(clip: Path, engine: str, batch_size: int) -> dict:
-    runner = load_runner([str(m) for m in MODELS], engine=engine, device="cpu")
     try:
-        engine_only, recorded = bench_throughput(runner, clip, decode_all(clip), batch_size)
+        engine, recorded = bench_throughput(runner, clip, frames, batch or LIVE_BATCH)
         return {
-            "frames": int(recorded["frames"]),
-            "seconds": recorded["seconds"],
-            "engine_seconds": engine_only["seconds"],
+            "engine": type(runner).__name__,
+            "engine_fps": engine["fps"],
+            "warm_fps": recorded["fps"],
         }
     finally:
         runner.close()
 
 
+def read_poses(slp: Path) -> dict[int, np.ndarray]:
+    """Frame index -> (instances, nodes, 2) points of the .slp's first video."""
+    labels = sio.load_slp(str(slp))
+    poses = {}
+    for frame in labels.labeled_frames:
+        if frame.instances:
+            poses[frame.frame_idx] = np.stack([inst.numpy() for inst in frame.instances])
+    return poses
+
+
+def agreement(reference: dict[int, np.ndarray], other: dict[int, np.ndarray]) -> dict[str, Any]:
+    """How `other`'s poses match `reference`'s, frame by frame (see the module docstring)."""
+    matched = largest = same_count = 0
+    distances: list[np.ndarray] = []
+    frames = sorted(set(reference) | set(other))
+    for index in frames:
+        a, b = reference.get(index), other.get(index)
+        count_a, count_b = (0 if a is None else len(a)), (0 if b is None else len(b))
+        same_count += count_a == count_b
+        largest += max(count_a, count_b)
+        if not (count_a and count_b):
+            continue
+        gaps = np.linalg.norm(a[:, None] - b[None], axis=-1)  # (a, b, nodes), NaN: missing
+        found = ~np.isnan(gaps)
+        mean = np.where(found, gaps, 0).sum(-1) / np.maximum(found.sum(-1), 1)
+        rows, cols = linear_sum_assignment(np.where(found.any(-1), mean, 1e9))
+        matched += len(rows)
+        pair = gaps[rows, cols]
+        distances.append(pair[~np.isnan(pair)])
+    points = np.concatenate(distances) if distances else np.zeros(0)
+    return {
+        "frames": len(frames),
+        "frames_same_count": same_count,
+        "instances_matched": matched / largest if largest else 1.0,
+        "median_px": float(np.median(points)) if points.size else None,
+        "max_px": float(points.max()) if points.size else None,
+    }
+
+
+def bench_case(case: Case, args: argparse.Namespace, folder: Path, say: Any) -> dict[str, Any]:
+    say(f"{case.name}: clip of {args.frames} frames ...")
+    clip = make_clip(case, args.frames, folder)
+    height, width, channels = frame_shape(clip)
+    say(f"{case.name}: sleap-nn export at {height}x{width} ...")
+    export = sleap_nn_export(args.sleap_nn, case, clip, folder)
+    say(f"{case.name}: sleap-live warm (engine only, recorded pipeline) ...")
+    live = sleap_live_warm(case, clip, folder, args.batch_size)
+    say(f"{case.name}: whole processes ...")
+    runs = whole_process(args.sleap_nn, case, clip, export, folder, args.batch_size)
+    say(f"{case.name}: sleap-nn in-process, warm ...")
+    warm = sleap_nn_warm(args.sleap_nn, case, clip, export, args.batch_size)
+    runs["sleap-live"].update(live)
+    for runtime, figures in warm.items():
+        runs[f"sleap-nn {runtime}"]["warm_fps"] = figures["frames"] / figures["seconds"]
+    poses = {tool: read_poses(run.pop("slp")) for tool, run in runs.items()}
+    for tool, run in runs.items():
+        run["whole_fps"] = args.frames / run["whole_s"]
+        if tool != "sleap-nn torch":
+            run["agreement"] = agreement(poses["sleap-nn torch"], poses[tool])
+    return {
+        "model": case.name,
+        "model_type": case.model_type,
+        "frame": f"{height}x{width}x{channels}",
+        "frames": args.frames,
+        "clip": "H.264 (lab scene)" if case.scene else "lossless (looped test video)",
+        "runs": runs,
+    }
+
+
+def environment(sleap_nn: Path) -> dict[str, Any]:
+    """The machine, the versions and the date of this run."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        cpu = next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    done = subprocess.run(
+        [str(sleap_nn / "python"), "-c", SLEAP_NN_VERSIONS], capture_output=True, text=True
+    )
+    import onnxruntime
+    import torch
+
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "system": platform.platform(),
+        "python": platform.python_version(),
+        "sleap-live": {
+            "sleap-live": metadata.version("sleap-live"),
+            "torch": torch.__version__,
+            "onnxruntime": onnxruntime.__version__,
+        },
+        "sleap-nn": json.loads(done.stdout)
+        if done.returncode == 0
+        else {"error": done.stderr[-200:]},
+        "load_average_start": os.getloadavg(),
+    }
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
+
+
+def rows(results: list[dict[str, Any]]) -> list[list[str]]:
+    """One row per model and tool, as the table and the markdown show them."""
+    out = []
+    for result in results:
+        runs = result["runs"]
+        torch_fps, onnx_fps = (
+            runs["sleap-nn torch"]["whole_fps"],
+            runs["sleap-nn onnx"]["whole_fps"],
+        )
+        for tool in TOOLS:
+            run = runs[tool]
+            agree = run.get("agreement")
+            name = f"{tool} ({run['engine']})" if "engine" in run else tool
+            out.append(
+                [
+                    result["model"],
+                    result["frame"],
+                    name,
+                    _fmt(run["whole_s"]),
+                    _fmt(run["whole_fps"]),
+                    _fmt(run["whole_fps"] / torch_fps, 2),
+                    _fmt(run["whole_fps"] / onnx_fps, 2),
+                    _fmt(run.get("warm_fps")),
+                    _fmt(run.get("engine_fps")),
+                    "reference" if agree is None else f"{agree['instances_matched']:.3f}",
+                    "" if agree is None else _fmt(agree["median_px"], 4),
+                    "" if agree is None else _fmt(agree["max_px"], 3),
+                ]
+            )
+    return out
+
+
+COLUMNS = (
+    "model",
+    "frame",
+    "tool",
+    "whole s",
+    "whole fps",
+    "x torch predict",
+    "x onnx predict",
+    "warm fps",
+    "engine-only fps",
+    "instances matched",
+    "median px",
+    "max px",
+)
+
+
+def markdown(results: list[dict[str, Any]], env: dict[str, Any]) -> str:
+    """The section `--markdown` writes: the run's setting, then the table."""
+    live, snn = env["sleap-live"], env["sleap-nn"]
+    lines = [
+        MARK_START,
+        f"Measured {env['date']} on {env['cpu']}, {env['cores']} cores ({env['system']}, "
+        f"Python {env['python']}); load average {env['load_average_start'][0]:.1f} at the "
+        f"start and {env['load_average_end'][0]:.1f} at the end"
+        f"{' (a busy machine: other work shared the cores)' if env['busy'] else ''}.",
+        f"sleap-live {live['sleap-live']} (torch {live['torch']}, onnxruntime "
+        f"{live['onnxruntime']}); sleap-nn {snn.get('sleap-nn')} (torch {snn.get('torch')}, "
+        f"onnxruntime {snn.get('onnxruntime')}). {results[0]['frames'] if results else 0} "
+        f"frames per clip; command: `{env['command']}`.",
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "|".join("---" if i < 3 else "---:" for i in range(len(COLUMNS))) + "|",
+        *("| " + " | ".join(row) + " |" for row in rows(results)),
+        MARK_END,
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_markdown(path: Path, section: str) -> None:
+    """Puts `section` between the markers in `path` (appended when they are not there)."""
+    text = path.read_text() if path.exists() else ""
+    start, end = text.find(MARK_START), text.find(MARK_END)
+    if (start < 0) != (end < 0) or end < start:
+        raise SystemExit(f"--markdown: {path} has one of the markers without the other")
+    if start < 0:
+        text = text + ("\n" if text and not text.endswith("\n") else "") + section
+    else:
+        text = text[:start] + section + text[end + len(MARK_END) + 1 :]
+    path.write_text(text)
+
+
+def plot(results: list[dict[str, Any]], path: Path) -> None:
+    """Whole-process and warm frames per second per model and tool, as grouped bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [f"{r['model']}\n{r['frame']}" for r in results]
+    figure, axes = plt.subplots(2, 1, figsize=(max(6, 1.6 * len(results) + 2), 7))
+    width = 0.8 / len(TOOLS)
+    for ax, key, title in zip(
+        axes, ("whole_fps", "warm_fps"), ("whole process", "warm, in-process"), strict=True
+    ):
+        for i, tool in enumerate(TOOLS):
+            values = [r["runs"][tool].get(key) or 0 for r in results]
+            ax.bar(np.arange(len(results)) + (i - 1) * width, values, width, label=tool)
+        ax.set_xticks(np.arange(len(results)), names, fontsize=8)
+        ax.set_ylabel("frames / s")
+        ax.set_title(f"{title}, CPU")
+        ax.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sleap-nn-python", type=Path, required=True)
-    parser.add_argument("--frames", type=int, default=600)
-    parser.add_argument("--batch-size", type=int, default=4, help="sleap-nn's default is 4")
-    parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--sleap-nn", type=Path, required=True, help="bin folder of sleap-nn's venv"
+    )
+    parser.add_argument(
+        "--models", nargs="+", help=f"subset of: {', '.join(c.name for c in CASES)}"
+    )
+    parser.add_argument("--frames", type=int, default=1100, help="frames per clip")
+    parser.add_argument("--batch-size", type=int, help="for every tool (default: each its own)")
+    parser.add_argument("--json", type=Path, help="write every figure here")
+    parser.add_argument("--markdown", type=Path, help="write the table's section into this file")
+    parser.add_argument("--plot", type=Path, help="write a chart here (PNG, needs matplotlib)")
     args = parser.parse_args(argv)
-
+    if not (args.sleap_nn / "sleap-nn").is_file():
+        parser.error(f"--sleap-nn: {args.sleap_nn} has no sleap-nn command")
+    if args.frames < 1 or (args.batch_size is not None and args.batch_size < 1):
+        parser.error("--frames and --batch-size take a positive number")
+    cases = pick_cases(args.models)
+    console = Console(stderr=True)
+    env = environment(args.sleap_nn)
+    env["command"] = " ".join(["python", "scripts/bench_vs_sleap_nn.py", *sys.argv[1:]])
+    results = []
     with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        clip = make_clip(VIDEO, args.frames, tmp / "clip.mkv")
-        export_dir = sleap_nn_export(args.sleap_nn_python, tmp / "sleap_nn_export")
-        results = {}
-        for name, value in bench_sleap_nn(
-            args.sleap_nn_python, clip, export_dir, args.batch_size
-        ).items():
-            results[f"sleap-nn predict ({name})"] = value
-        for engine in ("onnx", "torch"):
-            results[f"sleap-live ({engine})"] = bench_sleap_live(clip, engine, args.batch_size)
-
-    base_torch = results["sleap-nn predict (torch)"]
-    base_onnx = results["sleap-nn predict (onnx)"]
-    table = Table(title=f"top-down, 2 animals, {args.frames} frames, batch {args.batch_size}, CPU")
-    for column in ("run", "fps", "x sleap-nn torch", "x sleap-nn onnx", "engine-only fps"):
-        table.add_column(column, justify="right")
-    for name, r in results.items():
-        r["fps"] = r["frames"] / r["seconds"]
-        engine_fps = r["frames"] / r["engine_seconds"] if "engine_seconds" in r else None
-        r["engine_fps"] = engine_fps
-        table.add_row(
-            name,
-            f"{r['fps']:.1f}",
-            f"{r['fps'] / (base_torch['frames'] / base_torch['seconds']):.2f}",
-            f"{r['fps'] / (base_onnx['frames'] / base_onnx['seconds']):.2f}",
-            f"{engine_fps:.1f}" if engine_fps else "",
-        )
-    Console().print(table)
+        for case in cases:
+            results.append(
+                bench_case(case, args, Path(tmp), lambda line: console.print(line, highlight=False))
+            )
+    env["load_average_end"] = os.getloadavg()
+    # Other work running before this run started: the figures met competition.
+    env["busy"] = env["load_average_start"][0] > 0.5 * (env["cores"] or 1)
+    table = Table(title=f"CPU, {args.frames} frames per clip, {env['date']}")
+    for column in COLUMNS:
+        table.add_column(column, justify="left" if column in COLUMNS[:3] else "right")
+    for row in rows(results):
+        table.add_row(*row)
+    Console(width=max(Console().width, 200)).print(table)
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+        args.json.write_text(json.dumps({"environment": env, "results": results}, indent=2))
+    if args.markdown:
+        write_markdown(args.markdown, markdown(results, env))
+    if args.plot:
+        plot(results, args.plot)
     return 0
 
 

@@ -28,8 +28,10 @@ Every figure comes from one run, side by side, with one loaded runner:
 
 The recorded run also keeps each batch's stage times (`Pipeline.timeline`):
 `timeline_summary` turns them into start/end offsets of the first batches per
-stage (decode, stack, engine, postprocess), each stage's busy fraction, and how
-much of the engine's busy time decoding ran beside it (the overlap).
+stage (decode, stack, engine, postprocess), each stage's median time per batch
+and busy fraction, and how much of the engine's busy time decoding ran beside it
+(the overlap). The live run keeps every frame's latency, for a histogram
+(`sleap-live bench --plot`).
 
 `run_bench` runs all four on one runner; the command line is `sleap-live bench`
 (`sleap_live.cli.bench`).
@@ -153,7 +155,8 @@ def timeline_summary(times: list[StageTimes], first: int = 8) -> dict[str, Any]:
         in which that stage was working on some batch; "decode_during_engine":
         the share of the engine's busy time in which decoding ran too (0 when the
         stages take turns, near 1 when decode fully overlaps inference); "span_ms":
-        the run's span. Empty dict for no batches.
+        the run's span; "batch_ms": per stage, the median time one batch spent in
+        it. Empty dict for no batches.
     """
     if not times:
         return {}
@@ -169,6 +172,10 @@ def timeline_summary(times: list[StageTimes], first: int = 8) -> dict[str, Any]:
             for batch in times[:first]
         ],
         "busy": {stage: _length(_union(spans)) / span for stage, spans in intervals.items()},
+        "batch_ms": {
+            stage: 1e3 * float(np.median([stop - start for start, stop in spans]))
+            for stage, spans in intervals.items()
+        },
         "decode_during_engine": (
             _length(_intersect(_union(intervals["decode"]), engine)) / _length(engine)
             if _length(engine) > 0
@@ -249,7 +256,7 @@ def _decode_loops(video: Path, limit: int, loops: int, decoder: str) -> Iterator
                 yield frame.image
 
 
-def bench_live(runner: Any, video: Path, fps: float, limit: int) -> dict[str, float]:
+def bench_live(runner: Any, video: Path, fps: float, limit: int) -> dict[str, Any]:
     latencies: list[float] = []
     pipeline = Pipeline(
         ReplaySource(video, fps=fps, stop=limit), runner, policy="live", batch_size=1
@@ -271,6 +278,7 @@ def bench_live(runner: Any, video: Path, fps: float, limit: int) -> dict[str, fl
         "overhead_ms_p50": p50 - engine_p50,
         "overhead_ms_p99": p99 - engine_p99,
         "p99_over_engine_p50_ms": p99 - engine_p50,
+        "latencies_ms": lat.tolist(),
     }
 
 

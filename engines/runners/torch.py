@@ -50,7 +50,9 @@ class TorchRunner:
         num_threads: intra-op threads for CPU inference. torch's default is the
             number of physical cores; this sets it process-wide
             (`torch.set_num_threads`), so give it only when this runner is the
-            process's main torch user.
+            process's main torch user. Idle threads sleep rather than spin when
+            sleap-live was imported before torch (`sleap_live.engines.runners.openmp`),
+            so a busy core slows a run rather than collapsing it.
         input_channels: channel counts the model accepts itself; frames with
             another count are converted before the call. Eager inference models
             take both; a TorchScript export records what it takes.

@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from sleap_live.cli.bench_plot import check_plot_option, write_plot
 from sleap_live.cli.options import (
     IN_MEMORY_EXPORT,
     add_cache_options,
@@ -89,12 +90,22 @@ def add_parser(commands: Any) -> None:
         metavar="FILE",
         help="also write every figure to this JSON file (default: none)",
     )
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        metavar="FILE.png",
+        help="also draw the live latency histogram and the recorded pipeline's time per "
+        "stage to this PNG (needs the plot extra: pip install 'sleap-live[plot]') "
+        "(default: none)",
+    )
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
-    """Runs the benchmark, prints its table (stdout) and writes --json."""
+    """Runs the benchmark, prints its table (stdout) and writes --json and --plot."""
     check_models(args)
+    if args.plot is not None:
+        check_plot_option(args.plot)
     if not args.video.exists():
         raise FileNotFoundError(f"{args.video}: no such file")
     runner = load_model(args, console, args.video)
@@ -119,6 +130,8 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         Console().print(timeline_table(results["recorded"]["timeline"]))
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2))
+    if args.plot is not None:
+        write_plot(results, args.plot)
     return 0
 
 

@@ -1,6 +1,7 @@
 """`sleap-live bench` runs every section and reports consistent figures."""
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -152,6 +153,12 @@ def test_timeline_summary_gives_offsets_busy_shares_and_overlap():
         }
     ]
     assert summary["busy"] == {"decode": 0.5, "stack": 0.05, "engine": 0.5, "postprocess": 0.225}
+    assert summary["batch_ms"] == {
+        "decode": 10_000.0,
+        "stack": 1_000.0,
+        "engine": 10_000.0,
+        "postprocess": 4_500.0,
+    }
     # Decode (0-20) overlaps the engine (12-32) for 8 of its 20 busy seconds.
     assert summary["decode_during_engine"] == pytest.approx(0.4)
     assert bench.timeline_summary([]) == {}
@@ -182,3 +189,64 @@ def test_bench_prints_the_timeline_table():
     assert "0.0-1000.0" in text and "2000.0-3000.0" in text
     assert "decode ran during 0% of the engine's busy time" in text
     assert "busy" in text and "25%" in text
+
+
+def _bench_with_fake_runner(monkeypatch, fakes, video, *options):
+    """`sleap-live bench` on the fake runner; its exit status and the runners it loaded."""
+    runners = []
+
+    def load(models, *, engine, device, **load_options):
+        runners.append(fakes.FakeRunner())
+        return runners[-1]
+
+    monkeypatch.setattr(engines_api, "load_runner", load)
+    argv = ["bench", str(video), "-m", "m", "--repeats", "1", "--loops", "1"]
+    argv += ["--live-fps", "300", "--soak-frames", "0", "--batch-size", "4", *options]
+    return cli.main(argv), runners
+
+
+def test_bench_plot_writes_a_png_chart(gray_video, tmp_path, monkeypatch, fakes):
+    from PIL import Image
+
+    chart, figures = tmp_path / "bench.png", tmp_path / "bench.json"
+    code, _ = _bench_with_fake_runner(
+        monkeypatch, fakes, gray_video, "--plot", str(chart), "--json", str(figures)
+    )
+    assert code == 0
+    with Image.open(chart) as image:
+        image.verify()
+        assert image.format == "PNG"
+        assert image.width > 100 and image.height > 100
+    # What the chart draws is in the figures: every live latency, each stage's time.
+    results = json.loads(figures.read_text())
+    assert len(results["live"]["latencies_ms"]) == results["live"]["frames"]
+    assert set(results["recorded"]["timeline"]["batch_ms"]) == {
+        "decode",
+        "stack",
+        "engine",
+        "postprocess",
+    }
+
+
+def test_bench_plot_without_matplotlib_names_the_extra_before_measuring(
+    gray_video, tmp_path, monkeypatch, fakes, capsys
+):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails as when not installed
+    chart = tmp_path / "bench.png"
+    code, runners = _bench_with_fake_runner(monkeypatch, fakes, gray_video, "--plot", str(chart))
+    assert code == 2
+    assert capsys.readouterr().err == (
+        "sleap-live: error: --plot needs matplotlib, which is not installed "
+        "(pip install 'sleap-live[plot]')\n"
+    )
+    assert runners == [] and not chart.exists()
+
+
+def test_bench_plot_refuses_a_file_that_is_not_png(
+    gray_video, tmp_path, monkeypatch, fakes, capsys
+):
+    code, runners = _bench_with_fake_runner(
+        monkeypatch, fakes, gray_video, "--plot", str(tmp_path / "bench.jpg")
+    )
+    assert code == 2 and runners == []
+    assert "give a file name ending in .png" in capsys.readouterr().err

@@ -1,0 +1,99 @@
+"""scripts/bench_vs_sleap_nn.py: pose agreement, the markdown section, and picking models.
+
+The timed runs need sleap-nn's own venv and minutes; these test the parts that judge
+and report them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+def _load_script():
+    name = "sleap_live_bench_vs_sleap_nn_script"
+    if name not in sys.modules:
+        sys.path.insert(0, str(SCRIPTS))  # the script imports the `fixtures` package beside it
+        try:
+            spec = importlib.util.spec_from_file_location(name, SCRIPTS / "bench_vs_sleap_nn.py")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+        finally:
+            sys.path.remove(str(SCRIPTS))
+    return sys.modules[name]
+
+
+bench = _load_script()
+
+
+def _instances(*centres: tuple[float, float], nodes: int = 3) -> np.ndarray:
+    """(instances, nodes, 2) points: each instance's nodes 1 px apart from its centre."""
+    offsets = np.arange(nodes, dtype=float)[:, None] * [1.0, 0.0]
+    return np.stack([np.asarray(c) + offsets for c in centres])
+
+
+def test_agreement_matches_instances_in_any_order():
+    reference = {0: _instances((10, 10), (50, 50)), 1: _instances((20, 20))}
+    other = {0: _instances((50, 50.5), (10, 10)), 1: _instances((20, 20))}
+    result = bench.agreement(reference, other)
+    assert result["frames"] == 2 and result["frames_same_count"] == 2
+    assert result["instances_matched"] == 1.0
+    assert result["median_px"] == 0.0
+    assert result["max_px"] == pytest.approx(0.5)
+
+
+def test_agreement_counts_missing_instances_and_skips_missing_points():
+    found = _instances((10, 10), (50, 50))
+    partial = _instances((10, 12))
+    partial[0, 0] = np.nan  # a node one side did not find
+    reference = {0: found, 1: _instances((5, 5))}
+    other = {0: partial}  # frame 1 has no instances at all
+    result = bench.agreement(reference, other)
+    assert result["frames_same_count"] == 0
+    assert result["instances_matched"] == pytest.approx(1 / 3)  # 1 of max(2,1) + max(1,0)
+    assert result["median_px"] == pytest.approx(2.0) and result["max_px"] == pytest.approx(2.0)
+
+
+def test_markdown_section_is_appended_then_replaced_in_place(tmp_path):
+    page = tmp_path / "benchmarks.md"
+    page.write_text("# Benchmarks\n\nHow they were measured.\n")
+    first = f"{bench.MARK_START}\n| a |\n{bench.MARK_END}\n"
+    bench.write_markdown(page, first)
+    assert page.read_text() == "# Benchmarks\n\nHow they were measured.\n" + first
+
+    page.write_text(page.read_text() + "\n## After\n")
+    second = f"{bench.MARK_START}\n| b |\n{bench.MARK_END}\n"
+    bench.write_markdown(page, second)
+    assert page.read_text() == "# Benchmarks\n\nHow they were measured.\n" + second + "\n## After\n"
+
+
+def test_markdown_with_one_marker_is_refused_and_left_alone(tmp_path):
+    page = tmp_path / "benchmarks.md"
+    page.write_text(f"text\n{bench.MARK_START}\nmore\n")
+    with pytest.raises(SystemExit, match="one of the markers without the other"):
+        bench.write_markdown(page, f"{bench.MARK_START}\n{bench.MARK_END}\n")
+    assert page.read_text() == f"text\n{bench.MARK_START}\nmore\n"
+
+
+def test_unknown_model_names_are_refused_with_the_known_ones():
+    with pytest.raises(SystemExit, match=r"unknown nonesuch .*topdown_fixture"):
+        bench.pick_cases(["nonesuch"])
+
+
+def test_every_fixture_model_type_is_benchmarked():
+    types = {case.model_type for case in bench.FIXTURES}
+    assert types == {
+        "topdown",
+        "bottomup",
+        "single_instance",
+        "multi_class_topdown",
+        "multi_class_bottomup",
+    }
+    assert all(case.trained() for case in bench.FIXTURES)
