@@ -416,7 +416,8 @@ class Pipeline:
             batch_size=self.batch_size,
             running=bool(self._stages.running),
             frames_total=None if self.policy == "live" else self._source.n_frames,
-            frames_dropped=self._frames.stats().dropped,
+            # A source that skips frames (a replay falling behind) counts them.
+            frames_dropped=self._frames.stats().dropped + getattr(self._source, "skipped", 0),
             queue_depths=depths,
             consumers=self._consumers.stats(),
         )
@@ -450,12 +451,18 @@ class Pipeline:
         try:
             for first in self._frames:
                 if self._halt.is_set():
+                    self._meters.discarded(1)
                     break
-                self._batches.put(batcher.batch(first))
-        except ChannelClosed:
-            pass  # halted while waiting for room
+                batch = batcher.batch(first)
+                try:
+                    self._batches.put(batch)
+                except ChannelClosed:  # halted while waiting for room
+                    self._meters.discarded(len(batch.frames))
+                    break
         finally:
             self._batches.close()
+            if self._halt.is_set():  # the frames channel is closed: this ends
+                self._meters.discarded(sum(1 for _ in self._frames))
 
     def _infer(self) -> None:
         try:
@@ -464,12 +471,15 @@ class Pipeline:
             self._engine_ready.set()
             for batch in self._batches:
                 if self._halt.is_set():
+                    self._meters.discarded(len(batch.frames))
                     break
                 self._results.put(self._engine.run(batch))
         except ChannelClosed:
             pass  # the emit stage failed; its error is already stored
         finally:
             self._results.close()
+            if self._halt.is_set():  # the batches channel is closed: this ends
+                self._meters.discarded(sum(len(batch.frames) for batch in self._batches))
 
     def _emit(self) -> None:
         try:

@@ -328,7 +328,7 @@ def _summarise(pipeline: Pipeline, output: Path | None, console: Console) -> Non
         f"{stats.frames_processed} frames in {stats.elapsed:.1f} s "
         f"({stats.frames_processed / stats.elapsed if stats.elapsed else 0:.1f} fps)"
     )
-    if stats.frames_dropped:
+    if stats.frames_dropped or stats.policy == "live":
         line += f", {stats.frames_dropped} dropped"
     if stats.latency_p50 is not None and stats.latency_p99 is not None and stats.policy == "live":
         line += (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections.abc import Iterator
@@ -15,6 +16,8 @@ from sleap_live.stream.sources._base import SourceBase, check_read_timeout
 from sleap_live.stream.sources.nvdec import open_file
 from sleap_live.stream.types import Frame
 
+logger = logging.getLogger(__name__)
+
 
 class ReplaySource(SourceBase):
     """Paced replay of a video file: a repeatable stand-in for a live camera.
@@ -27,8 +30,13 @@ class ReplaySource(SourceBase):
     Like a camera, the replay does not slow down for its consumer: with
     ``drop_late=True`` (the default) a frame whose successor is already due when the
     consumer asks for it is skipped, counted in `skipped`, and shows up as a gap in
-    the frame indices. With ``drop_late=False`` late frames are released at once, so
-    every frame arrives but a slow consumer sees bursts as the replay catches up.
+    the frame indices; a pipeline counts these among its dropped frames. The first
+    frame sets the schedule, so it is never late. A replay that skipped frames ends
+    with a one-line warning (logger ``sleap_live.stream.sources.replay``) saying how
+    many and what rate it held: a rate faster than the machine decodes shows up
+    there, not as a silent run of zero frames. With ``drop_late=False`` late frames
+    are released at once, so every frame arrives but a slow consumer sees bursts as
+    the replay catches up.
 
     Truncated files behave as in `FileSource`: the frames that decode are replayed,
     then `SourceError` is raised.
@@ -101,20 +109,38 @@ class ReplaySource(SourceBase):
         period = 1.0 / self._rate
         first_release: float | None = None
         first_index = 0
-        for frame in self._file:
-            if first_release is None:
-                first_release, first_index = self._clock(), frame.index
-            deadline = first_release + (frame.index - first_index) * period
-            delay = deadline - self._clock()
-            if delay > 0:
-                if self._clock.sleep_until(deadline, self._stop):
+        released = 0
+        try:
+            for frame in self._file:
+                if first_release is None:
+                    first_release, first_index = self._clock(), frame.index
+                deadline = first_release + (frame.index - first_index) * period
+                delay = deadline - self._clock()
+                if delay > 0:
+                    if self._clock.sleep_until(deadline, self._stop):
+                        return
+                elif self.drop_late and -delay >= period and released:
+                    self.skipped += 1
+                    continue
+                released += 1
+                yield attrs.evolve(frame, timestamp=self._clock())
+                if self._stop.is_set():
                     return
-            elif self.drop_late and -delay >= period:
-                self.skipped += 1
-                continue
-            yield attrs.evolve(frame, timestamp=self._clock())
-            if self._stop.is_set():
-                return
+        finally:
+            if self.skipped and first_release is not None:
+                self._warn_fell_behind(released, self._clock() - first_release)
+
+    def _warn_fell_behind(self, released: int, seconds: float) -> None:
+        held = f"about {released / seconds:.0f} fps" if seconds > 0 else "less"
+        logger.warning(
+            "%s: the replay could not keep up with %g fps: %d of %d frames skipped "
+            "(counted as dropped); it held %s",
+            self.source_id,
+            self._rate,
+            self.skipped,
+            self.skipped + released,
+            held,
+        )
 
     def _release(self) -> None:
         self._file.close()
