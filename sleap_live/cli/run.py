@@ -76,8 +76,9 @@ def add_parsers(commands: Any) -> None:
         frames_default="the first frames of VIDEO; for a camera, frames of the model "
         "directories' training labels, else synthetic frames",
         batch_size_help="frames per engine call (default: 8 for files, 1 for cameras)",
-        output_help="poses to this .slp file (default: VIDEO.predictions.slp for a file, "
-        "none for a camera)",
+        output_help="poses to this .slp file (default: for a file, STEM.predictions.slp in "
+        "the working directory, STEM being the video's name without its suffix; none for a "
+        "camera or a stream)",
     )
     camera = run.add_argument_group("camera")
     camera.add_argument(
@@ -107,7 +108,8 @@ def add_parsers(commands: Any) -> None:
         replay,
         frames_default="the first frames of VIDEO",
         batch_size_help="frames per engine call (default: 1, as for a camera)",
-        output_help="poses to this .slp file (default: none)",
+        output_help="poses to this .slp file (default: STEM.predictions.slp in the working "
+        "directory, STEM being the video's name without its suffix)",
     )
     replay.add_argument(
         "--fps", type=frame_rate, help="replay rate (default: the video's frame rate)"
@@ -179,8 +181,8 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     # A video file; None for a camera or a stream URL.
     video = args.video if isinstance(args.video, Path) else None
     output = args.output
-    if output is None and video is not None and args.command == "run":
-        output = video.with_name(f"{video.name}.predictions.slp")
+    if output is None and video is not None:
+        output = default_output(video)
     check_outputs(
         {"-o": output, "--record": args.record},
         {
@@ -219,6 +221,12 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         finally:
             runner.close()
     return 0
+
+
+def default_output(video: Path) -> Path:
+    """Where a video's poses go without -o: the working directory, not beside the
+    video (whose folder may be read-only, shared, or a camera's upload folder)."""
+    return Path.cwd() / f"{video.stem}.predictions.slp"
 
 
 def _print_path(source: Source, runner: Any, decoder: str, console: Console) -> None:
