@@ -101,8 +101,9 @@ def test_run_a_file_writes_every_frame(video, tmp_path, fake_engine, capsys, fak
 
 
 def test_runs_verify_an_in_memory_export_on_the_first_frames_of_their_video(
-    video, tmp_path, fake_engine, fakes
+    video, tmp_path, fake_engine, fakes, monkeypatch
 ):
+    monkeypatch.chdir(tmp_path)  # where the run without -o writes its poses
     other = write_indexed_video(tmp_path / "other.mkv", 12, fakes)
     for argv in (
         ["run", str(video)],
