@@ -153,3 +153,16 @@ def test_a_replay_the_machine_holds_says_nothing(fakes, caplog):
     with caplog.at_level(logging.WARNING, logger="sleap_live.stream.sources.replay"):
         frames = list(ReplaySource(DEMO, fps=30, stop=10, clock=clock))
     assert len(frames) == 10 and not caplog.records
+
+
+@pytest.mark.slow
+def test_replay_with_the_bundled_model_counts_what_the_output_misses(tmp_path, capsys):
+    models = Path(__file__).parents[1] / "data" / "models"
+    out = tmp_path / "poses.slp"
+    argv = ["replay", str(DEMO), "--fps", "120", "-o", str(out)]
+    argv += ["-m", str(models / "centroid"), "-m", str(models / "centered_instance")]
+    assert cli.main(argv) == 0
+
+    missing = DEMO_FRAMES - len(saved_frames(out))
+    err = capsys.readouterr().err
+    assert re.search(rf"^\d+ frames in .* fps\), {missing} dropped", err, re.MULTILINE), err
