@@ -67,7 +67,9 @@ def render_dashboard(stats: PipelineStats, *, title: str = "sleap-live") -> Tabl
     table.add_column(style="bold")
     table.add_column()
     dropped = stats.frames_dropped
-    share = f" ({dropped / stats.frames_captured:.1%})" if stats.frames_captured else ""
+    # Of the frames that are through: a replay's skipped frames were never captured.
+    through = stats.frames_processed + dropped
+    share = f" ({dropped / through:.1%})" if through else ""
     table.add_row(
         "frames",
         f"captured {stats.frames_captured}  processed {stats.frames_processed}  "

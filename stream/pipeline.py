@@ -460,7 +460,8 @@ class Pipeline:
             batch_size=self.batch_size,
             running=bool(self._stages.running),
             frames_total=None if self.policy == "live" else self._source.n_frames,
-            frames_dropped=self._frames.stats().dropped,
+            # A source that skips frames (a replay falling behind) counts them.
+            frames_dropped=self._frames.stats().dropped + getattr(self._source, "skipped", 0),
             queue_depths=depths,
             consumers=self._consumers.stats(),
             publish=None if self._publishing is None else self._publishing.stats(),
@@ -495,12 +496,18 @@ class Pipeline:
         try:
             for first in self._frames:
                 if self._halt.is_set():
+                    self._meters.discarded(1)
                     break
-                self._batches.put(batcher.batch(first))
-        except ChannelClosed:
-            pass  # halted while waiting for room
+                batch = batcher.batch(first)
+                try:
+                    self._batches.put(batch)
+                except ChannelClosed:  # halted while waiting for room
+                    self._meters.discarded(len(batch.frames))
+                    break
         finally:
             self._batches.close()
+            if self._halt.is_set():  # the frames channel is closed: this ends
+                self._meters.discarded(sum(1 for _ in self._frames))
 
     def _infer(self) -> None:
         try:
@@ -509,12 +516,15 @@ class Pipeline:
             self._engine_ready.set()
             for batch in self._batches:
                 if self._halt.is_set():
+                    self._meters.discarded(len(batch.frames))
                     break
                 self._results.put(self._engine.run(batch))
         except ChannelClosed:
             pass  # the emit stage failed; its error is already stored
         finally:
             self._results.close()
+            if self._halt.is_set():  # the batches channel is closed: this ends
+                self._meters.discarded(sum(len(batch.frames) for batch in self._batches))
             # The engine's last use. A runner loaded here is closed by this stage, not
             # by the caller's thread, so the stop timeout bounds a clean-up that blocks.
             self._close_runner()

@@ -111,7 +111,7 @@ class SourceReader:
         frames: the channel each frame is put on (waiting for room if it blocks).
         clock: the clock read timeouts are measured on (the pipeline's).
         name: the reader thread's name.
-        on_frame: called in the reader thread before each frame is put.
+        on_frame: called in the reader thread after each frame is put.
 
     Attributes:
         read_timeout: seconds one read may last (see `read_timeout_of`).
@@ -209,8 +209,9 @@ class SourceReader:
                 if self._closed:
                     break
                 self.frames_read += 1
-                self._on_frame()
                 self._frames.put(frame)
+                # Counted once taken: a frame the closed channel refused is not captured.
+                self._on_frame()
                 self._reading_since = self._clock()
         except ChannelClosed:
             pass  # the pipeline stopped taking frames

@@ -159,10 +159,16 @@ class PipelineStats:
         frames_total: frames in the source, or None for live or unknown-length sources.
         frames_captured: frames read from the source.
         frames_processed: frames whose poses were emitted.
-        frames_dropped: captured frames discarded because inference fell behind
-            (always 0 for the recorded policy).
-        fps: processed frames per second over the recent window.
-        capture_fps: captured frames per second over the recent window.
+        frames_dropped: frames that never reached the output: those the source
+            skipped (a replay falling behind its rate), those discarded because
+            inference fell behind (never under the recorded policy), and those
+            captured but discarded by `stop()` before the engine took them. Once
+            the pipeline has stopped, frames_processed + frames_dropped is every
+            frame the source captured or skipped.
+        fps: processed frames per second over the recent window; once stopped,
+            over the whole run.
+        capture_fps: captured frames per second over the recent window; once
+            stopped, over the whole run.
         latency_p50: median capture-to-pose latency in seconds over recent frames,
             None before the first frame.
         latency_p99: 99th percentile of the same.
@@ -215,6 +221,7 @@ class StageMeters:
         self.captured = 0
         self.processed = 0
         self.batch_frames_dropped = 0
+        self.frames_discarded = 0
         self.instances_last_frame = 0
         self._capture_rate = RateMeter(clock=clock)
         self._process_rate = RateMeter(clock=clock)
@@ -241,6 +248,10 @@ class StageMeters:
 
     def batch_dropped(self, n_frames: int) -> None:
         self.batch_frames_dropped += n_frames
+
+    def discarded(self, n_frames: int) -> None:
+        """`n_frames` captured frames were let go by a stopping pipeline, unprocessed."""
+        self.frames_discarded += n_frames
 
     def engine_ran(self, seconds: float) -> None:
         self._engine_latency.add(seconds)
@@ -280,6 +291,11 @@ class StageMeters:
         else:
             end = self._stopped_at if self._stopped_at is not None else self._clock()
             elapsed = end - self._started_at
+        if self._stopped_at is None:
+            fps, capture_fps = self._process_rate.rate(), self._capture_rate.rate()
+        else:  # the windows empty once frames stop coming: report the run's rates
+            fps = self.processed / elapsed if elapsed > 0 else 0.0
+            capture_fps = self.captured / elapsed if elapsed > 0 else 0.0
         return PipelineStats(
             policy=policy,
             batch_size=batch_size,
@@ -288,9 +304,9 @@ class StageMeters:
             frames_total=frames_total,
             frames_captured=self.captured,
             frames_processed=self.processed,
-            frames_dropped=frames_dropped + self.batch_frames_dropped,
-            fps=self._process_rate.rate(),
-            capture_fps=self._capture_rate.rate(),
+            frames_dropped=frames_dropped + self.batch_frames_dropped + self.frames_discarded,
+            fps=fps,
+            capture_fps=capture_fps,
             latency_p50=latency[0],
             latency_p99=latency[1],
             engine_latency_p50=engine[0],

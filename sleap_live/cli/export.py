@@ -54,8 +54,9 @@ def add_parser(commands: Any) -> None:
         "--output",
         type=Path,
         help="output file, or a directory to write model.onnx / model.pt into "
-        "(default: FIRST_MODEL_DIR/sleap_live.onnx, or .pt for torchscript); for tensorrt, "
-        "a directory (default: FIRST_MODEL_DIR/sleap_live_tensorrt)",
+        "(default: NAME.onnx in the working directory, NAME being the model directories' "
+        "names joined by '+'; .pt for torchscript, .xml for openvino); for tensorrt, a "
+        "directory (default: NAME_tensorrt in the working directory)",
     )
     parser.add_argument("-f", "--format", choices=FORMATS, default="onnx", help="what to export to")
     parser.add_argument(
@@ -111,7 +112,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         return _export_tensorrt(args, console, verify)
     if args.format == "openvino":
         return _export_openvino(args, console, verify)
-    output = args.output or Path(args.model_dirs[0]) / f"sleap_live{SUFFIXES[args.format]}"
+    output = args.output or default_output(args.model_dirs, SUFFIXES[args.format])
     with console.status("exporting") as status:
         path = export_model(
             args.model_dirs,
@@ -134,7 +135,7 @@ def _export_tensorrt(args: argparse.Namespace, console: Console, verify: dict[st
     frame = args.frame_size or (None if frames is None else frames.shape[1:])
     if frame is None:
         raise UsageError("--format tensorrt needs --frame-size HxW (or --verify-video VIDEO)")
-    output = args.output or Path(args.model_dirs[0]) / "sleap_live_tensorrt"
+    output = args.output or default_output(args.model_dirs, "_tensorrt")
     with console.status("exporting") as status:
         path = export_tensorrt(
             args.model_dirs,
@@ -157,13 +158,20 @@ def _export_openvino(args: argparse.Namespace, console: Console, verify: dict[st
     from sleap_live.engines.export.openvino import export_openvino
     from sleap_live.engines.load.metadata import ExportMetadata, sidecar_path
 
-    output = args.output or Path(args.model_dirs[0]) / "sleap_live.xml"
+    output = args.output or default_output(args.model_dirs, ".xml")
     with console.status("exporting") as status:
         path = export_openvino(
             args.model_dirs, output, opset=args.opset, progress=status.update, **verify
         )
     metadata = ExportMetadata.from_json(sidecar_path(path).read_text(), str(path))
     return _report(console, path, metadata)
+
+
+def default_output(model_dirs: list[str], ending: str) -> Path:
+    """Where an export goes without -o: the working directory, never a model directory
+    (a model folder is an input, and may be read-only or shared)."""
+    name = "+".join(Path(model_dir).resolve().name for model_dir in model_dirs)
+    return Path.cwd() / f"{name}{ending}"
 
 
 def _report(console: Console, path: Path, metadata: Any) -> int:

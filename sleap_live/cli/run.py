@@ -93,8 +93,9 @@ def add_parsers(commands: Any) -> None:
         frames_default="the first frames of VIDEO; for a camera, frames of the model "
         "directories' training labels, else synthetic frames",
         batch_size_help="frames per engine call (default: 8 for files, 1 for cameras)",
-        output_help="poses to this file (default: VIDEO.predictions.slp for a file, "
-        "none for a camera)",
+        output_help="poses to this file (default: for a file, STEM.predictions.slp in the "
+        "working directory, STEM being the video's name without its suffix; none for a "
+        "camera or a stream)",
     )
     camera = run.add_argument_group("camera")
     camera.add_argument(
@@ -124,7 +125,8 @@ def add_parsers(commands: Any) -> None:
         replay,
         frames_default="the first frames of VIDEO",
         batch_size_help="frames per engine call (default: 1, as for a camera)",
-        output_help="poses to this file (default: none)",
+        output_help="poses to this file (default: STEM.predictions.slp in the working "
+        "directory, STEM being the video's name without its suffix)",
     )
     replay.add_argument(
         "--fps", type=frame_rate, help="replay rate (default: the video's frame rate)"
@@ -229,8 +231,8 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     # A video file; None for a camera or a stream URL.
     video = args.video if isinstance(args.video, Path) else None
     output = args.output
-    if output is None and video is not None and args.command == "run":
-        output = video.with_name(f"{video.name}.predictions.slp")
+    if output is None and video is not None:
+        output = default_output(video)
     check_outputs(
         {"-o": output, "--record": args.record},
         {
@@ -316,6 +318,12 @@ def _bind_publisher(args: argparse.Namespace) -> contextlib.AbstractContextManag
         return Publisher(args.publish)
     except PublishError as error:
         raise PublishError(f"--publish {args.publish}: {error.reason}") from None
+
+
+def default_output(video: Path) -> Path:
+    """Where a video's poses go without -o: the working directory, not beside the
+    video (whose folder may be read-only, shared, or a camera's upload folder)."""
+    return Path.cwd() / f"{video.stem}.predictions.slp"
 
 
 def _print_path(source: Source, runner: Any, decoder: str, console: Console) -> None:
@@ -428,7 +436,7 @@ def _summarise(pipeline: Pipeline, output: Path | None, console: Console) -> Non
         f"{stats.frames_processed} frames in {stats.elapsed:.1f} s "
         f"({stats.frames_processed / stats.elapsed if stats.elapsed else 0:.1f} fps)"
     )
-    if stats.frames_dropped:
+    if stats.frames_dropped or stats.policy == "live":
         line += f", {stats.frames_dropped} dropped"
     if stats.latency_p50 is not None and stats.latency_p99 is not None and stats.policy == "live":
         line += (

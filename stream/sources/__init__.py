@@ -103,7 +103,9 @@ class Source(Protocol):
 
     A source may also say how long a frame may take to arrive before it counts as
     stalled, as ``read_timeout`` in seconds (every source `open_source` opens does);
-    a pipeline otherwise allows `default_read_timeout` of its ``fps``.
+    a pipeline otherwise allows `default_read_timeout` of its ``fps``. A source that
+    skips frames (a replay falling behind its rate) counts them as ``skipped``, which
+    a pipeline adds to its dropped frames.
     """
 
     source_id: str

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections.abc import Iterator
@@ -15,20 +16,32 @@ from sleap_live.stream.sources._base import SourceBase, check_read_timeout
 from sleap_live.stream.sources.nvdec import open_file
 from sleap_live.stream.types import Frame
 
+logger = logging.getLogger(__name__)
+
 
 class ReplaySource(SourceBase):
     """Paced replay of a video file: a repeatable stand-in for a live camera.
 
     Frame ``i`` (counting from the first frame replayed) is released at
     ``t0 + i / fps`` on `clock`, where ``t0`` is when the first frame was released;
-    waits are on that absolute deadline, so the schedule never drifts. Each frame is
+    waits are on that absolute deadline, so the schedule does not drift while the
+    machine keeps up (see below). Each frame is
     stamped with the time it was released. Decoding happens ahead of the deadline.
 
     Like a camera, the replay does not slow down for its consumer: with
-    ``drop_late=True`` (the default) a frame whose successor is already due when the
-    consumer asks for it is skipped, counted in `skipped`, and shows up as a gap in
-    the frame indices. With ``drop_late=False`` late frames are released at once, so
-    every frame arrives but a slow consumer sees bursts as the replay catches up.
+    ``drop_late=True`` (the default) a frame whose successor was already due when the
+    consumer asked for it is skipped, counted in `skipped`, and shows up as a gap in
+    the frame indices; a pipeline counts these among its dropped frames. The first
+    frame sets the schedule, so it is never skipped. With ``drop_late=False`` late
+    frames are released at once, so every frame arrives but a slow consumer sees
+    bursts as the replay catches up.
+
+    Decoding is the replay's own cost, not the consumer's: a frame that decoding made
+    a whole interval late is released at once and the schedule restarts from it, so
+    a rate faster than the machine decodes replays at the rate it does decode. A
+    replay that skipped frames or slipped its schedule ends with a one-line warning
+    (logger ``sleap_live.stream.sources.replay``) giving the figures and the rate it
+    held.
 
     Truncated files behave as in `FileSource`: the frames that decode are replayed,
     then `SourceError` is raised.
@@ -99,22 +112,53 @@ class ReplaySource(SourceBase):
 
     def _frames(self) -> Iterator[Frame]:
         period = 1.0 / self._rate
-        first_release: float | None = None
-        first_index = 0
-        for frame in self._file:
-            if first_release is None:
-                first_release, first_index = self._clock(), frame.index
-            deadline = first_release + (frame.index - first_index) * period
-            delay = deadline - self._clock()
-            if delay > 0:
-                if self._clock.sleep_until(deadline, self._stop):
+        anchor: float | None = None  # when frame `anchor_index` was due
+        anchor_index = released = slipped = 0
+        started: float | None = None  # when the first frame was released
+        asked = self._clock()  # when the consumer last asked for a frame
+        try:
+            for frame in self._file:
+                now = self._clock()
+                if anchor is None:
+                    anchor, anchor_index, started = now, frame.index, now
+                deadline = anchor + (frame.index - anchor_index) * period
+                if deadline > now:
+                    if self._clock.sleep_until(deadline, self._stop):
+                        return
+                elif self.drop_late and released and asked - deadline >= period:
+                    # The consumer came back after the next frame was due.
+                    self.skipped += 1
+                    continue
+                elif now - max(deadline, asked) >= period:
+                    # Decoding, not the consumer, made it a frame late: the machine
+                    # cannot hold the rate, so the schedule restarts from this frame
+                    # rather than counting every later frame as late.
+                    anchor, anchor_index = now, frame.index
+                    slipped += 1
+                released += 1
+                yield attrs.evolve(frame, timestamp=self._clock())
+                asked = self._clock()
+                if self._stop.is_set():
                     return
-            elif self.drop_late and -delay >= period:
-                self.skipped += 1
-                continue
-            yield attrs.evolve(frame, timestamp=self._clock())
-            if self._stop.is_set():
-                return
+        finally:
+            if started is not None and (self.skipped or slipped):
+                self._warn_too_fast(released, slipped, self._clock() - started)
+
+    def _warn_too_fast(self, released: int, slipped: int, seconds: float) -> None:
+        replayed = released + self.skipped
+        # Intervals between the frames gone through, over the time they took.
+        rate = f"about {(replayed - 1) / seconds:.0f} fps" if seconds > 0 else "no measurable rate"
+        logger.warning(
+            "%s: this machine could not hold the replay rate of %g fps: %d of %d frames "
+            "skipped (counted as dropped), the schedule slipped %d times while decoding; "
+            "it replayed at %s",
+            self.source_id,
+            self._rate,
+            self.skipped,
+            replayed,
+            slipped,
+            rate,
+        )
 
     def _release(self) -> None:
         self._file.close()

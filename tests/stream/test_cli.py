@@ -103,8 +103,9 @@ def test_run_a_file_writes_every_frame(video, tmp_path, fake_engine, capsys, fak
 
 
 def test_runs_verify_an_in_memory_export_on_the_first_frames_of_their_video(
-    video, tmp_path, fake_engine, fakes
+    video, tmp_path, fake_engine, fakes, monkeypatch
 ):
+    monkeypatch.chdir(tmp_path)  # where the run without -o writes its poses
     other = write_indexed_video(tmp_path / "other.mkv", 12, fakes)
     for argv in (
         ["run", str(video)],
@@ -123,10 +124,46 @@ def test_runs_verify_an_in_memory_export_on_the_first_frames_of_their_video(
     assert skipped["verify"] is False and "verify_frames" not in skipped
 
 
-def test_run_without_output_writes_next_to_the_video(video, fake_engine):
-    assert cli.main([str(video), "-m", "m", "-m", "m2", "--engine", "onnx", "-q"]) == 0
+@pytest.mark.parametrize("command", [["run"], [], ["replay", "--fps", "1000"]])
+def test_without_output_poses_go_to_the_working_directory(
+    command, video, tmp_path, fake_engine, monkeypatch, capsys
+):
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    argv = [*command[:1], str(video), *command[1:], "-m", "m", "-m", "m2", "--engine", "onnx"]
+    assert cli.main(argv) == 0
     assert fake_engine[0][:2] == (["m", "m2"], "onnx")
-    assert len(sio.load_slp(str(video) + ".predictions.slp", open_videos=False)) == 40
+    default = work / "clip.predictions.slp"  # the video's stem, not beside the video
+    frames = len(sio.load_slp(str(default), open_videos=False))
+    assert frames == 40 if command != ["replay", "--fps", "1000"] else 0 < frames <= 40
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["clip.mkv", "work"]
+    assert f"poses: {default}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["run", "replay"])
+def test_help_says_where_poses_go_by_default(command, capsys):
+    assert cli.main([command, "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "default: STEM.predictions.slp in the working directory" in text.replace(
+        "default: for a file, ", "default: "
+    )
+
+
+def test_export_without_output_writes_to_the_working_directory(tmp_path, monkeypatch, capsys):
+    made = []
+
+    def export_model(model_dirs, output, **options):
+        made.append(output)
+        raise KeyboardInterrupt  # stop before the report, which reads the export
+
+    monkeypatch.setattr(engines, "export_model", export_model, raising=False)
+    monkeypatch.chdir(tmp_path)
+    argv = ["export", str(MODELS / "centroid"), str(MODELS / "centered_instance"), "--no-verify"]
+    assert cli.main(argv) == 130
+    assert made == [tmp_path / "centroid+centered_instance.onnx"]
+    assert cli.main(["export", "--help"]) == 0
+    assert "NAME.onnx in the working directory" in " ".join(capsys.readouterr().out.split())
 
 
 def test_csv_output_and_a_lossless_recording(tmp_path, video, fake_engine, capsys):
@@ -326,9 +363,10 @@ def test_export_writes_a_verified_model_and_shows_its_check(
 
     model = shutil.copytree(MODELS / "single_instance", tmp_path / "single_instance")
     monkeypatch.setenv("COLUMNS", "40")  # narrower than the table: still nothing is cut
+    monkeypatch.chdir(tmp_path)
     assert cli.main(["export", str(model), "--format", format]) == 0
 
-    path = model / f"sleap_live{suffix}"  # the default output
+    path = tmp_path / f"single_instance{suffix}"  # the default output, not in the model
     metadata = ExportMetadata.from_json(sidecar_path(path).read_text(), str(path))
     assert metadata.format == format and metadata.verification
     err = capsys.readouterr().err

@@ -104,8 +104,9 @@ def test_a_replay_rate_must_be_finite_in_the_api_too(clip):
 
 
 def test_a_batch_size_too_large_for_memory_is_refused_before_the_model_loads(
-    clip, loads, capsys, monkeypatch
+    clip, loads, capsys, monkeypatch, tmp_path
 ):
+    monkeypatch.chdir(tmp_path)  # where the run without -o writes its poses
     # 32x24 gray frames, 2 MiB of memory: 6 batches of 64 in flight need 0.28 MiB,
     # of 512 need 2.25 MiB.
     monkeypatch.setattr(memory, "available_memory", lambda: 2 * 2**20)
