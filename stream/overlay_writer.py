@@ -116,9 +116,12 @@ class OverlayWriter:
     def close(self) -> None:
         """Flush the encoder and move the finished video onto `path`; idempotent.
 
-        On an error the partial file is deleted and `path` is left as it was.
+        Without frames, or on an error, nothing is written and `path` is left as it was.
         """
         if self._closed:
+            return
+        if not self.n_frames_written:
+            self.discard()
             return
         self._closed = True
         try:
