@@ -116,6 +116,8 @@ class Pipeline:
             `save_interval` seconds, written on stop, see `SlpWriter`).
         record: video file to record the processed frames to (see
             `VideoRecorder`); the .slp output then links to this recording.
+        record_overlay: video file to record the processed frames to with their
+            poses drawn (see `OverlayRecorder`).
         engine: runtime used when loading models from paths ("auto", "torch", "onnx").
         device: device used when loading models from paths ("auto", "cpu", "cuda", ...).
         warmup: run the engine once on a blank batch before capture starts, so
@@ -163,6 +165,7 @@ class Pipeline:
         ring_capacity: int = DEFAULT_RING_CAPACITY,
         output: str | os.PathLike[str] | None = None,
         record: str | os.PathLike[str] | None = None,
+        record_overlay: str | os.PathLike[str] | None = None,
         engine: str = "auto",
         device: str = "auto",
         warmup: bool = True,
@@ -201,8 +204,8 @@ class Pipeline:
             halt=self._request_halt,
             clock=clock,
         )
-        self._output_options = OutputOptions(output, record, save_interval)
-        self._records_frames = record is not None
+        self._output_options = OutputOptions(output, record, save_interval, record_overlay)
+        self._records_frames = record is not None or record_overlay is not None
         self._outputs = OpenWriters({})
         self._warmup = warmup
         self._clock = clock

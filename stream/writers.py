@@ -26,6 +26,7 @@ from sleap_live.stream.channel import Channel
 from sleap_live.stream.clock import MONOTONIC, Clock
 from sleap_live.stream.errors import ChannelClosed, ChannelEmpty
 from sleap_live.stream.outputs_guard import OutputLock, check_outputs
+from sleap_live.stream.overlay_recorder import OverlayRecorder
 from sleap_live.stream.slp_writer import DEFAULT_SAVE_INTERVAL, SlpWriter
 from sleap_live.stream.sources import Source
 from sleap_live.stream.types import PoseRecord
@@ -201,14 +202,19 @@ class OutputOptions:
             to it and numbers its frames as the recording does.
         save_interval: most seconds a finished frame waits before it is saved to
             `output`'s journal (what a crash can cost); None saves on close only.
+        record_overlay: video file for the processed frames with their poses drawn
+            (`OverlayRecorder`), or None.
     """
 
     output: Path | None = attrs.field(default=None, converter=attrs.converters.optional(Path))
     record: Path | None = attrs.field(default=None, converter=attrs.converters.optional(Path))
     save_interval: float | None = DEFAULT_SAVE_INTERVAL
+    record_overlay: Path | None = attrs.field(
+        default=None, converter=attrs.converters.optional(Path)
+    )
 
 
-Writer = SlpWriter | VideoRecorder
+Writer = SlpWriter | VideoRecorder | OverlayRecorder
 
 
 class OpenWriters:
@@ -236,7 +242,7 @@ class OpenWriters:
         Waits while a queue is full. A writer that already failed is skipped: its
         loop's error reaches the owner through that loop's thread.
         """
-        for name, item in (("slp", record), ("record", image)):
+        for name, item in (("slp", record), ("record", image), ("overlay", (record, image))):
             if name in self._writers:
                 try:
                     self._writers[name][0].put(item)
@@ -271,7 +277,7 @@ def open_outputs(
     """
     source_file = Path(source.source_id)
     check_outputs(
-        {"output": options.output, "record": options.record},
+        {"output": options.output, "record": options.record, "overlay": options.record_overlay},
         {"source": [source_file] if source_file.is_file() else []},
     )
     writers: dict[str, tuple[Channel[Any], Writer]] = {}
@@ -302,6 +308,22 @@ def open_outputs(
                 slp.discard()
             raise
         writers["record"] = (Channel(RECORD_QUEUE_CAPACITY), recorder)
+    if options.record_overlay is not None:
+        try:
+            overlay = OverlayRecorder(
+                options.record_overlay,
+                source.fps or 30.0,
+                source.frame_shape,
+                info.skeleton,
+                info.class_names,
+            )
+        except BaseException:
+            if "slp" in writers:
+                slp.discard()
+            if "record" in writers:
+                recorder.close()
+            raise
+        writers["overlay"] = (Channel(RECORD_QUEUE_CAPACITY), overlay)
     return OpenWriters(writers)
 
 

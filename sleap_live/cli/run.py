@@ -144,6 +144,13 @@ def _add_common_options(
         "links to (default: no recording)",
     )
     out.add_argument(
+        "--record-overlay",
+        type=Path,
+        metavar="VIDEO",
+        help="record the processed frames with their poses drawn to this video "
+        "(default: no overlay recording)",
+    )
+    out.add_argument(
         "--save-interval",
         type=seconds,
         default=DEFAULT_SAVE_INTERVAL,
@@ -192,15 +199,16 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     if output is None and video is not None and args.command == "run":
         output = video.with_name(f"{video.name}.predictions.slp")
     check_outputs(
-        {"-o": output, "--record": args.record},
+        {"-o": output, "--record": args.record, "--record-overlay": args.record_overlay},
         {
             "VIDEO": [video],
             "-m": [Path(model) for model in args.models],
             "--verify-video": [args.verify_video],
         },
     )
-    if args.record is not None:
-        check_recording_path(args.record)
+    for recording in (args.record, args.record_overlay):
+        if recording is not None:
+            check_recording_path(recording)
     with _bind_publisher(args) as publisher:
         return _run(args, console, video, output, publisher)
 
@@ -227,6 +235,7 @@ def _run(
                 batch_size=args.batch_size,
                 output=output,
                 record=args.record,
+                record_overlay=args.record_overlay,
                 save_interval=args.save_interval,
                 publish=publisher,
             )
