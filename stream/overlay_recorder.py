@@ -24,8 +24,9 @@ class OverlayRecorder:
     """Draws each frame's poses and encodes the result, one output frame per `write()`.
 
     Frame k of the recording is the k-th pose record, as with `VideoRecorder`. The
-    video is moved into place when the recorder closes (a failed encode leaves
-    nothing), so a run that is killed leaves only a hidden partial file beside it.
+    video is encoded to a hidden file beside `path` and moved onto `path` when the
+    recorder closes, which the pipeline does however the run ends; only a killed
+    process leaves the hidden partial file instead.
 
     Args:
         path: the video to write (.mp4, .mkv, .avi).
