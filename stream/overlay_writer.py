@@ -90,6 +90,8 @@ class OverlayWriter:
             raise
         self._stream = stream
         self.n_frames_written = 0
+        # True once the finished video is at `path`.
+        self.written = False
         self._closed = False
 
     def write(self, image: np.ndarray) -> None:
@@ -133,6 +135,7 @@ class OverlayWriter:
             self._container.close()
             self._abandon()
             raise
+        self.written = True
         self._lock.release()
 
     def discard(self) -> None:

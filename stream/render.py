@@ -67,7 +67,8 @@ def render_slp(
         video: the video to draw on; None: the one `slp` names, looked for as written
             and then relative to the folder of `slp`.
         codec: a key of `overlay_writer.CODECS`.
-        progress: told after each frame how many are written, of how many.
+        progress: told after each frame how many are written, of how many, and once
+            more when the output is closed, with how many it holds (0: not written).
 
     Raises:
         SourceNotFoundError: `slp` or its video is missing (naming each path tried).
@@ -95,30 +96,44 @@ def render_slp(
     with FileSource(video, start=start, stop=stop) as source:
         height, width, _ = source.frame_shape
         total = source.n_frames
-        with OverlayWriter(output, source.fps or 30.0, (height, width), codec=codec) as writer:
-            for frame in source:
-                image = np.asarray(frame.image)
-                labelled = frames.get(frame.index)
-                if labelled is not None and labelled.instances:
-                    instances = labelled.instances
-                    image = draw_poses(
-                        image,
-                        [instance.numpy()[:, :2] for instance in instances],
-                        skeleton,
-                        style,
-                        # Untracked instances share the colour after the last track's.
-                        track_indices=[
-                            tracks.get(id(instance.track), len(tracks)) for instance in instances
-                        ],
-                        n_tracks=len(tracks) + 1,
-                    )
-                    n_posed += 1
-                elif image.shape[2] == 1:
-                    image = np.repeat(image, 3, axis=2)
-                writer.write(image)
-                if progress is not None:
-                    progress(writer.n_frames_written, total)
+        writer = OverlayWriter(output, source.fps or 30.0, (height, width), codec=codec)
+        try:
+            with writer:
+                for frame in source:
+                    labelled = frames.get(frame.index)
+                    posed = labelled is not None and bool(labelled.instances)
+                    writer.write(_drawn(np.asarray(frame.image), labelled, skeleton, style, tracks))
+                    n_posed += posed
+                    if progress is not None:
+                        progress(writer.n_frames_written, total)
+        finally:
+            # Once more with what the closed file holds (a Ctrl-C keeps the frames
+            # drawn so far; an error leaves no file).
+            if progress is not None:
+                progress(writer.n_frames_written if writer.written else 0, total)
     return Rendered(output, video, writer.n_frames_written, n_posed, start)
+
+
+def _drawn(
+    image: np.ndarray,
+    labelled: Any,
+    skeleton: SkeletonLayout,
+    style: OverlayStyle,
+    tracks: dict[int, int],
+) -> np.ndarray:
+    """`image` as RGB with the instances of `labelled` (a LabeledFrame or None) drawn."""
+    if labelled is None or not labelled.instances:
+        return np.repeat(image, 3, axis=2) if image.shape[2] == 1 else image
+    instances = labelled.instances
+    return draw_poses(
+        image,
+        [instance.numpy()[:, :2] for instance in instances],
+        skeleton,
+        style,
+        # Untracked instances share the colour after the last track's.
+        track_indices=[tracks.get(id(instance.track), len(tracks)) for instance in instances],
+        n_tracks=len(tracks) + 1,
+    )
 
 
 def _load(slp: Path) -> Any:

@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from sleap_live.cli.options import PROG, UsageError, count, positive_float
 from sleap_live.stream.overlay import COLOR_SCHEMES, MARKER_SHAPES, PALETTES, OverlayStyle
 from sleap_live.stream.overlay_writer import CODECS, DEFAULT_CODEC
+from sleap_live.stream.render import render_slp
 
 SUMMARY = "draw the poses of a .slp on its video and write the result as a new video"
 
@@ -97,8 +98,6 @@ def add_parser(commands: Any) -> None:
 
 def handle(args: argparse.Namespace, console: Console) -> int:
     """Runs `render`; returns the exit status (errors propagate to `main`)."""
-    from sleap_live.stream.render import render_slp
-
     start, stop = _range(args)
     output = args.output or Path(f"{args.slp.stem}.overlay.mp4")
     style = OverlayStyle(
@@ -108,22 +107,36 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         marker_shape=args.marker_shape,
         line_width=args.line_width,
     )
+    written = 0
     with _progress_bar(console) as bar:
         task = bar.add_task(f"rendering {output}", total=None)
 
         def advance(done: int, total: int | None) -> None:
+            nonlocal written
+            written = done
             bar.update(task, completed=done, total=total)
 
-        rendered = render_slp(
-            args.slp,
-            output,
-            style=style,
-            start=start,
-            stop=stop,
-            video=args.video,
-            codec=args.codec,
-            progress=advance,
-        )
+        try:
+            rendered = render_slp(
+                args.slp,
+                output,
+                style=style,
+                start=start,
+                stop=stop,
+                video=args.video,
+                codec=args.codec,
+                progress=advance,
+            )
+        except KeyboardInterrupt:
+            if written:
+                console.print(
+                    f"{output}: interrupted; kept the {written} frames drawn so far "
+                    f"({start} to {start + written - 1})",
+                    highlight=False,
+                    soft_wrap=True,
+                    markup=False,
+                )
+            raise
     last = rendered.start + rendered.n_frames - 1
     console.print(
         f"{rendered.output}: {rendered.n_frames} frames ({rendered.start} to {last} of "

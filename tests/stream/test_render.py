@@ -338,7 +338,7 @@ def test_ctrl_c_keeps_the_frames_drawn_so_far(poses, tmp_path):
 
     with pytest.raises(KeyboardInterrupt):
         render_slp(poses, output, codec="ffv1", progress=interrupt)
-    assert len(decode(output)) == 3 and seen == [30, 30, 30]
+    assert len(decode(output)) == 3 and seen == [30, 30, 30, 30]
 
 
 def test_a_second_writer_of_the_same_output_is_refused(tmp_path):
@@ -365,3 +365,21 @@ def test_odd_sizes_are_padded_for_h264(tmp_path):
             writer.write(np.zeros((48, 64, 3), np.uint8))
     (frame,) = decode(output)
     assert frame.shape == (48, 64, 3)
+
+
+def test_ctrl_c_on_the_command_line_says_what_was_kept(poses, tmp_path, capsys, monkeypatch):
+    output = tmp_path / "overlay.mkv"
+    write = OverlayWriter.write
+
+    def write_then_interrupt(self, image):
+        write(self, image)
+        if self.n_frames_written == 4:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(OverlayWriter, "write", write_then_interrupt)
+    argv = ["render", str(poses), "-o", str(output), "--codec", "ffv1", "--start", "2"]
+    assert cli.main(argv) == 130
+    assert (
+        f"{output}: interrupted; kept the 4 frames drawn so far (2 to 5)" in capsys.readouterr().err
+    )
+    assert len(decode(output)) == 4
