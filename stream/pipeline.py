@@ -120,6 +120,8 @@ class Pipeline:
             every `save_interval` seconds and written on stop (see `SlpWriter`).
         record: video file to record the processed frames to (see
             `VideoRecorder`, `OutputOptions` for which video `output` links to).
+        record_overlay: video file to record the processed frames to with their
+            poses drawn (see `OverlayRecorder`).
         engine: runtime used when loading models from paths ("auto", "torch", "onnx").
         device: device used when loading models from paths ("auto", "cpu", "cuda", ...).
         warmup: run the engine once on a blank batch before capture starts, so
@@ -175,6 +177,7 @@ class Pipeline:
         ring_capacity: int = DEFAULT_RING_CAPACITY,
         output: str | os.PathLike[str] | None = None,
         record: str | os.PathLike[str] | None = None,
+        record_overlay: str | os.PathLike[str] | None = None,
         engine: str = "auto",
         device: str = "auto",
         warmup: bool = True,
@@ -194,6 +197,7 @@ class Pipeline:
             record_codec,
             record_quality,
             with_models(model_or_runner, provenance) if output is not None else {},
+            record_overlay,
         )
         check_batch_memory(policy, batch_size, source.frame_shape)
         if stop_timeout is not None and (math.isnan(stop_timeout) or stop_timeout <= 0):
@@ -224,7 +228,7 @@ class Pipeline:
             halt=self._request_halt,
             clock=clock,
         )
-        self._records_frames = record is not None
+        self._records_frames = record is not None or record_overlay is not None
         self._outputs = OpenWriters({})
         self._warmup = warmup
         self._clock = clock

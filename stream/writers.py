@@ -28,6 +28,7 @@ from sleap_live.stream.clock import MONOTONIC, Clock
 from sleap_live.stream.errors import ChannelClosed, ChannelEmpty
 from sleap_live.stream.exports import check_suffix, sidecars
 from sleap_live.stream.outputs_guard import OutputLock, check_outputs
+from sleap_live.stream.overlay_recorder import OverlayRecorder
 from sleap_live.stream.provenance import run_provenance
 from sleap_live.stream.slp_writer import DEFAULT_SAVE_INTERVAL, SlpWriter
 from sleap_live.stream.sources import Source
@@ -337,9 +338,12 @@ class OutputOptions:
             `output`'s journal (what a crash can cost); None saves on close only.
         provenance: entries added to the outputs' provenance (for example
             ``models``: `provenance.model_records` of the model paths).
+        record_overlay: video file for the processed frames with their poses drawn
+            (`OverlayRecorder`), or None.
 
     Raises:
-        ValueError: an unknown pose suffix, codec, or a quality the codec cannot take.
+        ValueError: an unknown pose suffix, codec, or a quality the codec cannot
+            take; a recording path that is no video format.
     """
 
     output: Path | None = attrs.field(default=None, converter=attrs.converters.optional(Path))
@@ -348,6 +352,9 @@ class OutputOptions:
     record_codec: str = DEFAULT_RECORD_CODEC
     record_quality: int | None = None
     provenance: Mapping[str, Any] = attrs.field(factory=dict)
+    record_overlay: Path | None = attrs.field(
+        default=None, converter=attrs.converters.optional(Path)
+    )
 
     def __attrs_post_init__(self) -> None:
         if self.output is not None:
@@ -355,10 +362,16 @@ class OutputOptions:
         if self.record is not None:
             check_recording_path(self.record)
             check_record_codec(self.record, self.record_codec, self.record_quality)
+        if self.record_overlay is not None:
+            check_recording_path(self.record_overlay)
 
     def paths(self) -> dict[str, Path | None]:
         """Every file the outputs write, by the option that names it (for `check_outputs`)."""
-        paths: dict[str, Path | None] = {"output": self.output, "record": self.record}
+        paths: dict[str, Path | None] = {
+            "output": self.output,
+            "record": self.record,
+            "overlay": self.record_overlay,
+        }
         if self.output is not None:
             for sidecar in sidecars(self.output):
                 paths[f"output ({sidecar.name})"] = sidecar
@@ -367,7 +380,7 @@ class OutputOptions:
         return paths
 
 
-Writer = SlpWriter | VideoRecorder
+Writer = SlpWriter | VideoRecorder | OverlayRecorder
 
 
 @attrs.frozen
@@ -405,7 +418,7 @@ class OpenWriters:
         loop's error reaches the owner through that loop's thread.
         """
         frame = RecordedFrame(image, record.frame_index, record.capture_time)
-        for name, item in (("slp", record), ("record", frame)):
+        for name, item in (("slp", record), ("record", frame), ("overlay", (record, image))):
             if name in self._writers:
                 try:
                     self._writers[name][0].put(item)
@@ -496,6 +509,22 @@ def open_outputs(
                 slp.discard()
             raise
         writers["record"] = (Channel(RECORD_QUEUE_CAPACITY), recorder)
+    if options.record_overlay is not None:
+        try:
+            overlay = OverlayRecorder(
+                options.record_overlay,
+                source.fps or 30.0,
+                source.frame_shape,
+                info.skeleton,
+                info.class_names,
+            )
+        except BaseException:
+            if "slp" in writers:
+                slp.discard()
+            if "record" in writers:
+                recorder.close()
+            raise
+        writers["overlay"] = (Channel(RECORD_QUEUE_CAPACITY), overlay)
     return OpenWriters(writers)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sleap_live import cli
-from sleap_live.cli import bench, check, export, recover, run
+from sleap_live.cli import bench, check, export, recover, render, run
 
 SUMMARIES = {
     "run": run.RUN_SUMMARY,
@@ -22,6 +22,7 @@ SUMMARIES = {
     "bench": bench.SUMMARY,
     "check-tensorrt": check.SUMMARY,
     "recover": recover.SUMMARY,
+    "render": render.SUMMARY,
 }
 # Options every subcommand that loads a model has, defined once in sleap_live.cli.options,
 # and the verification options they share with `export`.

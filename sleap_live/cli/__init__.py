@@ -10,8 +10,10 @@ Commands::
     sleap-live bench VIDEO -m MODEL [--json bench.json]
     sleap-live recover FILE.slp                 (the .slp of a killed run, from its journal)
     sleap-live check-tensorrt MODEL.onnx        (what TensorRT would refuse or change)
+    sleap-live render POSES.slp -o overlay.mp4  (the poses drawn on their video)
 
-One parser holds every subcommand (`run.py`, `export.py`, `bench.py`, `check.py`, `recover.py`),
+One parser holds every subcommand (`run.py`, `export.py`, `bench.py`, `check.py`, `recover.py`,
+`render.py`),
 built from the options they share (`options.py`). `python -m sleap_live` is the same command.
 
 Exit status: 0 done, 1 a source, model or output failed, 2 bad arguments,
@@ -36,7 +38,7 @@ from types import FrameType
 
 from rich.console import Console
 
-from sleap_live.cli import bench, check, export, recover, run
+from sleap_live.cli import bench, check, export, recover, render, run
 from sleap_live.cli.options import PROG, Parser, UsageError
 from sleap_live.engines.errors import EngineError
 from sleap_live.stream.errors import StreamError
@@ -45,7 +47,7 @@ __all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_TERMINATED", "EXIT_USAGE", "m
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED, EXIT_TERMINATED = 128 + signal.SIGINT, 128 + signal.SIGTERM
-COMMANDS = ("run", "replay", "export", "bench", "check-tensorrt", "recover")
+COMMANDS = ("run", "replay", "export", "bench", "check-tensorrt", "recover", "render")
 
 
 class Terminated(KeyboardInterrupt):
@@ -111,6 +113,7 @@ def parser() -> argparse.ArgumentParser:
             f"  {PROG} bench VIDEO -m MODEL_DIR\n"
             f"  {PROG} recover session.slp   (after a kill: the .slp from its journal)\n"
             f"  {PROG} check-tensorrt exported/model.onnx\n"
+            f"  {PROG} render poses.slp -o overlay.mp4\n"
             f"\n`{PROG} COMMAND -h` lists a command's options."
         ),
     )
@@ -120,6 +123,7 @@ def parser() -> argparse.ArgumentParser:
     bench.add_parser(commands)
     check.add_parser(commands)
     recover.add_parser(commands)
+    render.add_parser(commands)
     return top
 
 

@@ -178,6 +178,13 @@ def _add_common_options(
         help="CRF of a lossy --record-codec, 0 (best) to 51 (default: 18 for h264, 23 for h265)",
     )
     out.add_argument(
+        "--record-overlay",
+        type=Path,
+        metavar="VIDEO",
+        help="record the processed frames with their poses drawn to this video "
+        "(default: no overlay recording)",
+    )
+    out.add_argument(
         "--save-interval",
         type=seconds,
         default=DEFAULT_SAVE_INTERVAL,
@@ -234,7 +241,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     if output is None and video is not None:
         output = default_output(video)
     check_outputs(
-        {"-o": output, "--record": args.record},
+        {"-o": output, "--record": args.record, "--record-overlay": args.record_overlay},
         {
             "VIDEO": [video],
             "-m": [Path(model) for model in args.models],
@@ -242,7 +249,14 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         },
     )
     # A bad recording path or codec is refused here, before any work.
-    OutputOptions(output, args.record, None, args.record_codec, args.record_quality)
+    OutputOptions(
+        output,
+        args.record,
+        None,
+        args.record_codec,
+        args.record_quality,
+        record_overlay=args.record_overlay,
+    )
     with _bind_publisher(args) as publisher:
         return _run(args, console, video, output, publisher)
 
@@ -269,6 +283,7 @@ def _run(
                 batch_size=args.batch_size,
                 output=output,
                 record=args.record,
+                record_overlay=args.record_overlay,
                 save_interval=args.save_interval,
                 publish=publisher,
                 record_codec=args.record_codec,

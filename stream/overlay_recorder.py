@@ -1,0 +1,106 @@
+"""Live overlay recordings (`--record-overlay`): each processed frame with its poses drawn.
+
+`OverlayRecorder` is fed ``(PoseRecord, image)`` pairs by the pipeline's writer
+sink, in the order poses were emitted, and draws and encodes them in that sink's
+thread, so drawing never holds up inference beyond the queue in front of it. Colours
+follow the model's identities for multi-class models (one colour per class, fixed
+across frames) and the instance's position in its frame otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from sleap_live.engines.types import Skeleton
+from sleap_live.stream.overlay import OverlayStyle, SkeletonLayout, draw_poses
+from sleap_live.stream.overlay_writer import DEFAULT_CODEC, OverlayWriter
+from sleap_live.stream.types import PoseRecord
+
+
+class OverlayRecorder:
+    """Draws each frame's poses and encodes the result, one output frame per `write()`.
+
+    Frame k of the recording is the k-th pose record, as with `VideoRecorder`. The
+    video is encoded to a hidden file beside `path` and moved onto `path` when the
+    recorder closes, which the pipeline does however the run ends; only a killed
+    process leaves the hidden partial file instead.
+
+    Args:
+        path: the video to write (.mp4, .mkv, .avi).
+        fps: frame rate stored in the file.
+        frame_shape: (height, width, channels) of the frames, channels 1 or 3.
+        skeleton: the model's skeleton.
+        class_names: the model's identity names (multi-class models), else empty.
+        style: how poses are drawn; "auto" colours by identity when there are classes.
+        codec: a key of `overlay_writer.CODECS`.
+
+    Raises:
+        ValueError: bad fps, frame shape, codec or suffix.
+        OutputError: the output cannot be written or another run holds it.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        fps: float,
+        frame_shape: tuple[int, int, int],
+        skeleton: Skeleton,
+        class_names: tuple[str, ...] = (),
+        *,
+        style: OverlayStyle | None = None,
+        codec: str = DEFAULT_CODEC,
+    ) -> None:
+        self.path = Path(path)
+        self._skeleton = SkeletonLayout(skeleton.node_names, skeleton.edges)
+        self._n_classes = len(class_names)
+        self._style = (style or OverlayStyle()).resolved(has_tracks=bool(class_names))
+        height, width = int(frame_shape[0]), int(frame_shape[1])
+        self._writer = OverlayWriter(
+            self.path, fps, (height, width), codec=codec, what="the overlay recording"
+        )
+        self.finished = False
+
+    @property
+    def n_frames_written(self) -> int:
+        return self._writer.n_frames_written
+
+    def write(self, item: tuple[PoseRecord, np.ndarray]) -> None:
+        """Draw `record`'s poses on `image`, its (H, W, C) uint8 frame, and encode it."""
+        record, image = item
+        poses = record.poses
+        if image.shape[2] == 1:
+            image = np.repeat(image, 3, axis=2)
+        if poses.n_instances:
+            # Instances without an identity (-1) share the colour after the last class's.
+            identities = [
+                int(identity) if identity >= 0 else self._n_classes for identity in poses.identities
+            ]
+            image = draw_poses(
+                image,
+                list(poses.points),
+                self._skeleton,
+                self._style,
+                track_indices=identities,
+                n_tracks=self._n_classes + 1,
+            )
+        self._writer.write(image)
+
+    def close(self) -> None:
+        """Finish the video and move it into place; idempotent."""
+        self._writer.close()
+        self.finished = self._writer.n_frames_written > 0
+
+    def describe(self) -> str:
+        """What the recording holds, in one line."""
+        if self.finished:
+            return f"overlay recording: {self.path} ({self.n_frames_written} frames)"
+        return f"overlay recording: {self.path} not written ({self.n_frames_written} frames drawn)"
+
+    def __enter__(self) -> OverlayRecorder:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -1,0 +1,163 @@
+"""Overlay videos written with PyAV: RGB frames in, H.264 or lossless FFV1 out.
+
+The video is encoded to a temporary file beside the output and moved onto the
+output only when it is finished, so a failed or cut-short render never leaves a
+broken file where a good one was. The output is locked (`OutputLock`) meanwhile.
+"""
+
+from __future__ import annotations
+
+import os
+from fractions import Fraction
+from pathlib import Path
+from typing import cast
+
+import av
+import numpy as np
+
+from sleap_live.stream.outputs_guard import OutputLock, temporary_path
+
+# Codec name -> (FFmpeg encoder, pixel format, encoder options). H.264 without
+# B-frames so every reader seeks frame-accurately; FFV1 stores RGB exactly.
+CODECS: dict[str, tuple[str, str, dict[str, str]]] = {
+    "h264": ("libx264", "yuv420p", {"crf": "18", "preset": "veryfast", "bf": "0"}),
+    "ffv1": ("ffv1", "bgr0", {}),
+}
+DEFAULT_CODEC = "h264"
+
+
+class OverlayWriter:
+    """Encodes (H, W, 3) uint8 RGB frames to `path`, one output frame per `write()`.
+
+    H.264 (yuv420p) needs even dimensions: an odd height or width is padded with one
+    black row or column at the bottom or right, which leaves coordinates unchanged.
+
+    Args:
+        path: the video to write; its suffix picks the container (.mp4, .mkv, .avi).
+        fps: frame rate stored in the file.
+        size: (height, width) of the frames.
+        codec: a key of `CODECS`.
+        what: how errors name the output (e.g. "the overlay video").
+
+    Raises:
+        ValueError: bad fps, size, codec, or a suffix FFmpeg cannot write.
+        OutputError: the output cannot be written or another run holds it.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        fps: float,
+        size: tuple[int, int],
+        *,
+        codec: str = DEFAULT_CODEC,
+        what: str = "the overlay video",
+    ) -> None:
+        self.path = Path(path)
+        if codec not in CODECS:
+            raise ValueError(f"{self.path}: unknown codec {codec!r}; use one of {sorted(CODECS)}")
+        if not 0 < fps < float("inf"):
+            raise ValueError(f"{self.path}: fps must be positive, got {fps!r}")
+        height, width = (int(v) for v in size)
+        if height < 1 or width < 1:
+            raise ValueError(f"{self.path}: frame size must be positive, got {size!r}")
+        self.size = (height, width)
+        encoder, pixel_format, options = CODECS[codec]
+        self._pad = pixel_format == "yuv420p" and (height % 2 or width % 2)
+        self._lock = OutputLock(self.path, what)
+        self._partial = temporary_path(self.path)
+        try:
+            self._container = av.open(str(self._partial), "w")
+        except ValueError:
+            self._abandon()
+            raise ValueError(
+                f"{self.path}: {self.path.suffix or 'a suffix-less name'} is not a video format "
+                "FFmpeg can write; use .mp4, .mkv or .avi"
+            ) from None
+        except BaseException:
+            self._abandon()
+            raise
+        try:
+            rate = Fraction(fps).limit_denominator(1001)
+            stream = cast(av.video.stream.VideoStream, self._container.add_stream(encoder, rate))
+            stream.width = width + width % 2 if self._pad else width
+            stream.height = height + height % 2 if self._pad else height
+            stream.pix_fmt = pixel_format
+            stream.options = dict(options)
+        except BaseException:
+            self._container.close()
+            self._abandon()
+            raise
+        self._stream = stream
+        self.n_frames_written = 0
+        # True once the finished video is at `path`.
+        self.written = False
+        self._closed = False
+
+    def write(self, image: np.ndarray) -> None:
+        """Encode one (H, W, 3) uint8 RGB frame.
+
+        Raises:
+            ValueError: the writer is closed or the frame has another shape.
+        """
+        if self._closed:
+            raise ValueError(f"{self.path}: write() after close()")
+        if image.shape != (*self.size, 3) or image.dtype != np.uint8:
+            raise ValueError(
+                f"{self.path}: frame is {image.dtype} {image.shape}, expected uint8 "
+                f"{(*self.size, 3)}"
+            )
+        if self._pad:
+            image = np.pad(image, ((0, self.size[0] % 2), (0, self.size[1] % 2), (0, 0)))
+        frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), "rgb24")
+        frame.pts = self.n_frames_written
+        for packet in self._stream.encode(frame):
+            self._container.mux(packet)
+        self.n_frames_written += 1
+
+    def close(self) -> None:
+        """Flush the encoder and move the finished video onto `path`; idempotent.
+
+        Without frames, or on an error, nothing is written and `path` is left as it was.
+        """
+        if self._closed:
+            return
+        if not self.n_frames_written:
+            self.discard()
+            return
+        self._closed = True
+        try:
+            for packet in self._stream.encode():
+                self._container.mux(packet)
+            self._container.close()
+            os.replace(self._partial, self.path)
+        except BaseException:
+            self._container.close()
+            self._abandon()
+            raise
+        self.written = True
+        self._lock.release()
+
+    def discard(self) -> None:
+        """Stop without writing `path` (left as it was); idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._container.close()
+        self._abandon()
+
+    def _abandon(self) -> None:
+        self._partial.unlink(missing_ok=True)
+        if self._lock.created and self._lock.fd is not None:
+            self.path.unlink(missing_ok=True)
+        self._lock.release()
+
+    def __enter__(self) -> OverlayWriter:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
+        # Ctrl-C keeps the frames drawn so far; any other error leaves no file.
+        if exc_type is None or issubclass(exc_type, KeyboardInterrupt):
+            self.close()
+        else:
+            self.discard()
