@@ -592,10 +592,10 @@ def test_a_recorder_that_blocks_cannot_hang_leaving_with_pipeline(fakes, tmp_pat
     release, encoding = threading.Event(), threading.Event()
     encode = writers.VideoRecorder.write
 
-    def stuck(self, image):
+    def stuck(self, image, **timing):
         encoding.set()
         release.wait()
-        return encode(self, image)
+        return encode(self, image, **timing)
 
     monkeypatch.setattr(writers.VideoRecorder, "write", stuck)
     out, video = tmp_path / "out.slp", tmp_path / "rec.mkv"
