@@ -354,9 +354,11 @@ class PreviewServer:
         app.router.add_get("/ws", self._websocket)
         app.router.add_get("/snapshot.json", self._snapshot_json)
         app.router.add_get("/frame.jpg", self._frame_jpeg)
-        runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        runner = web.AppRunner(
+            app, handle_signals=False, access_log=None, shutdown_timeout=FINAL_SEND_SECONDS
+        )
         await runner.setup()
-        site = web.SockSite(runner, self._socket, shutdown_timeout=FINAL_SEND_SECONDS)
+        site = web.SockSite(runner, self._socket)
         await site.start()
         try:
             await self._sample(snapshots)
@@ -425,10 +427,24 @@ class PreviewServer:
         )
 
     async def _websocket(self, request: web.Request) -> web.StreamResponse:
-        """Send each new snapshot, skipping those that came while a send was under way."""
-        changed = self._condition()
+        """Send the page each new snapshot until the run ends or the page leaves."""
         ws = self._web.WebSocketResponse(compress=False, timeout=FINAL_SEND_SECONDS)
         await ws.prepare(request)
+        sending = asyncio.create_task(self._send_updates(ws))
+        try:
+            # The page sends nothing; reading notices when it leaves, and answers its close.
+            async for _ in ws:
+                pass
+        finally:
+            sending.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sending
+        return ws
+
+    async def _send_updates(self, ws: web.WebSocketResponse) -> None:
+        """Send each new snapshot, skipping those that came while a send was under way;
+        close the socket after the run's last one."""
+        changed = self._condition()
         async with changed:
             self._pages += 1
         sent_tick, sent_frame = 0, None
@@ -450,13 +466,12 @@ class PreviewServer:
                 if snapshot.finished:
                     break
         except ConnectionError:
-            pass  # the page went away
+            return  # the page went away
         finally:
             async with changed:
                 self._pages -= 1
                 changed.notify_all()
-            await ws.close()
-        return ws
+        await ws.close()
 
     def _newer_than(self, tick: int) -> bool:
         return self._latest is not None and self._latest.tick > tick
