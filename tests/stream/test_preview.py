@@ -31,6 +31,7 @@ from sleap_live.stream.preview import (
     PreviewServer,
     Snapshots,
     encode_jpeg,
+    host_image,
     stats_message,
 )
 from sleap_live.stream.ring import RingBuffer
@@ -129,6 +130,14 @@ def test_gray_and_rgb_frames_encode():
     assert decoded.shape == (10, 12, 3) and abs(int(decoded[5, 6, 0]) - 200) <= 3
     gray = np.full((10, 12, 1), 90, np.uint8)
     assert abs(pixel_level(encode_jpeg(gray)) - 90) <= 3
+
+
+def test_a_tensor_frame_is_copied_to_the_host():
+    """Frames from a GPU decoder are tensors; the preview copies the one it sends."""
+    torch = pytest.importorskip("torch")
+    image = torch.full((4, 6, 1), 7, dtype=torch.uint8)
+    host = host_image(image)
+    assert isinstance(host, np.ndarray) and host.shape == (4, 6, 1) and host[0, 0, 0] == 7
 
 
 def held_run(fakes, n_frames: int = 30, hang_at: int = 10, **pipeline_options):
