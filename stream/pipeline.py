@@ -32,7 +32,6 @@ Every timing decision is made on one injectable `Clock` (see `clock`).
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 import threading
@@ -295,14 +294,14 @@ class Pipeline:
                 self._publishing = PosePublishing(self._publisher, self.ring, self.runner.info)
                 self._stages.spawn("publish", self._publishing.run)
             if self._preview is not None and self._preview_frame is not None:
-                serve = functools.partial(
+                self._stages.spawn(
+                    "preview",
                     self._preview.serve,
                     self.ring,
                     self._preview_frame,
                     lambda: self.stats,
                     self.runner.info,
                 )
-                self._stages.spawn("preview", serve)
             for name, loop in self._outputs.loops.items():
                 self._stages.spawn(f"{name} writer", loop)
             self._stages.spawn("emit", self._emit)
