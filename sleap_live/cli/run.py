@@ -41,7 +41,7 @@ from sleap_live.stream.exports import check_suffix
 from sleap_live.stream.memory import check_batch_memory
 from sleap_live.stream.outputs_guard import check_outputs
 from sleap_live.stream.pipeline import Pipeline
-from sleap_live.stream.preview import DEFAULT_HOST, DEFAULT_PORT, PreviewServer
+from sleap_live.stream.preview import DEFAULT_HOST, DEFAULT_MAX_FPS, DEFAULT_PORT, PreviewServer
 from sleap_live.stream.provenance import model_records
 from sleap_live.stream.publish import Publisher, check_endpoint
 from sleap_live.stream.source_reader import open_within
@@ -197,8 +197,9 @@ def _add_common_options(
         "--preview",
         action="store_true",
         help="serve a live preview in the browser: the frames with the poses drawn and the "
-        "dashboard's figures, at most 15 frames a second (skipping frames for the page, never "
-        "for the model); its address is printed; needs the preview extra (default: no preview)",
+        f"dashboard's figures, at most {DEFAULT_MAX_FPS:g} frames a second (skipping frames for "
+        "the page, never for the model); its address is printed; needs the preview extra "
+        "(default: no preview)",
     )
     view.add_argument(
         "--preview-port",
