@@ -21,9 +21,11 @@ frame's poses when a new frame follows) then the JPEG as a binary message;
 ``/snapshot.json`` and ``/frame.jpg`` the same on request, for scripts.
 
 When the ring closes (the run ended), the pages get a last update marked
-``finished``, with the run's figures, and the server shuts down at most
-`FINAL_SEND_SECONDS` later. A failure of the preview is logged and ends the
-preview only; the run goes on. aiohttp and Pillow are the ``preview`` extra.
+``finished``, with the run's figures; the server waits up to `FINAL_SEND_SECONDS`
+for them to take it, then shuts down, giving a send still blocked on a page that
+stopped reading as long again before it is cancelled. A failure of the preview is
+logged and ends the preview only; the run goes on. aiohttp and Pillow are the
+``preview`` extra.
 """
 
 from __future__ import annotations

@@ -267,6 +267,22 @@ def test_a_stuck_encoder_never_holds_up_the_engine(fakes, monkeypatch):
     page.join(PATIENCE)
 
 
+def test_a_page_that_stops_reading_cannot_hold_up_the_end_of_the_run(fakes, monkeypatch):
+    """A client that never reads: the sends to it block once the socket's buffers are full
+    (1 MB "frames" fill them in a few sends); the run still ends, and the preview with it."""
+    monkeypatch.setattr(preview_module, "encode_jpeg", lambda image, quality=80: bytes(1 << 20))
+    source, server, pipeline = held_run(fakes, n_frames=60, hang_at=None)
+    source.decode_delay = 0.02
+    with pipeline, socket.create_connection(("127.0.0.1", server.port)) as stuck:
+        stuck.sendall(
+            b"GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+            b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            b"Sec-WebSocket-Version: 13\r\n\r\n"
+        )
+        assert pipeline.join(PATIENCE)
+    assert pipeline.stats.frames_processed == 60
+
+
 def test_a_failing_preview_is_logged_and_the_run_goes_on(fakes, monkeypatch, caplog):
     def broken(image, quality=80):
         raise RuntimeError("encoder broke")
