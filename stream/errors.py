@@ -50,3 +50,8 @@ class PublishError(StreamError, OSError):
         super().__init__(reason if endpoint is None else f"publish on {endpoint}: {reason}")
         self.reason = reason
         self.endpoint = endpoint
+
+
+class PreviewError(StreamError, OSError):
+    """The browser preview cannot be served: aiohttp or Pillow is missing, or its address
+    cannot be bound (port in use, no such interface)."""

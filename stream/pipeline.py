@@ -54,6 +54,7 @@ from sleap_live.stream.consumers import Consumers, OnError
 from sleap_live.stream.engine_step import EngineResult, EngineStep
 from sleap_live.stream.errors import ChannelClosed, PipelineError
 from sleap_live.stream.memory import check_batch_memory
+from sleap_live.stream.preview import LatestFrame, PreviewServer
 from sleap_live.stream.priority import RECORDED_BACKGROUND_NICE, apply_stage_priority
 from sleap_live.stream.provenance import with_models
 from sleap_live.stream.publish import PosePublishing, Publisher, as_publisher
@@ -150,6 +151,10 @@ class Pipeline:
             work and publish every pose record on, or a `Publisher` (which stays the
             caller's to close); see `sleap_live.stream.publish`. A lagging consumer:
             it never holds up the pipeline, and `stats.publish` says what it sent.
+        preview: a `PreviewServer` (see `sleap_live.stream.preview`) to serve the
+            live preview on while the pipeline runs: frames with their poses and
+            the stats, at the server's frame rate, skipping frames for the viewer
+            only. It stops with the pipeline.
 
     Raises:
         ValueError: an unknown policy, a batch size below 1, or one whose frames in
@@ -188,6 +193,7 @@ class Pipeline:
         clock: Clock = MONOTONIC,
         stop_timeout: float | None = DEFAULT_STOP_TIMEOUT,
         publish: str | Publisher | None = None,
+        preview: PreviewServer | None = None,
     ) -> None:
         policy, batch_size = choose_policy(policy, source.is_live, batch_size)
         self._output_options = OutputOptions(
@@ -229,6 +235,9 @@ class Pipeline:
             clock=clock,
         )
         self._records_frames = record is not None or record_overlay is not None
+        self._preview = preview
+        # The newest frame for the preview, filled by the emit stage.
+        self._preview_frame = None if preview is None else LatestFrame()
         self._outputs = OpenWriters({})
         self._warmup = warmup
         self._clock = clock
@@ -288,6 +297,15 @@ class Pipeline:
             if self._publisher is not None:
                 self._publishing = PosePublishing(self._publisher, self.ring, self.runner.info)
                 self._stages.spawn("publish", self._publishing.run)
+            if self._preview is not None and self._preview_frame is not None:
+                self._stages.spawn(
+                    "preview",
+                    self._preview.serve,
+                    self.ring,
+                    self._preview_frame,
+                    lambda: self.stats,
+                    self.runner.info,
+                )
             for name, loop in self._outputs.loops.items():
                 self._stages.spawn(f"{name} writer", loop)
             self._stages.spawn("emit", self._emit)
@@ -547,10 +565,12 @@ class Pipeline:
                         source_id=frame.source_id,
                         poses=poses,
                     )
-                    self.ring.write(record)  # waits for lossless consumers
+                    sequence = self.ring.write(record)  # waits for lossless consumers
                     self._meters.record_emitted(record)
                     image = result.batch.image(position, on_host=self._records_frames)
                     self._outputs.write(record, image)
+                    if self._preview_frame is not None:
+                        self._preview_frame.put(sequence, image)
                 result.batch.times.postprocess = (started, self._clock())
                 self._meters.batch_emitted(result.batch.times)
         except BaseException:

@@ -36,11 +36,12 @@ from sleap_live.cli.options import (
 )
 from sleap_live.stream.batching import choose_policy
 from sleap_live.stream.dashboard import Dashboard, ProgressView, live_display
-from sleap_live.stream.errors import PublishError
+from sleap_live.stream.errors import PreviewError, PublishError
 from sleap_live.stream.exports import check_suffix
 from sleap_live.stream.memory import check_batch_memory
 from sleap_live.stream.outputs_guard import check_outputs
 from sleap_live.stream.pipeline import Pipeline
+from sleap_live.stream.preview import DEFAULT_HOST, DEFAULT_MAX_FPS, DEFAULT_PORT, PreviewServer
 from sleap_live.stream.provenance import model_records
 from sleap_live.stream.publish import Publisher, check_endpoint
 from sleap_live.stream.source_reader import open_within
@@ -200,6 +201,27 @@ def _add_common_options(
         "(tcp://127.0.0.1:5555, or ipc://PATH): one message per frame, the topic "
         "poses/SOURCE and a msgpack map; needs the publish extra (default: no publishing)",
     )
+    view = parser.add_argument_group("preview")
+    view.add_argument(
+        "--preview",
+        action="store_true",
+        help="serve a live preview in the browser: the frames with the poses drawn and the "
+        f"dashboard's figures, at most {DEFAULT_MAX_FPS:g} frames a second (skipping frames for "
+        "the page, never for the model); its address is printed; needs the preview extra "
+        "(default: no preview)",
+    )
+    view.add_argument(
+        "--preview-port",
+        type=_port,
+        metavar="PORT",
+        help=f"TCP port of --preview; 0 takes any free one (default: {DEFAULT_PORT})",
+    )
+    view.add_argument(
+        "--preview-host",
+        metavar="HOST",
+        help="address --preview listens on; 0.0.0.0 shows it to every machine that can reach "
+        f"this one (default: {DEFAULT_HOST}, this machine only)",
+    )
     stop = parser.add_argument_group("session")
     stop.add_argument(
         "--duration",
@@ -257,8 +279,8 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         args.record_quality,
         record_overlay=args.record_overlay,
     )
-    with _bind_publisher(args) as publisher:
-        return _run(args, console, video, output, publisher)
+    with _bind_publisher(args) as publisher, _bind_preview(args, console) as preview:
+        return _run(args, console, video, output, publisher, preview)
 
 
 def _run(
@@ -267,6 +289,7 @@ def _run(
     video: Path | None,
     output: Path | None,
     publisher: Publisher | None,
+    preview: PreviewServer | None,
 ) -> int:
     # Opening reads the source's first data, which a stalled source never sends.
     timeout = args.read_timeout or default_read_timeout(args.fps)
@@ -286,6 +309,7 @@ def _run(
                 record_overlay=args.record_overlay,
                 save_interval=args.save_interval,
                 publish=publisher,
+                preview=preview,
                 record_codec=args.record_codec,
                 record_quality=args.record_quality,
                 provenance={
@@ -341,6 +365,36 @@ def default_output(video: Path) -> Path:
     return Path.cwd() / f"{video.stem}.predictions.slp"
 
 
+def _port(text: str) -> int:
+    """argparse type: a TCP port, 0 (any free one) to 65535."""
+    value = count(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"must be 0 to 65535, got {value}")
+    return value
+
+
+def _bind_preview(
+    args: argparse.Namespace, console: Console
+) -> contextlib.AbstractContextManager[Any]:
+    """The `PreviewServer` of --preview, bound before any work and its address printed
+    (a null context without it).
+
+    Raises:
+        PreviewError: naming --preview and the address.
+    """
+    if not args.preview:
+        return contextlib.nullcontext()
+    host = DEFAULT_HOST if args.preview_host is None else args.preview_host
+    port = DEFAULT_PORT if args.preview_port is None else args.preview_port
+    try:
+        server = PreviewServer(host, port)
+    except PreviewError as error:
+        raise PreviewError(f"--preview: {error}") from None
+    # Printed even with --quiet: without it a page on a free port cannot be found.
+    console.print(f"preview on {server.url}", highlight=False)
+    return server
+
+
 def _print_path(source: Source, runner: Any, decoder: str, console: Console) -> None:
     """The path line, after the fallback notice under --decoder auto (with --decoder
     nvdec the notice is a logged warning, shown already)."""
@@ -352,6 +406,8 @@ def _print_path(source: Source, runner: Any, decoder: str, console: Console) -> 
 
 def _check(args: argparse.Namespace) -> None:
     check_models(args)
+    if not args.preview and (args.preview_port is not None or args.preview_host is not None):
+        raise UsageError("--preview-port and --preview-host apply with --preview")
     if args.output is not None:
         try:
             check_suffix(args.output)

@@ -1,0 +1,515 @@
+"""Live preview in the browser: the frames with their poses drawn, and the dashboard's figures.
+
+A `PreviewServer` binds its address when it is made (so a port in use is an error
+before any work) and serves while a pipeline runs, in the pipeline's ``preview``
+stage thread: one asyncio event loop running an aiohttp application and the
+sampler that feeds it. The pipeline stays unaware of the viewer:
+
+- the emit stage drops a reference to each frame's image, with its record's
+  sequence number in the ring, into a `LatestFrame` slot (one assignment under a
+  lock; no copy, no encoding, never a wait);
+- at most ``max_fps`` times a second, and only while a page is connected, the
+  sampler takes the slot's newest frame, reads that very record from the ring
+  (`RingBuffer.read`, so the overlay belongs to the image it is drawn on), encodes
+  the image as JPEG and pushes it, the poses and a `PipelineStats` snapshot to the
+  pages. Frames that came in between are skipped, for the viewer only; a page
+  slower than that gets the newest snapshot whenever it is ready for one.
+
+Endpoints: ``/`` the page (``preview.html``, which draws the skeleton on a canvas),
+``/ws`` a websocket sending, per update, one JSON text message (stats, and the
+frame's poses when a new frame follows) then the JPEG as a binary message;
+``/snapshot.json`` and ``/frame.jpg`` the same on request, for scripts.
+
+When the ring closes (the run ended), the pages get a last update marked
+``finished``, with the run's figures; the server waits up to `FINAL_SEND_SECONDS`
+for them to take it, then shuts down, giving a send still blocked on a page that
+stopped reading as long again before it is cancelled. A failure of the preview is
+logged and ends the preview only; the run goes on. aiohttp and Pillow are the
+``preview`` extra.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import functools
+import importlib.resources
+import io
+import json
+import logging
+import math
+import socket
+import threading
+from collections.abc import Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import numpy as np
+
+from sleap_live.engines.types import ModelInfo
+from sleap_live.stream.errors import PreviewError
+from sleap_live.stream.ring import RingBuffer
+from sleap_live.stream.stats import PipelineStats
+from sleap_live.stream.types import PoseRecord
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_HOST = "127.0.0.1"
+# Unassigned by IANA and unlike the usual development-server ports.
+DEFAULT_PORT = 8765
+# Frames a second sent to the pages: smooth enough to watch, cheap to encode.
+DEFAULT_MAX_FPS = 15.0
+JPEG_QUALITY = 80
+# Most real seconds the last update may take to reach the pages once the run ended.
+FINAL_SEND_SECONDS = 1.0
+INSTALL_HINT = 'pip install "sleap-live[preview]"'
+PAGE = "preview.html"
+
+# The figures of `PipelineStats` the page shows (those of the terminal dashboard).
+STATS_FIELDS = (
+    "policy",
+    "batch_size",
+    "running",
+    "elapsed",
+    "frames_total",
+    "frames_captured",
+    "frames_processed",
+    "frames_dropped",
+    "fps",
+    "capture_fps",
+    "latency_p50",
+    "latency_p99",
+    "engine_latency_p50",
+    "engine_latency_p99",
+    "instances_last_frame",
+    "queue_depths",
+)
+
+
+class LatestFrame:
+    """The newest frame's image and the ring sequence number of its poses.
+
+    The emit stage `put`s every frame; the preview `get`s the newest when it is ready
+    for one. The image is the batch's own (host array or device tensor), which no
+    stage writes to again, so a reference is enough.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._item: tuple[int, Any] | None = None
+
+    def put(self, sequence: int, image: Any) -> None:
+        """Replace the held frame (never waits for the reader)."""
+        with self._lock:
+            self._item = (sequence, image)
+
+    def get(self) -> tuple[int, Any] | None:
+        """The newest (sequence, image), or None before the first frame."""
+        with self._lock:
+            return self._item
+
+
+@attrs.frozen(eq=False)
+class Snapshot:
+    """What the pages are sent at one moment.
+
+    Attributes:
+        tick: counts snapshots taken, from 1.
+        stats: the `stats_message` of the pipeline's stats.
+        frame: the `frame_message` of the newest frame, None before the first.
+        jpeg: that frame's image, encoded; None before the first.
+        finished: the run had ended (its ring was closed) when this was taken.
+    """
+
+    tick: int
+    stats: dict[str, Any]
+    frame: dict[str, Any] | None
+    jpeg: bytes | None
+    finished: bool
+
+    def message(self, with_frame: bool = True) -> str:
+        """The JSON text message for the pages; `frame` is null without `with_frame`."""
+        return json.dumps(
+            {
+                "finished": self.finished,
+                "stats": self.stats,
+                "frame": self.frame if with_frame else None,
+            },
+            allow_nan=False,
+        )
+
+
+class Snapshots:
+    """Makes `Snapshot`s from a pipeline's ring, frame slot and stats; one thread only.
+
+    An image is encoded once, the first time it is the newest at a snapshot.
+
+    Args:
+        ring: the pipeline's ring buffer, where the poses are read.
+        frames: the slot the emit stage fills.
+        get_stats: the pipeline's current stats.
+        quality: JPEG quality, 1 to 95.
+    """
+
+    def __init__(
+        self,
+        ring: RingBuffer,
+        frames: LatestFrame,
+        get_stats: Callable[[], PipelineStats],
+        quality: int = JPEG_QUALITY,
+    ) -> None:
+        self._ring = ring
+        self._frames = frames
+        self._get_stats = get_stats
+        self._quality = quality
+        self._tick = 0
+        self._frame: dict[str, Any] | None = None
+        self._jpeg: bytes | None = None
+
+    def take(self) -> Snapshot:
+        """The pipeline now: stats, and the newest frame with its poses."""
+        # Read before the frame: a closed ring's last frame is in the slot already.
+        finished = self._ring.closed
+        stats = stats_message(self._get_stats())
+        newest = self._frames.get()
+        if newest is not None and (self._frame is None or newest[0] != self._frame["sequence"]):
+            sequence, image = newest
+            record = self._ring.read(sequence)
+            # A record overwritten since (a ring's worth of frames later) waits for the next.
+            if record is not None:
+                pixels = host_image(image)
+                self._jpeg = encode_jpeg(pixels, self._quality)
+                self._frame = frame_message(sequence, record, pixels.shape)
+        self._tick += 1
+        return Snapshot(self._tick, stats, self._frame, self._jpeg, finished)
+
+    @property
+    def finished(self) -> bool:
+        """Whether the run has ended (its ring is closed)."""
+        return self._ring.closed
+
+
+def host_image(image: Any) -> np.ndarray:
+    """A frame's (H, W, C) uint8 image as a numpy array (a device tensor is copied)."""
+    if isinstance(image, np.ndarray):
+        return image
+    return np.asarray(image.cpu().numpy())
+
+
+def encode_jpeg(image: np.ndarray, quality: int = JPEG_QUALITY) -> bytes:
+    """JPEG of an (H, W, 1) gray or (H, W, 3) RGB uint8 image."""
+    from PIL import Image
+
+    pixels = image[:, :, 0] if image.shape[2] == 1 else image
+    buffer = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(pixels)).save(buffer, "JPEG", quality=quality)
+    return buffer.getvalue()
+
+
+def frame_message(sequence: int, record: PoseRecord, shape: tuple[int, ...]) -> dict[str, Any]:
+    """A frame's poses for the page: per instance its points (null where missing),
+    score and track (identity; -1 for none)."""
+    poses = record.poses
+    instances = [
+        {
+            "points": [_point(x, y) for x, y in poses.points[i].tolist()],
+            "score": _number(float(poses.instance_scores[i])),
+            "track": int(poses.identities[i]),
+        }
+        for i in range(poses.n_instances)
+    ]
+    return {
+        "sequence": sequence,
+        "frame_index": record.frame_index,
+        "source_id": record.source_id,
+        "height": int(shape[0]),
+        "width": int(shape[1]),
+        "instances": instances,
+    }
+
+
+def stats_message(stats: PipelineStats) -> dict[str, Any]:
+    """The dashboard's figures of `stats`, as JSON values (None stays null)."""
+    message = {name: getattr(stats, name) for name in STATS_FIELDS}
+    message["queue_depths"] = dict(stats.queue_depths)
+    return message
+
+
+def skeleton_message(info: ModelInfo) -> dict[str, Any]:
+    """What the page needs to draw the model's instances."""
+    return {
+        "nodes": list(info.skeleton.node_names),
+        "edges": [list(edge) for edge in info.skeleton.edges],
+        "tracks": list(info.class_names),
+    }
+
+
+def _number(value: float) -> float | None:
+    return None if math.isnan(value) else value
+
+
+def _point(x: float, y: float) -> list[float] | None:
+    return None if math.isnan(x) or math.isnan(y) else [x, y]
+
+
+class PreviewServer:
+    """The preview's address, bound now, served while one pipeline runs.
+
+    Pass it as `Pipeline(preview=...)`; the pipeline serves it in a stage thread
+    from `start` until the run ends, and the address is then released. Close it
+    yourself (or use ``with``) if the pipeline never starts.
+
+    Args:
+        host: the address to listen on; only this machine can connect to the
+            default. ``0.0.0.0`` exposes the preview to the network.
+        port: the TCP port; 0 takes any free one (see `port`).
+        max_fps: most frames a second sent to each page.
+
+    Attributes:
+        host, port: the address bound (the port chosen for 0).
+
+    Raises:
+        ValueError: `max_fps` is not a positive number, or `port` is not 0 to 65535.
+        PreviewError: aiohttp or Pillow is missing, or the address cannot be bound.
+    """
+
+    def __init__(
+        self,
+        host: str = DEFAULT_HOST,
+        port: int = DEFAULT_PORT,
+        *,
+        max_fps: float = DEFAULT_MAX_FPS,
+    ) -> None:
+        if not (max_fps > 0 and math.isfinite(max_fps)):
+            raise ValueError(f"max_fps must be a positive number, got {max_fps}")
+        if not 0 <= port <= 65535:
+            raise ValueError(f"port must be 0 to 65535, got {port}")
+        self._web = _import_packages()
+        self._socket = _bind(host, port)
+        self.host = host
+        self.port: int = self._socket.getsockname()[1]
+        self._interval = 1.0 / max_fps
+        self._served = False
+        self._lock = threading.Lock()
+        # Set while serving; only touched in the serving thread.
+        self._changed: asyncio.Condition | None = None
+        self._latest: Snapshot | None = None
+        self._pages = 0
+        self._skeleton: dict[str, Any] = {}
+        self._snapshots: Snapshots | None = None
+
+    @property
+    def url(self) -> str:
+        """The page's address."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/"
+
+    def serve(
+        self,
+        ring: RingBuffer,
+        frames: LatestFrame,
+        get_stats: Callable[[], PipelineStats],
+        info: ModelInfo,
+    ) -> None:
+        """Serve until `ring` is closed, then release the address (the pipeline's stage).
+
+        Raises:
+            PreviewError: the server was closed, or served already.
+        """
+        with self._lock:
+            if self._served or self._socket.fileno() < 0:
+                raise PreviewError(f"the preview on {self.url} was closed or served already")
+            self._served = True
+        snapshots = Snapshots(ring, frames, get_stats)
+        try:
+            asyncio.run(self._serve(snapshots, skeleton_message(info)))
+        except Exception:
+            logger.exception("the preview on %s failed; the run goes on without it", self.url)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Release the address; idempotent."""
+        self._socket.close()
+
+    def __enter__(self) -> PreviewServer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------- serving
+
+    async def _serve(self, snapshots: Snapshots, skeleton: dict[str, Any]) -> None:
+        web = self._web
+        self._changed = asyncio.Condition()
+        self._skeleton = skeleton
+        self._snapshots = snapshots
+        self._latest = snapshots.take()
+        app = web.Application()
+        app.router.add_get("/", self._page)
+        app.router.add_get("/ws", self._websocket)
+        app.router.add_get("/snapshot.json", self._snapshot_json)
+        app.router.add_get("/frame.jpg", self._frame_jpeg)
+        runner = web.AppRunner(
+            app, handle_signals=False, access_log=None, shutdown_timeout=FINAL_SEND_SECONDS
+        )
+        await runner.setup()
+        site = web.SockSite(runner, self._socket)
+        await site.start()
+        try:
+            await self._sample(snapshots)
+        finally:
+            await runner.cleanup()
+
+    async def _sample(self, snapshots: Snapshots) -> None:
+        """Take a snapshot every interval while a page is connected, until the run ends;
+        then give the pages `FINAL_SEND_SECONDS` to get the last one."""
+        changed = self._condition()
+        while True:
+            if self._pages or snapshots.finished:
+                snapshot = snapshots.take()
+                await self._publish(snapshot)
+                if snapshot.finished:
+                    break
+            await asyncio.sleep(self._interval)
+        async with changed:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(
+                    changed.wait_for(lambda: self._pages == 0), FINAL_SEND_SECONDS
+                )
+
+    async def _publish(self, snapshot: Snapshot) -> None:
+        changed = self._condition()
+        async with changed:
+            self._latest = snapshot
+            changed.notify_all()
+
+    def _condition(self) -> asyncio.Condition:
+        if self._changed is None:
+            raise RuntimeError("the preview is not serving")
+        return self._changed
+
+    async def _fresh(self) -> Snapshot:
+        """A snapshot taken now (for the on-request endpoints)."""
+        if self._snapshots is None:
+            raise RuntimeError("the preview is not serving")
+        snapshot = self._snapshots.take()
+        await self._publish(snapshot)
+        return snapshot
+
+    # ------------------------------------------------------------------ handlers
+
+    async def _page(self, request: web.Request) -> web.StreamResponse:
+        page = importlib.resources.files("sleap_live.stream").joinpath(PAGE).read_text("utf-8")
+        return self._web.Response(text=page, content_type="text/html")
+
+    async def _snapshot_json(self, request: web.Request) -> web.StreamResponse:
+        snapshot = await self._fresh()
+        body = json.loads(snapshot.message())
+        body["skeleton"] = self._skeleton
+        return self._web.json_response(body, headers={"Cache-Control": "no-store"})
+
+    async def _frame_jpeg(self, request: web.Request) -> web.StreamResponse:
+        snapshot = await self._fresh()
+        if snapshot.jpeg is None or snapshot.frame is None:
+            raise self._web.HTTPNotFound(text="no frame yet")
+        return self._web.Response(
+            body=snapshot.jpeg,
+            content_type="image/jpeg",
+            headers={
+                "Cache-Control": "no-store",
+                "X-Frame-Index": str(snapshot.frame["frame_index"]),
+            },
+        )
+
+    async def _websocket(self, request: web.Request) -> web.StreamResponse:
+        """Send the page each new snapshot until the run ends or the page leaves."""
+        ws = self._web.WebSocketResponse(compress=False, timeout=FINAL_SEND_SECONDS)
+        await ws.prepare(request)
+        sending = asyncio.create_task(self._send_updates(ws))
+        try:
+            # The page sends nothing; reading notices when it leaves, and answers its close.
+            async for _ in ws:
+                pass
+        finally:
+            sending.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sending
+        return ws
+
+    async def _send_updates(self, ws: web.WebSocketResponse) -> None:
+        """Send each new snapshot, skipping those that came while a send was under way;
+        close the socket after the run's last one."""
+        changed = self._condition()
+        async with changed:
+            self._pages += 1
+        sent_tick, sent_frame = 0, None
+        try:
+            await ws.send_json({"skeleton": self._skeleton})
+            while True:
+                async with changed:
+                    await changed.wait_for(functools.partial(self._newer_than, sent_tick))
+                    snapshot = self._latest
+                if snapshot is None:
+                    continue
+                frame = snapshot.frame
+                new_frame = frame is not None and frame["sequence"] != sent_frame
+                await ws.send_str(snapshot.message(with_frame=new_frame))
+                if new_frame and frame is not None and snapshot.jpeg is not None:
+                    await ws.send_bytes(snapshot.jpeg)
+                    sent_frame = frame["sequence"]
+                sent_tick = snapshot.tick
+                if snapshot.finished:
+                    break
+        except ConnectionError:
+            return  # the page went away
+        finally:
+            async with changed:
+                self._pages -= 1
+                changed.notify_all()
+        await ws.close()
+
+    def _newer_than(self, tick: int) -> bool:
+        return self._latest is not None and self._latest.tick > tick
+
+
+def _import_packages() -> ModuleType:
+    """aiohttp's `web` (Pillow checked too), or a `PreviewError` saying how to install them."""
+    try:
+        import PIL.Image  # noqa: F401
+        from aiohttp import web
+    except ImportError as error:
+        raise PreviewError(
+            f"the preview needs aiohttp and Pillow ({error.name} is missing): {INSTALL_HINT}"
+        ) from None
+    return web
+
+
+_BIND_REASONS = {
+    errno.EADDRINUSE: "address already in use (is another preview running? --preview-port 0 "
+    "takes any free port)",
+    errno.EADDRNOTAVAIL: "no interface of this machine has that address",
+    errno.EACCES: "permission denied (ports below 1024 need privileges)",
+}
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on `host`:`port`.
+
+    Raises:
+        PreviewError: naming the address and the problem.
+    """
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        return socket.create_server((host, port), family=family)
+    except socket.gaierror as error:
+        raise PreviewError(f"{host}:{port}: unknown host ({error.strerror})") from None
+    except OSError as error:
+        reason = _BIND_REASONS.get(error.errno or 0, f"cannot listen: {error.strerror}")
+        raise PreviewError(f"{host}:{port}: {reason}") from None

@@ -1,0 +1,421 @@
+"""The browser preview without a browser: its snapshots, its endpoints over HTTP and
+websocket on 127.0.0.1, its command-line options, and that it never holds up a run.
+
+The page itself, in a real headless chromium, is tested in test_preview_browser.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import socket
+import sys
+import threading
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+import sleap_io as sio
+from PIL import Image
+
+from sleap_live import cli
+from sleap_live.engines.runners import load as engines_api
+from sleap_live.stream import Pipeline
+from sleap_live.stream import preview as preview_module
+from sleap_live.stream.errors import PreviewError
+from sleap_live.stream.preview import (
+    LatestFrame,
+    PreviewServer,
+    Snapshots,
+    encode_jpeg,
+    host_image,
+    stats_message,
+)
+from sleap_live.stream.ring import RingBuffer
+from sleap_live.stream.stats import PipelineStats
+from sleap_live.stream.types import PoseRecord
+
+# Real seconds a test waits for the server or a run: a hang guard only.
+PATIENCE = 30.0
+
+
+def fetch(url: str) -> tuple[bytes, dict[str, str]]:
+    with urllib.request.urlopen(url, timeout=PATIENCE) as response:
+        return response.read(), dict(response.headers)
+
+
+def stats_of(processed: int) -> PipelineStats:
+    return PipelineStats(
+        policy="live",
+        batch_size=1,
+        running=True,
+        elapsed=2.5,
+        frames_total=None,
+        frames_captured=processed + 3,
+        frames_processed=processed,
+        frames_dropped=3,
+        fps=29.5,
+        capture_fps=30.0,
+        latency_p50=0.012,
+        latency_p99=None,
+        engine_latency_p50=0.01,
+        engine_latency_p99=0.02,
+        queue_depths={"frames": 1},
+        instances_last_frame=2,
+    )
+
+
+def pixel_level(jpeg: bytes) -> int:
+    """The gray level in the middle of a JPEG (fakes' frames are one level but for 2 pixels)."""
+    image = np.asarray(Image.open(io.BytesIO(jpeg)))
+    return int(image[image.shape[0] // 2, image.shape[1] // 2])
+
+
+def test_a_snapshot_pairs_the_newest_frame_with_its_own_poses(fakes):
+    ring = RingBuffer(8, 2, 2)
+    frames = LatestFrame()
+    snapshots = Snapshots(ring, frames, lambda: stats_of(ring.written))
+    assert snapshots.take().frame is None  # nothing emitted yet
+
+    for index in range(3):
+        record = PoseRecord(index, 0.0, 0.1, "cam", fakes.poses_for(index))
+        frames.put(ring.write(record), fakes.frame_image(index, (24, 32, 1)))
+    snapshot = snapshots.take()
+
+    assert snapshot.frame is not None and snapshot.jpeg is not None
+    assert (snapshot.frame["frame_index"], snapshot.frame["sequence"]) == (2, 2)
+    assert (snapshot.frame["width"], snapshot.frame["height"]) == (32, 24)
+    poses = fakes.poses_for(2)
+    assert [i["points"] for i in snapshot.frame["instances"]] == poses.points.tolist()
+    assert [i["track"] for i in snapshot.frame["instances"]] == [0, 1]
+    assert abs(pixel_level(snapshot.jpeg) - fakes.fill_of(2)) <= 3
+    assert snapshot.stats["frames_processed"] == 3
+    # The same frame is not encoded again; the stats are fresh every time.
+    ring.write(PoseRecord(3, 0.0, 0.1, "cam", fakes.poses_for(3)))
+    again = snapshots.take()
+    assert again.jpeg is snapshot.jpeg and again.stats["frames_processed"] == 4
+    assert again.tick == snapshot.tick + 1 and not again.finished
+
+
+def test_missing_points_are_null_and_the_message_is_strict_json(fakes):
+    ring, frames = RingBuffer(4, 2, 2), LatestFrame()
+    poses = fakes.poses_for(4)
+    poses.points[0, 1] = np.nan
+    frames.put(ring.write(PoseRecord(4, 0.0, 0.1, "cam", poses)), fakes.frame_image(4))
+    ring.close()
+    snapshot = Snapshots(ring, frames, lambda: stats_of(1)).take()
+
+    message = json.loads(snapshot.message())
+    assert message["frame"]["instances"][0]["points"] == [[4.0, 0.0], None]
+    assert message["finished"] is True
+    assert json.loads(snapshot.message(with_frame=False))["frame"] is None
+
+
+def test_the_stats_sent_are_the_dashboards_figures():
+    stats = stats_of(10)
+    message = stats_message(stats)
+    for name, value in message.items():
+        assert value == getattr(stats, name), name
+    assert {"fps", "latency_p50", "latency_p99", "frames_dropped"} <= set(message)
+    json.dumps(message, allow_nan=False)
+
+
+def test_gray_and_rgb_frames_encode():
+    rgb = np.zeros((10, 12, 3), np.uint8)
+    rgb[..., 0] = 200
+    decoded = np.asarray(Image.open(io.BytesIO(encode_jpeg(rgb))))
+    assert decoded.shape == (10, 12, 3) and abs(int(decoded[5, 6, 0]) - 200) <= 3
+    gray = np.full((10, 12, 1), 90, np.uint8)
+    assert abs(pixel_level(encode_jpeg(gray)) - 90) <= 3
+
+
+def test_a_tensor_frame_is_copied_to_the_host():
+    """Frames from a GPU decoder are tensors; the preview copies the one it sends."""
+    torch = pytest.importorskip("torch")
+    image = torch.full((4, 6, 1), 7, dtype=torch.uint8)
+    host = host_image(image)
+    assert isinstance(host, np.ndarray) and host.shape == (4, 6, 1) and host[0, 0, 0] == 7
+
+
+def held_run(fakes, n_frames: int = 30, hang_at: int = 10, **pipeline_options):
+    """A pipeline serving a preview whose source hangs before `hang_at` until released."""
+    source = fakes.FakeSource(n_frames, hang_at=hang_at, shape=(24, 32, 1))
+    server = PreviewServer(port=0)
+    pipeline = Pipeline(
+        source, fakes.FakeRunner(), batch_size=1, preview=server, **pipeline_options
+    )
+    return source, server, pipeline
+
+
+def test_the_endpoints_serve_the_page_the_poses_the_frame_and_the_stats(fakes):
+    source, server, pipeline = held_run(fakes)
+    with pipeline:
+        fakes.wait_for(lambda: pipeline.stats.frames_processed == 10, "10 frames")
+        page, headers = fetch(server.url)
+        assert headers["Content-Type"].startswith("text/html")
+        assert b"new WebSocket(`ws://${location.host}/ws`)" in page
+
+        body, _ = fetch(server.url + "snapshot.json")
+        snapshot = json.loads(body)
+        frame = snapshot["frame"]
+        assert frame["frame_index"] == 9
+        assert [i["points"] for i in frame["instances"]] == fakes.poses_for(9).points.tolist()
+        assert snapshot["skeleton"] == {
+            "nodes": ["head", "tail"],
+            "edges": [[0, 1]],
+            "tracks": ["left", "right"],
+        }
+        # While the source hangs the figures stand still: they are the pipeline's.
+        assert snapshot["stats"] == stats_message(pipeline.stats) | {
+            "elapsed": snapshot["stats"]["elapsed"],
+            "fps": snapshot["stats"]["fps"],
+            "capture_fps": snapshot["stats"]["capture_fps"],
+            "running": True,
+        }
+        jpeg, headers = fetch(server.url + "frame.jpg")
+        assert headers["Content-Type"] == "image/jpeg" and headers["X-Frame-Index"] == "9"
+        assert abs(pixel_level(jpeg) - fakes.fill_of(9)) <= 3
+        source.release.set()
+        pipeline.join(PATIENCE)
+    # The address is released with the pipeline.
+    with pytest.raises(urllib.error.URLError):
+        fetch(server.url)
+
+
+async def watch(url: str, *, leave_after: int | None = None) -> list[tuple[dict, bytes | None]]:
+    """Updates a websocket client gets: (text message, the JPEG that followed it or None);
+    with `leave_after`, it closes after that many frames."""
+    import aiohttp
+
+    updates: list[tuple[dict, bytes | None]] = []
+    frames = 0
+    async with (
+        aiohttp.ClientSession() as session,
+        session.ws_connect(url.replace("http", "ws") + "ws") as ws,
+    ):
+        hello = await ws.receive_json(timeout=PATIENCE)
+        assert hello["skeleton"]["nodes"] == ["head", "tail"]
+        async for message in ws:
+            if message.type == aiohttp.WSMsgType.TEXT:
+                updates.append((json.loads(message.data), None))
+            elif message.type == aiohttp.WSMsgType.BINARY:
+                assert updates[-1][0]["frame"] is not None and updates[-1][1] is None
+                updates[-1] = (updates[-1][0], message.data)
+                frames += 1
+                if frames == leave_after:
+                    break
+    return updates
+
+
+def test_the_websocket_sends_each_jpeg_after_its_poses_and_ends_with_the_run(fakes):
+    source, server, pipeline = held_run(fakes, n_frames=40, hang_at=None)
+    source.decode_delay = 0.02  # the run lasts long enough to send several frames
+    with pipeline:
+        updates = asyncio.run(watch(server.url))
+        pipeline.join(PATIENCE)
+    shown = [(message["frame"], jpeg) for message, jpeg in updates if message["frame"]]
+    assert len(shown) >= 2
+    for frame, jpeg in shown:
+        assert jpeg is not None
+        assert abs(pixel_level(jpeg) - fakes.fill_of(frame["frame_index"])) <= 3
+        expected = fakes.poses_for(frame["frame_index"]).points.tolist()
+        assert [i["points"] for i in frame["instances"]] == expected
+    indices = [frame["frame_index"] for frame, _ in shown]
+    assert indices == sorted(set(indices))
+    last, _ = updates[-1]
+    assert last["finished"] and [m["finished"] for m, _ in updates].count(True) == 1
+    assert last["stats"]["frames_processed"] == 40 == pipeline.stats.frames_processed
+    assert last["stats"]["latency_p50"] == pipeline.stats.latency_p50
+
+
+def test_a_page_leaving_mid_run_costs_the_run_nothing(fakes, tmp_path):
+    source, server, pipeline = held_run(fakes, output=tmp_path / "poses.slp")
+    with pipeline:
+        fakes.wait_for(lambda: pipeline.stats.frames_processed == 10, "10 frames")
+        updates = asyncio.run(watch(server.url, leave_after=1))
+        assert updates[-1][1] is not None
+        source.release.set()
+        assert pipeline.join(PATIENCE)
+    assert pipeline.stats.frames_processed == 30
+    assert len(sio.load_slp(str(tmp_path / "poses.slp"), open_videos=False)) == 30
+
+
+def test_a_stuck_encoder_never_holds_up_the_engine(fakes, monkeypatch):
+    """The preview's encoding blocks (a page is connected): every frame is still processed."""
+    encoding, release = threading.Event(), threading.Event()
+    encode = preview_module.encode_jpeg
+
+    def stuck(image, quality=preview_module.JPEG_QUALITY):
+        encoding.set()
+        release.wait(PATIENCE)
+        return encode(image, quality)
+
+    monkeypatch.setattr(preview_module, "encode_jpeg", stuck)
+    source, server, pipeline = held_run(fakes, hang_at=1)
+    with pipeline:
+        page = threading.Thread(target=asyncio.run, args=(watch(server.url),), daemon=True)
+        fakes.wait_for(lambda: pipeline.stats.frames_processed == 1, "the first frame")
+        page.start()
+        fakes.wait_for(encoding.is_set, "the preview to encode")
+        source.release.set()
+        fakes.wait_for(lambda: pipeline.stats.frames_processed == 30, "every frame")
+        release.set()
+        assert pipeline.join(PATIENCE)
+    page.join(PATIENCE)
+
+
+def test_a_page_that_stops_reading_cannot_hold_up_the_end_of_the_run(fakes, monkeypatch):
+    """A client that never reads: the sends to it block once the socket's buffers are full
+    (1 MB "frames" fill them in a few sends); the run still ends, and the preview with it."""
+    monkeypatch.setattr(preview_module, "encode_jpeg", lambda image, quality=80: bytes(1 << 20))
+    source, server, pipeline = held_run(fakes, n_frames=60, hang_at=None)
+    source.decode_delay = 0.02
+    with pipeline, socket.create_connection(("127.0.0.1", server.port)) as stuck:
+        stuck.sendall(
+            b"GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+            b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            b"Sec-WebSocket-Version: 13\r\n\r\n"
+        )
+        assert pipeline.join(PATIENCE)
+    assert pipeline.stats.frames_processed == 60
+
+
+def test_a_failing_preview_is_logged_and_the_run_goes_on(fakes, monkeypatch, caplog):
+    def broken(image, quality=80):
+        raise RuntimeError("encoder broke")
+
+    monkeypatch.setattr(preview_module, "encode_jpeg", broken)
+    _, _, pipeline = held_run(fakes, hang_at=None)
+    with caplog.at_level(logging.ERROR, logger="sleap_live.stream.preview"), pipeline:
+        assert pipeline.join(PATIENCE)
+    assert pipeline.stats.frames_processed == 30
+    [entry] = caplog.records
+    assert "the run goes on without it" in entry.getMessage()
+    assert "encoder broke" in str(entry.exc_info[1])
+
+
+def test_a_port_in_use_is_one_line(fakes):
+    with PreviewServer(port=0) as taken:
+        with pytest.raises(PreviewError) as raised:
+            PreviewServer(port=taken.port)
+    assert str(raised.value) == (
+        f"127.0.0.1:{taken.port}: address already in use (is another preview running? "
+        "--preview-port 0 takes any free port)"
+    )
+
+
+def test_an_unusable_host_or_port_is_refused():
+    with pytest.raises(PreviewError, match=r"no-such-host\.invalid:0: unknown host"):
+        PreviewServer("no-such-host.invalid", 0)
+    with pytest.raises(ValueError, match="port must be 0 to 65535"):
+        PreviewServer(port=70000)
+    with pytest.raises(ValueError, match="max_fps"):
+        PreviewServer(port=0, max_fps=0)
+
+
+def test_a_server_serves_once(fakes):
+    server = PreviewServer(port=0)
+    server.close()
+    with pytest.raises(PreviewError, match="closed or served already"):
+        server.serve(RingBuffer(4, 2, 2), LatestFrame(), lambda: stats_of(0), fakes.INFO)
+
+
+# ------------------------------------------------------------------ command line
+
+
+@pytest.fixture
+def fake_engine(monkeypatch, fakes):
+    """Model loading replaced by the fake runner; the runners made."""
+    made: list = []
+
+    def load(models, *, engine, device, **options):
+        made.append(fakes.FakeRunner())
+        return made[-1]
+
+    monkeypatch.setattr(engines_api, "load_runner", load)
+    return made
+
+
+@pytest.fixture
+def clip(tmp_path, fakes):
+    import av
+
+    path = tmp_path / "clip.mkv"
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("ffv1", rate=30)
+        stream.width, stream.height, stream.pix_fmt = 32, 24, "gray"
+        for index in range(20):
+            image = fakes.frame_image(index, (24, 32, 1))[..., 0]
+            container.mux(stream.encode(av.VideoFrame.from_ndarray(image, format="gray")))
+        container.mux(stream.encode())
+    return path
+
+
+def error_line(capsys) -> str:
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", ["run", "replay"])
+def test_preview_on_run_and_replay_prints_its_address(command, clip, fake_engine, capsys):
+    argv = [command, str(clip), "-m", "m", "-q", "--preview", "--preview-port", "0"]
+    assert cli.main(argv) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("preview on http://127.0.0.1:")
+    assert "20 frames in" in err
+
+
+def test_a_preview_port_in_use_fails_before_any_work(clip, fake_engine, tmp_path, capsys):
+    out = tmp_path / "poses.slp"
+    with PreviewServer(port=0) as taken:
+        argv = ["replay", str(clip), "-m", "m", "-o", str(out), "--preview"]
+        assert cli.main([*argv, "--preview-port", str(taken.port)]) == 1
+    assert error_line(capsys) == (
+        f"sleap-live: error: --preview: 127.0.0.1:{taken.port}: address already in use "
+        "(is another preview running? --preview-port 0 takes any free port)"
+    )
+    assert not fake_engine and not out.exists()
+
+
+def test_a_camera_run_takes_preview(fake_engine, capsys):
+    """`--camera` binds the preview before it opens the camera (which is missing here)."""
+    with PreviewServer(port=0) as taken:
+        argv = ["--camera", "/dev/no-such-camera", "-m", "m", "--preview"]
+        assert cli.main([*argv, "--preview-port", str(taken.port)]) == 1
+    assert "--preview: 127.0.0.1:" in error_line(capsys)
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        (["--preview-port", "8000"], "--preview-port and --preview-host apply with --preview"),
+        (["--preview-host", "0.0.0.0"], "--preview-port and --preview-host apply with --preview"),
+        (["--preview", "--preview-port", "70000"], "must be 0 to 65535, got 70000"),
+    ],
+)
+def test_preview_options_are_checked(options, says, clip, fake_engine, capsys):
+    assert cli.main(["replay", str(clip), "-m", "m", *options]) == 2
+    assert says in error_line(capsys)
+    assert not fake_engine
+
+
+def test_preview_without_the_extra_names_it(clip, fake_engine, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "aiohttp", None)
+    assert cli.main(["replay", str(clip), "-m", "m", "--preview", "--preview-port", "0"]) == 1
+    assert error_line(capsys) == (
+        "sleap-live: error: --preview: the preview needs aiohttp and Pillow (aiohttp is "
+        'missing): pip install "sleap-live[preview]"'
+    )
+    assert not fake_engine
+
+
+def test_the_default_address_is_this_machine_only():
+    assert (preview_module.DEFAULT_HOST, preview_module.DEFAULT_PORT) == ("127.0.0.1", 8765)
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        free = probe.getsockname()[1]
+    with PreviewServer(port=free) as server:
+        assert server.url == f"http://127.0.0.1:{free}/"

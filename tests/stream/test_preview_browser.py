@@ -1,0 +1,238 @@
+"""The preview page in a real headless browser (Debian's chromium, driven over the
+DevTools protocol through aiohttp's websocket client): it loads, its image updates,
+the skeleton is drawn where the poses are, its figures are the pipeline's, and a
+browser that goes away mid-run costs the run nothing.
+
+The runs are stepped: a `SteppedSource` releases one frame at a time on a
+`FakeClock`, so what the page must show at each step, and the run's figures, do not
+depend on the machine's load. Skipped where chromium is not installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import shutil
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import sleap_io as sio
+
+from sleap_live.engines.types import FramePoses
+from sleap_live.stream import Pipeline
+from sleap_live.stream.preview import PreviewServer
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        CHROMIUM is None, reason="needs chromium for the browser test (apt-get install chromium)"
+    ),
+]
+
+# Real seconds the browser may take to start or to show something: a hang guard only.
+PATIENCE = 60.0
+SHAPE = (96, 128, 1)
+# Two instances, head and tail, of tracks 0 and 1 ("left", "right" in fakes.INFO).
+POINTS = np.array([[[24.0, 20.0], [56.0, 40.0]], [[80.0, 60.0], [110.0, 80.0]]], np.float32)
+# The page's colours of tracks 0 and 1 (PALETTE in preview.html).
+TRACK_COLOURS = [(230, 25, 75), (60, 180, 75)]
+
+
+class Browser:
+    """A headless chromium and its one page, driven over the DevTools protocol."""
+
+    def __init__(self, profile: Path) -> None:
+        assert CHROMIUM is not None
+        self.process = subprocess.Popen(
+            [
+                CHROMIUM,
+                "--headless",
+                "--no-sandbox",  # tests may run as root
+                "--disable-gpu",
+                "--no-first-run",
+                "--no-default-browser-check",
+                "--remote-debugging-address=127.0.0.1",
+                "--remote-debugging-port=0",
+                f"--user-data-dir={profile}",
+                "--window-size=900,700",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        # Chromium writes the port it took, then the browser's path, to this file.
+        active = profile / "DevToolsActivePort"
+        self.wait(lambda: active.exists() and len(active.read_text().split()) == 2, "chromium")
+        port = active.read_text().split()[0]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as reply:
+            targets = json.load(reply)
+        self.page = next(t["webSocketDebuggerUrl"] for t in targets if t["type"] == "page")
+
+    def call(self, method: str, **params: Any) -> dict[str, Any]:
+        """One DevTools command on the page; its result."""
+        return asyncio.run(self._call(method, params))
+
+    async def _call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        import aiohttp
+
+        async with aiohttp.ClientSession() as session, session.ws_connect(self.page) as ws:
+            await ws.send_json({"id": 1, "method": method, "params": params})
+            async for message in ws:
+                reply = json.loads(message.data)
+                if reply.get("id") == 1:  # anything else is an event
+                    assert "error" not in reply, reply
+                    return dict(reply["result"])
+        raise AssertionError(f"chromium closed the connection during {method}")
+
+    def evaluate(self, expression: str) -> Any:
+        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
+        return result["result"].get("value")
+
+    def text(self, element: str) -> str:
+        return str(self.evaluate(f"document.getElementById({element!r}).textContent"))
+
+    def screenshot(self) -> bytes:
+        return base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"])
+
+    def canvas_pixel(self, x: int, y: int) -> tuple[int, int, int]:
+        rgba = self.evaluate(
+            f"Array.from(document.getElementById('view').getContext('2d')"
+            f".getImageData({x}, {y}, 1, 1).data)"
+        )
+        return tuple(rgba[:3])
+
+    def wait(self, condition: Any, what: str) -> None:
+        give_up = time.monotonic() + PATIENCE
+        while not condition():
+            if self.process.poll() is not None:
+                raise AssertionError(f"chromium exited ({self.process.returncode}) before {what}")
+            if time.monotonic() > give_up:
+                raise AssertionError(f"timed out waiting for {what}")
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(PATIENCE)
+
+
+@pytest.fixture
+def browser(tmp_path):
+    opened = Browser(tmp_path / "profile")
+    yield opened
+    opened.close()
+
+
+class PosedRunner:
+    """The fake runner's checks, with the same two instances on every frame."""
+
+    def __init__(self, fakes) -> None:
+        self._runner = fakes.FakeRunner()
+        self.info = self._runner.info
+        self.device = "cpu"
+
+    def run(self, frames: np.ndarray) -> list[FramePoses]:
+        self._runner.run(frames)
+        return [
+            FramePoses(
+                points=POINTS.copy(),
+                point_scores=np.full((2, 2), 0.9, np.float32),
+                instance_scores=np.full((2,), 0.8, np.float32),
+                identities=np.array([0, 1], np.int32),
+            )
+            for _ in frames
+        ]
+
+    def close(self) -> None:
+        self._runner.close()
+
+
+def stepped_run(fakes, tmp_path):
+    clock = fakes.FakeClock()
+    source = fakes.SteppedSource(clock, shape=SHAPE)
+    server = PreviewServer(port=0)
+    pipeline = Pipeline(
+        source,
+        PosedRunner(fakes),
+        preview=server,
+        clock=clock,
+        output=tmp_path / "poses.slp",
+        warmup=False,
+    )
+    return clock, source, server, pipeline
+
+
+def step(fakes, clock, source, pipeline) -> None:
+    """Release one frame, let it through, and move the clock one frame interval on."""
+    done = pipeline.stats.frames_processed
+    source.push()
+    fakes.wait_for(lambda: pipeline.stats.frames_processed == done + 1, "the frame")
+    clock.advance(1 / 30)
+
+
+def test_the_page_shows_the_frames_with_the_skeleton_and_the_runs_figures(browser, fakes, tmp_path):
+    clock, source, server, pipeline = stepped_run(fakes, tmp_path)
+    with pipeline:
+        browser.call("Page.navigate", url=server.url)
+        browser.wait(lambda: browser.text("status") == "live", "the page to connect")
+        step(fakes, clock, source, pipeline)
+        browser.wait(lambda: browser.text("frame-index") == "0", "frame 0 on the page")
+        first = browser.screenshot()
+
+        # The skeleton is drawn where the poses are, in each track's colour.
+        for points, colour in zip(POINTS.astype(int), TRACK_COLOURS, strict=True):
+            for x, y in points:
+                assert browser.canvas_pixel(x, y) == colour
+        # Without tracks, instances take the colours in turn.
+        assert browser.evaluate("colour({track: -1}, 1)") == "#3cb44b"
+        background = browser.canvas_pixel(100, 10)
+        assert max(abs(c - fakes.fill_of(0)) for c in background) <= 3
+
+        step(fakes, clock, source, pipeline)
+        browser.wait(lambda: browser.text("frame-index") == "1", "frame 1 on the page")
+        assert browser.screenshot() != first
+        assert max(abs(c - fakes.fill_of(1)) for c in browser.canvas_pixel(100, 10)) <= 3
+
+        for _ in range(10):
+            step(fakes, clock, source, pipeline)
+        source.end()
+        assert pipeline.join(PATIENCE)
+        browser.wait(lambda: browser.text("status") == "run finished", "the run's end")
+
+    stats = pipeline.stats
+    assert browser.text("processed") == str(stats.frames_processed) == "12"
+    assert browser.text("captured") == str(stats.frames_captured)
+    assert browser.text("dropped") == str(stats.frames_dropped)
+    assert browser.text("fps") == f"{stats.fps:.1f}"
+    assert browser.text("capture-fps") == f"{stats.capture_fps:.1f}"
+    assert stats.latency_p50 is not None and stats.latency_p99 is not None
+    assert browser.text("latency-p50") == f"{stats.latency_p50 * 1000:.1f} ms"
+    assert browser.text("latency-p99") == f"{stats.latency_p99 * 1000:.1f} ms"
+    assert browser.text("instances") == "2"
+    assert browser.text("frame-index") == "11"
+    assert browser.text("legend") == "left right "
+
+
+def test_closing_the_browser_mid_run_costs_the_run_nothing(browser, fakes, tmp_path):
+    clock, source, server, pipeline = stepped_run(fakes, tmp_path)
+    with pipeline:
+        browser.call("Page.navigate", url=server.url)
+        for _ in range(5):
+            step(fakes, clock, source, pipeline)
+        browser.wait(lambda: browser.text("frame-index") == "4", "frame 4 on the page")
+        browser.close()
+        for _ in range(25):
+            step(fakes, clock, source, pipeline)
+        source.end()
+        assert pipeline.join(PATIENCE)
+    stats = pipeline.stats
+    assert (stats.frames_processed, stats.frames_dropped) == (30, 0)
+    labels = sio.load_slp(str(tmp_path / "poses.slp"), open_videos=False)
+    assert [frame.frame_idx for frame in labels] == list(range(30))
