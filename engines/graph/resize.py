@@ -132,13 +132,26 @@ def _resize_leading_axis(
 
 
 def resize_uint8_exportable(
-    image: torch.Tensor, height: int | torch.Tensor, width: int | torch.Tensor
+    image: torch.Tensor,
+    height: int | torch.Tensor,
+    width: int | torch.Tensor,
+    *,
+    static: bool = False,
 ) -> torch.Tensor:
     """`resize_uint8` from gathers and exact float32 sums, which export to ONNX.
 
     A pass whose size does not change has a single unit weight per output and
-    passes its input through.
+    passes its input through. With `static` (int `height` and `width`, the
+    image's size frozen into the graph), such a pass is left out.
     """
+    if static:
+        if not isinstance(height, int) or not isinstance(width, int):
+            raise TypeError("a static resize takes int sizes")
+        if static_size(image, 3) != width:
+            image = _resize_width(image, _as_size(static_size(image, 3), image.device), width)
+        if static_size(image, 2) != height:
+            image = _resize_height(image, _as_size(static_size(image, 2), image.device), height)
+        return image
     batch, channels = image.shape[0], image.shape[1]
     in_height, in_width = size_of(image, 2), size_of(image, 3)
     columns = image.permute(3, 0, 1, 2).reshape(image.shape[3], -1)  # (W, B*C*H)
@@ -149,8 +162,32 @@ def resize_uint8_exportable(
     return rows.reshape(-1, batch, channels, resized.shape[0]).permute(1, 2, 0, 3)
 
 
+def _resize_width(
+    image: torch.Tensor, in_width: torch.Tensor, width: int | torch.Tensor
+) -> torch.Tensor:
+    """The horizontal pass of a static `resize_uint8_exportable`."""
+    batch, channels, height = image.shape[0], image.shape[1], image.shape[2]
+    columns = image.permute(3, 0, 1, 2).reshape(image.shape[3], -1)  # (W, B*C*H)
+    columns = _resize_leading_axis(columns, in_width, _as_size(width, image.device))
+    return columns.reshape(-1, batch, channels, height).permute(1, 2, 3, 0)
+
+
+def _resize_height(
+    image: torch.Tensor, in_height: torch.Tensor, height: int | torch.Tensor
+) -> torch.Tensor:
+    """The vertical pass of a static `resize_uint8_exportable`."""
+    batch, channels, width = image.shape[0], image.shape[1], image.shape[3]
+    rows = image.permute(2, 0, 1, 3).reshape(image.shape[2], -1)  # (H, B*C*W)
+    rows = _resize_leading_axis(rows, in_height, _as_size(height, image.device))
+    return rows.reshape(-1, batch, channels, width).permute(1, 2, 0, 3)
+
+
 def resize_uint8(
-    image: torch.Tensor, height: int | torch.Tensor, width: int | torch.Tensor
+    image: torch.Tensor,
+    height: int | torch.Tensor,
+    width: int | torch.Tensor,
+    *,
+    static: bool = False,
 ) -> torch.Tensor:
     """Antialiased bilinear resize of uint8 (B, C, H, W) images, exactly as torch does it.
 
@@ -164,9 +201,11 @@ def resize_uint8(
         image: uint8 (B, C, H, W).
         height: output height, an int or a (1,) int64 tensor.
         width: output width, an int or a (1,) int64 tensor.
+        static: int sizes and the image's own size frozen into a traced graph;
+            passes that keep their axis's size are left out.
     """
     if torch.jit.is_tracing() or image.device.type != "cpu":
-        return resize_uint8_exportable(image, height, width)
+        return resize_uint8_exportable(image, height, width, static=static)
     size = (int(height), int(width))
     if size == tuple(image.shape[2:]):
         return image
