@@ -326,10 +326,12 @@ def _model_dir_runner(
 
     onnx_device = _onnx_device(device)
     providers, runner_options = _onnx_arguments(onnx_device, gpu)
-    static = None
-    if onnx_device == "cpu":
-        static = StaticGraphs(paths, export_options, cache, progress)
-        frames = export_options.get("verify_frames")
+    static = StaticGraphs(paths, export_options, cache, progress)
+    frames = export_options.get("verify_frames")
+
+    def onnx_runner(onnx_bytes: bytes) -> OnnxRunner:
+        if onnx_device != "cpu":
+            return OnnxRunner(onnx_bytes, providers, intra_op_threads=threads, **runner_options)
         if isinstance(frames, np.ndarray) and frames.ndim == 4:
             # Made while loading rather than on the first batch, which a camera waits for.
             shape = (int(frames.shape[1]), int(frames.shape[2]), int(frames.shape[3]))
@@ -337,8 +339,6 @@ def _model_dir_runner(
                 static.graph(shape)
             except EngineError as error:
                 notice(f"no graph specialised to the frames' shape ({error})")
-
-    def onnx_runner(onnx_bytes: bytes) -> OnnxRunner:
         if cpu.runs(gpu):
             return cpu.runner(onnx_bytes, static)
         return OnnxRunner(
