@@ -330,7 +330,7 @@ def test_cli_caches_in_cache_dir_and_a_warm_run_needs_no_torch(tmp_path, clip, c
     argv = ["run", str(clip), "-m", str(SINGLE), "--cache-dir", str(cache)]
     assert main([*argv, "-o", str(tmp_path / "cold.slp")]) == 0
     assert HEADLINE in capsys.readouterr().err
-    assert len(entries(cache)) == 2
+    assert len(entries(cache)) == 4  # the general graph and the one for the clip's frames
 
     warm = subprocess.run(
         [sys.executable, str(TORCH_BLOCKER), "-m", "sleap_live", *argv, "-o", "warm.slp"],
@@ -351,7 +351,7 @@ def test_cli_no_cache_exports_without_the_cache(tmp_path, clip, capsys, exports)
     assert "exporting model" in capsys.readouterr().err and exports.calls == 1
     assert main([*argv, "--cache-dir", str(cache), "-o", str(tmp_path / "b.slp")]) == 0
     assert main([*argv, "--cache-dir", str(cache), "-o", str(tmp_path / "c.slp")]) == 0
-    assert exports.calls == 2 and len(entries(cache)) == 2
+    assert exports.calls == 2 and len(entries(cache)) == 4  # general and specialised
 
 
 def test_cli_no_cache_and_cache_dir_are_exclusive(tmp_path, capsys):
