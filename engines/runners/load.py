@@ -391,9 +391,12 @@ def _exported_onnx(
 class StaticGraphs:
     """Static graphs of model directories (`ShapeGraphs`): from the export cache, else exported.
 
-    The key of a static graph is its dynamic graph's export options plus the
-    frame shape (`static_frame_shape`). The torch model is built on the first
-    graph that is not cached, once. A rejected graph is removed from the cache.
+    A static graph is keyed by the model directories (see `cache_key`), the
+    opset and the frame shape (`static_frame_shape`); it is never verified
+    against torch (`OnnxRunner` checks it against the dynamic graph instead), so
+    the dynamic graph's verification options are not part of its key. The torch
+    model is built once, for the first graph that is not cached. A rejected graph
+    is removed from the cache (the runner says why).
 
     Args:
         paths: the model directories.
@@ -419,7 +422,8 @@ class StaticGraphs:
 
     def key(self, shape: FrameShape) -> CacheKey | None:
         """The cache key of the static graph for `shape`."""
-        return cache_key(self._paths, {**self._options, "static_frame_shape": list(shape)})
+        options = {name: self._options[name] for name in ("opset",) if name in self._options}
+        return cache_key(self._paths, {**options, "static_frame_shape": list(shape)})
 
     def graph(self, shape: FrameShape) -> bytes:
         """The static graph for `shape` (see `ShapeGraphs`).
@@ -440,10 +444,12 @@ class StaticGraphs:
         return self._graphs[shape]
 
     def reject(self, shape: FrameShape, reason: str) -> None:
+        """Forgets the graph for `shape` and removes it from the cache."""
+        del reason  # the runner tells it
         self._graphs.pop(shape, None)
         key = None if self._cache is None else self.key(shape)
         if key is not None and self._cache is not None:
-            self._cache.discard(key, reason)
+            self._cache.remove(key)
 
     def _exported(self, shape: FrameShape, key: CacheKey | None) -> bytes:
         from sleap_live.engines.export import export_static_onnx_bytes

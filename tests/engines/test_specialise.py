@@ -211,7 +211,12 @@ def test_the_cache_keys_static_graphs_by_frame_shape(tmp_path):
     graphs = StaticGraphs(SINGLE, {"verify": False}, cache, lambda step: None)
     keys = {shape: graphs.key(shape) for shape in [(168, 200, 1), (200, 168, 1), (168, 200, 3)]}
     assert len({key.digest for key in keys.values()}) == 3
-    assert keys[(168, 200, 1)].parts["export"]["static_frame_shape"] == [168, 200, 1]
+    assert keys[(168, 200, 1)].parts["export"] == {"static_frame_shape": [168, 200, 1]}
+    # The dynamic graph's verification does not make another static graph; the opset does.
+    verified = StaticGraphs(SINGLE, {"verify": True}, cache, lambda step: None)
+    assert verified.key((168, 200, 1)) == keys[(168, 200, 1)]
+    opset = StaticGraphs(SINGLE, {"opset": 18}, cache, lambda step: None)
+    assert opset.key((168, 200, 1)) != keys[(168, 200, 1)]
 
     graph = graphs.graph((168, 200, 1))
     assert cache.read(keys[(168, 200, 1)]) == graph
@@ -245,3 +250,10 @@ def test_load_runner_runs_the_frames_shape_on_a_checked_static_graph(tmp_path):
     # Other sizes still run, on the dynamic graph or their own.
     assert len(runner.run(blob_frames(171, 203))) == 3
     runner.close()
+
+
+def test_static_graphs_are_for_the_cpu():
+    from sleap_live.engines.runners.onnx import CUDA, OnnxRunner
+
+    with pytest.raises(ValueError, match="run on the CPU"):
+        OnnxRunner(b"", [CUDA], specialised=FakeGraphs({}))
