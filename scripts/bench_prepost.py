@@ -2,7 +2,7 @@
 
     python scripts/bench_prepost.py [--sizes 384x384 1024x1024 1280x1024]
         [--types topdown bottomup single_instance] [--model SIZE:TYPE=DIR[,DIR2]]...
-        [--batch-size 8] [--repeats 15] [--threads N] [--json PATH]
+        [--video PATH]... [--batch-size 8] [--repeats 15] [--threads N] [--json PATH]
 
 For each model type and frame size: the engine (`load_runner(..., engine="onnx")`
 on the CPU, whole `runner.run`: the exported graph with preprocessing, peaks,
@@ -20,7 +20,8 @@ trained ones; any (size, type) without one gets a random-weight model made from 
 lab-like training config (`lab_like_config`: UNet filters 16, max stride 8, the
 size matcher at the frame size, input scale 0.5 from 1024 pixels up, 96-pixel
 crops), its head bias set so that about two animals are found per frame.
-Frames are the fixture clips' frames tiled to the size (gray). Times are
+Frames are the first frames of a `--video` of that size (gray; e.g. a lab clip),
+else the fixture clips' frames tiled to the size. Times are
 wall-clock on this machine as it is: on a shared machine the ratios, measured
 side by side, are what counts.
 """
@@ -96,6 +97,21 @@ def tiled_frames(clip: Path, height: int, width: int, count: int) -> np.ndarray:
             frames.append(np.tile(image, reps)[:height, :width, None])
             if len(frames) == count:
                 break
+    return np.ascontiguousarray(np.stack(frames))
+
+
+def video_frames(path: Path, count: int) -> np.ndarray:
+    """The video's first `count` frames, gray: (count, H, W, 1)."""
+    import av
+
+    frames = []
+    with av.open(str(path)) as container:
+        for frame in container.decode(video=0):
+            frames.append(frame.to_ndarray(format="gray")[..., None])
+            if len(frames) == count:
+                break
+    if not frames:
+        raise SystemExit(f"{path}: no frames decoded")
     return np.ascontiguousarray(np.stack(frames))
 
 
@@ -235,7 +251,11 @@ def bench_case(
 ) -> dict[str, Any]:
     """One row: engine, graph and networks-alone medians per frame, and their ratio."""
     height, width = size
-    frames = tiled_frames(DATA / "videos" / CLIPS[model_type], height, width, args.batch_size)
+    video = args.videos.get(size)
+    if video is not None:
+        frames = video_frames(video, args.batch_size)
+    else:
+        frames = tiled_frames(DATA / "videos" / CLIPS[model_type], height, width, args.batch_size)
     runner = load_runner(
         [str(path) for path in dirs],
         engine="onnx",
@@ -303,6 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sizes", nargs="+", type=parse_size, default=default_sizes)
     parser.add_argument("--types", nargs="+", choices=TYPES, default=list(TYPES))
     parser.add_argument("--model", action="append", type=parse_model, default=[])
+    parser.add_argument("--video", action="append", type=Path, default=[])
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--warmup", type=int, default=2)
@@ -312,6 +333,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.batch_size < 1 or args.repeats < 1:
         parser.error("--batch-size and --repeats must be positive")
     given = {(size, model_type): dirs for size, model_type, dirs in args.model}
+    args.videos = {}
+    for video in args.video:
+        if not video.is_file():
+            parser.error(f"--video {video}: no such file")
+        frames = video_frames(video, 1)
+        args.videos[(frames.shape[1], frames.shape[2])] = video
     rows = []
     console = Console(stderr=True)
     with tempfile.TemporaryDirectory(prefix="bench_prepost_") as scratch:

@@ -14,8 +14,11 @@ first, verified on frames with animals (`verify_frames`, e.g. the first frames o
 the video about to be run; see `sleap_live.engines.export.frames` for where frames
 come from otherwise) and kept in the export cache, from which later runs load it
 without building the torch model or importing torch
-(`sleap_live.engines.load.export_cache`; `cache=False` exports in memory only);
-"auto" picks ONNX Runtime on the CPU (it
+(`sleap_live.engines.load.export_cache`; `cache=False` exports in memory only).
+On the CPU, each frame shape also gets a graph specialised to it (`StaticGraphs`,
+cached the same way, made while loading for the shape of `verify_frames`), which
+the runner uses once it matched the general graph bit for bit
+(`sleap_live.engines.runners.specialise`). "auto" picks ONNX Runtime on the CPU (it
 ran the toy models faster than eager torch, see scripts/bench_engines.py) and on
 a GPU when `onnxruntime-gpu` is installed, torch otherwise. "tensorrt" runs a
 TensorRT engine on a CUDA GPU: an engine file as it is, or engines built from an
