@@ -99,7 +99,7 @@ def _resize_tables(
 
 
 def _resize_leading_axis(
-    image: torch.Tensor, in_size: torch.Tensor, out_size: torch.Tensor
+    image: torch.Tensor, in_size: torch.Tensor, out_size: torch.Tensor, out: int = -1
 ) -> torch.Tensor:
     """One exact resize pass along the first axis of a uint8 (L, N) matrix.
 
@@ -112,13 +112,16 @@ def _resize_leading_axis(
     only carries into it once rounded. Every partial sum is an exact integer,
     so the matmul's summation order does not matter.
 
+    `out`: the output size as an int where it is static (a static graph also
+    traces empty images, whose output size a -1 cannot tell).
+
     Returns:
         (out, N) uint8.
     """
     indices, weights, precision = _resize_tables(in_size, out_size)
     taps = indices.shape[1]
     picked = image.index_select(0, indices.reshape(-1)).float()
-    picked = picked.reshape(-1, taps, image.shape[1])  # (out, taps, N)
+    picked = picked.reshape(out, taps, image.shape[1])  # (out, taps, N)
 
     shift = torch.clamp(precision - 15, min=0).double()
     unit = torch.pow(2.0, shift).float()
@@ -162,24 +165,22 @@ def resize_uint8_exportable(
     return rows.reshape(-1, batch, channels, resized.shape[0]).permute(1, 2, 0, 3)
 
 
-def _resize_width(
-    image: torch.Tensor, in_width: torch.Tensor, width: int | torch.Tensor
-) -> torch.Tensor:
+def _resize_width(image: torch.Tensor, in_width: torch.Tensor, width: int) -> torch.Tensor:
     """The horizontal pass of a static `resize_uint8_exportable`."""
     batch, channels, height = image.shape[0], image.shape[1], image.shape[2]
-    columns = image.permute(3, 0, 1, 2).reshape(image.shape[3], -1)  # (W, B*C*H)
-    columns = _resize_leading_axis(columns, in_width, _as_size(width, image.device))
-    return columns.reshape(-1, batch, channels, height).permute(1, 2, 3, 0)
+    in_size = static_size(image, 3)
+    columns = image.permute(3, 0, 1, 2).reshape(in_size, batch * channels * height)
+    columns = _resize_leading_axis(columns, in_width, _as_size(width, image.device), width)
+    return columns.reshape(width, batch, channels, height).permute(1, 2, 3, 0)
 
 
-def _resize_height(
-    image: torch.Tensor, in_height: torch.Tensor, height: int | torch.Tensor
-) -> torch.Tensor:
+def _resize_height(image: torch.Tensor, in_height: torch.Tensor, height: int) -> torch.Tensor:
     """The vertical pass of a static `resize_uint8_exportable`."""
     batch, channels, width = image.shape[0], image.shape[1], image.shape[3]
-    rows = image.permute(2, 0, 1, 3).reshape(image.shape[2], -1)  # (H, B*C*W)
-    rows = _resize_leading_axis(rows, in_height, _as_size(height, image.device))
-    return rows.reshape(-1, batch, channels, width).permute(1, 2, 0, 3)
+    in_size = static_size(image, 2)
+    rows = image.permute(2, 0, 1, 3).reshape(in_size, batch * channels * width)
+    rows = _resize_leading_axis(rows, in_height, _as_size(height, image.device), height)
+    return rows.reshape(height, batch, channels, width).permute(1, 2, 0, 3)
 
 
 def resize_uint8(

@@ -257,3 +257,17 @@ def test_static_graphs_are_for_the_cpu():
 
     with pytest.raises(ValueError, match="run on the CPU"):
         OnnxRunner(b"", [CUDA], specialised=FakeGraphs({}))
+
+
+def test_a_static_graph_exports_when_its_trace_finds_no_animal():
+    """Crops resized by the instance model's input scale, and no centroid in the trace."""
+    import attrs
+
+    inference_model = load_inference_model(TOPDOWN).eval()
+    inference_model.instance_preprocess = attrs.evolve(
+        inference_model.instance_preprocess, scale=0.5
+    )
+    inference_model.stage.peak_threshold = 2.0  # confidence maps never reach it
+    static = export_static_onnx_bytes(inference_model, (*TRAINING_SIZE, 1))
+    got = outputs(static, blob_frames(*TRAINING_SIZE))
+    assert len(got["instance_frame"]) == 0 and got["points"].shape == (0, 5, 2)
