@@ -12,6 +12,7 @@ from sleap_live.engines.export.exporter import (
     export_inference_model,
     export_model,
     export_onnx_bytes,
+    export_static_onnx_bytes,
 )
 from sleap_live.engines.export.onnx import DEFAULT_OPSET
 from sleap_live.engines.export.torchscript import load_torchscript, read_torchscript_metadata
@@ -24,6 +25,7 @@ __all__ = [
     "export_inference_model",
     "export_model",
     "export_onnx_bytes",
+    "export_static_onnx_bytes",
     "load_torchscript",
     "read_torchscript_metadata",
 ]

@@ -215,6 +215,43 @@ def export_onnx_bytes(
     return payload
 
 
+def export_static_onnx_bytes(
+    model: InferenceModel,
+    frame_shape: tuple[int, int, int],
+    *,
+    opset: int = DEFAULT_OPSET,
+    sources: Sequence[str | Path] = (),
+    progress: Progress | None = None,
+) -> bytes:
+    """The default-profile graph of `model` for frames of one (height, width, channels).
+
+    Traced `static` (`InferenceModel.set_static`): the frame shape is frozen into
+    the graph and the passes that would not change the image at that shape are
+    left out; the batch axis stays dynamic. It is not compared with the torch
+    model here: it computes the dynamic graph's numbers, and `OnnxRunner` checks
+    that it does, bit for bit, on the first batch it runs (see
+    `sleap_live.engines.runners.specialise`).
+
+    Raises:
+        ExportError: the export failed.
+        ValueError: a frame shape that is not (height >= 1, width >= 1, 1 or 3).
+    """
+    height, width, channels = frame_shape
+    if height < 1 or width < 1 or channels not in (1, 3):
+        raise ValueError(f"frame_shape must be (height, width, 1 or 3), got {frame_shape}")
+    previous_profile, previous_static = model.profile, model.static
+    model = model.cpu().eval().set_profile(DEFAULT_PROFILE).set_static(True)
+    notify = progress or _ignore
+    try:
+        notify(f"exporting to ONNX for {width}x{height}x{channels} frames")
+        example = sample_frames(1, height, width, channels)
+        payload, _ = trace_to_onnx(model, example, opset, dynamic_channels=False)
+        metadata = _metadata(model, "onnx", opset, (channels,), sources, None, example)
+    finally:
+        model.set_profile(previous_profile).set_static(previous_static)
+    return embed_metadata(payload, metadata)
+
+
 def _export(
     model: InferenceModel,
     format: str,
@@ -301,7 +338,23 @@ def _export_profiled(
                 verification = verified(exported)
         example = batches[0]
 
-    metadata = ExportMetadata(
+    metadata = _metadata(model, format, opset, input_channels, sources, verification, example)
+    if format == "onnx":
+        return embed_metadata(payload, metadata), metadata
+    return payload, metadata
+
+
+def _metadata(
+    model: InferenceModel,
+    format: str,
+    opset: int,
+    input_channels: tuple[int, ...],
+    sources: Sequence[str | Path],
+    verification: list[dict[str, Any]] | None,
+    example: np.ndarray,
+) -> ExportMetadata:
+    """The metadata embedded in an export of `model` traced on `example`."""
+    return ExportMetadata(
         info=model.info,
         format=format,
         input_name=INPUT_NAME,
@@ -313,11 +366,8 @@ def _export_profiled(
         exporter={"torch": torch.__version__, **({"opset": opset} if format == "onnx" else {})},
         verification=None if verification is None else tuple(verification),
         profile=model.profile,
-        tensorrt=_tensorrt_record(example, native) if fixed_shape else None,
+        tensorrt=_tensorrt_record(example, input_channels[0]) if model.tensorrt_profile else None,
     )
-    if format == "onnx":
-        return embed_metadata(payload, metadata), metadata
-    return payload, metadata
 
 
 def _checking(notify: Progress, channels: int, frames: np.ndarray) -> np.ndarray:

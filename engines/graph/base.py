@@ -15,6 +15,12 @@ importer takes as it is; the frames cast to float32 at once and float32 after
 that (no float64, no uint8 inside), sizes fixed by the frames it is traced on, and
 `max_instances` slots per frame with a validity mask (`INSTANCE_SLOTS` layout).
 Both give the same poses.
+
+A default-profile model can also be traced `static` (`set_static`): the frame
+size and channel count of the trace are frozen into the graph, so that every
+pass that would not change the image at that size is left out (see
+`sleap_live.engines.graph.preprocess.frame_input`). Such a graph takes frames
+of that one shape (any batch size) and gives the same numbers as the dynamic one.
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ class InferenceModel(torch.nn.Module):
     # How the model's first stage preprocesses frames.
     frame_preprocess: PreprocessConfig
     profile: str = DEFAULT_PROFILE
+    # Trace with the frame shape frozen (see the module docstring).
+    static: bool = False
 
     @property
     def output_names(self) -> tuple[str, ...]:
@@ -63,6 +71,11 @@ class InferenceModel(torch.nn.Module):
         if profile not in PROFILES:
             raise ValueError(f"unknown profile {profile!r} (expected one of {PROFILES})")
         self.profile = profile
+        return self
+
+    def set_static(self, static: bool) -> InferenceModel:
+        """Traces with the frame shape frozen (True) or dynamic from now on; returns the model."""
+        self.static = static
         return self
 
     def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:

@@ -149,7 +149,7 @@ class _BottomUpBase(InferenceModel):
         if self.tensorrt_profile:
             image, eff_scale = frame_values_input(frame_values(frames), self.preprocess.config)
         else:
-            image, eff_scale = self.preprocess(frames_to_nchw(frames))
+            image, eff_scale = self.preprocess(frames_to_nchw(frames), self.static)
         heads = self.network(image)
         points, values, valid = top_peaks_per_channel(
             heads[CONFMAPS_HEAD],

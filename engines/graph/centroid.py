@@ -51,7 +51,8 @@ DEFAULT_MAX_INSTANCES = 20
 class CentroidStage(torch.nn.Module):
     """Frames to centroids: preprocessing, centroid network, local peaks.
 
-    `forward` takes uint8 (B, C, H, W) frames and returns `(sized, eff_scale,
+    `forward` takes uint8 (B, C, H, W) frames (and whether their shape is
+    frozen into the graph, see `InferenceModel.set_static`) and returns `(sized, eff_scale,
     instance_frame, centroids, values)`: the channel-coerced, size-matched uint8
     frames, the size matcher's scale ((1,) float32), and per centroid its
     frame (M,) int64, frame-pixel xy (M, 2) float32 and confidence (M,) float32.
@@ -87,9 +88,10 @@ class CentroidStage(torch.nn.Module):
         self.refine = refine
         self.patch_size = patch_size
 
-    def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        sized, eff_scale = size_matched_frames(frames, self.preprocess)
-        confmaps = self.network(network_input(sized, self.preprocess))[CENTROID_HEAD]
+    def forward(self, frames: torch.Tensor, static: bool = False) -> tuple[torch.Tensor, ...]:
+        sized, eff_scale = size_matched_frames(frames, self.preprocess, static=static)
+        image = network_input(sized, self.preprocess, static=static)
+        confmaps = self.network(image)[CENTROID_HEAD]
         instance_frame, points, values = top_local_peaks(
             confmaps, self.max_instances, self.peak_threshold, self.refine, self.patch_size
         )
@@ -187,5 +189,5 @@ class CentroidModel(InferenceModel):
             centroids = torch.where(valid[..., None], centroids, float("nan"))
             values = torch.where(valid, values, float("nan"))
             return valid, centroids[:, :, None], values[..., None], values
-        _, _, instance_frame, centroids, values = self.stage(frames_to_nchw(frames))
+        _, _, instance_frame, centroids, values = self.stage(frames_to_nchw(frames), self.static)
         return instance_frame, centroids[:, None], values[:, None], values

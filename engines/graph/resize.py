@@ -99,7 +99,7 @@ def _resize_tables(
 
 
 def _resize_leading_axis(
-    image: torch.Tensor, in_size: torch.Tensor, out_size: torch.Tensor
+    image: torch.Tensor, in_size: torch.Tensor, out_size: torch.Tensor, out: int = -1
 ) -> torch.Tensor:
     """One exact resize pass along the first axis of a uint8 (L, N) matrix.
 
@@ -112,13 +112,16 @@ def _resize_leading_axis(
     only carries into it once rounded. Every partial sum is an exact integer,
     so the matmul's summation order does not matter.
 
+    `out`: the output size as an int where it is static (a static graph also
+    traces empty images, whose output size a -1 cannot tell).
+
     Returns:
         (out, N) uint8.
     """
     indices, weights, precision = _resize_tables(in_size, out_size)
     taps = indices.shape[1]
     picked = image.index_select(0, indices.reshape(-1)).float()
-    picked = picked.reshape(-1, taps, image.shape[1])  # (out, taps, N)
+    picked = picked.reshape(out, taps, image.shape[1])  # (out, taps, N)
 
     shift = torch.clamp(precision - 15, min=0).double()
     unit = torch.pow(2.0, shift).float()
@@ -132,13 +135,26 @@ def _resize_leading_axis(
 
 
 def resize_uint8_exportable(
-    image: torch.Tensor, height: int | torch.Tensor, width: int | torch.Tensor
+    image: torch.Tensor,
+    height: int | torch.Tensor,
+    width: int | torch.Tensor,
+    *,
+    static: bool = False,
 ) -> torch.Tensor:
     """`resize_uint8` from gathers and exact float32 sums, which export to ONNX.
 
     A pass whose size does not change has a single unit weight per output and
-    passes its input through.
+    passes its input through. With `static` (int `height` and `width`, the
+    image's size frozen into the graph), such a pass is left out.
     """
+    if static:
+        if not isinstance(height, int) or not isinstance(width, int):
+            raise TypeError("a static resize takes int sizes")
+        if static_size(image, 3) != width:
+            image = _resize_width(image, _as_size(static_size(image, 3), image.device), width)
+        if static_size(image, 2) != height:
+            image = _resize_height(image, _as_size(static_size(image, 2), image.device), height)
+        return image
     batch, channels = image.shape[0], image.shape[1]
     in_height, in_width = size_of(image, 2), size_of(image, 3)
     columns = image.permute(3, 0, 1, 2).reshape(image.shape[3], -1)  # (W, B*C*H)
@@ -149,8 +165,30 @@ def resize_uint8_exportable(
     return rows.reshape(-1, batch, channels, resized.shape[0]).permute(1, 2, 0, 3)
 
 
+def _resize_width(image: torch.Tensor, in_width: torch.Tensor, width: int) -> torch.Tensor:
+    """The horizontal pass of a static `resize_uint8_exportable`."""
+    batch, channels, height = image.shape[0], image.shape[1], image.shape[2]
+    in_size = static_size(image, 3)
+    columns = image.permute(3, 0, 1, 2).reshape(in_size, batch * channels * height)
+    columns = _resize_leading_axis(columns, in_width, _as_size(width, image.device), width)
+    return columns.reshape(width, batch, channels, height).permute(1, 2, 3, 0)
+
+
+def _resize_height(image: torch.Tensor, in_height: torch.Tensor, height: int) -> torch.Tensor:
+    """The vertical pass of a static `resize_uint8_exportable`."""
+    batch, channels, width = image.shape[0], image.shape[1], image.shape[3]
+    in_size = static_size(image, 2)
+    rows = image.permute(2, 0, 1, 3).reshape(in_size, batch * channels * width)
+    rows = _resize_leading_axis(rows, in_height, _as_size(height, image.device), height)
+    return rows.reshape(height, batch, channels, width).permute(1, 2, 0, 3)
+
+
 def resize_uint8(
-    image: torch.Tensor, height: int | torch.Tensor, width: int | torch.Tensor
+    image: torch.Tensor,
+    height: int | torch.Tensor,
+    width: int | torch.Tensor,
+    *,
+    static: bool = False,
 ) -> torch.Tensor:
     """Antialiased bilinear resize of uint8 (B, C, H, W) images, exactly as torch does it.
 
@@ -164,9 +202,11 @@ def resize_uint8(
         image: uint8 (B, C, H, W).
         height: output height, an int or a (1,) int64 tensor.
         width: output width, an int or a (1,) int64 tensor.
+        static: int sizes and the image's own size frozen into a traced graph;
+            passes that keep their axis's size are left out.
     """
     if torch.jit.is_tracing() or image.device.type != "cpu":
-        return resize_uint8_exportable(image, height, width)
+        return resize_uint8_exportable(image, height, width, static=static)
     size = (int(height), int(width))
     if size == tuple(image.shape[2:]):
         return image

@@ -106,7 +106,9 @@ class SingleInstanceModel(InferenceModel):
         if self.tensorrt_profile:
             image, eff_scale = frame_values_input(frame_values(frames), self.preprocess)
         else:
-            image, eff_scale = frame_input(frames_to_nchw(frames), self.preprocess)
+            image, eff_scale = frame_input(
+                frames_to_nchw(frames), self.preprocess, static=self.static
+            )
         confmaps = self.network(image)[SINGLE_INSTANCE_HEAD]
         points, scores = global_peaks(confmaps, self.peak_threshold, self.refine, self.patch_size)
         points = grid_to_image(points, self.output_stride, self.preprocess.scale) / eff_scale

@@ -184,7 +184,7 @@ class TopDownModel(InferenceModel):
         if self.tensorrt_profile:
             return self._slots_forward(frames)
         raw = frames_to_nchw(frames)
-        sized, eff_scale, instance_frame, centroids, values = self.stage(raw)
+        sized, eff_scale, instance_frame, centroids, values = self.stage(raw, self.static)
         crop_frames = self._crop_source(frames, raw, sized)
         points, scores, heads = self._instances(crop_frames, instance_frame, centroids, eff_scale)
         return (instance_frame, points, scores, values, *self._extra_outputs(heads))
@@ -230,7 +230,8 @@ class TopDownModel(InferenceModel):
         if self.tensorrt_profile:
             heads = self.instance_network(network_input_values(crops, self.instance_preprocess))
         else:
-            heads = self.instance_network(network_input(crops, self.instance_preprocess))
+            image = network_input(crops, self.instance_preprocess, static=self.static)
+            heads = self.instance_network(image)
         points, scores = global_peaks(
             heads[INSTANCE_HEAD], self.peak_threshold, self.refine, self.patch_size
         )
@@ -264,7 +265,8 @@ class TopDownModel(InferenceModel):
             return frames
         if self.tensorrt_profile or not (preprocess.ensure_rgb or preprocess.ensure_grayscale):
             return sized.permute(0, 2, 3, 1)
-        return sizematch(raw, preprocess.max_height, preprocess.max_width)[0].permute(0, 2, 3, 1)
+        sized = sizematch(raw, preprocess.max_height, preprocess.max_width, static=self.static)[0]
+        return sized.permute(0, 2, 3, 1)
 
 
 class MultiClassTopDownModel(TopDownModel):

@@ -224,8 +224,12 @@ class ExportCache:
 
     def discard(self, key: CacheKey, reason: str) -> None:
         """Removes an entry found corrupt, saying so."""
+        self.notify(f"cached export {self.graph_path(key)} is {reason}: exporting the model again")
+        self.remove(key)
+
+    def remove(self, key: CacheKey) -> None:
+        """Removes an entry (the sidecar first, so that no half entry is ever trusted)."""
         graph = self.graph_path(key)
-        self.notify(f"cached export {graph} is {reason}: exporting the model again")
         for path in (sidecar_path(graph), graph):
             path.unlink(missing_ok=True)
 

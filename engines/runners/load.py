@@ -14,8 +14,11 @@ first, verified on frames with animals (`verify_frames`, e.g. the first frames o
 the video about to be run; see `sleap_live.engines.export.frames` for where frames
 come from otherwise) and kept in the export cache, from which later runs load it
 without building the torch model or importing torch
-(`sleap_live.engines.load.export_cache`; `cache=False` exports in memory only);
-"auto" picks ONNX Runtime on the CPU (it
+(`sleap_live.engines.load.export_cache`; `cache=False` exports in memory only).
+On the CPU, each frame shape also gets a graph specialised to it (`StaticGraphs`,
+cached the same way, made while loading for the shape of `verify_frames`), which
+the runner uses once it matched the general graph bit for bit
+(`sleap_live.engines.runners.specialise`). "auto" picks ONNX Runtime on the CPU (it
 ran the toy models faster than eager torch, see scripts/bench_engines.py) and on
 a GPU when `onnxruntime-gpu` is installed, torch otherwise. "tensorrt" runs a
 TensorRT engine on a CUDA GPU: an engine file as it is, or engines built from an
@@ -36,14 +39,17 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import numpy as np
 
 from sleap_live.engines.errors import (
+    EngineError,
     ExportError,
     ModelConfigError,
     ModelNotFoundError,
     RuntimeUnavailableError,
 )
 from sleap_live.engines.load.export_cache import (
+    CacheKey,
     ExportCache,
     Notify,
     cache_key,
@@ -53,6 +59,7 @@ from sleap_live.engines.load.export_cache import (
     with_embedded_key,
 )
 from sleap_live.engines.runners.base import Runner
+from sleap_live.engines.runners.specialise import FrameShape, ShapeGraphs
 
 # Told what a slow step of loading is doing, in one line.
 Progress = Notify
@@ -239,8 +246,11 @@ class _CpuRunners:
             return True
         return self.engine == "auto" and not gpu and _onnx_device(self.device) == "cpu"
 
-    def runner(self, model: Path | bytes) -> Any:
-        """An `OpenVINORunner` (engine "openvino"), or auto's choice on the CPU."""
+    def runner(self, model: Path | bytes, specialised: ShapeGraphs | None = None) -> Any:
+        """An `OpenVINORunner` (engine "openvino"), or auto's choice on the CPU.
+
+        `specialised`: the ONNX Runtime runner's static graphs (see `OnnxRunner`).
+        """
         if self.engine == "openvino":
             return self.openvino(model)
         from sleap_live.engines.runners.cpu_choice import choose_cpu_runner
@@ -248,7 +258,7 @@ class _CpuRunners:
 
         return choose_cpu_runner(
             model,
-            lambda: OnnxRunner(model, intra_op_threads=self.threads),
+            lambda: OnnxRunner(model, intra_op_threads=self.threads, specialised=specialised),
             lambda: self.openvino(model),
             frames=self.options.get("verify_frames"),
             threads=self.threads,
@@ -318,12 +328,26 @@ def _model_dir_runner(
 
     from sleap_live.engines.runners.onnx import OnnxRunner
 
-    providers, runner_options = _onnx_arguments(_onnx_device(device), gpu)
+    onnx_device = _onnx_device(device)
+    providers, runner_options = _onnx_arguments(onnx_device, gpu)
+    static = StaticGraphs(paths, export_options, cache, progress)
+    frames = export_options.get("verify_frames")
 
     def onnx_runner(onnx_bytes: bytes) -> OnnxRunner:
+        if onnx_device != "cpu":
+            return OnnxRunner(onnx_bytes, providers, intra_op_threads=threads, **runner_options)
+        if isinstance(frames, np.ndarray) and frames.ndim == 4:
+            # Made while loading rather than on the first batch, which a camera waits for.
+            shape = (int(frames.shape[1]), int(frames.shape[2]), int(frames.shape[3]))
+            try:
+                static.graph(shape)
+            except EngineError as error:
+                notice(f"no graph specialised to the frames' shape ({error})")
         if cpu.runs(gpu):
-            return cpu.runner(onnx_bytes)
-        return OnnxRunner(onnx_bytes, providers, intra_op_threads=threads, **runner_options)
+            return cpu.runner(onnx_bytes, static)
+        return OnnxRunner(
+            onnx_bytes, providers, intra_op_threads=threads, specialised=static, **runner_options
+        )
 
     key = None if cache is None else cache_key(paths, export_options)
     if cache is None or key is None:
@@ -366,6 +390,91 @@ def _exported_onnx(
             f"cannot run {', '.join(map(str, paths))} with ONNX Runtime: {error}; "
             "or run the model with torch (--engine torch)"
         ) from error
+
+
+class StaticGraphs:
+    """Static graphs of model directories (`ShapeGraphs`): from the export cache, else exported.
+
+    A static graph is keyed by the model directories (see `cache_key`), the
+    opset and the frame shape (`static_frame_shape`); it is never verified
+    against torch (`OnnxRunner` checks it against the dynamic graph instead), so
+    the dynamic graph's verification options are not part of its key. The torch
+    model is built once, for the first graph that is not cached. A rejected graph
+    is removed from the cache (the runner says why).
+
+    Args:
+        paths: the model directories.
+        export_options: the dynamic graph's export options (`EXPORT_OPTIONS`).
+        cache: the export cache, or None not to cache.
+        progress: told what a slow step is doing.
+    """
+
+    def __init__(
+        self,
+        paths: list[Path],
+        export_options: dict[str, Any],
+        cache: ExportCache | None,
+        progress: Progress,
+    ) -> None:
+        self._paths = paths
+        self._options = export_options
+        self._cache = cache
+        self._progress = progress
+        self._graphs: dict[FrameShape, bytes] = {}
+        self._failures: dict[FrameShape, EngineError] = {}
+        self._model: Any = None
+
+    def key(self, shape: FrameShape) -> CacheKey | None:
+        """The cache key of the static graph for `shape`."""
+        options = {name: self._options[name] for name in ("opset",) if name in self._options}
+        return cache_key(self._paths, {**options, "static_frame_shape": list(shape)})
+
+    def graph(self, shape: FrameShape) -> bytes:
+        """The static graph for `shape` (see `ShapeGraphs`).
+
+        Raises:
+            ExportError, ModelConfigError, ...: the export failed (now or before).
+        """
+        if shape in self._failures:
+            raise self._failures[shape]
+        if shape not in self._graphs:
+            key = None if self._cache is None else self.key(shape)
+            cached = None if key is None or self._cache is None else self._cache.read(key)
+            try:
+                self._graphs[shape] = cached if cached is not None else self._exported(shape, key)
+            except EngineError as error:
+                self._failures[shape] = error
+                raise
+        return self._graphs[shape]
+
+    def reject(self, shape: FrameShape, reason: str) -> None:
+        """Forgets the graph for `shape` and removes it from the cache."""
+        del reason  # the runner tells it
+        self._graphs.pop(shape, None)
+        key = None if self._cache is None else self.key(shape)
+        if key is not None and self._cache is not None:
+            self._cache.remove(key)
+
+    def _exported(self, shape: FrameShape, key: CacheKey | None) -> bytes:
+        from sleap_live.engines.export import export_static_onnx_bytes
+        from sleap_live.engines.graph.build import load_inference_model
+
+        height, width, channels = shape
+        headline = f"specialising the model to {width}x{height}x{channels} frames"
+        if self._model is None:
+            self._progress(f"{headline}: loading the torch model")
+            self._model = load_inference_model(self._paths)
+        graph = export_static_onnx_bytes(
+            self._model,
+            shape,
+            sources=self._paths,
+            progress=lambda step: self._progress(f"{headline}: {step}"),
+            **{name: self._options[name] for name in ("opset",) if name in self._options},
+        )
+        if key is not None and self._cache is not None:
+            graph = with_embedded_key(graph, key)
+            self._cache.write(key, graph)
+        return graph
 
 
 def _quiet(step: str) -> None:

@@ -30,7 +30,7 @@ an axis of the same name that the graph sizes in another output (see
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -41,6 +41,7 @@ from sleap_live.engines.errors import ModelConfigError, RuntimeUnavailableError
 from sleap_live.engines.host.frames import as_numpy
 from sleap_live.engines.host.outputs import output_axes
 from sleap_live.engines.host.postprocess import decode
+from sleap_live.engines.load.export_cache import notice
 from sleap_live.engines.load.metadata import METADATA_KEY, ExportMetadata, check_graph_sizes
 from sleap_live.engines.runners.base import begin_run
 from sleap_live.engines.runners.onnx_session import (
@@ -61,6 +62,7 @@ from sleap_live.engines.runners.onnx_session import (
     with_compute_stream,
     with_cuda_graphs,
 )
+from sleap_live.engines.runners.specialise import ShapeGraphs, ShapeSessions
 from sleap_live.engines.types import FramePoses, ModelInfo
 
 __all__ = [
@@ -99,6 +101,11 @@ class OnnxRunner:
             exports; instance lists are not), else run without them after a
             one-line notice.
         max_graphs: input shapes that get a CUDA graph.
+        specialised: on the CPU, where graphs specialised to one frame shape
+            come from: each frame shape then runs on its own once it gave the
+            same outputs as this graph, bit for bit, on its first batch (see
+            `sleap_live.engines.runners.specialise`).
+        notify: told in one line when a frame shape keeps this graph, and why.
 
     Attributes:
         info: the model's `ModelInfo`, read from the embedded metadata.
@@ -109,7 +116,7 @@ class OnnxRunner:
         ModelNotFoundError, ModelConfigError: see `create_session`; also when the
             model carries no sleap-live metadata.
         RuntimeUnavailableError: see `create_session`.
-        ValueError: `stream` or `cuda_graphs` on the CPU.
+        ValueError: `stream` or `cuda_graphs` on the CPU, `specialised` on a GPU.
     """
 
     def __init__(
@@ -121,11 +128,15 @@ class OnnxRunner:
         stream: Any = None,
         cuda_graphs: bool = False,
         max_graphs: int = DEFAULT_MAX_GRAPHS,
+        specialised: ShapeGraphs | None = None,
+        notify: Callable[[str], None] = notice,
     ) -> None:
         origin = "ONNX model bytes" if isinstance(model, bytes) else str(model)
         self.device = device_of(providers)
         if self.device == "cpu" and (stream is not None or cuda_graphs):
             raise ValueError("stream and cuda_graphs need a CUDA execution provider")
+        if self.device != "cpu" and specialised is not None:
+            raise ValueError("graphs specialised to a frame shape run on the CPU")
         # A torch stream makes the session compute where the runner's torch work runs.
         stream = _torch_stream(self.device, stream)
         if stream is not None:
@@ -166,6 +177,20 @@ class OnnxRunner:
             else:
                 self._io = BoundIO.for_device(session, self.device, axes)
         self._session: Any = session
+        self._shapes: ShapeSessions | None = None
+        if specialised is not None:
+            self._shapes = ShapeSessions(
+                session,
+                specialised,
+                lambda graph: create_session(graph, providers, intra_op_threads=intra_op_threads),
+                notify,
+            )
+
+    def session_for(self, frame_shape: tuple[int, int, int]) -> Any:
+        """The ONNX Runtime session that runs frames of (height, width, channels)."""
+        if self._shapes is None:
+            return self._session
+        return self._shapes.session_for(frame_shape)
 
     def run(self, frames: Any, stream: Any = None) -> list[FramePoses]:
         """Poses for each frame of a uint8 (B, H, W, C) batch.
@@ -185,8 +210,11 @@ class OnnxRunner:
         if self._io is None:
             if stream is not None and not isinstance(frames, np.ndarray):
                 stream.synchronize()
-            values = self._session.run(None, {self._input_name: as_numpy(frames)})
-            outputs = dict(zip(self._output_names, values, strict=True))
+            if self._shapes is not None:
+                outputs = self._shapes.run(as_numpy(frames))
+            else:
+                values = self._session.run(None, {self._input_name: as_numpy(frames)})
+                outputs = dict(zip(self._output_names, values, strict=True))
         elif isinstance(self._io, BoundIO):
             if stream is not None:
                 stream.synchronize()
@@ -199,6 +227,7 @@ class OnnxRunner:
         """Releases the session and its buffers; idempotent."""
         self._io = None
         self._session = None
+        self._shapes = None
 
 
 def _torch_stream(device: str, stream: Any) -> Any:

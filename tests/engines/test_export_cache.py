@@ -38,6 +38,7 @@ CENTERED = DATA / "models" / "centered_instance"
 VIDEO = DATA / "videos" / "single.mkv"
 TORCH_BLOCKER = Path(__file__).parents[1] / "torch_blocker.py"
 HEADLINE = "exporting model (first run, cached for next time)"
+SUFFIXES = (".onnx", ".onnx.json")
 
 
 class Exports:
@@ -149,10 +150,16 @@ def test_a_second_load_runs_the_cached_graph_without_exporting(tmp_path, exports
     steps: list[str] = []
     first = load(tmp_path, verify=True, verify_frames=frames, progress=steps.append)
     assert exports.calls == 1
-    assert steps and all(step.startswith(HEADLINE) for step in steps)
+    # The dynamic graph, then the one specialised to the frames' shape.
+    specialising = "specialising the model to 200x168x1 frames"
+    assert steps and all(step.startswith((HEADLINE, specialising)) for step in steps)
+    assert steps[0].startswith(HEADLINE) and steps[-1].startswith(specialising)
     assert any("verifying" in step for step in steps)
     key = cache_key([SINGLE], {"verify": True})
-    assert entries(tmp_path) == [f"{key.digest}.onnx", f"{key.digest}.onnx.json"]
+    static = cache_key([SINGLE], {"static_frame_shape": [168, 200, 1]})
+    assert entries(tmp_path) == sorted(
+        f"{digest}{suffix}" for digest in (key.digest, static.digest) for suffix in SUFFIXES
+    )
 
     steps.clear()
     second = load(tmp_path, verify=True, verify_frames=frames, progress=steps.append)
@@ -164,7 +171,7 @@ def test_a_second_load_runs_the_cached_graph_without_exporting(tmp_path, exports
         np.testing.assert_array_equal(a.point_scores, b.point_scores)
 
     load(tmp_path)  # unverified exports are keyed apart
-    assert exports.calls == 2 and len(entries(tmp_path)) == 4
+    assert exports.calls == 2 and len(entries(tmp_path)) == 6
 
 
 def test_a_changed_checkpoint_is_exported_again(tmp_path, exports):
@@ -323,7 +330,7 @@ def test_cli_caches_in_cache_dir_and_a_warm_run_needs_no_torch(tmp_path, clip, c
     argv = ["run", str(clip), "-m", str(SINGLE), "--cache-dir", str(cache)]
     assert main([*argv, "-o", str(tmp_path / "cold.slp")]) == 0
     assert HEADLINE in capsys.readouterr().err
-    assert len(entries(cache)) == 2
+    assert len(entries(cache)) == 4  # the general graph and the one for the clip's frames
 
     warm = subprocess.run(
         [sys.executable, str(TORCH_BLOCKER), "-m", "sleap_live", *argv, "-o", "warm.slp"],
@@ -344,7 +351,7 @@ def test_cli_no_cache_exports_without_the_cache(tmp_path, clip, capsys, exports)
     assert "exporting model" in capsys.readouterr().err and exports.calls == 1
     assert main([*argv, "--cache-dir", str(cache), "-o", str(tmp_path / "b.slp")]) == 0
     assert main([*argv, "--cache-dir", str(cache), "-o", str(tmp_path / "c.slp")]) == 0
-    assert exports.calls == 2 and len(entries(cache)) == 2
+    assert exports.calls == 2 and len(entries(cache)) == 4  # general and specialised
 
 
 def test_cli_no_cache_and_cache_dir_are_exclusive(tmp_path, capsys):
