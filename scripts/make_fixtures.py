@@ -355,12 +355,8 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
     manifest_path = out / "manifest.json"
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
     import sleap_nn
 
-    manifest["sleap_nn_version"] = sleap_nn.__version__
-    manifest["sleap_io_version"] = sio.__version__
-    manifest.setdefault("stage_seconds", {})
     handlers = {
         "data": lambda: make_data(out, work),
         "train": lambda: train_models(
@@ -384,6 +380,11 @@ def main() -> None:
             continue
         start = time.perf_counter()
         result = handlers[stage]()
+        # Read again: another run (say, lab models trained in parallel) may have written it.
+        manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+        manifest["sleap_nn_version"] = sleap_nn.__version__
+        manifest["sleap_io_version"] = sio.__version__
+        manifest.setdefault("stage_seconds", {})
         manifest.setdefault(stage, {}).update(result)
         manifest["stage_seconds"][stage] = round(time.perf_counter() - start, 1)
         manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
