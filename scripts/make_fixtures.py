@@ -194,7 +194,8 @@ def train_models(
         run_dir = runs / spec.name
         shutil.rmtree(run_dir, ignore_errors=True)
         labels_path = (data_dir / f"{spec.dataset}.slp").resolve()
-        cfg = configs.training_config(spec, labels_path, run_dir.resolve(), seed)
+        init = None if spec.init_from is None else models_dir / spec.init_from / "best.ckpt"
+        cfg = configs.training_config(spec, labels_path, run_dir.resolve(), seed, init)
         cfg_path = runs / f"{spec.name}.yaml"
         cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
         cmd = [str(SNN_BIN / "sleap-nn"), "train", "--config", str(cfg_path.resolve())]
