@@ -183,14 +183,15 @@ def train_models(
     only: list[str] | None,
     weights_only: bool = False,
 ) -> dict:
-    """Train each spec with sleap-nn (seed = its index in `specs`), then keep only
+    """Train each spec with sleap-nn (seed: `spec.seed`, else its index), then keep only
     training_config.yaml and best.ckpt in models_dir/<name> (its weights alone when
     `weights_only`)."""
     runs.mkdir(parents=True, exist_ok=True)
     report = {}
-    for seed, spec in enumerate(specs):
+    for index, spec in enumerate(specs):
         if only and spec.name not in only:
             continue
+        seed = index if spec.seed is None else spec.seed
         run_dir = runs / spec.name
         shutil.rmtree(run_dir, ignore_errors=True)
         labels_path = (data_dir / f"{spec.dataset}.slp").resolve()
