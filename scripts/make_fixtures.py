@@ -11,6 +11,12 @@ models with ``sleap-nn train``; ``predict`` records goldens with ``sleap-nn pred
 ``sleap-nn predict --runtime onnx`` on each export; ``score`` compares goldens with ground
 truth. Training inputs and full training run folders go to --work (not committed).
 Everything is seeded; results are deterministic up to PyTorch's CPU kernels.
+
+The benchmark models at lab frame sizes (`fixtures.lab`) are made by two more stages,
+not run by default: ``lab_data`` renders their training sets and ``lab_train`` trains
+them into tests/data/lab_models, keeping only the weights of each checkpoint:
+
+    /work/venvs/snn/bin/python scripts/make_fixtures.py --stages lab_data lab_train
 """
 
 from __future__ import annotations
@@ -26,8 +32,9 @@ from pathlib import Path
 
 import numpy as np
 import sleap_io as sio
+import torch
 import yaml
-from fixtures import configs, goldens, media, synth
+from fixtures import configs, goldens, lab, media, synth
 
 SNN_BIN = Path(sys.executable).parent
 TRAIN_FRAMES = {"single": 240, "multi_gray": 300, "multi_rgb": 300}
@@ -38,6 +45,10 @@ TRAIN_SEED = {"single": 101, "multi_gray": 102, "multi_rgb": 103}
 TEST_SEED = {"single": 201, "multi_gray": 202, "multi_rgb": 203}
 DEMO_SEED = 301
 STAGES = ("data", "train", "predict", "export", "score")
+LAB_STAGES = ("lab_data", "lab_train")
+# What sleap-nn's predict and sleap-live need from a Lightning checkpoint; the optimizer
+# state, loops and callbacks (two thirds of the file) are dropped from lab models.
+CHECKPOINT_KEYS = ("epoch", "global_step", "pytorch-lightning_version", "state_dict")
 
 
 def video_name(variant: synth.Variant) -> str:
@@ -141,28 +152,63 @@ def run_logged(cmd: list[str], log_path: Path, cwd: Path) -> float:
     return elapsed
 
 
-def train_models(out: Path, work: Path, only: list[str] | None) -> dict:
-    """Train each model, then keep only training_config.yaml and best.ckpt in out/models."""
-    runs = work / "runs"
+def make_lab_data(work: Path) -> dict:
+    """Render the lab scenes' training sets (lossless video + labels) into work/lab_train_data."""
+    train_dir = work / "lab_train_data"
+    train_dir.mkdir(parents=True, exist_ok=True)
+    report = {}
+    for name, variant in lab.SCENES.items():
+        frames, points = synth.render_sequence(
+            variant, lab.TRAIN_SEED[name], lab.TRAIN_FRAMES, stride=lab.TRAIN_STRIDE
+        )
+        video = train_dir / video_name(variant)
+        media.write_lossless(video, frames, variant.grayscale)
+        report[name] = media.verify_identical(video, frames, variant.grayscale)
+        write_labels(train_dir / f"{name}.slp", video.resolve(), points, variant)
+        print(f"[lab_data] {name}: {report[name]}", flush=True)
+    return report
+
+
+def strip_checkpoint(path: Path) -> None:
+    """Keep only `CHECKPOINT_KEYS` of a Lightning checkpoint, in place."""
+    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    torch.save({key: checkpoint[key] for key in CHECKPOINT_KEYS}, path)
+
+
+def train_models(
+    specs: tuple[configs.ModelSpec, ...],
+    data_dir: Path,
+    runs: Path,
+    models_dir: Path,
+    only: list[str] | None,
+    weights_only: bool = False,
+) -> dict:
+    """Train each spec with sleap-nn (seed: `spec.seed`, else its index), then keep only
+    training_config.yaml and best.ckpt in models_dir/<name> (its weights alone when
+    `weights_only`)."""
     runs.mkdir(parents=True, exist_ok=True)
     report = {}
-    for seed, spec in enumerate(configs.MODELS):
+    for index, spec in enumerate(specs):
         if only and spec.name not in only:
             continue
+        seed = index if spec.seed is None else spec.seed
         run_dir = runs / spec.name
         shutil.rmtree(run_dir, ignore_errors=True)
-        labels_path = (work / "train_data" / f"{spec.dataset}.slp").resolve()
-        cfg = configs.training_config(spec, labels_path, run_dir.resolve(), seed)
+        labels_path = (data_dir / f"{spec.dataset}.slp").resolve()
+        init = None if spec.init_from is None else models_dir / spec.init_from / "best.ckpt"
+        cfg = configs.training_config(spec, labels_path, run_dir.resolve(), seed, init)
         cfg_path = runs / f"{spec.name}.yaml"
         cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
         cmd = [str(SNN_BIN / "sleap-nn"), "train", "--config", str(cfg_path.resolve())]
         print(f"[train] {spec.name} ...", flush=True)
-        seconds = run_logged(cmd, runs / f"{spec.name}.log", cwd=work)
-        model_dir = out / "models" / spec.name
+        seconds = run_logged(cmd, runs / f"{spec.name}.log", cwd=runs.parent)
+        model_dir = models_dir / spec.name
         shutil.rmtree(model_dir, ignore_errors=True)
         model_dir.mkdir(parents=True)
         for keep in ("training_config.yaml", "best.ckpt"):
             shutil.copy2(run_dir / keep, model_dir / keep)
+        if weights_only:
+            strip_checkpoint(model_dir / "best.ckpt")
         report[spec.name] = {
             "train_seconds": round(seconds, 1),
             "best_ckpt_bytes": (model_dir / "best.ckpt").stat().st_size,
@@ -302,7 +348,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("tests/data"))
     parser.add_argument("--work", type=Path, default=Path("build/fixtures"))
-    parser.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
+    parser.add_argument("--stages", nargs="+", choices=STAGES + LAB_STAGES, default=list(STAGES))
     parser.add_argument("--only", nargs="+", help="limit train/predict/export to these names")
     args = parser.parse_args()
     os.environ.setdefault("PYTHONHASHSEED", "0")
@@ -311,24 +357,36 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
     manifest_path = out / "manifest.json"
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
     import sleap_nn
 
-    manifest["sleap_nn_version"] = sleap_nn.__version__
-    manifest["sleap_io_version"] = sio.__version__
-    manifest.setdefault("stage_seconds", {})
     handlers = {
         "data": lambda: make_data(out, work),
-        "train": lambda: train_models(out, work, args.only),
+        "train": lambda: train_models(
+            configs.MODELS, work / "train_data", work / "runs", out / "models", args.only
+        ),
         "predict": lambda: make_goldens(out, repo, args.only),
         "export": lambda: make_exports(out, repo, work, args.only),
         "score": lambda: score_goldens(out),
+        "lab_data": lambda: make_lab_data(work),
+        "lab_train": lambda: train_models(
+            configs.LAB_SPECS,
+            work / "lab_train_data",
+            work / "lab_runs",
+            out / "lab_models",
+            args.only,
+            weights_only=True,
+        ),
     }
-    for stage in STAGES:
+    for stage in STAGES + LAB_STAGES:
         if stage not in args.stages:
             continue
         start = time.perf_counter()
         result = handlers[stage]()
+        # Read again: another run (say, lab models trained in parallel) may have written it.
+        manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+        manifest["sleap_nn_version"] = sleap_nn.__version__
+        manifest["sleap_io_version"] = sio.__version__
+        manifest.setdefault("stage_seconds", {})
         manifest.setdefault(stage, {}).update(result)
         manifest["stage_seconds"][stage] = round(time.perf_counter() - start, 1)
         manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")

@@ -1,0 +1,95 @@
+"""The lab-size benchmark models (scripts/fixtures/lab.py) load and find the animals.
+
+They are trained briefly, so this checks what a benchmark relies on, not accuracy:
+`load_runner` takes each model, and on a few frames of its scene every animal's body
+point is found near the true one, with the scene's instance count for top-down and
+single-instance models (top-down may add one weak extra instance).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import av
+import numpy as np
+import pytest
+
+from sleap_live.engines import load_runner
+
+LAB_SCRIPT = Path(__file__).parents[2] / "scripts" / "fixtures" / "lab.py"
+FRAMES = 2
+BODY = 2  # synth.NODE_NAMES.index("body")
+
+
+def _lab() -> ModuleType:
+    name = "sleap_live_tests_lab_fixtures"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, LAB_SCRIPT)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+lab = _lab()
+
+
+def require(model: object) -> None:
+    missing = [path for path in model.paths if not (path / "best.ckpt").is_file()]
+    if missing:
+        pytest.skip(f"lab model {missing[0]} has not been trained (make_fixtures.py lab_train)")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(m.name, marks=[pytest.mark.slow] if max(m.frame_shape) > 384 else [])
+        for m in lab.LAB_MODELS
+    ],
+)
+def test_a_lab_model_finds_every_animal(name):
+    model = lab.lab_model(name)
+    require(model)
+    frames, truth = lab.clip_sample(model.scene, FRAMES)
+    assert frames.shape[1:3] == model.frame_shape
+    runner = load_runner(model.paths, engine="torch", device="cpu")
+    try:
+        poses = runner.run(frames)
+    finally:
+        runner.close()
+    animal_length = np.linalg.norm(truth[0, 0, 0] - truth[0, 0, -1])
+    for frame_poses, animals in zip(poses, truth, strict=True):
+        found = frame_poses.points[:, BODY]  # (instances, 2), NaN where not found
+        # Briefly trained centroid models now and then add one weak peak on a nose.
+        assert len(animals) <= len(found) <= len(animals) + (model.model_type == "topdown")
+        for animal in animals:
+            nearest = np.nanmin(np.linalg.norm(found - animal[BODY], axis=-1))
+            assert nearest < 0.2 * animal_length
+
+
+@pytest.mark.slow
+def test_the_384_top_down_pair_exports_and_verifies_for_onnx_runtime():
+    model = lab.lab_model("topdown_384")
+    require(model)
+    frames, _ = lab.clip_sample(model.scene, 4)
+    runner = load_runner(model.paths, engine="onnx", verify_frames=frames, cache=False)
+    try:
+        poses = runner.run(frames)
+    finally:
+        runner.close()
+    assert [len(p.points) for p in poses] == [2] * len(frames)
+
+
+def test_a_lab_clip_is_the_same_file_from_the_same_seed(tmp_path):
+    first = lab.write_clip(tmp_path / "a.mp4", "multi_384", 3)
+    second = lab.write_clip(tmp_path / "b.mp4", "multi_384", 3)
+    assert first.read_bytes() == second.read_bytes()
+    with av.open(str(first)) as container:
+        decoded = [f.to_ndarray(format="gray") for f in container.decode(video=0)]
+    rendered, _ = lab.clip_sample("multi_384", 3)
+    assert np.stack(decoded).shape == rendered.shape[:3]
+    # Lossy, but the same picture: H.264 at crf 23 stays within a few grey levels.
+    assert np.abs(np.stack(decoded).astype(int) - rendered[..., 0]).mean() < 3
