@@ -9,13 +9,13 @@ recording, if any.
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from sleap_live.engines.load.export_cache import package_version
 from sleap_live.engines.runners.base import Runner
 
 # Files of a model directory that are the model (weights, configs, exports);
@@ -94,7 +94,7 @@ def run_provenance(
     """
     info = runner.info
     provenance: dict[str, Any] = {
-        "sleap_live_version": _version(),
+        "sleap_live_version": package_version(),
         "source": source_id,
         "models": None,
         "engine": type(runner).__name__,
@@ -110,13 +110,6 @@ def run_provenance(
     }
     provenance.update(extra or {})
     return provenance
-
-
-def _version() -> str:
-    try:
-        return importlib.metadata.version("sleap-live")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def _sha256(path: Path) -> str:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-import importlib.metadata
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,6 +47,7 @@ from sleap_live.engines.graph.base import InferenceModel
 from sleap_live.engines.graph.preprocess import frame_channels
 from sleap_live.engines.host.frames import convert_channels
 from sleap_live.engines.load.dirs import TRAINING_CONFIG
+from sleap_live.engines.load.export_cache import package_version
 from sleap_live.engines.load.metadata import (
     DEFAULT_PROFILE,
     INPUT_NAME,
@@ -360,7 +360,7 @@ def _metadata(
         input_name=INPUT_NAME,
         input_channels=input_channels,
         output_names=tuple(model.output_names),
-        sleap_live_version=_package_version(),
+        sleap_live_version=package_version(),
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         sources=tuple(_source_record(Path(source)) for source in sources),
         exporter={"torch": torch.__version__, **({"opset": opset} if format == "onnx" else {})},
@@ -470,10 +470,3 @@ def _source_record(source: Path) -> dict[str, Any]:
         record["training_config"] = TRAINING_CONFIG
         record["sha256"] = hashlib.sha256(config.read_bytes()).hexdigest()
     return record
-
-
-def _package_version() -> str:
-    try:
-        return importlib.metadata.version("sleap-live")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
