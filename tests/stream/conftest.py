@@ -1,6 +1,8 @@
 """Fixtures shared by the stream tests: stand-in engines/sources and tiny synthetic videos.
 
-`fakes` is `tests/stream/fakes.py` (fake runners and sources for pipeline tests).
+`fakes` is `tests/stream/fakes.py` (fake runners and sources for pipeline tests);
+`fake_loads` puts its runner behind every model load, and `clip` is a short video
+whose frames tell that runner their index (for command-line tests).
 
 The videos are written with PyAV once per test session. Every frame carries its own
 index so tests can check which frame they got: in gray videos the top half is
@@ -34,6 +36,36 @@ def fakes() -> ModuleType:
         sys.modules[name] = module
         spec.loader.exec_module(module)
     return sys.modules[name]
+
+
+@pytest.fixture
+def fake_loads(monkeypatch, fakes) -> list:
+    """Every model load gives a fake runner: the runners made, in order (still empty
+    after a command means it loaded no model, so it did no work)."""
+    from sleap_live.engines.runners import load as runners_load
+
+    made: list = []
+
+    def load(models, **options):
+        made.append(fakes.FakeRunner())
+        return made[-1]
+
+    monkeypatch.setattr(runners_load, "load_runner", load)
+    return made
+
+
+@pytest.fixture
+def clip(tmp_path, fakes) -> Path:
+    """40 lossless gray frames (32x24, 30 fps) that the fake runner reads its poses from."""
+    path = tmp_path / "clip.mkv"
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("ffv1", rate=30)
+        stream.width, stream.height, stream.pix_fmt = 32, 24, "gray"
+        for index in range(40):
+            image = fakes.frame_image(index, (24, 32, 1))[..., 0]
+            container.mux(stream.encode(av.VideoFrame.from_ndarray(image, format="gray")))
+        container.mux(stream.encode())
+    return path
 
 
 def marked_frame(index: int, channels: int, noise: np.random.Generator | None = None) -> np.ndarray:

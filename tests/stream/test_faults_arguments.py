@@ -30,25 +30,6 @@ from sleap_live.stream.sources import FileSource, NetworkSource, open_source
 
 ROOT = Path(__file__).parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
-import fault_soak  # noqa: E402
-
-
-@pytest.fixture
-def loads(monkeypatch, fakes) -> list:
-    """Model loads: a fake runner each. Empty afterwards means no work was done."""
-    made: list = []
-
-    def load(models, **options):
-        made.append(models)
-        return fakes.FakeRunner()
-
-    monkeypatch.setattr(engines_api, "load_runner", load)
-    return made
-
-
-@pytest.fixture
-def clip(tmp_path) -> Path:
-    return fault_soak.write_clip(tmp_path / "clip.mkv", 40)
 
 
 def refused(capsys) -> str:
@@ -75,11 +56,11 @@ def run(*argv: str) -> int:
         ("--batch-size", "0", "must be at least 1, got 0"),
     ],
 )
-def test_run_numbers_are_bounded(clip, tmp_path, loads, capsys, option, value, why):
+def test_run_numbers_are_bounded(clip, tmp_path, fake_loads, capsys, option, value, why):
     out = tmp_path / "out.slp"
     assert run("run", str(clip), "-o", str(out), option, value) == 2
     assert refused(capsys) == f"sleap-live: error: argument {option}: {why}"
-    assert loads == [] and not out.exists()
+    assert fake_loads == [] and not out.exists()
 
 
 @pytest.mark.parametrize(
@@ -90,12 +71,12 @@ def test_run_numbers_are_bounded(clip, tmp_path, loads, capsys, option, value, w
         ("-5", "must be positive, got -5"),
     ],
 )
-def test_replay_and_camera_rates_are_bounded(clip, loads, capsys, value, why):
+def test_replay_and_camera_rates_are_bounded(clip, fake_loads, capsys, value, why):
     assert run("replay", str(clip), "--fps", value) == 2
     assert refused(capsys) == f"sleap-live: error: argument --fps: {why}"
     assert run("run", "--camera", "0", "--fps", value) == 2
     assert refused(capsys) == f"sleap-live: error: argument --fps: {why}"
-    assert loads == []
+    assert fake_loads == []
 
 
 def test_a_replay_rate_must_be_finite_in_the_api_too(clip):
@@ -104,7 +85,7 @@ def test_a_replay_rate_must_be_finite_in_the_api_too(clip):
 
 
 def test_a_batch_size_too_large_for_memory_is_refused_before_the_model_loads(
-    clip, loads, capsys, monkeypatch, tmp_path
+    clip, fake_loads, capsys, monkeypatch, tmp_path
 ):
     monkeypatch.chdir(tmp_path)  # where the run without -o writes its poses
     # 32x24 gray frames, 2 MiB of memory: 6 batches of 64 in flight need 0.28 MiB,
@@ -117,7 +98,7 @@ def test_a_batch_size_too_large_for_memory_is_refused_before_the_model_loads(
         "the 3072 frames in flight would need"
     )
     assert line.endswith("of memory is available; give a smaller batch size")
-    assert loads == []
+    assert fake_loads == []
     assert run("run", str(clip), "--batch-size", "64") == 0
 
 
@@ -136,13 +117,13 @@ def test_the_pipeline_checks_its_batch_against_memory(fakes):
 
 
 @pytest.mark.parametrize("device", ["cuda:x", "gpu", "cuda:", "cpu:0", "cuda:-1"])
-def test_a_bad_device_is_one_line_naming_the_option(clip, loads, capsys, device):
+def test_a_bad_device_is_one_line_naming_the_option(clip, fake_loads, capsys, device):
     assert run("run", str(clip), "--device", device) == 2
     assert refused(capsys) == (
         "sleap-live: error: argument --device: expected auto, cpu, cuda or cuda:N "
         f"(N a GPU index), got {device!r}"
     )
-    assert loads == []
+    assert fake_loads == []
 
 
 def test_load_runner_refuses_a_bad_device_too():
@@ -153,35 +134,35 @@ def test_load_runner_refuses_a_bad_device_too():
 # --- outputs -------------------------------------------------------------------------
 
 
-def test_record_to_a_slp_names_the_file_and_the_video_suffixes(clip, tmp_path, loads, capsys):
+def test_record_to_a_slp_names_the_file_and_the_video_suffixes(clip, tmp_path, fake_loads, capsys):
     record = tmp_path / "x.slp"
     assert run("run", str(clip), "-o", str(tmp_path / "p.slp"), "--record", str(record)) == 2
     line = refused(capsys)
     assert str(record) in line and ".mp4, .mkv or .avi" in line
-    assert loads == [] and not record.exists()
+    assert fake_loads == [] and not record.exists()
 
 
 # --- stream URLs ---------------------------------------------------------------------
 
 
-def test_a_refused_rtsp_url_is_named_as_written(tmp_path, loads, capsys, monkeypatch):
+def test_a_refused_rtsp_url_is_named_as_written(tmp_path, fake_loads, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     url = "rtsp://127.0.0.1:1/cam"  # nothing listens on port 1
     assert run("run", url) == 1
     assert refused(capsys) == f"sleap-live: error: {url}: cannot open stream: Connection refused"
-    assert loads == [] and list(tmp_path.iterdir()) == []  # no rtsp:/ folder or output
+    assert fake_loads == [] and list(tmp_path.iterdir()) == []  # no rtsp:/ folder or output
 
 
-def test_a_stream_url_given_as_camera_is_read_as_a_stream(loads, capsys):
+def test_a_stream_url_given_as_camera_is_read_as_a_stream(fake_loads, capsys):
     url = "rtsp://127.0.0.1:1/cam"
     assert run("run", "--camera", url) == 1
     assert refused(capsys) == f"sleap-live: error: {url}: cannot open stream: Connection refused"
     assert run("run", "--camera", url, "--fps", "30") == 2
     assert "fps cannot be used with a network source" in refused(capsys)
-    assert loads == []
+    assert fake_loads == []
 
 
-def test_stream_urls_are_not_replayed_or_decoded_on_the_gpu(loads, capsys):
+def test_stream_urls_are_not_replayed_or_decoded_on_the_gpu(fake_loads, capsys):
     url = "rtsp://127.0.0.1:1/cam"
     assert run("replay", url) == 2
     assert "replay paces a video file; a stream is live already" in refused(capsys)
@@ -189,7 +170,7 @@ def test_stream_urls_are_not_replayed_or_decoded_on_the_gpu(loads, capsys):
     assert "streams are read with PyAV" in refused(capsys)
 
 
-def test_other_url_schemes_are_refused_in_one_line(loads, capsys):
+def test_other_url_schemes_are_refused_in_one_line(fake_loads, capsys):
     assert run("run", "ftp://example.org/clip.mp4") == 2
     line = refused(capsys)
     assert "ftp://example.org/clip.mp4: ftp:// is not a stream sleap-live reads" in line
@@ -232,7 +213,7 @@ def test_an_http_stream_is_read_live(served, fakes):
     assert indices == list(range(40))
 
 
-def test_the_command_line_runs_a_stream_url(served, tmp_path, loads):
+def test_the_command_line_runs_a_stream_url(served, tmp_path, fake_loads):
     out = tmp_path / "stream.slp"
     assert run("run", served, "-o", str(out)) == 0
     labels = sio.load_slp(str(out), open_videos=False)
@@ -255,7 +236,7 @@ def write_ts(path: Path, n_frames: int, first: int) -> Path:
     return path
 
 
-def test_byte_concatenated_mpeg_ts_files_are_whole_when_every_frame_decodes(tmp_path, loads):
+def test_byte_concatenated_mpeg_ts_files_are_whole_when_every_frame_decodes(tmp_path, fake_loads):
     joined = tmp_path / "joined.ts"
     joined.write_bytes(
         write_ts(tmp_path / "a.ts", 30, 0).read_bytes()

@@ -20,7 +20,6 @@ import pytest
 import sleap_io as sio
 
 from sleap_live import cli
-from sleap_live.engines.runners import load as engines_api
 from sleap_live.stream.journal import journal_path
 from sleap_live.stream.slp_writer import SlpWriter
 from sleap_live.stream.types import PoseRecord
@@ -31,50 +30,32 @@ sys.path.insert(0, str(SOAK.parent))
 import fault_soak  # noqa: E402
 
 
-@pytest.fixture
-def loads(monkeypatch, fakes) -> list:
-    """Model loads: a fake runner each. Empty afterwards means no work was done."""
-    made: list = []
-
-    def load(models, **options):
-        made.append(models)
-        return fakes.FakeRunner()
-
-    monkeypatch.setattr(engines_api, "load_runner", load)
-    return made
-
-
-@pytest.fixture
-def clip(tmp_path) -> Path:
-    return fault_soak.write_clip(tmp_path / "clip.mkv", 40)
-
-
 def refused(capsys) -> str:
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1, lines
     return lines[0]
 
 
-def test_record_naming_the_input_video_is_refused_and_the_video_kept(clip, loads, capsys):
+def test_record_naming_the_input_video_is_refused_and_the_video_kept(clip, fake_loads, capsys):
     before = clip.read_bytes()
     status = cli.main(["run", str(clip), "-m", "m", "--record", str(clip), "--no-verify"])
     assert status == 1
     line = refused(capsys)
     assert "the output of --record is the VIDEO input" in line and str(clip) in line
     assert clip.read_bytes() == before
-    assert loads == []  # refused before any work
+    assert fake_loads == []  # refused before any work
 
 
-def test_slp_output_that_is_the_input_is_refused(clip, tmp_path, loads, capsys):
+def test_slp_output_that_is_the_input_is_refused(clip, tmp_path, fake_loads, capsys):
     renamed = tmp_path / "clip.slp"
     clip.rename(renamed)
     before = renamed.read_bytes()
     assert cli.main(["run", str(renamed), "-m", "m", "-o", str(renamed), "--no-verify"]) == 1
     assert "the output of -o is the VIDEO input" in refused(capsys)
-    assert renamed.read_bytes() == before and loads == []
+    assert renamed.read_bytes() == before and fake_loads == []
 
 
-def test_an_output_linked_to_an_input_is_refused(clip, tmp_path, loads, capsys):
+def test_an_output_linked_to_an_input_is_refused(clip, tmp_path, fake_loads, capsys):
     link = tmp_path / "poses.slp"
     link.symlink_to(clip)
     hard = tmp_path / "hard.mp4"
@@ -84,10 +65,10 @@ def test_an_output_linked_to_an_input_is_refused(clip, tmp_path, loads, capsys):
     assert "-o is the VIDEO input" in refused(capsys)
     assert cli.main(["run", str(clip), "-m", "m", "--record", str(hard), "--no-verify"]) == 1
     assert "--record is the VIDEO input" in refused(capsys)
-    assert link.is_symlink() and clip.read_bytes() == before and loads == []
+    assert link.is_symlink() and clip.read_bytes() == before and fake_loads == []
 
 
-def test_record_naming_a_model_file_is_refused(clip, tmp_path, loads, capsys):
+def test_record_naming_a_model_file_is_refused(clip, tmp_path, fake_loads, capsys):
     model = tmp_path / "model.onnx"
     model.write_bytes(b"onnx bytes")
     assert cli.main(["run", str(clip), "-m", str(model), "--record", str(model)]) == 1
@@ -98,18 +79,18 @@ def test_record_naming_a_model_file_is_refused(clip, tmp_path, loads, capsys):
     argv = ["run", str(clip), "-m", str(directory), "--record", str(directory / "best.ckpt")]
     assert cli.main(argv) == 1
     assert "--record is the -m input" in refused(capsys)
-    assert (directory / "best.ckpt").read_bytes() == b"weights" and loads == []
+    assert (directory / "best.ckpt").read_bytes() == b"weights" and fake_loads == []
 
 
-def test_the_pose_output_and_the_recording_must_differ(clip, tmp_path, loads, capsys):
+def test_the_pose_output_and_the_recording_must_differ(clip, tmp_path, fake_loads, capsys):
     out = tmp_path / "same.slp"
     argv = ["run", str(clip), "-m", "m", "-o", str(out), "--record", str(out), "--no-verify"]
     assert cli.main(argv) == 1
     assert "the output of --record is the -o input" in refused(capsys)
-    assert loads == []
+    assert fake_loads == []
 
 
-def test_an_unwritable_output_is_found_before_any_work(clip, tmp_path, loads, capsys):
+def test_an_unwritable_output_is_found_before_any_work(clip, tmp_path, fake_loads, capsys):
     missing = tmp_path / "missing" / "out.slp"
     assert cli.main(["run", str(clip), "-m", "m", "-o", str(missing), "--no-verify"]) == 1
     assert "does not exist" in refused(capsys)
@@ -121,11 +102,11 @@ def test_an_unwritable_output_is_found_before_any_work(clip, tmp_path, loads, ca
     assert cli.main(["run", str(clip), "-m", "m", "--record", str(recording), "--no-verify"]) == 1
     line = refused(capsys)
     assert "does not exist" in line and "--record" in line
-    assert loads == []
+    assert fake_loads == []
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root may write into any folder")
-def test_a_read_only_output_folder_is_found_before_any_work(clip, tmp_path, loads, capsys):
+def test_a_read_only_output_folder_is_found_before_any_work(clip, tmp_path, fake_loads, capsys):
     locked = tmp_path / "locked"
     locked.mkdir()
     locked.chmod(0o500)
@@ -134,10 +115,10 @@ def test_a_read_only_output_folder_is_found_before_any_work(clip, tmp_path, load
         assert cli.main(argv) == 1
     finally:
         locked.chmod(0o700)
-    assert "is not writable" in refused(capsys) and loads == []
+    assert "is not writable" in refused(capsys) and fake_loads == []
 
 
-def test_a_symlinked_output_stays_a_link_to_the_poses(clip, tmp_path, loads):
+def test_a_symlinked_output_stays_a_link_to_the_poses(clip, tmp_path, fake_loads):
     (tmp_path / "store").mkdir()
     target = tmp_path / "store" / "poses.slp"
     link = tmp_path / "out.slp"
@@ -148,7 +129,7 @@ def test_a_symlinked_output_stays_a_link_to_the_poses(clip, tmp_path, loads):
 
 
 def test_the_final_save_goes_through_a_temporary_file_of_this_process(
-    clip, tmp_path, loads, monkeypatch
+    clip, tmp_path, fake_loads, monkeypatch
 ):
     # Not one fixed `.X.partial.slp` that two runs would share.
     written: list[Path] = []
@@ -204,7 +185,7 @@ def start(tmp_path: Path, name: str, argv: list[str], delay: float = 0.02):
     return log_dir, fault_soak.start_child(log_dir, argv, delay=delay)
 
 
-def test_two_runs_writing_the_same_output_at_once(tmp_path, capsys, loads):
+def test_two_runs_writing_the_same_output_at_once(tmp_path, capsys, fake_loads):
     clip = fault_soak.write_clip(tmp_path / "long.mkv", 600)
     out = tmp_path / "out.slp"
     argv = ["run", str(clip), "-m", "m", "-o", str(out), "-q", "--no-verify"]

@@ -22,7 +22,6 @@ import sleap_io as sio
 from PIL import Image
 
 from sleap_live import cli
-from sleap_live.engines.runners import load as engines_api
 from sleap_live.stream import Pipeline
 from sleap_live.stream import preview as preview_module
 from sleap_live.stream.errors import PreviewError
@@ -326,34 +325,6 @@ def test_a_server_serves_once(fakes):
 # ------------------------------------------------------------------ command line
 
 
-@pytest.fixture
-def fake_engine(monkeypatch, fakes):
-    """Model loading replaced by the fake runner; the runners made."""
-    made: list = []
-
-    def load(models, *, engine, device, **options):
-        made.append(fakes.FakeRunner())
-        return made[-1]
-
-    monkeypatch.setattr(engines_api, "load_runner", load)
-    return made
-
-
-@pytest.fixture
-def clip(tmp_path, fakes):
-    import av
-
-    path = tmp_path / "clip.mkv"
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream("ffv1", rate=30)
-        stream.width, stream.height, stream.pix_fmt = 32, 24, "gray"
-        for index in range(20):
-            image = fakes.frame_image(index, (24, 32, 1))[..., 0]
-            container.mux(stream.encode(av.VideoFrame.from_ndarray(image, format="gray")))
-        container.mux(stream.encode())
-    return path
-
-
 def error_line(capsys) -> str:
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1, lines
@@ -361,15 +332,18 @@ def error_line(capsys) -> str:
 
 
 @pytest.mark.parametrize("command", ["run", "replay"])
-def test_preview_on_run_and_replay_prints_its_address(command, clip, fake_engine, capsys):
+def test_preview_on_run_and_replay_prints_its_address(
+    command, clip, fake_loads, capsys, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)  # where the poses go without -o
     argv = [command, str(clip), "-m", "m", "-q", "--preview", "--preview-port", "0"]
     assert cli.main(argv) == 0
     err = capsys.readouterr().err
     assert err.startswith("preview on http://127.0.0.1:")
-    assert "20 frames in" in err
+    assert "40 frames in" in err
 
 
-def test_a_preview_port_in_use_fails_before_any_work(clip, fake_engine, tmp_path, capsys):
+def test_a_preview_port_in_use_fails_before_any_work(clip, fake_loads, tmp_path, capsys):
     out = tmp_path / "poses.slp"
     with PreviewServer(port=0) as taken:
         argv = ["replay", str(clip), "-m", "m", "-o", str(out), "--preview"]
@@ -378,10 +352,10 @@ def test_a_preview_port_in_use_fails_before_any_work(clip, fake_engine, tmp_path
         f"sleap-live: error: --preview: 127.0.0.1:{taken.port}: address already in use "
         "(is another preview running? --preview-port 0 takes any free port)"
     )
-    assert not fake_engine and not out.exists()
+    assert not fake_loads and not out.exists()
 
 
-def test_a_camera_run_takes_preview(fake_engine, capsys):
+def test_a_camera_run_takes_preview(fake_loads, capsys):
     """`--camera` binds the preview before it opens the camera (which is missing here)."""
     with PreviewServer(port=0) as taken:
         argv = ["--camera", "/dev/no-such-camera", "-m", "m", "--preview"]
@@ -397,20 +371,20 @@ def test_a_camera_run_takes_preview(fake_engine, capsys):
         (["--preview", "--preview-port", "70000"], "must be 0 to 65535, got 70000"),
     ],
 )
-def test_preview_options_are_checked(options, says, clip, fake_engine, capsys):
+def test_preview_options_are_checked(options, says, clip, fake_loads, capsys):
     assert cli.main(["replay", str(clip), "-m", "m", *options]) == 2
     assert says in error_line(capsys)
-    assert not fake_engine
+    assert not fake_loads
 
 
-def test_preview_without_the_extra_names_it(clip, fake_engine, monkeypatch, capsys):
+def test_preview_without_the_extra_names_it(clip, fake_loads, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "aiohttp", None)
     assert cli.main(["replay", str(clip), "-m", "m", "--preview", "--preview-port", "0"]) == 1
     assert error_line(capsys) == (
         "sleap-live: error: --preview: the preview needs aiohttp and Pillow (aiohttp is "
         'missing): pip install "sleap-live[preview]"'
     )
-    assert not fake_engine
+    assert not fake_loads
 
 
 def test_the_default_address_is_this_machine_only():

@@ -18,7 +18,6 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-import av
 import msgpack
 import numpy as np
 import pytest
@@ -26,7 +25,6 @@ import sleap_io as sio
 from rich.console import Console
 
 from sleap_live import cli
-from sleap_live.engines.runners import load as engines_api
 from sleap_live.engines.runners.load import load_runner
 from sleap_live.engines.types import FramePoses, ModelInfo, Skeleton
 from sleap_live.stream import (
@@ -367,33 +365,6 @@ def test_the_subscriber_example_prints_frames_and_what_it_missed(fakes, short_di
 # ------------------------------------------------------------------- the option
 
 
-@pytest.fixture
-def fake_engine(monkeypatch, fakes):
-    """Model loading replaced by the fake runner; the runners made."""
-    made = []
-
-    def load(models, **options):
-        made.append(fakes.FakeRunner())
-        return made[-1]
-
-    monkeypatch.setattr(engines_api, "load_runner", load)
-    return made
-
-
-@pytest.fixture
-def clip(tmp_path, fakes) -> Path:
-    """40 gray frames that the fake runner reads its poses from."""
-    path = tmp_path / "clip.mkv"
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream("ffv1", rate=30)
-        stream.width, stream.height, stream.pix_fmt = 32, 24, "gray"
-        for index in range(40):
-            image = fakes.frame_image(index, (24, 32, 1))[..., 0]
-            container.mux(stream.encode(av.VideoFrame.from_ndarray(image, format="gray")))
-        container.mux(stream.encode())
-    return path
-
-
 def error_line(capsys) -> str:
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1, lines
@@ -401,7 +372,10 @@ def error_line(capsys) -> str:
 
 
 @pytest.mark.parametrize("command", ["run", "replay"])
-def test_publish_on_run_and_replay_says_what_it_sent(command, clip, fake_engine, short_dir, capsys):
+def test_publish_on_run_and_replay_says_what_it_sent(
+    command, clip, fake_loads, short_dir, capsys, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)  # where the poses go without -o
     endpoint = f"ipc://{short_dir}/poses"
     assert cli.main([command, str(clip), "-m", "m", "--publish", endpoint]) == 0
     err = capsys.readouterr().err
@@ -410,7 +384,7 @@ def test_publish_on_run_and_replay_says_what_it_sent(command, clip, fake_engine,
     assert f"published: {processed} messages on {endpoint} (0 skipped)" in err
 
 
-def test_a_camera_run_takes_publish(fake_engine, monkeypatch, capsys):
+def test_a_camera_run_takes_publish(fake_loads, monkeypatch, capsys):
     """`--camera` binds the endpoint before it opens the camera (which is missing here)."""
     with Publisher("tcp://127.0.0.1:*") as taken:
         status = cli.main(
@@ -430,14 +404,14 @@ def test_a_camera_run_takes_publish(fake_engine, monkeypatch, capsys):
         ("inproc://x", "not reachable from another program"),
     ],
 )
-def test_a_bad_endpoint_is_a_usage_error(endpoint, says, clip, fake_engine, capsys):
+def test_a_bad_endpoint_is_a_usage_error(endpoint, says, clip, fake_loads, capsys):
     assert cli.main(["replay", str(clip), "-m", "m", "--publish", endpoint]) == 2
     line = error_line(capsys)
     assert "--publish" in line and endpoint in line and says in line
-    assert not fake_engine
+    assert not fake_loads
 
 
-def test_an_endpoint_in_use_fails_before_any_work(clip, fake_engine, tmp_path, capsys):
+def test_an_endpoint_in_use_fails_before_any_work(clip, fake_loads, tmp_path, capsys):
     out = tmp_path / "poses.slp"
     with Publisher("tcp://127.0.0.1:*") as taken:
         argv = ["replay", str(clip), "-m", "m", "-o", str(out), "--publish", taken.endpoint]
@@ -446,12 +420,12 @@ def test_an_endpoint_in_use_fails_before_any_work(clip, fake_engine, tmp_path, c
         f"sleap-live: error: --publish {taken.endpoint}: address already in use "
         "(is another program publishing there?)"
     )
-    assert not fake_engine and not out.exists()
+    assert not fake_loads and not out.exists()
 
 
-def test_publish_without_the_extra_names_it(clip, fake_engine, monkeypatch, capsys):
+def test_publish_without_the_extra_names_it(clip, fake_loads, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "msgpack", None)
     assert cli.main(["replay", str(clip), "-m", "m", "--publish", "tcp://127.0.0.1:*"]) == 1
     line = error_line(capsys)
     assert line.startswith("sleap-live: error: --publish tcp://127.0.0.1:*: publishing poses")
-    assert 'pip install "sleap-live[publish]"' in line and not fake_engine
+    assert 'pip install "sleap-live[publish]"' in line and not fake_loads
