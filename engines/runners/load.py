@@ -34,6 +34,7 @@ torch (with `device="auto"`, the CUDA driver itself is asked whether a GPU is th
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -360,6 +361,7 @@ def _model_dir_runner(
             cache.discard(key, f"not loadable ({error})")
         else:
             if embedded_key(runner.metadata) == key.digest:
+                _name_sources_here(runner, paths)
                 return runner
             runner.close()
             cache.discard(key, "keyed differently in its own metadata")
@@ -367,6 +369,28 @@ def _model_dir_runner(
     onnx_bytes = with_embedded_key(_exported_onnx(paths, export_options, progress, headline), key)
     cache.write(key, onnx_bytes)
     return onnx_runner(onnx_bytes)
+
+
+def _name_sources_here(runner: Any, paths: list[Path]) -> None:
+    """Point a cached export's source records at the model folders given now.
+
+    The cache is keyed by the models' bytes, not their folders, so a copy of a model
+    elsewhere hits the entry its first export wrote, which names that export's
+    folders; what a run records as its models (the outputs' provenance) must be
+    these ones.
+    """
+    from sleap_live.engines.load.dirs import TRAINING_CONFIG
+
+    here = {}
+    for path in paths:
+        config = path / TRAINING_CONFIG
+        if config.is_file():
+            here[hashlib.sha256(config.read_bytes()).hexdigest()] = str(path.resolve())
+    sources = tuple(
+        {**source, "path": here.get(source.get("sha256"), source.get("path"))}
+        for source in runner.metadata.sources
+    )
+    runner.metadata = attrs.evolve(runner.metadata, sources=sources)
 
 
 def _exported_onnx(

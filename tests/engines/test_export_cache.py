@@ -174,6 +174,18 @@ def test_a_second_load_runs_the_cached_graph_without_exporting(tmp_path, exports
     assert exports.calls == 2 and len(entries(tmp_path)) == 6
 
 
+def test_a_copy_of_a_model_elsewhere_is_named_as_given(tmp_path, exports):
+    # The cache is keyed by the models' bytes: a copy hits the first export's entry,
+    # whose metadata names the folder it was exported from, not this one.
+    cache, copy = tmp_path / "cache", tmp_path / "elsewhere" / "single_instance"
+    shutil.copytree(SINGLE, copy)
+    first = load(cache)
+    second = load_runner(copy, engine="onnx", device="cpu", cache_dir=cache, verify=False)
+    assert exports.calls == 1  # the copy ran the cached graph
+    assert [source["path"] for source in first.metadata.sources] == [str(SINGLE.resolve())]
+    assert [source["path"] for source in second.metadata.sources] == [str(copy.resolve())]
+
+
 def test_a_changed_checkpoint_is_exported_again(tmp_path, exports):
     model = copy_model(SINGLE, tmp_path / "model")
     cache = tmp_path / "cache"

@@ -123,12 +123,16 @@ def assert_same_poses(got, expected, *, instance_scores: bool = True) -> None:
 
 
 @pytest.fixture(scope="module")
-def runner():
+def runner(tmp_path_factory):
     if not VIDEO.exists() or not MODEL.exists():
         pytest.skip("test model or video missing")
     with FileSource(VIDEO, stop=5) as source:
         frames = np.stack([f.image for f in source])
-    loaded = load_runner([str(MODEL)], engine="onnx", device="cpu", verify_frames=frames)
+    # A module's fixture is made before each test's own cache folder is set: give it one.
+    cache = tmp_path_factory.mktemp("sleap_live_cache")
+    loaded = load_runner(
+        [str(MODEL)], engine="onnx", device="cpu", verify_frames=frames, cache_dir=cache
+    )
     yield loaded
     loaded.close()
 
