@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from sleap_live.engines.load.export_cache import CACHE_DIR_ENV
@@ -22,3 +24,18 @@ def _auto_runs_onnx_runtime(monkeypatch):
     so a test's engine does not depend on how busy the machine is; the tests of that
     choice unset the variable."""
     monkeypatch.setenv(ENGINE_ENV, "onnx")
+
+
+@pytest.fixture(autouse=True)
+def _leaves_nothing_in_the_working_directory():
+    """A test that runs the CLI without -o must run in a folder of its own: default
+    outputs land in the working directory, which under pytest is the repository."""
+    folder = Path.cwd()
+    before = set(folder.iterdir())
+    yield
+    left = sorted(
+        path.name
+        for path in set(folder.iterdir()) - before
+        if path.suffix in {".slp", ".journal", ".h5", ".nwb", ".csv", ".onnx"}
+    )
+    assert not left, f"the test left {', '.join(left)} in {folder}"
