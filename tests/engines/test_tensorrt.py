@@ -752,7 +752,7 @@ def test_load_runner_exports_model_dirs_per_frame_size_and_caches_by_hash(
         return clean_onnx()
 
     monkeypatch.setattr(
-        build, "load_inference_model", lambda paths: types.SimpleNamespace(info=info)
+        build, "load_inference_model", lambda paths, settings=None: types.SimpleNamespace(info=info)
     )
     monkeypatch.setattr(runners_load, "_tensorrt_onnx_bytes", export)
     model_dir = tmp_path / "model"
