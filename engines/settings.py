@@ -4,9 +4,9 @@
 defaults them. Some shape the inference graph (peak finding, the centroid cap of
 top-down models, PAF line scoring) and are fixed when a model is exported; the
 others are applied on the host when a graph's outputs are grouped into instances
-(`HOST_FIELDS`). `for_export` checks a record against the one an export was made
-with: host-side fields are applied, a graph-side difference is refused with an
-error saying to re-export.
+(`HOST_FIELDS`, `GROUPING_FIELDS`). `check_exported_settings` compares a record
+with the one an export was built with, refusing a graph-side difference with an
+error saying to re-export; `with_settings` applies the host-side fields.
 
 `max_instances` is None by default, as in sleap-nn: every centroid and every
 grouped instance is kept. A top-down graph then lists as many instances as it
@@ -27,7 +27,8 @@ from sleap_live.engines.errors import ModelConfigError
 if TYPE_CHECKING:
     from sleap_live.engines.types import ModelInfo
 
-# The integral refinement window sleap-nn accepts: odd, so the peak is its centre.
+# Upper bounds far beyond any use (a refinement window wider than a peak, more PAF
+# samples than pixels along a line), below what would exhaust memory.
 MAX_PATCH_SIZE = 31
 MAX_N_POINTS = 1000
 
@@ -104,7 +105,7 @@ class InferenceSettings:
             top-down model, the best scoring grouped instances of a bottom-up
             one); None keeps every one.
         integral_refinement: sub-pixel integral refinement of peaks.
-        integral_patch_size: its window side (odd).
+        integral_patch_size: its window side (odd, so that the peak is its centre).
         max_edge_length_ratio: bottom-up: PAF lines longer than this fraction of
             the larger image side are penalised.
         dist_penalty_weight: bottom-up: the weight of that penalty.
@@ -162,7 +163,7 @@ FIELDS = tuple(field.name for field in attrs.fields(InferenceSettings))
 DEFAULT_SETTINGS = InferenceSettings()
 
 # Applied when outputs are grouped, whatever the graph; `max_instances` too for
-# bottom-up models (`host_fields`).
+# bottom-up models (`GROUPING_FIELDS`).
 HOST_FIELDS = ("min_line_scores", "min_instance_peaks")
 _PEAKS = ("peak_threshold", "integral_refinement", "integral_patch_size")
 _CENTROIDS = ("centroid_peak_threshold", "max_instances")
@@ -186,7 +187,7 @@ GROUPING_FIELDS: Mapping[str, tuple[str, ...]] = {
 def graph_differences(
     model_type: str, exported: InferenceSettings, requested: InferenceSettings
 ) -> list[str]:
-    """The graph-side fields of `model_type` whose values differ, as "name X (exported Y)"."""
+    """The graph-side fields of `model_type` whose values differ, as "name X, exported with Y"."""
     differ = []
     for name in GRAPH_FIELDS.get(model_type, ()):
         asked, made = getattr(requested, name), getattr(exported, name)
@@ -195,7 +196,7 @@ def graph_differences(
                 continue  # both follow peak_threshold, compared on its own
             asked, made = requested.centroid_threshold, exported.centroid_threshold
         if asked != made:
-            differ.append(f"{name} {asked} (exported with {made})")
+            differ.append(f"{name} {asked}, exported with {made}")
     return differ
 
 
@@ -219,8 +220,8 @@ def check_exported_settings(
     differ = graph_differences(model_type, exported, requested)
     if differ:
         raise ModelConfigError(
-            f"{origin}: {', '.join(differ)} are built into the exported graph; re-export "
-            "the model with these settings, or run it with the ones it was exported with"
+            f"{origin}: the exported graph was built with other settings ({'; '.join(differ)}); "
+            "re-export the model with these, or run it with the ones it was exported with"
         )
 
 
