@@ -20,7 +20,6 @@ from sleap_live.engines.settings import InferenceSettings
 from sleap_live.stream.sources import FileSource
 
 DATA = goldens.DATA
-VERIFY_FRAMES = 5
 # Points px, point scores, instance scores: test_goldens.SLEAP_NN_BOUNDS of the same
 # model type (no settings case measured above them).
 BOUNDS = {
@@ -40,7 +39,9 @@ def _poses(name: str, engine: str) -> list[dict[str, np.ndarray]]:
         device="cpu",
         cache=False,
         settings=InferenceSettings(**settings),  # type: ignore[arg-type]
-        **({"verify_frames": frames[:VERIFY_FRAMES]} if engine == "onnx" else {}),
+        # Compared with sleap-nn itself below; the export's own check against torch
+        # finds no animals on its enlarged canvas at the top-down case's thresholds.
+        **({"verify": False} if engine == "onnx" else {}),
     )
     try:
         assert runner.info.settings == InferenceSettings(**settings)  # type: ignore[arg-type]
