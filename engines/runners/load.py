@@ -61,7 +61,12 @@ from sleap_live.engines.load.export_cache import (
 )
 from sleap_live.engines.runners.base import Runner
 from sleap_live.engines.runners.specialise import FrameShape, ShapeGraphs
-from sleap_live.engines.settings import InferenceSettings, check_exported_settings, with_settings
+from sleap_live.engines.settings import (
+    InferenceSettings,
+    check_exported_settings,
+    check_slots,
+    with_settings,
+)
 
 # Told what a slow step of loading is doing, in one line.
 Progress = Notify
@@ -636,6 +641,8 @@ def _tensorrt_runner(
         )
     _check_model_dirs(paths)
     inference_model = load_inference_model(paths, settings)
+    # Said now, not at the first batch, which is when the engine would be built.
+    check_slots(inference_model.info.model_type, inference_model.info.max_instances)
     export_options = {name: options[name] for name in EXPORT_OPTIONS if name in options}
     directory = Path(options.get("engine_cache") or trt_export.default_cache_dir())
     caches: dict[tuple[int, int, int], Any] = {}
