@@ -434,6 +434,8 @@ def _model_dir_runner(
         else:
             if embedded_key(runner.metadata) == key.digest:
                 _name_sources_here(runner, paths)
+                # The entry may have been made with other host-side settings.
+                _run_with(runner, settings, ", ".join(map(str, paths)))
                 return runner
             runner.close()
             cache.discard(key, "keyed differently in its own metadata")

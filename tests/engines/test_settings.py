@@ -273,6 +273,32 @@ def test_an_export_runs_with_its_settings_or_applies_host_side_ones(bottomup_exp
     )
 
 
+def test_a_cached_graph_runs_with_the_host_side_settings_of_the_run_that_loads_it(tmp_path):
+    def load(settings: InferenceSettings | None) -> ModelInfo:
+        runner = load_runner(
+            MODELS / "bottomup",
+            engine="onnx",
+            device="cpu",
+            verify=False,
+            cache_dir=tmp_path,
+            settings=settings,
+        )
+        runner.close()
+        return runner.info
+
+    grouping = InferenceSettings(min_line_scores=0.9, min_instance_peaks=2)
+    first = load(grouping)
+    assert first.settings == grouping and first.postprocess["min_line_scores"] == 0.9
+    # The same graph (host-side settings are not in the key), with this run's settings.
+    again = load(None)
+    assert len(list((tmp_path / "onnx").glob("*.onnx"))) == 1
+    assert again.settings == DEFAULT_SETTINGS
+    assert (again.postprocess["min_line_scores"], again.postprocess["min_instance_peaks"]) == (
+        0.25,
+        0,
+    )
+
+
 SKELETON_EDGES = ((0, 1), (1, 2), (2, 3), (3, 4))
 
 
