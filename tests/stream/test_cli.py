@@ -531,9 +531,11 @@ def test_real_model_end_to_end_matches_ground_truth(name, tmp_path):
 
 
 def test_run_prints_its_path_and_why_nvdec_was_not_used(
-    video, fake_engine, capsys, monkeypatch, caplog
+    video, tmp_path, fake_engine, capsys, monkeypatch, caplog
 ):
     from sleap_live.stream.sources import nvdec
+
+    monkeypatch.chdir(tmp_path)  # where the runs without -o write their poses
 
     monkeypatch.setattr(nvdec, "nvdec_unavailable", lambda info: "no GPU in this test")
     notice = "NVDEC not used: no GPU in this test; decoding with PyAV on the CPU"
