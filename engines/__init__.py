@@ -25,6 +25,7 @@ from sleap_live.engines.load.dirs import (
 )
 from sleap_live.engines.load.spec import HeadSpec, ModelSpec, PreprocessSpec, UNetSpec
 from sleap_live.engines.runners.openmp import prefer_passive_wait
+from sleap_live.engines.settings import InferenceSettings
 from sleap_live.engines.types import MODEL_TYPES, FramePoses, ModelInfo, Skeleton
 
 prefer_passive_wait()
@@ -37,6 +38,7 @@ __all__ = [
     "ExportedModelDirError",
     "FramePoses",
     "HeadSpec",
+    "InferenceSettings",
     "InputMismatchError",
     "ModelConfigError",
     "ModelInfo",

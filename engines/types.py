@@ -8,6 +8,8 @@ from typing import Any
 import attrs
 import numpy as np
 
+from sleap_live.engines.settings import InferenceSettings
+
 MODEL_TYPES = (
     "single_instance",
     "centroid",
@@ -44,20 +46,23 @@ class ModelInfo:
         skeleton: nodes and edges of the predicted instances.
         input_channels: channels the network was trained on (1 or 3). Frames with
             the other count are converted inside the inference model.
-        max_instances: most instances reported per frame.
+        max_instances: most instances reported per frame; None: no limit.
         class_names: identity names for multi-class models, else empty.
         peak_threshold: confidence map threshold used for peaks.
         postprocess: host-side settings the runner's decoding step needs (for
             example PAF grouping thresholds); JSON-serialisable values only.
+        settings: the inference settings the model runs with; None for an
+            export made before they were recorded.
     """
 
     model_type: str
     skeleton: Skeleton
     input_channels: int
-    max_instances: int
+    max_instances: int | None
     class_names: tuple[str, ...] = ()
     peak_threshold: float = 0.2
     postprocess: Mapping[str, Any] = attrs.field(factory=dict, eq=False)
+    settings: InferenceSettings | None = None
 
 
 # sleap-io's one-node skeleton for centroids of multi-node models.

@@ -272,18 +272,14 @@ def _build(model_dirs: list[Path]):
     from sleap_live.engines.load.training_config import read_training_config
 
     specs = {spec.model_type: spec for spec in map(read_training_config, model_dirs)}
-    # sleap-nn predict keeps every centroid; a bound above any frame's count matches it.
-    unbounded = {"max_instances": 1000}
     if set(specs) == {"single_instance"}:
         return SingleInstanceModel.from_spec(specs["single_instance"])
     if set(specs) == {"centroid"}:
-        return CentroidModel.from_spec(specs["centroid"], **unbounded)
+        return CentroidModel.from_spec(specs["centroid"])
     if set(specs) == {"centroid", "centered_instance"}:
-        return TopDownModel.from_specs(specs["centroid"], specs["centered_instance"], **unbounded)
+        return TopDownModel.from_specs(specs["centroid"], specs["centered_instance"])
     if set(specs) == {"centroid", "multi_class_topdown"}:
-        return MultiClassTopDownModel.from_specs(
-            specs["centroid"], specs["multi_class_topdown"], **unbounded
-        )
+        return MultiClassTopDownModel.from_specs(specs["centroid"], specs["multi_class_topdown"])
     return None
 
 

@@ -78,6 +78,8 @@ PARITY_MEDIAN_PX = 0.1
 RUNNERS = ("onnx-cpu", "torch-cuda", "torch-cuda-graphs", "ort-cuda", "ort-tensorrt", "tensorrt")
 GPU_RUNNERS = RUNNERS[1:]
 # Which runner the pipeline uses when the speed part measured none: most specialised first.
+# Instance slots per frame of the TensorRT runs' top-down graphs.
+TENSORRT_SLOTS = 20
 RUNNER_PREFERENCE = ("tensorrt", "ort-tensorrt", "ort-cuda", "torch-cuda-graphs", "torch-cuda")
 LOAD_OPTIONS: dict[str, dict[str, Any]] = {
     # The in-memory ONNX exports are not verified: parity against the goldens is the check.
@@ -992,8 +994,13 @@ class Check:
                 models = [sized_model_dir(m, *size, self.args.work_dir) for m in models]
             options = dict(LOAD_OPTIONS[name])
             if name == "tensorrt":
+                from sleap_live.engines.settings import InferenceSettings
+
                 cache = str(self.args.work_dir / "engines")
                 options.update(frame_size=tuple(frame_shape), batch_size=BATCH, engine_cache=cache)
+                # TensorRT's top-down graphs have fixed instance slots per frame: far
+                # more than the fixtures' two animals, so sleap-nn's uncapped poses.
+                options["settings"] = InferenceSettings(max_instances=TENSORRT_SLOTS)
             self._open[key] = load_runner([str(m) for m in models], **options)
         return self._open[key]
 

@@ -39,6 +39,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from sleap_live.engines.runners.base import Runner
+from sleap_live.engines.settings import InferenceSettings
 from sleap_live.stream.batching import (
     DEFAULT_BATCH_SIZE,
     POLICIES,
@@ -82,6 +84,10 @@ STOP_GRACE = 1.0
 # Records kept in the ring: about 8 s at 30 fps of slack for a lagging consumer.
 # A record is small (max_instances x nodes x 3 floats), so this costs little.
 DEFAULT_RING_CAPACITY = 256
+# Instances a ring record holds for a model without `max_instances` (every instance
+# found is kept): far more animals than a frame of an experiment shows. A record
+# with more keeps its first ones, counted in `ring.stats`; the pose files keep all.
+UNCAPPED_RING_INSTANCES = 64
 
 # Most seconds leaving `with Pipeline(...)` waits for the stages to finish and the
 # outputs to be saved. The final .slp write grows with the session (an hour at 30
@@ -125,6 +131,10 @@ class Pipeline:
             poses drawn (see `OverlayRecorder`).
         engine: runtime used when loading models from paths ("auto", "torch", "onnx").
         device: device used when loading models from paths ("auto", "cpu", "cuda", ...).
+        settings: the inference settings models loaded from paths run with (see
+            `load_runner`; default: a model directory's are sleap-nn predict's, an
+            export's are those it was exported with). A runner passed in runs
+            with its own: give them to `load_runner` instead.
         warmup: run the engine once on a blank batch before capture starts, so
             one-time initialisation neither delays nor drops the first frames nor
             shows up in the latency statistics.
@@ -161,7 +171,7 @@ class Pipeline:
             flight would not fit in memory (`check_batch_memory`); an unknown
             output suffix or recording codec (before any model is loaded); a stop
             timeout that is not a positive number of seconds; a malformed `publish`
-            endpoint.
+            endpoint; `settings` with a runner.
         PublishError: `publish` cannot be bound, or pyzmq or msgpack is missing.
 
     Example:
@@ -185,6 +195,7 @@ class Pipeline:
         record_overlay: str | os.PathLike[str] | None = None,
         engine: str = "auto",
         device: str = "auto",
+        settings: InferenceSettings | None = None,
         warmup: bool = True,
         save_interval: float | None = DEFAULT_SAVE_INTERVAL,
         record_codec: str = DEFAULT_RECORD_CODEC,
@@ -196,6 +207,11 @@ class Pipeline:
         preview: PreviewServer | None = None,
     ) -> None:
         policy, batch_size = choose_policy(policy, source.is_live, batch_size)
+        if settings is not None and isinstance(model_or_runner, Runner):
+            raise ValueError(
+                "settings apply to a model the pipeline loads; a runner runs with its own "
+                "(load it with load_runner(..., settings=...))"
+            )
         self._output_options = OutputOptions(
             output,
             record,
@@ -218,15 +234,17 @@ class Pipeline:
         self._publishing: PosePublishing | None = None
         try:
             self.runner, self._owns_runner = as_runner(
-                model_or_runner, engine=engine, device=device
+                model_or_runner,
+                engine=engine,
+                device=device,
+                **({} if settings is None else {"settings": settings}),
             )
         except BaseException:
             self._close_publisher()
             raise
         info = self.runner.info
-        self.ring = RingBuffer(
-            ring_capacity, info.max_instances, info.skeleton.n_nodes, clock=clock
-        )
+        instances = UNCAPPED_RING_INSTANCES if info.max_instances is None else info.max_instances
+        self.ring = RingBuffer(ring_capacity, instances, info.skeleton.n_nodes, clock=clock)
         self._consumers = Consumers(
             self.ring,
             lossless_by_default=policy == "recorded",

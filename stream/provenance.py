@@ -105,6 +105,9 @@ def run_provenance(
             "max_instances": info.max_instances,
             **dict(info.postprocess),
         },
+        # What `InferenceSettings` the poses were made with (None: an export from
+        # before they were recorded, run as it was made).
+        "inference_settings": None if info.settings is None else info.settings.to_dict(),
         "settings": dict(settings),
         "python": sys.version.split()[0],
     }

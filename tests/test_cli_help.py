@@ -210,3 +210,16 @@ def test_help_and_usage_errors_do_not_load_torch():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("name", ["run", "replay", "bench", "export"])
+def test_commands_that_build_or_run_a_model_take_the_inference_settings(name):
+    from sleap_live.engines.settings import FIELDS
+
+    given = options(subcommands()[name])
+    assert set(FIELDS) <= set(given)
+    for field in FIELDS:
+        action = given[field]
+        assert action.option_strings == [f"--{field.replace('_', '-')}"]
+        # None means "not given": the help says the default in words.
+        assert action.default is None and "(default: " in action.help, field

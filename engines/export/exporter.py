@@ -55,6 +55,7 @@ from sleap_live.engines.load.metadata import (
     ExportMetadata,
     sidecar_path,
 )
+from sleap_live.engines.settings import InferenceSettings, check_slots
 
 EXPORT_FORMATS = ("onnx", "torchscript")
 SUFFIXES = {"onnx": ".onnx", "torchscript": ".pt"}
@@ -74,6 +75,7 @@ def export_model(
     progress: Progress | None = None,
     profile: str = DEFAULT_PROFILE,
     frame_size: tuple[int, int] | None = None,
+    settings: InferenceSettings | None = None,
 ) -> Path:
     """Builds the inference model of one or two sleap-nn model directories and exports it.
 
@@ -96,6 +98,9 @@ def export_model(
         frame_size: (height, width) of a "tensorrt" export; the verification
             frames are cut or padded to it. By default, the verification frames'
             own size (or the given frame's, unverified).
+        settings: the inference settings built into the graph and recorded in
+            its metadata (default: sleap-nn predict's; see
+            `sleap_live.engines.settings`).
 
     Returns:
         The path of the exported model. Its metadata is embedded and also written
@@ -113,7 +118,7 @@ def export_model(
 
     _output_path(output, format)
     (progress or _ignore)("loading model")
-    model = load_inference_model(paths)
+    model = load_inference_model(paths, settings)
     return export_inference_model(
         model,
         output,
@@ -266,6 +271,8 @@ def _export(
     """The export (ONNX bytes with metadata, or a traced module) and its metadata."""
     if profile == TENSORRT_PROFILE and format != "onnx":
         raise ValueError(f"the {profile} profile exports to ONNX only, not {format}")
+    if profile == TENSORRT_PROFILE:
+        check_slots(model.info.model_type, model.info.max_instances)
     previous = model.profile
     model = model.cpu().eval().set_profile(profile)
     try:

@@ -19,6 +19,7 @@ from sleap_live.engines.export.exporter import Frames, Progress, export_onnx_byt
 from sleap_live.engines.export.onnx import DEFAULT_OPSET
 from sleap_live.engines.load.metadata import METADATA_KEY, ExportMetadata, sidecar_path
 from sleap_live.engines.runners.openvino import import_openvino
+from sleap_live.engines.settings import InferenceSettings
 
 FORMAT = "openvino"
 SUFFIX = ".xml"
@@ -33,6 +34,7 @@ def export_openvino(
     verify: bool = True,
     verify_frames: Frames | None = None,
     progress: Progress | None = None,
+    settings: InferenceSettings | None = None,
 ) -> Path:
     """Exports one or two model directories to OpenVINO IR, verified as ONNX first.
 
@@ -40,7 +42,7 @@ def export_openvino(
         paths: a model directory, or a centroid and a centered-instance directory.
         output: the `.xml` file to write (its `.bin` goes beside it), or a
             directory to write `model.xml` into.
-        opset, verify, verify_frames, progress: as for `export_model`.
+        opset, verify, verify_frames, progress, settings: as for `export_model`.
 
     Returns:
         The path of the `.xml` file.
@@ -57,7 +59,7 @@ def export_openvino(
     path = _output_path(output)
     notify = progress or (lambda _: None)
     notify("loading model")
-    model = load_inference_model(paths)
+    model = load_inference_model(paths, settings)
     onnx_bytes = export_onnx_bytes(
         model,
         opset=opset,

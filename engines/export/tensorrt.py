@@ -145,7 +145,7 @@ def export_tensorrt(
         device: the CUDA device to build on.
         notify: told about rebuilds, one line each.
         **export_options: for `export_model` (`opset`, `verify`, `verify_frames`,
-            `progress`); the export is always of the "tensorrt" profile, at `frame`'s
+            `progress`, `settings`); the export is always of the "tensorrt" profile, at `frame`'s
             size.
 
     Returns:

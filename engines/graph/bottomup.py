@@ -233,10 +233,7 @@ class BottomUpModel(_BottomUpBase):
             model_type="bottomup",
             skeleton=skeleton,
             input_channels=preprocess.in_channels,
-            # Every instance owns at least one peak, so nodes x K means no limit.
-            max_instances=(
-                skeleton.n_nodes * max_peaks_per_node if max_instances is None else max_instances
-            ),
+            max_instances=max_instances,
             peak_threshold=peak_threshold,
             postprocess={
                 **grouper.postprocess_settings(),
@@ -343,6 +340,7 @@ class MultiClassBottomUpModel(_BottomUpBase):
             model_type="multi_class_bottomup",
             skeleton=skeleton,
             input_channels=preprocess.in_channels,
+            # One instance per class at most: no limit.
             max_instances=len(class_names) if max_instances is None else max_instances,
             class_names=tuple(class_names),
             peak_threshold=peak_threshold,

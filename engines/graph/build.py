@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+import attrs
 
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.graph.base import InferenceModel
@@ -12,15 +15,20 @@ from sleap_live.engines.graph.centroid import CentroidModel
 from sleap_live.engines.graph.single_instance import SingleInstanceModel
 from sleap_live.engines.graph.topdown import MultiClassTopDownModel, TopDownModel
 from sleap_live.engines.load.dirs import read_model_dir
+from sleap_live.engines.settings import InferenceSettings
 
 
-def load_inference_model(paths: str | Path | Sequence[str | Path]) -> InferenceModel:
+def load_inference_model(
+    paths: str | Path | Sequence[str | Path], settings: InferenceSettings | None = None
+) -> InferenceModel:
     """The torch inference model of one or two trained sleap-nn model directories.
 
     Args:
         paths: a single-instance, centroid, bottom-up or multi-class bottom-up
             directory; or a centroid directory and a centered-instance or
             multi-class top-down directory, in any order.
+        settings: the inference settings (default: sleap-nn predict's); they are
+            recorded in the model's `info.settings`.
 
     Raises:
         ModelNotFoundError: a directory, config or checkpoint is missing.
@@ -29,6 +37,13 @@ def load_inference_model(paths: str | Path | Sequence[str | Path]) -> InferenceM
         CheckpointError: a checkpoint does not load.
     """
 
+    settings = InferenceSettings() if settings is None else settings
+    model = _built(paths, settings)
+    model.info = attrs.evolve(model.info, settings=settings)
+    return model
+
+
+def _built(paths: str | Path | Sequence[str | Path], settings: InferenceSettings) -> InferenceModel:
     dirs = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
     specs = [read_model_dir(path) for path in dirs]
     types = [spec.model_type for spec in specs]
@@ -41,7 +56,7 @@ def load_inference_model(paths: str | Path | Sequence[str | Path]) -> InferenceM
             "multi_class_bottomup": MultiClassBottomUpModel,
         }
         if spec.model_type in single:
-            return single[spec.model_type].from_spec(spec)
+            return single[spec.model_type].from_spec(spec, **_options(spec.model_type, settings))
         raise ModelConfigError(
             f"{dirs[0]}: a {spec.model_type} model runs on crops around centroids; "
             "give its centroid model directory too"
@@ -54,9 +69,46 @@ def load_inference_model(paths: str | Path | Sequence[str | Path]) -> InferenceM
         centroid = specs[types.index("centroid")]
         instance = specs[1 - types.index("centroid")]
         if instance.model_type in pairs:
-            return pairs[instance.model_type].from_specs(centroid, instance)
+            return pairs[instance.model_type].from_specs(
+                centroid, instance, **_options("topdown", settings)
+            )
     listed = ", ".join(f"{path} ({kind})" for path, kind in zip(dirs, types, strict=True))
     raise ModelConfigError(
         f"{listed}: two directories must be a centroid model and a centered-instance "
         "or multi-class top-down model"
     )
+
+
+def _options(model_type: str, settings: InferenceSettings) -> dict[str, Any]:
+    """The model class's keyword options for `settings`."""
+    peaks = {
+        "refine": settings.integral_refinement,
+        "patch_size": settings.integral_patch_size,
+    }
+    if model_type == "single_instance":
+        return {**peaks, "peak_threshold": settings.peak_threshold}
+    if model_type == "centroid":
+        return {
+            **peaks,
+            "peak_threshold": settings.centroid_threshold,
+            "max_instances": settings.max_instances,
+        }
+    if model_type == "topdown":
+        return {
+            **peaks,
+            "peak_threshold": settings.peak_threshold,
+            "centroid_peak_threshold": settings.centroid_peak_threshold,
+            "max_instances": settings.max_instances,
+        }
+    grouping = {"peak_threshold": settings.peak_threshold, "max_instances": settings.max_instances}
+    if model_type == "multi_class_bottomup":
+        return {**peaks, **grouping}
+    return {
+        **peaks,
+        **grouping,
+        "n_points": settings.n_points,
+        "max_edge_length_ratio": settings.max_edge_length_ratio,
+        "dist_penalty_weight": settings.dist_penalty_weight,
+        "min_line_scores": settings.min_line_scores,
+        "min_instance_peaks": settings.min_instance_peaks,
+    }

@@ -5,9 +5,10 @@ Frames are preprocessed with the centroid model's settings
 confidence map above the threshold, integral-refined, mapped to frame pixels
 (`grid * stride / scale / eff_scale`). A frame keeps every centroid in raster
 order if it has at most `max_instances`, else its `max_instances` highest,
-highest first (sleap-nn with `--max_instances`). In the TensorRT profile every
+highest first (sleap-nn with `--max_instances`); without `max_instances` (None,
+sleap-nn's default) every centroid, in raster order. In the TensorRT profile every
 frame has `max_instances` slots, its centroids filling the first ones in the same
-order, and `instance_valid` says which slots hold one.
+order, and `instance_valid` says which slots hold one; that profile needs a number.
 
 `CentroidStage` is that stage, shared by the top-down models
 (`sleap_live.engines.graph.topdown`). `CentroidModel` is a centroid model alone:
@@ -40,12 +41,10 @@ from sleap_live.engines.graph.preprocess import (
     size_matched_values,
 )
 from sleap_live.engines.load.spec import ModelSpec, check_model_type
+from sleap_live.engines.settings import check_slots
 from sleap_live.engines.types import CENTROID_SKELETON, ModelInfo, Skeleton
 
 CENTROID_HEAD = "CentroidConfmapsHead"
-
-# sleap-nn predict keeps every centroid; a graph needs a bound (sleap-nn export's).
-DEFAULT_MAX_INSTANCES = 20
 
 
 class CentroidStage(torch.nn.Module):
@@ -61,7 +60,7 @@ class CentroidStage(torch.nn.Module):
         network: module with a `CentroidConfmapsHead` output.
         preprocess: the centroid model's preprocessing.
         output_stride: stride of the centroid confidence map.
-        max_instances: most centroids kept per frame.
+        max_instances: most centroids kept per frame; None keeps every one.
         peak_threshold: centroids must be above this.
         refine: integral refinement.
         patch_size: integral refinement window.
@@ -72,13 +71,13 @@ class CentroidStage(torch.nn.Module):
         network: torch.nn.Module,
         preprocess: PreprocessConfig,
         output_stride: int,
-        max_instances: int,
+        max_instances: int | None,
         peak_threshold: float,
         refine: bool,
         patch_size: int,
     ) -> None:
         super().__init__()
-        if max_instances < 1:
+        if max_instances is not None and max_instances < 1:
             raise ValueError(f"max_instances must be >= 1, got {max_instances}")
         self.network = network
         self.preprocess = preprocess
@@ -106,12 +105,16 @@ class CentroidStage(torch.nn.Module):
             float32 frames, the size matcher's scale, and per slot (B, K) whether
             it holds a centroid, its frame-pixel xy (B, K, 2) (0 in empty slots)
             and its confidence (B, K) (0 in empty slots).
+
+        Raises:
+            ModelConfigError: no `max_instances`, so no number of slots.
         """
+        slots = self.slot_count()
         sized, eff_scale = size_matched_values(frames, self.preprocess)
         confmaps = self.network(network_input_values(sized, self.preprocess))[CENTROID_HEAD]
         points, values, valid = top_peaks_per_channel(
             confmaps,
-            self.max_instances,
+            slots,
             self.peak_threshold,
             self.refine,
             self.patch_size,
@@ -120,6 +123,17 @@ class CentroidStage(torch.nn.Module):
         centroids = grid_to_image(points[:, 0], self.output_stride, self.preprocess.scale)
         centroids = torch.where(valid[:, 0, :, None], centroids / eff_scale, 0.0)
         return sized, eff_scale, valid[:, 0], centroids, values[:, 0]
+
+    def slot_count(self) -> int:
+        """The TensorRT profile's instance slots per frame: `max_instances`.
+
+        Raises:
+            ModelConfigError: `max_instances` is None (every centroid kept), which
+                no fixed number of slots holds.
+        """
+        check_slots("centroid", self.max_instances)
+        assert self.max_instances is not None
+        return self.max_instances
 
 
 class CentroidModel(InferenceModel):
@@ -134,7 +148,7 @@ class CentroidModel(InferenceModel):
         skeleton: the training skeleton; reported as `CENTROID_SKELETON` unless
             it has a single node.
         output_stride: stride of the confidence map.
-        max_instances: most centroids per frame.
+        max_instances: most centroids per frame; None keeps every one.
         peak_threshold: centroids must be above this.
         refine: integral refinement.
         patch_size: integral refinement window.
@@ -147,7 +161,7 @@ class CentroidModel(InferenceModel):
         skeleton: Skeleton,
         output_stride: int,
         *,
-        max_instances: int = DEFAULT_MAX_INSTANCES,
+        max_instances: int | None = None,
         peak_threshold: float = DEFAULT_PEAK_THRESHOLD,
         refine: bool = True,
         patch_size: int = DEFAULT_PATCH_SIZE,

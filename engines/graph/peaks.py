@@ -219,20 +219,20 @@ def top_peaks(
 
 def top_local_peaks(
     cms: torch.Tensor,
-    max_peaks: int,
+    max_peaks: int | None,
     threshold: float = DEFAULT_PEAK_THRESHOLD,
     refine: bool = True,
     patch_size: int = DEFAULT_PATCH_SIZE,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Local peaks of single-channel maps, at most `max_peaks` per map.
+    """Local peaks of single-channel maps, every one or at most `max_peaks` per map.
 
     Reproduces sleap-nn's centroid layer with `max_instances=max_peaks`: a map
     with up to `max_peaks` peaks keeps them all in raster order; a map with more
-    keeps the `max_peaks` highest, highest first.
+    keeps the `max_peaks` highest, highest first. None keeps every peak.
 
     Args:
         cms: (S, 1, H, W) float32 confidence maps.
-        max_peaks: most peaks kept per map.
+        max_peaks: most peaks kept per map, or None for all.
         threshold: peaks must be above this.
         refine: apply integral refinement.
         patch_size: refinement window side.
@@ -242,16 +242,22 @@ def top_local_peaks(
         float32 grid xy and (n,) float32 values; grouped by map.
     """
     is_peak, offsets = local_peak_map(cms, threshold)
-    width = cms.shape[3]
-    values, flat, valid = top_peaks(cms[:, 0], is_peak[:, 0], max_peaks, raster_unless_more=True)
-
-    sample, slot_inds = torch.nonzero(valid).unbind(1)
-    flat = flat[sample, slot_inds]
-    row, col = flat // width, flat % width
+    if max_peaks is None:
+        sample, _, row, col = torch.nonzero(is_peak).unbind(1)
+        values = cms[sample, 0, row, col]
+    else:
+        width = cms.shape[3]
+        top_values, flat, valid = top_peaks(
+            cms[:, 0], is_peak[:, 0], max_peaks, raster_unless_more=True
+        )
+        sample, slot_inds = torch.nonzero(valid).unbind(1)
+        flat = flat[sample, slot_inds]
+        row, col = flat // width, flat % width
+        values = top_values[sample, slot_inds]
     points = torch.stack([col, row], dim=1).float() + offsets[sample, 0, row, col]
     if refine:
         points = refine_peaks(cms, sample, points, patch_size)
-    return sample, points, values[sample, slot_inds]
+    return sample, points, values
 
 
 def grid_to_image(points: torch.Tensor, output_stride: int, input_scale: float) -> torch.Tensor:

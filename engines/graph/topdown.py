@@ -4,7 +4,8 @@ Reproduces sleap-nn predict's checkpoint path for a centroid + centered-instance
 pair (plain or multi-class):
 
 1. Centroid stage (`sleap_live.engines.graph.centroid`): each frame's centroids,
-   in frame pixels, at most `max_instances` of them.
+   in frame pixels, every one or at most `max_instances` of them, above
+   `centroid_peak_threshold`.
 2. Crops. Around each centroid, in the size-matched frame (raw channels, not
    input-scaled) and at the centroid times `eff_scale`, sleap-nn's integer
    window is cut (`sleap_live.engines.graph.crops`), zeros outside the frame. Only the
@@ -17,7 +18,8 @@ pair (plain or multi-class):
    integer origin) and divided by `eff_scale`.
 
 Instances come out in centroid order, scored by their centroid's confidence map
-value. In the TensorRT profile every frame has `max_instances` slots: its
+value. In the TensorRT profile (which needs `max_instances`) every frame has
+`max_instances` slots: its
 centroids fill the first ones (in the same order), every slot is cropped and run
 through the instance network, and `instance_valid` says which slots hold a
 centroid, so the graph has no data-dependent shape. The multi-class model also
@@ -36,7 +38,7 @@ import torch
 
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.graph.base import InferenceModel
-from sleap_live.engines.graph.centroid import CENTROID_HEAD, DEFAULT_MAX_INSTANCES, CentroidStage
+from sleap_live.engines.graph.centroid import CENTROID_HEAD, CentroidStage
 from sleap_live.engines.graph.crops import box_top_left, crop_centered
 from sleap_live.engines.graph.network import load_network
 from sleap_live.engines.graph.peaks import (
@@ -74,8 +76,10 @@ class TopDownModel(InferenceModel):
         centroid_stride: stride of the centroid confidence map.
         instance_stride: stride of the instance confidence maps.
         crop_size: side of the square crops.
-        max_instances: most instances per frame.
-        peak_threshold: threshold of both stages.
+        max_instances: most instances per frame; None keeps every centroid.
+        peak_threshold: threshold of the instance stage, and of the centroid
+            stage unless `centroid_peak_threshold` is given.
+        centroid_peak_threshold: threshold of the centroid stage.
         refine: integral refinement in both stages.
         patch_size: integral refinement window.
     """
@@ -93,8 +97,9 @@ class TopDownModel(InferenceModel):
         instance_stride: int,
         crop_size: int,
         *,
-        max_instances: int = DEFAULT_MAX_INSTANCES,
+        max_instances: int | None = None,
         peak_threshold: float = DEFAULT_PEAK_THRESHOLD,
+        centroid_peak_threshold: float | None = None,
         refine: bool = True,
         patch_size: int = DEFAULT_PATCH_SIZE,
     ) -> None:
@@ -107,7 +112,7 @@ class TopDownModel(InferenceModel):
             centroid_preprocess,
             centroid_stride,
             max_instances,
-            peak_threshold,
+            peak_threshold if centroid_peak_threshold is None else centroid_peak_threshold,
             refine,
             patch_size,
         )
@@ -193,7 +198,7 @@ class TopDownModel(InferenceModel):
         """The TensorRT profile: every one of the `max_instances` slots is cropped."""
         raw = frame_values(frames)
         sized, eff_scale, valid, centroids, values = self.stage.slots(raw)
-        batch, slots = valid.shape[0], self.stage.max_instances
+        batch, slots = valid.shape[0], self.stage.slot_count()
         crop_frames = self._crop_source(raw.permute(0, 2, 3, 1), raw, sized)
         instance_frame = torch.arange(batch, device=valid.device).repeat_interleave(slots)
         points, scores, heads = self._instances(

@@ -18,7 +18,10 @@ The key (`cache_key`) is a sha256 over everything the graph depends on:
   install that changes the graph code between releases never reuses a stale graph;
 - the export options (opset, profile, frame size, and whether the graph was
   verified: an unverified export is kept apart from a verified one, whose probe
-  may have let it take both channel counts).
+  may have let it take both channel counts);
+- the inference settings built into the graph (`InferenceSettings.graph_key`);
+  the host-side ones (bottom-up grouping) are applied to whichever graph loads,
+  so they do not make another entry.
 
 Which frames a graph was verified on is not part of the key: a graph verified on
 one video's frames is a verified export of that model, and the verification
@@ -52,6 +55,7 @@ import attrs
 
 from sleap_live.engines.load.metadata import METADATA_KEY, ExportMetadata, sidecar_path
 from sleap_live.engines.load.spec import CHECKPOINT, TRAINING_CONFIG
+from sleap_live.engines.settings import InferenceSettings
 
 CACHE_DIR_ENV = "SLEAP_LIVE_CACHE_DIR"
 ONNX_FOLDER = "onnx"
@@ -94,14 +98,20 @@ class CacheKey:
 
 
 def cache_key(
-    paths: Sequence[Path], export_options: Mapping[str, Any], *, version: str | None = None
+    paths: Sequence[Path],
+    export_options: Mapping[str, Any],
+    *,
+    settings: InferenceSettings | None = None,
+    version: str | None = None,
 ) -> CacheKey | None:
-    """The key of the graph `paths` export to with `export_options`.
+    """The key of the graph `paths` export to with `export_options` and `settings`.
 
     Args:
         paths: the model directories (in any order).
         export_options: the export's options (opset, verify, profile, frame_size,
             ...); `verify_frames` is left out (see the module docstring).
+        settings: the inference settings (default: sleap-nn predict's); only
+            their graph-side fields count.
         version: sleap-live's version (default: the installed one).
 
     Returns:
@@ -120,6 +130,7 @@ def cache_key(
         "sleap_live_version": package_version() if version is None else version,
         "code": code_digest(),
         "export": dict(sorted(options.items())),
+        "settings": (InferenceSettings() if settings is None else settings).graph_key(),
     }
     text = json.dumps(parts, sort_keys=True, separators=(",", ":"))
     return CacheKey(hashlib.sha256(text.encode()).hexdigest(), parts)

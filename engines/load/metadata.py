@@ -15,8 +15,9 @@ Schema (version 1)::
       "sleap_live_version": "0.1.0", "created": "2025-01-01T00:00:00+00:00",
       "model": {"model_type": ..., "skeleton": {"name": ..., "node_names": [...],
                 "edges": [[0, 1], ...]}, "input_channels": 1 | 3,
-                "max_instances": ..., "class_names": [...], "peak_threshold": ...,
-                "postprocess": {...}},
+                "max_instances": ... | null, "class_names": [...],
+                "peak_threshold": ..., "postprocess": {...},
+                "settings": {"peak_threshold": 0.2, ...} | absent},
       "input": {"name": "frames", "dtype": "uint8", "layout": "NHWC",
                 "channels": [1, 3]},
       "outputs": ["instance_frame", "points", "point_scores", "instance_scores"],
@@ -28,6 +29,10 @@ Schema (version 1)::
       "profile": "default" | "tensorrt",
       "tensorrt": null | {"frame_shape": [H, W, C], "resize": ..., "tf32": {...}}
     }
+
+`model.settings` (`sleap_live.engines.settings.InferenceSettings`, absent in
+older files) are the inference settings the graph was built with; `max_instances`
+is null where the graph keeps every instance it finds.
 
 `profile` (absent in older files: "default") says how the graph was built. The
 default graph takes any frame size and lists the instances it finds; the
@@ -47,6 +52,7 @@ from typing import Any
 import attrs
 
 from sleap_live.engines.errors import ModelConfigError, ModelNotFoundError
+from sleap_live.engines.settings import InferenceSettings
 from sleap_live.engines.types import MODEL_TYPES, ModelInfo, Skeleton
 
 SCHEMA = "sleap-live/export"
@@ -205,6 +211,7 @@ def info_to_dict(info: ModelInfo) -> dict[str, Any]:
         "class_names": list(info.class_names),
         "peak_threshold": info.peak_threshold,
         "postprocess": dict(info.postprocess),
+        **({} if info.settings is None else {"settings": info.settings.to_dict()}),
     }
 
 
@@ -216,6 +223,8 @@ def info_from_dict(document: Mapping[str, Any], origin: str = "metadata") -> Mod
     """
     try:
         skeleton = document["skeleton"]
+        max_instances = document["max_instances"]
+        settings = document.get("settings")
         info = ModelInfo(
             model_type=str(document["model_type"]),
             skeleton=Skeleton(
@@ -224,10 +233,11 @@ def info_from_dict(document: Mapping[str, Any], origin: str = "metadata") -> Mod
                 name=str(skeleton.get("name", "skeleton")),
             ),
             input_channels=int(document["input_channels"]),
-            max_instances=int(document["max_instances"]),
+            max_instances=None if max_instances is None else int(max_instances),
             class_names=tuple(str(name) for name in document.get("class_names", ())),
             peak_threshold=float(document.get("peak_threshold", 0.2)),
             postprocess=dict(document.get("postprocess", {})),
+            settings=None if settings is None else InferenceSettings.from_dict(settings, origin),
         )
     except (KeyError, TypeError, ValueError) as error:
         raise ModelConfigError(f"{origin}: malformed model info ({error!r})") from error
@@ -242,13 +252,13 @@ def info_from_dict(document: Mapping[str, Any], origin: str = "metadata") -> Mod
 def check_info(info: ModelInfo, origin: str) -> None:
     """Raises `ModelConfigError`, naming `origin`, unless `info` holds together: a
     valid skeleton (`check_skeleton`), 1 or 3 input channels, and room for at least
-    one instance."""
+    one instance (or no limit)."""
     check_skeleton(info.skeleton, origin)
     if info.input_channels not in (1, 3):
         raise ModelConfigError(
             f"{origin}: input_channels is {info.input_channels}; models take 1 or 3 channels"
         )
-    if info.max_instances < 1:
+    if info.max_instances is not None and info.max_instances < 1:
         raise ModelConfigError(f"{origin}: max_instances is {info.max_instances}; at least 1")
 
 

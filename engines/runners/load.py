@@ -61,6 +61,12 @@ from sleap_live.engines.load.export_cache import (
 )
 from sleap_live.engines.runners.base import Runner
 from sleap_live.engines.runners.specialise import FrameShape, ShapeGraphs
+from sleap_live.engines.settings import (
+    InferenceSettings,
+    check_exported_settings,
+    check_slots,
+    with_settings,
+)
 
 # Told what a slow step of loading is doing, in one line.
 Progress = Notify
@@ -90,6 +96,7 @@ def load_runner(
     cache: bool = True,
     cache_dir: str | Path | None = None,
     progress: Progress | None = None,
+    settings: InferenceSettings | None = None,
     **options: Any,
 ) -> Runner:
     """Loads a model and returns a `Runner` for it.
@@ -109,6 +116,12 @@ def load_runner(
         cache_dir: sleap-live's cache directory (default: `default_cache_dir()`).
         progress: called with one line saying what a slow step is doing (loading
             the torch model, exporting, verifying), for a status display.
+        settings: the inference settings (`InferenceSettings`). Model directories
+            are built with them (default: sleap-nn predict's); an export runs with
+            the settings it was made with (default), or with these where they
+            differ only in what is applied on the host (bottom-up grouping):
+            graph-side ones that differ are refused, saying to re-export. The
+            runner's `info.settings` are those it runs with.
         **options: for model directories run with ONNX Runtime or TensorRT,
             `opset`, `verify` and `verify_frames` of the in-memory export (see
             `export_onnx_bytes`); for TensorRT, `frame_size` ((height, width) or
@@ -133,8 +146,46 @@ def load_runner(
         ExportError: model directories run with ONNX Runtime ("onnx", or "auto"
             on the CPU) whose export fails or does not verify; the message says
             to run with `--engine torch` or skip the verification instead.
+        ModelConfigError: `settings` that an export was not built with, or any
+            for a sleap-nn export directory.
     """
-    models = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
+    runner = _load(paths, engine, device, threads, cache, cache_dir, progress, settings, options)
+    if settings is not None:
+        _run_with(runner, settings, ", ".join(map(str, _paths(paths))))
+    return runner
+
+
+def _paths(paths: str | Path | Sequence[str | Path]) -> list[Path]:
+    return [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
+
+
+def _run_with(runner: Runner, settings: InferenceSettings, origin: str) -> None:
+    """Gives `runner` `settings`, or closes it and raises where its graph was built
+    with other graph-side settings (`check_exported_settings`)."""
+    info = runner.info
+    try:
+        check_exported_settings(info.model_type, info.settings, settings, origin)
+    except ModelConfigError:
+        runner.close()
+        raise
+    runner.info = with_settings(info, settings)
+    metadata = getattr(runner, "metadata", None)
+    if metadata is not None:
+        runner.metadata = attrs.evolve(metadata, info=runner.info)  # type: ignore[attr-defined]
+
+
+def _load(
+    paths: str | Path | Sequence[str | Path],
+    engine: str,
+    device: str,
+    threads: int | None,
+    cache: bool,
+    cache_dir: str | Path | None,
+    progress: Progress | None,
+    settings: InferenceSettings | None,
+    options: dict[str, Any],
+) -> Runner:
+    models = _paths(paths)
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r} (expected one of {ENGINES})")
     if not is_device(device):
@@ -155,7 +206,7 @@ def load_runner(
     first = models[0]
     if engine == "tensorrt" or (len(models) == 1 and first.suffix in ENGINE_SUFFIXES):
         _require(engine, "tensorrt", f"{first} is a TensorRT engine")
-        return _tensorrt_runner(models, device, options)
+        return _tensorrt_runner(models, device, options, settings)
     gpu = _gpu_options(options)
     cpu = _CpuRunners(
         engine, device, threads, options, Path(cache_dir or default_cache_dir()) if cache else None
@@ -175,12 +226,26 @@ def load_runner(
     from sleap_live.engines.load.dirs import is_sleap_nn_export_dir
 
     if len(models) == 1 and is_sleap_nn_export_dir(first):
+        if settings is not None:
+            raise ModelConfigError(
+                f"{first}: a sleap-nn export directory runs with the settings it was exported "
+                "with; give the model directories it was exported from to choose them"
+            )
         return _sleap_nn_export_runner(first, engine, device, threads, gpu)
     _check_model_dirs(models)
     export_options = {name: options[name] for name in EXPORT_OPTIONS if name in options}
     caching = ExportCache(cache_dir or default_cache_dir(), notice) if cache else None
     return _model_dir_runner(
-        models, engine, device, threads, export_options, gpu, caching, progress or _quiet, cpu
+        models,
+        engine,
+        device,
+        threads,
+        export_options,
+        gpu,
+        caching,
+        progress or _quiet,
+        cpu,
+        settings or InferenceSettings(),
     )
 
 
@@ -317,21 +382,26 @@ def _model_dir_runner(
     cache: ExportCache | None,
     progress: Progress,
     cpu: _CpuRunners,
+    settings: InferenceSettings,
 ) -> Runner:
-    """The torch model of model directories, or their ONNX export: cached, else made now."""
+    """The torch model of model directories, or their ONNX export: cached, else made now.
+
+    The graph-side settings are part of the cache key; the host-side ones are
+    applied to whichever graph is loaded (`load_runner`).
+    """
     if engine == "torch" or (engine == "auto" and not _onnx_can_use(device)):
         progress("loading the torch model")
         from sleap_live.engines.graph.build import load_inference_model
         from sleap_live.engines.runners.torch import TorchRunner
 
-        model = load_inference_model(paths)
+        model = load_inference_model(paths, settings)
         return TorchRunner(model, _torch_device(device), num_threads=threads, **_torch_options(gpu))
 
     from sleap_live.engines.runners.onnx import OnnxRunner
 
     onnx_device = _onnx_device(device)
     providers, runner_options = _onnx_arguments(onnx_device, gpu)
-    static = StaticGraphs(paths, export_options, cache, progress)
+    static = StaticGraphs(paths, export_options, cache, progress, settings)
     frames = export_options.get("verify_frames")
 
     def onnx_runner(onnx_bytes: bytes) -> OnnxRunner:
@@ -350,9 +420,11 @@ def _model_dir_runner(
             onnx_bytes, providers, intra_op_threads=threads, specialised=static, **runner_options
         )
 
-    key = None if cache is None else cache_key(paths, export_options)
+    key = None if cache is None else cache_key(paths, export_options, settings=settings)
     if cache is None or key is None:
-        return onnx_runner(_exported_onnx(paths, export_options, progress, "exporting model"))
+        return onnx_runner(
+            _exported_onnx(paths, export_options, progress, "exporting model", settings)
+        )
     cached = cache.read(key)
     if cached is not None:
         try:
@@ -362,11 +434,15 @@ def _model_dir_runner(
         else:
             if embedded_key(runner.metadata) == key.digest:
                 _name_sources_here(runner, paths)
+                # The entry may have been made with other host-side settings.
+                _run_with(runner, settings, ", ".join(map(str, paths)))
                 return runner
             runner.close()
             cache.discard(key, "keyed differently in its own metadata")
     headline = "exporting model (first run, cached for next time)"
-    onnx_bytes = with_embedded_key(_exported_onnx(paths, export_options, progress, headline), key)
+    onnx_bytes = with_embedded_key(
+        _exported_onnx(paths, export_options, progress, headline, settings), key
+    )
     cache.write(key, onnx_bytes)
     return onnx_runner(onnx_bytes)
 
@@ -394,14 +470,18 @@ def _name_sources_here(runner: Any, paths: list[Path]) -> None:
 
 
 def _exported_onnx(
-    paths: list[Path], export_options: dict[str, Any], progress: Progress, headline: str
+    paths: list[Path],
+    export_options: dict[str, Any],
+    progress: Progress,
+    headline: str,
+    settings: InferenceSettings,
 ) -> bytes:
     """The model directories' in-memory ONNX export, each step told to `progress`."""
     progress(f"{headline}: loading the torch model")
     from sleap_live.engines.export import export_onnx_bytes
     from sleap_live.engines.graph.build import load_inference_model
 
-    model = load_inference_model(paths)
+    model = load_inference_model(paths, settings)
     try:
         return export_onnx_bytes(
             model,
@@ -431,6 +511,7 @@ class StaticGraphs:
         export_options: the dynamic graph's export options (`EXPORT_OPTIONS`).
         cache: the export cache, or None not to cache.
         progress: told what a slow step is doing.
+        settings: the inference settings the graphs are built with (in their key).
     """
 
     def __init__(
@@ -439,7 +520,9 @@ class StaticGraphs:
         export_options: dict[str, Any],
         cache: ExportCache | None,
         progress: Progress,
+        settings: InferenceSettings | None = None,
     ) -> None:
+        self._settings = InferenceSettings() if settings is None else settings
         self._paths = paths
         self._options = export_options
         self._cache = cache
@@ -451,7 +534,8 @@ class StaticGraphs:
     def key(self, shape: FrameShape) -> CacheKey | None:
         """The cache key of the static graph for `shape`."""
         options = {name: self._options[name] for name in ("opset",) if name in self._options}
-        return cache_key(self._paths, {**options, "static_frame_shape": list(shape)})
+        keyed = {**options, "static_frame_shape": list(shape)}
+        return cache_key(self._paths, keyed, settings=self._settings)
 
     def graph(self, shape: FrameShape) -> bytes:
         """The static graph for `shape` (see `ShapeGraphs`).
@@ -487,7 +571,7 @@ class StaticGraphs:
         headline = f"specialising the model to {width}x{height}x{channels} frames"
         if self._model is None:
             self._progress(f"{headline}: loading the torch model")
-            self._model = load_inference_model(self._paths)
+            self._model = load_inference_model(self._paths, self._settings)
         graph = export_static_onnx_bytes(
             self._model,
             shape,
@@ -511,7 +595,9 @@ def _torch_options(gpu: dict[str, Any]) -> dict[str, Any]:
     return gpu
 
 
-def _tensorrt_runner(paths: list[Path], device: str, options: dict[str, Any]) -> Runner:
+def _tensorrt_runner(
+    paths: list[Path], device: str, options: dict[str, Any], settings: InferenceSettings | None
+) -> Runner:
     """A `TensorRTRunner` for an engine file, a sleap-live `.onnx` or model directories."""
     from sleap_live.engines.export import tensorrt as trt_export
     from sleap_live.engines.runners.tensorrt import TensorRTRunner
@@ -556,7 +642,9 @@ def _tensorrt_runner(paths: list[Path], device: str, options: dict[str, Any]) ->
             "TensorRT, give the model directories it was exported from"
         )
     _check_model_dirs(paths)
-    inference_model = load_inference_model(paths)
+    inference_model = load_inference_model(paths, settings)
+    # Said now, not at the first batch, which is when the engine would be built.
+    check_slots(inference_model.info.model_type, inference_model.info.max_instances)
     export_options = {name: options[name] for name in EXPORT_OPTIONS if name in options}
     directory = Path(options.get("engine_cache") or trt_export.default_cache_dir())
     caches: dict[tuple[int, int, int], Any] = {}

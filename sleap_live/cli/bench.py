@@ -15,6 +15,7 @@ from sleap_live.cli.options import (
     IN_MEMORY_EXPORT,
     add_cache_options,
     add_decoder_option,
+    add_inference_options,
     add_model_options,
     add_verify_options,
     check_models,
@@ -50,6 +51,7 @@ def add_parser(commands: Any) -> None:
         parser, frames_default="the first frames of VIDEO", description=IN_MEMORY_EXPORT
     )
     add_cache_options(parser)
+    add_inference_options(parser)
     parser.add_argument(
         "--frames",
         type=positive_int,

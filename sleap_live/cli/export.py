@@ -18,7 +18,14 @@ from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
-from sleap_live.cli.options import UsageError, add_verify_options, positive_int, verify_options
+from sleap_live.cli.options import (
+    UsageError,
+    add_inference_options,
+    add_verify_options,
+    inference_settings,
+    positive_int,
+    verify_options,
+)
 from sleap_live.engines.load.metadata import DEFAULT_PROFILE, PROFILES
 
 SUMMARY = "export model directories to one ONNX or TorchScript file, verified against torch"
@@ -73,6 +80,7 @@ def add_parser(commands: Any) -> None:
         parser,
         frames_default="frames of the model directories' training labels, else synthetic frames",
     )
+    add_inference_options(parser)
     engine = parser.add_argument_group(
         "tensorrt",
         "--format tensorrt writes model.onnx into the output directory and builds its engine "
@@ -102,16 +110,17 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     """Exports, then prints the model type and the verification table (stderr)."""
     if len(args.model_dirs) > 2:
         raise UsageError("give one model directory, or two for a top-down model")
-    verify = verify_options(args)
+    # How the export is verified, and the inference settings built into it.
+    options = {**verify_options(args), "settings": inference_settings(args)}
     # Imported here: the exporter loads torch, which --help and the other commands
     # do not need.
     from sleap_live.engines import export_model
     from sleap_live.engines.load.metadata import ExportMetadata, sidecar_path
 
     if args.format == "tensorrt":
-        return _export_tensorrt(args, console, verify)
+        return _export_tensorrt(args, console, options)
     if args.format == "openvino":
-        return _export_openvino(args, console, verify)
+        return _export_openvino(args, console, options)
     output = args.output or default_output(args.model_dirs, SUFFIXES[args.format])
     with console.status("exporting") as status:
         path = export_model(
@@ -121,17 +130,17 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             opset=args.opset,
             profile=args.profile,
             progress=status.update,
-            **verify,
+            **options,
         )
     metadata = ExportMetadata.from_json(sidecar_path(path).read_text(), str(path))
     return _report(console, path, metadata)
 
 
-def _export_tensorrt(args: argparse.Namespace, console: Console, verify: dict[str, Any]) -> int:
+def _export_tensorrt(args: argparse.Namespace, console: Console, options: dict[str, Any]) -> int:
     """`--format tensorrt`: the ONNX export and its engine, in one directory."""
     from sleap_live.engines.export.tensorrt import export_tensorrt, read_engine_file
 
-    frames = verify.get("verify_frames")
+    frames = options.get("verify_frames")
     frame = args.frame_size or (None if frames is None else frames.shape[1:])
     if frame is None:
         raise UsageError("--format tensorrt needs --frame-size HxW (or --verify-video VIDEO)")
@@ -147,13 +156,13 @@ def _export_tensorrt(args: argparse.Namespace, console: Console, verify: dict[st
             notify=lambda line: console.print(escape(line), soft_wrap=True),
             opset=args.opset,
             progress=status.update,
-            **verify,
+            **options,
         )
     metadata = read_engine_file(path).metadata
     return _report(console, path, metadata)
 
 
-def _export_openvino(args: argparse.Namespace, console: Console, verify: dict[str, Any]) -> int:
+def _export_openvino(args: argparse.Namespace, console: Console, options: dict[str, Any]) -> int:
     """`--format openvino`: the verified ONNX export saved as OpenVINO IR."""
     from sleap_live.engines.export.openvino import export_openvino
     from sleap_live.engines.load.metadata import ExportMetadata, sidecar_path
@@ -161,7 +170,7 @@ def _export_openvino(args: argparse.Namespace, console: Console, verify: dict[st
     output = args.output or default_output(args.model_dirs, ".xml")
     with console.status("exporting") as status:
         path = export_openvino(
-            args.model_dirs, output, opset=args.opset, progress=status.update, **verify
+            args.model_dirs, output, opset=args.opset, progress=status.update, **options
         )
     metadata = ExportMetadata.from_json(sidecar_path(path).read_text(), str(path))
     return _report(console, path, metadata)

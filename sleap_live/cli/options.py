@@ -1,8 +1,9 @@
 """What every `sleap-live` subcommand shares: the parser, its help layout, options, types.
 
 The model options (`-m`, `--engine`, `--device`, `--batch-size`), the
-verification options (`--verify-video`, `--no-verify`) and the export cache
-options (`--no-cache`, `--cache-dir`) are defined here once and
+verification options (`--verify-video`, `--no-verify`), the export cache
+options (`--no-cache`, `--cache-dir`) and the inference settings
+(`--peak-threshold`, `--max-instances`, ...) are defined here once and
 added to each subcommand they apply to, so they are spelled, checked and
 documented the same way everywhere.
 """
@@ -16,10 +17,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
+import attrs
 import numpy as np
 from rich.console import Console
 
 from sleap_live.engines.runners.load import DEVICE_FORMS, ENGINES, is_device
+from sleap_live.engines.settings import DEFAULT_SETTINGS, InferenceSettings
 from sleap_live.stream.errors import SourceError
 from sleap_live.stream.sources import DECODERS, FileSource, is_url
 
@@ -145,6 +148,137 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
     return {"precision": args.precision}
 
 
+INFERENCE_SETTINGS_HELP = (
+    "sleap-nn predict's options of the same names (with - for _), and its defaults. A model "
+    "directory is built with them. An exported model runs with the settings it was exported "
+    "with when none is given; when one is, every one not given takes its default, and a "
+    "setting built into the graph that differs from the export's is refused (re-export the "
+    "model): only --min-line-scores, --min-instance-peaks and a bottom-up model's "
+    "--max-instances are applied at run time."
+)
+
+
+def add_inference_options(parser: argparse.ArgumentParser) -> None:
+    """The inference settings (`InferenceSettings`), each flag named after its field."""
+    group = parser.add_argument_group("inference settings", INFERENCE_SETTINGS_HELP)
+    default = DEFAULT_SETTINGS
+
+    def add(name: str, parse: Callable[[str], Any], metavar: str, help: str) -> None:
+        group.add_argument(
+            f"--{name.replace('_', '-')}",
+            dest=name,
+            type=_setting(name, parse),
+            metavar=metavar,
+            help=help,
+        )
+
+    add(
+        "peak_threshold",
+        float,
+        "X",
+        f"confidence map peaks must be above this, 0 to 1 (default: {default.peak_threshold})",
+    )
+    add(
+        "centroid_peak_threshold",
+        float,
+        "X",
+        "top-down: the centroid stage's threshold (default: --peak-threshold)",
+    )
+    add(
+        "max_instances",
+        int,
+        "N",
+        "most instances per frame: a top-down model's highest centroids, a bottom-up model's "
+        "best scoring instances (default: every instance found; a top-down model run with "
+        "TensorRT needs N, its fixed number of instance slots per frame)",
+    )
+    group.add_argument(
+        "--integral-refinement",
+        dest="integral_refinement",
+        choices=("integral", "none"),
+        help="sub-pixel refinement of peaks (default: integral)",
+    )
+    add(
+        "integral_patch_size",
+        int,
+        "N",
+        f"side of the refinement window, odd (default: {default.integral_patch_size})",
+    )
+    add(
+        "max_edge_length_ratio",
+        float,
+        "X",
+        "bottom-up: PAF lines longer than this fraction of the larger image side are "
+        f"penalised (default: {default.max_edge_length_ratio})",
+    )
+    add(
+        "dist_penalty_weight",
+        float,
+        "X",
+        f"bottom-up: weight of that penalty (default: {default.dist_penalty_weight})",
+    )
+    add(
+        "n_points",
+        int,
+        "N",
+        f"bottom-up: samples along each candidate PAF line (default: {default.n_points})",
+    )
+    add(
+        "min_instance_peaks",
+        _count_or_fraction,
+        "N|F",
+        "bottom-up: drop instances with fewer peaks; a whole number is a count, a decimal "
+        "(0.5) a fraction of the nodes (sleap-nn predict reads every value as a fraction) "
+        f"(default: {default.min_instance_peaks})",
+    )
+    add(
+        "min_line_scores",
+        float,
+        "X",
+        f"bottom-up: drop matched PAF lines scoring below this (default: "
+        f"{default.min_line_scores})",
+    )
+
+
+def _count_or_fraction(text: str) -> int | float:
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+def _setting(name: str, parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """argparse type: `parse`, then checked as `InferenceSettings` checks field `name`."""
+
+    def checked(text: str) -> Any:
+        try:
+            value = parse(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        try:
+            InferenceSettings(**{name: value})
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+        return value
+
+    return checked
+
+
+def inference_settings(args: argparse.Namespace) -> InferenceSettings | None:
+    """The settings of `add_inference_options`' flags; None when none was given (or the
+    command has none): a model directory then gets the defaults, an export its own."""
+    given = {
+        field: getattr(args, field)
+        for field in attrs.fields_dict(InferenceSettings)
+        if getattr(args, field, None) is not None
+    }
+    if not given:
+        return None
+    if "integral_refinement" in given:
+        given["integral_refinement"] = given["integral_refinement"] == "integral"
+    return InferenceSettings(**given)
+
+
 def add_decoder_option(parser: argparse.ArgumentParser) -> None:
     """`--decoder`: what decodes a video file (PyAV on the CPU, or NVDEC on the GPU)."""
     parser.add_argument(
@@ -265,8 +399,8 @@ def load_model(
     options, its slow steps shown as one status line (`loading_status`).
 
     Args:
-        args: parsed options of a parser with `add_model_options`, `add_cache_options`
-            and `add_verify_options`.
+        args: parsed options of a parser with `add_model_options`, `add_cache_options`,
+            `add_verify_options` and `add_inference_options`.
         console: where the status line goes.
         video: the video the command runs on (its first frames verify an export).
         quiet: show no status line.
@@ -282,6 +416,7 @@ def load_model(
             engine=args.engine,
             device=args.device,
             progress=progress,
+            settings=inference_settings(args),
             **cache_options(args),
             **engine_options(args),
             **verify,

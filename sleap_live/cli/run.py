@@ -22,6 +22,7 @@ from sleap_live.cli.options import (
     UsageError,
     add_cache_options,
     add_decoder_option,
+    add_inference_options,
     add_model_options,
     add_verify_options,
     bit_depth,
@@ -140,6 +141,7 @@ def _add_common_options(
 ) -> None:
     # The pipeline picks the batch size from its policy: 8 recorded, 1 live.
     add_model_options(parser, batch_size=None, batch_size_help=batch_size_help)
+    add_inference_options(parser)
     add_decoder_option(parser)
     parser.add_argument(
         "--bit-depth",

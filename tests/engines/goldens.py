@@ -31,6 +31,44 @@ CASES: dict[str, tuple[tuple[str, ...], str, str]] = {
     "multi_class_bottomup": (("multi_class_bottomup",), "multi_rgb.mp4", "multi_rgb.npz"),
 }
 
+# Goldens of non-default inference settings (scripts/make_fixtures.py SETTINGS_GOLDENS):
+# name -> (model dirs, test video, sleap-live settings, frames predicted from the start).
+# Each setting is the sleap-nn predict option of the same name (integral_refinement
+# False: "none").
+SETTINGS_CASES: dict[str, tuple[tuple[str, ...], str, dict[str, object], int]] = {
+    "settings_topdown": (
+        ("centroid", "centered_instance"),
+        "multi_gray.mkv",
+        {
+            "max_instances": 1,
+            "peak_threshold": 0.8,
+            "centroid_peak_threshold": 0.985,
+            "integral_patch_size": 3,
+        },
+        12,
+    ),
+    "settings_bottomup": (
+        ("bottomup",),
+        "multi_gray.mkv",
+        {
+            "max_instances": 2,
+            "peak_threshold": 0.85,
+            "min_line_scores": 0.5,
+            "max_edge_length_ratio": 0.1,
+            "dist_penalty_weight": 3.0,
+            "n_points": 5,
+            "min_instance_peaks": 0.6,
+        },
+        16,
+    ),
+    "settings_single_instance": (
+        ("single_instance",),
+        "single.mkv",
+        {"integral_refinement": False, "peak_threshold": 0.85},
+        12,
+    ),
+}
+FIRST_BATCH_DIFFERS_SETTINGS = {"settings_bottomup"}
 
 # sleap-nn's "same" max pooling pads odd sizes only on each layer's first call, so
 # the first batch of a `predict` run (4 frames at its default batch size) differs
@@ -43,7 +81,8 @@ FIRST_BATCH_DIFFERS = {"bottomup"}
 
 def compared_frames(name: str, n_frames: int) -> range:
     """Frames of a golden that reflect sleap-nn's steady-state behaviour."""
-    return range(SLEAP_NN_FIRST_BATCH if name in FIRST_BATCH_DIFFERS else 0, n_frames)
+    differs = FIRST_BATCH_DIFFERS | FIRST_BATCH_DIFFERS_SETTINGS
+    return range(SLEAP_NN_FIRST_BATCH if name in differs else 0, n_frames)
 
 
 def case_paths(name: str) -> tuple[list[Path], Path, Path, Path]:

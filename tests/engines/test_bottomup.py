@@ -296,7 +296,9 @@ def test_info_carries_the_grouping_settings_through_metadata():
     unlimited = BottomUpModel(
         ToyNetwork(1, 4, 2), PreprocessConfig(in_channels=1), SKELETON, SKELETON.edges, 2, 2
     )
-    assert unlimited.info.max_instances == 4 * 20
+    # No cap, as in sleap-nn: the grouping keeps every instance.
+    assert unlimited.info.max_instances is None
+    assert PafGrouper.from_info(unlimited.info).max_instances is None
 
 
 def _spec(model_type: str, heads: tuple[HeadSpec, ...], classes=()) -> ModelSpec:

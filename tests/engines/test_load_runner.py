@@ -171,7 +171,7 @@ def test_auto_does_not_fall_back_to_torch_when_the_model_does_not_export(
 ):
     monkeypatch.setattr(
         "sleap_live.engines.graph.build.load_inference_model",
-        lambda paths: toy_models.AntialiasedModel(),
+        lambda paths, settings=None: toy_models.AntialiasedModel(),
     )
     for engine in ("auto", "onnx"):
         with warnings.catch_warnings():

@@ -148,9 +148,23 @@ class TestTopLocalPeaks:
         samples, _, values = peaks.top_local_peaks(cms, 20)
         assert samples.tolist() == [0] and values.tolist() == pytest.approx([0.9])
 
-    def test_no_peaks(self):
-        samples, points, values = peaks.top_local_peaks(torch.zeros((2, 1, 6, 6)), 4)
+    @pytest.mark.parametrize("limit", [4, None])
+    def test_no_peaks(self, limit):
+        samples, points, values = peaks.top_local_peaks(torch.zeros((2, 1, 6, 6)), limit)
         assert samples.shape == (0,) and points.shape == (0, 2) and values.shape == (0,)
+
+    def test_no_limit_keeps_every_peak_in_raster_order(self):
+        # sleap-nn predict's default: no max_instances, every centroid.
+        spots = [(row, col, 0.3 + 0.01 * (row + col)) for row in range(1, 12, 2) for col in (1, 4)]
+        cms = torch.cat([_maps(*spots, size=(13, 6)), _maps((5, 2, 0.6), size=(13, 6))])
+        samples, points, values = peaks.top_local_peaks(cms, None, refine=False)
+        assert samples.tolist() == [0] * len(spots) + [1]
+        assert points.tolist() == [[col, row] for row, col, _ in spots] + [[2, 5]]
+        assert values.tolist() == pytest.approx([value for *_, value in spots] + [0.6])
+        refined = peaks.top_local_peaks(cms, None)
+        limited = peaks.top_local_peaks(cms, len(spots))
+        for ours, capped in zip(refined, limited, strict=True):
+            assert torch.equal(ours, capped)
 
 
 def test_grid_to_image_applies_stride_then_scale():

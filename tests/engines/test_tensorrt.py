@@ -752,7 +752,7 @@ def test_load_runner_exports_model_dirs_per_frame_size_and_caches_by_hash(
         return clean_onnx()
 
     monkeypatch.setattr(
-        build, "load_inference_model", lambda paths: types.SimpleNamespace(info=info)
+        build, "load_inference_model", lambda paths, settings=None: types.SimpleNamespace(info=info)
     )
     monkeypatch.setattr(runners_load, "_tensorrt_onnx_bytes", export)
     model_dir = tmp_path / "model"
@@ -767,6 +767,30 @@ def test_load_runner_exports_model_dirs_per_frame_size_and_caches_by_hash(
     assert [path.name.split(".")[0] for path in cache.glob("*.engine")] == [sha[:16]]
     load_runner(model_dir, engine="tensorrt", engine_cache=cache, frame_size=FRAME[:2])
     assert builds(fake_gpu) == 1  # exported again, and found in the cache
+
+
+def test_load_runner_needs_max_instances_for_top_down_model_dirs(fake_gpu, monkeypatch, tmp_path):
+    from sleap_live.engines.graph import build
+    from sleap_live.engines.settings import InferenceSettings
+
+    info = read_onnx_model(clean_onnx()).metadata.info
+    given = []
+
+    def load(paths, settings=None):
+        given.append(settings)
+        return types.SimpleNamespace(
+            info=attrs.evolve(info, max_instances=settings.max_instances, settings=settings)
+        )
+
+    monkeypatch.setattr(build, "load_inference_model", load)
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    with pytest.raises(ModelConfigError, match=r"give max_instances \(--max-instances N"):
+        load_runner(model_dir, engine="tensorrt", settings=InferenceSettings(), verify=False)
+    runner = load_runner(
+        model_dir, engine="tensorrt", settings=InferenceSettings(max_instances=4), verify=False
+    )
+    assert runner.info.max_instances == 4 and runner.info.settings == given[-1]
 
 
 def test_cli_export_tensorrt_writes_the_onnx_and_its_engine(

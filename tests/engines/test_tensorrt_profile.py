@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from sleap_live.engines import export_model
+from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.export import export_onnx_bytes
 from sleap_live.engines.export.check_tensorrt import check_tensorrt
 from sleap_live.engines.graph.build import load_inference_model
@@ -25,6 +26,7 @@ from sleap_live.engines.host.outputs import INSTANCE_SLOTS, output_axes, output_
 from sleap_live.engines.host.postprocess import decode
 from sleap_live.engines.load.metadata import ExportMetadata, read_onnx_metadata
 from sleap_live.engines.runners.onnx import BoundIO, OnnxRunner
+from sleap_live.engines.settings import InferenceSettings
 from sleap_live.engines.types import ModelInfo, Skeleton
 from sleap_live.stream.sources import FileSource
 
@@ -71,9 +73,15 @@ def _poses(onnx_bytes: bytes, frames: np.ndarray) -> list[dict]:
         runner.close()
 
 
+# The tensorrt profile's instance slots per frame (centroid and top-down models need
+# a number): far more than the fixtures' two animals, so it never binds and the
+# poses are sleap-nn's, which keeps every centroid.
+SLOTS = InferenceSettings(max_instances=20)
+
+
 def _export(name: str, frames: np.ndarray, profile: str, verify: bool = True) -> bytes:
     models, _, _, _ = goldens.case_paths(name)
-    model = load_inference_model(models)
+    model = load_inference_model(models, SLOTS)
     return export_onnx_bytes(
         model,
         verify=verify,
@@ -185,6 +193,7 @@ def test_tensorrt_profile_export_is_lint_clean_fixed_shape_and_preallocated(mode
         verify=False,
         profile="tensorrt",
         frame_size=(203, 275),
+        settings=SLOTS,
     )
 
     assert check_tensorrt(path) == []
@@ -205,6 +214,16 @@ def test_tensorrt_profile_export_is_lint_clean_fixed_shape_and_preallocated(mode
     layout = output_axes(metadata.info.model_type, metadata.output_layout)
     binding = BoundIO(session, "cpu", output_axes=layout)
     assert set(binding._output_buffers(3)) == set(metadata.output_names)
+
+
+@pytest.mark.parametrize("model_type", ["centroid", "topdown"])
+def test_tensorrt_profile_of_centroids_needs_max_instances(model_type):
+    # sleap-nn keeps every centroid; a graph with fixed slots per frame cannot.
+    model = load_inference_model([MODELS / name for name in EXPORTS[model_type]])
+    assert model.info.max_instances is None
+    with pytest.raises(ModelConfigError, match=r"give max_instances \(--max-instances N"):
+        export_onnx_bytes(model, verify=False, profile="tensorrt")
+    assert model.profile == "default"
 
 
 def test_tensorrt_profile_is_onnx_only_and_restores_the_models_profile():

@@ -531,11 +531,12 @@ def test_real_model_end_to_end_matches_ground_truth(name, tmp_path):
 
 
 def test_run_prints_its_path_and_why_nvdec_was_not_used(
-    video, fake_engine, capsys, monkeypatch, caplog, tmp_path
+    video, tmp_path, fake_engine, capsys, monkeypatch, caplog
 ):
     from sleap_live.stream.sources import nvdec
 
     monkeypatch.chdir(tmp_path)  # where the runs without -o write their poses
+
     monkeypatch.setattr(nvdec, "nvdec_unavailable", lambda info: "no GPU in this test")
     notice = "NVDEC not used: no GPU in this test; decoding with PyAV on the CPU"
     assert cli.main(["run", str(video), "-m", "m", "--decoder", "auto"]) == 0
@@ -551,3 +552,83 @@ def test_run_prints_its_path_and_why_nvdec_was_not_used(
     assert "NVDEC" not in err and "path: pyav decode -> FakeRunner on cpu" in err
     assert cli.main(["run", str(video), "-m", "m", "-q"]) == 0
     assert "path:" not in capsys.readouterr().err
+
+
+# --- inference settings ---------------------------------------------------------------
+
+
+def test_inference_settings_reach_the_model_loader(video, tmp_path, fake_engine):
+    from sleap_live.engines.settings import InferenceSettings
+
+    out = ["-m", "m", "-q", "--no-verify", "-o", str(tmp_path / "out.slp")]
+    assert cli.main(["run", str(video), *out]) == 0
+    flags = [
+        "--peak-threshold",
+        "0.5",
+        "--max-instances",
+        "2",
+        "--integral-refinement",
+        "none",
+        "--min-instance-peaks",
+        "3",
+        "--min-line-scores",
+        "0.4",
+    ]
+    assert cli.main(["run", str(video), *out, *flags]) == 0
+    assert (
+        cli.main(["replay", str(video), "--fps", "1000", *out, "--min-instance-peaks", "0.5"]) == 0
+    )
+    plain, given, replayed = (options["settings"] for options in fake_engine.options)
+    # None: a model directory gets sleap-nn's defaults, an export its own.
+    assert plain is None
+    assert given == InferenceSettings(
+        peak_threshold=0.5,
+        max_instances=2,
+        integral_refinement=False,
+        min_instance_peaks=3,
+        min_line_scores=0.4,
+    )
+    assert replayed == InferenceSettings(min_instance_peaks=0.5)
+    # The run's options, recorded in the outputs' provenance, hold them.
+    provenance = sio.load_slp(str(tmp_path / "out.slp"), open_videos=False).provenance
+    assert provenance["options"]["min_instance_peaks"] == 0.5
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--peak-threshold", "2"], "argument --peak-threshold: peak_threshold must be a number"),
+        (["--peak-threshold", "x"], "argument --peak-threshold: expected a number, got 'x'"),
+        (["--max-instances", "0"], "argument --max-instances: max_instances must be a whole"),
+        (["--max-instances", "1.5"], "argument --max-instances: expected a number, got '1.5'"),
+        (["--integral-patch-size", "4"], "integral_patch_size must be an odd whole number"),
+        (["--integral-refinement", "off"], "argument --integral-refinement: invalid choice"),
+        (["--n-points", "0"], "argument --n-points: n_points must be a whole number from 1"),
+        (["--min-instance-peaks", "1.5"], "min_instance_peaks as a fraction of the nodes must"),
+        (["--max-edge-length-ratio", "0"], "max_edge_length_ratio must be a number above 0"),
+        (["--dist-penalty-weight", "-1"], "dist_penalty_weight must be a number of at least 0"),
+        (["--min-line-scores", "nan"], "min_line_scores must be a finite number"),
+        (["--centroid-peak-threshold", "-0.5"], "centroid_peak_threshold must be a number"),
+    ],
+)
+def test_inference_settings_out_of_range_are_one_line_and_exit_2(flags, message, capsys):
+    for command in (["run", "v.mp4", "-m", "m"], ["export", "model_dir"]):
+        assert cli.main([*command, *flags]) == 2
+        line = error_line(capsys)
+        assert line.startswith("sleap-live: error: ") and message in line, line
+
+
+def test_export_builds_the_inference_settings_into_the_model(monkeypatch):
+    from sleap_live.engines.settings import InferenceSettings
+
+    given = []
+
+    def export_model(model_dirs, output, **options):
+        given.append(options["settings"])
+        raise KeyboardInterrupt  # stop before the report, which reads the export
+
+    monkeypatch.setattr(engines, "export_model", export_model, raising=False)
+    assert cli.main(["export", "m", "--no-verify"]) == 130
+    argv = ["export", "m", "--no-verify", "--max-instances", "3", "--n-points", "5"]
+    assert cli.main(argv) == 130
+    assert given == [None, InferenceSettings(max_instances=3, n_points=5)]

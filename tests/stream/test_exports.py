@@ -16,6 +16,7 @@ from pynwb import NWBHDF5IO
 
 from sleap_live import cli
 from sleap_live.engines.runners.load import load_runner
+from sleap_live.engines.settings import InferenceSettings
 from sleap_live.stream import Pipeline
 from sleap_live.stream.exports import CSV_COLUMNS, SUFFIXES
 from sleap_live.stream.journal import journal_path
@@ -158,6 +159,8 @@ def test_slp_holds_every_frame_and_the_provenance(reference):
     assert all(len(digest) == 64 for digest in model["sha256"].values())
     assert provenance["settings"] == {"policy": "recorded", "batch_size": 8}
     assert provenance["inference"]["peak_threshold"] == pytest.approx(0.2)
+    # sleap-nn predict's defaults: the model directory was loaded without settings.
+    assert provenance["inference_settings"] == InferenceSettings().to_dict()
     assert provenance["recording"] is None
 
 
