@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from sleap_live import cli
-from sleap_live.cli import bench, check, export, recover, render, run
+from sleap_live.cli import bench, cameras, check, export, recover, render, run
 
 SUMMARIES = {
     "run": run.RUN_SUMMARY,
     "replay": run.REPLAY_SUMMARY,
+    "cameras": cameras.SUMMARY,
     "export": export.SUMMARY,
     "bench": bench.SUMMARY,
     "check-tensorrt": check.SUMMARY,
