@@ -79,7 +79,12 @@ class CameraSource(SourceBase):
         backend: FFmpeg input device; defaults to v4l2, avfoundation or dshow by
             platform. Any FFmpeg input format works, e.g. ``"lavfi"`` with a
             ``testsrc`` graph as the device for a synthetic camera.
-        options: further FFmpeg device options, applied last.
+        options: further FFmpeg device options (``av.open``'s), applied last: e.g.
+            v4l2's ``input_format``, ``framerate``, ``video_size``, ``timestamps``.
+            Options the device refuses make opening fail, naming every option given;
+            FFmpeg ignores a key that no part of it knows. Camera controls
+            (exposure, gain) are not FFmpeg options: set them with the platform's
+            tools (``v4l2-ctl -c``, linuxpy) before or during the run.
         source_id: name stamped on every frame; defaults to ``"camera:<index>"`` or
             the device string.
         clock: what frames are stamped with.
@@ -137,8 +142,12 @@ class CameraSource(SourceBase):
         except FileNotFoundError as error:
             raise SourceNotFoundError(f"{self.device}: no such camera device") from error
         except (av.error.FFmpegError, ValueError) as error:
+            # FFmpeg does not say which option it refused: name every one given.
+            given = ", ".join(f"{key}={value}" for key, value in (options or {}).items())
             raise SourceError(
-                f"{self.device}: cannot open camera with {self.backend}: {_av.reason(error)}"
+                f"{self.device}: cannot open camera with {self.backend}"
+                + (f" and options {given}" if given else "")
+                + f": {_av.reason(error)}"
             ) from error
         self._adopt_stream(fps, bit_depth)
 

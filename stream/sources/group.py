@@ -18,9 +18,11 @@ from sleap_live.stream.sources import Source
 
 
 def source_tag(source_id: str) -> str:
-    """A source id as a file name part: runs of other characters than letters and digits
-    become one "-" (``"camera:0"`` -> ``"camera-0"``, ``"/dev/video2"`` -> ``"dev-video2"``)."""
-    return re.sub(r"[^A-Za-z0-9]+", "-", source_id).strip("-") or "source"
+    """A source id as a file name part: a path's last part, with each run of other
+    characters than letters and digits made one "-" (``"camera:0"`` -> ``"camera-0"``,
+    ``"/dev/video2"`` -> ``"video2"``, ``"video=Logitech BRIO"`` -> ``"video-Logitech-BRIO"``)."""
+    name = source_id.rstrip("/").rsplit("/", 1)[-1]
+    return re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-") or "source"
 
 
 def per_source_path(path: Path, source_id: str) -> Path:

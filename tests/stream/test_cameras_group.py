@@ -22,6 +22,11 @@ from sleap_live.stream.types import Frame
 
 CAMERAS = ("camera:0", "camera:1")
 
+# sleap-io loads its modules on first use; done here, at normal priority, rather than by
+# the first .slp writer, a background thread under the recorded policy, which on a busy
+# machine can take most of a minute over it.
+_ = (sio.Labels, sio.LabeledFrame, sio.PredictedInstance, sio.Track, sio.Video, sio.save_slp)
+
 
 def frame(fakes, source: str, index: int, at: float) -> Frame:
     return Frame(index, at, source, fakes.frame_image(index))
@@ -121,14 +126,15 @@ def test_a_group_needs_one_frame_shape_and_distinct_ids(fakes):
     with pytest.raises(ValueError, match=r"camera:1 gives 6x8, 1-channel frames but camera:0"):
         SourceGroup([a, fakes.FakeSource(source_id="camera:1", shape=(8, 6, 1))])
     with pytest.raises(ValueError, match="need distinct ids"):
-        SourceGroup([a, fakes.FakeSource(source_id="camera/0")])
+        SourceGroup([a, fakes.FakeSource(source_id="camera_0")])
     group = SourceGroup([a, fakes.FakeSource(source_id="camera:1", fps=60.0)])
     assert (group.source_id, group.fps, group.n_frames) == ("camera:0+camera:1", 60.0, 40)
 
 
 def test_each_source_has_its_own_file_name():
     assert source_tag("camera:0") == "camera-0"
-    assert source_tag("/dev/video2") == "dev-video2"
+    assert source_tag("/dev/video2") == "video2"
+    assert source_tag("video=Logitech BRIO") == "video-Logitech-BRIO"
     assert per_source_path(Path("out/session.slp"), "camera:1") == Path("out/session.camera-1.slp")
 
 
@@ -257,3 +263,37 @@ def test_a_camera_that_stalls_ends_the_run_naming_it(fakes):
                 )
             pipeline.join(fakes.HANG_TIMEOUT)
     assert pipeline.stats.frames_processed == 3
+
+
+def test_dashboard_shows_drops_per_camera_with_several(fakes):
+    from rich.console import Console
+
+    from sleap_live.stream.dashboard import render_dashboard
+    from sleap_live.stream.stats import PipelineStats
+
+    def text(dropped_by_source) -> str:
+        stats = PipelineStats(
+            policy="live",
+            batch_size=2,
+            running=True,
+            elapsed=1.0,
+            frames_total=None,
+            frames_captured=10,
+            frames_processed=6,
+            frames_dropped=4,
+            fps=6.0,
+            capture_fps=10.0,
+            latency_p50=None,
+            latency_p99=None,
+            engine_latency_p50=None,
+            engine_latency_p99=None,
+            queue_depths={},
+            instances_last_frame=0,
+            dropped_by_source=dropped_by_source,
+        )
+        console = Console(width=100, color_system=None, record=True)
+        console.print(render_dashboard(stats))
+        return console.export_text()
+
+    assert "camera:0 3  camera:1 1" in text({"camera:0": 3, "camera:1": 1})
+    assert "camera:0 4" not in text({"camera:0": 4})
