@@ -297,3 +297,25 @@ def test_dashboard_shows_drops_per_camera_with_several(fakes):
 
     assert "camera:0 3  camera:1 1" in text({"camera:0": 3, "camera:1": 1})
     assert "camera:0 4" not in text({"camera:0": 4})
+
+
+def test_each_camera_is_recorded_to_its_own_video(tmp_path, fakes):
+    import av
+
+    sources = [fakes.FakeSource(6, source_id=camera) for camera in CAMERAS]
+    Pipeline(
+        SourceGroup(sources),
+        fakes.FakeRunner(),
+        output=tmp_path / "session.slp",
+        record=tmp_path / "session.mkv",
+        record_codec="ffv1",
+    ).run()
+    for camera in CAMERAS:
+        video = tmp_path / f"session.{source_tag(camera)}.mkv"
+        with av.open(str(video)) as container:
+            images = [f.to_ndarray(format="gray") for f in container.decode(video=0)]
+        assert [fakes.index_of(image[:, :, None]) for image in images] == list(range(6))
+        assert (tmp_path / f"session.{source_tag(camera)}.mkv.timestamps.csv").exists()
+        labels = sio.load_slp(str(tmp_path / f"session.{source_tag(camera)}.slp"))
+        # A lossless recording is the picture each camera's poses link to.
+        assert Path(labels.videos[0].filename) == video.resolve()

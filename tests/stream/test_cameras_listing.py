@@ -158,3 +158,65 @@ def test_cli_lists_cameras_on_stdout(monkeypatch, capsys):
     assert cli.main(["cameras", "--backend", "v4l2"]) == 0
     assert capsys.readouterr().out.splitlines() == devices.describe_cameras([camera])
     assert asked == ["v4l2"]
+
+
+def test_query_reads_modes_through_linuxpy(monkeypatch, tmp_path):
+    """`query_v4l2_node` against linuxpy's records, its device faked: discrete sizes with
+    their rates, and a format that takes any size in a range."""
+    from fractions import Fraction
+    from types import SimpleNamespace
+
+    from linuxpy.video import device as v4l2
+
+    def frame_type(pixel_format, width, height, fps):
+        rate = Fraction(fps)
+        return v4l2.FrameType(None, pixel_format, width, height, rate, rate, rate)
+
+    stepwise = SimpleNamespace(min_width=16, min_height=16, max_width=1280, max_height=960)
+
+    class FakeInfo:
+        card = "Arena Camera"
+        device_capabilities = v4l2.Capability.VIDEO_CAPTURE | v4l2.Capability.STREAMING
+        frame_types = (
+            frame_type(v4l2.PixelFormat.MJPEG, 1280, 720, 60),
+            frame_type(v4l2.PixelFormat.MJPEG, 1280, 720, 30),
+            frame_type(v4l2.PixelFormat.YUYV, 640, 480, 30),
+        )
+
+        def buffer_formats(self, buffer_type):
+            assert buffer_type == v4l2.BufferType.VIDEO_CAPTURE
+            return [
+                v4l2.ImageFormat(buffer_type, "Motion-JPEG", 0, v4l2.PixelFormat.MJPEG),
+                v4l2.ImageFormat(buffer_type, "Greyscale", 0, v4l2.PixelFormat.GREY),
+            ]
+
+        def format_frame_sizes(self, pixel_format):
+            if pixel_format == v4l2.PixelFormat.GREY:
+                return [v4l2.FrameSize(0, pixel_format, v4l2.FrameSizeType.STEPWISE, stepwise)]
+            return [v4l2.FrameSize(0, pixel_format, v4l2.FrameSizeType.DISCRETE, None)]
+
+    opened = []
+
+    class FakeDevice:
+        def __init__(self, path):
+            opened.append(path)
+            self.info = FakeInfo()
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+    monkeypatch.setattr(v4l2, "Device", FakeDevice)
+    node = devices.query_v4l2_node(tmp_path / "video0")
+    assert opened == [tmp_path / "video0"]
+    assert node == V4l2Node(
+        "Arena Camera",
+        True,
+        (
+            CameraMode("mjpeg", "1280x720", (60.0, 30.0)),
+            CameraMode("yuyv422", "640x480", (30.0,)),
+            CameraMode("gray", "16x16 to 1280x960", ()),
+        ),
+    )
