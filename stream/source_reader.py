@@ -191,6 +191,10 @@ class SourceReader:
             raise self._error
         return True
 
+    def wait_done(self, timeout: float) -> bool:
+        """Wait at most `timeout` real seconds for the reader to end; whether it has."""
+        return self._done.wait(timeout)
+
     def _check_stall(self) -> None:
         since = self._reading_since
         waited = 0.0 if since is None else self._clock() - since
@@ -268,7 +272,7 @@ def watch_all(readers: Sequence[SourceReader]) -> None:
     while running:
         running = [reader for reader in running if not reader.finished()]
         if running:
-            running[0]._done.wait(CLOCK_POLL)
+            running[0].wait_done(CLOCK_POLL)
 
 
 def _close_iterator(iterator: Iterator[Any]) -> None:
