@@ -319,3 +319,32 @@ def test_each_camera_is_recorded_to_its_own_video(tmp_path, fakes):
         labels = sio.load_slp(str(tmp_path / f"session.{source_tag(camera)}.slp"))
         # A lossless recording is the picture each camera's poses link to.
         assert Path(labels.videos[0].filename) == video.resolve()
+
+
+def test_published_messages_carry_each_cameras_id_in_topic_and_message(fakes):
+    msgpack = pytest.importorskip("msgpack")
+    zmq = pytest.importorskip("zmq")
+    from sleap_live.stream.publish import Publisher
+
+    publisher = Publisher("tcp://127.0.0.1:*")
+    context = zmq.Context()
+    socket = context.socket(zmq.SUB)
+    try:
+        socket.connect(publisher.endpoint)
+        socket.subscribe(b"poses")
+        assert publisher.wait_for_subscribers(1, timeout=fakes.HANG_TIMEOUT)
+        sources = [fakes.FakeSource(5, source_id=camera) for camera in CAMERAS]
+        Pipeline(SourceGroup(sources), fakes.FakeRunner(), publish=publisher).run()
+        publisher.close()  # lets the last messages leave
+        received = []
+        while socket.poll(1000):
+            topic, payload = socket.recv_multipart()
+            received.append((topic.decode(), msgpack.unpackb(payload)))
+    finally:
+        socket.close(linger=0)
+        context.term()
+        publisher.close()
+    assert {topic for topic, _ in received} == {f"poses/{camera}" for camera in CAMERAS}
+    for topic, message in received:
+        assert topic == f"poses/{message['source_id']}"
+        assert len(message["points"]) == message["frame_index"] % 3
