@@ -274,10 +274,16 @@ class Pipeline:
         frames, self._batches = policy_channels(
             policy, batch_size, lambda batch: self._meters.batch_dropped(batch.frames)
         )
-        self._slots = None
+        # One source: the frames channel. Several: a slot each (see `slots`).
+        self._slots: SourceSlots | None = None
+        self._frames: Channel[Frame] | SourceSlots = frames
+        self._batcher: Batcher | GroupBatcher
         if isinstance(source, SourceGroup):
             self._slots = SourceSlots(source.source_ids, "latest" if policy == "live" else "block")
-        self._frames: Channel[Frame] | SourceSlots = frames if self._slots is None else self._slots
+            self._frames = self._slots
+            self._batcher = GroupBatcher(self._slots, policy, source.fps, clock)
+        else:
+            self._batcher = Batcher(frames, batch_size, policy, source.fps, clock)
         self._results: Channel[EngineResult] = Channel(2, "block")
         self._readers = [self._reader_of(member) for member in self._sources]
 
@@ -573,20 +579,12 @@ class Pipeline:
                 reader.report_blocked()
 
     def _batch(self) -> None:
-        batcher: Batcher | GroupBatcher
-        if self._slots is not None:
-            batcher = GroupBatcher(self._slots, self.policy, self._source.fps, self._clock)
-        else:
-            assert isinstance(self._frames, Channel)
-            batcher = Batcher(
-                self._frames, self.batch_size, self.policy, self._source.fps, self._clock
-            )
         try:
             for first in self._frames:
                 if self._halt.is_set():
                     self._meters.discarded([first])
                     break
-                batch = batcher.batch(first)
+                batch = self._batcher.batch(first)
                 try:
                     self._batches.put(batch)
                 except ChannelClosed:  # halted while waiting for room
