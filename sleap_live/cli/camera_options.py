@@ -1,8 +1,9 @@
-"""The camera options of `sleap-live run`: --camera (repeatable), --width, --height, --fps
-and --camera-option, checked and turned into opened sources.
+"""The camera options of `sleap-live run`: --camera (repeatable), --width, --height, --fps,
+--camera-option and --camera-control, checked and turned into opened sources.
 
 Several --camera run side by side through one engine (see `SourceGroup`); the
---camera-option values reach FFmpeg's capture device as `av.open` options.
+--camera-option values reach FFmpeg's capture device as `av.open` options, the
+--camera-control values the camera's V4L2 controls (`controls.set_v4l2_controls`).
 """
 
 from __future__ import annotations
@@ -25,10 +26,18 @@ CAMERA_OPTION_HELP = (
     f"camera's pixel format: mjpeg, yuyv422, gray...; `{PROG} cameras` lists them), "
     "framerate, video_size, timestamps (default, abs, mono2abs); avfoundation and dshow "
     "take pixel_format, framerate, video_size. Exposure and gain are camera controls, not "
-    "FFmpeg options: set them with v4l2-ctl -d /dev/video0 -c exposure_time_absolute=100 "
-    "(Linux) or the camera's own tool. An option the camera refuses stops the run before "
-    "any work, naming the camera and the options; FFmpeg ignores a key it does not know "
-    "(default: none)"
+    "FFmpeg options: see --camera-control. An option the camera refuses stops the run "
+    "before any work, naming the camera and the options; FFmpeg ignores a key it does not "
+    "know (default: none)"
+)
+
+CAMERA_CONTROL_HELP = (
+    "a V4L2 camera control (Linux) to set before capture, for every camera or for one with "
+    "CAMERA:NAME=VALUE; repeatable, set in the order given, e.g. --camera-control "
+    "auto_exposure=1 --camera-control exposure_time_absolute=100 --camera-control gain=10. "
+    f"`{PROG} cameras` and v4l2-ctl -L list a camera's controls and ranges; a control the "
+    "camera lacks, or a value out of its range, stops the run before any work, naming the "
+    "camera and the control. Other platforms: the camera's own tool (default: none)"
 )
 
 
@@ -93,6 +102,13 @@ def add_camera_options(run: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help=CAMERA_OPTION_HELP,
     )
+    camera.add_argument(
+        "--camera-control",
+        type=camera_option,
+        action="append",
+        metavar="NAME=VALUE",
+        help=CAMERA_CONTROL_HELP,
+    )
 
 
 def check_camera_options(args: argparse.Namespace) -> None:
@@ -106,7 +122,7 @@ def check_camera_options(args: argparse.Namespace) -> None:
     if not cameras:
         given = [
             f"--{name.replace('_', '-')}"
-            for name in ("width", "height", "fps", "camera_option")
+            for name in ("width", "height", "fps", "camera_option", "camera_control")
             if getattr(args, name)
         ]
         if given:
@@ -117,12 +133,13 @@ def check_camera_options(args: argparse.Namespace) -> None:
         raise UsageError(f"--camera {repeated[0]} is given twice; give each camera once")
     if (args.width is None) != (args.height is None):
         raise UsageError("give --width and --height together")
-    for option in map(parse_camera_option, args.camera_option or []):
-        if option.camera is not None and option.camera not in cameras:
-            raise UsageError(
-                f"--camera-option {option.camera}:{option.key}={option.value}: "
-                f"{option.camera} is not a --camera of this run ({', '.join(cameras)})"
-            )
+    for flag, given in (("option", args.camera_option), ("control", args.camera_control)):
+        for option in map(parse_camera_option, given or []):
+            if option.camera is not None and option.camera not in cameras:
+                raise UsageError(
+                    f"--camera-{flag} {option.camera}:{option.key}={option.value}: "
+                    f"{option.camera} is not a --camera of this run ({', '.join(cameras)})"
+                )
     if len(cameras) > 1 and args.batch_size is not None and args.batch_size != len(cameras):
         raise UsageError(
             f"--batch-size: with {len(cameras)} cameras a batch holds one frame of each, "
@@ -131,7 +148,7 @@ def check_camera_options(args: argparse.Namespace) -> None:
 
 
 def options_for(camera: str, given: Sequence[CameraOption]) -> dict[str, str]:
-    """The FFmpeg options of `camera`: those for every camera, then its own."""
+    """The options (or controls) of `camera`: those for every camera, then its own."""
     options = {option.key: option.value for option in given if option.camera is None}
     options.update({option.key: option.value for option in given if option.camera == camera})
     return options
@@ -180,7 +197,8 @@ def open_cameras(
 def open_camera(args: argparse.Namespace, camera: str) -> Source:
     """One --camera with the run's size, rate, bit depth, read timeout and options."""
     device: int | str = int(camera) if camera.isdigit() else camera
-    options = options_for(camera, [parse_camera_option(text) for text in args.camera_option or []])
+    options = options_for(camera, list(map(parse_camera_option, args.camera_option or [])))
+    controls = options_for(camera, list(map(parse_camera_option, args.camera_control or [])))
     return open_source(
         device,
         # A stream URL given as --camera is read as the stream it is.
@@ -189,6 +207,7 @@ def open_camera(args: argparse.Namespace, camera: str) -> Source:
         height=args.height,
         fps=args.fps,
         options=options or None,
+        controls=controls or None,
         bit_depth=args.bit_depth,
         read_timeout=args.read_timeout,
     )

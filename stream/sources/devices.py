@@ -1,10 +1,10 @@
 """The cameras this machine has, and the modes each can capture in (`sleap-live cameras`).
 
 On Linux every ``/dev/video*`` node that captures video is asked for its pixel formats,
-frame sizes and frame rates through V4L2, with `linuxpy` (the library written for
-V4L2's ioctls). On macOS (avfoundation) and Windows (dshow) FFmpeg's own device
-listing names the cameras (``list_devices``); those devices do not report modes
-through FFmpeg's API, so none are listed there.
+frame sizes and frame rates, and its controls (exposure, gain...), through V4L2, with
+`linuxpy` (the library written for V4L2's ioctls). On macOS (avfoundation) and Windows
+(dshow) FFmpeg's own device listing names the cameras (``list_devices``); those devices
+do not report modes through FFmpeg's API, so none are listed there.
 
 What touches the system is injectable: the folder holding the device nodes and the
 function that queries one node (Linux), and the function that runs FFmpeg's listing
@@ -66,6 +66,21 @@ class CameraMode:
 
 
 @attrs.frozen
+class CameraControl:
+    """A V4L2 control a camera has, as ``--camera-control NAME=VALUE`` sets it.
+
+    Attributes:
+        name: linuxpy's and v4l2-ctl's name (``exposure_time_absolute``).
+        minimum: the lowest value it takes.
+        maximum: the highest value it takes.
+    """
+
+    name: str
+    minimum: int
+    maximum: int
+
+
+@attrs.frozen
 class CameraDevice:
     """A capture device: what to pass to ``--camera``, its name, and its modes.
 
@@ -76,6 +91,7 @@ class CameraDevice:
         backend: the FFmpeg input device that reads it.
         modes: the modes it reported (none where the backend does not report them).
         problem: why the device could not be asked for its modes, or None.
+        controls: its V4L2 controls (none elsewhere).
     """
 
     device: str
@@ -83,6 +99,7 @@ class CameraDevice:
     backend: str
     modes: tuple[CameraMode, ...] = ()
     problem: str | None = None
+    controls: tuple[CameraControl, ...] = ()
 
 
 @attrs.frozen
@@ -92,6 +109,7 @@ class V4l2Node:
     name: str
     captures: bool
     modes: tuple[CameraMode, ...]
+    controls: tuple[CameraControl, ...] = ()
 
 
 def list_cameras(
@@ -143,7 +161,9 @@ def v4l2_cameras(dev_root: Path, query_node: Callable[[Path], V4l2Node]) -> list
             cameras.append(CameraDevice(str(path), "?", "v4l2", problem=f"cannot query: {reason}"))
             continue
         if node.captures:
-            cameras.append(CameraDevice(str(path), node.name, "v4l2", node.modes))
+            cameras.append(
+                CameraDevice(str(path), node.name, "v4l2", node.modes, controls=node.controls)
+            )
     return cameras
 
 
@@ -174,7 +194,12 @@ def query_v4l2_node(path: Path) -> V4l2Node:
                 if size.type != FrameSizeType.DISCRETE:
                     key = (_format_name(image_format.pixel_format.name), _size_range(size.info))
                     rates.setdefault(key, [])
-        return V4l2Node(info.card, True, modes_from(rates))
+        controls = tuple(
+            CameraControl(str(control.config_name), int(control.minimum), int(control.maximum))
+            for control in device.controls.values()
+            if hasattr(control, "config_name") and hasattr(control, "minimum")
+        )
+        return V4l2Node(info.card, True, modes_from(rates), controls)
 
 
 def _size(frame_type: Any) -> str:
@@ -277,5 +302,10 @@ def describe_cameras(cameras: Sequence[CameraDevice]) -> list[str]:
             rates = ", ".join(f"{rate:g}" for rate in mode.rates)
             lines.append(
                 f"  {mode.pixel_format:<10} {mode.size:<11}" + (f" {rates} fps" if rates else "")
+            )
+        if camera.controls:
+            lines.append(
+                "  controls: "
+                + ", ".join(f"{c.name} {c.minimum}..{c.maximum}" for c in camera.controls)
             )
     return lines

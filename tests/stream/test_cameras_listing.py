@@ -13,7 +13,7 @@ import pytest
 
 from sleap_live import cli
 from sleap_live.stream.sources import devices
-from sleap_live.stream.sources.devices import CameraDevice, CameraMode, V4l2Node
+from sleap_live.stream.sources.devices import CameraControl, CameraDevice, CameraMode, V4l2Node
 
 WEBCAM = V4l2Node(
     "HD Pro Webcam C920",
@@ -77,12 +77,14 @@ def test_modes_merge_rates_per_format_and_size():
     )
 
 
-def test_describe_shows_a_device_then_its_modes():
-    camera = CameraDevice("/dev/video0", WEBCAM.name, "v4l2", WEBCAM.modes)
+def test_describe_shows_a_device_then_its_modes_and_controls():
+    controls = (CameraControl("brightness", 0, 255), CameraControl("gain", 0, 100))
+    camera = CameraDevice("/dev/video0", WEBCAM.name, "v4l2", WEBCAM.modes, controls=controls)
     assert devices.describe_cameras([camera]) == [
         "/dev/video0: HD Pro Webcam C920 (v4l2)",
         "  yuyv422    640x480     30, 15 fps",
         "  mjpeg      1920x1080   30, 24, 7.5 fps",
+        "  controls: brightness 0..255, gain 0..100",
     ]
 
 
@@ -201,6 +203,11 @@ def test_query_reads_modes_through_linuxpy(monkeypatch, tmp_path):
         def __init__(self, path):
             opened.append(path)
             self.info = FakeInfo()
+            gain = SimpleNamespace(config_name="gain", minimum=0, maximum=100)
+            exposure = SimpleNamespace(
+                config_name="exposure_time_absolute", minimum=3, maximum=2047
+            )
+            self.controls = {1: gain, 2: exposure}
 
         def __enter__(self):
             return self
@@ -219,4 +226,5 @@ def test_query_reads_modes_through_linuxpy(monkeypatch, tmp_path):
             CameraMode("yuyv422", "640x480", (30.0,)),
             CameraMode("gray", "16x16 to 1280x960", ()),
         ),
+        (CameraControl("gain", 0, 100), CameraControl("exposure_time_absolute", 3, 2047)),
     )

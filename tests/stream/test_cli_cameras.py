@@ -186,3 +186,4 @@ def test_help_says_how_to_set_exposure_and_gain(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "--camera-option KEY=VALUE" in text
     assert "Exposure and gain are camera controls, not FFmpeg options" in text
+    assert "--camera-control NAME=VALUE" in text
