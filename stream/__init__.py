@@ -13,6 +13,7 @@ from sleap_live.stream.pipeline import Pipeline
 from sleap_live.stream.publish import Publisher
 from sleap_live.stream.ring import RingBuffer, RingReader
 from sleap_live.stream.sources import open_source
+from sleap_live.stream.sources.group import SourceGroup
 from sleap_live.stream.stats import ConsumerStats, PipelineStats, PublishStats
 from sleap_live.stream.types import Frame, PoseRecord
 from sleap_live.stream.writers import SlpWriter, VideoRecorder
@@ -33,6 +34,7 @@ __all__ = [
     "RingReader",
     "SlpWriter",
     "SourceError",
+    "SourceGroup",
     "SourceNotFoundError",
     "SourceStalledError",
     "StreamError",

@@ -23,6 +23,7 @@ runs, and no frame visits the host.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -32,6 +33,7 @@ import numpy as np
 from sleap_live.stream.channel import Channel
 from sleap_live.stream.clock import Clock
 from sleap_live.stream.errors import ChannelClosed, ChannelEmpty, StreamError
+from sleap_live.stream.slots import SourceSlots
 from sleap_live.stream.types import Frame
 
 Policy = Literal["live", "recorded"]
@@ -227,8 +229,64 @@ def collect_batch(
                 group.append(frames.get(wait))
         except (ChannelEmpty, ChannelClosed):
             break
+    return _stacked(group, clock, streams)
+
+
+class GroupBatcher:
+    """The batcher stage's step for several sources (`SourceSlots`): a batch holds
+    the first frame and the frame of each other source that comes next, in the
+    sources' order.
+
+    Live, the other sources' frames are waited for at most one frame interval after
+    the first frame was captured (cameras running at one rate each deliver a frame
+    within it; without a rate, until each has one); recorded, until every source
+    has given one, ended, or none came for `RECORDED_BATCH_WAIT` seconds.
+
+    Args:
+        slots: the frames' slots the first frames came from.
+        policy: ``"live"`` or ``"recorded"``.
+        fps: the sources' (highest) frame rate, None if unknown.
+        clock: the pipeline's clock.
+    """
+
+    def __init__(self, slots: SourceSlots, policy: str, fps: float | None, clock: Clock) -> None:
+        self._slots = slots
+        self._order = {source: place for place, source in enumerate(slots.source_ids)}
+        self._wait = (1.0 / fps if fps else math.inf) if policy == "live" else None
+        self._clock = clock
+        self._streams: DeviceStreams | None = None
+
+    def batch(self, first: Frame) -> Batch:
+        """`first` and at most one frame of every other source."""
+        if self._streams is None:
+            self._streams = DeviceStreams.for_image(first.image)
+        group = [first]
+        taken = {first.source_id}
+        while len(taken) < len(self._order):
+            if self._wait is None:
+                deadline = self._clock() + RECORDED_BATCH_WAIT
+            else:
+                deadline = first.timestamp + self._wait
+            try:
+                frame = self._slots.get_by(deadline, self._clock, skip=taken)
+            except (ChannelEmpty, ChannelClosed):
+                break
+            group.append(frame)
+            taken.add(frame.source_id)
+        group.sort(key=lambda frame: self._order[frame.source_id])
+        return _stacked(group, self._clock, self._streams)
+
+
+def _stacked(group: list[Frame], clock: Clock, streams: DeviceStreams | None) -> Batch:
+    """The batch of `group`'s frames, their images stacked (on the copy stream for
+    device frames).
+
+    Raises:
+        StreamError: a frame's size differs from the first's.
+    """
     started = clock()
-    times = StageTimes(decode=(first.timestamp, group[-1].timestamp))
+    stamps = [frame.timestamp for frame in group]
+    times = StageTimes(decode=(min(stamps), max(stamps)))
     _check_sizes(group)
     if streams is not None:
         images, ready = _stack_on_device(group, streams)

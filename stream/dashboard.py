@@ -75,6 +75,11 @@ def render_dashboard(stats: PipelineStats, *, title: str = "sleap-live") -> Tabl
         f"captured {stats.frames_captured}  processed {stats.frames_processed}  "
         f"dropped {dropped}{share}",
     )
+    if len(stats.dropped_by_source) > 1:
+        table.add_row(
+            "dropped",
+            "  ".join(f"{source} {n}" for source, n in stats.dropped_by_source.items()),
+        )
     table.add_row("rate", f"{stats.fps:.1f} fps  (capture {stats.capture_fps:.1f} fps)")
     table.add_row(
         "latency",

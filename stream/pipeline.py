@@ -27,6 +27,13 @@ source is blocked, and a source that delivers no frame for its read timeout is
 reported as stalled (`SourceStalledError`) after the frames it did deliver are
 processed and saved. Leaving ``with Pipeline(...)`` waits at most `stop_timeout`.
 
+Several sources (a `SourceGroup`: cameras filming one arena from several sides) run
+through one engine: each is read by a reader of its own into a slot of its own (see
+`slots`), every batch holds the newest frame of each source, every record keeps its
+source's id, drops are counted per source, and each source's poses and recordings go
+to files of its own (``session.slp`` -> ``session.camera-0.slp``). The first source to
+fail or stall ends the run, after every frame delivered is processed and saved.
+
 Every timing decision is made on one injectable `Clock` (see `clock`).
 """
 
@@ -44,7 +51,9 @@ from sleap_live.engines.settings import InferenceSettings
 from sleap_live.stream.batching import (
     DEFAULT_BATCH_SIZE,
     POLICIES,
+    Batch,
     Batcher,
+    GroupBatcher,
     Policy,
     StageTimes,
     choose_policy,
@@ -62,17 +71,21 @@ from sleap_live.stream.provenance import with_models
 from sleap_live.stream.publish import PosePublishing, Publisher, as_publisher
 from sleap_live.stream.ring import DEFAULT_STALL_TIMEOUT, RingBuffer
 from sleap_live.stream.runner import ModelOrRunner, as_runner
-from sleap_live.stream.source_reader import SourceReader
+from sleap_live.stream.slots import SourceSlots
+from sleap_live.stream.source_reader import SourceReader, watch_all
 from sleap_live.stream.sources import Source
+from sleap_live.stream.sources.group import SourceGroup
 from sleap_live.stream.stages import StageThreads
 from sleap_live.stream.stats import PipelineStats, StageMeters
-from sleap_live.stream.types import PoseRecord
+from sleap_live.stream.types import Frame, PoseRecord
 from sleap_live.stream.writers import (
     DEFAULT_RECORD_CODEC,
     DEFAULT_SAVE_INTERVAL,
     OpenWriters,
     OutputOptions,
+    SourceWriters,
     open_outputs,
+    open_source_outputs,
 )
 
 __all__ = ["DEFAULT_BATCH_SIZE", "POLICIES", "RECORDED_BACKGROUND_NICE", "Pipeline", "Policy"]
@@ -114,12 +127,14 @@ class Pipeline:
     Args:
         source: an open frame source (see `sleap_live.stream.open_source`): an
             iterable of `Frame` with `source_id`, `fps`, `frame_shape`, `n_frames`
-            and `is_live`. The pipeline closes it when capture ends.
+            and `is_live`; or a `SourceGroup` of several, run side by side. The
+            pipeline closes it when capture ends.
         model_or_runner: a `Runner`, or one or more model paths to load with
             `sleap_live.engines.runners.load.load_runner`. A runner passed in stays the
             caller's to close; one loaded here is closed when the pipeline stops.
         batch_size: frames per engine call; default 1 for ``"live"``, 8 for
-            ``"recorded"``.
+            ``"recorded"``; with a `SourceGroup`, one frame per source (the only
+            size it takes).
         policy: ``"live"`` or ``"recorded"``; default from `source.is_live`.
         ring_capacity: pose records kept in `ring` for consumers and polling.
         output: pose file to write every pose record to: .slp, .h5 (SLEAP
@@ -167,7 +182,8 @@ class Pipeline:
             only. It stops with the pipeline.
 
     Raises:
-        ValueError: an unknown policy, a batch size below 1, or one whose frames in
+        ValueError: an unknown policy, a batch size below 1 (or, with a
+            `SourceGroup`, other than its number of sources), or one whose frames in
             flight would not fit in memory (`check_batch_memory`); an unknown
             output suffix or recording codec (before any model is loaded); a stop
             timeout that is not a positive number of seconds; a malformed `publish`
@@ -184,7 +200,7 @@ class Pipeline:
 
     def __init__(
         self,
-        source: Source,
+        source: Source | SourceGroup,
         model_or_runner: ModelOrRunner,
         *,
         batch_size: int | None = None,
@@ -206,6 +222,17 @@ class Pipeline:
         publish: str | Publisher | None = None,
         preview: PreviewServer | None = None,
     ) -> None:
+        self._sources: tuple[Source, ...] = (
+            source.sources if isinstance(source, SourceGroup) else (source,)
+        )
+        if isinstance(source, SourceGroup):
+            n_sources = len(source.sources)
+            if batch_size is not None and batch_size != n_sources:
+                raise ValueError(
+                    f"batch_size must be {n_sources} with {n_sources} sources (a batch holds "
+                    f"one frame of each), got {batch_size}"
+                )
+            batch_size = n_sources
         policy, batch_size = choose_policy(policy, source.is_live, batch_size)
         if settings is not None and isinstance(model_or_runner, Runner):
             raise ValueError(
@@ -256,23 +283,27 @@ class Pipeline:
         self._preview = preview
         # The newest frame for the preview, filled by the emit stage.
         self._preview_frame = None if preview is None else LatestFrame()
-        self._outputs = OpenWriters({})
+        self._outputs: OpenWriters | SourceWriters = OpenWriters({})
         self._warmup = warmup
         self._clock = clock
         self._meters = StageMeters(clock)
         self._engine = EngineStep(self.runner, clock, self._meters)
 
-        self._frames, self._batches = policy_channels(
-            policy, batch_size, lambda batch: self._meters.batch_dropped(len(batch.frames))
+        frames, self._batches = policy_channels(
+            policy, batch_size, lambda batch: self._meters.batch_dropped(batch.frames)
         )
+        # One source: the frames channel. Several: a slot each (see `slots`).
+        self._slots: SourceSlots | None = None
+        self._frames: Channel[Frame] | SourceSlots = frames
+        self._batcher: Batcher | GroupBatcher
+        if isinstance(source, SourceGroup):
+            self._slots = SourceSlots(source.source_ids, "latest" if policy == "live" else "block")
+            self._frames = self._slots
+            self._batcher = GroupBatcher(self._slots, policy, source.fps, clock)
+        else:
+            self._batcher = Batcher(frames, batch_size, policy, source.fps, clock)
         self._results: Channel[EngineResult] = Channel(2, "block")
-        self._reader = SourceReader(
-            source,
-            self._frames,
-            clock,
-            name="sleap-live capture reader",
-            on_frame=self._meters.frame_captured,
-        )
+        self._readers = [self._reader_of(member) for member in self._sources]
 
         self._halt = threading.Event()
         # Set once the engine is warmed up (or the pipeline halts); capture waits for it.
@@ -303,13 +334,23 @@ class Pipeline:
                 return self
             if self._halt.is_set():
                 raise PipelineError("the pipeline was stopped before it started; make a new one")
-            self._outputs = open_outputs(
-                self._output_options,
-                self._source,
-                self.runner,
-                settings={"policy": self.policy, "batch_size": self.batch_size},
-                clock=self._clock,
-            )
+            settings = {"policy": self.policy, "batch_size": self.batch_size}
+            if isinstance(self._source, SourceGroup):
+                self._outputs = open_source_outputs(
+                    self._output_options,
+                    self._source,
+                    self.runner,
+                    settings=settings,
+                    clock=self._clock,
+                )
+            else:
+                self._outputs = open_outputs(
+                    self._output_options,
+                    self._source,
+                    self.runner,
+                    settings=settings,
+                    clock=self._clock,
+                )
             self._started = True
             self._meters.start()
             if self._publisher is not None:
@@ -485,7 +526,7 @@ class Pipeline:
         return self.records()
 
     @property
-    def outputs(self) -> OpenWriters:
+    def outputs(self) -> OpenWriters | SourceWriters:
         """The open writers (none before `start`); `outputs.describe()` says what each holds."""
         return self._outputs
 
@@ -500,8 +541,7 @@ class Pipeline:
             batch_size=self.batch_size,
             running=bool(self._stages.running),
             frames_total=None if self.policy == "live" else self._source.n_frames,
-            # A source that skips frames (a replay falling behind) counts them.
-            frames_dropped=self._frames.stats().dropped + getattr(self._source, "skipped", 0),
+            frames_dropped=self._dropped_before_batching(),
             queue_depths=depths,
             consumers=self._consumers.stats(),
             publish=None if self._publishing is None else self._publishing.stats(),
@@ -512,42 +552,66 @@ class Pipeline:
         """Stage times of the first `stats.TIMELINE_BATCHES` batches emitted, in order."""
         return self._meters.timeline()
 
+    def _dropped_before_batching(self) -> dict[str, int]:
+        """Frames dropped before the batcher took them, by source: replaced in the
+        frames channel (or slots), or skipped by the source (a replay falling behind)."""
+        if self._slots is not None:
+            dropped = self._slots.dropped_by_source()
+        else:
+            dropped = {self._sources[0].source_id: self._frames.stats().dropped}
+        for member in self._sources:
+            dropped[member.source_id] += getattr(member, "skipped", 0)
+        return dropped
+
     # --------------------------------------------------------------------- stages
+
+    def _reader_of(self, source: Source) -> SourceReader:
+        slots = self._slots
+        return SourceReader(
+            source,
+            self._frames,
+            self._clock,
+            name="sleap-live capture reader" + ("" if slots is None else f" {source.source_id}"),
+            on_frame=self._meters.frame_captured,
+            on_end=None if slots is None else lambda: slots.end(source.source_id),
+        )
 
     def _capture(self) -> None:
         self._engine_ready.wait()
         try:
             if self._halt.is_set():
                 return
-            self._reader.start()
-            self._reader.watch()
+            for reader in self._readers:
+                reader.start()
+            watch_all(self._readers)
         except Exception as exc:
             # A failing or stalled source is an early end of stream: the frames it
             # did deliver are still processed and saved before the error is raised.
             self._stages.store_error("capture", exc)
         finally:
-            self._reader.close()
+            for reader in self._readers:
+                reader.close()
             self._frames.close()
             self._source.close()
-            self._reader.report_blocked()
+            for reader in self._readers:
+                reader.report_blocked()
 
     def _batch(self) -> None:
-        batcher = Batcher(self._frames, self.batch_size, self.policy, self._source.fps, self._clock)
         try:
             for first in self._frames:
                 if self._halt.is_set():
-                    self._meters.discarded(1)
+                    self._meters.discarded([first])
                     break
-                batch = batcher.batch(first)
+                batch = self._batcher.batch(first)
                 try:
                     self._batches.put(batch)
                 except ChannelClosed:  # halted while waiting for room
-                    self._meters.discarded(len(batch.frames))
+                    self._meters.discarded(batch.frames)
                     break
         finally:
             self._batches.close()
             if self._halt.is_set():  # the frames channel is closed: this ends
-                self._meters.discarded(sum(1 for _ in self._frames))
+                self._meters.discarded(list(self._frames))
 
     def _infer(self) -> None:
         try:
@@ -556,7 +620,7 @@ class Pipeline:
             self._engine_ready.set()
             for batch in self._batches:
                 if self._halt.is_set():
-                    self._meters.discarded(len(batch.frames))
+                    self._meters.discarded(batch.frames)
                     break
                 self._results.put(self._engine.run(batch))
         except ChannelClosed:
@@ -564,7 +628,7 @@ class Pipeline:
         finally:
             self._results.close()
             if self._halt.is_set():  # the batches channel is closed: this ends
-                self._meters.discarded(sum(len(batch.frames) for batch in self._batches))
+                self._meters.discarded(_frames_of(self._batches))
             # The engine's last use. A runner loaded here is closed by this stage, not
             # by the caller's thread, so the stop timeout bounds a clean-up that blocks.
             self._close_runner()
@@ -641,7 +705,8 @@ class Pipeline:
         # the caller's thread never runs a source's clean-up, which may block.
         # Closing the channels wakes a reader waiting for room and lets the batcher
         # and infer stages drain what is left without taking new work.
-        self._reader.close()
+        for reader in self._readers:
+            reader.close()
         if not self._started:
             self._source.close()  # no capture stage will
         self._frames.close()
@@ -665,3 +730,8 @@ class Pipeline:
     def _close_publisher(self) -> None:
         if self._owns_publisher and self._publisher is not None:
             self._publisher.close()
+
+
+def _frames_of(batches: Channel[Batch]) -> list[Frame]:
+    """Every frame of the batches left in a closed channel (draining it)."""
+    return [frame for batch in batches for frame in batch.frames]

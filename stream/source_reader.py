@@ -25,10 +25,9 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol, TypeVar
 
-from sleap_live.stream.channel import Channel
 from sleap_live.stream.clock import CLOCK_POLL, Clock
 from sleap_live.stream.errors import ChannelClosed, SourceStalledError
 from sleap_live.stream.sources import Source, default_read_timeout
@@ -97,6 +96,14 @@ def open_within(open_source: Callable[[], _SourceT], timeout: float, name: str) 
     return opened[0]
 
 
+class FrameSink(Protocol):
+    """Where a reader puts frames: the frames `Channel`, or `SourceSlots` for several
+    sources. `put` waits or drops by the sink's policy, and raises `ChannelClosed`
+    once the sink is closed."""
+
+    def put(self, frame: Frame) -> None: ...
+
+
 def read_timeout_of(source: Source) -> float:
     """The source's ``read_timeout``, or `default_read_timeout` of its rate if it has none."""
     timeout = getattr(source, "read_timeout", None)
@@ -108,10 +115,12 @@ class SourceReader:
 
     Args:
         source: the source to read; the reader thread iterates it once.
-        frames: the channel each frame is put on (waiting for room if it blocks).
+        frames: the channel (or slots) each frame is put on (waiting for room if it
+            blocks).
         clock: the clock read timeouts are measured on (the pipeline's).
         name: the reader thread's name.
         on_frame: called in the reader thread after each frame is put.
+        on_end: called in the reader thread once it reads no more, whatever the reason.
 
     Attributes:
         read_timeout: seconds one read may last (see `read_timeout_of`).
@@ -122,16 +131,18 @@ class SourceReader:
     def __init__(
         self,
         source: Source,
-        frames: Channel[Frame],
+        frames: FrameSink,
         clock: Clock,
         *,
         name: str,
         on_frame: Callable[[], object],
+        on_end: Callable[[], object] | None = None,
     ) -> None:
         self._source = source
         self._frames = frames
         self._clock = clock
         self._on_frame = on_frame
+        self._on_end = on_end
         self.read_timeout = read_timeout_of(source)
         self.frames_read = 0
         self._error: BaseException | None = None
@@ -162,17 +173,38 @@ class SourceReader:
         """
         poll = None if math.isinf(self.read_timeout) else CLOCK_POLL
         while not self._done.wait(poll):
-            since = self._reading_since
-            waited = 0.0 if since is None else self._clock() - since
-            if waited >= self.read_timeout:
-                self._stalled = True
-                raise SourceStalledError(
-                    f"{self._source.source_id}: the source stalled: no frame for "
-                    f"{waited:.1f} s, more than its read timeout of {self.read_timeout:g} s "
-                    f"({self.frames_read} frames before)"
-                )
+            self._check_stall()
         if self._error is not None:
             raise self._error
+
+    def finished(self) -> bool:
+        """Whether the reader has ended (or was closed), without waiting; checks for a stall.
+
+        Raises:
+            SourceStalledError: one read has lasted longer than `read_timeout` on the clock.
+            Exception: whatever the source raised, once the reader has ended.
+        """
+        if not self._done.is_set():
+            self._check_stall()
+            return False
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def wait_done(self, timeout: float) -> bool:
+        """Wait at most `timeout` real seconds for the reader to end; whether it has."""
+        return self._done.wait(timeout)
+
+    def _check_stall(self) -> None:
+        since = self._reading_since
+        waited = 0.0 if since is None else self._clock() - since
+        if waited >= self.read_timeout:
+            self._stalled = True
+            raise SourceStalledError(
+                f"{self._source.source_id}: the source stalled: no frame for "
+                f"{waited:.1f} s, more than its read timeout of {self.read_timeout:g} s "
+                f"({self.frames_read} frames before)"
+            )
 
     def close(self) -> None:
         """Put no more frames; `watch` returns at once. A reader inside the source
@@ -220,7 +252,27 @@ class SourceReader:
         finally:
             self._reading_since = None
             _close_iterator(frames)
+            if self._on_end is not None:
+                self._on_end()
             self._done.set()
+
+
+def watch_all(readers: Sequence[SourceReader]) -> None:
+    """Wait until every reader has ended or been closed, as `SourceReader.watch` does
+    for one; the first stall or source error ends the wait.
+
+    Raises:
+        SourceStalledError: a reader's read lasted longer than its read timeout.
+        Exception: whatever a source raised, after the frames it delivered.
+    """
+    if len(readers) == 1:
+        readers[0].watch()
+        return
+    running = list(readers)
+    while running:
+        running = [reader for reader in running if not reader.finished()]
+        if running:
+            running[0].wait_done(CLOCK_POLL)
 
 
 def _close_iterator(iterator: Iterator[Any]) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 
 from sleap_live.stream.batching import StageTimes
 from sleap_live.stream.clock import MONOTONIC, Clock
-from sleap_live.stream.types import PoseRecord
+from sleap_live.stream.types import Frame, PoseRecord
 
 # Batches whose stage times `StageMeters.timeline` keeps: the first ones show the
 # overlap, and a camera running for hours must not grow a list without end.
@@ -178,6 +178,8 @@ class PipelineStats:
         instances_last_frame: instances found in the most recent frame.
         consumers: one entry per attached consumer.
         publish: the pose publisher's counts, None without one.
+        dropped_by_source: `frames_dropped` by source id (several sources: a
+            `SourceGroup`); a source with none dropped is there with 0.
     """
 
     policy: str
@@ -198,6 +200,7 @@ class PipelineStats:
     instances_last_frame: int
     consumers: tuple[ConsumerStats, ...] = ()
     publish: PublishStats | None = None
+    dropped_by_source: Mapping[str, int] = attrs.field(factory=dict)
 
     @property
     def eta(self) -> float | None:
@@ -222,6 +225,8 @@ class StageMeters:
         self.processed = 0
         self.batch_frames_dropped = 0
         self.frames_discarded = 0
+        # Frames of each source these meters counted as dropped or discarded.
+        self._lost_by_source: dict[str, int] = {}
         self.instances_last_frame = 0
         self._capture_rate = RateMeter(clock=clock)
         self._process_rate = RateMeter(clock=clock)
@@ -246,12 +251,19 @@ class StageMeters:
         self.captured += 1
         self._capture_rate.add()
 
-    def batch_dropped(self, n_frames: int) -> None:
-        self.batch_frames_dropped += n_frames
+    def batch_dropped(self, frames: Sequence[Frame]) -> None:
+        """A live batch of these frames was replaced by a newer one before the engine."""
+        self.batch_frames_dropped += len(frames)
+        self._count_lost(frames)
 
-    def discarded(self, n_frames: int) -> None:
-        """`n_frames` captured frames were let go by a stopping pipeline, unprocessed."""
-        self.frames_discarded += n_frames
+    def discarded(self, frames: Sequence[Frame]) -> None:
+        """These captured frames were let go by a stopping pipeline, unprocessed."""
+        self.frames_discarded += len(frames)
+        self._count_lost(frames)
+
+    def _count_lost(self, frames: Sequence[Frame]) -> None:
+        for frame in frames:
+            self._lost_by_source[frame.source_id] = self._lost_by_source.get(frame.source_id, 0) + 1
 
     def engine_ran(self, seconds: float) -> None:
         self._engine_latency.add(seconds)
@@ -278,12 +290,13 @@ class StageMeters:
         batch_size: int,
         running: bool,
         frames_total: int | None,
-        frames_dropped: int,
+        frames_dropped: Mapping[str, int],
         queue_depths: Mapping[str, int],
         consumers: Sequence[ConsumerStats],
         publish: PublishStats | None = None,
     ) -> PipelineStats:
-        """The stats record; `frames_dropped` adds the frames dropped outside these meters."""
+        """The stats record; `frames_dropped` adds the frames dropped outside these
+        meters, by source id (every source of the pipeline, 0 where none)."""
         latency = self._latency.percentiles(50, 99)
         engine = self._engine_latency.percentiles(50, 99)
         if self._started_at is None:
@@ -304,7 +317,9 @@ class StageMeters:
             frames_total=frames_total,
             frames_captured=self.captured,
             frames_processed=self.processed,
-            frames_dropped=frames_dropped + self.batch_frames_dropped + self.frames_discarded,
+            frames_dropped=sum(frames_dropped.values())
+            + self.batch_frames_dropped
+            + self.frames_discarded,
             fps=fps,
             capture_fps=capture_fps,
             latency_p50=latency[0],
@@ -315,4 +330,8 @@ class StageMeters:
             instances_last_frame=self.instances_last_frame,
             consumers=tuple(consumers),
             publish=publish,
+            dropped_by_source={
+                source: outside + self._lost_by_source.get(source, 0)
+                for source, outside in frames_dropped.items()
+            },
         )

@@ -32,6 +32,7 @@ from sleap_live.stream.overlay_recorder import OverlayRecorder
 from sleap_live.stream.provenance import run_provenance
 from sleap_live.stream.slp_writer import DEFAULT_SAVE_INTERVAL, SlpWriter
 from sleap_live.stream.sources import Source
+from sleap_live.stream.sources.group import SourceGroup, per_source_path
 from sleap_live.stream.types import PoseRecord
 
 # Pose records are small, so the .slp writer's queue is deep: a journal append
@@ -365,6 +366,20 @@ class OutputOptions:
         if self.record_overlay is not None:
             check_recording_path(self.record_overlay)
 
+    def for_source(self, source_id: str) -> OutputOptions:
+        """These options for one source of several: every file named
+        ``STEM.SOURCE.SUFFIX`` (see `per_source_path`)."""
+
+        def own(path: Path | None) -> Path | None:
+            return None if path is None else per_source_path(path, source_id)
+
+        return attrs.evolve(
+            self,
+            output=own(self.output),
+            record=own(self.record),
+            record_overlay=own(self.record_overlay),
+        )
+
     def paths(self) -> dict[str, Path | None]:
         """Every file the outputs write, by the option that names it (for `check_outputs`)."""
         paths: dict[str, Path | None] = {
@@ -437,6 +452,53 @@ class OpenWriters:
     def describe(self) -> list[str]:
         """One line per output saying what it holds now (never more than is on disk)."""
         return [writer.describe() for _, writer in self._writers.values()]
+
+    def abandon(self) -> None:
+        """Close writers whose loops never ran: a pose file is discarded unwritten."""
+        for _, writer in self._writers.values():
+            if isinstance(writer, SlpWriter):
+                writer.discard()
+            else:
+                writer.close()
+
+
+class SourceWriters:
+    """The open writers of several sources: each source's records and frames go to
+    that source's own files; otherwise the same as `OpenWriters`.
+
+    Args:
+        by_source: each source's writers, by source id.
+    """
+
+    def __init__(self, by_source: Mapping[str, OpenWriters]) -> None:
+        self._by_source = dict(by_source)
+
+    @property
+    def loops(self) -> dict[str, Callable[[], None]]:
+        """One loop per writer, named "WRITER SOURCE" ("slp camera:0")."""
+        return {
+            f"{name} {source}": loop
+            for source, writers in self._by_source.items()
+            for name, loop in writers.loops.items()
+        }
+
+    def write(self, record: PoseRecord, image: np.ndarray) -> None:
+        """Queue a record and its frame for the writers of the record's source."""
+        self._by_source[record.source_id].write(record, image)
+
+    def close(self) -> None:
+        for writers in self._by_source.values():
+            writers.close()
+
+    def depths(self) -> dict[str, int]:
+        return {
+            f"{name} {source}": depth
+            for source, writers in self._by_source.items()
+            for name, depth in writers.depths().items()
+        }
+
+    def describe(self) -> list[str]:
+        return [line for writers in self._by_source.values() for line in writers.describe()]
 
 
 def open_outputs(
@@ -526,6 +588,39 @@ def open_outputs(
             raise
         writers["overlay"] = (Channel(RECORD_QUEUE_CAPACITY), overlay)
     return OpenWriters(writers)
+
+
+def open_source_outputs(
+    options: OutputOptions,
+    group: SourceGroup,
+    runner: Runner,
+    *,
+    settings: Mapping[str, Any] | None = None,
+    clock: Clock = MONOTONIC,
+) -> SourceWriters:
+    """`open_outputs` for each source of `group`, its files named after it
+    (`OutputOptions.for_source`); the provenance names every source of the run.
+
+    Raises:
+        ValueError, FileNotFoundError, OutputError: an output path is unusable (the
+            outputs opened before it are closed, none written).
+    """
+    opened: dict[str, OpenWriters] = {}
+    run_settings = {**(settings or {}), "sources": list(group.source_ids)}
+    try:
+        for source in group.sources:
+            opened[source.source_id] = open_outputs(
+                options.for_source(source.source_id),
+                source,
+                runner,
+                settings=run_settings,
+                clock=clock,
+            )
+    except BaseException:
+        for writers in opened.values():
+            writers.abandon()
+        raise
+    return SourceWriters(opened)
 
 
 def _drain(queue: Channel[Any], writer: Writer) -> None:

@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from sleap_live import cli
-from sleap_live.cli import bench, check, export, recover, render, run
+from sleap_live.cli import bench, cameras, check, export, recover, render, run
 
 SUMMARIES = {
     "run": run.RUN_SUMMARY,
     "replay": run.REPLAY_SUMMARY,
+    "cameras": cameras.SUMMARY,
     "export": export.SUMMARY,
     "bench": bench.SUMMARY,
     "check-tensorrt": check.SUMMARY,
@@ -178,7 +179,7 @@ def test_run_may_be_left_out(monkeypatch):
         assert cli.main(argv) == 0
         assert cli.main(["run", *argv]) == 0
     assert calls[0] == calls[1] and calls[2] == calls[3]
-    assert (calls[2]["command"], calls[2]["camera"], calls[2]["width"]) == ("run", "0", 64)
+    assert (calls[2]["command"], calls[2]["camera"], calls[2]["width"]) == ("run", ["0"], 64)
 
 
 @pytest.mark.parametrize(

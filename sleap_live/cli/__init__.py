@@ -6,15 +6,16 @@ Commands::
     sleap-live run --camera 0 -m MODEL [--width W --height H --fps F] [--duration S]
     sleap-live --camera 0 -m MODEL ...          (`run` may be left out)
     sleap-live replay VIDEO --fps 30 -m MODEL   (a file paced like a camera)
+    sleap-live cameras                          (the cameras and their modes)
     sleap-live export MODEL_DIR [MODEL_DIR2] -o OUT [--format onnx|torchscript]
     sleap-live bench VIDEO -m MODEL [--json bench.json]
     sleap-live recover FILE.slp                 (the .slp of a killed run, from its journal)
     sleap-live check-tensorrt MODEL.onnx        (what TensorRT would refuse or change)
     sleap-live render POSES.slp -o overlay.mp4  (the poses drawn on their video)
 
-One parser holds every subcommand (`run.py`, `export.py`, `bench.py`, `check.py`, `recover.py`,
-`render.py`),
-built from the options they share (`options.py`). `python -m sleap_live` is the same command.
+One parser holds every subcommand (`run.py`, `cameras.py`, `export.py`, `bench.py`,
+`check.py`, `recover.py`, `render.py`), built from the options they share (`options.py`).
+`python -m sleap_live` is the same command.
 
 Exit status: 0 done, 1 a source, model or output failed, 2 bad arguments,
 130 interrupted (Ctrl-C), 143 terminated (SIGTERM). Every expected error is
@@ -38,7 +39,7 @@ from types import FrameType
 
 from rich.console import Console
 
-from sleap_live.cli import bench, check, export, recover, render, run
+from sleap_live.cli import bench, cameras, check, export, recover, render, run
 from sleap_live.cli.options import PROG, Parser, UsageError
 from sleap_live.engines.errors import EngineError
 from sleap_live.stream.errors import StreamError
@@ -47,7 +48,16 @@ __all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_TERMINATED", "EXIT_USAGE", "m
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED, EXIT_TERMINATED = 128 + signal.SIGINT, 128 + signal.SIGTERM
-COMMANDS = ("run", "replay", "export", "bench", "check-tensorrt", "recover", "render")
+COMMANDS = (
+    "run",
+    "replay",
+    "cameras",
+    "export",
+    "bench",
+    "check-tensorrt",
+    "recover",
+    "render",
+)
 
 
 class Terminated(KeyboardInterrupt):
@@ -109,6 +119,7 @@ def parser() -> argparse.ArgumentParser:
             f"  {PROG} run VIDEO -m MODEL_DIR -o poses.slp\n"
             f"  {PROG} --camera 0 -m MODEL_DIR -o session.slp   (`run` may be left out)\n"
             f"  {PROG} replay VIDEO --fps 30 -m MODEL_DIR\n"
+            f"  {PROG} cameras   (the cameras and their modes)\n"
             f"  {PROG} export MODEL_DIR -o exported/\n"
             f"  {PROG} bench VIDEO -m MODEL_DIR\n"
             f"  {PROG} recover session.slp   (after a kill: the .slp from its journal)\n"
@@ -119,6 +130,7 @@ def parser() -> argparse.ArgumentParser:
     )
     commands = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
     run.add_parsers(commands)
+    cameras.add_parser(commands)
     export.add_parser(commands)
     bench.add_parser(commands)
     check.add_parser(commands)

@@ -16,6 +16,11 @@ from typing import Any
 
 from rich.console import Console
 
+from sleap_live.cli.camera_options import (
+    add_camera_options,
+    check_camera_options,
+    open_cameras,
+)
 from sleap_live.cli.options import (
     IN_MEMORY_EXPORT,
     PROG,
@@ -31,7 +36,6 @@ from sleap_live.cli.options import (
     frame_rate,
     load_model,
     path_line,
-    positive_int,
     seconds,
     video_or_url,
 )
@@ -50,9 +54,9 @@ from sleap_live.stream.sources import (
     READ_TIMEOUT_MARGIN,
     Source,
     default_read_timeout,
-    is_url,
     open_source,
 )
+from sleap_live.stream.sources.group import SourceGroup
 from sleap_live.stream.writers import (
     DEFAULT_RECORD_CODEC,
     DEFAULT_SAVE_INTERVAL,
@@ -99,21 +103,7 @@ def add_parsers(commands: Any) -> None:
         "working directory, STEM being the video's name without its suffix; none for a "
         "camera or a stream)",
     )
-    camera = run.add_argument_group("camera")
-    camera.add_argument(
-        "--camera",
-        metavar="DEVICE",
-        help="camera index (0) or device path, instead of VIDEO (default: none)",
-    )
-    camera.add_argument(
-        "--width", type=positive_int, help="requested frame width (default: the camera's)"
-    )
-    camera.add_argument(
-        "--height", type=positive_int, help="requested frame height (default: the camera's)"
-    )
-    camera.add_argument(
-        "--fps", type=frame_rate, help="requested frame rate (default: the camera's)"
-    )
+    add_camera_options(run)
     run.set_defaults(handler=handle)
 
     replay = commands.add_parser(
@@ -295,11 +285,16 @@ def _run(
 ) -> int:
     # Opening reads the source's first data, which a stalled source never sends.
     timeout = args.read_timeout or default_read_timeout(args.fps)
-    source = open_within(lambda: _open(args), timeout, _source_name(args))
+    source: Source | SourceGroup
+    if args.command == "run" and args.camera is not None:
+        source = open_cameras(args, timeout)
+    else:
+        source = open_within(lambda: _open(args), timeout, str(args.video))
     with source:
         _check_batch_size(args, source)
         # The source's bit depth, resolved: a warning about it was the source's to give.
-        bit_depth = getattr(source, "bit_depth", None)
+        first = source.sources[0] if isinstance(source, SourceGroup) else source
+        bit_depth = getattr(first, "bit_depth", None)
         runner = load_model(args, console, video, quiet=args.quiet, bit_depth=bit_depth)
         try:
             pipeline = Pipeline(
@@ -397,7 +392,7 @@ def _bind_preview(
     return server
 
 
-def _print_path(source: Source, runner: Any, decoder: str, console: Console) -> None:
+def _print_path(source: Source | SourceGroup, runner: Any, decoder: str, console: Console) -> None:
     """The path line, after the fallback notice under --decoder auto (with --decoder
     nvdec the notice is a logged warning, shown already)."""
     notice = getattr(source, "decoder_notice", None)
@@ -429,29 +424,18 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError("give a VIDEO file or --camera DEVICE (one of them)")
     if args.camera is not None and args.decoder != "pyav":
         raise UsageError("--decoder applies to video files; cameras are read with PyAV")
-    if args.camera is None:
-        given = [f"--{name}" for name in ("width", "height", "fps") if getattr(args, name)]
-        if given:
-            raise UsageError(f"{', '.join(given)} only apply with --camera")
-    elif (args.width is None) != (args.height is None):
-        raise UsageError("give --width and --height together")
+    check_camera_options(args)
 
 
-def _check_batch_size(args: argparse.Namespace, source: Source) -> None:
+def _check_batch_size(args: argparse.Namespace, source: Source | SourceGroup) -> None:
     """Whether --batch-size fits in memory, checked before the model loads."""
-    if args.batch_size is None:
+    if args.batch_size is None or isinstance(source, SourceGroup):
         return
     policy, batch_size = choose_policy(None, source.is_live, args.batch_size)
     try:
         check_batch_memory(policy, batch_size, source.frame_shape)
     except ValueError as error:
         raise UsageError(f"--batch-size: {error}") from None
-
-
-def _source_name(args: argparse.Namespace) -> str:
-    if args.video is not None:
-        return str(args.video)
-    return f"camera:{args.camera}" if args.camera.isdigit() else str(args.camera)
 
 
 def _open(args: argparse.Namespace) -> Source:
@@ -467,20 +451,8 @@ def _open(args: argparse.Namespace) -> Source:
         )
     if isinstance(args.video, str):
         return open_source(args.video, bit_depth=depth, read_timeout=timeout)
-    if args.video is not None:
-        return open_source(
-            args.video, camera=False, decoder=args.decoder, bit_depth=depth, read_timeout=timeout
-        )
-    device: int | str = int(args.camera) if args.camera.isdigit() else args.camera
     return open_source(
-        device,
-        # A stream URL given as --camera is read as the stream it is.
-        camera=None if is_url(device) else True,
-        width=args.width,
-        height=args.height,
-        fps=args.fps,
-        bit_depth=depth,
-        read_timeout=timeout,
+        args.video, camera=False, decoder=args.decoder, bit_depth=depth, read_timeout=timeout
     )
 
 
@@ -511,6 +483,8 @@ def _summarise(pipeline: Pipeline, output: Path | None, console: Console) -> Non
     )
     if stats.frames_dropped or stats.policy == "live":
         line += f", {stats.frames_dropped} dropped"
+        if len(stats.dropped_by_source) > 1:
+            line += " (" + ", ".join(f"{n} {s}" for s, n in stats.dropped_by_source.items()) + ")"
     if stats.latency_p50 is not None and stats.latency_p99 is not None and stats.policy == "live":
         line += (
             f", latency p50 {stats.latency_p50 * 1000:.1f} ms p99 {stats.latency_p99 * 1000:.1f} ms"

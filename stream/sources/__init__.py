@@ -60,6 +60,7 @@ _OPTIONS = MappingProxyType(
                 "input_format",
                 "backend",
                 "options",
+                "controls",
                 "source_id",
                 "clock",
                 "bit_depth",
@@ -141,6 +142,7 @@ def open_source(
     input_format: str | None = None,
     backend: str | None = None,
     options: Mapping[str, str] | None = None,
+    controls: Mapping[str, str] | None = None,
     drop_late: bool | None = None,
     live: bool | None = None,
     copy: bool | None = None,
@@ -178,6 +180,7 @@ def open_source(
         input_format: camera pixel format to request (e.g. ``"mjpeg"``).
         backend: FFmpeg capture device for a camera (default by platform).
         options: extra FFmpeg options for a camera or a network stream.
+        controls: V4L2 controls of a camera (exposure, gain...) to set before capture.
         drop_late: whether a replay skips frames its consumer was too slow for.
         live: whether an iterator's frames arrive on their own clock.
         copy: whether an iterator source copies each frame.
@@ -220,6 +223,7 @@ def open_source(
             "input_format": input_format,
             "backend": backend,
             "options": options,
+            "controls": controls,
             "drop_late": drop_late,
             "live": live,
             "copy": copy,

@@ -15,6 +15,7 @@ from sleap_live.stream.errors import SourceError, SourceNotFoundError
 from sleap_live.stream.sources import _av
 from sleap_live.stream.sources._base import SourceBase
 from sleap_live.stream.sources._depth import ImageConverter
+from sleap_live.stream.sources.controls import set_v4l2_controls
 from sleap_live.stream.types import Frame
 
 # FFmpeg input device used for cameras on each platform.
@@ -79,7 +80,14 @@ class CameraSource(SourceBase):
         backend: FFmpeg input device; defaults to v4l2, avfoundation or dshow by
             platform. Any FFmpeg input format works, e.g. ``"lavfi"`` with a
             ``testsrc`` graph as the device for a synthetic camera.
-        options: further FFmpeg device options, applied last.
+        options: further FFmpeg device options (``av.open``'s), applied last: e.g.
+            v4l2's ``input_format``, ``framerate``, ``video_size``, ``timestamps``.
+            Options the device refuses make opening fail, naming every option given;
+            FFmpeg ignores a key that no part of it knows. Camera controls
+            (exposure, gain) are not FFmpeg options: see `controls`.
+        controls: V4L2 controls to set before capture, in order, e.g.
+            ``{"auto_exposure": "1", "exposure_time_absolute": "100", "gain": "10"}``
+            (see `controls.set_v4l2_controls`); v4l2 device nodes only.
         source_id: name stamped on every frame; defaults to ``"camera:<index>"`` or
             the device string.
         clock: what frames are stamped with.
@@ -91,7 +99,8 @@ class CameraSource(SourceBase):
 
     Raises:
         SourceNotFoundError: if the device does not exist.
-        SourceError: if it exists but cannot be opened (busy, unsupported size...).
+        SourceError: if it exists but cannot be opened (busy, unsupported size...), or
+            a control cannot be set.
         ValueError: for inconsistent arguments.
     """
 
@@ -107,6 +116,7 @@ class CameraSource(SourceBase):
         input_format: str | None = None,
         backend: str | None = None,
         options: Mapping[str, str] | None = None,
+        controls: Mapping[str, str] | None = None,
         source_id: str | None = None,
         clock: Clock = MONOTONIC,
         bit_depth: int | None = None,
@@ -127,9 +137,16 @@ class CameraSource(SourceBase):
         )
         device_options = _device_options(self.backend, width, height, fps, input_format)
         device_options.update(options or {})
-        if self.backend in ("v4l2", "video4linux2") and self.device.startswith("/dev/"):
-            if not os.path.exists(self.device):
-                raise SourceNotFoundError(f"{self.device}: no such camera device")
+        is_v4l2_node = self.backend in ("v4l2", "video4linux2") and self.device.startswith("/dev/")
+        if is_v4l2_node and not os.path.exists(self.device):
+            raise SourceNotFoundError(f"{self.device}: no such camera device")
+        if controls:
+            if not is_v4l2_node:
+                raise ValueError(
+                    f"{self.device}: camera controls are set through V4L2 (Linux /dev/video "
+                    f"devices), not {self.backend}; use the camera's own tool"
+                )
+            set_v4l2_controls(self.device, controls)
         try:
             self._container = _av.open_input(
                 self.device, format=self.backend, options=device_options
@@ -137,8 +154,12 @@ class CameraSource(SourceBase):
         except FileNotFoundError as error:
             raise SourceNotFoundError(f"{self.device}: no such camera device") from error
         except (av.error.FFmpegError, ValueError) as error:
+            # FFmpeg does not say which option it refused: name every one given.
+            given = ", ".join(f"{key}={value}" for key, value in (options or {}).items())
             raise SourceError(
-                f"{self.device}: cannot open camera with {self.backend}: {_av.reason(error)}"
+                f"{self.device}: cannot open camera with {self.backend}"
+                + (f" and options {given}" if given else "")
+                + f": {_av.reason(error)}"
             ) from error
         self._adopt_stream(fps, bit_depth)
 

@@ -20,6 +20,12 @@ _END = object()
 class IteratorSource(SourceBase):
     """Frames supplied by Python code, e.g. a camera SDK or frames already in memory.
 
+    This is the adapter for cameras FFmpeg cannot open (GenICam, vendor SDKs): wrap the
+    SDK's acquisition loop in a generator of arrays and pass it with ``live=True``;
+    ``scripts/genicam_example.py`` does so for a GenICam camera through harvesters.
+    A pipeline reads the source in a thread of its own, so an SDK call that blocks
+    cannot hang it, and reports the source stalled after its read timeout.
+
     Each item must be a uint8 array (anything `numpy.asarray` accepts) of shape
     (H, W), (H, W, 1) or (H, W, 3) (RGB), and every frame must have the first
     frame's shape. The first frame is taken at construction to learn

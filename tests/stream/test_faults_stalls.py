@@ -356,7 +356,7 @@ STALLED_CAMERA = textwrap.dedent(
     fakes = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fakes)
     from sleap_live import cli
-    from sleap_live.cli import run
+    from sleap_live.cli import camera_options, run
     from sleap_live.engines.runners import load as api
     from sleap_live.stream.sources import IteratorSource
 
@@ -378,7 +378,7 @@ STALLED_CAMERA = textwrap.dedent(
         return IteratorSource(grab(), live=True, fps=30.0, source_id="camera:0",
                               read_timeout=read_timeout)
 
-    run.open_source = open_camera
+    run.open_source = camera_options.open_source = open_camera
     api.load_runner = lambda models, **options: Runner()
     sys.exit(cli.main(sys.argv[2:]))
     """

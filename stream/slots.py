@@ -1,0 +1,186 @@
+"""The frames channel of a pipeline reading several sources: one slot per source.
+
+With several cameras, a channel in arrival order would let a fast camera push a
+slow one's frames out, and hand the batcher two frames of one camera. Here each
+source has a slot of its own:
+
+- ``"latest"`` (live): `put` never waits; a new frame replaces the one still waiting
+  in its source's slot, which is counted as dropped for that source. A batch then
+  holds the newest frame of each camera, which keeps latency near one frame interval.
+- ``"block"`` (recorded): `put` waits while its source's slot is full, so nothing is
+  dropped and the sources advance together.
+
+A source whose reader ended is marked with `end`, so a batch never waits for it.
+Closing is one-way: getters drain what is waiting, then get `ChannelClosed`.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Collection, Iterator, Sequence
+from typing import Literal
+
+from sleap_live.stream.channel import ChannelStats
+from sleap_live.stream.clock import CLOCK_POLL, Clock
+from sleap_live.stream.errors import ChannelClosed, ChannelEmpty
+from sleap_live.stream.types import Frame
+
+SlotPolicy = Literal["latest", "block"]
+
+
+class SourceSlots:
+    """One frame slot per source, between the source readers and the batcher.
+
+    Args:
+        source_ids: the sources whose frames come in.
+        policy: ``"latest"`` or ``"block"`` (see the module docstring).
+
+    Raises:
+        ValueError: no source, a repeated id, or an unknown policy.
+    """
+
+    def __init__(self, source_ids: Sequence[str], policy: SlotPolicy) -> None:
+        if not source_ids or len(set(source_ids)) != len(source_ids):
+            raise ValueError(f"source slots need distinct source ids, got {list(source_ids)}")
+        if policy not in ("latest", "block"):
+            raise ValueError(f"slot policy must be 'latest' or 'block', got {policy!r}")
+        self._policy = policy
+        self._slots: dict[str, Frame | None] = dict.fromkeys(source_ids)
+        self._ended: set[str] = set()
+        self._dropped = dict.fromkeys(source_ids, 0)
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._closed = False
+        self._peak_depth = 0
+        self._put_count = 0
+        self._get_count = 0
+
+    @property
+    def source_ids(self) -> tuple[str, ...]:
+        return tuple(self._slots)
+
+    def put(self, frame: Frame) -> None:
+        """Hand over a frame of one of the sources (see the policies).
+
+        Raises:
+            ChannelClosed: the slots are closed, including while waiting for room.
+            KeyError: a frame of no source these slots hold.
+        """
+        source = frame.source_id
+        with self._changed:
+            if source not in self._slots:
+                raise KeyError(f"{source}: not one of the sources {list(self._slots)}")
+            if self._policy == "block":
+                while self._slots[source] is not None and not self._closed:
+                    self._changed.wait()
+            if self._closed:
+                raise ChannelClosed("cannot put into closed source slots")
+            if self._slots[source] is not None:
+                self._dropped[source] += 1
+            self._slots[source] = frame
+            self._put_count += 1
+            self._peak_depth = max(self._peak_depth, self._depth())
+            self._changed.notify_all()
+
+    def end(self, source_id: str) -> None:
+        """`source_id` sends no more frames: batches stop waiting for it."""
+        with self._changed:
+            self._ended.add(source_id)
+            self._changed.notify_all()
+
+    def get(self, timeout: float | None = None, *, skip: Collection[str] = ()) -> Frame:
+        """The oldest waiting frame (by capture time) of a source not in `skip`.
+
+        Args:
+            timeout: most real seconds to wait; None waits as long as needed.
+            skip: sources whose frames are not wanted now (already in the batch).
+
+        Raises:
+            ChannelClosed: the slots are closed and nothing wanted is waiting.
+            ChannelEmpty: the timeout passed, or every source not in `skip` has
+                ended with nothing waiting.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._changed:
+            while True:
+                waiting = [
+                    frame
+                    for source, frame in self._slots.items()
+                    if frame is not None and source not in skip
+                ]
+                if waiting:
+                    frame = min(waiting, key=lambda item: item.timestamp)
+                    self._slots[frame.source_id] = None
+                    self._get_count += 1
+                    self._changed.notify_all()
+                    return frame
+                if self._closed:
+                    raise ChannelClosed("source slots closed and drained")
+                if all(source in skip or source in self._ended for source in self._slots):
+                    raise ChannelEmpty("every other source has ended")
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise ChannelEmpty(f"no frame after waiting {timeout} s")
+                self._changed.wait(remaining)
+
+    def get_by(self, deadline: float, clock: Clock, *, skip: Collection[str] = ()) -> Frame:
+        """`get`, waiting until `clock` shows `deadline` at most (in `CLOCK_POLL` slices,
+        so a clock another thread moves is noticed); an infinite deadline waits as
+        long as needed."""
+        if math.isinf(deadline):
+            return self.get(skip=skip)
+        while (remaining := deadline - clock()) > 0:
+            try:
+                return self.get(min(remaining, CLOCK_POLL), skip=skip)
+            except ChannelEmpty:
+                if self._all_ended(skip):
+                    raise
+        return self.get(0, skip=skip)
+
+    def close(self) -> None:
+        """Refuse further frames and wake every waiting thread. Idempotent."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+
+    def dropped_by_source(self) -> dict[str, int]:
+        """Frames each source's newer frame replaced, by source id."""
+        with self._lock:
+            return dict(self._dropped)
+
+    def stats(self) -> ChannelStats:
+        """The counters, in a channel's terms (capacity: one frame per source)."""
+        with self._lock:
+            return ChannelStats(
+                depth=self._depth(),
+                peak_depth=self._peak_depth,
+                capacity=len(self._slots),
+                put_count=self._put_count,
+                get_count=self._get_count,
+                dropped=sum(self._dropped.values()),
+                closed=self._closed,
+            )
+
+    def __iter__(self) -> Iterator[Frame]:
+        """Frames as they arrive, oldest first, until closed and drained."""
+        while True:
+            try:
+                yield self.get()
+            except ChannelClosed:
+                return
+            except ChannelEmpty:  # every source ended: nothing more comes
+                if self._drained_and_ended():
+                    return
+
+    def _depth(self) -> int:
+        return sum(frame is not None for frame in self._slots.values())
+
+    def _all_ended(self, skip: Collection[str]) -> bool:
+        with self._lock:
+            return all(source in skip or source in self._ended for source in self._slots)
+
+    def _drained_and_ended(self) -> bool:
+        with self._lock:
+            return self._depth() == 0 and len(self._ended) == len(self._slots)
