@@ -85,7 +85,7 @@ def gray_content(frame: av.VideoFrame) -> bool:
     """Whether a colour frame holds a gray image, by sleap-io's test: as RGB, its red
     and blue planes are equal.
 
-    sleap-io (which sleap-nn reads videos with, and labelling tools too) makes this
+    sleap-io (which sleap-nn reads videos with, to train as to predict) makes this
     test on a video's first frame and then hands out only the red plane of every
     frame, so a gray recording stored as YUV (as most H.264 is) reaches the model as
     its own levels. Converted with sleap-nn's RGB-to-gray weights instead, which sum
