@@ -28,7 +28,11 @@ Measured for each:
   already decoded in memory;
 - **pose agreement** with `sleap-nn predict` torch's .slp, frame by frame: instances
   matched (Hungarian on mean point distance; matched / the larger count), frames
-  with the same instance count, and the median and largest distance of matched points.
+  with the same instance count, the median, 99th percentile and largest distance of
+  matched points, how many are over 1 px, and the frames that differ most;
+- **same pixels**: the first `PIXEL_FRAMES` frames as sleap-live decodes them and as
+  sleap-io (sleap-nn's reader) does, in sleap-nn's venv: frames identical and the
+  largest difference in levels. Agreement is only a test of inference when they are.
 
 Each tool keeps its own default batch size unless `--batch-size` sets both. The table
 is printed; `--json` writes every figure, `--markdown FILE` writes the table with the
@@ -76,6 +80,10 @@ PAD_TO = 32
 # Frames of the engine-only run (decoded into memory; a 1024 x 1024 clip's 1,100
 # frames would take 1.1 GB).
 ENGINE_FRAMES = 256
+# Frames whose pixels are compared between the two tools' readers.
+PIXEL_FRAMES = 64
+# Frames listed in the JSON as those that differ most.
+WORST_FRAMES = 8
 # sleap-live's default batch size for files (`sleap-live run`).
 LIVE_BATCH = 8
 TOOLS = ("sleap-nn torch", "sleap-nn onnx", "sleap-live")
@@ -101,6 +109,15 @@ SLEAP_NN_WARM = textwrap.dedent(
         results[runtime] = {"frames": len(labels.labeled_frames),
                             "seconds": time.perf_counter() - start}
     print("RESULT " + json.dumps(results))
+    """
+)
+# Run in sleap-nn's venv: the first frames as sleap-io reads them, for `same_pixels`.
+SLEAP_IO_FRAMES = textwrap.dedent(
+    """
+    import sys, numpy as np, sleap_io as sio
+    video = sio.load_video(sys.argv[1])
+    count = min(int(sys.argv[3]), len(video))
+    np.save(sys.argv[2], np.stack([video[i] for i in range(count)]))
     """
 )
 SLEAP_NN_VERSIONS = (
@@ -255,6 +272,24 @@ def sleap_nn_warm(
     return json.loads(lines[0][len("RESULT ") :])
 
 
+def same_pixels(sleap_nn: Path, clip: Path, frames: np.ndarray, folder: Path) -> dict[str, Any]:
+    """sleap-live's decoded `frames` against sleap-io's reading of the same clip."""
+    count = min(PIXEL_FRAMES, len(frames))
+    out = folder / f"{clip.stem}_sleap_io.npy"
+    command = [str(sleap_nn / "python"), "-c", SLEAP_IO_FRAMES, str(clip), str(out), str(count)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise SystemExit(f"sleap-io could not read {clip} in sleap-nn's venv: {tail}")
+    theirs = np.load(out)
+    out.unlink()
+    ours = frames[:count]
+    if theirs.shape != ours.shape:
+        return {"frames": count, "identical": 0, "shapes": [list(ours.shape), list(theirs.shape)]}
+    levels = np.abs(ours.astype(np.int16) - theirs.astype(np.int16)).reshape(count, -1).max(1)
+    return {"frames": count, "identical": int((levels == 0).sum()), "max_levels": int(levels.max())}
+
+
 def sleap_live_warm(case: Case, clip: Path, folder: Path, batch: int | None) -> dict[str, Any]:
     """Engine only and the recorded pipeline, warm; fills the export cache for `run`."""
     frames = decode_all(clip, ENGINE_FRAMES)
@@ -270,6 +305,7 @@ def sleap_live_warm(case: Case, clip: Path, folder: Path, batch: int | None) -> 
             "engine": type(runner).__name__,
             "engine_fps": engine["fps"],
             "warm_fps": recorded["fps"],
+            "frames": frames,
         }
     finally:
         runner.close()
@@ -289,11 +325,15 @@ def agreement(reference: dict[int, np.ndarray], other: dict[int, np.ndarray]) ->
     """How `other`'s poses match `reference`'s, frame by frame (see the module docstring)."""
     matched = largest = same_count = 0
     distances: list[np.ndarray] = []
+    counts_differ: list[int] = []
+    worst: list[tuple[float, int]] = []
     frames = sorted(set(reference) | set(other))
     for index in frames:
         a, b = reference.get(index), other.get(index)
         count_a, count_b = (0 if a is None else len(a)), (0 if b is None else len(b))
         same_count += count_a == count_b
+        if count_a != count_b:
+            counts_differ.append(index)
         largest += max(count_a, count_b)
         if not (count_a and count_b):
             continue
@@ -304,13 +344,23 @@ def agreement(reference: dict[int, np.ndarray], other: dict[int, np.ndarray]) ->
         matched += len(rows)
         pair = gaps[rows, cols]
         distances.append(pair[~np.isnan(pair)])
+        if distances[-1].size:
+            worst.append((float(distances[-1].max()), index))
     points = np.concatenate(distances) if distances else np.zeros(0)
+    worst.sort(reverse=True)
     return {
         "frames": len(frames),
         "frames_same_count": same_count,
         "instances_matched": matched / largest if largest else 1.0,
+        "points": int(points.size),
         "median_px": float(np.median(points)) if points.size else None,
+        "p99_px": float(np.percentile(points, 99)) if points.size else None,
         "max_px": float(points.max()) if points.size else None,
+        "points_over_1px": int((points > 1).sum()),
+        "frames_counts_differ": counts_differ,
+        "frames_worst": [
+            {"frame": index, "max_px": px} for px, index in worst[:WORST_FRAMES] if px > 1
+        ],
     }
 
 
@@ -322,6 +372,8 @@ def bench_case(case: Case, args: argparse.Namespace, folder: Path, say: Any) -> 
     export = sleap_nn_export(args.sleap_nn, case, clip, folder)
     say(f"{case.name}: sleap-live warm (engine only, recorded pipeline) ...")
     live = sleap_live_warm(case, clip, folder, args.batch_size)
+    say(f"{case.name}: pixels as sleap-io reads them ...")
+    pixels = same_pixels(args.sleap_nn, clip, live.pop("frames"), folder)
     say(f"{case.name}: whole processes ...")
     runs = whole_process(args.sleap_nn, case, clip, export, folder, args.batch_size)
     say(f"{case.name}: sleap-nn in-process, warm ...")
@@ -340,6 +392,7 @@ def bench_case(case: Case, args: argparse.Namespace, folder: Path, say: Any) -> 
         "frame": f"{height}x{width}x{channels}",
         "frames": args.frames,
         "clip": "H.264 (lab scene)" if case.scene else "lossless (looped test video)",
+        "same_pixels": pixels,
         "runs": runs,
     }
 
@@ -406,10 +459,21 @@ def rows(results: list[dict[str, Any]]) -> list[list[str]]:
                     _fmt(run.get("engine_fps")),
                     "reference" if agree is None else f"{agree['instances_matched']:.3f}",
                     "" if agree is None else _fmt(agree["median_px"], 4),
+                    "" if agree is None else _fmt(agree["p99_px"], 4),
                     "" if agree is None else _fmt(agree["max_px"], 3),
+                    "" if agree is None else str(agree["points_over_1px"]),
+                    _pixels(result["same_pixels"]) if tool == "sleap-live" else "",
                 ]
             )
     return out
+
+
+def _pixels(check: dict[str, Any]) -> str:
+    """The `same_pixels` check as the table shows it."""
+    if "shapes" in check:
+        return "shapes differ"
+    shown = f"{check['identical']}/{check['frames']}"
+    return shown if check["max_levels"] == 0 else f"{shown} (differ by up to {check['max_levels']})"
 
 
 COLUMNS = (
@@ -424,7 +488,10 @@ COLUMNS = (
     "engine-only fps",
     "instances matched",
     "median px",
+    "p99 px",
     "max px",
+    "points > 1 px",
+    "same pixels",
 )
 
 

@@ -47,6 +47,23 @@ def test_agreement_matches_instances_in_any_order():
     assert result["instances_matched"] == 1.0
     assert result["median_px"] == 0.0
     assert result["max_px"] == pytest.approx(0.5)
+    assert result["points"] == 9 and result["points_over_1px"] == 0
+    assert result["frames_counts_differ"] == [] and result["frames_worst"] == []
+
+
+def test_agreement_says_how_many_points_are_off_and_where():
+    # 100 frames agree to the pixel; frame 7 has one point 30 px off, frame 9 an
+    # instance only the reference found (a weak peak at the threshold).
+    reference = {i: _instances((10, 10), (50, 50)) for i in range(100)}
+    other = {i: _instances((10, 10), (50, 50)) for i in range(100)}
+    other[7][1, 2] += [0, 30]
+    reference[9] = _instances((10, 10), (50, 50), (90, 90))
+    result = bench.agreement(reference, other)
+    assert result["points"] == 600 and result["points_over_1px"] == 1
+    assert result["median_px"] == 0.0 and result["p99_px"] == 0.0
+    assert result["max_px"] == pytest.approx(30.0)
+    assert result["frames_counts_differ"] == [9]
+    assert result["frames_worst"] == [{"frame": 7, "max_px": pytest.approx(30.0)}]
 
 
 def test_agreement_counts_missing_instances_and_skips_missing_points():
@@ -59,6 +76,30 @@ def test_agreement_counts_missing_instances_and_skips_missing_points():
     assert result["frames_same_count"] == 0
     assert result["instances_matched"] == pytest.approx(1 / 3)  # 1 of max(2,1) + max(1,0)
     assert result["median_px"] == pytest.approx(2.0) and result["max_px"] == pytest.approx(2.0)
+
+
+def test_same_pixels_compares_sleap_lives_frames_with_sleap_ios(tmp_path):
+    # sleap-io stands in for sleap-nn's venv: a bin folder whose python is this one.
+    from sleap_live.stream.bench import decode_all
+
+    bin_folder = tmp_path / "bin"
+    bin_folder.mkdir()
+    python = bin_folder / "python"
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
+    demo = Path(__file__).parent / "data" / "videos" / "demo.mp4"  # gray, in H.264 yuv420p
+    frames = decode_all(demo, 12)
+    check = bench.same_pixels(bin_folder, demo, frames, tmp_path)
+    assert check == {"frames": 12, "identical": 12, "max_levels": 0}
+    assert bench._pixels(check) == "12/12"
+    darker = frames.copy()
+    darker[3] -= 1
+    check = bench.same_pixels(bin_folder, demo, darker, tmp_path)
+    assert bench._pixels(check) == "11/12 (differ by up to 1)"
+    assert bench._pixels(
+        bench.same_pixels(bin_folder, demo, np.repeat(frames, 3, -1), tmp_path)
+    ) == ("shapes differ")
+    assert not list(tmp_path.glob("*.npy"))
 
 
 def test_markdown_section_is_appended_then_replaced_in_place(tmp_path):

@@ -81,6 +81,34 @@ def frame_shape(stream: av.video.stream.VideoStream) -> tuple[int, int, int]:
     return (context.height, context.width, channels)
 
 
+def gray_content(frame: av.VideoFrame) -> bool:
+    """Whether a colour frame holds a gray image, by sleap-io's test: as RGB, its red
+    and blue planes are equal.
+
+    sleap-io (which sleap-nn reads videos with, to train as to predict) makes this
+    test on a video's first frame and then hands out only the red plane of every
+    frame, so a gray recording stored as YUV (as most H.264 is) reaches the model as
+    its own levels. Converted with sleap-nn's RGB-to-gray weights instead, which sum
+    to 0.9999 and are truncated, every pixel would come out one level darker.
+    """
+    image = frame.to_ndarray(format="rgb24")
+    return bool(np.array_equal(image[..., 0], image[..., 2]))
+
+
+def first_frame_gray(url: str) -> bool:
+    """`gray_content` of a video's first frame; False when it has none that decodes
+    (reading it later reports why)."""
+    try:
+        with open_input(url) as container:
+            if not container.streams.video:
+                return False
+            for frame in container.decode(container.streams.video[0]):
+                return gray_content(frame)
+    except av.error.FFmpegError:
+        pass
+    return False
+
+
 def to_image(frame: av.VideoFrame, channels: int) -> np.ndarray:
     """(H, W, channels) contiguous uint8 image: gray for 1 channel, RGB for 3."""
     if channels == 1:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import av
 import av.error
+import numpy as np
 
 from sleap_live.stream.clock import MONOTONIC, Clock
 from sleap_live.stream.errors import SourceError, SourceNotFoundError
@@ -20,6 +21,10 @@ from sleap_live.stream.types import Frame
 
 class FileSource(SourceBase):
     """Frames of a video file, decoded on the CPU with FFmpeg's threaded decoders.
+
+    Gray video has one channel: a gray pixel format's, or, for a video in a colour
+    format whose first frame is gray, the red plane of every frame, as sleap-io reads
+    it for sleap-nn (`_av.gray_content`). Other video is RGB.
 
     Frames come as fast as they decode (``is_live`` is False); `ReplaySource` paces a
     file like a camera. Each frame is stamped when the decoder hands it over. Frame
@@ -92,10 +97,14 @@ class FileSource(SourceBase):
             self._container.close()
             raise
         self.fps = _av.rate_of(self._stream)
-        self.frame_shape = _av.frame_shape(self._stream)
+        height, width, channels = _av.frame_shape(self._stream)
+        # A gray recording in a colour format is read as sleap-io reads it for sleap-nn:
+        # the red plane of every frame (see `_av.gray_content`).
+        self._red_plane = channels == 3 and _av.first_frame_gray(os.fspath(self.path))
+        self.frame_shape = (height, width, 1 if self._red_plane else channels)
         try:
             self._to_image = ImageConverter(
-                self._stream.codec_context.pix_fmt, self.frame_shape[2], bit_depth, str(self.path)
+                self._stream.codec_context.pix_fmt, channels, bit_depth, str(self.path)
             )
         except ValueError:
             self._container.close()
@@ -154,7 +163,7 @@ class FileSource(SourceBase):
                 return
             if index >= self._start:
                 self._check_size(frame, index)
-                yield Frame(index, captured, self.source_id, self._to_image(frame))
+                yield Frame(index, captured, self.source_id, self._image(frame))
             last_index = index
             index += 1
             if self._stop.is_set():
@@ -162,6 +171,10 @@ class FileSource(SourceBase):
         if self._stop.is_set():
             return
         self._check_complete(log, seeked, last_index)
+
+    def _image(self, frame: av.VideoFrame) -> np.ndarray:
+        image = self._to_image(frame)
+        return np.ascontiguousarray(image[..., :1]) if self._red_plane else image
 
     def _check_complete(self, log: _DecodeLog, seeked: bool, last_index: int) -> None:
         """Raise `SourceError` if the file ended damaged or short of what it declares."""

@@ -46,7 +46,11 @@ logger = logging.getLogger(__name__)
 
 @attrs.frozen
 class StreamInfo:
-    """What PyAV reads from a file's header, to choose a decoder and describe frames."""
+    """What PyAV reads from a file's header, to choose a decoder and describe frames.
+
+    ``gray_content``: the first frame, though in a colour format, is gray
+    (`_av.gray_content`); frames are then its red plane, as `FileSource` hands out.
+    """
 
     codec: str
     pixel_format: str | None
@@ -56,6 +60,7 @@ class StreamInfo:
     color_range: int | None
     fps: float | None
     n_frames: int | None
+    gray_content: bool = False
 
 
 def probe(path: str | os.PathLike[str]) -> StreamInfo:
@@ -85,6 +90,7 @@ def probe(path: str | os.PathLike[str]) -> StreamInfo:
             color_range=getattr(context, "color_range", None),
             fps=_av.rate_of(stream),
             n_frames=stream.frames or None,
+            gray_content=not _av.is_gray(context.pix_fmt) and _av.first_frame_gray(str(path)),
         )
     finally:
         container.close()
@@ -150,7 +156,8 @@ class NvdecSource(SourceBase):
     Frame indices and timestamps follow `FileSource`: indices are positions in the
     file (``start=10`` gives index 10 first), each frame is stamped on ``clock``
     when it is handed over. Images are (H, W, C) uint8 tensors on ``device``, RGB
-    for colour video, in ``buffers`` device buffers used in turn: a frame's image
+    for colour video and the red plane alone for a gray one (`StreamInfo`), in
+    ``buffers`` device buffers used in turn: a frame's image
     stays valid until ``buffers`` more frames have been read, far more than the
     pipeline holds before it stacks frames into a batch (three batches).
 
@@ -200,8 +207,8 @@ class NvdecSource(SourceBase):
         self._start, self._stop_index = start, stop
         self.info = info if info is not None else probe(path)
         self.fps = self.info.fps
-        channels = 1 if _av.is_gray(self.info.pixel_format) else 3
-        self.frame_shape = (self.info.height, self.info.width, channels)
+        gray = _av.is_gray(self.info.pixel_format) or self.info.gray_content
+        self.frame_shape = (self.info.height, self.info.width, 1 if gray else 3)
         total = self.info.n_frames
         if total is not None and stop is not None:
             total = min(total, stop)
@@ -247,11 +254,9 @@ class NvdecSource(SourceBase):
         with _on(self.stream):
             planes = torch.from_dlpack(surface)
             luma, chroma = nv12.split_nv12(planes, height, width)
-            if channels == 1:
-                # A gray stream's luma is what PyAV's gray -> gray hands over.
-                buffer[..., 0].copy_(luma)
-            else:
-                buffer.copy_(nv12.nv12_to_rgb(luma, chroma, self._tables))
+            rgb = nv12.nv12_to_rgb(luma, chroma, self._tables)
+            # Gray content: the red plane, as FileSource hands it out.
+            buffer.copy_(rgb[..., :1] if channels == 1 else rgb)
         return buffer
 
     def _synchronize(self) -> None:

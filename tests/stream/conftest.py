@@ -120,6 +120,12 @@ def gray_video(video_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def gray_h264_video(video_dir: Path) -> Path:
+    """30 gray frames stored in a colour format, as most H.264 is (yuv420p, MP4)."""
+    return write_video(video_dir / "gray.mp4", codec="libx264", pixel_format="yuv420p", channels=1)
+
+
+@pytest.fixture(scope="session")
 def rgb_video(video_dir: Path) -> Path:
     """30 color frames, H.264 in MP4 with its index (moov) at the end."""
     return write_video(video_dir / "rgb.mp4", codec="libx264", pixel_format="yuv420p", channels=3)

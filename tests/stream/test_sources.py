@@ -6,9 +6,12 @@ import sys
 import threading
 from pathlib import Path
 
+import av
 import numpy as np
 import pytest
+import sleap_io as sio
 
+from sleap_live.engines.host.frames import convert_channels
 from sleap_live.stream.errors import SourceError, SourceNotFoundError
 from sleap_live.stream.sources import (
     CameraSource,
@@ -75,6 +78,28 @@ def test_rgb_video_decodes_to_rgb(rgb_video):
     check_frames(frames, source, channels=3)
     assert [rgb_mark(frame.image) for frame in frames] == list(range(N_FRAMES))
     assert frames[0].source_id == "arena"
+
+
+def test_gray_video_in_a_colour_format_decodes_to_its_red_plane(gray_h264_video):
+    # As sleap-io reads it for sleap-nn: one channel, each frame's red plane. Made gray
+    # from RGB with sleap-nn's weights instead, every pixel came out one level darker,
+    # and lab-model poses moved by up to 30 px on a few frames (docs/benchmarks.md).
+    with av.open(str(gray_h264_video)) as container:
+        reds = [frame.to_ndarray(format="rgb24")[..., :1] for frame in container.decode(video=0)]
+    as_rgb = np.repeat(reds[1][None], 3, axis=-1)  # what PyAV's rgb24 gives: R = G = B
+    assert (convert_channels(as_rgb, 1)[0] < reds[1]).any()
+    with FileSource(gray_h264_video) as source:
+        assert source.frame_shape == (HEIGHT, WIDTH, 1)
+        frames = list(source)
+    check_frames(frames, source, channels=1)
+    for frame, red in zip(frames, reds, strict=True):
+        np.testing.assert_array_equal(frame.image, red)
+    video = sio.load_video(str(gray_h264_video))
+    np.testing.assert_array_equal(video[7], frames[7].image)
+    # The test is the file's first frame, wherever reading starts.
+    with FileSource(gray_h264_video, start=20) as source:
+        assert source.frame_shape == (HEIGHT, WIDTH, 1)
+        np.testing.assert_array_equal(next(iter(source)).image, reds[20])
 
 
 @pytest.mark.parametrize("video", ["gray_video", "rgb_video"])
