@@ -164,7 +164,9 @@ def resize_uint8_exportable(
     if static:
         if not isinstance(height, int) or not isinstance(width, int):
             raise TypeError("a static resize takes int sizes")
-        return _resize_static(image, height, width)
+        if (static_size(image, 2), static_size(image, 3)) == (height, width):
+            return image
+        return resize_static_values(image, height, width).to(torch.uint8)
     batch, channels = image.shape[0], image.shape[1]
     in_height, in_width = size_of(image, 2), size_of(image, 3)
     columns = image.permute(3, 0, 1, 2).reshape(image.shape[3], -1)  # (W, B*C*H)
@@ -175,11 +177,18 @@ def resize_uint8_exportable(
     return rows.reshape(-1, batch, channels, resized.shape[0]).permute(1, 2, 0, 3)
 
 
-def _resize_static(image: torch.Tensor, height: int, width: int) -> torch.Tensor:
-    """A static `resize_uint8_exportable`: width, then height, each pass only if it resizes.
+def resize_static_values(image: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """A static `resize_uint8_exportable` whose result is float32 holding the uint8 values.
 
-    Whole-factor passes run on float32 values (the uint8 image cast once) and the
-    others on uint8; the result is uint8.
+    Width, then height, each pass only if it resizes. Whole-factor passes
+    (`WholeFactorPass`) run on float32 values (the uint8 image cast once), the
+    others on uint8. A caller that normalises next takes the values as they are,
+    without a cast back to uint8 and another to float32.
+
+    Args:
+        image: uint8 (B, C, H, W), its height, width and channels frozen in the graph.
+        height: output height.
+        width: output width.
     """
     for axis, size in ((3, width), (2, height)):
         in_size = static_size(image, axis)
@@ -195,7 +204,7 @@ def _resize_static(image: torch.Tensor, height: int, width: int) -> torch.Tensor
             image = _resize_width(image, in_tensor, size)
         else:
             image = _resize_height(image, in_tensor, size)
-    return image.to(torch.uint8)
+    return image.float()
 
 
 @attrs.frozen(eq=False)
