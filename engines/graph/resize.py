@@ -164,9 +164,7 @@ def resize_uint8_exportable(
     if static:
         if not isinstance(height, int) or not isinstance(width, int):
             raise TypeError("a static resize takes int sizes")
-        if (static_size(image, 2), static_size(image, 3)) == (height, width):
-            return image
-        return resize_static_values(image, height, width).to(torch.uint8)
+        return _as_dtype(_resize_static(image, height, width), torch.uint8)
     batch, channels = image.shape[0], image.shape[1]
     in_height, in_width = size_of(image, 2), size_of(image, 3)
     columns = image.permute(3, 0, 1, 2).reshape(image.shape[3], -1)  # (W, B*C*H)
@@ -180,15 +178,22 @@ def resize_uint8_exportable(
 def resize_static_values(image: torch.Tensor, height: int, width: int) -> torch.Tensor:
     """A static `resize_uint8_exportable` whose result is float32 holding the uint8 values.
 
-    Width, then height, each pass only if it resizes. Whole-factor passes
-    (`WholeFactorPass`) run on float32 values (the uint8 image cast once), the
-    others on uint8. A caller that normalises next takes the values as they are,
-    without a cast back to uint8 and another to float32.
+    A caller that normalises next takes the values as they are, without a cast
+    back to uint8 and another to float32.
 
     Args:
         image: uint8 (B, C, H, W), its height, width and channels frozen in the graph.
         height: output height.
         width: output width.
+    """
+    return _as_dtype(_resize_static(image, height, width), torch.float32)
+
+
+def _resize_static(image: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """Width, then height, each pass only if it resizes; uint8 or float32 values out.
+
+    Whole-factor passes (`WholeFactorPass`) run on float32 values (the uint8
+    image cast once), the others on uint8; the result has the last pass's dtype.
     """
     for axis, size in ((3, width), (2, height)):
         in_size = static_size(image, axis)
@@ -196,15 +201,20 @@ def resize_static_values(image: torch.Tensor, height: int, width: int) -> torch.
             continue
         plan = WholeFactorPass.plan(in_size, size)
         if plan is not None:
-            image = plan.apply(image.float(), axis)
+            image = plan.apply(_as_dtype(image, torch.float32), axis)
             continue
-        image = image.to(torch.uint8)
+        image = _as_dtype(image, torch.uint8)
         in_tensor = _as_size(in_size, image.device)
         if axis == 3:
             image = _resize_width(image, in_tensor, size)
         else:
             image = _resize_height(image, in_tensor, size)
-    return image.float()
+    return image
+
+
+def _as_dtype(image: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`image` as `dtype`; no cast at all (not even one the tracer records) when it is."""
+    return image if image.dtype == dtype else image.to(dtype)
 
 
 @attrs.frozen(eq=False)
