@@ -21,6 +21,9 @@ into a temporary folder. Every figure is milliseconds per frame, on the same fra
 
 The graph is exported in memory (`export_onnx_bytes`, verified on the clip's first
 frames) and run with sleap-live's session options, one thread per physical core.
+`--static` profiles the graph specialised to the clip's frame shape instead (what the
+CPU runner runs, `export_static_onnx_bytes`), and the engine runs it too, once it gave
+the dynamic graph's outputs bit for bit.
 The profiler's own overhead makes its total a little larger than the session's; its
 stage shares are what it is for.
 """
@@ -43,12 +46,13 @@ import onnx
 import onnxruntime as ort
 from fixtures import lab
 
-from sleap_live.engines.export import export_onnx_bytes
+from sleap_live.engines.export import export_onnx_bytes, export_static_onnx_bytes
 from sleap_live.engines.graph.build import load_inference_model
 from sleap_live.engines.host.frames import convert_channels
 from sleap_live.engines.host.postprocess import decode
 from sleap_live.engines.runners.onnx import OnnxRunner
 from sleap_live.engines.runners.onnx_session import create_session
+from sleap_live.engines.runners.specialise import FrameShape
 from sleap_live.stream.bench import bench_recorded
 from sleap_live.stream.sources._av import frame_shape, to_image
 
@@ -230,9 +234,25 @@ def profile_graph(
     return dict(sorted(stages.items())), sorted(nodes, reverse=True), per_frame(wall, frames)
 
 
-def profile(paths: list[Path], video: Path, n_frames: int, batch_size: int) -> dict[str, Any]:
+class OneShape:
+    """The graph specialised to one frame shape, for `OnnxRunner` (a `ShapeGraphs`)."""
+
+    def __init__(self, shape: FrameShape, graph: bytes) -> None:
+        self.shape, self._graph = shape, graph
+
+    def graph(self, shape: FrameShape) -> bytes | None:
+        return self._graph if shape == self.shape else None
+
+    def reject(self, shape: FrameShape, reason: str) -> None:
+        raise SystemExit(f"the graph specialised to {shape} is not the dynamic one: {reason}")
+
+
+def profile(
+    paths: list[Path], video: Path, n_frames: int, batch_size: int, static: bool = False
+) -> dict[str, Any]:
     """Every figure of the module docstring, as a JSON-ready dict."""
     results: dict[str, Any] = {"models": [str(p) for p in paths], "video": str(video)}
+    results["graph"] = "specialised to the frame shape" if static else "dynamic"
     frames, channels = decoded_frames(video, n_frames)
     n = len(frames)
     results["frames"], results["batch_size"] = n, batch_size
@@ -252,8 +272,13 @@ def profile(paths: list[Path], video: Path, n_frames: int, batch_size: int) -> d
     )
 
     model = load_inference_model(paths)
-    onnx_bytes = export_onnx_bytes(model, verify_frames=images[:8], sources=paths)
-    runner = OnnxRunner(onnx_bytes)
+    dynamic = export_onnx_bytes(model, verify_frames=images[:8], sources=paths)
+    onnx_bytes, specialised = dynamic, None
+    if static:
+        shape = (int(images.shape[1]), int(images.shape[2]), int(images.shape[3]))
+        onnx_bytes = export_static_onnx_bytes(model, shape, sources=paths)
+        specialised = OneShape(shape, onnx_bytes)
+    runner = OnnxRunner(dynamic, specialised=specialised)
     graph_channels = runner.metadata.input_channels
     converted = images
     if channels not in graph_channels:
@@ -307,7 +332,8 @@ def profile(paths: list[Path], video: Path, n_frames: int, batch_size: int) -> d
 def report(results: dict[str, Any]) -> str:
     """The figures as plain text."""
     lines = [
-        f"{results['frame']}, {results['frames']} frames, batch {results['batch_size']}; "
+        f"{results['frame']}, {results['frames']} frames, batch {results['batch_size']}, "
+        f"{results['graph']} graph; "
         f"instances per frame {results['instances_per_frame']}",
         "host stages (ms/frame, each timed alone, best of 3):",
     ]
@@ -341,6 +367,9 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=200, help="frames profiled (default 200)")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument(
+        "--static", action="store_true", help="the graph specialised to the clip's frame shape"
+    )
     args = parser.parse_args()
     if (args.lab is None) == (args.video is None):
         parser.error("give either VIDEO with -m MODEL, or --lab NAME")
@@ -355,7 +384,7 @@ def main() -> None:
                 parser.error("VIDEO needs -m MODEL")
             if not video.is_file():
                 parser.error(f"{video}: no such file")
-        results = profile(paths, video, args.frames, args.batch_size)
+        results = profile(paths, video, args.frames, args.batch_size, args.static)
     print(report(results))
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2) + "\n")

@@ -12,12 +12,17 @@ use the same window arithmetic in sleap-nn (`make_centered_bboxes` followed by
 - pixels outside the image read as 0.
 
 The window is gathered with integer indices, so it exports to ONNX with a
-data-dependent number of windows.
+data-dependent number of windows. A static graph (image sizes frozen at trace
+time) pads the images with a window's size of zeros on every side instead, and
+gathers whole rows and then columns: no mask, and no gather of single pixels.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
+
+from sleap_live.engines.graph.resize import static_size
 
 
 def box_top_left(centers: torch.Tensor, height: int, width: int) -> torch.Tensor:
@@ -75,6 +80,8 @@ def gather_windows(
     origins: torch.Tensor,
     height: int,
     width: int,
+    *,
+    static: bool = False,
 ) -> torch.Tensor:
     """Cuts a (height, width) window from an image for each origin.
 
@@ -84,10 +91,14 @@ def gather_windows(
         origins: (n, 2) int64 xy of each window's top-left pixel.
         height: window height.
         width: window width.
+        static: trace with the images' height, width and channels frozen
+            (`_gather_padded`); the same windows.
 
     Returns:
         (n, height, width, C) windows in `images`' dtype; pixels outside the image are 0.
     """
+    if static:
+        return _gather_padded(images, sample_inds, origins, height, width)
     image_height, image_width = images.shape[1], images.shape[2]
     rows = origins[:, 1:2] + torch.arange(height, device=origins.device)  # (n, height)
     cols = origins[:, 0:1] + torch.arange(width, device=origins.device)  # (n, width)
@@ -103,12 +114,54 @@ def gather_windows(
     return torch.where(inside[..., None], pixels, 0)
 
 
+def _gather_padded(
+    images: torch.Tensor,
+    sample_inds: torch.Tensor,
+    origins: torch.Tensor,
+    height: int,
+    width: int,
+) -> torch.Tensor:
+    """`gather_windows` for images of a frozen size: rows, then columns, of padded images.
+
+    The images get `height` rows and `width` columns of zeros on every side,
+    and each origin is clamped into `[-size, image size]` per axis: a window
+    that starts further out lies wholly outside the image, and so does the
+    clamped one, so both are all zeros. Every window then lies inside the
+    padded images, whose rows it gathers whole before it picks its columns.
+    """
+    image_height, image_width = static_size(images, 1), static_size(images, 2)
+    channels = static_size(images, 3)
+    padded = F.pad(images, (0, 0, width, width, height, height))
+    padded_height, padded_width = image_height + 2 * height, image_width + 2 * width
+    device = origins.device
+    x = torch.minimum(
+        torch.maximum(origins[:, 0], _scalar(-width, device)), _scalar(image_width, device)
+    )
+    y = torch.minimum(
+        torch.maximum(origins[:, 1], _scalar(-height, device)), _scalar(image_height, device)
+    )
+    rows = (sample_inds * padded_height + y + height)[:, None] + torch.arange(height, device=device)
+    strips = padded.reshape(-1, padded_width * channels)[rows]  # (n, height, padded width * C)
+    cols = (x + width)[:, None] + torch.arange(width, device=device)  # (n, width)
+    # Pixel-major, channel-minor element indices; the gather's axes stay three (ONNX
+    # Runtime's GatherElements is several times slower with a fourth).
+    elements = (cols[:, :, None] * channels + torch.arange(channels, device=device)).flatten(1)
+    picked = torch.gather(strips, 2, elements[:, None, :].expand(-1, height, -1))
+    return picked.reshape(-1, height, width, channels)
+
+
+def _scalar(value: int, device: torch.device) -> torch.Tensor:
+    return torch.tensor(value, dtype=torch.int64, device=device)
+
+
 def crop_centered(
     images: torch.Tensor,
     sample_inds: torch.Tensor,
     centers: torch.Tensor,
     height: int,
     width: int,
+    *,
+    static: bool = False,
 ) -> torch.Tensor:
     """sleap-nn's crop around each center: `gather_windows` at `window_origins`.
 
@@ -118,10 +171,10 @@ def crop_centered(
         centers: (n, 2) float32 xy in the images' pixels.
         height: crop height.
         width: crop width.
+        static: see `gather_windows`.
 
     Returns:
         (n, height, width, C) crops.
     """
-    return gather_windows(
-        images, sample_inds, window_origins(centers, height, width), height, width
-    )
+    origins = window_origins(centers, height, width)
+    return gather_windows(images, sample_inds, origins, height, width, static=static)

@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from sleap_live.engines.errors import InputMismatchError, ModelConfigError
 from sleap_live.engines.graph.resize import (
     as_scalar,
+    resize_static_values,
     resize_uint8,
     resize_values,
     size_of,
@@ -266,14 +267,18 @@ def _pad_static(image: torch.Tensor, pad_height: int, pad_width: int) -> torch.T
 def rescale(image: torch.Tensor, scale: float, *, static: bool = False) -> torch.Tensor:
     """sleap-nn's input scaling: resize to `int(H * scale) x int(W * scale)`.
 
-    `static`: see `frame_input`.
+    `static`: see `frame_input`; a static resize returns float32 holding the uint8
+    values (`resize_static_values`), which `pad_to_stride` and `normalize` take as
+    they are.
     """
     if scale == 1.0:
         return image
     if static:
         height = math.floor(static_size(image, 2) * scale)
         width = math.floor(static_size(image, 3) * scale)
-        return resize_uint8(image, height, width, static=True)
+        if (height, width) == (static_size(image, 2), static_size(image, 3)):
+            return image
+        return resize_static_values(image, height, width)
     height = torch.floor(size_of(image, 2).double() * scale).long()
     width = torch.floor(size_of(image, 3).double() * scale).long()
     return resize_uint8(image, height, width)
@@ -296,7 +301,7 @@ def pad_to_stride(image: torch.Tensor, stride: int, *, static: bool = False) -> 
 
 
 def normalize(image: torch.Tensor) -> torch.Tensor:
-    """uint8 to float32 in [0, 1], dividing as sleap-nn does (not multiplying)."""
+    """uint8 (or float32 uint8 values) to float32 in [0, 1], dividing as sleap-nn does."""
     return image.float() / 255.0
 
 

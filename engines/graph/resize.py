@@ -9,6 +9,12 @@ export to ONNX), with its weight tables computed in float64 from the dynamic
 sizes as torch computes them. Sizes are derived from tensor shapes, never from
 Python ints frozen at trace time, so an exported graph accepts any frame size.
 
+A static graph (sizes frozen at trace time) shrinks an axis by a whole factor
+(`in = factor * out`, e.g. an input scale of 0.5 on an even size) without any
+gather or transpose: torch's taps then repeat every `factor` pixels, so the pass
+is a matrix product of blocks of consecutive pixels (`WholeFactorPass`), in
+float32 where every partial sum is an exact multiple of 2^-precision.
+
 The TensorRT profile resizes with `resize_values`: float32 images holding uint8
 values, sizes fixed at trace time, and the weight tables computed on the host
 (`resize_tables`, in float64 as torch's C++ kernel computes them) and embedded as
@@ -23,6 +29,7 @@ from __future__ import annotations
 import math
 import warnings
 
+import attrs
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -30,6 +37,12 @@ import torch.nn.functional as F
 # torch picks the largest fixed-point precision whose largest weight still fits
 # in int16, trying precisions below this bound.
 _MAX_WEIGHT_PRECISION = 22
+# float32 holds every integer below this exactly.
+_EXACT_FLOAT32 = 2**24
+# A whole-factor pass reads at most this many pixels of its own per block of outputs
+# (the width of its matrix product), and takes blocks of at least `_MIN_BLOCK` outputs.
+_MAX_BLOCK_INPUTS = 64
+_MIN_BLOCK = 4
 
 
 def size_of(image: torch.Tensor, dim: int) -> torch.Tensor:
@@ -145,16 +158,13 @@ def resize_uint8_exportable(
 
     A pass whose size does not change has a single unit weight per output and
     passes its input through. With `static` (int `height` and `width`, the
-    image's size frozen into the graph), such a pass is left out.
+    image's size frozen into the graph), such a pass is left out, and a pass
+    that shrinks its axis by a whole factor is a `WholeFactorPass`.
     """
     if static:
         if not isinstance(height, int) or not isinstance(width, int):
             raise TypeError("a static resize takes int sizes")
-        if static_size(image, 3) != width:
-            image = _resize_width(image, _as_size(static_size(image, 3), image.device), width)
-        if static_size(image, 2) != height:
-            image = _resize_height(image, _as_size(static_size(image, 2), image.device), height)
-        return image
+        return _as_dtype(_resize_static(image, height, width), torch.uint8)
     batch, channels = image.shape[0], image.shape[1]
     in_height, in_width = size_of(image, 2), size_of(image, 3)
     columns = image.permute(3, 0, 1, 2).reshape(image.shape[3], -1)  # (W, B*C*H)
@@ -163,6 +173,254 @@ def resize_uint8_exportable(
     rows = resized.permute(3, 1, 2, 0).reshape(image.shape[2], -1)  # (H, B*C*W')
     rows = _resize_leading_axis(rows, in_height, _as_size(height, image.device))
     return rows.reshape(-1, batch, channels, resized.shape[0]).permute(1, 2, 0, 3)
+
+
+def resize_static_values(image: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """A static `resize_uint8_exportable` whose result is float32 holding the uint8 values.
+
+    A caller that normalises next takes the values as they are, without a cast
+    back to uint8 and another to float32.
+
+    Args:
+        image: uint8 (B, C, H, W), its height, width and channels frozen in the graph.
+        height: output height.
+        width: output width.
+    """
+    return _as_dtype(_resize_static(image, height, width), torch.float32)
+
+
+def _resize_static(image: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """Width, then height, each pass only if it resizes; uint8 or float32 values out.
+
+    Whole-factor passes (`WholeFactorPass`) run on float32 values (the uint8
+    image cast once), the others on uint8; the result has the last pass's dtype.
+    """
+    for axis, size in ((3, width), (2, height)):
+        in_size = static_size(image, axis)
+        if in_size == size:
+            continue
+        plan = WholeFactorPass.plan(in_size, size)
+        if plan is not None:
+            image = plan.apply(_as_dtype(image, torch.float32), axis)
+            continue
+        image = _as_dtype(image, torch.uint8)
+        in_tensor = _as_size(in_size, image.device)
+        if axis == 3:
+            image = _resize_width(image, in_tensor, size)
+        else:
+            image = _resize_height(image, in_tensor, size)
+    return image
+
+
+def _as_dtype(image: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`image` as `dtype`; no cast at all (not even one the tracer records) when it is."""
+    return image if image.dtype == dtype else image.to(dtype)
+
+
+@attrs.frozen(eq=False)
+class WholeFactorPass:
+    """One static resize pass that shrinks its axis by a whole factor, as matrix products.
+
+    With `in = factor * out`, every output `i` takes the same weights (the
+    kernel) at the same offsets from input `factor * i`, except a few outputs at
+    each end whose taps the image's edge cuts. Outputs are taken in blocks of
+    `block`: a block reads its own `factor * block` inputs and a halo of
+    `before` inputs of the block before it and `after` of the block after it
+    (zeros past the image's edges). The pass is the product of each block's own
+    inputs with `own` plus the product of its halo slots with `halo`; the halo
+    slots are those neighbouring inputs, one correction per edge output (what
+    that output's own weights add to the kernel's, on the inputs under it; zero
+    in every other block) and a constant 1 that carries the rounding half.
+
+    Weights are torch's int16-valued fixed-point weights times 2^-precision, so
+    every product and partial sum is an exact float32 multiple of 2^-precision
+    (`plan` checks the bound), and `floor` of an output is torch's
+    `(sum + 2^(precision-1)) >> precision`.
+
+    Attributes:
+        factor: input pixels per output.
+        block: outputs per block.
+        before: halo inputs from the block before.
+        after: halo inputs from the block after.
+        left: (edge outputs at the start, span) corrections' weights on the first
+            `span` inputs.
+        right: (edge outputs at the end, span) corrections' weights on the last
+            `span` inputs.
+        own: (factor * block, block) weights of a block's own inputs.
+        halo: (before + after + edge outputs + 1, block) weights of its halo slots.
+    """
+
+    factor: int
+    block: int
+    before: int
+    after: int
+    left: np.ndarray
+    right: np.ndarray
+    own: np.ndarray
+    halo: np.ndarray
+
+    @classmethod
+    def plan(cls, in_size: int, out_size: int) -> WholeFactorPass | None:
+        """The pass from `in_size` to `out_size`, or None where it does not apply.
+
+        It applies when `in_size` is a whole multiple (at least 2) of `out_size`,
+        the outputs split into blocks of a useful size, the taps differ from
+        the kernel's only at the ends, and float32 holds every partial sum.
+        """
+        factor = in_size // out_size
+        if factor < 2 or factor * out_size != in_size:
+            return None
+        block = _block_size(out_size, factor)
+        if block is None:
+            return None
+        indices, fixed, precision = resize_tables(in_size, out_size)
+        # Each output's taps as {offset from factor * i: int16-valued weight}.
+        taps = [
+            {
+                int(index) - factor * i: float(weight)
+                for index, weight in zip(row_indices, row_weights, strict=True)
+                if weight
+            }
+            for i, (row_indices, row_weights) in enumerate(zip(indices, fixed, strict=True))
+        ]
+        # The kernel: the widest taps, those of an output the edges do not cut.
+        kernel = max(taps, key=len)
+        first, last = min(kernel), max(kernel)
+        edges: list[int] = []
+        bound = 0.0
+        for i, row in enumerate(taps):
+            regular = {o: w for o, w in kernel.items() if 0 <= factor * i + o < in_size}
+            if row != regular:
+                edges.append(i)
+            offsets = set(row) | set(regular)
+            difference = sum(abs(row.get(o, 0.0) - regular.get(o, 0.0)) for o in offsets)
+            bound = max(bound, sum(abs(w) for w in regular.values()) + difference)
+        if 255 * bound + 2.0 ** (precision - 1) >= _EXACT_FLOAT32:
+            return None
+        n_left = sum(1 for i in edges if i < out_size // 2)
+        n_right = len(edges) - n_left
+        ends = list(range(n_left)) + list(range(out_size - n_right, out_size))
+        before, after = max(-first, 0), max(last - factor + 1, 0)
+        own_inputs = factor * block
+        if edges != ends or max(n_left, n_right, before, after) > min(block, own_inputs):
+            return None
+
+        scale = 2.0**-precision
+
+        def corrections(rows: list[int], at_end: bool) -> np.ndarray:
+            """Each edge output's weights minus the kernel's, on the inputs at its end."""
+            dense = np.zeros((len(rows), in_size))
+            for row, i in enumerate(rows):
+                for offset in set(taps[i]) | set(kernel):
+                    source = factor * i + offset
+                    if 0 <= source < in_size:
+                        dense[row, source] = taps[i].get(offset, 0.0) - kernel.get(offset, 0.0)
+            used = np.flatnonzero(np.abs(dense).sum(0))
+            span = 0 if len(used) == 0 else (in_size - used[0] if at_end else used[-1] + 1)
+            kept = dense[:, in_size - span :] if at_end else dense[:, :span]
+            return kept * scale
+
+        own = np.zeros((own_inputs, block))
+        halo = np.zeros((before + after + n_left + n_right + 1, block))
+        for q in range(block):
+            for offset, weight in kernel.items():
+                position = factor * q + offset
+                if position < 0:
+                    halo[before + position, q] = weight * scale
+                elif position < own_inputs:
+                    own[position, q] = weight * scale
+                else:
+                    halo[before + position - own_inputs, q] = weight * scale
+        slot = before + after
+        for q in range(n_left):
+            halo[slot + q, q] = 1.0
+        for q in range(n_right):
+            halo[slot + n_left + q, block - n_right + q] = 1.0
+        halo[-1] = 0.5
+        return cls(
+            factor,
+            block,
+            before,
+            after,
+            corrections(edges[:n_left], at_end=False),
+            corrections(edges[n_left:], at_end=True),
+            own,
+            halo,
+        )
+
+    def apply(self, values: torch.Tensor, axis: int) -> torch.Tensor:
+        """The pass along `axis` (2 or 3) of float32 (B, C, H, W) images holding uint8 values."""
+        in_size = static_size(values, axis)
+        own_inputs = self.factor * self.block
+        blocks = in_size // own_inputs
+        slots = []
+        for d in range(self.before):  # input own * j - before + d, for blocks j >= 1
+            start = own_inputs - self.before + d
+            taken = _take(values, axis, start, in_size - self.before + d, own_inputs)
+            slots.append(_pad_axis(taken, axis, 1, 0))
+        for d in range(self.after):  # input own * (j + 1) + d, for blocks j < blocks - 1
+            taken = _take(values, axis, own_inputs + d, in_size, own_inputs)
+            slots.append(_pad_axis(taken, axis, 0, 1))
+        for weights, at_end in ((self.left, False), (self.right, True)):
+            if len(weights) == 0:
+                continue
+            span = weights.shape[1]
+            start = in_size - span if at_end else 0
+            source = _take(values, axis, start, start + span, 1)
+            corrections = _contract(source, _table(weights.T, values), axis)
+            for row in range(len(weights)):
+                slot = _take(corrections, axis, row, row + 1, 1)
+                slots.append(
+                    _pad_axis(slot, axis, blocks - 1 if at_end else 0, 0 if at_end else blocks - 1)
+                )
+        slots.append(_pad_axis(_take(values, axis, 0, 0, 1), axis, 0, blocks, value=1.0))
+        halo = torch.stack(slots, axis + 1)
+        own, halo_weights = _table(self.own, values), _table(self.halo, values)
+        if axis == 3:
+            channels, height = static_size(values, 1), static_size(values, 2)
+            halo_sums = torch.matmul(halo, halo_weights).reshape(-1, self.block)
+            sums = torch.addmm(halo_sums, values.reshape(-1, own_inputs), own)
+            sums = sums.reshape(-1, channels, height, blocks * self.block)
+        else:
+            channels, width = static_size(values, 1), static_size(values, 3)
+            # Whole rows to copy: the halo joins each block's own rows.
+            rows = torch.cat([values.reshape(-1, channels, blocks, own_inputs, width), halo], 3)
+            sums = torch.matmul(torch.cat([own, halo_weights]).T, rows)
+            sums = sums.reshape(-1, channels, blocks * self.block, width)
+        return torch.floor(sums)
+
+
+def _block_size(out_size: int, factor: int) -> int | None:
+    """The largest divisor of `out_size` whose block reads at most `_MAX_BLOCK_INPUTS`
+    inputs of its own, or None when it is below `_MIN_BLOCK` (and not all of them)."""
+    largest = max(1, _MAX_BLOCK_INPUTS // factor)
+    block = max(d for d in range(1, min(largest, out_size) + 1) if out_size % d == 0)
+    return block if block >= _MIN_BLOCK or block == out_size else None
+
+
+def _take(image: torch.Tensor, axis: int, start: int, stop: int | None, step: int) -> torch.Tensor:
+    """`image[..., start:stop:step, ...]` along `axis`."""
+    index = (slice(None),) * axis + (slice(start, stop, step),)
+    return image[index]
+
+
+def _pad_axis(
+    image: torch.Tensor, axis: int, before: int, after: int, value: float = 0.0
+) -> torch.Tensor:
+    """`image` padded along `axis` (2 or 3) with `before` and `after` entries of `value`."""
+    pads = (before, after) if axis == 3 else (0, 0, before, after)
+    return F.pad(image, pads, value=value)
+
+
+def _table(weights: np.ndarray, like: torch.Tensor) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(weights, dtype=np.float32)).to(like.device)
+
+
+def _contract(image: torch.Tensor, weights: torch.Tensor, axis: int) -> torch.Tensor:
+    """`weights` (in, out) applied along `axis` (2 or 3) of a (B, C, H, W) image."""
+    if axis == 3:
+        return torch.matmul(image, weights)
+    return torch.matmul(weights.T, image)
 
 
 def _resize_width(image: torch.Tensor, in_width: torch.Tensor, width: int) -> torch.Tensor:

@@ -229,7 +229,12 @@ class TopDownModel(InferenceModel):
         """
         sized_centroids = centroids * eff_scale
         crops = crop_centered(
-            crop_frames, instance_frame, sized_centroids, self.crop_size, self.crop_size
+            crop_frames,
+            instance_frame,
+            sized_centroids,
+            self.crop_size,
+            self.crop_size,
+            static=self.static,
         )
         crops = crops.permute(0, 3, 1, 2)
         if self.tensorrt_profile:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import re
 
 import numpy as np
@@ -79,6 +80,92 @@ class TestResizeUint8:
             image.float(), size=(41, 67), mode="bilinear", align_corners=False, antialias=True
         )
         assert (resize.resize_uint8(image, 41, 67).float() - expected).abs().max() <= 1.0
+
+
+def _torch_resize(image: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    return F.interpolate(
+        image, size=(height, width), mode="bilinear", align_corners=False, antialias=True
+    )
+
+
+def _whole_factor_cases(count: int, seed: int) -> list[tuple[int, int, int, int]]:
+    """(in_height, in_width, out_height, out_width): one axis or both shrunk by a whole factor."""
+    rng = np.random.default_rng(seed)
+    cases = []
+    for _ in range(count):
+        factor = int(rng.choice([2, 2, 2, 3, 4]))
+        out = int(rng.integers(1, 90))
+        other_in = int(rng.integers(2, 70))
+        other_out = int(rng.choice([other_in, other_in // 2 or 1, int(rng.integers(1, 90))]))
+        if rng.random() < 0.5:
+            cases.append((factor * out, other_in, out, other_out))
+        else:
+            cases.append((other_in, factor * out, other_out, out))
+    return cases
+
+
+class TestWholeFactorPass:
+    """A static resize by a whole factor is block matrix products: torch's numbers exactly."""
+
+    @pytest.mark.parametrize(
+        ("in_size", "out_size", "planned"),
+        [
+            ((1024, 1024), (512, 512), True),  # lab frames at input scale 0.5
+            ((1024, 1280), (512, 640), True),
+            ((216, 216), (108, 108), True),  # lab crops at 0.5
+            ((2, 2), (1, 1), True),
+            ((300, 90), (100, 30), True),  # a factor of 3
+            ((254, 254), (127, 127), False),  # 127 outputs: prime, no useful block
+            ((1023, 1023), (511, 511), False),  # not a whole factor
+            ((2048, 2048), (256, 256), False),  # a factor of 8: fixed-point sums past float32
+        ],
+    )
+    def test_plans_and_exactness(self, in_size, out_size, planned):
+        assert (resize.WholeFactorPass.plan(in_size[1], out_size[1]) is not None) == planned
+        image = _random_frames((2, 1, *in_size), seed=in_size[1])
+        got = resize.resize_uint8_exportable(image, *out_size, static=True)
+        assert torch.equal(got, _torch_resize(image, *out_size))
+
+    def test_random_sizes_and_frames_equal_torch(self):
+        for index, (in_h, in_w, out_h, out_w) in enumerate(_whole_factor_cases(60, seed=3)):
+            image = _random_frames((2, 1 + 2 * (index % 2), in_h, in_w), seed=index)
+            got = resize.resize_uint8_exportable(image, out_h, out_w, static=True)
+            assert torch.equal(got, _torch_resize(image, out_h, out_w)), (in_h, in_w, out_h, out_w)
+
+    def test_extreme_frames_equal_torch(self):
+        # All-white frames and frames alternating 0/255 stress the sums and the rounding.
+        image = torch.full((1, 1, 96, 130), 255, dtype=torch.uint8)
+        checker = ((torch.arange(96)[:, None] + torch.arange(130)) % 2 * 255).to(torch.uint8)
+        for frames in (image, checker[None, None]):
+            got = resize.resize_uint8_exportable(frames, 48, 65, static=True)
+            assert torch.equal(got, _torch_resize(frames, 48, 65))
+
+    def test_onnx_runtime_gives_the_same_numbers_without_a_gather(self):
+        ort = pytest.importorskip("onnxruntime")
+        onnx = pytest.importorskip("onnx")
+
+        class Halve(torch.nn.Module):
+            def forward(self, image):
+                return resize.resize_uint8(image, 60, 66, static=True)
+
+        buffer = io.BytesIO()
+        torch.onnx.export(
+            Halve(),
+            (_random_frames((1, 1, 120, 132)),),
+            buffer,
+            dynamo=False,
+            input_names=["image"],
+            dynamic_axes={"image": {0: "batch"}},
+            opset_version=17,
+        )
+        session = ort.InferenceSession(buffer.getvalue(), providers=["CPUExecutionProvider"])
+        for batch, seed in ((3, 1), (1, 2), (0, 3)):
+            image = _random_frames((batch, 1, 120, 132), seed=seed)
+            (got,) = session.run(None, {"image": image.numpy()})
+            np.testing.assert_array_equal(got, _torch_resize(image, 60, 66).numpy())
+        # No gather of pixels: the width pass is one Gemm over whole rows.
+        ops = {node.op_type for node in onnx.load_from_string(buffer.getvalue()).graph.node}
+        assert "Gather" not in ops and "Gemm" in ops
 
 
 class TestChannels:

@@ -60,8 +60,18 @@ def model(request):
     return inference_model, dynamic
 
 
+# At the training size the top-down centroid model's input scale 0.5 and, at twice
+# it, every size matcher halve the frames by a whole factor (`WholeFactorPass`).
 @pytest.mark.parametrize(
-    "shape", [(*TRAINING_SIZE, 1), (171, 203, 1), (240, 240, 1), (97, 130, 1), (171, 203, 3)]
+    "shape",
+    [
+        (*TRAINING_SIZE, 1),
+        (171, 203, 1),
+        (240, 240, 1),
+        (97, 130, 1),
+        (171, 203, 3),
+        (2 * TRAINING_SIZE[0], 2 * TRAINING_SIZE[1], 1),
+    ],
 )
 def test_a_static_graph_gives_the_dynamic_graphs_outputs_bit_for_bit(model, shape):
     inference_model, dynamic = model
@@ -96,6 +106,18 @@ def test_identity_passes_are_left_out_at_the_training_size():
     # At another size the size matcher resizes.
     other = export_static_onnx_bytes(inference_model, (168, 300, 1))
     assert op_count(other, "MatMul") == 2
+
+
+def test_a_resize_by_a_whole_factor_is_matrix_products_without_gathers():
+    inference_model = load_inference_model(SINGLE)  # size matcher only, scale 1
+    at_size = export_static_onnx_bytes(inference_model, (*TRAINING_SIZE, 1))
+    halved = export_static_onnx_bytes(inference_model, (336, 400, 1))
+    # One Gemm for the width and one MatMul for the height, over whole rows.
+    assert op_count(halved, "Gather") == op_count(at_size, "Gather")
+    assert op_count(halved, "Gemm") == op_count(at_size, "Gemm") + 1
+    # 300 columns to 200 is not a whole factor: the general pass, which gathers.
+    other = export_static_onnx_bytes(inference_model, (168, 300, 1))
+    assert op_count(other, "Gather") > op_count(at_size, "Gather")
 
 
 def test_bad_frame_shapes_are_refused():
