@@ -33,8 +33,8 @@ bench = _load_script()
 
 def test_lab_takes_every_lab_model_and_its_model_type():
     names = [model.name for model in bench.LAB_MODELS]
-    assert {"topdown_384", "single_instance_384", "single_instance_1024"} <= set(names)
-    assert {model.model_type for model in bench.LAB_MODELS} <= set(bench.TYPES)
+    assert {"topdown_384", "single_instance_384", "bottomup_1024"} <= set(names)
+    assert {model.model_type for model in bench.LAB_MODELS} == set(bench.TYPES)
 
 
 def test_an_unknown_lab_model_is_refused_with_the_known_ones(capsys):
