@@ -2,6 +2,7 @@
 
     python scripts/bench_prepost.py [--sizes 384x384 1024x1024 1280x1024]
         [--types topdown bottomup single_instance] [--model SIZE:TYPE=DIR[,DIR2]]...
+        [--lab NAME]...
         [--video PATH]... [--no-verify] [--batch-size 8] [--repeats 15] [--threads N] [--json PATH]
 
 For each model type and frame size: the engine (`load_runner(..., engine="onnx")`
@@ -21,7 +22,10 @@ lab-like training config (`lab_like_config`: UNet filters 16, max stride 8, the
 size matcher at the frame size, input scale 0.5 from 1024 pixels up, 96-pixel
 crops), its head bias set so that about two animals are found per frame.
 Frames are the first frames of a `--video` of that size (gray; e.g. a lab clip),
-else the fixture clips' frames tiled to the size. Times are
+else the fixture clips' frames tiled to the size. `--lab NAME` (repeatable; the names
+of `scripts/fixtures/lab.py`'s `LAB_MODELS`) benchmarks those trained lab models
+instead of the sizes and types, each on the first frames of its own scene's clip
+(rendered from its seed, H.264). Times are
 wall-clock on this machine as it is: on a shared machine the ratios, measured
 side by side, are what counts.
 """
@@ -50,6 +54,11 @@ from sleap_live.engines.load.dirs import read_model_dir
 from sleap_live.engines.load.spec import ModelSpec
 from sleap_live.engines.runners.load import load_runner
 from sleap_live.engines.runners.onnx_session import create_session
+
+try:  # the lab-size models, where this checkout has them
+    from fixtures.lab import LAB_MODELS, write_clip
+except ImportError:
+    LAB_MODELS, write_clip = (), None
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
@@ -248,10 +257,13 @@ def bench_case(
     args: argparse.Namespace,
     cache_dir: Path,
     verify: bool,
+    video: Path | None,
 ) -> dict[str, Any]:
-    """One row: engine, graph and networks-alone medians per frame, and their ratio."""
+    """One row: engine, graph and networks-alone medians per frame, and their ratio.
+
+    Frames: the first of `video`, else the fixture clip of `model_type` tiled to `size`.
+    """
     height, width = size
-    video = args.videos.get(size)
     if video is not None:
         frames = video_frames(video, args.batch_size)
     else:
@@ -329,6 +341,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--model", action="append", type=parse_model, default=[])
     parser.add_argument("--video", action="append", type=Path, default=[])
     parser.add_argument(
+        "--lab",
+        action="append",
+        choices=[model.name for model in LAB_MODELS],
+        default=[],
+        help="a trained lab model, on its own scene's clip (instead of --sizes and --types)",
+    )
+    parser.add_argument(
         "--no-verify", action="store_true", help="skip the export's check of trained models"
     )
     parser.add_argument("--batch-size", type=int, default=8)
@@ -346,22 +365,35 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"--video {video}: no such file")
         frames = video_frames(video, 1)
         args.videos[(frames.shape[1], frames.shape[2])] = video
+    labs = [model for model in LAB_MODELS if model.name in args.lab]
+    for model in labs:
+        if not all((path / "best.ckpt").is_file() for path in model.paths):
+            parser.error(f"--lab {model.name}: not trained (make_fixtures.py lab_train)")
     rows = []
     console = Console(stderr=True)
     with tempfile.TemporaryDirectory(prefix="bench_prepost_") as scratch:
         root = Path(scratch)
-        for size in args.sizes:
-            for model_type in args.types:
-                dirs = given.get((size, model_type))
-                # A random-weight model's maps are noise, whose near-ties the export's
-                # check against torch (within its tolerance) is not meant for.
-                trained = dirs is not None and not args.no_verify
-                if dirs is None:
-                    height, width = size
-                    frames = tiled_frames(DATA / "videos" / CLIPS[model_type], height, width, 4)
-                    dirs = random_model_dirs(root / "models", model_type, height, width, frames)
-                console.print(f"{model_type} at {size[1]}x{size[0]} ...")
-                rows.append(bench_case(model_type, size, dirs, args, root / "cache", trained))
+        # (type, size, model dirs or None for random weights, video or None)
+        cases: list[tuple[str, tuple[int, int], list[Path] | None, Path | None]] = []
+        for model in labs:
+            assert write_clip is not None
+            clip = write_clip(root / f"{model.scene}.mp4", model.scene, args.batch_size)
+            cases.append((model.model_type, model.frame_shape, model.paths, clip))
+        if not labs:
+            for size in args.sizes:
+                for model_type in args.types:
+                    dirs = given.get((size, model_type))
+                    cases.append((model_type, size, dirs, args.videos.get(size)))
+        for model_type, size, dirs, video in cases:
+            # A random-weight model's maps are noise, whose near-ties the export's
+            # check against torch (within its tolerance) is not meant for.
+            trained = dirs is not None and not args.no_verify
+            if dirs is None:
+                height, width = size
+                frames = tiled_frames(DATA / "videos" / CLIPS[model_type], height, width, 4)
+                dirs = random_model_dirs(root / "models", model_type, height, width, frames)
+            console.print(f"{model_type} at {size[1]}x{size[0]} ...")
+            rows.append(bench_case(model_type, size, dirs, args, root / "cache", trained, video))
     table = Table(title=f"engine vs networks alone, ms per frame (bound {BOUND}x)")
     columns = ("type", "size", "batch", "inst/frame", "engine", "graph", "networks", "ratio", "")
     for column in columns:

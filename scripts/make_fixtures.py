@@ -49,6 +49,14 @@ LAB_STAGES = ("lab_data", "lab_train")
 # What sleap-nn's predict and sleap-live need from a Lightning checkpoint; the optimizer
 # state, loops and callbacks (two thirds of the file) are dropped from lab models.
 CHECKPOINT_KEYS = ("epoch", "global_step", "pytorch-lightning_version", "state_dict")
+# sleap-nn's module name for each model type's first head (node confidence maps), the
+# name its weights carry in a checkpoint's state dict.
+FIRST_HEAD = {
+    "single_instance": "SingleInstanceConfmapsHead",
+    "centroid": "CentroidConfmapsHead",
+    "centered_instance": "CenteredInstanceConfmapsHead",
+    "bottomup": "MultiInstanceConfmapsHead",
+}
 
 
 def video_name(variant: synth.Variant) -> str:
@@ -175,6 +183,30 @@ def strip_checkpoint(path: Path) -> None:
     torch.save({key: checkpoint[key] for key in CHECKPOINT_KEYS}, path)
 
 
+def init_checkpoint(source: Path, head_type: str, runs: Path, name: str) -> Path:
+    """The checkpoint a model of `head_type` starts from: `source` itself, or when that is
+    another model type, a copy in `runs` whose first head carries this type's head name.
+
+    sleap-nn loads pretrained head weights by name and skips names it does not know, so
+    a centered-instance model's node maps would not reach a single-instance or bottom-up
+    model's head of the same shape without the rename. Heads the source lacks (bottom-up
+    PAFs) start from sleap-nn's default initialisation.
+    """
+    checkpoint = torch.load(source, map_location="cpu", weights_only=False)
+    prefix = "model.head_layers.0."
+    renamed = {}
+    for key, value in checkpoint["state_dict"].items():
+        if key.startswith(prefix):
+            _, rest = key.removeprefix(prefix).split(".", 1)
+            key = f"{prefix}{FIRST_HEAD[head_type]}.{rest}"
+        renamed[key] = value
+    if list(renamed) == list(checkpoint["state_dict"]):
+        return source
+    path = runs / f"{name}.init.ckpt"
+    torch.save({**checkpoint, "state_dict": renamed}, path)
+    return path
+
+
 def train_models(
     specs: tuple[configs.ModelSpec, ...],
     data_dir: Path,
@@ -195,7 +227,10 @@ def train_models(
         run_dir = runs / spec.name
         shutil.rmtree(run_dir, ignore_errors=True)
         labels_path = (data_dir / f"{spec.dataset}.slp").resolve()
-        init = None if spec.init_from is None else models_dir / spec.init_from / "best.ckpt"
+        init = None
+        if spec.init_from is not None:
+            source = models_dir / spec.init_from / "best.ckpt"
+            init = init_checkpoint(source, spec.head_type, runs, spec.name)
         cfg = configs.training_config(spec, labels_path, run_dir.resolve(), seed, init)
         cfg_path = runs / f"{spec.name}.yaml"
         cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))

@@ -1,0 +1,69 @@
+"""scripts/make_fixtures.py: the checkpoint a warm-started lab model starts from.
+
+sleap-nn loads pretrained head weights by module name, so a model of another type gets
+a copy whose node-map head carries its own type's name (`init_checkpoint`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import torch
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+BACKBONE = "model.backbone.enc.conv.weight"
+
+
+def _load_script():
+    name = "sleap_live_make_fixtures_script"
+    if name not in sys.modules:
+        sys.path.insert(0, str(SCRIPTS))  # the script imports the `fixtures` package beside it
+        try:
+            spec = importlib.util.spec_from_file_location(name, SCRIPTS / "make_fixtures.py")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+        finally:
+            sys.path.remove(str(SCRIPTS))
+    return sys.modules[name]
+
+
+make_fixtures = _load_script()
+
+
+def _checkpoint(path: Path, head: str) -> Path:
+    state = {
+        BACKBONE: torch.ones(2),
+        f"model.head_layers.0.{head}.0.weight": torch.full((5, 24, 1, 1), 2.0),
+        f"model.head_layers.0.{head}.0.bias": torch.full((5,), 3.0),
+    }
+    torch.save({"epoch": 4, "state_dict": state}, path)
+    return path
+
+
+def test_another_model_types_node_maps_start_under_this_types_head_name(tmp_path):
+    source = _checkpoint(tmp_path / "best.ckpt", "CenteredInstanceConfmapsHead")
+    init = make_fixtures.init_checkpoint(source, "single_instance", tmp_path, "single_384")
+    assert init == tmp_path / "single_384.init.ckpt"
+    checkpoint = torch.load(init, weights_only=False)
+    state = checkpoint["state_dict"]
+    assert sorted(state) == sorted([
+        BACKBONE,
+        "model.head_layers.0.SingleInstanceConfmapsHead.0.weight",
+        "model.head_layers.0.SingleInstanceConfmapsHead.0.bias",
+    ])  # fmt: skip
+    assert (state["model.head_layers.0.SingleInstanceConfmapsHead.0.bias"] == 3.0).all()
+    assert checkpoint["epoch"] == 4
+    # The source is left as it was.
+    assert (
+        "model.head_layers.0.CenteredInstanceConfmapsHead.0.bias"
+        in torch.load(source)["state_dict"]
+    )
+
+
+def test_a_model_of_the_same_type_starts_from_the_source_itself(tmp_path):
+    source = _checkpoint(tmp_path / "best.ckpt", "CentroidConfmapsHead")
+    assert make_fixtures.init_checkpoint(source, "centroid", tmp_path, "centroid_1024") == source
+    assert list(tmp_path.iterdir()) == [source]
