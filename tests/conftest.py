@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
 
 from sleap_live.engines.load.export_cache import CACHE_DIR_ENV
 from sleap_live.engines.runners.cpu_choice import ENGINE_ENV
+
+# `tests/script_modules.py`, registered at once: test modules import it by this name
+# (`import sleap_live_tests_scripts as scripts`) to load the scripts they test.
+_SPEC = importlib.util.spec_from_file_location(
+    "sleap_live_tests_scripts", Path(__file__).with_name("script_modules.py")
+)
+sys.modules[_SPEC.name] = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(sys.modules[_SPEC.name])
 
 
 @pytest.fixture(autouse=True)

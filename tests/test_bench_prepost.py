@@ -5,30 +5,10 @@ The timed runs take minutes; these check which models `--lab` takes and what it 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+import sleap_live_tests_scripts as scripts
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
-
-
-def _load_script():
-    name = "sleap_live_bench_prepost_script"
-    if name not in sys.modules:
-        sys.path.insert(0, str(SCRIPTS))  # the script imports the `fixtures` package beside it
-        try:
-            spec = importlib.util.spec_from_file_location(name, SCRIPTS / "bench_prepost.py")
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module
-            spec.loader.exec_module(module)
-        finally:
-            sys.path.remove(str(SCRIPTS))
-    return sys.modules[name]
-
-
-bench = _load_script()
+bench = scripts.load("bench_prepost.py")
 
 
 def test_lab_takes_every_lab_model_and_its_model_type():

@@ -6,31 +6,14 @@ and report them.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+import sleap_live_tests_scripts as scripts
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
-
-
-def _load_script():
-    name = "sleap_live_bench_vs_sleap_nn_script"
-    if name not in sys.modules:
-        sys.path.insert(0, str(SCRIPTS))  # the script imports the `fixtures` package beside it
-        try:
-            spec = importlib.util.spec_from_file_location(name, SCRIPTS / "bench_vs_sleap_nn.py")
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module
-            spec.loader.exec_module(module)
-        finally:
-            sys.path.remove(str(SCRIPTS))
-    return sys.modules[name]
-
-
-bench = _load_script()
+bench = scripts.load("bench_vs_sleap_nn.py")
 
 
 def _instances(*centres: tuple[float, float], nodes: int = 3) -> np.ndarray:

@@ -6,31 +6,14 @@ a copy whose node-map head carries its own type's name (`init_checkpoint`).
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
+import sleap_live_tests_scripts as scripts
 import torch
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 BACKBONE = "model.backbone.enc.conv.weight"
 
-
-def _load_script():
-    name = "sleap_live_make_fixtures_script"
-    if name not in sys.modules:
-        sys.path.insert(0, str(SCRIPTS))  # the script imports the `fixtures` package beside it
-        try:
-            spec = importlib.util.spec_from_file_location(name, SCRIPTS / "make_fixtures.py")
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module
-            spec.loader.exec_module(module)
-        finally:
-            sys.path.remove(str(SCRIPTS))
-    return sys.modules[name]
-
-
-make_fixtures = _load_script()
+make_fixtures = scripts.load("make_fixtures.py")
 
 
 def _checkpoint(path: Path, head: str) -> Path:
