@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -242,6 +243,7 @@ def train_models(
         model_dir.mkdir(parents=True)
         for keep in ("training_config.yaml", "best.ckpt"):
             shutil.copy2(run_dir / keep, model_dir / keep)
+        forget_warm_start(model_dir / "training_config.yaml")
         if weights_only:
             strip_checkpoint(model_dir / "best.ckpt")
         report[spec.name] = {
@@ -250,6 +252,17 @@ def train_models(
         }
         print(f"[train] {spec.name}: {report[spec.name]}", flush=True)
     return report
+
+
+WARM_START_KEYS = ("pretrained_backbone_weights", "pretrained_head_weights")
+
+
+def forget_warm_start(config_path: Path) -> None:
+    """Set a kept config's warm-start checkpoints to null: best.ckpt holds every
+    trained weight, and the checkpoint trained from was a build file that `sleap-nn
+    export` (which reads these keys) would look for and fail without."""
+    pattern = re.compile(rf"^(\s*(?:{'|'.join(WARM_START_KEYS)}):).*$", re.M)
+    config_path.write_text(pattern.sub(r"\1 null", config_path.read_text()))
 
 
 def predict_command(model_paths: list[str], video: str, output: str) -> list[str]:

@@ -50,3 +50,24 @@ def test_a_model_of_the_same_type_starts_from_the_source_itself(tmp_path):
     source = _checkpoint(tmp_path / "best.ckpt", "CentroidConfmapsHead")
     assert make_fixtures.init_checkpoint(source, "centroid", tmp_path, "centroid_1024") == source
     assert list(tmp_path.iterdir()) == [source]
+
+
+def test_kept_configs_name_no_warm_start_checkpoint(tmp_path):
+    config = tmp_path / "training_config.yaml"
+    config.write_text(
+        "model_config:\n"
+        "  pretrained_backbone_weights: /build/lab_runs/x.init.ckpt\n"
+        "  pretrained_head_weights: /build/lab_runs/x.init.ckpt\n"
+        "  init_weights: xavier\n"
+    )
+    make_fixtures.forget_warm_start(config)
+    assert config.read_text() == (
+        "model_config:\n"
+        "  pretrained_backbone_weights: null\n"
+        "  pretrained_head_weights: null\n"
+        "  init_weights: xavier\n"
+    )
+    data = Path(__file__).resolve().parent / "data"
+    for kept in [*data.glob("models/*/training_config.yaml"), *data.glob("lab_models/*/*.yaml")]:
+        for key in make_fixtures.WARM_START_KEYS:
+            assert f"{key}: null" in kept.read_text(), kept
