@@ -577,12 +577,22 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(stderr=True)
     env = environment(args.sleap_nn)
     env["command"] = " ".join(["python", "scripts/bench_vs_sleap_nn.py", *sys.argv[1:]])
-    results = []
+    results, failures = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases:
-            results.append(
-                bench_case(case, args, Path(tmp), lambda line: console.print(line, highlight=False))
-            )
+            # One model's failure (a tool that refuses it) must not lose the others'
+            # minutes of measurements: it is reported, and the run goes on.
+            try:
+                results.append(
+                    bench_case(
+                        case, args, Path(tmp), lambda line: console.print(line, highlight=False)
+                    )
+                )
+            except SystemExit as failure:
+                failures.append(f"{case.name} left out: {failure}")
+                console.print(failures[-1], highlight=False)
+    if not results:
+        return 1
     env["load_average_end"] = os.getloadavg()
     # Other work running before this run started: the figures met competition.
     env["busy"] = env["load_average_start"][0] > 0.5 * (env["cores"] or 1)
@@ -598,7 +608,9 @@ def main(argv: list[str] | None = None) -> int:
         write_markdown(args.markdown, markdown(results, env))
     if args.plot:
         plot(results, args.plot)
-    return 0
+    for failure in failures:
+        console.print(failure, highlight=False)
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

@@ -121,3 +121,22 @@ def test_every_fixture_model_type_is_benchmarked():
         "multi_class_bottomup",
     }
     assert all(case.trained() for case in bench.FIXTURES)
+
+
+def test_a_model_that_fails_is_reported_and_the_others_go_on(tmp_path, monkeypatch, capsys):
+    bin_folder = tmp_path / "bin"
+    bin_folder.mkdir()
+    (bin_folder / "sleap-nn").write_text("")
+    monkeypatch.setattr(bench, "environment", lambda sleap_nn: {"load_average_start": (0.0,)})
+    ran = []
+
+    def bench_case(case, args, tmp, say):
+        ran.append(case.name)
+        raise SystemExit(f"sleap-nn export ... failed (1): no {case.name}")
+
+    monkeypatch.setattr(bench, "bench_case", bench_case)
+    argv = ["--sleap-nn", str(bin_folder), "--models", "topdown_fixture", "bottomup_fixture"]
+    assert bench.main(argv) == 1
+    assert ran == ["topdown_fixture", "bottomup_fixture"]
+    err = capsys.readouterr().err
+    assert "topdown_fixture left out: sleap-nn export ... failed (1): no topdown_fixture" in err
