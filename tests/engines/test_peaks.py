@@ -119,7 +119,8 @@ class TestLocalPeakMap:
 def _reference_local_peaks(cms: np.ndarray, threshold: float) -> dict[tuple, tuple]:
     """The module docstring's local-peak rule, pixel by pixel: (s, c, row, col) -> xy offset."""
     padded = np.pad(cms, ((0, 0), (0, 0), (2, 2), (2, 2)), constant_values=-np.inf)
-    before, after = peaks._BEFORE, peaks._AFTER
+    before = [(-1, -1), (-1, 0), (-1, 1), (0, -1)]
+    after = [(0, 1), (1, -1), (1, 0), (1, 1)]
     found = {}
     for s, c, row, col in itertools.product(*map(range, cms.shape)):
         value = cms[s, c, row, col]
