@@ -22,6 +22,10 @@ Thresholds: global peaks need `value >= threshold`, local peaks `value > thresho
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
 import torch
 import torch.nn.functional as F
 
@@ -30,13 +34,7 @@ from sleap_live.engines.graph.crops import gather_windows, window_origins
 DEFAULT_PEAK_THRESHOLD = 0.2
 DEFAULT_PATCH_SIZE = 5
 
-# Raster-order neighbours (drow, dcol): the 4 before a pixel and the 4 after it.
-_BEFORE = ((-1, -1), (-1, 0), (-1, 1), (0, -1))
-_AFTER = ((0, 1), (1, -1), (1, 0), (1, 1))
-_NEIGHBOURS = _BEFORE + _AFTER
-# A flat top fits a 2x2 block unless it holds the south-west neighbour together
-# with the east or south-east one.
-_EAST, _SOUTH_WEST, _SOUTH, _SOUTH_EAST = range(4)
+_Function = TypeVar("_Function", bound=Callable[..., Any])
 
 
 def integral_offsets(
@@ -121,11 +119,12 @@ def global_peaks(
     return torch.where(found[..., None], points, nan), torch.where(found, values, nan)
 
 
-def _shifted(padded: torch.Tensor, drow: int, dcol: int) -> torch.Tensor:
-    """The value at (row + drow, col + dcol) for every pixel of a map padded by 2."""
-    rows = slice(2 + drow, drow - 2 if drow < 2 else None)
-    cols = slice(2 + dcol, dcol - 2 if dcol < 2 else None)
-    return padded[..., rows, cols]
+def _scripted(function: _Function) -> _Function:
+    """`function` compiled by TorchScript, so that a traced caller keeps its `if`:
+    the (TorchScript-based) ONNX exporter writes it as an `If`."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "`torch.jit.script` is deprecated", DeprecationWarning)
+        return cast(_Function, torch.jit.script(function))
 
 
 def local_peak_map(
@@ -133,8 +132,9 @@ def local_peak_map(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Which pixels are local peaks, and each peak's flat-top offset.
 
-    Dense over the maps (fixed shapes, no data-dependent control flow), so it
-    traces and exports as it runs.
+    Dense over the maps with fixed shapes, so it traces and exports as it runs;
+    the flat-top rule runs only when some candidate has a tied neighbour (an ONNX
+    `If` in an exported graph).
 
     Args:
         cms: (S, C, H, W) float32 confidence maps.
@@ -146,39 +146,69 @@ def local_peak_map(
         offsets from that pixel to the mean of the flat top's pixels (0 for an
         ordinary peak).
     """
-    padded = F.pad(cms, (2, 2, 2, 2), value=float("-inf"))
-    before = [_shifted(padded, dr, dc) for dr, dc in _BEFORE]
-    after = [_shifted(padded, dr, dc) for dr, dc in _AFTER]
-    before_max = torch.maximum(
-        torch.maximum(before[0], before[1]), torch.maximum(before[2], before[3])
-    )
-    after_max = torch.maximum(torch.maximum(after[0], after[1]), torch.maximum(after[2], after[3]))
+    padded = F.pad(cms, (1, 1, 1, 1), value=float("-inf"))
+    # The 4 neighbours before a pixel in raster order are the three above it and
+    # the west one; the 4 after it, the east one and the three below.
+    threes = F.max_pool2d(padded, (1, 3), stride=1)  # (S, C, H + 2, W)
+    before_max = torch.maximum(threes[:, :, :-2], padded[:, :, 1:-1, :-2])
+    after_max = torch.maximum(padded[:, :, 1:-1, 2:], threes[:, :, 2:])
     candidate = (cms > before_max) & (cms >= after_max) & (cms > threshold)
+    # A candidate's later neighbours that are as high (so equal) form its flat
+    # top. Ties are rare in float32, so the rule for them runs only when needed.
+    # (A whole-map `any` exports as an int64 sum, several times slower than this.)
+    has_flat_top = (candidate & (cms == after_max)).float().amax(dim=(2, 3)).any()
+    return _settle_flat_tops(cms, padded, candidate, has_flat_top)
 
-    # A candidate's later neighbours that are as high (so equal) form its flat top.
-    tied = [value >= cms for value in after]
-    # Ties are rare in float32, so eager mode skips the flat-top check without
-    # them (as sleap-nn does); a traced graph always runs it.
-    if not torch.jit.is_tracing() and not bool((candidate & (cms == after_max)).any()):
-        return candidate, cms.new_zeros((*cms.shape, 2))
-    fits = ~(tied[_SOUTH_WEST] & (tied[_EAST] | tied[_SOUTH_EAST]))
 
-    # The top leaks if a pixel next to one of its pixels, outside it, is as high.
-    leaks = torch.zeros_like(candidate)
-    for k, (drow, dcol) in enumerate(_AFTER):
-        for erow, ecol in _NEIGHBOURS:
-            row, col = drow + erow, dcol + ecol
-            if (row, col) == (0, 0):
-                continue
-            high = _shifted(padded, row, col) >= cms
-            if (row, col) in _AFTER:
-                high = high & ~tied[_AFTER.index((row, col))]
-            leaks = leaks | (tied[k] & high)
+@_scripted
+def _settle_flat_tops(
+    cms: torch.Tensor, padded: torch.Tensor, candidate: torch.Tensor, has_flat_top: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`local_peak_map`'s verdict on candidates with tied later neighbours.
 
+    Args:
+        cms: (S, C, H, W) float32 confidence maps.
+        padded: `cms` padded by one -inf pixel on every side.
+        candidate: (S, C, H, W) bool, above the threshold and its 4 neighbours
+            before, not below the 4 after.
+        has_flat_top: () bool, some candidate has a later neighbour as high.
+
+    Returns:
+        `local_peak_map`'s `(is_peak, offsets)`.
+    """
+    if not bool(has_flat_top):
+        zeros = torch.zeros_like(cms)
+        return candidate, torch.stack([zeros, zeros], dim=-1)
+    # 1 where that neighbour is at least as high as the pixel, else 0.
+    north_west = (padded[:, :, :-2, :-2] >= cms).float()
+    north = (padded[:, :, :-2, 1:-1] >= cms).float()
+    north_east = (padded[:, :, :-2, 2:] >= cms).float()
+    west = (padded[:, :, 1:-1, :-2] >= cms).float()
+    east = (padded[:, :, 1:-1, 2:] >= cms).float()
+    south_west = (padded[:, :, 2:, :-2] >= cms).float()
+    south = (padded[:, :, 2:, 1:-1] >= cms).float()
+    south_east = (padded[:, :, 2:, 2:] >= cms).float()
+
+    # A candidate's top is itself and its tied (east, south-west, south and
+    # south-east) neighbours. It fits a 2x2 block unless it holds the south-west
+    # neighbour together with the east or south-east one.
+    size = east + south_west + south + south_east + 1
+    fits = south_west * (east + south_east) == 0
+    # The pixels of a top that fits all neighbour each other, so each has at
+    # least size - 1 neighbours as high; one with more has one outside the top:
+    # the top leaks, and is no peak. (`east * count` is the east neighbour's
+    # count where it is in the top, else 0.)
+    count = north_west + north + north_east + west + east + south_west + south + south_east
+    count = F.pad(count, [1, 1, 1, 1])
+    leaks = (
+        (east * count[:, :, 1:-1, 2:] >= size)
+        | (south_west * count[:, :, 2:, :-2] >= size)
+        | (south * count[:, :, 2:, 1:-1] >= size)
+        | (south_east * count[:, :, 2:, 2:] >= size)
+    )
     is_peak = candidate & fits & ~leaks
-    size = 1 + sum(t.float() for t in tied)
-    x = sum(t.float() * dcol for t, (_, dcol) in zip(tied, _AFTER, strict=True)) / size
-    y = sum(t.float() * drow for t, (drow, _) in zip(tied, _AFTER, strict=True)) / size
+    x = (east + south_east - south_west) / size
+    y = (south_west + south + south_east) / size
     return is_peak, torch.stack([x, y], dim=-1)
 
 

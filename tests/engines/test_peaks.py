@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import io
+import itertools
 import math
 
 import numpy as np
+import onnx
+import onnxruntime as ort
 import pytest
 import torch
 
@@ -110,6 +114,86 @@ class TestLocalPeakMap:
     def test_flat_top_next_to_a_higher_pixel_is_no_peak(self):
         cms = _maps((3, 3, 0.7), (3, 4, 0.7), (2, 5, 0.9))
         assert self._peaks(cms) == [(2, 5, 0.0, 0.0)]
+
+
+def _reference_local_peaks(cms: np.ndarray, threshold: float) -> dict[tuple, tuple]:
+    """The module docstring's local-peak rule, pixel by pixel: (s, c, row, col) -> xy offset."""
+    padded = np.pad(cms, ((0, 0), (0, 0), (2, 2), (2, 2)), constant_values=-np.inf)
+    before = [(-1, -1), (-1, 0), (-1, 1), (0, -1)]
+    after = [(0, 1), (1, -1), (1, 0), (1, 1)]
+    found = {}
+    for s, c, row, col in itertools.product(*map(range, cms.shape)):
+        value = cms[s, c, row, col]
+        around = [padded[s, c, row + 2 + dr, col + 2 + dc] for dr, dc in before + after]
+        if value <= threshold or max(around[:4]) >= value or max(around[4:]) > value:
+            continue
+        top = [(0, 0)] + [d for d, high in zip(after, around[4:], strict=True) if high == value]
+        rows, cols = zip(*top, strict=True)
+        if max(rows) - min(rows) > 1 or max(cols) - min(cols) > 1:
+            continue
+        next_to_top = {(r + dr, k + dk) for r, k in top for dr, dk in before + after} - set(top)
+        if any(padded[s, c, row + 2 + r, col + 2 + k] >= value for r, k in next_to_top):
+            continue
+        found[(s, c, row, col)] = (np.mean(cols), np.mean(rows))
+    return found
+
+
+def _plateau_maps(seed: int, shape=(3, 2, 9, 11)) -> torch.Tensor:
+    """Maps of a few levels, so that most peaks are flat tops of every shape."""
+    levels = np.array([0.0, 0.1, 0.5, 0.7, 0.9], dtype=np.float32)
+    rng = np.random.default_rng(seed)
+    return torch.from_numpy(levels[rng.integers(0, len(levels), shape)])
+
+
+class _LocalPeakMap(torch.nn.Module):
+    def forward(self, cms):
+        return peaks.local_peak_map(cms, 0.2)
+
+
+def _map_cases() -> list[torch.Tensor]:
+    smooth = torch.stack([_gaussian(12, 10, 4.3, 3.6, 1.2), _gaussian(12, 10, 7.6, 6.2, 0.9)])
+    return [_plateau_maps(seed) for seed in range(3)] + [smooth[None]]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_local_peak_map_follows_the_rule_on_flat_tops_of_every_shape(seed):
+    cms = _plateau_maps(seed)
+    is_peak, offsets = peaks.local_peak_map(cms, 0.2)
+    found = {
+        tuple(index): tuple(offsets[tuple(index)].tolist()) for index in is_peak.nonzero().tolist()
+    }
+    expected = _reference_local_peaks(cms.numpy(), 0.2)
+    assert found.keys() == expected.keys()
+    for index, offset in expected.items():
+        assert found[index] == pytest.approx(offset)
+
+
+def test_exported_local_peak_map_matches_torch_bit_for_bit_with_and_without_flat_tops():
+    buffer = io.BytesIO()
+    torch.onnx.export(
+        _LocalPeakMap(),
+        (_plateau_maps(0),),
+        buffer,
+        dynamo=False,
+        opset_version=17,
+        input_names=["cms"],
+        dynamic_axes={"cms": {0: "batch", 2: "height", 3: "width"}},
+    )
+    # The flat-top rule is one branch of an If, not run on maps without flat tops.
+    ops = [node.op_type for node in onnx.load_from_string(buffer.getvalue()).graph.node]
+    assert ops.count("If") == 1
+    session = ort.InferenceSession(buffer.getvalue(), providers=["CPUExecutionProvider"])
+    ran_flat_top_rule = []
+    for cms in _map_cases():
+        expected = [t.numpy() for t in peaks.local_peak_map(cms, 0.2)]
+        got = session.run(None, {"cms": cms.contiguous().numpy()})
+        for ours, theirs in zip(got, expected, strict=True):
+            assert ours.dtype == theirs.dtype
+            np.testing.assert_array_equal(ours.view(np.uint8), theirs.view(np.uint8))
+        # The flat-top branch gives some pixel with a tied or higher later neighbour
+        # a non-zero offset; the other branch gives none.
+        ran_flat_top_rule.append(bool(expected[1].any()))
+    assert ran_flat_top_rule == [True, True, True, False]
 
 
 class TestTopLocalPeaks:
