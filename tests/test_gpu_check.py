@@ -4,7 +4,6 @@ runs the GPU parts' code with ONNX Runtime on the CPU."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import os
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import sleap_live_tests_scripts as scripts
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_check.py"
@@ -22,17 +22,7 @@ SCRIPT = ROOT / "scripts" / "gpu_check.py"
 HANG_TIMEOUT_S = 600
 
 
-def _load_script():
-    name = "sleap_live_gpu_check_script"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, SCRIPT)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-gc = _load_script()
+gc = scripts.load("gpu_check.py")
 
 
 # A GPU machine's environment with CUDA torch only, as plain values.

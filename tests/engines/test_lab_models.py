@@ -8,33 +8,18 @@ may add one weak extra instance, bottom-up split an animal).
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
 import av
 import numpy as np
 import pytest
+import sleap_live_tests_scripts as scripts
 
 from sleap_live.engines import load_runner
 
-LAB_SCRIPT = Path(__file__).parents[2] / "scripts" / "fixtures" / "lab.py"
 FRAMES = 2
 BODY = 2  # synth.NODE_NAMES.index("body")
 
 
-def _lab() -> ModuleType:
-    name = "sleap_live_tests_lab_fixtures"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, LAB_SCRIPT)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-lab = _lab()
+lab = scripts.load("fixtures/lab.py")
 
 
 def require(model: object) -> None:
