@@ -3,6 +3,7 @@
     python scripts/bench_vs_sleap_nn.py --sleap-nn /path/to/sleap-nn-venv/bin
         [--models topdown_fixture topdown_384 ...] [--frames 1100] [--batch-size N]
         [--json results.json] [--markdown docs/benchmarks.md] [--plot chart.png]
+        [--no-warm] [--unverified bottomup_384 ...]
 
 Every model (`--models`, default all: the tiny test fixtures, and the lab-size models of
 `scripts/fixtures/lab.py` that have been trained) runs on one clip of `--frames` frames:
@@ -33,6 +34,11 @@ Measured for each:
 - **same pixels**: the first `PIXEL_FRAMES` frames as sleap-live decodes them and as
   sleap-io (sleap-nn's reader) does, in sleap-nn's venv: frames identical and the
   largest difference in levels. Agreement is only a test of inference when they are.
+
+`--no-warm` leaves out sleap-nn's in-process runs (four more passes over each clip: an
+hour at 1024 x 1024). `--unverified NAME...` runs sleap-live on those models without its
+export check (`--no-verify`), for models that fail it on near-ties (tests/data/README.md);
+the table says so and their poses are still compared with sleap-nn's.
 
 Each tool keeps its own default batch size unless `--batch-size` sets both. The table
 is printed; `--json` writes every figure, `--markdown FILE` writes the table with the
@@ -237,7 +243,13 @@ def sleap_nn_export(sleap_nn: Path, case: Case, clip: Path, folder: Path) -> Pat
 
 
 def whole_process(
-    sleap_nn: Path, case: Case, clip: Path, export: Path, folder: Path, batch: int | None
+    sleap_nn: Path,
+    case: Case,
+    clip: Path,
+    export: Path,
+    folder: Path,
+    batch: int | None,
+    verify: bool = True,
 ) -> dict[str, dict[str, Any]]:
     """Each tool's command on the clip, timed end to end; the .slp each wrote."""
     models = [arg for path in case.models for arg in ("-m", str(path))]
@@ -246,6 +258,7 @@ def whole_process(
     live = [sys.executable, "-m", "sleap_live", "run", str(clip), *models, "-q"]
     live += ["--cache-dir", str(folder / "cache")]
     live += ["--batch-size", str(batch)] if batch else []
+    live += [] if verify else ["--no-verify"]
     commands = {
         "sleap-nn torch": [*predict, *models, *batch_args],
         "sleap-nn onnx": [*predict, "-m", str(export), "--runtime", "onnx", *batch_args],
@@ -290,19 +303,19 @@ def same_pixels(sleap_nn: Path, clip: Path, frames: np.ndarray, folder: Path) ->
     return {"frames": count, "identical": int((levels == 0).sum()), "max_levels": int(levels.max())}
 
 
-def sleap_live_warm(case: Case, clip: Path, folder: Path, batch: int | None) -> dict[str, Any]:
+def sleap_live_warm(
+    case: Case, clip: Path, folder: Path, batch: int | None, verify: bool = True
+) -> dict[str, Any]:
     """Engine only and the recorded pipeline, warm; fills the export cache for `run`."""
     frames = decode_all(clip, ENGINE_FRAMES)
+    checks: dict[str, Any] = {"verify_frames": frames[:5]} if verify else {"verify": False}
     runner = load_runner(
-        [str(m) for m in case.models],
-        device="cpu",
-        cache_dir=folder / "cache",
-        verify_frames=frames[:5],
+        [str(m) for m in case.models], device="cpu", cache_dir=folder / "cache", **checks
     )
     try:
         engine, recorded = bench_throughput(runner, clip, frames, batch or LIVE_BATCH)
         return {
-            "engine": type(runner).__name__,
+            "engine": type(runner).__name__ + ("" if verify else ", unverified"),
             "engine_fps": engine["fps"],
             "warm_fps": recorded["fps"],
             "frames": frames,
@@ -370,14 +383,17 @@ def bench_case(case: Case, args: argparse.Namespace, folder: Path, say: Any) -> 
     height, width, channels = frame_shape(clip)
     say(f"{case.name}: sleap-nn export at {height}x{width} ...")
     export = sleap_nn_export(args.sleap_nn, case, clip, folder)
+    verify = case.name not in (args.unverified or ())
     say(f"{case.name}: sleap-live warm (engine only, recorded pipeline) ...")
-    live = sleap_live_warm(case, clip, folder, args.batch_size)
+    live = sleap_live_warm(case, clip, folder, args.batch_size, verify)
     say(f"{case.name}: pixels as sleap-io reads them ...")
     pixels = same_pixels(args.sleap_nn, clip, live.pop("frames"), folder)
     say(f"{case.name}: whole processes ...")
-    runs = whole_process(args.sleap_nn, case, clip, export, folder, args.batch_size)
-    say(f"{case.name}: sleap-nn in-process, warm ...")
-    warm = sleap_nn_warm(args.sleap_nn, case, clip, export, args.batch_size)
+    runs = whole_process(args.sleap_nn, case, clip, export, folder, args.batch_size, verify)
+    warm = {}
+    if not args.no_warm:
+        say(f"{case.name}: sleap-nn in-process, warm ...")
+        warm = sleap_nn_warm(args.sleap_nn, case, clip, export, args.batch_size)
     runs["sleap-live"].update(live)
     for runtime, figures in warm.items():
         runs[f"sleap-nn {runtime}"]["warm_fps"] = figures["frames"] / figures["seconds"]
@@ -548,7 +564,10 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
             ax.bar(np.arange(len(results)) + (i - 1) * width, values, width, label=tool)
         ax.set_xticks(np.arange(len(results)), names, fontsize=8)
         ax.set_ylabel("frames / s")
-        ax.set_title(f"{title}, CPU")
+        left_out = key == "warm_fps" and not any(
+            r["runs"]["sleap-nn torch"].get(key) for r in results
+        )
+        ax.set_title(f"{title}, CPU" + (" (sleap-nn's not run: --no-warm)" if left_out else ""))
         ax.legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
@@ -568,12 +587,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write every figure here")
     parser.add_argument("--markdown", type=Path, help="write the table's section into this file")
     parser.add_argument("--plot", type=Path, help="write a chart here (PNG, needs matplotlib)")
+    parser.add_argument(
+        "--no-warm", action="store_true", help="leave out sleap-nn's in-process (warm) runs"
+    )
+    parser.add_argument(
+        "--unverified",
+        nargs="+",
+        metavar="NAME",
+        help="models sleap-live runs without its export check (--no-verify)",
+    )
     args = parser.parse_args(argv)
     if not (args.sleap_nn / "sleap-nn").is_file():
         parser.error(f"--sleap-nn: {args.sleap_nn} has no sleap-nn command")
     if args.frames < 1 or (args.batch_size is not None and args.batch_size < 1):
         parser.error("--frames and --batch-size take a positive number")
     cases = pick_cases(args.models)
+    unknown = sorted(set(args.unverified or ()) - {case.name for case in cases})
+    if unknown:
+        parser.error(f"--unverified: {', '.join(unknown)} is not among the models run")
     console = Console(stderr=True)
     env = environment(args.sleap_nn)
     env["command"] = " ".join(["python", "scripts/bench_vs_sleap_nn.py", *sys.argv[1:]])

@@ -140,3 +140,54 @@ def test_a_model_that_fails_is_reported_and_the_others_go_on(tmp_path, monkeypat
     assert ran == ["topdown_fixture", "bottomup_fixture"]
     err = capsys.readouterr().err
     assert "topdown_fixture left out: sleap-nn export ... failed (1): no topdown_fixture" in err
+
+
+def _fake_sleap_nn(tmp_path: Path) -> Path:
+    bin_folder = tmp_path / "bin"
+    bin_folder.mkdir()
+    (bin_folder / "sleap-nn").write_text("")
+    return bin_folder
+
+
+def test_unverified_names_a_model_that_is_not_run(tmp_path, capsys):
+    argv = ["--sleap-nn", str(_fake_sleap_nn(tmp_path)), "--models", "topdown_fixture"]
+    with pytest.raises(SystemExit):
+        bench.main([*argv, "--unverified", "bottomup_fixture"])
+    assert "--unverified: bottomup_fixture is not among the models run" in capsys.readouterr().err
+
+
+def test_an_unverified_model_runs_without_the_export_check(tmp_path, monkeypatch):
+    commands = []
+    monkeypatch.setattr(bench, "run_logged", lambda command, log: commands.append(command) or 1.0)
+    case = bench.pick_cases(["topdown_fixture"])[0]
+    for verify in (True, False):
+        bench.whole_process(tmp_path, case, tmp_path / "c.mkv", tmp_path, tmp_path, None, verify)
+    live = [command for command in commands if "sleap_live" in command]
+    assert ["--no-verify" in command for command in live] == [False, True]
+
+
+def test_no_warm_leaves_out_sleap_nns_in_process_runs(tmp_path, monkeypatch):
+    case = bench.pick_cases(["topdown_fixture"])[0]
+    calls = []
+    monkeypatch.setattr(bench, "make_clip", lambda case, frames, folder: folder / "c.mkv")
+    monkeypatch.setattr(bench, "frame_shape", lambda clip: (8, 8, 1))
+    monkeypatch.setattr(bench, "sleap_nn_export", lambda *args: tmp_path)
+    monkeypatch.setattr(
+        bench,
+        "sleap_live_warm",
+        lambda case, clip, folder, batch, verify: {"frames": np.zeros((1, 8, 8, 1), np.uint8)},
+    )
+    monkeypatch.setattr(bench, "same_pixels", lambda *args: {"frames": 1, "identical": 1})
+    monkeypatch.setattr(
+        bench,
+        "whole_process",
+        lambda *args: {tool: {"whole_s": 2.0, "slp": tool} for tool in bench.TOOLS},
+    )
+    monkeypatch.setattr(bench, "read_poses", lambda slp: {})
+    monkeypatch.setattr(bench, "sleap_nn_warm", lambda *args: calls.append(args) or {})
+    args = bench.argparse.Namespace(
+        frames=4, sleap_nn=tmp_path, batch_size=None, unverified=None, no_warm=True
+    )
+    result = bench.bench_case(case, args, tmp_path, lambda line: None)
+    assert calls == []
+    assert "warm_fps" not in result["runs"]["sleap-nn torch"]
