@@ -17,9 +17,12 @@ Wherever they come from, the verification refuses a frame without animals
 a real model instead of comparing empty outputs.
 
 The frames are checked as two batches: up to two frames at their own size, and
-three frames placed in the top-left corner of a larger, odd-sized canvas filled
-with each frame's median colour. Different batch sizes and an odd size that is a
-multiple of no stride make values that tracing froze from a shape show up.
+three frames grown to a larger, odd-sized canvas by reflecting their own pixels
+about the bottom and right edges. Different batch sizes and an odd size that is a
+multiple of no stride make values that tracing froze from a shape show up. The
+margin is image, not a flat fill: a flat margin makes a briefly trained model's
+maps flat there too, and on a plateau two runtimes pick different cells of equal
+value (float rounding), which says nothing about the export.
 """
 
 from __future__ import annotations
@@ -116,10 +119,8 @@ def check_batches(frames: np.ndarray) -> list[np.ndarray]:
         size + growth + (size + growth + 1) % 2
         for size, growth in zip((height, width), GROWTH, strict=True)
     ]
-    fill = np.median(picked.reshape(len(picked), -1, picked.shape[3]), axis=1)
-    canvas = np.empty((len(picked), *grown, picked.shape[3]), np.uint8)
-    canvas[:] = fill.astype(np.uint8)[:, None, None, :]
-    canvas[:, :height, :width] = picked
+    margins = ((0, 0), (0, grown[0] - height), (0, grown[1] - width), (0, 0))
+    canvas = np.pad(picked, margins, mode="reflect" if min(height, width) > 1 else "edge")
     return [np.ascontiguousarray(first), canvas]
 
 

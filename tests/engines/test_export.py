@@ -23,7 +23,7 @@ from sleap_live.engines.export import (
     load_torchscript,
     read_torchscript_metadata,
 )
-from sleap_live.engines.export.frames import sample_frames
+from sleap_live.engines.export.frames import check_batches, sample_frames
 from sleap_live.engines.export.verify import Exported
 from sleap_live.engines.graph.build import load_inference_model
 from sleap_live.engines.host.outputs import INSTANCE_OUTPUTS
@@ -285,6 +285,27 @@ def test_sample_frames_are_deterministic_uint8_with_bright_blobs():
     assert frames.dtype == np.uint8 and frames.shape == (2, 50, 60, 3)
     np.testing.assert_array_equal(frames, sample_frames(2, 50, 60, 3, seed=1))
     assert frames.max() > 150 > np.median(frames)
+
+
+
+def test_the_second_check_batch_grows_frames_by_reflecting_their_own_pixels():
+    frames = sample_frames(5, 50, 60, 1, seed=2)
+    first, grown = check_batches(frames)
+    np.testing.assert_array_equal(first, frames[:2])
+    assert grown.shape == (3, 73, 97, 1)
+    assert grown.shape[1] % 2 == 1 and grown.shape[2] % 2 == 1
+    picked = frames[[2, 3, 4]]
+    np.testing.assert_array_equal(grown[:, :50, :60], picked)
+    # Mirrored about the last row and column, so no flat margin for maps to tie on.
+    np.testing.assert_array_equal(grown[:, 50:60, :60], picked[:, 48:38:-1])
+    np.testing.assert_array_equal(grown[:, :50, 60:70], picked[:, :, 58:48:-1])
+    assert all(len(np.unique(frame[50:, 60:])) > 1 for frame in grown)
+
+
+def test_frames_a_pixel_high_still_grow_to_a_check_canvas():
+    frames = np.full((3, 1, 8, 1), 7, np.uint8)
+    _, grown = check_batches(frames)
+    assert grown.shape == (3, 25, 45, 1) and (grown == 7).all()
 
 
 # ------------------------------------------------------- frames with animals

@@ -58,16 +58,21 @@ def test_a_lab_model_finds_every_animal(name):
 
 
 @pytest.mark.slow
-def test_the_384_top_down_pair_exports_and_verifies_for_onnx_runtime():
-    model = lab.lab_model("topdown_384")
+@pytest.mark.parametrize(
+    "name", ["topdown_384", "single_instance_1024", "bottomup_384", "bottomup_1024"]
+)
+def test_lab_models_export_and_verify_for_onnx_runtime(name):
+    # The last three used to fail the check on near-ties in a flat, median-filled
+    # margin of its enlarged canvas (see sleap_live.engines.export.frames).
+    model = lab.lab_model(name)
     require(model)
-    frames, _ = lab.clip_sample(model.scene, 4)
+    frames, truth = lab.clip_sample(model.scene, 4)
     runner = load_runner(model.paths, engine="onnx", verify_frames=frames, cache=False)
     try:
         poses = runner.run(frames)
     finally:
         runner.close()
-    assert [len(p.points) for p in poses] == [2] * len(frames)
+    assert all(len(p.points) >= len(animals) for p, animals in zip(poses, truth, strict=True))
 
 
 def test_a_lab_clip_is_the_same_file_from_the_same_seed(tmp_path):
