@@ -287,7 +287,6 @@ def test_sample_frames_are_deterministic_uint8_with_bright_blobs():
     assert frames.max() > 150 > np.median(frames)
 
 
-
 def test_the_second_check_batch_grows_frames_by_reflecting_their_own_pixels():
     frames = sample_frames(5, 50, 60, 1, seed=2)
     first, grown = check_batches(frames)
