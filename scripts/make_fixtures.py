@@ -304,60 +304,22 @@ def make_goldens(out: Path, repo: Path, only: list[str] | None) -> dict:
     return report
 
 
-# Goldens of non-default inference settings: name -> (model dirs, dataset, sleap-nn predict
-# options, frames). A few frames each; bottom-up's first sleap-nn batch is left out of the
-# comparison (tests/engines/goldens.py), so it gets more.
-SETTINGS_GOLDENS = {
-    "settings_topdown": (
-        ["centroid", "centered_instance"],
-        "multi_gray",
-        {
-            "max_instances": 1,
-            "peak_threshold": 0.8,
-            "centroid_peak_threshold": 0.985,
-            "integral_patch_size": 3,
-        },
-        12,
-    ),
-    "settings_bottomup": (
-        ["bottomup"],
-        "multi_gray",
-        {
-            "max_instances": 2,
-            "peak_threshold": 0.85,
-            "min_line_scores": 0.5,
-            "max_edge_length_ratio": 0.1,
-            "dist_penalty_weight": 3.0,
-            "n_points": 5,
-            "min_instance_peaks": 0.6,
-        },
-        16,
-    ),
-    "settings_single_instance": (
-        ["single_instance"],
-        "single",
-        {"integral_refinement": "none", "peak_threshold": 0.85},
-        12,
-    ),
-}
-
-
 def make_settings_goldens(out: Path, repo: Path, only: list[str] | None) -> dict:
     """Run sleap-nn predict with non-default settings on the first frames; keep the .npz."""
     goldens_dir = out / "goldens"
     goldens_dir.mkdir(parents=True, exist_ok=True)
     report = {}
-    for name, (models, dataset, options, n_frames) in SETTINGS_GOLDENS.items():
+    for name, (models, video_file, options, n_frames) in goldens.SETTINGS_CASES.items():
         if only and name not in only:
             continue
-        video = f"tests/data/videos/{video_name(synth.VARIANTS[dataset])}"
+        video = f"tests/data/videos/{video_file}"
         slp = goldens_dir / f"{name}.slp"
         cmd = predict_command(
             [f"tests/data/models/{m}" for m in models], video, repo_relative(slp, repo)
         )
         cmd += ["--frames", f"0-{n_frames - 1}"]
         for option, value in options.items():
-            cmd += [f"--{option}", str(value)]
+            cmd += [f"--{option}", goldens.predict_option(value)]
         seconds = run_logged([str(SNN_BIN / cmd[0]), *cmd[1:]], goldens_dir / f"{name}.log", repo)
         (goldens_dir / f"{name}.log").unlink()
         arrays = goldens.predictions_to_arrays(slp, n_frames)

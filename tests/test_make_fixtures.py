@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import sleap_live_tests_scripts as scripts
 import torch
 
@@ -71,3 +72,33 @@ def test_kept_configs_name_no_warm_start_checkpoint(tmp_path):
     for kept in [*data.glob("models/*/training_config.yaml"), *data.glob("lab_models/*/*.yaml")]:
         for key in make_fixtures.WARM_START_KEYS:
             assert f"{key}: null" in kept.read_text(), kept
+
+
+def test_settings_goldens_are_made_from_the_list_the_tests_check(tmp_path, monkeypatch):
+    commands = []
+
+    def run_logged(cmd, log_path, cwd):
+        commands.append(cmd)
+        log_path.write_text("")
+        return 1.0
+
+    monkeypatch.setattr(make_fixtures, "run_logged", run_logged)
+    monkeypatch.setattr(
+        make_fixtures.goldens,
+        "predictions_to_arrays",
+        lambda slp, n: slp.write_text("") or {"n_instances": np.ones(n, int)},
+    )
+    report = make_fixtures.make_settings_goldens(tmp_path, tmp_path, None)
+    cases = scripts.load("fixtures/goldens.py").SETTINGS_CASES
+    assert list(report) == list(cases)
+    by_name = dict(zip(cases, commands, strict=True))
+    single = by_name["settings_single_instance"]
+    assert single[single.index("--integral_refinement") + 1] == "none"
+    assert "tests/data/videos/single.mkv" in single
+    for name, (models, _, options, frames) in cases.items():
+        command = by_name[name]
+        assert command[command.index("--frames") + 1] == f"0-{frames - 1}"
+        assert [f"tests/data/models/{m}" for m in models] == [
+            command[i + 1] for i, arg in enumerate(command) if arg == "--model_paths"
+        ]
+        assert {arg[2:] for arg in command if arg[2:] in options} == set(options)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import attrs
 import numpy as np
+import sleap_live_tests_scripts as scripts
 from scipy.optimize import linear_sum_assignment
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -31,43 +32,8 @@ CASES: dict[str, tuple[tuple[str, ...], str, str]] = {
     "multi_class_bottomup": (("multi_class_bottomup",), "multi_rgb.mp4", "multi_rgb.npz"),
 }
 
-# Goldens of non-default inference settings (scripts/make_fixtures.py SETTINGS_GOLDENS):
-# name -> (model dirs, test video, sleap-live settings, frames predicted from the start).
-# Each setting is the sleap-nn predict option of the same name (integral_refinement
-# False: "none").
-SETTINGS_CASES: dict[str, tuple[tuple[str, ...], str, dict[str, object], int]] = {
-    "settings_topdown": (
-        ("centroid", "centered_instance"),
-        "multi_gray.mkv",
-        {
-            "max_instances": 1,
-            "peak_threshold": 0.8,
-            "centroid_peak_threshold": 0.985,
-            "integral_patch_size": 3,
-        },
-        12,
-    ),
-    "settings_bottomup": (
-        ("bottomup",),
-        "multi_gray.mkv",
-        {
-            "max_instances": 2,
-            "peak_threshold": 0.85,
-            "min_line_scores": 0.5,
-            "max_edge_length_ratio": 0.1,
-            "dist_penalty_weight": 3.0,
-            "n_points": 5,
-            "min_instance_peaks": 0.6,
-        },
-        16,
-    ),
-    "settings_single_instance": (
-        ("single_instance",),
-        "single.mkv",
-        {"integral_refinement": False, "peak_threshold": 0.85},
-        12,
-    ),
-}
+# Goldens of non-default inference settings: the one list is where they are made.
+SETTINGS_CASES = scripts.load("fixtures/goldens.py").SETTINGS_CASES
 FIRST_BATCH_DIFFERS_SETTINGS = {"settings_bottomup"}
 
 # sleap-nn's "same" max pooling pads odd sizes only on each layer's first call, so

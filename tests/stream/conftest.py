@@ -26,16 +26,20 @@ N_FRAMES = 30
 MARK = 8  # pixel value step per frame index
 
 
+# `tests/stream/fakes.py`, registered at once (the tests are not a package): test
+# modules take it as the `fakes` fixture, or import it by this name for module-level
+# helpers (`import sleap_live_tests_stream_fakes as stream_fakes`).
+FAKES_NAME = "sleap_live_tests_stream_fakes"
+if FAKES_NAME not in sys.modules:
+    _SPEC = importlib.util.spec_from_file_location(FAKES_NAME, Path(__file__).with_name("fakes.py"))
+    sys.modules[FAKES_NAME] = importlib.util.module_from_spec(_SPEC)
+    _SPEC.loader.exec_module(sys.modules[FAKES_NAME])
+
+
 @pytest.fixture(scope="session")
 def fakes() -> ModuleType:
-    """`tests/stream/fakes.py`, loaded by path (the tests are not a package)."""
-    name = "sleap_live_tests_stream_fakes"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("fakes.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    """`tests/stream/fakes.py`."""
+    return sys.modules[FAKES_NAME]
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ import numpy as np
 from sleap_live.engines.errors import InputMismatchError
 from sleap_live.engines.types import FramePoses, ModelInfo, Skeleton
 from sleap_live.stream.errors import SourceError
+from sleap_live.stream.stats import PipelineStats
 from sleap_live.stream.types import Frame
 
 SKELETON = Skeleton(node_names=("head", "tail"), edges=((0, 1),), name="toy")
@@ -65,6 +66,30 @@ def poses_for(index: int) -> FramePoses:
         instance_scores=np.full((n,), 0.8, np.float32),
         identities=np.arange(n, dtype=np.int32) % 2,
     )
+
+
+def pipeline_stats(**changes) -> PipelineStats:
+    """A snapshot of a recorded run a fifth of the way through; `changes` set any field."""
+    fields: dict = dict(
+        policy="recorded",
+        batch_size=8,
+        running=True,
+        elapsed=1.0,
+        frames_total=100,
+        frames_captured=50,
+        frames_processed=40,
+        frames_dropped=0,
+        fps=20.0,
+        capture_fps=25.0,
+        latency_p50=None,
+        latency_p99=None,
+        engine_latency_p50=None,
+        engine_latency_p99=None,
+        queue_depths={},
+        instances_last_frame=0,
+    )
+    fields.update(changes)
+    return PipelineStats(**fields)
 
 
 # Real seconds a fake-clock wait may last before the test fails instead of hanging.

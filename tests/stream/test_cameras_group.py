@@ -276,26 +276,17 @@ def test_dashboard_shows_drops_per_camera_with_several(fakes):
     from rich.console import Console
 
     from sleap_live.stream.dashboard import render_dashboard
-    from sleap_live.stream.stats import PipelineStats
 
     def text(dropped_by_source) -> str:
-        stats = PipelineStats(
+        stats = fakes.pipeline_stats(
             policy="live",
             batch_size=2,
-            running=True,
-            elapsed=1.0,
             frames_total=None,
             frames_captured=10,
             frames_processed=6,
             frames_dropped=4,
             fps=6.0,
             capture_fps=10.0,
-            latency_p50=None,
-            latency_p99=None,
-            engine_latency_p50=None,
-            engine_latency_p99=None,
-            queue_depths={},
-            instances_last_frame=0,
             dropped_by_source=dropped_by_source,
         )
         console = Console(width=100, color_system=None, record=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 
+import sleap_live_tests_stream_fakes as stream_fakes
 from rich.console import Console
 
 from sleap_live.stream.dashboard import Dashboard, ProgressView, live_display
@@ -11,10 +12,10 @@ from sleap_live.stream.stats import ConsumerStats, PipelineStats
 
 
 def snapshot(**changes) -> PipelineStats:
-    fields = dict(
+    """A live run 75 s in."""
+    live = dict(
         policy="live",
         batch_size=1,
-        running=True,
         elapsed=75.3,
         frames_total=None,
         frames_captured=2000,
@@ -30,8 +31,7 @@ def snapshot(**changes) -> PipelineStats:
         instances_last_frame=2,
         consumers=(ConsumerStats("on_poses", 1900, 90),),
     )
-    fields.update(changes)
-    return PipelineStats(**fields)
+    return stream_fakes.pipeline_stats(**{**live, **changes})
 
 
 def render(renderable) -> str:

@@ -19,6 +19,7 @@ import urllib.request
 import numpy as np
 import pytest
 import sleap_io as sio
+import sleap_live_tests_stream_fakes as stream_fakes
 from PIL import Image
 
 from sleap_live import cli
@@ -47,10 +48,9 @@ def fetch(url: str) -> tuple[bytes, dict[str, str]]:
 
 
 def stats_of(processed: int) -> PipelineStats:
-    return PipelineStats(
+    return stream_fakes.pipeline_stats(
         policy="live",
         batch_size=1,
-        running=True,
         elapsed=2.5,
         frames_total=None,
         frames_captured=processed + 3,
@@ -59,7 +59,6 @@ def stats_of(processed: int) -> PipelineStats:
         fps=29.5,
         capture_fps=30.0,
         latency_p50=0.012,
-        latency_p99=None,
         engine_latency_p50=0.01,
         engine_latency_p99=0.02,
         queue_depths={"frames": 1},

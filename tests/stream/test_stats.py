@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+import sleap_live_tests_stream_fakes as stream_fakes
 
-from sleap_live.stream.stats import LatencyWindow, PipelineStats, RateMeter
+from sleap_live.stream.stats import LatencyWindow, RateMeter
 
 
 class FakeClock:
@@ -55,30 +56,7 @@ def test_latency_percentiles_cover_only_recent_values():
         LatencyWindow(0)
 
 
-def stats(**changes) -> PipelineStats:
-    fields = dict(
-        policy="recorded",
-        batch_size=8,
-        running=True,
-        elapsed=1.0,
-        frames_total=100,
-        frames_captured=50,
-        frames_processed=40,
-        frames_dropped=0,
-        fps=20.0,
-        capture_fps=25.0,
-        latency_p50=None,
-        latency_p99=None,
-        engine_latency_p50=None,
-        engine_latency_p99=None,
-        queue_depths={},
-        instances_last_frame=0,
-    )
-    fields.update(changes)
-    return PipelineStats(**fields)
-
-
 def test_eta_from_remaining_frames_and_rate():
-    assert stats().eta == pytest.approx(3.0)
-    assert stats(frames_total=None).eta is None
-    assert stats(fps=0.0).eta is None
+    assert stream_fakes.pipeline_stats().eta == pytest.approx(3.0)
+    assert stream_fakes.pipeline_stats(frames_total=None).eta is None
+    assert stream_fakes.pipeline_stats(fps=0.0).eta is None
