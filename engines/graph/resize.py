@@ -112,7 +112,7 @@ def _resize_tables(
 
 
 def _resize_leading_axis(
-    image: torch.Tensor, in_size: torch.Tensor, out_size: torch.Tensor, out: int = -1
+    image: torch.Tensor, in_size: torch.Tensor, out_size: torch.Tensor
 ) -> torch.Tensor:
     """One exact resize pass along the first axis of a uint8 (L, N) matrix.
 
@@ -125,16 +125,14 @@ def _resize_leading_axis(
     only carries into it once rounded. Every partial sum is an exact integer,
     so the matmul's summation order does not matter.
 
-    `out`: the output size as an int where it is static (a static graph also
-    traces empty images, whose output size a -1 cannot tell).
-
     Returns:
         (out, N) uint8.
     """
     indices, weights, precision = _resize_tables(in_size, out_size)
-    taps = indices.shape[1]
-    picked = image.index_select(0, indices.reshape(-1)).float()
-    picked = picked.reshape(out, taps, image.shape[1])  # (out, taps, N)
+    # One gather with the (out, taps) indices, not a gather and a reshape: N is 0
+    # for an empty batch (no crops), and ONNX's Reshape reads a 0 in its target
+    # shape as "copy the input's axis", which a 2-D input does not have.
+    picked = image[indices].float()  # (out, taps, N)
 
     shift = torch.clamp(precision - 15, min=0).double()
     unit = torch.pow(2.0, shift).float()
@@ -169,10 +167,12 @@ def resize_uint8_exportable(
     in_height, in_width = size_of(image, 2), size_of(image, 3)
     columns = image.permute(3, 0, 1, 2).reshape(image.shape[3], -1)  # (W, B*C*H)
     columns = _resize_leading_axis(columns, in_width, _as_size(width, image.device))
-    resized = columns.reshape(-1, batch, channels, image.shape[2])  # (W', B, C, H)
+    # No -1 beside the batch axis: with an empty batch it could be any size. A 0
+    # batch in an ONNX Reshape target copies the input's axis 1, which is 0 then too.
+    resized = columns.reshape(columns.shape[0], batch, channels, image.shape[2])  # (W', B, C, H)
     rows = resized.permute(3, 1, 2, 0).reshape(image.shape[2], -1)  # (H, B*C*W')
     rows = _resize_leading_axis(rows, in_height, _as_size(height, image.device))
-    return rows.reshape(-1, batch, channels, resized.shape[0]).permute(1, 2, 0, 3)
+    return rows.reshape(rows.shape[0], batch, channels, resized.shape[0]).permute(1, 2, 0, 3)
 
 
 def resize_static_values(image: torch.Tensor, height: int, width: int) -> torch.Tensor:
@@ -428,7 +428,7 @@ def _resize_width(image: torch.Tensor, in_width: torch.Tensor, width: int) -> to
     batch, channels, height = image.shape[0], image.shape[1], image.shape[2]
     in_size = static_size(image, 3)
     columns = image.permute(3, 0, 1, 2).reshape(in_size, batch * channels * height)
-    columns = _resize_leading_axis(columns, in_width, _as_size(width, image.device), width)
+    columns = _resize_leading_axis(columns, in_width, _as_size(width, image.device))
     return columns.reshape(width, batch, channels, height).permute(1, 2, 3, 0)
 
 
@@ -437,7 +437,7 @@ def _resize_height(image: torch.Tensor, in_height: torch.Tensor, height: int) ->
     batch, channels, width = image.shape[0], image.shape[1], image.shape[3]
     in_size = static_size(image, 2)
     rows = image.permute(2, 0, 1, 3).reshape(in_size, batch * channels * width)
-    rows = _resize_leading_axis(rows, in_height, _as_size(height, image.device), height)
+    rows = _resize_leading_axis(rows, in_height, _as_size(height, image.device))
     return rows.reshape(height, batch, channels, width).permute(1, 2, 0, 3)
 
 

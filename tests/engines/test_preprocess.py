@@ -69,6 +69,37 @@ class TestResizeUint8:
         )
         assert torch.equal(resize.resize_uint8_exportable(image, 32, 41), expected)
 
+    def test_an_empty_batch_resizes_to_an_empty_batch(self):
+        # A top-down graph resizes its crops, and a frame without animals has none.
+        empty = _random_frames((0, 1, 40, 30))
+        assert resize.resize_uint8_exportable(empty, 20, 15).shape == (0, 1, 20, 15)
+
+    def test_exported_resize_runs_an_empty_batch(self, tmp_path):
+        ort = pytest.importorskip("onnxruntime")
+
+        class Halve(torch.nn.Module):
+            def forward(self, image):
+                height, width = resize.size_of(image, 2), resize.size_of(image, 3)
+                return resize.resize_uint8_exportable(image, height // 2, width // 2)
+
+        path = str(tmp_path / "halve.onnx")
+        torch.onnx.export(
+            Halve(),
+            (_random_frames((2, 1, 16, 12)),),
+            path,
+            dynamo=False,
+            input_names=["image"],
+            dynamic_axes={"image": {0: "b", 2: "h", 3: "w"}},
+            opset_version=17,
+        )
+        session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        for shape in ((0, 1, 16, 12), (3, 1, 20, 10), (0, 1, 9, 7)):
+            image = _random_frames(shape, seed=sum(shape))
+            (got,) = session.run(None, {"image": image.numpy()})
+            expected = Halve()(image).numpy()
+            assert got.shape == expected.shape
+            np.testing.assert_array_equal(got, expected)
+
     def test_same_size_is_identity(self):
         image = _random_frames((1, 1, 33, 47))
         assert torch.equal(resize.resize_uint8(image, 33, 47), image)
