@@ -19,6 +19,21 @@ def _random_frames(shape: tuple[int, ...], seed: int = 0) -> torch.Tensor:
     return torch.from_numpy(np.random.default_rng(seed).integers(0, 256, shape, dtype=np.uint8))
 
 
+def _onnx_of(module: torch.nn.Module, image: torch.Tensor, axes: dict[int, str]) -> bytes:
+    """`module` exported to ONNX (input "image", `axes` dynamic), as bytes."""
+    buffer = io.BytesIO()
+    torch.onnx.export(
+        module,
+        (image,),
+        buffer,
+        dynamo=False,
+        input_names=["image"],
+        dynamic_axes={"image": axes},
+        opset_version=17,
+    )
+    return buffer.getvalue()
+
+
 class TestFramesToNCHW:
     def test_permutes_to_channels_first(self):
         frames = _random_frames((2, 5, 7, 3))
@@ -74,7 +89,7 @@ class TestResizeUint8:
         empty = _random_frames((0, 1, 40, 30))
         assert resize.resize_uint8_exportable(empty, 20, 15).shape == (0, 1, 20, 15)
 
-    def test_exported_resize_runs_an_empty_batch(self, tmp_path):
+    def test_exported_resize_runs_an_empty_batch(self):
         ort = pytest.importorskip("onnxruntime")
 
         class Halve(torch.nn.Module):
@@ -82,17 +97,8 @@ class TestResizeUint8:
                 height, width = resize.size_of(image, 2), resize.size_of(image, 3)
                 return resize.resize_uint8_exportable(image, height // 2, width // 2)
 
-        path = str(tmp_path / "halve.onnx")
-        torch.onnx.export(
-            Halve(),
-            (_random_frames((2, 1, 16, 12)),),
-            path,
-            dynamo=False,
-            input_names=["image"],
-            dynamic_axes={"image": {0: "b", 2: "h", 3: "w"}},
-            opset_version=17,
-        )
-        session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        model = _onnx_of(Halve(), _random_frames((2, 1, 16, 12)), {0: "b", 2: "h", 3: "w"})
+        session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
         for shape in ((0, 1, 16, 12), (3, 1, 20, 10), (0, 1, 9, 7)):
             image = _random_frames(shape, seed=sum(shape))
             (got,) = session.run(None, {"image": image.numpy()})
@@ -179,23 +185,14 @@ class TestWholeFactorPass:
             def forward(self, image):
                 return resize.resize_uint8(image, 60, 66, static=True)
 
-        buffer = io.BytesIO()
-        torch.onnx.export(
-            Halve(),
-            (_random_frames((1, 1, 120, 132)),),
-            buffer,
-            dynamo=False,
-            input_names=["image"],
-            dynamic_axes={"image": {0: "batch"}},
-            opset_version=17,
-        )
-        session = ort.InferenceSession(buffer.getvalue(), providers=["CPUExecutionProvider"])
+        model = _onnx_of(Halve(), _random_frames((1, 1, 120, 132)), {0: "batch"})
+        session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
         for batch, seed in ((3, 1), (1, 2), (0, 3)):
             image = _random_frames((batch, 1, 120, 132), seed=seed)
             (got,) = session.run(None, {"image": image.numpy()})
             np.testing.assert_array_equal(got, _torch_resize(image, 60, 66).numpy())
         # No gather of pixels: the width pass is one Gemm over whole rows.
-        ops = {node.op_type for node in onnx.load_from_string(buffer.getvalue()).graph.node}
+        ops = {node.op_type for node in onnx.load_from_string(model).graph.node}
         assert "Gather" not in ops and "Gemm" in ops
 
 
