@@ -13,7 +13,6 @@ from pathlib import Path
 
 import attrs
 import numpy as np
-import sleap_live_tests_scripts as scripts
 from scipy.optimize import linear_sum_assignment
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -32,8 +31,8 @@ CASES: dict[str, tuple[tuple[str, ...], str, str]] = {
     "multi_class_bottomup": (("multi_class_bottomup",), "multi_rgb.mp4", "multi_rgb.npz"),
 }
 
-# Goldens of non-default inference settings: the one list is where they are made.
-SETTINGS_CASES = scripts.load("fixtures/goldens.py").SETTINGS_CASES
+# Of the goldens of non-default inference settings (scripts/fixtures/goldens.py
+# SETTINGS_CASES), those whose first sleap-nn batch differs (see below).
 FIRST_BATCH_DIFFERS_SETTINGS = {"settings_bottomup"}
 
 # sleap-nn's "same" max pooling pads odd sizes only on each layer's first call, so

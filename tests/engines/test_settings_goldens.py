@@ -1,7 +1,8 @@
 """Non-default inference settings against `sleap-nn predict` with the same options.
 
-Each case (`goldens.SETTINGS_CASES`) runs the in-memory ONNX export of the fixture
-models, built with the settings, on the first frames of its test video, and
+Each case (`SETTINGS_CASES`, listed where scripts/make_fixtures.py makes them) runs
+the in-memory ONNX export of the fixture models, built with the settings, on the
+first frames of its test video, and
 compares it with sleap-nn predict run with the same options on those frames: the
 same instances on every compared frame, within the default-settings goldens'
 bounds (tests/engines/test_goldens.py). The cases cap the instances (top-down:
@@ -14,12 +15,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import sleap_live_tests_goldens as goldens  # registered by conftest.py
+import sleap_live_tests_scripts as scripts
 
 from sleap_live.engines.runners.load import load_runner
 from sleap_live.engines.settings import InferenceSettings
 from sleap_live.stream.sources import FileSource
 
 DATA = goldens.DATA
+SETTINGS_CASES = scripts.load("fixtures/goldens.py").SETTINGS_CASES
 # Points px, point scores, instance scores: test_goldens.SLEAP_NN_BOUNDS of the same
 # model type (no settings case measured above them).
 BOUNDS = {
@@ -30,7 +33,7 @@ BOUNDS = {
 
 
 def _poses(name: str, engine: str) -> list[dict[str, np.ndarray]]:
-    models, video, settings, n_frames = goldens.SETTINGS_CASES[name]
+    models, video, settings, n_frames = SETTINGS_CASES[name]
     with FileSource(DATA / "videos" / video, stop=n_frames) as source:
         frames = np.stack([frame.image for frame in source])
     runner = load_runner(
@@ -60,7 +63,7 @@ def _poses(name: str, engine: str) -> list[dict[str, np.ndarray]]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("engine", ["onnx", "torch"])
-@pytest.mark.parametrize("name", list(goldens.SETTINGS_CASES))
+@pytest.mark.parametrize("name", list(SETTINGS_CASES))
 def test_settings_match_sleap_nn_predict(name, engine):
     golden_path = DATA / "goldens" / f"{name}.npz"
     if not golden_path.exists():
