@@ -1,0 +1,53 @@
+"""scripts/bench_networks.py: every backend runs the same network and is reported."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import sleap_live_tests_scripts as scripts
+
+bench = scripts.load("bench_networks.py")
+MODELS = Path(__file__).resolve().parent / "data" / "models"
+
+
+def test_each_backend_is_timed_against_onnx_runtime(tmp_path, capsys):
+    out = tmp_path / "networks.json"
+    argv = [str(MODELS / "centroid"), str(MODELS / "centered_instance"), "--size", "64x48"]
+    assert bench.main([*argv, "--batch-size", "1", "--repeats", "1", "--json", str(out)]) == 0
+    results = json.loads(out.read_text())
+    assert list(results) == [argv[0], argv[1]]
+    for figures in results.values():
+        assert set(figures) == {
+            "ONNX Runtime",
+            "torch eager",
+            "torch eager, channels-last",
+            "torch.compile, channels-last",
+        }
+        assert figures["ONNX Runtime"]["over_onnx_runtime"] == 1.0
+        assert all(figure["ms_per_frame"] > 0 for figure in figures.values())
+    assert "torch.compile, channels-last" in capsys.readouterr().out
+
+
+def test_the_backends_compute_the_same_maps():
+    runs = bench.backends(MODELS / "single_instance", (48, 64), 2, compile_too=False)
+    (onnx_maps,) = runs["ONNX Runtime"]()
+    for name in ("torch eager", "torch eager, channels-last"):
+        (maps,) = runs[name]()
+        assert maps.numpy() == pytest.approx(onnx_maps, abs=1e-4)
+
+
+def test_a_missing_model_directory_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        bench.main([str(tmp_path / "nonesuch")])
+    assert "nonesuch: not a model directory" in capsys.readouterr().err
+
+
+def test_a_centered_instance_network_runs_on_crops_of_its_crop_size():
+    # The fixture's crops are 64 px and its maps have output stride 2: 32 x 32 maps,
+    # not maps of the 480 x 640 frame the size matcher would pad a crop to.
+    runs = bench.backends(MODELS / "centered_instance", (480, 640), 1, compile_too=False)
+    (maps,) = runs["torch eager"]()
+    assert bench.read_model_dir(MODELS / "centered_instance").preprocess.crop_size == 64
+    assert tuple(maps.shape[-2:]) == (32, 32)
