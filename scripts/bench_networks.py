@@ -32,12 +32,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from bench_prepost import Heads, bare_session, network_input_of, parse_size
+from bench_prepost import Heads, bare_session, crop_network_input, network_input_of, parse_size
 from rich.console import Console
 from rich.table import Table
 
 from sleap_live.engines.graph.network import load_network
-from sleap_live.engines.graph.preprocess import PreprocessConfig, network_input
 from sleap_live.engines.load.dirs import read_model_dir
 
 ONNX_RUNTIME = "ONNX Runtime"
@@ -54,11 +53,7 @@ def backends(
         height = width = spec.preprocess.crop_size
     rng = np.random.default_rng(0)
     frames = rng.integers(0, 256, (batch, height, width, spec.in_channels), dtype=np.uint8)
-    if crops:  # a crop is not size-matched to the frame, as `network_input_of` would
-        nchw = torch.from_numpy(frames).permute(0, 3, 1, 2)
-        image = network_input(nchw, PreprocessConfig.from_spec(spec))
-    else:
-        image = network_input_of(spec, frames)
+    image = crop_network_input(spec, frames) if crops else network_input_of(spec, frames)
     session = bare_session(load_network(spec), image, None)
     feed = {"x": image.numpy()}
     eager = Heads(load_network(spec)).eval()

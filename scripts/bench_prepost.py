@@ -146,6 +146,14 @@ def network_input_of(spec: ModelSpec, frames: np.ndarray) -> torch.Tensor:
     return image
 
 
+def crop_network_input(spec: ModelSpec, crops: np.ndarray) -> torch.Tensor:
+    """The network input of a centered-instance model for uint8 (N, S, S, C) crops (no
+    size matching to the frame, which `network_input_of` would do)."""
+    return network_input(
+        torch.from_numpy(crops).permute(0, 3, 1, 2), PreprocessConfig.from_spec(spec)
+    )
+
+
 def calibrated(network: Network, head: str, image: torch.Tensor, single: bool) -> None:
     """Shifts `head`'s bias so that about `ANIMALS` local peaks per map top the threshold.
 
@@ -227,9 +235,8 @@ def networks_alone(
             if crops == 0:
                 continue
             size = spec.preprocess.crop_size
-            crop = np.zeros((crops, size, size, spec.in_channels), np.uint8)
-            image = network_input(
-                torch.from_numpy(crop).permute(0, 3, 1, 2), PreprocessConfig.from_spec(spec)
+            image = crop_network_input(
+                spec, np.zeros((crops, size, size, spec.in_channels), np.uint8)
             )
         else:
             image = network_input_of(spec, frames)

@@ -315,7 +315,8 @@ def sleap_live_warm(
     try:
         engine, recorded = bench_throughput(runner, clip, frames, batch or LIVE_BATCH)
         return {
-            "engine": type(runner).__name__ + ("" if verify else ", unverified"),
+            "engine": type(runner).__name__,
+            "verified": verify,
             "engine_fps": engine["fps"],
             "warm_fps": recorded["fps"],
             "frames": frames,
@@ -461,7 +462,8 @@ def rows(results: list[dict[str, Any]]) -> list[list[str]]:
         for tool in TOOLS:
             run = runs[tool]
             agree = run.get("agreement")
-            name = f"{tool} ({run['engine']})" if "engine" in run else tool
+            unverified = "" if run.get("verified", True) else ", unverified"
+            name = f"{tool} ({run['engine']}{unverified})" if "engine" in run else tool
             out.append(
                 [
                     result["model"],

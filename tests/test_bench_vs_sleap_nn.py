@@ -191,3 +191,12 @@ def test_no_warm_leaves_out_sleap_nns_in_process_runs(tmp_path, monkeypatch):
     result = bench.bench_case(case, args, tmp_path, lambda line: None)
     assert calls == []
     assert "warm_fps" not in result["runs"]["sleap-nn torch"]
+
+
+def test_the_table_names_an_unverified_engine():
+    runs = {tool: {"whole_s": 2.0, "whole_fps": 1.0} for tool in bench.TOOLS}
+    runs["sleap-live"].update(engine="OnnxRunner", verified=False)
+    pixels = {"frames": 1, "identical": 1, "max_levels": 0}
+    result = {"model": "m", "frame": "8x8x1", "runs": runs, "same_pixels": pixels}
+    names = [row[2] for row in bench.rows([result])]
+    assert names == ["sleap-nn torch", "sleap-nn onnx", "sleap-live (OnnxRunner, unverified)"]

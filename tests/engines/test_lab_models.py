@@ -59,11 +59,18 @@ def test_a_lab_model_finds_every_animal(name):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "name", ["topdown_384", "single_instance_1024", "bottomup_384", "bottomup_1024"]
+    ("name", "exact"),
+    [
+        ("topdown_384", True),
+        # These three used to fail the check on near-ties in a flat, median-filled margin
+        # of its enlarged canvas (see sleap_live.engines.export.frames). Bottom-up may
+        # split an animal, and the single-instance model finds one animal per frame.
+        ("single_instance_1024", False),
+        ("bottomup_384", False),
+        ("bottomup_1024", False),
+    ],
 )
-def test_lab_models_export_and_verify_for_onnx_runtime(name):
-    # The last three used to fail the check on near-ties in a flat, median-filled
-    # margin of its enlarged canvas (see sleap_live.engines.export.frames).
+def test_lab_models_export_and_verify_for_onnx_runtime(name, exact):
     model = lab.lab_model(name)
     require(model)
     frames, truth = lab.clip_sample(model.scene, 4)
@@ -72,7 +79,12 @@ def test_lab_models_export_and_verify_for_onnx_runtime(name):
         poses = runner.run(frames)
     finally:
         runner.close()
-    assert all(len(p.points) >= len(animals) for p, animals in zip(poses, truth, strict=True))
+    counts = [len(p.points) for p in poses]
+    animals = [len(a) for a in truth]
+    if exact:
+        assert counts == animals
+    else:
+        assert all(c >= a for c, a in zip(counts, animals, strict=True))
 
 
 @pytest.mark.slow
