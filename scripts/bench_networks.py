@@ -36,6 +36,7 @@ from bench_prepost import Heads, bare_session, crop_network_input, network_input
 from rich.console import Console
 from rich.table import Table
 
+from sleap_live.engines.errors import EngineError
 from sleap_live.engines.graph.network import load_network
 from sleap_live.engines.load.dirs import read_model_dir
 
@@ -112,9 +113,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.batch_size < 1 or args.repeats < 1:
         parser.error("--batch-size and --repeats take a positive number")
-    for model in args.models:
+    for model in args.models:  # every one checked before minutes of timing
         if not model.is_dir():
             parser.error(f"{model}: not a model directory")
+        try:
+            read_model_dir(model)
+        except EngineError as error:
+            parser.error(str(error))
     results = {}
     for model in args.models:
         runs = backends(model, args.size, args.batch_size, not args.no_compile)

@@ -51,3 +51,10 @@ def test_a_centered_instance_network_runs_on_crops_of_its_crop_size():
     (maps,) = runs["torch eager"]()
     assert bench.read_model_dir(MODELS / "centered_instance").preprocess.crop_size == 64
     assert tuple(maps.shape[-2:]) == (32, 32)
+
+
+def test_a_folder_that_is_no_model_is_refused_in_one_line(capsys):
+    with pytest.raises(SystemExit):
+        bench.main([str(MODELS / "centroid"), str(MODELS.parent / "videos")])
+    err = capsys.readouterr().err
+    assert "training_config.yaml: not found" in err and "Traceback" not in err
