@@ -9,6 +9,7 @@ from sleap_live.stream.errors import (
     SourceStalledError,
     StreamError,
 )
+from sleap_live.stream.outputs.writers import SlpWriter, VideoRecorder
 from sleap_live.stream.pipeline import Pipeline
 from sleap_live.stream.publish import Publisher
 from sleap_live.stream.ring import RingBuffer, RingReader
@@ -16,7 +17,6 @@ from sleap_live.stream.sources import open_source
 from sleap_live.stream.sources.group import SourceGroup
 from sleap_live.stream.stats import ConsumerStats, PipelineStats, PublishStats
 from sleap_live.stream.types import Frame, PoseRecord
-from sleap_live.stream.writers import SlpWriter, VideoRecorder
 
 __all__ = [
     "MONOTONIC",

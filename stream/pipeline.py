@@ -5,7 +5,7 @@ Data flow, with a channel (or the ring) on every edge::
     source ──frames──▶ batcher ──batches──▶ infer ──results──▶ emit ──▶ ring ──▶ consumers
     (capture thread)   (stacks B frames)    (runner.run)       │        (on_poses callbacks,
                                                                 │         iteration, polling)
-                                                                └──────▶ outputs (writers.py:
+                                                                └──────▶ outputs (outputs/:
                                                                          .slp, recording)
 
 Two policies (see `batching`) decide what happens when a later stage is slower
@@ -65,9 +65,18 @@ from sleap_live.stream.consumers import Consumers, OnError
 from sleap_live.stream.engine_step import EngineResult, EngineStep
 from sleap_live.stream.errors import ChannelClosed, PipelineError
 from sleap_live.stream.memory import check_batch_memory
+from sleap_live.stream.outputs.provenance import with_models
+from sleap_live.stream.outputs.writers import (
+    DEFAULT_RECORD_CODEC,
+    DEFAULT_SAVE_INTERVAL,
+    OpenWriters,
+    OutputOptions,
+    SourceWriters,
+    open_outputs,
+    open_source_outputs,
+)
 from sleap_live.stream.preview import LatestFrame, PreviewServer
 from sleap_live.stream.priority import RECORDED_BACKGROUND_NICE, apply_stage_priority
-from sleap_live.stream.provenance import with_models
 from sleap_live.stream.publish import PosePublishing, Publisher, as_publisher
 from sleap_live.stream.ring import DEFAULT_STALL_TIMEOUT, RingBuffer
 from sleap_live.stream.runner import ModelOrRunner, as_runner
@@ -78,15 +87,6 @@ from sleap_live.stream.sources.group import SourceGroup
 from sleap_live.stream.stages import StageThreads
 from sleap_live.stream.stats import PipelineStats, StageMeters
 from sleap_live.stream.types import Frame, PoseRecord
-from sleap_live.stream.writers import (
-    DEFAULT_RECORD_CODEC,
-    DEFAULT_SAVE_INTERVAL,
-    OpenWriters,
-    OutputOptions,
-    SourceWriters,
-    open_outputs,
-    open_source_outputs,
-)
 
 __all__ = ["DEFAULT_BATCH_SIZE", "POLICIES", "RECORDED_BACKGROUND_NICE", "Pipeline", "Policy"]
 

@@ -42,12 +42,18 @@ from sleap_live.cli.options import (
 from sleap_live.stream.batching import choose_policy
 from sleap_live.stream.dashboard import Dashboard, ProgressView, live_display
 from sleap_live.stream.errors import PreviewError, PublishError
-from sleap_live.stream.exports import check_suffix
 from sleap_live.stream.memory import check_batch_memory
-from sleap_live.stream.outputs_guard import check_outputs
+from sleap_live.stream.outputs.exports import check_suffix
+from sleap_live.stream.outputs.guard import check_outputs
+from sleap_live.stream.outputs.provenance import model_records
+from sleap_live.stream.outputs.writers import (
+    DEFAULT_RECORD_CODEC,
+    DEFAULT_SAVE_INTERVAL,
+    RECORD_CODECS,
+    OutputOptions,
+)
 from sleap_live.stream.pipeline import Pipeline
 from sleap_live.stream.preview import DEFAULT_HOST, DEFAULT_MAX_FPS, DEFAULT_PORT, PreviewServer
-from sleap_live.stream.provenance import model_records
 from sleap_live.stream.publish import Publisher, check_endpoint
 from sleap_live.stream.source_reader import open_within
 from sleap_live.stream.sources import (
@@ -57,12 +63,6 @@ from sleap_live.stream.sources import (
     open_source,
 )
 from sleap_live.stream.sources.group import SourceGroup
-from sleap_live.stream.writers import (
-    DEFAULT_RECORD_CODEC,
-    DEFAULT_SAVE_INTERVAL,
-    RECORD_CODECS,
-    OutputOptions,
-)
 
 RUN_SUMMARY = "run a model on a video file, or on a camera with --camera"
 REPLAY_SUMMARY = "replay a video file at its frame rate, as if it were a camera"

@@ -18,12 +18,12 @@ from sleap_live import cli
 from sleap_live.engines.runners.load import load_runner
 from sleap_live.engines.settings import InferenceSettings
 from sleap_live.stream import Pipeline
-from sleap_live.stream.exports import CSV_COLUMNS, SUFFIXES
-from sleap_live.stream.journal import journal_path
-from sleap_live.stream.slp_writer import SlpWriter, recover_slp
+from sleap_live.stream.outputs.exports import CSV_COLUMNS, SUFFIXES
+from sleap_live.stream.outputs.journal import journal_path
+from sleap_live.stream.outputs.slp import SlpWriter, recover_slp
+from sleap_live.stream.outputs.writers import TIMESTAMP_COLUMNS, VideoRecorder, timestamps_path
 from sleap_live.stream.sources import FileSource
 from sleap_live.stream.types import PoseRecord
-from sleap_live.stream.writers import TIMESTAMP_COLUMNS, VideoRecorder, timestamps_path
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 MODEL = DATA / "models" / "bottomup"

@@ -31,7 +31,7 @@ import sleap_io as sio
 from sleap_live import cli
 from sleap_live.stream.batching import RECORDED_BATCH_WAIT
 from sleap_live.stream.errors import PipelineError, SourceStalledError
-from sleap_live.stream.journal import journal_path, scan_journal
+from sleap_live.stream.outputs.journal import journal_path, scan_journal
 from sleap_live.stream.pipeline import DEFAULT_STOP_TIMEOUT, Pipeline
 from sleap_live.stream.sources import (
     READ_TIMEOUT_MARGIN,
@@ -556,7 +556,7 @@ def test_an_engine_that_hangs_mid_stream_cannot_hang_leaving_with_pipeline(fakes
 def test_a_final_save_slower_than_the_stop_timeout_cannot_hang_leaving_with_pipeline(
     fakes, tmp_path, monkeypatch
 ):
-    from sleap_live.stream import slp_writer
+    from sleap_live.stream.outputs import slp as slp_writer
 
     release, saving = threading.Event(), threading.Event()
     write_slp = slp_writer.write_slp_from_journal
@@ -587,7 +587,7 @@ def test_a_final_save_slower_than_the_stop_timeout_cannot_hang_leaving_with_pipe
 
 def test_a_recorder_that_blocks_cannot_hang_leaving_with_pipeline(fakes, tmp_path, monkeypatch):
     # An encoder that never returns: its queue fills, then the emit stage waits on it.
-    from sleap_live.stream import writers
+    from sleap_live.stream.outputs import writers
 
     release, encoding = threading.Event(), threading.Event()
     encode = writers.VideoRecorder.write

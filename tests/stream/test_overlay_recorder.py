@@ -12,7 +12,7 @@ from sleap_io.rendering.colors import get_palette
 from sleap_live import cli
 from sleap_live.engines.runners import load as engines_api
 from sleap_live.engines.types import FramePoses, Skeleton
-from sleap_live.stream.overlay_recorder import OverlayRecorder
+from sleap_live.stream.outputs.overlay_recorder import OverlayRecorder
 from sleap_live.stream.types import PoseRecord
 
 SKELETON = Skeleton(node_names=("head", "tail"), edges=((0, 1),))

@@ -13,13 +13,13 @@ import pytest
 import sleap_io as sio
 
 from sleap_live.engines.types import FramePoses, Skeleton
-from sleap_live.stream import writers as writers_module
 from sleap_live.stream.channel import Channel
-from sleap_live.stream.journal import journal_path
-from sleap_live.stream.outputs_guard import OutputBusyError, OutputError
-from sleap_live.stream.slp_writer import MAX_CHUNK_FRAMES, SlpWriter, recover_slp
+from sleap_live.stream.outputs import writers as writers_module
+from sleap_live.stream.outputs.guard import OutputBusyError, OutputError
+from sleap_live.stream.outputs.journal import journal_path
+from sleap_live.stream.outputs.slp import MAX_CHUNK_FRAMES, SlpWriter, recover_slp
+from sleap_live.stream.outputs.writers import VideoRecorder
 from sleap_live.stream.types import PoseRecord
-from sleap_live.stream.writers import VideoRecorder
 
 SKELETON = Skeleton(node_names=("head", "thorax", "tail"), edges=((0, 1), (1, 2)), name="fly")
 

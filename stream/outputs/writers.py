@@ -1,6 +1,6 @@
 """Outputs of a pipeline run: poses to a pose file (.slp, .h5, .nwb, .csv), frames to a video.
 
-Both writers (`SlpWriter` in `slp_writer`, `VideoRecorder` here) are used from one
+Both writers (`SlpWriter` in `slp`, `VideoRecorder` here) are used from one
 thread and are context managers; `close()` is idempotent and leaves a complete,
 readable file behind, and each writer locks its file while it is open. `open_outputs`
 opens the writers a pipeline's output options ask for, each behind a queue of its
@@ -26,11 +26,11 @@ from sleap_live.engines.runners.base import Runner
 from sleap_live.stream.channel import Channel
 from sleap_live.stream.clock import MONOTONIC, Clock
 from sleap_live.stream.errors import ChannelClosed, ChannelEmpty
-from sleap_live.stream.exports import check_suffix, sidecars
-from sleap_live.stream.outputs_guard import OutputLock, check_outputs
-from sleap_live.stream.overlay_recorder import OverlayRecorder
-from sleap_live.stream.provenance import run_provenance
-from sleap_live.stream.slp_writer import DEFAULT_SAVE_INTERVAL, SlpWriter
+from sleap_live.stream.outputs.exports import check_suffix, sidecars
+from sleap_live.stream.outputs.guard import OutputLock, check_outputs
+from sleap_live.stream.outputs.overlay_recorder import OverlayRecorder
+from sleap_live.stream.outputs.provenance import run_provenance
+from sleap_live.stream.outputs.slp import DEFAULT_SAVE_INTERVAL, SlpWriter
 from sleap_live.stream.sources import Source
 from sleap_live.stream.sources.group import SourceGroup, per_source_path
 from sleap_live.stream.types import PoseRecord

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from sleap_live.engines.types import Skeleton
-from sleap_live.stream.overlay import OverlayStyle, SkeletonLayout, draw_poses
-from sleap_live.stream.overlay_writer import DEFAULT_CODEC, OverlayWriter
+from sleap_live.stream.outputs.overlay import OverlayStyle, SkeletonLayout, draw_poses
+from sleap_live.stream.outputs.overlay_writer import DEFAULT_CODEC, OverlayWriter
 from sleap_live.stream.types import PoseRecord
 
 

@@ -20,8 +20,14 @@ import sleap_io as sio
 
 from sleap_live.engines.types import FramePoses, Skeleton
 from sleap_live.stream.clock import MONOTONIC, Clock
-from sleap_live.stream.exports import check_suffix, save_labels
-from sleap_live.stream.journal import (
+from sleap_live.stream.outputs.exports import check_suffix, save_labels
+from sleap_live.stream.outputs.guard import (
+    OutputError,
+    OutputLock,
+    stale_temporaries,
+    temporary_path,
+)
+from sleap_live.stream.outputs.journal import (
     JOURNAL_SUFFIX,
     MAGIC,
     FrameChunk,
@@ -32,12 +38,6 @@ from sleap_live.stream.journal import (
     journal_path,
     read_journal,
     scan_journal,
-)
-from sleap_live.stream.outputs_guard import (
-    OutputError,
-    OutputLock,
-    stale_temporaries,
-    temporary_path,
 )
 from sleap_live.stream.types import PoseRecord
 

@@ -1,0 +1,4 @@
+"""What a run leaves behind: pose files, recordings, their journals and provenance.
+
+`writers` opens the outputs a pipeline's `OutputOptions` ask for and feeds them.
+"""
