@@ -171,10 +171,14 @@ class SlpWriter:
         self.finished = False
         self._closed = False
 
-    def write(self, record: PoseRecord) -> None:
+    # An `Output` that keeps the poses only: the pipeline passes it no frames.
+    takes_frames = False
+
+    def write(self, record: PoseRecord, image: np.ndarray | None = None) -> None:
         """Add the poses of one frame; appends to the journal when a save is due.
 
-        The record's arrays are copied, so a ring-buffer view may be passed.
+        The record's arrays are copied, so a ring-buffer view may be passed; `image`
+        is not used (the `Output` protocol's frame).
 
         Raises:
             ValueError: the writer is closed, or the record's node count does not

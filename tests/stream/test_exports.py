@@ -298,7 +298,7 @@ def test_ffv1_recordings_are_lossless_at_any_size(tmp_path, channels):
     path = tmp_path / "rec.mkv"
     with VideoRecorder(path, 30.0, (9, 11, channels), codec="ffv1") as recorder:
         for i, frame in enumerate(frames):
-            recorder.write(frame, source_frame_index=10 + i, capture_time=0.5 + i / 30)
+            recorder.encode(frame, source_frame_index=10 + i, capture_time=0.5 + i / 30)
     decoded = decode(path, "rgb24" if channels == 3 else "gray")
     np.testing.assert_array_equal(decoded.reshape(frames.shape), frames)
     with open(timestamps_path(path), newline="") as handle:
@@ -314,7 +314,7 @@ def test_lossy_codecs_take_a_quality_and_ffv1_needs_mkv(tmp_path):
     for codec, crf in (("h264", 30), ("h265", None)):
         path = tmp_path / f"{codec}.mp4"
         with VideoRecorder(path, 30, (16, 16, 3), codec=codec, crf=crf) as rec:
-            rec.write(frame)
+            rec.encode(frame)
         assert decode(path, "rgb24").shape == (1, 16, 16, 3)
         assert rec.quality == (30 if codec == "h264" else 23) and not rec.lossless
     with pytest.raises(ValueError, match=r"rec\.mp4: a ffv1 recording needs a \.avi or \.mkv"):

@@ -590,14 +590,14 @@ def test_a_recorder_that_blocks_cannot_hang_leaving_with_pipeline(fakes, tmp_pat
     from sleap_live.stream.outputs import writers
 
     release, encoding = threading.Event(), threading.Event()
-    encode = writers.VideoRecorder.write
+    encode = writers.VideoRecorder.encode
 
     def stuck(self, image, **timing):
         encoding.set()
         release.wait()
         return encode(self, image, **timing)
 
-    monkeypatch.setattr(writers.VideoRecorder, "write", stuck)
+    monkeypatch.setattr(writers.VideoRecorder, "encode", stuck)
     out, video = tmp_path / "out.slp", tmp_path / "rec.mkv"
     source = fakes.FakeSource(writers.RECORD_QUEUE_CAPACITY + 40, shape=(8, 8, 1))
     pipeline = Pipeline(source, fakes.FakeRunner(), output=out, record=video, stop_timeout=0.5)
