@@ -279,7 +279,6 @@ class Pipeline:
             halt=self._request_halt,
             clock=clock,
         )
-        self._records_frames = record is not None or record_overlay is not None
         self._preview = preview
         # The newest frame for the preview, filled by the emit stage.
         self._preview_frame = None if preview is None else LatestFrame()
@@ -560,7 +559,7 @@ class Pipeline:
         else:
             dropped = {self._sources[0].source_id: self._frames.stats().dropped}
         for member in self._sources:
-            dropped[member.source_id] += getattr(member, "skipped", 0)
+            dropped[member.source_id] += member.skipped
         return dropped
 
     # --------------------------------------------------------------------- stages
@@ -634,6 +633,8 @@ class Pipeline:
             self._close_runner()
 
     def _emit(self) -> None:
+        # Frames are copied to the host only for outputs that take them.
+        frames_on_host = self._outputs.takes_frames
         try:
             for result in self._results:
                 started = self._clock()
@@ -649,7 +650,7 @@ class Pipeline:
                     )
                     sequence = self.ring.write(record)  # waits for lossless consumers
                     self._meters.record_emitted(record)
-                    image = result.batch.image(position, on_host=self._records_frames)
+                    image = result.batch.image(position, on_host=frames_on_host)
                     self._outputs.write(record, image)
                     if self._preview_frame is not None:
                         self._preview_frame.put(sequence, image)

@@ -24,7 +24,7 @@ from rich.console import Console
 from sleap_live.engines.runners.load import DEVICE_FORMS, ENGINES, is_device
 from sleap_live.engines.settings import DEFAULT_SETTINGS, InferenceSettings
 from sleap_live.stream.errors import SourceError
-from sleap_live.stream.sources import DECODERS, FileSource, is_url
+from sleap_live.stream.sources import DECODERS, FileSource, Source, is_url
 
 PROG = "sleap-live"
 # `--precision` of --engine openvino (`sleap_live.engines.runners.openvino.PRECISIONS`,
@@ -291,10 +291,9 @@ def add_decoder_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def path_line(source: Any, runner: Any) -> str:
+def path_line(source: Source, runner: Any) -> str:
     """The processing path, in one line: ``path: pyav decode -> OnnxRunner on cpu``."""
-    decoder = getattr(source, "decoder", "pyav")
-    return f"path: {decoder} decode -> {type(runner).__name__} on {runner.device}"
+    return f"path: {source.decoder} decode -> {type(runner).__name__} on {runner.device}"
 
 
 def add_verify_options(

@@ -292,10 +292,10 @@ def _run(
         source = open_within(lambda: _open(args), timeout, str(args.video))
     with source:
         _check_batch_size(args, source)
-        # The source's bit depth, resolved: a warning about it was the source's to give.
+        # What the source (the first of several) resolved: its bit depth, whose warning
+        # was the source's to give, and its decoder.
         first = source.sources[0] if isinstance(source, SourceGroup) else source
-        bit_depth = getattr(first, "bit_depth", None)
-        runner = load_model(args, console, video, quiet=args.quiet, bit_depth=bit_depth)
+        runner = load_model(args, console, video, quiet=args.quiet, bit_depth=first.bit_depth)
         try:
             pipeline = Pipeline(
                 source,
@@ -320,7 +320,7 @@ def _run(
                 },
             )
             if not args.quiet:
-                _print_path(source, runner, args.decoder, console)
+                _print_path(first, runner, args.decoder, console)
                 if publisher is not None:
                     console.print(f"publishing poses on {publisher.endpoint}", highlight=False)
             try:
@@ -392,12 +392,11 @@ def _bind_preview(
     return server
 
 
-def _print_path(source: Source | SourceGroup, runner: Any, decoder: str, console: Console) -> None:
+def _print_path(source: Source, runner: Any, decoder: str, console: Console) -> None:
     """The path line, after the fallback notice under --decoder auto (with --decoder
     nvdec the notice is a logged warning, shown already)."""
-    notice = getattr(source, "decoder_notice", None)
-    if notice is not None and decoder == "auto":
-        console.print(notice, highlight=False, soft_wrap=True)
+    if source.decoder_notice is not None and decoder == "auto":
+        console.print(source.decoder_notice, highlight=False, soft_wrap=True)
     console.print(path_line(source, runner), highlight=False, soft_wrap=True)
 
 
