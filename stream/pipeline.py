@@ -262,6 +262,7 @@ class Pipeline:
         try:
             self.runner, self._owns_runner = as_runner(
                 model_or_runner,
+                source,
                 engine=engine,
                 device=device,
                 **({} if settings is None else {"settings": settings}),

@@ -292,10 +292,8 @@ def _run(
         source = open_within(lambda: _open(args), timeout, str(args.video))
     with source:
         _check_batch_size(args, source)
-        # What the source (the first of several) resolved: its bit depth, whose warning
-        # was the source's to give, and its decoder.
-        first = source.sources[0] if isinstance(source, SourceGroup) else source
-        runner = load_model(args, console, video, quiet=args.quiet, bit_depth=first.bit_depth)
+        # Loaded as `Pipeline` loads model paths: verified on the source's video.
+        runner = load_model(args, console, source, quiet=args.quiet)
         try:
             pipeline = Pipeline(
                 source,
@@ -320,6 +318,7 @@ def _run(
                 },
             )
             if not args.quiet:
+                first = source.sources[0] if isinstance(source, SourceGroup) else source
                 _print_path(first, runner, args.decoder, console)
                 if publisher is not None:
                     console.print(f"publishing poses on {publisher.endpoint}", highlight=False)
