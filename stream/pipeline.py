@@ -3,7 +3,9 @@
 Data flow, with a channel (or the ring) on every edge::
 
     source ──frames──▶ batcher ──batches──▶ infer ──results──▶ emit ──▶ ring ──▶ consumers
-    (capture thread)   (stacks B frames)    (runner.run)       │        (on_poses callbacks,
+    (capture thread)   (stacks B frames)    (runner.run)       │        (attached: preview,
+                                                                │         publish, yours;
+                                                                │         on_poses callbacks,
                                                                 │         iteration, polling)
                                                                 └──────▶ outputs (outputs/:
                                                                          .slp, recording)
@@ -61,7 +63,13 @@ from sleap_live.stream.batching import (
 )
 from sleap_live.stream.channel import Channel
 from sleap_live.stream.clock import MONOTONIC, Clock
-from sleap_live.stream.consumers import Consumers, OnError
+from sleap_live.stream.consumers import (
+    Consumers,
+    LatestFrame,
+    OnError,
+    PipelineRun,
+    RingConsumer,
+)
 from sleap_live.stream.engine_step import EngineResult, EngineStep
 from sleap_live.stream.errors import ChannelClosed, PipelineError
 from sleap_live.stream.memory import check_batch_memory
@@ -75,9 +83,7 @@ from sleap_live.stream.outputs.writers import (
     open_outputs,
     open_source_outputs,
 )
-from sleap_live.stream.preview import LatestFrame, PreviewServer
 from sleap_live.stream.priority import RECORDED_BACKGROUND_NICE, apply_stage_priority
-from sleap_live.stream.publish import PosePublishing, Publisher, as_publisher
 from sleap_live.stream.ring import DEFAULT_STALL_TIMEOUT, RingBuffer
 from sleap_live.stream.runner import ModelOrRunner, as_runner
 from sleap_live.stream.slots import SourceSlots
@@ -172,23 +178,14 @@ class Pipeline:
             short this way goes on while the process lives; if it exits first,
             the .slp's journal holds every frame saved so far (`sleap-live
             recover`). None waits as long as needed.
-        publish: a ZeroMQ endpoint (``"tcp://127.0.0.1:5555"``) to bind before any
-            work and publish every pose record on, or a `Publisher` (which stays the
-            caller's to close); see `sleap_live.stream.publish`. A lagging consumer:
-            it never holds up the pipeline, and `stats.publish` says what it sent.
-        preview: a `PreviewServer` (see `sleap_live.stream.preview`) to serve the
-            live preview on while the pipeline runs: frames with their poses and
-            the stats, at the server's frame rate, skipping frames for the viewer
-            only. It stops with the pipeline.
 
     Raises:
         ValueError: an unknown policy, a batch size below 1 (or, with a
             `SourceGroup`, other than its number of sources), or one whose frames in
             flight would not fit in memory (`check_batch_memory`); an unknown
             output suffix or recording codec (before any model is loaded); a stop
-            timeout that is not a positive number of seconds; a malformed `publish`
-            endpoint; `settings` with a runner.
-        PublishError: `publish` cannot be bound, or pyzmq or msgpack is missing.
+            timeout that is not a positive number of seconds; `settings` with a
+            runner.
 
     Example:
         A closed loop on a camera is in ``scripts/closed_loop_example.py``.
@@ -219,8 +216,6 @@ class Pipeline:
         provenance: Mapping[str, Any] | None = None,
         clock: Clock = MONOTONIC,
         stop_timeout: float | None = DEFAULT_STOP_TIMEOUT,
-        publish: str | Publisher | None = None,
-        preview: PreviewServer | None = None,
     ) -> None:
         self._sources: tuple[Source, ...] = (
             source.sources if isinstance(source, SourceGroup) else (source,)
@@ -257,19 +252,13 @@ class Pipeline:
         self._source = source
         self.policy: Policy = policy
         self.batch_size = batch_size
-        self._publisher, self._owns_publisher = as_publisher(publish)
-        self._publishing: PosePublishing | None = None
-        try:
-            self.runner, self._owns_runner = as_runner(
-                model_or_runner,
-                source,
-                engine=engine,
-                device=device,
-                **({} if settings is None else {"settings": settings}),
-            )
-        except BaseException:
-            self._close_publisher()
-            raise
+        self.runner, self._owns_runner = as_runner(
+            model_or_runner,
+            source,
+            engine=engine,
+            device=device,
+            **({} if settings is None else {"settings": settings}),
+        )
         info = self.runner.info
         instances = UNCAPPED_RING_INSTANCES if info.max_instances is None else info.max_instances
         self.ring = RingBuffer(ring_capacity, instances, info.skeleton.n_nodes, clock=clock)
@@ -280,9 +269,9 @@ class Pipeline:
             halt=self._request_halt,
             clock=clock,
         )
-        self._preview = preview
-        # The newest frame for the preview, filled by the emit stage.
-        self._preview_frame = None if preview is None else LatestFrame()
+        self._attached: list[RingConsumer] = []
+        # The newest frame, filled by the emit stage for attached consumers that take it.
+        self._latest_frame = LatestFrame()
         self._outputs: OpenWriters | SourceWriters = OpenWriters({})
         self._warmup = warmup
         self._clock = clock
@@ -353,18 +342,9 @@ class Pipeline:
                 )
             self._started = True
             self._meters.start()
-            if self._publisher is not None:
-                self._publishing = PosePublishing(self._publisher, self.ring, self.runner.info)
-                self._stages.spawn("publish", self._publishing.run)
-            if self._preview is not None and self._preview_frame is not None:
-                self._stages.spawn(
-                    "preview",
-                    self._preview.serve,
-                    self.ring,
-                    self._preview_frame,
-                    lambda: self.stats,
-                    self.runner.info,
-                )
+            run = PipelineRun(self.ring, self.runner.info, self._latest_frame, lambda: self.stats)
+            for consumer in self._attached:
+                self._stages.spawn(consumer.name, consumer.start(run))
             for name, loop in self._outputs.loops.items():
                 self._stages.spawn(f"{name} writer", loop)
             self._stages.spawn("emit", self._emit)
@@ -497,6 +477,27 @@ class Pipeline:
             else:
                 self._pending_callbacks.append((stage, body))
 
+    def attach(self, consumer: RingConsumer) -> None:
+        """Run `consumer` in a stage thread of its own from `start` to the end of the run.
+
+        How the preview (`PreviewServer`) and the pose publisher (`Publisher`) join a
+        run, and how a consumer of your own does: it gets the ring, the model, the
+        newest frame and the stats (`PipelineRun`) when the pipeline starts, makes
+        its own ring reader (lagging ones never hold up the pipeline) and reads
+        until the ring is closed; its `report` adds its figures to `stats`. An
+        exception from its thread stops the pipeline and is raised when it is left.
+
+        Raises:
+            PipelineError: the pipeline has started (the consumer would miss records).
+            ValueError: another attached consumer has its name.
+        """
+        with self._lock:
+            if self._started:
+                raise PipelineError(f"attach {consumer.name!r} before the pipeline starts")
+            if any(attached.name == consumer.name for attached in self._attached):
+                raise ValueError(f"a consumer named {consumer.name!r} is attached already")
+            self._attached.append(consumer)
+
     def records(self) -> Iterator[PoseRecord]:
         """Yield every pose record in order, in the caller's thread.
 
@@ -536,7 +537,7 @@ class Pipeline:
         depths = {"frames": self._frames.stats().depth, "batches": self._batches.stats().depth}
         depths["results"] = self._results.stats().depth
         depths.update(self._outputs.depths())
-        return self._meters.snapshot(
+        stats = self._meters.snapshot(
             policy=self.policy,
             batch_size=self.batch_size,
             running=bool(self._stages.running),
@@ -544,8 +545,10 @@ class Pipeline:
             frames_dropped=self._dropped_before_batching(),
             queue_depths=depths,
             consumers=self._consumers.stats(),
-            publish=None if self._publishing is None else self._publishing.stats(),
         )
+        for consumer in self._attached if self._started else ():
+            stats = consumer.report(stats)
+        return stats
 
     @property
     def timeline(self) -> list[StageTimes]:
@@ -634,8 +637,10 @@ class Pipeline:
             self._close_runner()
 
     def _emit(self) -> None:
-        # Frames are copied to the host only for outputs that take them.
+        # Frames are copied to the host only for outputs that take them, and handed
+        # to attached consumers only when one takes them.
         frames_on_host = self._outputs.takes_frames
+        latest_frame = self._latest_frame if any(c.takes_frames for c in self._attached) else None
         try:
             for result in self._results:
                 started = self._clock()
@@ -653,8 +658,8 @@ class Pipeline:
                     self._meters.record_emitted(record)
                     image = result.batch.image(position, on_host=frames_on_host)
                     self._outputs.write(record, image)
-                    if self._preview_frame is not None:
-                        self._preview_frame.put(sequence, image)
+                    if latest_frame is not None:
+                        latest_frame.put(sequence, image)
                 result.batch.times.postprocess = (started, self._clock())
                 self._meters.batch_emitted(result.batch.times)
         except BaseException:
@@ -720,7 +725,6 @@ class Pipeline:
             if self._finished or not (self._started or self._halt.is_set()):
                 return
             self._finished = True
-        self._close_publisher()
         if not self._started:
             self._close_runner()  # no infer stage ran to close it
 
@@ -728,10 +732,6 @@ class Pipeline:
         if self._owns_runner:
             self._owns_runner = False
             self.runner.close()
-
-    def _close_publisher(self) -> None:
-        if self._owns_publisher and self._publisher is not None:
-            self._publisher.close()
 
 
 def _frames_of(batches: Channel[Batch]) -> list[Frame]:

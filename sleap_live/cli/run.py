@@ -303,8 +303,6 @@ def _run(
                 record=args.record,
                 record_overlay=args.record_overlay,
                 save_interval=args.save_interval,
-                publish=publisher,
-                preview=preview,
                 record_codec=args.record_codec,
                 record_quality=args.record_quality,
                 provenance={
@@ -317,6 +315,9 @@ def _run(
                     },
                 },
             )
+            for consumer in (publisher, preview):
+                if consumer is not None:
+                    pipeline.attach(consumer)
             if not args.quiet:
                 first = source.sources[0] if isinstance(source, SourceGroup) else source
                 _print_path(first, runner, args.decoder, console)

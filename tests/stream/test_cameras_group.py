@@ -332,7 +332,9 @@ def test_published_messages_carry_each_cameras_id_in_topic_and_message(fakes):
         socket.subscribe(b"poses")
         assert publisher.wait_for_subscribers(1, timeout=fakes.HANG_TIMEOUT)
         sources = [fakes.FakeSource(5, source_id=camera) for camera in CAMERAS]
-        Pipeline(SourceGroup(sources), fakes.FakeRunner(), publish=publisher).run()
+        pipeline = Pipeline(SourceGroup(sources), fakes.FakeRunner())
+        pipeline.attach(publisher)
+        pipeline.run()
         publisher.close()  # lets the last messages leave
         received = []
         while socket.poll(1000):

@@ -93,6 +93,42 @@ def test_recorded_callbacks_see_every_record_even_when_slow(fakes):
     assert consumer.name.endswith("slow") and (consumer.delivered, consumer.skipped) == (40, 0)
 
 
+class FrameCounter:
+    """A consumer of the user's own, attached as the preview and publisher are."""
+
+    name = "frame counter"
+    takes_frames = True
+
+    def __init__(self) -> None:
+        self.indices: list[int] = []
+        self.frames_seen = 0
+
+    def start(self, run):
+        reader = run.ring.reader(lossless=True, from_oldest=True)
+        self.node_names = run.info.skeleton.node_names
+
+        def body() -> None:
+            while (record := reader.wait_next()) is not None:
+                self.indices.append(record.frame_index)
+                self.frames_seen += run.frames.get() is not None
+            reader.detach()
+
+        return body
+
+    def report(self, stats):
+        return stats
+
+
+def test_a_consumer_of_your_own_attaches_as_the_preview_and_publisher_do(fakes):
+    counter = FrameCounter()
+    pipeline = Pipeline(fakes.FakeSource(25), fakes.FakeRunner())
+    pipeline.attach(counter)
+    stats = pipeline.run()
+    assert counter.indices == list(range(25)) == list(range(stats.frames_processed))
+    assert counter.frames_seen == 25  # the newest frame is there for it from the first
+    assert counter.node_names == fakes.INFO.skeleton.node_names
+
+
 def test_decode_of_the_next_batch_overlaps_inference(fakes):
     # The engine's call on batch k returns only once the source has decoded all of
     # batch k + 1: were decoding to wait for inference, the call would never return.

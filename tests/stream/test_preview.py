@@ -142,9 +142,8 @@ def held_run(fakes, n_frames: int = 30, hang_at: int = 10, **pipeline_options):
     """A pipeline serving a preview whose source hangs before `hang_at` until released."""
     source = fakes.FakeSource(n_frames, hang_at=hang_at, shape=(24, 32, 1))
     server = PreviewServer(port=0)
-    pipeline = Pipeline(
-        source, fakes.FakeRunner(), batch_size=1, preview=server, **pipeline_options
-    )
+    pipeline = Pipeline(source, fakes.FakeRunner(), batch_size=1, **pipeline_options)
+    pipeline.attach(server)
     return source, server, pipeline
 
 

@@ -161,11 +161,11 @@ def stepped_run(fakes, tmp_path):
     pipeline = Pipeline(
         source,
         PosedRunner(fakes),
-        preview=server,
         clock=clock,
         output=tmp_path / "poses.slp",
         warmup=False,
     )
+    pipeline.attach(server)
     return clock, source, server, pipeline
 
 
