@@ -232,6 +232,8 @@ class Consumers:
         self._halt = halt
         self._clock = clock
         self._attached: list[Consumer] = []
+        # The callbacks among them: the ones with threads of their own.
+        self._callbacks: list[CallbackConsumer] = []
         # A callback thread finished (drain waits for this).
         self._changed = threading.Condition()
 
@@ -260,7 +262,7 @@ class Consumers:
         checked: OnError = "stop" if on_error == "stop" else "detach"
         stall_timeout = check_stall_timeout(stall_timeout)
         name = getattr(callback, "__qualname__", type(callback).__name__)
-        stages = {c.stage for c in self._attached if isinstance(c, CallbackConsumer)}
+        stages = {c.stage for c in self._callbacks}
         stage, n = f"consumer {name}", 1
         while stage in stages:  # two lambdas: their threads must be told apart
             n += 1
@@ -268,11 +270,12 @@ class Consumers:
         reader = self._reader(f"on_poses callback {name}", lossless, stall_timeout)
         consumer = CallbackConsumer(name, stage, reader, callback, on_skip, checked)
         self._attached.append(consumer)
+        self._callbacks.append(consumer)
         return stage, functools.partial(self._call_back, consumer)
 
     def stages(self) -> tuple[str, ...]:
         """The stages of the callbacks' threads."""
-        return tuple(c.stage for c in list(self._attached) if isinstance(c, CallbackConsumer))
+        return tuple(c.stage for c in list(self._callbacks))
 
     def release_thread(self, thread: int) -> None:
         """Consumers of `thread` stop holding the writer: that thread is not consuming."""
@@ -308,10 +311,8 @@ class Consumers:
             while True:
                 busy = [
                     c
-                    for c in self._attached
-                    if isinstance(c, CallbackConsumer)
-                    and c.stage in running
-                    and not (c.finished or c.abandoned)
+                    for c in self._callbacks
+                    if c.stage in running and not (c.finished or c.abandoned)
                 ]
                 now = self._clock()
                 waited_for = [c for c in busy if c.thread != me and not c.stalled_at(now)]
