@@ -128,16 +128,20 @@ class Pipeline:
     ``read_timeout`` (see `open_source`) ends the stream early with a
     `SourceStalledError`, after every frame it delivered is processed. Errors
     from any stage are raised by `join`/`stop`/`run`/`__exit__` in the caller's
-    thread. A pipeline runs once.
+    thread. A pipeline runs once. Consumers of the poses attach before `start`
+    (`attach`: the browser preview, the pose publisher, your own), or read the ring
+    (`on_poses` callbacks, iteration, `ring.reader()`).
 
     Args:
         source: an open frame source (see `sleap_live.stream.open_source`): an
             iterable of `Frame` with `source_id`, `fps`, `frame_shape`, `n_frames`
             and `is_live`; or a `SourceGroup` of several, run side by side. The
             pipeline closes it when capture ends.
-        model_or_runner: a `Runner`, or one or more model paths to load with
-            `sleap_live.engines.runners.load.load_runner`. A runner passed in stays the
-            caller's to close; one loaded here is closed when the pipeline stops.
+        model_or_runner: a `Runner`, or one or more model paths, loaded as
+            `sleap-live run` loads them (`runner.load_for_source`: an export made on
+            demand is verified on the first frames of the source's video). A runner
+            passed in stays the caller's to close; one loaded here is closed when
+            the pipeline stops.
         batch_size: frames per engine call; default 1 for ``"live"``, 8 for
             ``"recorded"``; with a `SourceGroup`, one frame per source (the only
             size it takes).
@@ -323,6 +327,10 @@ class Pipeline:
                 return self
             if self._halt.is_set():
                 raise PipelineError("the pipeline was stopped before it started; make a new one")
+            # Attached consumers set up first (their ring readers begin at the first
+            # record); one that fails to leaves nothing open.
+            run = PipelineRun(self.ring, self.runner.info, self._latest_frame, lambda: self.stats)
+            consumers = [(consumer.name, consumer.start(run)) for consumer in self._attached]
             settings = {"policy": self.policy, "batch_size": self.batch_size}
             if isinstance(self._source, SourceGroup):
                 self._outputs = open_source_outputs(
@@ -342,9 +350,8 @@ class Pipeline:
                 )
             self._started = True
             self._meters.start()
-            run = PipelineRun(self.ring, self.runner.info, self._latest_frame, lambda: self.stats)
-            for consumer in self._attached:
-                self._stages.spawn(consumer.name, consumer.start(run))
+            for name, body in consumers:
+                self._stages.spawn(name, body)
             for name, loop in self._outputs.loops.items():
                 self._stages.spawn(f"{name} writer", loop)
             self._stages.spawn("emit", self._emit)
