@@ -9,7 +9,7 @@ from sleap_live.stream.errors import (
     SourceStalledError,
     StreamError,
 )
-from sleap_live.stream.outputs.writers import SlpWriter, VideoRecorder
+from sleap_live.stream.outputs.writers import OutputOptions, SlpWriter, VideoRecorder
 from sleap_live.stream.pipeline import Pipeline
 from sleap_live.stream.publish import Publisher
 from sleap_live.stream.ring import RingBuffer, RingReader
@@ -23,6 +23,7 @@ __all__ = [
     "Clock",
     "ConsumerStats",
     "Frame",
+    "OutputOptions",
     "Pipeline",
     "PipelineError",
     "PipelineStats",

@@ -42,11 +42,11 @@ Every timing decision is made on one injectable `Clock` (see `clock`).
 from __future__ import annotations
 
 import math
-import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator
+
+import attrs
 
 from sleap_live.engines.runners.base import Runner
 from sleap_live.engines.settings import InferenceSettings
@@ -75,8 +75,6 @@ from sleap_live.stream.errors import ChannelClosed, PipelineError
 from sleap_live.stream.memory import check_batch_memory
 from sleap_live.stream.outputs.provenance import with_models
 from sleap_live.stream.outputs.writers import (
-    DEFAULT_RECORD_CODEC,
-    DEFAULT_SAVE_INTERVAL,
     OpenWriters,
     OutputOptions,
     SourceWriters,
@@ -147,13 +145,13 @@ class Pipeline:
             size it takes).
         policy: ``"live"`` or ``"recorded"``; default from `source.is_live`.
         ring_capacity: pose records kept in `ring` for consumers and polling.
-        output: pose file to write every pose record to: .slp, .h5 (SLEAP
-            analysis HDF5), .nwb (ndx-pose) or .csv (see `exports`), journaled
-            every `save_interval` seconds and written on stop (see `SlpWriter`).
-        record: video file to record the processed frames to (see
-            `VideoRecorder`, `OutputOptions` for which video `output` links to).
-        record_overlay: video file to record the processed frames to with their
-            poses drawn (see `OverlayRecorder`).
+        outputs: what the run writes besides the ring (`OutputOptions`): the pose
+            file every pose record goes to (.slp, .h5, .nwb or .csv, journaled
+            every ``save_interval`` seconds and written on stop, see `SlpWriter`),
+            the recording of the processed frames and its codec, the overlay
+            recording, and provenance entries (the model paths are there already
+            when `model_or_runner` is paths; add ``{"models":
+            provenance.model_records(paths)}`` with a runner). None: nothing.
         engine: runtime used when loading models from paths ("auto", "torch", "onnx").
         device: device used when loading models from paths ("auto", "cpu", "cuda", ...).
         settings: the inference settings models loaded from paths run with (see
@@ -163,14 +161,6 @@ class Pipeline:
         warmup: run the engine once on a blank batch before capture starts, so
             one-time initialisation neither delays nor drops the first frames nor
             shows up in the latency statistics.
-        save_interval: most seconds a finished frame waits before it is saved to
-            `output`'s journal: what a crash can cost (see `SlpWriter`).
-        record_codec: codec of `record`: "h264" (default), "h265", or "ffv1"
-            (lossless, .mkv or .avi).
-        record_quality: CRF of a lossy `record_codec`; None: the codec's default.
-        provenance: entries added to the outputs' provenance (the model paths
-            are there already when `model_or_runner` is paths; pass
-            ``{"models": provenance.model_records(paths)}`` with a runner).
         clock: the time every timing decision is made on: ready times, engine
             times, the live batcher's deadline, `stats` and the save schedule.
             Give the source the same clock, since latency is ready time minus the
@@ -186,8 +176,7 @@ class Pipeline:
     Raises:
         ValueError: an unknown policy, a batch size below 1 (or, with a
             `SourceGroup`, other than its number of sources), or one whose frames in
-            flight would not fit in memory (`check_batch_memory`); an unknown
-            output suffix or recording codec (before any model is loaded); a stop
+            flight would not fit in memory (`check_batch_memory`); a stop
             timeout that is not a positive number of seconds; `settings` with a
             runner.
 
@@ -207,17 +196,11 @@ class Pipeline:
         batch_size: int | None = None,
         policy: Policy | None = None,
         ring_capacity: int = DEFAULT_RING_CAPACITY,
-        output: str | os.PathLike[str] | None = None,
-        record: str | os.PathLike[str] | None = None,
-        record_overlay: str | os.PathLike[str] | None = None,
+        outputs: OutputOptions | None = None,
         engine: str = "auto",
         device: str = "auto",
         settings: InferenceSettings | None = None,
         warmup: bool = True,
-        save_interval: float | None = DEFAULT_SAVE_INTERVAL,
-        record_codec: str = DEFAULT_RECORD_CODEC,
-        record_quality: int | None = None,
-        provenance: Mapping[str, Any] | None = None,
         clock: Clock = MONOTONIC,
         stop_timeout: float | None = DEFAULT_STOP_TIMEOUT,
     ) -> None:
@@ -238,14 +221,12 @@ class Pipeline:
                 "settings apply to a model the pipeline loads; a runner runs with its own "
                 "(load it with load_runner(..., settings=...))"
             )
-        self._output_options = OutputOptions(
-            output,
-            record,
-            save_interval,
-            record_codec,
-            record_quality,
-            with_models(model_or_runner, provenance) if output is not None else {},
-            record_overlay,
+        outputs = outputs if outputs is not None else OutputOptions()
+        self._output_options = attrs.evolve(
+            outputs,
+            provenance=with_models(model_or_runner, outputs.provenance)
+            if outputs.output is not None
+            else {},
         )
         check_batch_memory(policy, batch_size, source.frame_shape)
         if stop_timeout is not None and (math.isnan(stop_timeout) or stop_timeout <= 0):

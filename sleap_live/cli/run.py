@@ -299,21 +299,23 @@ def _run(
                 source,
                 runner,
                 batch_size=args.batch_size,
-                output=output,
-                record=args.record,
-                record_overlay=args.record_overlay,
-                save_interval=args.save_interval,
-                record_codec=args.record_codec,
-                record_quality=args.record_quality,
-                provenance={
-                    "models": model_records(args.models),
-                    "command": args.command,
-                    "options": {
-                        name: str(value) if isinstance(value, Path) else value
-                        for name, value in vars(args).items()
-                        if name not in ("handler", "command")
+                outputs=OutputOptions(
+                    output=output,
+                    record=args.record,
+                    save_interval=args.save_interval,
+                    record_codec=args.record_codec,
+                    record_quality=args.record_quality,
+                    provenance={
+                        "models": model_records(args.models),
+                        "command": args.command,
+                        "options": {
+                            name: str(value) if isinstance(value, Path) else value
+                            for name, value in vars(args).items()
+                            if name not in ("handler", "command")
+                        },
                     },
-                },
+                    record_overlay=args.record_overlay,
+                ),
             )
             for consumer in (publisher, preview):
                 if consumer is not None:

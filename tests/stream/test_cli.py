@@ -31,7 +31,7 @@ from scipy.optimize import linear_sum_assignment
 from sleap_live import cli, engines
 from sleap_live.cli import export as cli_export
 from sleap_live.engines.runners import load as engines_api
-from sleap_live.stream import Pipeline, open_source
+from sleap_live.stream import OutputOptions, Pipeline, open_source
 
 FAKES = Path(__file__).with_name("fakes.py")
 MODELS = Path(__file__).parents[1] / "data" / "models"
@@ -133,7 +133,7 @@ def test_pipeline_loads_model_paths_as_run_does(replay, video, tmp_path, fake_en
     assert cli.main([*command, "-m", "m", "-q", "-o", str(tmp_path / "cli.slp")]) == 0
     options = {"fps": 1000.0} if replay else {}
     with open_source(video, replay=replay, **options) as source:
-        Pipeline(source, "m", output=tmp_path / "api.slp").run()
+        Pipeline(source, "m", outputs=OutputOptions(output=tmp_path / "api.slp")).run()
     (cli_models, *cli_runtime, _), (api_models, *api_runtime, _) = fake_engine
     assert (cli_models, cli_runtime) == (api_models, api_runtime) == (["m"], ["auto", "auto"])
     from_cli, from_pipeline = fake_engine.options

@@ -28,6 +28,7 @@ from sleap_live import cli
 from sleap_live.engines.runners.load import load_runner
 from sleap_live.engines.types import FramePoses, ModelInfo, Skeleton
 from sleap_live.stream import (
+    OutputOptions,
     Pipeline,
     PipelineError,
     PoseRecord,
@@ -247,7 +248,7 @@ def test_a_subscriber_in_another_process_receives_a_60_fps_replay(tmp_path):
     try:
         source = open_source(DATA / "videos" / "demo.mp4", replay=True, fps=60)
         out = tmp_path / "poses.slp"
-        pipeline = Pipeline(source, runner, output=out)
+        pipeline = Pipeline(source, runner, outputs=OutputOptions(output=out))
         pipeline.attach(publisher)
         stats = pipeline.run()
         publisher.close()  # lets the last messages leave
