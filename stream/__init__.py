@@ -1,6 +1,7 @@
 """sleap-live stream: sources, the realtime pipeline, the ring buffer and the CLI."""
 
 from sleap_live.stream.clock import MONOTONIC, Clock
+from sleap_live.stream.consumers import PipelineRun, RingConsumer
 from sleap_live.stream.errors import (
     PipelineError,
     PublishError,
@@ -26,12 +27,14 @@ __all__ = [
     "OutputOptions",
     "Pipeline",
     "PipelineError",
+    "PipelineRun",
     "PipelineStats",
     "PoseRecord",
     "PublishError",
     "PublishStats",
     "Publisher",
     "RingBuffer",
+    "RingConsumer",
     "RingReader",
     "SlpWriter",
     "SourceError",
