@@ -73,10 +73,9 @@ def load_for_source(
 
 def source_video(source: Source | SourceGroup) -> Path | None:
     """The video file `source` (the first of a group) reads, or None (a camera, a
-    network stream, an iterator)."""
+    network stream, an iterator): its `video_file`."""
     first = source.sources[0] if isinstance(source, SourceGroup) else source
-    path = Path(first.source_id)
-    return path if first.decoder != "none" and path.is_file() else None
+    return first.video_file
 
 
 def verify_frames_of(source: Source | SourceGroup) -> np.ndarray | None:

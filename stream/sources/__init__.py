@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
 from types import MappingProxyType, TracebackType
 from typing import Any, Protocol, cast, runtime_checkable
 
@@ -111,6 +112,8 @@ class Source(Protocol):
         decoder: what decodes the frames: ``"pyav"`` (FFmpeg on the CPU),
             ``"nvdec"`` (the GPU), or ``"none"`` for frames handed over decoded.
         decoder_notice: why a GPU decoder asked for was not used, or None.
+        video_file: the video file the frames are decoded from (a file or a replay
+            of one); None for cameras, network streams and iterators.
     """
 
     source_id: str
@@ -133,6 +136,9 @@ class Source(Protocol):
 
     @property
     def decoder_notice(self) -> str | None: ...
+
+    @property
+    def video_file(self) -> Path | None: ...
 
     def __iter__(self) -> Iterator[Frame]: ...
 

@@ -203,6 +203,7 @@ class NvdecSource(SourceBase):
         if buffers < 2:
             raise ValueError(f"buffers must be at least 2, got {buffers}")
         self.path = Path(path)
+        self.video_file = self.path
         self._clock = clock
         self._start, self._stop_index = start, stop
         self.info = info if info is not None else probe(path)

@@ -106,6 +106,7 @@ class ReplaySource(SourceBase):
         self.fps = self._rate = float(rate)
         self.frame_shape = self._file.frame_shape
         self.bit_depth = self._file.bit_depth
+        self.video_file = self._file.video_file
         self.n_frames = self._file.n_frames
         self.drop_late = drop_late
         self.skipped = 0

@@ -267,6 +267,7 @@ class FakeSource:
         self.bit_depth = 8
         self.decoder = "pyav"
         self.decoder_notice: str | None = None
+        self.video_file = None
         self.paced = paced
         self.decode_delay = decode_delay
         self.fail_at = fail_at
@@ -327,6 +328,7 @@ class SteppedSource:
         self.bit_depth = 8
         self.decoder = "pyav"
         self.decoder_notice: str | None = None
+        self.video_file = None
         self.pushed = 0
         self.pulled = 0
         self.closed = False
