@@ -24,14 +24,12 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import itertools
 import threading
 import time
 
 import numpy as np
 
-from sleap_live.engines.runners.load import load_runner
-from sleap_live.stream import Pipeline, PoseRecord, open_source
+from sleap_live import Pipeline, PoseRecord, open_source
 
 
 class RegionTrigger:
@@ -68,17 +66,6 @@ class RegionTrigger:
             self.skipped_records += n
 
 
-def first_frames(video: str, count: int = 5) -> np.ndarray:
-    """The video's first frames, uint8 (N, H, W, C).
-
-    A model directory run with ONNX Runtime is exported in memory first and checked
-    against torch on frames that show animals: these, rather than the training
-    labels' frames or synthetic ones.
-    """
-    with open_source(video) as source:
-        return np.stack([frame.image for frame in itertools.islice(source, count)])
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("video", nargs="?", help="video to replay at its frame rate")
@@ -94,29 +81,25 @@ def main(argv: list[str] | None = None) -> int:
     if args.camera is not None:
         camera = int(args.camera) if args.camera.isdigit() else args.camera
         source = open_source(camera, camera=True)
-        verify_frames = None
     else:
         source = open_source(args.video, replay=True)
-        verify_frames = first_frames(args.video)
-    runner = load_runner(args.models, device=args.device, verify_frames=verify_frames)
     trigger = RegionTrigger(args.node, min_x=0.6 * source.frame_shape[1])
-    try:
-        with Pipeline(source, runner) as pipeline:
-            pipeline.on_poses(trigger, on_skip=trigger.skipped)
-            newest = pipeline.ring.reader()
-            deadline = time.monotonic() + args.seconds
-            # join() returns early if a replayed video ends first.
-            while not pipeline.join(timeout=min(0.5, max(0.0, deadline - time.monotonic()))):
-                if time.monotonic() >= deadline:
-                    break
-                record = newest.latest()
-                if record is not None:
-                    print(
-                        f"frame {record.frame_index}: {record.poses.n_instances} instances, "
-                        f"latency {record.latency * 1000:.1f} ms"
-                    )
-    finally:
-        runner.close()
+    # The models load as `sleap-live run` loads them (an export checked against torch
+    # on the video's first frames), and close with the pipeline.
+    with Pipeline(source, args.models, device=args.device) as pipeline:
+        pipeline.on_poses(trigger, on_skip=trigger.skipped)
+        newest = pipeline.ring.reader()
+        deadline = time.monotonic() + args.seconds
+        # join() returns early if a replayed video ends first.
+        while not pipeline.join(timeout=min(0.5, max(0.0, deadline - time.monotonic()))):
+            if time.monotonic() >= deadline:
+                break
+            record = newest.latest()
+            if record is not None:
+                print(
+                    f"frame {record.frame_index}: {record.poses.n_instances} instances, "
+                    f"latency {record.latency * 1000:.1f} ms"
+                )
     stats = pipeline.stats
 
     print(
