@@ -24,7 +24,9 @@ def test_example_triggers_polls_and_reports(clip, fakes, monkeypatch, capsys):
         options_given.append(options)
         return runners[-1]
 
-    monkeypatch.setattr(example, "load_runner", load)
+    from sleap_live.engines.runners import load as runners_load
+
+    monkeypatch.setattr(runners_load, "load_runner", load)
 
     assert example.main([str(clip), "-m", "model", "--seconds", "5"]) == 0
 
