@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-import sleap_live_tests_scripts as scripts
+
+from tests import script_modules as scripts
 
 bench = scripts.load("bench_networks.py")
 MODELS = Path(__file__).resolve().parent / "data" / "models"

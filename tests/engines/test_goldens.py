@@ -15,7 +15,7 @@ from functools import cache
 import attrs
 import numpy as np
 import pytest
-import sleap_live_tests_goldens as goldens  # registered by conftest.py
+from tests.engines import goldens
 
 from sleap_live.engines.runners.load import load_runner
 from sleap_live.stream.sources import FileSource

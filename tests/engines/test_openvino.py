@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-import sleap_live_tests_goldens as goldens  # registered by conftest.py
+from tests.engines import goldens
 
 from sleap_live.engines.errors import EngineError, RuntimeUnavailableError
 from sleap_live.engines.runners import cpu_choice

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import sleap_live_tests_goldens as goldens  # registered by conftest.py
-import sleap_live_tests_scripts as scripts
+from tests.engines import goldens
+from tests import script_modules as scripts
 
 from sleap_live.engines.runners.load import load_runner
 from sleap_live.engines.settings import InferenceSettings
