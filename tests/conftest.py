@@ -29,12 +29,12 @@ def shared_cache_dir(tmp_path_factory: pytest.TempPathFactory):
 def warm_export_cache(shared_cache_dir: Path) -> Path:
     """The shared cache with the ONNX export of every fixture model case (tests/engines/
     goldens.py) in it, and its graph specialised to the case video's frame shape,
-    verified on the video's first frames as `sleap-live run` verifies them. Tests that
-    run the fixture models on their videos take it; the rest of the cache fills as
-    tests load models (each model, export options and settings exported once).
+    verified on the video's first frames as `sleap-live run` verifies them. The parity
+    suite takes it; the rest of the cache fills as tests load models (each model,
+    export options and settings exported once).
 
-    With it in place before any other test, the whole suite also passed (that is how
-    the tests that need a first export of their own were found: they take
+    Run before every test file that loads a fixture model, those passed as well: that
+    is how the tests that need a first export of their own were found (they take
     `private_cache_dir`)."""
     from sleap_live.cli.options import first_frames
     from sleap_live.engines.runners.load import load_runner
@@ -42,7 +42,11 @@ def warm_export_cache(shared_cache_dir: Path) -> Path:
 
     for name in goldens.CASES:
         models, video, _, _ = goldens.case_paths(name)
-        load_runner(models, engine="onnx", device="cpu", verify_frames=first_frames(video)).close()
+        frames = first_frames(video)
+        runner = load_runner(
+            models, engine="onnx", device="cpu", cache_dir=shared_cache_dir, verify_frames=frames
+        )
+        runner.close()
     return shared_cache_dir
 
 
