@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,21 +9,54 @@ import pytest
 from sleap_live.engines.load.export_cache import CACHE_DIR_ENV
 from sleap_live.engines.runners.cpu_choice import ENGINE_ENV
 
-# `tests/script_modules.py`, registered at once: test modules import it by this name
-# (`import sleap_live_tests_scripts as scripts`) to load the scripts they test.
-_SPEC = importlib.util.spec_from_file_location(
-    "sleap_live_tests_scripts", Path(__file__).with_name("script_modules.py")
-)
-sys.modules[_SPEC.name] = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(sys.modules[_SPEC.name])
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_cache_dir(tmp_path_factory: pytest.TempPathFactory):
+    """One sleap-live cache for the whole session, never the user's: each fixture model
+    is exported (and verified) once, by the first test that loads it with given export
+    options and settings, and every later load hits that entry (subprocesses inherit
+    the variable). The cache is keyed by the models' bytes, the export options and the
+    graph-side settings, so sharing it changes no test's poses; a test that looks at
+    what the cache does (first-run notices, entries written, corrupt entries) takes
+    `private_cache_dir` instead."""
+    folder = tmp_path_factory.mktemp("sleap_live_cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CACHE_DIR_ENV, str(folder))
+        yield folder
 
 
-@pytest.fixture(autouse=True)
-def _own_cache_dir(tmp_path_factory, monkeypatch):
-    """Each test starts with an empty sleap-live cache of its own, never the user's:
-    model directories are exported as on a first run, and what one test caches
-    cannot change what another sees (subprocesses inherit the variable)."""
-    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path_factory.mktemp("sleap_live_cache")))
+@pytest.fixture(scope="session")
+def warm_export_cache(shared_cache_dir: Path) -> Path:
+    """The shared cache with the ONNX export of every fixture model case (tests/engines/
+    goldens.py) in it, and its graph specialised to the case video's frame shape,
+    verified on the video's first frames as `sleap-live run` verifies them. The parity
+    suite takes it; the rest of the cache fills as tests load models (each model,
+    export options and settings exported once).
+
+    Run before every test file that loads a fixture model, those passed as well: that
+    is how the tests that need a first export of their own were found (they take
+    `private_cache_dir`)."""
+    from sleap_live.cli.options import first_frames
+    from sleap_live.engines.runners.load import load_runner
+    from tests.engines import goldens
+
+    for name in goldens.CASES:
+        models, video, _, _ = goldens.case_paths(name)
+        frames = first_frames(video)
+        runner = load_runner(
+            models, engine="onnx", device="cpu", cache_dir=shared_cache_dir, verify_frames=frames
+        )
+        runner.close()
+    return shared_cache_dir
+
+
+@pytest.fixture
+def private_cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch) -> Path:
+    """An empty sleap-live cache of this test's own: model directories are exported as
+    on a first run, and what this test caches no other test sees."""
+    folder = tmp_path_factory.mktemp("private_cache")
+    monkeypatch.setenv(CACHE_DIR_ENV, str(folder))
+    return folder
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,8 @@ The timed runs take minutes; these check which models `--lab` takes and what it 
 from __future__ import annotations
 
 import pytest
-import sleap_live_tests_scripts as scripts
+
+from tests import script_modules as scripts
 
 bench = scripts.load("bench_prepost.py")
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import sleap_live_tests_scripts as scripts
+
+from tests import script_modules as scripts
 
 bench = scripts.load("bench_vs_sleap_nn.py")
 

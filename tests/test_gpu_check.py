@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import sleap_live_tests_scripts as scripts
+
+from tests import script_modules as scripts
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_check.py"

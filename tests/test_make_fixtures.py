@@ -9,8 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import sleap_live_tests_scripts as scripts
 import torch
+
+from tests import script_modules as scripts
 
 BACKBONE = "model.backbone.enc.conv.weight"
 

@@ -20,6 +20,8 @@ import numpy as np
 import pytest
 import sleap_io as sio
 
+from tests.committed import require
+
 TESTS = Path(__file__).resolve().parent
 BLOCKER = TESTS / "torch_blocker.py"
 BLOCKED = "torch_blocker: blocked import of"  # what the blocker writes per attempt
@@ -73,9 +75,7 @@ def onnx_export(tmp_path_factory):
     @functools.cache
     def export(name: str) -> Path:
         models = [DATA / "models" / model for model in MODELS[name]]
-        missing = [p for p in [*models, VIDEO] if not p.exists()]
-        if missing:
-            pytest.skip(f"fixture missing: {missing[0]}")
+        require(*models, VIDEO)
         with FileSource(VIDEO) as source:
             frames = np.stack([frame.image for frame in itertools.islice(source, VERIFY_FRAMES)])
         return export_model(models, folder / f"{name}.onnx", verify_frames=frames)
@@ -95,6 +95,25 @@ def poses_with_torch(onnx_export, tmp_path_factory):
         return _read_slp(output)
 
     return poses
+
+
+@pytest.fixture(scope="session")
+def run_without_torch(onnx_export, tmp_path_factory):
+    """name -> (stderr, poses) of `python -m sleap_live run` on the default device with
+    torch unimportable, run once per session for every test that looks at it."""
+    folder = tmp_path_factory.mktemp("without_torch")
+
+    @functools.cache
+    def run(name: str) -> tuple[str, Poses]:
+        output = folder / f"{name}.slp"
+        stderr = _python(
+            ["-m", "sleap_live", *_run_args(onnx_export(name), output)],
+            cwd=folder,
+            block_torch=True,
+        )
+        return stderr, _read_slp(output)
+
+    return run
 
 
 def _run_args(model: Path, output: Path, *options: str) -> list[str]:
@@ -148,12 +167,9 @@ def _assert_same_poses(ours: Poses, reference: Poses) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(MODELS))
-def test_cli_runs_an_onnx_export_without_torch(name, onnx_export, poses_with_torch, tmp_path):
-    output = tmp_path / "poses.slp"
-    _python(
-        ["-m", "sleap_live", *_run_args(onnx_export(name), output)], cwd=tmp_path, block_torch=True
-    )
-    _assert_same_poses(_read_slp(output), poses_with_torch(name))
+def test_cli_runs_an_onnx_export_without_torch(name, run_without_torch, poses_with_torch):
+    _, poses = run_without_torch(name)
+    _assert_same_poses(poses, poses_with_torch(name))
 
 
 @pytest.mark.slow
@@ -187,10 +203,6 @@ def test_an_onnx_run_on_the_cpu_never_asks_for_torch(onnx_export, tmp_path):
 
 
 @pytest.mark.slow
-def test_an_onnx_run_on_the_default_device_never_asks_for_torch(onnx_export, tmp_path):
-    stderr = _python(
-        ["-m", "sleap_live", *_run_args(onnx_export("topdown"), tmp_path / "p.slp")],
-        cwd=tmp_path,
-        block_torch=True,
-    )
+def test_an_onnx_run_on_the_default_device_never_asks_for_torch(run_without_torch):
+    stderr, _ = run_without_torch("topdown")
     assert BLOCKED not in stderr, stderr

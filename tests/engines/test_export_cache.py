@@ -40,6 +40,9 @@ TORCH_BLOCKER = Path(__file__).parents[1] / "torch_blocker.py"
 HEADLINE = "exporting model (first run, cached for next time)"
 SUFFIXES = (".onnx", ".onnx.json")
 
+# What the cache does is what these tests look at: none shares the session's cache.
+pytestmark = pytest.mark.usefixtures("private_cache_dir")
+
 
 class Exports:
     """Counts calls of the real `export_onnx_bytes` (load_runner imports it at each export)."""

@@ -50,6 +50,7 @@ from sleap_live.engines.runners.onnx_session import (
 )
 from sleap_live.engines.runners.torch import TorchRunner
 from sleap_live.stream.sources import FileSource
+from tests.committed import require
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 HAS_CUDA = torch.cuda.is_available()
@@ -62,8 +63,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 @pytest.fixture(scope="module")
 def bottomup_model():
     model_dir = DATA / "models" / "bottomup"
-    if not (model_dir / "best.ckpt").is_file():
-        pytest.skip(f"fixture {model_dir} has not been generated (scripts/make_fixtures.py)")
+    require(model_dir / "best.ckpt")
     return load_inference_model([model_dir])
 
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 import av
 import numpy as np
 import pytest
-import sleap_live_tests_scripts as scripts
 
 from sleap_live.engines import load_runner
+from tests import committed
+from tests import script_modules as scripts
 
 FRAMES = 2
 BODY = 2  # synth.NODE_NAMES.index("body")
@@ -23,9 +24,9 @@ lab = scripts.load("fixtures/lab.py")
 
 
 def require(model: object) -> None:
-    missing = [path for path in model.paths if not (path / "best.ckpt").is_file()]
-    if missing:
-        pytest.skip(f"lab model {missing[0]} has not been trained (make_fixtures.py lab_train)")
+    committed.require(
+        *(path / "best.ckpt" for path in model.paths), made_by=committed.MAKE_LAB_MODELS
+    )
 
 
 @pytest.mark.parametrize(

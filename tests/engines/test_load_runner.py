@@ -185,7 +185,8 @@ def test_auto_does_not_fall_back_to_torch_when_the_model_does_not_export(
     assert isinstance(load_runner(tmp_path, engine="torch", device="cpu"), TorchRunner)
 
 
-def test_a_model_dir_that_finds_no_animals_to_verify_on_is_an_error():
+def test_a_model_dir_that_finds_no_animals_to_verify_on_is_an_error(private_cache_dir):
+    # An empty cache: a cached export of this model would load without any verification.
     model_dir = DATA / "models" / "centroid"
     with pytest.raises(ExportError, match="finds no animals") as error:
         load_runner(model_dir, device="cpu")

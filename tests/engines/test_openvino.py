@@ -1,4 +1,6 @@
-"""The OpenVINO runner: goldens at fp32, IR export, bf16 only when asked, auto's choice."""
+"""The OpenVINO runner: IR export, bf16 only when asked, auto's choice.
+
+Its fp32 poses against sleap-nn's goldens are in the parity suite (test_parity.py)."""
 
 from __future__ import annotations
 
@@ -10,13 +12,14 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-import sleap_live_tests_goldens as goldens  # registered by conftest.py
 
 from sleap_live.engines.errors import EngineError, RuntimeUnavailableError
 from sleap_live.engines.runners import cpu_choice
 from sleap_live.engines.runners.load import load_runner
 from sleap_live.engines.types import FramePoses
 from sleap_live.stream.sources import FileSource
+from tests.committed import require
+from tests.engines import goldens
 
 ov = pytest.importorskip("openvino")
 
@@ -28,8 +31,8 @@ from sleap_live.engines.runners.openvino import (  # noqa: E402
 
 BATCH = 8
 VERIFY_FRAMES = 5
-# The same bounds as ONNX Runtime against sleap-nn (tests/engines/test_goldens.py):
-# instance counts and presence equal, points within 1e-4 px.
+# The same bound as ONNX Runtime against sleap-nn (tests/engines/test_parity.py):
+# points within 1e-4 px.
 POINTS_PX = 1e-4
 
 
@@ -41,53 +44,8 @@ def _frames(video: str) -> np.ndarray:
 
 def _case(name: str) -> tuple[list[str], np.ndarray, dict]:
     models, video, golden, _ = goldens.case_paths(name)
-    missing = [p for p in [*models, video, golden] if not p.exists()]
-    if missing:
-        pytest.skip(f"fixture missing: {missing[0]}")
+    require(*models, video, golden)
     return [str(m) for m in models], _frames(str(video)), dict(np.load(golden))
-
-
-def _as_records(runner, frames: np.ndarray) -> list[dict]:
-    out = []
-    for start in range(0, len(frames), BATCH):
-        for poses in runner.run(frames[start : start + BATCH]):
-            out.append(
-                {
-                    "points": poses.points,
-                    "point_scores": poses.point_scores,
-                    "instance_scores": poses.instance_scores,
-                    "identities": poses.identities,
-                }
-            )
-    return out
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", list(goldens.CASES))
-def test_openvino_fp32_matches_sleap_nn_predict(name, tmp_path):
-    models, frames, golden = _case(name)
-    runner = load_runner(
-        models,
-        engine="openvino",
-        device="cpu",
-        cache_dir=tmp_path,
-        verify_frames=frames[:VERIFY_FRAMES],
-    )
-    assert isinstance(runner, OpenVINORunner) and runner.precision == "fp32"
-    try:
-        ours = _as_records(runner, frames)
-    finally:
-        runner.close()
-    result = goldens.compare(
-        ours, golden, runner.info.class_names, goldens.compared_frames(name, len(ours))
-    )
-    summary = f"{name}: {result.summary()}"
-    print(summary)
-    assert result.count_mismatches == (), summary
-    assert result.presence_mismatches == 0, summary
-    assert result.point_errors.size > 0, summary
-    assert result.point_errors.max() <= POINTS_PX, summary
-    assert result.identity_agreement == 1.0, summary
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +74,6 @@ def test_ir_export_round_trip(topdown_ir, tmp_path):
         goldens.case_paths("topdown")[0],
         engine="onnx",
         device="cpu",
-        cache_dir=tmp_path,
         verify_frames=frames[:VERIFY_FRAMES],
     )
     batch = frames[:BATCH]

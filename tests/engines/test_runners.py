@@ -32,6 +32,7 @@ from sleap_live.engines.runners.onnx import (
 )
 from sleap_live.engines.runners.torch import TorchRunner
 from sleap_live.stream.sources import FileSource
+from tests.committed import require
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -228,8 +229,7 @@ def test_io_binding_matches_session_run_and_never_reuses_results(toy_onnx):
 def bottomup_onnx():
     # This project's own export of the fixture bottom-up model, as `load_runner` makes it.
     model_dir = DATA / "models" / "bottomup"
-    if not (model_dir / "best.ckpt").is_file():
-        pytest.skip(f"fixture {model_dir} has not been generated (scripts/make_fixtures.py)")
+    require(model_dir / "best.ckpt")
     return export_onnx_bytes(load_inference_model([model_dir]), verify=False)
 
 

@@ -1,6 +1,6 @@
 """`InferenceSettings`: defaults, checks, where each setting goes, and exports that hold them.
 
-Faithfulness to `sleap-nn predict` with the same settings is in test_settings_goldens.py.
+Faithfulness to `sleap-nn predict` with the same settings is in test_parity.py.
 """
 
 from __future__ import annotations

@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-import sleap_live_tests_goldens as goldens  # registered by conftest.py
 import torch
 
 from sleap_live.engines.errors import (
@@ -30,6 +29,8 @@ from sleap_live.engines.runners.load import load_runner
 from sleap_live.engines.runners.onnx import BoundIO, create_session
 from sleap_live.engines.runners.sleap_nn_export import OUTPUT_AXES, SleapNNExportRunner
 from sleap_live.stream.sources import FileSource
+from tests.committed import require
+from tests.engines import goldens
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 EXPORTS = DATA / "exports"
@@ -45,12 +46,6 @@ CASES = {
 # sleap-nn predict's default batch size, which the goldens were made with.
 BATCH = 4
 TOLERANCE = 1e-3
-
-
-def require(*paths: Path) -> None:
-    missing = [path for path in paths if not path.exists()]
-    if missing:
-        pytest.skip(f"fixture {missing[0]} has not been generated (scripts/make_fixtures.py)")
 
 
 @cache

@@ -17,6 +17,7 @@ from sleap_live.engines.load.spec import (
     UNetSpec,
 )
 from sleap_live.engines.load.training_config import read_training_config
+from tests.committed import require
 
 MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
 NODES = ["head", "thorax", "abdomen", "tail"]
@@ -512,7 +513,6 @@ def test_trained_model_configs(model_dir):
         assert head.output_stride <= spec.backbone.input_stride
 
 
-def test_trained_models_present_or_skipped():
-    if not MODELS.is_dir():
-        pytest.skip("tests/data/models is not there yet")
+def test_trained_models_are_present():
+    require(MODELS)
     assert any(MODELS.glob("*/training_config.yaml"))

@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-import sleap_live_tests_goldens as goldens  # registered by conftest.py
 import torch
 import torch.nn.functional as F
 
@@ -29,11 +28,12 @@ from sleap_live.engines.runners.onnx import BoundIO, OnnxRunner
 from sleap_live.engines.settings import InferenceSettings
 from sleap_live.engines.types import ModelInfo, Skeleton
 from sleap_live.stream.sources import FileSource
+from tests.engines import goldens
 
 MODELS = goldens.DATA / "models"
 BATCH = 8
 VERIFY_FRAMES = 5
-# The goldens' bounds (tests/engines/test_goldens.py): against sleap-nn, points
+# The goldens' bounds (tests/engines/test_parity.py): against sleap-nn, points
 # within 1e-4 px; the two profiles' ONNX graphs against each other like ONNX
 # against torch there.
 SLEAP_NN_POINTS_PX = 1e-4

@@ -12,8 +12,6 @@ block is ``8 * index`` (H.264, within a few levels).
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -21,25 +19,17 @@ import av
 import numpy as np
 import pytest
 
+from tests.stream import fakes as fakes_module
+
 WIDTH, HEIGHT, FPS = 64, 48, 30
 N_FRAMES = 30
 MARK = 8  # pixel value step per frame index
 
 
-# `tests/stream/fakes.py`, registered at once (the tests are not a package): test
-# modules take it as the `fakes` fixture, or import it by this name for module-level
-# helpers (`import sleap_live_tests_stream_fakes as stream_fakes`).
-FAKES_NAME = "sleap_live_tests_stream_fakes"
-if FAKES_NAME not in sys.modules:
-    _SPEC = importlib.util.spec_from_file_location(FAKES_NAME, Path(__file__).with_name("fakes.py"))
-    sys.modules[FAKES_NAME] = importlib.util.module_from_spec(_SPEC)
-    _SPEC.loader.exec_module(sys.modules[FAKES_NAME])
-
-
 @pytest.fixture(scope="session")
 def fakes() -> ModuleType:
     """`tests/stream/fakes.py`."""
-    return sys.modules[FAKES_NAME]
+    return fakes_module
 
 
 @pytest.fixture

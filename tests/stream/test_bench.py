@@ -10,6 +10,7 @@ from sleap_live import cli
 from sleap_live.engines.runners import load as engines_api
 from sleap_live.stream import bench
 from sleap_live.stream.errors import SourceError
+from tests.committed import require
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 MODEL = DATA / "models" / "single_instance"
@@ -18,8 +19,7 @@ VIDEO = DATA / "videos" / "single.mkv"
 
 @pytest.mark.slow
 def test_bench_reports_every_section(tmp_path):
-    if not MODEL.exists() or not VIDEO.exists():
-        pytest.skip("test model or video missing")
+    require(MODEL, VIDEO)
     out = tmp_path / "bench.json"
     argv = [
         "bench",
@@ -70,8 +70,7 @@ def test_resident_memory_is_positive():
 
 
 def test_recorded_run_decodes_every_loop():
-    if not MODEL.exists() or not VIDEO.exists():
-        pytest.skip("test model or video missing")
+    require(MODEL, VIDEO)
     from sleap_live.engines.runners.load import load_runner
 
     runner = load_runner([str(MODEL)])

@@ -32,6 +32,7 @@ from sleap_live import cli, engines
 from sleap_live.cli import export as cli_export
 from sleap_live.engines.runners import load as engines_api
 from sleap_live.stream import OutputOptions, Pipeline, open_source
+from tests.committed import require
 
 FAKES = Path(__file__).with_name("fakes.py")
 MODELS = Path(__file__).parents[1] / "data" / "models"
@@ -382,8 +383,7 @@ def test_verification_table_is_never_cut_at_80_columns():
 def test_export_writes_a_verified_model_and_shows_its_check(
     format, suffix, tmp_path, monkeypatch, capsys
 ):
-    if not real_run_available("single_instance"):
-        pytest.skip("tests/data/models has no trained single_instance model")
+    require_real_run("single_instance")
     from sleap_live.engines.load.metadata import ExportMetadata, sidecar_path
 
     model = shutil.copytree(MODELS / "single_instance", tmp_path / "single_instance")
@@ -405,8 +405,7 @@ def test_export_writes_a_verified_model_and_shows_its_check(
 
 @pytest.mark.slow
 def test_export_verified_on_a_video(tmp_path, capsys):
-    if not real_run_available("single_instance"):
-        pytest.skip("tests/data/models has no trained single_instance model")
+    require_real_run("single_instance")
     from sleap_live.engines.load.metadata import ExportMetadata, sidecar_path
 
     video = Path(__file__).parents[1] / "data" / "videos" / "single.mkv"
@@ -424,8 +423,7 @@ def test_export_verified_on_a_video(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_export_with_the_tensorrt_profile_lints_clean(tmp_path, capsys):
-    if not real_run_available("single_instance"):
-        pytest.skip("tests/data/models has no trained single_instance model")
+    require_real_run("single_instance")
     from sleap_live.engines.load.metadata import ExportMetadata, sidecar_path
 
     video = Path(__file__).parents[1] / "data" / "videos" / "single.mkv"
@@ -440,8 +438,7 @@ def test_export_with_the_tensorrt_profile_lints_clean(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_export_without_verification_into_a_directory(tmp_path, capsys):
-    if not real_run_available("single_instance"):
-        pytest.skip("tests/data/models has no trained single_instance model")
+    require_real_run("single_instance")
     out = tmp_path / "exported"
     argv = ["export", str(MODELS / "single_instance"), "-o", str(out), "--no-verify"]
     assert cli.main(argv) == 0
@@ -516,17 +513,16 @@ REAL_RUNS = {
 }
 
 
-def real_run_available(name: str) -> bool:
+def require_real_run(name: str) -> None:
     dirs, _ = REAL_RUNS[name]
-    return all((MODELS / d / "best.ckpt").exists() for d in dirs)
+    require(*(MODELS / d / "best.ckpt" for d in dirs))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(REAL_RUNS))
 def test_real_model_end_to_end_matches_ground_truth(name, tmp_path):
     """`sleap-live run` with a trained model: every frame, poses within a few pixels."""
-    if not real_run_available(name):
-        pytest.skip(f"tests/data/models has no trained {name} model")
+    require_real_run(name)
     dirs, clip = REAL_RUNS[name]
     data = Path(__file__).parents[1] / "data"
     out = tmp_path / "out.slp"

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 import sleap_io as sio
-import sleap_live_tests_scripts as scripts
+
+from tests import script_modules as scripts
 
 example = scripts.load("closed_loop_example.py")
 

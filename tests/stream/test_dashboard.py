@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import io
 
-import sleap_live_tests_stream_fakes as stream_fakes
 from rich.console import Console
 
 from sleap_live.stream.dashboard import Dashboard, ProgressView, live_display
 from sleap_live.stream.stats import ConsumerStats, PipelineStats
+from tests.stream import fakes as stream_fakes
 
 
 def snapshot(**changes) -> PipelineStats:

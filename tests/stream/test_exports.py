@@ -24,6 +24,7 @@ from sleap_live.stream.outputs.slp import SlpWriter, recover_slp
 from sleap_live.stream.outputs.writers import TIMESTAMP_COLUMNS, VideoRecorder, timestamps_path
 from sleap_live.stream.sources import FileSource
 from sleap_live.stream.types import PoseRecord
+from tests.committed import require
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 MODEL = DATA / "models" / "bottomup"
@@ -125,8 +126,7 @@ def assert_same_poses(got, expected, *, instance_scores: bool = True) -> None:
 
 @pytest.fixture(scope="module")
 def runner(tmp_path_factory):
-    if not VIDEO.exists() or not MODEL.exists():
-        pytest.skip("test model or video missing")
+    require(VIDEO, MODEL)
     with FileSource(VIDEO, stop=5) as source:
         frames = np.stack([f.image for f in source])
     # A module's fixture is made before each test's own cache folder is set: give it one.

@@ -9,6 +9,7 @@ import sleap_io as sio
 from sleap_live.engines.runners.load import load_runner
 from sleap_live.stream import OutputOptions, Pipeline
 from sleap_live.stream.sources import FileSource
+from tests.committed import require
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 MODELS = [DATA / "models" / "centroid", DATA / "models" / "centered_instance"]
@@ -17,8 +18,7 @@ VIDEO = DATA / "videos" / "multi_gray.mkv"
 
 @pytest.mark.slow
 def test_recorded_pipeline_matches_the_engine_frame_by_frame(tmp_path):
-    if not VIDEO.exists() or not all(m.exists() for m in MODELS):
-        pytest.skip("test models or video missing")
+    require(VIDEO, *MODELS)
     with FileSource(VIDEO, stop=48) as source:
         frames = np.stack([f.image for f in source])
     runner = load_runner(

@@ -19,7 +19,6 @@ import urllib.request
 import numpy as np
 import pytest
 import sleap_io as sio
-import sleap_live_tests_stream_fakes as stream_fakes
 from PIL import Image
 
 from sleap_live import cli
@@ -37,6 +36,7 @@ from sleap_live.stream.preview import (
 from sleap_live.stream.ring import RingBuffer
 from sleap_live.stream.stats import PipelineStats
 from sleap_live.stream.types import PoseRecord
+from tests.stream import fakes as stream_fakes
 
 # Real seconds a test waits for the server or a run: a hang guard only.
 PATIENCE = 30.0

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-import sleap_live_tests_stream_fakes as stream_fakes
 
 from sleap_live.stream.stats import LatencyWindow, RateMeter
+from tests.stream import fakes as stream_fakes
 
 
 class FakeClock:

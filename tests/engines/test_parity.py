@@ -1,0 +1,281 @@
+"""sleap-live's engines against sleap-nn's own `predict`, against ground truth and each other.
+
+One table, engine × model type, run by one helper (`case_run`): every model type on its
+test video, each engine's runner made once per session from the shared export cache
+(the ONNX export, verified on the video's first frames, serves ONNX Runtime and
+OpenVINO alike) and its poses reused by every comparison below.
+
+- ONNX Runtime (`onnx`) and OpenVINO at fp32 (`openvino`) find the same number of
+  instances as sleap-nn on every compared frame, the same points (none found by one
+  side only), at the same places and, for ONNX Runtime, with the same scores and
+  identities up to float32 rounding.
+- The ONNX graph agrees with the torch module (`torch`) it was exported from just as
+  closely, and is no less accurate than sleap-nn against the synthetic ground truth.
+- Non-default inference settings (`SETTINGS_CASES`, listed where
+  scripts/make_fixtures.py makes them) on ONNX Runtime and torch match `sleap-nn
+  predict` run with the same options on the first frames of the video.
+
+The bounds below are a few times the largest difference measured on the fixtures, so
+a real change in the poses fails them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+import pytest
+
+from sleap_live.engines.runners.load import load_runner
+from sleap_live.engines.settings import InferenceSettings
+from sleap_live.engines.types import ModelInfo
+from sleap_live.stream.sources import FileSource
+from tests import script_modules as scripts
+from tests.committed import require
+from tests.engines import goldens
+
+CASES, case_paths = goldens.CASES, goldens.case_paths
+SETTINGS_CASES = scripts.load("fixtures/goldens.py").SETTINGS_CASES
+
+BATCH = 8
+VERIFY_FRAMES = 5
+
+pytestmark = pytest.mark.usefixtures("warm_export_cache")
+
+
+@attrs.frozen
+class Bounds:
+    """Largest difference allowed anywhere: point px, point score, instance score
+    (None: that engine's scores are not compared)."""
+
+    points_px: float
+    point_scores: float | None
+    instance_scores: float | None
+
+
+# Against sleap-nn's predict, engine by engine.
+#
+# ONNX Runtime: measured maxima over all compared frames (CPU, onnxruntime 1.32 vs
+# sleap-nn 0.3.5 on torch 2.14): points 1.5e-5 to 3.1e-5 px (one or two float32 steps
+# at these coordinates); point scores / instance scores single_instance 6.0e-7 /
+# 1.4e-6, centroid 4.8e-7 / 4.8e-7, topdown 5.4e-7 / 4.8e-7, bottomup 7.2e-7 / 7.9e-6,
+# multi_class_topdown 1.6e-6 / 2.4e-7, multi_class_bottomup 4.5e-6 / 1.5e-6. Bounds:
+# about 3 to 6 times those.
+#
+# OpenVINO at fp32: the same instance counts and presence, points within ONNX
+# Runtime's 1e-4 px.
+SLEAP_NN_BOUNDS = {
+    "onnx": {
+        "single_instance": Bounds(1e-4, 2e-6, 5e-6),
+        "centroid": Bounds(1e-4, 2e-6, 2e-6),
+        "topdown": Bounds(1e-4, 2e-6, 2e-6),
+        "bottomup": Bounds(1e-4, 3e-6, 3e-5),
+        "multi_class_topdown": Bounds(1e-4, 5e-6, 1e-6),
+        "multi_class_bottomup": Bounds(1e-4, 2e-5, 5e-6),
+    },
+    "openvino": {name: Bounds(1e-4, None, None) for name in CASES},
+}
+
+# The ONNX graph against the torch module it was exported from, on the first
+# TORCH_FRAMES frames. Measured maxima: points 7.6e-6 to 1.5e-5 px; point scores /
+# instance scores single_instance 4.8e-7 / 9.5e-7, centroid 4.8e-7 / 4.8e-7,
+# topdown 4.2e-7 / 4.8e-7, bottomup 8.3e-7 / 1.3e-6, multi_class_topdown
+# 1.4e-6 / 2.4e-7, multi_class_bottomup 3.9e-6 / 1.1e-6. Bounds: about 3 to 6 times.
+TORCH_FRAMES = 24
+TORCH_BOUNDS = {
+    "single_instance": Bounds(5e-5, 2e-6, 3e-6),
+    "centroid": Bounds(5e-5, 2e-6, 2e-6),
+    "topdown": Bounds(5e-5, 2e-6, 2e-6),
+    "bottomup": Bounds(5e-5, 3e-6, 5e-6),
+    "multi_class_topdown": Bounds(5e-5, 5e-6, 1e-6),
+    "multi_class_bottomup": Bounds(5e-5, 1.5e-5, 5e-6),
+}
+
+# Mean point error (px) against the synthetic ground truth, bounded at what these
+# fixture models measure (tests/data/README.md, scripts/make_fixtures.py) plus about
+# 20 % headroom. The tiny models are trained for minutes on CPU, so the bounds say
+# "the model finds the animals", not "the model is good"; the test also requires us
+# to be no less accurate than sleap-nn's own predict on the same frames.
+MEAN_ERROR_BOUND_PX = {
+    "single_instance": 1.5,
+    "topdown": 2.6,
+    "bottomup": 5.5,
+    "multi_class_topdown": 4.0,
+    "multi_class_bottomup": 5.0,
+}
+
+# Non-default settings against sleap-nn predict with the same options: points px,
+# point scores, instance scores of SLEAP_NN_BOUNDS["onnx"] of the same model type (no
+# settings case measured above them), for ONNX Runtime and torch alike.
+SETTINGS_BOUNDS = {
+    "settings_topdown": Bounds(1e-4, 2e-6, 2e-6),
+    "settings_bottomup": Bounds(1e-4, 3e-6, 3e-5),
+    "settings_single_instance": Bounds(1e-4, 2e-6, 5e-6),
+}
+
+
+@attrs.frozen
+class Run:
+    """One engine's poses on one case's frames.
+
+    Attributes:
+        poses: per frame, "points", "point_scores", "instance_scores", "identities".
+        info: the runner's model info.
+        runner: the runner's class name.
+        precision: the runner's precision, where it has one (OpenVINO).
+    """
+
+    poses: tuple[dict[str, np.ndarray], ...]
+    info: ModelInfo
+    runner: str
+    precision: str | None
+
+
+@cache
+def video_frames(video: Path, stop: int | None = None) -> np.ndarray:
+    """The video's frames (the first `stop`), decoded once per session."""
+    with FileSource(video, stop=stop) as source:
+        return np.stack([frame.image for frame in source])
+
+
+def run_engine(
+    models: Sequence[Path], engine: str, frames: np.ndarray, batch: int, **options: Any
+) -> Run:
+    """The one helper: `load_runner(models, engine)` on the CPU, run on `frames` in
+    batches of `batch`, then closed."""
+    runner = load_runner([str(m) for m in models], engine=engine, device="cpu", **options)
+    try:
+        poses = [
+            {
+                "points": pose.points,
+                "point_scores": pose.point_scores,
+                "instance_scores": pose.instance_scores,
+                "identities": pose.identities,
+            }
+            for start in range(0, len(frames), batch)
+            for pose in runner.run(frames[start : start + batch])
+        ]
+        precision = getattr(runner, "precision", None)
+        return Run(tuple(poses), runner.info, type(runner).__name__, precision)
+    finally:
+        runner.close()
+
+
+@cache
+def case_run(name: str, engine: str, n_frames: int | None = None) -> Run:
+    """`engine`'s poses on the first `n_frames` (default all) of case `name`'s video.
+
+    ONNX Runtime and OpenVINO run the models' ONNX export, verified on the video's
+    first frames (the fixture models find nothing in the exporter's synthetic frames).
+    """
+    models, video, golden, _ = case_paths(name)
+    require(*models, video, golden)
+    frames = video_frames(video)[:n_frames]
+    options = {"verify_frames": frames[:VERIFY_FRAMES]} if engine != "torch" else {}
+    return run_engine(models, engine, frames, BATCH, **options)
+
+
+def assert_within(result: goldens.Comparison, bounds: Bounds, summary: str) -> None:
+    """The comparison with a golden: same counts and points, every difference in bounds."""
+    assert result.count_mismatches == (), summary
+    assert result.presence_mismatches == 0, summary
+    assert result.point_errors.size > 0, summary
+    assert result.point_errors.max() <= bounds.points_px, summary
+    if bounds.point_scores is not None:
+        assert result.score_errors.max() <= bounds.point_scores, summary
+    if bounds.instance_scores is not None:
+        assert result.instance_score_errors.max() <= bounds.instance_scores, summary
+    assert result.identity_agreement == 1.0, summary
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("engine", list(SLEAP_NN_BOUNDS))
+def test_matches_sleap_nn_predict(engine, name):
+    run = case_run(name, engine)
+    if engine == "openvino":
+        assert run.runner == "OpenVINORunner" and run.precision == "fp32"
+    golden = dict(np.load(case_paths(name)[2]))
+    frames = goldens.compared_frames(name, len(run.poses))
+    result = goldens.compare(run.poses, golden, run.info.class_names, frames)
+    summary = f"{name} ({engine}): {result.summary()}"
+    print(summary)
+    assert_within(result, SLEAP_NN_BOUNDS[engine][name], summary)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(CASES))
+def test_onnx_graph_agrees_with_torch_module(name):
+    torch_poses = case_run(name, "torch", TORCH_FRAMES).poses
+    # The first batches of the whole video's run: the same frames in the same batches.
+    onnx_poses = case_run(name, "onnx").poses[:TORCH_FRAMES]
+    bounds = TORCH_BOUNDS[name]
+    for i, (t, o) in enumerate(zip(torch_poses, onnx_poses, strict=True)):
+        frame = f"{name} frame {i}"
+        assert len(o["points"]) == len(t["points"]), frame
+        # equal_nan also requires the same points to be missing on both sides.
+        for key, atol in (
+            ("points", bounds.points_px),
+            ("point_scores", bounds.point_scores),
+            ("instance_scores", bounds.instance_scores),
+        ):
+            np.testing.assert_allclose(
+                o[key], t[key], rtol=0, atol=atol, equal_nan=True, err_msg=f"{frame} {key}"
+            )
+        np.testing.assert_array_equal(o["identities"], t["identities"], err_msg=frame)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(MEAN_ERROR_BOUND_PX))
+def test_accuracy_against_ground_truth(name):
+    _, _, golden_path, truth_path = case_paths(name)
+    require(truth_path)
+    truth = dict(np.load(truth_path))
+    golden = dict(np.load(golden_path))
+    ours = case_run(name, "onnx").poses
+    errors, missed = goldens.ground_truth_errors(ours, truth)
+    reference = [
+        {"points": golden["points"][i, : golden["n_instances"][i]]} for i in range(len(ours))
+    ]
+    sleap_nn_errors, sleap_nn_missed = goldens.ground_truth_errors(reference, truth)
+    n_animals = truth["points"].shape[1] * len(ours)
+    print(
+        f"{name}: mean {errors.mean():.3f} px (sleap-nn {sleap_nn_errors.mean():.3f} px), "
+        f"missed {missed}/{n_animals} (sleap-nn {sleap_nn_missed})"
+    )
+    assert errors.mean() <= MEAN_ERROR_BOUND_PX[name]
+    assert errors.mean() <= sleap_nn_errors.mean() + 0.01
+    assert missed <= sleap_nn_missed
+    assert missed <= 0.05 * n_animals
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(SETTINGS_CASES))
+@pytest.mark.parametrize("engine", ["onnx", "torch"])
+def test_settings_match_sleap_nn_predict(engine, name):
+    models, video, options, n_frames = SETTINGS_CASES[name]
+    golden_path = goldens.DATA / "goldens" / f"{name}.npz"
+    model_dirs = [goldens.DATA / "models" / model for model in models]
+    require(golden_path, *model_dirs)
+    golden = dict(np.load(golden_path))
+    settings = InferenceSettings(**options)  # type: ignore[arg-type]
+    frames = video_frames(goldens.DATA / "videos" / video, n_frames)
+    # Compared with sleap-nn itself below; the export's own check against torch finds
+    # no animals on its enlarged canvas at the top-down case's thresholds.
+    unverified = {"verify": False} if engine == "onnx" else {}
+    run = run_engine(model_dirs, engine, frames, len(frames), settings=settings, **unverified)
+    assert run.info.settings == settings
+    result = goldens.compare(run.poses, golden, (), goldens.compared_frames(name, len(run.poses)))
+    summary = f"{name} ({engine}): {result.summary()}"
+    print(summary)
+    bounds = SETTINGS_BOUNDS[name]
+    assert result.count_mismatches == (), summary
+    assert result.presence_mismatches == 0, summary
+    assert result.point_errors.size > 0, summary
+    assert result.point_errors.max() <= bounds.points_px, summary
+    assert result.score_errors.max() <= bounds.point_scores, summary
+    assert result.instance_score_errors.max() <= bounds.instance_scores, summary
