@@ -32,7 +32,6 @@ from sleap_live.engines.export.frames import (
     verification_frames,
 )
 from sleap_live.engines.export.onnx import (
-    DEFAULT_OPSET,
     embed_metadata,
     onnx_exported,
     trace_to_onnx,
@@ -49,6 +48,7 @@ from sleap_live.engines.host.frames import convert_channels
 from sleap_live.engines.load.dirs import TRAINING_CONFIG
 from sleap_live.engines.load.export_cache import package_version
 from sleap_live.engines.load.metadata import (
+    DEFAULT_OPSET,
     DEFAULT_PROFILE,
     INPUT_NAME,
     TENSORRT_PROFILE,
@@ -64,7 +64,7 @@ Progress = Callable[[str], None]
 Frames = np.ndarray | Sequence[np.ndarray]
 
 
-def export_model(
+def export_model_dirs(
     paths: Sequence[str | Path],
     output: str | Path,
     *,
@@ -77,7 +77,8 @@ def export_model(
     frame_size: tuple[int, int] | None = None,
     settings: InferenceSettings | None = None,
 ) -> Path:
-    """Builds the inference model of one or two sleap-nn model directories and exports it.
+    """Builds the inference model of one or two sleap-nn model directories and exports it
+    to ONNX or TorchScript (`export_model` with those formats).
 
     Args:
         paths: a model directory, or a centroid and a centered-instance directory
@@ -220,7 +221,7 @@ def export_onnx_bytes(
     return payload
 
 
-def export_static_onnx_bytes(
+def export_specialised_onnx_bytes(
     model: InferenceModel,
     frame_shape: tuple[int, int, int],
     *,

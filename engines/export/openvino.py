@@ -16,9 +16,13 @@ from pathlib import Path
 import attrs
 
 from sleap_live.engines.export.exporter import Frames, Progress, export_onnx_bytes
-from sleap_live.engines.export.onnx import DEFAULT_OPSET
-from sleap_live.engines.load.metadata import METADATA_KEY, ExportMetadata, sidecar_path
-from sleap_live.engines.runners.openvino import import_openvino
+from sleap_live.engines.load.metadata import (
+    DEFAULT_OPSET,
+    METADATA_KEY,
+    ExportMetadata,
+    sidecar_path,
+)
+from sleap_live.engines.optional import import_openvino
 from sleap_live.engines.settings import InferenceSettings
 
 FORMAT = "openvino"

@@ -39,8 +39,9 @@ from typing import Any, TypeVar
 import attrs
 import numpy as np
 
+from sleap_live.engines.optional import openvino_installed
 from sleap_live.engines.runners.base import Runner
-from sleap_live.engines.runners.openvino import CROP_MODEL_TYPES, LOG, openvino_installed
+from sleap_live.engines.runners.openvino import CROP_MODEL_TYPES, LOG
 
 ONNX = "onnx"
 OPENVINO = "openvino"

@@ -4,11 +4,11 @@ A sleap-live graph takes any frame size, so the sizes of its resizes and padding
 are computed while it runs, and the passes that would not change the image at
 the size it is given (the size matcher at the training frame size, a scale of 1,
 a size already a multiple of the stride, a channel conversion the frames do not
-need) run anyway. A static graph (`sleap_live.engines.export.export_static_onnx_bytes`)
+need) run anyway. A static graph (`sleap_live.engines.export.export_specialised_onnx_bytes`)
 is made for one (height, width, channels) and leaves them out.
 
-`ShapeSessions` runs each frame shape on its own static graph, where one is to
-be had (`ShapeGraphs`, e.g. made from the model directories and kept in the
+`SpecialisedSessions` runs each frame shape on its own static graph, where one is to
+be had (`SpecialisedGraphs`, e.g. made from the model directories and kept in the
 export cache, see `sleap_live.engines.runners.load`), and on the dynamic graph
 otherwise. A static graph is trusted only after it gave the same outputs as the
 dynamic graph, bit for bit, on the first batch of its shape; otherwise that
@@ -34,7 +34,7 @@ Outputs = dict[str, np.ndarray]
 DEFAULT_MAX_SHAPES = 4
 
 
-class ShapeGraphs(Protocol):
+class SpecialisedGraphs(Protocol):
     """Where static graphs come from."""
 
     def graph(self, shape: FrameShape) -> bytes | None:
@@ -63,7 +63,7 @@ def differing_output(
     return None
 
 
-class ShapeSessions:
+class SpecialisedSessions:
     """Runs each frame shape on its checked static graph, else on the dynamic graph.
 
     Args:
@@ -77,7 +77,7 @@ class ShapeSessions:
     def __init__(
         self,
         dynamic: Any,
-        graphs: ShapeGraphs,
+        graphs: SpecialisedGraphs,
         make_session: Callable[[bytes], Any],
         notify: Callable[[str], None],
         max_shapes: int = DEFAULT_MAX_SHAPES,

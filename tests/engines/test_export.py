@@ -15,16 +15,11 @@ import pytest
 import torch
 
 from sleap_live.engines.errors import ExportError, ModelConfigError, ModelNotFoundError
-from sleap_live.engines.export import (
-    TOLERANCE,
-    export_inference_model,
-    export_model,
-    export_onnx_bytes,
-    load_torchscript,
-    read_torchscript_metadata,
-)
+from sleap_live.engines.export import export_model
+from sleap_live.engines.export.exporter import export_inference_model, export_onnx_bytes
 from sleap_live.engines.export.frames import check_batches, sample_frames
-from sleap_live.engines.export.verify import Exported
+from sleap_live.engines.export.torchscript import load_torchscript, read_torchscript_metadata
+from sleap_live.engines.export.verify import TOLERANCE, Exported
 from sleap_live.engines.graph.build import load_inference_model
 from sleap_live.engines.host.outputs import INSTANCE_OUTPUTS
 from sleap_live.engines.load.metadata import (

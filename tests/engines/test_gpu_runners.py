@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from sleap_live.engines.errors import ModelConfigError, RuntimeUnavailableError
-from sleap_live.engines.export import export_onnx_bytes
+from sleap_live.engines.export.exporter import export_onnx_bytes
 from sleap_live.engines.export.frames import sample_frames
 from sleap_live.engines.graph.build import load_inference_model
 from sleap_live.engines.host.frames import convert_channels

@@ -197,8 +197,9 @@ class _Timed:
     def __init__(self, name: str) -> None:
         self.name, self.runs, self.closed = name, 0, False
         self.info = SimpleNamespace(model_type="single_instance")
+        self.device, self.metadata = "cpu", None
 
-    def run(self, frames):
+    def run(self, frames, *, stream=None):
         self.runs += 1
         return []
 
@@ -331,7 +332,7 @@ def test_measure_times_every_runner_alike():
 
 @pytest.fixture(scope="module")
 def toy_onnx(toy_models) -> bytes:
-    from sleap_live.engines.export import export_onnx_bytes
+    from sleap_live.engines.export.exporter import export_onnx_bytes
 
     return export_onnx_bytes(toy_models.ToyInstanceModel(), verify=False)
 

@@ -30,6 +30,7 @@ from sleap_live.engines.errors import (
     RuntimeUnavailableError,
 )
 from sleap_live.engines.export import tensorrt as trt_export
+from sleap_live.engines.export import tensorrt_on_demand
 from sleap_live.engines.export.onnx import embed_metadata
 from sleap_live.engines.export.tensorrt import (
     EngineCache,
@@ -42,6 +43,7 @@ from sleap_live.engines.export.tensorrt import (
     write_engine_file,
 )
 from sleap_live.engines.load.metadata import INPUT_NAME, ExportMetadata
+from sleap_live.engines.runners import devices
 from sleap_live.engines.runners import load as runners_load
 from sleap_live.engines.runners import tensorrt as trt_runner
 from sleap_live.engines.runners.load import load_runner
@@ -705,7 +707,7 @@ def test_no_gpu_and_cpu_device_are_one_line(trt, monkeypatch, tmp_path):
     path.write_bytes(clean_onnx())
     with pytest.raises(ValueError, match="TensorRT runs on a CUDA GPU"):
         load_runner(path, engine="tensorrt", device="cpu")
-    monkeypatch.setattr(runners_load, "_gpu_present", lambda: False)
+    monkeypatch.setattr(devices, "gpu_present", lambda: False)
     with pytest.raises(RuntimeUnavailableError, match="no CUDA GPU found"):
         load_runner(path, engine="tensorrt")
     with pytest.raises(TypeError, match="frame_size"):
@@ -715,7 +717,7 @@ def test_no_gpu_and_cpu_device_are_one_line(trt, monkeypatch, tmp_path):
 @pytest.fixture
 def fake_gpu(trt, monkeypatch):
     """load_runner on the fake: a GPU present, CPU tensors for device memory."""
-    monkeypatch.setattr(runners_load, "_gpu_present", lambda: True)
+    monkeypatch.setattr(devices, "gpu_present", lambda: True)
     monkeypatch.setattr(trt_export, "current_gpu", lambda device: H200)
     monkeypatch.setattr(trt_runner, "TorchMemory", lambda device: CountingMemory())
     return trt
@@ -754,7 +756,7 @@ def test_load_runner_exports_model_dirs_per_frame_size_and_caches_by_hash(
     monkeypatch.setattr(
         build, "load_inference_model", lambda paths, settings=None: types.SimpleNamespace(info=info)
     )
-    monkeypatch.setattr(runners_load, "_tensorrt_onnx_bytes", export)
+    monkeypatch.setattr(tensorrt_on_demand, "tensorrt_onnx_bytes", export)
     model_dir = tmp_path / "model"
     model_dir.mkdir()
     cache = tmp_path / "cache"
@@ -807,7 +809,7 @@ def test_cli_export_tensorrt_writes_the_onnx_and_its_engine(
         Path(output).write_bytes(clean_onnx())
         return Path(output)
 
-    monkeypatch.setattr(exporter, "export_model", export_model)
+    monkeypatch.setattr(exporter, "export_model_dirs", export_model)
     argv = ["export", "m", "-f", "tensorrt", "--no-verify", "-o", str(tmp_path / "out")]
     assert cli.main(argv) == 2
     assert "needs --frame-size HxW" in capsys.readouterr().err
@@ -839,7 +841,7 @@ def _has_tensorrt() -> bool:
     not (torch.cuda.is_available() and _has_tensorrt()), reason="needs TensorRT and a CUDA GPU"
 )
 def test_real_engine_matches_onnx_runtime_on_a_fixture_model(tmp_path):
-    from sleap_live.engines.export import export_onnx_bytes
+    from sleap_live.engines.export.exporter import export_onnx_bytes
     from sleap_live.engines.export.frames import sample_frames
     from sleap_live.engines.graph.build import load_inference_model
     from sleap_live.engines.runners.onnx import OnnxRunner
