@@ -41,7 +41,7 @@ from sleap_live.engines.runners.cuda import (
     HostStaging,
     order_after_caller,
 )
-from sleap_live.engines.runners.onnx import ELEMENT_TYPES
+from sleap_live.engines.runners.onnx_session import ELEMENT_TYPES
 
 # Run options ONNX Runtime reads (onnxruntime_run_options_config_keys.h).
 GRAPH_ID = "gpu_graph_id"
