@@ -22,16 +22,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from sleap_live.engines.export.tensorrt import DEFAULT_BATCH_SIZE
+from sleap_live.engines.host.frames import Frames
 from sleap_live.engines.load.metadata import DEFAULT_OPSET, DEFAULT_PROFILE
 from sleap_live.engines.notify import Notify, notice
 from sleap_live.engines.openmp import prefer_passive_wait
 from sleap_live.engines.settings import InferenceSettings
 
 EXPORT_FORMATS = ("onnx", "torchscript", "openvino", "tensorrt")
-Frames = np.ndarray | Sequence[np.ndarray]
 
 
 def export_model(

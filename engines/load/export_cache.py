@@ -130,13 +130,18 @@ def code_digest() -> str:
     """sha256 of the source files that build and export the graph (see the module docstring)."""
     engines = Path(__file__).resolve().parents[1]
     digest = hashlib.sha256()
-    for path in sorted(engines.rglob("*.py")):
-        relative = path.relative_to(engines)
-        if relative.parts[0] in _NOT_GRAPH_CODE:
-            continue
+    for relative in graph_code_files():
         digest.update(relative.as_posix().encode() + b"\0")
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
+        digest.update(hashlib.sha256((engines / relative).read_bytes()).digest())
     return digest.hexdigest()
+
+
+def graph_code_files() -> list[Path]:
+    """The source files `code_digest` hashes, relative to `sleap_live.engines`, in order:
+    every module but the runners' (export on demand lives in `export/`, so it counts)."""
+    engines = Path(__file__).resolve().parents[1]
+    paths = (path.relative_to(engines) for path in sorted(engines.rglob("*.py")))
+    return [path for path in paths if path.parts[0] not in _NOT_GRAPH_CODE]
 
 
 def embedded_key(metadata: ExportMetadata) -> str | None:

@@ -20,7 +20,7 @@ Only `openvino`, numpy and scipy are needed; torch is never imported.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from sleap_live.engines.errors import (
 from sleap_live.engines.host.frames import as_numpy, convert_channels
 from sleap_live.engines.host.postprocess import decode
 from sleap_live.engines.load.metadata import METADATA_KEY, ExportMetadata
+from sleap_live.engines.notify import Notify
 from sleap_live.engines.optional import import_openvino
 from sleap_live.engines.runners.base import begin_run, refuse_stream
 from sleap_live.engines.types import FramePoses, ModelInfo
@@ -122,7 +123,7 @@ class OpenVINORunner:
         threads: int | None = None,
         check_frames: np.ndarray | None = None,
         cache_dir: str | Path | None = None,
-        notice: Callable[[str], None] = LOG.warning,
+        notice: Notify = LOG.warning,
     ) -> None:
         if precision not in PRECISIONS:
             raise ValueError(

@@ -133,6 +133,14 @@ def test_unreadable_model_files_have_no_key(tmp_path):
     assert cache_key([model], {}) is None
 
 
+def test_the_code_digest_covers_what_makes_graphs_and_not_the_runners():
+    files = {path.as_posix() for path in export_cache.graph_code_files()}
+    # Export on demand and the specialised graphs shape what the cache holds.
+    assert {"export/on_demand.py", "export/exporter.py", "graph/build.py"} <= files
+    assert "export/tensorrt_on_demand.py" in files and "load/export_cache.py" in files
+    assert not any(name.startswith("runners/") for name in files)
+
+
 def test_cache_root_is_the_given_dir_else_the_environment_variable_else_the_user_cache(
     monkeypatch, tmp_path
 ):
