@@ -43,7 +43,7 @@ from sleap_live.engines.runners.constructors import ENGINE_SUFFIXES, GPU_OPTIONS
 from sleap_live.engines.runners.devices import DEVICE_FORMS, is_device
 from sleap_live.engines.settings import InferenceSettings
 
-__all__ = ["DEVICE_FORMS", "ENGINES", "ENGINE_SUFFIXES", "RUNNERS", "is_device", "load_runner"]
+__all__ = ["ENGINES", "ENGINE_SUFFIXES", "RUNNERS", "load_runner"]
 
 ENGINES = ("auto", "torch", "onnx", "openvino", "tensorrt")
 # Options each engine takes besides `EXPORT_OPTIONS` (the GPU runners' by default).

@@ -490,3 +490,13 @@ def test_export_model_records_the_opset(tmp_path):
     )
     assert read_onnx_metadata(path).exporter["opset"] == 18
     assert onnx.load(str(path)).opset_import[0].version == 18
+
+
+def test_export_model_is_one_function_for_every_format(tmp_path):
+    from sleap_live.engines.export import EXPORT_FORMATS
+
+    assert EXPORT_FORMATS == ("onnx", "torchscript", "openvino", "tensorrt")
+    with pytest.raises(ValueError, match="unknown export format 'tflite'"):
+        export_model([tmp_path], tmp_path / "model.tflite", format="tflite")
+    with pytest.raises(ValueError, match="a TensorRT export needs frame_size"):
+        export_model([tmp_path], tmp_path / "out", format="tensorrt")

@@ -20,7 +20,7 @@ from sleap_live.stream.sources import FileSource
 
 ov = pytest.importorskip("openvino")
 
-from sleap_live.engines.export.openvino import export_openvino  # noqa: E402
+from sleap_live.engines.export import export_model  # noqa: E402
 from sleap_live.engines.runners.openvino import (  # noqa: E402
     OpenVINORunner,
     compare_poses,
@@ -94,7 +94,8 @@ def test_openvino_fp32_matches_sleap_nn_predict(name, tmp_path):
 def topdown_ir(tmp_path_factory):
     models, frames, _ = _case("topdown")
     output = tmp_path_factory.mktemp("ir") / "topdown.xml"
-    return export_openvino(models, output, verify_frames=frames[:VERIFY_FRAMES]), frames
+    exported = export_model(models, output, format="openvino", verify_frames=frames[:VERIFY_FRAMES])
+    return exported, frames
 
 
 @pytest.mark.slow
@@ -356,3 +357,17 @@ def test_toy_export_runs_alike_in_openvino_and_onnx_runtime(toy_onnx):
     runner.close()
     with pytest.raises(Exception, match="closed"):
         runner.run(frames)
+
+
+def test_both_cpu_runners_keep_the_runner_protocol(toy_onnx):
+    from sleap_live.engines.export.frames import sample_frames
+    from sleap_live.engines.runners.base import Runner
+    from sleap_live.engines.runners.onnx import OnnxRunner
+
+    frames = sample_frames(1, 96, 128, 3, seed=4)
+    for runner in (OpenVINORunner(toy_onnx, threads=1), OnnxRunner(toy_onnx, intra_op_threads=1)):
+        assert isinstance(runner, Runner) and runner.metadata is not None
+        assert len(runner.run(frames, stream=None)) == 1
+    # OpenVINO runs on the CPU: a CUDA stream is refused in one line.
+    with pytest.raises(ValueError, match="OpenVINORunner runs on the CPU: it takes no CUDA stream"):
+        OpenVINORunner(toy_onnx, threads=1).run(frames, stream=object())

@@ -771,6 +771,33 @@ def test_load_runner_exports_model_dirs_per_frame_size_and_caches_by_hash(
     assert builds(fake_gpu) == 1  # exported again, and found in the cache
 
 
+def test_load_runner_keeps_model_dir_engines_in_the_cache_root_or_nowhere(
+    fake_gpu, monkeypatch, tmp_path
+):
+    from sleap_live.engines.graph import build
+
+    info = read_onnx_model(clean_onnx()).metadata.info
+    monkeypatch.setattr(
+        build, "load_inference_model", lambda paths, settings=None: types.SimpleNamespace(info=info)
+    )
+    monkeypatch.setattr(tensorrt_on_demand, "tensorrt_onnx_bytes", lambda *_: clean_onnx())
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    root, steps = tmp_path / "root", []
+    options = {"engine": "tensorrt", "frame_size": FRAME[:2], "verify": False}
+    load_runner(model_dir, cache_dir=root, progress=steps.append, **options)
+    assert builds(fake_gpu) == 1 and len(list((root / "tensorrt").glob("*.engine"))) == 1
+    assert steps[0] == "loading the torch model" and "building the TensorRT engine" in steps[1]
+    load_runner(model_dir, cache_dir=root, **options)
+    assert builds(fake_gpu) == 1  # found in the cache root
+    # Without the cache, engines are built for this run and written nowhere.
+    monkeypatch.setenv("SLEAP_LIVE_CACHE_DIR", str(tmp_path / "env"))
+    load_runner(model_dir, cache=False, **options)
+    assert builds(fake_gpu) == 2 and sorted(tmp_path.iterdir()) == [model_dir, root]
+    load_runner(model_dir, **options)  # the default root: $SLEAP_LIVE_CACHE_DIR
+    assert len(list((tmp_path / "env" / "tensorrt").glob("*.engine"))) == 1
+
+
 def test_load_runner_needs_max_instances_for_top_down_model_dirs(fake_gpu, monkeypatch, tmp_path):
     from sleap_live.engines.graph import build
     from sleap_live.engines.settings import InferenceSettings
