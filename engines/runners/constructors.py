@@ -135,12 +135,8 @@ def model_dir_runner(request: Request) -> Runner:
     from sleap_live.engines.export import on_demand
     from sleap_live.engines.load.export_cache import ExportCache
 
-    paths, device, threads, progress = (
-        request.paths,
-        request.device,
-        request.threads,
-        request.progress,
-    )
+    paths, device, threads = request.paths, request.device, request.threads
+    progress = request.progress
     _check_model_dirs(paths)
     settings = request.settings or InferenceSettings()
     if request.engine == "torch" or (request.engine == "auto" and not devices.onnx_can_use(device)):
