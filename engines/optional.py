@@ -1,5 +1,6 @@
 """Optional libraries the engines use, imported on first use with a one-line error
-that says how to install them (OpenVINO: `--engine openvino`, `export --format openvino`)."""
+that says how to install them: OpenVINO (`--engine openvino`, `export --format
+openvino`), and the GPU extra (TensorRT, onnxruntime-gpu)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 from sleap_live.engines.errors import RuntimeUnavailableError
 
 OPENVINO_INSTALL_HINT = 'pip install "sleap-live[openvino]"'
+GPU_INSTALL_HINT = 'pip install "sleap-live[gpu]"'
 
 
 def import_openvino() -> Any:

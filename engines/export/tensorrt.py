@@ -52,6 +52,7 @@ from sleap_live.engines.export.tensorrt_engine import (
     write_engine_file,
 )
 from sleap_live.engines.notify import Notify, notice
+from sleap_live.engines.optional import GPU_INSTALL_HINT
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -83,7 +84,6 @@ __all__ = [
 ]
 
 ENGINE_SUFFIXES = (".engine", ".plan")
-GPU_INSTALL_HINT = 'pip install "sleap-live[gpu]"'
 DEFAULT_BATCH_SIZE = 8
 
 

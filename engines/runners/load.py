@@ -35,11 +35,12 @@ from typing import Any
 from sleap_live.engines.cache import cache_root
 from sleap_live.engines.errors import ModelNotFoundError
 from sleap_live.engines.export.on_demand import EXPORT_OPTIONS
+from sleap_live.engines.export.tensorrt import ENGINE_SUFFIXES
 from sleap_live.engines.notify import Notify, quiet
 from sleap_live.engines.openmp import prefer_passive_wait
 from sleap_live.engines.runners import constructors as make
 from sleap_live.engines.runners.base import Runner
-from sleap_live.engines.runners.constructors import ENGINE_SUFFIXES, GPU_OPTIONS, Request
+from sleap_live.engines.runners.constructors import GPU_OPTIONS, Request
 from sleap_live.engines.runners.devices import DEVICE_FORMS, is_device
 from sleap_live.engines.settings import InferenceSettings
 

@@ -20,13 +20,13 @@ from sleap_live.engines.errors import (
     RuntimeUnavailableError,
 )
 from sleap_live.engines.host.outputs import BATCH_AXIS, INSTANCE_AXIS
+from sleap_live.engines.optional import GPU_INSTALL_HINT
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
 TENSORRT = "TensorrtExecutionProvider"
 GPU_PROVIDERS = (CUDA, TENSORRT)
 EXECUTION_PROVIDERS = {"cuda": CUDA, "tensorrt": TENSORRT}
-GPU_INSTALL_HINT = 'pip install "sleap-live[gpu]"'
 # ONNX Runtime's TensorRT provider caches (engines, timing) in the cache root.
 ORT_TENSORRT_FOLDER = "onnxruntime-tensorrt"
 # The provider option that turns CUDA graphs on, per GPU provider.
