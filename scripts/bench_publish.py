@@ -161,7 +161,9 @@ def replay_latency(fps: float, publish: bool) -> dict[str, Any]:
         else:
             with TimedPublisher("tcp://127.0.0.1:*") as publisher:
                 subscriber = Subscriber(publisher)
-                stats = Pipeline(source, runner, publish=publisher).run()
+                pipeline = Pipeline(source, runner)
+                pipeline.attach(publisher)
+                stats = pipeline.run()
                 publisher.close()
                 result["ready_to_publish_thread"] = percentiles_us(publisher.waits)
                 result["ready_to_received"] = percentiles_us(subscriber.delays())

@@ -75,7 +75,8 @@ def child(log_dir: Path, delay: float, slow_save: float, slow_start: float, argv
 
     from sleap_live import cli
     from sleap_live.engines.runners import load as runners_load
-    from sleap_live.stream import journal, pipeline
+    from sleap_live.stream import pipeline
+    from sleap_live.stream.outputs import journal
 
     fakes = load_fakes()
     finished = os.open(log_dir / "finished.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
@@ -173,7 +174,7 @@ def check_killed_output(slp: Path, log_dir: Path, killed_at: float) -> dict[str,
     """Recover `slp` if needed; check it against the finished frames; return figures."""
     import sleap_io as sio
 
-    from sleap_live.stream.journal import journal_path
+    from sleap_live.stream.outputs.journal import journal_path
 
     recovered = False
     if journal_path(slp).exists():

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from sleap_live.stream import Pipeline, open_source
+from sleap_live.stream import OutputOptions, Pipeline, open_source
 from sleap_live.stream.errors import SourceError
 
 # Pixel formats converted here (GenICam's PFNC names) and their bits per sample.
@@ -194,7 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     frames = genicam_frames(args.cti, args.serial, settings, stop, name)
     try:
         source = open_source(frames, live=True, fps=args.fps, source_id=name)
-        with Pipeline(source, args.model, output=args.output) as pipeline:
+        with Pipeline(source, args.model, outputs=OutputOptions(output=args.output)) as pipeline:
             pipeline.join(args.seconds)
     finally:
         stop.set()  # the acquisition loop ends and releases the camera

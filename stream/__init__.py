@@ -1,6 +1,7 @@
 """sleap-live stream: sources, the realtime pipeline, the ring buffer and the CLI."""
 
 from sleap_live.stream.clock import MONOTONIC, Clock
+from sleap_live.stream.consumers import PipelineRun, RingConsumer
 from sleap_live.stream.errors import (
     PipelineError,
     PublishError,
@@ -9,6 +10,7 @@ from sleap_live.stream.errors import (
     SourceStalledError,
     StreamError,
 )
+from sleap_live.stream.outputs.writers import OutputOptions, SlpWriter, VideoRecorder
 from sleap_live.stream.pipeline import Pipeline
 from sleap_live.stream.publish import Publisher
 from sleap_live.stream.ring import RingBuffer, RingReader
@@ -16,21 +18,23 @@ from sleap_live.stream.sources import open_source
 from sleap_live.stream.sources.group import SourceGroup
 from sleap_live.stream.stats import ConsumerStats, PipelineStats, PublishStats
 from sleap_live.stream.types import Frame, PoseRecord
-from sleap_live.stream.writers import SlpWriter, VideoRecorder
 
 __all__ = [
     "MONOTONIC",
     "Clock",
     "ConsumerStats",
     "Frame",
+    "OutputOptions",
     "Pipeline",
     "PipelineError",
+    "PipelineRun",
     "PipelineStats",
     "PoseRecord",
     "PublishError",
     "PublishStats",
     "Publisher",
     "RingBuffer",
+    "RingConsumer",
     "RingReader",
     "SlpWriter",
     "SourceError",

@@ -1,4 +1,12 @@
-"""Consumers of a pipeline's ring buffer: `on_poses` callbacks and iterators.
+"""Consumers of a pipeline's ring buffer: attached consumers, `on_poses` callbacks and
+iterators.
+
+An attached consumer (`RingConsumer`: the browser preview, the pose publisher, or
+one of the user's own) is given the run when the pipeline starts (`PipelineRun`: the
+ring, the model, the newest frame, the stats) and runs in a stage thread of its
+own, reading the ring through its own reader until the ring is closed; its figures
+join the pipeline's stats (`report`). Callbacks and iterators are the short forms
+for a function of each record and for a loop.
 
 Each consumer reads the ring through its own reader. A lossless consumer's reader
 makes the ring's writer (the emit stage) wait for it, until it stalls the writer
@@ -23,8 +31,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection
-from typing import Literal
+from typing import Any, Literal, Protocol
 
+import attrs
+
+from sleap_live.engines.types import ModelInfo
 from sleap_live.stream.clock import MONOTONIC, Clock
 from sleap_live.stream.errors import PipelineError
 from sleap_live.stream.ring import (
@@ -33,7 +44,7 @@ from sleap_live.stream.ring import (
     RingReader,
     check_stall_timeout,
 )
-from sleap_live.stream.stats import ConsumerStats
+from sleap_live.stream.stats import ConsumerStats, PipelineStats
 from sleap_live.stream.types import PoseRecord
 
 logger = logging.getLogger(__name__)
@@ -44,6 +55,76 @@ ON_ERROR: tuple[OnError, ...] = ("detach", "stop")
 # Longest real wait between two looks at the clock while draining: a test's fake
 # clock moves without waking the wait.
 _CLOCK_RECHECK = 0.1
+
+
+class LatestFrame:
+    """The newest frame's image and the ring sequence number of its poses.
+
+    The emit stage `put`s every frame while an attached consumer takes frames; the
+    consumer `get`s the newest when it is ready for one. The image is the batch's
+    own (host array or device tensor), which no stage writes to again, so a
+    reference is enough.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._item: tuple[int, Any] | None = None
+
+    def put(self, sequence: int, image: Any) -> None:
+        """Replace the held frame (never waits for the reader)."""
+        with self._lock:
+            self._item = (sequence, image)
+
+    def get(self) -> tuple[int, Any] | None:
+        """The newest (sequence, image), or None before the first frame."""
+        with self._lock:
+            return self._item
+
+
+@attrs.frozen
+class PipelineRun:
+    """What a consumer attached to a pipeline is given when the pipeline starts.
+
+    Attributes:
+        ring: the pipeline's ring buffer. A reader made in `RingConsumer.start`
+            begins at the first record.
+        info: the model the poses come from.
+        frames: the newest frame with its record's ring sequence number, filled by
+            the emit stage when an attached consumer `takes_frames`.
+        stats: the pipeline's stats now (`Pipeline.stats`).
+    """
+
+    ring: RingBuffer
+    info: ModelInfo
+    frames: LatestFrame
+    stats: Callable[[], PipelineStats]
+
+
+class RingConsumer(Protocol):
+    """A consumer `Pipeline.attach` runs in a stage thread of its own: the browser
+    preview (`PreviewServer`), the pose publisher (`Publisher`), or a user's own.
+
+    It never holds up the pipeline unless its own ring reader is lossless. An
+    exception from its thread is the pipeline's error, raised when it is left.
+
+    Attributes:
+        name: its stage's name, unique among the pipeline's attached consumers.
+        takes_frames: whether it reads `PipelineRun.frames` (frames are handed to
+            it only then).
+    """
+
+    name: str
+    takes_frames: bool
+
+    def start(self, run: PipelineRun) -> Callable[[], None]:
+        """Set up for `run` (make its ring reader) and return its thread's body, which
+        returns once the ring is closed and drained. Called by `Pipeline.start`
+        before the first record is written."""
+        ...
+
+    def report(self, stats: PipelineStats) -> PipelineStats:
+        """`stats` with this consumer's figures added; `stats` itself if it has none."""
+        ...
 
 
 class Consumer:
@@ -151,6 +232,8 @@ class Consumers:
         self._halt = halt
         self._clock = clock
         self._attached: list[Consumer] = []
+        # The callbacks among them: the ones with threads of their own.
+        self._callbacks: list[CallbackConsumer] = []
         # A callback thread finished (drain waits for this).
         self._changed = threading.Condition()
 
@@ -179,7 +262,7 @@ class Consumers:
         checked: OnError = "stop" if on_error == "stop" else "detach"
         stall_timeout = check_stall_timeout(stall_timeout)
         name = getattr(callback, "__qualname__", type(callback).__name__)
-        stages = {c.stage for c in self._attached if isinstance(c, CallbackConsumer)}
+        stages = {c.stage for c in self._callbacks}
         stage, n = f"consumer {name}", 1
         while stage in stages:  # two lambdas: their threads must be told apart
             n += 1
@@ -187,11 +270,12 @@ class Consumers:
         reader = self._reader(f"on_poses callback {name}", lossless, stall_timeout)
         consumer = CallbackConsumer(name, stage, reader, callback, on_skip, checked)
         self._attached.append(consumer)
+        self._callbacks.append(consumer)
         return stage, functools.partial(self._call_back, consumer)
 
     def stages(self) -> tuple[str, ...]:
         """The stages of the callbacks' threads."""
-        return tuple(c.stage for c in list(self._attached) if isinstance(c, CallbackConsumer))
+        return tuple(c.stage for c in list(self._callbacks))
 
     def release_thread(self, thread: int) -> None:
         """Consumers of `thread` stop holding the writer: that thread is not consuming."""
@@ -227,10 +311,8 @@ class Consumers:
             while True:
                 busy = [
                     c
-                    for c in self._attached
-                    if isinstance(c, CallbackConsumer)
-                    and c.stage in running
-                    and not (c.finished or c.abandoned)
+                    for c in self._callbacks
+                    if c.stage in running and not (c.finished or c.abandoned)
                 ]
                 now = self._clock()
                 waited_for = [c for c in busy if c.thread != me and not c.stalled_at(now)]

@@ -3,9 +3,11 @@
 Data flow, with a channel (or the ring) on every edge::
 
     source ──frames──▶ batcher ──batches──▶ infer ──results──▶ emit ──▶ ring ──▶ consumers
-    (capture thread)   (stacks B frames)    (runner.run)       │        (on_poses callbacks,
+    (capture thread)   (stacks B frames)    (runner.run)       │        (attached: preview,
+                                                                │         publish, yours;
+                                                                │         on_poses callbacks,
                                                                 │         iteration, polling)
-                                                                └──────▶ outputs (writers.py:
+                                                                └──────▶ outputs (outputs/:
                                                                          .slp, recording)
 
 Two policies (see `batching`) decide what happens when a later stage is slower
@@ -40,11 +42,11 @@ Every timing decision is made on one injectable `Clock` (see `clock`).
 from __future__ import annotations
 
 import math
-import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator
+
+import attrs
 
 from sleap_live.engines.runners.base import Runner
 from sleap_live.engines.settings import InferenceSettings
@@ -61,14 +63,25 @@ from sleap_live.stream.batching import (
 )
 from sleap_live.stream.channel import Channel
 from sleap_live.stream.clock import MONOTONIC, Clock
-from sleap_live.stream.consumers import Consumers, OnError
+from sleap_live.stream.consumers import (
+    Consumers,
+    LatestFrame,
+    OnError,
+    PipelineRun,
+    RingConsumer,
+)
 from sleap_live.stream.engine_step import EngineResult, EngineStep
 from sleap_live.stream.errors import ChannelClosed, PipelineError
 from sleap_live.stream.memory import check_batch_memory
-from sleap_live.stream.preview import LatestFrame, PreviewServer
+from sleap_live.stream.outputs.provenance import with_models
+from sleap_live.stream.outputs.writers import (
+    OpenWriters,
+    OutputOptions,
+    SourceWriters,
+    open_outputs,
+    open_source_outputs,
+)
 from sleap_live.stream.priority import RECORDED_BACKGROUND_NICE, apply_stage_priority
-from sleap_live.stream.provenance import with_models
-from sleap_live.stream.publish import PosePublishing, Publisher, as_publisher
 from sleap_live.stream.ring import DEFAULT_STALL_TIMEOUT, RingBuffer
 from sleap_live.stream.runner import ModelOrRunner, as_runner
 from sleap_live.stream.slots import SourceSlots
@@ -78,15 +91,6 @@ from sleap_live.stream.sources.group import SourceGroup
 from sleap_live.stream.stages import StageThreads
 from sleap_live.stream.stats import PipelineStats, StageMeters
 from sleap_live.stream.types import Frame, PoseRecord
-from sleap_live.stream.writers import (
-    DEFAULT_RECORD_CODEC,
-    DEFAULT_SAVE_INTERVAL,
-    OpenWriters,
-    OutputOptions,
-    SourceWriters,
-    open_outputs,
-    open_source_outputs,
-)
 
 __all__ = ["DEFAULT_BATCH_SIZE", "POLICIES", "RECORDED_BACKGROUND_NICE", "Pipeline", "Policy"]
 
@@ -122,28 +126,32 @@ class Pipeline:
     ``read_timeout`` (see `open_source`) ends the stream early with a
     `SourceStalledError`, after every frame it delivered is processed. Errors
     from any stage are raised by `join`/`stop`/`run`/`__exit__` in the caller's
-    thread. A pipeline runs once.
+    thread. A pipeline runs once. Consumers of the poses attach before `start`
+    (`attach`: the browser preview, the pose publisher, your own), or read the ring
+    (`on_poses` callbacks, iteration, `ring.reader()`).
 
     Args:
         source: an open frame source (see `sleap_live.stream.open_source`): an
             iterable of `Frame` with `source_id`, `fps`, `frame_shape`, `n_frames`
             and `is_live`; or a `SourceGroup` of several, run side by side. The
             pipeline closes it when capture ends.
-        model_or_runner: a `Runner`, or one or more model paths to load with
-            `sleap_live.engines.runners.load.load_runner`. A runner passed in stays the
-            caller's to close; one loaded here is closed when the pipeline stops.
+        model_or_runner: a `Runner`, or one or more model paths, loaded as
+            `sleap-live run` loads them (`runner.load_for_source`: an export made on
+            demand is verified on the first frames of the source's video). A runner
+            passed in stays the caller's to close; one loaded here is closed when
+            the pipeline stops.
         batch_size: frames per engine call; default 1 for ``"live"``, 8 for
             ``"recorded"``; with a `SourceGroup`, one frame per source (the only
             size it takes).
         policy: ``"live"`` or ``"recorded"``; default from `source.is_live`.
         ring_capacity: pose records kept in `ring` for consumers and polling.
-        output: pose file to write every pose record to: .slp, .h5 (SLEAP
-            analysis HDF5), .nwb (ndx-pose) or .csv (see `exports`), journaled
-            every `save_interval` seconds and written on stop (see `SlpWriter`).
-        record: video file to record the processed frames to (see
-            `VideoRecorder`, `OutputOptions` for which video `output` links to).
-        record_overlay: video file to record the processed frames to with their
-            poses drawn (see `OverlayRecorder`).
+        outputs: what the run writes besides the ring (`OutputOptions`): the pose
+            file every pose record goes to (.slp, .h5, .nwb or .csv, journaled
+            every ``save_interval`` seconds and written on stop, see `SlpWriter`),
+            the recording of the processed frames and its codec, the overlay
+            recording, and provenance entries (the model paths are there already
+            when `model_or_runner` is paths; add ``{"models":
+            provenance.model_records(paths)}`` with a runner). None: nothing.
         engine: runtime used when loading models from paths ("auto", "torch", "onnx").
         device: device used when loading models from paths ("auto", "cpu", "cuda", ...).
         settings: the inference settings models loaded from paths run with (see
@@ -153,14 +161,6 @@ class Pipeline:
         warmup: run the engine once on a blank batch before capture starts, so
             one-time initialisation neither delays nor drops the first frames nor
             shows up in the latency statistics.
-        save_interval: most seconds a finished frame waits before it is saved to
-            `output`'s journal: what a crash can cost (see `SlpWriter`).
-        record_codec: codec of `record`: "h264" (default), "h265", or "ffv1"
-            (lossless, .mkv or .avi).
-        record_quality: CRF of a lossy `record_codec`; None: the codec's default.
-        provenance: entries added to the outputs' provenance (the model paths
-            are there already when `model_or_runner` is paths; pass
-            ``{"models": provenance.model_records(paths)}`` with a runner).
         clock: the time every timing decision is made on: ready times, engine
             times, the live batcher's deadline, `stats` and the save schedule.
             Give the source the same clock, since latency is ready time minus the
@@ -172,23 +172,13 @@ class Pipeline:
             short this way goes on while the process lives; if it exits first,
             the .slp's journal holds every frame saved so far (`sleap-live
             recover`). None waits as long as needed.
-        publish: a ZeroMQ endpoint (``"tcp://127.0.0.1:5555"``) to bind before any
-            work and publish every pose record on, or a `Publisher` (which stays the
-            caller's to close); see `sleap_live.stream.publish`. A lagging consumer:
-            it never holds up the pipeline, and `stats.publish` says what it sent.
-        preview: a `PreviewServer` (see `sleap_live.stream.preview`) to serve the
-            live preview on while the pipeline runs: frames with their poses and
-            the stats, at the server's frame rate, skipping frames for the viewer
-            only. It stops with the pipeline.
 
     Raises:
         ValueError: an unknown policy, a batch size below 1 (or, with a
             `SourceGroup`, other than its number of sources), or one whose frames in
-            flight would not fit in memory (`check_batch_memory`); an unknown
-            output suffix or recording codec (before any model is loaded); a stop
-            timeout that is not a positive number of seconds; a malformed `publish`
-            endpoint; `settings` with a runner.
-        PublishError: `publish` cannot be bound, or pyzmq or msgpack is missing.
+            flight would not fit in memory (`check_batch_memory`); a stop
+            timeout that is not a positive number of seconds; `settings` with a
+            runner.
 
     Example:
         A closed loop on a camera is in ``scripts/closed_loop_example.py``.
@@ -206,21 +196,13 @@ class Pipeline:
         batch_size: int | None = None,
         policy: Policy | None = None,
         ring_capacity: int = DEFAULT_RING_CAPACITY,
-        output: str | os.PathLike[str] | None = None,
-        record: str | os.PathLike[str] | None = None,
-        record_overlay: str | os.PathLike[str] | None = None,
+        outputs: OutputOptions | None = None,
         engine: str = "auto",
         device: str = "auto",
         settings: InferenceSettings | None = None,
         warmup: bool = True,
-        save_interval: float | None = DEFAULT_SAVE_INTERVAL,
-        record_codec: str = DEFAULT_RECORD_CODEC,
-        record_quality: int | None = None,
-        provenance: Mapping[str, Any] | None = None,
         clock: Clock = MONOTONIC,
         stop_timeout: float | None = DEFAULT_STOP_TIMEOUT,
-        publish: str | Publisher | None = None,
-        preview: PreviewServer | None = None,
     ) -> None:
         self._sources: tuple[Source, ...] = (
             source.sources if isinstance(source, SourceGroup) else (source,)
@@ -239,14 +221,12 @@ class Pipeline:
                 "settings apply to a model the pipeline loads; a runner runs with its own "
                 "(load it with load_runner(..., settings=...))"
             )
-        self._output_options = OutputOptions(
-            output,
-            record,
-            save_interval,
-            record_codec,
-            record_quality,
-            with_models(model_or_runner, provenance) if output is not None else {},
-            record_overlay,
+        outputs = outputs if outputs is not None else OutputOptions()
+        self._output_options = attrs.evolve(
+            outputs,
+            provenance=with_models(model_or_runner, outputs.provenance)
+            if outputs.output is not None
+            else {},
         )
         check_batch_memory(policy, batch_size, source.frame_shape)
         if stop_timeout is not None and (math.isnan(stop_timeout) or stop_timeout <= 0):
@@ -257,18 +237,13 @@ class Pipeline:
         self._source = source
         self.policy: Policy = policy
         self.batch_size = batch_size
-        self._publisher, self._owns_publisher = as_publisher(publish)
-        self._publishing: PosePublishing | None = None
-        try:
-            self.runner, self._owns_runner = as_runner(
-                model_or_runner,
-                engine=engine,
-                device=device,
-                **({} if settings is None else {"settings": settings}),
-            )
-        except BaseException:
-            self._close_publisher()
-            raise
+        self.runner, self._owns_runner = as_runner(
+            model_or_runner,
+            source,
+            engine=engine,
+            device=device,
+            **({} if settings is None else {"settings": settings}),
+        )
         info = self.runner.info
         instances = UNCAPPED_RING_INSTANCES if info.max_instances is None else info.max_instances
         self.ring = RingBuffer(ring_capacity, instances, info.skeleton.n_nodes, clock=clock)
@@ -279,10 +254,9 @@ class Pipeline:
             halt=self._request_halt,
             clock=clock,
         )
-        self._records_frames = record is not None or record_overlay is not None
-        self._preview = preview
-        # The newest frame for the preview, filled by the emit stage.
-        self._preview_frame = None if preview is None else LatestFrame()
+        self._attached: list[RingConsumer] = []
+        # The newest frame, filled by the emit stage for attached consumers that take it.
+        self._latest_frame = LatestFrame()
         self._outputs: OpenWriters | SourceWriters = OpenWriters({})
         self._warmup = warmup
         self._clock = clock
@@ -334,6 +308,10 @@ class Pipeline:
                 return self
             if self._halt.is_set():
                 raise PipelineError("the pipeline was stopped before it started; make a new one")
+            # Attached consumers set up first (their ring readers begin at the first
+            # record); one that fails to leaves nothing open.
+            run = PipelineRun(self.ring, self.runner.info, self._latest_frame, lambda: self.stats)
+            consumers = [(consumer.name, consumer.start(run)) for consumer in self._attached]
             settings = {"policy": self.policy, "batch_size": self.batch_size}
             if isinstance(self._source, SourceGroup):
                 self._outputs = open_source_outputs(
@@ -353,18 +331,8 @@ class Pipeline:
                 )
             self._started = True
             self._meters.start()
-            if self._publisher is not None:
-                self._publishing = PosePublishing(self._publisher, self.ring, self.runner.info)
-                self._stages.spawn("publish", self._publishing.run)
-            if self._preview is not None and self._preview_frame is not None:
-                self._stages.spawn(
-                    "preview",
-                    self._preview.serve,
-                    self.ring,
-                    self._preview_frame,
-                    lambda: self.stats,
-                    self.runner.info,
-                )
+            for name, body in consumers:
+                self._stages.spawn(name, body)
             for name, loop in self._outputs.loops.items():
                 self._stages.spawn(f"{name} writer", loop)
             self._stages.spawn("emit", self._emit)
@@ -497,6 +465,27 @@ class Pipeline:
             else:
                 self._pending_callbacks.append((stage, body))
 
+    def attach(self, consumer: RingConsumer) -> None:
+        """Run `consumer` in a stage thread of its own from `start` to the end of the run.
+
+        How the preview (`PreviewServer`) and the pose publisher (`Publisher`) join a
+        run, and how a consumer of your own does: it gets the ring, the model, the
+        newest frame and the stats (`PipelineRun`) when the pipeline starts, makes
+        its own ring reader (lagging ones never hold up the pipeline) and reads
+        until the ring is closed; its `report` adds its figures to `stats`. An
+        exception from its thread stops the pipeline and is raised when it is left.
+
+        Raises:
+            PipelineError: the pipeline has started (the consumer would miss records).
+            ValueError: another attached consumer has its name.
+        """
+        with self._lock:
+            if self._started:
+                raise PipelineError(f"attach {consumer.name!r} before the pipeline starts")
+            if any(attached.name == consumer.name for attached in self._attached):
+                raise ValueError(f"a consumer named {consumer.name!r} is attached already")
+            self._attached.append(consumer)
+
     def records(self) -> Iterator[PoseRecord]:
         """Yield every pose record in order, in the caller's thread.
 
@@ -536,7 +525,7 @@ class Pipeline:
         depths = {"frames": self._frames.stats().depth, "batches": self._batches.stats().depth}
         depths["results"] = self._results.stats().depth
         depths.update(self._outputs.depths())
-        return self._meters.snapshot(
+        stats = self._meters.snapshot(
             policy=self.policy,
             batch_size=self.batch_size,
             running=bool(self._stages.running),
@@ -544,8 +533,10 @@ class Pipeline:
             frames_dropped=self._dropped_before_batching(),
             queue_depths=depths,
             consumers=self._consumers.stats(),
-            publish=None if self._publishing is None else self._publishing.stats(),
         )
+        for consumer in self._attached if self._started else ():
+            stats = consumer.report(stats)
+        return stats
 
     @property
     def timeline(self) -> list[StageTimes]:
@@ -560,7 +551,7 @@ class Pipeline:
         else:
             dropped = {self._sources[0].source_id: self._frames.stats().dropped}
         for member in self._sources:
-            dropped[member.source_id] += getattr(member, "skipped", 0)
+            dropped[member.source_id] += member.skipped
         return dropped
 
     # --------------------------------------------------------------------- stages
@@ -634,6 +625,10 @@ class Pipeline:
             self._close_runner()
 
     def _emit(self) -> None:
+        # Frames are copied to the host only for outputs that take them, and handed
+        # to attached consumers only when one takes them.
+        frames_on_host = self._outputs.takes_frames
+        latest_frame = self._latest_frame if any(c.takes_frames for c in self._attached) else None
         try:
             for result in self._results:
                 started = self._clock()
@@ -649,10 +644,10 @@ class Pipeline:
                     )
                     sequence = self.ring.write(record)  # waits for lossless consumers
                     self._meters.record_emitted(record)
-                    image = result.batch.image(position, on_host=self._records_frames)
+                    image = result.batch.image(position, on_host=frames_on_host)
                     self._outputs.write(record, image)
-                    if self._preview_frame is not None:
-                        self._preview_frame.put(sequence, image)
+                    if latest_frame is not None:
+                        latest_frame.put(sequence, image)
                 result.batch.times.postprocess = (started, self._clock())
                 self._meters.batch_emitted(result.batch.times)
         except BaseException:
@@ -718,7 +713,6 @@ class Pipeline:
             if self._finished or not (self._started or self._halt.is_set()):
                 return
             self._finished = True
-        self._close_publisher()
         if not self._started:
             self._close_runner()  # no infer stage ran to close it
 
@@ -726,10 +720,6 @@ class Pipeline:
         if self._owns_runner:
             self._owns_runner = False
             self.runner.close()
-
-    def _close_publisher(self) -> None:
-        if self._owns_publisher and self._publisher is not None:
-            self._publisher.close()
 
 
 def _frames_of(batches: Channel[Batch]) -> list[Frame]:

@@ -49,6 +49,7 @@ import attrs
 import numpy as np
 
 from sleap_live.engines.types import ModelInfo
+from sleap_live.stream.consumers import LatestFrame, PipelineRun
 from sleap_live.stream.errors import PreviewError
 from sleap_live.stream.ring import RingBuffer
 from sleap_live.stream.stats import PipelineStats
@@ -89,29 +90,6 @@ STATS_FIELDS = (
     "instances_last_frame",
     "queue_depths",
 )
-
-
-class LatestFrame:
-    """The newest frame's image and the ring sequence number of its poses.
-
-    The emit stage `put`s every frame; the preview `get`s the newest when it is ready
-    for one. The image is the batch's own (host array or device tensor), which no
-    stage writes to again, so a reference is enough.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._item: tuple[int, Any] | None = None
-
-    def put(self, sequence: int, image: Any) -> None:
-        """Replace the held frame (never waits for the reader)."""
-        with self._lock:
-            self._item = (sequence, image)
-
-    def get(self) -> tuple[int, Any] | None:
-        """The newest (sequence, image), or None before the first frame."""
-        with self._lock:
-            return self._item
 
 
 @attrs.frozen(eq=False)
@@ -260,9 +238,9 @@ def _point(x: float, y: float) -> list[float] | None:
 class PreviewServer:
     """The preview's address, bound now, served while one pipeline runs.
 
-    Pass it as `Pipeline(preview=...)`; the pipeline serves it in a stage thread
-    from `start` until the run ends, and the address is then released. Close it
-    yourself (or use ``with``) if the pipeline never starts.
+    Attach it to a pipeline (`Pipeline.attach`, a `RingConsumer`): the pipeline
+    serves it in a stage thread from `start` until the run ends, and the address is
+    then released. Close it yourself (or use ``with``) if the pipeline never starts.
 
     Args:
         host: the address to listen on; only this machine can connect to the
@@ -302,6 +280,18 @@ class PreviewServer:
         self._pages = 0
         self._skeleton: dict[str, Any] = {}
         self._snapshots: Snapshots | None = None
+
+    # As a `RingConsumer`: its stage, and it shows frames.
+    name = "preview"
+    takes_frames = True
+
+    def start(self, run: PipelineRun) -> Callable[[], None]:
+        """The body of the pipeline's preview stage: `serve` for `run`."""
+        return functools.partial(self.serve, run.ring, run.frames, run.stats, run.info)
+
+    def report(self, stats: PipelineStats) -> PipelineStats:
+        """`stats` as they are: the preview adds no figures."""
+        return stats
 
     @property
     def url(self) -> str:

@@ -1,10 +1,11 @@
 """Poses to other programs: one ZeroMQ message per pose record, never holding up the pipeline.
 
-A `Publisher` binds a ZeroMQ publish socket (pyzmq). `PosePublishing` is the
-pipeline's consumer that feeds it: in a thread of its own it reads the ring
-through a lagging reader, so it never makes the emit stage wait, and sends each
-record as a two-part message: the topic ``poses/<source id>`` (subscribers filter
-on its prefix, ``poses`` for every source) and one msgpack map (`pose_message`).
+A `Publisher` binds a ZeroMQ publish socket (pyzmq) and is attached to a pipeline
+as a consumer (`Pipeline.attach`). `PosePublishing` is that consumer's run: in a
+thread of its own it reads the ring through a lagging reader, so it never makes
+the emit stage wait, and sends each record as a two-part message: the topic
+``poses/<source id>`` (subscribers filter on its prefix, ``poses`` for every
+source) and one msgpack map (`pose_message`).
 
 What is lost, and who can see it:
 
@@ -35,10 +36,13 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from sleap_live.engines.types import ModelInfo
+from sleap_live.stream.consumers import PipelineRun
 from sleap_live.stream.errors import PublishError
 from sleap_live.stream.ring import RingBuffer
-from sleap_live.stream.stats import PublishStats
+from sleap_live.stream.stats import PipelineStats, PublishStats
 from sleap_live.stream.types import PoseRecord
 
 if TYPE_CHECKING:
@@ -87,6 +91,10 @@ def check_endpoint(endpoint: str) -> str:
 class Publisher:
     """A bound ZeroMQ publish socket that sends pose messages without ever waiting.
 
+    Attach it to a pipeline (`Pipeline.attach`, a `RingConsumer`) to publish every
+    pose record of the run; `stats.publish` then says what it sent. It stays the
+    caller's to close.
+
     A ZeroMQ socket must not be used by two threads at once; a lock serialises the
     calls here, so closing it while the pipeline's publish thread sends is safe
     (that thread's next `send` then fails and stops the pipeline: close a
@@ -129,6 +137,22 @@ class Publisher:
         self._subscriptions = 0
         self._closed = False
         self._lock = threading.Lock()
+        self._publishing: PosePublishing | None = None
+
+    # As a `RingConsumer`: its stage, and it sends poses only.
+    name = "publish"
+    takes_frames = False
+
+    def start(self, run: PipelineRun) -> Callable[[], None]:
+        """Begin publishing `run`'s records (from its first); returns the stage's body."""
+        self._publishing = PosePublishing(self, run.ring, run.info)
+        return self._publishing.run
+
+    def report(self, stats: PipelineStats) -> PipelineStats:
+        """`stats` with what this publisher sent in the run it was last attached to."""
+        if self._publishing is None:
+            return stats
+        return attrs.evolve(stats, publish=self._publishing.stats())
 
     @property
     def subscribers(self) -> int:
@@ -286,11 +310,3 @@ _BIND_REASONS = {
 
 def _bind_failure(error: zmq.ZMQError) -> str:
     return _BIND_REASONS.get(error.errno or 0, f"cannot bind: {error.strerror}")
-
-
-def as_publisher(publish: str | Publisher | None) -> tuple[Publisher | None, bool]:
-    """The publisher for `Pipeline(publish=...)`, and whether the pipeline owns it:
-    one bound here from an endpoint is; one passed in stays the caller's to close."""
-    if publish is None or isinstance(publish, Publisher):
-        return publish, False
-    return Publisher(publish), True

@@ -25,12 +25,12 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable, Generator, Sequence
+from typing import Protocol, TypeVar
 
 from sleap_live.stream.clock import CLOCK_POLL, Clock
 from sleap_live.stream.errors import ChannelClosed, SourceStalledError
-from sleap_live.stream.sources import Source, default_read_timeout
+from sleap_live.stream.sources import Source
 from sleap_live.stream.types import Frame
 
 logger = logging.getLogger(__name__)
@@ -104,12 +104,6 @@ class FrameSink(Protocol):
     def put(self, frame: Frame) -> None: ...
 
 
-def read_timeout_of(source: Source) -> float:
-    """The source's ``read_timeout``, or `default_read_timeout` of its rate if it has none."""
-    timeout = getattr(source, "read_timeout", None)
-    return default_read_timeout(source.fps) if timeout is None else float(timeout)
-
-
 class SourceReader:
     """Iterates a source onto a channel in a named daemon thread; `watch` waits on it.
 
@@ -123,7 +117,7 @@ class SourceReader:
         on_end: called in the reader thread once it reads no more, whatever the reason.
 
     Attributes:
-        read_timeout: seconds one read may last (see `read_timeout_of`).
+        read_timeout: seconds one read may last (the source's `read_timeout`).
         frames_read: frames the source has delivered so far.
         thread: the reader thread.
     """
@@ -143,7 +137,7 @@ class SourceReader:
         self._clock = clock
         self._on_frame = on_frame
         self._on_end = on_end
-        self.read_timeout = read_timeout_of(source)
+        self.read_timeout = float(source.read_timeout)
         self.frames_read = 0
         self._error: BaseException | None = None
         # When the read in progress began, on the clock; None between reads.
@@ -232,10 +226,9 @@ class SourceReader:
             )
 
     def _read(self) -> None:
-        frames: Iterator[Frame] = iter(())
+        frames = _frames_of(self._source)
         try:
             self._reading_since = self._clock()
-            frames = iter(self._source)
             while (frame := next(frames, None)) is not None:
                 self._reading_since = None
                 if self._closed:
@@ -275,11 +268,14 @@ def watch_all(readers: Sequence[SourceReader]) -> None:
             running[0].wait_done(CLOCK_POLL)
 
 
-def _close_iterator(iterator: Iterator[Any]) -> None:
-    close = getattr(iterator, "close", None)
-    if close is None:
-        return
+def _frames_of(source: Source) -> Generator[Frame, None, None]:
+    """The source's frames through a generator of the reader's own, which the reader
+    can always close: closing it closes the source's iterator (``yield from``)."""
+    yield from source
+
+
+def _close_iterator(iterator: Generator[Frame, None, None]) -> None:
     try:
-        close()
+        iterator.close()
     except ValueError:
         pass  # "generator already executing": `source.close()` is closing it right now

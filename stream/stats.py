@@ -129,7 +129,7 @@ class ConsumerStats:
 
 @attrs.frozen
 class PublishStats:
-    """What the pose publisher (`Pipeline(publish=...)`, `--publish`) sent.
+    """What the pose publisher (`pipeline.attach(publisher)`, `--publish`) sent.
 
     Attributes:
         endpoint: the ZeroMQ endpoint bound.

@@ -39,12 +39,12 @@ import sys
 import numpy as np
 
 from sleap_live.engines.runners.load import load_runner
-from sleap_live.stream import Pipeline, open_source
+from sleap_live.stream import OutputOptions, Pipeline, open_source
 
 video, model, slp, npz = sys.argv[1:]
 runner = load_runner(model)
 try:
-    records = list(Pipeline(open_source(video), runner, output=slp))
+    records = list(Pipeline(open_source(video), runner, outputs=OutputOptions(slp)))
 finally:
     runner.close()
 assert "torch" not in sys.modules

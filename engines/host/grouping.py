@@ -31,7 +31,7 @@ peak values. Classes without peaks are not reported.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -97,6 +97,10 @@ def edge_assembly_order(edges: Sequence[tuple[int, int]]) -> tuple[int, ...]:
     return tuple(order)
 
 
+def _edge_pairs(edges: Iterable[Sequence[int]]) -> tuple[tuple[int, int], ...]:
+    return tuple((int(source), int(destination)) for source, destination in edges)
+
+
 @attrs.frozen
 class PafGrouper:
     """Groups one frame's peaks into instances with PAF line scores, as sleap-nn does.
@@ -113,9 +117,7 @@ class PafGrouper:
     """
 
     n_nodes: int
-    edges: tuple[tuple[int, int], ...] = attrs.field(
-        converter=lambda edges: tuple((int(s), int(d)) for s, d in edges)
-    )
+    edges: tuple[tuple[int, int], ...] = attrs.field(converter=_edge_pairs)
     min_line_scores: float = 0.25
     min_instance_peaks: int | float = 0
     max_instances: int | None = None

@@ -18,15 +18,16 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import attrs
-import numpy as np
 from rich.console import Console
 
 from sleap_live.engines.notify import Notify
+from sleap_live.engines.runners.base import Runner
 from sleap_live.engines.runners.devices import DEVICE_FORMS, is_device
 from sleap_live.engines.runners.load import ENGINES
 from sleap_live.engines.settings import DEFAULT_SETTINGS, InferenceSettings
-from sleap_live.stream.errors import SourceError
-from sleap_live.stream.sources import DECODERS, FileSource, is_url
+from sleap_live.stream.runner import VERIFY_FRAMES, first_frames, load_for_source
+from sleap_live.stream.sources import DECODERS, Source, is_url
+from sleap_live.stream.sources.group import SourceGroup
 
 PROG = "sleap-live"
 # `--precision` of --engine openvino (`sleap_live.engines.runners.openvino.PRECISIONS`,
@@ -37,9 +38,6 @@ IN_MEMORY_EXPORT = (
     "A model directory that runs with ONNX Runtime is exported in memory first and "
     "checked against torch on frames that show animals."
 )
-# Frames of a video an export is verified on: the exporter checks two at their own
-# size and three on a larger, odd-sized canvas.
-VERIFY_FRAMES = 5
 # Upper bounds of the numeric options: far beyond any real use, and below what
 # breaks (a timer past `threading.TIMEOUT_MAX`, a batch no memory holds).
 MAX_BATCH_SIZE = 1024
@@ -293,10 +291,9 @@ def add_decoder_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def path_line(source: Any, runner: Any) -> str:
+def path_line(source: Source, runner: Any) -> str:
     """The processing path, in one line: ``path: pyav decode -> OnnxRunner on cpu``."""
-    decoder = getattr(source, "decoder", "pyav")
-    return f"path: {decoder} decode -> {type(runner).__name__} on {runner.device}"
+    return f"path: {source.decoder} decode -> {type(runner).__name__} on {runner.device}"
 
 
 def add_verify_options(
@@ -392,11 +389,10 @@ def loading_status(console: Console, *, quiet: bool = False) -> Iterator[Notify]
 def load_model(
     args: argparse.Namespace,
     console: Console,
-    video: Path | None,
+    verify_on: Source | SourceGroup | Path | None,
     *,
     quiet: bool = False,
-    bit_depth: int | None = None,
-) -> Any:
+) -> Runner:
     """The runner for `-m`, loaded with the shared model, engine, cache and verification
     options, its slow steps shown as one status line (`loading_status`).
 
@@ -404,36 +400,42 @@ def load_model(
         args: parsed options of a parser with `add_model_options`, `add_cache_options`,
             `add_verify_options` and `add_inference_options`.
         console: where the status line goes.
-        video: the video the command runs on (its first frames verify an export).
+        verify_on: what an export is verified on without --verify-video: the source
+            the command runs on, loaded as `Pipeline` loads (`load_for_source`), or a
+            video file's first frames; None: the training labels' frames.
         quiet: show no status line.
-        bit_depth: the bits per sample of `video`'s data (None: its pixel format's).
-    """
-    # Imported here: the engines are loaded only by commands that run a model.
-    from sleap_live.engines.runners.load import load_runner
 
-    verify = verify_options(args, video, bit_depth)
+    Raises:
+        SourceNotFoundError, SourceError: a video to verify on is missing,
+            unreadable or empty.
+    """
+    verify = verify_options(args)
+    if isinstance(verify_on, Path) and verify.get("verify") and "verify_frames" not in verify:
+        verify["verify_frames"] = first_frames(verify_on)
     with loading_status(console, quiet=quiet) as progress:
-        return load_runner(
-            args.models,
-            engine=args.engine,
-            device=args.device,
-            progress=progress,
-            settings=inference_settings(args),
+        options = {
+            "engine": args.engine,
+            "device": args.device,
+            "progress": progress,
+            "settings": inference_settings(args),
             **cache_options(args),
             **engine_options(args),
             **verify,
-        )
+        }
+        if isinstance(verify_on, Path) or verify_on is None:
+            # Looked up when called, so that tests can swap the loader for a fake.
+            from sleap_live.engines.runners.load import load_runner
+
+            return load_runner(args.models, **options)
+        return load_for_source(args.models, verify_on, **options)
 
 
-def verify_options(
-    args: argparse.Namespace, video: Path | None = None, bit_depth: int | None = None
-) -> dict[str, Any]:
-    """`verify` and `verify_frames` for `export_model` or `load_runner`.
+def verify_options(args: argparse.Namespace) -> dict[str, Any]:
+    """`verify`, and `verify_frames` from --verify-video, for `export_model` or
+    `load_runner`; without --verify-video the caller chooses the frames.
 
     Args:
         args: parsed options of a parser with `add_verify_options`.
-        video: the video the command runs on; its first frames are the default.
-        bit_depth: the bits per sample `video`'s data uses (None: its pixel format's).
 
     Raises:
         SourceNotFoundError, SourceError: the video is missing, unreadable or empty.
@@ -442,24 +444,7 @@ def verify_options(
         return {"verify": False}
     if args.verify_video is not None:
         return {"verify": True, "verify_frames": first_frames(args.verify_video)}
-    frames = None if video is None else first_frames(video, bit_depth=bit_depth)
-    return {"verify": True, "verify_frames": frames}
-
-
-def first_frames(
-    video: Path, count: int = VERIFY_FRAMES, *, bit_depth: int | None = None
-) -> np.ndarray:
-    """The first `count` frames of `video` (fewer if it is shorter), uint8 (N, H, W, C),
-    `bit_depth` bits per sample scaled to 8 (None: the pixel format's depth).
-
-    Raises:
-        SourceNotFoundError, SourceError: the video is missing, unreadable or empty.
-    """
-    with FileSource(video, stop=count, bit_depth=bit_depth) as source:
-        images = [frame.image for frame in source]
-    if not images:
-        raise SourceError(f"{video}: no frames to verify a model export on")
-    return np.stack(images)
+    return {"verify": True}
 
 
 def check_models(args: argparse.Namespace) -> None:

@@ -39,7 +39,7 @@ def add_parser(commands: Any) -> None:
 
 def handle(args: argparse.Namespace, console: Console) -> int:
     """Runs `recover`; returns the exit status (errors propagate to `main`)."""
-    from sleap_live.stream.slp_writer import recover_slp
+    from sleap_live.stream.outputs.slp import recover_slp
 
     contents = recover_slp(args.file)
     slp = args.file

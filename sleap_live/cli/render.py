@@ -1,6 +1,6 @@
 """`sleap-live render POSES.slp -o overlay.mp4`: the poses of a .slp drawn on its video.
 
-The drawing and encoding are `sleap_live.stream.render.render_slp`; this module
+The drawing and encoding are `sleap_live.stream.outputs.render.render_slp`; this module
 parses the style and the frame range and shows a progress bar while it works.
 """
 
@@ -14,9 +14,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from sleap_live.cli.options import PROG, UsageError, count, positive_float
-from sleap_live.stream.overlay import COLOR_SCHEMES, MARKER_SHAPES, PALETTES, OverlayStyle
-from sleap_live.stream.overlay_writer import CODECS, DEFAULT_CODEC
-from sleap_live.stream.render import render_slp
+from sleap_live.stream.outputs.overlay import COLOR_SCHEMES, MARKER_SHAPES, PALETTES, OverlayStyle
+from sleap_live.stream.outputs.overlay_writer import CODECS, DEFAULT_CODEC
+from sleap_live.stream.outputs.render import render_slp
 
 SUMMARY = "draw the poses of a .slp on its video and write the result as a new video"
 

@@ -42,12 +42,18 @@ from sleap_live.cli.options import (
 from sleap_live.stream.batching import choose_policy
 from sleap_live.stream.dashboard import Dashboard, ProgressView, live_display
 from sleap_live.stream.errors import PreviewError, PublishError
-from sleap_live.stream.exports import check_suffix
 from sleap_live.stream.memory import check_batch_memory
-from sleap_live.stream.outputs_guard import check_outputs
+from sleap_live.stream.outputs.exports import check_suffix
+from sleap_live.stream.outputs.guard import check_outputs
+from sleap_live.stream.outputs.provenance import model_records
+from sleap_live.stream.outputs.writers import (
+    DEFAULT_RECORD_CODEC,
+    DEFAULT_SAVE_INTERVAL,
+    RECORD_CODECS,
+    OutputOptions,
+)
 from sleap_live.stream.pipeline import Pipeline
 from sleap_live.stream.preview import DEFAULT_HOST, DEFAULT_MAX_FPS, DEFAULT_PORT, PreviewServer
-from sleap_live.stream.provenance import model_records
 from sleap_live.stream.publish import Publisher, check_endpoint
 from sleap_live.stream.source_reader import open_within
 from sleap_live.stream.sources import (
@@ -57,12 +63,6 @@ from sleap_live.stream.sources import (
     open_source,
 )
 from sleap_live.stream.sources.group import SourceGroup
-from sleap_live.stream.writers import (
-    DEFAULT_RECORD_CODEC,
-    DEFAULT_SAVE_INTERVAL,
-    RECORD_CODECS,
-    OutputOptions,
-)
 
 RUN_SUMMARY = "run a model on a video file, or on a camera with --camera"
 REPLAY_SUMMARY = "replay a video file at its frame rate, as if it were a camera"
@@ -292,35 +292,37 @@ def _run(
         source = open_within(lambda: _open(args), timeout, str(args.video))
     with source:
         _check_batch_size(args, source)
-        # The source's bit depth, resolved: a warning about it was the source's to give.
-        first = source.sources[0] if isinstance(source, SourceGroup) else source
-        bit_depth = getattr(first, "bit_depth", None)
-        runner = load_model(args, console, video, quiet=args.quiet, bit_depth=bit_depth)
+        # Loaded as `Pipeline` loads model paths: verified on the source's video.
+        runner = load_model(args, console, source, quiet=args.quiet)
         try:
             pipeline = Pipeline(
                 source,
                 runner,
                 batch_size=args.batch_size,
-                output=output,
-                record=args.record,
-                record_overlay=args.record_overlay,
-                save_interval=args.save_interval,
-                publish=publisher,
-                preview=preview,
-                record_codec=args.record_codec,
-                record_quality=args.record_quality,
-                provenance={
-                    "models": model_records(args.models),
-                    "command": args.command,
-                    "options": {
-                        name: str(value) if isinstance(value, Path) else value
-                        for name, value in vars(args).items()
-                        if name not in ("handler", "command")
+                outputs=OutputOptions(
+                    output=output,
+                    record=args.record,
+                    save_interval=args.save_interval,
+                    record_codec=args.record_codec,
+                    record_quality=args.record_quality,
+                    provenance={
+                        "models": model_records(args.models),
+                        "command": args.command,
+                        "options": {
+                            name: str(value) if isinstance(value, Path) else value
+                            for name, value in vars(args).items()
+                            if name not in ("handler", "command")
+                        },
                     },
-                },
+                    record_overlay=args.record_overlay,
+                ),
             )
+            for consumer in (publisher, preview):
+                if consumer is not None:
+                    pipeline.attach(consumer)
             if not args.quiet:
-                _print_path(source, runner, args.decoder, console)
+                first = source.sources[0] if isinstance(source, SourceGroup) else source
+                _print_path(first, runner, args.decoder, console)
                 if publisher is not None:
                     console.print(f"publishing poses on {publisher.endpoint}", highlight=False)
             try:
@@ -392,12 +394,11 @@ def _bind_preview(
     return server
 
 
-def _print_path(source: Source | SourceGroup, runner: Any, decoder: str, console: Console) -> None:
+def _print_path(source: Source, runner: Any, decoder: str, console: Console) -> None:
     """The path line, after the fallback notice under --decoder auto (with --decoder
     nvdec the notice is a logged warning, shown already)."""
-    notice = getattr(source, "decoder_notice", None)
-    if notice is not None and decoder == "auto":
-        console.print(notice, highlight=False, soft_wrap=True)
+    if source.decoder_notice is not None and decoder == "auto":
+        console.print(source.decoder_notice, highlight=False, soft_wrap=True)
     console.print(path_line(source, runner), highlight=False, soft_wrap=True)
 
 

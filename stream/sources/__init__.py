@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
 from types import MappingProxyType, TracebackType
 from typing import Any, Protocol, cast, runtime_checkable
 
@@ -101,12 +102,18 @@ class Source(Protocol):
         n_frames: frames expected, or None if unknown or unbounded (cameras).
         is_live: True if frames arrive on their own clock (cameras, paced replay):
             a consumer that falls behind should drop frames rather than wait.
-
-    A source may also say how long a frame may take to arrive before it counts as
-    stalled, as ``read_timeout`` in seconds (every source `open_source` opens does);
-    a pipeline otherwise allows `default_read_timeout` of its ``fps``. A source that
-    skips frames (a replay falling behind its rate) counts them as ``skipped``, which
-    a pipeline adds to its dropped frames.
+        read_timeout: seconds a frame may take to arrive before a pipeline reading
+            the source reports it stalled (`default_read_timeout` of ``fps`` unless
+            given; ``math.inf``: never).
+        skipped: frames the source itself skipped (a replay falling behind its
+            rate), which a pipeline adds to its dropped frames; 0 for most sources.
+        bit_depth: bits per sample of the data, scaled to 8 (given, or the pixel
+            format's); None for frames handed over already 8-bit (iterators).
+        decoder: what decodes the frames: ``"pyav"`` (FFmpeg on the CPU),
+            ``"nvdec"`` (the GPU), or ``"none"`` for frames handed over decoded.
+        decoder_notice: why a GPU decoder asked for was not used, or None.
+        video_file: the video file the frames are decoded from (a file or a replay
+            of one); None for cameras, network streams and iterators.
     """
 
     source_id: str
@@ -114,6 +121,24 @@ class Source(Protocol):
     frame_shape: tuple[int, int, int]
     n_frames: int | None
     is_live: bool
+
+    @property
+    def read_timeout(self) -> float: ...
+
+    @property
+    def skipped(self) -> int: ...
+
+    @property
+    def bit_depth(self) -> int | None: ...
+
+    @property
+    def decoder(self) -> str: ...
+
+    @property
+    def decoder_notice(self) -> str | None: ...
+
+    @property
+    def video_file(self) -> Path | None: ...
 
     def __iter__(self) -> Iterator[Frame]: ...
 

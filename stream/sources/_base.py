@@ -7,6 +7,7 @@ import math
 import threading
 import weakref
 from collections.abc import Generator, Iterator
+from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
@@ -58,6 +59,12 @@ class SourceBase(abc.ABC):
         decoder: what decodes the frames: ``"pyav"`` (CPU), ``"nvdec"`` (GPU), or
             ``"none"`` for frames handed over already decoded (iterators).
         decoder_notice: why a GPU decoder asked for was not used, or None.
+        bit_depth: bits per sample of the data scaled to 8 (given, or the pixel
+            format's); None for frames handed over already 8-bit (iterators).
+        skipped: frames the source itself skipped (a replay falling behind its
+            rate); a pipeline adds them to its dropped frames.
+        video_file: the video file the frames are decoded from (a file or a
+            replay of one); None for cameras, network streams and iterators.
         read_timeout: most seconds a frame may take to arrive before a pipeline
             reading the source reports it stalled (see `default_read_timeout`).
     """
@@ -69,6 +76,9 @@ class SourceBase(abc.ABC):
     is_live: bool
     decoder: str = "pyav"
     decoder_notice: str | None = None
+    bit_depth: int | None = None
+    skipped: int = 0
+    video_file: Path | None = None
 
     def __init__(self, source_id: str, read_timeout: float | None = None) -> None:
         self.source_id = source_id

@@ -82,6 +82,7 @@ class FileSource(SourceBase):
         self.path = Path(path)
         self._clock = clock
         super().__init__(source_id if source_id is not None else os.fspath(path), read_timeout)
+        self.video_file = self.path
         self._start, self._stop_index = _frame_range(start, stop)
         if not self.path.exists():
             raise SourceNotFoundError(f"{self.path}: no such file")

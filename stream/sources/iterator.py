@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sized
+from collections.abc import Callable, Generator, Iterable, Iterator, Sized
 from typing import Any
 
 import numpy as np
@@ -69,7 +69,7 @@ class IteratorSource(SourceBase):
             raise ValueError(f"fps must be positive, got {fps}")
         super().__init__(source_id, read_timeout)
         if isinstance(frames, Iterable):
-            self._items: Iterator[Any] = iter(frames)
+            self._items: Generator[Any, None, None] = _each(frames)
             self.n_frames = len(frames) if isinstance(frames, Sized) else None
         elif callable(frames):
             self._items = _call_until_none(frames)
@@ -126,16 +126,20 @@ class IteratorSource(SourceBase):
         return Frame(index, captured, self.source_id, image)
 
     def _close_items(self) -> None:
-        close = getattr(self._items, "close", None)
-        if close is not None:
-            close()
+        self._items.close()  # closes the caller's iterator too, where it has `close`
 
     def _release(self) -> None:
         self._first = None
         self._close_items()
 
 
-def _call_until_none(supplier: Callable[[], Any]) -> Iterator[Any]:
+def _each(frames: Iterable[Any]) -> Generator[Any, None, None]:
+    """The caller's frames through a generator of our own, which can always be closed:
+    closing it closes the caller's iterator (``yield from``) where that has `close`."""
+    yield from frames
+
+
+def _call_until_none(supplier: Callable[[], Any]) -> Generator[Any, None, None]:
     # Not iter(supplier, None): comparing an array to the sentinel with == is ambiguous.
     while (item := supplier()) is not None:
         yield item

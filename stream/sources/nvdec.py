@@ -203,10 +203,12 @@ class NvdecSource(SourceBase):
         if buffers < 2:
             raise ValueError(f"buffers must be at least 2, got {buffers}")
         self.path = Path(path)
+        self.video_file = self.path
         self._clock = clock
         self._start, self._stop_index = start, stop
         self.info = info if info is not None else probe(path)
         self.fps = self.info.fps
+        self.bit_depth = 8  # NVDEC decodes 8-bit video only (`open_file` refuses more)
         gray = _av.is_gray(self.info.pixel_format) or self.info.gray_content
         self.frame_shape = (self.info.height, self.info.width, 1 if gray else 3)
         total = self.info.n_frames

@@ -105,7 +105,8 @@ class ReplaySource(SourceBase):
             raise SourceError(f"{self.path}: the video declares no frame rate; pass fps=")
         self.fps = self._rate = float(rate)
         self.frame_shape = self._file.frame_shape
-        self.bit_depth: int | None = getattr(self._file, "bit_depth", None)
+        self.bit_depth = self._file.bit_depth
+        self.video_file = self._file.video_file
         self.n_frames = self._file.n_frames
         self.drop_late = drop_late
         self.skipped = 0

@@ -15,6 +15,7 @@ TORCH_FREE_FOLDERS = {
     "sleap_live.engines.load": REPO / "engines" / "load",
     "sleap_live.engines.runners": REPO / "engines" / "runners",
     "sleap_live.stream": REPO / "stream",
+    "sleap_live.stream.outputs": REPO / "stream" / "outputs",
     "sleap_live.stream.sources": REPO / "stream" / "sources",
     "sleap_live.cli": REPO / "sleap_live" / "cli",
 }

@@ -22,6 +22,7 @@ import numpy as np
 from sleap_live.engines.errors import InputMismatchError
 from sleap_live.engines.types import FramePoses, ModelInfo, Skeleton
 from sleap_live.stream.errors import SourceError
+from sleap_live.stream.sources import default_read_timeout
 from sleap_live.stream.stats import PipelineStats
 from sleap_live.stream.types import Frame
 
@@ -262,6 +263,12 @@ class FakeSource:
         self.frame_shape = shape
         self.n_frames = n_frames
         self.is_live = is_live
+        self.read_timeout = default_read_timeout(fps)
+        self.skipped = 0
+        self.bit_depth = 8
+        self.decoder = "pyav"
+        self.decoder_notice: str | None = None
+        self.video_file = None
         self.paced = paced
         self.decode_delay = decode_delay
         self.fail_at = fail_at
@@ -317,6 +324,12 @@ class SteppedSource:
         self.frame_shape = shape
         self.n_frames = None
         self.is_live = True
+        self.read_timeout = default_read_timeout(fps)
+        self.skipped = 0
+        self.bit_depth = 8
+        self.decoder = "pyav"
+        self.decoder_notice: str | None = None
+        self.video_file = None
         self.pushed = 0
         self.pulled = 0
         self.closed = False

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import sleap_io as sio
 
+from sleap_live.stream import OutputOptions
 from sleap_live.stream.batching import GroupBatcher
 from sleap_live.stream.errors import ChannelClosed, ChannelEmpty, SourceError, SourceStalledError
 from sleap_live.stream.pipeline import Pipeline
@@ -152,7 +153,9 @@ def test_recorded_sources_each_get_every_frame_in_their_own_output(tmp_path, fak
     sources = [fakes.FakeSource(12, source_id=camera) for camera in CAMERAS]
     runner = fakes.FakeRunner()
     records = []
-    with Pipeline(SourceGroup(sources), runner, output=tmp_path / "session.slp") as pipeline:
+    with Pipeline(
+        SourceGroup(sources), runner, outputs=OutputOptions(output=tmp_path / "session.slp")
+    ) as pipeline:
         pipeline.on_poses(records.append)
         pipeline.join()
     stats = pipeline.stats
@@ -235,7 +238,11 @@ def test_a_camera_failing_mid_run_ends_the_run_naming_it_with_frames_saved(tmp_p
     bad = fakes.FakeSource(
         None, source_id="camera:1", is_live=True, paced=True, fps=200.0, fail_at=6
     )
-    pipeline = Pipeline(SourceGroup([good, bad]), fakes.FakeRunner(), output=tmp_path / "s.slp")
+    pipeline = Pipeline(
+        SourceGroup([good, bad]),
+        fakes.FakeRunner(),
+        outputs=OutputOptions(output=tmp_path / "s.slp"),
+    )
     with pytest.raises(SourceError, match=r"^camera:1: corrupt packet at frame 6$"):
         with pipeline:
             pipeline.join(fakes.HANG_TIMEOUT)
@@ -304,9 +311,9 @@ def test_each_camera_is_recorded_to_its_own_video(tmp_path, fakes):
     Pipeline(
         SourceGroup(sources),
         fakes.FakeRunner(),
-        output=tmp_path / "session.slp",
-        record=tmp_path / "session.mkv",
-        record_codec="ffv1",
+        outputs=OutputOptions(
+            output=tmp_path / "session.slp", record=tmp_path / "session.mkv", record_codec="ffv1"
+        ),
     ).run()
     for camera in CAMERAS:
         video = tmp_path / f"session.{source_tag(camera)}.mkv"
@@ -332,7 +339,9 @@ def test_published_messages_carry_each_cameras_id_in_topic_and_message(fakes):
         socket.subscribe(b"poses")
         assert publisher.wait_for_subscribers(1, timeout=fakes.HANG_TIMEOUT)
         sources = [fakes.FakeSource(5, source_id=camera) for camera in CAMERAS]
-        Pipeline(SourceGroup(sources), fakes.FakeRunner(), publish=publisher).run()
+        pipeline = Pipeline(SourceGroup(sources), fakes.FakeRunner())
+        pipeline.attach(publisher)
+        pipeline.run()
         publisher.close()  # lets the last messages leave
         received = []
         while socket.poll(1000):

@@ -31,6 +31,7 @@ from scipy.optimize import linear_sum_assignment
 from sleap_live import cli, engines
 from sleap_live.cli import export as cli_export
 from sleap_live.engines.runners import load as engines_api
+from sleap_live.stream import OutputOptions, Pipeline, open_source
 
 FAKES = Path(__file__).with_name("fakes.py")
 MODELS = Path(__file__).parents[1] / "data" / "models"
@@ -122,6 +123,30 @@ def test_runs_verify_an_in_memory_export_on_the_first_frames_of_their_video(
         expected = [fakes.frame_image(i, (24, 32, 1)) for i in range(5)]
         np.testing.assert_array_equal(frames, np.stack(expected), err_msg=str(clip))
     assert skipped["verify"] is False and "verify_frames" not in skipped
+
+
+@pytest.mark.parametrize("replay", [False, True])
+def test_pipeline_loads_model_paths_as_run_does(replay, video, tmp_path, fake_engine):
+    # `Pipeline(source, "model_dir")` and `sleap-live run` on the same arguments load
+    # through one function: the same models, engine, device and verify frames.
+    command = ["replay", str(video), "--fps", "1000"] if replay else ["run", str(video)]
+    assert cli.main([*command, "-m", "m", "-q", "-o", str(tmp_path / "cli.slp")]) == 0
+    options = {"fps": 1000.0} if replay else {}
+    with open_source(video, replay=replay, **options) as source:
+        Pipeline(source, "m", outputs=OutputOptions(output=tmp_path / "api.slp")).run()
+    (cli_models, *cli_runtime, _), (api_models, *api_runtime, _) = fake_engine
+    assert (cli_models, cli_runtime) == (api_models, api_runtime) == (["m"], ["auto", "auto"])
+    from_cli, from_pipeline = fake_engine.options
+    assert from_cli["verify"] is from_pipeline.get("verify", True) is True
+    assert from_cli["verify_frames"].shape == (5, 24, 32, 1)
+    np.testing.assert_array_equal(from_pipeline["verify_frames"], from_cli["verify_frames"])
+
+
+def test_a_pipeline_on_a_camera_or_iterator_verifies_on_the_training_labels(fake_engine, fakes):
+    frames = [fakes.frame_image(i, (24, 32, 1)) for i in range(3)]
+    Pipeline(open_source(frames), "m").run()
+    [options] = fake_engine.options
+    assert options.get("verify_frames") is None  # load_runner's default: the labels' frames
 
 
 @pytest.mark.parametrize("command", [["run"], [], ["replay", "--fps", "1000"]])

@@ -18,7 +18,7 @@ from rich.console import Console
 
 from sleap_live import cli
 from sleap_live.engines.runners import load as engines_api
-from sleap_live.stream import Pipeline, open_source
+from sleap_live.stream import OutputOptions, Pipeline, open_source
 from sleap_live.stream.dashboard import render_dashboard
 from sleap_live.stream.sources import ReplaySource
 
@@ -40,7 +40,7 @@ def test_a_replay_faster_than_the_machine_counts_every_frame_and_warns(tmp_path,
     out = tmp_path / "poses.slp"
     source = ReplaySource(DEMO, fps=1e9)
     with caplog.at_level(logging.WARNING, logger="sleap_live.stream.sources.replay"):
-        stats = Pipeline(source, fakes.FakeRunner(), output=out).run()
+        stats = Pipeline(source, fakes.FakeRunner(), outputs=OutputOptions(output=out)).run()
 
     saved = saved_frames(out)
     assert saved, "the first frame sets the schedule: it is never late"
@@ -62,7 +62,9 @@ def test_a_slow_engine_and_a_fast_replay_lose_no_frame_uncounted(tmp_path, fakes
     out = tmp_path / "poses.slp"
     # An engine slower than the replay: the live channel drops frames; the replay
     # may skip some too on a busy machine. Both are drops.
-    pipeline = Pipeline(ReplaySource(DEMO, fps=fps), fakes.FakeRunner(0.01), output=out)
+    pipeline = Pipeline(
+        ReplaySource(DEMO, fps=fps), fakes.FakeRunner(0.01), outputs=OutputOptions(output=out)
+    )
     stats = pipeline.run()
 
     assert stats.frames_processed == len(saved_frames(out))
@@ -72,7 +74,9 @@ def test_a_slow_engine_and_a_fast_replay_lose_no_frame_uncounted(tmp_path, fakes
 def test_frames_let_go_by_stop_are_counted(tmp_path, fakes):
     source = fakes.FakeSource(None, is_live=False)  # endless: stop() ends it
     out = tmp_path / "poses.slp"
-    pipeline = Pipeline(source, fakes.FakeRunner(0.005), output=out, batch_size=4)
+    pipeline = Pipeline(
+        source, fakes.FakeRunner(0.005), outputs=OutputOptions(output=out), batch_size=4
+    )
     with pipeline:
         reader = pipeline.ring.reader()
         assert reader.wait_next(10) is not None

@@ -17,13 +17,13 @@ from pynwb import NWBHDF5IO
 from sleap_live import cli
 from sleap_live.engines.runners.load import load_runner
 from sleap_live.engines.settings import InferenceSettings
-from sleap_live.stream import Pipeline
-from sleap_live.stream.exports import CSV_COLUMNS, SUFFIXES
-from sleap_live.stream.journal import journal_path
-from sleap_live.stream.slp_writer import SlpWriter, recover_slp
+from sleap_live.stream import OutputOptions, Pipeline
+from sleap_live.stream.outputs.exports import CSV_COLUMNS, SUFFIXES
+from sleap_live.stream.outputs.journal import journal_path
+from sleap_live.stream.outputs.slp import SlpWriter, recover_slp
+from sleap_live.stream.outputs.writers import TIMESTAMP_COLUMNS, VideoRecorder, timestamps_path
 from sleap_live.stream.sources import FileSource
 from sleap_live.stream.types import PoseRecord
-from sleap_live.stream.writers import TIMESTAMP_COLUMNS, VideoRecorder, timestamps_path
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 MODEL = DATA / "models" / "bottomup"
@@ -142,7 +142,7 @@ def runner(tmp_path_factory):
 def reference(runner, tmp_path_factory):
     """The .slp of the clip: what every other format must hold."""
     path = tmp_path_factory.mktemp("reference") / "poses.slp"
-    Pipeline(FileSource(VIDEO, stop=N_FRAMES), runner, output=path).run()
+    Pipeline(FileSource(VIDEO, stop=N_FRAMES), runner, outputs=OutputOptions(output=path)).run()
     return sio.load_file(str(path))
 
 
@@ -167,7 +167,7 @@ def test_slp_holds_every_frame_and_the_provenance(reference):
 @pytest.mark.parametrize("suffix", [".h5", ".nwb"])
 def test_hdf5_and_nwb_hold_every_frame_of_the_slp(runner, reference, tmp_path, suffix):
     path = tmp_path / f"poses{suffix}"
-    Pipeline(FileSource(VIDEO, stop=N_FRAMES), runner, output=path).run()
+    Pipeline(FileSource(VIDEO, stop=N_FRAMES), runner, outputs=OutputOptions(output=path)).run()
     assert not journal_path(path).exists()
     labels = sio.load_file(str(path))
     # Both formats keep frames with animals in them only.
@@ -190,7 +190,7 @@ def test_hdf5_and_nwb_hold_every_frame_of_the_slp(runner, reference, tmp_path, s
 
 def test_csv_holds_every_frame_of_the_slp_with_a_provenance_sidecar(runner, reference, tmp_path):
     path = tmp_path / "poses.csv"
-    Pipeline(FileSource(VIDEO, stop=N_FRAMES), runner, output=path).run()
+    Pipeline(FileSource(VIDEO, stop=N_FRAMES), runner, outputs=OutputOptions(output=path)).run()
     nodes = [node.name for node in reference.skeletons[0].nodes]
     # Every processed frame is there, an empty one as a row without an instance.
     assert_same_poses(poses_of_csv(path, nodes), poses_of(reference))
@@ -265,7 +265,11 @@ def test_an_unknown_suffix_is_refused_before_any_work(fakes, tmp_path, capsys):
         ValueError, match=r"p\.parquet: .* pose files are \.slp, \.h5, \.nwb, \.csv"
     ):
         # The model path does not exist: the suffix is judged before any loading.
-        Pipeline(fakes.FakeSource(), tmp_path / "no-model", output=tmp_path / "p.parquet")
+        Pipeline(
+            fakes.FakeSource(),
+            tmp_path / "no-model",
+            outputs=OutputOptions(output=tmp_path / "p.parquet"),
+        )
     clip = tmp_path / "clip.mp4"
     clip.write_bytes(b"not read")
     argv = ["run", str(clip), "-m", str(MODEL), "-o", str(tmp_path / "p.parquet")]
@@ -279,7 +283,11 @@ def test_a_csv_output_that_is_an_input_is_refused(fakes, tmp_path):
     source = tmp_path / "clip.csv"
     source.write_text("precious")
     with pytest.raises(OSError, match="is the source input"):
-        Pipeline(fakes.FakeSource(source_id=str(source)), fakes.FakeRunner(), output=source).run()
+        Pipeline(
+            fakes.FakeSource(source_id=str(source)),
+            fakes.FakeRunner(),
+            outputs=OutputOptions(output=source),
+        ).run()
     assert source.read_text() == "precious"
 
 
@@ -298,7 +306,7 @@ def test_ffv1_recordings_are_lossless_at_any_size(tmp_path, channels):
     path = tmp_path / "rec.mkv"
     with VideoRecorder(path, 30.0, (9, 11, channels), codec="ffv1") as recorder:
         for i, frame in enumerate(frames):
-            recorder.write(frame, source_frame_index=10 + i, capture_time=0.5 + i / 30)
+            recorder.encode(frame, source_frame_index=10 + i, capture_time=0.5 + i / 30)
     decoded = decode(path, "rgb24" if channels == 3 else "gray")
     np.testing.assert_array_equal(decoded.reshape(frames.shape), frames)
     with open(timestamps_path(path), newline="") as handle:
@@ -314,7 +322,7 @@ def test_lossy_codecs_take_a_quality_and_ffv1_needs_mkv(tmp_path):
     for codec, crf in (("h264", 30), ("h265", None)):
         path = tmp_path / f"{codec}.mp4"
         with VideoRecorder(path, 30, (16, 16, 3), codec=codec, crf=crf) as rec:
-            rec.write(frame)
+            rec.encode(frame)
         assert decode(path, "rgb24").shape == (1, 16, 16, 3)
         assert rec.quality == (30 if codec == "h264" else 23) and not rec.lossless
     with pytest.raises(ValueError, match=r"rec\.mp4: a ffv1 recording needs a \.avi or \.mkv"):
@@ -332,9 +340,9 @@ def run_recorded(fakes, folder: Path, source_id: str, codec: str):
         Pipeline(
             fakes.FakeSource(12, shape=shape, source_id=source_id),
             fakes.FakeRunner(),
-            output=folder / "poses.slp",
-            record=folder / "rec.mkv",
-            record_codec=codec,
+            outputs=OutputOptions(
+                output=folder / "poses.slp", record=folder / "rec.mkv", record_codec=codec
+            ),
         )
     )
     labels = sio.load_slp(str(folder / "poses.slp"), open_videos=False)

@@ -24,6 +24,7 @@ import pytest
 import sleap_io as sio
 from rich.console import Console
 
+from sleap_live.stream import OutputOptions
 from sleap_live.stream.dashboard import render_dashboard
 from sleap_live.stream.errors import PipelineError
 from sleap_live.stream.pipeline import Pipeline
@@ -105,7 +106,7 @@ def test_a_raising_callback_is_logged_at_once_detached_and_the_run_goes_on(
     source = fakes.FakeSource(80, is_live=live, paced=live, fps=500, hang_at=40)
     out = tmp_path / "out.slp"
     seen: list[int] = []
-    pipeline = Pipeline(source, fakes.FakeRunner(), output=out)
+    pipeline = Pipeline(source, fakes.FakeRunner(), outputs=OutputOptions(output=out))
     pipeline.on_poses(raising_at(3))
     pipeline.on_poses(lambda record: seen.append(record.frame_index))
     pipeline.start()
@@ -146,7 +147,11 @@ def test_a_raising_callback_on_a_replayed_video_costs_no_poses(fakes, tmp_path, 
     clip = fault_soak.write_clip(tmp_path / "clip.mkv", 90)
     out = tmp_path / "out.slp"
     seen: list[int] = []
-    pipeline = Pipeline(open_source(clip, replay=True, fps=150), fakes.FakeRunner(), output=out)
+    pipeline = Pipeline(
+        open_source(clip, replay=True, fps=150),
+        fakes.FakeRunner(),
+        outputs=OutputOptions(output=out),
+    )
     pipeline.on_poses(raising_at(3))
     pipeline.on_poses(lambda record: seen.append(record.frame_index))
     with pytest.raises(PipelineError, match=r"broken failed on frame \d+: KeyError") as info:
@@ -190,7 +195,7 @@ def test_a_raising_on_skip_is_a_callback_error_too(fakes):
 def test_on_error_stop_stops_the_pipeline_after_saving_every_finished_frame(fakes, tmp_path):
     out = tmp_path / "out.slp"
     source = fakes.FakeSource(None, is_live=True, paced=True, fps=200)
-    pipeline = Pipeline(source, fakes.FakeRunner(), output=out)
+    pipeline = Pipeline(source, fakes.FakeRunner(), outputs=OutputOptions(output=out))
     pipeline.on_poses(raising_at(5), on_error="stop")
     pipeline.start()
     # It stops by itself: nobody calls stop().
@@ -282,7 +287,11 @@ def test_a_blocked_lossless_callback_is_detached_and_everything_is_saved(fakes, 
     out = tmp_path / "out.slp"
     release = threading.Event()
     pipeline = Pipeline(
-        fakes.FakeSource(60), fakes.FakeRunner(), output=out, ring_capacity=16, clock=clock
+        fakes.FakeSource(60),
+        fakes.FakeRunner(),
+        outputs=OutputOptions(output=out),
+        ring_capacity=16,
+        clock=clock,
     )
     assert pipeline.policy == "recorded"
     seen: list[int] = []
@@ -315,7 +324,7 @@ def test_stop_abandons_a_live_callback_that_never_returns(fakes, tmp_path, caplo
     out = tmp_path / "out.slp"
     release, entered = threading.Event(), threading.Event()
     source = fakes.FakeSource(None, is_live=True, paced=True, fps=200)
-    pipeline = Pipeline(source, fakes.FakeRunner(), output=out)
+    pipeline = Pipeline(source, fakes.FakeRunner(), outputs=OutputOptions(output=out))
     # Never stalled: stop gives up on it when its timeout has passed.
     pipeline.on_poses(blocking(release, entered), stall_timeout=None)
     pipeline.start()
@@ -344,7 +353,9 @@ def test_a_with_block_ends_when_a_live_callback_never_returns(fakes, tmp_path, c
     runner = fakes.FakeRunner(clock=clock)
 
     def session() -> None:
-        with Pipeline(source, runner, output=out, clock=clock, warmup=False) as pipeline:
+        with Pipeline(
+            source, runner, outputs=OutputOptions(output=out), clock=clock, warmup=False
+        ) as pipeline:
             pipeline.on_poses(blocking(release, entered))
             fakes.drive(pipeline, source, runner, [i / 30 for i in range(5)], end=False)
             assert entered.wait(HANG)
@@ -370,7 +381,7 @@ def test_a_with_block_ends_when_a_live_callback_never_returns(fakes, tmp_path, c
 def test_stop_from_inside_a_callback_returns(fakes, tmp_path):
     out = tmp_path / "out.slp"
     source = fakes.FakeSource(None, is_live=True, paced=True, fps=200)
-    pipeline = Pipeline(source, fakes.FakeRunner(), output=out)
+    pipeline = Pipeline(source, fakes.FakeRunner(), outputs=OutputOptions(output=out))
     stopped = threading.Event()
 
     def stops(record: PoseRecord) -> None:
@@ -397,7 +408,9 @@ def test_stop_lets_go_of_a_blocked_lossless_callback_at_its_timeout(fakes, tmp_p
     caplog.set_level(logging.WARNING)
     out = tmp_path / "out.slp"
     release, entered = threading.Event(), threading.Event()
-    pipeline = Pipeline(fakes.FakeSource(60), fakes.FakeRunner(), output=out, ring_capacity=4)
+    pipeline = Pipeline(
+        fakes.FakeSource(60), fakes.FakeRunner(), outputs=OutputOptions(output=out), ring_capacity=4
+    )
     pipeline.on_poses(blocking(release, entered))  # lossless, stalls only after 5 s
     pipeline.start()
     try:

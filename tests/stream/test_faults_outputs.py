@@ -20,8 +20,8 @@ import pytest
 import sleap_io as sio
 
 from sleap_live import cli
-from sleap_live.stream.journal import journal_path
-from sleap_live.stream.slp_writer import SlpWriter
+from sleap_live.stream.outputs.journal import journal_path
+from sleap_live.stream.outputs.slp import SlpWriter
 from sleap_live.stream.types import PoseRecord
 
 ROOT = Path(__file__).parents[2]

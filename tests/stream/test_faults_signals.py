@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import sleap_io as sio
 
-from sleap_live.stream.journal import journal_path
+from sleap_live.stream.outputs.journal import journal_path
 
 SOAK = Path(__file__).parents[2] / "scripts" / "fault_soak.py"
 sys.path.insert(0, str(SOAK.parent))

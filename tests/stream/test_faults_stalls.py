@@ -29,9 +29,10 @@ import pytest
 import sleap_io as sio
 
 from sleap_live import cli
+from sleap_live.stream import OutputOptions
 from sleap_live.stream.batching import RECORDED_BATCH_WAIT
 from sleap_live.stream.errors import PipelineError, SourceStalledError
-from sleap_live.stream.journal import journal_path, scan_journal
+from sleap_live.stream.outputs.journal import journal_path, scan_journal
 from sleap_live.stream.pipeline import DEFAULT_STOP_TIMEOUT, Pipeline
 from sleap_live.stream.sources import (
     READ_TIMEOUT_MARGIN,
@@ -157,7 +158,9 @@ def test_a_source_that_stops_delivering_is_reported_stalled_after_its_read_timeo
     clock = fakes.FakeClock()
     frames = stall(5)
     source = IteratorSource(frames, live=live, source_id="sdk", clock=clock, read_timeout=3)
-    pipeline = Pipeline(source, fakes.FakeRunner(), output=tmp_path / "out.slp", clock=clock)
+    pipeline = Pipeline(
+        source, fakes.FakeRunner(), outputs=OutputOptions(output=tmp_path / "out.slp"), clock=clock
+    )
     pipeline.start()
     fakes.wait_for(lambda: pipeline.stats.frames_captured == 5, "the frames before the stall")
     advance_until(clock, lambda: not pipeline.stats.running, "the stall to be reported")
@@ -197,7 +200,9 @@ def test_a_video_stream_whose_writer_stops_is_reported_stalled(fakes, tmp_path):
     threading.Thread(target=write, daemon=True).start()
     clock = fakes.FakeClock()
     source = open_source(stream, camera=False, clock=clock, read_timeout=3)
-    pipeline = Pipeline(source, fakes.FakeRunner(), output=tmp_path / "out.slp", clock=clock)
+    pipeline = Pipeline(
+        source, fakes.FakeRunner(), outputs=OutputOptions(output=tmp_path / "out.slp"), clock=clock
+    )
     try:
         pipeline.start()
         fakes.wait_for(lambda: pipeline.stats.frames_captured > 0, "the first frames")
@@ -215,7 +220,9 @@ def test_stop_returns_at_once_while_the_source_blocks_and_saves_what_it_delivere
 ):
     clock = fakes.FakeClock()
     source = IteratorSource(stall(5), live=True, source_id="sdk", clock=clock)
-    pipeline = Pipeline(source, fakes.FakeRunner(), output=tmp_path / "out.slp", clock=clock)
+    pipeline = Pipeline(
+        source, fakes.FakeRunner(), outputs=OutputOptions(output=tmp_path / "out.slp"), clock=clock
+    )
     pipeline.start()
     fakes.wait_for(lambda: done_with(pipeline, 5), "the frames before the stall")
     clock.advance(2.0)  # blocked for 2 s: less than the read timeout, more than a frame
@@ -240,7 +247,9 @@ def test_a_stalled_recorded_source_does_not_hold_frames_in_a_partial_batch(stall
     source = IteratorSource(frames, source_id="sdk", clock=clock, read_timeout=math.inf)
     runner = fakes.FakeRunner()
     records = []
-    pipeline = Pipeline(source, runner, output=tmp_path / "out.slp", clock=clock)
+    pipeline = Pipeline(
+        source, runner, outputs=OutputOptions(output=tmp_path / "out.slp"), clock=clock
+    )
     pipeline.on_poses(records.append)
     pipeline.start()
     assert pipeline.policy == "recorded" and pipeline.batch_size == 8
@@ -262,7 +271,12 @@ def test_leaving_with_pipeline_while_the_source_blocks_saves_and_returns(stall, 
     source = IteratorSource(stall(5), live=True, source_id="sdk", clock=clock)
 
     def session() -> None:
-        with Pipeline(source, fakes.FakeRunner(), output=tmp_path / "out.slp", clock=clock) as p:
+        with Pipeline(
+            source,
+            fakes.FakeRunner(),
+            outputs=OutputOptions(output=tmp_path / "out.slp"),
+            clock=clock,
+        ) as p:
             fakes.wait_for(lambda: done_with(p, 5), "the frames before the stall")
 
     within(BOUND, session)
@@ -532,8 +546,7 @@ def test_an_engine_that_hangs_mid_stream_cannot_hang_leaving_with_pipeline(fakes
     pipeline = Pipeline(
         fakes.FakeSource(None, is_live=True, paced=True, fps=200),
         HangsOnItsThirdBatch(),
-        output=out,
-        save_interval=0.05,
+        outputs=OutputOptions(output=out, save_interval=0.05),
         stop_timeout=0.5,
     )
 
@@ -556,7 +569,7 @@ def test_an_engine_that_hangs_mid_stream_cannot_hang_leaving_with_pipeline(fakes
 def test_a_final_save_slower_than_the_stop_timeout_cannot_hang_leaving_with_pipeline(
     fakes, tmp_path, monkeypatch
 ):
-    from sleap_live.stream import slp_writer
+    from sleap_live.stream.outputs import slp as slp_writer
 
     release, saving = threading.Event(), threading.Event()
     write_slp = slp_writer.write_slp_from_journal
@@ -568,7 +581,12 @@ def test_a_final_save_slower_than_the_stop_timeout_cannot_hang_leaving_with_pipe
 
     monkeypatch.setattr(slp_writer, "write_slp_from_journal", slow_write)
     out = tmp_path / "out.slp"
-    pipeline = Pipeline(fakes.FakeSource(30), fakes.FakeRunner(), output=out, stop_timeout=0.5)
+    pipeline = Pipeline(
+        fakes.FakeSource(30),
+        fakes.FakeRunner(),
+        outputs=OutputOptions(output=out),
+        stop_timeout=0.5,
+    )
 
     def session() -> None:
         with pipeline:
@@ -587,20 +605,25 @@ def test_a_final_save_slower_than_the_stop_timeout_cannot_hang_leaving_with_pipe
 
 def test_a_recorder_that_blocks_cannot_hang_leaving_with_pipeline(fakes, tmp_path, monkeypatch):
     # An encoder that never returns: its queue fills, then the emit stage waits on it.
-    from sleap_live.stream import writers
+    from sleap_live.stream.outputs import writers
 
     release, encoding = threading.Event(), threading.Event()
-    encode = writers.VideoRecorder.write
+    encode = writers.VideoRecorder.encode
 
     def stuck(self, image, **timing):
         encoding.set()
         release.wait()
         return encode(self, image, **timing)
 
-    monkeypatch.setattr(writers.VideoRecorder, "write", stuck)
+    monkeypatch.setattr(writers.VideoRecorder, "encode", stuck)
     out, video = tmp_path / "out.slp", tmp_path / "rec.mkv"
     source = fakes.FakeSource(writers.RECORD_QUEUE_CAPACITY + 40, shape=(8, 8, 1))
-    pipeline = Pipeline(source, fakes.FakeRunner(), output=out, record=video, stop_timeout=0.5)
+    pipeline = Pipeline(
+        source,
+        fakes.FakeRunner(),
+        outputs=OutputOptions(output=out, record=video),
+        stop_timeout=0.5,
+    )
 
     def session() -> None:
         with pipeline:
@@ -624,7 +647,11 @@ def test_an_iterator_left_unfinished_in_the_with_block_does_not_hold_it(fakes, t
     clock = fakes.FakeClock()
     out = tmp_path / "out.slp"
     pipeline = Pipeline(
-        fakes.FakeSource(60), fakes.FakeRunner(), output=out, ring_capacity=4, clock=clock
+        fakes.FakeSource(60),
+        fakes.FakeRunner(),
+        outputs=OutputOptions(output=out),
+        ring_capacity=4,
+        clock=clock,
     )
     held = []  # keeps the generator alive: closing it would detach its reader
 
@@ -647,7 +674,7 @@ def test_an_iterator_stuck_in_another_thread_is_let_go_at_the_stop_timeout(fakes
     pipeline = Pipeline(
         fakes.FakeSource(60),
         fakes.FakeRunner(),
-        output=out,
+        outputs=OutputOptions(output=out),
         ring_capacity=4,
         clock=clock,
         stop_timeout=0.5,

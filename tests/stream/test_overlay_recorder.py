@@ -12,7 +12,7 @@ from sleap_io.rendering.colors import get_palette
 from sleap_live import cli
 from sleap_live.engines.runners import load as engines_api
 from sleap_live.engines.types import FramePoses, Skeleton
-from sleap_live.stream.overlay_recorder import OverlayRecorder
+from sleap_live.stream.outputs.overlay_recorder import OverlayRecorder
 from sleap_live.stream.types import PoseRecord
 
 SKELETON = Skeleton(node_names=("head", "tail"), edges=((0, 1),))
@@ -40,10 +40,10 @@ def test_each_identity_keeps_its_colour_and_frames_without_poses_are_unchanged(t
     image = np.full((48, 64, 1), 90, np.uint8)
     a, b = [[10, 10], [20, 10]], [[40, 30], [50, 30]]
     with OverlayRecorder(output, 30, image.shape, SKELETON, ("left", "right"), codec="ffv1") as rec:
-        rec.write((record(0, [a, b], [0, 1]), image))
-        rec.write((record(1, [b, a], [1, 0]), image))  # the order changes, not the colours
-        rec.write((record(2, [a], [-1]), image))  # no identity: the colour after the classes'
-        rec.write((record(3, [], []), image))
+        rec.write(record(0, [a, b], [0, 1]), image)
+        rec.write(record(1, [b, a], [1, 0]), image)  # the order changes, not the colours
+        rec.write(record(2, [a], [-1]), image)  # no identity: the colour after the classes'
+        rec.write(record(3, [], []), image)
     assert rec.describe() == f"overlay recording: {output} (4 frames)"
     frames = decode(output)
     assert len(frames) == 4 and frames[0].shape == (48, 64, 3)
@@ -60,7 +60,7 @@ def test_without_classes_colours_follow_the_instance(tmp_path):
     image = np.full((48, 64, 3), 90, np.uint8)
     a, b = [[10, 10], [20, 10]], [[40, 30], [50, 30]]
     with OverlayRecorder(output, 30, image.shape, SKELETON, codec="ffv1") as rec:
-        rec.write((record(0, [b, a], [-1, -1]), image))
+        rec.write(record(0, [b, a], [-1, -1]), image)
     (frame,) = decode(output)
     assert tuple(frame[30, 40]) == PALETTE[0] and tuple(frame[10, 10]) == PALETTE[1]
 

@@ -14,6 +14,7 @@ import sleap_io as sio
 
 from sleap_live.engines.errors import InputMismatchError
 from sleap_live.engines.runners import load as engines_api
+from sleap_live.stream import OutputOptions
 from sleap_live.stream.errors import PipelineError, SourceError
 from sleap_live.stream.pipeline import Pipeline
 from sleap_live.stream.priority import RECORDED_BACKGROUND_NICE
@@ -91,6 +92,42 @@ def test_recorded_callbacks_see_every_record_even_when_slow(fakes):
     assert seen == list(range(40))
     (consumer,) = pipeline.stats.consumers
     assert consumer.name.endswith("slow") and (consumer.delivered, consumer.skipped) == (40, 0)
+
+
+class FrameCounter:
+    """A consumer of the user's own, attached as the preview and publisher are."""
+
+    name = "frame counter"
+    takes_frames = True
+
+    def __init__(self) -> None:
+        self.indices: list[int] = []
+        self.frames_seen = 0
+
+    def start(self, run):
+        reader = run.ring.reader(lossless=True, from_oldest=True)
+        self.node_names = run.info.skeleton.node_names
+
+        def body() -> None:
+            while (record := reader.wait_next()) is not None:
+                self.indices.append(record.frame_index)
+                self.frames_seen += run.frames.get() is not None
+            reader.detach()
+
+        return body
+
+    def report(self, stats):
+        return stats
+
+
+def test_a_consumer_of_your_own_attaches_as_the_preview_and_publisher_do(fakes):
+    counter = FrameCounter()
+    pipeline = Pipeline(fakes.FakeSource(25), fakes.FakeRunner())
+    pipeline.attach(counter)
+    stats = pipeline.run()
+    assert counter.indices == list(range(25)) == list(range(stats.frames_processed))
+    assert counter.frames_seen == 25  # the newest frame is there for it from the first
+    assert counter.node_names == fakes.INFO.skeleton.node_names
 
 
 def test_decode_of_the_next_batch_overlaps_inference(fakes):
@@ -243,7 +280,10 @@ def test_stop_flushes_outputs_and_recording_matches_poses(fakes, tmp_path):
     source = fakes.SteppedSource(clock, fps=60.0, source_id="camera:0")
     runner = fakes.FakeRunner(delay=0.005, clock=clock)
     pipeline = Pipeline(
-        source, runner, output=tmp_path / "out.slp", record=tmp_path / "out.mp4", clock=clock
+        source,
+        runner,
+        outputs=OutputOptions(output=tmp_path / "out.slp", record=tmp_path / "out.mp4"),
+        clock=clock,
     )
     pipeline.start()
     fakes.finish_warmup(runner, clock)
@@ -276,7 +316,7 @@ def test_file_output_links_to_the_source_with_source_frame_indices(fakes, tmp_pa
     video = tmp_path / "clip.mp4"
     video.touch()
     source = fakes.FakeSource(10, source_id=str(video))
-    Pipeline(source, fakes.FakeRunner(), output=tmp_path / "out.slp").run()
+    Pipeline(source, fakes.FakeRunner(), outputs=OutputOptions(output=tmp_path / "out.slp")).run()
     labels = sio.load_slp(str(tmp_path / "out.slp"), open_videos=False)
     assert [lf.frame_idx for lf in labels] == list(range(10))
     assert labels.videos[0].filename == str(video.resolve())
@@ -289,7 +329,9 @@ def test_file_output_links_to_the_source_with_source_frame_indices(fakes, tmp_pa
 
 def test_engine_failure_is_reraised_as_pipeline_error_after_saving_finished_frames(fakes, tmp_path):
     runner = fakes.FakeRunner(fail_on_call=4)
-    pipeline = Pipeline(fakes.FakeSource(80), runner, output=tmp_path / "out.slp")
+    pipeline = Pipeline(
+        fakes.FakeSource(80), runner, outputs=OutputOptions(output=tmp_path / "out.slp")
+    )
     with pytest.raises(
         PipelineError, match="infer stage failed: RuntimeError: engine exploded"
     ) as info:
@@ -395,7 +437,7 @@ def test_invalid_arguments(fakes):
     with pytest.raises(ValueError, match="batch_size must be an int of at least 1, got 0"):
         Pipeline(fakes.FakeSource(), fakes.FakeRunner(), batch_size=0)
     with pytest.raises(ValueError, match=r"out\.txt: cannot write poses to a \.txt file"):
-        Pipeline(fakes.FakeSource(), fakes.FakeRunner(), output="out.txt")
+        Pipeline(fakes.FakeSource(), fakes.FakeRunner(), outputs=OutputOptions(output="out.txt"))
 
 
 def test_model_paths_are_loaded_and_the_runner_closed_at_the_end(fakes, monkeypatch):

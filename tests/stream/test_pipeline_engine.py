@@ -7,7 +7,7 @@ import pytest
 import sleap_io as sio
 
 from sleap_live.engines.runners.load import load_runner
-from sleap_live.stream import Pipeline
+from sleap_live.stream import OutputOptions, Pipeline
 from sleap_live.stream.sources import FileSource
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -28,7 +28,9 @@ def test_recorded_pipeline_matches_the_engine_frame_by_frame(tmp_path):
         direct = [p for i in range(0, 48, 8) for p in runner.run(frames[i : i + 8])]
 
         output = tmp_path / "poses.slp"
-        records = list(Pipeline(FileSource(VIDEO, stop=48), runner, output=output))
+        records = list(
+            Pipeline(FileSource(VIDEO, stop=48), runner, outputs=OutputOptions(output=output))
+        )
     finally:
         runner.close()
 

@@ -23,7 +23,7 @@ import sleap_live_tests_stream_fakes as stream_fakes
 from PIL import Image
 
 from sleap_live import cli
-from sleap_live.stream import Pipeline
+from sleap_live.stream import OutputOptions, Pipeline
 from sleap_live.stream import preview as preview_module
 from sleap_live.stream.errors import PreviewError
 from sleap_live.stream.preview import (
@@ -142,9 +142,8 @@ def held_run(fakes, n_frames: int = 30, hang_at: int = 10, **pipeline_options):
     """A pipeline serving a preview whose source hangs before `hang_at` until released."""
     source = fakes.FakeSource(n_frames, hang_at=hang_at, shape=(24, 32, 1))
     server = PreviewServer(port=0)
-    pipeline = Pipeline(
-        source, fakes.FakeRunner(), batch_size=1, preview=server, **pipeline_options
-    )
+    pipeline = Pipeline(source, fakes.FakeRunner(), batch_size=1, **pipeline_options)
+    pipeline.attach(server)
     return source, server, pipeline
 
 
@@ -230,7 +229,7 @@ def test_the_websocket_sends_each_jpeg_after_its_poses_and_ends_with_the_run(fak
 
 
 def test_a_page_leaving_mid_run_costs_the_run_nothing(fakes, tmp_path):
-    source, server, pipeline = held_run(fakes, output=tmp_path / "poses.slp")
+    source, server, pipeline = held_run(fakes, outputs=OutputOptions(tmp_path / "poses.slp"))
     with pipeline:
         fakes.wait_for(lambda: pipeline.stats.frames_processed == 10, "10 frames")
         updates = asyncio.run(watch(server.url, leave_after=1))

@@ -25,7 +25,7 @@ import pytest
 import sleap_io as sio
 
 from sleap_live.engines.types import FramePoses
-from sleap_live.stream import Pipeline
+from sleap_live.stream import OutputOptions, Pipeline
 from sleap_live.stream.preview import PreviewServer
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -162,11 +162,11 @@ def stepped_run(fakes, tmp_path):
     pipeline = Pipeline(
         source,
         PosedRunner(fakes),
-        preview=server,
         clock=clock,
-        output=tmp_path / "poses.slp",
+        outputs=OutputOptions(output=tmp_path / "poses.slp"),
         warmup=False,
     )
+    pipeline.attach(server)
     return clock, source, server, pipeline
 
 

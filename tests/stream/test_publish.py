@@ -28,7 +28,9 @@ from sleap_live import cli
 from sleap_live.engines.runners.load import load_runner
 from sleap_live.engines.types import FramePoses, ModelInfo, Skeleton
 from sleap_live.stream import (
+    OutputOptions,
     Pipeline,
+    PipelineError,
     PoseRecord,
     Publisher,
     PublishError,
@@ -223,12 +225,16 @@ def test_a_closed_publisher_refuses_to_send(fakes):
     assert publisher.poll_subscriptions() == 0 and publisher.sent == 0
 
 
-def test_a_pipeline_that_cannot_load_its_model_unbinds_its_endpoint(fakes):
-    with Publisher("tcp://127.0.0.1:*") as probe:
-        endpoint = probe.endpoint
-    with pytest.raises(FileNotFoundError):
-        Pipeline(fakes.FakeSource(), ["no/such/model"], publish=endpoint)
-    Publisher(endpoint).close()  # bound again: the pipeline let it go
+def test_a_publisher_attaches_once_and_before_the_start(fakes):
+    with Publisher("tcp://127.0.0.1:*") as publisher:
+        pipeline = Pipeline(fakes.FakeSource(3), fakes.FakeRunner())
+        pipeline.attach(publisher)
+        with pytest.raises(ValueError, match="'publish' is attached already"):
+            pipeline.attach(publisher)
+        pipeline.run()
+        with pytest.raises(PipelineError, match="attach 'publish' before the pipeline starts"):
+            pipeline.attach(publisher)
+        assert pipeline.stats.publish.sent == 3
 
 
 # ------------------------------------------------------------- real subscribers
@@ -242,7 +248,8 @@ def test_a_subscriber_in_another_process_receives_a_60_fps_replay(tmp_path):
     try:
         source = open_source(DATA / "videos" / "demo.mp4", replay=True, fps=60)
         out = tmp_path / "poses.slp"
-        pipeline = Pipeline(source, runner, output=out, publish=publisher)
+        pipeline = Pipeline(source, runner, outputs=OutputOptions(output=out))
+        pipeline.attach(publisher)
         stats = pipeline.run()
         publisher.close()  # lets the last messages leave
         received = subscriber.finish()
@@ -308,7 +315,8 @@ def test_a_stalled_subscriber_never_holds_up_the_pipeline(fakes, short_dir):
     publisher = Publisher(f"ipc://{short_dir}/poses", hwm=4)
     subscriber = Subscriber(publisher, stall=True)
     try:
-        pipeline = Pipeline(fakes.FakeSource(n_frames), WidePosesRunner(), publish=publisher)
+        pipeline = Pipeline(fakes.FakeSource(n_frames), WidePosesRunner())
+        pipeline.attach(publisher)
         pipeline.start()
         assert pipeline.join(timeout=PATIENCE), "the pipeline waited for the subscriber"
         stats = pipeline.stats
@@ -328,7 +336,8 @@ def test_a_stalled_subscriber_never_holds_up_the_pipeline(fakes, short_dir):
 
 def test_stats_and_the_dashboard_say_what_was_published(fakes):
     with Publisher("tcp://127.0.0.1:*") as publisher:
-        pipeline = Pipeline(fakes.FakeSource(12), fakes.FakeRunner(), publish=publisher)
+        pipeline = Pipeline(fakes.FakeSource(12), fakes.FakeRunner())
+        pipeline.attach(publisher)
         assert pipeline.stats.publish is None  # nothing runs before start
         pipeline.run()
         stats = pipeline.stats

@@ -12,10 +12,10 @@ import sleap_io as sio
 from sleap_io.rendering.colors import get_palette
 
 from sleap_live import cli
-from sleap_live.stream.outputs_guard import OutputError
-from sleap_live.stream.overlay import OverlayStyle
-from sleap_live.stream.overlay_writer import OverlayWriter
-from sleap_live.stream.render import render_slp
+from sleap_live.stream.outputs.guard import OutputError
+from sleap_live.stream.outputs.overlay import OverlayStyle
+from sleap_live.stream.outputs.overlay_writer import OverlayWriter
+from sleap_live.stream.outputs.render import render_slp
 from sleap_live.stream.sources import FileSource
 
 DATA = Path(__file__).resolve().parents[1] / "data"

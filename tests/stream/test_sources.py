@@ -381,6 +381,38 @@ def test_callable_until_none_and_frames_are_copies():
     assert values == [0, 1, 2], "a reused buffer must not change frames already delivered"
 
 
+def test_every_source_says_what_the_source_protocol_declares(gray_video):
+    # (source, read timeout, skipped, bit depth, decoder, video file): none is optional.
+    frames = [np.zeros((4, 5), np.uint8)] * 3
+    sources = [
+        (FileSource(gray_video), 1 / 30 + 5, 0, 8, "pyav", gray_video),
+        (open_source(gray_video, replay=True, read_timeout=2.0), 2.0, 0, 8, "pyav", gray_video),
+        (IteratorSource(frames, fps=10.0), 0.1 + 5, 0, None, "none", None),
+    ]
+    for source, timeout, skipped, depth, decoder, video in sources:
+        with source:
+            said = (source.read_timeout, source.skipped, source.bit_depth, source.decoder)
+            assert said == (pytest.approx(timeout), skipped, depth, decoder), source
+            assert source.video_file == video and source.decoder_notice is None
+
+
+def test_closing_an_iterator_source_closes_the_callers_generator():
+    closed = []
+
+    def frames():
+        try:
+            while True:
+                yield np.zeros((4, 5), np.uint8)
+        finally:
+            closed.append(True)
+
+    source = IteratorSource(frames())
+    for _ in zip(range(2), source, strict=False):
+        pass
+    source.close()
+    assert closed == [True]
+
+
 @pytest.mark.parametrize(
     ("frames", "message"),
     [

@@ -13,13 +13,13 @@ import pytest
 import sleap_io as sio
 
 from sleap_live.engines.types import FramePoses, Skeleton
-from sleap_live.stream import writers as writers_module
 from sleap_live.stream.channel import Channel
-from sleap_live.stream.journal import journal_path
-from sleap_live.stream.outputs_guard import OutputBusyError, OutputError
-from sleap_live.stream.slp_writer import MAX_CHUNK_FRAMES, SlpWriter, recover_slp
+from sleap_live.stream.outputs import writers as writers_module
+from sleap_live.stream.outputs.guard import OutputBusyError, OutputError
+from sleap_live.stream.outputs.journal import journal_path
+from sleap_live.stream.outputs.slp import MAX_CHUNK_FRAMES, SlpWriter, recover_slp
+from sleap_live.stream.outputs.writers import VideoRecorder
 from sleap_live.stream.types import PoseRecord
-from sleap_live.stream.writers import VideoRecorder
 
 SKELETON = Skeleton(node_names=("head", "thorax", "tail"), edges=((0, 1), (1, 2)), name="fly")
 
@@ -257,7 +257,7 @@ def test_the_drain_loop_saves_while_the_stream_pauses(tmp_path):
     queue: Channel = Channel(8)
     loop = threading.Thread(target=writers_module._drain, args=(queue, slp))
     loop.start()
-    queue.put(record(0, two_animals(0), ready=time.monotonic()))
+    queue.put((record(0, two_animals(0), ready=time.monotonic()), None))
     deadline = time.monotonic() + 30
     while slp.n_frames_saved == 0 and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -265,6 +265,63 @@ def test_the_drain_loop_saves_while_the_stream_pauses(tmp_path):
     queue.close()
     loop.join()
     assert slp.finished
+
+
+class ListOutput:
+    """An `Output` of the test's own: what any user-written output looks like."""
+
+    def __init__(self, takes_frames: bool) -> None:
+        self.takes_frames = takes_frames
+        self.items: list[tuple[int, object]] = []
+        self.closed = self.discarded = False
+
+    def write(self, record, image):
+        self.items.append((record.frame_index, image))
+
+    def seconds_until_due(self):
+        return None
+
+    def flush(self):
+        pass
+
+    def close(self):
+        self.closed = True
+
+    def discard(self):
+        self.discarded = True
+
+    def describe(self):
+        return f"{len(self.items)} records"
+
+
+def test_any_output_is_fed_records_and_only_the_frames_it_takes():
+    with_frames, without = ListOutput(True), ListOutput(False)
+    outputs = writers_module.OpenWriters(
+        {"frames": (Channel(4), with_frames), "poses": (Channel(4), without)}
+    )
+    assert outputs.takes_frames
+    loops = [threading.Thread(target=loop) for loop in outputs.loops.values()]
+    for loop in loops:
+        loop.start()
+    image = np.zeros((2, 2, 1), np.uint8)
+    for index in range(3):
+        outputs.write(record(index, two_animals(index)), image)
+    outputs.close()
+    for loop in loops:
+        loop.join()
+    assert [(i, im is image) for i, im in with_frames.items] == [(0, True), (1, True), (2, True)]
+    assert without.items == [(0, None), (1, None), (2, None)]
+    assert with_frames.closed and without.closed
+    assert outputs.describe() == ["3 records", "3 records"]
+
+
+def test_abandoned_outputs_are_discarded_not_saved(tmp_path):
+    slp = writer(tmp_path)
+    recorder = VideoRecorder(tmp_path / "out.mp4", 30.0, (8, 8, 3))
+    opened = {"slp": (Channel(4), slp), "record": (Channel(4), recorder)}
+    writers_module.OpenWriters(opened).abandon()
+    assert not (tmp_path / "out.slp").exists() and not slp.journal.exists()
+    assert not (tmp_path / "out.mp4").exists() and not recorder.timestamps.exists()
 
 
 def test_failed_final_save_keeps_the_journal_and_says_how_to_recover(tmp_path, monkeypatch):
@@ -318,7 +375,7 @@ def test_recorder_writes_every_frame_in_order(tmp_path):
     ]
     with VideoRecorder(tmp_path / "rec.mp4", 30.0, (32, 48, 3), crf=0) as recorder:
         for frame in frames:
-            recorder.write(frame)
+            recorder.encode(frame)
     assert recorder.n_frames_written == 15
     decoded = decode(tmp_path / "rec.mp4")
     assert decoded.shape == (15, 32, 48, 3)
@@ -334,7 +391,7 @@ def test_recorder_pads_odd_sizes_and_takes_grayscale(tmp_path):
     frames = [np.full((31, 45, 1), 20 * i, np.uint8) for i in range(5)]
     with VideoRecorder(tmp_path / "rec.mp4", 15, (31, 45, 1)) as recorder:
         for frame in frames:
-            recorder.write(frame)
+            recorder.encode(frame)
     decoded = decode(tmp_path / "rec.mp4")
     assert decoded.shape == (5, 32, 46, 3)
     np.testing.assert_allclose(
@@ -345,18 +402,18 @@ def test_recorder_pads_odd_sizes_and_takes_grayscale(tmp_path):
 def test_recorder_rejects_other_shapes_and_use_after_close(tmp_path):
     recorder = VideoRecorder(tmp_path / "rec.mp4", 30, (8, 8, 3))
     with pytest.raises(ValueError, match=r"expects uint8 \(8, 8, 3\)"):
-        recorder.write(np.zeros((8, 8, 1), np.uint8))
+        recorder.encode(np.zeros((8, 8, 1), np.uint8))
     recorder.close()
     recorder.close()
     with pytest.raises(ValueError, match="after close"):
-        recorder.write(np.zeros((8, 8, 3), np.uint8))
+        recorder.encode(np.zeros((8, 8, 3), np.uint8))
 
 
 def test_recorder_locks_its_file_and_names_unwritable_formats(tmp_path):
     with VideoRecorder(tmp_path / "rec.mp4", 30, (8, 8, 3)) as recorder:
         with pytest.raises(OutputBusyError, match="the recording is being written"):
             VideoRecorder(tmp_path / "rec.mp4", 30, (8, 8, 3))
-        recorder.write(np.zeros((8, 8, 3), np.uint8))
+        recorder.encode(np.zeros((8, 8, 3), np.uint8))
     assert decode(tmp_path / "rec.mp4").shape[0] == 1
     assert recorder.describe() == f"recording: {tmp_path / 'rec.mp4'} (1 frames)"
     with pytest.raises(ValueError, match=r"rec\.slp: cannot record to a \.slp file.*\.mp4"):

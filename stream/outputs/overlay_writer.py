@@ -15,7 +15,7 @@ from typing import cast
 import av
 import numpy as np
 
-from sleap_live.stream.outputs_guard import OutputLock, temporary_path
+from sleap_live.stream.outputs.guard import OutputLock, temporary_path
 
 # Codec name -> (FFmpeg encoder, pixel format, encoder options). H.264 without
 # B-frames so every reader seeks frame-accurately; FFV1 stores RGB exactly.

@@ -6,7 +6,7 @@ A run journals its poses (see `journal`) and, when it ends, writes the file its
 - ``.slp``: SLEAP labels (`sleap_io.save_slp`), with the run's provenance.
 - ``.h5``: SLEAP's analysis HDF5 (`sleap_io.save_analysis_h5`, as SLEAP exports
   it: tracks x nodes x 2 x frames), the provenance in its ``provenance`` dataset.
-- ``.nwb``: NWB with ndx-pose (`nwb_poses`, sleap-io's layout), one
+- ``.nwb``: NWB with ndx-pose (`nwb`, sleap-io's layout), one
   ``PoseEstimation`` per track, timestamped frame index / fps in seconds; the
   provenance (JSON) in the file's ``notes`` and each ``PoseEstimation``'s
   ``scorer``. An ndx-pose series needs a track, so untracked instances get tracks
@@ -85,7 +85,7 @@ def _save_h5(labels: sio.Labels, path: Path, final: Path) -> None:
 
 def _save_nwb(labels: sio.Labels, path: Path, final: Path) -> None:
     # pynwb and ndx-pose take seconds to import: only a run writing NWB pays for it.
-    from sleap_live.stream.nwb_poses import write_nwb_poses
+    from sleap_live.stream.outputs.nwb import write_nwb_poses
 
     write_nwb_poses(
         _with_positional_tracks(labels),

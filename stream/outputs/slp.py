@@ -20,8 +20,14 @@ import sleap_io as sio
 
 from sleap_live.engines.types import FramePoses, Skeleton
 from sleap_live.stream.clock import MONOTONIC, Clock
-from sleap_live.stream.exports import check_suffix, save_labels
-from sleap_live.stream.journal import (
+from sleap_live.stream.outputs.exports import check_suffix, save_labels
+from sleap_live.stream.outputs.guard import (
+    OutputError,
+    OutputLock,
+    stale_temporaries,
+    temporary_path,
+)
+from sleap_live.stream.outputs.journal import (
     JOURNAL_SUFFIX,
     MAGIC,
     FrameChunk,
@@ -32,12 +38,6 @@ from sleap_live.stream.journal import (
     journal_path,
     read_journal,
     scan_journal,
-)
-from sleap_live.stream.outputs_guard import (
-    OutputError,
-    OutputLock,
-    stale_temporaries,
-    temporary_path,
 )
 from sleap_live.stream.types import PoseRecord
 
@@ -171,10 +171,14 @@ class SlpWriter:
         self.finished = False
         self._closed = False
 
-    def write(self, record: PoseRecord) -> None:
+    # An `Output` that keeps the poses only: the pipeline passes it no frames.
+    takes_frames = False
+
+    def write(self, record: PoseRecord, image: np.ndarray | None = None) -> None:
         """Add the poses of one frame; appends to the journal when a save is due.
 
-        The record's arrays are copied, so a ring-buffer view may be passed.
+        The record's arrays are copied, so a ring-buffer view may be passed; `image`
+        is not used (the `Output` protocol's frame).
 
         Raises:
             ValueError: the writer is closed, or the record's node count does not

@@ -1,7 +1,7 @@
 """Live overlay recordings (`--record-overlay`): each processed frame with its poses drawn.
 
-`OverlayRecorder` is fed ``(PoseRecord, image)`` pairs by the pipeline's writer
-sink, in the order poses were emitted, and draws and encodes them in that sink's
+`OverlayRecorder` is an `Output` fed pose records and their frames by the pipeline's
+writer sink, in the order poses were emitted, and draws and encodes them in that sink's
 thread, so drawing never holds up inference beyond the queue in front of it. Colours
 follow the model's identities for multi-class models (one colour per class, fixed
 across frames) and the instance's position in its frame otherwise.
@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from sleap_live.engines.types import Skeleton
-from sleap_live.stream.overlay import OverlayStyle, SkeletonLayout, draw_poses
-from sleap_live.stream.overlay_writer import DEFAULT_CODEC, OverlayWriter
+from sleap_live.stream.outputs.overlay import OverlayStyle, SkeletonLayout, draw_poses
+from sleap_live.stream.outputs.overlay_writer import DEFAULT_CODEC, OverlayWriter
 from sleap_live.stream.types import PoseRecord
 
 
@@ -63,13 +63,20 @@ class OverlayRecorder:
         )
         self.finished = False
 
+    takes_frames = True
+
     @property
     def n_frames_written(self) -> int:
         return self._writer.n_frames_written
 
-    def write(self, item: tuple[PoseRecord, np.ndarray]) -> None:
-        """Draw `record`'s poses on `image`, its (H, W, C) uint8 frame, and encode it."""
-        record, image = item
+    def write(self, record: PoseRecord, image: np.ndarray | None) -> None:
+        """Draw `record`'s poses on `image`, its (H, W, C) uint8 frame, and encode it.
+
+        Raises:
+            ValueError: no frame was given.
+        """
+        if image is None:
+            raise ValueError(f"{self.path}: an overlay recording needs the frame of each record")
         poses = record.poses
         if image.shape[2] == 1:
             image = np.repeat(image, 3, axis=2)
@@ -88,10 +95,21 @@ class OverlayRecorder:
             )
         self._writer.write(image)
 
+    def seconds_until_due(self) -> float | None:
+        """None: every frame is encoded as it comes, nothing waits to be saved."""
+        return None
+
+    def flush(self) -> None:
+        """Nothing to do: frames are encoded as they come."""
+
     def close(self) -> None:
         """Finish the video and move it into place; idempotent."""
         self._writer.close()
         self.finished = self._writer.n_frames_written > 0
+
+    def discard(self) -> None:
+        """Stop without writing `path` (left as it was); idempotent."""
+        self._writer.discard()
 
     def describe(self) -> str:
         """What the recording holds, in one line."""

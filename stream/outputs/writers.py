@@ -1,11 +1,12 @@
 """Outputs of a pipeline run: poses to a pose file (.slp, .h5, .nwb, .csv), frames to a video.
 
-Both writers (`SlpWriter` in `slp_writer`, `VideoRecorder` here) are used from one
-thread and are context managers; `close()` is idempotent and leaves a complete,
-readable file behind, and each writer locks its file while it is open. `open_outputs`
-opens the writers a pipeline's output options ask for, each behind a queue of its
-own that one sink thread drains (`OpenWriters.loops`), so a slow save or encode never
-holds up the stage that feeds them.
+Every output (`SlpWriter` in `slp`, `VideoRecorder` here, `OverlayRecorder`) is an
+`Output` (see `base`), used from one thread, and a context manager; `close()` is
+idempotent and leaves a complete, readable file behind, and each output locks its
+file while it is open. `open_outputs` opens the outputs a pipeline's output options
+ask for, each behind a queue of its own that one sink thread drains
+(`OpenWriters.loops`), so a slow save or encode never holds up the stage that feeds
+them.
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ from sleap_live.engines.runners.base import Runner
 from sleap_live.stream.channel import Channel
 from sleap_live.stream.clock import MONOTONIC, Clock
 from sleap_live.stream.errors import ChannelClosed, ChannelEmpty
-from sleap_live.stream.exports import check_suffix, sidecars
-from sleap_live.stream.outputs_guard import OutputLock, check_outputs
-from sleap_live.stream.overlay_recorder import OverlayRecorder
-from sleap_live.stream.provenance import run_provenance
-from sleap_live.stream.slp_writer import DEFAULT_SAVE_INTERVAL, SlpWriter
+from sleap_live.stream.outputs.base import Output
+from sleap_live.stream.outputs.exports import check_suffix, sidecars
+from sleap_live.stream.outputs.guard import OutputLock, check_outputs
+from sleap_live.stream.outputs.overlay_recorder import OverlayRecorder
+from sleap_live.stream.outputs.provenance import run_provenance
+from sleap_live.stream.outputs.slp import DEFAULT_SAVE_INTERVAL, SlpWriter
 from sleap_live.stream.sources import Source
 from sleap_live.stream.sources.group import SourceGroup, per_source_path
 from sleap_live.stream.types import PoseRecord
@@ -41,6 +43,10 @@ SLP_QUEUE_CAPACITY = 4096
 
 # Frames waiting for the video recorder; images are large, so keep ~1 s at 30 fps.
 RECORD_QUEUE_CAPACITY = 32
+
+# What an output's queue holds: a pose record and its frame (None for an output that
+# takes no frames).
+QueuedItem = tuple[PoseRecord, "np.ndarray | None"]
 
 
 def check_recording_path(path: Path) -> None:
@@ -153,7 +159,9 @@ def check_record_codec(path: Path, codec: str, quality: int | None) -> None:
 
 
 class VideoRecorder:
-    """Encodes frames to a video file with PyAV, one output frame per `write()`.
+    """Encodes frames to a video file with PyAV, one output frame per `encode()`.
+
+    As an `Output` of a pipeline, `write(record, image)` encodes the record's frame.
 
     The pipeline records exactly the frames it emitted poses for, in order, so
     frame k of the recording is the k-th pose record (see `SlpWriter(renumber=True)`).
@@ -252,7 +260,20 @@ class VideoRecorder:
         self.finished = False
         self._closed = False
 
-    def write(
+    takes_frames = True
+
+    def write(self, record: PoseRecord, image: np.ndarray | None) -> None:
+        """Encode `image`, the frame of `record`, noting its index and capture time.
+
+        Raises:
+            ValueError: the recorder is closed, no frame was given, or it has
+                another shape.
+        """
+        if image is None:
+            raise ValueError(f"{self.path}: a recording needs the frame of each record")
+        self.encode(image, source_frame_index=record.frame_index, capture_time=record.capture_time)
+
+    def encode(
         self,
         image: np.ndarray,
         *,
@@ -265,7 +286,7 @@ class VideoRecorder:
             ValueError: the recorder is closed or the frame has another shape.
         """
         if self._closed:
-            raise ValueError(f"{self.path}: write() after close()")
+            raise ValueError(f"{self.path}: encode() after close()")
         if image.shape != self.frame_shape or image.dtype != np.uint8:
             raise ValueError(
                 f"{self.path}: frame is {image.dtype} {image.shape}, recorder expects "
@@ -287,6 +308,13 @@ class VideoRecorder:
         )
         self.n_frames_written += 1
 
+    def seconds_until_due(self) -> float | None:
+        """None: every frame is encoded as it comes, nothing waits to be saved."""
+        return None
+
+    def flush(self) -> None:
+        """Nothing to do: frames are encoded as they come."""
+
     def close(self) -> None:
         """Flush the encoder and finish the file; idempotent."""
         if self._closed:
@@ -296,14 +324,29 @@ class VideoRecorder:
             for packet in self._stream.encode():
                 self._container.mux(packet)
         finally:
-            try:
-                self._container.close()
-            finally:
-                try:
-                    self._times.close()
-                finally:
-                    self._lock.release()
+            self._release()
         self.finished = True
+
+    def discard(self) -> None:
+        """Stop without finishing the recording: the video is removed if this recorder
+        created it, and its timestamps sidecar; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        created = self._lock.created
+        self._release()
+        if created:
+            self.path.unlink(missing_ok=True)
+        self.timestamps.unlink(missing_ok=True)
+
+    def _release(self) -> None:
+        try:
+            self._container.close()
+        finally:
+            try:
+                self._times.close()
+            finally:
+                self._lock.release()
 
     def describe(self) -> str:
         """What the recording holds, in one line."""
@@ -395,71 +438,62 @@ class OutputOptions:
         return paths
 
 
-Writer = SlpWriter | VideoRecorder | OverlayRecorder
-
-
-@attrs.frozen
-class RecordedFrame:
-    """A frame on its way to the recorder, with what its timestamps row needs."""
-
-    image: np.ndarray
-    frame_index: int
-    capture_time: float
-
-
 class OpenWriters:
-    """Open writers, each behind its own bounded queue.
+    """Open outputs, each behind its own bounded queue.
 
     The owner runs every loop of `loops` in a thread of its own, feeds records and
     frames with `write`, and calls `close` once nothing more comes: each loop then
-    drains its queue, closes its writer and returns.
+    drains its queue, closes its output and returns.
+
+    Args:
+        outputs: each output with its queue, by name ("slp", "record", "overlay").
     """
 
-    def __init__(self, writers: Mapping[str, tuple[Channel[Any], Writer]]):
-        self._writers = dict(writers)
+    def __init__(self, outputs: Mapping[str, tuple[Channel[QueuedItem], Output]]):
+        self._outputs = dict(outputs)
 
     @property
     def loops(self) -> dict[str, Callable[[], None]]:
-        """One loop per writer, by name ("slp", "record"), for the owner's threads."""
+        """One loop per output, by name ("slp", "record"), for the owner's threads."""
         return {
-            name: functools.partial(_drain, queue, writer)
-            for name, (queue, writer) in self._writers.items()
+            name: functools.partial(_drain, queue, output)
+            for name, (queue, output) in self._outputs.items()
         }
 
-    def write(self, record: PoseRecord, image: np.ndarray) -> None:
-        """Queue a pose record for the .slp writer and its frame for the recorder.
+    @property
+    def takes_frames(self) -> bool:
+        """Whether any output uses the frames (else `write` may be given None)."""
+        return any(output.takes_frames for _, output in self._outputs.values())
 
-        Waits while a queue is full. A writer that already failed is skipped: its
+    def write(self, record: PoseRecord, image: np.ndarray | None) -> None:
+        """Queue a pose record, with its frame for the outputs that take frames.
+
+        Waits while a queue is full. An output that already failed is skipped: its
         loop's error reaches the owner through that loop's thread.
         """
-        frame = RecordedFrame(image, record.frame_index, record.capture_time)
-        for name, item in (("slp", record), ("record", frame), ("overlay", (record, image))):
-            if name in self._writers:
-                try:
-                    self._writers[name][0].put(item)
-                except ChannelClosed:
-                    pass
+        for queue, output in self._outputs.values():
+            try:
+                queue.put((record, image if output.takes_frames else None))
+            except ChannelClosed:
+                pass
 
     def close(self) -> None:
-        """Let every loop finish what is queued and close its writer. Idempotent."""
-        for queue, _ in self._writers.values():
+        """Let every loop finish what is queued and close its output. Idempotent."""
+        for queue, _ in self._outputs.values():
             queue.close()
 
     def depths(self) -> dict[str, int]:
-        """Items waiting in each writer's queue, by writer name."""
-        return {name: queue.stats().depth for name, (queue, _) in self._writers.items()}
+        """Items waiting in each output's queue, by output name."""
+        return {name: queue.stats().depth for name, (queue, _) in self._outputs.items()}
 
     def describe(self) -> list[str]:
         """One line per output saying what it holds now (never more than is on disk)."""
-        return [writer.describe() for _, writer in self._writers.values()]
+        return [output.describe() for _, output in self._outputs.values()]
 
     def abandon(self) -> None:
-        """Close writers whose loops never ran: a pose file is discarded unwritten."""
-        for _, writer in self._writers.values():
-            if isinstance(writer, SlpWriter):
-                writer.discard()
-            else:
-                writer.close()
+        """Discard outputs whose loops never ran: nothing is written."""
+        for _, output in self._outputs.values():
+            output.discard()
 
 
 class SourceWriters:
@@ -482,8 +516,13 @@ class SourceWriters:
             for name, loop in writers.loops.items()
         }
 
-    def write(self, record: PoseRecord, image: np.ndarray) -> None:
-        """Queue a record and its frame for the writers of the record's source."""
+    @property
+    def takes_frames(self) -> bool:
+        """Whether any output uses the frames (else `write` may be given None)."""
+        return any(writers.takes_frames for writers in self._by_source.values())
+
+    def write(self, record: PoseRecord, image: np.ndarray | None) -> None:
+        """Queue a record and its frame for the outputs of the record's source."""
         self._by_source[record.source_id].write(record, image)
 
     def close(self) -> None:
@@ -523,7 +562,6 @@ def open_outputs(
     source_file = Path(source.source_id)
     source_is_file = source_file.is_file()
     check_outputs(options.paths(), {"source": [source_file] if source_is_file else []})
-    writers: dict[str, tuple[Channel[Any], Writer]] = {}
     info = runner.info
     recording: dict[str, Any] | None = None
     if options.record is not None:
@@ -537,28 +575,29 @@ def open_outputs(
         }
     # The poses link to the recording only where it is the best picture there is.
     links_recording = recording is not None and (recording["lossless"] or not source_is_file)
-    if options.output is not None:
-        extra = {**options.provenance, "recording": recording}
-        slp = SlpWriter(
-            options.output,
-            info.skeleton,
-            video=options.record.resolve()
-            if links_recording and options.record
-            else source.source_id,
-            frame_shape=source.frame_shape,
-            fps=source.fps,
-            n_frames=None if links_recording else source.n_frames,
-            class_names=info.class_names,
-            renumber=links_recording,
-            save_interval=options.save_interval,
-            provenance=run_provenance(
-                runner, source_id=source.source_id, settings=settings or {}, extra=extra
-            ),
-            clock=clock,
-        )
-        writers["slp"] = (Channel(SLP_QUEUE_CAPACITY), slp)
-    if options.record is not None:
-        try:
+    outputs: dict[str, tuple[Channel[QueuedItem], Output]] = {}
+    try:
+        if options.output is not None:
+            extra = {**options.provenance, "recording": recording}
+            slp = SlpWriter(
+                options.output,
+                info.skeleton,
+                video=options.record.resolve()
+                if links_recording and options.record
+                else source.source_id,
+                frame_shape=source.frame_shape,
+                fps=source.fps,
+                n_frames=None if links_recording else source.n_frames,
+                class_names=info.class_names,
+                renumber=links_recording,
+                save_interval=options.save_interval,
+                provenance=run_provenance(
+                    runner, source_id=source.source_id, settings=settings or {}, extra=extra
+                ),
+                clock=clock,
+            )
+            outputs["slp"] = (Channel(SLP_QUEUE_CAPACITY), slp)
+        if options.record is not None:
             recorder = VideoRecorder(
                 options.record,
                 source.fps or 30.0,
@@ -566,13 +605,8 @@ def open_outputs(
                 codec=options.record_codec,
                 crf=options.record_quality,
             )
-        except BaseException:
-            if "slp" in writers:
-                slp.discard()
-            raise
-        writers["record"] = (Channel(RECORD_QUEUE_CAPACITY), recorder)
-    if options.record_overlay is not None:
-        try:
+            outputs["record"] = (Channel(RECORD_QUEUE_CAPACITY), recorder)
+        if options.record_overlay is not None:
             overlay = OverlayRecorder(
                 options.record_overlay,
                 source.fps or 30.0,
@@ -580,14 +614,11 @@ def open_outputs(
                 info.skeleton,
                 info.class_names,
             )
-        except BaseException:
-            if "slp" in writers:
-                slp.discard()
-            if "record" in writers:
-                recorder.close()
-            raise
-        writers["overlay"] = (Channel(RECORD_QUEUE_CAPACITY), overlay)
-    return OpenWriters(writers)
+            outputs["overlay"] = (Channel(RECORD_QUEUE_CAPACITY), overlay)
+    except BaseException:
+        OpenWriters(outputs).abandon()  # those opened before the one that failed
+        raise
+    return OpenWriters(outputs)
 
 
 def open_source_outputs(
@@ -623,36 +654,28 @@ def open_source_outputs(
     return SourceWriters(opened)
 
 
-def _drain(queue: Channel[Any], writer: Writer) -> None:
-    """Feed `writer` from `queue` until it is closed and drained; then close the writer.
+def _drain(queue: Channel[QueuedItem], output: Output) -> None:
+    """Feed `output` from `queue` until it is closed and drained; then close the output.
 
-    Between items, the .slp writer saves as soon as a save falls due, so a pause
-    in the stream (a stalled camera) never holds finished frames back.
+    Between items, the output saves as soon as a save falls due, so a pause in the
+    stream (a stalled camera) never holds finished frames back.
     """
     try:
         while True:
-            timeout = writer.seconds_until_due() if isinstance(writer, SlpWriter) else None
             try:
-                item = queue.get(timeout)
+                record, image = queue.get(output.seconds_until_due())
             except ChannelEmpty:
-                if isinstance(writer, SlpWriter) and writer.seconds_until_due() == 0:
-                    writer.flush()
+                if output.seconds_until_due() == 0:
+                    output.flush()
                 continue
             except ChannelClosed:
                 break
-            if isinstance(writer, VideoRecorder):
-                writer.write(
-                    item.image,
-                    source_frame_index=item.frame_index,
-                    capture_time=item.capture_time,
-                )
-            else:
-                writer.write(item)
+            output.write(record, image)
     except BaseException:
         queue.close()  # nothing more is accepted, so the feeding stage never waits on it
         raise
     finally:
-        writer.close()
+        output.close()
 
 
 def _as_fraction(fps: float) -> Fraction:

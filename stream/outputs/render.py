@@ -17,9 +17,9 @@ import attrs
 import numpy as np
 
 from sleap_live.stream.errors import SourceError, SourceNotFoundError
-from sleap_live.stream.outputs_guard import check_outputs
-from sleap_live.stream.overlay import OverlayStyle, SkeletonLayout, draw_poses
-from sleap_live.stream.overlay_writer import DEFAULT_CODEC, OverlayWriter
+from sleap_live.stream.outputs.guard import check_outputs
+from sleap_live.stream.outputs.overlay import OverlayStyle, SkeletonLayout, draw_poses
+from sleap_live.stream.outputs.overlay_writer import DEFAULT_CODEC, OverlayWriter
 from sleap_live.stream.sources import FileSource
 
 # Called after each frame with (frames written, frames in the range or None).
