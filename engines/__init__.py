@@ -1,9 +1,9 @@
 """sleap-live engines: load sleap-nn models, export them, and run them.
 
 `load_runner`, `load_inference_model` and `export_model` load torch,
-so they are imported on first use: `import sleap_live.engines` stays light.
-Importing it asks torch's OpenMP threads to sleep rather than spin when idle,
-before anything loads torch (see `sleap_live.engines.runners.openmp`).
+so they are imported on first use: `import sleap_live.engines` stays light and
+changes nothing in the process. Each asks torch's OpenMP threads to sleep rather
+than spin when idle before it loads torch (see `sleap_live.engines.openmp`).
 """
 
 from typing import Any
@@ -24,11 +24,8 @@ from sleap_live.engines.load.dirs import (
     read_model_dir,
 )
 from sleap_live.engines.load.spec import HeadSpec, ModelSpec, PreprocessSpec, UNetSpec
-from sleap_live.engines.runners.openmp import prefer_passive_wait
 from sleap_live.engines.settings import InferenceSettings
 from sleap_live.engines.types import MODEL_TYPES, FramePoses, ModelInfo, Skeleton
-
-prefer_passive_wait()
 
 __all__ = [
     "MODEL_TYPES",
@@ -66,6 +63,10 @@ _LAZY = {
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
+
+        from sleap_live.engines.openmp import prefer_passive_wait
+
+        prefer_passive_wait()  # before the module imported loads torch
 
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'sleap_live.engines' has no attribute {name!r}")

@@ -16,7 +16,7 @@ gives each pass's frames per second (min, median, max, and max/min); `--busy-cor
 times them twice, as the machine is and while a process of this script's own spins
 on one core (started and killed here), the way another program on a shared machine
 takes a core. torch's OpenMP threads sleep when idle under sleap-live
-(`sleap_live.engines.runners.openmp`); `GOMP_SPINCOUNT=300000` in the environment
+(`sleap_live.engines.openmp`); `GOMP_SPINCOUNT=300000` in the environment
 brings back torch's own spin-waiting, for comparison.
 """
 
@@ -122,7 +122,7 @@ def time_engine(
 
 def default_engines() -> list[str]:
     """torch and onnx, and openvino where it is installed."""
-    from sleap_live.engines.runners.openvino import openvino_installed
+    from sleap_live.engines.optional import openvino_installed
 
     return ["torch", "onnx", *(["openvino"] if openvino_installed() else [])]
 

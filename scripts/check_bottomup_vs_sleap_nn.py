@@ -469,7 +469,7 @@ def _rank_in_node(channels: np.ndarray) -> np.ndarray:
 def check_models(report: Report, goldens: Path, options: dict, onnx: bool) -> None:
     import sleap_io as sio
 
-    from sleap_live.engines.export import export_onnx_bytes
+    from sleap_live.engines.export.exporter import export_onnx_bytes
     from sleap_live.engines.load.training_config import read_training_config
 
     cases = {

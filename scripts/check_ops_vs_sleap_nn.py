@@ -309,7 +309,7 @@ def _onnx_runner(model, check_frames: list[np.ndarray]) -> Callable[[np.ndarray]
 
     import onnxruntime as ort
 
-    from sleap_live.engines.export import export_inference_model
+    from sleap_live.engines.export.exporter import export_inference_model
 
     with tempfile.TemporaryDirectory() as directory:
         path = export_inference_model(model, directory, format="onnx", verify_frames=check_frames)

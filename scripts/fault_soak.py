@@ -83,7 +83,7 @@ def child(log_dir: Path, delay: float, slow_save: float, slow_start: float, argv
     saves = os.open(log_dir / "saves.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
 
     class LoggingRunner(fakes.FakeRunner):
-        def run(self, frames):  # type: ignore[no-untyped-def]
+        def run(self, frames, *, stream=None):  # type: ignore[no-untyped-def]
             poses = super().run(frames)
             if len(self.batch_sizes) > 1:  # the first call is the warm-up
                 now = time.monotonic()

@@ -22,7 +22,7 @@ into a temporary folder. Every figure is milliseconds per frame, on the same fra
 The graph is exported in memory (`export_onnx_bytes`, verified on the clip's first
 frames) and run with sleap-live's session options, one thread per physical core.
 `--static` profiles the graph specialised to the clip's frame shape instead (what the
-CPU runner runs, `export_static_onnx_bytes`), and the engine runs it too, once it gave
+CPU runner runs, `export_specialised_onnx_bytes`), and the engine runs it too, once it gave
 the dynamic graph's outputs bit for bit.
 The profiler's own overhead makes its total a little larger than the session's; its
 stage shares are what it is for.
@@ -46,7 +46,7 @@ import onnx
 import onnxruntime as ort
 from fixtures import lab
 
-from sleap_live.engines.export import export_onnx_bytes, export_static_onnx_bytes
+from sleap_live.engines.export.exporter import export_onnx_bytes, export_specialised_onnx_bytes
 from sleap_live.engines.graph.build import load_inference_model
 from sleap_live.engines.host.frames import convert_channels
 from sleap_live.engines.host.postprocess import decode
@@ -235,7 +235,7 @@ def profile_graph(
 
 
 class OneShape:
-    """The graph specialised to one frame shape, for `OnnxRunner` (a `ShapeGraphs`)."""
+    """The graph specialised to one frame shape, for `OnnxRunner` (a `SpecialisedGraphs`)."""
 
     def __init__(self, shape: FrameShape, graph: bytes) -> None:
         self.shape, self._graph = shape, graph
@@ -294,7 +294,7 @@ def profile(
     if static:
         # Specialised to the frames the graph is given: after any host conversion.
         shape = (int(converted.shape[1]), int(converted.shape[2]), int(converted.shape[3]))
-        onnx_bytes = export_static_onnx_bytes(model, shape, sources=paths)
+        onnx_bytes = export_specialised_onnx_bytes(model, shape, sources=paths)
         specialised = OneShape(shape, onnx_bytes)
     runner = OnnxRunner(dynamic, specialised=specialised)
     inputs = batches(converted, batch_size)

@@ -2,14 +2,11 @@
 
 A batch of host frames goes to `runner.run` as it is. A batch of device frames
 (see `batching.DeviceStreams`) runs on its inference stream, after that stream
-waits for the batch's stack on the copy stream; a GPU runner whose `run` takes a
-``stream=`` keyword is given that stream, so its work is queued there too.
+waits for the batch's stack on the copy stream, and the runner is given that
+stream (`run(images, stream=...)`), so a GPU runner's work is queued there too.
 """
 
 from __future__ import annotations
-
-import inspect
-from typing import Any
 
 import attrs
 import numpy as np
@@ -43,7 +40,6 @@ class EngineStep:
         self._runner = runner
         self._clock = clock
         self._meters = meters
-        self._takes_stream = takes_stream(runner)
 
     def warm_up(self, batch_size: int, frame_shape: tuple[int, ...]) -> None:
         """Run the engine once on a blank host batch, untimed."""
@@ -75,18 +71,4 @@ class EngineStep:
         inference = batch.streams.inference
         inference.wait_event(batch.ready)
         with torch.cuda.stream(inference):
-            if self._takes_stream:
-                run: Any = self._runner.run  # GPU runners' run takes stream= (not the protocol)
-                return run(batch.images, stream=inference)
-            return self._runner.run(batch.images)
-
-
-def takes_stream(runner: Any) -> bool:
-    """Whether `runner.run` accepts a ``stream=`` keyword (GPU runners)."""
-    try:
-        parameters = inspect.signature(runner.run).parameters
-    except (TypeError, ValueError):
-        return False
-    return "stream" in parameters or any(
-        parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters.values()
-    )
+            return self._runner.run(batch.images, stream=inference)

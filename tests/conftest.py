@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sleap_live.engines.load.export_cache import CACHE_DIR_ENV
+from sleap_live.engines.cache import CACHE_DIR_ENV
 from sleap_live.engines.runners.cpu_choice import ENGINE_ENV
 
 

@@ -1,31 +1,21 @@
-"""Export sleap-live inference models to ONNX or TorchScript, verified on frames with animals.
+"""Export sleap-live inference models, verified on frames with animals.
 
-- `exporter`: the public export functions and their steps;
+`export_model(models, output, format=...)` is the one public function, for every
+format `sleap-live export` offers (`formats`). The parts, one job each:
+
+- `exporter`: the ONNX and TorchScript export of an inference model and its steps
+  (its in-memory graphs are what `load_runner` runs model directories on);
 - `onnx`: tracing to ONNX and embedding the metadata;
 - `torchscript`: TorchScript tracing, saving, and loading exports to run;
 - `verify`: the numerical comparison of an export with its torch module;
-- `frames`: which frames the verification runs on.
+- `frames`: which frames the verification runs on;
+- `openvino`, `tensorrt*`: the OpenVINO IR and the TensorRT engines;
+- `on_demand`, `tensorrt_on_demand`: exports and engines made while a model loads,
+  kept in the export cache.
+
+Importing this package loads neither torch nor an export library.
 """
 
-from sleap_live.engines.export.exporter import (
-    EXPORT_FORMATS,
-    export_inference_model,
-    export_model,
-    export_onnx_bytes,
-    export_static_onnx_bytes,
-)
-from sleap_live.engines.export.onnx import DEFAULT_OPSET
-from sleap_live.engines.export.torchscript import load_torchscript, read_torchscript_metadata
-from sleap_live.engines.export.verify import TOLERANCE
+from sleap_live.engines.export.formats import DEFAULT_OPSET, EXPORT_FORMATS, export_model
 
-__all__ = [
-    "DEFAULT_OPSET",
-    "EXPORT_FORMATS",
-    "TOLERANCE",
-    "export_inference_model",
-    "export_model",
-    "export_onnx_bytes",
-    "export_static_onnx_bytes",
-    "load_torchscript",
-    "read_torchscript_metadata",
-]
+__all__ = ["DEFAULT_OPSET", "EXPORT_FORMATS", "export_model"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,6 @@ from sleap_live.engines.export.frames import (
     verification_frames,
 )
 from sleap_live.engines.export.onnx import (
-    DEFAULT_OPSET,
     embed_metadata,
     onnx_exported,
     trace_to_onnx,
@@ -45,26 +44,25 @@ from sleap_live.engines.export.torchscript import (
 from sleap_live.engines.export.verify import Exported, takes_channels, verify_batch
 from sleap_live.engines.graph.base import InferenceModel
 from sleap_live.engines.graph.preprocess import frame_channels
-from sleap_live.engines.host.frames import convert_channels
+from sleap_live.engines.host.frames import Frames, convert_channels
 from sleap_live.engines.load.dirs import TRAINING_CONFIG
 from sleap_live.engines.load.export_cache import package_version
 from sleap_live.engines.load.metadata import (
+    DEFAULT_OPSET,
     DEFAULT_PROFILE,
     INPUT_NAME,
     TENSORRT_PROFILE,
     ExportMetadata,
     sidecar_path,
 )
+from sleap_live.engines.notify import Notify
 from sleap_live.engines.settings import InferenceSettings, check_slots
 
 EXPORT_FORMATS = ("onnx", "torchscript")
 SUFFIXES = {"onnx": ".onnx", "torchscript": ".pt"}
 
-Progress = Callable[[str], None]
-Frames = np.ndarray | Sequence[np.ndarray]
 
-
-def export_model(
+def export_model_dirs(
     paths: Sequence[str | Path],
     output: str | Path,
     *,
@@ -72,12 +70,13 @@ def export_model(
     opset: int = DEFAULT_OPSET,
     verify: bool = True,
     verify_frames: Frames | None = None,
-    progress: Progress | None = None,
+    progress: Notify | None = None,
     profile: str = DEFAULT_PROFILE,
     frame_size: tuple[int, int] | None = None,
     settings: InferenceSettings | None = None,
 ) -> Path:
-    """Builds the inference model of one or two sleap-nn model directories and exports it.
+    """Builds the inference model of one or two sleap-nn model directories and exports it
+    to ONNX or TorchScript (`export_model` with those formats).
 
     Args:
         paths: a model directory, or a centroid and a centered-instance directory
@@ -142,7 +141,7 @@ def export_inference_model(
     verify: bool = True,
     verify_frames: Frames | None = None,
     sources: Sequence[str | Path] = (),
-    progress: Progress | None = None,
+    progress: Notify | None = None,
     profile: str = DEFAULT_PROFILE,
     frame_size: tuple[int, int] | None = None,
 ) -> Path:
@@ -200,7 +199,7 @@ def export_onnx_bytes(
     verify: bool = True,
     verify_frames: Frames | None = None,
     sources: Sequence[str | Path] = (),
-    progress: Progress | None = None,
+    progress: Notify | None = None,
     profile: str = DEFAULT_PROFILE,
     frame_size: tuple[int, int] | None = None,
 ) -> bytes:
@@ -220,13 +219,13 @@ def export_onnx_bytes(
     return payload
 
 
-def export_static_onnx_bytes(
+def export_specialised_onnx_bytes(
     model: InferenceModel,
     frame_shape: tuple[int, int, int],
     *,
     opset: int = DEFAULT_OPSET,
     sources: Sequence[str | Path] = (),
-    progress: Progress | None = None,
+    progress: Notify | None = None,
 ) -> bytes:
     """The default-profile graph of `model` for frames of one (height, width, channels).
 
@@ -264,7 +263,7 @@ def _export(
     verify: bool,
     verify_frames: Frames | None,
     sources: Sequence[str | Path],
-    notify: Progress,
+    notify: Notify,
     profile: str = DEFAULT_PROFILE,
     frame_size: tuple[int, int] | None = None,
 ) -> tuple[Any, ExportMetadata]:
@@ -290,7 +289,7 @@ def _export_profiled(
     verify: bool,
     verify_frames: Frames | None,
     sources: Sequence[str | Path],
-    notify: Progress,
+    notify: Notify,
     frame_size: tuple[int, int] | None,
 ) -> tuple[Any, ExportMetadata]:
     fixed_shape = model.tensorrt_profile
@@ -377,7 +376,7 @@ def _metadata(
     )
 
 
-def _checking(notify: Progress, channels: int, frames: np.ndarray) -> np.ndarray:
+def _checking(notify: Notify, channels: int, frames: np.ndarray) -> np.ndarray:
     notify(f"checking {channels}-channel input")
     return convert_channels(frames, channels)
 
@@ -428,7 +427,7 @@ def _trace(
     opset: int,
     *,
     dynamic_channels: bool,
-    notify: Progress,
+    notify: Notify,
 ) -> tuple[Any, Exported]:
     """The raw export (ONNX bytes or traced module) and the same ready to verify."""
     if format == "onnx":

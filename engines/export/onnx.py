@@ -35,8 +35,6 @@ from sleap_live.engines.load.metadata import (
     ExportMetadata,
 )
 
-DEFAULT_OPSET = 17
-
 
 def trace_to_onnx(
     model: InferenceModel, example: np.ndarray, opset: int, *, dynamic_channels: bool

@@ -15,10 +15,15 @@ from pathlib import Path
 
 import attrs
 
-from sleap_live.engines.export.exporter import Frames, Progress, export_onnx_bytes
-from sleap_live.engines.export.onnx import DEFAULT_OPSET
-from sleap_live.engines.load.metadata import METADATA_KEY, ExportMetadata, sidecar_path
-from sleap_live.engines.runners.openvino import import_openvino
+from sleap_live.engines.export.exporter import Frames, export_onnx_bytes
+from sleap_live.engines.load.metadata import (
+    DEFAULT_OPSET,
+    METADATA_KEY,
+    ExportMetadata,
+    sidecar_path,
+)
+from sleap_live.engines.notify import Notify
+from sleap_live.engines.optional import import_openvino
 from sleap_live.engines.settings import InferenceSettings
 
 FORMAT = "openvino"
@@ -33,7 +38,7 @@ def export_openvino(
     opset: int = DEFAULT_OPSET,
     verify: bool = True,
     verify_frames: Frames | None = None,
-    progress: Progress | None = None,
+    progress: Notify | None = None,
     settings: InferenceSettings | None = None,
 ) -> Path:
     """Exports one or two model directories to OpenVINO IR, verified as ONNX first.

@@ -28,16 +28,13 @@ from sleap_live.engines.errors import RuntimeUnavailableError
 from sleap_live.engines.export.tensorrt_build import (
     DEFAULT_WORKSPACE_BYTES,
     BuildSettings,
-    Notify,
     OnnxModel,
     build_engine,
     model_hash,
-    notice,
     read_onnx_model,
 )
 from sleap_live.engines.export.tensorrt_cache import (
     EngineCache,
-    default_cache_dir,
     timing_cache_name,
 )
 from sleap_live.engines.export.tensorrt_engine import (
@@ -54,6 +51,8 @@ from sleap_live.engines.export.tensorrt_engine import (
     read_engine_file,
     write_engine_file,
 )
+from sleap_live.engines.notify import Notify, notice
+from sleap_live.engines.optional import GPU_INSTALL_HINT
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -71,15 +70,12 @@ __all__ = [
     "EngineKey",
     "FrameShape",
     "GpuInfo",
-    "Notify",
     "OnnxModel",
     "build_engine",
     "current_gpu",
-    "default_cache_dir",
     "export_tensorrt",
     "import_tensorrt",
     "model_hash",
-    "notice",
     "parse_engine_file",
     "read_engine_file",
     "read_onnx_model",
@@ -88,7 +84,6 @@ __all__ = [
 ]
 
 ENGINE_SUFFIXES = (".engine", ".plan")
-GPU_INSTALL_HINT = 'pip install "sleap-live[gpu]"'
 DEFAULT_BATCH_SIZE = 8
 
 
@@ -144,7 +139,7 @@ def export_tensorrt(
         precision: one of `PRECISIONS`.
         device: the CUDA device to build on.
         notify: told about rebuilds, one line each.
-        **export_options: for `export_model` (`opset`, `verify`, `verify_frames`,
+        **export_options: for `export_model_dirs` (`opset`, `verify`, `verify_frames`,
             `progress`, `settings`); the export is always of the "tensorrt" profile, at `frame`'s
             size.
 
@@ -155,12 +150,12 @@ def export_tensorrt(
         RuntimeUnavailableError: TensorRT or a CUDA GPU is missing.
         ExportError: the ONNX export or the build failed.
     """
-    from sleap_live.engines.export.exporter import export_model
+    from sleap_live.engines.export.exporter import export_model_dirs
 
     trt = import_tensorrt()
     gpu = current_gpu(device)
     height, width, *channels = (int(n) for n in frame)
-    onnx_path = export_model(
+    onnx_path = export_model_dirs(
         paths,
         Path(output) / "model.onnx",
         format="onnx",

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
-from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -27,15 +25,9 @@ import attrs
 from sleap_live.engines.errors import ExportError, ModelConfigError, ModelNotFoundError
 from sleap_live.engines.export.tensorrt_engine import EngineFile, EngineKey
 from sleap_live.engines.load.metadata import METADATA_KEY, ExportMetadata
+from sleap_live.engines.notify import Notify, notice
 
 DEFAULT_WORKSPACE_BYTES = 4 << 30
-
-Notify = Callable[[str], None]
-
-
-def notice(message: str) -> None:
-    """The default notifier: one line on stderr."""
-    print(f"sleap-live: {message}", file=sys.stderr)
 
 
 @attrs.frozen

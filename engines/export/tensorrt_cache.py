@@ -10,7 +10,6 @@ beside the engines and makes rebuilds fast.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from types import ModuleType
 
@@ -18,10 +17,8 @@ import attrs
 
 from sleap_live.engines.export.tensorrt_build import (
     BuildSettings,
-    Notify,
     OnnxModel,
     build_engine,
-    notice,
     save_or_notify,
 )
 from sleap_live.engines.export.tensorrt_engine import (
@@ -32,6 +29,7 @@ from sleap_live.engines.export.tensorrt_engine import (
     GpuInfo,
     read_engine_file,
 )
+from sleap_live.engines.notify import Notify, notice
 
 
 def timing_cache_name(gpu: GpuInfo, tensorrt_version: str) -> str:
@@ -44,7 +42,8 @@ class EngineCache:
     """Engines of one ONNX model in a directory, built when missing or stale.
 
     Args:
-        directory: where engines and timing caches live (created when needed).
+        directory: where engines and timing caches live (created when needed);
+            None keeps nothing: engines are built for this run only.
         model: the ONNX export engines are built from.
         stem: file name stem of its engines ("model" beside `model.onnx`).
         trt: the `tensorrt` module.
@@ -54,7 +53,7 @@ class EngineCache:
         notify: told about rebuilds and unwritable files, one line each.
     """
 
-    directory: Path
+    directory: Path | None
     model: OnnxModel
     stem: str
     trt: ModuleType
@@ -74,11 +73,16 @@ class EngineCache:
         )
 
     def path(self, key: EngineKey) -> Path:
+        if self.directory is None:
+            raise ValueError("an engine cache without a directory keeps no engine files")
         return self.directory / key.file_name(self.stem)
 
     def engine(self, frame: FrameShape, batch_size: int) -> EngineFile:
         """The engine for `frame`-sized batches of up to `batch_size`: cached or built."""
         key = self.key(frame, batch_size)
+        if self.directory is None:
+            settings, notify = self.settings, self.notify
+            return build_engine(self.trt, self.model, key, settings=settings, notify=notify)
         path = self.path(key)
         if path.is_file():
             try:
@@ -108,9 +112,3 @@ def _difference(cached: EngineKey, wanted: EngineKey) -> str:
     if fields == ["model_sha256"]:
         return f"another model (sha256 {old['model_sha256'][:12]}, not {new['model_sha256'][:12]})"
     return "other " + ", ".join(f"{name} ({old[name]}, not {new[name]})" for name in fields)
-
-
-def default_cache_dir() -> Path:
-    """Where engines of model directories go: `$XDG_CACHE_HOME/sleap-live/tensorrt`."""
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "sleap-live" / "tensorrt"

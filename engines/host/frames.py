@@ -6,12 +6,15 @@ numpy), so the ONNX runners stay usable in a torch-free deployment.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from sleap_live.engines.errors import InputMismatchError
 
+# Frames given to verify an export on: uint8 (N, H, W, C), or batches of them of one size.
+Frames = np.ndarray | Sequence[np.ndarray]
 # torchvision's `rgb_to_grayscale` weights, which sleap-nn's `ensure_grayscale` uses.
 GRAY_WEIGHTS = (0.2989, 0.587, 0.114)
 

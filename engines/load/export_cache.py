@@ -4,7 +4,7 @@ A model directory run with ONNX Runtime is exported (and verified) once; the gra
 is kept in the user's cache directory and later runs load it as they would a
 sleap-live `.onnx` export, without building the torch model or importing torch.
 
-Where: `default_cache_dir()` (`$SLEAP_LIVE_CACHE_DIR`, else platformdirs'
+Where: `sleap_live.engines.cache.cache_root()` (`$SLEAP_LIVE_CACHE_DIR`, else platformdirs'
 `user_cache_dir("sleap-live")`, `~/.cache/sleap-live` on Linux), graphs under its
 `onnx/` folder as `<key>.onnx` with a `<key>.onnx.json` sidecar.
 
@@ -45,9 +45,8 @@ import hashlib
 import importlib.metadata
 import json
 import os
-import sys
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,9 +54,9 @@ import attrs
 
 from sleap_live.engines.load.metadata import METADATA_KEY, ExportMetadata, sidecar_path
 from sleap_live.engines.load.spec import CHECKPOINT, TRAINING_CONFIG
+from sleap_live.engines.notify import Notify
 from sleap_live.engines.settings import InferenceSettings
 
-CACHE_DIR_ENV = "SLEAP_LIVE_CACHE_DIR"
 ONNX_FOLDER = "onnx"
 ENTRY_SCHEMA = "sleap-live/onnx-cache"
 ENTRY_SCHEMA_VERSION = 1
@@ -65,23 +64,6 @@ ENTRY_SCHEMA_VERSION = 1
 KEY_FIELD = "cache_key"
 # The source folders of `sleap_live.engines` whose code does not shape the graph.
 _NOT_GRAPH_CODE = ("runners",)
-
-Notify = Callable[[str], None]
-
-
-def notice(message: str) -> None:
-    """The default notifier: one line on stderr."""
-    print(f"sleap-live: {message}", file=sys.stderr)
-
-
-def default_cache_dir() -> Path:
-    """sleap-live's cache directory: `$SLEAP_LIVE_CACHE_DIR`, else the user's cache dir."""
-    chosen = os.environ.get(CACHE_DIR_ENV)
-    if chosen:
-        return Path(chosen)
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("sleap-live", appauthor=False))
 
 
 @attrs.frozen
@@ -148,13 +130,18 @@ def code_digest() -> str:
     """sha256 of the source files that build and export the graph (see the module docstring)."""
     engines = Path(__file__).resolve().parents[1]
     digest = hashlib.sha256()
-    for path in sorted(engines.rglob("*.py")):
-        relative = path.relative_to(engines)
-        if relative.parts[0] in _NOT_GRAPH_CODE:
-            continue
+    for relative in graph_code_files():
         digest.update(relative.as_posix().encode() + b"\0")
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
+        digest.update(hashlib.sha256((engines / relative).read_bytes()).digest())
     return digest.hexdigest()
+
+
+def graph_code_files() -> list[Path]:
+    """The source files `code_digest` hashes, relative to `sleap_live.engines`, in order:
+    every module but the runners' (export on demand lives in `export/`, so it counts)."""
+    engines = Path(__file__).resolve().parents[1]
+    paths = (path.relative_to(engines) for path in sorted(engines.rglob("*.py")))
+    return [path for path in paths if path.parts[0] not in _NOT_GRAPH_CODE]
 
 
 def embedded_key(metadata: ExportMetadata) -> str | None:

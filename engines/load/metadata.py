@@ -60,6 +60,8 @@ SCHEMA_VERSION = 1
 METADATA_KEY = "sleap_live"
 TORCHSCRIPT_METADATA_FILE = "sleap_live.json"
 INPUT_NAME = "frames"
+# The ONNX opset exports use unless told otherwise.
+DEFAULT_OPSET = 17
 
 DEFAULT_PROFILE = "default"
 TENSORRT_PROFILE = "tensorrt"

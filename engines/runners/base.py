@@ -8,6 +8,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from sleap_live.engines.errors import EngineError
 from sleap_live.engines.host.frames import as_numpy, check_frames, convert_channels
+from sleap_live.engines.load.metadata import ExportMetadata
 from sleap_live.engines.types import FramePoses, ModelInfo
 
 
@@ -20,20 +21,34 @@ class Runner(Protocol):
     frames over; every preprocessing step happens inside the runner. A runner is
     used from one thread at a time.
 
-    GPU runners also take `run(frames, stream=...)`, the CUDA stream the frames
-    were made ready on and the run queues its work on.
+    Attributes:
+        info: what the model is and the settings it runs with.
+        device: where it runs ("cpu", "cuda:0", ...).
+        metadata: the export's embedded metadata (model, sources, verification)
+            for runners of a sleap-live ONNX graph; None for the others.
     """
 
     info: ModelInfo
     device: str
+    metadata: ExportMetadata | None
 
-    def run(self, frames: Any) -> list[FramePoses]:
-        """Poses for each frame of the batch, in order."""
+    def run(self, frames: Any, *, stream: Any = None) -> list[FramePoses]:
+        """Poses for each frame of the batch, in order.
+
+        `stream`: the CUDA stream the frames were made ready on and the run queues
+        its work on (GPU runners; None: the runner's own). CPU runners take None only.
+        """
         ...
 
     def close(self) -> None:
         """Release sessions and device buffers; idempotent."""
         ...
+
+
+def refuse_stream(runner: object, stream: Any) -> None:
+    """What a CPU runner's `run` says to a CUDA stream: it has none to run on."""
+    if stream is not None:
+        raise ValueError(f"{type(runner).__name__} runs on the CPU: it takes no CUDA stream")
 
 
 def begin_run(

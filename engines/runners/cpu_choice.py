@@ -39,8 +39,10 @@ from typing import Any, TypeVar
 import attrs
 import numpy as np
 
+from sleap_live.engines.notify import Notify
+from sleap_live.engines.optional import openvino_installed
 from sleap_live.engines.runners.base import Runner
-from sleap_live.engines.runners.openvino import CROP_MODEL_TYPES, LOG, openvino_installed
+from sleap_live.engines.runners.openvino import CROP_MODEL_TYPES, LOG
 
 ONNX = "onnx"
 OPENVINO = "openvino"
@@ -93,7 +95,7 @@ def choose_cpu_runner(
     frames: np.ndarray | None,
     threads: int | None,
     cache_dir: Path | None,
-    notice: Callable[[str], None] = LOG.warning,
+    notice: Notify = LOG.warning,
 ) -> OnnxRuntimeRunner | OpenVINORunner:
     """The runner auto picks on the CPU (see the module docstring).
 

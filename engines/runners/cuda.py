@@ -28,6 +28,7 @@ import attrs
 import numpy as np
 import torch
 
+from sleap_live.engines.notify import Notify
 from sleap_live.engines.runners.onnx_session import BATCH_AXIS, INSTANCE_AXIS
 
 LOG = logging.getLogger("sleap_live.engines.runners")
@@ -255,7 +256,7 @@ class GraphedForward:
         *,
         capture: Capture = capture_cuda_graph,
         max_graphs: int = DEFAULT_MAX_GRAPHS,
-        notice: Callable[[str], None] = LOG.warning,
+        notice: Notify = LOG.warning,
     ) -> None:
         self._forward = forward
         self._output_names = tuple(output_names)

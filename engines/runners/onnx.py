@@ -30,7 +30,7 @@ an axis of the same name that the graph sizes in another output (see
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -41,8 +41,8 @@ from sleap_live.engines.errors import ModelConfigError, RuntimeUnavailableError
 from sleap_live.engines.host.frames import as_numpy
 from sleap_live.engines.host.outputs import output_axes
 from sleap_live.engines.host.postprocess import decode
-from sleap_live.engines.load.export_cache import notice
 from sleap_live.engines.load.metadata import METADATA_KEY, ExportMetadata, check_graph_sizes
+from sleap_live.engines.notify import Notify, notice
 from sleap_live.engines.runners.base import begin_run
 from sleap_live.engines.runners.onnx_session import (
     BATCH_AXIS,
@@ -62,7 +62,7 @@ from sleap_live.engines.runners.onnx_session import (
     with_compute_stream,
     with_cuda_graphs,
 )
-from sleap_live.engines.runners.specialise import ShapeGraphs, ShapeSessions
+from sleap_live.engines.runners.specialise import SpecialisedGraphs, SpecialisedSessions
 from sleap_live.engines.types import FramePoses, ModelInfo
 
 __all__ = [
@@ -128,8 +128,8 @@ class OnnxRunner:
         stream: Any = None,
         cuda_graphs: bool = False,
         max_graphs: int = DEFAULT_MAX_GRAPHS,
-        specialised: ShapeGraphs | None = None,
-        notify: Callable[[str], None] = notice,
+        specialised: SpecialisedGraphs | None = None,
+        notify: Notify = notice,
     ) -> None:
         origin = "ONNX model bytes" if isinstance(model, bytes) else str(model)
         self.device = device_of(providers)
@@ -148,12 +148,14 @@ class OnnxRunner:
                 f"{origin}: no '{METADATA_KEY}' metadata; not exported by sleap-live "
                 "(for a `sleap-nn export` output, pass its directory instead)"
             )
-        self.metadata = ExportMetadata.from_json(document, origin)
-        self.info: ModelInfo = self.metadata.info
+        metadata = ExportMetadata.from_json(document, origin)
+        self.metadata: ExportMetadata | None = metadata
+        self.info: ModelInfo = metadata.info
+        self._input_channels = metadata.input_channels
         (graph_input,) = session.get_inputs()
         self._input_name = graph_input.name
         self._output_names = [output.name for output in session.get_outputs()]
-        axes = output_axes(self.info.model_type, self.metadata.output_layout)
+        axes = output_axes(self.info.model_type, metadata.output_layout)
         graph_outputs = [(output.name, output.shape) for output in session.get_outputs()]
         check_graph_sizes(self.info, graph_outputs, axes, origin)
         shapes = OutputShapes.of_session(session, axes)
@@ -177,9 +179,9 @@ class OnnxRunner:
             else:
                 self._io = BoundIO.for_device(session, self.device, axes)
         self._session: Any = session
-        self._shapes: ShapeSessions | None = None
+        self._shapes: SpecialisedSessions | None = None
         if specialised is not None:
-            self._shapes = ShapeSessions(
+            self._shapes = SpecialisedSessions(
                 session,
                 specialised,
                 lambda graph: create_session(graph, providers, intra_op_threads=intra_op_threads),
@@ -192,7 +194,7 @@ class OnnxRunner:
             return self._session
         return self._shapes.session_for(frame_shape)
 
-    def run(self, frames: Any, stream: Any = None) -> list[FramePoses]:
+    def run(self, frames: Any, *, stream: Any = None) -> list[FramePoses]:
         """Poses for each frame of a uint8 (B, H, W, C) batch.
 
         Args:
@@ -206,7 +208,7 @@ class OnnxRunner:
             InputMismatchError: frames are not uint8 (B, H, W, 1 or 3).
             EngineError: the runner is closed.
         """
-        frames, batch_size = begin_run(self, self._session, frames, self.metadata.input_channels)
+        frames, batch_size = begin_run(self, self._session, frames, self._input_channels)
         if self._io is None:
             if stream is not None and not isinstance(frames, np.ndarray):
                 stream.synchronize()

@@ -34,6 +34,7 @@ import attrs
 import numpy as np
 import torch
 
+from sleap_live.engines.notify import Notify
 from sleap_live.engines.runners.cuda import (
     DEFAULT_MAX_GRAPHS,
     LOG,
@@ -41,7 +42,7 @@ from sleap_live.engines.runners.cuda import (
     HostStaging,
     order_after_caller,
 )
-from sleap_live.engines.runners.onnx import ELEMENT_TYPES
+from sleap_live.engines.runners.onnx_session import ELEMENT_TYPES
 
 # Run options ONNX Runtime reads (onnxruntime_run_options_config_keys.h).
 GRAPH_ID = "gpu_graph_id"
@@ -100,7 +101,7 @@ class TorchBinding:
         stream: Any = None,
         cuda_graphs: bool = False,
         max_graphs: int = DEFAULT_MAX_GRAPHS,
-        notice: Callable[[str], None] = LOG.warning,
+        notice: Notify = LOG.warning,
     ) -> None:
         import onnxruntime as ort
 

@@ -7,26 +7,28 @@ execution providers); `OutputShapes` reads which outputs can be preallocated.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from sleap_live.engines.cache import cache_root
 from sleap_live.engines.errors import (
     ModelConfigError,
     ModelNotFoundError,
     RuntimeUnavailableError,
 )
 from sleap_live.engines.host.outputs import BATCH_AXIS, INSTANCE_AXIS
+from sleap_live.engines.optional import GPU_INSTALL_HINT
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
 TENSORRT = "TensorrtExecutionProvider"
 GPU_PROVIDERS = (CUDA, TENSORRT)
 EXECUTION_PROVIDERS = {"cuda": CUDA, "tensorrt": TENSORRT}
-GPU_INSTALL_HINT = 'pip install "sleap-live[gpu]"'
+# ONNX Runtime's TensorRT provider caches (engines, timing) in the cache root.
+ORT_TENSORRT_FOLDER = "onnxruntime-tensorrt"
 # The provider option that turns CUDA graphs on, per GPU provider.
 CUDA_GRAPH_OPTIONS = {CUDA: ("enable_cuda_graph", "1"), TENSORRT: ("trt_cuda_graph_enable", "True")}
 
@@ -50,6 +52,7 @@ def providers_for(
     execution_provider: str = "cuda",
     *,
     trt_cache_dir: str | Path | None = None,
+    trt_cache: bool = True,
     trt_fp16: bool = False,
 ) -> list[Provider]:
     """The execution providers for a device name: "cpu", "cuda" or "cuda:N".
@@ -60,8 +63,10 @@ def providers_for(
             (ONNX Runtime's TensorRT provider, the CUDA provider behind it for
             whatever TensorRT does not take).
         trt_cache_dir: TensorRT: the folder of its engine and timing caches
-            (default `default_trt_cache_dir()`); ONNX Runtime keys each engine by
+            (default: `onnxruntime-tensorrt/` in `cache_root()`); ONNX Runtime keys each engine by
             the model, the GPU and the TensorRT version, and rebuilds otherwise.
+        trt_cache: TensorRT: keep engines and timing caches (False: build them
+            for this session only, `--no-cache`).
         trt_fp16: TensorRT: let it build float16 kernels.
 
     Raises:
@@ -86,12 +91,12 @@ def providers_for(
     cuda: Provider = (CUDA, {"device_id": device_id})
     if execution_provider == "cuda":
         return [cuda]
-    cache = str(Path(trt_cache_dir) if trt_cache_dir is not None else default_trt_cache_dir())
+    cache = str(Path(trt_cache_dir) if trt_cache_dir is not None else ort_tensorrt_cache_dir())
     tensorrt = {
         "device_id": device_id,
-        "trt_engine_cache_enable": "True",
+        "trt_engine_cache_enable": str(trt_cache),
         "trt_engine_cache_path": cache,
-        "trt_timing_cache_enable": "True",
+        "trt_timing_cache_enable": str(trt_cache),
         "trt_timing_cache_path": cache,
         "trt_fp16_enable": str(bool(trt_fp16)),
     }
@@ -122,10 +127,9 @@ def _gpu_build_hint() -> str:
     return f"; install the GPU build: {GPU_INSTALL_HINT}"
 
 
-def default_trt_cache_dir() -> Path:
-    """Where ONNX Runtime's TensorRT engines are cached, under $XDG_CACHE_HOME or ~/.cache."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "sleap-live" / "onnxruntime-tensorrt"
+def ort_tensorrt_cache_dir(cache_dir: str | Path | None = None) -> Path:
+    """Where ONNX Runtime's TensorRT provider caches its engines: in sleap-live's cache root."""
+    return cache_root(cache_dir) / ORT_TENSORRT_FOLDER
 
 
 def with_compute_stream(providers: Sequence[Provider], stream_handle: int) -> list[Provider]:

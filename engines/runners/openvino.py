@@ -20,7 +20,7 @@ Only `openvino`, numpy and scipy are needed; torch is never imported.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,12 +36,13 @@ from sleap_live.engines.errors import (
 from sleap_live.engines.host.frames import as_numpy, convert_channels
 from sleap_live.engines.host.postprocess import decode
 from sleap_live.engines.load.metadata import METADATA_KEY, ExportMetadata
-from sleap_live.engines.runners.base import begin_run
+from sleap_live.engines.notify import Notify
+from sleap_live.engines.optional import import_openvino
+from sleap_live.engines.runners.base import begin_run, refuse_stream
 from sleap_live.engines.types import FramePoses, ModelInfo
 
 LOG = logging.getLogger("sleap_live.engines.runners")
 
-INSTALL_HINT = 'pip install "sleap-live[openvino]"'
 # User-facing precision names (TensorRT's spelling) and OpenVINO's hint for each.
 PRECISIONS = {"fp32": "f32", "bf16": "bf16"}
 DEFAULT_PRECISION = "fp32"
@@ -50,22 +51,6 @@ DEFAULT_PRECISION = "fp32"
 IR_METADATA_PATH = [METADATA_KEY]
 ONNX_METADATA_PATH = ["framework", METADATA_KEY]
 MODEL_SUFFIXES = (".onnx", ".xml")
-
-
-def import_openvino() -> Any:
-    """The `openvino` module, or a one-line error saying how to install it."""
-    try:
-        import openvino
-    except ImportError:
-        raise RuntimeUnavailableError(f"OpenVINO is not installed; {INSTALL_HINT}") from None
-    return openvino
-
-
-def openvino_installed() -> bool:
-    """Whether `openvino` can be imported (without importing it)."""
-    import importlib.util
-
-    return importlib.util.find_spec("openvino") is not None
 
 
 @attrs.frozen
@@ -138,7 +123,7 @@ class OpenVINORunner:
         threads: int | None = None,
         check_frames: np.ndarray | None = None,
         cache_dir: str | Path | None = None,
-        notice: Callable[[str], None] = LOG.warning,
+        notice: Notify = LOG.warning,
     ) -> None:
         if precision not in PRECISIONS:
             raise ValueError(
@@ -156,8 +141,10 @@ class OpenVINORunner:
         if precision != DEFAULT_PRECISION:
             _require_capability(core, precision)
         graph = _read_model(core, model, origin)
-        self.metadata = _metadata(graph, origin)
-        self.info: ModelInfo = self.metadata.info
+        metadata = _metadata(graph, origin)
+        self.metadata: ExportMetadata | None = metadata
+        self.info: ModelInfo = metadata.info
+        self._input_channels = metadata.input_channels
         self.device = "cpu"
         self.precision = precision
         config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY"}
@@ -167,7 +154,7 @@ class OpenVINORunner:
             config["CACHE_DIR"] = str(cache_dir)
         self._compiled: Any = _compile(core, graph, precision, config)
         self._request: Any = self._compiled.create_infer_request()
-        self._outputs = _output_ports(self._compiled, self.metadata.output_names, origin)
+        self._outputs = _output_ports(self._compiled, metadata.output_names, origin)
         self.precision_check: PrecisionCheck | None = None
         if precision != DEFAULT_PRECISION:
             assert check_frames is not None
@@ -175,13 +162,15 @@ class OpenVINORunner:
             self.precision_check = self._compare(reference, check_frames)
             notice(self.precision_check.line())
 
-    def run(self, frames: Any) -> list[FramePoses]:
+    def run(self, frames: Any, *, stream: Any = None) -> list[FramePoses]:
         """Poses for each frame of a uint8 (B, H, W, C) batch (numpy or CPU tensor).
 
         Raises:
             InputMismatchError: frames are not uint8 (B, H, W, 1 or 3).
             EngineError: the runner is closed.
+            ValueError: a CUDA `stream` (OpenVINO runs on the CPU).
         """
+        refuse_stream(self, stream)
         return self._run(self._request, frames)
 
     def close(self) -> None:
@@ -190,7 +179,7 @@ class OpenVINORunner:
         self._compiled = None
 
     def _run(self, request: Any, frames: Any) -> list[FramePoses]:
-        frames, batch_size = begin_run(self, request, frames, self.metadata.input_channels)
+        frames, batch_size = begin_run(self, request, frames, self._input_channels)
         # The input is read in place; outputs are copies, never overwritten later.
         try:
             results = request.infer([np.ascontiguousarray(as_numpy(frames))], share_inputs=True)
@@ -209,8 +198,8 @@ class OpenVINORunner:
     def _compare(self, reference: Any, frames: np.ndarray) -> PrecisionCheck:
         """Runs `frames` at this runner's precision and at f32, and measures the difference."""
         frames = np.asarray(frames)
-        if frames.shape[-1] not in self.metadata.input_channels:
-            frames = convert_channels(frames, self.metadata.input_channels[0])
+        if frames.shape[-1] not in self._input_channels:
+            frames = convert_channels(frames, self._input_channels[0])
         return compare_poses(self.precision, self.run(frames), self._run(reference, frames))
 
 

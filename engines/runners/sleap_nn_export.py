@@ -66,7 +66,12 @@ from sleap_live.engines.host.grouping import ClassMapGrouper, PafGrouper
 from sleap_live.engines.host.outputs import GraphOutputs
 from sleap_live.engines.host.postprocess import decode
 from sleap_live.engines.load.dirs import EXPORT_METADATA, TRAINING_CONFIG, read_export_metadata
-from sleap_live.engines.load.metadata import check_graph_sizes, check_info, check_skeleton
+from sleap_live.engines.load.metadata import (
+    ExportMetadata,
+    check_graph_sizes,
+    check_info,
+    check_skeleton,
+)
 from sleap_live.engines.load.spec import ModelSpec
 from sleap_live.engines.load.training_config import parse_training_config, read_yaml
 from sleap_live.engines.runners.base import begin_run
@@ -182,6 +187,7 @@ class SleapNNExportRunner:
         spec = _frame_model_spec(export_dir, metadata["model_type"])
         self._layout = _layout(metadata, spec, export_dir)
         self.info: ModelInfo = self._layout.info
+        self.metadata: ExportMetadata | None = None  # not a sleap-live export
         self._stride = spec.max_stride
 
         session = create_session(model_path, providers, intra_op_threads=intra_op_threads)
@@ -207,14 +213,18 @@ class SleapNNExportRunner:
         self._io = BoundIO.for_device(session, self.device, output_axes)
         self._session: Any = session
 
-    def run(self, frames: Any) -> list[FramePoses]:
+    def run(self, frames: Any, *, stream: Any = None) -> list[FramePoses]:
         """Poses for each frame of a uint8 (B, H, W, C) numpy array or torch tensor.
+
+        `stream` is not used: ONNX Runtime runs on its own stream and returns host
+        outputs, so the run is complete when it returns.
 
         Raises:
             InputMismatchError: frames are not uint8 (B, H, W, 1 or 3), or larger
                 than a fixed-size graph.
             EngineError: the runner is closed.
         """
+        del stream
         frames, batch_size = begin_run(self, self._session, frames, (self._channels,))
         image = self.prepare(as_numpy(frames))
         if self._io is not None:

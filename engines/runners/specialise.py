@@ -4,13 +4,14 @@ A sleap-live graph takes any frame size, so the sizes of its resizes and padding
 are computed while it runs, and the passes that would not change the image at
 the size it is given (the size matcher at the training frame size, a scale of 1,
 a size already a multiple of the stride, a channel conversion the frames do not
-need) run anyway. A static graph (`sleap_live.engines.export.export_static_onnx_bytes`)
+need) run anyway. A specialised graph
+(`sleap_live.engines.export.exporter.export_specialised_onnx_bytes`)
 is made for one (height, width, channels) and leaves them out.
 
-`ShapeSessions` runs each frame shape on its own static graph, where one is to
-be had (`ShapeGraphs`, e.g. made from the model directories and kept in the
-export cache, see `sleap_live.engines.runners.load`), and on the dynamic graph
-otherwise. A static graph is trusted only after it gave the same outputs as the
+`SpecialisedSessions` runs each frame shape on its own specialised graph, where one is to
+be had (`SpecialisedGraphs`, e.g. made from the model directories and kept in the
+export cache, see `sleap_live.engines.export.on_demand`), and on the dynamic graph
+otherwise. A specialised graph is trusted only after it gave the same outputs as the
 dynamic graph, bit for bit, on the first batch of its shape; otherwise that
 shape keeps the dynamic graph, with a one-line notice, and the graph is
 rejected (a cached one is removed).
@@ -26,19 +27,20 @@ from typing import Any, Protocol
 import numpy as np
 
 from sleap_live.engines.errors import EngineError
+from sleap_live.engines.notify import Notify
 
 # (height, width, channels) of the frames a graph is specialised to.
 FrameShape = tuple[int, int, int]
 Outputs = dict[str, np.ndarray]
-# Frame shapes that get a static graph of their own; later ones run the dynamic graph.
+# Frame shapes that get a specialised graph of their own; later ones run the dynamic graph.
 DEFAULT_MAX_SHAPES = 4
 
 
-class ShapeGraphs(Protocol):
-    """Where static graphs come from."""
+class SpecialisedGraphs(Protocol):
+    """Where specialised graphs come from (`sleap_live.engines.export.on_demand`)."""
 
     def graph(self, shape: FrameShape) -> bytes | None:
-        """The static graph for frames of `shape`, or None when there is none to be had.
+        """The graph specialised to frames of `shape`, or None when there is none to be had.
 
         Raises:
             EngineError: making it failed (the shape then runs the dynamic graph).
@@ -63,23 +65,23 @@ def differing_output(
     return None
 
 
-class ShapeSessions:
-    """Runs each frame shape on its checked static graph, else on the dynamic graph.
+class SpecialisedSessions:
+    """Runs each frame shape on its checked specialised graph, else on the dynamic graph.
 
     Args:
         dynamic: the ONNX Runtime session of the dynamic graph.
-        graphs: where the static graphs come from.
+        graphs: where the specialised graphs come from.
         make_session: a session of a graph's bytes (the runner's options).
         notify: told, in one line, when a shape keeps the dynamic graph and why.
-        max_shapes: frame shapes that get a static graph.
+        max_shapes: frame shapes that get a specialised graph.
     """
 
     def __init__(
         self,
         dynamic: Any,
-        graphs: ShapeGraphs,
+        graphs: SpecialisedGraphs,
         make_session: Callable[[bytes], Any],
-        notify: Callable[[str], None],
+        notify: Notify,
         max_shapes: int = DEFAULT_MAX_SHAPES,
     ) -> None:
         self._dynamic = dynamic
@@ -90,7 +92,7 @@ class ShapeSessions:
         self._chosen: dict[FrameShape, Any] = {}
 
     def session_for(self, shape: FrameShape) -> Any:
-        """The session for frames of `shape`: the dynamic one until a static one checks out."""
+        """The session for frames of `shape`: the dynamic one until a specialised one checks out."""
         return self._chosen.get(shape, self._dynamic)
 
     def run(self, frames: np.ndarray) -> Outputs:
@@ -108,7 +110,7 @@ class ShapeSessions:
         return outputs
 
     def _checked_static(self, shape: FrameShape, frames: np.ndarray, expected: Outputs) -> Any:
-        """The static graph's session for `shape` if it has one that matches `expected`."""
+        """The specialised graph's session for `shape` if it has one that matches `expected`."""
         size = f"{shape[1]}x{shape[0]}x{shape[2]} frames"
         try:
             graph = self._graphs.graph(shape)

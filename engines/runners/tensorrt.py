@@ -30,6 +30,7 @@ import numpy as np
 
 from sleap_live.engines.errors import EngineError, InputMismatchError, ModelConfigError
 from sleap_live.engines.host.postprocess import decode
+from sleap_live.engines.load.metadata import ExportMetadata
 from sleap_live.engines.runners.base import begin_run
 from sleap_live.engines.types import FramePoses, ModelInfo
 
@@ -298,6 +299,7 @@ class TensorRTRunner:
 
         self._trt = tensorrt or import_tensorrt()
         self.info = info
+        self.metadata: ExportMetadata | None = None  # the engines carry their own
         self.input_channels = tuple(input_channels)
         self.device = device
         self._memory = memory or TorchMemory(device)

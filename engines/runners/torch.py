@@ -27,7 +27,7 @@ from sleap_live.engines.errors import RuntimeUnavailableError
 from sleap_live.engines.graph.base import InferenceModel
 from sleap_live.engines.host.outputs import output_axes
 from sleap_live.engines.host.postprocess import decode
-from sleap_live.engines.load.metadata import OUTPUT_LAYOUTS
+from sleap_live.engines.load.metadata import OUTPUT_LAYOUTS, ExportMetadata
 from sleap_live.engines.runners.base import begin_run
 from sleap_live.engines.runners.cuda import (
     DEFAULT_MAX_GRAPHS,
@@ -51,7 +51,7 @@ class TorchRunner:
             number of physical cores; this sets it process-wide
             (`torch.set_num_threads`), so give it only when this runner is the
             process's main torch user. Idle threads sleep rather than spin when
-            sleap-live was imported before torch (`sleap_live.engines.runners.openmp`),
+            sleap-live loaded torch (`sleap_live.engines.openmp`),
             so a busy core slows a run rather than collapsing it.
         input_channels: channel counts the model accepts itself; frames with
             another count are converted before the call. Eager inference models
@@ -98,6 +98,7 @@ class TorchRunner:
         if num_threads is not None:
             torch.set_num_threads(num_threads)
         self.info: ModelInfo = model.info
+        self.metadata: ExportMetadata | None = None  # a torch module, not an ONNX graph
         self.device = str(target)
         self._target = target
         self._output_names = tuple(model.output_names)
@@ -115,7 +116,7 @@ class TorchRunner:
         self._staging = HostStaging(pin=True) if cuda else None
         self._copies = HostCopies(pin=True) if cuda else None
 
-    def run(self, frames: Any, stream: Any = None) -> list[FramePoses]:
+    def run(self, frames: Any, *, stream: Any = None) -> list[FramePoses]:
         """Poses for each frame of a uint8 (B, H, W, C) numpy array or torch tensor.
 
         Args:

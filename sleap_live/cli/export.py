@@ -26,17 +26,13 @@ from sleap_live.cli.options import (
     positive_int,
     verify_options,
 )
+from sleap_live.engines.export import DEFAULT_OPSET, EXPORT_FORMATS
 from sleap_live.engines.load.metadata import DEFAULT_PROFILE, PROFILES
 
 SUMMARY = "export model directories to one ONNX or TorchScript file, verified against torch"
-# The exporter's formats and default opset, written here so that building the
-# parser does not import torch; tests/stream/test_cli.py checks them against
-# `export_model`.
-SUFFIXES = {"onnx": ".onnx", "torchscript": ".pt"}
-DEFAULT_OPSET = 17
-# TensorRT: an export directory (model.onnx, and engines built on this machine's GPU).
-# OpenVINO: IR (.xml + .bin) of the verified ONNX export.
-FORMATS = (*SUFFIXES, "openvino", "tensorrt")
+# The default output's ending per format. TensorRT: an export directory (model.onnx,
+# and engines built on this machine's GPU); OpenVINO: IR (.xml + .bin).
+ENDINGS = {"onnx": ".onnx", "torchscript": ".pt", "openvino": ".xml", "tensorrt": "_tensorrt"}
 
 
 def add_parser(commands: Any) -> None:
@@ -65,7 +61,9 @@ def add_parser(commands: Any) -> None:
         "names joined by '+'; .pt for torchscript, .xml for openvino); for tensorrt, a "
         "directory (default: NAME_tensorrt in the working directory)",
     )
-    parser.add_argument("-f", "--format", choices=FORMATS, default="onnx", help="what to export to")
+    parser.add_argument(
+        "-f", "--format", choices=EXPORT_FORMATS, default="onnx", help="what to export to"
+    )
     parser.add_argument(
         "--opset", type=positive_int, default=DEFAULT_OPSET, help="ONNX opset version"
     )
@@ -111,69 +109,47 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     if len(args.model_dirs) > 2:
         raise UsageError("give one model directory, or two for a top-down model")
     # How the export is verified, and the inference settings built into it.
-    options = {**verify_options(args), "settings": inference_settings(args)}
+    options: dict[str, Any] = {**verify_options(args), "settings": inference_settings(args)}
     # Imported here: the exporter loads torch, which --help and the other commands
     # do not need.
     from sleap_live.engines import export_model
-    from sleap_live.engines.load.metadata import ExportMetadata, sidecar_path
 
     if args.format == "tensorrt":
-        return _export_tensorrt(args, console, options)
-    if args.format == "openvino":
-        return _export_openvino(args, console, options)
-    output = args.output or default_output(args.model_dirs, SUFFIXES[args.format])
+        frames = options.get("verify_frames")
+        frame = args.frame_size or (None if frames is None else frames.shape[1:])
+        if frame is None:
+            raise UsageError("--format tensorrt needs --frame-size HxW (or --verify-video VIDEO)")
+        options.update(
+            frame_size=tuple(frame),
+            batch_size=args.batch_size,
+            precision=args.precision,
+            device=args.device,
+            notify=lambda line: console.print(escape(line), soft_wrap=True),
+        )
+    elif args.format != "openvino":
+        options["profile"] = args.profile
+    output = args.output or default_output(args.model_dirs, ENDINGS[args.format])
     with console.status("exporting") as status:
         path = export_model(
             args.model_dirs,
             output,
             format=args.format,
             opset=args.opset,
-            profile=args.profile,
             progress=status.update,
             **options,
         )
-    metadata = ExportMetadata.from_json(sidecar_path(path).read_text(), str(path))
-    return _report(console, path, metadata)
+    return _report(console, path, _metadata(path, args.format))
 
 
-def _export_tensorrt(args: argparse.Namespace, console: Console, options: dict[str, Any]) -> int:
-    """`--format tensorrt`: the ONNX export and its engine, in one directory."""
-    from sleap_live.engines.export.tensorrt import export_tensorrt, read_engine_file
+def _metadata(path: Path, format: str) -> Any:
+    """The metadata of the export at `path`: its sidecar's, or a TensorRT engine's header."""
+    if format == "tensorrt":
+        from sleap_live.engines.export.tensorrt import read_engine_file
 
-    frames = options.get("verify_frames")
-    frame = args.frame_size or (None if frames is None else frames.shape[1:])
-    if frame is None:
-        raise UsageError("--format tensorrt needs --frame-size HxW (or --verify-video VIDEO)")
-    output = args.output or default_output(args.model_dirs, "_tensorrt")
-    with console.status("exporting") as status:
-        path = export_tensorrt(
-            args.model_dirs,
-            output,
-            frame=tuple(frame),
-            batch_size=args.batch_size,
-            precision=args.precision,
-            device=args.device,
-            notify=lambda line: console.print(escape(line), soft_wrap=True),
-            opset=args.opset,
-            progress=status.update,
-            **options,
-        )
-    metadata = read_engine_file(path).metadata
-    return _report(console, path, metadata)
-
-
-def _export_openvino(args: argparse.Namespace, console: Console, options: dict[str, Any]) -> int:
-    """`--format openvino`: the verified ONNX export saved as OpenVINO IR."""
-    from sleap_live.engines.export.openvino import export_openvino
+        return read_engine_file(path).metadata
     from sleap_live.engines.load.metadata import ExportMetadata, sidecar_path
 
-    output = args.output or default_output(args.model_dirs, ".xml")
-    with console.status("exporting") as status:
-        path = export_openvino(
-            args.model_dirs, output, opset=args.opset, progress=status.update, **options
-        )
-    metadata = ExportMetadata.from_json(sidecar_path(path).read_text(), str(path))
-    return _report(console, path, metadata)
+    return ExportMetadata.from_json(sidecar_path(path).read_text(), str(path))
 
 
 def default_output(model_dirs: list[str], ending: str) -> Path:
@@ -185,7 +161,7 @@ def default_output(model_dirs: list[str], ending: str) -> Path:
 
 def _report(console: Console, path: Path, metadata: Any) -> int:
     """Says what was exported where, and the verification table (stderr); exit status 0."""
-    from sleap_live.engines.export import TOLERANCE
+    from sleap_live.engines.export.verify import TOLERANCE
 
     console.print(
         f"exported [bold]{metadata.info.model_type}[/bold] model to {escape(str(path))}",

@@ -20,8 +20,10 @@ from typing import Any, NoReturn
 import attrs
 from rich.console import Console
 
+from sleap_live.engines.notify import Notify
 from sleap_live.engines.runners.base import Runner
-from sleap_live.engines.runners.load import DEVICE_FORMS, ENGINES, is_device
+from sleap_live.engines.runners.devices import DEVICE_FORMS, is_device
+from sleap_live.engines.runners.load import ENGINES
 from sleap_live.engines.settings import DEFAULT_SETTINGS, InferenceSettings
 from sleap_live.stream.runner import VERIFY_FRAMES, first_frames, load_for_source
 from sleap_live.stream.sources import DECODERS, Source, is_url
@@ -355,7 +357,7 @@ def cache_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def loading_status(console: Console, *, quiet: bool = False) -> Iterator[Callable[[str], None]]:
+def loading_status(console: Console, *, quiet: bool = False) -> Iterator[Notify]:
     """A `progress` callback for `load_runner` that shows its steps as one status line.
 
     On a terminal the line is a spinner that shows the latest step from the first

@@ -56,8 +56,9 @@ def model_provenance(model_or_runner: object) -> dict[str, Any]:
     """``{"models": model_records(...)}`` for model paths, or for a runner whose export
     metadata names the model directories it was built from; else nothing."""
     if isinstance(model_or_runner, Runner):
-        sources = getattr(getattr(model_or_runner, "metadata", None), "sources", ())
-        paths = [source.get("path") for source in sources]
+        metadata = model_or_runner.metadata
+        sources = () if metadata is None else metadata.sources
+        paths: list[Any] = [source.get("path") for source in sources]
         if paths and all(isinstance(path, str) and Path(path).exists() for path in paths):
             return {"models": model_records(paths)}
         return {}

@@ -360,7 +360,7 @@ def test_from_spec_reads_strides_edges_and_classes():
 
 def test_onnx_export_matches_torch_at_two_frame_sizes(tmp_path):
     onnxruntime = pytest.importorskip("onnxruntime")
-    from sleap_live.engines.export import export_inference_model
+    from sleap_live.engines.export.exporter import export_inference_model
 
     model = BottomUpModel(
         ToyNetwork(1, 4, 3),
@@ -393,7 +393,7 @@ def test_onnx_export_matches_torch_at_two_frame_sizes(tmp_path):
 
 def test_multi_class_onnx_export_verifies(tmp_path):
     pytest.importorskip("onnxruntime")
-    from sleap_live.engines.export import export_inference_model
+    from sleap_live.engines.export.exporter import export_inference_model
     from sleap_live.engines.load.metadata import read_onnx_metadata
 
     model = MultiClassBottomUpModel(

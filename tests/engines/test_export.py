@@ -15,16 +15,11 @@ import pytest
 import torch
 
 from sleap_live.engines.errors import ExportError, ModelConfigError, ModelNotFoundError
-from sleap_live.engines.export import (
-    TOLERANCE,
-    export_inference_model,
-    export_model,
-    export_onnx_bytes,
-    load_torchscript,
-    read_torchscript_metadata,
-)
+from sleap_live.engines.export import export_model
+from sleap_live.engines.export.exporter import export_inference_model, export_onnx_bytes
 from sleap_live.engines.export.frames import check_batches, sample_frames
-from sleap_live.engines.export.verify import Exported
+from sleap_live.engines.export.torchscript import load_torchscript, read_torchscript_metadata
+from sleap_live.engines.export.verify import TOLERANCE, Exported
 from sleap_live.engines.graph.build import load_inference_model
 from sleap_live.engines.host.outputs import INSTANCE_OUTPUTS
 from sleap_live.engines.load.metadata import (
@@ -495,3 +490,13 @@ def test_export_model_records_the_opset(tmp_path):
     )
     assert read_onnx_metadata(path).exporter["opset"] == 18
     assert onnx.load(str(path)).opset_import[0].version == 18
+
+
+def test_export_model_is_one_function_for_every_format(tmp_path):
+    from sleap_live.engines.export import EXPORT_FORMATS
+
+    assert EXPORT_FORMATS == ("onnx", "torchscript", "openvino", "tensorrt")
+    with pytest.raises(ValueError, match="unknown export format 'tflite'"):
+        export_model([tmp_path], tmp_path / "model.tflite", format="tflite")
+    with pytest.raises(ValueError, match="a TensorRT export needs frame_size"):
+        export_model([tmp_path], tmp_path / "out", format="tensorrt")

@@ -16,16 +16,15 @@ import av
 import numpy as np
 import pytest
 
-import sleap_live.engines.export as export_package
 from sleap_live.cli import main
 from sleap_live.cli.options import first_frames
+from sleap_live.engines.cache import CACHE_DIR_ENV, cache_root
+from sleap_live.engines.export import exporter
 from sleap_live.engines.load import export_cache
 from sleap_live.engines.load.export_cache import (
-    CACHE_DIR_ENV,
     CacheKey,
     ExportCache,
     cache_key,
-    default_cache_dir,
     with_embedded_key,
 )
 from sleap_live.engines.load.metadata import sidecar_path
@@ -45,17 +44,17 @@ pytestmark = pytest.mark.usefixtures("private_cache_dir")
 
 
 class Exports:
-    """Counts calls of the real `export_onnx_bytes` (load_runner imports it at each export)."""
+    """Counts calls of the real `export_onnx_bytes` (the loader imports it at each export)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls = 0
-        real = export_package.export_onnx_bytes
+        real = exporter.export_onnx_bytes
 
         def counted(*args, **kwargs):
             self.calls += 1
             return real(*args, **kwargs)
 
-        monkeypatch.setattr(export_package, "export_onnx_bytes", counted)
+        monkeypatch.setattr(exporter, "export_onnx_bytes", counted)
 
 
 @pytest.fixture
@@ -137,13 +136,24 @@ def test_unreadable_model_files_have_no_key(tmp_path):
     assert cache_key([model], {}) is None
 
 
-def test_default_cache_dir_is_the_environment_variable_else_the_user_cache(monkeypatch, tmp_path):
+def test_the_code_digest_covers_what_makes_graphs_and_not_the_runners():
+    files = {path.as_posix() for path in export_cache.graph_code_files()}
+    # Export on demand and the specialised graphs shape what the cache holds.
+    assert {"export/on_demand.py", "export/exporter.py", "graph/build.py"} <= files
+    assert "export/tensorrt_on_demand.py" in files and "load/export_cache.py" in files
+    assert not any(name.startswith("runners/") for name in files)
+
+
+def test_cache_root_is_the_given_dir_else_the_environment_variable_else_the_user_cache(
+    monkeypatch, tmp_path
+):
     import platformdirs
 
     monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path))
-    assert default_cache_dir() == tmp_path
+    assert cache_root() == tmp_path
+    assert cache_root(tmp_path / "given") == tmp_path / "given"
     monkeypatch.delenv(CACHE_DIR_ENV)
-    assert default_cache_dir() == Path(platformdirs.user_cache_dir("sleap-live", appauthor=False))
+    assert cache_root() == Path(platformdirs.user_cache_dir("sleap-live", appauthor=False))
 
 
 # --- hits and misses -------------------------------------------------------------

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from sleap_live.engines.errors import ModelConfigError, RuntimeUnavailableError
-from sleap_live.engines.export import export_onnx_bytes
+from sleap_live.engines.export.exporter import export_onnx_bytes
 from sleap_live.engines.export.frames import sample_frames
 from sleap_live.engines.graph.build import load_inference_model
 from sleap_live.engines.host.frames import convert_channels
@@ -342,8 +342,14 @@ def test_providers_for_cuda_and_tensorrt(tmp_path):
         (CUDA, {"device_id": 0}),
     ]
     assert device_of(tensorrt) == "cuda:0" and device_of(providers_for("cpu")) == "cpu"
-    default = providers_for("cuda:0", "tensorrt")[0][1]["trt_engine_cache_path"]
-    assert default.endswith(str(Path("sleap-live") / "onnxruntime-tensorrt"))
+    # By default in sleap-live's cache root ($SLEAP_LIVE_CACHE_DIR here); kept nowhere
+    # with --no-cache.
+    from sleap_live.engines.cache import cache_root
+
+    default = providers_for("cuda:0", "tensorrt")[0][1]
+    assert default["trt_engine_cache_path"] == str(cache_root() / "onnxruntime-tensorrt")
+    uncached = providers_for("cuda:0", "tensorrt", trt_cache=False)[0][1]
+    assert uncached["trt_engine_cache_enable"] == uncached["trt_timing_cache_enable"] == "False"
     with pytest.raises(RuntimeUnavailableError, match="needs a CUDA device"):
         providers_for("cpu", "tensorrt")
     with pytest.raises(ValueError, match="unknown execution provider 'openvino'"):

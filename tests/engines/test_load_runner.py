@@ -17,14 +17,12 @@ from sleap_live.engines.errors import (
     ModelNotFoundError,
     RuntimeUnavailableError,
 )
-from sleap_live.engines.export import (
-    export_inference_model,
-    export_model,
-    read_torchscript_metadata,
-)
+from sleap_live.engines.export import export_model
+from sleap_live.engines.export.exporter import export_inference_model
 from sleap_live.engines.export.frames import sample_frames
+from sleap_live.engines.export.torchscript import read_torchscript_metadata
 from sleap_live.engines.graph.build import load_inference_model
-from sleap_live.engines.runners import load as runners_load
+from sleap_live.engines.runners import devices
 from sleap_live.engines.runners.load import load_runner
 from sleap_live.engines.runners.onnx import OnnxRunner
 from sleap_live.engines.runners.torch import TorchRunner
@@ -261,4 +259,4 @@ def test_gpu_presence_is_asked_of_the_cuda_driver_not_torch(monkeypatch, driver,
         return driver
 
     monkeypatch.setattr(ctypes, "CDLL", load)
-    assert runners_load._gpu_present() is expected
+    assert devices.gpu_present() is expected

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sleap_live.engines.runners.openmp import PASSIVE, WAIT_POLICY, prefer_passive_wait
+from sleap_live.engines.openmp import PASSIVE, WAIT_POLICY, prefer_passive_wait
 
 MODEL = Path(__file__).parents[1] / "data" / "models" / "single_instance"
 # Generous upper bound for one interpreter, only so that a hang fails the test.

@@ -23,7 +23,7 @@ from tests.engines import goldens
 
 ov = pytest.importorskip("openvino")
 
-from sleap_live.engines.export.openvino import export_openvino  # noqa: E402
+from sleap_live.engines.export import export_model  # noqa: E402
 from sleap_live.engines.runners.openvino import (  # noqa: E402
     OpenVINORunner,
     compare_poses,
@@ -52,7 +52,8 @@ def _case(name: str) -> tuple[list[str], np.ndarray, dict]:
 def topdown_ir(tmp_path_factory):
     models, frames, _ = _case("topdown")
     output = tmp_path_factory.mktemp("ir") / "topdown.xml"
-    return export_openvino(models, output, verify_frames=frames[:VERIFY_FRAMES]), frames
+    exported = export_model(models, output, format="openvino", verify_frames=frames[:VERIFY_FRAMES])
+    return exported, frames
 
 
 @pytest.mark.slow
@@ -154,8 +155,9 @@ class _Timed:
     def __init__(self, name: str) -> None:
         self.name, self.runs, self.closed = name, 0, False
         self.info = SimpleNamespace(model_type="single_instance")
+        self.device, self.metadata = "cpu", None
 
-    def run(self, frames):
+    def run(self, frames, *, stream=None):
         self.runs += 1
         return []
 
@@ -288,7 +290,7 @@ def test_measure_times_every_runner_alike():
 
 @pytest.fixture(scope="module")
 def toy_onnx(toy_models) -> bytes:
-    from sleap_live.engines.export import export_onnx_bytes
+    from sleap_live.engines.export.exporter import export_onnx_bytes
 
     return export_onnx_bytes(toy_models.ToyInstanceModel(), verify=False)
 
@@ -312,3 +314,17 @@ def test_toy_export_runs_alike_in_openvino_and_onnx_runtime(toy_onnx):
     runner.close()
     with pytest.raises(Exception, match="closed"):
         runner.run(frames)
+
+
+def test_both_cpu_runners_keep_the_runner_protocol(toy_onnx):
+    from sleap_live.engines.export.frames import sample_frames
+    from sleap_live.engines.runners.base import Runner
+    from sleap_live.engines.runners.onnx import OnnxRunner
+
+    frames = sample_frames(1, 96, 128, 3, seed=4)
+    for runner in (OpenVINORunner(toy_onnx, threads=1), OnnxRunner(toy_onnx, intra_op_threads=1)):
+        assert isinstance(runner, Runner) and runner.metadata is not None
+        assert len(runner.run(frames, stream=None)) == 1
+    # OpenVINO runs on the CPU: a CUDA stream is refused in one line.
+    with pytest.raises(ValueError, match="OpenVINORunner runs on the CPU: it takes no CUDA stream"):
+        OpenVINORunner(toy_onnx, threads=1).run(frames, stream=object())

@@ -17,8 +17,9 @@ from sleap_live.engines.errors import (
     ModelNotFoundError,
     RuntimeUnavailableError,
 )
-from sleap_live.engines.export import export_inference_model, export_onnx_bytes, load_torchscript
+from sleap_live.engines.export.exporter import export_inference_model, export_onnx_bytes
 from sleap_live.engines.export.frames import sample_frames
+from sleap_live.engines.export.torchscript import load_torchscript
 from sleap_live.engines.graph.build import load_inference_model
 from sleap_live.engines.graph.preprocess import ensure_channels
 from sleap_live.engines.host.frames import check_frames, convert_channels

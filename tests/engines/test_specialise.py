@@ -15,13 +15,15 @@ import onnxruntime as ort
 import pytest
 
 from sleap_live.engines.errors import ExportError
-from sleap_live.engines.export import export_onnx_bytes, export_static_onnx_bytes
+from sleap_live.engines.export.exporter import export_onnx_bytes, export_specialised_onnx_bytes
 from sleap_live.engines.export.frames import sample_frames
-from sleap_live.engines.export.onnx import DEFAULT_OPSET, trace_to_onnx
+from sleap_live.engines.export.on_demand import SpecialisedGraphExports
+from sleap_live.engines.export.onnx import trace_to_onnx
 from sleap_live.engines.graph.build import load_inference_model
 from sleap_live.engines.load.export_cache import ExportCache
-from sleap_live.engines.runners.load import StaticGraphs, load_runner
-from sleap_live.engines.runners.specialise import ShapeSessions, differing_output
+from sleap_live.engines.load.metadata import DEFAULT_OPSET
+from sleap_live.engines.runners.load import load_runner
+from sleap_live.engines.runners.specialise import SpecialisedSessions, differing_output
 
 MODELS = Path(__file__).parents[1] / "data" / "models"
 TOPDOWN = [MODELS / "centroid", MODELS / "centered_instance"]
@@ -76,7 +78,7 @@ def model(request):
 def test_a_static_graph_gives_the_dynamic_graphs_outputs_bit_for_bit(model, shape):
     inference_model, dynamic = model
     frames = blob_frames(*shape)
-    static = export_static_onnx_bytes(inference_model, shape)
+    static = export_specialised_onnx_bytes(inference_model, shape)
     expected, got = outputs(dynamic, frames), outputs(static, frames)
     assert differing_output(expected, got) is None
     # Another batch size runs on the same graph.
@@ -85,7 +87,7 @@ def test_a_static_graph_gives_the_dynamic_graphs_outputs_bit_for_bit(model, shap
 
 def test_a_static_graph_takes_only_its_frame_shape(model):
     inference_model, _ = model
-    static = session(export_static_onnx_bytes(inference_model, (*TRAINING_SIZE, 1)))
+    static = session(export_specialised_onnx_bytes(inference_model, (*TRAINING_SIZE, 1)))
     (graph_input,) = static.get_inputs()
     assert graph_input.shape[1:] == [*TRAINING_SIZE, 1]
     with pytest.raises(Exception, match="invalid dimensions"):
@@ -95,7 +97,7 @@ def test_a_static_graph_takes_only_its_frame_shape(model):
 def test_identity_passes_are_left_out_at_the_training_size():
     inference_model = load_inference_model(SINGLE)  # size matcher only, scale 1
     dynamic = export_onnx_bytes(inference_model, verify=False)
-    static = export_static_onnx_bytes(inference_model, (*TRAINING_SIZE, 1))
+    static = export_specialised_onnx_bytes(inference_model, (*TRAINING_SIZE, 1))
     # The exact resize is two MatMuls (one per axis); at the training size it is not there.
     assert op_count(dynamic, "MatMul") == 2
     assert op_count(static, "MatMul") == 0
@@ -104,19 +106,19 @@ def test_identity_passes_are_left_out_at_the_training_size():
         onnx.load_from_string(dynamic).graph.node
     )
     # At another size the size matcher resizes.
-    other = export_static_onnx_bytes(inference_model, (168, 300, 1))
+    other = export_specialised_onnx_bytes(inference_model, (168, 300, 1))
     assert op_count(other, "MatMul") == 2
 
 
 def test_a_resize_by_a_whole_factor_is_matrix_products_without_gathers():
     inference_model = load_inference_model(SINGLE)  # size matcher only, scale 1
-    at_size = export_static_onnx_bytes(inference_model, (*TRAINING_SIZE, 1))
-    halved = export_static_onnx_bytes(inference_model, (336, 400, 1))
+    at_size = export_specialised_onnx_bytes(inference_model, (*TRAINING_SIZE, 1))
+    halved = export_specialised_onnx_bytes(inference_model, (336, 400, 1))
     # One Gemm for the width and one MatMul for the height, over whole rows.
     assert op_count(halved, "Gather") == op_count(at_size, "Gather")
     assert op_count(halved, "Gemm") == op_count(at_size, "Gemm") + 1
     # 300 columns to 200 is not a whole factor: the general pass, which gathers.
-    other = export_static_onnx_bytes(inference_model, (168, 300, 1))
+    other = export_specialised_onnx_bytes(inference_model, (168, 300, 1))
     assert op_count(other, "Gather") > op_count(at_size, "Gather")
 
 
@@ -124,7 +126,7 @@ def test_bad_frame_shapes_are_refused():
     inference_model = load_inference_model(SINGLE)
     for shape in [(0, 10, 1), (10, 10, 2)]:
         with pytest.raises(ValueError, match="frame_shape"):
-            export_static_onnx_bytes(inference_model, shape)
+            export_specialised_onnx_bytes(inference_model, shape)
 
 
 # --- the runner's choice -----------------------------------------------------------
@@ -178,7 +180,7 @@ def sessions_with(static_values, graphs=None):
     graphs = graphs or FakeGraphs({(4, 5, 1): b"static"})
     notes: list[str] = []
     made = {b"static": static}
-    shapes = ShapeSessions(dynamic, graphs, made.__getitem__, notes.append)
+    shapes = SpecialisedSessions(dynamic, graphs, made.__getitem__, notes.append)
     return shapes, dynamic, static, graphs, notes
 
 
@@ -230,20 +232,20 @@ def test_shapes_without_a_static_graph_run_the_dynamic_one():
 
 def test_the_cache_keys_static_graphs_by_frame_shape(tmp_path):
     cache = ExportCache(tmp_path, lambda line: None)
-    graphs = StaticGraphs(SINGLE, {"verify": False}, cache, lambda step: None)
+    graphs = SpecialisedGraphExports(SINGLE, {"verify": False}, cache, lambda step: None)
     keys = {shape: graphs.key(shape) for shape in [(168, 200, 1), (200, 168, 1), (168, 200, 3)]}
     assert len({key.digest for key in keys.values()}) == 3
     assert keys[(168, 200, 1)].parts["export"] == {"static_frame_shape": [168, 200, 1]}
     # The dynamic graph's verification does not make another static graph; the opset does.
-    verified = StaticGraphs(SINGLE, {"verify": True}, cache, lambda step: None)
+    verified = SpecialisedGraphExports(SINGLE, {"verify": True}, cache, lambda step: None)
     assert verified.key((168, 200, 1)) == keys[(168, 200, 1)]
-    opset = StaticGraphs(SINGLE, {"opset": 18}, cache, lambda step: None)
+    opset = SpecialisedGraphExports(SINGLE, {"opset": 18}, cache, lambda step: None)
     assert opset.key((168, 200, 1)) != keys[(168, 200, 1)]
 
     graph = graphs.graph((168, 200, 1))
     assert cache.read(keys[(168, 200, 1)]) == graph
     # Another loader finds it in the cache without building the torch model.
-    again = StaticGraphs(SINGLE, {"verify": False}, cache, lambda step: None)
+    again = SpecialisedGraphExports(SINGLE, {"verify": False}, cache, lambda step: None)
     again._exported = None  # would fail if called
     assert again.graph((168, 200, 1)) == graph
     again.reject((168, 200, 1), "a test")
@@ -290,6 +292,6 @@ def test_a_static_graph_exports_when_its_trace_finds_no_animal():
         inference_model.instance_preprocess, scale=0.5
     )
     inference_model.stage.peak_threshold = 2.0  # confidence maps never reach it
-    static = export_static_onnx_bytes(inference_model, (*TRAINING_SIZE, 1))
+    static = export_specialised_onnx_bytes(inference_model, (*TRAINING_SIZE, 1))
     got = outputs(static, blob_frames(*TRAINING_SIZE))
     assert len(got["instance_frame"]) == 0 and got["points"].shape == (0, 5, 2)

@@ -30,6 +30,7 @@ from sleap_live.engines.errors import (
     RuntimeUnavailableError,
 )
 from sleap_live.engines.export import tensorrt as trt_export
+from sleap_live.engines.export import tensorrt_on_demand
 from sleap_live.engines.export.onnx import embed_metadata
 from sleap_live.engines.export.tensorrt import (
     EngineCache,
@@ -42,6 +43,7 @@ from sleap_live.engines.export.tensorrt import (
     write_engine_file,
 )
 from sleap_live.engines.load.metadata import INPUT_NAME, ExportMetadata
+from sleap_live.engines.runners import devices
 from sleap_live.engines.runners import load as runners_load
 from sleap_live.engines.runners import tensorrt as trt_runner
 from sleap_live.engines.runners.load import load_runner
@@ -705,7 +707,7 @@ def test_no_gpu_and_cpu_device_are_one_line(trt, monkeypatch, tmp_path):
     path.write_bytes(clean_onnx())
     with pytest.raises(ValueError, match="TensorRT runs on a CUDA GPU"):
         load_runner(path, engine="tensorrt", device="cpu")
-    monkeypatch.setattr(runners_load, "_gpu_present", lambda: False)
+    monkeypatch.setattr(devices, "gpu_present", lambda: False)
     with pytest.raises(RuntimeUnavailableError, match="no CUDA GPU found"):
         load_runner(path, engine="tensorrt")
     with pytest.raises(TypeError, match="frame_size"):
@@ -715,7 +717,7 @@ def test_no_gpu_and_cpu_device_are_one_line(trt, monkeypatch, tmp_path):
 @pytest.fixture
 def fake_gpu(trt, monkeypatch):
     """load_runner on the fake: a GPU present, CPU tensors for device memory."""
-    monkeypatch.setattr(runners_load, "_gpu_present", lambda: True)
+    monkeypatch.setattr(devices, "gpu_present", lambda: True)
     monkeypatch.setattr(trt_export, "current_gpu", lambda device: H200)
     monkeypatch.setattr(trt_runner, "TorchMemory", lambda device: CountingMemory())
     return trt
@@ -754,7 +756,7 @@ def test_load_runner_exports_model_dirs_per_frame_size_and_caches_by_hash(
     monkeypatch.setattr(
         build, "load_inference_model", lambda paths, settings=None: types.SimpleNamespace(info=info)
     )
-    monkeypatch.setattr(runners_load, "_tensorrt_onnx_bytes", export)
+    monkeypatch.setattr(tensorrt_on_demand, "tensorrt_onnx_bytes", export)
     model_dir = tmp_path / "model"
     model_dir.mkdir()
     cache = tmp_path / "cache"
@@ -767,6 +769,33 @@ def test_load_runner_exports_model_dirs_per_frame_size_and_caches_by_hash(
     assert [path.name.split(".")[0] for path in cache.glob("*.engine")] == [sha[:16]]
     load_runner(model_dir, engine="tensorrt", engine_cache=cache, frame_size=FRAME[:2])
     assert builds(fake_gpu) == 1  # exported again, and found in the cache
+
+
+def test_load_runner_keeps_model_dir_engines_in_the_cache_root_or_nowhere(
+    fake_gpu, monkeypatch, tmp_path
+):
+    from sleap_live.engines.graph import build
+
+    info = read_onnx_model(clean_onnx()).metadata.info
+    monkeypatch.setattr(
+        build, "load_inference_model", lambda paths, settings=None: types.SimpleNamespace(info=info)
+    )
+    monkeypatch.setattr(tensorrt_on_demand, "tensorrt_onnx_bytes", lambda *_: clean_onnx())
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    root, steps = tmp_path / "root", []
+    options = {"engine": "tensorrt", "frame_size": FRAME[:2], "verify": False}
+    load_runner(model_dir, cache_dir=root, progress=steps.append, **options)
+    assert builds(fake_gpu) == 1 and len(list((root / "tensorrt").glob("*.engine"))) == 1
+    assert steps[0] == "loading the torch model" and "building the TensorRT engine" in steps[1]
+    load_runner(model_dir, cache_dir=root, **options)
+    assert builds(fake_gpu) == 1  # found in the cache root
+    # Without the cache, engines are built for this run and written nowhere.
+    monkeypatch.setenv("SLEAP_LIVE_CACHE_DIR", str(tmp_path / "env"))
+    load_runner(model_dir, cache=False, **options)
+    assert builds(fake_gpu) == 2 and sorted(tmp_path.iterdir()) == [model_dir, root]
+    load_runner(model_dir, **options)  # the default root: $SLEAP_LIVE_CACHE_DIR
+    assert len(list((tmp_path / "env" / "tensorrt").glob("*.engine"))) == 1
 
 
 def test_load_runner_needs_max_instances_for_top_down_model_dirs(fake_gpu, monkeypatch, tmp_path):
@@ -807,7 +836,7 @@ def test_cli_export_tensorrt_writes_the_onnx_and_its_engine(
         Path(output).write_bytes(clean_onnx())
         return Path(output)
 
-    monkeypatch.setattr(exporter, "export_model", export_model)
+    monkeypatch.setattr(exporter, "export_model_dirs", export_model)
     argv = ["export", "m", "-f", "tensorrt", "--no-verify", "-o", str(tmp_path / "out")]
     assert cli.main(argv) == 2
     assert "needs --frame-size HxW" in capsys.readouterr().err
@@ -839,7 +868,7 @@ def _has_tensorrt() -> bool:
     not (torch.cuda.is_available() and _has_tensorrt()), reason="needs TensorRT and a CUDA GPU"
 )
 def test_real_engine_matches_onnx_runtime_on_a_fixture_model(tmp_path):
-    from sleap_live.engines.export import export_onnx_bytes
+    from sleap_live.engines.export.exporter import export_onnx_bytes
     from sleap_live.engines.export.frames import sample_frames
     from sleap_live.engines.graph.build import load_inference_model
     from sleap_live.engines.runners.onnx import OnnxRunner

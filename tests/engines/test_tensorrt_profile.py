@@ -17,8 +17,8 @@ import torch.nn.functional as F
 
 from sleap_live.engines import export_model
 from sleap_live.engines.errors import ModelConfigError
-from sleap_live.engines.export import export_onnx_bytes
 from sleap_live.engines.export.check_tensorrt import check_tensorrt
+from sleap_live.engines.export.exporter import export_onnx_bytes
 from sleap_live.engines.graph.build import load_inference_model
 from sleap_live.engines.graph.resize import _resize_tables, resize_tables, resize_values
 from sleap_live.engines.host.outputs import INSTANCE_SLOTS, output_axes, output_names

@@ -191,6 +191,7 @@ class FakeRunner:
         gate: threading.Event | None = None,
     ) -> None:
         self.info = info
+        self.metadata = None
         self.clock = clock
         self.gate = gate
         # While a call waits on the fake clock: the time it will return at.
@@ -204,7 +205,7 @@ class FakeRunner:
         self.batch_sizes: list[int] = []
         self.closed = False
 
-    def run(self, frames: np.ndarray) -> list[FramePoses]:
+    def run(self, frames: np.ndarray, *, stream: object = None) -> list[FramePoses]:
         if frames.ndim != 4 or frames.dtype != np.uint8:
             raise InputMismatchError(
                 f"expected uint8 (B, H, W, C), got {frames.dtype} {frames.shape}"

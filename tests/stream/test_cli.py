@@ -339,7 +339,7 @@ def test_export_defaults_are_the_exporters():
     from sleap_live.engines import export_model
     from sleap_live.engines.export import EXPORT_FORMATS
 
-    assert tuple(cli_export.SUFFIXES) == EXPORT_FORMATS
+    assert tuple(cli_export.ENDINGS) == EXPORT_FORMATS
     parameters = inspect.signature(export_model).parameters
     args = cli.parser().parse_args(["export", "model_dir"])
     assert args.opset == cli_export.DEFAULT_OPSET == parameters["opset"].default
@@ -464,7 +464,7 @@ SIGNAL_SCRIPT = textwrap.dedent(
     ready = pathlib.Path(sys.argv[1])
 
     class Runner(fakes.FakeRunner):
-        def run(self, frames):
+        def run(self, frames, *, stream=None):
             poses = super().run(frames)
             if len(self.batch_sizes) == 4:
                 ready.touch()

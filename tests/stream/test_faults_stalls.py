@@ -382,7 +382,7 @@ STALLED_CAMERA = textwrap.dedent(
         threading.Event().wait()
 
     class Runner(fakes.FakeRunner):
-        def run(self, frames):
+        def run(self, frames, *, stream=None):
             poses = super().run(frames)
             if len(self.batch_sizes) > 1 and fakes.index_of(frames[-1]) == 4:
                 ready.touch()
@@ -536,7 +536,7 @@ def test_an_engine_that_hangs_mid_stream_cannot_hang_leaving_with_pipeline(fakes
     hung, release = threading.Event(), threading.Event()
 
     class HangsOnItsThirdBatch(fakes.FakeRunner):
-        def run(self, frames):
+        def run(self, frames, *, stream=None):
             if len(self.batch_sizes) == 3:  # call 0 is the warm-up
                 hung.set()
                 release.wait()

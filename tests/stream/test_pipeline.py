@@ -136,7 +136,7 @@ def test_decode_of_the_next_batch_overlaps_inference(fakes):
     source = fakes.FakeSource(48)
 
     class WaitsForDecodeAhead(fakes.FakeRunner):
-        def run(self, frames):
+        def run(self, frames, *, stream=None):
             batch = len(self.batch_sizes)  # 0 is the warm-up
             if 1 <= batch < 6:
                 fakes.wait_for(lambda: source.yielded >= 8 * (batch + 1), "decode ahead")
@@ -383,7 +383,7 @@ def test_callback_error_detaches_the_callback_and_is_raised_on_leaving(fakes):
 
 def test_runner_returning_the_wrong_number_of_poses_is_an_error(fakes):
     class Short(fakes.FakeRunner):
-        def run(self, frames):
+        def run(self, frames, *, stream=None):
             return super().run(frames)[:-1]
 
     with pytest.raises(PipelineError, match="poses for 7 frames, given a batch of 8"):
@@ -480,7 +480,7 @@ def test_recorded_policy_runs_every_stage_but_infer_at_low_priority(fakes, polic
     seen: dict[str, int] = {}
 
     class Runner(fakes.FakeRunner):
-        def run(self, frames):
+        def run(self, frames, *, stream=None):
             seen["infer"] = _thread_nice()
             return super().run(frames)
 
@@ -540,14 +540,12 @@ def test_tensor_frames_are_stacked_by_torch_without_streams(fakes):
     assert DeviceStreams.for_image(np.zeros((2, 2, 1), np.uint8)) is None
 
 
-def test_a_runner_gets_the_inference_stream_only_if_it_takes_one(fakes):
-    from sleap_live.stream.engine_step import takes_stream
+def test_the_fake_runner_keeps_the_runner_protocol(fakes):
+    from sleap_live.engines.runners.base import Runner
 
-    class StreamRunner(fakes.FakeRunner):
-        def run(self, frames, stream=None):
-            return super().run(frames)
-
-    assert takes_stream(StreamRunner()) and not takes_stream(fakes.FakeRunner())
+    runner = fakes.FakeRunner()
+    assert isinstance(runner, Runner) and runner.metadata is None
+    assert len(runner.run(np.stack([fakes.frame_image(0)]), stream=None)) == 1
 
 
 @pytest.mark.gpu
@@ -560,7 +558,7 @@ def test_device_frames_stay_on_the_gpu_and_run_on_the_inference_stream(fakes):
     seen = []
 
     class DeviceRunner(fakes.FakeRunner):
-        def run(self, frames, stream=None):
+        def run(self, frames, *, stream=None):
             seen.append((frames.device.type, stream, torch.cuda.current_stream()))
             return super().run(frames.cpu().numpy())
 

@@ -137,8 +137,9 @@ class PosedRunner:
         self._runner = fakes.FakeRunner()
         self.info = self._runner.info
         self.device = "cpu"
+        self.metadata = None
 
-    def run(self, frames: np.ndarray) -> list[FramePoses]:
+    def run(self, frames: np.ndarray, *, stream: object = None) -> list[FramePoses]:
         self._runner.run(frames)
         return [
             FramePoses(

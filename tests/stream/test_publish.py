@@ -284,6 +284,7 @@ class WidePosesRunner:
     few hundred frames outgrow every queue and socket buffer between the processes."""
 
     device = "cpu"
+    metadata = None
     info = ModelInfo(
         model_type="bottomup",
         skeleton=Skeleton(node_names=tuple(f"n{i}" for i in range(50))),
@@ -291,7 +292,7 @@ class WidePosesRunner:
         max_instances=20,
     )
 
-    def run(self, frames: np.ndarray) -> list[FramePoses]:
+    def run(self, frames: np.ndarray, *, stream: object = None) -> list[FramePoses]:
         shape = (20, 50)
         return [
             FramePoses(

@@ -11,10 +11,12 @@ makes idle threads sleep at once: steady under load, at the price of a wake-up p
 operator on an idle machine (see scripts/bench_engines.py `--busy-core`).
 
 OpenMP reads the policy once, when torch's library loads, so it must be in the
-environment before the first `import torch`: `sleap_live.engines` sets it on
-import (a value already set, by the user or in the shell, is kept). A program that
-imports torch before sleap-live sets `OMP_WAIT_POLICY=PASSIVE` itself, or keeps
-torch's spinning.
+environment before the first `import torch`: sleap-live sets it where it is about
+to load torch, in `load_runner`, `export_model` and on first use of
+`sleap_live.engines.load_inference_model` (a value already set, by the user or in
+the shell, is kept); importing sleap-live itself changes nothing. A program that
+imports torch before that sets `OMP_WAIT_POLICY=PASSIVE` itself, or keeps torch's
+spinning.
 """
 
 from __future__ import annotations

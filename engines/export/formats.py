@@ -1,0 +1,120 @@
+"""`export_model`: model directories to a file of any format `sleap-live export` offers.
+
+One function for every format, so that the command line, scripts and the Python
+API export the same way:
+
+- "onnx": a verified ONNX graph (`.onnx`), any frame size (or, with
+  `profile="tensorrt"`, one `frame_size`); see `sleap_live.engines.export.exporter`;
+- "torchscript": a verified TorchScript module (`.pt`);
+- "openvino": the verified ONNX graph as OpenVINO IR (`.xml` + `.bin`);
+  see `sleap_live.engines.export.openvino`;
+- "tensorrt": a directory with the "tensorrt" profile ONNX graph for one
+  `frame_size` and its engine built on this machine's GPU; see
+  `sleap_live.engines.export.tensorrt`.
+
+Each writes the export's metadata beside it (`<file>.json`). This module imports
+neither torch nor the format's library until an export runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from sleap_live.engines.export.tensorrt import DEFAULT_BATCH_SIZE
+from sleap_live.engines.host.frames import Frames
+from sleap_live.engines.load.metadata import DEFAULT_OPSET, DEFAULT_PROFILE
+from sleap_live.engines.notify import Notify, notice
+from sleap_live.engines.openmp import prefer_passive_wait
+from sleap_live.engines.settings import InferenceSettings
+
+EXPORT_FORMATS = ("onnx", "torchscript", "openvino", "tensorrt")
+
+
+def export_model(
+    models: str | Path | Sequence[str | Path],
+    output: str | Path,
+    *,
+    format: str = "onnx",
+    opset: int = DEFAULT_OPSET,
+    verify: bool = True,
+    verify_frames: Frames | None = None,
+    settings: InferenceSettings | None = None,
+    progress: Notify | None = None,
+    profile: str = DEFAULT_PROFILE,
+    frame_size: tuple[int, ...] | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    precision: str = "fp32",
+    device: str = "cuda:0",
+    notify: Notify = notice,
+) -> Path:
+    """Exports one or two sleap-nn model directories to `format`, verified against torch.
+
+    Args:
+        models: a model directory, or a centroid and a centered-instance directory
+            (in any order) for a top-down model.
+        output: the file to write (`.onnx`, `.pt`, `.xml`), or a directory to
+            write `model.<suffix>` into; for "tensorrt", the export directory.
+        format: one of `EXPORT_FORMATS`.
+        opset: ONNX opset version.
+        verify: compare the export with the torch model on frames with animals.
+        verify_frames: uint8 (N, H, W, C) frames that show animals; without them
+            the model directories' training labels are used, then synthetic frames
+            (see `sleap_live.engines.export.frames`).
+        settings: the inference settings built into the graph and recorded in
+            its metadata (default: sleap-nn predict's).
+        progress: told, in one line, what each step is doing (a status display).
+        profile: "onnx" and "torchscript": "default" (any frame size, instance
+            lists) or "tensorrt" (ONNX only: one frame size, fixed instance slots).
+        frame_size: (height, width) of a "tensorrt" profile graph (default: the
+            verification frames'); for "tensorrt", (height, width) or (height,
+            width, channels) of the stream's frames (required).
+        batch_size, precision, device: "tensorrt": the engine's largest batch,
+            "fp32" or "fp16", and the GPU to build on.
+        notify: "tensorrt": told about engines rebuilt and files not written.
+
+    Returns:
+        The path of the export (for "tensorrt", of the engine file).
+
+    Raises:
+        ValueError: an unknown format, an output whose suffix does not fit it,
+            malformed `verify_frames`, or "tensorrt" without a `frame_size`.
+        ModelNotFoundError, ModelConfigError, CheckpointError: the model
+            directories cannot be loaded.
+        ExportError: the export failed, does not match the torch model, or the
+            model finds no animals in a verification frame.
+        RuntimeUnavailableError: "openvino" or "tensorrt" without its library
+            (or, for "tensorrt", without a CUDA GPU).
+    """
+    if format not in EXPORT_FORMATS:
+        raise ValueError(f"unknown export format {format!r} (expected one of {EXPORT_FORMATS})")
+    prefer_passive_wait()  # before the exporter loads torch (see `sleap_live.engines.openmp`)
+    paths = [models] if isinstance(models, (str, Path)) else list(models)
+    common: dict[str, Any] = {
+        "opset": opset,
+        "verify": verify,
+        "verify_frames": verify_frames,
+        "settings": settings,
+        "progress": progress,
+    }
+    if format == "tensorrt":
+        if frame_size is None:
+            raise ValueError("a TensorRT export needs frame_size (height, width[, channels])")
+        from sleap_live.engines.export.tensorrt import export_tensorrt
+
+        frame = tuple(frame_size)
+        return export_tensorrt(
+            paths, output, frame=frame, batch_size=batch_size, precision=precision,
+            device=device, notify=notify, **common,
+        )  # fmt: skip
+    if format == "openvino":
+        from sleap_live.engines.export.openvino import export_openvino
+
+        return export_openvino(paths, output, **common)
+    from sleap_live.engines.export.exporter import export_model_dirs
+
+    size = None if frame_size is None else (int(frame_size[0]), int(frame_size[1]))
+    return export_model_dirs(
+        paths, output, format=format, profile=profile, frame_size=size, **common
+    )
