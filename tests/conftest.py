@@ -2,52 +2,80 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from sleap_live.engines.cache import CACHE_DIR_ENV
+from sleap_live.engines.openmp import prefer_passive_wait
 from sleap_live.engines.runners.cpu_choice import ENGINE_ENV
+
+# torch's idle OpenMP threads sleep in the test process and every process it starts,
+# as in sleap-live's own runs (engines/openmp.py): set before any test module imports
+# torch, which is when OpenMP reads it. Spinning threads took a busy machine's core
+# from the thread still working (the NV12 tests took 35 s instead of 3).
+prefer_passive_wait()
 
 
 @pytest.fixture(scope="session", autouse=True)
 def shared_cache_dir(tmp_path_factory: pytest.TempPathFactory):
-    """One sleap-live cache for the whole session, never the user's: each fixture model
-    is exported (and verified) once, by the first test that loads it with given export
+    """One sleap-live cache for the whole run, never the user's: each fixture model is
+    exported (and verified) once, by the first test that loads it with given export
     options and settings, and every later load hits that entry (subprocesses inherit
     the variable). The cache is keyed by the models' bytes, the export options and the
     graph-side settings, so sharing it changes no test's poses; a test that looks at
     what the cache does (first-run notices, entries written, corrupt entries) takes
-    `private_cache_dir` instead."""
-    folder = tmp_path_factory.mktemp("sleap_live_cache")
+    `private_cache_dir` instead. Under pytest-xdist every worker shares it (entries
+    are written atomically)."""
+    folder = _run_folder(tmp_path_factory) / "sleap_live_cache"
+    folder.mkdir(exist_ok=True)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(CACHE_DIR_ENV, str(folder))
         yield folder
 
 
 @pytest.fixture(scope="session")
-def warm_export_cache(shared_cache_dir: Path) -> Path:
+def warm_export_cache(shared_cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The shared cache with the ONNX export of every fixture model case (tests/engines/
     goldens.py) in it, and its graph specialised to the case video's frame shape,
     verified on the video's first frames as `sleap-live run` verifies them. The parity
     suite takes it; the rest of the cache fills as tests load models (each model,
-    export options and settings exported once).
+    export options and settings exported once). The first worker to get here warms
+    it; the others wait for it rather than export the same models again.
 
     Run before every test file that loads a fixture model, those passed as well: that
     is how the tests that need a first export of their own were found (they take
     `private_cache_dir`)."""
-    from sleap_live.cli.options import first_frames
+    from filelock import FileLock
+
     from sleap_live.engines.runners.load import load_runner
+    from sleap_live.stream.runner import first_frames
     from tests.engines import goldens
 
-    for name in goldens.CASES:
-        models, video, _, _ = goldens.case_paths(name)
-        frames = first_frames(video)
-        runner = load_runner(
-            models, engine="onnx", device="cpu", cache_dir=shared_cache_dir, verify_frames=frames
-        )
-        runner.close()
+    run_folder = _run_folder(tmp_path_factory)
+    warmed = run_folder / "export_cache_warmed"
+    with FileLock(run_folder / "export_cache_warming.lock"):
+        if not warmed.exists():
+            for name in goldens.CASES:
+                models, video, _, _ = goldens.case_paths(name)
+                runner = load_runner(
+                    models,
+                    engine="onnx",
+                    device="cpu",
+                    cache_dir=shared_cache_dir,
+                    verify_frames=first_frames(video),
+                )
+                runner.close()
+            warmed.touch()
     return shared_cache_dir
+
+
+def _run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder of this test run that every xdist worker shares (each worker's own
+    base folder lies inside it); the base folder itself without xdist."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
 @pytest.fixture

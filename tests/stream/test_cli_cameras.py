@@ -124,8 +124,10 @@ def test_an_option_the_camera_refuses_names_the_camera_and_the_options(
 
 
 def test_two_cameras_run_through_one_engine_into_a_file_each(
-    raw_cameras, tmp_path, fake_loads, capsys
+    raw_cameras, tmp_path, fake_loads, capsys, monkeypatch
 ):
+    # Wide enough that no path in the summary is wrapped mid-name, however deep tmp_path.
+    monkeypatch.setenv("COLUMNS", "1000")
     cameras = [raw_cameras("left", 12), raw_cameras("right", 9)]
     out = tmp_path / "session.slp"
     argv = ["run", "--camera", cameras[0], "--camera", cameras[1], "--width", "32"]
