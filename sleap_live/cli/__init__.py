@@ -18,10 +18,12 @@ One parser holds every subcommand (`run.py`, `cameras.py`, `export.py`, `bench.p
 `python -m sleap_live` is the same command.
 
 Exit status: 0 done, 1 a source, model or output failed, 2 bad arguments,
-130 interrupted (Ctrl-C), 143 terminated (SIGTERM). Every expected error is
-one line on stderr: `sleap-live: error: <message>`.
+130 interrupted (Ctrl-C), 143 terminated (SIGTERM), 129 hung up (SIGHUP), 131
+quit (SIGQUIT): 128 plus the signal's number. Every expected error is one line on
+stderr: `sleap-live: error: <message>`.
 
-Signals: the first Ctrl-C (or SIGTERM) stops the command cleanly (a run finishes
+Signals: the first Ctrl-C (or SIGTERM, SIGHUP, SIGQUIT: a closed terminal or
+Ctrl-\\ saves like Ctrl-C) stops the command cleanly (a run finishes
 the frames in flight and saves its outputs); a second one only says what is
 still being done and how to leave; a third exits at once, after the command has
 said what its outputs hold, without waiting for its threads.
@@ -48,6 +50,12 @@ __all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_TERMINATED", "EXIT_USAGE", "m
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED, EXIT_TERMINATED = 128 + signal.SIGINT, 128 + signal.SIGTERM
+# Each stops a command as Ctrl-C does (outputs saved), exiting 128 + its number:
+# SIGHUP (the terminal closed) and SIGQUIT (Ctrl-\) would otherwise kill the run
+# with its poses left in the journal. Windows has neither.
+STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)
+if sys.platform != "win32":
+    STOP_SIGNALS += (signal.SIGHUP, signal.SIGQUIT)
 COMMANDS = (
     "run",
     "replay",
@@ -61,7 +69,7 @@ COMMANDS = (
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM arrived; handled like Ctrl-C, with its own exit status."""
+    """SIGTERM, SIGHUP or SIGQUIT arrived; handled like Ctrl-C, with its own exit status."""
 
 
 class ForcedExit(KeyboardInterrupt):
@@ -77,6 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The exit status (see the module docstring).
     """
+    as_program = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] not in COMMANDS and argv[0] not in ("-h", "--help"):
         argv = ["run", *argv]
@@ -88,6 +97,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as done:  # --help
         return int(done.code or 0)
     interrupts = _Interrupts()
+    status = _handle(args, console, interrupts)
+    if as_program and _hdf5_objects_open():
+        # A save failed in HDF5 and left objects of its file open: closing them, as
+        # interpreter exit would, can crash inside HDF5. The error is said (every
+        # output closed, the journal kept); leave without closing them.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    return status
+
+
+def _handle(args: argparse.Namespace, console: Console, interrupts: _Interrupts) -> int:
+    """Runs the command's handler; returns the exit status (see the module docstring)."""
     try:
         with interrupts.installed():
             return int(args.handler(args, console))
@@ -100,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as error:
         return _fail(str(error), EXIT_USAGE)
     except Terminated:
-        return EXIT_TERMINATED
+        return interrupts.status
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except (StreamError, EngineError, OSError) as error:
@@ -140,7 +162,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 class _Interrupts:
-    """SIGINT and SIGTERM for one command: the first stops it, the second says what
+    """The stopping signals (`STOP_SIGNALS`) for one command: the first stops it, the
+    second says what
     is still being done, the third leaves at once (`ForcedExit`).
 
     Attributes:
@@ -153,7 +176,7 @@ class _Interrupts:
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
-        signals = (signal.SIGINT, signal.SIGTERM)
+        signals = STOP_SIGNALS
         previous = {signum: signal.signal(signum, self._handle) for signum in signals}
         try:
             yield
@@ -169,13 +192,13 @@ class _Interrupts:
     @property
     def status(self) -> int:
         """The exit status the first signal calls for."""
-        return EXIT_TERMINATED if self.first == signal.SIGTERM else EXIT_INTERRUPTED
+        return EXIT_INTERRUPTED if self.first is None else 128 + self.first
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self._count += 1
         if self._count == 1:
             self.first = signum
-            raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+            raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated()
         if self._count == 2:
             print(
                 f"{PROG}: still finishing the frames in flight and saving the outputs; "
@@ -187,6 +210,14 @@ class _Interrupts:
             )
             return
         raise ForcedExit()
+
+
+def _hdf5_objects_open() -> bool:
+    if "h5py" not in sys.modules:
+        return False
+    from sleap_live.stream.outputs.slp import hdf5_objects_open
+
+    return hdf5_objects_open() > 0
 
 
 def _fail(message: str, status: int) -> int:

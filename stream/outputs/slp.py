@@ -9,10 +9,13 @@ last save (see `journal` for the file the frames are appended to).
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
+import traceback
 from collections.abc import Mapping
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import numpy as np
@@ -361,13 +364,92 @@ def write_slp_from_journal(journal: Path, slp: Path) -> int:
     )
     partial = temporary_path(slp)
     try:
-        save_labels(labels, partial, slp)
+        _save_checked(labels, partial, slp)
         _fsync_file(partial)
         os.replace(partial, slp)
         _fsync_folder(slp.parent)
     finally:
         partial.unlink(missing_ok=True)
     return len(frames)
+
+
+def _save_checked(labels: sio.Labels, partial: Path, slp: Path) -> None:
+    """`save_labels`, with the write failures HDF5 does not raise made an OSError.
+
+    On a full disk or a lost device, HDF5 reports some failed writes only from
+    h5py's object finalisers (printed tracebacks, ignored) and may leave the file
+    open: the save would seem to succeed, and closing that file later (at exit)
+    crashes the process. Those failures are collected here instead of printed,
+    and a file HDF5 could not close fails the save (`cli.main` then leaves without
+    closing it, see `hdf5_objects_open`).
+
+    Raises:
+        OSError: the file could not be written or closed.
+    """
+    failures: list[BaseException] = []
+    previous_unraisable, previous_except = sys.unraisablehook, sys.excepthook
+
+    def collect_unraisable(unraisable: Any) -> None:
+        if _raised_in_h5py(unraisable.exc_traceback):
+            failures.append(unraisable.exc_value)
+        else:
+            previous_unraisable(unraisable)
+
+    def collect_printed(
+        kind: type[BaseException], error: BaseException, trace: TracebackType | None
+    ) -> None:
+        # h5py's finalisers print their error through the except hook first.
+        if _raised_in_h5py(trace):
+            failures.append(error)
+        else:
+            previous_except(kind, error, trace)
+
+    # The hooks are the process's: set only for this save, and put back after it.
+    sys.unraisablehook, sys.excepthook = collect_unraisable, collect_printed
+    try:
+        open_before = hdf5_objects_open()
+        try:
+            save_labels(labels, partial, slp)
+        except Exception as error:
+            # Not chained: the error's frames hold h5py objects, which must be
+            # finalised now, not whenever the error is let go.
+            traceback.clear_frames(error.__traceback__)
+            failures.insert(0, error)
+        gc.collect()  # finalise the save's h5py objects while the hook collects
+        if hdf5_objects_open() > open_before:
+            failures.append(OSError("HDF5 could not close the file"))
+    finally:
+        sys.unraisablehook, sys.excepthook = previous_unraisable, previous_except
+    if failures:
+        message = _one_line(failures[0])
+        failures.clear()
+        raise OSError(f"{partial}: {message}")
+
+
+def hdf5_objects_open() -> int:
+    """HDF5 objects open in this process (0 without h5py); counted, never touched.
+
+    After a failed save HDF5 may hold objects of a file it could not close.
+    Touching or closing them (as interpreter exit does) can crash the process
+    inside HDF5 (a flush that failed leaves its datasets half-released), so the
+    `sleap-live` command leaves without closing them (`cli.main`).
+    """
+    h5py = sys.modules.get("h5py")
+    if h5py is None:
+        return 0
+    return int(h5py.h5f.get_obj_count(h5py.h5f.OBJ_ALL, h5py.h5f.OBJ_ALL))
+
+
+def _raised_in_h5py(trace: TracebackType | None) -> bool:
+    while trace is not None:
+        if "h5py" in trace.tb_frame.f_code.co_filename:
+            return True
+        trace = trace.tb_next
+    return False
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(line.strip() for line in str(error).splitlines() if line.strip())
 
 
 def _track(tracks: list[sio.Track], identity: int) -> sio.Track | None:

@@ -259,3 +259,50 @@ def test_kill_mid_run_keeps_every_frame_up_to_the_last_save(kind, tmp_path):
     again = recover(out)
     assert again.returncode == 1 and "no journal to recover" in again.stderr
     assert out.read_bytes() == (tmp_path / "kept.slp").read_bytes()
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A real 64 KiB filesystem (tmpfs) for a pose output, skipped where none can be mounted."""
+    folder = tmp_path / "small"
+    folder.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a small tmpfs needs root and mount(8)")
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def test_a_full_disk_at_the_final_save_ends_with_one_line_and_the_journal(full_disk, tmp_path):
+    # A real model's 200 frames: the journal fits in 64 KiB, the .slp does not, and
+    # HDF5 fails in the flush of its close (issue #20: the process then died of
+    # SIGSEGV at exit, after h5py's __dealloc__ tracebacks).
+    data = ROOT / "tests" / "data"
+    out = full_disk / "out.slp"
+    video, model = data / "videos" / "single.mkv", data / "exports" / "single_instance"
+    argv = ["run", str(video), "-m", str(model)]
+    done = subprocess.run(
+        [sys.executable, "-m", "sleap_live", *argv, "-o", str(out), "-q"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("sleap-live: error: "), done.stderr
+    assert "No space left on device" in lines[0] and str(journal_path(out)) in lines[0]
+    assert not out.exists() and list(full_disk.glob(".*partial*")) == []
+    # The journal holds every frame: recovered where there is room.
+    kept = tmp_path / "kept.slp"
+    shutil.copyfile(journal_path(out), journal_path(kept))
+    assert recover(kept).returncode == 0
+    assert len(sio.load_slp(str(kept), open_videos=False)) == 200

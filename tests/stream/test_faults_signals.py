@@ -3,7 +3,8 @@
 A second Ctrl-C during the final save lets the save finish; a third exits at once,
 saying how many frames the journal holds and how to recover them; a Ctrl-C before
 the pipeline started claims no output; the summary never claims more frames than
-the file holds; the exit status is 130, never death by the signal. Runs go through
+the file holds; the exit status is 130 (128 + the signal's number for SIGTERM,
+SIGHUP and SIGQUIT, which stop a run as Ctrl-C does), never death by the signal. Runs go through
 `scripts/fault_soak.py child` (the fake engine; a slowed final save or start).
 """
 
@@ -123,8 +124,9 @@ def test_ctrl_c_before_the_pipeline_started_claims_no_output(tmp_path):
     assert not out.exists() and not journal_path(out).exists()
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT])
 def test_the_summary_counts_what_the_file_holds(signum, tmp_path):
+    # SIGHUP (a closed terminal) and SIGQUIT (Ctrl-\) save like SIGTERM (issue #20).
     out, log_dir, process = started_run(tmp_path)
     try:
         fault_soak.wait_for(log_dir / "ready", process)
