@@ -33,6 +33,8 @@ import h5py
 import numpy as np
 import sleap_io as sio
 
+from sleap_live.stream.outputs.guard import keep_mode
+
 SUFFIXES = (".slp", ".h5", ".nwb", ".csv")
 
 # The columns of a CSV pose file before the per-node ones ("NODE.x", "NODE.y",
@@ -122,6 +124,7 @@ def _save_csv(labels: sio.Labels, path: Path, final: Path) -> None:
     partial = sidecar.with_name(f".{sidecar.name}.{os.getpid()}.partial")
     try:
         partial.write_text(_json(labels.provenance) + "\n", encoding="utf-8")
+        keep_mode(partial, sidecar)
         os.replace(partial, sidecar)
     finally:
         partial.unlink(missing_ok=True)

@@ -9,11 +9,16 @@
   error instead of interleaving with the first.
 - `temporary_path`: temporary files named per process, so two processes never
   share one.
+- `check_links`: an output path is not followed through another user's link:
+  the rule Linux's ``fs.protected_symlinks`` enforces, applied whatever the
+  system's setting (macOS has none), and a followed link must end at the user's
+  own file in the user's own folder, where its journal and temporary files go.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -60,6 +65,86 @@ def check_outputs(
                 )
         _check_writable(output, option)
         named.append((option, output))
+
+
+def check_links(path: Path, what: str) -> None:
+    """Refuse to write `path` through a link another user could have planted.
+
+    Every symbolic link resolving `path` follows is checked: one in a
+    world-writable sticky folder (``/tmp``, a shared drop folder) is followed only
+    if this user or the folder's owner owns it (as ``fs.protected_symlinks=1``
+    does). Once a link was followed, the file it ends at, if it exists, must be
+    this user's, and so must its folder, where the journal and temporary files
+    are written beside it.
+
+    Args:
+        path: the output path as given.
+        what: how the error names the output (e.g. "-o").
+
+    Raises:
+        OutputError: one line naming `path`, the link and the owner.
+    """
+    links = followed_links(path)
+    if not links:
+        return
+    user = os.geteuid()
+    for link in links:
+        folder = link.parent.stat()
+        shared = folder.st_mode & stat.S_ISVTX and folder.st_mode & stat.S_IWOTH
+        owner = link.lstat().st_uid
+        if shared and owner not in (user, folder.st_uid):
+            raise OutputError(
+                f"{path}: {what} goes through the link {link}, owned by another user "
+                f"(uid {owner}) in the shared folder {link.parent}; not followed, "
+                "give the file's own path"
+            )
+    target = Path(os.path.realpath(path))
+    for checked, kind in ((target, "file"), (target.parent, "folder")):
+        try:
+            owner = checked.stat().st_uid
+        except FileNotFoundError:
+            continue
+        if owner != user:
+            raise OutputError(
+                f"{path}: {what} is a link to the {kind} {checked}, owned by another user "
+                f"(uid {owner}); not followed, give the file's own path"
+            )
+
+
+def followed_links(path: Path) -> list[Path]:
+    """The symbolic links resolving `path` follows, in order (at most 40, as Linux)."""
+    links: list[Path] = []
+    start = path if path.is_absolute() else Path.cwd() / path
+    current = Path(start.anchor)
+    pending = list(reversed(start.parts[1:]))
+    while pending and len(links) < 40:
+        part = pending.pop()
+        if part == "..":
+            current = current.parent
+            continue
+        candidate = current / part
+        if not candidate.is_symlink():
+            current = candidate
+            continue
+        links.append(candidate)
+        target = Path(os.readlink(candidate))
+        if target.is_absolute():
+            current = Path(target.anchor)
+        pending.extend(reversed(target.parts[1:] if target.is_absolute() else target.parts))
+    return links
+
+
+def keep_mode(partial: Path, final: Path) -> None:
+    """Give `partial`, about to be renamed over `final`, the mode `final` has now.
+
+    A rewritten output keeps its permissions (a 0600 file stays 0600); a new one
+    keeps the mode it was created with, from the umask.
+    """
+    try:
+        mode = stat.S_IMODE(final.stat().st_mode)
+    except FileNotFoundError:
+        return
+    os.chmod(partial, mode)
 
 
 def same_file(a: Path, b: Path) -> bool:
@@ -110,7 +195,9 @@ class OutputLock:
         self.created = not path.exists()
         while True:
             try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o644)
+                # Never through a link: the lock file is created where it is named.
+                flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+                fd = os.open(path, flags | getattr(os, "O_BINARY", 0), 0o644)
             except OSError as error:
                 raise OutputError(f"{path}: cannot write {what}: {error.strerror}") from None
             if not _try_lock(fd):
@@ -140,6 +227,7 @@ def _members(path: Path) -> list[Path]:
 
 
 def _check_writable(output: Path, option: str) -> None:
+    check_links(output, option)
     folder = output.resolve().parent
     if not folder.is_dir():
         raise OutputError(f"{output}: folder {folder} for {option} does not exist")

@@ -27,6 +27,8 @@ from sleap_live.stream.outputs.exports import check_suffix, save_labels
 from sleap_live.stream.outputs.guard import (
     OutputError,
     OutputLock,
+    check_links,
+    keep_mode,
     stale_temporaries,
     temporary_path,
 )
@@ -85,7 +87,8 @@ class SlpWriter:
 
     The journal is locked for the writer's lifetime, so a second writer of the
     same `path` fails at once. A symlinked `path` keeps its link: the file it
-    points to is written.
+    points to is written, unless the link could be another user's
+    (`guard.check_links`). A rewritten file keeps its mode.
 
     Args:
         path: the pose file to write: .slp, .h5, .nwb or .csv (`exports.SUFFIXES`).
@@ -152,7 +155,9 @@ class SlpWriter:
             provenance=dict(provenance or {}),
             pid=os.getpid(),
         )
-        # Write through a symlink to its target, so the link survives the rename.
+        # Write through a symlink to its target, so the link survives the rename,
+        # unless another user could have planted it.
+        check_links(self.path, "the pose output")
         self._target = Path(os.path.realpath(self.path))
         self.journal = journal_path(self._target)
         self._lock = _lock_journal(self.journal, self.path)
@@ -306,6 +311,7 @@ def recover_slp(path: str | os.PathLike[str]) -> JournalContents:
     slp = Path(path)
     if slp.name.endswith(JOURNAL_SUFFIX):
         slp = slp.with_name(slp.name[: -len(JOURNAL_SUFFIX)])
+    check_links(slp, "the pose output")
     target = Path(os.path.realpath(slp))
     journal = journal_path(target)
     if not journal.exists():
@@ -366,6 +372,7 @@ def write_slp_from_journal(journal: Path, slp: Path) -> int:
     try:
         _save_checked(labels, partial, slp)
         _fsync_file(partial)
+        keep_mode(partial, slp)
         os.replace(partial, slp)
         _fsync_folder(slp.parent)
     finally:

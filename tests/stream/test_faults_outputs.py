@@ -306,3 +306,141 @@ def test_a_full_disk_at_the_final_save_ends_with_one_line_and_the_journal(full_d
     shutil.copyfile(journal_path(out), journal_path(kept))
     assert recover(kept).returncode == 0
     assert len(sio.load_slp(str(kept), open_videos=False)) == 200
+
+
+# -------------------------------------------- links another user planted (issue #20)
+
+
+def other_user() -> tuple[int, int]:
+    """(uid, gid) of a real second user: `nobody`, or one made with useradd."""
+    import pwd
+
+    if os.geteuid() != 0:
+        pytest.skip("planting another user's link needs root (to act as that user)")
+    for name in ("nobody", "sleap-live-other"):
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            continue
+        return entry.pw_uid, entry.pw_gid
+    made = subprocess.run(["useradd", "-M", "sleap-live-other"], capture_output=True, check=False)
+    if made.returncode != 0:
+        pytest.skip(f"no second user and useradd failed: {made.stderr.decode().strip()}")
+    entry = pwd.getpwnam("sleap-live-other")
+    return entry.pw_uid, entry.pw_gid
+
+
+def as_user(user: tuple[int, int], action) -> None:
+    """Run `action()` in a forked child that has become `user`."""
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            os.setgroups([])
+            os.setgid(user[1])
+            os.setuid(user[0])
+            action()
+            status = 0
+        finally:
+            os._exit(status)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+@pytest.fixture
+def shared_folder():
+    """A world-writable sticky folder (like /tmp) that every user can reach."""
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="sleap-live-shared-", dir="/tmp"))
+    folder.chmod(0o1777)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_another_users_link_in_a_shared_folder_is_not_followed(
+    clip, tmp_path, shared_folder, fake_loads, capsys
+):
+    victim = tmp_path / "accounts.csv"
+    victim.write_text("secret\n")
+    victim.chmod(0o600)
+    link = shared_folder / "poses.csv"
+    as_user(other_user(), lambda: link.symlink_to(victim))
+    assert link.lstat().st_uid != os.geteuid()
+    assert cli.main(["run", str(clip), "-m", "m", "-o", str(link), "-q", "--no-verify"]) == 1
+    line = refused(capsys)
+    assert str(link) in line and "owned by another user" in line
+    assert victim.read_text() == "secret\n" and stat_mode(victim) == 0o600
+    assert sorted(tmp_path.iterdir()) == sorted([clip, victim])  # no sidecar, no journal
+    assert fake_loads == []
+    # The pose writer itself refuses it too (as `recover` does).
+    with pytest.raises(OSError, match="owned by another user"):
+        SlpWriter(link, skeleton(), video="v.mp4", frame_shape=(4, 4, 1))
+
+
+def test_a_link_to_another_users_file_is_not_followed(
+    clip, tmp_path, shared_folder, fake_loads, capsys
+):
+    user = other_user()
+    theirs = shared_folder / "theirs"
+    as_user(user, lambda: theirs.mkdir())
+    victim = theirs / "poses.slp"
+    as_user(user, lambda: victim.write_text("their poses\n"))
+    link = tmp_path / "out.slp"  # my own link, in my own folder
+    link.symlink_to(victim)
+    assert cli.main(["run", str(clip), "-m", "m", "-o", str(link), "-q", "--no-verify"]) == 1
+    line = refused(capsys)
+    assert str(link) in line and "owned by another user" in line
+    assert victim.read_text() == "their poses\n"
+    assert sorted(p.name for p in theirs.iterdir()) == ["poses.slp"]  # no journal there
+
+
+def test_my_own_link_in_a_shared_folder_is_followed(clip, tmp_path, shared_folder, fake_loads):
+    other_user()  # the same conditions as the refusals above
+    target = tmp_path / "poses.slp"
+    link = shared_folder / "mine.slp"
+    link.symlink_to(target)
+    assert cli.main(["run", str(clip), "-m", "m", "-o", str(link), "-q", "--no-verify"]) == 0
+    assert link.is_symlink() and len(sio.load_slp(str(target), open_videos=False)) == 40
+
+
+def test_a_planted_journal_link_is_not_followed(clip, tmp_path, fake_loads, capsys):
+    victim = tmp_path / "victim.txt"
+    victim.touch()  # empty: a journal would be written into it
+    out = tmp_path / "out.slp"
+    journal_path(out).symlink_to(victim)
+    assert cli.main(["run", str(clip), "-m", "m", "-o", str(out), "-q", "--no-verify"]) == 1
+    assert str(journal_path(out)) in refused(capsys)
+    assert victim.read_bytes() == b"" and journal_path(out).is_symlink()
+
+
+@pytest.mark.parametrize("suffix", [".slp", ".csv"])
+def test_a_rewritten_output_keeps_its_mode_and_a_new_one_follows_the_umask(
+    suffix, clip, tmp_path, fake_loads
+):
+    kept = tmp_path / f"kept{suffix}"
+    kept.write_text("old\n")
+    kept.chmod(0o600)
+    new = tmp_path / f"new{suffix}"
+    umask = os.umask(0o027)
+    try:
+        for out in (kept, new):
+            argv = ["run", str(clip), "-m", "m", "-o", str(out), "-q", "--no-verify"]
+            assert cli.main(argv) == 0
+    finally:
+        os.umask(umask)
+    assert stat_mode(kept) == 0o600 and stat_mode(new) == 0o640
+    if suffix == ".csv":
+        assert stat_mode(Path(f"{new}.provenance.json")) == 0o640
+
+
+def stat_mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+def skeleton():
+    from sleap_live.engines.types import Skeleton
+
+    return Skeleton(node_names=("head", "tail"), edges=((0, 1),), name="s")
