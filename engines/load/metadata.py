@@ -45,6 +45,7 @@ and whether TF32 may stay on (the resize's exactness does not depend on it).
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,14 @@ TENSORRT_PROFILE = "tensorrt"
 PROFILES = (DEFAULT_PROFILE, TENSORRT_PROFILE)
 # The output layout (`sleap_live.engines.host.outputs.LAYOUTS`) of each profile's graphs.
 OUTPUT_LAYOUTS = {DEFAULT_PROFILE: "instance_list", TENSORRT_PROFILE: "instance_slots"}
+
+# Bounds on a metadata document, far above any real model's, so a crafted file is
+# refused in one line instead of exhausting time, memory or the stack.
+MAX_METADATA_BYTES = 16 * 1024 * 1024
+MAX_METADATA_DEPTH = 32
+MAX_NODES = 10_000
+MAX_EDGES = 100_000
+MAX_CLASSES = 10_000
 
 
 @attrs.frozen
@@ -167,11 +176,17 @@ class ExportMetadata:
         try:
             model_input = document["input"]
             verification = document.get("verification")
+            channels = tuple(int(c) for c in model_input["channels"])
+            if not channels or any(c not in (1, 3) for c in channels):
+                raise ModelConfigError(
+                    f"{origin}: input.channels is {list(channels)[:8]}; "
+                    "the graph takes 1 or 3 channels"
+                )
             return cls(
                 info=info_from_dict(document["model"], origin),
                 format=str(document["format"]),
                 input_name=str(model_input["name"]),
-                input_channels=tuple(int(c) for c in model_input["channels"]),
+                input_channels=channels,
                 output_names=tuple(str(name) for name in document["outputs"]),
                 sleap_live_version=str(document["sleap_live_version"]),
                 created=str(document["created"]),
@@ -188,15 +203,58 @@ class ExportMetadata:
 
     @classmethod
     def from_json(cls, text: str | bytes, origin: str = "metadata") -> ExportMetadata:
+        """Parses the JSON text of `to_json`, within `MAX_METADATA_BYTES` and
+        `MAX_METADATA_DEPTH`.
+
+        Raises:
+            ModelConfigError: one line naming `origin`: too large, too deep, not JSON,
+                or not export metadata (see `from_dict`).
+        """
+        if len(text) > MAX_METADATA_BYTES:
+            raise ModelConfigError(
+                f"{origin}: export metadata is {len(text)} bytes, more than the "
+                f"{MAX_METADATA_BYTES} any export writes"
+            )
+        depth = json_depth(text)
+        if depth > MAX_METADATA_DEPTH:
+            raise ModelConfigError(
+                f"{origin}: export metadata nests {depth} levels deep, more than the "
+                f"{MAX_METADATA_DEPTH} any export writes"
+            )
         try:
             document = json.loads(text)
-        except json.JSONDecodeError as error:
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
             raise ModelConfigError(
                 f"{origin}: export metadata is not valid JSON ({error})"
             ) from error
         if not isinstance(document, dict):
             raise ModelConfigError(f"{origin}: export metadata is not a JSON object")
         return cls.from_dict(document, origin)
+
+
+def json_depth(text: str | bytes) -> int:
+    """How deeply the arrays and objects of JSON `text` nest, in linear time and
+    constant stack (brackets inside strings do not count)."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
 
 
 def info_to_dict(info: ModelInfo) -> dict[str, Any]:
@@ -227,6 +285,15 @@ def info_from_dict(document: Mapping[str, Any], origin: str = "metadata") -> Mod
         skeleton = document["skeleton"]
         max_instances = document["max_instances"]
         settings = document.get("settings")
+        for field, values, most in (
+            ("skeleton.node_names", skeleton["node_names"], MAX_NODES),
+            ("skeleton.edges", skeleton["edges"], MAX_EDGES),
+            ("class_names", document.get("class_names", ()), MAX_CLASSES),
+        ):
+            if len(values) > most:
+                raise ModelConfigError(
+                    f"{origin}: {field} has {len(values)} entries, more than {most}"
+                )
         info = ModelInfo(
             model_type=str(document["model_type"]),
             skeleton=Skeleton(
@@ -241,6 +308,8 @@ def info_from_dict(document: Mapping[str, Any], origin: str = "metadata") -> Mod
             postprocess=dict(document.get("postprocess", {})),
             settings=None if settings is None else InferenceSettings.from_dict(settings, origin),
         )
+    except ModelConfigError:
+        raise
     except (KeyError, TypeError, ValueError) as error:
         raise ModelConfigError(f"{origin}: malformed model info ({error!r})") from error
     if info.model_type not in MODEL_TYPES:
@@ -270,9 +339,12 @@ def check_skeleton(skeleton: Skeleton, origin: str) -> None:
     nodes = skeleton.node_names
     if not nodes:
         raise ModelConfigError(f"{origin}: the skeleton has no nodes")
-    repeated = sorted({name for name in nodes if nodes.count(name) > 1})
+    repeated = sorted(name for name, times in Counter(nodes).items() if times > 1)
     if repeated:
-        raise ModelConfigError(f"{origin}: skeleton node names repeat: {', '.join(repeated)}")
+        shown = ", ".join(repeated[:10]) + (
+            f" and {len(repeated) - 10} more" if len(repeated) > 10 else ""
+        )
+        raise ModelConfigError(f"{origin}: skeleton node names repeat: {shown}")
     for edge in skeleton.edges:
         if not all(0 <= node < len(nodes) for node in edge):
             raise ModelConfigError(

@@ -133,3 +133,67 @@ def test_the_command_line_says_it_in_one_line(tmp_path, capsys):
     assert len(lines) == 1 and "skeleton edge [1, 9] names a node" in lines[0]
     assert str(folder) in lines[0]
     assert not (tmp_path / "p.slp").exists()
+
+
+# ------------------------------------------------------ crafted metadata (issue #20)
+
+
+def crafted_onnx(source: Path, target: Path, text) -> Path:
+    """A copy of a sleap-live export whose embedded metadata is `text(document)`."""
+    model = onnx.load(str(source))
+    for prop in model.metadata_props:
+        if prop.key == METADATA_KEY:
+            prop.value = text(json.loads(prop.value))
+    onnx.save(model, str(target))
+    return target
+
+
+def run_says(model: Path, tmp_path: Path, capsys) -> str:
+    """The one line `sleap-live run` refuses `model` with."""
+    video = DATA / "videos" / "single.mkv"
+    status = cli.main(["run", str(video), "-m", str(model), "-o", str(tmp_path / "p.slp"), "-q"])
+    assert status == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert str(model) in lines[0] and "Traceback" not in lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("n_nodes", [200_000, 2_000_000])
+def test_millions_of_node_names_are_refused_in_one_line(n_nodes, toy_export, tmp_path, capsys):
+    # Refused by a bound, in time linear in the file (the names were compared
+    # pairwise: 2 M names took longer than 120 s).
+    def many_nodes(document):
+        document["model"]["skeleton"]["node_names"] = [f"n{i}" for i in range(n_nodes)]
+        return json.dumps(document)
+
+    model = crafted_onnx(toy_export, tmp_path / "many.onnx", many_nodes)
+    line = run_says(model, tmp_path, capsys)
+    assert "skeleton.node_names has" in line or "export metadata is" in line
+
+
+def test_repeated_node_names_are_found_in_linear_time():
+    from sleap_live.engines.load.metadata import check_skeleton
+    from sleap_live.engines.types import Skeleton
+
+    names = (*(f"n{i}" for i in range(300_000)), "n7")
+    with pytest.raises(ModelConfigError, match=r"skeleton node names repeat: n7$"):
+        check_skeleton(Skeleton(node_names=names), "crafted.onnx")
+
+
+def test_deeply_nested_metadata_is_refused_in_one_line(toy_export, tmp_path, capsys):
+    def nested(document):
+        document["model"]["postprocess"] = "NESTED"
+        return json.dumps(document).replace('"NESTED"', "[" * 100_000 + "]" * 100_000)
+
+    model = crafted_onnx(toy_export, tmp_path / "nested.onnx", nested)
+    assert "nests 100002 levels deep" in run_says(model, tmp_path, capsys)
+
+
+def test_a_channel_count_the_graph_cannot_take_is_refused_in_one_line(toy_export, tmp_path, capsys):
+    def seven(document):
+        document["input"]["channels"] = [7]
+        return json.dumps(document)
+
+    model = crafted_onnx(toy_export, tmp_path / "seven.onnx", seven)
+    assert "input.channels is [7]" in run_says(model, tmp_path, capsys)
