@@ -18,6 +18,7 @@ only, never an earlier one.
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 import zlib
@@ -37,9 +38,22 @@ _RECORD = struct.Struct("<cII")
 _CHUNK = struct.Struct("<III")  # frames, instances, nodes
 _HEADER, _FRAMES = b"H", b"F"
 
+# Bounds a journal's values must keep, far above any run's, so a crafted or
+# damaged journal is refused in one line (its file and field) instead of
+# exhausting memory or failing deep inside numpy or sleap-io.
+MAX_NODES = 10_000
+MAX_CLASSES = 10_000
+MAX_FRAME_SIDE = 1 << 16
+MAX_FRAME_INDEX = 1 << 40
+MAX_HEADER_DEPTH = 32
+
 
 class JournalError(StreamError, OSError):
     """A journal is missing, is not a sleap-live journal, or has no readable header."""
+
+
+class JournalTornError(JournalError):
+    """A journal's header is cut short: its run was killed before saving any frame."""
 
 
 def journal_path(slp: Path) -> Path:
@@ -90,26 +104,57 @@ class JournalHeader:
         ).encode()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> JournalHeader:
-        fields = json.loads(data)
-        skeleton = fields["skeleton"]
+    def from_bytes(cls, data: bytes, origin: str = "journal") -> JournalHeader:
+        """Parses `to_bytes`, checking every field.
+
+        Raises:
+            JournalError: one line naming `origin` and the field that is wrong.
+        """
+        if _json_depth(data) > MAX_HEADER_DEPTH:
+            raise JournalError(f"{origin}: the journal's header nests too deeply")
+        try:
+            fields = json.loads(data)
+        except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
+            raise JournalError(f"{origin}: the journal's header is not JSON ({error})") from None
+        fields = _field(origin, "header", fields, dict)
+        skeleton = _field(origin, "skeleton", fields.get("skeleton"), dict)
+        node_names = _strings(origin, "skeleton.node_names", skeleton.get("node_names"), MAX_NODES)
+        if not node_names or len(set(node_names)) != len(node_names):
+            raise JournalError(f"{origin}: skeleton.node_names are empty or repeat")
+        edges = _field(origin, "skeleton.edges", skeleton.get("edges"), list)
+        if len(edges) > len(node_names) ** 2 or not all(
+            isinstance(edge, list)
+            and len(edge) == 2
+            and all(_is_int(node) and 0 <= node < len(node_names) for node in edge)
+            for edge in edges
+        ):
+            raise JournalError(f"{origin}: skeleton.edges must join nodes of the skeleton")
+        shape = _field(origin, "frame_shape", fields.get("frame_shape"), list)
+        if len(shape) != 3 or not all(
+            _is_int(side) and 0 < side <= MAX_FRAME_SIDE for side in shape
+        ):
+            raise JournalError(f"{origin}: frame_shape must be 3 positive sizes, got {shape[:4]}")
+        fps = fields.get("fps")
+        if fps is not None and not (
+            isinstance(fps, (int, float)) and math.isfinite(fps) and fps > 0
+        ):
+            raise JournalError(f"{origin}: fps must be a positive number or null, got {fps!r}")
+        n_frames = fields.get("n_frames")
+        if n_frames is not None and not (_is_int(n_frames) and 0 <= n_frames <= MAX_FRAME_INDEX):
+            raise JournalError(f"{origin}: n_frames must be a frame count or null")
         return cls(
             skeleton=Skeleton(
-                node_names=tuple(skeleton["node_names"]),
-                edges=tuple((int(a), int(b)) for a, b in skeleton["edges"]),
-                name=skeleton["name"],
+                node_names=node_names,
+                edges=tuple((int(a), int(b)) for a, b in edges),
+                name=_field(origin, "skeleton.name", skeleton.get("name"), str),
             ),
-            class_names=tuple(fields["class_names"]),
-            video=fields["video"],
-            frame_shape=(
-                int(fields["frame_shape"][0]),
-                int(fields["frame_shape"][1]),
-                int(fields["frame_shape"][2]),
-            ),
-            fps=fields["fps"],
-            n_frames=fields["n_frames"],
-            provenance=dict(fields["provenance"]),
-            pid=int(fields["pid"]),
+            class_names=_strings(origin, "class_names", fields.get("class_names"), MAX_CLASSES),
+            video=_field(origin, "video", fields.get("video"), str),
+            frame_shape=(int(shape[0]), int(shape[1]), int(shape[2])),
+            fps=None if fps is None else float(fps),
+            n_frames=n_frames,
+            provenance=dict(_field(origin, "provenance", fields.get("provenance"), dict)),
+            pid=_field(origin, "pid", fields.get("pid"), int),
         )
 
 
@@ -158,8 +203,46 @@ class FrameChunk:
         )
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> FrameChunk:
+    def from_bytes(
+        cls, data: bytes, header: JournalHeader | None = None, origin: str = "journal"
+    ) -> FrameChunk:
+        """Parses `to_bytes`; with `header`, checks the chunk against it.
+
+        Raises:
+            JournalError: one line naming `origin`: the sizes the chunk gives do
+                not match its bytes or the skeleton, or a frame index or
+                instance count is out of range.
+        """
+        if len(data) < _CHUNK.size:
+            raise JournalError(f"{origin}: a chunk of frames is cut short ({len(data)} bytes)")
         n_frames, n_instances, n_nodes = _CHUNK.unpack_from(data)
+        size = _CHUNK.size + n_frames * 12 + n_instances * (n_nodes * 12 + 8)
+        if size != len(data):
+            raise JournalError(
+                f"{origin}: a chunk says {n_frames} frames, {n_instances} instances of "
+                f"{n_nodes} nodes ({size} bytes) but holds {len(data)} bytes"
+            )
+        if header is not None and n_nodes != header.skeleton.n_nodes:
+            raise JournalError(
+                f"{origin}: a chunk has poses of {n_nodes} nodes; the skeleton has "
+                f"{header.skeleton.n_nodes}"
+            )
+        chunk = cls._arrays(data, n_frames, n_instances, n_nodes)
+        limit = MAX_FRAME_INDEX
+        if header is not None and header.n_frames is not None:
+            limit = header.n_frames
+        indices = chunk.frame_indices
+        if n_frames and (indices.min() < 0 or indices.max() >= limit):
+            wrong = int(indices.min() if indices.min() < 0 else indices.max())
+            raise JournalError(f"{origin}: frame index {wrong} is outside 0 to {limit - 1}")
+        if (chunk.counts < 0).any() or int(chunk.counts.sum(dtype=np.int64)) != n_instances:
+            raise JournalError(
+                f"{origin}: a chunk's instance counts do not add up to its {n_instances} instances"
+            )
+        return chunk
+
+    @classmethod
+    def _arrays(cls, data: bytes, n_frames: int, n_instances: int, n_nodes: int) -> FrameChunk:
         offset = _CHUNK.size
         arrays = []
         for dtype, shape in (
@@ -228,7 +311,7 @@ def read_journal(path: Path) -> tuple[JournalHeader, Iterator[FrameChunk]]:
         JournalError: `path` is missing, not a journal, or its header is unreadable.
     """
     handle, header = _open(path)
-    return header, _chunks(handle)
+    return header, _chunks(handle, header, str(path))
 
 
 def scan_journal(path: Path) -> JournalContents:
@@ -243,7 +326,7 @@ def scan_journal(path: Path) -> JournalContents:
         while (record := _read_record(handle)) is not None:
             if record[0] == _FRAMES:
                 n_chunks += 1
-                n_frames += _CHUNK.unpack_from(record[1])[0]
+                n_frames += FrameChunk.from_bytes(record[1], header, str(path)).n_frames
             readable += _RECORD.size + len(record[1])
     return JournalContents(header, n_chunks, n_frames, os.path.getsize(path) - readable)
 
@@ -259,18 +342,60 @@ def _open(path: Path) -> tuple[BinaryIO, JournalHeader]:
             raise JournalError(f"{path}: not a sleap-live journal")
         record = _read_record(handle)
         if record is None or record[0] != _HEADER:
-            raise JournalError(f"{path}: the journal's header is incomplete (killed at once?)")
-        return handle, JournalHeader.from_bytes(record[1])
+            raise JournalTornError(f"{path}: the journal's header is incomplete (killed at once?)")
+        return handle, JournalHeader.from_bytes(record[1], str(path))
     except BaseException:
         handle.close()
         raise
 
 
-def _chunks(handle: BinaryIO) -> Iterator[FrameChunk]:
+def _chunks(handle: BinaryIO, header: JournalHeader, origin: str) -> Iterator[FrameChunk]:
     with handle:
         while (record := _read_record(handle)) is not None:
             if record[0] == _FRAMES:
-                yield FrameChunk.from_bytes(record[1])
+                yield FrameChunk.from_bytes(record[1], header, origin)
+
+
+def _field(origin: str, name: str, value: Any, kind: type) -> Any:
+    """`value`, unless it is not a `kind` (bool is no int here): then a one-line error."""
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise JournalError(
+            f"{origin}: the journal's {name} must be {kind.__name__}, got {type(value).__name__}"
+        )
+    return value
+
+
+def _strings(origin: str, name: str, value: Any, most: int) -> tuple[str, ...]:
+    values = _field(origin, name, value, list)
+    if len(values) > most or not all(isinstance(item, str) for item in values):
+        raise JournalError(f"{origin}: the journal's {name} must be at most {most} names")
+    return tuple(values)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _json_depth(data: bytes) -> int:
+    """How deeply JSON `data` nests, without recursing (brackets in strings do not count)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in data:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return deepest
 
 
 def _read_record(handle: BinaryIO) -> tuple[bytes, bytes] | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import os
+import stat
 import sys
 import traceback
 from collections.abc import Mapping
@@ -39,6 +40,7 @@ from sleap_live.stream.outputs.journal import (
     JournalContents,
     JournalError,
     JournalHeader,
+    JournalTornError,
     JournalWriter,
     journal_path,
     read_journal,
@@ -319,6 +321,7 @@ def recover_slp(path: str | os.PathLike[str]) -> JournalContents:
     lock = OutputLock(journal, f"the pose output {slp}")
     try:
         contents = scan_journal(journal)
+        check_journal_video(contents.header.video, journal)
         for stale in stale_temporaries(target):
             stale.unlink(missing_ok=True)
         write_slp_from_journal(journal, target)
@@ -326,6 +329,41 @@ def recover_slp(path: str | os.PathLike[str]) -> JournalContents:
     finally:
         lock.release()
     return contents
+
+
+def check_journal_video(video: str, journal: Path) -> None:
+    """Refuse a journal whose video is a file that is not a video.
+
+    A journal names the video its poses belong to (the .slp links to it). A
+    live source's name (a camera, a URL) and a file moved away since are kept
+    as they are; an existing path must be a regular file that opens as a video,
+    so a crafted journal cannot make the .slp point at, say, /etc/shadow.
+
+    Raises:
+        JournalError: one line naming the journal and the video.
+    """
+    path = Path(video)
+    if not path.is_absolute():
+        return
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise JournalError(f"{journal}: the journal's video {video}: {error.strerror}") from None
+    if not stat.S_ISREG(mode):
+        raise JournalError(f"{journal}: the journal's video {video} is not a regular file")
+    import av
+
+    try:
+        with av.open(video, mode="r") as container:
+            has_video = bool(container.streams.video)
+    except (av.error.FFmpegError, OSError, UnicodeDecodeError) as error:
+        raise JournalError(
+            f"{journal}: the journal's video {video} does not open as a video ({error})"
+        ) from None
+    if not has_video:
+        raise JournalError(f"{journal}: the journal's video {video} has no video stream")
 
 
 def write_slp_from_journal(journal: Path, slp: Path) -> int:
@@ -478,7 +516,7 @@ def _lock_journal(journal: Path, slp: Path) -> OutputLock:
                     f"{slp}: {journal} holds frames of an earlier run that did not finish; "
                     f"`sleap-live recover {slp}` saves them to it (or delete the journal)"
                 )
-    except JournalError:
+    except JournalTornError:
         pass  # a header cut short: the earlier run saved no frame, nothing to keep
     except BaseException:
         lock.release()

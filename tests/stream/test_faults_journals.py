@@ -1,0 +1,142 @@
+"""Fault suite, crafted journals: `sleap-live recover` refuses a journal that was
+tampered with or damaged in one line naming it, never a traceback (issue #20).
+
+Each journal is written byte by byte as the format (`journal` module docstring)
+lays it out: a valid one, then one field or size wrong at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sleap_io as sio
+
+from sleap_live import cli
+from sleap_live.stream.outputs.journal import MAGIC, journal_path
+
+
+def header(video, **changes) -> bytes:
+    fields = {
+        "skeleton": {"node_names": ["head", "tail"], "edges": [[0, 1]], "name": "s"},
+        "class_names": [],
+        "video": video,
+        "frame_shape": [24, 32, 1],
+        "fps": 30.0,
+        "n_frames": None,
+        "provenance": {},
+        "pid": 1,
+    }
+    fields.update(changes)
+    return json.dumps(fields).encode()
+
+
+def chunk(indices=(0, 1, 2), nodes: int = 2, sizes: tuple[int, int, int] | None = None) -> bytes:
+    """One instance per frame, at (frame, frame)."""
+    n = len(indices)
+    points = np.repeat(np.array(indices, "<f4")[:, None, None], nodes, 1).repeat(2, 2)
+    return b"".join(
+        (
+            struct.pack("<III", *(sizes or (n, n, nodes))),
+            np.array(indices, "<i8").tobytes(),
+            np.ones(n, "<i4").tobytes(),
+            points.tobytes(),
+            np.ones((n, nodes), "<f4").tobytes(),
+            np.ones(n, "<f4").tobytes(),
+            np.full(n, -1, "<i4").tobytes(),
+        )
+    )
+
+
+def journal(out: Path, head: bytes, *chunks: bytes) -> Path:
+    def record(kind: bytes, payload: bytes) -> bytes:
+        return struct.pack("<cII", kind, len(payload), zlib.crc32(payload)) + payload
+
+    body = record(b"H", head) + b"".join(record(b"F", c) for c in chunks)
+    journal_path(out).write_bytes(MAGIC + body)
+    return journal_path(out)
+
+
+def refused(out: Path, capsys) -> str:
+    assert cli.main(["recover", str(out)]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert str(journal_path(out)) in lines[0] and "Traceback" not in lines[0]
+    assert not out.exists() and journal_path(out).exists()  # the journal is kept
+    return lines[0]
+
+
+def test_a_valid_journal_is_recovered(clip, tmp_path, capsys):
+    out = tmp_path / "out.slp"
+    journal(out, header(str(clip)), chunk((0, 1, 2)), chunk((3,)))
+    assert cli.main(["recover", str(out)]) == 0
+    labels = sio.load_slp(str(out), open_videos=False)
+    assert [lf.frame_idx for lf in labels] == [0, 1, 2, 3]
+    # A video moved away since is kept as the link it was (the .slp need not open it).
+    moved = tmp_path / "moved.slp"
+    journal(moved, header(str(tmp_path / "gone.mkv")), chunk())
+    assert cli.main(["recover", str(moved)]) == 0
+
+
+def test_a_chunk_that_claims_more_than_it_holds(clip, tmp_path, capsys):
+    out = tmp_path / "out.slp"
+    journal(out, header(str(clip)), chunk(sizes=(3, 3000, 2)))
+    assert "a chunk says 3 frames, 3000 instances" in refused(out, capsys)
+
+
+def test_a_chunk_of_another_skeleton(clip, tmp_path, capsys):
+    out = tmp_path / "out.slp"
+    journal(out, header(str(clip)), chunk(nodes=3))
+    assert "poses of 3 nodes; the skeleton has 2" in refused(out, capsys)
+
+
+@pytest.mark.parametrize("index", [2**62, -1])
+def test_a_frame_index_out_of_range(index, clip, tmp_path, capsys):
+    out = tmp_path / "out.slp"
+    journal(out, header(str(clip)), chunk((0, index)))
+    assert f"frame index {index} is outside 0 to" in refused(out, capsys)
+
+
+def test_a_frame_index_past_the_videos_frames(clip, tmp_path, capsys):
+    out = tmp_path / "out.slp"
+    journal(out, header(str(clip), n_frames=40), chunk((39, 40)))
+    assert "frame index 40 is outside 0 to 39" in refused(out, capsys)
+
+
+def test_a_deeply_nested_header(clip, tmp_path, capsys):
+    out = tmp_path / "out.slp"
+    nested = header(str(clip)).replace(b'"provenance": {}', b'"provenance": ' + b"[" * 100_000)
+    journal(out, nested, chunk())
+    assert "header nests too deeply" in refused(out, capsys)
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"skeleton": {"node_names": 7, "edges": [], "name": "s"}}, "skeleton.node_names"),
+        ({"skeleton": {"node_names": ["a"], "edges": [[0, 5]], "name": "s"}}, "skeleton.edges"),
+        ({"frame_shape": [24, 32]}, "frame_shape"),
+        ({"frame_shape": [24, 32, -1]}, "frame_shape"),
+        ({"fps": "fast"}, "fps"),
+        ({"n_frames": 2**62}, "n_frames"),
+        ({"video": ["a"]}, "video"),
+    ],
+)
+def test_a_header_field_of_the_wrong_kind(change, says, clip, tmp_path, capsys):
+    out = tmp_path / "out.slp"
+    journal(out, header(**{"video": str(clip), **change}), chunk())
+    assert says in refused(out, capsys)
+
+
+@pytest.mark.parametrize("video", ["/etc/shadow", "/etc/passwd", "/dev/zero", "/etc"])
+def test_a_video_that_is_not_a_video(video, tmp_path, capsys):
+    if not Path(video).exists():
+        pytest.skip(f"{video} does not exist here")
+    out = tmp_path / "out.slp"
+    journal(out, header(video), chunk())
+    line = refused(out, capsys)
+    assert f"the journal's video {video}" in line
