@@ -33,7 +33,11 @@ An entry is trusted only when its sidecar is this schema's, names the same key a
 gives the graph file's length and sha256, and (checked by the loader, see
 `embedded_key`) the graph's own metadata carries the key and ONNX Runtime loads it.
 Anything else is a corrupt entry: it is removed with a one-line notice and the
-model is exported again. Entries are written atomically (a temporary file renamed
+model is exported again. As ssh treats its keys, an entry or cache folder another
+user owns, or that others may write (world-writable, or group-writable by a
+group other than the user's), is not used, with a one-line notice, and nothing
+is cached in such a folder: a shared `--cache-dir` cannot hand a run a graph
+someone else changed. Entries are written atomically (a temporary file renamed
 into place, the sidecar last), so concurrent runs and kills never leave a half
 entry that passes these checks. A cache that cannot be written is a notice, never
 a failed run.
@@ -45,6 +49,8 @@ import hashlib
 import importlib.metadata
 import json
 import os
+import stat
+import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -190,6 +196,10 @@ class ExportCache:
         sidecar = sidecar_path(graph)
         if not graph.exists() and not sidecar.exists():
             return None
+        untrusted = _untrusted(self.root, self.directory, graph, sidecar)
+        if untrusted is not None:
+            self.notify(f"cached export {graph} is not used: {untrusted}; exporting the model")
+            return None
         try:
             record = json.loads(sidecar.read_text())
             onnx_bytes = graph.read_bytes()
@@ -215,6 +225,8 @@ class ExportCache:
         graph = self.graph_path(key)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
+            if _untrusted(self.root, self.directory) is not None:
+                return  # `read` said why; an entry there would not be used
             _write_atomically(graph, onnx_bytes)
             _write_atomically(sidecar_path(graph), (json.dumps(record, indent=2) + "\n").encode())
         except OSError as error:
@@ -230,6 +242,26 @@ class ExportCache:
         graph = self.graph_path(key)
         for path in (sidecar_path(graph), graph):
             path.unlink(missing_ok=True)
+
+
+def _untrusted(*paths: Path) -> str | None:
+    """Why one of `paths` (cache folders, entry files) cannot be trusted, or None: it
+    belongs to another user, or others may write it."""
+    if sys.platform == "win32":
+        return None  # no owners or modes to compare
+    user = os.geteuid()
+    for path in paths:
+        try:
+            status = path.stat()
+        except FileNotFoundError:
+            continue
+        if status.st_uid != user:
+            return f"{path} belongs to another user (uid {status.st_uid})"
+        if status.st_mode & stat.S_IWOTH:
+            return f"{path} is writable by every user"
+        if status.st_mode & stat.S_IWGRP and status.st_gid != os.getegid():
+            return f"{path} is writable by the group {status.st_gid}"
+    return None
 
 
 def _entry_problem(record: Any, key: CacheKey, onnx_bytes: bytes) -> str | None:

@@ -5,8 +5,11 @@ Exports are counted by wrapping `export_onnx_bytes`; nothing here is timed.
 
 from __future__ import annotations
 
+import grp
 import itertools
 import json
+import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -410,3 +413,41 @@ def test_loading_status_is_one_line_on_a_terminal_and_a_line_per_step_elsewhere(
     with loading_status(Console(file=quiet, force_terminal=True), quiet=True) as progress:
         progress(steps[0])
     assert quiet.getvalue() == ""
+
+
+# --- entries others could have changed (issue #20) ---------------------------------
+
+
+def _another_users(graph: Path) -> str:
+    if os.geteuid() != 0:
+        pytest.skip("giving a file to another user needs root")
+    os.chown(graph, pwd.getpwnam("nobody").pw_uid, -1)
+    return "belongs to another user"
+
+
+def _world_writable_folder(graph: Path) -> str:
+    graph.parent.chmod(0o777)
+    return "is writable by every user"
+
+
+def _group_writable_graph(graph: Path) -> str:
+    if os.geteuid() != 0:
+        pytest.skip("giving a file to another group needs root")
+    os.chown(graph, -1, grp.getgrnam("nogroup").gr_gid)
+    graph.chmod(0o664)
+    return "is writable by the group"
+
+
+@pytest.mark.parametrize("expose", [_another_users, _world_writable_folder, _group_writable_graph])
+def test_an_entry_others_could_have_changed_is_not_used(cached, exports, capsys, expose):
+    # Its sidecar still matches it (as after someone recomputed the hash): the
+    # graph is not used all the same, and not removed (it is not ours to delete).
+    cache_dir, key = cached
+    graph = cache_dir / "onnx" / f"{key.digest}.onnx"
+    capsys.readouterr()
+    says = expose(graph)
+    runner = load(cache_dir)
+    assert exports.calls == 2
+    (notice,) = capsys.readouterr().err.strip().splitlines()
+    assert str(graph) in notice and says in notice and "is not used" in notice
+    assert runner.info.model_type == "single_instance" and graph.exists()
