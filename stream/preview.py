@@ -40,6 +40,7 @@ import json
 import logging
 import math
 import socket
+import sys
 import threading
 from collections.abc import Callable
 from types import ModuleType
@@ -347,7 +348,11 @@ class PreviewServer:
         app.router.add_get("/snapshot.json", self._snapshot_json)
         app.router.add_get("/frame.jpg", self._frame_jpeg)
         runner = web.AppRunner(
-            app, handle_signals=False, access_log=None, shutdown_timeout=FINAL_SEND_SECONDS
+            app,
+            handle_signals=False,
+            access_log=None,
+            shutdown_timeout=FINAL_SEND_SECONDS,
+            logger=_RequestLog(logger, {}),
         )
         await runner.setup()
         site = web.SockSite(runner, self._socket)
@@ -467,6 +472,27 @@ class PreviewServer:
 
     def _newer_than(self, tick: int) -> bool:
         return self._latest is not None and self._latest.tick > tick
+
+
+class _RequestLog(logging.LoggerAdapter[logging.Logger]):
+    """aiohttp's server log, with each malformed request one warning line.
+
+    aiohttp logs a request it cannot parse with its traceback (anyone who can
+    reach the port can send them); the other records pass through as they are.
+    """
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        from aiohttp.http_exceptions import HttpProcessingError
+
+        error = kwargs.get("exc_info")
+        if error is True:
+            error = sys.exc_info()[1]
+        if not isinstance(error, HttpProcessingError):
+            super().log(level, msg, *args, **kwargs)
+            return
+        said = str(msg) % args if args else str(msg)
+        reason = " ".join(str(error).split())[:200]
+        self.logger.warning("%s: malformed request (%s)", said, reason)
 
 
 def _import_packages() -> ModuleType:

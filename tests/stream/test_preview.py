@@ -391,3 +391,33 @@ def test_the_default_address_is_this_machine_only():
         free = probe.getsockname()[1]
     with PreviewServer(port=free) as server:
         assert server.url == f"http://127.0.0.1:{free}/"
+
+
+MALFORMED = [
+    b"GARBAGE\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: -5\r\n\r\n",
+    b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"X: " + b"y" * 70_000 + b"\r\n\r\n",
+    b"GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nHost: a\r\n\r\nzz\r\n",
+    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",  # a TLS hello
+]
+
+
+def test_each_malformed_request_is_one_log_line(fakes, caplog, capfd):
+    # Issue #20: each printed a traceback.
+    source, server, pipeline = held_run(fakes)
+    with caplog.at_level(logging.DEBUG), pipeline:
+        fakes.wait_for(lambda: pipeline.stats.frames_processed == 10, "10 frames")
+        for request in MALFORMED:
+            with socket.create_connection((server.host, server.port), timeout=PATIENCE) as peer:
+                peer.sendall(request)
+                peer.shutdown(socket.SHUT_WR)
+                while peer.recv(65536):
+                    pass
+        fetch(server.url)  # the preview still serves
+        source.release.set()
+        pipeline.join(PATIENCE)
+    noted = [r for r in caplog.records if r.levelno >= logging.INFO]
+    assert all(r.exc_info is None and "\n" not in r.getMessage() for r in noted), noted
+    assert len([r for r in noted if "malformed request" in r.getMessage()]) == len(MALFORMED)
+    assert "Traceback" not in capfd.readouterr().err
