@@ -13,6 +13,7 @@ import gc
 import os
 import stat
 import sys
+import threading
 import traceback
 from collections.abc import Mapping
 from pathlib import Path
@@ -58,6 +59,12 @@ SAVE_DUE_FRACTION = 0.9
 
 # Frames per journal chunk at most, so a fast recorded run holds little in memory.
 MAX_CHUNK_FRAMES = 4096
+
+# One final save at a time in the process (the pose outputs of several sources
+# close in threads of their own): `_save_checked` counts the HDF5 objects a save
+# leaves open and sets the process's error hooks, which a concurrent save would
+# confuse. HDF5 runs one call at a time anyway (h5py's global lock).
+_HDF5_SAVE = threading.Lock()
 
 
 def to_sio_skeleton(skeleton: Skeleton) -> sio.Skeleton:
@@ -431,12 +438,20 @@ def _save_checked(labels: sio.Labels, partial: Path, slp: Path) -> None:
     Raises:
         OSError: the file could not be written or closed.
     """
-    failures: list[BaseException] = []
+    with _HDF5_SAVE:
+        failures = _save_collecting_failures(labels, partial, slp)
+    if failures:
+        raise OSError(f"{partial}: {failures[0]}")
+
+
+def _save_collecting_failures(labels: sio.Labels, partial: Path, slp: Path) -> list[str]:
+    """`save_labels`; what failed in HDF5, one line each (see `_save_checked`)."""
+    failures: list[str] = []
     previous_unraisable, previous_except = sys.unraisablehook, sys.excepthook
 
     def collect_unraisable(unraisable: Any) -> None:
         if _raised_in_h5py(unraisable.exc_traceback):
-            failures.append(unraisable.exc_value)
+            failures.append(_one_line(unraisable.exc_value))
         else:
             previous_unraisable(unraisable)
 
@@ -445,7 +460,7 @@ def _save_checked(labels: sio.Labels, partial: Path, slp: Path) -> None:
     ) -> None:
         # h5py's finalisers print their error through the except hook first.
         if _raised_in_h5py(trace):
-            failures.append(error)
+            failures.append(_one_line(error))
         else:
             previous_except(kind, error, trace)
 
@@ -456,19 +471,16 @@ def _save_checked(labels: sio.Labels, partial: Path, slp: Path) -> None:
         try:
             save_labels(labels, partial, slp)
         except Exception as error:
-            # Not chained: the error's frames hold h5py objects, which must be
-            # finalised now, not whenever the error is let go.
+            # Kept as text, its frames cleared: they hold h5py objects, which must
+            # be finalised now, not whenever the error is let go.
+            failures.insert(0, _one_line(error))
             traceback.clear_frames(error.__traceback__)
-            failures.insert(0, error)
-        gc.collect()  # finalise the save's h5py objects while the hook collects
+        gc.collect()  # finalise the save's h5py objects while the hooks collect
         if hdf5_objects_open() > open_before:
-            failures.append(OSError("HDF5 could not close the file"))
+            failures.append("HDF5 could not close the file")
     finally:
         sys.unraisablehook, sys.excepthook = previous_unraisable, previous_except
-    if failures:
-        message = _one_line(failures[0])
-        failures.clear()
-        raise OSError(f"{partial}: {message}")
+    return failures
 
 
 def hdf5_objects_open() -> int:
@@ -493,7 +505,7 @@ def _raised_in_h5py(trace: TracebackType | None) -> bool:
     return False
 
 
-def _one_line(error: BaseException) -> str:
+def _one_line(error: BaseException | None) -> str:
     return " ".join(line.strip() for line in str(error).splitlines() if line.strip())
 
 
