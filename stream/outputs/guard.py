@@ -74,8 +74,8 @@ def check_links(path: Path, what: str) -> None:
     world-writable sticky folder (``/tmp``, a shared drop folder) is followed only
     if this user or the folder's owner owns it (as ``fs.protected_symlinks=1``
     does). Once a link was followed, the file it ends at, if it exists, must be
-    this user's, and so must its folder, where the journal and temporary files
-    are written beside it.
+    this user's, and its folder, where the journal and temporary files are
+    written beside it, this user's or root's.
 
     Args:
         path: the output path as given.
@@ -99,12 +99,13 @@ def check_links(path: Path, what: str) -> None:
                 "give the file's own path"
             )
     target = Path(os.path.realpath(path))
-    for checked, kind in ((target, "file"), (target.parent, "folder")):
+    # A folder of root's (macOS's /private/tmp, behind /tmp) is no other user's.
+    for checked, kind, owners in ((target, "file", {user}), (target.parent, "folder", {user, 0})):
         try:
             owner = checked.stat().st_uid
         except FileNotFoundError:
             continue
-        if owner != user:
+        if owner not in owners:
             raise OutputError(
                 f"{path}: {what} is a link to the {kind} {checked}, owned by another user "
                 f"(uid {owner}); not followed, give the file's own path"

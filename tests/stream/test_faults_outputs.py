@@ -397,6 +397,20 @@ def test_a_link_to_another_users_file_is_not_followed(
     assert sorted(p.name for p in theirs.iterdir()) == ["poses.slp"]  # no journal there
 
 
+def test_a_folder_link_into_another_users_folder_is_not_followed(
+    clip, tmp_path, shared_folder, fake_loads, capsys
+):
+    user = other_user()
+    theirs = shared_folder / "theirs"
+    as_user(user, lambda: theirs.mkdir())
+    via = tmp_path / "via"  # my own link to their folder, not the last part of -o
+    via.symlink_to(theirs)
+    out = via / "poses.slp"
+    assert cli.main(["run", str(clip), "-m", "m", "-o", str(out), "-q", "--no-verify"]) == 1
+    assert "is a link to the folder" in refused(capsys)
+    assert list(theirs.iterdir()) == []  # no journal, no temporary file there
+
+
 def test_my_own_link_in_a_shared_folder_is_followed(clip, tmp_path, shared_folder, fake_loads):
     other_user()  # the same conditions as the refusals above
     target = tmp_path / "poses.slp"
