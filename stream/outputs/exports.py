@@ -123,7 +123,11 @@ def _save_csv(labels: sio.Labels, path: Path, final: Path) -> None:
     sidecar = sidecars(final)[0]
     partial = sidecar.with_name(f".{sidecar.name}.{os.getpid()}.partial")
     try:
-        partial.write_text(_json(labels.provenance) + "\n", encoding="utf-8")
+        # Created here, never through a link planted at its name.
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+        partial.unlink(missing_ok=True)
+        with os.fdopen(os.open(partial, flags, 0o666), "w", encoding="utf-8") as handle:
+            handle.write(_json(labels.provenance) + "\n")
         keep_mode(partial, sidecar)
         os.replace(partial, sidecar)
     finally:

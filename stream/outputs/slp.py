@@ -414,6 +414,9 @@ def write_slp_from_journal(journal: Path, slp: Path) -> int:
         provenance=dict(header.provenance),
     )
     partial = temporary_path(slp)
+    # Whatever is at the temporary path (in a shared folder, a link another user
+    # planted) is removed first: sleap-io writes it by name, following a link.
+    partial.unlink(missing_ok=True)
     try:
         _save_checked(labels, partial, slp)
         _fsync_file(partial)

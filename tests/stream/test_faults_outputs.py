@@ -458,3 +458,25 @@ def skeleton():
     from sleap_live.engines.types import Skeleton
 
     return Skeleton(node_names=("head", "tail"), edges=((0, 1),), name="s")
+
+
+@pytest.mark.parametrize("suffix", [".slp", ".h5", ".csv"])
+def test_links_planted_at_the_temporary_paths_are_not_followed(
+    suffix, clip, tmp_path, fake_loads, monkeypatch
+):
+    # Planted after the run started (its stale temporaries were cleared then),
+    # named as this process names them: removed before the final save writes.
+    from sleap_live.stream.outputs import slp as slp_module
+
+    monkeypatch.setattr(slp_module, "stale_temporaries", lambda path: [])
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep\n")
+    out = tmp_path / f"out{suffix}"
+    planted = [tmp_path / f".out.{os.getpid()}.partial{suffix}"]
+    if suffix == ".csv":
+        planted.append(tmp_path / f".out.csv.provenance.json.{os.getpid()}.partial")
+    for link in planted:
+        link.symlink_to(victim)
+    assert cli.main(["run", str(clip), "-m", "m", "-o", str(out), "-q", "--no-verify"]) == 0
+    assert victim.read_text() == "keep\n" and not out.is_symlink()
+    assert not any(link.is_symlink() for link in planted)
