@@ -109,6 +109,8 @@ def read_export_metadata(path: Path) -> dict[str, Any]:
         raise ModelConfigError(f"{metadata_path}: cannot read: {e.strerror or e}") from e
     try:
         metadata = json.loads(text)
+    except RecursionError:  # json decodes nested arrays and objects recursively
+        raise ModelConfigError(f"{metadata_path}: nests too deeply to be export metadata") from None
     except json.JSONDecodeError as e:
         problem = f"{e.msg} at line {e.lineno}"
         raise ModelConfigError(f"{metadata_path}: not valid JSON ({problem})") from e

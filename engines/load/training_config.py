@@ -96,6 +96,8 @@ def read_yaml(path: Path) -> Any:
         return yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise ModelConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from e
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise ModelConfigError(f"{path}: nests too deeply to be a training config") from None
 
 
 def read_training_config(model_dir: Path) -> ModelSpec:

@@ -197,3 +197,16 @@ def test_a_channel_count_the_graph_cannot_take_is_refused_in_one_line(toy_export
 
     model = crafted_onnx(toy_export, tmp_path / "seven.onnx", seven)
     assert "input.channels is [7]" in run_says(model, tmp_path, capsys)
+
+
+def test_deeply_nested_sleap_nn_export_files_are_refused_in_one_line(tmp_path, capsys):
+    def nested(metadata):
+        metadata["crafted"] = "NESTED"
+
+    folder = edited_export_dir("single_instance", tmp_path / "nested_json", nested)
+    path = folder / "export_metadata.json"
+    path.write_text(path.read_text().replace('"NESTED"', "[" * 100_000 + "]" * 100_000))
+    assert "nests too deeply" in run_says(folder, tmp_path, capsys)
+    folder = edited_export_dir("single_instance", tmp_path / "nested_yaml", lambda m: None)
+    (folder / "training_config.yaml").write_text("[" * 100_000 + "]" * 100_000)
+    assert "nests too deeply" in run_says(folder, tmp_path, capsys)
