@@ -18,7 +18,6 @@ only, never an earlier one.
 from __future__ import annotations
 
 import json
-import math
 import os
 import struct
 import zlib
@@ -135,10 +134,9 @@ class JournalHeader:
         ):
             raise JournalError(f"{origin}: frame_shape must be 3 positive sizes, got {shape[:4]}")
         fps = fields.get("fps")
-        if fps is not None and not (
-            isinstance(fps, (int, float)) and math.isfinite(fps) and fps > 0
-        ):
-            raise JournalError(f"{origin}: fps must be a positive number or null, got {fps!r}")
+        # Any number a source reported (a camera may say 0) is kept as it was written.
+        if fps is not None and not (isinstance(fps, (int, float)) and not isinstance(fps, bool)):
+            raise JournalError(f"{origin}: fps must be a number or null, got {fps!r}")
         n_frames = fields.get("n_frames")
         if n_frames is not None and not (_is_int(n_frames) and 0 <= n_frames <= MAX_FRAME_INDEX):
             raise JournalError(f"{origin}: n_frames must be a frame count or null")
@@ -211,7 +209,7 @@ class FrameChunk:
         Raises:
             JournalError: one line naming `origin`: the sizes the chunk gives do
                 not match its bytes or the skeleton, or a frame index or
-                instance count is out of range.
+                instance count is out of range (frame indices: 0 to 2**40).
         """
         if len(data) < _CHUNK.size:
             raise JournalError(f"{origin}: a chunk of frames is cut short ({len(data)} bytes)")
@@ -228,9 +226,9 @@ class FrameChunk:
                 f"{header.skeleton.n_nodes}"
             )
         chunk = cls._arrays(data, n_frames, n_instances, n_nodes)
+        # Not bounded by the header's n_frames: that may be estimated from the
+        # video's duration, and counts a --start/--stop range, not its indices.
         limit = MAX_FRAME_INDEX
-        if header is not None and header.n_frames is not None:
-            limit = header.n_frames
         indices = chunk.frame_indices
         if n_frames and (indices.min() < 0 or indices.max() >= limit):
             wrong = int(indices.min() if indices.min() < 0 else indices.max())

@@ -101,10 +101,13 @@ def test_a_frame_index_out_of_range(index, clip, tmp_path, capsys):
     assert f"frame index {index} is outside 0 to" in refused(out, capsys)
 
 
-def test_a_frame_index_past_the_videos_frames(clip, tmp_path, capsys):
+def test_frame_indices_past_the_headers_frame_count_are_kept(clip, tmp_path):
+    # n_frames may be estimated from the video's duration, and counts the frames
+    # of a --start/--stop range, whose indices start at --start.
     out = tmp_path / "out.slp"
-    journal(out, header(str(clip), n_frames=40), chunk((39, 40)))
-    assert "frame index 40 is outside 0 to 39" in refused(out, capsys)
+    journal(out, header(str(clip), n_frames=40), chunk((100, 101)))
+    assert cli.main(["recover", str(out)]) == 0
+    assert [lf.frame_idx for lf in sio.load_slp(str(out), open_videos=False)] == [100, 101]
 
 
 def test_a_deeply_nested_header(clip, tmp_path, capsys):
