@@ -28,6 +28,7 @@ from typing import Any, BinaryIO
 import attrs
 import numpy as np
 
+from sleap_live.engines.load.metadata import json_depth
 from sleap_live.engines.types import Skeleton
 from sleap_live.stream.errors import StreamError
 
@@ -109,7 +110,7 @@ class JournalHeader:
         Raises:
             JournalError: one line naming `origin` and the field that is wrong.
         """
-        if _json_depth(data) > MAX_HEADER_DEPTH:
+        if json_depth(data) > MAX_HEADER_DEPTH:
             raise JournalError(f"{origin}: the journal's header nests too deeply")
         try:
             fields = json.loads(data)
@@ -372,28 +373,6 @@ def _strings(origin: str, name: str, value: Any, most: int) -> tuple[str, ...]:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _json_depth(data: bytes) -> int:
-    """How deeply JSON `data` nests, without recursing (brackets in strings do not count)."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for byte in data:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif byte == 0x5C:  # backslash
-                escaped = True
-            elif byte == 0x22:  # quote
-                in_string = False
-        elif byte == 0x22:
-            in_string = True
-        elif byte in (0x5B, 0x7B):  # [ {
-            depth += 1
-            deepest = max(deepest, depth)
-        elif byte in (0x5D, 0x7D):
-            depth -= 1
-    return deepest
 
 
 def _read_record(handle: BinaryIO) -> tuple[bytes, bytes] | None:
