@@ -23,12 +23,21 @@ this side about subscriptions, which gives `PublishStats.subscribers` and
 publisher after it connects: messages sent before it arrives are not delivered,
 ZeroMQ's "slow joiner").
 
+Whatever peers send, the publisher's work and memory stay bounded: ZeroMQ tells
+it only of a topic's first subscription and its last unsubscription (not every
+message, as with ``XPUB_VERBOSER``: one peer repeating its subscription a million
+times is nothing here), an incoming message longer than `MAX_SUBSCRIPTION_BYTES`
+disconnects its peer, and at most `SUBSCRIPTION_CHANGES_PER_POLL` changes are
+taken per record sent. An ``ipc://`` socket is made readable and writable by its
+owner only (0600); a TCP endpoint bound beyond loopback gets `exposure_warning`.
+
 pyzmq and msgpack are the ``publish`` extra, imported when a publisher is made.
 """
 
 from __future__ import annotations
 
 import errno
+import os
 import re
 import threading
 import time
@@ -58,10 +67,17 @@ DEFAULT_HWM = 256
 LINGER_SECONDS = 0.5
 # How often an idle publisher looks at its subscriptions (real seconds).
 SUBSCRIPTION_POLL_SECONDS = 0.5
+# Subscription changes taken per poll (one poll per record sent): the rest wait for
+# the next, so a peer flooding subscriptions never holds up the poses.
+SUBSCRIPTION_CHANGES_PER_POLL = 64
+# Longest message a subscriber may send (a subscription: one byte and the topic);
+# ZeroMQ disconnects a peer sending more.
+MAX_SUBSCRIPTION_BYTES = 1024
 INSTALL_HINT = 'pip install "sleap-live[publish]"'
 ENDPOINT_FORMS = "tcp://HOST:PORT (e.g. tcp://127.0.0.1:5555) or ipc://PATH"
 
 _TCP_PORT = re.compile(r"^tcp://(?P<host>.+):(?P<port>\*|\d+)$")
+_LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]", "lo"})
 
 
 def check_endpoint(endpoint: str) -> str:
@@ -86,6 +102,19 @@ def check_endpoint(endpoint: str) -> str:
     if port != "*" and not 1 <= int(port) <= 65535:
         raise ValueError(f"{endpoint}: TCP port {port} is not 1 to 65535 (or * for any free one)")
     return endpoint
+
+
+def exposure_warning(endpoint: str) -> str | None:
+    """A one-line warning when `endpoint` is a TCP endpoint other machines can reach
+    (any host but loopback: ``tcp://*:PORT``, ``tcp://0.0.0.0:PORT``, an interface),
+    None for loopback and ``ipc://``."""
+    match = _TCP_PORT.match(endpoint)
+    if match is None or match["host"] in _LOOPBACK_HOSTS or match["host"].startswith("127."):
+        return None
+    return (
+        f"warning: --publish {endpoint} sends every pose, unencrypted and to anyone, to every "
+        "machine that can reach this one; tcp://127.0.0.1:PORT keeps it on this machine"
+    )
 
 
 class Publisher:
@@ -125,14 +154,18 @@ class Publisher:
         try:
             self._socket.setsockopt(lib.SNDHWM, hwm)
             self._socket.setsockopt(lib.LINGER, int(LINGER_SECONDS * 1000))
-            # Every subscribe and unsubscribe reaches this side, so they can be counted.
-            self._socket.setsockopt(lib.XPUB_VERBOSER, 1)
+            # Not verbose: ZeroMQ passes on only a topic's first subscription and its
+            # last unsubscription, so a peer repeating them costs this side nothing.
+            self._socket.setsockopt(lib.MAXMSGSIZE, MAX_SUBSCRIPTION_BYTES)
             self._socket.bind(endpoint)
         except lib.ZMQError as error:
             self._socket.close(linger=0)
             self._context.term()
             raise PublishError(_bind_failure(error), endpoint=endpoint) from None
         self.endpoint: str = self._socket.getsockopt_string(lib.LAST_ENDPOINT)
+        if self.endpoint.startswith("ipc://"):
+            # Poses are the owner's: nobody else may connect (ZeroMQ makes it 0755).
+            os.chmod(self.endpoint[len("ipc://") :], 0o600)
         self.sent = 0
         self._subscriptions = 0
         self._closed = False
@@ -156,7 +189,8 @@ class Publisher:
 
     @property
     def subscribers(self) -> int:
-        """Subscriptions seen so far and not withdrawn: one per subscriber and topic."""
+        """Topics subscribed to and not withdrawn (subscribers to the same topic count
+        once: ZeroMQ tells a publisher only of a topic's first and last)."""
         return self._subscriptions
 
     def send(self, record: PoseRecord, sequence: int, info: ModelInfo) -> None:
@@ -171,11 +205,14 @@ class Publisher:
             self.sent += 1
 
     def poll_subscriptions(self, timeout: float = 0.0) -> int:
-        """Take the subscription changes that arrived, waiting up to `timeout` (real
-        seconds) for the first; returns `subscribers`."""
+        """Take the subscription changes that arrived (at most
+        `SUBSCRIPTION_CHANGES_PER_POLL`), waiting up to `timeout` (real seconds) for
+        the first; returns `subscribers`."""
         waited = timeout
         with self._lock:
-            while not self._closed and self._socket.poll(int(waited * 1000), self._zmq.POLLIN):
+            for _ in range(SUBSCRIPTION_CHANGES_PER_POLL):
+                if self._closed or not self._socket.poll(int(waited * 1000), self._zmq.POLLIN):
+                    break
                 change = self._socket.recv(self._zmq.NOBLOCK)
                 # 1 then the topic: subscribe; 0 then the topic: unsubscribe.
                 if change[:1] == b"\x01":
@@ -191,7 +228,7 @@ class Publisher:
         starts, so that its first frames reach them.
 
         Args:
-            count: subscriptions to wait for.
+            count: topics subscribed to, to wait for.
             timeout: most real seconds to wait; None waits as long as needed.
 
         Returns:

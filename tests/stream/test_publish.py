@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 import msgpack
@@ -439,3 +440,94 @@ def test_publish_without_the_extra_names_it(clip, fake_loads, monkeypatch, capsy
     line = error_line(capsys)
     assert line.startswith("sleap-live: error: --publish tcp://127.0.0.1:*: publishing poses")
     assert 'pip install "sleap-live[publish]"' in line and not fake_loads
+
+
+# ----------------------------------------------------------- hostile subscribers
+
+
+def test_a_subscription_flood_from_one_peer_costs_the_publisher_a_bounded_poll():
+    """One peer repeating its subscription 100,000 times: each poll takes a bounded
+    number of changes, and the repeats are one topic, not 100,000 subscribers."""
+    import zmq
+
+    context = zmq.Context()
+    peer = context.socket(zmq.XSUB)
+    peer.setsockopt(zmq.SNDHWM, 0)
+    with Publisher("tcp://127.0.0.1:*") as publisher:
+        peer.connect(publisher.endpoint)
+        for _ in range(100_000):
+            peer.send(b"\x01poses")
+        assert publisher.wait_for_subscribers(1, timeout=PATIENCE)
+        # Give ZeroMQ the time to pass the whole flood on to the socket.
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            started = time.perf_counter()
+            publisher.poll_subscriptions()
+            assert time.perf_counter() - started < 0.5
+            time.sleep(0.05)
+        assert publisher.subscribers == 1
+    peer.close(linger=0)
+    context.term()
+
+
+def test_a_poll_takes_a_bounded_number_of_subscription_changes():
+    import zmq
+
+    from sleap_live.stream.publish import SUBSCRIPTION_CHANGES_PER_POLL
+
+    context = zmq.Context()
+    peer = context.socket(zmq.XSUB)
+    peer.setsockopt(zmq.SNDHWM, 0)
+    with Publisher("tcp://127.0.0.1:*") as publisher:
+        peer.connect(publisher.endpoint)
+        for topic in range(1000):
+            peer.send(b"\x01poses/" + str(topic).encode())
+        assert publisher.wait_for_subscribers(1, timeout=PATIENCE)
+        time.sleep(0.5)  # the rest of the 1,000 reach the socket
+        before = publisher.subscribers
+        assert publisher.poll_subscriptions() - before == SUBSCRIPTION_CHANGES_PER_POLL
+        deadline = time.monotonic() + PATIENCE
+        while publisher.poll_subscriptions(0.1) < 1000 and time.monotonic() < deadline:
+            pass
+        assert publisher.subscribers == 1000
+    peer.close(linger=0)
+    context.term()
+
+
+def test_an_oversized_subscription_disconnects_its_peer():
+    import zmq
+
+    context = zmq.Context()
+    peer = context.socket(zmq.XSUB)
+    with Publisher("tcp://127.0.0.1:*") as publisher:
+        peer.connect(publisher.endpoint)
+        peer.send(b"\x01" + b"p" * 100_000)
+        assert not publisher.wait_for_subscribers(1, timeout=1.0)
+    peer.close(linger=0)
+    context.term()
+
+
+def test_an_ipc_socket_is_the_owners_only(short_dir):
+    with Publisher(f"ipc://{short_dir}/poses"):
+        assert (Path(short_dir) / "poses").stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "warned"),
+    [
+        ("tcp://*:5555", True),
+        ("tcp://0.0.0.0:5555", True),
+        ("tcp://eth0:5555", True),
+        ("tcp://127.0.0.1:5555", False),
+        ("tcp://localhost:5555", False),
+        ("tcp://[::1]:5555", False),
+        ("ipc:///tmp/poses", False),
+    ],
+)
+def test_publishing_beyond_loopback_is_warned_of_in_one_line(endpoint, warned):
+    from sleap_live.stream.publish import exposure_warning
+
+    warning = exposure_warning(endpoint)
+    assert (warning is not None) == warned
+    if warning is not None:
+        assert endpoint in warning and "\n" not in warning
