@@ -1,7 +1,7 @@
 """What publishing poses over ZeroMQ (`--publish`) adds to a run's latency.
 
     python scripts/bench_publish.py [--records 5000] [--repeats 3] [--fps 30] [--json out.json]
-    python scripts/bench_publish.py --flood 30 [--fps 30] [--json out.json]
+    python scripts/bench_publish.py --flood 30 [--flood-rate 50000] [--fps 30] [--json out.json]
 
 Three figures, each with a subscriber in another process (plain pyzmq + msgpack)
 connected to the publisher and its subscription arrived before timing starts:
@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import subprocess
 import sys
@@ -83,17 +84,23 @@ print(json.dumps(delays), flush=True)
 """
 
 
-# A peer that sends subscribe messages to argv[1] as fast as it can for argv[2]
-# seconds (a raw XSUB socket, so every one goes out), then prints how many.
+# A peer that sends subscribe messages to argv[1] for argv[2] seconds, argv[3] a
+# second (0: as fast as it can), from a raw XSUB socket (every one goes out, none
+# merged), then prints how many it sent.
 FLOODER = """
 import sys, time
 import zmq
 context = zmq.Context()
 socket = context.socket(zmq.XSUB)
 socket.connect(sys.argv[1])
-end = time.monotonic() + float(sys.argv[2])
+start = time.monotonic()
+end = start + float(sys.argv[2])
+rate = float(sys.argv[3])
 sent = 0
 while time.monotonic() < end:
+    if rate and sent > rate * (time.monotonic() - start):
+        time.sleep(0.005)
+        continue
     for _ in range(1000):
         try:
             socket.send(b"\\x01poses", zmq.NOBLOCK)
@@ -239,7 +246,13 @@ def looped_clip(seconds: float, folder: Path) -> Path:
     return path
 
 
-def flood_run(clip: Path, fps: float, flood_seconds: float | None) -> dict[str, Any]:
+def cpu_seconds() -> float:
+    """CPU time this process has used, all its threads (ZeroMQ's among them)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def flood_run(clip: Path, fps: float, flood_seconds: float | None, rate: float) -> dict[str, Any]:
     """One publishing replay of `clip`, flooded for `flood_seconds` (None: no flood)."""
     runner = load_runner([str(DATA / "exports" / "topdown")], engine="onnx", device="cpu")
     source = open_source(clip, replay=True, fps=fps)
@@ -257,16 +270,25 @@ def flood_run(clip: Path, fps: float, flood_seconds: float | None) -> dict[str, 
             flooder = None
             if flood_seconds is not None:
                 flooder = subprocess.Popen(
-                    [sys.executable, "-c", FLOODER, publisher.endpoint, str(flood_seconds)],
+                    [
+                        sys.executable,
+                        "-c",
+                        FLOODER,
+                        publisher.endpoint,
+                        str(flood_seconds),
+                        str(rate),
+                    ],
                     stdout=subprocess.PIPE,
                     text=True,
                 )
             start_rss = peak[0] = rss_bytes()
+            start_cpu = cpu_seconds()
             sampler = threading.Thread(target=sample, daemon=True)
             sampler.start()
             pipeline = Pipeline(source, runner)
             pipeline.attach(publisher)
             stats = pipeline.run()
+            result["cpu_s"] = cpu_seconds() - start_cpu
             sampling.set()
             sampler.join()
             if flooder is not None:
@@ -287,19 +309,20 @@ def flood_run(clip: Path, fps: float, flood_seconds: float | None) -> dict[str, 
     return result
 
 
-def flood(seconds: float, fps: float) -> list[dict[str, Any]]:
+def flood(seconds: float, fps: float, rate: float) -> list[dict[str, Any]]:
     """`flood_run` without, then with, the flood; each printed as it ends."""
     runs = []
     with tempfile.TemporaryDirectory() as folder:
         clip = looped_clip(seconds, Path(folder))
         for flooded in (None, seconds):
-            run = flood_run(clip, fps, flooded)
+            run = flood_run(clip, fps, flooded, rate)
             runs.append(run)
             print(
                 f"{'flood' if flooded else 'no flood'}: {run['frames']} frames "
                 f"({run['dropped']} dropped) at {run['fps']:.2f} fps, "
                 f"{run['received']}/{run['sent']} received by the subscriber, RSS "
-                f"{run['rss_start_mib']:.0f} MiB + {run['rss_growth_mib']:.1f} MiB"
+                f"{run['rss_start_mib']:.0f} MiB + {run['rss_growth_mib']:.1f} MiB, "
+                f"{run['cpu_s']:.1f} s CPU in this process"
                 + (f", {run['flood_messages']:,} subscribe messages" if flooded else ""),
                 flush=True,
             )
@@ -320,9 +343,15 @@ def main() -> None:
     parser.add_argument(
         "--flood", type=float, metavar="SECONDS", help="measure a subscription flood instead"
     )
+    parser.add_argument(
+        "--flood-rate",
+        type=float,
+        default=0.0,
+        help="subscribe messages a second the flooding peer sends (default 0: all it can)",
+    )
     args = parser.parse_args()
     if args.flood is not None:
-        runs = flood(args.flood, args.fps)
+        runs = flood(args.flood, args.fps, args.flood_rate)
         if args.json is not None:
             args.json.write_text(json.dumps({"flood": runs}, indent=2))
         return

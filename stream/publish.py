@@ -73,6 +73,8 @@ SUBSCRIPTION_CHANGES_PER_POLL = 64
 # Longest message a subscriber may send (a subscription: one byte and the topic);
 # ZeroMQ disconnects a peer sending more.
 MAX_SUBSCRIPTION_BYTES = 1024
+# Subscription messages ZeroMQ queues per peer before it stops reading that peer.
+SUBSCRIPTION_QUEUE = 16
 INSTALL_HINT = 'pip install "sleap-live[publish]"'
 ENDPOINT_FORMS = "tcp://HOST:PORT (e.g. tcp://127.0.0.1:5555) or ipc://PATH"
 
@@ -104,12 +106,17 @@ def check_endpoint(endpoint: str) -> str:
     return endpoint
 
 
+def is_loopback(host: str) -> bool:
+    """Whether only this machine can reach a TCP endpoint bound on `host`."""
+    return host in _LOOPBACK_HOSTS or host.startswith("127.")
+
+
 def exposure_warning(endpoint: str) -> str | None:
     """A one-line warning when `endpoint` is a TCP endpoint other machines can reach
     (any host but loopback: ``tcp://*:PORT``, ``tcp://0.0.0.0:PORT``, an interface),
     None for loopback and ``ipc://``."""
     match = _TCP_PORT.match(endpoint)
-    if match is None or match["host"] in _LOOPBACK_HOSTS or match["host"].startswith("127."):
+    if match is None or is_loopback(match["host"]):
         return None
     return (
         f"warning: --publish {endpoint} sends every pose, unencrypted and to anyone, to every "
@@ -157,6 +164,9 @@ class Publisher:
             # Not verbose: ZeroMQ passes on only a topic's first subscription and its
             # last unsubscription, so a peer repeating them costs this side nothing.
             self._socket.setsockopt(lib.MAXMSGSIZE, MAX_SUBSCRIPTION_BYTES)
+            # Few subscription messages queued per peer: a flooding peer then waits on
+            # TCP's flow control instead of costing this process the CPU to decode it.
+            self._socket.setsockopt(lib.RCVHWM, SUBSCRIPTION_QUEUE)
             self._socket.bind(endpoint)
         except lib.ZMQError as error:
             self._socket.close(linger=0)

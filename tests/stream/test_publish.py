@@ -395,6 +395,21 @@ def test_publish_on_run_and_replay_says_what_it_sent(
     assert f"published: {processed} messages on {endpoint} (0 skipped)" in err
 
 
+def test_publish_beyond_loopback_prints_one_warning_line(
+    clip, fake_loads, capsys, tmp_path, monkeypatch
+):
+    from sleap_live.stream import publish
+
+    argv = ["replay", str(clip), "-m", "m", "-o", str(tmp_path / "p.slp")]
+    assert cli.main([*argv, "--publish", "tcp://127.0.0.1:*"]) == 0
+    assert "warning:" not in capsys.readouterr().err
+    # As bound on tcp://*, while listening on 127.0.0.1 only.
+    monkeypatch.setattr(publish, "is_loopback", lambda host: False)
+    assert cli.main([*argv, "--publish", "tcp://127.0.0.1:*"]) == 0
+    [warning] = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert warning.startswith("warning: --publish tcp://127.0.0.1:* sends every pose")
+
+
 def test_a_camera_run_takes_publish(fake_loads, monkeypatch, capsys):
     """`--camera` binds the endpoint before it opens the camera (which is missing here)."""
     with Publisher("tcp://127.0.0.1:*") as taken:
