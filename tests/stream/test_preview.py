@@ -16,6 +16,7 @@ import sys
 import threading
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -552,3 +553,60 @@ def test_connections_past_the_maximum_are_closed_and_logged_once(fakes, caplog):
         assert pipeline.join(PATIENCE)
     refused = [r for r in caplog.records if "connections at most" in r.getMessage()]
     assert len(refused) == 1
+
+
+# A run with a preview and a .slp output under a 1,024-descriptor soft limit:
+# prints its preview port, replays 300 frames at 30 fps, prints what it processed.
+LIMITED_RUN = """
+import resource, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+from sleap_live.stream import OutputOptions, Pipeline
+from sleap_live.stream.preview import PreviewServer
+from tests.stream import fakes
+server = PreviewServer(port=0)
+print(server.port, flush=True)
+source = fakes.FakeSource(300, paced=True, fps=30.0, shape=(24, 32, 1))
+pipeline = Pipeline(source, fakes.FakeRunner(), outputs=OutputOptions(Path(sys.argv[1])))
+pipeline.attach(server)
+stats = pipeline.run()
+print(stats.frames_processed, stats.frames_dropped, flush=True)
+"""
+
+
+def test_idle_connections_past_the_descriptor_limit_cost_the_run_nothing(tmp_path):
+    """1,100 idle connections to the preview of a run whose soft limit is 1,024
+    descriptors: the run processes and saves every frame, and logs a line, not a
+    traceback per refused connection."""
+    import subprocess
+
+    output = tmp_path / "poses.slp"
+    root = str(Path(__file__).parents[2])
+    child = subprocess.Popen(
+        [sys.executable, "-c", LIMITED_RUN, str(output), root],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    idle: list[socket.socket] = []
+    try:
+        assert child.stdout is not None
+        port = int(child.stdout.readline())
+        for _ in range(1100):
+            try:
+                idle.append(socket.create_connection(("127.0.0.1", port), 5))
+            except OSError:
+                break  # the run ended already
+        out, err = child.communicate(timeout=120)
+    finally:
+        for connection in idle:
+            connection.close()
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    assert child.returncode == 0, err[-2000:]
+    assert len(idle) == 1100
+    assert out.split() == ["300", "0"]
+    assert len(sio.load_slp(str(output)).labeled_frames) == 300
+    assert "Traceback" not in err and len(err.splitlines()) <= 5, err[-2000:]
