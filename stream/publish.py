@@ -28,7 +28,8 @@ it only of a topic's first subscription and its last unsubscription (not every
 message, as with ``XPUB_VERBOSER``: one peer repeating its subscription a million
 times is nothing here), an incoming message longer than `MAX_SUBSCRIPTION_BYTES`
 disconnects its peer, and at most `SUBSCRIPTION_CHANGES_PER_POLL` changes are
-taken per record sent. An ``ipc://`` socket is made readable and writable by its
+taken per record sent. ZeroMQ has no limit on connections: the publisher watches
+its socket's monitor and shuts down each TCP connection past `MAX_CONNECTIONS`. An ``ipc://`` socket is made readable and writable by its
 owner only (0600); a TCP endpoint bound beyond loopback gets `exposure_warning`.
 
 pyzmq and msgpack are the ``publish`` extra, imported when a publisher is made.
@@ -37,8 +38,10 @@ pyzmq and msgpack are the ``publish`` extra, imported when a publisher is made.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -56,6 +59,8 @@ from sleap_live.stream.types import PoseRecord
 
 if TYPE_CHECKING:
     import zmq
+
+logger = logging.getLogger(__name__)
 
 # The message layout's version: raised when a key changes meaning or goes away.
 MESSAGE_VERSION = 1
@@ -75,6 +80,12 @@ SUBSCRIPTION_CHANGES_PER_POLL = 64
 MAX_SUBSCRIPTION_BYTES = 1024
 # Subscription messages ZeroMQ queues per peer before it stops reading that peer.
 SUBSCRIPTION_QUEUE = 16
+# TCP connections kept (subscribers): one more is shut down when the publisher next
+# looks (after each record sent), so that idle peers cannot take the descriptors
+# the run's pose file needs. Far below the usual 1,024 descriptors.
+MAX_CONNECTIONS = 64
+# Connection events (accepted, closed) taken per poll.
+CONNECTION_EVENTS_PER_POLL = 256
 INSTALL_HINT = 'pip install "sleap-live[publish]"'
 ENDPOINT_FORMS = "tcp://HOST:PORT (e.g. tcp://127.0.0.1:5555) or ipc://PATH"
 
@@ -178,6 +189,14 @@ class Publisher:
             os.chmod(self.endpoint[len("ipc://") :], 0o600)
         self.sent = 0
         self._subscriptions = 0
+        # The descriptors of the TCP connections ZeroMQ accepted, from its monitor.
+        self._connections: set[int] = set()
+        self._refused = 0
+        self._monitor: zmq.Socket[bytes] | None = None
+        if self.endpoint.startswith("tcp://"):
+            events = lib.EVENT_ACCEPTED | lib.EVENT_DISCONNECTED | lib.EVENT_CLOSED
+            self._monitor = self._socket.get_monitor_socket(events)
+        self._port = int(self.endpoint.rsplit(":", 1)[-1]) if self._monitor is not None else 0
         self._closed = False
         self._lock = threading.Lock()
         self._publishing: PosePublishing | None = None
@@ -230,7 +249,36 @@ class Publisher:
                 elif change[:1] == b"\x00":
                     self._subscriptions = max(0, self._subscriptions - 1)
                 waited = 0.0
+            self._limit_connections()
         return self._subscriptions
+
+    def _limit_connections(self) -> None:
+        """Shut down the connections accepted past `MAX_CONNECTIONS` (lock held)."""
+        if self._monitor is None or self._closed:
+            return
+        from zmq.utils.monitor import recv_monitor_message
+
+        lib = self._zmq
+        for _ in range(CONNECTION_EVENTS_PER_POLL):
+            try:
+                event = recv_monitor_message(self._monitor, lib.NOBLOCK)
+            except lib.Again:
+                return
+            assert isinstance(event, dict)
+            fd = int(event["value"])
+            if event["event"] != lib.EVENT_ACCEPTED:
+                self._connections.discard(fd)
+            elif len(self._connections) < MAX_CONNECTIONS:
+                self._connections.add(fd)
+            else:
+                _shut_down(fd, self._port)
+                if self._refused == 0:
+                    logger.warning(
+                        "the publisher on %s keeps %d connections at most; more are shut down",
+                        self.endpoint,
+                        MAX_CONNECTIONS,
+                    )
+                self._refused += 1
 
     def wait_for_subscribers(self, count: int = 1, timeout: float | None = None) -> bool:
         """Wait until `count` subscriptions have reached the publisher, so that the
@@ -259,6 +307,9 @@ class Publisher:
             if self._closed:
                 return
             self._closed = True
+            if self._monitor is not None:
+                self._socket.disable_monitor()
+                self._monitor.close(linger=0)
             self._socket.close()
         self._context.term()
 
@@ -330,6 +381,27 @@ class PosePublishing:
             skipped=self._reader.missed,
             subscribers=self._publisher.subscribers,
         )
+
+
+def _shut_down(fd: int, port: int) -> None:
+    """End the TCP connection on ZeroMQ's descriptor `fd` (ZeroMQ then closes it
+    itself, as when a peer leaves), if `fd` still is a connection to `port`: one
+    closed meanwhile, its number reused, is left alone."""
+    try:
+        copy = os.dup(fd)
+    except OSError:
+        return  # closed meanwhile, or no descriptor left to look with
+    try:
+        connection = socket.socket(fileno=copy)
+    except OSError:
+        os.close(copy)
+        return
+    with connection:
+        try:
+            if connection.type == socket.SOCK_STREAM and connection.getsockname()[1] == port:
+                connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 def _import_packages() -> tuple[ModuleType, Callable[[object], bytes]]:

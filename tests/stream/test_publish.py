@@ -546,3 +546,58 @@ def test_publishing_beyond_loopback_is_warned_of_in_one_line(endpoint, warned):
     assert (warning is not None) == warned
     if warning is not None:
         assert endpoint in warning and "\n" not in warning
+
+
+# A publishing run with a .slp output under a 1,024-descriptor soft limit: prints
+# its port, replays 300 frames at 30 fps, prints what it processed.
+LIMITED_RUN = """
+import resource, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+from sleap_live.stream import OutputOptions, Pipeline, Publisher
+from tests.stream import fakes
+with Publisher("tcp://127.0.0.1:*") as publisher:
+    print(publisher.endpoint.rsplit(":", 1)[1], flush=True)
+    source = fakes.FakeSource(300, paced=True, fps=30.0)
+    pipeline = Pipeline(source, fakes.FakeRunner(), outputs=OutputOptions(Path(sys.argv[1])))
+    pipeline.attach(publisher)
+    stats = pipeline.run()
+print(stats.frames_processed, stats.frames_dropped, flush=True)
+"""
+
+
+def test_idle_connections_past_the_descriptor_limit_cost_the_publishing_run_nothing(tmp_path):
+    """1,100 idle connections to the publisher of a run whose soft limit is 1,024
+    descriptors: the run processes and saves every frame, and logs one line."""
+    import socket
+
+    output = tmp_path / "poses.slp"
+    root = str(Path(__file__).parents[2])
+    child = subprocess.Popen(
+        [sys.executable, "-c", LIMITED_RUN, str(output), root],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    idle: list[socket.socket] = []
+    try:
+        assert child.stdout is not None
+        port = int(child.stdout.readline())
+        for _ in range(1100):
+            try:
+                idle.append(socket.create_connection(("127.0.0.1", port), 5))
+            except OSError:
+                break  # the run ended already
+        out, err = child.communicate(timeout=120)
+    finally:
+        for connection in idle:
+            connection.close()
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    assert child.returncode == 0, err[-2000:]
+    assert len(idle) == 1100
+    assert out.split() == ["300", "0"]
+    assert len(sio.load_slp(str(output)).labeled_frames) == 300
+    assert "Traceback" not in err and len(err.splitlines()) <= 5, err[-2000:]
