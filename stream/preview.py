@@ -312,6 +312,7 @@ class PreviewServer:
         self._refused = 0
         # Connections being served; only touched in the serving thread.
         self._connections = 0
+        self._accept_failed = False
         self._interval = 1.0 / max_fps
         self._served = False
         self._lock = threading.Lock()
@@ -379,6 +380,7 @@ class PreviewServer:
 
     async def _serve(self, snapshots: Snapshots, skeleton: dict[str, Any]) -> None:
         web = self._web
+        asyncio.get_running_loop().set_exception_handler(self._loop_error)
         self._changed = asyncio.Condition()
         self._skeleton = skeleton
         self._snapshots = snapshots
@@ -411,6 +413,21 @@ class PreviewServer:
         finally:
             listening.close()
             await runner.cleanup()
+
+    def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """asyncio's errors, with a failing accept (no descriptor left, which asyncio
+        logs with its traceback at each attempt) one line, the first time only."""
+        error = context.get("exception")
+        if not (isinstance(error, OSError) and "accept" in str(context.get("message"))):
+            loop.default_exception_handler(context)
+            return
+        if not self._accept_failed:
+            logger.warning(
+                "the preview on %s cannot accept connections: %s (said once)",
+                self.url,
+                error.strerror or error,
+            )
+        self._accept_failed = True
 
     def _connection_lost(self) -> None:
         self._connections -= 1

@@ -610,3 +610,27 @@ def test_idle_connections_past_the_descriptor_limit_cost_the_run_nothing(tmp_pat
     assert out.split() == ["300", "0"]
     assert len(sio.load_slp(str(output)).labeled_frames) == 300
     assert "Traceback" not in err and len(err.splitlines()) <= 5, err[-2000:]
+
+
+def test_a_failing_accept_is_logged_once_in_one_line(caplog):
+    """As asyncio reports each accept that finds no descriptor left (EMFILE)."""
+    import errno
+
+    with PreviewServer(port=0) as server:
+
+        async def fail_accepts() -> None:
+            loop = asyncio.get_running_loop()
+            loop.set_exception_handler(server._loop_error)
+            for _ in range(100):
+                loop.call_exception_handler(
+                    {
+                        "message": "socket.accept() out of system resource",
+                        "exception": OSError(errno.EMFILE, "Too many open files"),
+                    }
+                )
+
+        with caplog.at_level(logging.WARNING, logger=preview_module.__name__):
+            asyncio.run(fail_accepts())
+    [line] = [record.getMessage() for record in caplog.records]
+    assert line.endswith("cannot accept connections: Too many open files (said once)")
+    assert all(record.exc_info is None for record in caplog.records)
