@@ -29,8 +29,9 @@ message, as with ``XPUB_VERBOSER``: one peer repeating its subscription a millio
 times is nothing here), an incoming message longer than `MAX_SUBSCRIPTION_BYTES`
 disconnects its peer, and at most `SUBSCRIPTION_CHANGES_PER_POLL` changes are
 taken per record sent. ZeroMQ has no limit on connections: the publisher watches
-its socket's monitor and shuts down each TCP connection past `MAX_CONNECTIONS`. An ``ipc://`` socket is made readable and writable by its
-owner only (0600); a TCP endpoint bound beyond loopback gets `exposure_warning`.
+its socket's monitor and shuts down each TCP connection past `MAX_CONNECTIONS`.
+An ``ipc://`` socket is made readable and writable by its owner only (0600); a TCP
+endpoint bound beyond loopback gets `exposure_warning`.
 
 pyzmq and msgpack are the ``publish`` extra, imported when a publisher is made.
 """
