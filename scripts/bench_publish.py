@@ -1,6 +1,7 @@
 """What publishing poses over ZeroMQ (`--publish`) adds to a run's latency.
 
     python scripts/bench_publish.py [--records 5000] [--repeats 3] [--fps 30] [--json out.json]
+    python scripts/bench_publish.py --flood 30 [--flood-rate 50000] [--fps 30] [--json out.json]
 
 Three figures, each with a subscriber in another process (plain pyzmq + msgpack)
 connected to the publisher and its subscription arrived before timing starts:
@@ -20,6 +21,13 @@ connected to the publisher and its subscription arrived before timing starts:
    (the sleap-nn export in tests/data/exports/topdown, ONNX Runtime on the CPU),
    with and without publishing, runs alternating, `--repeats` each.
 
+With ``--flood SECONDS`` it measures instead a publishing run under a subscription
+flood: demo.mp4 looped to SECONDS, replayed at `--fps` with publishing and a normal
+subscriber, once with no flood and once while a peer on 127.0.0.1 (another
+process, plain pyzmq) sends subscribe messages as fast as it can for SECONDS; per
+run its fps, frames dropped, the messages the subscriber received, and this
+process's RSS growth (sampled every 0.2 s, the most over the run's start).
+
 Wall-clock figures on this machine, as loaded as it is.
 """
 
@@ -27,9 +35,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -70,6 +81,35 @@ while True:
 while socket.poll(300):
     take()
 print(json.dumps(delays), flush=True)
+"""
+
+
+# A peer that sends subscribe messages to argv[1] for argv[2] seconds, argv[3] a
+# second (0: as fast as it can), from a raw XSUB socket (every one goes out, none
+# merged), then prints how many it sent.
+FLOODER = """
+import sys, time
+import zmq
+context = zmq.Context()
+socket = context.socket(zmq.XSUB)
+socket.connect(sys.argv[1])
+start = time.monotonic()
+end = start + float(sys.argv[2])
+rate = float(sys.argv[3])
+sent = 0
+while time.monotonic() < end:
+    if rate and sent > rate * (time.monotonic() - start):
+        time.sleep(0.005)
+        continue
+    for _ in range(1000):
+        try:
+            socket.send(b"\\x01poses", zmq.NOBLOCK)
+            sent += 1
+        except zmq.Again:
+            time.sleep(0.001)
+print(sent, flush=True)
+socket.close(linger=0)
+context.term()
 """
 
 
@@ -179,13 +219,142 @@ def replay_latency(fps: float, publish: bool) -> dict[str, Any]:
     return result
 
 
+def rss_bytes() -> int:
+    """This process's resident set size (Linux)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def looped_clip(seconds: float, folder: Path) -> Path:
+    """demo.mp4 repeated to at least `seconds` (at its 30 fps), re-encoded in `folder`."""
+    import av
+
+    path = folder / "looped.mp4"
+    with av.open(str(DATA / "videos" / "demo.mp4")) as clip:
+        frames = [frame.to_ndarray(format="rgb24") for frame in clip.decode(video=0)]
+    repeats = max(1, int(np.ceil(seconds * 30 / len(frames))))
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream("libx264", rate=30)
+        stream.height, stream.width = frames[0].shape[:2]
+        stream.pix_fmt = "yuv420p"
+        for _ in range(repeats):
+            for pixels in frames:
+                out.mux(stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")))
+        out.mux(stream.encode(None))
+    return path
+
+
+def cpu_seconds() -> float:
+    """CPU time this process has used, all its threads (ZeroMQ's among them)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def flood_run(clip: Path, fps: float, flood_seconds: float | None, rate: float) -> dict[str, Any]:
+    """One publishing replay of `clip`, flooded for `flood_seconds` (None: no flood)."""
+    runner = load_runner([str(DATA / "exports" / "topdown")], engine="onnx", device="cpu")
+    source = open_source(clip, replay=True, fps=fps)
+    result: dict[str, Any] = {"flood": flood_seconds is not None}
+    peak = [0]
+    sampling = threading.Event()
+
+    def sample() -> None:
+        while not sampling.wait(0.2):
+            peak[0] = max(peak[0], rss_bytes())
+
+    try:
+        with Publisher("tcp://127.0.0.1:*") as publisher:
+            subscriber = Subscriber(publisher)
+            flooder = None
+            if flood_seconds is not None:
+                flooder = subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-c",
+                        FLOODER,
+                        publisher.endpoint,
+                        str(flood_seconds),
+                        str(rate),
+                    ],
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+            start_rss = peak[0] = rss_bytes()
+            start_cpu = cpu_seconds()
+            sampler = threading.Thread(target=sample, daemon=True)
+            sampler.start()
+            pipeline = Pipeline(source, runner)
+            pipeline.attach(publisher)
+            stats = pipeline.run()
+            result["cpu_s"] = cpu_seconds() - start_cpu
+            sampling.set()
+            sampler.join()
+            if flooder is not None:
+                out, _ = flooder.communicate(timeout=flood_seconds + 60)
+                result["flood_messages"] = int(out.split()[-1])
+            publisher.close()
+            result["received"] = len(subscriber.delays())
+    finally:
+        runner.close()
+    result.update(
+        frames=stats.frames_processed,
+        dropped=stats.frames_dropped,
+        sent=stats.publish.sent if stats.publish is not None else 0,
+        fps=stats.frames_processed / stats.elapsed,
+        rss_start_mib=start_rss / 2**20,
+        rss_growth_mib=(peak[0] - start_rss) / 2**20,
+    )
+    return result
+
+
+def flood(seconds: float, fps: float, rate: float) -> list[dict[str, Any]]:
+    """`flood_run` without, then with, the flood; each printed as it ends."""
+    runs = []
+    with tempfile.TemporaryDirectory() as folder:
+        clip = looped_clip(seconds, Path(folder))
+        for flooded in (None, seconds):
+            run = flood_run(clip, fps, flooded, rate)
+            runs.append(run)
+            print(
+                f"{'flood' if flooded else 'no flood'}: {run['frames']} frames "
+                f"({run['dropped']} dropped) at {run['fps']:.2f} fps, "
+                f"{run['received']}/{run['sent']} received by the subscriber, RSS "
+                f"{run['rss_start_mib']:.0f} MiB + {run['rss_growth_mib']:.1f} MiB, "
+                f"{run['cpu_s']:.1f} s CPU in this process"
+                + (f", {run['flood_messages']:,} subscribe messages" if flooded else ""),
+                flush=True,
+            )
+    calm, flooded_run = runs
+    print(
+        f"under the flood: fps {100 * (flooded_run['fps'] / calm['fps'] - 1):+.1f}%, "
+        f"RSS growth {flooded_run['rss_growth_mib']:.1f} MiB"
+    )
+    return runs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=5000, help="records per send timing")
     parser.add_argument("--repeats", type=int, default=3, help="replays with and without")
     parser.add_argument("--fps", type=float, default=30.0, help="replay rate")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--flood", type=float, metavar="SECONDS", help="measure a subscription flood instead"
+    )
+    parser.add_argument(
+        "--flood-rate",
+        type=float,
+        default=0.0,
+        help="subscribe messages a second the flooding peer sends (default 0: all it can)",
+    )
     args = parser.parse_args()
+    if args.flood is not None:
+        runs = flood(args.flood, args.fps, args.flood_rate)
+        if args.json is not None:
+            args.json.write_text(json.dumps({"flood": runs}, indent=2))
+        return
 
     figures: dict[str, Any] = {"send": [], "replay": []}
     for instances, nodes, pace in ((2, 5, 0.001), (2, 5, 0.0), (20, 50, 0.001)):

@@ -26,6 +26,15 @@ for them to take it, then shuts down, giving a send still blocked on a page that
 stopped reading as long again before it is cancelled. A failure of the preview is
 logged and ends the preview only; the run goes on. aiohttp and Pillow are the
 ``preview`` extra.
+
+Who may look: a request whose ``Host`` is not one of the names the preview is
+served on (loopback: ``127.0.0.1``, ``localhost``, ``[::1]``, with the port), or
+whose ``Origin`` is another site's, gets 403, so that no web page the user visits
+can read the frames (directly, or by DNS rebinding). Bound beyond loopback, any
+``Host`` is taken, and a request needs the server's `token` instead, which its
+`url` carries (``?token=...``) and the page passes on. At most `MAX_CONNECTIONS`
+connections are served at once; one more is closed as soon as it is accepted, so
+that idle peers cannot take the descriptors the run's outputs need.
 """
 
 from __future__ import annotations
@@ -34,11 +43,13 @@ import asyncio
 import contextlib
 import errno
 import functools
+import hmac
 import importlib.resources
 import io
 import json
 import logging
 import math
+import secrets
 import socket
 import sys
 import threading
@@ -71,6 +82,9 @@ JPEG_QUALITY = 80
 FINAL_SEND_SECONDS = 1.0
 INSTALL_HINT = 'pip install "sleap-live[preview]"'
 PAGE = "preview.html"
+# Connections served at once (pages, scripts): far below the usual 1,024 descriptors.
+MAX_CONNECTIONS = 64
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 # The figures of `PipelineStats` the page shows (those of the terminal dashboard).
 STATS_FIELDS = (
@@ -236,6 +250,19 @@ def _point(x: float, y: float) -> list[float] | None:
     return None if math.isnan(x) or math.isnan(y) else [x, y]
 
 
+def is_loopback(host: str) -> bool:
+    """Whether only this machine can reach an address bound on `host`."""
+    return host in ("localhost", "::1", "[::1]") or host.startswith("127.")
+
+
+def exposure_warning(url: str) -> str:
+    """The one-line warning printed when the preview is bound beyond loopback."""
+    return (
+        f"warning: the preview on {url} can be reached from other machines; anyone with "
+        "its address (token included) sees the frames, unencrypted"
+    )
+
+
 class PreviewServer:
     """The preview's address, bound now, served while one pipeline runs.
 
@@ -248,9 +275,12 @@ class PreviewServer:
             default. ``0.0.0.0`` exposes the preview to the network.
         port: the TCP port; 0 takes any free one (see `port`).
         max_fps: most frames a second sent to each page.
+        token: the secret every request must carry (``?token=``); None takes a
+            random one when `host` is beyond loopback, and needs none on loopback.
 
     Attributes:
         host, port: the address bound (the port chosen for 0).
+        token: the secret requests need, None if none is needed.
 
     Raises:
         ValueError: `max_fps` is not a positive number, or `port` is not 0 to 65535.
@@ -263,6 +293,7 @@ class PreviewServer:
         port: int = DEFAULT_PORT,
         *,
         max_fps: float = DEFAULT_MAX_FPS,
+        token: str | None = None,
     ) -> None:
         if not (max_fps > 0 and math.isfinite(max_fps)):
             raise ValueError(f"max_fps must be a positive number, got {max_fps}")
@@ -272,6 +303,16 @@ class PreviewServer:
         self._socket = _bind(host, port)
         self.host = host
         self.port: int = self._socket.getsockname()[1]
+        self.exposed = not is_loopback(host)
+        if token is None and self.exposed:
+            token = secrets.token_urlsafe(16)
+        self.token: str | None = token
+        served = [*LOOPBACK_NAMES, f"[{host}]" if ":" in host else host]
+        self._hosts = frozenset(f"{name}:{self.port}" for name in served)
+        self._refused = 0
+        # Connections being served; only touched in the serving thread.
+        self._connections = 0
+        self._accept_failed = False
         self._interval = 1.0 / max_fps
         self._served = False
         self._lock = threading.Lock()
@@ -296,9 +337,10 @@ class PreviewServer:
 
     @property
     def url(self) -> str:
-        """The page's address."""
+        """The page's address (with the token it needs)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/"
+        query = "" if self.token is None else f"?token={self.token}"
+        return f"http://{host}:{self.port}/{query}"
 
     def serve(
         self,
@@ -338,6 +380,7 @@ class PreviewServer:
 
     async def _serve(self, snapshots: Snapshots, skeleton: dict[str, Any]) -> None:
         web = self._web
+        asyncio.get_running_loop().set_exception_handler(self._loop_error)
         self._changed = asyncio.Condition()
         self._skeleton = skeleton
         self._snapshots = snapshots
@@ -355,12 +398,49 @@ class PreviewServer:
             logger=_RequestLog(logger, {}),
         )
         await runner.setup()
-        site = web.SockSite(runner, self._socket)
-        await site.start()
+        handlers = runner.server
+        assert handlers is not None
+
+        def connection() -> asyncio.BaseProtocol:
+            if self._connections < MAX_CONNECTIONS:
+                self._connections += 1
+                return _Counted(handlers(), self._connection_lost)
+            return _Refused(self._refuse_once)
+
+        listening = await asyncio.get_running_loop().create_server(connection, sock=self._socket)
         try:
             await self._sample(snapshots)
         finally:
+            listening.close()
             await runner.cleanup()
+
+    def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """asyncio's errors, with a failing accept (no descriptor left, which asyncio
+        logs with its traceback at each attempt) one line, the first time only."""
+        error = context.get("exception")
+        if not (isinstance(error, OSError) and "accept" in str(context.get("message"))):
+            loop.default_exception_handler(context)
+            return
+        if not self._accept_failed:
+            logger.warning(
+                "the preview on %s cannot accept connections: %s (said once)",
+                self.url,
+                error.strerror or error,
+            )
+        self._accept_failed = True
+
+    def _connection_lost(self) -> None:
+        self._connections -= 1
+
+    def _refuse_once(self) -> None:
+        """Log the first connection refused past `MAX_CONNECTIONS`, not each one."""
+        if self._refused == 0:
+            logger.warning(
+                "the preview on %s serves %d connections at most; more are closed",
+                self.url,
+                MAX_CONNECTIONS,
+            )
+        self._refused += 1
 
     async def _sample(self, snapshots: Snapshots) -> None:
         """Take a snapshot every interval while a page is connected, until the run ends;
@@ -400,17 +480,39 @@ class PreviewServer:
 
     # ------------------------------------------------------------------ handlers
 
+    def _forbidden(self, request: web.Request) -> str | None:
+        """Why `request` may not be served, None if it may."""
+        host = request.headers.get("Host", "")
+        if not self.exposed and host not in self._hosts:
+            return "unknown Host"
+        origin = request.headers.get("Origin")
+        if origin is not None and origin != f"http://{host}":
+            return "foreign Origin"
+        given = request.query.get("token", "")
+        if self.token is not None and not hmac.compare_digest(given, self.token):
+            return "no token or a wrong one"
+        return None
+
+    def _check(self, request: web.Request) -> None:
+        """Refuse `request` (403) unless it may be served."""
+        reason = self._forbidden(request)
+        if reason is not None:
+            raise self._web.HTTPForbidden(text=f"{reason}\n")
+
     async def _page(self, request: web.Request) -> web.StreamResponse:
+        self._check(request)
         page = importlib.resources.files("sleap_live.stream").joinpath(PAGE).read_text("utf-8")
         return self._web.Response(text=page, content_type="text/html")
 
     async def _snapshot_json(self, request: web.Request) -> web.StreamResponse:
+        self._check(request)
         snapshot = await self._fresh()
         body = json.loads(snapshot.message())
         body["skeleton"] = self._skeleton
         return self._web.json_response(body, headers={"Cache-Control": "no-store"})
 
     async def _frame_jpeg(self, request: web.Request) -> web.StreamResponse:
+        self._check(request)
         snapshot = await self._fresh()
         if snapshot.jpeg is None or snapshot.frame is None:
             raise self._web.HTTPNotFound(text="no frame yet")
@@ -425,6 +527,7 @@ class PreviewServer:
 
     async def _websocket(self, request: web.Request) -> web.StreamResponse:
         """Send the page each new snapshot until the run ends or the page leaves."""
+        self._check(request)
         ws = self._web.WebSocketResponse(compress=False, timeout=FINAL_SEND_SECONDS)
         await ws.prepare(request)
         sending = asyncio.create_task(self._send_updates(ws))
@@ -493,6 +596,48 @@ class _RequestLog(logging.LoggerAdapter[logging.Logger]):
         said = str(msg) % args if args else str(msg)
         reason = " ".join(str(error).split())[:200]
         self.logger.warning("%s: malformed request (%s)", said, reason)
+
+
+class _Counted(asyncio.Protocol):
+    """aiohttp's protocol for one connection, noting when the connection ends.
+
+    (aiohttp counts its connections only once they are set up, after the accept
+    loop has taken a whole backlog.)
+    """
+
+    def __init__(self, handler: asyncio.Protocol, lost: Callable[[], None]) -> None:
+        self._handler = handler
+        self._lost = lost
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._handler.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._handler.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._handler.eof_received()
+
+    def pause_writing(self) -> None:
+        self._handler.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._handler.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost()
+        self._handler.connection_lost(exc)
+
+
+class _Refused(asyncio.Protocol):
+    """A connection past `MAX_CONNECTIONS`: closed as soon as it is accepted."""
+
+    def __init__(self, note: Callable[[], None]) -> None:
+        self._note = note
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._note()
+        transport.close()
 
 
 def _import_packages() -> ModuleType:

@@ -23,13 +23,26 @@ this side about subscriptions, which gives `PublishStats.subscribers` and
 publisher after it connects: messages sent before it arrives are not delivered,
 ZeroMQ's "slow joiner").
 
+Whatever peers send, the publisher's work and memory stay bounded: ZeroMQ tells
+it only of a topic's first subscription and its last unsubscription (not every
+message, as with ``XPUB_VERBOSER``: one peer repeating its subscription a million
+times is nothing here), an incoming message longer than `MAX_SUBSCRIPTION_BYTES`
+disconnects its peer, and at most `SUBSCRIPTION_CHANGES_PER_POLL` changes are
+taken per record sent. ZeroMQ has no limit on connections: the publisher watches
+its socket's monitor and shuts down each TCP connection past `MAX_CONNECTIONS`.
+An ``ipc://`` socket is made readable and writable by its owner only (0600); a TCP
+endpoint bound beyond loopback gets `exposure_warning`.
+
 pyzmq and msgpack are the ``publish`` extra, imported when a publisher is made.
 """
 
 from __future__ import annotations
 
 import errno
+import logging
+import os
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -48,6 +61,8 @@ from sleap_live.stream.types import PoseRecord
 if TYPE_CHECKING:
     import zmq
 
+logger = logging.getLogger(__name__)
+
 # The message layout's version: raised when a key changes meaning or goes away.
 MESSAGE_VERSION = 1
 TOPIC_PREFIX = "poses"
@@ -58,10 +73,25 @@ DEFAULT_HWM = 256
 LINGER_SECONDS = 0.5
 # How often an idle publisher looks at its subscriptions (real seconds).
 SUBSCRIPTION_POLL_SECONDS = 0.5
+# Subscription changes taken per poll (one poll per record sent): the rest wait for
+# the next, so a peer flooding subscriptions never holds up the poses.
+SUBSCRIPTION_CHANGES_PER_POLL = 64
+# Longest message a subscriber may send (a subscription: one byte and the topic);
+# ZeroMQ disconnects a peer sending more.
+MAX_SUBSCRIPTION_BYTES = 1024
+# Subscription messages ZeroMQ queues per peer before it stops reading that peer.
+SUBSCRIPTION_QUEUE = 16
+# TCP connections kept (subscribers): one more is shut down when the publisher next
+# looks (after each record sent), so that idle peers cannot take the descriptors
+# the run's pose file needs. Far below the usual 1,024 descriptors.
+MAX_CONNECTIONS = 64
+# Connection events (accepted, closed) taken per poll.
+CONNECTION_EVENTS_PER_POLL = 256
 INSTALL_HINT = 'pip install "sleap-live[publish]"'
 ENDPOINT_FORMS = "tcp://HOST:PORT (e.g. tcp://127.0.0.1:5555) or ipc://PATH"
 
 _TCP_PORT = re.compile(r"^tcp://(?P<host>.+):(?P<port>\*|\d+)$")
+_LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]", "lo"})
 
 
 def check_endpoint(endpoint: str) -> str:
@@ -86,6 +116,24 @@ def check_endpoint(endpoint: str) -> str:
     if port != "*" and not 1 <= int(port) <= 65535:
         raise ValueError(f"{endpoint}: TCP port {port} is not 1 to 65535 (or * for any free one)")
     return endpoint
+
+
+def is_loopback(host: str) -> bool:
+    """Whether only this machine can reach a TCP endpoint bound on `host`."""
+    return host in _LOOPBACK_HOSTS or host.startswith("127.")
+
+
+def exposure_warning(endpoint: str) -> str | None:
+    """A one-line warning when `endpoint` is a TCP endpoint other machines can reach
+    (any host but loopback: ``tcp://*:PORT``, ``tcp://0.0.0.0:PORT``, an interface),
+    None for loopback and ``ipc://``."""
+    match = _TCP_PORT.match(endpoint)
+    if match is None or is_loopback(match["host"]):
+        return None
+    return (
+        f"warning: --publish {endpoint} sends every pose, unencrypted and to anyone, to every "
+        "machine that can reach this one; tcp://127.0.0.1:PORT keeps it on this machine"
+    )
 
 
 class Publisher:
@@ -125,16 +173,31 @@ class Publisher:
         try:
             self._socket.setsockopt(lib.SNDHWM, hwm)
             self._socket.setsockopt(lib.LINGER, int(LINGER_SECONDS * 1000))
-            # Every subscribe and unsubscribe reaches this side, so they can be counted.
-            self._socket.setsockopt(lib.XPUB_VERBOSER, 1)
+            # Not verbose: ZeroMQ passes on only a topic's first subscription and its
+            # last unsubscription, so a peer repeating them costs this side nothing.
+            self._socket.setsockopt(lib.MAXMSGSIZE, MAX_SUBSCRIPTION_BYTES)
+            # Few subscription messages queued per peer: a flooding peer then waits on
+            # TCP's flow control instead of costing this process the CPU to decode it.
+            self._socket.setsockopt(lib.RCVHWM, SUBSCRIPTION_QUEUE)
             self._socket.bind(endpoint)
         except lib.ZMQError as error:
             self._socket.close(linger=0)
             self._context.term()
             raise PublishError(_bind_failure(error), endpoint=endpoint) from None
         self.endpoint: str = self._socket.getsockopt_string(lib.LAST_ENDPOINT)
+        if self.endpoint.startswith("ipc://"):
+            # Poses are the owner's: nobody else may connect (ZeroMQ makes it 0755).
+            os.chmod(self.endpoint[len("ipc://") :], 0o600)
         self.sent = 0
         self._subscriptions = 0
+        # The descriptors of the TCP connections ZeroMQ accepted, from its monitor.
+        self._connections: set[int] = set()
+        self._refused = 0
+        self._monitor: zmq.Socket[bytes] | None = None
+        if self.endpoint.startswith("tcp://"):
+            events = lib.EVENT_ACCEPTED | lib.EVENT_DISCONNECTED | lib.EVENT_CLOSED
+            self._monitor = self._socket.get_monitor_socket(events)
+        self._port = int(self.endpoint.rsplit(":", 1)[-1]) if self._monitor is not None else 0
         self._closed = False
         self._lock = threading.Lock()
         self._publishing: PosePublishing | None = None
@@ -156,7 +219,8 @@ class Publisher:
 
     @property
     def subscribers(self) -> int:
-        """Subscriptions seen so far and not withdrawn: one per subscriber and topic."""
+        """Topics subscribed to and not withdrawn (subscribers to the same topic count
+        once: ZeroMQ tells a publisher only of a topic's first and last)."""
         return self._subscriptions
 
     def send(self, record: PoseRecord, sequence: int, info: ModelInfo) -> None:
@@ -171,11 +235,14 @@ class Publisher:
             self.sent += 1
 
     def poll_subscriptions(self, timeout: float = 0.0) -> int:
-        """Take the subscription changes that arrived, waiting up to `timeout` (real
-        seconds) for the first; returns `subscribers`."""
+        """Take the subscription changes that arrived (at most
+        `SUBSCRIPTION_CHANGES_PER_POLL`), waiting up to `timeout` (real seconds) for
+        the first; returns `subscribers`."""
         waited = timeout
         with self._lock:
-            while not self._closed and self._socket.poll(int(waited * 1000), self._zmq.POLLIN):
+            for _ in range(SUBSCRIPTION_CHANGES_PER_POLL):
+                if self._closed or not self._socket.poll(int(waited * 1000), self._zmq.POLLIN):
+                    break
                 change = self._socket.recv(self._zmq.NOBLOCK)
                 # 1 then the topic: subscribe; 0 then the topic: unsubscribe.
                 if change[:1] == b"\x01":
@@ -183,7 +250,36 @@ class Publisher:
                 elif change[:1] == b"\x00":
                     self._subscriptions = max(0, self._subscriptions - 1)
                 waited = 0.0
+            self._limit_connections()
         return self._subscriptions
+
+    def _limit_connections(self) -> None:
+        """Shut down the connections accepted past `MAX_CONNECTIONS` (lock held)."""
+        if self._monitor is None or self._closed:
+            return
+        from zmq.utils.monitor import recv_monitor_message
+
+        lib = self._zmq
+        for _ in range(CONNECTION_EVENTS_PER_POLL):
+            try:
+                event = recv_monitor_message(self._monitor, lib.NOBLOCK)
+            except lib.Again:
+                return
+            assert isinstance(event, dict)
+            fd = int(event["value"])
+            if event["event"] != lib.EVENT_ACCEPTED:
+                self._connections.discard(fd)
+            elif len(self._connections) < MAX_CONNECTIONS:
+                self._connections.add(fd)
+            else:
+                _shut_down(fd, self._port)
+                if self._refused == 0:
+                    logger.warning(
+                        "the publisher on %s keeps %d connections at most; more are shut down",
+                        self.endpoint,
+                        MAX_CONNECTIONS,
+                    )
+                self._refused += 1
 
     def wait_for_subscribers(self, count: int = 1, timeout: float | None = None) -> bool:
         """Wait until `count` subscriptions have reached the publisher, so that the
@@ -191,7 +287,7 @@ class Publisher:
         starts, so that its first frames reach them.
 
         Args:
-            count: subscriptions to wait for.
+            count: topics subscribed to, to wait for.
             timeout: most real seconds to wait; None waits as long as needed.
 
         Returns:
@@ -212,6 +308,9 @@ class Publisher:
             if self._closed:
                 return
             self._closed = True
+            if self._monitor is not None:
+                self._socket.disable_monitor()
+                self._monitor.close(linger=0)
             self._socket.close()
         self._context.term()
 
@@ -283,6 +382,27 @@ class PosePublishing:
             skipped=self._reader.missed,
             subscribers=self._publisher.subscribers,
         )
+
+
+def _shut_down(fd: int, port: int) -> None:
+    """End the TCP connection on ZeroMQ's descriptor `fd` (ZeroMQ then closes it
+    itself, as when a peer leaves), if `fd` still is a connection to `port`: one
+    closed meanwhile, its number reused, is left alone."""
+    try:
+        copy = os.dup(fd)
+    except OSError:
+        return  # closed meanwhile, or no descriptor left to look with
+    try:
+        connection = socket.socket(fileno=copy)
+    except OSError:
+        os.close(copy)
+        return
+    with connection:
+        try:
+            if connection.type == socket.SOCK_STREAM and connection.getsockname()[1] == port:
+                connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 def _import_packages() -> tuple[ModuleType, Callable[[object], bytes]]:

@@ -54,7 +54,9 @@ from sleap_live.stream.outputs.writers import (
 )
 from sleap_live.stream.pipeline import Pipeline
 from sleap_live.stream.preview import DEFAULT_HOST, DEFAULT_MAX_FPS, DEFAULT_PORT, PreviewServer
+from sleap_live.stream.preview import exposure_warning as preview_exposure_warning
 from sleap_live.stream.publish import Publisher, check_endpoint
+from sleap_live.stream.publish import exposure_warning as publish_exposure_warning
 from sleap_live.stream.source_reader import open_within
 from sleap_live.stream.sources import (
     READ_TIMEOUT_MARGIN,
@@ -271,7 +273,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         args.record_quality,
         record_overlay=args.record_overlay,
     )
-    with _bind_publisher(args) as publisher, _bind_preview(args, console) as preview:
+    with _bind_publisher(args, console) as publisher, _bind_preview(args, console) as preview:
         return _run(args, console, video, output, publisher, preview)
 
 
@@ -344,8 +346,11 @@ def _endpoint(text: str) -> str:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def _bind_publisher(args: argparse.Namespace) -> contextlib.AbstractContextManager[Any]:
-    """The `Publisher` of --publish, bound before any work (a null context without it).
+def _bind_publisher(
+    args: argparse.Namespace, console: Console
+) -> contextlib.AbstractContextManager[Any]:
+    """The `Publisher` of --publish, bound before any work (a null context without it);
+    a one-line warning when other machines can reach it.
 
     Raises:
         PublishError: naming --publish and the endpoint.
@@ -353,9 +358,14 @@ def _bind_publisher(args: argparse.Namespace) -> contextlib.AbstractContextManag
     if args.publish is None:
         return contextlib.nullcontext()
     try:
-        return Publisher(args.publish)
+        publisher = Publisher(args.publish)
     except PublishError as error:
         raise PublishError(f"--publish {args.publish}: {error.reason}") from None
+    warning = publish_exposure_warning(args.publish)
+    if warning is not None:
+        # Printed even with --quiet, as the preview's address is.
+        console.print(warning, highlight=False, soft_wrap=True)
+    return publisher
 
 
 def default_output(video: Path) -> Path:
@@ -391,6 +401,8 @@ def _bind_preview(
         raise PreviewError(f"--preview: {error}") from None
     # Printed even with --quiet: without it a page on a free port cannot be found.
     console.print(f"preview on {server.url}", highlight=False)
+    if server.exposed:
+        console.print(preview_exposure_warning(server.url), highlight=False, soft_wrap=True)
     return server
 
 

@@ -10,11 +10,13 @@ import asyncio
 import io
 import json
 import logging
+import re
 import socket
 import sys
 import threading
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -138,10 +140,12 @@ def test_a_tensor_frame_is_copied_to_the_host():
     assert isinstance(host, np.ndarray) and host.shape == (4, 6, 1) and host[0, 0, 0] == 7
 
 
-def held_run(fakes, n_frames: int = 30, hang_at: int = 10, **pipeline_options):
+def held_run(
+    fakes, n_frames: int = 30, hang_at: int = 10, token: str | None = None, **pipeline_options
+):
     """A pipeline serving a preview whose source hangs before `hang_at` until released."""
     source = fakes.FakeSource(n_frames, hang_at=hang_at, shape=(24, 32, 1))
-    server = PreviewServer(port=0)
+    server = PreviewServer(port=0, token=token)
     pipeline = Pipeline(source, fakes.FakeRunner(), batch_size=1, **pipeline_options)
     pipeline.attach(server)
     return source, server, pipeline
@@ -153,7 +157,7 @@ def test_the_endpoints_serve_the_page_the_poses_the_frame_and_the_stats(fakes):
         fakes.wait_for(lambda: pipeline.stats.frames_processed == 10, "10 frames")
         page, headers = fetch(server.url)
         assert headers["Content-Type"].startswith("text/html")
-        assert b"new WebSocket(`ws://${location.host}/ws`)" in page
+        assert b"new WebSocket(`ws://${location.host}/ws${location.search}`)" in page
 
         body, _ = fetch(server.url + "snapshot.json")
         snapshot = json.loads(body)
@@ -341,6 +345,20 @@ def test_preview_on_run_and_replay_prints_its_address(
     assert "40 frames in" in err
 
 
+def test_a_preview_beyond_loopback_prints_its_token_and_a_warning(
+    clip, fake_loads, capsys, tmp_path, monkeypatch
+):
+    # As bound on 0.0.0.0, while listening on 127.0.0.1 only.
+    monkeypatch.setattr(preview_module, "is_loopback", lambda host: False)
+    monkeypatch.chdir(tmp_path)
+    argv = ["replay", str(clip), "-m", "m", "-q", "--preview", "--preview-port", "0"]
+    assert cli.main(argv) == 0
+    address, warning, *_ = capsys.readouterr().err.splitlines()
+    assert re.fullmatch(r"preview on http://127\.0\.0\.1:\d+/\?token=[\w-]{22}", address)
+    assert warning.startswith("warning: the preview on http://127.0.0.1:")
+    assert "can be reached from other machines" in warning
+
+
 def test_a_preview_port_in_use_fails_before_any_work(clip, fake_loads, tmp_path, capsys):
     out = tmp_path / "poses.slp"
     with PreviewServer(port=0) as taken:
@@ -421,3 +439,198 @@ def test_each_malformed_request_is_one_log_line(fakes, caplog, capfd):
     assert all(r.exc_info is None and "\n" not in r.getMessage() for r in noted), noted
     assert len([r for r in noted if "malformed request" in r.getMessage()]) == len(MALFORMED)
     assert "Traceback" not in capfd.readouterr().err
+
+
+# ------------------------------------------------------------------ who may look
+
+
+def status_of(port: int, path: str, headers: dict[str, str]) -> int:
+    """The status of a GET of `path` on 127.0.0.1:`port` with exactly these headers."""
+    import http.client
+
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=PATIENCE)
+    try:
+        connection.putrequest("GET", path, skip_host=True)
+        for name, value in headers.items():
+            connection.putheader(name, value)
+        connection.endheaders()
+        response = connection.getresponse()
+        response.read()
+        return response.status
+    finally:
+        connection.close()
+
+
+async def upgrade_status(url: str, origin: str) -> int:
+    """The status a websocket upgrade to `url` with `origin` gets (101 when accepted)."""
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session:
+        try:
+            async with session.ws_connect(url, origin=origin) as ws:
+                await ws.receive_json(timeout=PATIENCE)
+                return 101
+        except aiohttp.WSServerHandshakeError as error:
+            return error.status
+
+
+def test_a_foreign_host_or_origin_gets_403(fakes):
+    source, server, pipeline = held_run(fakes)
+    port = server.port
+    with pipeline:
+        fakes.wait_for(lambda: pipeline.stats.frames_processed == 10, "10 frames")
+        for name in ("127.0.0.1", "localhost", "[::1]"):
+            assert status_of(port, "/frame.jpg", {"Host": f"{name}:{port}"}) == 200
+        # DNS rebinding: the attacker's name, resolved to 127.0.0.1.
+        assert status_of(port, "/frame.jpg", {"Host": f"attacker.example:{port}"}) == 403
+        assert status_of(port, "/snapshot.json", {"Host": "127.0.0.1:1"}) == 403
+        own = {"Host": f"127.0.0.1:{port}"}
+        assert status_of(port, "/frame.jpg", own | {"Origin": "http://evil.example"}) == 403
+        assert status_of(port, "/frame.jpg", own | {"Origin": f"http://127.0.0.1:{port}"}) == 200
+        ws = f"ws://127.0.0.1:{port}/ws"
+        assert asyncio.run(upgrade_status(ws, "http://evil.example")) == 403
+        assert asyncio.run(upgrade_status(ws, f"http://127.0.0.1:{port}")) == 101
+        source.release.set()
+        assert pipeline.join(PATIENCE)
+
+
+def test_a_token_is_needed_on_every_request_and_the_address_carries_it(fakes):
+    source, server, pipeline = held_run(fakes, token="s3cret")
+    port = server.port
+    assert server.url == f"http://127.0.0.1:{port}/?token=s3cret"
+    own = {"Host": f"127.0.0.1:{port}"}
+    with pipeline:
+        fakes.wait_for(lambda: pipeline.stats.frames_processed == 10, "10 frames")
+        assert status_of(port, "/", own) == 403
+        assert status_of(port, "/frame.jpg?token=wrong", own) == 403
+        assert status_of(port, "/?token=s3cret", own) == 200
+        assert status_of(port, "/frame.jpg?token=s3cret", own) == 200
+        ws = f"ws://127.0.0.1:{port}/ws"
+        origin = f"http://127.0.0.1:{port}"
+        assert asyncio.run(upgrade_status(ws, origin)) == 403
+        assert asyncio.run(upgrade_status(ws + "?token=s3cret", origin)) == 101
+        source.release.set()
+        assert pipeline.join(PATIENCE)
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.1.2.3", True),
+        ("localhost", True),
+        ("::1", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("192.168.1.20", False),
+    ],
+)
+def test_only_loopback_addresses_go_without_a_token(host, loopback):
+    assert preview_module.is_loopback(host) == loopback
+
+
+def test_connections_past_the_maximum_are_closed_and_logged_once(fakes, caplog):
+    source, server, pipeline = held_run(fakes)
+    maximum = preview_module.MAX_CONNECTIONS
+    idle: list[socket.socket] = []
+    with caplog.at_level(logging.WARNING, logger=preview_module.__name__), pipeline:
+        fakes.wait_for(lambda: pipeline.stats.frames_processed == 10, "10 frames")
+        try:
+            for _ in range(maximum + 20):
+                idle.append(socket.create_connection(("127.0.0.1", server.port), PATIENCE))
+            # The server closes each one past the maximum: the peer reads the end.
+            for extra in idle[maximum:]:
+                extra.settimeout(PATIENCE)
+                assert extra.recv(1) == b""
+        finally:
+            for connection in idle:
+                connection.close()
+        fakes.wait_for(
+            lambda: status_of(server.port, "/", {"Host": f"127.0.0.1:{server.port}"}) == 200,
+            "a free slot",
+        )
+        source.release.set()
+        assert pipeline.join(PATIENCE)
+    refused = [r for r in caplog.records if "connections at most" in r.getMessage()]
+    assert len(refused) == 1
+
+
+# A run with a preview and a .slp output under a 1,024-descriptor soft limit:
+# prints its preview port, replays 300 frames at 30 fps, prints what it processed.
+LIMITED_RUN = """
+import resource, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+from sleap_live.stream import OutputOptions, Pipeline
+from sleap_live.stream.preview import PreviewServer
+from tests.stream import fakes
+server = PreviewServer(port=0)
+print(server.port, flush=True)
+source = fakes.FakeSource(300, paced=True, fps=30.0, shape=(24, 32, 1))
+pipeline = Pipeline(source, fakes.FakeRunner(), outputs=OutputOptions(Path(sys.argv[1])))
+pipeline.attach(server)
+stats = pipeline.run()
+print(stats.frames_processed, stats.frames_dropped, flush=True)
+"""
+
+
+def test_idle_connections_past_the_descriptor_limit_cost_the_run_nothing(tmp_path):
+    """1,100 idle connections to the preview of a run whose soft limit is 1,024
+    descriptors: the run processes and saves every frame, and logs a line, not a
+    traceback per refused connection."""
+    import subprocess
+
+    output = tmp_path / "poses.slp"
+    root = str(Path(__file__).parents[2])
+    child = subprocess.Popen(
+        [sys.executable, "-c", LIMITED_RUN, str(output), root],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    idle: list[socket.socket] = []
+    try:
+        assert child.stdout is not None
+        port = int(child.stdout.readline())
+        for _ in range(1100):
+            try:
+                idle.append(socket.create_connection(("127.0.0.1", port), 5))
+            except OSError:
+                break  # the run ended already
+        out, err = child.communicate(timeout=120)
+    finally:
+        for connection in idle:
+            connection.close()
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    assert child.returncode == 0, err[-2000:]
+    assert len(idle) == 1100
+    assert out.split() == ["300", "0"]
+    assert len(sio.load_slp(str(output)).labeled_frames) == 300
+    assert "Traceback" not in err and len(err.splitlines()) <= 5, err[-2000:]
+
+
+def test_a_failing_accept_is_logged_once_in_one_line(caplog):
+    """As asyncio reports each accept that finds no descriptor left (EMFILE)."""
+    import errno
+
+    with PreviewServer(port=0) as server:
+
+        async def fail_accepts() -> None:
+            loop = asyncio.get_running_loop()
+            loop.set_exception_handler(server._loop_error)
+            for _ in range(100):
+                loop.call_exception_handler(
+                    {
+                        "message": "socket.accept() out of system resource",
+                        "exception": OSError(errno.EMFILE, "Too many open files"),
+                    }
+                )
+
+        with caplog.at_level(logging.WARNING, logger=preview_module.__name__):
+            asyncio.run(fail_accepts())
+    [line] = [record.getMessage() for record in caplog.records]
+    assert line.endswith("cannot accept connections: Too many open files (said once)")
+    assert all(record.exc_info is None for record in caplog.records)

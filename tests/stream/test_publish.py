@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 import msgpack
@@ -394,6 +395,21 @@ def test_publish_on_run_and_replay_says_what_it_sent(
     assert f"published: {processed} messages on {endpoint} (0 skipped)" in err
 
 
+def test_publish_beyond_loopback_prints_one_warning_line(
+    clip, fake_loads, capsys, tmp_path, monkeypatch
+):
+    from sleap_live.stream import publish
+
+    argv = ["replay", str(clip), "-m", "m", "-o", str(tmp_path / "p.slp")]
+    assert cli.main([*argv, "--publish", "tcp://127.0.0.1:*"]) == 0
+    assert "warning:" not in capsys.readouterr().err
+    # As bound on tcp://*, while listening on 127.0.0.1 only.
+    monkeypatch.setattr(publish, "is_loopback", lambda host: False)
+    assert cli.main([*argv, "--publish", "tcp://127.0.0.1:*"]) == 0
+    [warning] = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert warning.startswith("warning: --publish tcp://127.0.0.1:* sends every pose")
+
+
 def test_a_camera_run_takes_publish(fake_loads, monkeypatch, capsys):
     """`--camera` binds the endpoint before it opens the camera (which is missing here)."""
     with Publisher("tcp://127.0.0.1:*") as taken:
@@ -439,3 +455,149 @@ def test_publish_without_the_extra_names_it(clip, fake_loads, monkeypatch, capsy
     line = error_line(capsys)
     assert line.startswith("sleap-live: error: --publish tcp://127.0.0.1:*: publishing poses")
     assert 'pip install "sleap-live[publish]"' in line and not fake_loads
+
+
+# ----------------------------------------------------------- hostile subscribers
+
+
+def test_a_subscription_flood_from_one_peer_costs_the_publisher_a_bounded_poll():
+    """One peer repeating its subscription 100,000 times: each poll takes a bounded
+    number of changes, and the repeats are one topic, not 100,000 subscribers."""
+    import zmq
+
+    context = zmq.Context()
+    peer = context.socket(zmq.XSUB)
+    peer.setsockopt(zmq.SNDHWM, 0)
+    with Publisher("tcp://127.0.0.1:*") as publisher:
+        peer.connect(publisher.endpoint)
+        for _ in range(100_000):
+            peer.send(b"\x01poses")
+        assert publisher.wait_for_subscribers(1, timeout=PATIENCE)
+        # Give ZeroMQ the time to pass the whole flood on to the socket.
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            started = time.perf_counter()
+            publisher.poll_subscriptions()
+            assert time.perf_counter() - started < 0.5
+            time.sleep(0.05)
+        assert publisher.subscribers == 1
+    peer.close(linger=0)
+    context.term()
+
+
+def test_a_poll_takes_a_bounded_number_of_subscription_changes():
+    import zmq
+
+    from sleap_live.stream.publish import SUBSCRIPTION_CHANGES_PER_POLL
+
+    context = zmq.Context()
+    peer = context.socket(zmq.XSUB)
+    peer.setsockopt(zmq.SNDHWM, 0)
+    with Publisher("tcp://127.0.0.1:*") as publisher:
+        peer.connect(publisher.endpoint)
+        for topic in range(1000):
+            peer.send(b"\x01poses/" + str(topic).encode())
+        assert publisher.wait_for_subscribers(1, timeout=PATIENCE)
+        time.sleep(0.5)  # the rest of the 1,000 reach the socket
+        before = publisher.subscribers
+        assert publisher.poll_subscriptions() - before == SUBSCRIPTION_CHANGES_PER_POLL
+        deadline = time.monotonic() + PATIENCE
+        while publisher.poll_subscriptions(0.1) < 1000 and time.monotonic() < deadline:
+            pass
+        assert publisher.subscribers == 1000
+    peer.close(linger=0)
+    context.term()
+
+
+def test_an_oversized_subscription_disconnects_its_peer():
+    import zmq
+
+    context = zmq.Context()
+    peer = context.socket(zmq.XSUB)
+    with Publisher("tcp://127.0.0.1:*") as publisher:
+        peer.connect(publisher.endpoint)
+        peer.send(b"\x01" + b"p" * 100_000)
+        assert not publisher.wait_for_subscribers(1, timeout=1.0)
+    peer.close(linger=0)
+    context.term()
+
+
+def test_an_ipc_socket_is_the_owners_only(short_dir):
+    with Publisher(f"ipc://{short_dir}/poses"):
+        assert (Path(short_dir) / "poses").stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "warned"),
+    [
+        ("tcp://*:5555", True),
+        ("tcp://0.0.0.0:5555", True),
+        ("tcp://eth0:5555", True),
+        ("tcp://127.0.0.1:5555", False),
+        ("tcp://localhost:5555", False),
+        ("tcp://[::1]:5555", False),
+        ("ipc:///tmp/poses", False),
+    ],
+)
+def test_publishing_beyond_loopback_is_warned_of_in_one_line(endpoint, warned):
+    from sleap_live.stream.publish import exposure_warning
+
+    warning = exposure_warning(endpoint)
+    assert (warning is not None) == warned
+    if warning is not None:
+        assert endpoint in warning and "\n" not in warning
+
+
+# A publishing run with a .slp output under a 1,024-descriptor soft limit: prints
+# its port, replays 300 frames at 30 fps, prints what it processed.
+LIMITED_RUN = """
+import resource, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+from sleap_live.stream import OutputOptions, Pipeline, Publisher
+from tests.stream import fakes
+with Publisher("tcp://127.0.0.1:*") as publisher:
+    print(publisher.endpoint.rsplit(":", 1)[1], flush=True)
+    source = fakes.FakeSource(300, paced=True, fps=30.0)
+    pipeline = Pipeline(source, fakes.FakeRunner(), outputs=OutputOptions(Path(sys.argv[1])))
+    pipeline.attach(publisher)
+    stats = pipeline.run()
+print(stats.frames_processed, stats.frames_dropped, flush=True)
+"""
+
+
+def test_idle_connections_past_the_descriptor_limit_cost_the_publishing_run_nothing(tmp_path):
+    """1,100 idle connections to the publisher of a run whose soft limit is 1,024
+    descriptors: the run processes and saves every frame, and logs one line."""
+    import socket
+
+    output = tmp_path / "poses.slp"
+    root = str(Path(__file__).parents[2])
+    child = subprocess.Popen(
+        [sys.executable, "-c", LIMITED_RUN, str(output), root],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    idle: list[socket.socket] = []
+    try:
+        assert child.stdout is not None
+        port = int(child.stdout.readline())
+        for _ in range(1100):
+            try:
+                idle.append(socket.create_connection(("127.0.0.1", port), 5))
+            except OSError:
+                break  # the run ended already
+        out, err = child.communicate(timeout=120)
+    finally:
+        for connection in idle:
+            connection.close()
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    assert child.returncode == 0, err[-2000:]
+    assert len(idle) == 1100
+    assert out.split() == ["300", "0"]
+    assert len(sio.load_slp(str(output)).labeled_frames) == 300
+    assert "Traceback" not in err and len(err.splitlines()) <= 5, err[-2000:]
