@@ -227,14 +227,6 @@ def test_export_works_on_every_bundled_model_without_a_video(name, tmp_path, cap
     assert len([line for line in err.splitlines() if "without animals" in line]) <= 1
 
 
-def test_a_blind_model_exports_with_a_note_instead_of_an_error(toy_models):
-    blind = toy_models.ToyInstanceModel(threshold=2.0)  # brightness never exceeds 1
-    notes: list[str] = []
-    graph = export_onnx_bytes(blind, note=notes.append)
-    assert graph and len(notes) == 1
-    assert "on 5 frames without animals (none in the 5 looked at, from synthetic" in notes[0]
-
-
 def test_a_graph_that_disagrees_with_torch_is_still_refused(monkeypatch, toy_models):
     real = exporter.onnx_exported
 
