@@ -44,7 +44,7 @@ FIRST_POSE = """
 import sys, time
 from pathlib import Path
 import sleap_live.cli.run
-from sleap_live.cli.options import first_frames
+from sleap_live.stream.runner import first_frames
 from sleap_live.engines.runners.load import load_runner
 from sleap_live.stream.pipeline import Pipeline
 from sleap_live.stream.sources import open_source

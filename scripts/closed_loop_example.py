@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         source = open_source(args.video, replay=True)
     trigger = RegionTrigger(args.node, min_x=0.6 * source.frame_shape[1])
     # The models load as `sleap-live run` loads them (an export checked against torch
-    # on the video's first frames), and close with the pipeline.
+    # on the video's frames with animals), and close with the pipeline.
     with Pipeline(source, args.models, device=args.device) as pipeline:
         pipeline.on_poses(trigger, on_skip=trigger.skipped)
         newest = pipeline.ring.reader()

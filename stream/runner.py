@@ -2,13 +2,15 @@
 
 `load_for_source` is how both `Pipeline` and `sleap-live run` load model paths for a
 run on a source, so a Python user gets the command line's runner: an export made
-on demand is verified on the first frames of the video the run reads.
+on demand is verified on frames spread over the whole video the run reads
+(`spread_frames`), since animals often enter the arena after a recording starts.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,11 @@ ModelOrRunner = Runner | ModelPaths
 # Frames of a video an export is verified on: the exporter checks two at their own
 # size and three on a larger, odd-sized canvas.
 VERIFY_FRAMES = 5
+# Candidate frames spread over a video, which the exporter searches for animals, and
+# the seconds after which decoding more of them stops (each is a seek and a decode
+# from the keyframe before it, so a long video is never decoded in full).
+SPREAD_FRAMES = 24
+SPREAD_SECONDS = 2.0
 
 
 def as_runner(
@@ -50,8 +57,9 @@ def load_for_source(
 ) -> Runner:
     """`load_runner` for a run on `source`, as `sleap-live run` loads it.
 
-    An export made on demand is verified on the first `VERIFY_FRAMES` frames of the
-    source's video file, read at the source's bit depth (`source_video`); a
+    An export made on demand is verified on frames of the source's video file
+    spread over its length (`spread_frames`), read at the source's bit depth
+    (`source_video`), among which the exporter picks those with animals; a
     camera, network stream or iterator has no such file, and its export is
     verified on the model's training-label frames (`load_runner`'s default).
     ``verify_frames`` or ``verify=False`` in `load_options` override this.
@@ -79,13 +87,65 @@ def source_video(source: Source | SourceGroup) -> Path | None:
 
 
 def verify_frames_of(source: Source | SourceGroup) -> np.ndarray | None:
-    """The first `VERIFY_FRAMES` frames of `source`'s video (`source_video`) at its
+    """Frames spread over `source`'s video (`source_video`, `spread_frames`) at its
     bit depth, or None where it reads no video file."""
     video = source_video(source)
     if video is None:
         return None
     first = source.sources[0] if isinstance(source, SourceGroup) else source
-    return first_frames(video, bit_depth=first.bit_depth)
+    return spread_frames(video, bit_depth=first.bit_depth)
+
+
+def spread_frames(
+    video: Path,
+    count: int = SPREAD_FRAMES,
+    *,
+    bit_depth: int | None = None,
+    budget_s: float = SPREAD_SECONDS,
+    clock: Callable[[], float] = time.monotonic,
+) -> np.ndarray:
+    """Up to `count` frames of `video` spread over its length (`spread_indices`), in
+    that order, uint8 (N, H, W, C); decoding stops after `budget_s` seconds (once
+    one frame is read), so the first frames read cover the video most evenly. A
+    video of at most `count` frames, or of unknown length, gives its first `count`.
+
+    Raises:
+        SourceNotFoundError, SourceError: the video is missing, unreadable or empty.
+    """
+    with FileSource(video, bit_depth=bit_depth) as probe:
+        total = probe.n_frames
+    if total is None or total <= count:
+        return first_frames(video, count, bit_depth=bit_depth)
+    images: list[np.ndarray] = []
+    deadline = clock() + budget_s
+    for index in spread_indices(total, count):
+        if images and clock() > deadline:
+            break
+        try:
+            with FileSource(video, start=index, stop=index + 1, bit_depth=bit_depth) as sample:
+                images.extend(frame.image for frame in sample)
+        except (SourceError, ValueError):  # past a damaged or shorter-than-declared end
+            continue
+    if not images:
+        return first_frames(video, count, bit_depth=bit_depth)
+    return np.stack(images)
+
+
+def spread_indices(total: int, count: int) -> list[int]:
+    """`count` frame indices (at most `total`) of a `total`-frame video: the first
+    frame, then the middle, the quarters, the eighths, ... each round halving the
+    gaps the earlier ones left."""
+    picked = [0]
+    seen = {0}
+    step = 2
+    while len(picked) < min(count, total):
+        for odd in range(1, step, 2):
+            index = odd * total // step
+            if index not in seen and len(picked) < count:
+                seen.add(index)
+                picked.append(index)
+        step *= 2
+    return picked
 
 
 def first_frames(

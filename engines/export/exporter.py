@@ -30,6 +30,7 @@ from sleap_live.engines.export.frames import (
     check_batches,
     sample_frames,
     verification_frames,
+    with_animals,
 )
 from sleap_live.engines.export.onnx import (
     embed_metadata,
@@ -41,7 +42,13 @@ from sleap_live.engines.export.torchscript import (
     torchscript_exported,
     trace_to_torchscript,
 )
-from sleap_live.engines.export.verify import Exported, takes_channels, verify_batch
+from sleap_live.engines.export.verify import (
+    Exported,
+    detections_per_frame,
+    takes_channels,
+    torch_outputs,
+    verify_batch,
+)
 from sleap_live.engines.graph.base import InferenceModel
 from sleap_live.engines.graph.preprocess import frame_channels
 from sleap_live.engines.host.frames import Frames, convert_channels
@@ -55,7 +62,7 @@ from sleap_live.engines.load.metadata import (
     ExportMetadata,
     sidecar_path,
 )
-from sleap_live.engines.notify import Notify
+from sleap_live.engines.notify import Notify, notice
 from sleap_live.engines.settings import InferenceSettings, check_slots
 
 EXPORT_FORMATS = ("onnx", "torchscript")
@@ -71,6 +78,7 @@ def export_model_dirs(
     verify: bool = True,
     verify_frames: Frames | None = None,
     progress: Notify | None = None,
+    note: Notify = notice,
     profile: str = DEFAULT_PROFILE,
     frame_size: tuple[int, int] | None = None,
     settings: InferenceSettings | None = None,
@@ -87,10 +95,14 @@ def export_model_dirs(
         opset: ONNX opset version.
         verify: compare the export with the torch model on frames with animals
             (see `export_inference_model`).
-        verify_frames: uint8 (N, H, W, C) frames that show animals; without them
+        verify_frames: uint8 (N, H, W, C) candidate frames, searched for animals
+            (`sleap_live.engines.export.frames`); without them
             the model directories' training labels are used, then synthetic frames
             (see `sleap_live.engines.export.frames`).
         progress: called with a short description of each step.
+        note: told, in one line, what the verification could not prove where the
+            model finds no animals in any frame at hand (see
+            `sleap_live.engines.export.frames`).
         profile: "default" (any frame size, instance lists) or "tensorrt" (ONNX
             only: float32 inside, one frame size, fixed instance slots; see
             `sleap_live.engines.graph.base`).
@@ -110,8 +122,7 @@ def export_model_dirs(
             or malformed `verify_frames`.
         ModelNotFoundError, ModelConfigError, CheckpointError: the model
             directories cannot be loaded.
-        ExportError: the export failed, does not match the torch model, or the
-            model finds no animals in a verification frame.
+        ExportError: the export failed or does not match the torch model.
     """
     from sleap_live.engines.graph.build import load_inference_model
 
@@ -127,6 +138,7 @@ def export_model_dirs(
         verify_frames=verify_frames,
         sources=paths,
         progress=progress,
+        note=note,
         profile=profile,
         frame_size=frame_size,
     )
@@ -142,6 +154,7 @@ def export_inference_model(
     verify_frames: Frames | None = None,
     sources: Sequence[str | Path] = (),
     progress: Notify | None = None,
+    note: Notify = notice,
     profile: str = DEFAULT_PROFILE,
     frame_size: tuple[int, int] | None = None,
 ) -> Path:
@@ -149,8 +162,9 @@ def export_inference_model(
 
     With `verify`, the export and the torch module run on two check batches made
     from the verification frames (two sizes, one odd; two batch sizes); every
-    frame must show the model an animal and every output must agree within
-    `TOLERANCE`. The records (shapes, detections per frame, frame source, largest
+    output must agree within `TOLERANCE`; the frames are those in which the model
+    finds animals, else a one-line `note` says the detections were not exercised.
+    The records (shapes, detections per frame, frame source, largest
     differences) go into the metadata's "verification" field.
 
     Args:
@@ -159,12 +173,15 @@ def export_inference_model(
         format: "onnx" or "torchscript".
         opset: ONNX opset version.
         verify: check the export numerically.
-        verify_frames: uint8 (N, H, W, C) frames that show animals (or batches of
+        verify_frames: uint8 (N, H, W, C) candidate frames (or batches of
             them, all of one size); the default looks in the training labels of
             `sources`, then uses synthetic frames.
         sources: model directories the model was built from, recorded with the
             sha256 of their training configs.
         progress: called with a short description of each step.
+        note: told, in one line, what the verification could not prove where the
+            model finds no animals in any frame at hand (see
+            `sleap_live.engines.export.frames`).
         profile: the graph's profile (see `export_model`); the model is put
             back in its own afterwards.
         frame_size: a "tensorrt" export's frame size (see `export_model`).
@@ -173,14 +190,13 @@ def export_inference_model(
         The path of the exported model.
 
     Raises:
-        ExportError: the export failed, disagrees with the torch model, or the
-            model finds no animals in a verification frame.
+        ExportError: the export failed or disagrees with the torch model.
         ValueError: bad arguments (format, output suffix, frames).
     """
     notify = progress or _ignore
     path = _output_path(output, format)
     payload, metadata = _export(
-        model, format, opset, verify, verify_frames, sources, notify, profile, frame_size
+        model, format, opset, verify, verify_frames, sources, notify, note, profile, frame_size
     )
     notify(f"writing {path}")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -200,6 +216,7 @@ def export_onnx_bytes(
     verify_frames: Frames | None = None,
     sources: Sequence[str | Path] = (),
     progress: Notify | None = None,
+    note: Notify = notice,
     profile: str = DEFAULT_PROFILE,
     frame_size: tuple[int, int] | None = None,
 ) -> bytes:
@@ -209,12 +226,11 @@ def export_onnx_bytes(
     `OnnxRunner` takes the bytes directly.
 
     Raises:
-        ExportError: the export failed, disagrees with the torch model, or the
-            model finds no animals in a verification frame.
+        ExportError: the export failed or disagrees with the torch model.
     """
     notify = progress or _ignore
     payload, _ = _export(
-        model, "onnx", opset, verify, verify_frames, sources, notify, profile, frame_size
+        model, "onnx", opset, verify, verify_frames, sources, notify, note, profile, frame_size
     )
     return payload
 
@@ -264,6 +280,7 @@ def _export(
     verify_frames: Frames | None,
     sources: Sequence[str | Path],
     notify: Notify,
+    note: Notify = notice,
     profile: str = DEFAULT_PROFILE,
     frame_size: tuple[int, int] | None = None,
 ) -> tuple[Any, ExportMetadata]:
@@ -276,7 +293,7 @@ def _export(
     model = model.cpu().eval().set_profile(profile)
     try:
         return _export_profiled(
-            model, format, opset, verify, verify_frames, sources, notify, frame_size
+            model, format, opset, verify, verify_frames, sources, notify, note, frame_size
         )
     finally:
         model.set_profile(previous)
@@ -290,6 +307,7 @@ def _export_profiled(
     verify_frames: Frames | None,
     sources: Sequence[str | Path],
     notify: Notify,
+    note: Notify,
     frame_size: tuple[int, int] | None,
 ) -> tuple[Any, ExportMetadata]:
     fixed_shape = model.tensorrt_profile
@@ -301,8 +319,13 @@ def _export_profiled(
         payload, _ = _trace(model, format, example, opset, dynamic_channels=False, notify=notify)
         input_channels: tuple[int, ...] = (native,)
     else:
-        notify("choosing verification frames")
-        chosen = verification_frames(native, verify_frames, sources)
+        notify("choosing verification frames: looking for animals")
+
+        def detect(frames: np.ndarray) -> list[int]:
+            fitted = _fitted(frames, frame_size) if fixed_shape else frames
+            return detections_per_frame(torch_outputs(model, fitted), len(frames))
+
+        chosen = with_animals(verification_frames(native, verify_frames, sources), detect)
         if fixed_shape:
             batches = _fixed_size_batches(_fitted(chosen.frames, frame_size))
         else:
@@ -319,7 +342,6 @@ def _export_profiled(
                         batch,
                         label=label,
                         source=chosen.source,
-                        no_animals_hint=chosen.hint,
                     )
                 )
             return records
@@ -343,6 +365,9 @@ def _export_profiled(
                 )
                 verification = verified(exported)
         example = batches[0]
+        unproven = chosen.note(label)
+        if unproven is not None:
+            note(unproven)
 
     metadata = _metadata(model, format, opset, input_channels, sources, verification, example)
     if format == "onnx":

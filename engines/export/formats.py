@@ -59,9 +59,9 @@ def export_model(
         format: one of `EXPORT_FORMATS`.
         opset: ONNX opset version.
         verify: compare the export with the torch model on frames with animals.
-        verify_frames: uint8 (N, H, W, C) frames that show animals; without them
-            the model directories' training labels are used, then synthetic frames
-            (see `sleap_live.engines.export.frames`).
+        verify_frames: uint8 (N, H, W, C) candidate frames, searched for animals;
+            without them the model directories' training labels are used, then
+            synthetic frames (see `sleap_live.engines.export.frames`).
         settings: the inference settings built into the graph and recorded in
             its metadata (default: sleap-nn predict's).
         progress: told, in one line, what each step is doing (a status display).
@@ -82,8 +82,8 @@ def export_model(
             malformed `verify_frames`, or "tensorrt" without a `frame_size`.
         ModelNotFoundError, ModelConfigError, CheckpointError: the model
             directories cannot be loaded.
-        ExportError: the export failed, does not match the torch model, or the
-            model finds no animals in a verification frame.
+        ExportError: the export failed or does not match the torch model (frames
+            without animals are a one-line note, not an error).
         RuntimeUnavailableError: "openvino" or "tensorrt" without its library
             (or, for "tensorrt", without a CUDA GPU).
     """

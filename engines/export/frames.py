@@ -1,10 +1,11 @@
 """The frames an export is verified on, and where they come from.
 
-A check only means something on frames where the model finds animals, so the
+A check means most on frames where the model finds animals, so the candidate
 frames are taken, in this order, from:
 
-1. the caller (`verify_frames=`: the first frames of the video about to be run,
-   or `sleap-live export --verify-video`);
+1. the caller (`verify_frames=`: frames spread over the whole video about to be
+   run, or over `sleap-live export --verify-video`'s; see
+   `sleap_live.stream.runner.spread_frames`);
 2. the model directories' own training labels, the `labels_gt.train.N.slp` /
    `labels_gt.val.N.slp` files `sleap-nn train` writes (`labels_train_gt_N.slp`
    in older versions): user-labelled frames of the first labelled video that is
@@ -12,9 +13,14 @@ frames are taken, in this order, from:
 3. synthetic frames (`sample_frames`), which only toy models tend to find
    anything in.
 
-Wherever they come from, the verification refuses a frame without animals
-(`sleap_live.engines.export.verify`), so the synthetic fallback fails loudly for
-a real model instead of comparing empty outputs.
+and the torch model then looks for animals in them, a few frames at a time and
+in their order (the spread samples cover the whole video first, then fill in the
+gaps), until it has `FRAMES_WANTED` frames with animals or `SEARCH_SECONDS` have
+passed (`with_animals`). The check runs on the frames with animals it found; where
+it found none, it runs on the first candidates all the same: the graph must still
+agree with torch there, and the run goes on with a one-line note
+(`VerificationFrames.note`) that its detections were not exercised. A valid model
+is never refused because the frames at hand show no animals.
 
 The frames are checked as two batches: up to two frames at their own size, and
 three frames grown to a larger, odd-sized canvas by reflecting their own pixels
@@ -27,7 +33,8 @@ value (float rounding), which says nothing about the export.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import attrs
@@ -39,6 +46,11 @@ from sleap_live.engines.host.frames import convert_channels
 # Frames read from training labels, and the size of the synthetic ones.
 FRAMES_WANTED = 5
 SYNTHETIC_SIZE = (240, 320)
+# The search for frames with animals: frames per torch batch, and the time after
+# which it stops looking (it always looks at one batch). A few seconds: the search
+# runs once, before a model's first export is cached.
+SEARCH_BATCH = 4
+SEARCH_SECONDS = 3.0
 # Rows and columns added for the second check size (one more where needed to make
 # the size odd).
 GROWTH = (23, 37)
@@ -52,6 +64,9 @@ TRAINING_LABELS = (
 GIVE_HINT = "give frames that show animals (verify_frames=, --verify-video VIDEO)"
 SKIP_HINT = "skip verification (verify=False, --no-verify)"
 
+# Animals found per frame of a uint8 (B, H, W, C) batch (the torch model's).
+Detect = Callable[[np.ndarray], Sequence[int]]
+
 
 @attrs.frozen
 class VerificationFrames:
@@ -59,13 +74,29 @@ class VerificationFrames:
 
     Attributes:
         frames: uint8 (N, H, W, C) frames with the model's channel count.
-        source: where they came from, for the metadata and error messages.
-        hint: what the user can do when the model finds no animals in them.
+        source: where they came from, for the metadata and the note.
+        searched: how many candidate frames the model looked for animals in
+            (`with_animals`); 0 before the search.
+        animals: whether the model found animals in the frames (all of them, after
+            `with_animals`); None before the search.
     """
 
     frames: np.ndarray
     source: str
-    hint: str
+    searched: int = 0
+    animals: bool | None = None
+
+    def note(self, label: str) -> str | None:
+        """What the check could and could not prove, in one line, where the search
+        found no animals; None otherwise."""
+        if self.animals is not False:
+            return None
+        return (
+            f"verified the export of {label} on {len(self.frames)} frames without animals "
+            f"(none in the {self.searched} looked at, from {self.source}): the graph agrees "
+            "with torch on them, but its detections were not exercised; to check them, "
+            f"{GIVE_HINT}"
+        )
 
 
 def verification_frames(
@@ -88,25 +119,53 @@ def verification_frames(
     """
     if given is not None:
         frames = convert_channels(_stacked(given), channels)
-        return VerificationFrames(
-            frames,
-            "the given frames",
-            f"{GIVE_HINT}, or {SKIP_HINT}",
-        )
+        return VerificationFrames(frames, "the given frames")
     for model_dir in model_dirs:
         found = _training_label_frames(Path(model_dir))
         if found is not None:
             frames, path = found
             return VerificationFrames(
-                convert_channels(frames, channels),
-                f"the training labels {path}",
-                f"{GIVE_HINT}, or {SKIP_HINT}",
+                convert_channels(frames, channels), f"the training labels {path}"
             )
     where = f" in {', '.join(map(str, model_dirs))}" if model_dirs else ""
     return VerificationFrames(
         sample_frames(FRAMES_WANTED, *SYNTHETIC_SIZE, channels, seed=0),
         f"synthetic frames, as there are no training labels with their video on disk{where}",
-        f"{GIVE_HINT}, or {SKIP_HINT}",
+    )
+
+
+def with_animals(
+    candidates: VerificationFrames,
+    detect: Detect,
+    *,
+    budget_s: float = SEARCH_SECONDS,
+    clock: Callable[[], float] = time.monotonic,
+) -> VerificationFrames:
+    """Up to `FRAMES_WANTED` of the candidates in which `detect` finds animals.
+
+    The candidates are looked at in order, `SEARCH_BATCH` at a time, until enough
+    frames with animals are found or `budget_s` seconds have passed (after the
+    first batch). Where none shows animals, the first `FRAMES_WANTED` candidates,
+    marked `animals=False`.
+    """
+    frames = candidates.frames
+    found: list[np.ndarray] = []
+    searched = 0
+    deadline = clock() + budget_s
+    while searched < len(frames) and len(found) < FRAMES_WANTED:
+        if searched and clock() > deadline:
+            break
+        batch = frames[searched : searched + SEARCH_BATCH]
+        found.extend(frame for frame, count in zip(batch, detect(batch), strict=True) if count)
+        searched += len(batch)
+    if found:
+        picked = np.stack(found[:FRAMES_WANTED])
+        return attrs.evolve(candidates, frames=picked, searched=searched, animals=True)
+    return attrs.evolve(
+        candidates,
+        frames=np.ascontiguousarray(frames[:FRAMES_WANTED]),
+        searched=searched,
+        animals=False,
     )
 
 

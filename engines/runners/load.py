@@ -15,8 +15,10 @@ The kind of model given picks its runner's constructor (`RUNNERS`, in
 
 *"auto" runs ONNX Runtime on the CPU (or OpenVINO where it measured faster, see
 `runners.cpu_choice`) and on a GPU with onnxruntime-gpu, torch on a GPU otherwise.
-Model directories run with ONNX Runtime are exported first, verified on frames
-with animals (`verify_frames`) and kept in the export cache, and on the CPU each
+Model directories run with ONNX Runtime are exported first, verified on the frames
+of `verify_frames` in which the torch model finds animals (with a one-line note
+where it finds none; `sleap_live.engines.export.frames`) and kept in the export
+cache, and on the CPU each
 frame shape gets a graph specialised to it (`sleap_live.engines.export.on_demand`);
 TensorRT engines are built for each frame size and cached
 (`sleap_live.engines.export.tensorrt_on_demand`). Every artifact goes under one

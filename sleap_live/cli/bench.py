@@ -48,7 +48,7 @@ def add_parser(commands: Any) -> None:
     )
     add_decoder_option(parser)
     add_verify_options(
-        parser, frames_default="the first frames of VIDEO", description=IN_MEMORY_EXPORT
+        parser, frames_default="frames spread over VIDEO", description=IN_MEMORY_EXPORT
     )
     add_cache_options(parser)
     add_inference_options(parser)

@@ -25,7 +25,7 @@ from sleap_live.engines.runners.base import Runner
 from sleap_live.engines.runners.devices import DEVICE_FORMS, is_device
 from sleap_live.engines.runners.load import ENGINES
 from sleap_live.engines.settings import DEFAULT_SETTINGS, InferenceSettings
-from sleap_live.stream.runner import VERIFY_FRAMES, first_frames, load_for_source
+from sleap_live.stream.runner import load_for_source, spread_frames
 from sleap_live.stream.sources import DECODERS, Source, is_url
 from sleap_live.stream.sources.group import SourceGroup
 
@@ -315,8 +315,8 @@ def add_verify_options(
         "--verify-video",
         type=Path,
         metavar="VIDEO",
-        help=f"verify on the first {VERIFY_FRAMES} frames of this video, which must show "
-        f"animals (default: {frames_default})",
+        help="verify on frames of this video in which the model finds animals, searched "
+        f"for over its whole length (default: {frames_default})",
     )
     check.add_argument(
         "--no-verify",
@@ -402,7 +402,7 @@ def load_model(
         console: where the status line goes.
         verify_on: what an export is verified on without --verify-video: the source
             the command runs on, loaded as `Pipeline` loads (`load_for_source`), or a
-            video file's first frames; None: the training labels' frames.
+            video file's frames spread over its length; None: the training labels' frames.
         quiet: show no status line.
 
     Raises:
@@ -411,7 +411,7 @@ def load_model(
     """
     verify = verify_options(args)
     if isinstance(verify_on, Path) and verify.get("verify") and "verify_frames" not in verify:
-        verify["verify_frames"] = first_frames(verify_on)
+        verify["verify_frames"] = spread_frames(verify_on)
     with loading_status(console, quiet=quiet) as progress:
         options = {
             "engine": args.engine,
@@ -443,7 +443,7 @@ def verify_options(args: argparse.Namespace) -> dict[str, Any]:
     if not args.verify:
         return {"verify": False}
     if args.verify_video is not None:
-        return {"verify": True, "verify_frames": first_frames(args.verify_video)}
+        return {"verify": True, "verify_frames": spread_frames(args.verify_video)}
     return {"verify": True}
 
 

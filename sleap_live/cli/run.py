@@ -98,7 +98,7 @@ def add_parsers(commands: Any) -> None:
     )
     _add_common_options(
         run,
-        frames_default="the first frames of VIDEO; for a camera, frames of the model "
+        frames_default="frames spread over VIDEO; for a camera, frames of the model "
         "directories' training labels, else synthetic frames",
         batch_size_help="frames per engine call (default: 8 for files, 1 for cameras)",
         output_help="poses to this file (default: for a file, STEM.predictions.slp in the "
@@ -117,7 +117,7 @@ def add_parsers(commands: Any) -> None:
     replay.add_argument("video", type=video_or_url, metavar="VIDEO", help="video file")
     _add_common_options(
         replay,
-        frames_default="the first frames of VIDEO",
+        frames_default="frames spread over VIDEO",
         batch_size_help="frames per engine call (default: 1, as for a camera)",
         output_help="poses to this file (default: STEM.predictions.slp in the working "
         "directory, STEM being the video's name without its suffix)",

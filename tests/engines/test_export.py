@@ -305,30 +305,29 @@ def test_frames_a_pixel_high_still_grow_to_a_check_canvas():
 # ------------------------------------------------------- frames with animals
 
 
-def test_a_verification_frame_without_animals_fails_loudly(tmp_path, toy_models):
+def test_given_frames_without_animals_are_passed_over(tmp_path, toy_models):
     model = toy_models.ToyInstanceModel()
     frames = sample_frames(4, 64, 80, 3, seed=3)
-    frames[3] = 0  # nothing to find; it lands in the second check batch
-    with pytest.raises(ExportError) as error:
-        export_inference_model(model, tmp_path, verify_frames=frames, sources=[tmp_path / "toy"])
-    message = str(error.value)
-    assert f"cannot verify the export of the topdown model ({tmp_path / 'toy'})" in message
-    assert "finds no animals in frame 1 of the 87×117 check batch" in message
-    assert "from the given frames" in message
-    assert "--no-verify" in message and "verify_frames=" in message
-    assert not list(tmp_path.iterdir())
-
-
-def test_synthetic_frames_without_detections_fail_loudly(toy_models):
-    blind = toy_models.ToyInstanceModel(threshold=2.0)  # brightness never exceeds 1
-    with pytest.raises(
-        ExportError, match=r"no animals in frame 0 of the 240×320 check batch"
-    ) as error:
-        export_onnx_bytes(blind)
-    assert "synthetic frames, as there are no training labels with their video on disk;" in str(
-        error.value
+    frames[1] = 0  # nothing to find: the check runs on the other three
+    notes: list[str] = []
+    path = export_inference_model(
+        model, tmp_path, verify_frames=frames, sources=[tmp_path / "toy"], note=notes.append
     )
-    assert "--verify-video VIDEO" in str(error.value)
+    checks = read_onnx_metadata(path).verification
+    assert notes == []
+    assert [check["frames"] for check in checks] == [[2, 64, 80, 3], [3, 87, 117, 3]]
+    assert all(all(check["detections"]) for check in checks)
+    assert all(check["frame_source"] == "the given frames" for check in checks)
+
+
+def test_synthetic_frames_without_detections_verify_with_a_one_line_note(toy_models):
+    blind = toy_models.ToyInstanceModel(threshold=2.0)  # brightness never exceeds 1
+    notes: list[str] = []
+    export_onnx_bytes(blind, note=notes.append)
+    [note] = notes
+    assert note.startswith("verified the export of the topdown model on 5 frames without animals")
+    assert "(none in the 5 looked at, from synthetic frames, as there are no training" in note
+    assert note.endswith("--verify-video VIDEO)")
 
 
 @pytest.mark.parametrize("name", FIXTURE_MODELS)
@@ -410,11 +409,18 @@ def test_training_labels_whose_video_is_gone_leave_synthetic_frames(labelled_mod
     labels = sio.load_slp(str(labelled_model_dir / "labels_gt.val.0.slp"))
     labels.videos[0].replace_filename(str(labelled_model_dir / "gone.mkv"), open=False)
     labels.save(str(labelled_model_dir / "labels_gt.val.0.slp"))
-    with pytest.raises(ExportError, match=r"centroid model .*finds no animals") as error:
-        export_onnx_bytes(load_inference_model(labelled_model_dir), sources=[labelled_model_dir])
-    assert f"no training labels with their video on disk in {labelled_model_dir}" in str(
-        error.value
+    notes: list[str] = []
+    onnx_bytes = export_onnx_bytes(
+        load_inference_model(labelled_model_dir), sources=[labelled_model_dir], note=notes.append
     )
+    metadata = ExportMetadata.from_json(
+        {p.key: p.value for p in onnx.load_from_string(onnx_bytes).metadata_props}[METADATA_KEY]
+    )
+    source = metadata.verification[0]["frame_source"]
+    assert f"no training labels with their video on disk in {labelled_model_dir}" in source
+    # The fixture centroid model finds animals in some synthetic frames, so no note.
+    assert all(all(check["detections"]) for check in metadata.verification[:1])
+    assert notes == []
 
 
 def test_unreadable_training_labels_are_one_clear_error(tmp_path, toy_models):

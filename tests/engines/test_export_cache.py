@@ -20,7 +20,6 @@ import numpy as np
 import pytest
 
 from sleap_live.cli import main
-from sleap_live.cli.options import first_frames
 from sleap_live.engines.cache import CACHE_DIR_ENV, cache_root
 from sleap_live.engines.export import exporter
 from sleap_live.engines.load import export_cache
@@ -32,6 +31,7 @@ from sleap_live.engines.load.export_cache import (
 )
 from sleap_live.engines.load.metadata import sidecar_path
 from sleap_live.engines.runners.load import load_runner
+from sleap_live.stream.runner import first_frames
 
 DATA = Path(__file__).parents[1] / "data"
 SINGLE = DATA / "models" / "single_instance"

@@ -32,6 +32,7 @@ from sleap_live import cli, engines
 from sleap_live.cli import export as cli_export
 from sleap_live.engines.runners import load as engines_api
 from sleap_live.stream import OutputOptions, Pipeline, open_source
+from sleap_live.stream.runner import SPREAD_FRAMES, spread_indices
 from tests.committed import require
 
 FAKES = Path(__file__).with_name("fakes.py")
@@ -104,7 +105,7 @@ def test_run_a_file_writes_every_frame(video, tmp_path, fake_engine, capsys, fak
     assert "40/40 frames" in err and "40 frames in" in err and f"poses: {out}" in err
 
 
-def test_runs_verify_an_in_memory_export_on_the_first_frames_of_their_video(
+def test_runs_verify_an_in_memory_export_on_frames_spread_over_their_video(
     video, tmp_path, fake_engine, fakes, monkeypatch
 ):
     monkeypatch.chdir(tmp_path)  # where the run without -o writes its poses
@@ -117,11 +118,15 @@ def test_runs_verify_an_in_memory_export_on_the_first_frames_of_their_video(
         assert cli.main([*argv, "-m", "m", "-q", "-o", str(tmp_path / "out.slp")]) == 0
     assert cli.main(["run", str(video), "-m", "m", "-q", "--no-verify"]) == 0
     first, replayed, given, skipped = fake_engine.options
-    for options, clip in ((first, video), (replayed, video), (given, other)):
+    for options, clip, n_frames in ((first, video, 40), (replayed, video, 40), (given, other, 12)):
         assert options["verify"] is True
         frames = options["verify_frames"]
-        assert frames.shape == (5, 24, 32, 1) and frames.dtype == np.uint8
-        expected = [fakes.frame_image(i, (24, 32, 1)) for i in range(5)]
+        assert frames.dtype == np.uint8
+        # A clip of at most SPREAD_FRAMES frames gives them all; a longer one, frames
+        # spread over it, first frame first.
+        long = n_frames > SPREAD_FRAMES
+        indices = spread_indices(n_frames, SPREAD_FRAMES) if long else list(range(n_frames))
+        expected = [fakes.frame_image(i, (24, 32, 1)) for i in indices]
         np.testing.assert_array_equal(frames, np.stack(expected), err_msg=str(clip))
     assert skipped["verify"] is False and "verify_frames" not in skipped
 
@@ -139,7 +144,7 @@ def test_pipeline_loads_model_paths_as_run_does(replay, video, tmp_path, fake_en
     assert (cli_models, cli_runtime) == (api_models, api_runtime) == (["m"], ["auto", "auto"])
     from_cli, from_pipeline = fake_engine.options
     assert from_cli["verify"] is from_pipeline.get("verify", True) is True
-    assert from_cli["verify_frames"].shape == (5, 24, 32, 1)
+    assert from_cli["verify_frames"].shape == (SPREAD_FRAMES, 24, 32, 1)
     np.testing.assert_array_equal(from_pipeline["verify_frames"], from_cli["verify_frames"])
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import sleap_io as sio
 
+from sleap_live.stream.runner import SPREAD_FRAMES
 from tests import script_modules as scripts
 
 example = scripts.load("closed_loop_example.py")
@@ -37,8 +38,9 @@ def test_example_triggers_polls_and_reports(clip, fakes, monkeypatch, capsys):
     assert "40 frames at" in out and "0 dropped" in out
     assert "the callback skipped 0 records" in out
     assert runners[0].closed
-    # A model directory's in-memory export would be verified on the video's first frames.
-    assert options_given[0]["verify_frames"].shape == (5, 24, 32, 1)
+    # A model directory's in-memory export would be verified on frames spread over the
+    # video (the exporter keeps those with animals).
+    assert options_given[0]["verify_frames"].shape == (SPREAD_FRAMES, 24, 32, 1)
 
 
 REPO = Path(__file__).parents[2]
