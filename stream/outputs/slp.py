@@ -478,7 +478,10 @@ def _save_collecting_failures(labels: sio.Labels, partial: Path, slp: Path) -> l
             # be finalised now, not whenever the error is let go.
             failures.insert(0, _one_line(error))
             traceback.clear_frames(error.__traceback__)
-        gc.collect()  # finalise the save's h5py objects while the hooks collect
+        if failures or hdf5_objects_open() > open_before:
+            # Finalise the save's h5py objects while the hooks collect. Only then: a
+            # full collection of a large process can take longer than a stop waits.
+            gc.collect()
         if hdf5_objects_open() > open_before:
             failures.append("HDF5 could not close the file")
     finally:
