@@ -169,6 +169,10 @@ class Publisher:
         self._zmq, self._packb = _import_packages()
         lib = self._zmq
         self._context = lib.Context()
+        # Sockets of this context that set no linger of their own (the monitor's) drop
+        # what is queued when closed: a context let go of without `close` then ends in
+        # its finaliser instead of blocking the thread that collected it for ever.
+        self._context.setsockopt(lib.LINGER, 0)
         self._socket: zmq.Socket[bytes] = self._context.socket(lib.XPUB)
         try:
             self._socket.setsockopt(lib.SNDHWM, hwm)
