@@ -13,9 +13,13 @@ Loaded by `conftest.py` (fixture `fakes`) and by CLI subprocess scripts by path.
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 import numpy as np
 
@@ -421,3 +425,35 @@ def drive(
         settle(pipeline, source, runner)
     if end:
         source.end()
+
+
+def run_under_idle_connections(
+    script: str, output: Path, count: int = 1100
+) -> tuple[subprocess.CompletedProcess[str], int]:
+    """Runs `script` (given the output path and the repository root; it prints the
+    port it serves, then its figures) in a child process while `count` idle TCP
+    connections are opened to that port; the finished child and the connections made."""
+    root = str(Path(__file__).parents[2])
+    child = subprocess.Popen(
+        [sys.executable, "-c", script, str(output), root],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    idle: list[socket.socket] = []
+    try:
+        assert child.stdout is not None
+        port = int(child.stdout.readline())
+        for _ in range(count):
+            try:
+                idle.append(socket.create_connection(("127.0.0.1", port), 5))
+            except OSError:
+                break  # the run ended already
+        out, err = child.communicate(timeout=120)
+    finally:
+        for connection in idle:
+            connection.close()
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    return subprocess.CompletedProcess(child.args, child.returncode, out, err), len(idle)

@@ -567,37 +567,16 @@ print(stats.frames_processed, stats.frames_dropped, flush=True)
 """
 
 
-def test_idle_connections_past_the_descriptor_limit_cost_the_publishing_run_nothing(tmp_path):
+def test_idle_connections_past_the_descriptor_limit_cost_the_publishing_run_nothing(
+    tmp_path, fakes
+):
     """1,100 idle connections to the publisher of a run whose soft limit is 1,024
     descriptors: the run processes and saves every frame, and logs one line."""
-    import socket
-
     output = tmp_path / "poses.slp"
-    root = str(Path(__file__).parents[2])
-    child = subprocess.Popen(
-        [sys.executable, "-c", LIMITED_RUN, str(output), root],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    idle: list[socket.socket] = []
-    try:
-        assert child.stdout is not None
-        port = int(child.stdout.readline())
-        for _ in range(1100):
-            try:
-                idle.append(socket.create_connection(("127.0.0.1", port), 5))
-            except OSError:
-                break  # the run ended already
-        out, err = child.communicate(timeout=120)
-    finally:
-        for connection in idle:
-            connection.close()
-        if child.poll() is None:
-            child.kill()
-            child.communicate()
-    assert child.returncode == 0, err[-2000:]
-    assert len(idle) == 1100
+    done, connected = fakes.run_under_idle_connections(LIMITED_RUN, output)
+    out, err = done.stdout, done.stderr
+    assert done.returncode == 0, err[-2000:]
+    assert connected == 1100
     assert out.split() == ["300", "0"]
     assert len(sio.load_slp(str(output)).labeled_frames) == 300
     assert "Traceback" not in err and len(err.splitlines()) <= 5, err[-2000:]
