@@ -88,15 +88,18 @@ from sleap_live.stream.slots import SourceSlots
 from sleap_live.stream.source_reader import SourceReader, watch_all
 from sleap_live.stream.sources import Source
 from sleap_live.stream.sources.group import SourceGroup
-from sleap_live.stream.stages import StageThreads
+from sleap_live.stream.stages import StageThreads, signals_held
 from sleap_live.stream.stats import PipelineStats, StageMeters
 from sleap_live.stream.types import Frame, PoseRecord
 
 __all__ = ["DEFAULT_BATCH_SIZE", "POLICIES", "RECORDED_BACKGROUND_NICE", "Pipeline", "Policy"]
 
 # Seconds `stop(timeout)` waits, past its timeout, for the stages to finish once no
-# consumer holds them back.
-STOP_GRACE = 1.0
+# consumer holds them back: the outputs' final saves, which write the pose file
+# from the journal (a long run's takes longer; on a busy machine a short one has
+# taken over a second). A stop that gives up on a save leaves the poses in the
+# journal, for `sleap-live recover`.
+STOP_GRACE = 5.0
 
 # Records kept in the ring: about 8 s at 30 fps of slack for a lagging consumer.
 # A record is small (max_instances x nodes x 3 floats), so this costs little.
@@ -331,17 +334,20 @@ class Pipeline:
                 )
             self._started = True
             self._meters.start()
-            for name, body in consumers:
-                self._stages.spawn(name, body)
-            for name, loop in self._outputs.loops.items():
-                self._stages.spawn(f"{name} writer", loop)
-            self._stages.spawn("emit", self._emit)
-            self._stages.spawn("infer", self._infer)
-            self._stages.spawn("batcher", self._batch)
-            self._stages.spawn("capture", self._capture)
-            for stage, body in self._pending_callbacks:
-                self._stages.spawn(stage, body)
-            self._pending_callbacks.clear()
+            # A Ctrl-C while the stages start lands once all of them run (as
+            # KeyboardInterrupt from here), so `stop` has a whole pipeline to save.
+            with signals_held():
+                for name, body in consumers:
+                    self._stages.spawn(name, body)
+                for name, loop in self._outputs.loops.items():
+                    self._stages.spawn(f"{name} writer", loop)
+                self._stages.spawn("emit", self._emit)
+                self._stages.spawn("infer", self._infer)
+                self._stages.spawn("batcher", self._batch)
+                self._stages.spawn("capture", self._capture)
+                for stage, body in self._pending_callbacks:
+                    self._stages.spawn(stage, body)
+                self._pending_callbacks.clear()
         return self
 
     def stop(self, timeout: float | None = None) -> None:
@@ -394,8 +400,8 @@ class Pipeline:
             KeyboardInterrupt: after stopping cleanly and saving the outputs.
             PipelineError, StreamError, EngineError: as `join`.
         """
-        self.start()
         try:
+            self.start()
             self.join()
         except KeyboardInterrupt:
             self.stop(self.stop_timeout)
@@ -403,7 +409,12 @@ class Pipeline:
         return self.stats
 
     def __enter__(self) -> Pipeline:
-        return self.start()
+        try:
+            return self.start()
+        except KeyboardInterrupt:
+            # Started, but the block never runs, so `__exit__` would not stop it.
+            self.stop(self.stop_timeout)
+            raise
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop(self.stop_timeout)

@@ -9,13 +9,46 @@ for (a callback that never returns), whose daemon thread then runs on uncounted.
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import sys
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 from sleap_live.engines.errors import EngineError
 from sleap_live.stream.errors import PipelineError, StreamError
+
+# The signals that stop a run as Ctrl-C does, outputs saved (the CLI's handlers
+# raise KeyboardInterrupt for each): SIGHUP (the terminal closed) and SIGQUIT
+# (Ctrl-\) would otherwise kill the run with its poses left in the journal.
+# Windows has neither.
+STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)
+if sys.platform != "win32":
+    STOP_SIGNALS += (signal.SIGHUP, signal.SIGQUIT)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold the stopping signals in this thread for the block; any that came run
+    their handler (a Ctrl-C raises KeyboardInterrupt) as the block ends.
+
+    Starting a pipeline's stages is then all or nothing against a Ctrl-C: one that
+    lands while they start is raised with every stage running, so `stop` finds a
+    whole pipeline to stop and save. Threads started in the block inherit the mask
+    and never take these signals (Python runs handlers in the main thread anyway).
+    Without `pthread_sigmask` (Windows) signals are not held.
+    """
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        # Restoring runs the handler of a held signal at once, here.
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 class StageThreads:

@@ -45,17 +45,12 @@ from sleap_live.cli import bench, cameras, check, export, recover, render, run
 from sleap_live.cli.options import PROG, Parser, UsageError
 from sleap_live.engines.errors import EngineError
 from sleap_live.stream.errors import StreamError
+from sleap_live.stream.stages import STOP_SIGNALS
 
 __all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_TERMINATED", "EXIT_USAGE", "main", "parser"]
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED, EXIT_TERMINATED = 128 + signal.SIGINT, 128 + signal.SIGTERM
-# Each stops a command as Ctrl-C does (outputs saved), exiting 128 + its number:
-# SIGHUP (the terminal closed) and SIGQUIT (Ctrl-\) would otherwise kill the run
-# with its poses left in the journal. Windows has neither.
-STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)
-if sys.platform != "win32":
-    STOP_SIGNALS += (signal.SIGHUP, signal.SIGQUIT)
 COMMANDS = (
     "run",
     "replay",

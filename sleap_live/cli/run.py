@@ -478,8 +478,8 @@ def _process(pipeline: Pipeline, args: argparse.Namespace, console: Console) -> 
         else live_display(view(lambda: pipeline.stats), console)
     )
     with display:
-        pipeline.start()
         try:
+            pipeline.start()
             pipeline.join(args.duration)
         except KeyboardInterrupt:
             console.print("stopping: finishing the frames in flight and saving outputs")

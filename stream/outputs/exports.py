@@ -22,6 +22,7 @@ A run journals its poses (see `journal`) and, when it ends, writes the file its
 from __future__ import annotations
 
 import csv
+import importlib
 import json
 import math
 import os
@@ -53,6 +54,32 @@ def check_suffix(path: Path) -> None:
             f"{path}: cannot write poses to a {path.suffix or 'suffix-less'} file; "
             f"pose files are {', '.join(SUFFIXES)}"
         )
+
+
+# What a final save loads on its first use: sleap-io resolves its names and
+# loads its writers lazily (.slp's writer alone takes ~0.5 s, more on a busy
+# machine; .h5 brings pandas; NWB takes seconds). Loaded when the output opens
+# instead, so the final save, which a stop's timeout bounds, only writes.
+_LABELS_NAMES = ("Labels", "LabeledFrame", "PredictedInstance", "Skeleton", "Track", "Video")
+_SAVER_MODULES: Mapping[str, tuple[str, ...]] = {
+    ".slp": ("sleap_io.io.main", "sleap_io.io.slp", "sleap_io.model.centroid"),
+    ".h5": ("sleap_io.io.main", "sleap_io.io.analysis_h5", "sleap_io.model.matching"),
+    ".nwb": ("sleap_live.stream.outputs.nwb",),
+    ".csv": (),
+}
+
+
+def prepare_saver(path: Path) -> None:
+    """Load what saving to `path` (by its suffix) needs, so the save itself does not.
+
+    Raises:
+        ValueError: `path`'s suffix is not a pose file's (see `check_suffix`).
+    """
+    check_suffix(path)
+    for name in _LABELS_NAMES:
+        getattr(sio, name)
+    for module in _SAVER_MODULES[path.suffix.lower()]:
+        importlib.import_module(module)
 
 
 def sidecars(path: Path) -> list[Path]:

@@ -25,7 +25,7 @@ import sleap_io as sio
 
 from sleap_live.engines.types import FramePoses, Skeleton
 from sleap_live.stream.clock import MONOTONIC, Clock
-from sleap_live.stream.outputs.exports import check_suffix, save_labels
+from sleap_live.stream.outputs.exports import prepare_saver, save_labels
 from sleap_live.stream.outputs.guard import (
     OutputError,
     OutputLock,
@@ -143,7 +143,7 @@ class SlpWriter:
         clock: Clock = MONOTONIC,
     ) -> None:
         self.path = Path(path)
-        check_suffix(self.path)
+        prepare_saver(self.path)
         if not self.path.parent.is_dir():
             raise FileNotFoundError(f"{self.path}: folder {self.path.parent} does not exist")
         if len(frame_shape) != 3:

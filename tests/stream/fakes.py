@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
+import sleap_io as sio
 
 from sleap_live.engines.errors import InputMismatchError
 from sleap_live.engines.types import FramePoses, ModelInfo, Skeleton
@@ -457,3 +458,8 @@ def run_under_idle_connections(
             child.kill()
             child.communicate()
     return subprocess.CompletedProcess(child.args, child.returncode, out, err), len(idle)
+
+
+def saved_frames(path: Path) -> list[int]:
+    """The frame indices a pose file holds, in its order."""
+    return [lf.frame_idx for lf in sio.load_slp(str(path), open_videos=False)]

@@ -13,7 +13,6 @@ import re
 from pathlib import Path
 
 import pytest
-import sleap_io as sio
 from rich.console import Console
 
 from sleap_live import cli
@@ -21,13 +20,10 @@ from sleap_live.engines.runners import load as engines_api
 from sleap_live.stream import OutputOptions, Pipeline, open_source
 from sleap_live.stream.dashboard import render_dashboard
 from sleap_live.stream.sources import ReplaySource
+from tests.stream.fakes import saved_frames
 
 DEMO = Path(__file__).parents[1] / "data" / "videos" / "demo.mp4"
 DEMO_FRAMES = 150
-
-
-def saved_frames(path: Path) -> list[int]:
-    return [lf.frame_idx for lf in sio.load_slp(str(path), open_videos=False)]
 
 
 def dashboard_text(stats) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import av
@@ -204,6 +206,37 @@ def test_csv_holds_every_frame_of_the_slp_with_a_provenance_sidecar(runner, refe
 
 def records(fakes, n: int) -> list[PoseRecord]:
     return [PoseRecord(i, i / 30, i / 30 + 0.01, "fake.mp4", fakes.poses_for(i)) for i in range(n)]
+
+
+# The final save runs inside a stop's timeout; a fresh interpreter shows what it imports.
+FINAL_SAVE_IMPORTS = """
+import sys
+from pathlib import Path
+from sleap_live.stream.outputs.slp import SlpWriter
+from sleap_live.stream.types import PoseRecord
+from tests.stream import fakes
+writer = SlpWriter(Path(sys.argv[1]), fakes.SKELETON, video="v.mp4", frame_shape=(8, 8, 1))
+writer.write(PoseRecord(0, 0.0, 0.01, "fake.mp4", fakes.poses_for(0)))
+before = set(sys.modules)
+writer.close()
+# The standard library's own lazy imports (codecs) cost nothing worth timing.
+new = set(sys.modules) - before
+print(sorted(m for m in new if m.split(".")[0] not in sys.stdlib_module_names))
+"""
+
+
+@pytest.mark.parametrize("suffix", SUFFIXES)
+def test_the_final_save_imports_nothing(tmp_path, suffix):
+    # Opening the output imports the format's writer (sleap-io's for .slp alone
+    # takes seconds on a busy machine), so closing it fits a stop's timeout.
+    done = subprocess.run(
+        [sys.executable, "-c", FINAL_SAVE_IMPORTS, str(tmp_path / f"poses{suffix}")],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+        check=True,
+    )
+    assert done.stdout.strip() == "[]", done.stdout
 
 
 @pytest.mark.parametrize("suffix", SUFFIXES)

@@ -31,6 +31,7 @@ from sleap_live.stream.pipeline import Pipeline
 from sleap_live.stream.ring import DEFAULT_STALL_TIMEOUT, RingBuffer
 from sleap_live.stream.sources import open_source
 from sleap_live.stream.types import PoseRecord
+from tests.stream.fakes import saved_frames
 
 FAKES = Path(__file__).with_name("fakes.py")
 sys.path.insert(0, str(Path(__file__).parents[2] / "scripts"))
@@ -42,10 +43,6 @@ _SLP_WRITER_NEEDS = (sio.LabeledFrame, sio.Labels, sio.PredictedInstance, sio.Vi
 # Real seconds after which a wait that should end fails the test: generous, as the
 # recorded policy runs its stages at the lowest priority and the machine may be busy.
 HANG = 30.0
-
-
-def saved_frames(path: Path) -> list[int]:
-    return [lf.frame_idx for lf in sio.load_slp(str(path), open_videos=False)]
 
 
 def raising_at(frame: int):

@@ -20,7 +20,10 @@ from pathlib import Path
 import pytest
 import sleap_io as sio
 
+from sleap_live.stream import OutputOptions, Pipeline
 from sleap_live.stream.outputs.journal import journal_path
+from sleap_live.stream.stages import StageThreads
+from tests.stream.fakes import saved_frames
 
 SOAK = Path(__file__).parents[2] / "scripts" / "fault_soak.py"
 sys.path.insert(0, str(SOAK.parent))
@@ -139,3 +142,29 @@ def test_the_summary_counts_what_the_file_holds(signum, tmp_path):
     assert claimed_frames(err, out) == len(labels)
     finished = fault_soak.finished_frames(log_dir)
     assert [lf.frame_idx for lf in labels] == sorted(finished)  # every finished frame
+
+
+@pytest.mark.parametrize("entry", ["run", "with"])
+def test_ctrl_c_while_the_stages_start_stops_a_whole_pipeline_and_saves(
+    entry, fakes, tmp_path, monkeypatch
+):
+    # The CLI saw this under load: the signal landed in start(), between two stages.
+    out = tmp_path / "out.slp"
+    source, runner = fakes.FakeSource(600), fakes.FakeRunner()
+    pipeline = Pipeline(source, runner, outputs=OutputOptions(output=out))
+    spawn = StageThreads.spawn
+
+    def spawn_then_interrupt(threads, stage, target, *args):
+        spawn(threads, stage, target, *args)
+        if stage == "emit":
+            signal.raise_signal(signal.SIGINT)  # infer, batcher and capture not yet started
+
+    monkeypatch.setattr(StageThreads, "spawn", spawn_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        if entry == "run":
+            pipeline.run()
+        else:
+            with pipeline:
+                pytest.fail("the block ran after a Ctrl-C in start()")
+    assert not pipeline.stats.running
+    assert saved_frames(out) == list(range(pipeline.stats.frames_processed))

@@ -26,7 +26,6 @@ from pathlib import Path
 
 import av
 import pytest
-import sleap_io as sio
 
 from sleap_live import cli
 from sleap_live.stream import OutputOptions
@@ -41,6 +40,7 @@ from sleap_live.stream.sources import (
     ReplaySource,
     open_source,
 )
+from tests.stream.fakes import saved_frames
 
 FAKES = Path(__file__).with_name("fakes.py")
 # Real seconds a test waits for what should take milliseconds before it fails.
@@ -115,10 +115,6 @@ def done_with(pipeline, n: int) -> bool:
     """Whether `n` frames were processed or (live policy) dropped for newer ones."""
     stats = pipeline.stats
     return stats.frames_processed + stats.frames_dropped == n
-
-
-def saved_frames(path: Path) -> list[int]:
-    return [lf.frame_idx for lf in sio.load_slp(str(path), open_videos=False)]
 
 
 def reader_threads() -> list[threading.Thread]:
