@@ -273,9 +273,11 @@ def test_tensorrt_profile_agrees_with_the_default_at_an_odd_size(name):
     _, video, _, _ = goldens.case_paths(name)
     frames = _odd_canvas(_frames(video)[:16])
     # The default graph's own check grows the frames further, past where the
-    # fixture models find animals; it is verified at other sizes elsewhere.
+    # fixture models find animals; it is verified at other sizes elsewhere. The
+    # tensorrt graph's check against torch is the golden test's; here it is held
+    # to the default graph, frame by frame.
     default = _poses(_export(name, frames, "default", verify=False), frames)
-    tensorrt = _poses(_export(name, frames, "tensorrt"), frames)
+    tensorrt = _poses(_export(name, frames, "tensorrt", verify=False), frames)
     for index, (d, t) in enumerate(zip(default, tensorrt, strict=True)):
         where = f"{name} frame {index} at {frames.shape[1]}x{frames.shape[2]}"
         assert len(t["points"]) == len(d["points"]), where

@@ -146,7 +146,7 @@ def test_the_summary_counts_what_the_file_holds(signum, tmp_path):
 
 @pytest.mark.parametrize("entry", ["run", "with"])
 def test_ctrl_c_while_the_stages_start_stops_a_whole_pipeline_and_saves(
-    entry, fakes, tmp_path, monkeypatch
+    entry, fakes, tmp_path, monkeypatch, request
 ):
     # The CLI saw this under load: the signal landed in start(), between two stages.
     out = tmp_path / "out.slp"
@@ -160,6 +160,9 @@ def test_ctrl_c_while_the_stages_start_stops_a_whole_pipeline_and_saves(
             signal.raise_signal(signal.SIGINT)  # infer, batcher and capture not yet started
 
     monkeypatch.setattr(StageThreads, "spawn", spawn_then_interrupt)
+    # Ctrl-C raises KeyboardInterrupt, as in a program (pytest-xdist's workers ignore it).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, previous))
     with pytest.raises(KeyboardInterrupt):
         if entry == "run":
             pipeline.run()
