@@ -326,6 +326,10 @@ def _stack_on_device(frames: list[Frame], streams: DeviceStreams) -> tuple[Any, 
         images = torch.stack([frame.image for frame in frames])
         ready = torch.cuda.Event()
         ready.record(streams.copy)
+    # The sources' buffers are free once the stack has read them.
+    for frame in frames:
+        if frame.release is not None:
+            frame.release(streams.copy)
     # Allocated on the copy stream, read on the inference stream: the caching
     # allocator must not reuse its memory before the inference stream is done.
     images.record_stream(streams.inference)
