@@ -20,7 +20,7 @@ from sleap_live.engines.errors import (
     RuntimeUnavailableError,
 )
 from sleap_live.engines.host.outputs import BATCH_AXIS, INSTANCE_AXIS
-from sleap_live.engines.optional import GPU_INSTALL_HINT
+from sleap_live.engines.optional import GPU_INSTALL_HINT, ORT_INSTALL_HINT
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
@@ -179,7 +179,7 @@ def create_session(
         import onnxruntime as ort
     except ImportError as error:
         raise RuntimeUnavailableError(
-            "onnxruntime is not installed (pip install onnxruntime)"
+            f"ONNX Runtime is not installed ({ORT_INSTALL_HINT})"
         ) from error
     origin = "ONNX model bytes" if isinstance(model, bytes) else str(model)
     if not isinstance(model, bytes) and not Path(model).is_file():

@@ -697,7 +697,7 @@ def test_missing_tensorrt_is_one_line(monkeypatch, tmp_path):
     path.write_bytes(clean_onnx())
     with pytest.raises(
         RuntimeUnavailableError,
-        match=r'TensorRT is not installed \(pip install "sleap-live\[gpu\]"\)',
+        match=r'TensorRT is not installed \(pip install "sleap-live\[gpu\]" for CUDA 13',
     ):
         load_runner(path, engine="tensorrt")
 
