@@ -7,8 +7,9 @@ On a CUDA device every step stays on the GPU: the model itself converts
 channels, resizes, pads and normalises in torch, so frames never visit the host
 or OpenCV. A CUDA tensor is used in place; a numpy batch is copied up once
 through a pinned buffer, asynchronously. The work is queued on one stream (given
-to the runner, or to one run, else torch's current stream), ordered after what
-the caller queued on its current stream; outputs come back through pinned
+to one run, or to the runner, else a stream of the runner's own on its device:
+never the legacy default stream), ordered after what the caller queued on its
+current stream; outputs come back through pinned
 buffers after one synchronisation. With `cuda_graphs=True` the model runs
 through CUDA graphs captured per input shape (see
 `sleap_live.engines.runners.cuda.GraphedForward`), when its outputs are fixed-size
@@ -57,7 +58,7 @@ class TorchRunner:
             another count are converted before the call. Eager inference models
             take both; a TorchScript export records what it takes.
         stream: CUDA only: the `torch.cuda.Stream` runs queue their work on
-            (None: torch's current stream at each run).
+            (None: a stream of the runner's own on its device).
         cuda_graphs: CUDA only: capture the model in a CUDA graph per input
             shape after a warm-up run, and replay it (see the module docstring).
         max_graphs: CUDA graphs kept; the least recently used shape's is dropped.
@@ -104,7 +105,8 @@ class TorchRunner:
         self._output_names = tuple(model.output_names)
         self._input_channels = tuple(input_channels)
         self._model: InferenceModel | None = model.to(target).eval()
-        self._stream = stream
+        cuda = target.type == "cuda"
+        self._stream = torch.cuda.Stream(target) if cuda and stream is None else stream
         self._graphed = (
             GraphedForward(
                 self._model, self._output_names, model_output_axes(model), max_graphs=max_graphs
@@ -112,7 +114,6 @@ class TorchRunner:
             if cuda_graphs
             else None
         )
-        cuda = target.type == "cuda"
         self._staging = HostStaging(pin=True) if cuda else None
         self._copies = HostCopies(pin=True) if cuda else None
 

@@ -309,6 +309,31 @@ def test_torch_runner_options_need_cuda_and_cpu_runs_wait_for_the_stream(toy):
     np.testing.assert_array_equal(poses[0].points, expected[0].points)
 
 
+class StayingModel:
+    """A model stand-in that `to(device)` leaves where it is (no CUDA here)."""
+
+    def __init__(self, model):
+        self.info, self.output_names, self.profile = model.info, model.output_names, model.profile
+
+    def to(self, device):
+        return self
+
+    def eval(self):
+        return self
+
+
+def test_torch_cuda_runner_runs_on_a_stream_of_its_own_on_its_device(toy, monkeypatch):
+    cuda = fake_cuda.install(monkeypatch)
+    runner = TorchRunner(StayingModel(toy), "cuda:1")
+    (own,) = cuda.made
+    # Not torch's current stream, the legacy default stream (handle 0).
+    assert runner._stream is own and own.cuda_stream != 0
+    assert own.device == torch.device("cuda:1") and runner.device == "cuda:1"
+    given = cuda.Stream("cuda:1")
+    assert TorchRunner(StayingModel(toy), "cuda:1", stream=given)._stream is given
+    assert len(cuda.made) == 2  # the given stream alone: none made for that runner
+
+
 def test_frames_on_a_device_are_converted_there():
     rgb = sample_frames(2, 9, 11, 3, seed=5)
     device_frames = torch.from_numpy(rgb).to("meta")
