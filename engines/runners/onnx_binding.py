@@ -127,7 +127,7 @@ class TorchBinding:
             self._bind_outputs(bound.binding, bound.outputs)
             self._session.run_with_iobinding(bound.binding, bound.run_options)
             if len(bound.outputs) == len(self._outputs):
-                return self._copies.fetch(bound.outputs, self._synchronize)
+                return self._copies.fetch(bound.outputs, self._stream)
             values = bound.binding.copy_outputs_to_cpu()
             # The binding held only the frames' pointer: they had to outlive the run.
             del tensor
@@ -147,10 +147,6 @@ class TorchBinding:
         if isinstance(frames, np.ndarray):
             return self._staging.upload(frames, self._device)
         return frames.to(self._device, non_blocking=True).contiguous()
-
-    def _synchronize(self) -> None:
-        if self._stream is not None:
-            self._stream.synchronize()
 
     def _bound(self, batch_size: int) -> BoundShape:
         bound = self._shapes.get(batch_size)

@@ -164,7 +164,7 @@ class TorchRunner:
                 tensor = frames.to(self._target, non_blocking=True)
             outputs = forward(tensor)
             named = dict(zip(self._output_names, outputs, strict=True))
-            return self._copies.fetch(named, stream.synchronize)
+            return self._copies.fetch(named, stream)
 
     def close(self) -> None:
         """Drops the model, its CUDA graphs and buffers (and their device memory); idempotent."""

@@ -134,27 +134,34 @@ BOTTOMUP_NAMES = ("peaks", "peak_scores", "peak_valid", "line_scores")
 # --- uploads and host copies -----------------------------------------------------------
 
 
-def test_host_copies_reuse_buffers_sync_once_and_hand_out_copies():
+def test_host_copies_reuse_buffers_sync_once_and_hand_out_copies(monkeypatch):
+    cuda = fake_cuda.install(monkeypatch)
     copies = HostCopies(pin=False)
-    syncs = []
+    stream = cuda.Stream("cuda:0")
     first_outputs = {"a": torch.arange(6.0).view(2, 3), "b": torch.ones(4, dtype=torch.bool)}
-    first = copies.fetch(first_outputs, lambda: syncs.append(1))
-    assert syncs == [1]
+    first = copies.fetch(first_outputs, stream)
+    # Copies queued on the outputs' stream (not the caller's), then one synchronisation.
+    handle = stream.cuda_stream
+    assert cuda.calls[1:] == [
+        ("enter stream", handle),
+        ("leave stream", handle),
+        ("synchronize", handle),
+    ]
     np.testing.assert_array_equal(first["a"], first_outputs["a"].numpy())
     assert first["b"].dtype == np.bool_ and first["b"].all()
     assert copies.allocations() == {"a": 6, "b": 4}
     # A smaller output reuses the buffer; a later fetch never changes results handed out.
     second = copies.fetch(
-        {"a": torch.full((1, 3), 7.0), "b": torch.zeros(2, dtype=torch.bool)},
-        lambda: syncs.append(2),
+        {"a": torch.full((1, 3), 7.0), "b": torch.zeros(2, dtype=torch.bool)}, stream
     )
-    assert syncs == [1, 2] and copies.allocations() == {"a": 6, "b": 4}
+    assert cuda.calls.count(("synchronize", handle)) == 2
+    assert copies.allocations() == {"a": 6, "b": 4}
     np.testing.assert_array_equal(second["a"], np.full((1, 3), 7.0, np.float32))
     np.testing.assert_array_equal(first["a"], np.arange(6.0, dtype=np.float32).reshape(2, 3))
     # An instance list longer than before grows its buffer (at least doubling).
-    copies.fetch({"a": torch.zeros(5, 3), "b": torch.zeros(0, dtype=torch.bool)}, lambda: None)
+    copies.fetch({"a": torch.zeros(5, 3), "b": torch.zeros(0, dtype=torch.bool)}, None)
     assert copies.allocations()["a"] == 15
-    copies.fetch({"a": torch.zeros(7, 3), "b": torch.zeros(1, dtype=torch.bool)}, lambda: None)
+    copies.fetch({"a": torch.zeros(7, 3), "b": torch.zeros(1, dtype=torch.bool)}, None)
     assert copies.allocations()["a"] == 30
 
 
