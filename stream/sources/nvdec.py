@@ -395,13 +395,16 @@ def import_pynvvideocodec() -> Any:
     except Exception as error:  # RuntimeError, OSError: the driver's libraries are missing
         raise NvdecStartError(
             f"PyNvVideoCodec cannot start ({type(error).__name__}: {_one_line(error)}); "
-            "are the NVIDIA driver's video libraries (libnvcuvid) present?"
+            "it needs the NVIDIA driver's video libraries (in a container: "
+            "NVIDIA_DRIVER_CAPABILITIES=compute,utility,video)"
         ) from error
     return nvc
 
 
 def _one_line(error: BaseException) -> str:
-    return " ".join(str(error).split())
+    """The error's first line: PyNvVideoCodec 2.2 follows it with pages of advice."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
 
 
 def _open_decoder(path: Path, device: Any, stream: Any, start: int) -> Any:
