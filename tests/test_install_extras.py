@@ -59,3 +59,35 @@ def test_the_gpu_extras_onnx_runtime_matches_their_cuda(project):
     extras = project["optional-dependencies"]
     assert ">=1.27" in requirement(extras["gpu"], "onnxruntime-gpu")
     assert "<1.27" in requirement(extras["gpu-cu12"], "onnxruntime-gpu")
+
+
+def test_without_either_build_auto_runs_model_directories_with_torch(monkeypatch):
+    import importlib.util
+
+    from sleap_live.engines.runners import devices
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *args: None if name == "onnxruntime" else find_spec(name, *args),
+    )
+    assert not devices.ort_installed() and not devices.ort_has_cuda()
+    assert not devices.onnx_can_use("auto") and not devices.onnx_can_use("cpu")
+    assert devices.onnx_device("auto") == "cpu"
+
+
+def test_without_either_build_onnx_runtime_errors_say_which_extra(monkeypatch):
+    import sys
+
+    from sleap_live.engines.errors import RuntimeUnavailableError
+    from sleap_live.engines.export.onnx import onnx_exported
+    from sleap_live.engines.runners.onnx_session import create_session
+
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # its import raises ImportError
+    for attempt in (lambda: create_session(b"model"), lambda: onnx_exported(b"model")):
+        with pytest.raises(RuntimeUnavailableError) as error:
+            attempt()
+        message = str(error.value)
+        assert 'pip install "sleap-live[cpu]"' in message and "\n" not in message
+        assert 'for a GPU pip install "sleap-live[gpu]"' in message
