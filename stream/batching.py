@@ -141,6 +141,11 @@ class Batch:
         image = self.images[position]
         if isinstance(image, np.ndarray) or not on_host:
             return image
+        if self.ready is not None:
+            # The copy to the host is queued on this thread's current stream, which
+            # is not ordered after the copy stream's stack: wait for the stack
+            # (a batch dropped before the engine never waited for it at all).
+            self.ready.synchronize()
         return image.cpu().numpy()
 
 

@@ -393,3 +393,21 @@ def test_the_batcher_releases_device_frames_after_stacking_on_its_copy_stream(mo
     images, _ = batching._stack_on_device(frames, streams)
     assert calls == [("ready", "copy stream"), "copy stream", "copy stream"]
     assert images[:, 0, 0, 0].tolist() == [0, 1]
+
+
+def test_a_device_batchs_host_copy_waits_for_its_stack():
+    from sleap_live.stream import batching
+    from sleap_live.stream.types import Frame
+
+    calls = []
+
+    class Ready:
+        def synchronize(self):
+            calls.append("stack done")
+
+    image = torch.full((2, 2, 1), 5, dtype=torch.uint8)
+    frame = Frame(0, 0.0, "s", image)
+    times = batching.StageTimes(decode=(0.0, 0.0))
+    batch = batching.Batch((frame,), image[None], times, None, Ready())
+    assert batch.image(0, on_host=False) is not None and calls == []
+    assert batch.image(0, on_host=True).tolist() == image.tolist() and calls == ["stack done"]
