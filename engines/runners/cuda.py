@@ -299,15 +299,6 @@ class GraphedForward:
         return outputs
 
 
-def stream_for(device: torch.device, stream: Any, default: Any) -> Any:
-    """The stream a run uses: the one given for this run, the runner's, or torch's current."""
-    if stream is not None:
-        return stream
-    if default is not None:
-        return default
-    return torch.cuda.current_stream(device)
-
-
 def order_after_caller(stream: Any, device: torch.device) -> None:
     """Makes `stream` wait for work queued so far on the caller's current stream."""
     caller = torch.cuda.current_stream(device)

@@ -37,7 +37,6 @@ from sleap_live.engines.runners.cuda import (
     HostCopies,
     HostStaging,
     order_after_caller,
-    stream_for,
 )
 from sleap_live.engines.types import FramePoses, ModelInfo
 
@@ -155,7 +154,8 @@ class TorchRunner:
 
     def _run_on_cuda(self, forward: Forward, frames: Any, stream: Any) -> dict[str, np.ndarray]:
         assert self._staging is not None and self._copies is not None
-        stream = stream_for(self._target, stream, self._stream)
+        # The run's stream, else the runner's own: never the legacy default stream.
+        stream = stream if stream is not None else self._stream
         order_after_caller(stream, self._target)
         with torch.cuda.stream(stream), torch.inference_mode():
             if isinstance(frames, np.ndarray):
