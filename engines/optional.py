@@ -9,7 +9,9 @@ from typing import Any
 from sleap_live.engines.errors import RuntimeUnavailableError
 
 OPENVINO_INSTALL_HINT = 'pip install "sleap-live[openvino]"'
-GPU_INSTALL_HINT = 'pip install "sleap-live[gpu]"'
+GPU_INSTALL_HINT = 'pip install "sleap-live[gpu]" for CUDA 13, "sleap-live[gpu-cu12]" for CUDA 12'
+# ONNX Runtime comes from an extra: its CPU build, or its GPU build (see pyproject.toml).
+ORT_INSTALL_HINT = f'pip install "sleap-live[cpu]", or for a GPU {GPU_INSTALL_HINT}'
 
 
 def import_openvino() -> Any:

@@ -141,6 +141,11 @@ class Batch:
         image = self.images[position]
         if isinstance(image, np.ndarray) or not on_host:
             return image
+        if self.ready is not None:
+            # The copy to the host is queued on this thread's current stream, which
+            # is not ordered after the copy stream's stack: wait for the stack
+            # (a batch dropped before the engine never waited for it at all).
+            self.ready.synchronize()
         return image.cpu().numpy()
 
 
@@ -326,6 +331,10 @@ def _stack_on_device(frames: list[Frame], streams: DeviceStreams) -> tuple[Any, 
         images = torch.stack([frame.image for frame in frames])
         ready = torch.cuda.Event()
         ready.record(streams.copy)
+    # The sources' buffers are free once the stack has read them.
+    for frame in frames:
+        if frame.release is not None:
+            frame.release(streams.copy)
     # Allocated on the copy stream, read on the inference stream: the caching
     # allocator must not reuse its memory before the inference stream is done.
     images.record_stream(streams.inference)

@@ -3,7 +3,9 @@
 A batch of host frames goes to `runner.run` as it is. A batch of device frames
 (see `batching.DeviceStreams`) runs on its inference stream, after that stream
 waits for the batch's stack on the copy stream, and the runner is given that
-stream (`run(images, stream=...)`), so a GPU runner's work is queued there too.
+stream (`run(images, stream=...)`): a GPU runner queues its work there, or on a
+stream of its own that first waits for it (ONNX Runtime's session stream is fixed
+when the session is made).
 """
 
 from __future__ import annotations

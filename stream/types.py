@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
@@ -25,12 +26,17 @@ class Frame:
         image: (height, width, channels) uint8 image, channels 1 or 3 (RGB): a numpy
             array, or a torch tensor on a CUDA device from a GPU decoder
             (`NvdecSource`), whose images stay on the device up to the engine.
+        release: for a device image in a buffer its source reuses: called by the
+            consumer with the CUDA stream its copy of `image` is queued on, once
+            queued; the source writes that buffer again only after the copy (a
+            CUDA event). None where the image is the frame's own.
     """
 
     index: int
     timestamp: float
     source_id: str
     image: np.ndarray | Tensor
+    release: Callable[[Any], None] | None = None
 
 
 @attrs.frozen(eq=False)

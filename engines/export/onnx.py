@@ -23,7 +23,7 @@ import io
 import numpy as np
 import torch
 
-from sleap_live.engines.errors import ExportError
+from sleap_live.engines.errors import ExportError, RuntimeUnavailableError
 from sleap_live.engines.export._quiet import first_line, native_stdout_silenced, tracer_notes
 from sleap_live.engines.export.verify import Exported, Outputs
 from sleap_live.engines.graph.base import InferenceModel
@@ -34,6 +34,7 @@ from sleap_live.engines.load.metadata import (
     OUTPUT_LAYOUTS,
     ExportMetadata,
 )
+from sleap_live.engines.optional import ORT_INSTALL_HINT
 
 
 def trace_to_onnx(
@@ -91,8 +92,18 @@ def trace_to_onnx(
 
 
 def onnx_exported(onnx_bytes: bytes, notes: tuple[str, ...] = ()) -> Exported:
-    """The graph in an ONNX Runtime CPU session, ready to verify."""
-    import onnxruntime as ort
+    """The graph in an ONNX Runtime CPU session, ready to verify.
+
+    Raises:
+        RuntimeUnavailableError: no ONNX Runtime build is installed.
+    """
+    try:
+        import onnxruntime as ort
+    except ImportError as error:
+        raise RuntimeUnavailableError(
+            f"verifying an export needs ONNX Runtime ({ORT_INSTALL_HINT}); "
+            "or export without verifying (--no-verify)"
+        ) from error
     from onnxruntime.capi.onnxruntime_pybind11_state import (  # type: ignore[import-untyped]
         Fail,
         InvalidArgument,

@@ -177,7 +177,8 @@ def _key(model: str | Path | bytes, frames: np.ndarray, threads: int | None) -> 
         "threads": threads,
         "cpu": _cpu_name(),
         "cores": os.cpu_count(),
-        "onnxruntime": importlib.metadata.version("onnxruntime"),
+        # Its CPU and GPU builds are different distributions of one module.
+        "onnxruntime": importlib.import_module("onnxruntime").__version__,
         "openvino": importlib.metadata.version("openvino"),
     }
     digest.update(json.dumps(parts, sort_keys=True).encode())

@@ -7,7 +7,8 @@ which is how the host logic is tested without a GPU:
 - `HostStaging` uploads numpy batches through one reused pinned buffer (one host
   copy, then an asynchronous host-to-device copy on the current stream);
 - `HostCopies` brings outputs back through reused pinned buffers: every copy is
-  queued on the stream, then one synchronisation, then small host copies, so the
+  queued on the stream the outputs were computed on, then one synchronisation of
+  that stream, then small host copies, so the
   arrays handed out are never overwritten by a later run;
 - `GraphedForward` runs a model through CUDA graphs captured per input shape (a
   bounded number kept), when the output contract says every output's shape is
@@ -22,6 +23,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from contextlib import nullcontext
 from typing import Any, Protocol
 
 import attrs
@@ -99,23 +101,24 @@ class HostCopies:
     def __init__(self, pin: bool) -> None:
         self._buffers = _FlatBuffers(pin)
 
-    def fetch(
-        self, outputs: Mapping[str, torch.Tensor], synchronize: Callable[[], None]
-    ) -> dict[str, np.ndarray]:
+    def fetch(self, outputs: Mapping[str, torch.Tensor], stream: Any) -> dict[str, np.ndarray]:
         """Host arrays of `outputs`, which the caller owns.
 
         Args:
-            outputs: device tensors by name; their copies are queued on the
-                current stream.
-            synchronize: waits for that stream (called once, after every copy
-                is queued).
+            outputs: device tensors by name.
+            stream: the CUDA stream the outputs were computed on: the copies are
+                queued there, behind that work, whatever the caller's current
+                stream, and the stream is synchronised once, after every copy is
+                queued. None for CPU tensors.
         """
         staged = {}
-        for name, tensor in outputs.items():
-            host = self._buffers.view(name, tensor.shape, tensor.dtype)
-            host.copy_(tensor, non_blocking=self._buffers.pin)
-            staged[name] = host
-        synchronize()
+        with torch.cuda.stream(stream) if stream is not None else nullcontext():
+            for name, tensor in outputs.items():
+                host = self._buffers.view(name, tensor.shape, tensor.dtype)
+                host.copy_(tensor, non_blocking=self._buffers.pin)
+                staged[name] = host
+        if stream is not None:
+            stream.synchronize()
         return {name: host.numpy().copy() for name, host in staged.items()}
 
     def allocations(self) -> dict[str, int]:
@@ -294,15 +297,6 @@ class GraphedForward:
             self.eager_reason = reason
             self._notice(f"CUDA graphs off, running eagerly: {reason}")
         return outputs
-
-
-def stream_for(device: torch.device, stream: Any, default: Any) -> Any:
-    """The stream a run uses: the one given for this run, the runner's, or torch's current."""
-    if stream is not None:
-        return stream
-    if default is not None:
-        return default
-    return torch.cuda.current_stream(device)
 
 
 def order_after_caller(stream: Any, device: torch.device) -> None:

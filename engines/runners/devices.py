@@ -38,7 +38,13 @@ def onnx_device(device: str) -> str:
 
 
 def onnx_can_use(device: str) -> bool:
-    """Whether ONNX Runtime can run on `device` ("auto": on the device auto picks)."""
+    """Whether ONNX Runtime can run on `device` ("auto": on the device auto picks).
+
+    Never where neither of its builds is installed (they come from the `cpu` and
+    `gpu` extras): "auto" then runs model directories with torch.
+    """
+    if not ort_installed():
+        return False
     if device == "cpu":
         return True
     if device == "auto":
@@ -60,8 +66,17 @@ def tensorrt_device(device: str) -> str:
     return device
 
 
+def ort_installed() -> bool:
+    """Whether an ONNX Runtime build (onnxruntime or onnxruntime-gpu) is installed."""
+    import importlib.util
+
+    return importlib.util.find_spec("onnxruntime") is not None
+
+
 def ort_has_cuda() -> bool:
-    """Whether the installed ONNX Runtime has its CUDA provider."""
+    """Whether the installed ONNX Runtime has its CUDA provider (False without one)."""
+    if not ort_installed():
+        return False
     import onnxruntime as ort
 
     return "CUDAExecutionProvider" in ort.get_available_providers()

@@ -105,7 +105,9 @@ def load_runner(
             on the first batch), `batch_size` (default 8), `precision` ("fp32" or
             "fp16"), `engine_cache` (a directory) and `stream`; for OpenVINO,
             `precision`; on a GPU with torch or ONNX Runtime, `stream`, `cuda_graphs`
-            and (ONNX Runtime) `execution_provider` ("cuda" or "tensorrt").
+            (torch; ONNX Runtime says in one line that it does not offer them and
+            runs without) and (ONNX Runtime) `execution_provider` ("cuda" or
+            "tensorrt").
 
     Raises:
         ValueError, TypeError: an unknown engine, device or option, or an engine

@@ -13,14 +13,24 @@ on disk), inputs and outputs go through I/O binding, never through `session.run`
 
 - with CUDA torch installed, `sleap_live.engines.runners.onnx_binding.TorchBinding`:
   torch CUDA tensors bound by pointer in and out, outputs the output contract
-  fixes preallocated as torch tensors, the session computing on the runner's
-  torch stream (`user_compute_stream`), one synchronisation per run, and CUDA
-  graphs on request (`cuda_graphs=True`, for graphs whose outputs are all
-  fixed-size);
+  fixes preallocated as torch tensors, the session computing on the runner's own
+  torch stream (a dedicated one unless given; its real handle is the session's
+  `user_compute_stream`, never the legacy default stream's null handle), every
+  hand-off ordered on that stream, one synchronisation per run;
 - without torch, `BoundIO`: a numpy batch copied up once, fixed-shape outputs in
   device buffers (`OrtValue`) allocated once per batch size, the rest allocated by
   ONNX Runtime, everything copied back in one go after ONNX Runtime's own
   synchronisation.
+
+ONNX Runtime's CUDA graphs are not offered (`cuda_graphs=True` runs without them,
+after a one-line notice). ONNX Runtime captures them in the first runs of each
+shape in CUDA's global capture mode, which its own code calls single-threaded
+only: in a pipeline, the decode threads' CUDA calls (NVDEC, allocations,
+synchronisations) would invalidate the capture or fail during it, and a run's
+first batch of a new shape (the last, shorter batch of a file) can come at any
+time. Capturing them all before those threads start would need every batch
+shape known in advance. CUDA graphs come from the torch runner instead, which
+captures in thread-local mode (`sleap_live.engines.runners.cuda`), and TensorRT.
 
 An output's shape is fixed when each of its axes (named by the output contract,
 `sleap_live.engines.host.outputs`) is sized in the graph, is the batch axis, or is
@@ -30,6 +40,7 @@ an axis of the same name that the graph sizes in another output (see
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from types import MappingProxyType
@@ -60,7 +71,7 @@ from sleap_live.engines.runners.onnx_session import (
     providers_for,
     torch_has_cuda,
     with_compute_stream,
-    with_cuda_graphs,
+    with_tensorrt_profile,
 )
 from sleap_live.engines.runners.specialise import SpecialisedGraphs, SpecialisedSessions
 from sleap_live.engines.types import FramePoses, ModelInfo
@@ -82,7 +93,11 @@ __all__ = [
     "providers_for",
 ]
 
-DEFAULT_MAX_GRAPHS = 4
+LOG = logging.getLogger("sleap_live.engines.runners")
+ORT_GRAPHS_NOT_OFFERED = (
+    "ONNX Runtime captures CUDA graphs in global mode, which the pipeline's decode "
+    "threads would break; use --engine torch or tensorrt for CUDA graphs"
+)
 
 
 class OnnxRunner:
@@ -95,12 +110,11 @@ class OnnxRunner:
         intra_op_threads: threads per operator; None keeps ONNX Runtime's default
             (one per physical core).
         stream: GPU with CUDA torch: the `torch.cuda.Stream` the session computes
-            on (None: torch's current stream when the runner is made).
-        cuda_graphs: GPU with CUDA torch: run through CUDA graphs, one per input
-            shape, when every output of this export has a fixed shape (bottom-up
-            exports; instance lists are not), else run without them after a
-            one-line notice.
-        max_graphs: input shapes that get a CUDA graph.
+            on (None: a stream of the runner's own on its device; never the
+            legacy default stream, see the module docstring).
+        cuda_graphs: GPU: accepted for the runners' common options; ONNX
+            Runtime's CUDA graphs are not offered (see the module docstring),
+            so the runner says so in one line and runs without them.
         specialised: on the CPU, where graphs specialised to one frame shape
             come from: each frame shape then runs on its own once it gave the
             same outputs as this graph, bit for bit, on its first batch (see
@@ -127,7 +141,6 @@ class OnnxRunner:
         intra_op_threads: int | None = None,
         stream: Any = None,
         cuda_graphs: bool = False,
-        max_graphs: int = DEFAULT_MAX_GRAPHS,
         specialised: SpecialisedGraphs | None = None,
         notify: Notify = notice,
     ) -> None:
@@ -137,10 +150,13 @@ class OnnxRunner:
             raise ValueError("stream and cuda_graphs need a CUDA execution provider")
         if self.device != "cpu" and specialised is not None:
             raise ValueError("graphs specialised to a frame shape run on the CPU")
+        if cuda_graphs:
+            LOG.warning(f"CUDA graphs off, running without them: {ORT_GRAPHS_NOT_OFFERED}")
         # A torch stream makes the session compute where the runner's torch work runs.
         stream = _torch_stream(self.device, stream)
         if stream is not None:
             providers = with_compute_stream(providers, stream.cuda_stream)
+        providers = with_tensorrt_profile(providers, model)
         session = create_session(model, providers, intra_op_threads=intra_op_threads)
         document = session.get_modelmeta().custom_metadata_map.get(METADATA_KEY)
         if document is None:
@@ -159,23 +175,12 @@ class OnnxRunner:
         graph_outputs = [(output.name, output.shape) for output in session.get_outputs()]
         check_graph_sizes(self.info, graph_outputs, axes, origin)
         shapes = OutputShapes.of_session(session, axes)
-        if cuda_graphs:
-            session, cuda_graphs = _with_graphs_if_possible(
-                session, shapes, stream, model, providers, intra_op_threads
-            )
         self._io: Any = None
         if self.device != "cpu":
             if stream is not None:
                 from sleap_live.engines.runners.onnx_binding import TorchBinding
 
-                self._io = TorchBinding(
-                    session,
-                    self.device,
-                    shapes,
-                    stream=stream,
-                    cuda_graphs=cuda_graphs,
-                    max_graphs=max_graphs,
-                )
+                self._io = TorchBinding(session, self.device, shapes, stream=stream)
             else:
                 self._io = BoundIO.for_device(session, self.device, axes)
         self._session: Any = session
@@ -233,42 +238,19 @@ class OnnxRunner:
 
 
 def _torch_stream(device: str, stream: Any) -> Any:
-    """The torch stream a GPU session computes on, or None without CUDA torch."""
+    """The torch stream a GPU session computes on, or None without CUDA torch.
+
+    A stream of the runner's own when none is given: torch's current stream is
+    the legacy default stream unless the caller chose another, and its null
+    handle would leave ONNX Runtime on an unordered stream of its own.
+    """
     if device == "cpu" or not torch_has_cuda():
         if stream is not None:
             raise RuntimeUnavailableError("stream= needs torch with CUDA")
         return None
     import torch
 
-    return stream if stream is not None else torch.cuda.current_stream(torch.device(device))
-
-
-def _with_graphs_if_possible(
-    session: Any,
-    shapes: OutputShapes,
-    stream: Any,
-    model: str | Path | bytes,
-    providers: Sequence[Provider],
-    intra_op_threads: int | None,
-) -> tuple[Any, bool]:
-    """The session remade with CUDA graphs on, or the one given after a notice saying why not."""
-    from sleap_live.engines.runners.cuda import LOG
-
-    reason = shapes.data_dependent()
-    if reason is None and stream is None:
-        reason = "they need torch with CUDA for static buffers"
-    if reason is None:
-        try:
-            return (
-                create_session(
-                    model, with_cuda_graphs(providers), intra_op_threads=intra_op_threads
-                ),
-                True,
-            )
-        except (ModelConfigError, RuntimeUnavailableError) as error:
-            reason = f"onnxruntime refused them ({error})"
-    LOG.warning(f"CUDA graphs off, running without them: {reason}")
-    return session, False
+    return stream if stream is not None else torch.cuda.Stream(torch.device(device))
 
 
 class BoundIO:

@@ -5,20 +5,19 @@ copy), a numpy batch after one pinned upload on the runner's stream. Outputs
 whose shape the output contract fixes (`sleap_live.engines.host.outputs`: every
 bottom-up output, and any fixed-capacity output an export declares) are bound to
 torch tensors allocated once per batch size; the rest are left to ONNX Runtime.
-ONNX Runtime runs on the runner's stream (`user_compute_stream`). When every
-output is preallocated, ONNX Runtime is told not to synchronise at the end of the
-run (`disable_synchronize_execution_providers`): the copies to pinned host
-buffers are queued behind the graph on the same stream and one synchronisation
-covers both. Otherwise (instance lists) ONNX Runtime synchronises, as it must to
-size them, and copies the outputs out itself.
 
-With CUDA graphs (the session was created with them, see `OnnxRunner`), each input
-shape gets its own binding, bound once to a static input tensor and the
-preallocated outputs, and its own graph id (`gpu_graph_id`): ONNX Runtime captures
-the graph in the shape's first runs and replays it after; new frames are copied
-into the static input in place. ONNX Runtime cannot drop a captured graph, so at
-most `max_graphs` shapes get one; other shapes run without (`gpu_graph_id` -1),
-after a one-line notice.
+One stream orders everything: ONNX Runtime computes on the runner's own torch
+stream (its real handle is the session's `user_compute_stream`; a null handle
+would mean "no user stream" to ONNX Runtime, which then computes on a stream of
+its own that nothing here waits for). Each run first makes that stream wait for
+the stream the frames were made ready on and for the caller's current stream
+(CUDA events, queued by `wait_stream`), then queues the upload, the session and
+the copies to pinned host buffers on it, in that order. When every output is
+preallocated, ONNX Runtime is told not to synchronise at the end of the run
+(`disable_synchronize_execution_providers`): the host copies are queued behind the
+graph on the same stream and one synchronisation covers both. Otherwise
+(instance lists) ONNX Runtime synchronises, as it must to size them, and copies
+the outputs out itself.
 
 On the CPU (`device` "cpu") the same code binds CPU tensors; that is how it is
 tested without a GPU.
@@ -34,19 +33,10 @@ import attrs
 import numpy as np
 import torch
 
-from sleap_live.engines.notify import Notify
-from sleap_live.engines.runners.cuda import (
-    DEFAULT_MAX_GRAPHS,
-    LOG,
-    HostCopies,
-    HostStaging,
-    order_after_caller,
-)
+from sleap_live.engines.runners.cuda import HostCopies, HostStaging, order_after_caller
 from sleap_live.engines.runners.onnx_session import ELEMENT_TYPES
 
-# Run options ONNX Runtime reads (onnxruntime_run_options_config_keys.h).
-GRAPH_ID = "gpu_graph_id"
-NO_GRAPH = "-1"
+# A run option ONNX Runtime reads (onnxruntime_run_options_config_keys.h).
 NO_SYNC = "disable_synchronize_execution_providers"
 
 _TORCH_DTYPES = {
@@ -62,19 +52,17 @@ _TORCH_DTYPES = {
 
 @attrs.define
 class BoundShape:
-    """The binding of one input shape (or batch size, without CUDA graphs).
+    """The binding of one batch size.
 
     Attributes:
         binding: its `onnxruntime.IOBinding`.
         outputs: the preallocated outputs, by name.
         run_options: the `onnxruntime.RunOptions` its runs use.
-        graph_input: the static input a CUDA graph reads, or None without one.
     """
 
     binding: Any
     outputs: dict[str, torch.Tensor]
     run_options: Any
-    graph_input: torch.Tensor | None = None
 
 
 class TorchBinding:
@@ -85,11 +73,8 @@ class TorchBinding:
         device: "cuda:N" (the session's device) or "cpu".
         output_shape: `(output name, batch size) -> shape`, or None where the
             data decide it (an `OutputShapes`).
-        stream: CUDA: the `torch.cuda.Stream` the session computes on.
-        cuda_graphs: the session was created with CUDA graphs on (every output
-            must then have a fixed shape).
-        max_graphs: input shapes that get a CUDA graph.
-        notice: where one-line notices go.
+        stream: CUDA: the `torch.cuda.Stream` the session computes on (the one
+            whose handle is the session's `user_compute_stream`).
     """
 
     def __init__(
@@ -99,9 +84,6 @@ class TorchBinding:
         output_shape: Callable[[str, int], tuple[int, ...] | None],
         *,
         stream: Any = None,
-        cuda_graphs: bool = False,
-        max_graphs: int = DEFAULT_MAX_GRAPHS,
-        notice: Notify = LOG.warning,
     ) -> None:
         import onnxruntime as ort
 
@@ -120,19 +102,13 @@ class TorchBinding:
             (output.name, _numpy_dtype(output.type)) for output in session.get_outputs()
         ]
         self._output_shape = output_shape
-        if cuda_graphs and any(output_shape(name, 1) is None for name, _ in self._outputs):
-            raise ValueError("CUDA graphs need every output preallocated")
-        self._cuda_graphs = cuda_graphs
-        self._max_graphs = max_graphs
-        self._graphs = 0
-        self._notice = notice
         self._staging = HostStaging(pin=cuda)
         self._copies = HostCopies(pin=cuda)
-        self._shapes: dict[Any, BoundShape] = {}
+        self._shapes: dict[int, BoundShape] = {}
 
     @property
-    def bound_shapes(self) -> Mapping[Any, BoundShape]:
-        """The bindings made so far, by input shape (CUDA graphs) or batch size."""
+    def bound_shapes(self) -> Mapping[int, BoundShape]:
+        """The bindings made so far, by batch size."""
         return self._shapes
 
     def run(self, frames: Any, stream: Any = None) -> dict[str, np.ndarray]:
@@ -144,17 +120,14 @@ class TorchBinding:
         """
         with self._on_stream(stream):
             tensor = self._on_device(frames)
-            bound = self._bound(tuple(int(n) for n in tensor.shape))
-            if bound.graph_input is not None:
-                bound.graph_input.copy_(tensor)
-            else:
-                bound.binding.clear_binding_inputs()
-                bound.binding.clear_binding_outputs()
-                self._bind_input(bound.binding, tensor)
-                self._bind_outputs(bound.binding, bound.outputs)
+            bound = self._bound(int(tensor.shape[0]))
+            bound.binding.clear_binding_inputs()
+            bound.binding.clear_binding_outputs()
+            self._bind_input(bound.binding, tensor)
+            self._bind_outputs(bound.binding, bound.outputs)
             self._session.run_with_iobinding(bound.binding, bound.run_options)
             if len(bound.outputs) == len(self._outputs):
-                return self._copies.fetch(bound.outputs, self._synchronize)
+                return self._copies.fetch(bound.outputs, self._stream)
             values = bound.binding.copy_outputs_to_cpu()
             # The binding held only the frames' pointer: they had to outlive the run.
             del tensor
@@ -175,22 +148,16 @@ class TorchBinding:
             return self._staging.upload(frames, self._device)
         return frames.to(self._device, non_blocking=True).contiguous()
 
-    def _synchronize(self) -> None:
-        if self._stream is not None:
-            self._stream.synchronize()
-
-    def _bound(self, shape: tuple[int, ...]) -> BoundShape:
-        key = shape if self._cuda_graphs else shape[0]
-        bound = self._shapes.get(key)
+    def _bound(self, batch_size: int) -> BoundShape:
+        bound = self._shapes.get(batch_size)
         if bound is None:
-            bound = self._bind_shape(shape)
-            self._shapes[key] = bound
+            bound = self._shapes[batch_size] = self._bind_batch(batch_size)
         return bound
 
-    def _bind_shape(self, shape: tuple[int, ...]) -> BoundShape:
+    def _bind_batch(self, batch_size: int) -> BoundShape:
         outputs = {}
         for name, dtype in self._outputs:
-            output_shape = self._output_shape(name, shape[0])
+            output_shape = self._output_shape(name, batch_size)
             if output_shape is not None and dtype is not None:
                 outputs[name] = torch.empty(
                     output_shape, dtype=_TORCH_DTYPES[dtype], device=self._device
@@ -198,23 +165,7 @@ class TorchBinding:
         run_options = self._ort.RunOptions()
         if len(outputs) == len(self._outputs):
             run_options.add_run_config_entry(NO_SYNC, "1")
-        bound = BoundShape(self._session.io_binding(), outputs, run_options)
-        if not self._cuda_graphs:
-            return bound
-        if self._graphs == self._max_graphs:
-            run_options.add_run_config_entry(GRAPH_ID, NO_GRAPH)
-            self._notice(
-                f"CUDA graphs: {self._max_graphs} input shapes already have one; "
-                f"frames of shape {shape} run without"
-            )
-            return bound
-        # Graph ids start at 1: ONNX Runtime reserves 0.
-        self._graphs += 1
-        run_options.add_run_config_entry(GRAPH_ID, str(self._graphs))
-        bound.graph_input = torch.empty(shape, dtype=torch.uint8, device=self._device)
-        self._bind_input(bound.binding, bound.graph_input)
-        self._bind_outputs(bound.binding, outputs)
-        return bound
+        return BoundShape(self._session.io_binding(), outputs, run_options)
 
     def _bind_input(self, binding: Any, tensor: torch.Tensor) -> None:
         binding.bind_input(

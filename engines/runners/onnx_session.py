@@ -20,7 +20,7 @@ from sleap_live.engines.errors import (
     RuntimeUnavailableError,
 )
 from sleap_live.engines.host.outputs import BATCH_AXIS, INSTANCE_AXIS
-from sleap_live.engines.optional import GPU_INSTALL_HINT
+from sleap_live.engines.optional import GPU_INSTALL_HINT, ORT_INSTALL_HINT
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
@@ -29,8 +29,15 @@ GPU_PROVIDERS = (CUDA, TENSORRT)
 EXECUTION_PROVIDERS = {"cuda": CUDA, "tensorrt": TENSORRT}
 # ONNX Runtime's TensorRT provider caches (engines, timing) in the cache root.
 ORT_TENSORRT_FOLDER = "onnxruntime-tensorrt"
-# The provider option that turns CUDA graphs on, per GPU provider.
-CUDA_GRAPH_OPTIONS = {CUDA: ("enable_cuda_graph", "1"), TENSORRT: ("trt_cuda_graph_enable", "True")}
+# The largest batch the TensorRT provider's optimisation profile admits (batch 1 to
+# this, the pipeline's default recorded batch included): within it one engine serves
+# every batch size; a larger batch makes ONNX Runtime build another.
+TENSORRT_MAX_BATCH = 8
+TENSORRT_PROFILE_OPTIONS = (
+    "trt_profile_min_shapes",
+    "trt_profile_opt_shapes",
+    "trt_profile_max_shapes",
+)
 
 Provider = str | tuple[str, Mapping[str, Any]]
 # Output name -> one name per axis (see `sleap_live.engines.host.outputs.OutputSpec`).
@@ -133,7 +140,18 @@ def ort_tensorrt_cache_dir(cache_dir: str | Path | None = None) -> Path:
 
 
 def with_compute_stream(providers: Sequence[Provider], stream_handle: int) -> list[Provider]:
-    """GPU providers told to compute on a CUDA stream (its `cudaStream_t` as an int)."""
+    """GPU providers told to compute on a CUDA stream (its `cudaStream_t` as an int).
+
+    Raises:
+        ValueError: a null handle (the legacy default stream): ONNX Runtime reads
+            it as "no user stream" and computes on a stream of its own, which
+            work queued on the caller's streams is not ordered against.
+    """
+    if not stream_handle:
+        raise ValueError(
+            "ONNX Runtime needs a real CUDA stream to compute on, not the null handle "
+            "(the legacy default stream), which it reads as none"
+        )
     return [
         _with_options(
             provider,
@@ -143,14 +161,62 @@ def with_compute_stream(providers: Sequence[Provider], stream_handle: int) -> li
     ]
 
 
-def with_cuda_graphs(providers: Sequence[Provider]) -> list[Provider]:
-    """GPU providers with CUDA graphs on (ONNX Runtime captures in the first runs)."""
+def with_tensorrt_profile(
+    providers: Sequence[Provider],
+    model: str | Path | bytes,
+    max_batch: int = TENSORRT_MAX_BATCH,
+) -> list[Provider]:
+    """The TensorRT provider given an optimisation profile for batches 1 to `max_batch`.
+
+    Without one, ONNX Runtime's TensorRT provider builds its engine for the shapes
+    it has seen and builds it again when a batch falls outside them (batch 1 after
+    batch 8). The profile needs the frame size, so it is set where the graph fixes
+    it (`export --profile tensorrt` exports); graphs of any frame size, and
+    providers given a profile already, are left as they are. Other providers are
+    returned unchanged.
+    """
+    names = [_provider_name(provider) for provider in providers]
+    if TENSORRT not in names:
+        return list(providers)
+    tensorrt = providers[names.index(TENSORRT)]
+    if any(option in _provider_options(tensorrt) for option in TENSORRT_PROFILE_OPTIONS):
+        return list(providers)
+    input_name, frame = _frame_input(model)
+    if frame is None:
+        return list(providers)
+    size = "x".join(str(n) for n in frame)
+    shapes = (f"{input_name}:1x{size}", *[f"{input_name}:{max_batch}x{size}"] * 2)
+    profile = dict(zip(TENSORRT_PROFILE_OPTIONS, shapes, strict=True))
     return [
-        _with_options(provider, dict([CUDA_GRAPH_OPTIONS[_provider_name(provider)]]))
-        if _provider_name(provider) in CUDA_GRAPH_OPTIONS
+        (TENSORRT, {**_provider_options(provider), **profile})
+        if _provider_name(provider) == TENSORRT
         else provider
         for provider in providers
     ]
+
+
+def _frame_input(model: str | Path | bytes) -> tuple[str, tuple[int, ...] | None]:
+    """The graph input's name, and its frame dims (height, width, channels) where all are
+    fixed; read with `onnx`, without the weights."""
+    import onnx
+
+    try:
+        if isinstance(model, bytes):
+            proto = onnx.load_model_from_string(model)
+        else:
+            proto = onnx.load(str(model), load_external_data=False)
+    except Exception as error:  # onnx raises DecodeError, ValueError, ... on junk
+        origin = "ONNX model bytes" if isinstance(model, bytes) else str(model)
+        raise ModelConfigError(f"{origin}: not an ONNX model ({error})") from error
+    (graph_input,) = [
+        value
+        for value in proto.graph.input
+        if value.name not in {init.name for init in proto.graph.initializer}
+    ]
+    dims = graph_input.type.tensor_type.shape.dim[1:]
+    if not all(dim.HasField("dim_value") for dim in dims):
+        return graph_input.name, None
+    return graph_input.name, tuple(int(dim.dim_value) for dim in dims)
 
 
 def create_session(
@@ -164,8 +230,9 @@ def create_session(
     Args:
         model: path of an `.onnx` file, or its bytes.
         providers: execution providers in priority order, as names or
-            `(name, options)` pairs. CUDA options default to torch's current
-            stream when torch has CUDA.
+            `(name, options)` pairs. A GPU provider without `user_compute_stream`
+            computes on a stream of ONNX Runtime's own, which then also
+            synchronises at the end of each run (`OnnxRunner` gives its stream).
         intra_op_threads: threads per operator; None keeps ONNX Runtime's default
             (one per physical core).
 
@@ -179,12 +246,11 @@ def create_session(
         import onnxruntime as ort
     except ImportError as error:
         raise RuntimeUnavailableError(
-            "onnxruntime is not installed (pip install onnxruntime)"
+            f"ONNX Runtime is not installed ({ORT_INSTALL_HINT})"
         ) from error
     origin = "ONNX model bytes" if isinstance(model, bytes) else str(model)
     if not isinstance(model, bytes) and not Path(model).is_file():
         raise ModelNotFoundError(f"{model}: no such ONNX file")
-    providers = [_with_defaults(provider) for provider in providers]
     names = [_provider_name(provider) for provider in providers]
     available = ort.get_available_providers()
     for name in names:
@@ -323,20 +389,6 @@ def _with_options(provider: Provider, options: Mapping[str, Any]) -> Provider:
     if name not in GPU_PROVIDERS:
         return provider
     return (name, {**options, **_provider_options(provider)})
-
-
-def _with_defaults(provider: Provider) -> Provider:
-    """Adds torch's current CUDA stream to GPU provider options when possible."""
-    if _provider_name(provider) not in GPU_PROVIDERS:
-        return provider
-    options = _provider_options(provider)
-    if "user_compute_stream" in options or not torch_has_cuda():
-        return provider
-    import torch
-
-    device = torch.device("cuda", int(options.get("device_id", 0)))
-    (with_stream,) = with_compute_stream([provider], torch.cuda.current_stream(device).cuda_stream)
-    return with_stream
 
 
 def torch_has_cuda() -> bool:

@@ -5,7 +5,11 @@ batches 2 to N), chosen by batch size. Device buffers, and pinned host buffers f
 the outputs, are allocated once per (profile, input shape) and reused; every run
 sets the address of every I/O tensor, enqueues `execute_async_v3` on the given
 stream, queues the outputs' copies to the host, and synchronises once, where the
-host needs the results. A torch CUDA batch on the engine's device is read in place
+host needs the results. Runs enqueue on the stream given, else on a stream of the
+runner's own (never the legacy default stream), after it waits for the work the
+caller queued on its current stream; deserialisation, building and every run
+happen with the runner's device current, so `cuda:N` runs on GPU N. A torch CUDA
+batch on the engine's device is read in place
 (zero copy); a numpy batch is copied up once into the input buffer. Outputs then
 decode on the host like every runner's (`sleap_live.engines.host.postprocess`).
 
@@ -21,6 +25,7 @@ it with torch tensors, on CUDA for real runs and on the CPU in tests, where a fa
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -78,7 +83,16 @@ class DeviceMemory(Protocol):
         ...
 
     def default_stream(self) -> Any:
-        """The stream runs use when none is given."""
+        """The stream runs use when none is given: the runner's own, made once."""
+        ...
+
+    def order_after_caller(self, stream: Any) -> None:
+        """Makes `stream` wait for the work queued so far on the caller's current stream."""
+        ...
+
+    def on_device(self) -> AbstractContextManager[Any]:
+        """A context with the runner's device current: TensorRT deserialises engines,
+        builds them, makes contexts and enqueues on the current device."""
         ...
 
     def synchronize(self, stream: Any) -> None:
@@ -95,6 +109,9 @@ class TorchMemory:
         self._torch = torch
         self.device = torch.device(device)
         self._cuda = self.device.type == "cuda"
+        if self._cuda and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self._stream: Any = None
 
     def _dtype(self, dtype: np.dtype) -> Any:
         return self._torch.from_numpy(np.empty(0, dtype)).dtype
@@ -130,16 +147,25 @@ class TorchMemory:
         return int(stream.cuda_stream) if self._cuda else 0
 
     def default_stream(self) -> Any:
-        return self._torch.cuda.current_stream(self.device) if self._cuda else None
+        if self._cuda and self._stream is None:
+            self._stream = self._torch.cuda.Stream(self.device)
+        return self._stream
+
+    def order_after_caller(self, stream: Any) -> None:
+        if self._cuda:
+            caller = self._torch.cuda.current_stream(self.device)
+            if stream != caller:
+                stream.wait_stream(caller)
+
+    def on_device(self) -> AbstractContextManager[Any]:
+        return self._torch.cuda.device(self.device) if self._cuda else nullcontext()
 
     def synchronize(self, stream: Any) -> None:
         if self._cuda:
             stream.synchronize()
 
-    def _on(self, stream: Any) -> Any:
-        import contextlib
-
-        return self._torch.cuda.stream(stream) if self._cuda else contextlib.nullcontext()
+    def _on(self, stream: Any) -> AbstractContextManager[Any]:
+        return self._torch.cuda.stream(stream) if self._cuda else nullcontext()
 
 
 @attrs.frozen
@@ -273,7 +299,7 @@ class TensorRTRunner:
             method (building on the first batch of each new frame size).
         device: the CUDA device, "cuda:N".
         stream: the CUDA stream runs enqueue on (a `torch.cuda.Stream`); None:
-            torch's current stream on the device.
+            a stream of the runner's own on its device (`memory.default_stream`).
         memory: buffers and copies; default `TorchMemory(device)`.
         tensorrt: the `tensorrt` module; default `import_tensorrt()`.
 
@@ -335,17 +361,19 @@ class TensorRTRunner:
         frames, batch_size = begin_run(self, self._source, frames, self.input_channels)
         assert self._source is not None  # begin_run refuses closed runners
         frame: FrameShape = (int(frames.shape[1]), int(frames.shape[2]), int(frames.shape[3]))
-        engine = self._engines.get(frame)
-        if engine is None:
-            engine = _Engine(self._trt, self._runtime, self._source(frame), self._memory)
-            self._engines[frame] = engine
         if stream is None:
             stream = self._stream if self._stream is not None else self._memory.default_stream()
-        step = engine.max_batch
         poses: list[FramePoses] = []
-        for start in range(0, batch_size, step):
-            part = frames[start : start + step]
-            poses += decode(self.info, engine.run(part, stream), int(part.shape[0]))
+        with self._memory.on_device():
+            engine = self._engines.get(frame)
+            if engine is None:
+                engine = _Engine(self._trt, self._runtime, self._source(frame), self._memory)
+                self._engines[frame] = engine
+            self._memory.order_after_caller(stream)
+            step = engine.max_batch
+            for start in range(0, batch_size, step):
+                part = frames[start : start + step]
+                poses += decode(self.info, engine.run(part, stream), int(part.shape[0]))
         return poses
 
     def close(self) -> None:

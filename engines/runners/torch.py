@@ -7,8 +7,9 @@ On a CUDA device every step stays on the GPU: the model itself converts
 channels, resizes, pads and normalises in torch, so frames never visit the host
 or OpenCV. A CUDA tensor is used in place; a numpy batch is copied up once
 through a pinned buffer, asynchronously. The work is queued on one stream (given
-to the runner, or to one run, else torch's current stream), ordered after what
-the caller queued on its current stream; outputs come back through pinned
+to one run, or to the runner, else a stream of the runner's own on its device:
+never the legacy default stream), ordered after what the caller queued on its
+current stream; outputs come back through pinned
 buffers after one synchronisation. With `cuda_graphs=True` the model runs
 through CUDA graphs captured per input shape (see
 `sleap_live.engines.runners.cuda.GraphedForward`), when its outputs are fixed-size
@@ -36,7 +37,6 @@ from sleap_live.engines.runners.cuda import (
     HostCopies,
     HostStaging,
     order_after_caller,
-    stream_for,
 )
 from sleap_live.engines.types import FramePoses, ModelInfo
 
@@ -57,7 +57,7 @@ class TorchRunner:
             another count are converted before the call. Eager inference models
             take both; a TorchScript export records what it takes.
         stream: CUDA only: the `torch.cuda.Stream` runs queue their work on
-            (None: torch's current stream at each run).
+            (None: a stream of the runner's own on its device).
         cuda_graphs: CUDA only: capture the model in a CUDA graph per input
             shape after a warm-up run, and replay it (see the module docstring).
         max_graphs: CUDA graphs kept; the least recently used shape's is dropped.
@@ -104,7 +104,8 @@ class TorchRunner:
         self._output_names = tuple(model.output_names)
         self._input_channels = tuple(input_channels)
         self._model: InferenceModel | None = model.to(target).eval()
-        self._stream = stream
+        cuda = target.type == "cuda"
+        self._stream = torch.cuda.Stream(target) if cuda and stream is None else stream
         self._graphed = (
             GraphedForward(
                 self._model, self._output_names, model_output_axes(model), max_graphs=max_graphs
@@ -112,7 +113,6 @@ class TorchRunner:
             if cuda_graphs
             else None
         )
-        cuda = target.type == "cuda"
         self._staging = HostStaging(pin=True) if cuda else None
         self._copies = HostCopies(pin=True) if cuda else None
 
@@ -154,7 +154,8 @@ class TorchRunner:
 
     def _run_on_cuda(self, forward: Forward, frames: Any, stream: Any) -> dict[str, np.ndarray]:
         assert self._staging is not None and self._copies is not None
-        stream = stream_for(self._target, stream, self._stream)
+        # The run's stream, else the runner's own: never the legacy default stream.
+        stream = stream if stream is not None else self._stream
         order_after_caller(stream, self._target)
         with torch.cuda.stream(stream), torch.inference_mode():
             if isinstance(frames, np.ndarray):
@@ -163,7 +164,7 @@ class TorchRunner:
                 tensor = frames.to(self._target, non_blocking=True)
             outputs = forward(tensor)
             named = dict(zip(self._output_names, outputs, strict=True))
-            return self._copies.fetch(named, stream.synchronize)
+            return self._copies.fetch(named, stream)
 
     def close(self) -> None:
         """Drops the model, its CUDA graphs and buffers (and their device memory); idempotent."""

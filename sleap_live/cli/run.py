@@ -453,19 +453,27 @@ def _check_batch_size(args: argparse.Namespace, source: Source | SourceGroup) ->
 
 def _open(args: argparse.Namespace) -> Source:
     depth, timeout = args.bit_depth, args.read_timeout
+    # NVDEC decodes on the GPU the engine runs on (`--device cuda:N`).
+    gpu = args.device if args.device.startswith("cuda") else None
     if args.command == "replay":
         return open_source(
             args.video,
             replay=True,
             fps=args.fps,
             decoder=args.decoder,
+            device=gpu,
             bit_depth=depth,
             read_timeout=timeout,
         )
     if isinstance(args.video, str):
         return open_source(args.video, bit_depth=depth, read_timeout=timeout)
     return open_source(
-        args.video, camera=False, decoder=args.decoder, bit_depth=depth, read_timeout=timeout
+        args.video,
+        camera=False,
+        decoder=args.decoder,
+        device=gpu,
+        bit_depth=depth,
+        read_timeout=timeout,
     )
 
 

@@ -69,7 +69,16 @@ _OPTIONS = MappingProxyType(
             }
         ),
         "file": frozenset(
-            {"start", "stop", "source_id", "clock", "decoder", "bit_depth", "read_timeout"}
+            {
+                "start",
+                "stop",
+                "source_id",
+                "clock",
+                "decoder",
+                "device",
+                "bit_depth",
+                "read_timeout",
+            }
         ),
         "replay": frozenset(
             {
@@ -80,6 +89,7 @@ _OPTIONS = MappingProxyType(
                 "source_id",
                 "clock",
                 "decoder",
+                "device",
                 "bit_depth",
                 "read_timeout",
             }
@@ -174,6 +184,7 @@ def open_source(
     source_id: str | None = None,
     clock: Clock | None = None,
     decoder: str | None = None,
+    device: str | None = None,
     bit_depth: int | None = None,
     read_timeout: float | None = None,
 ) -> Source:
@@ -218,6 +229,8 @@ def open_source(
             NVDEC is not used, a one-line notice says why: logged as a warning if
             ``"nvdec"`` was asked for, at info level under ``"auto"``, and kept
             as the source's ``decoder_notice``; ``decoder`` says which one runs.
+        device: the CUDA device NVDEC decodes a file or replay on (``"cuda:N"``;
+            default ``"cuda"``, the current one).
         bit_depth: bits per sample the data of a file, replay, camera or stream uses (8 to
             16): its largest value becomes 255. Default: the pixel format's depth;
             a 16-bit source whose first frame uses 12 bits or fewer gets a warning
@@ -255,6 +268,7 @@ def open_source(
             "source_id": source_id,
             "clock": clock,
             "decoder": decoder,
+            "device": device,
             "bit_depth": bit_depth,
             "read_timeout": read_timeout,
         }.items()

@@ -16,10 +16,11 @@ other codecs) goes to PyAV, so poses never depend on the decoder chosen.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,12 @@ DECODE_BATCH = 4
 DEFAULT_BUFFERS = 64
 
 logger = logging.getLogger(__name__)
+
+
+class NvdecStartError(SourceError):
+    """NVDEC could not start here: PyNvVideoCodec would not import, no GPU, the driver's
+    video libraries are missing, or the decoder refused to open; `open_file` then
+    decodes with PyAV instead."""
 
 
 @attrs.frozen
@@ -100,6 +107,10 @@ def nvdec_unavailable(info: StreamInfo) -> str | None:
     """Why NVDEC cannot decode this stream exactly here, or None if it can."""
     if importlib.util.find_spec("PyNvVideoCodec") is None:
         return f"PyNvVideoCodec is not installed ({INSTALL_HINT})"
+    try:
+        import_pynvvideocodec()
+    except SourceError as error:
+        return str(error)
     import torch
 
     if not torch.cuda.is_available():
@@ -141,6 +152,10 @@ def choose_decoder(requested: str, info: StreamInfo) -> DecoderChoice:
     reason = nvdec_unavailable(info)
     if reason is None:
         return DecoderChoice("nvdec", None)
+    return _pyav_instead(reason)
+
+
+def _pyav_instead(reason: object) -> DecoderChoice:
     return DecoderChoice("pyav", f"NVDEC not used: {reason}; decoding with PyAV on the CPU")
 
 
@@ -157,9 +172,11 @@ class NvdecSource(SourceBase):
     file (``start=10`` gives index 10 first), each frame is stamped on ``clock``
     when it is handed over. Images are (H, W, C) uint8 tensors on ``device``, RGB
     for colour video and the red plane alone for a gray one (`StreamInfo`), in
-    ``buffers`` device buffers used in turn: a frame's image
-    stays valid until ``buffers`` more frames have been read, far more than the
-    pipeline holds before it stacks frames into a batch (three batches).
+    ``buffers`` device buffers used in turn (`ReusedBuffers`). A consumer that
+    copies an image on a CUDA stream calls the frame's ``release`` with that
+    stream (the pipeline's batcher does, after stacking): the buffer is written
+    again only after that copy, by a CUDA event. An image never released stays
+    valid until ``buffers`` more frames have been read.
 
     Args:
         path: the video file; NVDEC must be able to decode it (see `choose_decoder`).
@@ -167,14 +184,16 @@ class NvdecSource(SourceBase):
         stop: index one past the last frame to yield; None reads to the end.
         source_id: name stamped on every frame; defaults to the path as given.
         clock: what frames are stamped with.
-        device: the CUDA device to decode on.
+        device: the CUDA device to decode on ("cuda:N"; "cuda": the current one).
         buffers: device image buffers cycled through (at least 2).
         info: the file's `probe`, if already read.
         read_timeout: most seconds a frame may take before a pipeline reports the
             source stalled; default: the frame interval plus 5 s (`math.inf`: never).
 
     Raises:
-        SourceNotFoundError, SourceError: as `probe`, or NVDEC cannot open the file.
+        SourceNotFoundError, SourceError: as `probe`.
+        NvdecStartError: NVDEC cannot start here (PyNvVideoCodec, the GPU or its
+            driver) or cannot open the file.
         ValueError: a bad range or buffer count.
     """
 
@@ -215,37 +234,62 @@ class NvdecSource(SourceBase):
         if total is not None and stop is not None:
             total = min(total, stop)
         self.n_frames = None if total is None else max(0, total - start)
-        self.device = torch.device(device)
+        self.device = _indexed(torch.device(device))
         self._full_range = nv12.is_full_range(self.info.color_range)
-        self._tables = nv12.yuv_tables(
-            nv12.matrix_of(self.info.colorspace), self._full_range, self.device
-        )
-        self._buffers = [
-            torch.empty(self.frame_shape, dtype=torch.uint8, device=self.device)
-            for _ in range(buffers)
-        ]
         # Decode and conversion run on this stream, apart from inference's.
-        self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self.stream: Any = None
+        try:
+            self._tables = nv12.yuv_tables(
+                nv12.matrix_of(self.info.colorspace), self._full_range, self.device
+            )
+            self._buffers = ReusedBuffers(
+                [
+                    torch.empty(self.frame_shape, dtype=torch.uint8, device=self.device)
+                    for _ in range(buffers)
+                ],
+                self._wait_for,
+            )
+            if self.device.type == "cuda":
+                self.stream = torch.cuda.Stream(self.device)
+        except (RuntimeError, AssertionError) as error:  # no GPU, no driver, CUDA errors
+            raise NvdecStartError(
+                f"{path}: NVDEC cannot start on {self.device}: {_one_line(error)}"
+            ) from error
         self._decoder = _open_decoder(self.path, self.device, self.stream, start)
 
     def _frames(self) -> Iterator[Frame]:
-        index, slot = self._start, 0
+        index = self._start
         while not self._stop.is_set():
             decoded = self._decoder.get_batch_frames(DECODE_BATCH)
             if not decoded:
                 return
             images = []
             for surface in decoded:
-                images.append(self._copy_out(surface, self._buffers[slot]))
-                slot = (slot + 1) % len(self._buffers)
+                slot, buffer = self._buffers.take()
+                images.append((slot, self._copy_out(surface, buffer)))
             # The decoder may overwrite these surfaces once asked for more frames:
             # the copies must be complete first.
             self._synchronize()
-            for image in images:
+            for slot, image in images:
                 if self._stop_index is not None and index >= self._stop_index:
                     return
-                yield Frame(index, self._clock(), self.source_id, image)
+                release = functools.partial(self._release_after, slot)
+                yield Frame(index, self._clock(), self.source_id, image, release)
                 index += 1
+
+    def _release_after(self, slot: int, stream: Any) -> None:
+        """`Frame.release`: buffer `slot` is reused only after the work queued on `stream`."""
+        if self.stream is None:  # host tensors (tests): nothing runs ahead of the host
+            return
+        import torch
+
+        copied = torch.cuda.Event()
+        copied.record(stream)
+        self._buffers.copied(slot, copied)
+
+    def _wait_for(self, copied: Any) -> None:
+        if self.stream is not None:
+            self.stream.wait_event(copied)
 
     def _copy_out(self, surface: Any, buffer: Any) -> Any:
         import torch
@@ -273,6 +317,59 @@ class NvdecSource(SourceBase):
         self._buffers.clear()
 
 
+class ReusedBuffers:
+    """A source's device image buffers, taken in turn, each reused only once its last
+    frame's consumer has copied it.
+
+    A consumer that copies a frame's image on a CUDA stream calls `Frame.release`
+    with that stream; the source records an event there (`copied`), and before it
+    writes the buffer again its own stream waits for that event (`wait`), so the
+    copy always reads the frame it was given, however far the GPU runs behind the
+    host. A buffer whose frame was never released (a frame read outside a pipeline)
+    is reused after the others, as before: valid until `len(buffers)` more frames.
+
+    Args:
+        buffers: the device buffers.
+        wait: makes the source's stream wait for an event.
+    """
+
+    def __init__(self, buffers: list[Any], wait: Callable[[Any], None]) -> None:
+        self._buffers = buffers
+        self._copied: list[Any] = [None] * len(buffers)
+        self._wait = wait
+        self._next = 0
+
+    def take(self) -> tuple[int, Any]:
+        """The next buffer's slot and buffer, once its last copy is ordered before."""
+        slot = self._next
+        self._next = (slot + 1) % len(self._buffers)
+        copied, self._copied[slot] = self._copied[slot], None
+        if copied is not None:
+            self._wait(copied)
+        return slot, self._buffers[slot]
+
+    def copied(self, slot: int, event: Any) -> None:
+        """Buffer `slot`'s consumer queued its copy before `event` (a CUDA event)."""
+        self._copied[slot] = event
+
+    def clear(self) -> None:
+        self._buffers.clear()
+        self._copied.clear()
+
+
+def _indexed(device: Any) -> Any:
+    """A CUDA device with its index ("cuda" is the current device): NVDEC, the
+    buffers and the stream all on that one GPU."""
+    import torch
+
+    if device.type == "cuda" and device.index is None:
+        try:
+            return torch.device("cuda", torch.cuda.current_device())
+        except (RuntimeError, AssertionError) as error:
+            raise NvdecStartError(f"NVDEC cannot start: {_one_line(error)}") from error
+    return device
+
+
 def _on(stream: Any) -> Any:
     """A context that makes `stream` torch's current stream (no-op for None)."""
     import contextlib
@@ -282,25 +379,50 @@ def _on(stream: Any) -> Any:
     return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
 
 
-def _open_decoder(path: Path, device: Any, stream: Any, start: int) -> Any:
-    """PyNvVideoCodec's ThreadedDecoder for `path`, decoding NV12 into device memory."""
+def import_pynvvideocodec() -> Any:
+    """The `PyNvVideoCodec` module, or `NvdecStartError` saying in one line why not.
+
+    Its import fails in more ways than ImportError: without the driver's video
+    libraries (a container without the video capability) it raises RuntimeError,
+    and a missing shared library can surface as OSError.
+    """
     try:
         import PyNvVideoCodec as nvc  # type: ignore[import-not-found,import-untyped,unused-ignore]
     except ImportError as error:
-        raise SourceError(f"NVDEC needs PyNvVideoCodec: {INSTALL_HINT} ({error})") from error
+        raise NvdecStartError(
+            f"PyNvVideoCodec cannot be imported ({_one_line(error)}; {INSTALL_HINT})"
+        ) from error
+    except Exception as error:  # RuntimeError, OSError: the driver's libraries are missing
+        raise NvdecStartError(
+            f"PyNvVideoCodec cannot start ({type(error).__name__}: {_one_line(error)}); "
+            "it needs the NVIDIA driver's video libraries (in a container: "
+            "NVIDIA_DRIVER_CAPABILITIES=compute,utility,video)"
+        ) from error
+    return nvc
+
+
+def _one_line(error: BaseException) -> str:
+    """The error's first line: PyNvVideoCodec 2.2 follows it with pages of advice."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
+
+
+def _open_decoder(path: Path, device: Any, stream: Any, start: int) -> Any:
+    """PyNvVideoCodec's ThreadedDecoder for `path`, decoding NV12 into device memory."""
+    nvc = import_pynvvideocodec()
     try:
         return nvc.ThreadedDecoder(
             os.fspath(path),
             buffer_size=2 * DECODE_BATCH,
-            gpu_id=device.index or 0,
+            gpu_id=device.index if device.type == "cuda" else 0,
             cuda_context=0,
             cuda_stream=0 if stream is None else stream.cuda_stream,
             use_device_memory=True,
             output_color_type=nvc.OutputColorType.NATIVE,
             start_frame=start,
         )
-    except Exception as error:
-        raise SourceError(f"{path}: NVDEC cannot open it: {error}") from error
+    except Exception as error:  # PyNvVideoCodec raises RuntimeError and its own types
+        raise NvdecStartError(f"{path}: NVDEC cannot open it: {_one_line(error)}") from error
 
 
 def open_file(
@@ -313,10 +435,14 @@ def open_file(
     clock: Clock = MONOTONIC,
     bit_depth: int | None = None,
     read_timeout: float | None = None,
+    device: str = "cuda",
 ) -> SourceBase:
-    """The file `path` as a `NvdecSource` or a `FileSource`, as `choose_decoder` picks.
+    """The file `path` as a `NvdecSource` or a `FileSource`, as `choose_decoder` picks,
+    or a `FileSource` where NVDEC was picked but could not start (`NvdecStartError`).
 
     NVDEC decodes 8-bit video only, so a `bit_depth` above 8 is a `ValueError` there.
+
+    ``device``: the CUDA device NVDEC decodes on ("cuda:N"; "cuda": the current one).
 
     The source's ``decoder`` attribute says which it is (``"nvdec"`` or ``"pyav"``),
     and ``decoder_notice`` why NVDEC was not used (None when it was, or not asked
@@ -332,7 +458,7 @@ def open_file(
         info = probe(path)
         choice = choose_decoder(decoder, info)
         report(choice, decoder)
-    source: SourceBase
+    source: SourceBase | None = None
     if choice.decoder == "nvdec":
         check_bit_depth(bit_depth)
         if bit_depth not in (None, 8):
@@ -340,16 +466,21 @@ def open_file(
                 f"{path}: bit depth {bit_depth} is more than the 8 bits per sample NVDEC "
                 "decodes this video to; use the pyav decoder"
             )
-        source = NvdecSource(
-            path,
-            start=start,
-            stop=stop,
-            source_id=source_id,
-            clock=clock,
-            info=info,
-            read_timeout=read_timeout,
-        )
-    else:
+        try:
+            source = NvdecSource(
+                path,
+                start=start,
+                stop=stop,
+                source_id=source_id,
+                clock=clock,
+                device=device,
+                info=info,
+                read_timeout=read_timeout,
+            )
+        except NvdecStartError as error:
+            choice = _pyav_instead(error)
+            report(choice, decoder)
+    if source is None:
         source = FileSource(
             path,
             start=start,

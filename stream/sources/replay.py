@@ -55,6 +55,7 @@ class ReplaySource(SourceBase):
         source_id: name stamped on every frame; defaults to the path as given.
         clock: the clock frames are paced and stamped on.
         decoder: ``"pyav"``, ``"nvdec"`` or ``"auto"`` (see `nvdec.choose_decoder`).
+        device: the CUDA device NVDEC decodes on (``"cuda:N"``).
         bit_depth: bits per sample the video's data uses (see `FileSource`).
         read_timeout: most seconds a frame may take before a pipeline reports the
             source stalled; default: the replay's frame interval plus 5 s (`math.inf`: never).
@@ -78,6 +79,7 @@ class ReplaySource(SourceBase):
         source_id: str | None = None,
         clock: Clock = MONOTONIC,
         decoder: str = "pyav",
+        device: str = "cuda",
         bit_depth: int | None = None,
         read_timeout: float | None = None,
     ) -> None:
@@ -95,6 +97,7 @@ class ReplaySource(SourceBase):
             source_id=source_id,
             clock=clock,
             bit_depth=bit_depth,
+            device=device,
         )
         super().__init__(self._file.source_id, read_timeout)
         self.decoder, self.decoder_notice = self._file.decoder, self._file.decoder_notice

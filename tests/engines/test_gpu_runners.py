@@ -18,7 +18,7 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from sleap_live.engines.errors import ModelConfigError, RuntimeUnavailableError
+from sleap_live.engines.errors import RuntimeUnavailableError
 from sleap_live.engines.export.exporter import export_onnx_bytes
 from sleap_live.engines.export.frames import sample_frames
 from sleap_live.engines.graph.build import load_inference_model
@@ -42,15 +42,16 @@ from sleap_live.engines.runners.onnx import (
     device_of,
     providers_for,
 )
-from sleap_live.engines.runners.onnx_binding import GRAPH_ID, NO_SYNC, TorchBinding
+from sleap_live.engines.runners.onnx_binding import NO_SYNC, TorchBinding
 from sleap_live.engines.runners.onnx_session import (
     OutputShapes,
     with_compute_stream,
-    with_cuda_graphs,
+    with_tensorrt_profile,
 )
 from sleap_live.engines.runners.torch import TorchRunner
 from sleap_live.stream.sources import FileSource
 from tests.committed import require
+from tests.engines import fake_cuda
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 HAS_CUDA = torch.cuda.is_available()
@@ -133,27 +134,34 @@ BOTTOMUP_NAMES = ("peaks", "peak_scores", "peak_valid", "line_scores")
 # --- uploads and host copies -----------------------------------------------------------
 
 
-def test_host_copies_reuse_buffers_sync_once_and_hand_out_copies():
+def test_host_copies_reuse_buffers_sync_once_and_hand_out_copies(monkeypatch):
+    cuda = fake_cuda.install(monkeypatch)
     copies = HostCopies(pin=False)
-    syncs = []
+    stream = cuda.Stream("cuda:0")
     first_outputs = {"a": torch.arange(6.0).view(2, 3), "b": torch.ones(4, dtype=torch.bool)}
-    first = copies.fetch(first_outputs, lambda: syncs.append(1))
-    assert syncs == [1]
+    first = copies.fetch(first_outputs, stream)
+    # Copies queued on the outputs' stream (not the caller's), then one synchronisation.
+    handle = stream.cuda_stream
+    assert cuda.calls[1:] == [
+        ("enter stream", handle),
+        ("leave stream", handle),
+        ("synchronize", handle),
+    ]
     np.testing.assert_array_equal(first["a"], first_outputs["a"].numpy())
     assert first["b"].dtype == np.bool_ and first["b"].all()
     assert copies.allocations() == {"a": 6, "b": 4}
     # A smaller output reuses the buffer; a later fetch never changes results handed out.
     second = copies.fetch(
-        {"a": torch.full((1, 3), 7.0), "b": torch.zeros(2, dtype=torch.bool)},
-        lambda: syncs.append(2),
+        {"a": torch.full((1, 3), 7.0), "b": torch.zeros(2, dtype=torch.bool)}, stream
     )
-    assert syncs == [1, 2] and copies.allocations() == {"a": 6, "b": 4}
+    assert cuda.calls.count(("synchronize", handle)) == 2
+    assert copies.allocations() == {"a": 6, "b": 4}
     np.testing.assert_array_equal(second["a"], np.full((1, 3), 7.0, np.float32))
     np.testing.assert_array_equal(first["a"], np.arange(6.0, dtype=np.float32).reshape(2, 3))
     # An instance list longer than before grows its buffer (at least doubling).
-    copies.fetch({"a": torch.zeros(5, 3), "b": torch.zeros(0, dtype=torch.bool)}, lambda: None)
+    copies.fetch({"a": torch.zeros(5, 3), "b": torch.zeros(0, dtype=torch.bool)}, None)
     assert copies.allocations()["a"] == 15
-    copies.fetch({"a": torch.zeros(7, 3), "b": torch.zeros(1, dtype=torch.bool)}, lambda: None)
+    copies.fetch({"a": torch.zeros(7, 3), "b": torch.zeros(1, dtype=torch.bool)}, None)
     assert copies.allocations()["a"] == 30
 
 
@@ -308,6 +316,31 @@ def test_torch_runner_options_need_cuda_and_cpu_runs_wait_for_the_stream(toy):
     np.testing.assert_array_equal(poses[0].points, expected[0].points)
 
 
+class StayingModel:
+    """A model stand-in that `to(device)` leaves where it is (no CUDA here)."""
+
+    def __init__(self, model):
+        self.info, self.output_names, self.profile = model.info, model.output_names, model.profile
+
+    def to(self, device):
+        return self
+
+    def eval(self):
+        return self
+
+
+def test_torch_cuda_runner_runs_on_a_stream_of_its_own_on_its_device(toy, monkeypatch):
+    cuda = fake_cuda.install(monkeypatch)
+    runner = TorchRunner(StayingModel(toy), "cuda:1")
+    (own,) = cuda.made
+    # Not torch's current stream, the legacy default stream (handle 0).
+    assert runner._stream is own and own.cuda_stream != 0
+    assert own.device == torch.device("cuda:1") and runner.device == "cuda:1"
+    given = cuda.Stream("cuda:1")
+    assert TorchRunner(StayingModel(toy), "cuda:1", stream=given)._stream is given
+    assert len(cuda.made) == 2  # the given stream alone: none made for that runner
+
+
 def test_frames_on_a_device_are_converted_there():
     rgb = sample_frames(2, 9, 11, 3, seed=5)
     device_frames = torch.from_numpy(rgb).to("meta")
@@ -356,7 +389,7 @@ def test_providers_for_cuda_and_tensorrt(tmp_path):
         providers_for("cuda", "openvino")
 
 
-def test_gpu_providers_get_the_stream_and_cuda_graph_options():
+def test_gpu_providers_get_the_stream_and_never_the_null_handle():
     providers = [*providers_for("cuda:0", "tensorrt"), CPU]
     streamed = with_compute_stream(providers, 99)
     for _, options in streamed[:2]:
@@ -365,9 +398,41 @@ def test_gpu_providers_get_the_stream_and_cuda_graph_options():
     assert streamed[2] == CPU
     explicit = with_compute_stream([(CUDA, {"user_compute_stream": "5"})], 99)
     assert explicit[0][1]["user_compute_stream"] == "5"
-    graphs = with_cuda_graphs(streamed)
-    assert graphs[0][1]["trt_cuda_graph_enable"] == "True"
-    assert graphs[1][1]["enable_cuda_graph"] == "1" and graphs[2] == CPU
+    # Handle 0 is the legacy default stream: ONNX Runtime reads it as "no stream".
+    with pytest.raises(ValueError, match="not the null handle"):
+        with_compute_stream(providers, 0)
+
+
+def fixed_frame_onnx(height=24, width=32, channels=1):
+    """A tiny graph whose frame size is fixed, as `export --profile tensorrt` makes them."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["frames"], ["out"], to=TensorProto.FLOAT)],
+        "fixed",
+        [helper.make_tensor_value_info("frames", TensorProto.UINT8, ["batch", height, width, 1])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", height, width, 1])],
+    )
+    return helper.make_model(graph).SerializeToString()
+
+
+def test_the_tensorrt_provider_gets_a_profile_from_batch_1_to_8(tmp_path):
+    # Without one, ONNX Runtime's TensorRT provider rebuilds when batch 1 follows batch 8.
+    providers = providers_for("cuda:1", "tensorrt", trt_cache_dir=tmp_path)
+    model = fixed_frame_onnx()
+    profiled = with_tensorrt_profile(providers, model)
+    assert profiled[0][1]["trt_profile_min_shapes"] == "frames:1x24x32x1"
+    assert profiled[0][1]["trt_profile_opt_shapes"] == "frames:8x24x32x1"
+    assert profiled[0][1]["trt_profile_max_shapes"] == "frames:8x24x32x1"
+    assert profiled[0][1]["device_id"] == 1 and profiled[1] == providers[1]
+    path = tmp_path / "fixed.onnx"
+    path.write_bytes(model)
+    assert with_tensorrt_profile(providers, path, max_batch=16)[0][1]["trt_profile_max_shapes"] == (
+        "frames:16x24x32x1"
+    )
+    # A graph of any frame size cannot be given one; CUDA alone needs none.
+    assert with_tensorrt_profile(providers, fixed_frame_onnx(height="h")) == providers
+    assert with_tensorrt_profile(providers_for("cuda"), model) == providers_for("cuda")
 
 
 @pytest.mark.skipif(HAS_CUDA_EP, reason="onnxruntime-gpu is installed")
@@ -479,40 +544,6 @@ def test_torch_binding_leaves_instance_lists_to_onnx_runtime(toy_onnx, toy):
     assert all(len(output) == 2 for output in bound.outputs)  # (name, device) only
     with pytest.raises(RuntimeError, match="does not have configuration"):
         recording.runs[0][1].get_run_config_entry(NO_SYNC)
-    with pytest.raises(ValueError, match="every output preallocated"):
-        TorchBinding(session, "cpu", shapes, cuda_graphs=True)
-
-
-def test_torch_binding_with_cuda_graphs_binds_each_shape_once(bottomup_onnx, animal_frames):
-    session = create_session(bottomup_onnx, intra_op_threads=1)
-    recording = RecordingSession(session)
-    notices = []
-    binding = TorchBinding(
-        recording,
-        "cpu",
-        OutputShapes.of_session(session, BOTTOMUP_AXES),
-        cuda_graphs=True,
-        max_graphs=2,
-        notice=notices.append,
-    )
-    # New frames of a bound shape are copied into its static input, bound once.
-    for batch in (animal_frames[:2], animal_frames[2:], animal_frames[1:3]):
-        assert_outputs_equal(binding.run(batch), session_outputs(session, batch))
-    (bound,) = recording.bindings
-    static = binding.bound_shapes[animal_frames[:2].shape].graph_input
-    assert len(bound.inputs) == 1 and bound.inputs[0][3] == static.data_ptr()
-    np.testing.assert_array_equal(static.numpy(), animal_frames[1:3])
-    assert [options.get_run_config_entry(GRAPH_ID) for _, options in recording.runs] == ["1"] * 3
-    # Each shape has its own graph id; beyond `max_graphs` shapes run without one.
-    half = animal_frames[:, : animal_frames.shape[1] // 2]
-    for batch in (animal_frames[:1], half[:1], half[:1]):
-        assert_outputs_equal(binding.run(batch), session_outputs(session, batch))
-    graph_ids = [options.get_run_config_entry(GRAPH_ID) for _, options in recording.runs[3:]]
-    assert graph_ids == ["2", "-1", "-1"]
-    assert notices == [
-        f"CUDA graphs: 2 input shapes already have one; frames of shape {half[:1].shape} "
-        "run without"
-    ]
 
 
 # --- ONNX Runtime: the runner's choices --------------------------------------------------
@@ -524,61 +555,64 @@ def test_onnx_runner_options_need_a_gpu(toy_onnx):
             OnnxRunner(toy_onnx, **options)
 
 
-class SessionCalls(list):
-    """The providers of each session made; `refuse_graphs` fails those with CUDA graphs."""
-
-    refuse_graphs = False
-
-
 @pytest.fixture
-def fake_gpu(monkeypatch):
-    """OnnxRunner on "cuda:0" with a recording stand-in for torch's stream, its
-    sessions made on the CPU from the providers it asks for."""
-    calls = SessionCalls()
+def sessions(monkeypatch):
+    """The providers of each session OnnxRunner makes; the sessions made on the CPU."""
+    calls = []
 
     def create(model, providers, **options):
         calls.append(providers)
-        graphs = any("enable_cuda_graph" in provider[1] for provider in providers)
-        if graphs and calls.refuse_graphs:
-            raise ModelConfigError("ONNX model bytes: onnxruntime cannot load it (no graphs)")
         return create_session(model, intra_op_threads=1)
 
-    stream = RecordingStream()
     monkeypatch.setattr(onnx_runners, "create_session", create)
-    monkeypatch.setattr(onnx_runners, "_torch_stream", lambda device, given: given or stream)
+    monkeypatch.setattr(onnx_runners, "torch_has_cuda", lambda: True)
     return calls
 
 
-def test_onnx_runner_computes_on_the_stream_with_cuda_graphs(fake_gpu, bottomup_onnx, caplog):
-    runner = OnnxRunner(bottomup_onnx, providers_for("cuda"), cuda_graphs=True)
-    assert runner.device == "cuda:0" and isinstance(runner._io, TorchBinding)
-    assert runner._io._cuda_graphs and runner._io._stream.cuda_stream == 1234
-    first, second = fake_gpu
-    assert first[0][1] == {
-        "device_id": 0,
-        "has_user_compute_stream": "1",
-        "user_compute_stream": "1234",
-    }
-    assert second[0][1]["enable_cuda_graph"] == "1"
-    assert second[0][1]["user_compute_stream"] == "1234"
-    assert caplog.records == []
-
-
-def test_onnx_runner_without_fixed_outputs_or_graph_support_says_why(
-    fake_gpu, bottomup_onnx, toy_onnx, caplog
+def test_onnx_runner_computes_on_a_stream_of_its_own_on_its_device(
+    sessions, bottomup_onnx, monkeypatch
 ):
-    caplog.set_level(logging.WARNING, logger="sleap_live.engines.runners")
-    runner = OnnxRunner(toy_onnx, providers_for("cuda"), cuda_graphs=True)
-    assert len(fake_gpu) == 1 and not runner._io._cuda_graphs
-    fake_gpu.refuse_graphs = True
-    runner = OnnxRunner(bottomup_onnx, providers_for("cuda"), cuda_graphs=True)
-    assert len(fake_gpu) == 3 and not runner._io._cuda_graphs
-    assert [record.getMessage() for record in caplog.records] == [
-        "CUDA graphs off, running without them: output 'instance_frame' is as long as the "
-        "data make it",
-        "CUDA graphs off, running without them: onnxruntime refused them (ONNX model bytes: "
-        "onnxruntime cannot load it (no graphs))",
+    cuda = fake_cuda.install(monkeypatch)
+    runner = OnnxRunner(bottomup_onnx, providers_for("cuda:1"))
+    (own,) = cuda.made
+    assert own.device == torch.device("cuda:1") and own.cuda_stream != 0
+    ((name, options),) = sessions[0]
+    assert name == CUDA and options["device_id"] == 1
+    assert options["user_compute_stream"] == str(own.cuda_stream) != "0"
+    assert isinstance(runner._io, TorchBinding) and runner._io._stream is own
+
+
+def test_onnx_runner_orders_its_stream_after_the_frames_and_the_caller(
+    sessions, bottomup_onnx, monkeypatch
+):
+    cuda = fake_cuda.install(monkeypatch)
+    given = cuda.Stream("cuda:0")
+    runner = OnnxRunner(bottomup_onnx, providers_for("cuda"), stream=given)
+    assert sessions[0][0][1]["user_compute_stream"] == str(given.cuda_stream)
+    frames_ready = cuda.Stream("cuda:0")
+    cuda.calls.clear()
+    with runner._io._on_stream(frames_ready):
+        assert cuda.current is given
+    assert cuda.calls[:3] == [
+        ("wait_stream", given.cuda_stream, frames_ready.cuda_stream),
+        ("wait_stream", given.cuda_stream, 0),
+        ("enter stream", given.cuda_stream),
     ]
+
+
+def test_onnx_cuda_graphs_are_not_offered_and_never_build_a_second_session(
+    sessions, bottomup_onnx, monkeypatch, caplog
+):
+    fake_cuda.install(monkeypatch)
+    caplog.set_level(logging.WARNING, logger="sleap_live.engines.runners")
+    OnnxRunner(bottomup_onnx, providers_for("cuda", "tensorrt"), cuda_graphs=True)
+    (providers,) = sessions
+    for _, options in providers:
+        assert not {"enable_cuda_graph", "trt_cuda_graph_enable"} & set(options)
+    (record,) = caplog.records
+    assert record.getMessage().startswith(
+        "CUDA graphs off, running without them: ONNX Runtime captures CUDA graphs in global mode"
+    )
 
 
 # --- on a GPU --------------------------------------------------------------------------
@@ -608,12 +642,9 @@ def test_torch_cuda_runner_matches_the_cpu(bottomup_model, toy, animal_frames, c
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not (HAS_CUDA_EP and HAS_CUDA), reason="needs onnxruntime-gpu and CUDA torch")
-@pytest.mark.parametrize("cuda_graphs", [False, True])
-def test_onnx_cuda_runner_binds_torch_tensors_and_matches_the_cpu(
-    bottomup_onnx, animal_frames, cuda_graphs
-):
+def test_onnx_cuda_runner_binds_torch_tensors_and_matches_the_cpu(bottomup_onnx, animal_frames):
     expected = OnnxRunner(bottomup_onnx).run(animal_frames)
-    runner = OnnxRunner(bottomup_onnx, providers_for("cuda"), cuda_graphs=cuda_graphs)
+    runner = OnnxRunner(bottomup_onnx, providers_for("cuda"))
     assert isinstance(runner._io, TorchBinding)
     for _ in range(3):
         assert_same_poses(runner.run(torch.from_numpy(animal_frames).cuda()), expected, 1e-3)

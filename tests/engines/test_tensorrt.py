@@ -10,6 +10,7 @@ index). Its TensorRT 11 flavour lacks what 11 removed (`BuilderFlag.FP16`,
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import sys
@@ -49,6 +50,7 @@ from sleap_live.engines.runners import tensorrt as trt_runner
 from sleap_live.engines.runners.load import load_runner
 from sleap_live.engines.runners.tensorrt import TensorRTRunner, TorchMemory
 from sleap_live.engines.types import ModelInfo, Skeleton
+from tests.engines import fake_cuda
 
 NODES = 2
 H200 = GpuInfo("NVIDIA H200", (9, 0))
@@ -633,6 +635,57 @@ def test_every_tensor_is_bound_and_the_given_stream_used_with_one_sync(engine_fi
     assert trt.log[-1][2] == 5 and memory.syncs == [own, other]
 
 
+class DeviceLoggingMemory(CountingMemory):
+    """`CountingMemory` that logs into the fake TensorRT's log when the runner's device
+    is made current and when its stream is ordered after the caller's."""
+
+    def __init__(self, log: list) -> None:
+        super().__init__()
+        self.log = log
+
+    @contextlib.contextmanager
+    def on_device(self):
+        self.log.append(("device on",))
+        yield
+        self.log.append(("device off",))
+
+    def order_after_caller(self, stream):
+        self.log.append(("after caller", stream.cuda_stream))
+
+
+def test_engines_load_and_run_with_the_device_current_after_the_callers_work(
+    engine_file, trt, monkeypatch
+):
+    deserialize = trt.Runtime.deserialize_cuda_engine
+
+    def logged(runtime, plan):
+        trt.log.append(("deserialize",))
+        return deserialize(runtime, plan)
+
+    monkeypatch.setattr(trt.Runtime, "deserialize_cuda_engine", logged)
+    runner = runner_for(engine_file, trt, DeviceLoggingMemory(trt.log))
+    trt.log.clear()
+    runner.run(frames(1))
+    steps = [entry[0] for entry in trt.log if entry[0] != "input shape"]
+    assert steps == ["device on", "deserialize", "profile", "after caller", "execute", "device off"]
+    assert ("after caller", 7) in trt.log  # the runner's own stream (not given one)
+
+
+def test_torch_memory_runs_on_a_stream_of_its_own_on_its_device(monkeypatch):
+    cuda = fake_cuda.install(monkeypatch)
+    memory = TorchMemory("cuda:1")
+    stream = memory.default_stream()
+    # Not torch's current stream, the legacy default stream (handle 0): one of its own.
+    assert stream is memory.default_stream() and cuda.made == [stream]
+    assert stream.device == torch.device("cuda:1") and memory.stream_handle(stream) != 0
+    memory.order_after_caller(stream)
+    assert stream.waited == [cuda.legacy]
+    with memory.on_device():
+        assert cuda.current_device() == 1
+    cuda.device_index = 2
+    assert TorchMemory("cuda").device == torch.device("cuda:2")
+
+
 def test_torch_frames_on_the_device_are_read_in_place(engine_file, trt):
     memory = CountingMemory()
     runner = runner_for(engine_file, trt, memory)
@@ -697,7 +750,7 @@ def test_missing_tensorrt_is_one_line(monkeypatch, tmp_path):
     path.write_bytes(clean_onnx())
     with pytest.raises(
         RuntimeUnavailableError,
-        match=r'TensorRT is not installed \(pip install "sleap-live\[gpu\]"\)',
+        match=r'TensorRT is not installed \(pip install "sleap-live\[gpu\]" for CUDA 13',
     ):
         load_runner(path, engine="tensorrt")
 

@@ -580,6 +580,32 @@ def test_run_prints_its_path_and_why_nvdec_was_not_used(
     assert "path:" not in capsys.readouterr().err
 
 
+def test_nvdec_decodes_on_the_gpu_the_engine_runs_on(
+    video, tmp_path, fake_engine, monkeypatch, caplog
+):
+    from sleap_live.stream.sources import nvdec
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(nvdec, "nvdec_unavailable", lambda info: None)
+    devices = []
+
+    def no_nvdec_here(path, *, device, **options):
+        devices.append(device)
+        raise nvdec.NvdecStartError(f"{path}: NVDEC cannot start on {device}: a test")
+
+    monkeypatch.setattr(nvdec, "NvdecSource", no_nvdec_here)
+    assert cli.main(["run", str(video), "-m", "m", "-q", "--decoder", "nvdec"]) == 0
+    assert (
+        cli.main(["run", str(video), "-m", "m", "-q", "--decoder", "nvdec", "--device", "cuda:1"])
+        == 0
+    )
+    assert devices == ["cuda", "cuda:1"]
+    assert [r.getMessage() for r in caplog.records][-1] == (
+        f"NVDEC not used: {video}: NVDEC cannot start on cuda:1: a test; decoding with PyAV "
+        "on the CPU"
+    )
+
+
 # --- inference settings ---------------------------------------------------------------
 
 

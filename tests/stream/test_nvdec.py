@@ -7,7 +7,8 @@ so a source that kept a surface instead of copying it out would show the scribbl
 
 from __future__ import annotations
 
-import functools
+import contextlib
+import importlib.abc
 import importlib.machinery
 import logging
 import sys
@@ -104,6 +105,11 @@ def fake_pynvvideocodec(monkeypatch):
     monkeypatch.setitem(sys.modules, "PyNvVideoCodec", module)
     FakeThreadedDecoder.instances.clear()
     return module
+
+
+def nvdec_on_the_cpu(*args, device, **kwargs) -> NvdecSource:
+    """`NvdecSource` with CPU tensors for device memory, whatever device it is given."""
+    return NvdecSource(*args, device="cpu", **kwargs)
 
 
 def pyav_rgb(path: Path, start: int = 0, stop: int | None = None) -> list[np.ndarray]:
@@ -205,7 +211,7 @@ def test_without_pynvvideocodec_the_notice_says_how_to_install(monkeypatch):
 def test_open_source_picks_nvdec_or_falls_back_with_one_line(
     fake_pynvvideocodec, monkeypatch, caplog
 ):
-    monkeypatch.setattr(nvdec, "NvdecSource", functools.partial(NvdecSource, device="cpu"))
+    monkeypatch.setattr(nvdec, "NvdecSource", nvdec_on_the_cpu)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     with caplog.at_level(logging.INFO, logger=nvdec.__name__):
         source = open_source(DEMO, decoder="auto")
@@ -249,3 +255,159 @@ def test_real_nvdec_matches_pyav_on_the_gpu():
         images = [frame.image.cpu().numpy() for frame in source]
     for image, want in zip(images, pyav_red(DEMO, 0, 16), strict=True):
         np.testing.assert_array_equal(image, want)
+
+
+# --- NVDEC that cannot start falls back to PyAV ---------------------------------------
+
+
+class RaisingImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds `PyNvVideoCodec` (as an installed wheel is found) but its import raises, as
+    it does in a container without the driver's video libraries."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "PyNvVideoCodec":
+            return None
+        return importlib.machinery.ModuleSpec(name, self)
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        raise self.error
+
+
+@pytest.fixture
+def cuda_reported(monkeypatch):
+    """torch says CUDA is there; NvdecSource's buffers stay on the CPU."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(nvdec, "NvdecSource", nvdec_on_the_cpu)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        # PyNvVideoCodec 2.2.4's own, where the driver's video libraries are missing
+        # (its troubleshooting pages after the first line are left out of the notice).
+        RuntimeError(
+            "Failed to load NVENC library: libnvidia-encode.so.1: cannot open shared object "
+            "file: No such file or directory\n\n=== TROUBLESHOOTING STEPS ===\n1. Docker?"
+        ),
+        OSError("libnvidia-encode.so.1: cannot open shared object file"),
+        ImportError("libcudart.so.12: cannot open shared object file"),
+    ],
+)
+def test_a_pynvvideocodec_that_cannot_import_falls_back_to_pyav(
+    cuda_reported, monkeypatch, caplog, error
+):
+    monkeypatch.delitem(sys.modules, "PyNvVideoCodec", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [RaisingImport(error), *sys.meta_path])
+    with caplog.at_level(logging.INFO, logger=nvdec.__name__):
+        source = open_source(DEMO, decoder="nvdec")
+    source.close()
+    assert isinstance(source, FileSource) and source.decoder == "pyav"
+    assert type(error).__name__ in source.decoder_notice or "cannot be imported" in (
+        source.decoder_notice
+    )
+    assert str(error).splitlines()[0] in source.decoder_notice
+    assert "TROUBLESHOOTING" not in source.decoder_notice
+    assert [record.getMessage() for record in caplog.records] == [source.decoder_notice]
+    assert "\n" not in source.decoder_notice
+
+
+def test_a_decoder_that_cannot_start_falls_back_to_pyav(
+    fake_pynvvideocodec, cuda_reported, monkeypatch, caplog
+):
+    def no_decoder(*args, **kwargs):
+        raise RuntimeError("cuvidCreateDecoder failed: CUDA_ERROR_NO_DEVICE")
+
+    monkeypatch.setattr(fake_pynvvideocodec, "ThreadedDecoder", no_decoder)
+    with caplog.at_level(logging.INFO, logger=nvdec.__name__):
+        source = open_source(DEMO, decoder="auto", start=3)
+    with source:
+        first = next(iter(source))
+    assert isinstance(source, FileSource) and source.decoder == "pyav"
+    assert first.index == 3
+    assert source.decoder_notice == (
+        f"NVDEC not used: {DEMO}: NVDEC cannot open it: cuvidCreateDecoder failed: "
+        "CUDA_ERROR_NO_DEVICE; decoding with PyAV on the CPU"
+    )
+    assert [record.getMessage() for record in caplog.records] == [source.decoder_notice]
+
+
+def test_no_gpu_for_the_buffers_falls_back_to_pyav(fake_pynvvideocodec, monkeypatch):
+    # torch built with CUDA, but no device: its allocation raises.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    source = open_source(DEMO, decoder="auto", device="cuda:1")
+    source.close()
+    assert isinstance(source, FileSource)
+    assert source.decoder_notice.startswith(f"NVDEC not used: {DEMO}: NVDEC cannot start")
+
+
+# --- NVDEC's reused buffers, released by an event after the consumer's copy ------------
+
+
+class RecordedEvent:
+    def __init__(self, stream) -> None:
+        self.stream = stream
+
+
+def test_a_buffer_is_reused_only_after_the_event_its_consumer_recorded():
+    waits = []
+    buffers = nvdec.ReusedBuffers(["a", "b"], waits.append)
+    assert buffers.take() == (0, "a") and buffers.take() == (1, "b")
+    copied = RecordedEvent("copy stream")
+    buffers.copied(0, copied)
+    # Slot 0 again: its writer's stream waits for the consumer's copy first, once.
+    assert buffers.take() == (0, "a") and waits == [copied]
+    assert buffers.take() == (1, "b") and waits == [copied]  # never released: no wait
+    assert buffers.take() == (0, "a") and waits == [copied]
+
+
+def test_frames_carry_their_buffers_release(fake_pynvvideocodec):
+    with NvdecSource(DEMO, device="cpu", buffers=2, stop=3) as source:
+        frames = list(source)
+    assert all(callable(frame.release) for frame in frames)
+
+
+def test_the_batcher_releases_device_frames_after_stacking_on_its_copy_stream(monkeypatch):
+    from sleap_live.stream import batching
+    from sleap_live.stream.types import Frame
+
+    calls = []
+
+    class Event:
+        def record(self, stream):
+            calls.append(("ready", stream))
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+    monkeypatch.setattr(torch.Tensor, "record_stream", lambda self, stream: None)
+    streams = batching.DeviceStreams("copy stream", "inference stream")
+    frames = [
+        Frame(i, 0.0, "s", torch.full((2, 2, 1), i, dtype=torch.uint8), calls.append)
+        for i in range(2)
+    ]
+    images, _ = batching._stack_on_device(frames, streams)
+    assert calls == [("ready", "copy stream"), "copy stream", "copy stream"]
+    assert images[:, 0, 0, 0].tolist() == [0, 1]
+
+
+def test_a_device_batchs_host_copy_waits_for_its_stack():
+    from sleap_live.stream import batching
+    from sleap_live.stream.types import Frame
+
+    calls = []
+
+    class Ready:
+        def synchronize(self):
+            calls.append("stack done")
+
+    image = torch.full((2, 2, 1), 5, dtype=torch.uint8)
+    frame = Frame(0, 0.0, "s", image)
+    times = batching.StageTimes(decode=(0.0, 0.0))
+    batch = batching.Batch((frame,), image[None], times, None, Ready())
+    assert batch.image(0, on_host=False) is not None and calls == []
+    assert batch.image(0, on_host=True).tolist() == image.tolist() and calls == ["stack done"]

@@ -1,0 +1,93 @@
+"""The install's design: ONNX Runtime's CPU and GPU builds come from separate extras.
+
+`onnxruntime` and `onnxruntime-gpu` install the same `onnxruntime` package folder;
+with both installed the CPU build's files can hide the CUDA provider, so the GPU
+extras must not be installable beside a base dependency on the CPU build.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+tomllib = pytest.importorskip("tomllib")
+
+PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+GPU_EXTRAS = ("gpu", "gpu-cu12")
+
+
+@pytest.fixture(scope="module")
+def project():
+    return tomllib.loads(PYPROJECT.read_text())["project"]
+
+
+def names(requirements):
+    return {re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0] for requirement in requirements}
+
+
+def requirement(requirements, name):
+    (found,) = [r for r in requirements if names([r]) == {name}]
+    return found
+
+
+def test_no_onnxruntime_build_is_a_base_dependency(project):
+    assert not names(project["dependencies"]) & {"onnxruntime", "onnxruntime-gpu"}
+
+
+def test_the_cpu_install_and_ci_get_the_cpu_build(project):
+    extras = project["optional-dependencies"]
+    for extra in ("cpu", "test"):
+        assert "onnxruntime" in names(extras[extra])
+        assert "onnxruntime-gpu" not in names(extras[extra])
+
+
+@pytest.mark.parametrize("extra", GPU_EXTRAS)
+def test_the_gpu_extras_get_the_gpu_build_alone(project, extra):
+    requirements = project["optional-dependencies"][extra]
+    assert "onnxruntime-gpu" in names(requirements) and "onnxruntime" not in names(requirements)
+    # ThreadedDecoder(start_frame=) appears in PyNvVideoCodec 2.1.
+    assert ">=2.1" in requirement(requirements, "PyNvVideoCodec")
+    tensorrt = {"gpu": "tensorrt-cu13", "gpu-cu12": "tensorrt-cu12"}[extra]
+    assert ">=10.13" in requirement(requirements, tensorrt)
+    assert "<12" in requirement(requirements, tensorrt)
+
+
+def test_the_gpu_extras_onnx_runtime_matches_their_cuda(project):
+    # onnxruntime-gpu on PyPI: CUDA 12 up to 1.26, CUDA 13 from 1.27.
+    extras = project["optional-dependencies"]
+    assert ">=1.27" in requirement(extras["gpu"], "onnxruntime-gpu")
+    assert "<1.27" in requirement(extras["gpu-cu12"], "onnxruntime-gpu")
+
+
+def test_without_either_build_auto_runs_model_directories_with_torch(monkeypatch):
+    import importlib.util
+
+    from sleap_live.engines.runners import devices
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *args: None if name == "onnxruntime" else find_spec(name, *args),
+    )
+    assert not devices.ort_installed() and not devices.ort_has_cuda()
+    assert not devices.onnx_can_use("auto") and not devices.onnx_can_use("cpu")
+    assert devices.onnx_device("auto") == "cpu"
+
+
+def test_without_either_build_onnx_runtime_errors_say_which_extra(monkeypatch):
+    import sys
+
+    from sleap_live.engines.errors import RuntimeUnavailableError
+    from sleap_live.engines.export.onnx import onnx_exported
+    from sleap_live.engines.runners.onnx_session import create_session
+
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # its import raises ImportError
+    for attempt in (lambda: create_session(b"model"), lambda: onnx_exported(b"model")):
+        with pytest.raises(RuntimeUnavailableError) as error:
+            attempt()
+        message = str(error.value)
+        assert 'pip install "sleap-live[cpu]"' in message and "\n" not in message
+        assert 'for a GPU pip install "sleap-live[gpu]"' in message
