@@ -7,10 +7,12 @@ ignores build/), strips PyNvVideoCodec of what decoding does not need, and print
 payload's size and its total with the working tree the `run` tool copies; it fails
 when the total is over the 64 MiB that machine takes.
 
-`--rehearse` then builds a venv (build/gpu_rehearsal/, Python 3.12) holding only the
-GPU machine's image packages, CPU torch 2.13.0 standing in for its CUDA torch, and
-runs scripts/gpu_check.py there with the payload: everything but the GPU parts must
-run and pass. CI runs it (.ci/run).
+`--rehearse` then builds a venv (build/gpu_rehearsal/) holding only the GPU machine's
+image packages, CPU torch 2.13.0 standing in for its CUDA torch, and runs
+scripts/gpu_check.py there with the payload's wheels: everything but the GPU parts must
+run and pass. CI runs it (.ci/run). The venv is of this Python (3.11 here: the CPU
+torch on local disk is built for it alone; PyPI's torch for 3.12 is the CUDA build, GBs),
+so the rehearsal downloads the same list, stripped alike, for this Python's version.
 """
 
 from __future__ import annotations
@@ -79,8 +81,9 @@ def requirements(path: Path = REQUIREMENTS) -> list[str]:
     return [line for line in lines if line]
 
 
-def download(wanted: Sequence[str], target: Path) -> list[Path]:
-    """The wheels of `wanted` for the GPU machine, in `target` (emptied first)."""
+def download(wanted: Sequence[str], target: Path, python: str = PYTHON_VERSION) -> list[Path]:
+    """The wheels of `wanted` for Python `python` on manylinux x86_64 (the GPU machine's
+    by default), in `target` (emptied first)."""
     if target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True)
@@ -94,7 +97,7 @@ def download(wanted: Sequence[str], target: Path) -> list[Path]:
         "--no-deps",
         "--only-binary=:all:",
         "--python-version",
-        PYTHON_VERSION,
+        python,
         *platforms,
         "--dest",
         str(target),
@@ -169,34 +172,20 @@ def size_report(payload: int, tree: int, limit: int = LIMIT_BYTES) -> tuple[bool
 
 def build_payload(target: Path = PAYLOAD_DIR) -> bool:
     """Downloads and strips the payload; prints each wheel and the sizes; True if it fits."""
-    wheels = download(requirements(), target)
-    for wheel in wheels:
-        patterns = STRIP.get(distribution(wheel), ())
-        saved = strip_wheel(wheel, patterns) if patterns else 0
-        note = f" (stripped of {mib(saved)})" if saved else ""
-        print(f"  {wheel.name}: {mib(wheel.stat().st_size)}{note}")
+    fetch_stripped(target, PYTHON_VERSION)
     fits, line = size_report(folder_bytes(target), tree_bytes())
     print(line, flush=True)
     return fits
 
 
-def rehearsal_python() -> str:
-    """A Python 3.12 that runs, as on the GPU machine (the payload's wheels are for it):
-    this one, python3.12 on PATH, or pyenv's (whose shim fails when 3.12 is not selected)."""
-    if sys.version_info[:2] == (3, 12):
-        return sys.executable
-    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
-    candidates = [shutil.which(f"python{PYTHON_VERSION}")]
-    candidates += sorted(map(str, pyenv.glob(f"{PYTHON_VERSION}*/bin/python{PYTHON_VERSION}")))
-    for candidate in filter(None, candidates):
-        probe = [candidate, "-c", "import sys; print(sys.version_info[:2] == (3, 12))"]
-        result = subprocess.run(probe, capture_output=True, text=True)
-        if result.returncode == 0 and result.stdout.strip() == "True":
-            return candidate
-    raise SystemExit(
-        f"gpu_payload: the rehearsal needs Python {PYTHON_VERSION} (the GPU machine's, which "
-        "the payload's wheels are built for); none runs here"
-    )
+def fetch_stripped(target: Path, python: str) -> None:
+    """The listed wheels for `python` in `target`, stripped; each printed with its size."""
+    wheels = download(requirements(), target, python)
+    for wheel in wheels:
+        patterns = STRIP.get(distribution(wheel), ())
+        saved = strip_wheel(wheel, patterns) if patterns else 0
+        note = f" (stripped of {mib(saved)})" if saved else ""
+        print(f"  {wheel.name}: {mib(wheel.stat().st_size)}{note}", flush=True)
 
 
 def rehearsal_venv(folder: Path = REHEARSAL_DIR) -> Path:
@@ -208,7 +197,7 @@ def rehearsal_venv(folder: Path = REHEARSAL_DIR) -> Path:
     if python.exists() and marker.exists() and marker.read_text() == wanted:
         return python
     shutil.rmtree(folder / "venv", ignore_errors=True)
-    subprocess.run([rehearsal_python(), "-m", "venv", str(folder / "venv")], check=True)
+    subprocess.run([sys.executable, "-m", "venv", str(folder / "venv")], check=True)
     environment = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     install = [str(python), "-m", "pip", "install", "--quiet", *IMAGE_PACKAGES]
     subprocess.run(install, check=True, env=environment)
@@ -216,9 +205,14 @@ def rehearsal_venv(folder: Path = REHEARSAL_DIR) -> Path:
     return python
 
 
-def rehearse(payload: Path = PAYLOAD_DIR, folder: Path = REHEARSAL_DIR) -> int:
-    """gpu_check.py in the image-only venv with the payload; its exit status."""
+def rehearse(folder: Path = REHEARSAL_DIR) -> int:
+    """gpu_check.py in the image-only venv with the payload's wheels for this Python;
+    its exit status."""
     started = time.perf_counter()
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    payload = folder / f"payload-{here}"
+    print(f"rehearsal payload (Python {here}):", flush=True)
+    fetch_stripped(payload, here)
     python = rehearsal_venv(folder)
     print(f"rehearsal venv ready in {time.perf_counter() - started:.0f} s", flush=True)
     command = [

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import types
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +31,7 @@ gc = scripts.load("gpu_check.py")
 _ENVIRONMENT = {
     "cuda": True,
     "cuda_reason": None,
-    "versions": {"onnxruntime": "1.30.0", "torch": "2.11.0"},
+    "versions": {"onnxruntime": "1.30.0", "torch": "2.11.0", "onnx": None},
     "providers": ("CPUExecutionProvider",),
     "gpu": {"name": "NVIDIA H200"},
     "import_errors": {},
@@ -72,6 +73,17 @@ def test_exit_code_fails_only_on_failures_and_timeouts():
     assert gc.exit_code(rows) == 0
     assert gc.exit_code([*rows, gc.Row("parity", status=gc.FAIL)]) == 1
     assert gc.exit_code([*rows, gc.Row("speed", status=gc.TIMEOUT)]) == 1
+
+
+def test_a_skip_fails_a_gpu_machine_unless_the_machine_does_not_offer_it():
+    nvdec = gc.Skip("decode", "nvdec", "PyNvVideoCodec is not installed")
+    no_provider = gc.Skip("parity", "ort-cuda", "no CUDA provider", excused=True)
+    passed = [gc.Row("parity", status=gc.PASS)]
+    # On the CPU a skip is what it says; on a GPU machine a GPU part that did not run failed.
+    assert gc.exit_code(passed, [nvdec, no_provider], gpu=False) == 0
+    assert gc.exit_code(passed, [nvdec, no_provider], gpu=True) == 1
+    assert gc.exit_code(passed, [no_provider], gpu=True) == 0
+    assert gc.unexcused([nvdec, no_provider]) == [nvdec]
 
 
 # ----------------------------------------------------------------------------- budgets
@@ -300,24 +312,48 @@ def test_notices_are_captured_and_the_logger_restored():
 # ----------------------------------------------------------------------------- environment
 
 
+def test_runners_come_from_load_runners_engines():
+    table = gc.runner_table(("auto", "torch", "onnx", "openvino", "tensorrt", "torch-compile"))
+    assert list(table) == [
+        "onnx-cpu",
+        "torch-cpu",
+        "torch-cuda",
+        "torch-cuda-graphs",
+        "ort-cuda",
+        "ort-tensorrt",
+        "tensorrt",
+        "torch-compile",
+    ]
+    # An engine the check does not know runs on CUDA under its own name.
+    assert table["torch-compile"] == {"engine": "torch-compile", "device": "cuda"}
+    assert table["torch-cuda-graphs"]["cuda_graphs"] is True
+    from sleap_live.engines.runners.load import ENGINES
+
+    assert set(gc.runner_table(ENGINES)) >= {"torch-cpu", "torch-cuda", "torch-cuda-graphs"}
+    assert set(gc.known_engines()) == set(ENGINES)
+
+
 def test_runner_availability():
     no_gpu = _environment(cuda=False, cuda_reason="no CUDA GPU: torch 2.13.0+cpu sees none")
-    assert gc.runner_unavailable("onnx-cpu", no_gpu) is None
-    for runner in gc.GPU_RUNNERS:
+    assert gc.runner_unavailable("torch-cpu", no_gpu) is None
+    assert "onnx is not installed" in gc.runner_unavailable("onnx-cpu", no_gpu)
+    with_onnx = _environment(cuda=False, versions={**_ENVIRONMENT["versions"], "onnx": "1.19"})
+    assert gc.runner_unavailable("onnx-cpu", with_onnx) is None
+    for runner in ("torch-cuda", "torch-cuda-graphs", "torch-compile"):
         assert gc.runner_unavailable(runner, no_gpu) == no_gpu.cuda_reason
+        assert gc.runner_not_offered(runner, no_gpu) is None
     gpu = _environment()
-    assert gc.runner_unavailable("torch-cuda", gpu) is None
-    assert gc.runner_unavailable("torch-cuda-graphs", gpu) is None
-    assert "onnxruntime-gpu" in gc.runner_unavailable("ort-cuda", gpu)
-    assert "TensorRT provider" in gc.runner_unavailable("ort-tensorrt", gpu)
-    assert "pip install tensorrt" in gc.runner_unavailable("tensorrt", gpu)
+    for runner in ("torch-cuda", "torch-cuda-graphs", "torch-compile"):
+        assert gc.runner_unavailable(runner, gpu) is None
+    # What the lent machine's packages cannot run at all: excused there.
+    assert "onnxruntime-gpu" in gc.runner_not_offered("ort-cuda", gpu)
+    assert "TensorRT provider" in gc.runner_not_offered("ort-tensorrt", gpu)
+    assert "pip install tensorrt" in gc.runner_not_offered("tensorrt", gpu)
     full = _environment(
         providers=("TensorrtExecutionProvider", "CUDAExecutionProvider"), tensorrt_module=True
     )
-    assert all(gc.runner_unavailable(runner, full) is None for runner in gc.RUNNERS)
-    assert "not installed" in gc.runner_unavailable(
-        "onnx-cpu", _environment(versions={"onnxruntime": None})
-    )
+    gpu_runners = gc.gpu_runners(("torch", "onnx", "tensorrt"))
+    assert all(gc.runner_unavailable(runner, full) is None for runner in gpu_runners)
 
 
 def test_part_requirements():
@@ -385,23 +421,22 @@ def test_package_tree_imports_the_checkout(tmp_path):
     assert result.stdout.strip().startswith(str(tree))
 
 
-def test_install_wheels_falls_back_to_a_folder_on_sys_path(tmp_path, monkeypatch):
-    assert gc.install_wheels(tmp_path)["result"] == "no .whl files there"
-    (tmp_path / "av-18.1.0-cp311-abi3-manylinux_2_28_x86_64.whl").write_bytes(b"")
-    commands = []
-
-    def pip(command, **kwargs):
-        commands.append(command)
-        failed = "--target" not in command  # the environment is read-only; a folder is not
-        return subprocess.CompletedProcess(command, int(failed), "", "read-only" * failed)
-
-    monkeypatch.setattr(gc.subprocess, "run", pip)
+def test_install_wheels_unpacks_them_onto_sys_path(tmp_path, monkeypatch):
+    wheels, target = tmp_path / "wheels", tmp_path / "site"
+    wheels.mkdir()
+    assert gc.install_wheels(wheels, target)["result"] == "no .whl files there"
+    with zipfile.ZipFile(wheels / "tinypkg-1.0-py3-none-any.whl", "w") as wheel:
+        wheel.writestr("tinypkg_gpu_check/__init__.py", "VALUE = 7\n")
+        wheel.writestr("tinypkg-1.0.dist-info/METADATA", "Name: tinypkg\nVersion: 1.0\n")
     monkeypatch.setattr(sys, "path", list(sys.path))
-    report = gc.install_wheels(tmp_path)
-    assert report["wheels"] == ["av-18.1.0-cp311-abi3-manylinux_2_28_x86_64.whl"]
-    assert commands[0][1:4] == ["-m", "pip", "install"] and "--no-index" in commands[0]
-    target = commands[1][commands[1].index("--target") + 1]
-    assert sys.path[0] == target and report["result"].startswith(f"installed into {target}")
+    monkeypatch.setenv("PYTHONPATH", "elsewhere")
+    report = gc.install_wheels(wheels, target)
+    assert report["wheels"] == ["tinypkg-1.0-py3-none-any.whl"]
+    assert sys.path[0] == str(target) and os.environ["PYTHONPATH"].startswith(str(target))
+    import tinypkg_gpu_check
+
+    assert tinypkg_gpu_check.VALUE == 7
+    sys.modules.pop("tinypkg_gpu_check")
 
 
 def test_items_time_out_or_fail_one_by_one(tmp_path):
