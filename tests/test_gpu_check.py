@@ -234,6 +234,57 @@ def test_parity_rows():
     json.dumps(row.to_json())
 
 
+def _poses(points, identities=(0,)):
+    points = np.asarray(points, float)
+    return {
+        "points": points,
+        "point_scores": np.ones(points.shape[:2]),
+        "instance_scores": np.ones(len(points)),
+        "identities": np.asarray(identities[: len(points)]),
+    }
+
+
+def test_graphs_rows_want_equal_poses_and_a_lower_time():
+    one = [_poses([[[1.0, 2.0], [np.nan, np.nan]]])]
+    same = gc.pose_difference(one, [_poses([[[1.0, 2.0], [np.nan, np.nan]]])])
+    assert same.identical and same.max_px == 0.0 and same.presence_mismatches == 0
+    poses, timing = gc.graphs_rows("topdown", "1024x1024", same, 2.0, 0.5)
+    assert (poses.status, timing.status) == (gc.PASS, gc.PASS)
+    assert poses.note.startswith("bit for bit") and timing.value == pytest.approx(0.25)
+    # Graphs that silently ran eagerly take the eager time: a failure.
+    assert gc.graphs_rows("topdown", "1024x1024", same, 2.0, 1.98)[1].status == gc.FAIL
+    assert gc.graphs_rows("topdown", "1024x1024", same, None, 1.0)[1].status == gc.FAIL
+    moved = gc.pose_difference(one, [_poses([[[1.0, 2.5], [np.nan, np.nan]]])])
+    assert not moved.identical and moved.max_px == pytest.approx(0.5)
+    assert gc.graphs_rows("topdown", "1024x1024", moved, 2.0, 0.5)[0].status == gc.FAIL
+    lost = gc.pose_difference(one, [_poses([[[1.0, 2.0], [3.0, 4.0]]])])
+    assert lost.presence_mismatches == 1
+    row = gc.graphs_rows("topdown", "1024x1024", lost, 2.0, 0.5)[0]
+    assert row.status == gc.FAIL and "one side only" in row.note
+    counts = gc.pose_difference(one, [_poses(np.zeros((0, 2, 2)))])
+    assert counts.count_mismatches == 1
+    json.dumps(row.to_json())
+
+
+def test_nvdec_frames_must_equal_pyavs_bit_for_bit():
+    frames = [np.full((4, 6, 3), value, np.uint8) for value in (10, 20, 30)]
+    equal = gc.frame_comparison(iter(frames), iter([f.copy() for f in frames]))
+    template = gc.Row("decode", "nvdec", size="4x6", figure=gc.SAME_FRAMES_FIGURE)
+    row = gc.same_frames_row(template, equal)
+    assert row.status == gc.PASS and row.value == 3.0 and "all 3 equal" in row.note
+    changed = [f.copy() for f in frames]
+    changed[1][0, 0, 0] += 1
+    row = gc.same_frames_row(template, gc.frame_comparison(iter(frames), iter(changed)))
+    assert row.status == gc.FAIL and "1 frames differ (first 1; max difference 1)" in row.note
+    short = gc.frame_comparison(iter(frames), iter(frames[:2]))
+    assert short.lengths == (3, 2) and short.frames == 2
+    assert "NVDEC gave 3 frames, PyAV 2" in gc.same_frames_row(template, short).note
+    gray = [f[..., :1] for f in frames]
+    shapes = gc.frame_comparison(iter(frames), iter(gray))
+    assert shapes.shapes_differ and gc.same_frames_row(template, shapes).status == gc.FAIL
+    assert gc.same_frames_row(template, gc.frame_comparison([], [])).status == gc.FAIL
+
+
 def test_values_cells_and_plain_table():
     latency = gc.Row(
         "speed",
