@@ -258,17 +258,23 @@ def judge(value: float, target: Target | None) -> str:
     return FAIL if target.binding else BELOW
 
 
-def exit_code(rows: Sequence[Row], skips: Sequence[Skip] = (), gpu: bool = False) -> int:
+def exit_code(rows: Sequence[Row], missing: Sequence[Skip] = ()) -> int:
     """0 when every part that ran passed (no failure, parity included, and no timeout)
-    and, on a machine with a GPU, every GPU part ran: a skip there is a failure unless
-    the machine does not offer what it needs (`Skip.excused`)."""
-    if any(row.status in FAILING for row in rows):
-        return 1
-    return 1 if gpu and any(not skip.excused for skip in skips) else 0
+    and nothing that had to run was skipped (`must_have_run`)."""
+    return 1 if missing or any(row.status in FAILING for row in rows) else 0
 
 
-def unexcused(skips: Sequence[Skip]) -> list[Skip]:
-    return [skip for skip in skips if not skip.excused]
+def must_have_run(
+    skips: Sequence[Skip], *, gpu: bool, rehearsal: bool, cuda_reason: str | None
+) -> list[Skip]:
+    """The skips that fail the run. On a machine with a GPU, every one: a GPU part that
+    did not run failed, unless the machine does not offer what it needs
+    (`Skip.excused`). In a rehearsal on the CPU, every one but those for want of a GPU.
+    Elsewhere none: a skip says what this machine cannot check."""
+    if not gpu and not rehearsal:
+        return []
+    needed = [skip for skip in skips if not skip.excused]
+    return needed if gpu else [skip for skip in needed if skip.reason != cuda_reason]
 
 
 # ----------------------------------------------------------------------------- budget
@@ -1359,7 +1365,8 @@ class Check:
             self.skip("decode", "-", "no clip (the clip part did not write one)")
             return
         openers: dict[str, Callable[[], Any]] = {"pyav": lambda: FileSource(clip)}
-        reason = nvdec_unavailable(probe(clip))
+        # Without a GPU, for want of it (NVDEC's own reason would say the same otherwise).
+        reason = nvdec_unavailable(probe(clip)) if self.env.cuda else self.env.cuda_reason
         if reason is None:
             openers["nvdec"] = lambda: NvdecSource(clip)
         else:
@@ -1803,14 +1810,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             _write_json(args.json, check.report())
     finally:
         check.close()
-    code = exit_code(check.rows, check.skips, env.cuda)
+    missing = must_have_run(
+        check.skips, gpu=env.cuda, rehearsal=args.rehearse, cuda_reason=env.cuda_reason
+    )
+    code = exit_code(check.rows, missing)
     title = f"gpu_check on {device_summary(env)}"
     print_table(check.rows, title)
     print(skip_line(check.skips, check.runners_of))
-    missing = unexcused(check.skips)
-    if env.cuda and missing:
+    if missing:
         names = ", ".join(f"{skip.part}/{skip.runner}" for skip in missing)
-        print(f"FAILED: on a GPU machine every GPU part must run; these did not: {names}")
+        where = "on a GPU machine every GPU part" if env.cuda else "in a rehearsal every CPU part"
+        print(f"FAILED: {where} must run; these did not: {names}")
     _write_json(args.json, check.report(code))
     faulthandler.cancel_dump_traceback_later()
     return code
