@@ -1096,6 +1096,12 @@ class Check:
     def gpu_runner_names(self) -> list[str]:
         return [name for name in self.table if name not in CPU_RUNNERS]
 
+    @property
+    def parity_runner_names(self) -> list[str]:
+        """Every runner; on a GPU machine the GPU ones alone (the goldens are the CPU
+        path's poses already, and the budget there goes to compiling and measuring)."""
+        return self.gpu_runner_names if self.env.cuda else list(self.table)
+
     def runners_for(self, part: str, runners: Sequence[str]) -> list[str]:
         """The runners that can run here (`--rehearse`: the CPU stand-in in place of the
         GPU ones), with a skip for each of the others."""
@@ -1245,7 +1251,7 @@ class Check:
     def part_parity(self, budget: float) -> None:
         work = [
             (Row("parity", runner, case, figure="median px"), self._parity(runner, case))
-            for runner in self.runners_for("parity", list(self.table))
+            for runner in self.runners_for("parity", self.parity_runner_names)
             for case in self.cases
         ]
         self.items(budget, work)
