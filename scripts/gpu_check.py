@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Every GPU check of the GPU path in one run, within a time budget (issue #9, item 9).
+"""Every GPU check of the GPU path in one run, within a time budget (issues #9 and #19),
+made for the GPU machine a session is lent now and then (docs/gpu_check.md).
 
 Parts, in order, each with its share of `--budget`:
 
@@ -7,17 +8,21 @@ Parts, in order, each with its share of `--budget`:
   Runtime (and its providers), TensorRT, PyNvVideoCodec and PyAV.
 - clip: a `--large-size` (1024x1024) H.264 yuv420p clip written with PyAV's libx264:
   the test video multi_gray.mkv, edge-padded (two animals).
-- parity: each available runner (ONNX Runtime on the CPU as a self-check, torch CUDA
-  eager and with CUDA graphs, ONNX Runtime CUDA and TensorRT providers, TensorRT)
-  on each model type's test video, against the CPU goldens in tests/data/goldens
-  (instance counts, median/max point distance, score differences, identities).
+- parity: each runner on each model type's test video, against the CPU goldens in
+  tests/data/goldens (instance counts, median/max point distance, score differences,
+  identities). The runners are `load_runner`'s `ENGINES` on CUDA (`gpu_runners`:
+  torch eager and with CUDA graphs, ONNX Runtime's CUDA and TensorRT providers,
+  TensorRT, and any engine added there, such as torch-compile); without a GPU, the
+  CPU self-checks (ONNX Runtime and torch on the CPU) instead.
 - speed: per GPU runner and model type, the engine alone on frames already on the
-  device: fps at batch 8 and latency p50/p99 at batch 1, at the test videos' size
-  and at `--large-size`. The large-size rows run the fixture weights with their size
-  matcher set to that size, so the network sees the whole frame rather than the
-  168x200 letterbox the fixture configs ask for.
-- decode: decode rate alone on the clip, PyAV (CPU) and NVDEC (into device memory,
-  NV12 converted on the GPU).
+  device: fps at batch 8 and latency p50/p99 at batch 1, at each of `--sizes`
+  (384x384 and 1024x1024). These rows run the fixture weights with their size matcher
+  set to that size, so the network sees the whole frame rather than the 168x200
+  letterbox the fixture configs ask for.
+- graphs: torch eager against torch with CUDA graphs per model type and size: equal
+  poses, and a lower batch-1 time (equal times mean the graphs ran eagerly).
+- decode: NVDEC's frames of the clip against PyAV's, bit for bit; the decode rate
+  alone, PyAV (CPU) and NVDEC (into device memory, NV12 converted on the GPU).
 - pipeline: the recorded pipeline on the clip, batch 8, NVDEC when it can decode it
   (else PyAV, labelled so), with the fastest runner of the speed part, per model
   type with a target; and the live capture-to-pose latency at batch 1 (single instance).
@@ -25,13 +30,16 @@ Parts, in order, each with its share of `--budget`:
   much of the engine's busy time decoding ran beside it.
 
 A part whose packages or GPU are missing is skipped, and one line says which and
-why. A part that runs out of its budget reports "timeout" and the run goes on;
-results are written to `--json` after every part, and a watchdog ends the process
-(printing where it was) if anything hangs past the budget.
+why. On a machine with a GPU a skip is a failure, unless the machine does not offer
+what it needs (`runner_not_offered`: an engine whose runtime has no CUDA build there):
+every GPU part must run there. A part that runs out of its budget reports "timeout"
+and the run goes on; results are written to `--json` after every part, and a watchdog
+ends the process (printing where it was) if anything hangs past the budget.
 
 Run it from a checkout with whatever is installed: without an installed sleap-live
-it puts the repository's package layout on sys.path; `--wheel-dir` installs wheels
-(PyAV, PyNvVideoCodec, ...) into the running environment first.
+it puts the repository's package layout on sys.path; `--wheel-dir` unpacks the wheels
+scripts/gpu_payload.py downloads (PyAV, PyNvVideoCodec, platformdirs, sleap-io) into
+a folder of the work directory and imports from there first.
 """
 
 from __future__ import annotations
