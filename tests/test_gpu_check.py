@@ -531,6 +531,55 @@ assert check.rows[-1].status == gc.TIMEOUT and check.rows[-1].note == "part budg
     )
 
 
+def test_graphs_part_compares_eager_and_graphs_runners(tmp_path):
+    """The graphs part on a (faked) GPU machine: the runners' poses and the speed part's
+    batch-1 times give one pose row and one time row per model type and size."""
+    _in_a_fresh_process(
+        f"""
+import types
+import numpy as np
+
+args = gc.parse_args(
+    ["--work-dir", {str(tmp_path)!r}, "--cases", "single_instance", "--sizes", "384",
+     "--frames", "16"]
+)
+check = gc.Check(args, gc.Environment(**{_ENVIRONMENT!r}), {{}})
+
+
+class FakeRunner:
+    device = "cpu"
+
+    def __init__(self, shift):
+        self.shift = shift
+
+    def run(self, batch):
+        return [
+            types.SimpleNamespace(
+                points=np.full((1, 2, 2), 5.0 + self.shift),
+                point_scores=np.ones((1, 2)),
+                instance_scores=np.ones(1),
+                identities=np.zeros(1, int),
+            )
+            for _ in batch
+        ]
+
+
+runners = {{gc.EAGER: FakeRunner(0.0), gc.GRAPHS: FakeRunner(0.0)}}
+check.runner = lambda name, case, shape: runners[name]
+for runner, ms in ((gc.EAGER, 2.0), (gc.GRAPHS, 0.5)):
+    row = gc.Row("speed", runner, "single_instance", "384x384", gc.LATENCY_FIGURE, ms, "ms")
+    check.rows.append(row)
+check.part_graphs(30.0)
+poses, timing = check.rows[-2:]
+assert (poses.figure, poses.status) == ("poses vs eager, max px", gc.PASS), poses
+assert (timing.status, timing.value) == (gc.PASS, 0.25), timing
+runners[gc.GRAPHS] = FakeRunner(0.5)
+check.part_graphs(30.0)
+assert check.rows[-2].status == gc.FAIL and abs(check.rows[-2].value - 0.5 * 2**0.5) < 1e-12
+"""
+    )
+
+
 # ----------------------------------------------------------------------------- whole runs
 
 
