@@ -587,8 +587,8 @@ DISTRIBUTIONS = {
 # sleap_live.stream (which needs PyAV and sleap-io): parity and speed decode the test
 # videos with PyAV alone.
 MODULES = {
-    "av": ("clip", "parity", "speed"),
-    "sleap_live.engines.runners.load": ("parity", "speed", "pipeline"),
+    "av": ("clip", "parity", "speed", "graphs"),
+    "sleap_live.engines.runners.load": ("parity", "speed", "graphs", "pipeline"),
     "sleap_live.stream.bench": ("decode", "pipeline"),
 }
 
