@@ -72,7 +72,8 @@ IMAGE_PACKAGES = (
     "psutil",
 )
 # The rehearsal's gpu_check: the CPU stand-in through every part, on the model types
-# with speed targets, few frames and small sizes (2 CPU cores; a few minutes in CI).
+# with speed targets, few frames, the smallest square the test videos fit in (2 CPU
+# cores; about 3 minutes in CI with the venv, most of it installing torch).
 REHEARSAL_CHECK = (
     "--rehearse",
     "--cases",
@@ -82,9 +83,9 @@ REHEARSAL_CHECK = (
     "--clip-frames",
     "32",
     "--sizes",
-    "384",
+    "256",
     "--large-size",
-    "384",
+    "256",
     "--max-window",
     "0.5",
     "--budget",
