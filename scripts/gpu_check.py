@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Every GPU check of the GPU path in one run, within a time budget (issue #9, item 9).
+"""Every GPU check of the GPU path in one run, within a time budget (issues #9 and #19),
+made for the GPU machine a session is lent now and then (docs/gpu_check.md).
 
 Parts, in order, each with its share of `--budget`:
 
@@ -7,17 +8,21 @@ Parts, in order, each with its share of `--budget`:
   Runtime (and its providers), TensorRT, PyNvVideoCodec and PyAV.
 - clip: a `--large-size` (1024x1024) H.264 yuv420p clip written with PyAV's libx264:
   the test video multi_gray.mkv, edge-padded (two animals).
-- parity: each available runner (ONNX Runtime on the CPU as a self-check, torch CUDA
-  eager and with CUDA graphs, ONNX Runtime CUDA and TensorRT providers, TensorRT)
-  on each model type's test video, against the CPU goldens in tests/data/goldens
-  (instance counts, median/max point distance, score differences, identities).
+- parity: each runner on each model type's test video, against the CPU goldens in
+  tests/data/goldens (instance counts, median/max point distance, score differences,
+  identities). The runners are `load_runner`'s `ENGINES` on CUDA (`gpu_runners`:
+  torch eager and with CUDA graphs, ONNX Runtime's CUDA and TensorRT providers,
+  TensorRT, and any engine added there, such as torch-compile); without a GPU, the
+  CPU self-checks (ONNX Runtime and torch on the CPU) instead.
 - speed: per GPU runner and model type, the engine alone on frames already on the
-  device: fps at batch 8 and latency p50/p99 at batch 1, at the test videos' size
-  and at `--large-size`. The large-size rows run the fixture weights with their size
-  matcher set to that size, so the network sees the whole frame rather than the
-  168x200 letterbox the fixture configs ask for.
-- decode: decode rate alone on the clip, PyAV (CPU) and NVDEC (into device memory,
-  NV12 converted on the GPU).
+  device: fps at batch 8 and latency p50/p99 at batch 1, at each of `--sizes`
+  (384x384 and 1024x1024). These rows run the fixture weights with their size matcher
+  set to that size, so the network sees the whole frame rather than the 168x200
+  letterbox the fixture configs ask for.
+- graphs: torch eager against torch with CUDA graphs per model type and size: equal
+  poses, and a lower batch-1 time (equal times mean the graphs ran eagerly).
+- decode: NVDEC's frames of the clip against PyAV's, bit for bit; the decode rate
+  alone, PyAV (CPU) and NVDEC (into device memory, NV12 converted on the GPU).
 - pipeline: the recorded pipeline on the clip, batch 8, NVDEC when it can decode it
   (else PyAV, labelled so), with the fastest runner of the speed part, per model
   type with a target; and the live capture-to-pose latency at batch 1 (single instance).
@@ -25,13 +30,16 @@ Parts, in order, each with its share of `--budget`:
   much of the engine's busy time decoding ran beside it.
 
 A part whose packages or GPU are missing is skipped, and one line says which and
-why. A part that runs out of its budget reports "timeout" and the run goes on;
-results are written to `--json` after every part, and a watchdog ends the process
-(printing where it was) if anything hangs past the budget.
+why. On a machine with a GPU a skip is a failure, unless the machine does not offer
+what it needs (`runner_not_offered`: an engine whose runtime has no CUDA build there):
+every GPU part must run there. A part that runs out of its budget reports "timeout"
+and the run goes on; results are written to `--json` after every part, and a watchdog
+ends the process (printing where it was) if anything hangs past the budget.
 
 Run it from a checkout with whatever is installed: without an installed sleap-live
-it puts the repository's package layout on sys.path; `--wheel-dir` installs wheels
-(PyAV, PyNvVideoCodec, ...) into the running environment first.
+it puts the repository's package layout on sys.path; `--wheel-dir` unpacks the wheels
+scripts/gpu_payload.py downloads (PyAV, PyNvVideoCodec, platformdirs, sleap-io) into
+a folder of the work directory and imports from there first.
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ import faulthandler
 import importlib
 import importlib.metadata
 import importlib.util
+import itertools
 import json
 import logging
 import math
@@ -56,6 +65,7 @@ import sys
 import tempfile
 import time
 import warnings
+import zipfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -71,32 +81,69 @@ CLIP_SOURCE = DATA / "videos" / "multi_gray.mkv"
 # Targets of issue #9 on an H100/H200-class GPU: recorded 1024x1024 video, batch >= 8,
 # NVDEC included; batch-1 capture-to-pose latency; GPU poses against the CPU path.
 TARGET_SIZE = 1024
+# Lab sizes the speed part measures at (tests/data/lab_models has models of both).
+SPEED_SIZES = (384, TARGET_SIZE)
 FPS_TARGETS = {"single_instance": 3000.0, "topdown": 1000.0, "bottomup": 700.0}
 LATENCY_TARGET_MS = 2.0
 PARITY_MEDIAN_PX = 0.1
 
-RUNNERS = ("onnx-cpu", "torch-cuda", "torch-cuda-graphs", "ort-cuda", "ort-tensorrt", "tensorrt")
-GPU_RUNNERS = RUNNERS[1:]
-# Which runner the pipeline uses when the speed part measured none: most specialised first.
-# Instance slots per frame of the TensorRT runs' top-down graphs.
-TENSORRT_SLOTS = 20
-RUNNER_PREFERENCE = ("tensorrt", "ort-tensorrt", "ort-cuda", "torch-cuda-graphs", "torch-cuda")
-LOAD_OPTIONS: dict[str, dict[str, Any]] = {
+# The CPU self-checks: ONNX Runtime (where `onnx` can export; the GPU machine's image
+# lacks it) and torch, which also stands in for the GPU runners in `--rehearse`.
+CPU_RUNNERS: dict[str, dict[str, Any]] = {
     # The in-memory ONNX exports are not verified: parity against the goldens is the check.
     "onnx-cpu": {"engine": "onnx", "device": "cpu", "verify": False},
-    "torch-cuda": {"engine": "torch", "device": "cuda"},
-    "torch-cuda-graphs": {"engine": "torch", "device": "cuda", "cuda_graphs": True},
-    "ort-cuda": {"engine": "onnx", "device": "cuda", "verify": False},
-    "ort-tensorrt": {
-        "engine": "onnx",
-        "device": "cuda",
-        "verify": False,
-        "execution_provider": "tensorrt",
-    },
-    "tensorrt": {"engine": "tensorrt", "device": "cuda", "verify": False},
+    "torch-cpu": {"engine": "torch", "device": "cpu"},
 }
+REHEARSAL_RUNNER = "torch-cpu"
+# Engines of `load_runner` that never run on a GPU.
+CPU_ONLY_ENGINES = ("auto", "openvino")
+# Engines run on CUDA in more than one way; any other engine is one runner of its own name.
+ENGINE_VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
+    "torch": {
+        "torch-cuda": {"engine": "torch", "device": "cuda"},
+        "torch-cuda-graphs": {"engine": "torch", "device": "cuda", "cuda_graphs": True},
+    },
+    "onnx": {
+        "ort-cuda": {"engine": "onnx", "device": "cuda", "verify": False},
+        "ort-tensorrt": {
+            "engine": "onnx",
+            "device": "cuda",
+            "verify": False,
+            "execution_provider": "tensorrt",
+        },
+    },
+    "tensorrt": {"tensorrt": {"engine": "tensorrt", "device": "cuda", "verify": False}},
+}
+# Instance slots per frame of the TensorRT runs' top-down graphs.
+TENSORRT_SLOTS = 20
+# Which runner the pipeline uses when the speed part measured none: most specialised first.
+RUNNER_PREFERENCE = ("tensorrt", "ort-tensorrt", "ort-cuda", "torch-cuda-graphs", "torch-cuda")
+# The pair whose poses must be equal and whose times must differ (issue #19, defect 2).
+EAGER, GRAPHS = "torch-cuda", "torch-cuda-graphs"
+# CUDA graphs replay the eager kernels: poses equal to float32 rounding, and at least
+# this much faster at batch 1, where launching kernels dominates.
+GRAPHS_MAX_PX = 1e-3
+GRAPHS_MAX_TIME_RATIO = 0.95
 
-PARTS = ("environment", "clip", "parity", "speed", "decode", "pipeline", "overlap")
+
+def gpu_runners(engines: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The GPU runners (name -> `load_runner` options) of `load_runner`'s engines: an
+    engine added there (`torch-compile`) is checked without editing this script."""
+    table: dict[str, dict[str, Any]] = {}
+    for engine in engines:
+        if engine not in CPU_ONLY_ENGINES:
+            table.update(
+                ENGINE_VARIANTS.get(engine, {engine: {"engine": engine, "device": "cuda"}})
+            )
+    return table
+
+
+def runner_table(engines: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Every runner of the check, CPU self-checks first."""
+    return {**CPU_RUNNERS, **gpu_runners(engines)}
+
+
+PARTS = ("environment", "clip", "parity", "speed", "graphs", "decode", "pipeline", "overlap")
 # Shares of the budget; a part's budget is its share of what is left when it starts,
 # so time a part does not use goes to the parts after it.
 PART_SHARES = {
@@ -104,6 +151,7 @@ PART_SHARES = {
     "clip": 25,
     "parity": 110,
     "speed": 165,
+    "graphs": 10,
     "decode": 35,
     "pipeline": 95,
     "overlap": 5,
@@ -125,7 +173,6 @@ DEFAULT_CLIP_FRAMES = 600
 # Without a GPU only the CPU self-checks run: fewer frames keep the run short there.
 CPU_ONLY_FRAMES = 48
 CPU_ONLY_CLIP_FRAMES = 120
-WHEEL_TIMEOUT_S = 180
 
 PASS, FAIL, BELOW, SKIP, TIMEOUT, MEASURED = (
     "pass",
@@ -137,6 +184,9 @@ PASS, FAIL, BELOW, SKIP, TIMEOUT, MEASURED = (
 )
 FAILING = (FAIL, TIMEOUT)
 FPS_FIGURE = "engine fps b8"
+LATENCY_FIGURE = "engine latency b1 p50"
+SAME_FRAMES_FIGURE = "frames equal to PyAV's"
+COMPARED_FRAMES = 120  # of the clip, NVDEC's against PyAV's
 TARGETS_NOTE = (
     "speed targets are for an H100/H200, recorded 1024x1024 video, batch >= 8, NVDEC "
     "included; they are reported, not exit failures. Parity (median distance to the CPU "
@@ -194,9 +244,17 @@ class Row:
 
 @attrs.frozen
 class Skip:
+    """A part (or one runner of it) that did not run, and why.
+
+    `excused`: the machine does not offer what it needs (an engine whose runtime has no
+    CUDA build there, a CPU self-check whose exporter is missing), so that it did not
+    run is no failure even on a GPU machine. Any other skip on a GPU machine is one.
+    """
+
     part: str
     runner: str
     reason: str
+    excused: bool = False
 
 
 def judge(value: float, target: Target | None) -> str:
@@ -208,9 +266,23 @@ def judge(value: float, target: Target | None) -> str:
     return FAIL if target.binding else BELOW
 
 
-def exit_code(rows: Sequence[Row]) -> int:
-    """0 when every part that ran passed: no failure (parity included) and no timeout."""
-    return 1 if any(row.status in FAILING for row in rows) else 0
+def exit_code(rows: Sequence[Row], missing: Sequence[Skip] = ()) -> int:
+    """0 when every part that ran passed (no failure, parity included, and no timeout)
+    and nothing that had to run was skipped (`must_have_run`)."""
+    return 1 if missing or any(row.status in FAILING for row in rows) else 0
+
+
+def must_have_run(
+    skips: Sequence[Skip], *, gpu: bool, rehearsal: bool, cuda_reason: str | None
+) -> list[Skip]:
+    """The skips that fail the run. On a machine with a GPU, every one: a GPU part that
+    did not run failed, unless the machine does not offer what it needs
+    (`Skip.excused`). In a rehearsal on the CPU, every one but those for want of a GPU.
+    Elsewhere none: a skip says what this machine cannot check."""
+    if not gpu and not rehearsal:
+        return []
+    needed = [skip for skip in skips if not skip.excused]
+    return needed if gpu else [skip for skip in needed if skip.reason != cuda_reason]
 
 
 # ----------------------------------------------------------------------------- budget
@@ -400,40 +472,31 @@ def one_line(error: BaseException) -> str:
 # ----------------------------------------------------------------------------- set-up
 
 
-def install_wheels(directory: Path) -> dict[str, Any]:
-    """pip-installs every wheel in `directory` into this environment (else a temporary
-    folder put on sys.path), before anything else is imported."""
+def install_wheels(directory: Path, target: Path) -> dict[str, Any]:
+    """Unpacks every wheel in `directory` into `target` (emptied first) and puts it first
+    on sys.path and PYTHONPATH, before anything else is imported.
+
+    No pip and no network: the GPU machine has neither for this, and its environment is
+    left as it was. A wheel is a zip of what installs into site-packages (binary wheels
+    find their libraries relative to themselves), which is all these need.
+    """
     wheels = sorted(directory.glob("*.whl"))
     report: dict[str, Any] = {"directory": str(directory), "wheels": [w.name for w in wheels]}
     if not wheels:
         report["result"] = "no .whl files there"
         return report
-    command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "install",
-        "-q",
-        "--no-index",
-        "--no-deps",
-        "--no-compile",
-        "--no-cache-dir",
-        *map(str, wheels),
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=WHEEL_TIMEOUT_S)
-    if result.returncode == 0:
-        report["result"] = "installed into the environment"
-    else:
-        target = tempfile.mkdtemp(prefix="gpu_check_site_")
-        retry = subprocess.run(
-            [*command, "--target", target], capture_output=True, text=True, timeout=WHEEL_TIMEOUT_S
-        )
-        if retry.returncode == 0:
-            sys.path.insert(0, target)
-            report["result"] = f"installed into {target} (on sys.path)"
-        else:
-            report["result"] = "pip failed: " + " ".join(retry.stderr.split())[-300:]
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    for wheel in wheels:
+        with zipfile.ZipFile(wheel) as archive:
+            archive.extractall(target)
+    sys.path.insert(0, str(target))
+    # Child processes (torch.compile's workers) see the same packages.
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(target), os.environ.get("PYTHONPATH")])
+    )
     importlib.invalidate_caches()
+    report["result"] = f"unpacked into {target} (on sys.path)"
     return report
 
 
@@ -463,6 +526,16 @@ def bootstrap() -> str:
     sys.path.insert(0, str(tree))
     importlib.invalidate_caches()
     return f"repository checkout via {tree} on sys.path"
+
+
+def known_engines() -> tuple[str, ...]:
+    """`load_runner`'s engines (`ENGINES`), or torch's alone where it cannot be imported
+    (then every part that loads a runner is skipped with the import error anyway)."""
+    try:
+        from sleap_live.engines.runners.load import ENGINES
+    except Exception:  # an ImportError, or what a broken install raises
+        return ("torch",)
+    return tuple(ENGINES)
 
 
 def load_goldens_helpers() -> Any:
@@ -514,8 +587,8 @@ DISTRIBUTIONS = {
 # sleap_live.stream (which needs PyAV and sleap-io): parity and speed decode the test
 # videos with PyAV alone.
 MODULES = {
-    "av": ("clip", "parity", "speed"),
-    "sleap_live.engines.runners.load": ("parity", "speed", "pipeline"),
+    "av": ("clip", "parity", "speed", "graphs"),
+    "sleap_live.engines.runners.load": ("parity", "speed", "graphs", "pipeline"),
     "sleap_live.stream.bench": ("decode", "pipeline"),
 }
 
@@ -599,16 +672,28 @@ def _cuda_info(torch_version: str | None) -> tuple[bool, str | None, dict[str, A
 
 def runner_unavailable(runner: str, env: Environment) -> str | None:
     """Why `runner` cannot run here, or None."""
+    return runner_not_offered(runner, env) or (
+        None if runner in CPU_RUNNERS or env.cuda else env.cuda_reason
+    )
+
+
+def runner_not_offered(runner: str, env: Environment) -> str | None:
+    """Why this machine's packages cannot run `runner` at all, or None: an engine whose
+    runtime has no CUDA build here, or a CPU self-check whose exporter is missing. Such
+    a runner not running is no failure, on a GPU machine either (`Skip.excused`)."""
+    onnxruntime = env.versions["onnxruntime"]
     if runner == "onnx-cpu":
-        return None if env.versions["onnxruntime"] else "onnxruntime is not installed"
-    if not env.cuda:
-        return env.cuda_reason
-    version = env.versions["onnxruntime"]
+        if not onnxruntime:
+            return "onnxruntime is not installed"
+        return None if env.versions["onnx"] else "onnx is not installed (the export needs it)"
+    if runner == "torch-cpu":
+        return None if env.versions["torch"] else "torch is not installed"
     if runner == "ort-cuda" and "CUDAExecutionProvider" not in env.providers:
-        return f"onnxruntime {version} has no CUDA provider (pip install onnxruntime-gpu)"
+        return f"onnxruntime {onnxruntime} has no CUDA provider (pip install onnxruntime-gpu)"
     if runner == "ort-tensorrt" and "TensorrtExecutionProvider" not in env.providers:
         return (
-            f"onnxruntime {version} has no TensorRT provider (pip install onnxruntime-gpu tensorrt)"
+            f"onnxruntime {onnxruntime} has no TensorRT provider "
+            "(pip install onnxruntime-gpu tensorrt)"
         )
     if runner == "tensorrt" and not env.tensorrt_module:
         return "TensorRT is not installed (pip install tensorrt)"
@@ -835,6 +920,80 @@ def parity_row(runner: str, model: str, size: str, comparison: Any) -> Row:
     )
 
 
+@attrs.frozen
+class PoseDifference:
+    """How two runners' poses on the same frames differ (same code, so same order)."""
+
+    frames: int
+    count_mismatches: int  # frames whose instance counts differ
+    presence_mismatches: int  # points found by one side only
+    max_px: float  # over points both found
+    identical: bool  # every array equal bit for bit (NaN equal to NaN)
+
+
+def pose_difference(
+    first: Sequence[Mapping[str, np.ndarray]], second: Sequence[Mapping[str, np.ndarray]]
+) -> PoseDifference:
+    if len(first) != len(second):
+        raise ValueError(f"{len(first)} frames of poses against {len(second)}")
+    counts = presence = 0
+    max_px, identical = 0.0, True
+    for ours, theirs in zip(first, second, strict=True):
+        a, b = np.asarray(ours["points"], float), np.asarray(theirs["points"], float)
+        if a.shape != b.shape:
+            counts, identical = counts + 1, False
+            continue
+        identical = identical and all(
+            np.array_equal(np.asarray(ours[key]), np.asarray(theirs[key]), equal_nan=True)
+            for key in ours
+        )
+        missing_a, missing_b = np.isnan(a[..., 0]), np.isnan(b[..., 0])
+        presence += int(np.sum(missing_a != missing_b))
+        both = ~(missing_a | missing_b)
+        if both.any():
+            max_px = max(max_px, float(np.linalg.norm(a - b, axis=-1)[both].max()))
+    return PoseDifference(len(first), counts, presence, max_px, identical)
+
+
+def graphs_rows(
+    case: str,
+    size: str,
+    difference: PoseDifference,
+    eager_ms: float | None,
+    graphs_ms: float | None,
+) -> list[Row]:
+    """CUDA graphs against eager: poses equal (binding), batch-1 time lower (binding:
+    equal times mean the graphs were never captured and ran eagerly)."""
+    base = Row("graphs", GRAPHS, case, size)
+    poses_target = Target(GRAPHS_MAX_PX, "px", at_most=True, binding=True)
+    poses = measured(base, "poses vs eager, max px", difference.max_px, "px", poses_target, {})
+    problems = []
+    if difference.count_mismatches:
+        problems.append(f"counts differ on {difference.count_mismatches} frames")
+    if difference.presence_mismatches:
+        problems.append(f"{difference.presence_mismatches} points found by one side only")
+    note = "; ".join(problems) or ("bit for bit" if difference.identical else "within bound")
+    poses = attrs.evolve(
+        poses,
+        status=FAIL if problems else poses.status,
+        note=f"{note}, {difference.frames} frames",
+        extra=attrs.asdict(difference),
+    )
+    time_target = Target(GRAPHS_MAX_TIME_RATIO, "", at_most=True, binding=True)
+    time_template = attrs.evolve(base, figure="b1 p50 graphs / eager")
+    if eager_ms is None or graphs_ms is None:
+        missing = EAGER if eager_ms is None else GRAPHS
+        timing = attrs.evolve(
+            time_template, status=FAIL, note=f"the speed part measured no b1 latency of {missing}"
+        )
+    else:
+        extra = {"eager_ms": eager_ms, "graphs_ms": graphs_ms}
+        note = f"eager {eager_ms:.3g} ms, graphs {graphs_ms:.3g} ms"
+        ratio = graphs_ms / eager_ms if eager_ms > 0 else float("nan")
+        timing = measured(time_template, time_template.figure, ratio, "", time_target, extra, note)
+    return [poses, timing]
+
+
 def _max_or_none(values: Any) -> float | None:
     array = np.asarray(values, float)
     return float(array.max()) if array.size else None
@@ -924,6 +1083,8 @@ class Check:
         self.cases = [name for name in self.goldens.CASES if name in args.cases]
         self.large = (args.large_size, args.large_size)
         self.large_label = size_label(self.large)
+        self.sizes = [(side, side) for side in args.sizes]
+        self.table = runner_table(known_engines())
         self.at_target = self.large == (TARGET_SIZE, TARGET_SIZE)
         self.clip: Path | None = None
         self.clip_frames = 0
@@ -935,15 +1096,25 @@ class Check:
     def remaining(self) -> float:
         return self.args.budget - (time.perf_counter() - self.started)
 
-    def skip(self, part: str, runner: str, reason: str) -> None:
-        self.skips.append(Skip(part, runner, reason))
+    def skip(self, part: str, runner: str, reason: str, excused: bool = False) -> None:
+        self.skips.append(Skip(part, runner, reason, excused))
         self.rows.append(Row(part, runner, status=SKIP, note=reason))
 
+    @property
+    def gpu_runner_names(self) -> list[str]:
+        return [name for name in self.table if name not in CPU_RUNNERS]
+
+    @property
+    def parity_runner_names(self) -> list[str]:
+        """Every runner; on a GPU machine the GPU ones alone (the goldens are the CPU
+        path's poses already, and the budget there goes to compiling and measuring)."""
+        return self.gpu_runner_names if self.env.cuda else list(self.table)
+
     def runners_for(self, part: str, runners: Sequence[str]) -> list[str]:
-        """The runners that can run here (`--rehearse`: the CPU one in place of the GPU
-        ones), with a skip for each of the others."""
+        """The runners that can run here (`--rehearse`: the CPU stand-in in place of the
+        GPU ones), with a skip for each of the others."""
         if self.args.rehearse and part != "parity":
-            runners = ["onnx-cpu"]
+            runners = [REHEARSAL_RUNNER]
         self.runners_of[part] = list(runners)
         usable = []
         for runner in runners:
@@ -951,7 +1122,8 @@ class Check:
             if reason is None:
                 usable.append(runner)
             else:
-                self.skip(part, runner, reason)
+                excused = runner_not_offered(runner, self.env) is not None
+                self.skip(part, runner, reason, excused)
         return usable
 
     def items(self, budget: float, items: Sequence[Item]) -> None:
@@ -990,9 +1162,9 @@ class Check:
             from sleap_live.engines.runners.load import load_runner
 
             models, _, _, _ = self.goldens.case_paths(case)
-            if size == self.large:
+            if size == self.large or size in self.sizes:
                 models = [sized_model_dir(m, *size, self.args.work_dir) for m in models]
-            options = dict(LOAD_OPTIONS[name])
+            options = dict(self.table[name])
             if name == "tensorrt":
                 from sleap_live.engines.settings import InferenceSettings
 
@@ -1087,7 +1259,7 @@ class Check:
     def part_parity(self, budget: float) -> None:
         work = [
             (Row("parity", runner, case, figure="median px"), self._parity(runner, case))
-            for runner in self.runners_for("parity", RUNNERS)
+            for runner in self.runners_for("parity", self.parity_runner_names)
             for case in self.cases
         ]
         self.items(budget, work)
@@ -1114,9 +1286,9 @@ class Check:
 
     def part_speed(self, budget: float) -> None:
         work = []
-        for runner in self.runners_for("speed", GPU_RUNNERS):
+        for runner in self.runners_for("speed", self.gpu_runner_names):
             for case in self.cases:
-                for size in (self.video(case, self.args.frames).shape[1:3], self.large):
+                for size in self.sizes:
                     template = Row("speed", runner, case, size_label(size), FPS_FIGURE)
                     work.append((template, self._speed(runner, case, tuple(size))))
         self.items(budget, work)
@@ -1124,8 +1296,7 @@ class Check:
     def _speed(self, name: str, case: str, size: tuple[int, ...]) -> Callable[[float], list[Row]]:
         def measure(fair: float) -> list[Row]:
             frames = self.video(case, self.args.frames)[:SPEED_FRAMES]
-            if size == self.large:
-                frames = pad_frames(frames, *self.large)
+            frames = pad_frames(frames, *size[:2])
             runner = self.runner(name, case, frames.shape[1:])
             device_frames = on_device(frames, runner.device)
             eight, single = batches_of(device_frames, BATCH), batches_of(device_frames, 1)
@@ -1147,10 +1318,56 @@ class Check:
             base = Row("speed", name, case, size_label(size), note=note)
             return [
                 measured(base, FPS_FIGURE, throughput.fps, "fps", fps_target, fps_extra),
-                measured(base, "engine latency b1 p50", p50, "ms", ms_target, ms_extra),
+                measured(base, LATENCY_FIGURE, p50, "ms", ms_target, ms_extra),
             ]
 
         return measure
+
+    def part_graphs(self, budget: float) -> None:
+        """torch eager against torch with CUDA graphs: equal poses, different times."""
+        self.runners_of["graphs"] = [GRAPHS]
+        reason = runner_unavailable(GRAPHS, self.env) or runner_unavailable(EAGER, self.env)
+        if self.args.rehearse or reason is not None:
+            self.skip("graphs", GRAPHS, reason or "CUDA graphs need a GPU (rehearsal)")
+            return
+        work = [
+            (Row("graphs", GRAPHS, case, size_label(size)), self._graphs(case, size))
+            for case in self.cases
+            for size in self.sizes
+        ]
+        self.items(budget, work)
+
+    def _graphs(self, case: str, size: tuple[int, int]) -> Callable[[float], list[Row]]:
+        def measure(fair: float) -> list[Row]:
+            frames = pad_frames(self.video(case, self.args.frames)[:SPEED_FRAMES], *size)
+            poses = {}
+            for name in (EAGER, GRAPHS):
+                runner = self.runner(name, case, frames.shape[1:])
+                device_frames = on_device(frames, runner.device)
+                poses[name] = [
+                    pose_arrays(pose)
+                    for batch in batches_of(device_frames, BATCH)
+                    for pose in runner.run(batch)
+                ]
+            difference = pose_difference(poses[EAGER], poses[GRAPHS])
+            eager_ms = self.speed_ms(EAGER, case, size_label(size))
+            graphs_ms = self.speed_ms(GRAPHS, case, size_label(size))
+            return graphs_rows(case, size_label(size), difference, eager_ms, graphs_ms)
+
+        return measure
+
+    def speed_ms(self, runner: str, case: str, size: str) -> float | None:
+        """The speed part's batch-1 latency p50 for one runner, model type and size."""
+        for row in self.rows:
+            if (row.part, row.runner, row.model, row.size, row.figure) == (
+                "speed",
+                runner,
+                case,
+                size,
+                LATENCY_FIGURE,
+            ) and isinstance(row.value, float):
+                return row.value
+        return None
 
     def part_decode(self, budget: float) -> None:
         from sleap_live.stream.sources.file import FileSource
@@ -1162,16 +1379,34 @@ class Check:
             self.skip("decode", "-", "no clip (the clip part did not write one)")
             return
         openers: dict[str, Callable[[], Any]] = {"pyav": lambda: FileSource(clip)}
-        reason = nvdec_unavailable(probe(clip))
+        # Without a GPU, for want of it (NVDEC's own reason would say the same otherwise).
+        reason = nvdec_unavailable(probe(clip)) if self.env.cuda else self.env.cuda_reason
         if reason is None:
             openers["nvdec"] = lambda: NvdecSource(clip)
         else:
             self.skip("decode", "nvdec", reason)
-        work = []
+        work: list[Item] = []
+        if reason is None:
+            template = Row("decode", "nvdec", size=self.large_label, figure=SAME_FRAMES_FIGURE)
+            stop = min(self.clip_frames, COMPARED_FRAMES)
+            work.append((template, self._same_frames(template, clip, stop)))
         for decoder, opener in openers.items():
             template = Row("decode", decoder, size=self.large_label, figure="decode fps")
             work.append((template, self._decode(template, opener)))
         self.items(budget, work)
+
+    def _same_frames(self, template: Row, clip: Path, stop: int) -> Callable[[float], list[Row]]:
+        def measure(fair: float) -> list[Row]:
+            from sleap_live.stream.sources.file import FileSource
+            from sleap_live.stream.sources.nvdec import NvdecSource
+
+            with NvdecSource(clip, stop=stop) as nvdec, FileSource(clip, stop=stop) as pyav:
+                ours = (frame.image.cpu().numpy() for frame in nvdec)
+                theirs = (frame.image for frame in pyav)
+                comparison = frame_comparison(ours, theirs)
+            return [same_frames_row(template, comparison)]
+
+        return measure
 
     def _decode(self, template: Row, opener: Callable[[], Any]) -> Callable[[float], list[Row]]:
         def measure(fair: float) -> list[Row]:
@@ -1188,7 +1423,7 @@ class Check:
         if self.clip is None:
             self.skip("pipeline", "-", "no clip (the clip part did not write one)")
             return
-        candidates = ["onnx-cpu"] if self.args.rehearse else list(GPU_RUNNERS)
+        candidates = [REHEARSAL_RUNNER] if self.args.rehearse else self.gpu_runner_names
         runners = [name for name in candidates if runner_unavailable(name, self.env) is None]
         if not runners:
             self.skip("pipeline", "-", runner_unavailable(candidates[0], self.env) or "")
@@ -1282,6 +1517,7 @@ class Check:
             "cases": self.cases,
             "frames": args.frames,
             "large_size": args.large_size,
+            "sizes": args.sizes,
             "clip_frames": args.clip_frames,
             "rehearse": args.rehearse,
         }
@@ -1302,6 +1538,7 @@ class Check:
             "rows": [row.to_json() for row in self.rows],
             "skipped": [attrs.asdict(skip) for skip in self.skips],
             "skip_line": skip_line(self.skips, self.runners_of),
+            "runners": self.table,
             "details": self.details,
             "exit_code": code,
         }
@@ -1354,6 +1591,71 @@ def clip_info(path: Path) -> dict[str, Any]:
             "width": context.width,
             "frames": frames,
         }
+
+
+@attrs.frozen
+class FrameComparison:
+    """Two decoders' frames of one clip, compared bit for bit."""
+
+    frames: int  # compared: as many as the shorter side gave
+    lengths: tuple[int, int]
+    different: tuple[int, ...]  # indices of frames not equal bit for bit
+    max_difference: int  # largest absolute pixel difference
+    shapes_differ: bool
+
+
+def frame_comparison(ours: Iterable[Any], theirs: Iterable[Any]) -> FrameComparison:
+    """Compares frames (uint8 arrays) pairwise and bit for bit."""
+    different: list[int] = []
+    mine_count = their_count = 0
+    largest, shapes_differ = 0, False
+    sentinel = object()
+    for index, (mine, other) in enumerate(itertools.zip_longest(ours, theirs, fillvalue=sentinel)):
+        if mine is sentinel or other is sentinel:
+            their_count += other is not sentinel
+            mine_count += mine is not sentinel
+            continue
+        mine_count, their_count = mine_count + 1, their_count + 1
+        a, b = np.asarray(mine), np.asarray(other)
+        if a.shape != b.shape:
+            shapes_differ = True
+            different.append(index)
+        elif not np.array_equal(a, b):
+            different.append(index)
+            largest = max(largest, int(np.abs(a.astype(np.int16) - b.astype(np.int16)).max()))
+    compared = min(mine_count, their_count)
+    return FrameComparison(
+        compared, (mine_count, their_count), tuple(different), largest, shapes_differ
+    )
+
+
+def same_frames_row(template: Row, comparison: FrameComparison) -> Row:
+    """NVDEC's frames against PyAV's: every one equal bit for bit, as many on each side."""
+    equal = comparison.frames - len(comparison.different)
+    problems = []
+    if comparison.lengths[0] != comparison.lengths[1]:
+        problems.append(f"NVDEC gave {comparison.lengths[0]} frames, PyAV {comparison.lengths[1]}")
+    if comparison.shapes_differ:
+        problems.append("frame shapes differ")
+    if comparison.different:
+        first = ", ".join(map(str, comparison.different[:5]))
+        problems.append(
+            f"{len(comparison.different)} frames differ (first {first}; "
+            f"max difference {comparison.max_difference})"
+        )
+    if not comparison.frames:
+        problems.append("no frames compared")
+    target = Target(comparison.frames, "frames", binding=True)
+    note = "; ".join(problems) or f"all {comparison.frames} equal bit for bit"
+    return attrs.evolve(
+        template,
+        value=float(equal),
+        unit="frames",
+        target=target,
+        status=FAIL if problems else PASS,
+        note=note,
+        extra=attrs.asdict(comparison),
+    )
 
 
 def decode_rate(opener: Callable[[], Any], seconds: float) -> tuple[int, float]:
@@ -1409,7 +1711,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--wheel-dir",
         type=Path,
         metavar="DIR",
-        help="pip-install the wheels in DIR into this environment first",
+        help="unpack the wheels in DIR (scripts/gpu_payload.py's build/gpu_payload) into "
+        "WORK_DIR/payload and import from there first; no pip, no network",
     )
     parser.add_argument(
         "--work-dir",
@@ -1453,6 +1756,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help=f"side of the large frames and the clip (default {TARGET_SIZE})",
     )
     parser.add_argument(
+        "--sizes",
+        default=",".join(map(str, SPEED_SIZES)),
+        metavar="LIST",
+        help="comma-separated sides of the square frames the speed and graphs parts "
+        f"measure at (default {','.join(map(str, SPEED_SIZES))})",
+    )
+    parser.add_argument(
         "--max-window",
         type=float,
         default=MAX_WINDOW_S,
@@ -1472,6 +1782,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error(f"unknown parts {sorted(unknown)} (known: {', '.join(PARTS)})")
     if args.cases is not None:
         args.cases = [case for case in args.cases.split(",") if case]
+    try:
+        args.sizes = [int(side) for side in args.sizes.split(",") if side]
+    except ValueError:
+        parser.error(f"--sizes must be whole numbers separated by commas; got {args.sizes!r}")
+    if not args.sizes or min(args.sizes) < 64:
+        parser.error("--sizes needs at least one side, each at least 64")
     if args.frames is not None and args.frames < BATCH:
         parser.error(f"--frames must be at least {BATCH}")
     if args.clip_frames is not None and args.clip_frames < BATCH:
@@ -1485,7 +1801,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     faulthandler.dump_traceback_later(args.budget + WATCHDOG_GRACE_S, exit=True)
     setup: dict[str, Any] = {}
     if args.wheel_dir is not None:
-        setup["wheels"] = install_wheels(args.wheel_dir)
+        setup["wheels"] = install_wheels(args.wheel_dir, args.work_dir / "payload")
     setup["sleap_live"] = bootstrap()
     env = probe_environment()
     goldens = load_goldens_helpers()
@@ -1508,10 +1824,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             _write_json(args.json, check.report())
     finally:
         check.close()
-    code = exit_code(check.rows)
+    missing = must_have_run(
+        check.skips, gpu=env.cuda, rehearsal=args.rehearse, cuda_reason=env.cuda_reason
+    )
+    code = exit_code(check.rows, missing)
     title = f"gpu_check on {device_summary(env)}"
     print_table(check.rows, title)
     print(skip_line(check.skips, check.runners_of))
+    if missing:
+        names = ", ".join(f"{skip.part}/{skip.runner}" for skip in missing)
+        where = "on a GPU machine every GPU part" if env.cuda else "in a rehearsal every CPU part"
+        print(f"FAILED: {where} must run; these did not: {names}")
     _write_json(args.json, check.report(code))
     faulthandler.cancel_dump_traceback_later()
     return code

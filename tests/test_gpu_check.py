@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import types
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +31,7 @@ gc = scripts.load("gpu_check.py")
 _ENVIRONMENT = {
     "cuda": True,
     "cuda_reason": None,
-    "versions": {"onnxruntime": "1.30.0", "torch": "2.11.0"},
+    "versions": {"onnxruntime": "1.30.0", "torch": "2.11.0", "onnx": None},
     "providers": ("CPUExecutionProvider",),
     "gpu": {"name": "NVIDIA H200"},
     "import_errors": {},
@@ -72,6 +73,27 @@ def test_exit_code_fails_only_on_failures_and_timeouts():
     assert gc.exit_code(rows) == 0
     assert gc.exit_code([*rows, gc.Row("parity", status=gc.FAIL)]) == 1
     assert gc.exit_code([*rows, gc.Row("speed", status=gc.TIMEOUT)]) == 1
+
+
+def test_a_skip_fails_a_gpu_machine_unless_the_machine_does_not_offer_it():
+    nvdec = gc.Skip("decode", "nvdec", "PyNvVideoCodec is not installed")
+    no_provider = gc.Skip("parity", "ort-cuda", "no CUDA provider", excused=True)
+    no_gpu = gc.Skip("speed", "torch-cuda", "no CUDA GPU")
+    no_import = gc.Skip("pipeline", "-", "cannot import sleap_live.stream.bench")
+    skips = [nvdec, no_provider, no_gpu, no_import]
+
+    def missing(gpu, rehearsal=False):
+        return gc.must_have_run(skips, gpu=gpu, rehearsal=rehearsal, cuda_reason="no CUDA GPU")
+
+    # On the CPU a skip is what it says; on a GPU machine a GPU part that did not run
+    # failed; in a rehearsal, a part that did not run for want of anything but a GPU.
+    assert missing(gpu=False) == []
+    assert missing(gpu=True) == [nvdec, no_gpu, no_import]
+    assert missing(gpu=False, rehearsal=True) == [nvdec, no_import]
+    passed = [gc.Row("parity", status=gc.PASS)]
+    assert gc.exit_code(passed, missing(gpu=False)) == 0
+    assert gc.exit_code(passed, missing(gpu=True)) == 1
+    assert gc.exit_code(passed, [no_provider][:0]) == 0
 
 
 # ----------------------------------------------------------------------------- budgets
@@ -222,6 +244,57 @@ def test_parity_rows():
     json.dumps(row.to_json())
 
 
+def _poses(points, identities=(0,)):
+    points = np.asarray(points, float)
+    return {
+        "points": points,
+        "point_scores": np.ones(points.shape[:2]),
+        "instance_scores": np.ones(len(points)),
+        "identities": np.asarray(identities[: len(points)]),
+    }
+
+
+def test_graphs_rows_want_equal_poses_and_a_lower_time():
+    one = [_poses([[[1.0, 2.0], [np.nan, np.nan]]])]
+    same = gc.pose_difference(one, [_poses([[[1.0, 2.0], [np.nan, np.nan]]])])
+    assert same.identical and same.max_px == 0.0 and same.presence_mismatches == 0
+    poses, timing = gc.graphs_rows("topdown", "1024x1024", same, 2.0, 0.5)
+    assert (poses.status, timing.status) == (gc.PASS, gc.PASS)
+    assert poses.note.startswith("bit for bit") and timing.value == pytest.approx(0.25)
+    # Graphs that silently ran eagerly take the eager time: a failure.
+    assert gc.graphs_rows("topdown", "1024x1024", same, 2.0, 1.98)[1].status == gc.FAIL
+    assert gc.graphs_rows("topdown", "1024x1024", same, None, 1.0)[1].status == gc.FAIL
+    moved = gc.pose_difference(one, [_poses([[[1.0, 2.5], [np.nan, np.nan]]])])
+    assert not moved.identical and moved.max_px == pytest.approx(0.5)
+    assert gc.graphs_rows("topdown", "1024x1024", moved, 2.0, 0.5)[0].status == gc.FAIL
+    lost = gc.pose_difference(one, [_poses([[[1.0, 2.0], [3.0, 4.0]]])])
+    assert lost.presence_mismatches == 1
+    row = gc.graphs_rows("topdown", "1024x1024", lost, 2.0, 0.5)[0]
+    assert row.status == gc.FAIL and "one side only" in row.note
+    counts = gc.pose_difference(one, [_poses(np.zeros((0, 2, 2)))])
+    assert counts.count_mismatches == 1
+    json.dumps(row.to_json())
+
+
+def test_nvdec_frames_must_equal_pyavs_bit_for_bit():
+    frames = [np.full((4, 6, 3), value, np.uint8) for value in (10, 20, 30)]
+    equal = gc.frame_comparison(iter(frames), iter([f.copy() for f in frames]))
+    template = gc.Row("decode", "nvdec", size="4x6", figure=gc.SAME_FRAMES_FIGURE)
+    row = gc.same_frames_row(template, equal)
+    assert row.status == gc.PASS and row.value == 3.0 and "all 3 equal" in row.note
+    changed = [f.copy() for f in frames]
+    changed[1][0, 0, 0] += 1
+    row = gc.same_frames_row(template, gc.frame_comparison(iter(frames), iter(changed)))
+    assert row.status == gc.FAIL and "1 frames differ (first 1; max difference 1)" in row.note
+    short = gc.frame_comparison(iter(frames), iter(frames[:2]))
+    assert short.lengths == (3, 2) and short.frames == 2
+    assert "NVDEC gave 3 frames, PyAV 2" in gc.same_frames_row(template, short).note
+    gray = [f[..., :1] for f in frames]
+    shapes = gc.frame_comparison(iter(frames), iter(gray))
+    assert shapes.shapes_differ and gc.same_frames_row(template, shapes).status == gc.FAIL
+    assert gc.same_frames_row(template, gc.frame_comparison([], [])).status == gc.FAIL
+
+
 def test_values_cells_and_plain_table():
     latency = gc.Row(
         "speed",
@@ -300,24 +373,48 @@ def test_notices_are_captured_and_the_logger_restored():
 # ----------------------------------------------------------------------------- environment
 
 
+def test_runners_come_from_load_runners_engines():
+    table = gc.runner_table(("auto", "torch", "onnx", "openvino", "tensorrt", "torch-compile"))
+    assert list(table) == [
+        "onnx-cpu",
+        "torch-cpu",
+        "torch-cuda",
+        "torch-cuda-graphs",
+        "ort-cuda",
+        "ort-tensorrt",
+        "tensorrt",
+        "torch-compile",
+    ]
+    # An engine the check does not know runs on CUDA under its own name.
+    assert table["torch-compile"] == {"engine": "torch-compile", "device": "cuda"}
+    assert table["torch-cuda-graphs"]["cuda_graphs"] is True
+    from sleap_live.engines.runners.load import ENGINES
+
+    assert set(gc.runner_table(ENGINES)) >= {"torch-cpu", "torch-cuda", "torch-cuda-graphs"}
+    assert set(gc.known_engines()) == set(ENGINES)
+
+
 def test_runner_availability():
     no_gpu = _environment(cuda=False, cuda_reason="no CUDA GPU: torch 2.13.0+cpu sees none")
-    assert gc.runner_unavailable("onnx-cpu", no_gpu) is None
-    for runner in gc.GPU_RUNNERS:
+    assert gc.runner_unavailable("torch-cpu", no_gpu) is None
+    assert "onnx is not installed" in gc.runner_unavailable("onnx-cpu", no_gpu)
+    with_onnx = _environment(cuda=False, versions={**_ENVIRONMENT["versions"], "onnx": "1.19"})
+    assert gc.runner_unavailable("onnx-cpu", with_onnx) is None
+    for runner in ("torch-cuda", "torch-cuda-graphs", "torch-compile"):
         assert gc.runner_unavailable(runner, no_gpu) == no_gpu.cuda_reason
+        assert gc.runner_not_offered(runner, no_gpu) is None
     gpu = _environment()
-    assert gc.runner_unavailable("torch-cuda", gpu) is None
-    assert gc.runner_unavailable("torch-cuda-graphs", gpu) is None
-    assert "onnxruntime-gpu" in gc.runner_unavailable("ort-cuda", gpu)
-    assert "TensorRT provider" in gc.runner_unavailable("ort-tensorrt", gpu)
-    assert "pip install tensorrt" in gc.runner_unavailable("tensorrt", gpu)
+    for runner in ("torch-cuda", "torch-cuda-graphs", "torch-compile"):
+        assert gc.runner_unavailable(runner, gpu) is None
+    # What the lent machine's packages cannot run at all: excused there.
+    assert "onnxruntime-gpu" in gc.runner_not_offered("ort-cuda", gpu)
+    assert "TensorRT provider" in gc.runner_not_offered("ort-tensorrt", gpu)
+    assert "pip install tensorrt" in gc.runner_not_offered("tensorrt", gpu)
     full = _environment(
         providers=("TensorrtExecutionProvider", "CUDAExecutionProvider"), tensorrt_module=True
     )
-    assert all(gc.runner_unavailable(runner, full) is None for runner in gc.RUNNERS)
-    assert "not installed" in gc.runner_unavailable(
-        "onnx-cpu", _environment(versions={"onnxruntime": None})
-    )
+    gpu_runners = gc.gpu_runners(("torch", "onnx", "tensorrt"))
+    assert all(gc.runner_unavailable(runner, full) is None for runner in gpu_runners)
 
 
 def test_part_requirements():
@@ -385,23 +482,22 @@ def test_package_tree_imports_the_checkout(tmp_path):
     assert result.stdout.strip().startswith(str(tree))
 
 
-def test_install_wheels_falls_back_to_a_folder_on_sys_path(tmp_path, monkeypatch):
-    assert gc.install_wheels(tmp_path)["result"] == "no .whl files there"
-    (tmp_path / "av-18.1.0-cp311-abi3-manylinux_2_28_x86_64.whl").write_bytes(b"")
-    commands = []
-
-    def pip(command, **kwargs):
-        commands.append(command)
-        failed = "--target" not in command  # the environment is read-only; a folder is not
-        return subprocess.CompletedProcess(command, int(failed), "", "read-only" * failed)
-
-    monkeypatch.setattr(gc.subprocess, "run", pip)
+def test_install_wheels_unpacks_them_onto_sys_path(tmp_path, monkeypatch):
+    wheels, target = tmp_path / "wheels", tmp_path / "site"
+    wheels.mkdir()
+    assert gc.install_wheels(wheels, target)["result"] == "no .whl files there"
+    with zipfile.ZipFile(wheels / "tinypkg-1.0-py3-none-any.whl", "w") as wheel:
+        wheel.writestr("tinypkg_gpu_check/__init__.py", "VALUE = 7\n")
+        wheel.writestr("tinypkg-1.0.dist-info/METADATA", "Name: tinypkg\nVersion: 1.0\n")
     monkeypatch.setattr(sys, "path", list(sys.path))
-    report = gc.install_wheels(tmp_path)
-    assert report["wheels"] == ["av-18.1.0-cp311-abi3-manylinux_2_28_x86_64.whl"]
-    assert commands[0][1:4] == ["-m", "pip", "install"] and "--no-index" in commands[0]
-    target = commands[1][commands[1].index("--target") + 1]
-    assert sys.path[0] == target and report["result"].startswith(f"installed into {target}")
+    monkeypatch.setenv("PYTHONPATH", "elsewhere")
+    report = gc.install_wheels(wheels, target)
+    assert report["wheels"] == ["tinypkg-1.0-py3-none-any.whl"]
+    assert sys.path[0] == str(target) and os.environ["PYTHONPATH"].startswith(str(target))
+    import tinypkg_gpu_check
+
+    assert tinypkg_gpu_check.VALUE == 7
+    sys.modules.pop("tinypkg_gpu_check")
 
 
 def test_items_time_out_or_fail_one_by_one(tmp_path):
@@ -431,6 +527,55 @@ assert [row.status for row in check.rows] == [gc.TIMEOUT, gc.FAIL, gc.MEASURED]
 assert check.rows[1].note == "RuntimeError: no engine for this"
 check.items(0.0, [(template, quick)])
 assert check.rows[-1].status == gc.TIMEOUT and check.rows[-1].note == "part budget spent"
+"""
+    )
+
+
+def test_graphs_part_compares_eager_and_graphs_runners(tmp_path):
+    """The graphs part on a (faked) GPU machine: the runners' poses and the speed part's
+    batch-1 times give one pose row and one time row per model type and size."""
+    _in_a_fresh_process(
+        f"""
+import types
+import numpy as np
+
+args = gc.parse_args(
+    ["--work-dir", {str(tmp_path)!r}, "--cases", "single_instance", "--sizes", "384",
+     "--frames", "16"]
+)
+check = gc.Check(args, gc.Environment(**{_ENVIRONMENT!r}), {{}})
+
+
+class FakeRunner:
+    device = "cpu"
+
+    def __init__(self, shift):
+        self.shift = shift
+
+    def run(self, batch):
+        return [
+            types.SimpleNamespace(
+                points=np.full((1, 2, 2), 5.0 + self.shift),
+                point_scores=np.ones((1, 2)),
+                instance_scores=np.ones(1),
+                identities=np.zeros(1, int),
+            )
+            for _ in batch
+        ]
+
+
+runners = {{gc.EAGER: FakeRunner(0.0), gc.GRAPHS: FakeRunner(0.0)}}
+check.runner = lambda name, case, shape: runners[name]
+for runner, ms in ((gc.EAGER, 2.0), (gc.GRAPHS, 0.5)):
+    row = gc.Row("speed", runner, "single_instance", "384x384", gc.LATENCY_FIGURE, ms, "ms")
+    check.rows.append(row)
+check.part_graphs(30.0)
+poses, timing = check.rows[-2:]
+assert (poses.figure, poses.status) == ("poses vs eager, max px", gc.PASS), poses
+assert (timing.status, timing.value) == (gc.PASS, 0.25), timing
+runners[gc.GRAPHS] = FakeRunner(0.5)
+check.part_graphs(30.0)
+assert check.rows[-2].status == gc.FAIL and abs(check.rows[-2].value - 0.5 * 2**0.5) < 1e-12
 """
     )
 
@@ -478,6 +623,7 @@ def test_cpu_run_skips_every_gpu_part_in_one_line(tmp_path):
         "parity/ort-cuda",
         "parity/tensorrt",
         "speed",
+        "graphs",
         "pipeline",
         "decode/nvdec",
         "overlap",
@@ -490,9 +636,10 @@ def test_cpu_run_skips_every_gpu_part_in_one_line(tmp_path):
     assert report["skip_line"] == line and report["exit_code"] == 0
     assert list(report["parts"]) == list(gc.PARTS)
     assert report["environment"]["cuda"] is False
-    (parity,) = _rows(report, "parity", gc.PASS)
-    assert parity["runner"] == "onnx-cpu" and parity["model"] == "single_instance"
-    assert parity["value"] <= 1e-4 and parity["binding"]
+    parity = _rows(report, "parity", gc.PASS)
+    assert {row["runner"] for row in parity} == {"onnx-cpu", "torch-cpu"}
+    assert all(row["model"] == "single_instance" and row["binding"] for row in parity)
+    assert all(row["value"] <= 1e-3 for row in parity)
     assert _rows(report, "clip", gc.PASS)[0]["value"] == 8
     assert _rows(report, "decode", gc.MEASURED)[0]["runner"] == "pyav"
     assert not _rows(report, "speed", gc.MEASURED)
@@ -505,6 +652,8 @@ def test_rehearsal_runs_the_gpu_parts_code_on_the_cpu(tmp_path):
         "--rehearse",
         "--clip-frames",
         "16",
+        "--sizes",
+        "256",
         "--large-size",
         "256",
         "--max-window",
@@ -515,11 +664,9 @@ def test_rehearsal_runs_the_gpu_parts_code_on_the_cpu(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     speed = _rows(report, "speed", gc.MEASURED)
     assert {(row["size"], row["figure"]) for row in speed} == {
-        (size, figure)
-        for size in ("168x200", "256x256")
-        for figure in (gc.FPS_FIGURE, "engine latency b1 p50")
+        (size, figure) for size in ("256x256",) for figure in (gc.FPS_FIGURE, gc.LATENCY_FIGURE)
     }
-    assert all(row["runner"] == "onnx-cpu" and row["value"] > 0 for row in speed)
+    assert all(row["runner"] == gc.REHEARSAL_RUNNER and row["value"] > 0 for row in speed)
     assert all(row["target"] is None for row in speed)  # no targets away from 1024x1024
     figures = {row["figure"] for row in _rows(report, "pipeline", gc.MEASURED)}
     assert figures == {"pipeline fps b8 (pyav)", "capture-to-pose b1 p50 (pyav replay)"}

@@ -1,0 +1,51 @@
+"""scripts/gpu_payload.py's pure parts: the wheel list, the size check against the GPU
+machine's 64 MiB, and the stripping of a wheel. The download and the rehearsal itself
+run in CI as a step of their own (.ci/run), not here."""
+
+from __future__ import annotations
+
+import zipfile
+
+from tests import script_modules as scripts
+
+payload = scripts.load("gpu_payload.py")
+
+MIB = 2**20
+
+
+def test_the_list_names_what_the_gpu_machine_lacks():
+    names = {line.split("==")[0].lower() for line in payload.requirements()}
+    assert {"av", "pynvvideocodec", "platformdirs"} <= names
+    # Every line pinned: the printed size is the size that travels.
+    assert all("==" in line for line in payload.requirements())
+    assert payload.distribution(payload.Path("PyNvVideoCodec-2.2.4-cp312.whl")) == "pynvvideocodec"
+
+
+def test_size_report_fails_over_64_mib():
+    fits, line = payload.size_report(38 * MIB, 22 * MIB)
+    assert fits and line.startswith("payload 38.0 MiB + working tree 22.0 MiB = 60.0 MiB: fits")
+    assert "4.0 MiB to spare" in line
+    fits, line = payload.size_report(45 * MIB, 22 * MIB)
+    assert not fits and "OVER" in line and "3.0 MiB too much" in line
+    assert payload.size_report(64 * MIB, 0)[0]
+
+
+def test_strip_wheel_drops_files_and_their_record_lines(tmp_path):
+    wheel = tmp_path / "pynvvideocodec-2.2.4-cp312-cp312-manylinux_2_28_x86_64.whl"
+    record = "PyNvVideoCodec/__init__.py,sha256=x,1\nsamples/a.py,sha256=y,2\n"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("PyNvVideoCodec/__init__.py", "")
+        archive.writestr("PyNvVideoCodec/libavutil.so.61", b"lib")
+        archive.writestr("PyNvVideoCodec/libavutil.so.61.1.101", b"lib" * 1000)
+        archive.writestr("samples/a.py", "x" * 5000)
+        archive.writestr("pynvvideocodec-2.2.4.dist-info/RECORD", record)
+    saved = payload.strip_wheel(wheel, payload.STRIP["pynvvideocodec"])
+    assert saved > 0
+    with zipfile.ZipFile(wheel) as archive:
+        assert sorted(archive.namelist()) == [
+            "PyNvVideoCodec/__init__.py",
+            "PyNvVideoCodec/libavutil.so.61",
+            "pynvvideocodec-2.2.4.dist-info/RECORD",
+        ]
+        kept = archive.read("pynvvideocodec-2.2.4.dist-info/RECORD").decode()
+    assert kept == "PyNvVideoCodec/__init__.py,sha256=x,1\n"
