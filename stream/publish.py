@@ -30,8 +30,9 @@ times is nothing here), an incoming message longer than `MAX_SUBSCRIPTION_BYTES`
 disconnects its peer, and at most `SUBSCRIPTION_CHANGES_PER_POLL` changes are
 taken per record sent. ZeroMQ has no limit on connections: the publisher watches
 its socket's monitor and shuts down each TCP connection past `MAX_CONNECTIONS`.
-An ``ipc://`` socket is made readable and writable by its owner only (0600); a TCP
-endpoint bound beyond loopback gets `exposure_warning`.
+An ``ipc://`` socket is readable and writable by its owner only (0600) from the
+moment it is bound (`_bind_private`); a TCP endpoint bound beyond loopback gets
+`exposure_warning`.
 
 pyzmq and msgpack are the ``publish`` extra, imported when a publisher is made.
 """
@@ -42,7 +43,10 @@ import errno
 import logging
 import os
 import re
+import shutil
 import socket
+import stat
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -87,6 +91,8 @@ SUBSCRIPTION_QUEUE = 16
 MAX_CONNECTIONS = 64
 # Connection events (accepted, closed) taken per poll.
 CONNECTION_EVENTS_PER_POLL = 256
+# Longest Unix socket path, in bytes (Linux's sun_path holds 108 with its NUL).
+UNIX_PATH_BYTES = 108
 INSTALL_HINT = 'pip install "sleap-live[publish]"'
 ENDPOINT_FORMS = "tcp://HOST:PORT (e.g. tcp://127.0.0.1:5555) or ipc://PATH"
 
@@ -183,15 +189,21 @@ class Publisher:
             # Few subscription messages queued per peer: a flooding peer then waits on
             # TCP's flow control instead of costing this process the CPU to decode it.
             self._socket.setsockopt(lib.RCVHWM, SUBSCRIPTION_QUEUE)
-            self._socket.bind(endpoint)
-        except lib.ZMQError as error:
+            # The socket file bound (its device and inode), removed on close.
+            self._ipc_file: tuple[int, int] | None = None
+            if endpoint.startswith("ipc://"):
+                self._ipc_file = _bind_private(self._socket, endpoint[len("ipc://") :])
+            else:
+                self._socket.bind(endpoint)
+        except (lib.ZMQError, OSError) as error:
             self._socket.close(linger=0)
             self._context.term()
             raise PublishError(_bind_failure(error), endpoint=endpoint) from None
-        self.endpoint: str = self._socket.getsockopt_string(lib.LAST_ENDPOINT)
-        if self.endpoint.startswith("ipc://"):
-            # Poses are the owner's: nobody else may connect (ZeroMQ makes it 0755).
-            os.chmod(self.endpoint[len("ipc://") :], 0o600)
+        self.endpoint: str = (
+            endpoint
+            if self._ipc_file is not None
+            else self._socket.getsockopt_string(lib.LAST_ENDPOINT)
+        )
         self.sent = 0
         self._subscriptions = 0
         # The descriptors of the TCP connections ZeroMQ accepted, from its monitor.
@@ -317,6 +329,8 @@ class Publisher:
                 self._monitor.close(linger=0)
             self._socket.close()
         self._context.term()
+        if self._ipc_file is not None:
+            _remove_socket_file(self.endpoint[len("ipc://") :], self._ipc_file)
 
     def __enter__(self) -> Publisher:
         return self
@@ -409,6 +423,62 @@ def _shut_down(fd: int, port: int) -> None:
             pass
 
 
+def _bind_private(xpub: zmq.Socket[bytes], path: str) -> tuple[int, int] | None:
+    """Bind `xpub` to the Unix socket `path` without it ever being connectable by
+    anyone but its owner; the socket file's (device, inode), or None for ZeroMQ's
+    own ``ipc://*`` (made inside a fresh 0700 folder of its own).
+
+    ZeroMQ creates the file as the umask allows (0755 with the usual 022), and
+    would replace whatever `path` is. Here the socket is bound inside a fresh 0700
+    folder beside `path` (which others cannot reach into), made 0600 there, and
+    renamed onto `path`, which may only be a socket already (one left by an earlier
+    run). The umask is left alone: it is the whole process's, and other threads
+    create files meanwhile.
+
+    Raises:
+        OSError: `path` is not a socket, too long, or its folder is missing or not
+            writable (errno says which).
+        zmq.ZMQError: ZeroMQ cannot bind.
+    """
+    if path == "*":
+        import zmq
+
+        xpub.bind("ipc://*")
+        os.chmod(xpub.getsockopt_string(zmq.LAST_ENDPOINT)[len("ipc://") :], 0o600)
+        return None
+    if len(os.fsencode(path)) >= UNIX_PATH_BYTES:
+        raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG), path)
+    try:
+        existing = os.lstat(path)
+    except FileNotFoundError:
+        pass
+    else:
+        if not stat.S_ISSOCK(existing.st_mode):
+            raise OSError(errno.EEXIST, "exists and is not a socket", path)
+    private = tempfile.mkdtemp(prefix=".sl", dir=os.path.dirname(path) or ".")
+    try:
+        inside = os.path.join(private, "s")
+        xpub.bind(f"ipc://{inside}")
+        os.chmod(inside, 0o600)
+        os.rename(inside, path)
+    finally:
+        # Empty once renamed (ZeroMQ's own unlink of `inside` on close then finds
+        # nothing); left with the socket in it where renaming failed.
+        shutil.rmtree(private, ignore_errors=True)
+    bound = os.lstat(path)
+    return bound.st_dev, bound.st_ino
+
+
+def _remove_socket_file(path: str, file: tuple[int, int]) -> None:
+    """Remove the socket file at `path` if it still is the one bound (`file`)."""
+    try:
+        now = os.lstat(path)
+        if (now.st_dev, now.st_ino) == file:
+            os.unlink(path)
+    except OSError:
+        pass  # gone already, or replaced by someone else's
+
+
 def _import_packages() -> tuple[ModuleType, Callable[[object], bytes]]:
     """pyzmq and msgpack's `packb`, or a `PublishError` that says how to install them."""
     try:
@@ -429,8 +499,10 @@ _BIND_REASONS = {
     errno.ENOENT: "its folder does not exist",
     errno.ENAMETOOLONG: "the path is too long for a Unix socket",
     errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied (a socket of another user's is there)",
+    errno.EEXIST: "a file that is not a socket is there (it is left alone)",
 }
 
 
-def _bind_failure(error: zmq.ZMQError) -> str:
+def _bind_failure(error: zmq.ZMQError | OSError) -> str:
     return _BIND_REASONS.get(error.errno or 0, f"cannot bind: {error.strerror}")

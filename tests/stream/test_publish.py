@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 import subprocess
 import sys
 import tempfile
@@ -525,9 +526,63 @@ def test_an_oversized_subscription_disconnects_its_peer():
     context.term()
 
 
-def test_an_ipc_socket_is_the_owners_only(short_dir):
-    with Publisher(f"ipc://{short_dir}/poses"):
-        assert (Path(short_dir) / "poses").stat().st_mode & 0o777 == 0o600
+def test_an_ipc_socket_is_never_connectable_by_others(short_dir, monkeypatch):
+    """Right after ZeroMQ binds (before anything else can run), the endpoint's path
+    is either absent or a 0600 socket, and where ZeroMQ bound can be reached by its
+    owner only: with the usual umask ZeroMQ makes socket files 0755."""
+    import stat
+
+    import zmq
+
+    os.chmod(short_dir, 0o755)  # a folder others may look into
+    path = Path(short_dir) / "poses"
+    seen: list[tuple[int | None, int]] = []
+    bind = zmq.Socket.bind
+
+    def watched_bind(self, address: str):  # type: ignore[no-untyped-def]
+        bound = bind(self, address)
+        where = Path(address[len("ipc://") :])
+        mode = path.lstat().st_mode & 0o777 if path.exists() else None
+        # What another user needs to connect: a way into the folder, write on the file.
+        reachable = where.parent.stat().st_mode & 0o011 and where.stat().st_mode & 0o022
+        seen.append((mode, reachable))
+        return bound
+
+    monkeypatch.setattr(zmq.Socket, "bind", watched_bind)
+    umask = os.umask(0o022)
+    try:
+        publisher = Publisher(f"ipc://{path}")
+    finally:
+        os.umask(umask)
+    with publisher:
+        assert seen and all(mode in (None, 0o600) and not reachable for mode, reachable in seen)
+        assert stat.S_ISSOCK(path.lstat().st_mode) and path.lstat().st_mode & 0o777 == 0o600
+        assert publisher.endpoint == f"ipc://{path}"
+        assert os.listdir(short_dir) == ["poses"]  # the private folder is gone
+        context = zmq.Context()
+        subscriber = context.socket(zmq.SUB)
+        subscriber.connect(publisher.endpoint)
+        subscriber.subscribe(b"poses")
+        assert publisher.wait_for_subscribers(1, timeout=PATIENCE)
+        subscriber.close(linger=0)
+        context.term()
+    assert not path.exists()  # removed on close, as ZeroMQ would have
+
+
+def test_an_ipc_endpoint_replaces_a_stale_socket_but_no_other_file(short_dir):
+    import socket
+
+    stale = Path(short_dir) / "stale"
+    with socket.socket(socket.AF_UNIX) as left_behind:
+        left_behind.bind(str(stale))
+    with Publisher(f"ipc://{stale}"):
+        assert stale.lstat().st_mode & 0o777 == 0o600
+    kept = Path(short_dir) / "notes.txt"
+    kept.write_text("not a socket")
+    with pytest.raises(PublishError, match="a file that is not a socket is there"):
+        Publisher(f"ipc://{kept}")
+    assert kept.read_text() == "not a socket"
+    assert sorted(os.listdir(short_dir)) == ["notes.txt"]
 
 
 @pytest.mark.parametrize(
