@@ -28,8 +28,10 @@ it only of a topic's first subscription and its last unsubscription (not every
 message, as with ``XPUB_VERBOSER``: one peer repeating its subscription a million
 times is nothing here), an incoming message longer than `MAX_SUBSCRIPTION_BYTES`
 disconnects its peer, and at most `SUBSCRIPTION_CHANGES_PER_POLL` changes are
-taken per record sent. ZeroMQ has no limit on connections: the publisher watches
-its socket's monitor and shuts down each TCP connection past `MAX_CONNECTIONS`.
+taken per record sent. ZeroMQ has no limit on connections: a TCP publisher's own
+thread (`ConnectionLimit`) watches the socket's monitor and shuts down each
+connection past `MAX_CONNECTIONS` as soon as ZeroMQ accepts it, whether or not
+poses are being sent.
 An ``ipc://`` socket is readable and writable by its owner only (0600) from the
 moment it is bound (`_bind_private`); a TCP endpoint bound beyond loopback gets
 `exposure_warning`.
@@ -49,6 +51,7 @@ import stat
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -85,12 +88,13 @@ SUBSCRIPTION_CHANGES_PER_POLL = 64
 MAX_SUBSCRIPTION_BYTES = 1024
 # Subscription messages ZeroMQ queues per peer before it stops reading that peer.
 SUBSCRIPTION_QUEUE = 16
-# TCP connections kept (subscribers): one more is shut down when the publisher next
-# looks (after each record sent), so that idle peers cannot take the descriptors
-# the run's pose file needs. Far below the usual 1,024 descriptors.
+# TCP connections kept (subscribers): one more is shut down as soon as it is
+# accepted, so that idle peers cannot take the descriptors the run's pose file
+# needs. Far below the usual 1,024 descriptors.
 MAX_CONNECTIONS = 64
-# Connection events (accepted, closed) taken per poll.
-CONNECTION_EVENTS_PER_POLL = 256
+# How often the connection watcher looks whether its publisher was closed (real
+# seconds; closing also wakes it at once).
+CONNECTION_WATCH_SECONDS = 0.2
 # Longest Unix socket path, in bytes (Linux's sun_path holds 108 with its NUL).
 UNIX_PATH_BYTES = 108
 INSTALL_HINT = 'pip install "sleap-live[publish]"'
@@ -206,14 +210,19 @@ class Publisher:
         )
         self.sent = 0
         self._subscriptions = 0
-        # The descriptors of the TCP connections ZeroMQ accepted, from its monitor.
-        self._connections: set[int] = set()
-        self._refused = 0
-        self._monitor: zmq.Socket[bytes] | None = None
+        self._connection_limit: ConnectionLimit | None = None
         if self.endpoint.startswith("tcp://"):
-            events = lib.EVENT_ACCEPTED | lib.EVENT_DISCONNECTED | lib.EVENT_CLOSED
-            self._monitor = self._socket.get_monitor_socket(events)
-        self._port = int(self.endpoint.rsplit(":", 1)[-1]) if self._monitor is not None else 0
+            events = (
+                lib.EVENT_ACCEPTED
+                | lib.EVENT_DISCONNECTED
+                | lib.EVENT_CLOSED
+                | lib.EVENT_MONITOR_STOPPED
+            )
+            self._connection_limit = ConnectionLimit(
+                self._socket.get_monitor_socket(events), self.endpoint
+            )
+            # A publisher let go of without `close` stops its watcher too.
+            weakref.finalize(self, self._connection_limit.stop)
         self._closed = False
         self._lock = threading.Lock()
         self._publishing: PosePublishing | None = None
@@ -266,36 +275,7 @@ class Publisher:
                 elif change[:1] == b"\x00":
                     self._subscriptions = max(0, self._subscriptions - 1)
                 waited = 0.0
-            self._limit_connections()
         return self._subscriptions
-
-    def _limit_connections(self) -> None:
-        """Shut down the connections accepted past `MAX_CONNECTIONS` (lock held)."""
-        if self._monitor is None or self._closed:
-            return
-        from zmq.utils.monitor import recv_monitor_message
-
-        lib = self._zmq
-        for _ in range(CONNECTION_EVENTS_PER_POLL):
-            try:
-                event = recv_monitor_message(self._monitor, lib.NOBLOCK)
-            except lib.Again:
-                return
-            assert isinstance(event, dict)
-            fd = int(event["value"])
-            if event["event"] != lib.EVENT_ACCEPTED:
-                self._connections.discard(fd)
-            elif len(self._connections) < MAX_CONNECTIONS:
-                self._connections.add(fd)
-            else:
-                _shut_down(fd, self._port)
-                if self._refused == 0:
-                    logger.warning(
-                        "the publisher on %s keeps %d connections at most; more are shut down",
-                        self.endpoint,
-                        MAX_CONNECTIONS,
-                    )
-                self._refused += 1
 
     def wait_for_subscribers(self, count: int = 1, timeout: float | None = None) -> bool:
         """Wait until `count` subscriptions have reached the publisher, so that the
@@ -324,9 +304,10 @@ class Publisher:
             if self._closed:
                 return
             self._closed = True
-            if self._monitor is not None:
+            if self._connection_limit is not None:
+                self._connection_limit.stop()
                 self._socket.disable_monitor()
-                self._monitor.close(linger=0)
+                self._connection_limit.join()
             self._socket.close()
         self._context.term()
         if self._ipc_file is not None:
@@ -400,6 +381,80 @@ class PosePublishing:
             skipped=self._reader.missed,
             subscribers=self._publisher.subscribers,
         )
+
+
+class ConnectionLimit:
+    """A TCP publisher's thread that keeps its connections to `MAX_CONNECTIONS`.
+
+    ZeroMQ accepts every connection itself and has no limit; its socket monitor
+    reports each accepted and closed one (with its descriptor). This thread, named
+    ``sleap-live publisher connections``, waits on that monitor and shuts down each
+    connection accepted past the limit at once (logged once), so idle peers never
+    hold descriptors the run needs, even before the first pose is sent. It owns the
+    monitor socket (a ZeroMQ socket is used by one thread at a time) and ends when
+    the monitor stops (`Publisher.close` disables it) or `stop` is called.
+
+    Args:
+        monitor: the publish socket's monitor (accepted, disconnected, closed and
+            monitor-stopped events).
+        endpoint: the TCP endpoint bound, with its port.
+    """
+
+    def __init__(self, monitor: zmq.Socket[bytes], endpoint: str) -> None:
+        self._monitor = monitor
+        self._endpoint = endpoint
+        self._port = int(endpoint.rsplit(":", 1)[-1])
+        self._stopping = threading.Event()
+        # The descriptors of the connections kept (only this thread uses it).
+        self._connections: set[int] = set()
+        self.refused = 0
+        self._thread = threading.Thread(
+            target=self._run, name="sleap-live publisher connections", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Ask the thread to end (at its next look, within `CONNECTION_WATCH_SECONDS`)."""
+        self._stopping.set()
+
+    def join(self) -> None:
+        """Wait for the thread to end (after `stop`, or the monitor stopping)."""
+        self._thread.join()
+
+    def _run(self) -> None:
+        import zmq
+        from zmq.utils.monitor import recv_monitor_message
+
+        timeout_ms = int(CONNECTION_WATCH_SECONDS * 1000)
+        try:
+            while not self._stopping.is_set():
+                if not self._monitor.poll(timeout_ms, zmq.POLLIN):
+                    continue
+                event = recv_monitor_message(self._monitor)
+                assert isinstance(event, dict)
+                if event["event"] == zmq.EVENT_MONITOR_STOPPED:
+                    return
+                self._take(event["event"] == zmq.EVENT_ACCEPTED, int(event["value"]))
+        except zmq.ZMQError:
+            return  # the context ended under it: nothing left to watch
+        finally:
+            self._monitor.close(linger=0)
+
+    def _take(self, accepted: bool, fd: int) -> None:
+        """Keep or shut down a connection ZeroMQ accepted; forget one that closed."""
+        if not accepted:
+            self._connections.discard(fd)
+        elif len(self._connections) < MAX_CONNECTIONS:
+            self._connections.add(fd)
+        else:
+            _shut_down(fd, self._port)
+            if self.refused == 0:
+                logger.warning(
+                    "the publisher on %s keeps %d connections at most; more are shut down",
+                    self._endpoint,
+                    MAX_CONNECTIONS,
+                )
+            self.refused += 1
 
 
 def _shut_down(fd: int, port: int) -> None:

@@ -17,7 +17,9 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
+import warnings
 from pathlib import Path
 
 import msgpack
@@ -46,6 +48,8 @@ DATA = Path(__file__).parents[1] / "data"
 SCRIPTS = Path(__file__).parents[2] / "scripts"
 # Most real seconds a test waits for a subscriber or a subprocess: a hang guard only.
 PATIENCE = 60.0
+# The name of a TCP publisher's thread that caps its connections.
+WATCHER = "sleap-live publisher connections"
 KEYS = {
     "version",
     "sequence",
@@ -524,6 +528,57 @@ def test_an_oversized_subscription_disconnects_its_peer():
         assert not publisher.wait_for_subscribers(1, timeout=1.0)
     peer.close(linger=0)
     context.term()
+
+
+def test_connections_past_the_cap_are_shut_down_when_accepted_without_any_poll():
+    """A publisher nobody polls (no pose sent yet, no subscription looked at): the
+    connections past `MAX_CONNECTIONS` are shut down as ZeroMQ accepts them, and
+    those within it stay."""
+    import socket
+
+    from sleap_live.stream.publish import MAX_CONNECTIONS
+
+    extra = 5
+    with Publisher("tcp://127.0.0.1:*") as publisher:
+        port = int(publisher.endpoint.rsplit(":", 1)[1])
+        peers = [
+            socket.create_connection(("127.0.0.1", port), PATIENCE)
+            for _ in range(MAX_CONNECTIONS + extra)
+        ]
+        for peer in peers:
+            peer.setblocking(False)
+        ended: set[int] = set()
+        # Well within ZeroMQ's 30 s handshake limit, after which it ends them all.
+        deadline = time.monotonic() + 10.0
+        while len(ended) < extra and time.monotonic() < deadline:
+            for index, peer in enumerate(peers):
+                try:
+                    while index not in ended:  # ZeroMQ's greeting, then the end
+                        if not peer.recv(4096):
+                            ended.add(index)
+                except (BlockingIOError, ConnectionResetError) as error:
+                    if isinstance(error, ConnectionResetError):
+                        ended.add(index)
+            time.sleep(0.05)
+        assert len(ended) == extra
+        for peer in peers:
+            peer.close()
+    assert WATCHER not in [thread.name for thread in threading.enumerate()]
+
+
+def test_a_publisher_let_go_of_without_close_ends_its_connection_watcher():
+    import gc
+
+    publisher = Publisher("tcp://127.0.0.1:*")
+    assert WATCHER in [thread.name for thread in threading.enumerate()]
+    del publisher
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)  # pyzmq's, for the open socket
+        gc.collect()
+    deadline = time.monotonic() + PATIENCE
+    while WATCHER in [t.name for t in threading.enumerate()] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert WATCHER not in [thread.name for thread in threading.enumerate()]
 
 
 def test_an_ipc_socket_is_never_connectable_by_others(short_dir, monkeypatch):
