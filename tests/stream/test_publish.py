@@ -13,6 +13,7 @@ import io
 import json
 import math
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -454,6 +455,45 @@ def test_an_endpoint_in_use_fails_before_any_work(clip, fake_loads, tmp_path, ca
     assert not fake_loads and not out.exists()
 
 
+def test_a_server_that_cannot_bind_leaves_no_journal_behind(clip, fake_loads, tmp_path, capsys):
+    (tmp_path / "out").mkdir()
+    out = tmp_path / "out" / "poses.slp"
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        argv = ["replay", str(clip), "-m", "m", "-o", str(out), "--preview"]
+        assert cli.main([*argv, "--preview-port", str(port)]) == 1
+    assert "address already in use" in error_line(capsys)
+    assert not fake_loads and os.listdir(out.parent) == []
+
+
+def test_a_journal_that_cannot_be_opened_fails_the_run_before_any_server_binds(
+    clip, fake_loads, tmp_path, capsys, monkeypatch
+):
+    """The pose output's journal is opened before the servers bind (issue 20, item
+    3): one that cannot be (here an earlier run's unrecovered frames, as far as its
+    name says) fails the run in one line with no server started and no work done."""
+    from sleap_live.cli import run as run_command
+
+    journal = tmp_path / "poses.slp.journal"
+    journal.write_bytes(b"something else")
+    servers: list[str] = []
+    for name in ("Publisher", "PreviewServer"):
+        real = getattr(run_command, name)
+
+        def made(*args, _real=real, _name=name, **kwargs):  # type: ignore[no-untyped-def]
+            servers.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(run_command, name, made)
+    out = tmp_path / "poses.slp"
+    argv = ["replay", str(clip), "-m", "m", "-o", str(out), "--publish", "tcp://127.0.0.1:*"]
+    assert cli.main([*argv, "--preview", "--preview-port", "0"]) == 1
+    line = error_line(capsys)
+    assert line.endswith(f"{journal}: exists and is not a sleap-live journal; move it away")
+    assert servers == [] and not fake_loads
+    assert journal.read_bytes() == b"something else" and not out.exists()
+
+
 def test_publish_without_the_extra_names_it(clip, fake_loads, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "msgpack", None)
     assert cli.main(["replay", str(clip), "-m", "m", "--publish", "tcp://127.0.0.1:*"]) == 1
@@ -534,7 +574,6 @@ def test_connections_past_the_cap_are_shut_down_when_accepted_without_any_poll()
     """A publisher nobody polls (no pose sent yet, no subscription looked at): the
     connections past `MAX_CONNECTIONS` are shut down as ZeroMQ accepts them, and
     those within it stay."""
-    import socket
 
     from sleap_live.stream.publish import MAX_CONNECTIONS
 
@@ -625,8 +664,6 @@ def test_an_ipc_socket_is_never_connectable_by_others(short_dir, monkeypatch):
 
 
 def test_an_ipc_endpoint_replaces_a_stale_socket_but_no_other_file(short_dir):
-    import socket
-
     stale = Path(short_dir) / "stale"
     with socket.socket(socket.AF_UNIX) as left_behind:
         left_behind.bind(str(stale))
