@@ -135,8 +135,14 @@ def is_loopback(host: str) -> bool:
 
 def exposure_warning(endpoint: str) -> str | None:
     """A one-line warning when `endpoint` is a TCP endpoint other machines can reach
-    (any host but loopback: ``tcp://*:PORT``, ``tcp://0.0.0.0:PORT``, an interface),
-    None for loopback and ``ipc://``."""
+    (any host but loopback: ``tcp://*:PORT``, ``tcp://0.0.0.0:PORT``, an interface)
+    or an abstract ``ipc://@NAME`` every user of this machine can connect to; None
+    for loopback and an ``ipc://`` path (its socket is 0600)."""
+    if endpoint.startswith("ipc://@"):
+        return (
+            f"warning: --publish {endpoint} is an abstract socket, which has no permissions: "
+            "every user of this machine can receive the poses; ipc://PATH is its owner's only"
+        )
     match = _TCP_PORT.match(endpoint)
     if match is None or is_loopback(match["host"]):
         return None
@@ -481,7 +487,8 @@ def _shut_down(fd: int, port: int) -> None:
 def _bind_private(xpub: zmq.Socket[bytes], path: str) -> tuple[int, int] | None:
     """Bind `xpub` to the Unix socket `path` without it ever being connectable by
     anyone but its owner; the socket file's (device, inode), or None for ZeroMQ's
-    own ``ipc://*`` (made inside a fresh 0700 folder of its own).
+    own ``ipc://*`` (made inside a fresh 0700 folder of its own) and an abstract
+    ``ipc://@NAME``.
 
     ZeroMQ creates the file as the umask allows (0755 with the usual 022), and
     would replace whatever `path` is. Here the socket is bound inside a fresh 0700
@@ -495,6 +502,10 @@ def _bind_private(xpub: zmq.Socket[bytes], path: str) -> tuple[int, int] | None:
             writable (errno says which).
         zmq.ZMQError: ZeroMQ cannot bind.
     """
+    if path.startswith("@"):
+        # Linux's abstract namespace: no file, no permissions (`exposure_warning`).
+        xpub.bind(f"ipc://{path}")
+        return None
     if path == "*":
         import zmq
 

@@ -663,6 +663,15 @@ def test_an_ipc_socket_is_never_connectable_by_others(short_dir, monkeypatch):
     assert not path.exists()  # removed on close, as ZeroMQ would have
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="abstract sockets are Linux's")
+def test_an_abstract_ipc_endpoint_stays_abstract(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    name = f"ipc://@sleap-live-test-{os.getpid()}"
+    with Publisher(name) as publisher:
+        assert publisher.endpoint == name
+        assert os.listdir(tmp_path) == []  # no socket file, no private folder
+
+
 def test_an_ipc_endpoint_replaces_a_stale_socket_but_no_other_file(short_dir):
     stale = Path(short_dir) / "stale"
     with socket.socket(socket.AF_UNIX) as left_behind:
@@ -687,6 +696,7 @@ def test_an_ipc_endpoint_replaces_a_stale_socket_but_no_other_file(short_dir):
         ("tcp://localhost:5555", False),
         ("tcp://[::1]:5555", False),
         ("ipc:///tmp/poses", False),
+        ("ipc://@poses", True),
     ],
 )
 def test_publishing_beyond_loopback_is_warned_of_in_one_line(endpoint, warned):
