@@ -4,6 +4,8 @@ Modes::
 
     python scripts/fault_soak.py kills [--kills 4] [--seed 0]   # SIGKILL replays and file runs
     python scripts/fault_soak.py soak --minutes 10             # one long replay: save cost, RSS
+    python scripts/fault_soak.py real-kills -m DIR [-m DIR] [--size 384] [--kills 5]
+                                                               # SIGKILL replays of real models
     python scripts/fault_soak.py child LOGDIR -- ARGS...       # one run, used by the modes above
 
 `kills` replays a generated clip at 30 fps (live policy) and runs a long generated
@@ -11,7 +13,12 @@ clip as fast as it goes (recorded policy), SIGKILLs each run at a random point
 after it got going, then checks the output: the .slp is readable as it is or
 after `sleap-live recover`, its frames are exactly the first frames the engine
 finished, and every finished frame it lacks was finished in the last
-`--save-interval` seconds before the kill. `soak` runs one replay for N minutes
+`--save-interval` seconds before the kill. `real-kills` does the replay kills with
+real models (the 384x384 top-down lab pair: ``-m tests/data/lab_models/centroid_384
+-m tests/data/lab_models/centered_instance_384``) on demo.mp4 scaled to `--size`
+square and looped to 60 s of H.264, logging each pose record as the pipeline writes
+it to its ring instead (a real engine cannot read a frame's index from its
+pixels). `soak` runs one replay for N minutes
 and reports each minute's journal save cost and the process's RSS, then stops it
 with Ctrl-C and checks that the .slp holds every finished frame.
 
@@ -67,6 +74,47 @@ def write_clip(path: Path, n_frames: int, fps: int = 30) -> Path:
 
 
 # ----------------------------------------------------------------------- child
+
+
+def write_lab_clip(path: Path, size: int, n_frames: int, fps: int = 30) -> Path:
+    """demo.mp4 scaled to `size` x `size` and looped to `n_frames` frames of H.264."""
+    import av
+
+    with av.open(str(ROOT / "tests" / "data" / "videos" / "demo.mp4")) as source:
+        images = [
+            frame.reformat(width=size, height=size, format="rgb24").to_ndarray()
+            for frame in source.decode(video=0)
+        ]
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264", rate=fps)
+        stream.width, stream.height, stream.pix_fmt = size, size, "yuv420p"
+        for index in range(n_frames):
+            frame = av.VideoFrame.from_ndarray(images[index % len(images)], format="rgb24")
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode())
+    return path
+
+
+def real_child(log_dir: Path, argv: list[str]) -> int:
+    """Run `sleap-live argv` with its real models, logging each pose record the
+    pipeline writes to its ring (frame index and time) to `log_dir`/finished.log."""
+    from sleap_live import cli
+    from sleap_live.stream.ring import RingBuffer
+
+    finished = os.open(log_dir / "finished.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    write = RingBuffer.write
+    written = [0]
+
+    def logged_write(self, record):  # type: ignore[no-untyped-def]
+        position = write(self, record)
+        os.write(finished, f"{record.frame_index} {time.monotonic():.6f}\n".encode())
+        written[0] += 1
+        if written[0] == 8:
+            (log_dir / "ready").touch()
+        return position
+
+    RingBuffer.write = logged_write  # type: ignore[method-assign]
+    return cli.main(argv)
 
 
 def child(log_dir: Path, delay: float, slow_save: float, slow_start: float, argv: list[str]) -> int:
@@ -128,8 +176,10 @@ def start_child(
     delay: float = 0.005,
     slow_save: float = 0.0,
     slow_start: float = 0.0,
+    real: bool = False,
 ) -> subprocess.Popen[str]:
-    """Start `child` (see the module docstring) in a process of its own."""
+    """Start `child` (see the module docstring) in a process of its own; `real`: its
+    models are real (`real_child`)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, str(Path(__file__).resolve()), "child", str(log_dir)]
     options = [
@@ -139,6 +189,7 @@ def start_child(
         str(slow_save),
         "--slow-start",
         str(slow_start),
+        *(["--real"] if real else []),
     ]
     return subprocess.Popen(
         [*command, *options, "--", *argv],
@@ -236,6 +287,36 @@ def kills(work: Path, n_kills: int, seed: int) -> bool:
     return ok
 
 
+def real_kills(work: Path, models: list[Path], size: int, n_kills: int, seed: int) -> bool:
+    rng = random.Random(seed)
+    clip = write_lab_clip(work / f"lab{size}.mp4", size, 30 * 60)
+    ok = True
+    print(f"replay of a {size}x{size} H.264 clip at 30 fps, models {', '.join(map(str, models))}")
+    print("kill_after_s  finished  saved  lost  lost_window_s  recovered")
+    for attempt in range(n_kills):
+        log_dir = work / f"real{attempt}"
+        slp = work / f"real{attempt}.slp"
+        argv = ["replay", str(clip), "-o", str(slp), "-q", "--fps", "30"]
+        for model in models:
+            argv += ["-m", str(model)]
+        process = start_child(log_dir, argv, real=True)
+        wait_for(log_dir / "ready", process, timeout=600.0)  # the first run exports
+        after = rng.uniform(0.0, 8.0)
+        time.sleep(after)
+        killed_at = time.monotonic()
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        figures = check_killed_output(slp, log_dir, killed_at)
+        good = figures["lost_window_s"] <= SAVE_INTERVAL
+        ok &= good
+        print(
+            f"{after:12.2f} {figures['finished']:9.0f} {figures['saved']:6.0f} "
+            f"{figures['lost']:5.0f} {figures['lost_window_s']:14.2f}  "
+            f"{'yes' if figures['recovered'] else 'no':9s}{'' if good else '  LOST TOO MUCH'}"
+        )
+    return ok
+
+
 # ------------------------------------------------------------------------ soak
 
 
@@ -293,6 +374,12 @@ def main() -> int:
     run_kills.add_argument("--kills", type=int, default=4, help="kills of each kind of run")
     run_kills.add_argument("--seed", type=int, default=0)
     run_kills.add_argument("--work", type=Path, default=Path("/tmp/sleap-live-fault-soak"))
+    run_real = modes.add_parser("real-kills", help="SIGKILL replays with real models")
+    run_real.add_argument("-m", "--model", type=Path, action="append", required=True)
+    run_real.add_argument("--size", type=int, default=384, help="the clip's width and height")
+    run_real.add_argument("--kills", type=int, default=5)
+    run_real.add_argument("--seed", type=int, default=0)
+    run_real.add_argument("--work", type=Path, default=Path("/tmp/sleap-live-fault-soak"))
     run_soak = modes.add_parser("soak", help="one long replay: save cost and RSS per minute")
     run_soak.add_argument("--minutes", type=float, default=10.0)
     run_soak.add_argument("--work", type=Path, default=Path("/tmp/sleap-live-fault-soak"))
@@ -301,18 +388,22 @@ def main() -> int:
     run_child.add_argument("--delay", type=float, default=0.005, help="seconds per engine call")
     run_child.add_argument("--slow-save", type=float, default=0.0)
     run_child.add_argument("--slow-start", type=float, default=0.0)
+    run_child.add_argument("--real", action="store_true", help="real models (`real_child`)")
     # What follows "--" is the sleap-live command line of `child`.
     argv = sys.argv[1:]
     split = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args(argv[:split])
     if args.mode == "child":
+        if args.real:
+            return real_child(args.log_dir, argv[split + 1 :])
         return child(args.log_dir, args.delay, args.slow_save, args.slow_start, argv[split + 1 :])
     args.work.mkdir(parents=True, exist_ok=True)
-    ok = (
-        kills(args.work, args.kills, args.seed)
-        if args.mode == "kills"
-        else soak(args.work, args.minutes)
-    )
+    if args.mode == "kills":
+        ok = kills(args.work, args.kills, args.seed)
+    elif args.mode == "real-kills":
+        ok = real_kills(args.work, args.model, args.size, args.kills, args.seed)
+    else:
+        ok = soak(args.work, args.minutes)
     print("OK" if ok else "FAILED")
     return 0 if ok else 1
 

@@ -28,10 +28,13 @@ it only of a topic's first subscription and its last unsubscription (not every
 message, as with ``XPUB_VERBOSER``: one peer repeating its subscription a million
 times is nothing here), an incoming message longer than `MAX_SUBSCRIPTION_BYTES`
 disconnects its peer, and at most `SUBSCRIPTION_CHANGES_PER_POLL` changes are
-taken per record sent. ZeroMQ has no limit on connections: the publisher watches
-its socket's monitor and shuts down each TCP connection past `MAX_CONNECTIONS`.
-An ``ipc://`` socket is made readable and writable by its owner only (0600); a TCP
-endpoint bound beyond loopback gets `exposure_warning`.
+taken per record sent. ZeroMQ has no limit on connections: a TCP publisher's own
+thread (`ConnectionLimit`) watches the socket's monitor and shuts down each
+connection past `MAX_CONNECTIONS` as soon as ZeroMQ accepts it, whether or not
+poses are being sent.
+An ``ipc://`` socket is readable and writable by its owner only (0600) from the
+moment it is bound (`_bind_private`); a TCP endpoint bound beyond loopback gets
+`exposure_warning`.
 
 pyzmq and msgpack are the ``publish`` extra, imported when a publisher is made.
 """
@@ -42,9 +45,13 @@ import errno
 import logging
 import os
 import re
+import shutil
 import socket
+import stat
+import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -81,12 +88,15 @@ SUBSCRIPTION_CHANGES_PER_POLL = 64
 MAX_SUBSCRIPTION_BYTES = 1024
 # Subscription messages ZeroMQ queues per peer before it stops reading that peer.
 SUBSCRIPTION_QUEUE = 16
-# TCP connections kept (subscribers): one more is shut down when the publisher next
-# looks (after each record sent), so that idle peers cannot take the descriptors
-# the run's pose file needs. Far below the usual 1,024 descriptors.
+# TCP connections kept (subscribers): one more is shut down as soon as it is
+# accepted, so that idle peers cannot take the descriptors the run's pose file
+# needs. Far below the usual 1,024 descriptors.
 MAX_CONNECTIONS = 64
-# Connection events (accepted, closed) taken per poll.
-CONNECTION_EVENTS_PER_POLL = 256
+# How often the connection watcher looks whether its publisher was closed (real
+# seconds; closing also wakes it at once).
+CONNECTION_WATCH_SECONDS = 0.2
+# Longest Unix socket path, in bytes (Linux's sun_path holds 108 with its NUL).
+UNIX_PATH_BYTES = 108
 INSTALL_HINT = 'pip install "sleap-live[publish]"'
 ENDPOINT_FORMS = "tcp://HOST:PORT (e.g. tcp://127.0.0.1:5555) or ipc://PATH"
 
@@ -125,8 +135,14 @@ def is_loopback(host: str) -> bool:
 
 def exposure_warning(endpoint: str) -> str | None:
     """A one-line warning when `endpoint` is a TCP endpoint other machines can reach
-    (any host but loopback: ``tcp://*:PORT``, ``tcp://0.0.0.0:PORT``, an interface),
-    None for loopback and ``ipc://``."""
+    (any host but loopback: ``tcp://*:PORT``, ``tcp://0.0.0.0:PORT``, an interface)
+    or an abstract ``ipc://@NAME`` every user of this machine can connect to; None
+    for loopback and an ``ipc://`` path (its socket is 0600)."""
+    if endpoint.startswith("ipc://@"):
+        return (
+            f"warning: --publish {endpoint} is an abstract socket, which has no permissions: "
+            "every user of this machine can receive the poses; ipc://PATH is its owner's only"
+        )
     match = _TCP_PORT.match(endpoint)
     if match is None or is_loopback(match["host"]):
         return None
@@ -183,25 +199,36 @@ class Publisher:
             # Few subscription messages queued per peer: a flooding peer then waits on
             # TCP's flow control instead of costing this process the CPU to decode it.
             self._socket.setsockopt(lib.RCVHWM, SUBSCRIPTION_QUEUE)
-            self._socket.bind(endpoint)
-        except lib.ZMQError as error:
+            # The socket file bound (its device and inode), removed on close.
+            self._ipc_file: tuple[int, int] | None = None
+            if endpoint.startswith("ipc://"):
+                self._ipc_file = _bind_private(self._socket, endpoint[len("ipc://") :])
+            else:
+                self._socket.bind(endpoint)
+        except (lib.ZMQError, OSError) as error:
             self._socket.close(linger=0)
             self._context.term()
             raise PublishError(_bind_failure(error), endpoint=endpoint) from None
-        self.endpoint: str = self._socket.getsockopt_string(lib.LAST_ENDPOINT)
-        if self.endpoint.startswith("ipc://"):
-            # Poses are the owner's: nobody else may connect (ZeroMQ makes it 0755).
-            os.chmod(self.endpoint[len("ipc://") :], 0o600)
+        self.endpoint: str = (
+            endpoint
+            if self._ipc_file is not None
+            else self._socket.getsockopt_string(lib.LAST_ENDPOINT)
+        )
         self.sent = 0
         self._subscriptions = 0
-        # The descriptors of the TCP connections ZeroMQ accepted, from its monitor.
-        self._connections: set[int] = set()
-        self._refused = 0
-        self._monitor: zmq.Socket[bytes] | None = None
+        self._connection_limit: ConnectionLimit | None = None
         if self.endpoint.startswith("tcp://"):
-            events = lib.EVENT_ACCEPTED | lib.EVENT_DISCONNECTED | lib.EVENT_CLOSED
-            self._monitor = self._socket.get_monitor_socket(events)
-        self._port = int(self.endpoint.rsplit(":", 1)[-1]) if self._monitor is not None else 0
+            events = (
+                lib.EVENT_ACCEPTED
+                | lib.EVENT_DISCONNECTED
+                | lib.EVENT_CLOSED
+                | lib.EVENT_MONITOR_STOPPED
+            )
+            self._connection_limit = ConnectionLimit(
+                self._socket.get_monitor_socket(events), self.endpoint
+            )
+            # A publisher let go of without `close` stops its watcher too.
+            weakref.finalize(self, self._connection_limit.stop)
         self._closed = False
         self._lock = threading.Lock()
         self._publishing: PosePublishing | None = None
@@ -254,36 +281,7 @@ class Publisher:
                 elif change[:1] == b"\x00":
                     self._subscriptions = max(0, self._subscriptions - 1)
                 waited = 0.0
-            self._limit_connections()
         return self._subscriptions
-
-    def _limit_connections(self) -> None:
-        """Shut down the connections accepted past `MAX_CONNECTIONS` (lock held)."""
-        if self._monitor is None or self._closed:
-            return
-        from zmq.utils.monitor import recv_monitor_message
-
-        lib = self._zmq
-        for _ in range(CONNECTION_EVENTS_PER_POLL):
-            try:
-                event = recv_monitor_message(self._monitor, lib.NOBLOCK)
-            except lib.Again:
-                return
-            assert isinstance(event, dict)
-            fd = int(event["value"])
-            if event["event"] != lib.EVENT_ACCEPTED:
-                self._connections.discard(fd)
-            elif len(self._connections) < MAX_CONNECTIONS:
-                self._connections.add(fd)
-            else:
-                _shut_down(fd, self._port)
-                if self._refused == 0:
-                    logger.warning(
-                        "the publisher on %s keeps %d connections at most; more are shut down",
-                        self.endpoint,
-                        MAX_CONNECTIONS,
-                    )
-                self._refused += 1
 
     def wait_for_subscribers(self, count: int = 1, timeout: float | None = None) -> bool:
         """Wait until `count` subscriptions have reached the publisher, so that the
@@ -312,11 +310,14 @@ class Publisher:
             if self._closed:
                 return
             self._closed = True
-            if self._monitor is not None:
+            if self._connection_limit is not None:
+                self._connection_limit.stop()
                 self._socket.disable_monitor()
-                self._monitor.close(linger=0)
+                self._connection_limit.join()
             self._socket.close()
         self._context.term()
+        if self._ipc_file is not None:
+            _remove_socket_file(self.endpoint[len("ipc://") :], self._ipc_file)
 
     def __enter__(self) -> Publisher:
         return self
@@ -388,6 +389,80 @@ class PosePublishing:
         )
 
 
+class ConnectionLimit:
+    """A TCP publisher's thread that keeps its connections to `MAX_CONNECTIONS`.
+
+    ZeroMQ accepts every connection itself and has no limit; its socket monitor
+    reports each accepted and closed one (with its descriptor). This thread, named
+    ``sleap-live publisher connections``, waits on that monitor and shuts down each
+    connection accepted past the limit at once (logged once), so idle peers never
+    hold descriptors the run needs, even before the first pose is sent. It owns the
+    monitor socket (a ZeroMQ socket is used by one thread at a time) and ends when
+    the monitor stops (`Publisher.close` disables it) or `stop` is called.
+
+    Args:
+        monitor: the publish socket's monitor (accepted, disconnected, closed and
+            monitor-stopped events).
+        endpoint: the TCP endpoint bound, with its port.
+    """
+
+    def __init__(self, monitor: zmq.Socket[bytes], endpoint: str) -> None:
+        self._monitor = monitor
+        self._endpoint = endpoint
+        self._port = int(endpoint.rsplit(":", 1)[-1])
+        self._stopping = threading.Event()
+        # The descriptors of the connections kept (only this thread uses it).
+        self._connections: set[int] = set()
+        self.refused = 0
+        self._thread = threading.Thread(
+            target=self._run, name="sleap-live publisher connections", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Ask the thread to end (at its next look, within `CONNECTION_WATCH_SECONDS`)."""
+        self._stopping.set()
+
+    def join(self) -> None:
+        """Wait for the thread to end (after `stop`, or the monitor stopping)."""
+        self._thread.join()
+
+    def _run(self) -> None:
+        import zmq
+        from zmq.utils.monitor import recv_monitor_message
+
+        timeout_ms = int(CONNECTION_WATCH_SECONDS * 1000)
+        try:
+            while not self._stopping.is_set():
+                if not self._monitor.poll(timeout_ms, zmq.POLLIN):
+                    continue
+                event = recv_monitor_message(self._monitor)
+                assert isinstance(event, dict)
+                if event["event"] == zmq.EVENT_MONITOR_STOPPED:
+                    return
+                self._take(event["event"] == zmq.EVENT_ACCEPTED, int(event["value"]))
+        except zmq.ZMQError:
+            return  # the context ended under it: nothing left to watch
+        finally:
+            self._monitor.close(linger=0)
+
+    def _take(self, accepted: bool, fd: int) -> None:
+        """Keep or shut down a connection ZeroMQ accepted; forget one that closed."""
+        if not accepted:
+            self._connections.discard(fd)
+        elif len(self._connections) < MAX_CONNECTIONS:
+            self._connections.add(fd)
+        else:
+            _shut_down(fd, self._port)
+            if self.refused == 0:
+                logger.warning(
+                    "the publisher on %s keeps %d connections at most; more are shut down",
+                    self._endpoint,
+                    MAX_CONNECTIONS,
+                )
+            self.refused += 1
+
+
 def _shut_down(fd: int, port: int) -> None:
     """End the TCP connection on ZeroMQ's descriptor `fd` (ZeroMQ then closes it
     itself, as when a peer leaves), if `fd` still is a connection to `port`: one
@@ -407,6 +482,67 @@ def _shut_down(fd: int, port: int) -> None:
                 connection.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+
+
+def _bind_private(xpub: zmq.Socket[bytes], path: str) -> tuple[int, int] | None:
+    """Bind `xpub` to the Unix socket `path` without it ever being connectable by
+    anyone but its owner; the socket file's (device, inode), or None for ZeroMQ's
+    own ``ipc://*`` (made inside a fresh 0700 folder of its own) and an abstract
+    ``ipc://@NAME``.
+
+    ZeroMQ creates the file as the umask allows (0755 with the usual 022), and
+    would replace whatever `path` is. Here the socket is bound inside a fresh 0700
+    folder beside `path` (which others cannot reach into), made 0600 there, and
+    renamed onto `path`, which may only be a socket already (one left by an earlier
+    run). The umask is left alone: it is the whole process's, and other threads
+    create files meanwhile.
+
+    Raises:
+        OSError: `path` is not a socket, too long, or its folder is missing or not
+            writable (errno says which).
+        zmq.ZMQError: ZeroMQ cannot bind.
+    """
+    if path.startswith("@"):
+        # Linux's abstract namespace: no file, no permissions (`exposure_warning`).
+        xpub.bind(f"ipc://{path}")
+        return None
+    if path == "*":
+        import zmq
+
+        xpub.bind("ipc://*")
+        os.chmod(xpub.getsockopt_string(zmq.LAST_ENDPOINT)[len("ipc://") :], 0o600)
+        return None
+    if len(os.fsencode(path)) >= UNIX_PATH_BYTES:
+        raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG), path)
+    try:
+        existing = os.lstat(path)
+    except FileNotFoundError:
+        pass
+    else:
+        if not stat.S_ISSOCK(existing.st_mode):
+            raise OSError(errno.EEXIST, "exists and is not a socket", path)
+    private = tempfile.mkdtemp(prefix=".sl", dir=os.path.dirname(path) or ".")
+    try:
+        inside = os.path.join(private, "s")
+        xpub.bind(f"ipc://{inside}")
+        os.chmod(inside, 0o600)
+        os.rename(inside, path)
+    finally:
+        # Empty once renamed (ZeroMQ's own unlink of `inside` on close then finds
+        # nothing); left with the socket in it where renaming failed.
+        shutil.rmtree(private, ignore_errors=True)
+    bound = os.lstat(path)
+    return bound.st_dev, bound.st_ino
+
+
+def _remove_socket_file(path: str, file: tuple[int, int]) -> None:
+    """Remove the socket file at `path` if it still is the one bound (`file`)."""
+    try:
+        now = os.lstat(path)
+        if (now.st_dev, now.st_ino) == file:
+            os.unlink(path)
+    except OSError:
+        pass  # gone already, or replaced by someone else's
 
 
 def _import_packages() -> tuple[ModuleType, Callable[[object], bytes]]:
@@ -429,8 +565,10 @@ _BIND_REASONS = {
     errno.ENOENT: "its folder does not exist",
     errno.ENAMETOOLONG: "the path is too long for a Unix socket",
     errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied (a socket of another user's is there)",
+    errno.EEXIST: "a file that is not a socket is there (it is left alone)",
 }
 
 
-def _bind_failure(error: zmq.ZMQError) -> str:
+def _bind_failure(error: zmq.ZMQError | OSError) -> str:
     return _BIND_REASONS.get(error.errno or 0, f"cannot bind: {error.strerror}")

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from sleap_live.engines.host.frames import VideoFrames
 from sleap_live.engines.runners.base import Runner
 from sleap_live.stream.errors import SourceError
 from sleap_live.stream.sources import FileSource, Source
@@ -103,11 +104,12 @@ def spread_frames(
     bit_depth: int | None = None,
     budget_s: float = SPREAD_SECONDS,
     clock: Callable[[], float] = time.monotonic,
-) -> np.ndarray:
+) -> VideoFrames:
     """Up to `count` frames of `video` spread over its length (`spread_indices`), in
-    that order, uint8 (N, H, W, C); decoding stops after `budget_s` seconds (once
-    one frame is read), so the first frames read cover the video most evenly. A
-    video of at most `count` frames, or of unknown length, gives its first `count`.
+    that order, uint8 (N, H, W, C), naming `video`; decoding stops after `budget_s`
+    seconds (once one frame is read), so the first frames read cover the video most
+    evenly. A video of at most `count` frames, or of unknown length, gives its first
+    `count`.
 
     Raises:
         SourceNotFoundError, SourceError: the video is missing, unreadable or empty.
@@ -128,7 +130,7 @@ def spread_frames(
             continue
     if not images:
         return first_frames(video, count, bit_depth=bit_depth)
-    return np.stack(images)
+    return VideoFrames(np.stack(images), video)
 
 
 def spread_indices(total: int, count: int) -> list[int]:
@@ -150,9 +152,10 @@ def spread_indices(total: int, count: int) -> list[int]:
 
 def first_frames(
     video: Path, count: int = VERIFY_FRAMES, *, bit_depth: int | None = None
-) -> np.ndarray:
-    """The first `count` frames of `video` (fewer if it is shorter), uint8 (N, H, W, C),
-    `bit_depth` bits per sample scaled to 8 (None: the pixel format's depth).
+) -> VideoFrames:
+    """The first `count` frames of `video` (fewer if it is shorter), uint8 (N, H, W, C)
+    naming `video`, `bit_depth` bits per sample scaled to 8 (None: the pixel format's
+    depth).
 
     Raises:
         SourceNotFoundError, SourceError: the video is missing, unreadable or empty.
@@ -161,4 +164,4 @@ def first_frames(
         images = [frame.image for frame in source]
     if not images:
         raise SourceError(f"{video}: no frames to verify a model export on")
-    return np.stack(images)
+    return VideoFrames(np.stack(images), video)

@@ -41,7 +41,7 @@ import attrs
 import numpy as np
 
 from sleap_live.engines.errors import ExportError
-from sleap_live.engines.host.frames import convert_channels
+from sleap_live.engines.host.frames import VideoFrames, convert_channels
 
 # Frames read from training labels, and the size of the synthetic ones.
 FRAMES_WANTED = 5
@@ -108,8 +108,9 @@ def verification_frames(
 
     Args:
         channels: the model's input channel count; frames are converted to it.
-        given: uint8 (N, H, W, C) frames, or a sequence of such batches of one
-            frame size, or None.
+        given: uint8 (N, H, W, C) frames (`VideoFrames` name their video, and the
+            note and the metadata then name it too), or a sequence of such batches
+            of one frame size, or None.
         model_dirs: the model directories whose training labels to look in.
 
     Raises:
@@ -119,7 +120,9 @@ def verification_frames(
     """
     if given is not None:
         frames = convert_channels(_stacked(given), channels)
-        return VerificationFrames(frames, "the given frames")
+        video = given.video if isinstance(given, VideoFrames) else None
+        source = "the given frames" if video is None else f"the video {video}"
+        return VerificationFrames(frames, source)
     for model_dir in model_dirs:
         found = _training_label_frames(Path(model_dir))
         if found is not None:

@@ -7,6 +7,7 @@ numpy), so the ONNX runners stay usable in a torch-free deployment.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,28 @@ from sleap_live.engines.errors import InputMismatchError
 
 # Frames given to verify an export on: uint8 (N, H, W, C), or batches of them of one size.
 Frames = np.ndarray | Sequence[np.ndarray]
+
+
+class VideoFrames(np.ndarray[Any, np.dtype[np.uint8]]):
+    """uint8 (N, H, W, C) frames read from one video file, which they name (`video`),
+    so that what verification says of them names the video it looked at.
+
+    An array (numpy's subclassing, with `__array_finalize__`), so that everything
+    given verification frames takes these as they are; an array made from them
+    (a slice, a conversion) still names the video.
+    """
+
+    video: Path | None
+
+    def __new__(cls, frames: np.ndarray, video: Path) -> VideoFrames:
+        named = np.asarray(frames).view(cls)
+        named.video = video
+        return named
+
+    def __array_finalize__(self, obj: Any) -> None:
+        self.video = getattr(obj, "video", None)
+
+
 # torchvision's `rgb_to_grayscale` weights, which sleap-nn's `ensure_grayscale` uses.
 GRAY_WEIGHTS = (0.2989, 0.587, 0.114)
 

@@ -46,6 +46,7 @@ from sleap_live.stream.memory import check_batch_memory
 from sleap_live.stream.outputs.exports import check_suffix
 from sleap_live.stream.outputs.guard import check_outputs
 from sleap_live.stream.outputs.provenance import model_records
+from sleap_live.stream.outputs.slp import JournalClaim
 from sleap_live.stream.outputs.writers import (
     DEFAULT_RECORD_CODEC,
     DEFAULT_SAVE_INTERVAL,
@@ -273,8 +274,20 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         args.record_quality,
         record_overlay=args.record_overlay,
     )
-    with _bind_publisher(args, console) as publisher, _bind_preview(args, console) as preview:
-        return _run(args, console, video, output, publisher, preview)
+    # The pose output's journal is opened (and locked) before any server binds: a
+    # journal that cannot be opened fails the run with no server started, and its
+    # descriptor is the run's whatever peers connect. A server that cannot bind
+    # gives the claim up again, leaving no journal behind.
+    claim = None if output is None else JournalClaim(output)
+    try:
+        with (
+            _bind_publisher(args, console) as publisher,
+            _bind_preview(args, console) as preview,
+        ):
+            return _run(args, console, video, output, publisher, preview, claim)
+    finally:
+        if claim is not None:
+            claim.release()  # nothing once the run's writer took it
 
 
 def _run(
@@ -284,6 +297,7 @@ def _run(
     output: Path | None,
     publisher: Publisher | None,
     preview: PreviewServer | None,
+    claim: JournalClaim | None,
 ) -> int:
     # Opening reads the source's first data, which a stalled source never sends.
     timeout = args.read_timeout or default_read_timeout(args.fps)
@@ -293,6 +307,10 @@ def _run(
     else:
         source = open_within(lambda: _open(args), timeout, str(args.video))
     with source:
+        if isinstance(source, SourceGroup) and claim is not None:
+            # Each camera's poses go to a file of its own, journaled by its writer.
+            claim.release()
+            claim = None
         _check_batch_size(args, source)
         # Loaded as `Pipeline` loads model paths: verified on the source's video.
         runner = load_model(args, console, source, quiet=args.quiet)
@@ -317,6 +335,7 @@ def _run(
                         },
                     },
                     record_overlay=args.record_overlay,
+                    claim=claim,
                 ),
             )
             for consumer in (publisher, preview):

@@ -74,6 +74,62 @@ def to_sio_skeleton(skeleton: Skeleton) -> sio.Skeleton:
     return sio.Skeleton(nodes=names, edges=edges, name=skeleton.name)
 
 
+class JournalClaim:
+    """A pose output's journal, opened and locked before the run that writes it.
+
+    `sleap-live run` claims its pose output before it binds a server or does any
+    work: a journal that cannot be opened (another run's, an earlier run's
+    unrecovered frames, a folder it cannot write) then fails the run before any
+    server has started, and the journal's descriptor is the run's whatever peers
+    connect. The `SlpWriter` given the claim (through `OutputOptions.claim`)
+    writes into that journal; `release` gives up a claim no writer took, removing
+    the journal it created, so a run that stops first (a server's address in use)
+    leaves nothing behind.
+
+    Args:
+        path: the pose output (.slp, .h5, .nwb or .csv).
+
+    Raises:
+        OutputError: as `SlpWriter` for its journal.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        check_links(self.path, "the pose output")
+        self.target = Path(os.path.realpath(self.path))
+        self.journal = journal_path(self.target)
+        self._lock = _lock_journal(self.journal, self.path)
+        self._taken = False
+
+    def take(self, path: Path) -> OutputLock:
+        """The journal's lock, for the writer of `path` (once).
+
+        Raises:
+            ValueError: `path` is not the output claimed, or the claim was taken or
+                released.
+        """
+        if self._taken or self._lock.fd is None:
+            raise ValueError(f"{self.path}: its journal claim was taken or released already")
+        if Path(os.path.realpath(path)) != self.target:
+            raise ValueError(f"{path}: the journal claimed is {self.path}'s")
+        self._taken = True
+        return self._lock
+
+    def release(self) -> None:
+        """Give the journal up unless a writer took it: removed where this claim
+        created it (nothing was written to it); idempotent."""
+        fd = self._lock.fd
+        if self._taken or fd is None:
+            return
+        try:
+            if self._lock.created and os.fstat(fd).st_size == 0 and _same_file(fd, self.journal):
+                self.journal.unlink()
+        except OSError:
+            pass  # gone already: nothing to leave behind
+        finally:
+            self._lock.release()
+
+
 class SlpWriter:
     """Saves pose records as predictions in a SLEAP .slp file (or .h5, .nwb, .csv), crash-safely.
 
@@ -117,6 +173,7 @@ class SlpWriter:
             on close.
         provenance: extra metadata stored in the file (JSON-serialisable values).
         clock: time source for the save schedule; injectable for tests.
+        claim: the journal, claimed before the run (`JournalClaim`); None opens it here.
 
     Raises:
         ValueError: `path` has another suffix than `exports.SUFFIXES`, or
@@ -141,6 +198,7 @@ class SlpWriter:
         save_interval: float | None = DEFAULT_SAVE_INTERVAL,
         provenance: Mapping[str, Any] | None = None,
         clock: Clock = MONOTONIC,
+        claim: JournalClaim | None = None,
     ) -> None:
         self.path = Path(path)
         prepare_saver(self.path)
@@ -164,12 +222,17 @@ class SlpWriter:
             provenance=dict(provenance or {}),
             pid=os.getpid(),
         )
-        # Write through a symlink to its target, so the link survives the rename,
-        # unless another user could have planted it.
-        check_links(self.path, "the pose output")
-        self._target = Path(os.path.realpath(self.path))
-        self.journal = journal_path(self._target)
-        self._lock = _lock_journal(self.journal, self.path)
+        if claim is not None:
+            self._lock = claim.take(self.path)
+            self._target = claim.target
+            self.journal = claim.journal
+        else:
+            # Write through a symlink to its target, so the link survives the rename,
+            # unless another user could have planted it.
+            check_links(self.path, "the pose output")
+            self._target = Path(os.path.realpath(self.path))
+            self.journal = journal_path(self._target)
+            self._lock = _lock_journal(self.journal, self.path)
         try:
             for stale in stale_temporaries(self._target):
                 stale.unlink(missing_ok=True)  # we hold the lock: their writer is gone
@@ -540,6 +603,11 @@ def _lock_journal(journal: Path, slp: Path) -> OutputLock:
         lock.release()
         raise
     return lock
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    held, now = os.fstat(fd), os.lstat(path)
+    return (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)
 
 
 def _fsync_file(path: Path) -> None:

@@ -32,7 +32,7 @@ from sleap_live.stream.outputs.exports import check_suffix, sidecars
 from sleap_live.stream.outputs.guard import OutputLock, check_outputs
 from sleap_live.stream.outputs.overlay_recorder import OverlayRecorder
 from sleap_live.stream.outputs.provenance import run_provenance
-from sleap_live.stream.outputs.slp import DEFAULT_SAVE_INTERVAL, SlpWriter
+from sleap_live.stream.outputs.slp import DEFAULT_SAVE_INTERVAL, JournalClaim, SlpWriter
 from sleap_live.stream.sources import Source
 from sleap_live.stream.sources.group import SourceGroup, per_source_path
 from sleap_live.stream.types import PoseRecord
@@ -384,6 +384,9 @@ class OutputOptions:
             ``models``: `provenance.model_records` of the model paths).
         record_overlay: video file for the processed frames with their poses drawn
             (`OverlayRecorder`), or None.
+        claim: `output`'s journal, claimed before the run (`JournalClaim`), which
+            its writer then writes into; None: the writer opens it. Dropped by
+            `for_source` (each source's file has a journal of its own).
 
     Raises:
         ValueError: an unknown pose suffix, codec, or a quality the codec cannot
@@ -399,6 +402,7 @@ class OutputOptions:
     record_overlay: Path | None = attrs.field(
         default=None, converter=attrs.converters.optional(Path)
     )
+    claim: JournalClaim | None = attrs.field(default=None, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         if self.output is not None:
@@ -421,6 +425,7 @@ class OutputOptions:
             output=own(self.output),
             record=own(self.record),
             record_overlay=own(self.record_overlay),
+            claim=None,
         )
 
     def paths(self) -> dict[str, Path | None]:
@@ -595,6 +600,7 @@ def open_outputs(
                     runner, source_id=source.source_id, settings=settings or {}, extra=extra
                 ),
                 clock=clock,
+                claim=options.claim,
             )
             outputs["slp"] = (Channel(SLP_QUEUE_CAPACITY), slp)
         if options.record is not None:

@@ -157,6 +157,19 @@ def test_the_search_keeps_frames_with_animals_in_the_order_found():
     assert "detections were not exercised" in note
 
 
+def test_frames_read_from_a_video_name_it_in_the_note(case_video, tmp_path):
+    clip = write_clip(tmp_path / "dark.mkv", [blank(video_images(case_video)[0].shape)] * 8)
+    for read in (spread_frames(clip), spread_frames(clip, count=30), spread_frames(clip)[:3]):
+        candidates = frames.verification_frames(3, read)
+        none = with_animals(candidates, lambda batch: [0] * len(batch))
+        note = none.note("the topdown model (m)")
+        assert note is not None and f"from the video {clip})" in note
+        assert none.source == f"the video {clip}"
+    # Frames of no video file keep saying so.
+    plain = frames.verification_frames(3, np.asarray(spread_frames(clip)))
+    assert plain.source == "the given frames"
+
+
 def test_the_search_stops_at_its_time_budget():
     candidates = np.zeros((40, 2, 2, 1), np.uint8)
     ticks = iter(float(t) for t in range(100))
@@ -212,6 +225,7 @@ def test_a_video_without_animals_runs_with_a_one_line_note(
     notes = [line for line in err.splitlines() if "without animals" in line]
     assert len(notes) == 1, err
     assert "on 5 frames without animals (none in the 24 looked at" in notes[0]
+    assert f"from the video {clip})" in notes[0]
     assert "detections were not exercised" in notes[0]
     assert all(not frame.instances for frame in sio.load_slp(str(out), open_videos=False))
 

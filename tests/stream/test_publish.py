@@ -12,11 +12,15 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
+import socket
 import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
+import warnings
 from pathlib import Path
 
 import msgpack
@@ -45,6 +49,8 @@ DATA = Path(__file__).parents[1] / "data"
 SCRIPTS = Path(__file__).parents[2] / "scripts"
 # Most real seconds a test waits for a subscriber or a subprocess: a hang guard only.
 PATIENCE = 60.0
+# The name of a TCP publisher's thread that caps its connections.
+WATCHER = "sleap-live publisher connections"
 KEYS = {
     "version",
     "sequence",
@@ -449,6 +455,45 @@ def test_an_endpoint_in_use_fails_before_any_work(clip, fake_loads, tmp_path, ca
     assert not fake_loads and not out.exists()
 
 
+def test_a_server_that_cannot_bind_leaves_no_journal_behind(clip, fake_loads, tmp_path, capsys):
+    (tmp_path / "out").mkdir()
+    out = tmp_path / "out" / "poses.slp"
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        argv = ["replay", str(clip), "-m", "m", "-o", str(out), "--preview"]
+        assert cli.main([*argv, "--preview-port", str(port)]) == 1
+    assert "address already in use" in error_line(capsys)
+    assert not fake_loads and os.listdir(out.parent) == []
+
+
+def test_a_journal_that_cannot_be_opened_fails_the_run_before_any_server_binds(
+    clip, fake_loads, tmp_path, capsys, monkeypatch
+):
+    """The pose output's journal is opened before the servers bind (issue 20, item
+    3): one that cannot be (here an earlier run's unrecovered frames, as far as its
+    name says) fails the run in one line with no server started and no work done."""
+    from sleap_live.cli import run as run_command
+
+    journal = tmp_path / "poses.slp.journal"
+    journal.write_bytes(b"something else")
+    servers: list[str] = []
+    for name in ("Publisher", "PreviewServer"):
+        real = getattr(run_command, name)
+
+        def made(*args, _real=real, _name=name, **kwargs):  # type: ignore[no-untyped-def]
+            servers.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(run_command, name, made)
+    out = tmp_path / "poses.slp"
+    argv = ["replay", str(clip), "-m", "m", "-o", str(out), "--publish", "tcp://127.0.0.1:*"]
+    assert cli.main([*argv, "--preview", "--preview-port", "0"]) == 1
+    line = error_line(capsys)
+    assert line.endswith(f"{journal}: exists and is not a sleap-live journal; move it away")
+    assert servers == [] and not fake_loads
+    assert journal.read_bytes() == b"something else" and not out.exists()
+
+
 def test_publish_without_the_extra_names_it(clip, fake_loads, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "msgpack", None)
     assert cli.main(["replay", str(clip), "-m", "m", "--publish", "tcp://127.0.0.1:*"]) == 1
@@ -525,9 +570,120 @@ def test_an_oversized_subscription_disconnects_its_peer():
     context.term()
 
 
-def test_an_ipc_socket_is_the_owners_only(short_dir):
-    with Publisher(f"ipc://{short_dir}/poses"):
-        assert (Path(short_dir) / "poses").stat().st_mode & 0o777 == 0o600
+def test_connections_past_the_cap_are_shut_down_when_accepted_without_any_poll():
+    """A publisher nobody polls (no pose sent yet, no subscription looked at): the
+    connections past `MAX_CONNECTIONS` are shut down as ZeroMQ accepts them, and
+    those within it stay."""
+
+    from sleap_live.stream.publish import MAX_CONNECTIONS
+
+    extra = 5
+    with Publisher("tcp://127.0.0.1:*") as publisher:
+        port = int(publisher.endpoint.rsplit(":", 1)[1])
+        peers = [
+            socket.create_connection(("127.0.0.1", port), PATIENCE)
+            for _ in range(MAX_CONNECTIONS + extra)
+        ]
+        for peer in peers:
+            peer.setblocking(False)
+        ended: set[int] = set()
+        # Well within ZeroMQ's 30 s handshake limit, after which it ends them all.
+        deadline = time.monotonic() + 10.0
+        while len(ended) < extra and time.monotonic() < deadline:
+            for index, peer in enumerate(peers):
+                try:
+                    while index not in ended:  # ZeroMQ's greeting, then the end
+                        if not peer.recv(4096):
+                            ended.add(index)
+                except (BlockingIOError, ConnectionResetError) as error:
+                    if isinstance(error, ConnectionResetError):
+                        ended.add(index)
+            time.sleep(0.05)
+        assert len(ended) == extra
+        for peer in peers:
+            peer.close()
+    assert WATCHER not in [thread.name for thread in threading.enumerate()]
+
+
+def test_a_publisher_let_go_of_without_close_ends_its_connection_watcher():
+    import gc
+
+    publisher = Publisher("tcp://127.0.0.1:*")
+    assert WATCHER in [thread.name for thread in threading.enumerate()]
+    del publisher
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)  # pyzmq's, for the open socket
+        gc.collect()
+    deadline = time.monotonic() + PATIENCE
+    while WATCHER in [t.name for t in threading.enumerate()] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert WATCHER not in [thread.name for thread in threading.enumerate()]
+
+
+def test_an_ipc_socket_is_never_connectable_by_others(short_dir, monkeypatch):
+    """Right after ZeroMQ binds (before anything else can run), the endpoint's path
+    is either absent or a 0600 socket, and where ZeroMQ bound can be reached by its
+    owner only: with the usual umask ZeroMQ makes socket files 0755."""
+    import stat
+
+    import zmq
+
+    os.chmod(short_dir, 0o755)  # a folder others may look into
+    path = Path(short_dir) / "poses"
+    seen: list[tuple[int | None, int]] = []
+    bind = zmq.Socket.bind
+
+    def watched_bind(self, address: str):  # type: ignore[no-untyped-def]
+        bound = bind(self, address)
+        where = Path(address[len("ipc://") :])
+        mode = path.lstat().st_mode & 0o777 if path.exists() else None
+        # What another user needs to connect: a way into the folder, write on the file.
+        reachable = where.parent.stat().st_mode & 0o011 and where.stat().st_mode & 0o022
+        seen.append((mode, reachable))
+        return bound
+
+    monkeypatch.setattr(zmq.Socket, "bind", watched_bind)
+    umask = os.umask(0o022)
+    try:
+        publisher = Publisher(f"ipc://{path}")
+    finally:
+        os.umask(umask)
+    with publisher:
+        assert seen and all(mode in (None, 0o600) and not reachable for mode, reachable in seen)
+        assert stat.S_ISSOCK(path.lstat().st_mode) and path.lstat().st_mode & 0o777 == 0o600
+        assert publisher.endpoint == f"ipc://{path}"
+        assert os.listdir(short_dir) == ["poses"]  # the private folder is gone
+        context = zmq.Context()
+        subscriber = context.socket(zmq.SUB)
+        subscriber.connect(publisher.endpoint)
+        subscriber.subscribe(b"poses")
+        assert publisher.wait_for_subscribers(1, timeout=PATIENCE)
+        subscriber.close(linger=0)
+        context.term()
+    assert not path.exists()  # removed on close, as ZeroMQ would have
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="abstract sockets are Linux's")
+def test_an_abstract_ipc_endpoint_stays_abstract(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    name = f"ipc://@sleap-live-test-{os.getpid()}"
+    with Publisher(name) as publisher:
+        assert publisher.endpoint == name
+        assert os.listdir(tmp_path) == []  # no socket file, no private folder
+
+
+def test_an_ipc_endpoint_replaces_a_stale_socket_but_no_other_file(short_dir):
+    stale = Path(short_dir) / "stale"
+    with socket.socket(socket.AF_UNIX) as left_behind:
+        left_behind.bind(str(stale))
+    with Publisher(f"ipc://{stale}"):
+        assert stale.lstat().st_mode & 0o777 == 0o600
+    kept = Path(short_dir) / "notes.txt"
+    kept.write_text("not a socket")
+    with pytest.raises(PublishError, match="a file that is not a socket is there"):
+        Publisher(f"ipc://{kept}")
+    assert kept.read_text() == "not a socket"
+    assert sorted(os.listdir(short_dir)) == ["notes.txt"]
 
 
 @pytest.mark.parametrize(
@@ -540,6 +696,7 @@ def test_an_ipc_socket_is_the_owners_only(short_dir):
         ("tcp://localhost:5555", False),
         ("tcp://[::1]:5555", False),
         ("ipc:///tmp/poses", False),
+        ("ipc://@poses", True),
     ],
 )
 def test_publishing_beyond_loopback_is_warned_of_in_one_line(endpoint, warned):
