@@ -341,7 +341,8 @@ def test_preview_on_run_and_replay_prints_its_address(
     assert cli.main(argv) == 0
     err = capsys.readouterr().err
     assert err.startswith("preview on http://127.0.0.1:")
-    assert "40 frames in" in err
+    # A replay keeps the clip's pace and drops what a busy machine cannot keep up with.
+    assert re.search(r"\b40 frames in" if command == "run" else r"\b\d+ frames in", err), err
 
 
 def test_a_preview_beyond_loopback_prints_its_token_and_a_warning(
