@@ -8,16 +8,19 @@ computed value (a synchronisation). An inference model's own forward does both:
 its default profile sizes its resizes from the frames' shape on every call and
 lists as many instances as it finds.
 
-`FixedShapeModel` is the model's TensorRT profile (float32 inside, every size
-fixed, `max_instances` slots per frame with a validity mask; see
-`sleap_live.engines.graph.base`), computed branch-free (`set_branch_free`), traced
-once by `torch.export` for one `BatchShape` on the device it will run on. The
-trace runs every piece of Python arithmetic (resize tables, crop offsets,
-padding sizes) once and keeps the tensors it made as constants of the traced
-graph, already on that device; what is left is a fixed sequence of tensor
-operations on the frames. Its outputs are the TensorRT profile's
-("instance_slots" layout), which `sleap_live.engines.host.postprocess.decode` reads
-as it reads a TensorRT engine's.
+`FixedShapeModel` is the model traced once by `torch.export` for one `BatchShape`,
+on the device it will run on, static (`set_static`: sizes frozen, passes that
+change nothing at that size left out) and branch-free (`set_branch_free`). The
+trace runs every piece of Python arithmetic (resize tables, crop offsets, padding
+sizes) once and keeps the tensors it made as constants of the traced graph,
+already on that device; what is left is a fixed sequence of tensor operations on
+the frames. Single-instance and bottom-up models have fixed-size outputs in their
+default profile, which is traced (the same outputs, and on the CPU torch's own
+uint8 resize kernel); models with a centroid stage list as many instances as they
+find there, so their TensorRT profile is traced instead (float32 inside,
+`max_instances` slots per frame with a validity mask; see
+`sleap_live.engines.graph.base`), whose outputs
+`sleap_live.engines.host.postprocess.decode` reads as it reads a TensorRT engine's.
 
 Centroid and top-down models without `max_instances` keep every centroid a frame
 has, which no fixed number of slots holds: they get `DEFAULT_SLOTS` slots, and a
@@ -37,8 +40,8 @@ import torch
 from sleap_live.engines.graph.base import InferenceModel
 from sleap_live.engines.graph.centroid import CentroidModel
 from sleap_live.engines.graph.topdown import TopDownModel
-from sleap_live.engines.host.outputs import INSTANCE_SLOTS, output_names
-from sleap_live.engines.load.metadata import TENSORRT_PROFILE
+from sleap_live.engines.host.outputs import output_names
+from sleap_live.engines.load.metadata import DEFAULT_PROFILE, OUTPUT_LAYOUTS, TENSORRT_PROFILE
 
 # Slots per frame of a centroid or top-down model without `max_instances`.
 DEFAULT_SLOTS = 8
@@ -94,14 +97,15 @@ class FixedShapeModel(torch.fx.GraphModule):
         target = torch.device(device) if device is not None else _device_of(model)
         model_type = model.info.model_type
         slots = _slots(model) if model_type in _CENTROID_TYPES else None
-        traced = _traced(model, shape, target, slots)
+        profile = TENSORRT_PROFILE if slots is not None else DEFAULT_PROFILE
+        traced = _traced(model, shape, target, profile, slots)
         # The traced graph itself, not a module that calls it: a trace of this module
         # then finds the graph's constants where the graph keeps them.
         super().__init__(traced, traced.graph, class_name="FixedShapeModel")
         self.shape = shape
         self.slots = slots
         self._every_centroid = slots is not None and model.info.max_instances is None
-        self.output_names = output_names(model_type, INSTANCE_SLOTS)
+        self.output_names = output_names(model_type, OUTPUT_LAYOUTS[profile])
 
     def may_have_dropped(self, outputs: Mapping[str, np.ndarray]) -> bool:
         """Whether some frame filled every slot of a model that keeps every centroid.
@@ -125,21 +129,25 @@ def _slots(model: InferenceModel) -> int:
 
 
 def _traced(
-    model: InferenceModel, shape: BatchShape, device: torch.device, slots: int | None
-) -> torch.nn.Module:
-    """`model`'s branch-free TensorRT profile traced on zero frames of `shape` on `device`."""
-    profile, branch_free = model.profile, model.branch_free
+    model: InferenceModel,
+    shape: BatchShape,
+    device: torch.device,
+    profile: str,
+    slots: int | None,
+) -> torch.fx.GraphModule:
+    """`model`'s branch-free `profile`, static, traced on zero frames of `shape` on `device`."""
+    previous = model.profile, model.static, model.branch_free
     stage = model.stage if isinstance(model, (CentroidModel, TopDownModel)) else None
     max_instances = None if stage is None else stage.max_instances
     example = torch.zeros(shape.as_tuple(), dtype=torch.uint8, device=device)
     try:
-        model.set_profile(TENSORRT_PROFILE).set_branch_free(True)
+        model.set_profile(profile).set_static(True).set_branch_free(True)
         if stage is not None:
             stage.max_instances = slots
         with torch.no_grad():
             exported = torch.export.export(model, (example,), strict=False)
     finally:
-        model.set_profile(profile).set_branch_free(branch_free)
+        model.set_profile(previous[0]).set_static(previous[1]).set_branch_free(previous[2])
         if stage is not None:
             stage.max_instances = max_instances
     return _with_constants_as_buffers(exported.module())
