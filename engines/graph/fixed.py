@@ -39,6 +39,7 @@ import torch
 
 from sleap_live.engines.graph.base import InferenceModel
 from sleap_live.engines.graph.centroid import CentroidModel
+from sleap_live.engines.graph.preprocess import frame_channels
 from sleap_live.engines.graph.topdown import TopDownModel
 from sleap_live.engines.host.outputs import output_names
 from sleap_live.engines.load.metadata import DEFAULT_PROFILE, OUTPUT_LAYOUTS, TENSORRT_PROFILE
@@ -116,6 +117,18 @@ class FixedShapeModel(torch.fx.GraphModule):
         if not self._every_centroid:
             return False
         return bool(np.asarray(outputs["instance_valid"]).all(axis=1).any())
+
+
+def fixed_input_channels(model: InferenceModel) -> tuple[int, ...]:
+    """The frames' channel counts `model`'s fixed-shape graphs take; others are converted first.
+
+    Raises:
+        ModelConfigError: a centroid-stage model whose TensorRT profile takes no
+            frames (`sleap_live.engines.graph.preprocess.frame_channels`).
+    """
+    if model.info.model_type in _CENTROID_TYPES:
+        return (frame_channels(model.frame_preprocess),)
+    return (1, 3)
 
 
 def _device_of(model: torch.nn.Module) -> torch.device:

@@ -115,7 +115,9 @@ def add_model_options(
         choices=ENGINES,
         default="auto",
         help="torch, onnx (ONNX Runtime), openvino (OpenVINO on the CPU), tensorrt (a CUDA "
-        "GPU), or auto: ONNX Runtime wherever it can run, else torch; on the CPU, OpenVINO "
+        "GPU), torch-compile (torch.compile with inductor, CUDA graphs on a GPU; compiles "
+        "each batch shape once, a minute or so on a CPU, then keeps it in the cache), or "
+        "auto: ONNX Runtime wherever it can run, else torch; on the CPU, OpenVINO "
         "instead where it is installed and measured faster (once per model and machine, on "
         "the verification frames; the choice is printed)",
     )
