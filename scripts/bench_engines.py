@@ -1,4 +1,4 @@
-"""Time the torch, ONNX Runtime and OpenVINO engines on the same model and frames.
+"""Time the torch, torch-compile, ONNX Runtime and OpenVINO engines on the same frames.
 
     python scripts/bench_engines.py MODEL_DIR [MODEL_DIR2] [--batch 1 4] [--size 512x512]
         [--channels 1] [--iterations 50] [--warmup 5] [--threads 2] [--video PATH]
@@ -6,10 +6,11 @@
 
 MODEL is anything `load_runner` takes. Each engine runs the same frames (synthetic
 blobs, or the first frames of --video) for --warmup untimed and --iterations timed
-batches; the table gives load time, median and 90th-percentile batch latency, and
-frames per second. OpenVINO runs at fp32 (`--engines ... openvino`, the default
-when it is installed); its load includes compiling the graph. Run it under `nice`
-on a shared machine.
+batches; the table gives load time, the first batch's time (where torch-compile
+compiles the batch shape's graph, unless inductor's cache under the sleap-live
+cache has it), median and 90th-percentile batch latency, and frames per second.
+OpenVINO runs at fp32 (`--engines ... openvino`, the default when it is installed);
+its load includes compiling the graph. Run it under `nice` on a shared machine.
 
 Steadiness: `--passes N` times N back-to-back passes of --iterations batches and
 gives each pass's frames per second (min, median, max, and max/min); `--busy-core`
@@ -110,11 +111,15 @@ def time_engine(
     loaded = time.perf_counter() - started
     results = []
     try:
-        for _ in range(args.warmup):
+        started = time.perf_counter()
+        runner.run(batch)
+        first = time.perf_counter() - started
+        for _ in range(args.warmup - 1):
             runner.run(batch)
         for busy in (False, True) if args.busy_core else (False,):
             with busy_core(busy):
-                results.append({"load_s": loaded, "busy": busy, **time_passes(runner, batch, args)})
+                timed = time_passes(runner, batch, args)
+                results.append({"load_s": loaded, "first_s": first, "busy": busy, **timed})
     finally:
         runner.close()
     return results
@@ -136,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--channels", type=int, default=1, choices=(1, 3))
     parser.add_argument("--video", type=Path, help="take frames from this video instead")
     parser.add_argument("--iterations", type=int, default=30)
-    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=3, help="untimed batches (at least 1)")
     parser.add_argument("--passes", type=int, default=1, help="timed passes of --iterations")
     parser.add_argument(
         "--busy-core",
@@ -165,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     table = Table(
         title=f"{' + '.join(args.models)} on {pool.shape[1]}×{pool.shape[2]}×{pool.shape[3]}"
     )
-    columns = ["engine", "batch", "load s", "median ms", "p90 ms", "frames/s"]
+    columns = ["engine", "batch", "load s", "first batch s", "median ms", "p90 ms", "frames/s"]
     if args.busy_core:
         columns.insert(2, "busy core")
     if args.passes > 1:
@@ -182,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                     engine,
                     str(size),
                     f"{result['load_s']:.2f}",
+                    f"{result['first_s']:.2f}",
                     f"{result['median_ms']:.2f}",
                     f"{result['p90_ms']:.2f}",
                     f"{result['fps']:.1f}",
