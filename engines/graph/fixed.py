@@ -98,15 +98,14 @@ class FixedShapeModel(torch.fx.GraphModule):
         target = torch.device(device) if device is not None else _device_of(model)
         model_type = model.info.model_type
         slots = _slots(model) if model_type in _CENTROID_TYPES else None
-        profile = TENSORRT_PROFILE if slots is not None else DEFAULT_PROFILE
-        traced = _traced(model, shape, target, profile, slots)
+        traced = _traced(model, shape, target, _fixed_profile(model_type), slots)
         # The traced graph itself, not a module that calls it: a trace of this module
         # then finds the graph's constants where the graph keeps them.
         super().__init__(traced, traced.graph, class_name="FixedShapeModel")
         self.shape = shape
         self.slots = slots
         self._every_centroid = slots is not None and model.info.max_instances is None
-        self.output_names = output_names(model_type, OUTPUT_LAYOUTS[profile])
+        self.output_names = fixed_output_names(model)
 
     def may_have_dropped(self, outputs: Mapping[str, np.ndarray]) -> bool:
         """Whether some frame filled every slot of a model that keeps every centroid.
@@ -117,6 +116,17 @@ class FixedShapeModel(torch.fx.GraphModule):
         if not self._every_centroid:
             return False
         return bool(np.asarray(outputs["instance_valid"]).all(axis=1).any())
+
+
+def fixed_output_names(model: InferenceModel) -> tuple[str, ...]:
+    """The outputs' names of `model`'s fixed-shape graphs, in order."""
+    model_type = model.info.model_type
+    return output_names(model_type, OUTPUT_LAYOUTS[_fixed_profile(model_type)])
+
+
+def _fixed_profile(model_type: str) -> str:
+    """The profile traced: the TensorRT profile's slots where a centroid stage lists instances."""
+    return TENSORRT_PROFILE if model_type in _CENTROID_TYPES else DEFAULT_PROFILE
 
 
 def fixed_input_channels(model: InferenceModel) -> tuple[int, ...]:

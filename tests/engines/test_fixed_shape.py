@@ -1,5 +1,10 @@
 """Fixed-shape graphs (engines/graph/fixed.py): whole graphs with no host round trip.
 
+Also what the torch runner's CUDA-graph path does with them on the CPU, with stand-ins
+for `torch.cuda`: each batch shape's fixed-shape graph is what gets captured, warmed
+up on a side stream and captured in thread-local mode, and its `status` says when it
+runs eagerly instead.
+
 For every model type the fixed-shape module passes `torch.export(strict=True)` and
 `torch.compile(fullgraph=True)` (each fails on a graph break: a branch on a computed
 value, `nonzero`, `item`, a tensor made from Python values at run time), and its
@@ -9,6 +14,8 @@ models' poses through the compiled engine are checked in test_parity.py.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import numpy as np
 import pytest
@@ -22,6 +29,12 @@ from sleap_live.engines.graph.single_instance import SingleInstanceModel
 from sleap_live.engines.graph.topdown import MultiClassTopDownModel, TopDownModel
 from sleap_live.engines.host.postprocess import decode
 from sleap_live.engines.load.metadata import DEFAULT_PROFILE
+from sleap_live.engines.runners.cuda import (
+    CAPTURE_WARMUP_RUNS,
+    GraphedForward,
+    capture_cuda_graph,
+)
+from sleap_live.engines.runners.torch import FixedShapeGraphs
 from sleap_live.engines.types import Skeleton
 
 SKELETON = Skeleton(("head", "thorax", "tail"), ((0, 1), (1, 2)))
@@ -134,3 +147,125 @@ def test_centroids_beyond_the_default_slots_are_flagged(fake_networks):
         few = _named(fixed.output_names, fixed(fake_networks.blob_frames(BLOBS[:1], **FRAMES)))
     assert fixed.may_have_dropped(full)
     assert not fixed.may_have_dropped(few)
+
+
+# --- CUDA graphs of fixed-shape graphs (the torch runner's `cuda_graphs=True`) ----------
+
+
+class StandInGraph:
+    """Stands in for a captured CUDA graph: replay reruns the captured forward."""
+
+    def __init__(self, forward, example):
+        self.forward = forward
+        self.input = example.clone()
+        self.outputs = tuple(output.clone() for output in forward(self.input))
+        self.replays = 0
+
+    def replay(self):
+        self.replays += 1
+        for static, fresh in zip(self.outputs, self.forward(self.input), strict=True):
+            static.copy_(fresh)
+
+
+def test_cuda_graphs_capture_each_batch_shapes_fixed_shape_graph(fake_networks):
+    model = _model(fake_networks, "topdown").eval()  # instance lists in its own profile
+    graphs = FixedShapeGraphs(model, torch.device("cpu"), max_graphs=2)
+    captured = []
+
+    def capture(forward, example):
+        captured.append(StandInGraph(forward, example))
+        return captured[-1]
+
+    graphed = GraphedForward(graphs, graphs.output_names, None, capture=capture)
+    frames = fake_networks.blob_frames(BLOBS, **FRAMES)
+    with torch.inference_mode():
+        first = _named(graphs.output_names, graphed(frames))
+        replayed = _named(graphs.output_names, graphed(frames))
+        eager = _named(model.output_names, model(frames))
+    # What was captured is the batch shape's traced graph, at that shape.
+    assert len(captured) == 1 and captured[0].forward is graphs
+    assert isinstance(graphs.graph_for(BatchShape.of(frames)), FixedShapeModel)
+    assert captured[0].input.shape == frames.shape and captured[0].replays == 1
+    assert graphed.eager_reason is None
+    assert graphed.status == "CUDA graphs (1 captured, one per input shape)"
+    _assert_same_poses(model.info, eager, first, len(frames))
+    _assert_same_poses(model.info, eager, replayed, len(frames))
+
+
+def test_a_failed_capture_says_eager_in_the_status(fake_networks):
+    model = _model(fake_networks, "single_instance").eval()
+    graphs = FixedShapeGraphs(model, torch.device("cpu"), max_graphs=2)
+
+    def capture(forward, example):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    notices = []
+    graphed = GraphedForward(
+        graphs, graphs.output_names, None, capture=capture, notice=notices.append
+    )
+    with torch.inference_mode():
+        graphed(fake_networks.blob_frames(BLOBS, **FRAMES))
+    assert graphed.status == (
+        "eager (CUDA graphs off: capture failed "
+        "(RuntimeError: operation not permitted when stream is capturing))"
+    )
+    assert len(notices) == 1
+
+
+class FakeCuda:
+    """Records the calls `capture_cuda_graph` makes of `torch.cuda`, in order."""
+
+    def __init__(self):
+        self.calls = []
+        self.current = self.FakeStream(self, "current")
+
+    class FakeStream:
+        def __init__(self, cuda, name):
+            self.cuda, self.name = cuda, name
+
+        def wait_stream(self, other):
+            self.cuda.calls.append(f"{self.name} waits for {other.name}")
+
+    def current_stream(self, device=None):
+        return self.current
+
+    def Stream(self, device=None):
+        return self.FakeStream(self, "side")
+
+    @contextlib.contextmanager
+    def stream(self, stream):
+        self.calls.append(f"on {stream.name}")
+        yield
+        self.calls.append(f"off {stream.name}")
+
+    def CUDAGraph(self):
+        return "graph"
+
+    @contextlib.contextmanager
+    def graph(self, graph, capture_error_mode="global"):
+        self.calls.append(f"capture {graph} in {capture_error_mode} mode")
+        yield
+        self.calls.append("captured")
+
+
+def test_capture_warms_up_on_a_side_stream_and_captures_thread_local(monkeypatch):
+    fake = FakeCuda()
+    for name in ("current_stream", "Stream", "stream", "CUDAGraph", "graph"):
+        monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
+
+    def forward(frames):
+        fake.calls.append("forward")
+        return (frames.float(),)
+
+    graph = capture_cuda_graph(forward, torch.zeros(1, 2, 2, 1, dtype=torch.uint8))
+    assert fake.calls == [
+        "side waits for current",
+        "on side",
+        *["forward"] * CAPTURE_WARMUP_RUNS,
+        "off side",
+        "current waits for side",
+        "capture graph in thread_local mode",
+        "forward",
+        "captured",
+    ]
+    assert graph.input.shape == (1, 2, 2, 1)
