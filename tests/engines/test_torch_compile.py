@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 
 from sleap_live.engines.graph.fixed import DEFAULT_SLOTS, BatchShape
+from sleap_live.engines.runners.load import load_runner
 from sleap_live.engines.runners.torch import TorchRunner
 from sleap_live.engines.runners.torch_compile import TorchCompileRunner
+from tests.engines import goldens
 from tests.engines.test_fixed_shape import BLOBS, FRAMES, _model
 
 
@@ -67,3 +69,15 @@ def test_modes_that_need_cuda_are_refused_on_the_cpu(fake_networks):
             TorchCompileRunner(model, mode=mode)
     with pytest.raises(ValueError, match=r"unknown torch\.compile mode 'fast'"):
         TorchCompileRunner(model, mode="fast")
+
+
+def test_load_runner_compiles_model_directories_only(tmp_path):
+    export = tmp_path / "model.onnx"
+    export.write_bytes(b"")
+    with pytest.raises(ValueError, match="compiles model directories"):
+        load_runner(export, engine="torch-compile")
+    model = goldens.case_paths("single_instance")[0]
+    with pytest.raises(ValueError, match="need a CUDA device"):
+        load_runner(model, engine="torch-compile", device="cpu", compile_mode="reduce-overhead")
+    with pytest.raises(TypeError, match="unknown options"):
+        load_runner(model, engine="torch-compile", precision="fp16")
