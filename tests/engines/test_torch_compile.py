@@ -49,12 +49,13 @@ def test_compiles_a_batch_shape_once_pads_smaller_batches_and_keeps_every_centro
         assert runner.eager_batches == 0 and notices == []
         crowd_poses = runner.run(crowd)
         _same_poses(crowd_poses, eager.run(crowd))
+        compiled = runner.compiled_shapes
     finally:
         runner.close()
     assert len(crowd_poses[0].points) == DEFAULT_SLOTS + 1
     assert runner.eager_batches == 1 and len(notices) == 1
     # One graph, compiled once, with one status line; the batch of 1 ran on it padded.
-    assert runner.compiled_shapes == [BatchShape(2, FRAMES["height"], FRAMES["width"], 1)]
+    assert compiled == [BatchShape(2, FRAMES["height"], FRAMES["width"], 1)]
     assert status == [
         "compiling the topdown model for batches of 2 88x72x1 frames (torch.compile, "
         "default; kept in the cache for later runs)"
