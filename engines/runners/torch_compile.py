@@ -7,7 +7,8 @@ the first time a batch of its shape comes, with a one-line status while it
 compiles. A batch smaller than one compiled for its frame shape (the last batch of
 a video) runs on that graph, padded with black frames whose outputs are dropped,
 rather than waiting for another compilation. On a CUDA device the default mode
-is "reduce-overhead": inductor's kernels are replayed as a CUDA graph.
+is "reduce-overhead": inductor's kernels are replayed as CUDA graphs (its CUDA
+graph trees, captured in thread-local mode, like the torch runner's).
 
 Compiled kernels and inductor's FX graph cache go to `torch-compile/` under
 sleap-live's cache root (`sleap_live.engines.cache`; inductor reads its
@@ -42,13 +43,11 @@ from sleap_live.engines.host.postprocess import decode
 from sleap_live.engines.load.metadata import ExportMetadata
 from sleap_live.engines.notify import Notify, notice, quiet
 from sleap_live.engines.runners.base import begin_run
+from sleap_live.engines.runners.load import COMPILE_MODES, CUDA_GRAPH_MODES
 from sleap_live.engines.types import FramePoses, ModelInfo
 
 # The folder under the cache root that inductor's caches go to.
 COMPILE_FOLDER = "torch-compile"
-# `torch.compile` modes; those with CUDA graphs need a CUDA device.
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 DEFAULT_CUDA_MODE = "reduce-overhead"
 DEFAULT_CPU_MODE = "default"
 # Compiled graphs kept; the least recently used batch shape's is dropped beyond it.

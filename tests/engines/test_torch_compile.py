@@ -9,6 +9,8 @@ checked against sleap-nn in test_parity.py.
 
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 import pytest
 
@@ -82,3 +84,17 @@ def test_load_runner_compiles_model_directories_only(tmp_path):
         load_runner(model, engine="torch-compile", device="cpu", compile_mode="reduce-overhead")
     with pytest.raises(TypeError, match="unknown options"):
         load_runner(model, engine="torch-compile", precision="fp16")
+
+
+def test_the_cli_takes_a_compile_mode_for_torch_compile_only():
+    from sleap_live.cli.options import UsageError, add_model_options, engine_options
+
+    parser = argparse.ArgumentParser()
+    add_model_options(parser, batch_size=None, batch_size_help="")
+    args = parser.parse_args(
+        ["-m", "m", "--engine", "torch-compile", "--compile-mode", "max-autotune"]
+    )
+    assert engine_options(args) == {"compile_mode": "max-autotune"}
+    args = parser.parse_args(["-m", "m", "--engine", "onnx", "--compile-mode", "default"])
+    with pytest.raises(UsageError, match="--compile-mode is an option of --engine torch-compile"):
+        engine_options(args)
