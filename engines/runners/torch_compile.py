@@ -42,7 +42,7 @@ from sleap_live.engines.graph.fixed import BatchShape, FixedShapeModel, fixed_in
 from sleap_live.engines.host.postprocess import decode
 from sleap_live.engines.load.metadata import ExportMetadata
 from sleap_live.engines.notify import Notify, notice, quiet
-from sleap_live.engines.runners.base import begin_run
+from sleap_live.engines.runners.base import begin_run, refuse_stream
 from sleap_live.engines.runners.load import COMPILE_MODES, CUDA_GRAPH_MODES
 from sleap_live.engines.types import FramePoses, ModelInfo
 
@@ -163,8 +163,8 @@ class TorchCompileRunner:
             ValueError: a stream on the CPU.
         """
         frames, batch = begin_run(self, self._model, frames, self._channels)
-        if self._target.type == "cpu" and stream is not None:
-            raise ValueError("TorchCompileRunner on the CPU takes no CUDA stream")
+        if self._target.type == "cpu":
+            refuse_stream(self, stream)
         tensor = torch.as_tensor(frames)
         graph = self._graph_for(BatchShape.of(tensor))
         padding = graph.fixed.shape.batch - batch
