@@ -82,7 +82,9 @@ class FixedShapeModel(torch.fx.GraphModule):
     Attributes:
         shape: the frames' shape.
         slots: instance slots per frame of a centroid-stage model (None for the others).
-        output_names: the outputs' names, in order ("instance_slots" layout).
+        output_names: the outputs' names, in order (`fixed_output_names`: the
+            "instance_slots" layout for a centroid-stage model, the default
+            layout otherwise).
 
     Raises:
         ModelConfigError: a graph the TensorRT profile refuses (a top-down model
@@ -176,7 +178,7 @@ def _traced(
     return _with_constants_as_buffers(exported.module())
 
 
-def _with_constants_as_buffers(graph: torch.nn.Module) -> torch.nn.Module:
+def _with_constants_as_buffers(graph: torch.nn.Module) -> torch.fx.GraphModule:
     """`graph` with the tensors its trace made kept as buffers.
 
     `ExportedProgram.module()` keeps them as plain attributes, which neither

@@ -144,6 +144,7 @@ class TorchCompileRunner:
         self._max_compiled = max_compiled
         self._compiled: OrderedDict[BatchShape, CompiledGraph] = OrderedDict()
         self._temporary: tempfile.TemporaryDirectory[str] | None = None
+        self._kept = cache_dir is not None
         if cache_dir is None:
             self._temporary = tempfile.TemporaryDirectory(prefix="sleap-live-compile-")
             cache_dir = Path(self._temporary.name)
@@ -203,10 +204,11 @@ class TorchCompileRunner:
 
     def _compile(self, shape: BatchShape) -> CompiledGraph:
         assert self._model is not None
+        kept = "; kept in the cache for later runs" if self._kept else ""
         self._progress(
             f"compiling the {self.info.model_type} model for batches of {shape.batch} "
-            f"{shape.width}x{shape.height}x{shape.channels} frames (torch.compile, {self.mode}; "
-            "kept in the cache for later runs)"
+            f"{shape.width}x{shape.height}x{shape.channels} frames (torch.compile, "
+            f"{self.mode}{kept})"
         )
         with inductor_cache(self._cache_dir):
             fixed = FixedShapeModel(self._model, shape, self._target)
