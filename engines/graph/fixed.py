@@ -37,6 +37,7 @@ import attrs
 import numpy as np
 import torch
 
+from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.graph.base import InferenceModel
 from sleap_live.engines.graph.centroid import CentroidModel
 from sleap_live.engines.graph.preprocess import frame_channels
@@ -87,8 +88,7 @@ class FixedShapeModel(torch.fx.GraphModule):
             layout otherwise).
 
     Raises:
-        ModelConfigError: a graph the TensorRT profile refuses (a top-down model
-            whose centroid model has `ensure_grayscale`).
+        ModelConfigError: a model `fixed_input_channels` refuses.
     """
 
     def __init__(
@@ -98,6 +98,7 @@ class FixedShapeModel(torch.fx.GraphModule):
         device: torch.device | str | None = None,
     ) -> None:
         target = torch.device(device) if device is not None else _device_of(model)
+        fixed_input_channels(model)  # refuses the models it cannot trace
         model_type = model.info.model_type
         slots = _slots(model) if model_type in _CENTROID_TYPES else None
         traced = _traced(model, shape, target, _fixed_profile(model_type), slots)
@@ -135,12 +136,20 @@ def fixed_input_channels(model: InferenceModel) -> tuple[int, ...]:
     """The frames' channel counts `model`'s fixed-shape graphs take; others are converted first.
 
     Raises:
-        ModelConfigError: a centroid-stage model whose TensorRT profile takes no
-            frames (`sleap_live.engines.graph.preprocess.frame_channels`).
+        ModelConfigError: a centroid-stage model whose TensorRT profile it cannot
+            trace: one whose frames it cannot take
+            (`sleap_live.engines.graph.preprocess.frame_channels`), or a top-down
+            model whose centroid model has `ensure_grayscale` (it crops the RGB
+            frames, see `TopDownModel`).
     """
-    if model.info.model_type in _CENTROID_TYPES:
-        return (frame_channels(model.frame_preprocess),)
-    return (1, 3)
+    if model.info.model_type not in _CENTROID_TYPES:
+        return (1, 3)
+    if isinstance(model, TopDownModel) and model.frame_preprocess.ensure_grayscale:
+        raise ModelConfigError(
+            "a top-down model whose centroid model has ensure_grayscale crops the RGB "
+            "frames, which its fixed-shape graph does not take"
+        )
+    return (frame_channels(model.frame_preprocess),)
 
 
 def _device_of(model: torch.nn.Module) -> torch.device:

@@ -29,7 +29,7 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from sleap_live.engines.errors import RuntimeUnavailableError
+from sleap_live.engines.errors import ModelConfigError, RuntimeUnavailableError
 from sleap_live.engines.export.torchscript import LoadedTorchScript
 from sleap_live.engines.graph.base import InferenceModel
 from sleap_live.engines.graph.fixed import (
@@ -44,6 +44,7 @@ from sleap_live.engines.load.metadata import OUTPUT_LAYOUTS, ExportMetadata
 from sleap_live.engines.runners.base import begin_run
 from sleap_live.engines.runners.cuda import (
     DEFAULT_MAX_GRAPHS,
+    LOG,
     Capture,
     Forward,
     GraphedForward,
@@ -125,19 +126,25 @@ class TorchRunner:
         self._stream = stream
         self._fixed: FixedShapeGraphs | None = None
         self._graphed: GraphedForward | None = None
+        self._eager_reason: str | None = None  # why cuda_graphs=True runs eagerly
         if cuda_graphs and isinstance(model, LoadedTorchScript):
             axes = model_output_axes(model)
             self._graphed = GraphedForward(
                 self._model, self._output_names, axes, capture=capture, max_graphs=max_graphs
             )
         elif cuda_graphs:
-            self._fixed = FixedShapeGraphs(self._model, target, max_graphs)
-            self._output_names = self._fixed.output_names
-            self._input_channels = fixed_input_channels(model)
-            # Every output of a fixed-shape graph is fixed by the batch's shape.
-            self._graphed = GraphedForward(
-                self._fixed, self._output_names, None, capture=capture, max_graphs=max_graphs
-            )
+            try:
+                self._input_channels = fixed_input_channels(model)
+            except ModelConfigError as error:
+                self._eager_reason = f"no fixed-shape graph ({error})"
+                LOG.warning("CUDA graphs off, running eagerly: %s", self._eager_reason)
+            else:
+                self._fixed = FixedShapeGraphs(self._model, target, max_graphs)
+                self._output_names = self._fixed.output_names
+                # Every output of a fixed-shape graph is fixed by the batch's shape.
+                self._graphed = GraphedForward(
+                    self._fixed, self._output_names, None, capture=capture, max_graphs=max_graphs
+                )
         cuda = target.type == "cuda"
         self._staging = HostStaging(pin=True) if cuda else None
         self._copies = HostCopies(pin=True) if cuda else None
@@ -168,7 +175,8 @@ class TorchRunner:
     def status(self) -> str:
         """What runs, in one line: eager torch, or CUDA graphs of what (and how many)."""
         if self._graphed is None:
-            return "eager"
+            reason = self._eager_reason
+            return "eager" if reason is None else f"eager (CUDA graphs off: {reason})"
         if self._fixed is None:
             return f"TorchScript export: {self._graphed.status}"
         eager = self._fixed.eager_batches

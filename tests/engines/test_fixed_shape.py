@@ -21,9 +21,15 @@ import numpy as np
 import pytest
 import torch
 
+from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.graph.bottomup import BottomUpModel, MultiClassBottomUpModel
 from sleap_live.engines.graph.centroid import CentroidModel
-from sleap_live.engines.graph.fixed import DEFAULT_SLOTS, BatchShape, FixedShapeModel
+from sleap_live.engines.graph.fixed import (
+    DEFAULT_SLOTS,
+    BatchShape,
+    FixedShapeModel,
+    fixed_input_channels,
+)
 from sleap_live.engines.graph.preprocess import PreprocessConfig
 from sleap_live.engines.graph.single_instance import SingleInstanceModel
 from sleap_live.engines.graph.topdown import MultiClassTopDownModel, TopDownModel
@@ -269,3 +275,21 @@ def test_capture_warms_up_on_a_side_stream_and_captures_thread_local(monkeypatch
         "captured",
     ]
     assert graph.input.shape == (1, 2, 2, 1)
+
+
+def test_a_top_down_model_that_crops_rgb_frames_has_no_fixed_shape_graph(fake_networks):
+    sampled = fake_networks.SampledNetwork
+    model = TopDownModel(
+        sampled({"CentroidConfmapsHead": 1}, stride=2),
+        sampled({"CenteredInstanceConfmapsHead": 3}, stride=1),
+        _config(ensure_grayscale=True),
+        _config(),
+        SKELETON,
+        2,
+        1,
+        16,
+    )
+    with pytest.raises(ModelConfigError, match="ensure_grayscale crops the RGB frames"):
+        fixed_input_channels(model)
+    with pytest.raises(ModelConfigError, match="ensure_grayscale"):
+        FixedShapeModel(model, BatchShape(1, 32, 32, 3))
