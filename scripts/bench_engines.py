@@ -1,4 +1,4 @@
-"""Time the torch, ONNX Runtime and OpenVINO engines on the same model and frames.
+"""Time the torch, torch-compile, ONNX Runtime and OpenVINO engines on the same frames.
 
     python scripts/bench_engines.py MODEL_DIR [MODEL_DIR2] [--batch 1 4] [--size 512x512]
         [--channels 1] [--iterations 50] [--warmup 5] [--threads 2] [--video PATH]
@@ -6,10 +6,16 @@
 
 MODEL is anything `load_runner` takes. Each engine runs the same frames (synthetic
 blobs, or the first frames of --video) for --warmup untimed and --iterations timed
-batches; the table gives load time, median and 90th-percentile batch latency, and
-frames per second. OpenVINO runs at fp32 (`--engines ... openvino`, the default
-when it is installed); its load includes compiling the graph. Run it under `nice`
-on a shared machine.
+batches; the table gives load time, the first batch's time (where torch-compile
+compiles the batch shape's graph, unless inductor's cache under the sleap-live
+cache has it), median and 90th-percentile batch latency, and frames per second.
+OpenVINO runs at fp32 (`--engines ... openvino`, the default when it is installed);
+its load includes compiling the graph. Run it under `nice` on a shared machine.
+
+Side by side: `--alternate` loads every engine first, then times them batch by batch
+in turn (engine A, engine B, A, B, ...), so that a machine whose load changes during
+the run slows each engine alike; the table adds each engine's median as a multiple of
+the first engine's.
 
 Steadiness: `--passes N` times N back-to-back passes of --iterations batches and
 gives each pass's frames per second (min, median, max, and max/min); `--busy-core`
@@ -110,13 +116,60 @@ def time_engine(
     loaded = time.perf_counter() - started
     results = []
     try:
-        for _ in range(args.warmup):
+        started = time.perf_counter()
+        runner.run(batch)
+        first = time.perf_counter() - started
+        for _ in range(args.warmup - 1):
             runner.run(batch)
         for busy in (False, True) if args.busy_core else (False,):
             with busy_core(busy):
-                results.append({"load_s": loaded, "busy": busy, **time_passes(runner, batch, args)})
+                timed = time_passes(runner, batch, args)
+                results.append({"load_s": loaded, "first_s": first, "busy": busy, **timed})
     finally:
         runner.close()
+    return results
+
+
+def time_alternating(
+    paths: list[str], engines: list[str], batch: np.ndarray, args: argparse.Namespace
+) -> dict[str, dict[str, float]]:
+    """Every engine loaded and warmed up, then timed one batch each in turn."""
+    runners, results = {}, {}
+    try:
+        for engine in engines:
+            started = time.perf_counter()
+            runners[engine] = load_runner(
+                paths,
+                engine=engine,
+                device="cpu",
+                threads=args.threads or None,
+                verify_frames=batch[:5],
+                cache_dir=args.cache_dir,
+            )
+            loaded = time.perf_counter() - started
+            started = time.perf_counter()
+            runners[engine].run(batch)
+            results[engine] = {"load_s": loaded, "first_s": time.perf_counter() - started}
+            for _ in range(args.warmup - 1):
+                runners[engine].run(batch)
+        latencies: dict[str, list[float]] = {engine: [] for engine in engines}
+        for _ in range(args.iterations):
+            for engine, runner in runners.items():
+                started = time.perf_counter()
+                runner.run(batch)
+                latencies[engine].append(time.perf_counter() - started)
+    finally:
+        for runner in runners.values():
+            runner.close()
+    first = statistics.median(latencies[engines[0]])
+    for engine, times in latencies.items():
+        times.sort()
+        results[engine].update(
+            median_ms=1000 * statistics.median(times),
+            p90_ms=1000 * times[int(0.9 * (len(times) - 1))],
+            fps=len(batch) * len(times) / sum(times),
+            ratio=statistics.median(times) / first,
+        )
     return results
 
 
@@ -136,8 +189,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--channels", type=int, default=1, choices=(1, 3))
     parser.add_argument("--video", type=Path, help="take frames from this video instead")
     parser.add_argument("--iterations", type=int, default=30)
-    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=3, help="untimed batches (at least 1)")
     parser.add_argument("--passes", type=int, default=1, help="timed passes of --iterations")
+    parser.add_argument(
+        "--alternate",
+        action="store_true",
+        help="time the engines batch by batch in turn (not with --passes or --busy-core)",
+    )
     parser.add_argument(
         "--busy-core",
         action="store_true",
@@ -153,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
         "--cache-dir", type=Path, help="sleap-live cache directory (default: the user's)"
     )
     args = parser.parse_args(argv)
+    if args.alternate and (args.passes > 1 or args.busy_core):
+        parser.error("--alternate times one pass on the machine as it is")
 
     height, width = (int(n) for n in args.size.lower().split("x"))
     largest = max(args.batch)
@@ -165,14 +225,32 @@ def main(argv: list[str] | None = None) -> int:
     table = Table(
         title=f"{' + '.join(args.models)} on {pool.shape[1]}×{pool.shape[2]}×{pool.shape[3]}"
     )
-    columns = ["engine", "batch", "load s", "median ms", "p90 ms", "frames/s"]
+    columns = ["engine", "batch", "load s", "first batch s", "median ms", "p90 ms", "frames/s"]
     if args.busy_core:
         columns.insert(2, "busy core")
     if args.passes > 1:
         columns += ["pass fps min/med/max", "max/min"]
+    if args.alternate:
+        columns.append(f"x {args.engines[0]}")
     for column in columns:
         table.add_column(column, justify="left" if column == "engine" else "right", no_wrap=True)
-    for engine in args.engines:
+    if args.alternate:
+        for size in args.batch:
+            batch = pool[np.arange(size) % len(pool)]
+            with console.status(f"{', '.join(args.engines)} in turn, batch {size}"):
+                timed = time_alternating(args.models, args.engines, batch, args)
+            for engine, result in timed.items():
+                table.add_row(
+                    engine,
+                    str(size),
+                    f"{result['load_s']:.2f}",
+                    f"{result['first_s']:.2f}",
+                    f"{result['median_ms']:.2f}",
+                    f"{result['p90_ms']:.2f}",
+                    f"{result['fps']:.1f}",
+                    f"{result['ratio']:.2f}",
+                )
+    for engine in [] if args.alternate else args.engines:
         for size in args.batch:
             batch = pool[np.arange(size) % len(pool)]
             with console.status(f"{engine}, batch {size}"):
@@ -182,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
                     engine,
                     str(size),
                     f"{result['load_s']:.2f}",
+                    f"{result['first_s']:.2f}",
                     f"{result['median_ms']:.2f}",
                     f"{result['p90_ms']:.2f}",
                     f"{result['fps']:.1f}",

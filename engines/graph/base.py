@@ -21,6 +21,11 @@ size and channel count of the trace are frozen into the graph, so that every
 pass that would not change the image at that size is left out (see
 `sleap_live.engines.graph.preprocess.frame_input`). Such a graph takes frames
 of that one shape (any batch size) and gives the same numbers as the dynamic one.
+
+A TensorRT-profile model can also compute `branch_free` (`set_branch_free`): no
+branch of the graph reads a value the device computed, so the graph runs without
+waiting for the device, as CUDA graphs and `torch.export`/`torch.compile`'s whole
+graphs need (`sleap_live.engines.graph.fixed`); same numbers.
 """
 
 from __future__ import annotations
@@ -51,6 +56,8 @@ class InferenceModel(torch.nn.Module):
     profile: str = DEFAULT_PROFILE
     # Trace with the frame shape frozen (see the module docstring).
     static: bool = False
+    # Select on the device where the graph would branch on a value (see the module docstring).
+    branch_free: bool = False
 
     @property
     def output_names(self) -> tuple[str, ...]:
@@ -76,6 +83,14 @@ class InferenceModel(torch.nn.Module):
     def set_static(self, static: bool) -> InferenceModel:
         """Traces with the frame shape frozen (True) or dynamic from now on; returns the model."""
         self.static = static
+        return self
+
+    def set_branch_free(self, branch_free: bool) -> InferenceModel:
+        """Computes the graph branch-free (True) or with its branches from now on.
+
+        Returns the model.
+        """
+        self.branch_free = branch_free
         return self
 
     def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:

@@ -71,6 +71,8 @@ def top_peaks_per_channel(
     refine: bool = True,
     patch_size: int = DEFAULT_PATCH_SIZE,
     raster_unless_more: bool = False,
+    *,
+    branch_free: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The highest `max_peaks` local peaks of every channel, in raster order.
 
@@ -82,6 +84,7 @@ def top_peaks_per_channel(
         patch_size: refinement window side.
         raster_unless_more: a channel with more than K peaks lists its kept
             ones highest first (sleap-nn's centroid layer; see `top_peaks`).
+        branch_free: see `local_peak_map`.
 
     Returns:
         `(points, values, valid)`: (B, N, K, 2) float32 grid xy, (B, N, K) float32
@@ -91,7 +94,7 @@ def top_peaks_per_channel(
     cms = cms.float()
     batch, channels = cms.shape[0], cms.shape[1]
     width = size_of(cms, 3)
-    is_peak, offsets = local_peak_map(cms, threshold)
+    is_peak, offsets = local_peak_map(cms, threshold, branch_free=branch_free)
 
     values, flat, valid = top_peaks(cms, is_peak, max_peaks, raster_unless_more)
     flat = torch.where(valid, flat, 0)
@@ -157,6 +160,7 @@ class _BottomUpBase(InferenceModel):
             self.peak_threshold,
             self.refine,
             self.patch_size,
+            branch_free=self.branch_free,
         )
         return heads, points * self.confmap_stride, values, valid, eff_scale
 

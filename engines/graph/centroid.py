@@ -97,8 +97,10 @@ class CentroidStage(torch.nn.Module):
         centroids = grid_to_image(points, self.output_stride, self.preprocess.scale) / eff_scale
         return sized, eff_scale, instance_frame, centroids, values
 
-    def slots(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def slots(self, frames: torch.Tensor, branch_free: bool = False) -> tuple[torch.Tensor, ...]:
         """`forward` for the TensorRT profile: float32 (B, C, H, W) frame values in.
+
+        `branch_free`: see `sleap_live.engines.graph.peaks.local_peak_map`.
 
         Returns:
             `(sized, eff_scale, valid, centroids, values)`: the size-matched
@@ -119,6 +121,7 @@ class CentroidStage(torch.nn.Module):
             self.refine,
             self.patch_size,
             raster_unless_more=True,
+            branch_free=branch_free,
         )
         centroids = grid_to_image(points[:, 0], self.output_stride, self.preprocess.scale)
         centroids = torch.where(valid[:, 0, :, None], centroids / eff_scale, 0.0)
@@ -199,7 +202,9 @@ class CentroidModel(InferenceModel):
 
     def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if self.tensorrt_profile:
-            _, _, valid, centroids, values = self.stage.slots(frame_values(frames))
+            _, _, valid, centroids, values = self.stage.slots(
+                frame_values(frames), self.branch_free
+            )
             centroids = torch.where(valid[..., None], centroids, float("nan"))
             values = torch.where(valid, values, float("nan"))
             return valid, centroids[:, :, None], values[..., None], values

@@ -128,17 +128,21 @@ def _scripted(function: _Function) -> _Function:
 
 
 def local_peak_map(
-    cms: torch.Tensor, threshold: float = DEFAULT_PEAK_THRESHOLD
+    cms: torch.Tensor, threshold: float = DEFAULT_PEAK_THRESHOLD, *, branch_free: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Which pixels are local peaks, and each peak's flat-top offset.
 
     Dense over the maps with fixed shapes, so it traces and exports as it runs;
     the flat-top rule runs only when some candidate has a tied neighbour (an ONNX
-    `If` in an exported graph).
+    `If` in an exported graph). With `branch_free` the rule always runs and its
+    verdict is selected on the device (`torch.where`): no branch reads a value,
+    so the graph never waits for the device (a CUDA graph captures it, and
+    `torch.export`/`torch.compile` trace it whole); the result is the same.
 
     Args:
         cms: (S, C, H, W) float32 confidence maps.
         threshold: peaks must be above this.
+        branch_free: select the flat-top verdict rather than branch on it.
 
     Returns:
         `(is_peak, offsets)`: (S, C, H, W) bool marking each peak at the first
@@ -157,28 +161,18 @@ def local_peak_map(
     # top. Ties are rare in float32, so the rule for them runs only when needed.
     # (A whole-map `any` exports as an int64 sum, several times slower than this.)
     has_flat_top = (candidate & (cms == after_max)).float().amax(dim=(2, 3)).any()
+    if branch_free:
+        settled, offsets = _flat_top_verdict(cms, padded, candidate)
+        return torch.where(has_flat_top, settled, candidate), torch.where(
+            has_flat_top, offsets, torch.zeros_like(offsets)
+        )
     return _settle_flat_tops(cms, padded, candidate, has_flat_top)
 
 
-@_scripted
-def _settle_flat_tops(
-    cms: torch.Tensor, padded: torch.Tensor, candidate: torch.Tensor, has_flat_top: torch.Tensor
+def _flat_top_verdict(
+    cms: torch.Tensor, padded: torch.Tensor, candidate: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`local_peak_map`'s verdict on candidates with tied later neighbours.
-
-    Args:
-        cms: (S, C, H, W) float32 confidence maps.
-        padded: `cms` padded by one -inf pixel on every side.
-        candidate: (S, C, H, W) bool, above the threshold and its 4 neighbours
-            before, not below the 4 after.
-        has_flat_top: () bool, some candidate has a later neighbour as high.
-
-    Returns:
-        `local_peak_map`'s `(is_peak, offsets)`.
-    """
-    if not bool(has_flat_top):
-        zeros = torch.zeros_like(cms)
-        return candidate, torch.stack([zeros, zeros], dim=-1)
+    """The flat-top rule on every candidate: `local_peak_map`'s `(is_peak, offsets)`."""
     # 1 where that neighbour is at least as high as the pixel, else 0.
     north_west = (padded[:, :, :-2, :-2] >= cms).float()
     north = (padded[:, :, :-2, 1:-1] >= cms).float()
@@ -210,6 +204,28 @@ def _settle_flat_tops(
     x = (east + south_east - south_west) / size
     y = (south_west + south + south_east) / size
     return is_peak, torch.stack([x, y], dim=-1)
+
+
+@_scripted
+def _settle_flat_tops(
+    cms: torch.Tensor, padded: torch.Tensor, candidate: torch.Tensor, has_flat_top: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`local_peak_map`'s verdict on candidates with tied later neighbours.
+
+    Args:
+        cms: (S, C, H, W) float32 confidence maps.
+        padded: `cms` padded by one -inf pixel on every side.
+        candidate: (S, C, H, W) bool, above the threshold and its 4 neighbours
+            before, not below the 4 after.
+        has_flat_top: () bool, some candidate has a later neighbour as high.
+
+    Returns:
+        `local_peak_map`'s `(is_peak, offsets)`.
+    """
+    if not bool(has_flat_top):
+        zeros = torch.zeros_like(cms)
+        return candidate, torch.stack([zeros, zeros], dim=-1)
+    return _flat_top_verdict(cms, padded, candidate)
 
 
 def top_peaks(

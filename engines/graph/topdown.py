@@ -197,7 +197,7 @@ class TopDownModel(InferenceModel):
     def _slots_forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The TensorRT profile: every one of the `max_instances` slots is cropped."""
         raw = frame_values(frames)
-        sized, eff_scale, valid, centroids, values = self.stage.slots(raw)
+        sized, eff_scale, valid, centroids, values = self.stage.slots(raw, self.branch_free)
         batch, slots = valid.shape[0], self.stage.slot_count()
         crop_frames = self._crop_source(raw.permute(0, 2, 3, 1), raw, sized)
         instance_frame = torch.arange(batch, device=valid.device).repeat_interleave(slots)

@@ -182,6 +182,32 @@ def model_dir_runner(request: Request) -> Runner:
     return runner
 
 
+def torch_compile_runner(request: Request) -> Runner:
+    """A `TorchCompileRunner` for model directories (engine "torch-compile")."""
+    from sleap_live.engines.graph.build import load_inference_model
+    from sleap_live.engines.runners.torch_compile import COMPILE_FOLDER, TorchCompileRunner
+
+    paths = request.paths
+    if len(paths) == 1 and paths[0].is_file():
+        raise ValueError(
+            f"{paths[0]}: engine 'torch-compile' compiles model directories; give the "
+            "directories this file was exported from"
+        )
+    _check_model_dirs(paths)
+    request.progress("loading the torch model")
+    model = load_inference_model(paths, request.settings or InferenceSettings())
+    options = request.options
+    return TorchCompileRunner(
+        model,
+        devices.torch_device(request.device),
+        num_threads=request.threads,
+        mode=options.get("compile_mode"),
+        cache_dir=None if request.cache is None else request.cache / COMPILE_FOLDER,
+        progress=request.progress,
+        stream=options.get("stream"),
+    )
+
+
 def tensorrt_runner(request: Request) -> Runner:
     """A `TensorRTRunner` for an engine file, a sleap-live `.onnx` or model directories."""
     from sleap_live.engines.export import tensorrt as trt_export

@@ -12,7 +12,9 @@ which is how the host logic is tested without a GPU:
   arrays handed out are never overwritten by a later run;
 - `GraphedForward` runs a model through CUDA graphs captured per input shape (a
   bounded number kept), when the output contract says every output's shape is
-  fixed by the input's; otherwise it runs eagerly, after a one-line notice.
+  fixed by the input's, or the forward is a fixed-shape graph's
+  (`sleap_live.engines.graph.fixed`); otherwise it runs eagerly, after a one-line
+  notice, and says so in its `status`.
 
 Notices go to the `sleap_live.engines.runners` logger; with logging left
 unconfigured, Python prints them to stderr as one line.
@@ -245,7 +247,8 @@ class GraphedForward:
         forward: the model's forward.
         output_names: its outputs' names, in order.
         output_axes: the output contract's axes of each output (see
-            `data_dependent_output`).
+            `data_dependent_output`); None: the forward's outputs are fixed by its
+            input's shape (a fixed-shape graph's), every shape is captured.
         capture: captures a graph (`capture_cuda_graph`; tests pass a stand-in).
         max_graphs: graphs kept; the least recently used is dropped beyond it.
         notice: where the one-line notice goes.
@@ -255,7 +258,7 @@ class GraphedForward:
         self,
         forward: Forward,
         output_names: Sequence[str],
-        output_axes: Mapping[str, Sequence[str]],
+        output_axes: Mapping[str, Sequence[str]] | None,
         *,
         capture: Capture = capture_cuda_graph,
         max_graphs: int = DEFAULT_MAX_GRAPHS,
@@ -263,7 +266,7 @@ class GraphedForward:
     ) -> None:
         self._forward = forward
         self._output_names = tuple(output_names)
-        self._output_axes = dict(output_axes)
+        self._output_axes = None if output_axes is None else dict(output_axes)
         self._graphs = GraphCache(capture, max_graphs)
         self._notice = notice
         self.eager_reason: str | None = None
@@ -271,6 +274,13 @@ class GraphedForward:
     @property
     def graphs(self) -> GraphCache:
         return self._graphs
+
+    @property
+    def status(self) -> str:
+        """What runs, in one line: CUDA graphs (and how many are held), or eager and why."""
+        if self.eager_reason is not None:
+            return f"eager (CUDA graphs off: {self.eager_reason})"
+        return f"CUDA graphs ({len(self._graphs.keys())} captured, one per input shape)"
 
     def __call__(self, tensor: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if self.eager_reason is not None:
@@ -282,12 +292,14 @@ class GraphedForward:
             graph.replay()
             return graph.outputs
         outputs = tuple(self._forward(tensor))
-        reason = data_dependent_output(
-            self._output_axes,
-            self._output_names,
-            [output.shape for output in outputs],
-            int(tensor.shape[0]),
-        )
+        reason = None
+        if self._output_axes is not None:
+            reason = data_dependent_output(
+                self._output_axes,
+                self._output_names,
+                [output.shape for output in outputs],
+                int(tensor.shape[0]),
+            )
         if reason is None:
             try:
                 self._graphs.capture(key, self._forward, tensor)

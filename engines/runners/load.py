@@ -6,7 +6,8 @@ The kind of model given picks its runner's constructor (`RUNNERS`, in
 
 | model given                                | engines                              |
 | ------------------------------------------ | ------------------------------------ |
-| model directories (1, or 2 for top-down)   | onnx*, torch, openvino, tensorrt     |
+| model directories (1, or 2 for top-down)   | onnx*, torch, openvino, tensorrt,    |
+|                                            | torch-compile                        |
 | sleap-live `.onnx` export                  | onnx*, openvino, tensorrt            |
 | sleap-live `.pt` (TorchScript) export      | torch                                |
 | OpenVINO IR `.xml`                         | openvino                             |
@@ -21,7 +22,9 @@ where it finds none; `sleap_live.engines.export.frames`) and kept in the export
 cache, and on the CPU each
 frame shape gets a graph specialised to it (`sleap_live.engines.export.on_demand`);
 TensorRT engines are built for each frame size and cached
-(`sleap_live.engines.export.tensorrt_on_demand`). Every artifact goes under one
+(`sleap_live.engines.export.tensorrt_on_demand`); torch-compile compiles each batch
+shape's fixed-shape graph with inductor and keeps its caches
+(`sleap_live.engines.runners.torch_compile`). Every artifact goes under one
 cache root (`sleap_live.engines.cache.cache_root`; `cache=False` keeps nothing).
 "auto" picks the engine before anything is loaded and never changes it: an export
 that fails or does not verify is an `ExportError`, not a quiet switch to torch.
@@ -46,18 +49,25 @@ from sleap_live.engines.runners.constructors import GPU_OPTIONS, Request
 from sleap_live.engines.runners.devices import DEVICE_FORMS, is_device
 from sleap_live.engines.settings import InferenceSettings
 
-__all__ = ["ENGINES", "ENGINE_SUFFIXES", "RUNNERS", "load_runner"]
+__all__ = ["COMPILE_MODES", "ENGINES", "ENGINE_SUFFIXES", "RUNNERS", "load_runner"]
 
-ENGINES = ("auto", "torch", "onnx", "openvino", "tensorrt")
+ENGINES = ("auto", "torch", "onnx", "openvino", "tensorrt", "torch-compile")
+# torch-compile's `compile_mode`s (`torch.compile` modes); those of `CUDA_GRAPH_MODES`
+# replay inductor's kernels as CUDA graphs and need a CUDA device. Here, not beside the
+# runner, so that the CLI offers them without importing torch.
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 # Options each engine takes besides `EXPORT_OPTIONS` (the GPU runners' by default).
 ENGINE_OPTIONS = {
     "tensorrt": ("frame_size", "batch_size", "precision", "engine_cache", "stream"),
     "openvino": ("precision",),
+    "torch-compile": ("compile_mode", "stream"),
 }
 
 # The runner of each kind of model (`_kind`); each refuses the engines that cannot run it.
 RUNNERS: dict[str, Callable[[Request], Runner]] = {
     "tensorrt": make.tensorrt_runner,  # engine "tensorrt" (any model), or an engine file
+    "torch-compile": make.torch_compile_runner,  # engine "torch-compile", model directories
     ".xml": make.openvino_file_runner,
     ".onnx": make.onnx_file_runner,
     ".pt": make.torchscript_runner,
@@ -104,10 +114,11 @@ def load_runner(
             for TensorRT, `frame_size` ((height, width[, channels]): build now, not
             on the first batch), `batch_size` (default 8), `precision` ("fp32" or
             "fp16"), `engine_cache` (a directory) and `stream`; for OpenVINO,
-            `precision`; on a GPU with torch or ONNX Runtime, `stream`, `cuda_graphs`
-            (torch; ONNX Runtime says in one line that it does not offer them and
-            runs without) and (ONNX Runtime) `execution_provider` ("cuda" or
-            "tensorrt").
+            `precision`; for torch-compile, `compile_mode` (a `torch.compile` mode;
+            default "reduce-overhead" on CUDA, "default" on the CPU) and `stream`;
+            on a GPU with torch or ONNX Runtime, `stream`, `cuda_graphs` (torch;
+            ONNX Runtime says in one line that it does not offer them and runs
+            without) and (ONNX Runtime) `execution_provider` ("cuda" or "tensorrt").
 
     Raises:
         ValueError, TypeError: an unknown engine, device or option, or an engine
@@ -152,6 +163,8 @@ def _kind(request: Request) -> str:
     first, alone = request.paths[0], len(request.paths) == 1
     if request.engine == "tensorrt" or (alone and first.suffix in ENGINE_SUFFIXES):
         return "tensorrt"
+    if request.engine == "torch-compile":
+        return "torch-compile"
     if alone and first.is_file():
         return first.suffix if first.suffix in RUNNERS else "other file"
     if alone and is_sleap_nn_export_dir(first):

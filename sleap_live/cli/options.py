@@ -23,7 +23,7 @@ from rich.console import Console
 from sleap_live.engines.notify import Notify
 from sleap_live.engines.runners.base import Runner
 from sleap_live.engines.runners.devices import DEVICE_FORMS, is_device
-from sleap_live.engines.runners.load import ENGINES
+from sleap_live.engines.runners.load import COMPILE_MODES, ENGINES
 from sleap_live.engines.settings import DEFAULT_SETTINGS, InferenceSettings
 from sleap_live.stream.runner import load_for_source, spread_frames
 from sleap_live.stream.sources import DECODERS, Source, is_url
@@ -115,7 +115,9 @@ def add_model_options(
         choices=ENGINES,
         default="auto",
         help="torch, onnx (ONNX Runtime), openvino (OpenVINO on the CPU), tensorrt (a CUDA "
-        "GPU), or auto: ONNX Runtime wherever it can run, else torch; on the CPU, OpenVINO "
+        "GPU), torch-compile (torch.compile with inductor, CUDA graphs on a GPU; compiles "
+        "each batch shape once, a minute or so on a CPU, then keeps it in the cache), or "
+        "auto: ONNX Runtime wherever it can run, else torch; on the CPU, OpenVINO "
         "instead where it is installed and measured faster (once per model and machine, on "
         "the verification frames; the choice is printed)",
     )
@@ -124,6 +126,12 @@ def add_model_options(
         choices=PRECISIONS,
         help="--engine openvino: fp32, or bf16 on CPUs that have it, whose error against "
         "fp32 on the verification frames is printed at load (default: fp32)",
+    )
+    model.add_argument(
+        "--compile-mode",
+        choices=COMPILE_MODES,
+        help="--engine torch-compile: the torch.compile mode (default: reduce-overhead, "
+        "inductor's kernels replayed as CUDA graphs, on a GPU; default on the CPU)",
     )
     model.add_argument("--device", type=device, default="auto", help=DEVICE_FORMS)
     model.add_argument(
@@ -139,13 +147,19 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
     """`load_runner`'s engine options from `add_model_options`' (only those given).
 
     Raises:
-        UsageError: --precision without --engine openvino.
+        UsageError: --precision without --engine openvino, --compile-mode without
+            --engine torch-compile.
     """
-    if args.precision is None:
-        return {}
-    if args.engine != "openvino":
-        raise UsageError("--precision is an option of --engine openvino")
-    return {"precision": args.precision}
+    options: dict[str, Any] = {}
+    if args.precision is not None:
+        if args.engine != "openvino":
+            raise UsageError("--precision is an option of --engine openvino")
+        options["precision"] = args.precision
+    if args.compile_mode is not None:
+        if args.engine != "torch-compile":
+            raise UsageError("--compile-mode is an option of --engine torch-compile")
+        options["compile_mode"] = args.compile_mode
+    return options
 
 
 INFERENCE_SETTINGS_HELP = (

@@ -11,6 +11,10 @@ OpenVINO alike) and its poses reused by every comparison below.
   identities up to float32 rounding.
 - The ONNX graph agrees with the torch module (`torch`) it was exported from just as
   closely, and is no less accurate than sleap-nn against the synthetic ground truth.
+- torch.compile (`torch-compile`: each batch shape's fixed-shape graph compiled by
+  inductor) meets ONNX Runtime's bounds against sleap-nn on the first
+  `COMPILE_FRAMES` frames of every model type: one batch, since each model type's
+  compilation alone takes about half a minute of CPU.
 - Non-default inference settings (`SETTINGS_CASES`, listed where
   scripts/make_fixtures.py makes them) on ONNX Runtime and torch match `sleap-nn
   predict` run with the same options on the first frames of the video.
@@ -118,6 +122,10 @@ SETTINGS_BOUNDS = {
 }
 
 
+# One batch: compiling each model type dominates the test's time, not the frames.
+COMPILE_FRAMES = BATCH
+
+
 @attrs.frozen
 class Run:
     """One engine's poses on one case's frames.
@@ -175,7 +183,8 @@ def case_run(name: str, engine: str, n_frames: int | None = None) -> Run:
     models, video, golden, _ = case_paths(name)
     require(*models, video, golden)
     frames = video_frames(video)[:n_frames]
-    options = {"verify_frames": frames[:VERIFY_FRAMES]} if engine != "torch" else {}
+    exported = engine in ("onnx", "openvino")
+    options = {"verify_frames": frames[:VERIFY_FRAMES]} if exported else {}
     return run_engine(models, engine, frames, BATCH, **options)
 
 
@@ -205,6 +214,19 @@ def test_matches_sleap_nn_predict(engine, name):
     summary = f"{name} ({engine}): {result.summary()}"
     print(summary)
     assert_within(result, SLEAP_NN_BOUNDS[engine][name], summary)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(CASES))
+def test_torch_compile_matches_sleap_nn_predict(name):
+    run = case_run(name, "torch-compile", COMPILE_FRAMES)
+    assert run.runner == "TorchCompileRunner"
+    golden = dict(np.load(case_paths(name)[2]))
+    frames = goldens.compared_frames(name, len(run.poses))
+    result = goldens.compare(run.poses, golden, run.info.class_names, frames)
+    summary = f"{name} (torch-compile): {result.summary()}"
+    print(summary)
+    assert_within(result, SLEAP_NN_BOUNDS["onnx"][name], summary)
 
 
 @pytest.mark.slow

@@ -1,0 +1,295 @@
+"""Fixed-shape graphs (engines/graph/fixed.py): whole graphs with no host round trip.
+
+Also what the torch runner's CUDA-graph path does with them on the CPU, with stand-ins
+for `torch.cuda`: each batch shape's fixed-shape graph is what gets captured, warmed
+up on a side stream and captured in thread-local mode, and its `status` says when it
+runs eagerly instead.
+
+For every model type the fixed-shape module passes `torch.export(strict=True)` and
+`torch.compile(fullgraph=True)` (each fails on a graph break: a branch on a computed
+value, `nonzero`, `item`, a tensor made from Python values at run time), and its
+poses, its export's and its compiled form's are the eager model's. Stand-in networks
+(tests/engines/fake_networks.py) keep the traces to a few seconds each; the fixture
+models' poses through the compiled engine are checked in test_parity.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import pytest
+import torch
+
+from sleap_live.engines.errors import ModelConfigError
+from sleap_live.engines.graph.bottomup import BottomUpModel, MultiClassBottomUpModel
+from sleap_live.engines.graph.centroid import CentroidModel
+from sleap_live.engines.graph.fixed import (
+    DEFAULT_SLOTS,
+    BatchShape,
+    FixedShapeModel,
+    fixed_input_channels,
+)
+from sleap_live.engines.graph.preprocess import PreprocessConfig
+from sleap_live.engines.graph.single_instance import SingleInstanceModel
+from sleap_live.engines.graph.topdown import MultiClassTopDownModel, TopDownModel
+from sleap_live.engines.host.postprocess import decode
+from sleap_live.engines.load.metadata import DEFAULT_PROFILE
+from sleap_live.engines.runners.cuda import (
+    CAPTURE_WARMUP_RUNS,
+    GraphedForward,
+    capture_cuda_graph,
+)
+from sleap_live.engines.runners.torch import FixedShapeGraphs
+from sleap_live.engines.types import Skeleton
+
+SKELETON = Skeleton(("head", "thorax", "tail"), ((0, 1), (1, 2)))
+CLASSES = ("dim", "bright")
+# Frames resized (scale 0.5) and padded to the stride, so the trace holds resize tables.
+FRAMES = {"height": 72, "width": 88}
+BLOBS = [[(20, 24, 0.9), (60, 44, 0.6)], [(40, 30, 0.8)]]
+
+
+def _config(**settings) -> PreprocessConfig:
+    return PreprocessConfig(in_channels=1, max_stride=8, **settings)
+
+
+def _model(fakes, model_type: str, **options):
+    sampled = fakes.SampledNetwork
+    if model_type == "single_instance":
+        network = sampled({"SingleInstanceConfmapsHead": 3}, stride=2)
+        return SingleInstanceModel(network, _config(scale=0.5), SKELETON, 2)
+    if model_type == "centroid":
+        network = sampled({"CentroidConfmapsHead": 1}, stride=2)
+        return CentroidModel(network, _config(scale=0.5), SKELETON, 2, **options)
+    if model_type in ("topdown", "multi_class_topdown"):
+        multi = model_type == "multi_class_topdown"
+        cls = MultiClassTopDownModel if multi else TopDownModel
+        extra = {"class_names": CLASSES} if multi else {}
+        return cls(
+            sampled({"CentroidConfmapsHead": 1}, stride=2),
+            sampled({"CenteredInstanceConfmapsHead": 3}, stride=1, classes=2 if multi else 0),
+            _config(scale=0.5),
+            _config(),
+            SKELETON,
+            2,
+            1,
+            16,
+            **extra,
+            **options,
+        )
+    if model_type == "bottomup":
+        network = sampled({"MultiInstanceConfmapsHead": 3, "PartAffinityFieldsHead": 4}, stride=2)
+        return BottomUpModel(
+            network, _config(scale=0.5), SKELETON, SKELETON.edges, 2, 2, max_peaks_per_node=4
+        )
+    network = sampled({"MultiInstanceConfmapsHead": 3, "ClassMapsHead": 2}, stride=2)
+    return MultiClassBottomUpModel(
+        network, _config(scale=0.5), SKELETON, CLASSES, 2, 2, max_peaks_per_node=4
+    )
+
+
+MODEL_TYPES = (
+    "single_instance",
+    "centroid",
+    "topdown",
+    "multi_class_topdown",
+    "bottomup",
+    "multi_class_bottomup",
+)
+
+
+def _named(names, outputs) -> dict[str, np.ndarray]:
+    return {name: output.detach().numpy() for name, output in zip(names, outputs, strict=True)}
+
+
+def _assert_same_poses(info, expected, got, batch: int, atol: float = 0.0) -> None:
+    for want, have in zip(decode(info, expected, batch), decode(info, got, batch), strict=True):
+        assert have.points.shape == want.points.shape
+        np.testing.assert_allclose(have.points, want.points, rtol=0, atol=atol, equal_nan=True)
+        for key in ("point_scores", "instance_scores"):
+            np.testing.assert_allclose(
+                getattr(have, key), getattr(want, key), rtol=0, atol=atol, equal_nan=True
+            )
+        np.testing.assert_array_equal(have.identities, want.identities)
+
+
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+def test_fixed_shape_graph_exports_strict_and_compiles_whole(fake_networks, model_type):
+    options = {"max_instances": 3} if model_type in ("centroid", "topdown") else {}
+    model = _model(fake_networks, model_type, **options).eval()
+    frames = fake_networks.blob_frames(BLOBS, **FRAMES)
+    with torch.inference_mode():
+        eager = _named(model.output_names, model(frames))
+    fixed = FixedShapeModel(model, BatchShape.of(frames))
+    # The trace leaves the model as it was.
+    assert (model.profile, model.branch_free) == (DEFAULT_PROFILE, False)
+
+    with torch.inference_mode():
+        traced = _named(fixed.output_names, fixed(frames))
+    _assert_same_poses(model.info, eager, traced, len(frames))
+    # Something found: peaks (bottom-up; the stand-in's PAFs group nothing) or points.
+    scores = traced["peak_scores" if "peak_scores" in traced else "point_scores"]
+    assert np.isfinite(scores).sum() >= 2
+
+    exported = torch.export.export(fixed, (frames,), strict=True)
+    with torch.inference_mode():
+        from_export = _named(fixed.output_names, exported.module()(frames))
+        compiled = torch.compile(fixed, fullgraph=True, dynamic=False, backend="aot_eager")
+        from_compiled = _named(fixed.output_names, compiled(frames))
+    _assert_same_poses(model.info, traced, from_export, len(frames))
+    # aot_eager's decompositions may round a float32 step differently.
+    _assert_same_poses(model.info, traced, from_compiled, len(frames), atol=1e-5)
+
+
+def test_centroids_beyond_the_default_slots_are_flagged(fake_networks):
+    model = _model(fake_networks, "topdown").eval()  # max_instances None: every centroid
+    many = [[(8 + 9 * (i % 8), 10 + 20 * (i // 8), 0.9) for i in range(DEFAULT_SLOTS + 1)]]
+    frames = fake_networks.blob_frames(many, **FRAMES)
+    fixed = FixedShapeModel(model, BatchShape.of(frames))
+    assert fixed.slots == DEFAULT_SLOTS
+    with torch.inference_mode():
+        full = _named(fixed.output_names, fixed(frames))
+        few = _named(fixed.output_names, fixed(fake_networks.blob_frames(BLOBS[:1], **FRAMES)))
+    assert fixed.may_have_dropped(full)
+    assert not fixed.may_have_dropped(few)
+
+
+# --- CUDA graphs of fixed-shape graphs (the torch runner's `cuda_graphs=True`) ----------
+
+
+class StandInGraph:
+    """Stands in for a captured CUDA graph: replay reruns the captured forward."""
+
+    def __init__(self, forward, example):
+        self.forward = forward
+        self.input = example.clone()
+        self.outputs = tuple(output.clone() for output in forward(self.input))
+        self.replays = 0
+
+    def replay(self):
+        self.replays += 1
+        for static, fresh in zip(self.outputs, self.forward(self.input), strict=True):
+            static.copy_(fresh)
+
+
+def test_cuda_graphs_capture_each_batch_shapes_fixed_shape_graph(fake_networks):
+    model = _model(fake_networks, "topdown").eval()  # instance lists in its own profile
+    graphs = FixedShapeGraphs(model, torch.device("cpu"), max_graphs=2)
+    captured = []
+
+    def capture(forward, example):
+        captured.append(StandInGraph(forward, example))
+        return captured[-1]
+
+    graphed = GraphedForward(graphs, graphs.output_names, None, capture=capture)
+    frames = fake_networks.blob_frames(BLOBS, **FRAMES)
+    with torch.inference_mode():
+        first = _named(graphs.output_names, graphed(frames))
+        replayed = _named(graphs.output_names, graphed(frames))
+        eager = _named(model.output_names, model(frames))
+    # What was captured is the batch shape's traced graph, at that shape.
+    assert len(captured) == 1 and captured[0].forward is graphs
+    assert isinstance(graphs.graph_for(BatchShape.of(frames)), FixedShapeModel)
+    assert captured[0].input.shape == frames.shape and captured[0].replays == 1
+    assert graphed.eager_reason is None
+    assert graphed.status == "CUDA graphs (1 captured, one per input shape)"
+    _assert_same_poses(model.info, eager, first, len(frames))
+    _assert_same_poses(model.info, eager, replayed, len(frames))
+
+
+def test_a_failed_capture_says_eager_in_the_status(fake_networks):
+    model = _model(fake_networks, "single_instance").eval()
+    graphs = FixedShapeGraphs(model, torch.device("cpu"), max_graphs=2)
+
+    def capture(forward, example):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    notices = []
+    graphed = GraphedForward(
+        graphs, graphs.output_names, None, capture=capture, notice=notices.append
+    )
+    with torch.inference_mode():
+        graphed(fake_networks.blob_frames(BLOBS, **FRAMES))
+    assert graphed.status == (
+        "eager (CUDA graphs off: capture failed "
+        "(RuntimeError: operation not permitted when stream is capturing))"
+    )
+    assert len(notices) == 1
+
+
+class FakeCuda:
+    """Records the calls `capture_cuda_graph` makes of `torch.cuda`, in order."""
+
+    def __init__(self):
+        self.calls = []
+        self.current = self.FakeStream(self, "current")
+
+    class FakeStream:
+        def __init__(self, cuda, name):
+            self.cuda, self.name = cuda, name
+
+        def wait_stream(self, other):
+            self.cuda.calls.append(f"{self.name} waits for {other.name}")
+
+    def current_stream(self, device=None):
+        return self.current
+
+    def Stream(self, device=None):
+        return self.FakeStream(self, "side")
+
+    @contextlib.contextmanager
+    def stream(self, stream):
+        self.calls.append(f"on {stream.name}")
+        yield
+        self.calls.append(f"off {stream.name}")
+
+    def CUDAGraph(self):
+        return "graph"
+
+    @contextlib.contextmanager
+    def graph(self, graph, capture_error_mode="global"):
+        self.calls.append(f"capture {graph} in {capture_error_mode} mode")
+        yield
+        self.calls.append("captured")
+
+
+def test_capture_warms_up_on_a_side_stream_and_captures_thread_local(monkeypatch):
+    fake = FakeCuda()
+    for name in ("current_stream", "Stream", "stream", "CUDAGraph", "graph"):
+        monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
+
+    def forward(frames):
+        fake.calls.append("forward")
+        return (frames.float(),)
+
+    graph = capture_cuda_graph(forward, torch.zeros(1, 2, 2, 1, dtype=torch.uint8))
+    assert fake.calls == [
+        "side waits for current",
+        "on side",
+        *["forward"] * CAPTURE_WARMUP_RUNS,
+        "off side",
+        "current waits for side",
+        "capture graph in thread_local mode",
+        "forward",
+        "captured",
+    ]
+    assert graph.input.shape == (1, 2, 2, 1)
+
+
+def test_a_top_down_model_that_crops_rgb_frames_has_no_fixed_shape_graph(fake_networks):
+    sampled = fake_networks.SampledNetwork
+    model = TopDownModel(
+        sampled({"CentroidConfmapsHead": 1}, stride=2),
+        sampled({"CenteredInstanceConfmapsHead": 3}, stride=1),
+        _config(ensure_grayscale=True),
+        _config(),
+        SKELETON,
+        2,
+        1,
+        16,
+    )
+    with pytest.raises(ModelConfigError, match="ensure_grayscale crops the RGB frames"):
+        fixed_input_channels(model)
+    with pytest.raises(ModelConfigError, match="ensure_grayscale"):
+        FixedShapeModel(model, BatchShape(1, 32, 32, 3))

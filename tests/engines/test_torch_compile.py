@@ -1,0 +1,100 @@
+"""The torch.compile engine (engines/runners/torch_compile.py) on the CPU.
+
+One inductor compilation of a stand-in top-down model (tests/engines/fake_networks.py)
+serves the whole test: one graph per batch shape, a smaller batch padded onto it, the
+status line, inductor's caches in the folder given, and a frame with more centroids
+than slots rerun on the model. The fixture models' poses through this engine are
+checked against sleap-nn in test_parity.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pytest
+
+from sleap_live.engines.graph.fixed import DEFAULT_SLOTS, BatchShape
+from sleap_live.engines.runners.load import load_runner
+from sleap_live.engines.runners.torch import TorchRunner
+from sleap_live.engines.runners.torch_compile import TorchCompileRunner
+from tests.engines import goldens
+from tests.engines.test_fixed_shape import BLOBS, FRAMES, _model
+
+
+def _same_poses(got, want) -> None:
+    assert len(got) == len(want)
+    for have, expected in zip(got, want, strict=True):
+        np.testing.assert_allclose(have.points, expected.points, atol=1e-4, equal_nan=True)
+        np.testing.assert_allclose(
+            have.instance_scores, expected.instance_scores, atol=1e-5, equal_nan=True
+        )
+
+
+def test_compiles_a_batch_shape_once_pads_smaller_batches_and_keeps_every_centroid(
+    fake_networks, tmp_path
+):
+    model = _model(fake_networks, "topdown").eval()  # every centroid: DEFAULT_SLOTS slots
+    eager = TorchRunner(model)
+    status, notices = [], []
+    runner = TorchCompileRunner(
+        model, cache_dir=tmp_path / "compiled", progress=status.append, notify=notices.append
+    )
+    frames = fake_networks.blob_frames(BLOBS, **FRAMES).numpy()
+    # One more animal than slots, apart enough to be told apart at the input scale of 0.5.
+    crowded = [[(x, y, 0.9) for x in (14, 44, 74) for y in (12, 36, 60)]]
+    assert len(crowded[0]) == DEFAULT_SLOTS + 1
+    crowd = fake_networks.blob_frames(crowded, **FRAMES).numpy()
+    try:
+        _same_poses(runner.run(frames), eager.run(frames))
+        _same_poses(runner.run(frames[:1]), eager.run(frames[:1]))
+        assert runner.eager_batches == 0 and notices == []
+        crowd_poses = runner.run(crowd)
+        _same_poses(crowd_poses, eager.run(crowd))
+        compiled = runner.compiled_shapes
+    finally:
+        runner.close()
+    assert len(crowd_poses[0].points) == DEFAULT_SLOTS + 1
+    assert runner.eager_batches == 1 and len(notices) == 1
+    # One graph, compiled once, with one status line; the batch of 1 ran on it padded.
+    assert compiled == [BatchShape(2, FRAMES["height"], FRAMES["width"], 1)]
+    assert status == [
+        "compiling the topdown model for batches of 2 88x72x1 frames (torch.compile, "
+        "default; kept in the cache for later runs)"
+    ]
+    assert any(path.is_file() for path in (tmp_path / "compiled").rglob("*"))
+
+
+def test_modes_that_need_cuda_are_refused_on_the_cpu(fake_networks):
+    model = _model(fake_networks, "single_instance")
+    for mode in ("reduce-overhead", "max-autotune"):
+        with pytest.raises(ValueError, match="need a CUDA device"):
+            TorchCompileRunner(model, mode=mode)
+    with pytest.raises(ValueError, match=r"unknown torch\.compile mode 'fast'"):
+        TorchCompileRunner(model, mode="fast")
+
+
+def test_load_runner_compiles_model_directories_only(tmp_path):
+    export = tmp_path / "model.onnx"
+    export.write_bytes(b"")
+    with pytest.raises(ValueError, match="compiles model directories"):
+        load_runner(export, engine="torch-compile")
+    model = goldens.case_paths("single_instance")[0]
+    with pytest.raises(ValueError, match="need a CUDA device"):
+        load_runner(model, engine="torch-compile", device="cpu", compile_mode="reduce-overhead")
+    with pytest.raises(TypeError, match="unknown options"):
+        load_runner(model, engine="torch-compile", precision="fp16")
+
+
+def test_the_cli_takes_a_compile_mode_for_torch_compile_only():
+    from sleap_live.cli.options import UsageError, add_model_options, engine_options
+
+    parser = argparse.ArgumentParser()
+    add_model_options(parser, batch_size=None, batch_size_help="")
+    args = parser.parse_args(
+        ["-m", "m", "--engine", "torch-compile", "--compile-mode", "max-autotune"]
+    )
+    assert engine_options(args) == {"compile_mode": "max-autotune"}
+    args = parser.parse_args(["-m", "m", "--engine", "onnx", "--compile-mode", "default"])
+    with pytest.raises(UsageError, match="--compile-mode is an option of --engine torch-compile"):
+        engine_options(args)
