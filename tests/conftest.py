@@ -18,6 +18,15 @@ from sleap_live.engines.runners.cpu_choice import ENGINE_ENV
 prefer_passive_wait()
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--all-compile-parity",
+        action="store_true",
+        help="check torch-compile against sleap-nn on every model type, not only top-down "
+        "(inductor takes about a minute of CPU per model type)",
+    )
+
+
 @pytest.fixture(scope="session", autouse=True)
 def shared_cache_dir(tmp_path_factory: pytest.TempPathFactory):
     """One sleap-live cache for the whole run, never the user's: each fixture model is
