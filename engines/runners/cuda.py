@@ -32,6 +32,7 @@ import attrs
 import numpy as np
 import torch
 
+from sleap_live.engines.errors import RuntimeUnavailableError
 from sleap_live.engines.notify import Notify
 from sleap_live.engines.runners.onnx_session import BATCH_AXIS, INSTANCE_AXIS
 
@@ -316,3 +317,24 @@ def order_after_caller(stream: Any, device: torch.device) -> None:
     caller = torch.cuda.current_stream(device)
     if stream != caller:
         stream.wait_stream(caller)
+
+
+def torch_device(device: str) -> torch.device:
+    """`device` ("cpu", "cuda" or "cuda:N") as the torch device a runner computes on;
+    a bare "cuda" is the current GPU, so the runner stays there.
+
+    Raises:
+        RuntimeUnavailableError: CUDA asked for where torch sees no GPU, or another
+            device type.
+    """
+    target = torch.device(device)
+    if target.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeUnavailableError(
+            f"device {device!r} requested but torch {torch.__version__} sees no CUDA GPU "
+            "(install a CUDA build of torch, or use device='cpu')"
+        )
+    if target.type not in ("cpu", "cuda"):
+        raise RuntimeUnavailableError(f"unsupported device {device!r} (use 'cpu' or 'cuda')")
+    if target.type == "cuda" and target.index is None:
+        target = torch.device("cuda", torch.cuda.current_device())
+    return target

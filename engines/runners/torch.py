@@ -30,7 +30,7 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from sleap_live.engines.errors import ModelConfigError, RuntimeUnavailableError
+from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.export.torchscript import LoadedTorchScript
 from sleap_live.engines.graph.base import InferenceModel
 from sleap_live.engines.graph.fixed import (
@@ -53,6 +53,7 @@ from sleap_live.engines.runners.cuda import (
     HostStaging,
     capture_cuda_graph,
     order_after_caller,
+    torch_device,
 )
 from sleap_live.engines.types import FramePoses, ModelInfo
 
@@ -102,18 +103,9 @@ class TorchRunner:
         max_graphs: int = DEFAULT_MAX_GRAPHS,
         capture: Capture = capture_cuda_graph,
     ) -> None:
-        target = torch.device(device)
-        if target.type == "cuda" and not torch.cuda.is_available():
-            raise RuntimeUnavailableError(
-                f"device {device!r} requested but torch {torch.__version__} sees no CUDA GPU "
-                "(install a CUDA build of torch, or use device='cpu')"
-            )
-        if target.type not in ("cpu", "cuda"):
-            raise RuntimeUnavailableError(f"unsupported device {device!r} (use 'cpu' or 'cuda')")
+        target = torch_device(device)
         if target.type == "cpu" and (stream is not None or cuda_graphs):
             raise ValueError("stream and cuda_graphs need a CUDA device (device='cuda')")
-        if target.type == "cuda" and target.index is None:
-            target = torch.device("cuda", torch.cuda.current_device())
         if num_threads is not None:
             torch.set_num_threads(num_threads)
         self.info: ModelInfo = model.info

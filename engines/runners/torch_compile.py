@@ -36,14 +36,13 @@ import attrs
 import numpy as np
 import torch
 
-from sleap_live.engines.errors import RuntimeUnavailableError
 from sleap_live.engines.graph.base import InferenceModel
 from sleap_live.engines.graph.fixed import BatchShape, FixedShapeModel, fixed_input_channels
 from sleap_live.engines.host.postprocess import decode
 from sleap_live.engines.load.metadata import ExportMetadata
 from sleap_live.engines.notify import Notify, notice, quiet
 from sleap_live.engines.runners.base import begin_run, refuse_stream
-from sleap_live.engines.runners.cuda import order_after_caller
+from sleap_live.engines.runners.cuda import order_after_caller, torch_device
 from sleap_live.engines.runners.load import COMPILE_MODES, CUDA_GRAPH_MODES
 from sleap_live.engines.types import FramePoses, ModelInfo
 
@@ -106,14 +105,7 @@ class TorchCompileRunner:
         stream: Any = None,
         max_compiled: int = DEFAULT_MAX_COMPILED,
     ) -> None:
-        target = torch.device(device)
-        if target.type == "cuda" and not torch.cuda.is_available():
-            raise RuntimeUnavailableError(
-                f"device {device!r} requested but torch {torch.__version__} sees no CUDA GPU "
-                "(install a CUDA build of torch, or use device='cpu')"
-            )
-        if target.type not in ("cpu", "cuda"):
-            raise RuntimeUnavailableError(f"unsupported device {device!r} (use 'cpu' or 'cuda')")
+        target = torch_device(device)
         cuda = target.type == "cuda"
         mode = mode or (DEFAULT_CUDA_MODE if cuda else DEFAULT_CPU_MODE)
         if mode not in COMPILE_MODES:
@@ -127,8 +119,6 @@ class TorchCompileRunner:
             )
         if max_compiled < 1:
             raise ValueError(f"max_compiled must be at least 1, got {max_compiled}")
-        if cuda and target.index is None:
-            target = torch.device("cuda", torch.cuda.current_device())
         if num_threads is not None:
             torch.set_num_threads(num_threads)
         self.info: ModelInfo = model.info
