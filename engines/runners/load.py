@@ -45,6 +45,7 @@ from sleap_live.engines.notify import Notify, quiet
 from sleap_live.engines.openmp import prefer_passive_wait
 from sleap_live.engines.runners import constructors as make
 from sleap_live.engines.runners.base import Runner
+from sleap_live.engines.runners.compile_modes import COMPILE_MODES
 from sleap_live.engines.runners.constructors import GPU_OPTIONS, Request
 from sleap_live.engines.runners.devices import DEVICE_FORMS, is_device
 from sleap_live.engines.settings import InferenceSettings
@@ -52,11 +53,6 @@ from sleap_live.engines.settings import InferenceSettings
 __all__ = ["COMPILE_MODES", "ENGINES", "ENGINE_SUFFIXES", "RUNNERS", "load_runner"]
 
 ENGINES = ("auto", "torch", "onnx", "openvino", "tensorrt", "torch-compile")
-# torch-compile's `compile_mode`s (`torch.compile` modes); those of `CUDA_GRAPH_MODES`
-# replay inductor's kernels as CUDA graphs and need a CUDA device. Here, not beside the
-# runner, so that the CLI offers them without importing torch.
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 # Options each engine takes besides `EXPORT_OPTIONS` (the GPU runners' by default).
 ENGINE_OPTIONS = {
     "tensorrt": ("frame_size", "batch_size", "precision", "engine_cache", "stream"),

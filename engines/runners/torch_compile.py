@@ -42,8 +42,8 @@ from sleap_live.engines.host.postprocess import decode
 from sleap_live.engines.load.metadata import ExportMetadata
 from sleap_live.engines.notify import Notify, notice, quiet
 from sleap_live.engines.runners.base import begin_run, refuse_stream
+from sleap_live.engines.runners.compile_modes import COMPILE_MODES, CUDA_GRAPH_MODES
 from sleap_live.engines.runners.cuda import order_after_caller, torch_device
-from sleap_live.engines.runners.load import COMPILE_MODES, CUDA_GRAPH_MODES
 from sleap_live.engines.types import FramePoses, ModelInfo
 
 # The folder under the cache root that inductor's caches go to.

@@ -22,6 +22,7 @@ TORCH_FREE_FOLDERS = {
 NEEDS_TORCH = {
     "sleap_live.engines.load.checkpoint",  # reads torch checkpoints
     "sleap_live.engines.runners.torch",  # runs torch modules
+    "sleap_live.engines.runners.torch_compile",  # compiles them
     # The GPU path's torch code, imported only once frames or buffers are on a GPU:
     "sleap_live.engines.runners.cuda",  # uploads, pinned copies, CUDA graphs
     "sleap_live.engines.runners.onnx_binding",  # binds torch CUDA tensors to ONNX Runtime
