@@ -43,6 +43,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sleap_live.engines.export.frames import sample_frames
+from sleap_live.engines.runners.base import Runner
 from sleap_live.engines.runners.load import load_runner
 
 
@@ -100,10 +101,10 @@ def time_passes(runner: object, batch: np.ndarray, args: argparse.Namespace) -> 
     }
 
 
-def time_engine(
+def load_timed(
     paths: list[str], engine: str, batch: np.ndarray, args: argparse.Namespace
-) -> list[dict[str, float]]:
-    """Loads the engine, warms it up, and times it (idle core, then busy with --busy-core)."""
+) -> tuple[Runner, float]:
+    """`engine` loaded on the CPU (verified on the batch's first frames); its load time."""
     started = time.perf_counter()
     runner = load_runner(
         paths,
@@ -113,7 +114,14 @@ def time_engine(
         verify_frames=batch[:5],
         cache_dir=args.cache_dir,
     )
-    loaded = time.perf_counter() - started
+    return runner, time.perf_counter() - started
+
+
+def time_engine(
+    paths: list[str], engine: str, batch: np.ndarray, args: argparse.Namespace
+) -> list[dict[str, float]]:
+    """Loads the engine, warms it up, and times it (idle core, then busy with --busy-core)."""
+    runner, loaded = load_timed(paths, engine, batch, args)
     results = []
     try:
         started = time.perf_counter()
@@ -137,16 +145,7 @@ def time_alternating(
     runners, results = {}, {}
     try:
         for engine in engines:
-            started = time.perf_counter()
-            runners[engine] = load_runner(
-                paths,
-                engine=engine,
-                device="cpu",
-                threads=args.threads or None,
-                verify_frames=batch[:5],
-                cache_dir=args.cache_dir,
-            )
-            loaded = time.perf_counter() - started
+            runners[engine], loaded = load_timed(paths, engine, batch, args)
             started = time.perf_counter()
             runners[engine].run(batch)
             results[engine] = {"load_s": loaded, "first_s": time.perf_counter() - started}

@@ -221,6 +221,26 @@ def finished_frames(log_dir: Path) -> dict[int, float]:
 # ----------------------------------------------------------------------- kills
 
 
+def kill_at_random(
+    process: subprocess.Popen[str], slp: Path, log_dir: Path, rng: random.Random
+) -> tuple[str, bool]:
+    """SIGKILL `process` 0 to 8 s from now, then `check_killed_output`: the figures as
+    a table row, and whether the frames lost fit the save interval."""
+    after = rng.uniform(0.0, 8.0)
+    time.sleep(after)
+    killed_at = time.monotonic()
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    figures = check_killed_output(slp, log_dir, killed_at)
+    good = figures["lost_window_s"] <= SAVE_INTERVAL
+    row = (
+        f"{after:12.2f} {figures['finished']:9.0f} {figures['saved']:6.0f} "
+        f"{figures['lost']:5.0f} {figures['lost_window_s']:14.2f}  "
+        f"{'yes' if figures['recovered'] else 'no':9s}{'' if good else '  LOST TOO MUCH'}"
+    )
+    return row, good
+
+
 def check_killed_output(slp: Path, log_dir: Path, killed_at: float) -> dict[str, float]:
     """Recover `slp` if needed; check it against the finished frames; return figures."""
     import sleap_io as sio
@@ -271,19 +291,9 @@ def kills(work: Path, n_kills: int, seed: int) -> bool:
                 argv += ["--fps", "30"]
             process = start_child(log_dir, argv, delay=delay)
             wait_for(log_dir / "ready", process)
-            after = rng.uniform(0.0, 8.0)
-            time.sleep(after)
-            killed_at = time.monotonic()
-            process.send_signal(signal.SIGKILL)
-            process.wait()
-            figures = check_killed_output(slp, log_dir, killed_at)
-            good = figures["lost_window_s"] <= SAVE_INTERVAL
+            row, good = kill_at_random(process, slp, log_dir, rng)
             ok &= good
-            print(
-                f"{kind:7s} {after:12.2f} {figures['finished']:9.0f} {figures['saved']:6.0f} "
-                f"{figures['lost']:5.0f} {figures['lost_window_s']:14.2f}  "
-                f"{'yes' if figures['recovered'] else 'no':9s}{'' if good else '  LOST TOO MUCH'}"
-            )
+            print(f"{kind:7s} {row}")
     return ok
 
 
@@ -301,19 +311,9 @@ def real_kills(work: Path, models: list[Path], size: int, n_kills: int, seed: in
             argv += ["-m", str(model)]
         process = start_child(log_dir, argv, real=True)
         wait_for(log_dir / "ready", process, timeout=600.0)  # the first run exports
-        after = rng.uniform(0.0, 8.0)
-        time.sleep(after)
-        killed_at = time.monotonic()
-        process.send_signal(signal.SIGKILL)
-        process.wait()
-        figures = check_killed_output(slp, log_dir, killed_at)
-        good = figures["lost_window_s"] <= SAVE_INTERVAL
+        row, good = kill_at_random(process, slp, log_dir, rng)
         ok &= good
-        print(
-            f"{after:12.2f} {figures['finished']:9.0f} {figures['saved']:6.0f} "
-            f"{figures['lost']:5.0f} {figures['lost_window_s']:14.2f}  "
-            f"{'yes' if figures['recovered'] else 'no':9s}{'' if good else '  LOST TOO MUCH'}"
-        )
+        print(row)
     return ok
 
 

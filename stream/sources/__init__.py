@@ -51,6 +51,9 @@ SOURCE_KINDS = (
 _CAMERA_PREFIX = "camera:"
 
 # Which keyword options apply to which kind of source, for open_source's checks.
+_FILE_OPTIONS = frozenset(
+    {"start", "stop", "source_id", "clock", "decoder", "device", "bit_depth", "read_timeout"}
+)
 _OPTIONS = MappingProxyType(
     {
         "camera": frozenset(
@@ -68,32 +71,8 @@ _OPTIONS = MappingProxyType(
                 "read_timeout",
             }
         ),
-        "file": frozenset(
-            {
-                "start",
-                "stop",
-                "source_id",
-                "clock",
-                "decoder",
-                "device",
-                "bit_depth",
-                "read_timeout",
-            }
-        ),
-        "replay": frozenset(
-            {
-                "fps",
-                "start",
-                "stop",
-                "drop_late",
-                "source_id",
-                "clock",
-                "decoder",
-                "device",
-                "bit_depth",
-                "read_timeout",
-            }
-        ),
+        "file": _FILE_OPTIONS,
+        "replay": _FILE_OPTIONS | {"fps", "drop_late"},
         "iterator": frozenset({"fps", "live", "copy", "source_id", "clock", "read_timeout"}),
         "network": frozenset({"options", "source_id", "clock", "bit_depth", "read_timeout"}),
     }

@@ -104,3 +104,19 @@ def install(monkeypatch) -> FakeCuda:
         monkeypatch.setattr(torch.cuda, name, getattr(cuda, name))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     return cuda
+
+
+class StandInGraph:
+    """Stands in for a captured `torch.cuda.CUDAGraph`: replay reruns the forward
+    from the static input into the static outputs, as a graph replay would."""
+
+    def __init__(self, forward, example):
+        self.forward = forward
+        self.input = example.clone()
+        self.outputs = tuple(output.clone() for output in forward(self.input))
+        self.replays = 0
+
+    def replay(self):
+        self.replays += 1
+        for static, fresh in zip(self.outputs, self.forward(self.input), strict=True):
+            static.copy_(fresh)

@@ -42,6 +42,7 @@ from sleap_live.engines.runners.cuda import (
 )
 from sleap_live.engines.runners.torch import FixedShapeGraphs
 from sleap_live.engines.types import Skeleton
+from tests.engines.fake_cuda import StandInGraph
 
 SKELETON = Skeleton(("head", "thorax", "tail"), ((0, 1), (1, 2)))
 CLASSES = ("dim", "bright")
@@ -156,21 +157,6 @@ def test_centroids_beyond_the_default_slots_are_flagged(fake_networks):
 
 
 # --- CUDA graphs of fixed-shape graphs (the torch runner's `cuda_graphs=True`) ----------
-
-
-class StandInGraph:
-    """Stands in for a captured CUDA graph: replay reruns the captured forward."""
-
-    def __init__(self, forward, example):
-        self.forward = forward
-        self.input = example.clone()
-        self.outputs = tuple(output.clone() for output in forward(self.input))
-        self.replays = 0
-
-    def replay(self):
-        self.replays += 1
-        for static, fresh in zip(self.outputs, self.forward(self.input), strict=True):
-            static.copy_(fresh)
 
 
 def test_cuda_graphs_capture_each_batch_shapes_fixed_shape_graph(fake_networks):

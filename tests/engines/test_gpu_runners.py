@@ -52,6 +52,7 @@ from sleap_live.engines.runners.torch import TorchRunner
 from sleap_live.stream.sources import FileSource
 from tests.committed import require
 from tests.engines import fake_cuda
+from tests.engines.fake_cuda import StandInGraph
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 HAS_CUDA = torch.cuda.is_available()
@@ -87,22 +88,6 @@ def toy_onnx(toy):
 def animal_frames():
     with FileSource(str(DATA / "videos" / "multi_gray.mkv")) as source:
         return np.stack([frame.image for _, frame in zip(range(4), source, strict=False)])
-
-
-class StandInGraph:
-    """Stands in for a captured `torch.cuda.CUDAGraph`: replay reruns the forward
-    from the static input into the static outputs, as a graph replay would."""
-
-    def __init__(self, forward, example):
-        self.forward = forward
-        self.input = example.clone()
-        self.outputs = tuple(output.clone() for output in forward(self.input))
-        self.replays = 0
-
-    def replay(self):
-        self.replays += 1
-        for static, fresh in zip(self.outputs, self.forward(self.input), strict=True):
-            static.copy_(fresh)
 
 
 class Captures:
