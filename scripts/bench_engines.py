@@ -101,6 +101,19 @@ def time_passes(runner: object, batch: np.ndarray, args: argparse.Namespace) -> 
     }
 
 
+def timing_cells(engine: str, size: int, result: dict[str, float]) -> list[str]:
+    """One engine's table cells: engine, batch, load and first-batch s, ms, fps."""
+    return [
+        engine,
+        str(size),
+        f"{result['load_s']:.2f}",
+        f"{result['first_s']:.2f}",
+        f"{result['median_ms']:.2f}",
+        f"{result['p90_ms']:.2f}",
+        f"{result['fps']:.1f}",
+    ]
+
+
 def load_timed(
     paths: list[str], engine: str, batch: np.ndarray, args: argparse.Namespace
 ) -> tuple[Runner, float]:
@@ -239,31 +252,14 @@ def main(argv: list[str] | None = None) -> int:
             with console.status(f"{', '.join(args.engines)} in turn, batch {size}"):
                 timed = time_alternating(args.models, args.engines, batch, args)
             for engine, result in timed.items():
-                table.add_row(
-                    engine,
-                    str(size),
-                    f"{result['load_s']:.2f}",
-                    f"{result['first_s']:.2f}",
-                    f"{result['median_ms']:.2f}",
-                    f"{result['p90_ms']:.2f}",
-                    f"{result['fps']:.1f}",
-                    f"{result['ratio']:.2f}",
-                )
+                table.add_row(*timing_cells(engine, size, result), f"{result['ratio']:.2f}")
     for engine in [] if args.alternate else args.engines:
         for size in args.batch:
             batch = pool[np.arange(size) % len(pool)]
             with console.status(f"{engine}, batch {size}"):
                 results = time_engine(args.models, engine, batch, args)
             for result in results:
-                row = [
-                    engine,
-                    str(size),
-                    f"{result['load_s']:.2f}",
-                    f"{result['first_s']:.2f}",
-                    f"{result['median_ms']:.2f}",
-                    f"{result['p90_ms']:.2f}",
-                    f"{result['fps']:.1f}",
-                ]
+                row = timing_cells(engine, size, result)
                 if args.busy_core:
                     row.insert(2, "yes" if result["busy"] else "no")
                 if args.passes > 1:

@@ -428,6 +428,19 @@ def drive(
         source.end()
 
 
+def assert_idle_connections_cost_the_run_nothing(script: str, output: Path) -> None:
+    """`run_under_idle_connections` with 1,100 connections to a run of 300 frames whose
+    soft limit is 1,024 descriptors: every frame processed and saved, none dropped, and
+    a few log lines at most, no traceback."""
+    done, connected = run_under_idle_connections(script, output)
+    out, err = done.stdout, done.stderr
+    assert done.returncode == 0, err[-2000:]
+    assert connected == 1100
+    assert out.split() == ["300", "0"]
+    assert len(sio.load_slp(str(output)).labeled_frames) == 300
+    assert "Traceback" not in err and len(err.splitlines()) <= 5, err[-2000:]
+
+
 def run_under_idle_connections(
     script: str, output: Path, count: int = 1100
 ) -> tuple[subprocess.CompletedProcess[str], int]:
