@@ -1,0 +1,181 @@
+"""Track ids from sleap-nn 0.3.5's tracker on fixed poses: tests/data/goldens/tracking.npz.
+
+Run with the sleap-nn venv from the repository root::
+
+    /work/venvs/snn/bin/python scripts/make_tracking_goldens.py
+
+Pose sets (each stored in the golden, so the tests feed our tracker the same poses):
+
+- ``topdown``, ``bottomup``: the committed predictions of the two-animal test clip
+  (tests/data/goldens/topdown.npz, bottomup.npz), 200 frames.
+- ``crossing``: two synthetic animals whose paths cross at right angles, then pass
+  head-on on one line; node noise, missed nodes and one missed detection.
+- ``crowd``: ten synthetic animals on random walks in a 1024 x 1024 arena, with node
+  noise, missed nodes and missed detections (tracks end and new ones start).
+
+Every set is tracked by `sleap_nn.tracking.tracker.Tracker.from_config(**options)`
+for each case of `CASES` (sleap-nn's defaults, then one option changed at a time),
+one `Tracker.track` call per frame as `run_tracker` makes them. The golden keeps
+each instance's track id (the number in sleap-nn's ``track_N`` name), -1 for an
+instance sleap-nn returned without a track or left out of its output, -2 for
+padding rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "tests" / "data" / "goldens" / "tracking.npz"
+
+# name -> options of `Tracker.from_config` (sleap-nn's names), applied to every set.
+CASES: dict[str, dict[str, object]] = {
+    "defaults": {},
+    "local_queues": {"candidates_method": "local_queues"},
+    "max_tracks": {"max_tracks": 2},
+    "cosine_sim": {"scoring_method": "cosine_sim"},
+    "iou_bboxes": {"scoring_method": "iou", "features": "bboxes"},
+    "euclidean_centroids": {"scoring_method": "euclidean_dist", "features": "centroids"},
+    "reduction_max": {"scoring_reduction": "max"},
+    "robust_quantile": {"scoring_reduction": "robust_quantile", "robust_best_instance": 0.95},
+    "greedy": {"track_matching_method": "greedy"},
+    "window_10_min_points": {"window_size": 10, "min_new_track_points": 2, "min_match_points": 1},
+}
+
+NODES = 5
+
+
+def _chain(center: np.ndarray, heading: float, length: float = 40.0) -> np.ndarray:
+    """A five-node chain (nose first) centred on `center`, pointing along `heading`."""
+    direction = np.array([np.cos(heading), np.sin(heading)])
+    offsets = np.linspace(0.5, -0.5, NODES)[:, None] * length * direction
+    return center + offsets
+
+
+def _degrade(
+    poses: np.ndarray, rng: np.random.Generator, noise: float, p_node: float, p_miss: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Node noise, missed nodes and missed detections; returns padded points and counts."""
+    frames, animals = poses.shape[:2]
+    poses = poses + rng.normal(0, noise, poses.shape)
+    poses[rng.random(poses.shape[:3]) < p_node] = np.nan
+    out = np.full_like(poses, np.nan)
+    counts = np.zeros(frames, np.int32)
+    for frame in range(frames):
+        kept = [a for a in range(animals) if rng.random() >= p_miss]
+        # Detections come in no particular order, as a model reports them.
+        kept = list(rng.permutation(kept))
+        out[frame, : len(kept)] = poses[frame, kept]
+        counts[frame] = len(kept)
+    return out.astype(np.float32), counts
+
+
+def crossing_poses() -> tuple[np.ndarray, np.ndarray]:
+    """Two animals: an X crossing (frames 0-59), then a head-on pass on one line."""
+    frames = []
+    for t in range(60):  # A rightwards along y=200, B downwards along x=200; meet at t=30
+        a = _chain(np.array([80.0 + 4 * t, 200.0]), 0.0)
+        b = _chain(np.array([200.0, 80.0 + 4 * t]), np.pi / 2)
+        frames.append([a, b])
+    for t in range(60):  # A rightwards, B leftwards, 6 px apart in y; meet at t=30
+        a = _chain(np.array([80.0 + 4 * t, 300.0]), 0.0)
+        b = _chain(np.array([320.0 - 4 * t, 306.0]), np.pi)
+        frames.append([a, b])
+    rng = np.random.default_rng(7)
+    return _degrade(np.array(frames), rng, noise=0.7, p_node=0.03, p_miss=0.01)
+
+
+def crowd_poses(animals: int = 10, n_frames: int = 300) -> tuple[np.ndarray, np.ndarray]:
+    """`animals` animals on smooth random walks in a 1024 x 1024 arena."""
+    rng = np.random.default_rng(11)
+    position = rng.uniform(100, 924, (animals, 2))
+    heading = rng.uniform(-np.pi, np.pi, animals)
+    frames = []
+    for _ in range(n_frames):
+        heading += rng.normal(0, 0.15, animals)
+        step = 6.0 * np.stack([np.cos(heading), np.sin(heading)], axis=1)
+        position = position + step
+        # Turn back from the walls.
+        outside = (position < 60) | (position > 964)
+        heading[outside.any(axis=1)] += np.pi
+        position = np.clip(position, 60, 964)
+        frames.append([_chain(position[i], heading[i]) for i in range(animals)])
+    return _degrade(np.array(frames), rng, noise=1.0, p_node=0.05, p_miss=0.02)
+
+
+def fixture_poses(name: str) -> tuple[np.ndarray, np.ndarray]:
+    golden = np.load(ROOT / "tests" / "data" / "goldens" / f"{name}.npz")
+    return golden["points"].astype(np.float32), golden["n_instances"].astype(np.int32)
+
+
+def pose_sets() -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    return {
+        "topdown": fixture_poses("topdown"),
+        "bottomup": fixture_poses("bottomup"),
+        "crossing": crossing_poses(),
+        "crowd": crowd_poses(),
+    }
+
+
+def sleap_nn_tracks(
+    points: np.ndarray, counts: np.ndarray, options: dict[str, object]
+) -> tuple[np.ndarray, float]:
+    """sleap-nn's track id per (frame, instance), and its seconds of `track` calls."""
+    import sleap_io as sio
+    from sleap_nn.tracking.tracker import Tracker
+
+    skeleton = sio.Skeleton([f"n{i}" for i in range(points.shape[2])])
+    tracker = Tracker.from_config(**options)
+    ids = np.full(points.shape[:2], -2, np.int32)
+    seconds = 0.0
+    for frame in range(points.shape[0]):
+        instances = [
+            sio.PredictedInstance.from_numpy(
+                points[frame, i].astype(np.float64),
+                skeleton=skeleton,
+                point_scores=np.ones(points.shape[2]),
+                score=1.0,
+            )
+            for i in range(counts[frame])
+        ]
+        ids[frame, : counts[frame]] = -1
+        start = time.perf_counter()
+        tracked = tracker.track(instances, frame_idx=frame)
+        seconds += time.perf_counter() - start
+        row_of = {id(instance): row for row, instance in enumerate(instances)}
+        for instance in tracked:
+            if instance.track is not None:
+                ids[frame, row_of[id(instance)]] = int(instance.track.name.split("_")[-1])
+    return ids, seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args()
+    import sleap_nn
+
+    arrays: dict[str, np.ndarray] = {}
+    for set_name, (points, counts) in pose_sets().items():
+        arrays[f"points__{set_name}"] = points
+        arrays[f"counts__{set_name}"] = counts
+        for case, options in CASES.items():
+            ids, seconds = sleap_nn_tracks(points, counts, options)
+            arrays[f"tracks__{set_name}__{case}"] = ids
+            print(
+                f"{set_name:9s} {case:22s} tracks={ids.max() + 1:3d} "
+                f"untracked={(ids == -1).sum():4d} {seconds / len(points) * 1e3:.2f} ms/frame"
+            )
+    arrays["cases"] = np.array(json.dumps(CASES))
+    arrays["sleap_nn_version"] = np.array(sleap_nn.__version__)
+    np.savez_compressed(args.out, **arrays)
+    print(f"wrote {args.out} ({args.out.stat().st_size / 1024:.0f} KiB)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,262 @@
+"""sleap-nn's classic tracker, frame by frame: candidate windows, scores, matching.
+
+Each frame's instances are compared with the candidates the tracker keeps (the
+tracked instances of the last `window_size` frames, or each track's last
+`window_size` instances), scored per pair, the scores reduced to one per track,
+and matched to tracks; instances left over start new tracks. It is sleap-nn
+0.3.5's `Tracker` (`sleap_nn/tracking/tracker.py`, its candidates and utils) with
+the same candidate windows, scores, tie-breaks, new-track rules and track
+numbering, computed as array operations over all pairs at once instead of a
+Python call per (instance, candidate) pair.
+
+Where sleap-nn removes an instance from its output (no track left under
+`max_tracks` in local queues, or too few nodes to start a track), the instance
+is kept here with track -1: a live pipeline never loses an animal's pose. An
+instance sleap-nn matches to its fixed window's untracked instances (one more
+candidate column without an id) is untracked here too.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import attrs
+import numpy as np
+
+from sleap_live.stream.tracking.matching import match
+from sleap_live.stream.tracking.scoring import (
+    found_nodes,
+    instance_features,
+    pair_scores,
+    reduce_scores,
+)
+from sleap_live.stream.tracking.settings import TrackingSettings
+
+UNTRACKED = -1
+
+
+@attrs.frozen(eq=False)
+class Tracked:
+    """One frame's tracks.
+
+    Attributes:
+        track_ids: (instances,) int32 track of each instance; -1 for none.
+        scores: (instances,) float32 score of the match (1 for a new track, NaN
+            for none), sleap-nn's ``tracking_score``.
+    """
+
+    track_ids: np.ndarray
+    scores: np.ndarray
+
+
+@attrs.frozen(eq=False)
+class _Candidates:
+    """The past instances a frame is compared with, as a (tracks, window) grid."""
+
+    track_ids: list[int]  # the grid's rows, in sleap-nn's column order
+    features: np.ndarray  # (tracks, window, *F), NaN where no candidate
+    usable: np.ndarray  # (tracks, window): a candidate with enough nodes found
+
+
+class _FixedWindow:
+    """The tracked instances of the last `window_size` frames (sleap-nn's fixed_window)."""
+
+    def __init__(self, window_size: int, min_match_points: int) -> None:
+        self._frames: deque[tuple[list[int], np.ndarray, np.ndarray]] = deque(maxlen=window_size)
+        self._min_match_points = min_match_points
+        self.n_tracks = 0
+
+    def candidates(self) -> _Candidates | None:
+        if not self._frames:
+            return None
+        # sleap-nn's tracks are `list(set(...))` of the window's track ids, in the
+        # order they were added: the column order that breaks matching ties.
+        seen: set[int] = set()
+        for ids, _, _ in self._frames:
+            seen.update(track for track in ids if track != UNTRACKED)
+        order = list(seen)
+        # sleap-nn keeps the window's untracked instances (too few nodes to start a
+        # track) as one more candidate "track" without an id: an instance matched to
+        # it stays untracked. Its place among the columns follows the hash of None,
+        # which differs between processes; it is put last here.
+        if any(UNTRACKED in ids for ids, _, _ in self._frames):
+            order.append(UNTRACKED)
+        feature_shape = self._frames[0][1].shape[1:]
+        features = np.full((len(order), len(self._frames), *feature_shape), np.nan)
+        usable = np.zeros((len(order), len(self._frames)), bool)
+        filled = np.zeros_like(usable)
+        row_of = {track: row for row, track in enumerate(order)}
+        for column, (ids, frame_features, found) in enumerate(self._frames):
+            for instance, track in enumerate(ids):
+                row = row_of[track]
+                if filled[row, column]:
+                    continue  # the first untracked instance of a frame is its candidate
+                filled[row, column] = True
+                features[row, column] = frame_features[instance]
+                usable[row, column] = found[instance] > self._min_match_points
+        return _Candidates(order, features, usable)
+
+    def spare_tracks(self) -> int | None:
+        return None
+
+    def new_track(self) -> int | None:
+        self.n_tracks += 1
+        return self.n_tracks - 1
+
+    def record(self, ids: list[int], features: np.ndarray, found: np.ndarray, first: bool) -> None:
+        # The first frame enters the window only if it started a track (sleap-nn's
+        # `add_new_tracks`); every later frame does, empty or not.
+        if not first or any(track != UNTRACKED for track in ids):
+            self._frames.append((ids, features, found))
+
+
+class _LocalQueues:
+    """Each track's last `window_size` instances (sleap-nn's local_queues)."""
+
+    def __init__(self, window_size: int, min_match_points: int, max_tracks: int | None) -> None:
+        self._window_size = window_size
+        self._min_match_points = min_match_points
+        self._max_tracks = max_tracks
+        self._features: np.ndarray | None = None  # (capacity, window, *F), oldest first
+        self._usable = np.zeros((0, window_size), bool)
+        self._lengths = np.zeros(0, np.int64)
+        self.n_tracks = 0
+
+    def candidates(self) -> _Candidates | None:
+        if self.n_tracks == 0 or self._features is None:
+            return None
+        n = self.n_tracks
+        return _Candidates(list(range(n)), self._features[:n], self._usable[:n])
+
+    def spare_tracks(self) -> int | None:
+        if self._max_tracks is None:
+            return None
+        return max(0, self._max_tracks - self.n_tracks)
+
+    def new_track(self) -> int | None:
+        if self._max_tracks is not None and self.n_tracks >= self._max_tracks:
+            return None
+        self.n_tracks += 1
+        return self.n_tracks - 1
+
+    def record(self, ids: list[int], features: np.ndarray, found: np.ndarray, first: bool) -> None:
+        if self._features is None:
+            self._features = np.full((0, self._window_size, *features.shape[1:]), np.nan)
+        capacity = self._features.shape[0]
+        if self.n_tracks > capacity:
+            extra = max(self.n_tracks, 2 * capacity) - capacity
+            self._features = np.concatenate(
+                [self._features, np.full((extra, *self._features.shape[1:]), np.nan)]
+            )
+            self._usable = np.concatenate(
+                [self._usable, np.zeros((extra, self._window_size), bool)]
+            )
+            self._lengths = np.concatenate([self._lengths, np.zeros(extra, np.int64)])
+        for instance, track in enumerate(ids):
+            if track == UNTRACKED:
+                continue
+            length = int(self._lengths[track])
+            if length == self._window_size:
+                self._features[track, :-1] = self._features[track, 1:]
+                self._usable[track, :-1] = self._usable[track, 1:]
+                length -= 1
+            self._features[track, length] = features[instance]
+            self._usable[track, length] = found[instance] > self._min_match_points
+            self._lengths[track] = length + 1
+
+
+class ClassicTracker:
+    """Assigns track ids to each frame's instances in turn, as sleap-nn's `Tracker`.
+
+    Args:
+        settings: the tracker's options; `settings.tracker` must be "classic".
+    """
+
+    def __init__(self, settings: TrackingSettings) -> None:
+        if settings.tracker != "classic":
+            raise ValueError(f"tracking: ClassicTracker runs tracker='classic', not {settings}")
+        self.settings = settings
+        self._candidates: _FixedWindow | _LocalQueues
+        if settings.resolved_candidates_method == "local_queues":
+            self._candidates = _LocalQueues(
+                settings.window_size, settings.min_match_points, settings.max_tracks
+            )
+        else:
+            self._candidates = _FixedWindow(settings.window_size, settings.min_match_points)
+
+    @property
+    def n_tracks(self) -> int:
+        """Tracks started so far (their ids are 0 .. n_tracks - 1)."""
+        return self._candidates.n_tracks
+
+    def track(self, points: np.ndarray) -> Tracked:
+        """Tracks of the instances `points` (instances, nodes, 2) of the next frame."""
+        settings = self.settings
+        points = np.asarray(points, np.float64)
+        n = points.shape[0]
+        features = instance_features(points, settings.features)
+        found = found_nodes(points)
+        ids = [UNTRACKED] * n
+        scores = np.full(n, np.nan)
+        candidates = self._candidates.candidates()
+        if candidates is None:
+            self._start_tracks(range(n), found, ids, scores)
+            self._candidates.record(ids, features, found, first=True)
+            return _tracked(ids, scores)
+        pair = pair_scores(
+            features, candidates.features, settings.scoring_method, settings.oks_stddev
+        )
+        pair[:, ~candidates.usable] = np.nan
+        track_scores = reduce_scores(
+            pair, settings.scoring_reduction, settings.robust_best_instance
+        )
+        cost = -track_scores
+        cost[np.isnan(cost)] = np.inf
+        pairs = self._feasible(match(cost, settings.track_matching_method), cost, found)
+        for row, column in pairs:
+            ids[row] = candidates.track_ids[column]
+            scores[row] = -cost[row, column]
+        matched = {row for row, _ in pairs}
+        self._start_tracks([row for row in range(n) if row not in matched], found, ids, scores)
+        self._candidates.record(ids, features, found, first=False)
+        return _tracked(ids, scores)
+
+    def _start_tracks(
+        self, rows: range | list[int], found: np.ndarray, ids: list[int], scores: np.ndarray
+    ) -> None:
+        for row in rows:
+            if found[row] > self.settings.min_new_track_points:
+                track = self._candidates.new_track()
+                if track is not None:
+                    ids[row] = track
+                    scores[row] = 1.0
+
+    def _feasible(
+        self, pairs: list[tuple[int, int]], cost: np.ndarray, found: np.ndarray
+    ) -> list[tuple[int, int]]:
+        # sleap-nn drops a pair without a score (infinite cost) so its instance starts
+        # a new track, but keeps it where the instance could not start one (no track
+        # left under max_tracks, too few nodes): the same rule, in the same order.
+        infeasible = [pair for pair in pairs if not np.isfinite(cost[pair])]
+        if not infeasible:
+            return pairs
+        min_new = self.settings.min_new_track_points
+        slots = self._candidates.spare_tracks()
+        if slots is not None:
+            paired = {row for row, _ in pairs}
+            unpaired = sum(
+                1 for row in range(cost.shape[0]) if row not in paired and found[row] > min_new
+            )
+            slots = max(0, slots - unpaired)
+        spawnable = 0
+        forced = set()
+        for row, column in infeasible:
+            if found[row] > min_new and (slots is None or spawnable < slots):
+                spawnable += 1
+            else:
+                forced.add((row, column))
+        return [pair for pair in pairs if np.isfinite(cost[pair]) or pair in forced]
+
+
+def _tracked(ids: list[int], scores: np.ndarray) -> Tracked:
+    return Tracked(track_ids=np.array(ids, np.int32), scores=scores.astype(np.float32))
