@@ -78,7 +78,9 @@ class FramePoses:
             was not found.
         point_scores: (instances, nodes) float32 peak confidences; NaN where not found.
         instance_scores: (instances,) float32.
-        identities: (instances,) int32 class index for multi-class models, -1 otherwise.
+        identities: (instances,) int32 track of each instance: a multi-class model's
+            class index (its identities are its tracks), or the tracker's track id
+            when the pipeline tracks (`sleap_live.stream.tracking`); -1 for none.
     """
 
     points: np.ndarray

@@ -87,6 +87,12 @@ def render_dashboard(stats: PipelineStats, *, title: str = "sleap-live") -> Tabl
         f"(engine p50 {_ms(stats.engine_latency_p50)}  p99 {_ms(stats.engine_latency_p99)})",
     )
     table.add_row("instances", f"{stats.instances_last_frame} in last frame")
+    if stats.tracking_p50 is not None:
+        table.add_row(
+            "tracking",
+            f"{stats.tracks} tracks  (p50 {_ms(stats.tracking_p50)}  "
+            f"p99 {_ms(stats.tracking_p99)} a frame)",
+        )
     table.add_row("queues", "  ".join(f"{k} {v}" for k, v in stats.queue_depths.items()))
     for consumer in stats.consumers:
         line = Text(f"{consumer.name}: {consumer.delivered} delivered, {consumer.skipped} skipped")

@@ -45,6 +45,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import attrs
 
@@ -90,6 +91,8 @@ from sleap_live.stream.sources import Source
 from sleap_live.stream.sources.group import SourceGroup
 from sleap_live.stream.stages import StageThreads, signals_held
 from sleap_live.stream.stats import PipelineStats, StageMeters
+from sleap_live.stream.tracking.live import PoseTracking, check_model_for_tracking
+from sleap_live.stream.tracking.settings import TrackingSettings
 from sleap_live.stream.types import Frame, PoseRecord
 
 __all__ = ["DEFAULT_BATCH_SIZE", "POLICIES", "RECORDED_BACKGROUND_NICE", "Pipeline", "Policy"]
@@ -175,13 +178,19 @@ class Pipeline:
             short this way goes on while the process lives; if it exits first,
             the .slp's journal holds every frame saved so far (`sleap-live
             recover`). None waits as long as needed.
+        tracking: track the animals from frame to frame (`TrackingSettings`,
+            sleap-nn's classic tracker and options), host-side in the emit stage:
+            each record's `poses.identities` are then track ids (-1: untracked), in
+            the ring, callbacks, published messages, preview and every output
+            (as ``track_N``). Its time per frame is in `stats`. None: untracked,
+            as is a multi-class model, whose identities are its tracks already.
 
     Raises:
         ValueError: an unknown policy, a batch size below 1 (or, with a
             `SourceGroup`, other than its number of sources), or one whose frames in
             flight would not fit in memory (`check_batch_memory`); a stop
             timeout that is not a positive number of seconds; `settings` with a
-            runner.
+            runner; `tracking` with a multi-class model.
 
     Example:
         A closed loop on a camera is in ``scripts/closed_loop_example.py``.
@@ -206,6 +215,7 @@ class Pipeline:
         warmup: bool = True,
         clock: Clock = MONOTONIC,
         stop_timeout: float | None = DEFAULT_STOP_TIMEOUT,
+        tracking: TrackingSettings | None = None,
     ) -> None:
         self._sources: tuple[Source, ...] = (
             source.sources if isinstance(source, SourceGroup) else (source,)
@@ -248,6 +258,15 @@ class Pipeline:
             **({} if settings is None else {"settings": settings}),
         )
         info = self.runner.info
+        self._tracking: PoseTracking | None = None
+        if tracking is not None:
+            try:
+                check_model_for_tracking(info)
+            except ValueError:
+                if self._owns_runner:
+                    self.runner.close()
+                raise
+            self._tracking = PoseTracking(tracking)
         instances = UNCAPPED_RING_INSTANCES if info.max_instances is None else info.max_instances
         self.ring = RingBuffer(ring_capacity, instances, info.skeleton.n_nodes, clock=clock)
         self._consumers = Consumers(
@@ -315,7 +334,10 @@ class Pipeline:
             # record); one that fails to leaves nothing open.
             run = PipelineRun(self.ring, self.runner.info, self._latest_frame, lambda: self.stats)
             consumers = [(consumer.name, consumer.start(run)) for consumer in self._attached]
-            settings = {"policy": self.policy, "batch_size": self.batch_size}
+            settings: dict[str, Any] = {"policy": self.policy, "batch_size": self.batch_size}
+            if self._tracking is not None:
+                settings["tracking"] = attrs.asdict(self._tracking.settings)
+            tracked = self._tracking is not None
             if isinstance(self._source, SourceGroup):
                 self._outputs = open_source_outputs(
                     self._output_options,
@@ -323,6 +345,7 @@ class Pipeline:
                     self.runner,
                     settings=settings,
                     clock=self._clock,
+                    tracked=tracked,
                 )
             else:
                 self._outputs = open_outputs(
@@ -331,6 +354,7 @@ class Pipeline:
                     self.runner,
                     settings=settings,
                     clock=self._clock,
+                    tracked=tracked,
                 )
             self._started = True
             self._meters.start()
@@ -646,6 +670,12 @@ class Pipeline:
                 for position, (frame, poses) in enumerate(
                     zip(result.batch.frames, result.poses, strict=True)
                 ):
+                    if self._tracking is not None:
+                        tracking_started = self._clock()
+                        poses = self._tracking.track(poses, frame.source_id)
+                        self._meters.frame_tracked(
+                            self._clock() - tracking_started, self._tracking.n_tracks
+                        )
                     record = PoseRecord(
                         frame_index=frame.index,
                         capture_time=frame.timestamp,

@@ -180,6 +180,10 @@ class PipelineStats:
         publish: the pose publisher's counts, None without one.
         dropped_by_source: `frames_dropped` by source id (several sources: a
             `SourceGroup`); a source with none dropped is there with 0.
+        tracking_p50: median seconds the tracker took per frame (emit stage), None
+            without tracking or before the first frame.
+        tracking_p99: 99th percentile of the same.
+        tracks: tracks started so far (every source together); 0 without tracking.
     """
 
     policy: str
@@ -201,6 +205,9 @@ class PipelineStats:
     consumers: tuple[ConsumerStats, ...] = ()
     publish: PublishStats | None = None
     dropped_by_source: Mapping[str, int] = attrs.field(factory=dict)
+    tracking_p50: float | None = None
+    tracking_p99: float | None = None
+    tracks: int = 0
 
     @property
     def eta(self) -> float | None:
@@ -232,6 +239,8 @@ class StageMeters:
         self._process_rate = RateMeter(clock=clock)
         self._latency = LatencyWindow()
         self._engine_latency = LatencyWindow()
+        self._tracking_time = LatencyWindow()
+        self.tracks = 0
         self._started_at: float | None = None
         self._stopped_at: float | None = None
         # Stage times of the first TIMELINE_BATCHES batches, appended by emit only.
@@ -268,6 +277,11 @@ class StageMeters:
     def engine_ran(self, seconds: float) -> None:
         self._engine_latency.add(seconds)
 
+    def frame_tracked(self, seconds: float, tracks: int) -> None:
+        """The tracker took `seconds` on a frame; `tracks` started so far."""
+        self._tracking_time.add(seconds)
+        self.tracks = tracks
+
     def record_emitted(self, record: PoseRecord) -> None:
         self.processed += 1
         self._process_rate.add()
@@ -299,6 +313,7 @@ class StageMeters:
         meters, by source id (every source of the pipeline, 0 where none)."""
         latency = self._latency.percentiles(50, 99)
         engine = self._engine_latency.percentiles(50, 99)
+        tracking = self._tracking_time.percentiles(50, 99)
         if self._started_at is None:
             elapsed = 0.0
         else:
@@ -334,4 +349,7 @@ class StageMeters:
                 source: outside + self._lost_by_source.get(source, 0)
                 for source, outside in frames_dropped.items()
             },
+            tracking_p50=tracking[0],
+            tracking_p99=tracking[1],
+            tracks=self.tracks,
         )

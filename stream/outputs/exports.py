@@ -6,6 +6,8 @@ A run journals its poses (see `journal`) and, when it ends, writes the file its
 - ``.slp``: SLEAP labels (`sleap_io.save_slp`), with the run's provenance.
 - ``.h5``: SLEAP's analysis HDF5 (`sleap_io.save_analysis_h5`, as SLEAP exports
   it: tracks x nodes x 2 x frames), the provenance in its ``provenance`` dataset.
+  Its layout needs a track per instance: untracked instances get the NWB file's
+  positional tracks (below).
 - ``.nwb``: NWB with ndx-pose (`nwb`, sleap-io's layout), one
   ``PoseEstimation`` per track, timestamped frame index / fps in seconds; the
   provenance (JSON) in the file's ``notes`` and each ``PoseEstimation``'s
@@ -104,7 +106,10 @@ def _save_slp(labels: sio.Labels, path: Path, final: Path) -> None:
 
 
 def _save_h5(labels: sio.Labels, path: Path, final: Path) -> None:
-    sio.save_analysis_h5(labels, str(path), labels_path=str(final))
+    # Positional tracks named as the NWB file's, not sleap-io's ``track_N`` (a
+    # tracked run's names): the two formats read back alike, and no position in
+    # the frame passes for an identity.
+    sio.save_analysis_h5(_with_positional_tracks(labels), str(path), labels_path=str(final))
     # sleap-io stores the provenance itself; the file must say so, whatever it does.
     with h5py.File(path, "r+") as handle:
         if "provenance" in handle:

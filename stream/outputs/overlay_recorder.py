@@ -4,7 +4,8 @@
 writer sink, in the order poses were emitted, and draws and encodes them in that sink's
 thread, so drawing never holds up inference beyond the queue in front of it. Colours
 follow the model's identities for multi-class models (one colour per class, fixed
-across frames) and the instance's position in its frame otherwise.
+across frames), the tracks of a tracked run, and the instance's position in its
+frame otherwise.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ from sleap_live.engines.types import Skeleton
 from sleap_live.stream.outputs.overlay import OverlayStyle, SkeletonLayout, draw_poses
 from sleap_live.stream.outputs.overlay_writer import DEFAULT_CODEC, OverlayWriter
 from sleap_live.stream.types import PoseRecord
+
+# Colours of a tracked run's overlay: tracks cycle through all but the last, which
+# marks instances without a track.
+TRACK_COLOURS = 11
 
 
 class OverlayRecorder:
@@ -34,6 +39,7 @@ class OverlayRecorder:
         frame_shape: (height, width, channels) of the frames, channels 1 or 3.
         skeleton: the model's skeleton.
         class_names: the model's identity names (multi-class models), else empty.
+        tracked: the poses carry a tracker's track ids (coloured by track).
         style: how poses are drawn; "auto" colours by identity when there are classes.
         codec: a key of `overlay_writer.CODECS`.
 
@@ -50,13 +56,16 @@ class OverlayRecorder:
         skeleton: Skeleton,
         class_names: tuple[str, ...] = (),
         *,
+        tracked: bool = False,
         style: OverlayStyle | None = None,
         codec: str = DEFAULT_CODEC,
     ) -> None:
         self.path = Path(path)
         self._skeleton = SkeletonLayout(skeleton.node_names, skeleton.edges)
-        self._n_classes = len(class_names)
-        self._style = (style or OverlayStyle()).resolved(has_tracks=bool(class_names))
+        # Colours: one per class, or (tracked) a fixed cycle of track colours; the
+        # last one is for instances without a track.
+        self._n_colours = TRACK_COLOURS if tracked and not class_names else len(class_names) + 1
+        self._style = (style or OverlayStyle()).resolved(has_tracks=bool(class_names) or tracked)
         height, width = int(frame_shape[0]), int(frame_shape[1])
         self._writer = OverlayWriter(
             self.path, fps, (height, width), codec=codec, what="the overlay recording"
@@ -81,9 +90,11 @@ class OverlayRecorder:
         if image.shape[2] == 1:
             image = np.repeat(image, 3, axis=2)
         if poses.n_instances:
-            # Instances without an identity (-1) share the colour after the last class's.
+            # Instances without a track (-1) share the last colour.
+            untracked = self._n_colours - 1
             identities = [
-                int(identity) if identity >= 0 else self._n_classes for identity in poses.identities
+                int(identity) % untracked if identity >= 0 and untracked else untracked
+                for identity in poses.identities
             ]
             image = draw_poses(
                 image,
@@ -91,7 +102,7 @@ class OverlayRecorder:
                 self._skeleton,
                 self._style,
                 track_indices=identities,
-                n_tracks=self._n_classes + 1,
+                n_tracks=self._n_colours,
             )
         self._writer.write(image)
 

@@ -135,7 +135,8 @@ class SlpWriter:
 
     Every instance becomes a `sleap_io.PredictedInstance` with its point scores and
     instance score; for multi-class models each identity becomes one
-    `sleap_io.Track` named after its class. Frames in which nothing was found are
+    `sleap_io.Track` named after its class, and in a tracked run each track id N
+    becomes the track ``track_N`` (sleap-nn's name). Frames in which nothing was found are
     kept as empty labeled frames, so "processed, nothing there" stays distinct
     from "never processed". Instances with no point found at all are left out.
 
@@ -579,7 +580,13 @@ def _one_line(error: BaseException | None) -> str:
 
 
 def _track(tracks: list[sio.Track], identity: int) -> sio.Track | None:
-    return tracks[identity] if 0 <= identity < len(tracks) else None
+    """The track of `identity`: a multi-class model's class, else the tracker's
+    ``track_N`` (sleap-nn's names), made on first use; None for -1 (untracked)."""
+    if identity < 0:
+        return None
+    while len(tracks) <= identity:
+        tracks.append(sio.Track(name=f"track_{len(tracks)}"))
+    return tracks[identity]
 
 
 def _lock_journal(journal: Path, slp: Path) -> OutputLock:

@@ -552,13 +552,15 @@ def open_outputs(
     *,
     settings: Mapping[str, Any] | None = None,
     clock: Clock = MONOTONIC,
+    tracked: bool = False,
 ) -> OpenWriters:
     """Open the writers `options` ask for, for poses of `runner`'s model on `source`.
 
     Each output is checked first (see `check_outputs`): not the source's file,
     not the other output, in a writable folder. Each is locked while it is open.
     The pose file's provenance is `provenance.run_provenance` of the run, with
-    `settings` (the pipeline's) and `options.provenance`.
+    `settings` (the pipeline's) and `options.provenance`. `tracked`: the poses
+    carry a tracker's track ids (the overlay colours by track).
 
     Raises:
         ValueError, FileNotFoundError, OutputError: an output path is unusable
@@ -619,6 +621,7 @@ def open_outputs(
                 source.frame_shape,
                 info.skeleton,
                 info.class_names,
+                tracked=tracked,
             )
             outputs["overlay"] = (Channel(RECORD_QUEUE_CAPACITY), overlay)
     except BaseException:
@@ -634,6 +637,7 @@ def open_source_outputs(
     *,
     settings: Mapping[str, Any] | None = None,
     clock: Clock = MONOTONIC,
+    tracked: bool = False,
 ) -> SourceWriters:
     """`open_outputs` for each source of `group`, its files named after it
     (`OutputOptions.for_source`); the provenance names every source of the run.
@@ -652,6 +656,7 @@ def open_source_outputs(
                 runner,
                 settings=run_settings,
                 clock=clock,
+                tracked=tracked,
             )
     except BaseException:
         for writers in opened.values():

@@ -1,0 +1,151 @@
+"""Tracking in the pipeline: track ids in records, stats and every pose file format."""
+
+from __future__ import annotations
+
+import csv
+
+import attrs
+import numpy as np
+import pytest
+import sleap_io as sio
+from pynwb import NWBHDF5IO
+
+from sleap_live.engines.types import FramePoses, Skeleton
+from sleap_live.stream import OutputOptions, Pipeline
+from sleap_live.stream.outputs.slp import SlpWriter
+from sleap_live.stream.tracking import ClassicTracker, TrackingSettings
+from sleap_live.stream.types import PoseRecord
+from tests.stream.test_tracking_parity import _golden
+
+SKELETON = Skeleton(node_names=tuple(f"n{i}" for i in range(5)), name="chain5")
+N_FRAMES = 120
+
+
+def crossing() -> tuple[np.ndarray, np.ndarray]:
+    golden = _golden()
+    return golden["points__crossing"][:N_FRAMES], golden["counts__crossing"][:N_FRAMES]
+
+
+def poses_of(points: np.ndarray, identities: np.ndarray | None = None) -> FramePoses:
+    n = points.shape[0]
+    return FramePoses(
+        points=points.astype(np.float32),
+        point_scores=np.where(np.isnan(points[..., 0]), np.nan, 0.9).astype(np.float32),
+        instance_scores=np.full(n, 0.8, np.float32),
+        identities=np.full(n, -1, np.int32) if identities is None else identities,
+    )
+
+
+def test_records_carry_the_trackers_ids_and_stats_its_time(fakes, tmp_path):
+    points, counts = crossing()
+
+    class CrossingRunner(fakes.FakeRunner):
+        def run(self, frames, *, stream=None):
+            super().run(frames)
+            return [
+                poses_of(points[i, : counts[i]])
+                for i in (fakes.index_of(image) for image in frames)
+            ]
+
+    info = attrs.evolve(fakes.INFO, model_type="topdown", skeleton=SKELETON, class_names=())
+    output = tmp_path / "tracked.slp"
+    pipeline = Pipeline(
+        fakes.FakeSource(N_FRAMES),
+        CrossingRunner(info=info),
+        tracking=TrackingSettings(),
+        outputs=OutputOptions(output=output),
+    )
+    records = list(pipeline)
+
+    expected = ClassicTracker(TrackingSettings())
+    for record in records:
+        frame = record.frame_index
+        want = expected.track(points[frame, : counts[frame]]).track_ids
+        np.testing.assert_array_equal(record.poses.identities, want, err_msg=f"frame {frame}")
+    stats = pipeline.stats
+    assert stats.tracks == 2
+    assert stats.tracking_p50 is not None and stats.tracking_p99 is not None
+    labels = sio.load_slp(str(output))
+    assert sorted(track.name for track in labels.tracks) == ["track_0", "track_1"]
+    assert labels.provenance["settings"]["tracking"]["tracker"] == "classic"
+
+
+def test_a_multi_class_model_is_not_tracked_again(fakes):
+    with pytest.raises(ValueError, match="identities are its tracks"):
+        Pipeline(fakes.FakeSource(3), fakes.FakeRunner(), tracking=TrackingSettings())
+
+
+def _write(path, frames: list[FramePoses]) -> None:
+    with SlpWriter(path, SKELETON, video="camera", frame_shape=(400, 400, 1)) as writer:
+        for index, poses in enumerate(frames):
+            writer.write(PoseRecord(index, 0.0, 0.01, "camera", poses))
+
+
+def _tracks_by_format(tmp_path, frames: list[FramePoses]) -> dict[str, set[tuple[int, int, str]]]:
+    """(frame, rounded nose x, track name) of every instance, as each format reads back."""
+    read: dict[str, set[tuple[int, int, str]]] = {}
+    for suffix in (".slp", ".h5"):
+        path = tmp_path / f"poses{suffix}"
+        _write(path, frames)
+        labels = sio.load_file(str(path))
+        read[suffix] = {
+            (frame.frame_idx, round(float(instance.numpy()[0, 0])), instance.track.name)
+            if instance.track is not None
+            else (frame.frame_idx, round(float(instance.numpy()[0, 0])), "")
+            for frame in labels.labeled_frames
+            for instance in frame.instances
+        }
+    path = tmp_path / "poses.nwb"
+    _write(path, frames)
+    # sleap-io reads NWB tracks back without their names: they are in the containers'
+    # names (``track=NAME``); frames from the timestamps (a run without fps: 1 fps).
+    read[".nwb"] = set()
+    with NWBHDF5IO(str(path), "r") as io:
+        for module_name, module in io.read().processing.items():
+            if not module_name.startswith("SLEAP_VIDEO"):
+                continue
+            for name, estimation in module.data_interfaces.items():
+                nose = estimation.pose_estimation_series["n0"]
+                read[".nwb"].update(
+                    (round(float(t)), round(float(x)), name.removeprefix("track="))
+                    for t, (x, _) in zip(nose.timestamps[:], nose.data[:], strict=True)
+                )
+    path = tmp_path / "poses.csv"
+    _write(path, frames)
+    with open(path, newline="") as handle:
+        read[".csv"] = {
+            (int(row["frame_index"]), round(float(row["n0.x"])), row["track"])
+            for row in csv.DictReader(handle)
+        }
+    return read
+
+
+def _two_animals() -> list[np.ndarray]:
+    """Two diagonal five-node animals walking towards each other, listed in random order."""
+    rng = np.random.default_rng(3)
+    return [
+        np.stack(
+            [
+                np.linspace([100.0 + 5 * t, 50.0], [130.0 + 5 * t, 90.0], 5),
+                np.linspace([300.0 - 5 * t, 250.0], [270.0 - 5 * t, 290.0], 5),
+            ]
+        )[rng.permutation(2)]
+        for t in range(6)
+    ]
+
+
+def test_every_format_of_a_tracked_run_reads_back_the_same_tracks(tmp_path):
+    tracker = ClassicTracker(TrackingSettings())
+    frames = [poses_of(p, tracker.track(p).track_ids) for p in _two_animals()]
+    read = _tracks_by_format(tmp_path, frames)
+    assert read[".slp"] == read[".h5"] == read[".nwb"] == read[".csv"]
+    assert {name for _, _, name in read[".slp"]} == {"track_0", "track_1"}
+
+
+def test_untracked_runs_h5_and_nwb_name_the_same_positional_tracks(tmp_path):
+    # Before: the .h5 read back sleap-io's track_0/track_1 (a tracked run's names)
+    # while the .nwb read instance_0/instance_1 and the .slp none.
+    read = _tracks_by_format(tmp_path, [poses_of(p) for p in _two_animals()])
+    assert read[".h5"] == read[".nwb"]
+    assert {name for _, _, name in read[".h5"]} == {"instance_0", "instance_1"}
+    assert {name for _, _, name in read[".slp"]} == {name for _, _, name in read[".csv"]} == {""}
