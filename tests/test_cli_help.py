@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sleap_live import cli
-from sleap_live.cli import bench, cameras, check, export, recover, render, run
+from sleap_live.cli import bench, cameras, check, export, recover, render, run, track
 
 SUMMARIES = {
     "run": run.RUN_SUMMARY,
@@ -24,6 +24,7 @@ SUMMARIES = {
     "check-tensorrt": check.SUMMARY,
     "recover": recover.SUMMARY,
     "render": render.SUMMARY,
+    "track": track.SUMMARY,
 }
 # Options every subcommand that loads a model has, defined once in sleap_live.cli.options,
 # and the verification options they share with `export`.

@@ -12,9 +12,11 @@ Commands::
     sleap-live recover FILE.slp                 (the .slp of a killed run, from its journal)
     sleap-live check-tensorrt MODEL.onnx        (what TensorRT would refuse or change)
     sleap-live render POSES.slp -o overlay.mp4  (the poses drawn on their video)
+    sleap-live track POSES.slp -o OUT.slp       (the poses tracked again, as sleap-nn)
 
 One parser holds every subcommand (`run.py`, `cameras.py`, `export.py`, `bench.py`,
-`check.py`, `recover.py`, `render.py`), built from the options they share (`options.py`).
+`check.py`, `recover.py`, `render.py`, `track.py`), built from the options they share
+(`options.py`, `tracking_options.py`).
 `python -m sleap_live` is the same command.
 
 Exit status: 0 done, 1 a source, model or output failed, 2 bad arguments,
@@ -41,7 +43,7 @@ from types import FrameType
 
 from rich.console import Console
 
-from sleap_live.cli import bench, cameras, check, export, recover, render, run
+from sleap_live.cli import bench, cameras, check, export, recover, render, run, track
 from sleap_live.cli.options import PROG, Parser, UsageError
 from sleap_live.engines.errors import EngineError
 from sleap_live.stream.errors import StreamError
@@ -60,6 +62,7 @@ COMMANDS = (
     "check-tensorrt",
     "recover",
     "render",
+    "track",
 )
 
 
@@ -142,6 +145,7 @@ def parser() -> argparse.ArgumentParser:
             f"  {PROG} recover session.slp   (after a kill: the .slp from its journal)\n"
             f"  {PROG} check-tensorrt exported/model.onnx\n"
             f"  {PROG} render poses.slp -o overlay.mp4\n"
+            f"  {PROG} track poses.slp -o tracked.slp   (sleap-nn's tracker on saved poses)\n"
             f"\n`{PROG} COMMAND -h` lists a command's options."
         ),
     )
@@ -153,6 +157,7 @@ def parser() -> argparse.ArgumentParser:
     check.add_parser(commands)
     recover.add_parser(commands)
     render.add_parser(commands)
+    track.add_parser(commands)
     return top
 
 

@@ -39,6 +39,7 @@ from sleap_live.cli.options import (
     seconds,
     video_or_url,
 )
+from sleap_live.cli.tracking_options import add_tracking_options, tracking_settings
 from sleap_live.stream.batching import choose_policy
 from sleap_live.stream.dashboard import Dashboard, ProgressView, live_display
 from sleap_live.stream.errors import PreviewError, PublishError
@@ -66,6 +67,7 @@ from sleap_live.stream.sources import (
     open_source,
 )
 from sleap_live.stream.sources.group import SourceGroup
+from sleap_live.stream.tracking.settings import TrackingSettings
 
 RUN_SUMMARY = "run a model on a video file, or on a camera with --camera"
 REPLAY_SUMMARY = "replay a video file at its frame rate, as if it were a camera"
@@ -107,6 +109,7 @@ def add_parsers(commands: Any) -> None:
         "camera or a stream)",
     )
     add_camera_options(run)
+    add_tracking_options(run)
     run.set_defaults(handler=handle)
 
     replay = commands.add_parser(
@@ -126,6 +129,7 @@ def add_parsers(commands: Any) -> None:
     replay.add_argument(
         "--fps", type=frame_rate, help="replay rate (default: the video's frame rate)"
     )
+    add_tracking_options(replay)
     replay.set_defaults(handler=handle)
 
 
@@ -252,6 +256,7 @@ def _crf(text: str) -> int:
 def handle(args: argparse.Namespace, console: Console) -> int:
     """Runs `run` or `replay`; returns the exit status (errors propagate to `main`)."""
     _check(args)
+    tracking = tracking_settings(args)
     # A video file; None for a camera or a stream URL.
     video = args.video if isinstance(args.video, Path) else None
     output = args.output
@@ -284,7 +289,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             _bind_publisher(args, console) as publisher,
             _bind_preview(args, console) as preview,
         ):
-            return _run(args, console, video, output, publisher, preview, claim)
+            return _run(args, console, video, output, publisher, preview, claim, tracking)
     finally:
         if claim is not None:
             claim.release()  # nothing once the run's writer took it
@@ -298,6 +303,7 @@ def _run(
     publisher: Publisher | None,
     preview: PreviewServer | None,
     claim: JournalClaim | None,
+    tracking: TrackingSettings | None,
 ) -> int:
     # Opening reads the source's first data, which a stalled source never sends.
     timeout = args.read_timeout or default_read_timeout(args.fps)
@@ -337,6 +343,7 @@ def _run(
                     record_overlay=args.record_overlay,
                     claim=claim,
                 ),
+                tracking=tracking,
             )
             for consumer in (publisher, preview):
                 if consumer is not None:

@@ -1,0 +1,77 @@
+"""`sleap-live track POSES.slp -o OUT.slp`: track saved poses again, as a live run would.
+
+The tracking is `sleap_live.stream.tracking.files.retrack_file`; this module parses
+sleap-nn's tracking options and shows a progress bar while it works.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+from sleap_live.cli.options import PROG
+from sleap_live.cli.tracking_options import add_tracking_options, settings_from
+from sleap_live.stream.tracking.files import retrack_file
+
+SUMMARY = "track the poses of a pose file again (sleap-nn's tracker) and write a new file"
+
+
+def add_parser(commands: Any) -> None:
+    """Adds `track` to the subcommands of the top-level parser."""
+    track = commands.add_parser(
+        "track",
+        help=SUMMARY,
+        description="Give every predicted instance of POSES a track, frame by frame in "
+        "order, with the tracker and options `run --tracking` uses (sleap-nn's names and "
+        "defaults); the tracks it had are replaced, hand-labelled instances kept. The "
+        "result goes to OUT (.slp, .h5, .nwb or .csv), never over POSES.",
+        epilog=(
+            "examples:\n"
+            f"  {PROG} track session.slp -o session.tracked.slp\n"
+            f"  {PROG} track session.slp -o tracked.slp --candidates-method local_queues "
+            "--max-tracks 2"
+        ),
+    )
+    track.add_argument("poses", type=Path, metavar="POSES", help="the pose file to track")
+    track.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        metavar="OUT",
+        help="the tracked poses (default: POSES.tracked.slp in the working directory)",
+    )
+    add_tracking_options(track, always=True)
+    track.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace, console: Console) -> int:
+    """Runs `track`; returns the exit status (errors propagate to `main`)."""
+    settings = settings_from(args)
+    output = args.output or Path(f"{args.poses.stem}.tracked.slp")
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    ) as bar:
+        task = bar.add_task(f"tracking {args.poses}", total=None)
+        summary = retrack_file(
+            args.poses,
+            output,
+            settings,
+            progress=lambda done, total: bar.update(task, completed=done, total=total),
+        )
+    console.print(
+        f"{output}: {summary.instances} instances in {summary.frames} frames on "
+        f"{summary.tracks} tracks",
+        highlight=False,
+        soft_wrap=True,
+        markup=False,
+    )
+    return 0

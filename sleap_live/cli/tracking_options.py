@@ -1,0 +1,175 @@
+"""The tracking options of `run`, `replay` and `track`: sleap-nn's, with dashes.
+
+``--tracking`` turns the tracker on; every other option is sleap-nn 0.3.5's
+``sleap-nn predict`` option of the same name (``--tracking_window_size`` is
+``--tracking-window-size`` here), with its default. Options sleap-nn has but
+sleap-live does not run are accepted by name and refused in one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from sleap_live.cli.options import UsageError, count, positive_float, positive_int
+from sleap_live.stream.tracking.settings import (
+    CANDIDATES_METHODS,
+    FEATURES,
+    MATCHING_METHODS,
+    REFUSED_TRACKERS,
+    SCORING_METHODS,
+    SCORING_REDUCTIONS,
+    TRACKERS,
+    TrackingSettings,
+    refuse_unbuilt,
+)
+
+# Option (dest) -> `TrackingSettings` field.
+_FIELDS = {
+    "tracker": "tracker",
+    "tracking_window_size": "window_size",
+    "min_new_track_points": "min_new_track_points",
+    "candidates_method": "candidates_method",
+    "min_match_points": "min_match_points",
+    "features": "features",
+    "scoring_method": "scoring_method",
+    "scoring_reduction": "scoring_reduction",
+    "robust_best_instance": "robust_best_instance",
+    "oks_stddev": "oks_stddev",
+    "track_matching_method": "track_matching_method",
+    "max_tracks": "max_tracks",
+}
+_UNBUILT = ("use_flow", "use_kalman")
+
+
+def add_tracking_options(parser: argparse.ArgumentParser, *, always: bool = False) -> None:
+    """Adds the tracking options; with `always` (the `track` command) there is no
+    ``--tracking`` switch, the tracker always runs."""
+    group = parser.add_argument_group(
+        "tracking", "sleap-nn's tracker and its options (see docs/tracking.md)"
+    )
+    if not always:
+        group.add_argument(
+            "--tracking",
+            action="store_true",
+            help="give each animal a track id that follows it from frame to frame "
+            "(sleap-nn's tracker, host-side as poses leave the engine)",
+        )
+    defaults = TrackingSettings()
+    group.add_argument(
+        "--tracker",
+        choices=TRACKERS + REFUSED_TRACKERS,
+        metavar="NAME",
+        help=f"the tracker: {', '.join(TRACKERS)} (sleap-nn's candidate-window tracker; "
+        f"its MOT trackers {', '.join(REFUSED_TRACKERS)} are not built in yet) "
+        f"(default: {defaults.tracker})",
+    )
+    group.add_argument(
+        "--tracking-window-size",
+        type=positive_int,
+        metavar="N",
+        help="past frames (fixed_window) or instances per track (local_queues) a new "
+        f"instance is compared with (default: {defaults.window_size})",
+    )
+    group.add_argument(
+        "--min-new-track-points",
+        type=count,
+        metavar="N",
+        help="an instance starts a track only with more nodes found than this "
+        f"(default: {defaults.min_new_track_points})",
+    )
+    group.add_argument(
+        "--candidates-method",
+        choices=CANDIDATES_METHODS,
+        help="the tracks of the last frames, or every track's last instances "
+        f"(default: {defaults.candidates_method}; local_queues with --max-tracks)",
+    )
+    group.add_argument(
+        "--min-match-points",
+        type=count,
+        metavar="N",
+        help="a past instance is compared only with more nodes found than this "
+        f"(default: {defaults.min_match_points})",
+    )
+    group.add_argument(
+        "--features",
+        choices=FEATURES,
+        help=f"what is compared (default: {defaults.features})",
+    )
+    group.add_argument(
+        "--scoring-method",
+        choices=SCORING_METHODS,
+        help="how alike two instances are: oks (keypoints), cosine_sim, iou (bboxes), "
+        f"euclidean_dist (default: {defaults.scoring_method})",
+    )
+    group.add_argument(
+        "--scoring-reduction",
+        choices=SCORING_REDUCTIONS,
+        help="one score per track from its past instances' scores "
+        f"(default: {defaults.scoring_reduction})",
+    )
+    group.add_argument(
+        "--robust-best-instance",
+        type=positive_float,
+        metavar="Q",
+        help="the quantile of --scoring-reduction robust_quantile, in (0, 1] "
+        f"(default: {defaults.robust_best_instance})",
+    )
+    group.add_argument(
+        "--oks-stddev",
+        type=positive_float,
+        metavar="S",
+        help=f"OKS keypoint spread (default: {defaults.oks_stddev})",
+    )
+    group.add_argument(
+        "--track-matching-method",
+        choices=MATCHING_METHODS,
+        help=f"hungarian (optimal) or greedy (default: {defaults.track_matching_method})",
+    )
+    group.add_argument(
+        "--max-tracks",
+        type=positive_int,
+        metavar="N",
+        help="most tracks ever started; later instances stay untracked (default: no limit)",
+    )
+    for unbuilt in _UNBUILT:
+        group.add_argument(
+            f"--{unbuilt.replace('_', '-')}",
+            action="store_true",
+            help="sleap-nn's option; not built into sleap-live (refused)",
+        )
+
+
+def tracking_settings(args: argparse.Namespace) -> TrackingSettings | None:
+    """The tracker's settings `run` or `replay` asks for; None without ``--tracking``.
+
+    Raises:
+        UsageError: a tracking option without ``--tracking``, or see `settings_from`.
+    """
+    if not args.tracking:
+        named = [_flag(dest) for dest in _FIELDS if getattr(args, dest) is not None]
+        named += [_flag(dest) for dest in _UNBUILT if getattr(args, dest)]
+        if named:
+            raise UsageError(f"{', '.join(named)} only applies with --tracking")
+        return None
+    return settings_from(args)
+
+
+def settings_from(args: argparse.Namespace) -> TrackingSettings:
+    """The tracker's settings of the tracking options in `args`.
+
+    Raises:
+        UsageError: an option sleap-live does not run, or values sleap-nn's tracker
+            cannot take together.
+    """
+    unbuilt = [_flag(name) for name in _UNBUILT if getattr(args, name)]
+    if unbuilt:
+        raise UsageError(str(refuse_unbuilt(unbuilt[0])))
+    given = {field: getattr(args, dest) for dest, field in _FIELDS.items()}
+    try:
+        return TrackingSettings(**{k: v for k, v in given.items() if v is not None})
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+
+
+def _flag(dest: str) -> str:
+    return f"--{dest.replace('_', '-')}"

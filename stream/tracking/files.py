@@ -1,0 +1,129 @@
+"""Re-tracking saved poses: `sleap-live track POSES.slp -o OUT.slp`.
+
+Every predicted instance of the file is tracked again, video by video, in frame
+order, by the same tracker a live run uses; the tracks it had are replaced. User
+(hand-labelled) instances are kept as they are. The result is written through a
+temporary file renamed into place, in the format the output's suffix picks
+(.slp, .h5, .nwb or .csv), and never over the input.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import attrs
+import numpy as np
+import sleap_io as sio
+
+from sleap_live.stream.outputs.exports import check_suffix, save_labels
+from sleap_live.stream.outputs.guard import keep_mode, same_file, temporary_path
+from sleap_live.stream.tracking.classic import ClassicTracker
+from sleap_live.stream.tracking.settings import TrackingSettings
+
+
+@attrs.frozen
+class RetrackSummary:
+    """What `retrack_file` did: frames and instances tracked, tracks started."""
+
+    frames: int
+    instances: int
+    tracks: int
+
+
+def retrack_labels(
+    labels: sio.Labels,
+    settings: TrackingSettings,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[sio.Labels, RetrackSummary]:
+    """`labels` with every predicted instance on the tracker's tracks (``track_N``).
+
+    One tracker per video (track names are numbered across videos, as sleap-nn
+    does with its name offset). `progress(frames done, frames in all)`.
+    """
+    tracks: list[sio.Track] = []
+    frames_done = instances = 0
+    by_video: dict[int, list[sio.LabeledFrame]] = {}
+    for frame in labels.labeled_frames:
+        by_video.setdefault(id(frame.video), []).append(frame)
+    new_frames: list[sio.LabeledFrame] = []
+    total = len(labels.labeled_frames)
+    for frames in by_video.values():
+        tracker = ClassicTracker(settings)
+        offset = len(tracks)
+        for frame in sorted(frames, key=lambda frame: frame.frame_idx):
+            predicted = frame.predicted_instances
+            points = (
+                np.stack([instance.numpy() for instance in predicted])
+                if predicted
+                else np.zeros((0, len(labels.skeletons[0].nodes), 2))
+            )
+            tracked = tracker.track(points)
+            while len(tracks) < offset + tracker.n_tracks:
+                tracks.append(sio.Track(name=f"track_{len(tracks)}"))
+            kept: list[sio.Instance] = list(frame.user_instances)
+            for instance, track_id, score in zip(
+                predicted, tracked.track_ids.tolist(), tracked.scores.tolist(), strict=True
+            ):
+                kept.append(
+                    sio.PredictedInstance.from_numpy(
+                        instance.numpy(),
+                        skeleton=instance.skeleton,
+                        point_scores=instance.numpy(scores=True)[:, 2],
+                        score=float(instance.score),
+                        track=tracks[offset + track_id] if track_id >= 0 else None,
+                        tracking_score=score if track_id >= 0 else None,
+                    )
+                )
+            instances += len(predicted)
+            new_frames.append(
+                sio.LabeledFrame(video=frame.video, frame_idx=frame.frame_idx, instances=kept)
+            )
+            frames_done += 1
+            if progress is not None:
+                progress(frames_done, total)
+    retracked = sio.Labels(
+        labeled_frames=new_frames,
+        videos=labels.videos,
+        skeletons=labels.skeletons,
+        tracks=tracks,
+        provenance={**labels.provenance, "tracking": attrs.asdict(settings)},
+    )
+    return retracked, RetrackSummary(frames_done, instances, len(tracks))
+
+
+def retrack_file(
+    poses: Path,
+    output: Path,
+    settings: TrackingSettings,
+    progress: Callable[[int, int], None] | None = None,
+) -> RetrackSummary:
+    """Track the predictions of the pose file `poses` again and write them to `output`.
+
+    Raises:
+        ValueError: `output` is `poses`, or has no pose file suffix.
+        FileNotFoundError: `poses` does not exist.
+        OSError: `poses` cannot be read as a pose file, or `output` cannot be written.
+    """
+    check_suffix(output)
+    if not poses.is_file():
+        raise FileNotFoundError(f"{poses}: no such pose file")
+    if same_file(poses, output):
+        raise ValueError(f"{output}: is the input; re-tracked poses go to another file")
+    try:
+        labels = sio.load_file(str(poses))
+    except Exception as error:  # sleap-io raises many kinds on a file that is not its
+        raise OSError(f"{poses}: cannot be read as a pose file ({error})") from None
+    if not labels.skeletons:
+        raise ValueError(f"{poses}: holds no skeleton, so no poses to track")
+    retracked, summary = retrack_labels(labels, settings, progress)
+    partial = temporary_path(output)
+    partial.unlink(missing_ok=True)
+    try:
+        save_labels(retracked, partial, output)
+        keep_mode(partial, output)
+        os.replace(partial, output)
+    finally:
+        partial.unlink(missing_ok=True)
+    return summary
