@@ -19,12 +19,20 @@ one `Tracker.track` call per frame as `run_tracker` makes them. The golden keeps
 each instance's track id (the number in sleap-nn's ``track_N`` name), -1 for an
 instance sleap-nn returned without a track or left out of its output, -2 for
 padding rows.
+
+It also runs ``sleap-nn predict --tracking`` (defaults) with the top-down and
+bottom-up test models on the test clip and keeps its track ids
+(``predict_tracks__NAME``, instances in the order of tests/data/goldens/NAME.slp,
+the same predictions without tracks); ``--only-predict`` redoes just that part.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -154,13 +162,54 @@ def sleap_nn_tracks(
     return ids, seconds
 
 
+# `sleap-nn predict` models of the committed predictions (tests/data/goldens/NAME.slp).
+PREDICT_MODELS = {
+    "topdown": ["tests/data/models/centroid", "tests/data/models/centered_instance"],
+    "bottomup": ["tests/data/models/bottomup"],
+}
+
+
+def predict_tracks(name: str, folder: Path) -> np.ndarray:
+    """Track ids of `sleap-nn predict --tracking` on the test clip, in the .slp's order."""
+    import sleap_io as sio
+
+    output = folder / f"{name}.slp"
+    command = [str(Path(sys.executable).with_name("sleap-nn")), "predict"]
+    command += ["--data_path", "tests/data/videos/multi_gray.mkv"]
+    command += [arg for model in PREDICT_MODELS[name] for arg in ("--model_paths", model)]
+    command += ["--output_path", str(output), "--device", "cpu", "--tracking"]
+    print("$", " ".join(command), flush=True)
+    subprocess.run(command, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    frames = sorted(sio.load_slp(str(output)).labeled_frames, key=lambda f: f.frame_idx)
+    ids = np.full((len(frames), max(len(f.instances) for f in frames)), -2, np.int32)
+    for row, frame in enumerate(frames):
+        for column, instance in enumerate(frame.instances):
+            track = instance.track
+            ids[row, column] = -1 if track is None else int(track.name.split("_")[-1])
+    return ids
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument(
+        "--only-predict",
+        action="store_true",
+        help="only (re)run `sleap-nn predict --tracking`, keeping the rest of the golden",
+    )
     args = parser.parse_args()
     import sleap_nn
 
     arrays: dict[str, np.ndarray] = {}
+    with tempfile.TemporaryDirectory() as folder:
+        for name in PREDICT_MODELS:
+            arrays[f"predict_tracks__{name}"] = predict_tracks(name, Path(folder))
+    if args.only_predict:
+        with np.load(args.out) as golden:
+            arrays = {**{key: golden[key] for key in golden.files}, **arrays}
+        np.savez_compressed(args.out, **arrays)
+        print(f"wrote {args.out} ({args.out.stat().st_size / 1024:.0f} KiB)")
+        return
     for set_name, (points, counts) in pose_sets().items():
         arrays[f"points__{set_name}"] = points
         arrays[f"counts__{set_name}"] = counts

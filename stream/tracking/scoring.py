@@ -12,8 +12,6 @@ bounding boxes).
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
 
@@ -22,12 +20,11 @@ def instance_features(points: np.ndarray, features: str) -> np.ndarray:
     points = np.asarray(points, np.float64)
     if features == "keypoints":
         return points
-    with warnings.catch_warnings():
-        # An instance with no node found has NaN features (as in sleap-nn).
-        warnings.simplefilter("ignore", RuntimeWarning)
-        if features == "centroids":
-            return _nan_quantile(np.moveaxis(points, 1, -1), 0.5, median=True)
-        return np.concatenate([np.nanmin(points, axis=1), np.nanmax(points, axis=1)], axis=1)
+    # An instance with no node found has NaN features (as in sleap-nn); fmin/fmax
+    # skip NaN as nanmin/nanmax do, without their warning.
+    if features == "centroids":
+        return _nan_quantile(np.moveaxis(points, 1, -1), 0.5, median=True)
+    return np.concatenate([np.fmin.reduce(points, axis=1), np.fmax.reduce(points, axis=1)], axis=1)
 
 
 def found_nodes(points: np.ndarray) -> np.ndarray:
@@ -43,8 +40,9 @@ def pair_scores(
     Higher is more alike (the Euclidean distance is negated); NaN where either side
     has no usable feature.
     """
-    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
-        warnings.simplefilter("ignore", RuntimeWarning)
+    # No numpy nan-function here (they warn on all-NaN rows, and catching warnings
+    # costs more than the scores): fmax/fmin skip NaN alike, errstate quiets 0/0.
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         if scoring_method == "oks":
             return _oks(new, candidates, oks_stddev)
         if scoring_method == "iou":
@@ -62,7 +60,8 @@ def _oks(new: np.ndarray, candidates: np.ndarray, stddev: float) -> np.ndarray:
     # (sleap-nn's `compute_oks(new, candidate)`): its bounding-box area scales the
     # spread, its missing nodes are left out, a candidate's missing node scores 0.
     n_nodes = new.shape[1]
-    area = np.prod(np.nanmax(new, axis=-2) - np.nanmin(new, axis=-2), axis=-1)  # (n,)
+    extent = np.fmax.reduce(new, axis=-2) - np.fmin.reduce(new, axis=-2)
+    area = np.prod(extent, axis=-1)  # (n,)
     spread = (2 * np.full(n_nodes, stddev)) ** 2
     scale = 2 * (area + np.spacing(1))
     normalization = spread.reshape(1, 1, 1, n_nodes) * scale.reshape(-1, 1, 1, 1)
@@ -109,13 +108,14 @@ def reduce_scores(scores: np.ndarray, reduction: str, quantile: float) -> np.nda
     """
     if scores.shape[-1] == 0 or scores.size == 0:
         return np.full(scores.shape[:-1], np.nan)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        if reduction == "mean":
-            return np.nanmean(scores, axis=-1)
-        if reduction == "max" or quantile == 1.0:
-            return np.nanmax(scores, axis=-1)
+    if reduction == "max" or (reduction == "robust_quantile" and quantile == 1.0):
+        return np.fmax.reduce(scores, axis=-1)
+    if reduction == "robust_quantile":
         return _nan_quantile(scores, quantile)
+    # np.nanmean's own steps (NaN as 0, sum, divide by the count), without its warning.
+    missing = np.isnan(scores)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(missing, 0.0, scores).sum(axis=-1) / (~missing).sum(axis=-1)
 
 
 def _nan_quantile(values: np.ndarray, quantile: float, median: bool = False) -> np.ndarray:
