@@ -25,18 +25,27 @@ def _track_ids(labels: sio.Labels) -> np.ndarray:
     return ids
 
 
-@pytest.mark.parametrize(
-    ("options", "case"),
-    [([], "defaults"), (["--candidates-method", "local_queues"], "local_queues")],
-)
-def test_track_gives_saved_poses_sleap_nns_tracks(tmp_path, capsys, options, case):
+@pytest.mark.parametrize("name", ["topdown", "bottomup"])
+def test_track_gives_sleap_nn_predicts_tracks(tmp_path, capsys, name):
+    # goldens/NAME.slp: `sleap-nn predict` of the test clip; predict_tracks__NAME: the
+    # track ids `sleap-nn predict --tracking` gave the same predictions.
+    poses = DATA / "goldens" / f"{name}.slp"
+    require(poses)
+    output = tmp_path / "tracked.slp"
+    assert cli.main(["track", str(poses), "-o", str(output)]) == 0
+    assert "tracks" in capsys.readouterr().err
+    ours = _track_ids(sio.load_slp(str(output)))
+    theirs = _golden()[f"predict_tracks__{name}"]
+    assert ours.shape == theirs.shape
+    assert agreement(ours, theirs) == 1.0
+
+
+def test_track_takes_sleap_nns_options(tmp_path):
     require(POSES)
     output = tmp_path / "tracked.slp"
-    assert cli.main(["track", str(POSES), "-o", str(output), *options]) == 0
-    assert "on 14 tracks" in capsys.readouterr().err or case != "defaults"
+    assert cli.main(["track", str(POSES), "-o", str(output), "--max-tracks", "2"]) == 0
     ours = _track_ids(sio.load_slp(str(output)))
-    theirs = _golden()[f"tracks__bottomup__{case}"]
-    assert ours.shape[0] == theirs.shape[0]
+    theirs = _golden()["tracks__bottomup__max_tracks"]
     width = min(ours.shape[1], theirs.shape[1])
     assert agreement(ours[:, :width], theirs[:, :width]) == 1.0
 

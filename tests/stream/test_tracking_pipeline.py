@@ -149,3 +149,18 @@ def test_untracked_runs_h5_and_nwb_name_the_same_positional_tracks(tmp_path):
     assert read[".h5"] == read[".nwb"]
     assert {name for _, _, name in read[".h5"]} == {"instance_0", "instance_1"}
     assert {name for _, _, name in read[".slp"]} == {name for _, _, name in read[".csv"]} == {""}
+
+
+def test_each_source_is_tracked_on_its_own():
+    from sleap_live.stream.tracking.live import PoseTracking
+
+    points, counts = crossing()
+    tracking = PoseTracking(TrackingSettings())
+    alone = ClassicTracker(TrackingSettings())
+    for frame in range(20):
+        poses = poses_of(points[frame, : counts[frame]])
+        left = tracking.track(poses, "camera-0")
+        tracking.track(poses_of(points[frame, : counts[frame]][::-1] + 500), "camera-1")
+        want = alone.track(points[frame, : counts[frame]]).track_ids
+        np.testing.assert_array_equal(left.identities, want)
+    assert tracking.n_tracks == 4
