@@ -123,3 +123,8 @@ def test_live_display_redraws_on_a_terminal():
     with live_display(Dashboard(snapshot), console):
         pass
     assert "captured 2000" in console.file.getvalue()
+
+
+def test_dashboard_shows_the_trackers_time_and_tracks():
+    text = render(Dashboard(lambda: snapshot(tracking_p50=0.00031, tracking_p99=0.0009, tracks=2)))
+    assert "tracking   2 tracks  (p50 0.3 ms  p99 0.9 ms a frame)" in text.splitlines()
