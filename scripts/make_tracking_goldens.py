@@ -12,6 +12,8 @@ Pose sets (each stored in the golden, so the tests feed our tracker the same pos
   head-on on one line; node noise, missed nodes and one missed detection.
 - ``crowd``: ten synthetic animals on random walks in a 1024 x 1024 arena, with node
   noise, missed nodes and missed detections (tracks end and new ones start).
+- ``edges``: three animals with empty frames (first and later), detections with no
+  node or one node found, and spurious detections.
 
 Every set is tracked by `sleap_nn.tracking.tracker.Tracker.from_config(**options)`
 for each case of `CASES` (sleap-nn's defaults, then one option changed at a time),
@@ -116,6 +118,33 @@ def crowd_poses(animals: int = 10, n_frames: int = 300) -> tuple[np.ndarray, np.
     return _degrade(np.array(frames), rng, noise=1.0, p_node=0.05, p_miss=0.02)
 
 
+def edge_poses() -> tuple[np.ndarray, np.ndarray]:
+    """Three animals and the awkward cases: empty frames first and later, a detection
+    with no node found, single-node detections, a spurious fourth detection."""
+    rng = np.random.default_rng(5)
+    n_frames, width = 60, 4
+    points = np.full((n_frames, width, NODES, 2), np.nan, np.float32)
+    counts = np.zeros(n_frames, np.int32)
+    for frame in range(n_frames):
+        if frame < 3 or frame in (20, 21):
+            continue  # nothing found
+        rows = [
+            _chain(np.array([100.0 + 3 * frame + 80 * a, 150.0 + 10 * a]), 0.3 * a)
+            + rng.normal(0, 0.5, (NODES, 2))
+            for a in range(3)
+        ]
+        if frame % 7 == 0:
+            rows[1][:] = np.nan  # a detection with no node
+        if frame % 5 == 0:
+            rows[2][1:] = np.nan  # one node only
+        if frame % 11 == 0:
+            rows.append(rng.uniform(0, 400, (NODES, 2)))  # spurious
+        order = rng.permutation(len(rows))
+        counts[frame] = len(rows)
+        points[frame, : len(rows)] = np.array(rows)[order]
+    return points, counts
+
+
 def fixture_poses(name: str) -> tuple[np.ndarray, np.ndarray]:
     golden = np.load(ROOT / "tests" / "data" / "goldens" / f"{name}.npz")
     return golden["points"].astype(np.float32), golden["n_instances"].astype(np.int32)
@@ -127,6 +156,7 @@ def pose_sets() -> dict[str, tuple[np.ndarray, np.ndarray]]:
         "bottomup": fixture_poses("bottomup"),
         "crossing": crossing_poses(),
         "crowd": crowd_poses(),
+        "edges": edge_poses(),
     }
 
 
@@ -189,9 +219,28 @@ def predict_tracks(name: str, folder: Path) -> np.ndarray:
     return ids
 
 
+def _track_set(
+    arrays: dict[str, np.ndarray], set_name: str, points: np.ndarray, counts: np.ndarray
+) -> None:
+    arrays[f"points__{set_name}"] = points
+    arrays[f"counts__{set_name}"] = counts
+    for case, options in CASES.items():
+        ids, seconds = sleap_nn_tracks(points, counts, options)
+        arrays[f"tracks__{set_name}__{case}"] = ids
+        print(
+            f"{set_name:9s} {case:22s} tracks={ids.max() + 1:3d} "
+            f"untracked={(ids == -1).sum():4d} {seconds / len(points) * 1e3:.2f} ms/frame"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument(
+        "--sets",
+        nargs="+",
+        help="only (re)make these pose sets, keeping the rest of the golden",
+    )
     parser.add_argument(
         "--only-predict",
         action="store_true",
@@ -201,6 +250,15 @@ def main() -> None:
     import sleap_nn
 
     arrays: dict[str, np.ndarray] = {}
+    if args.sets:
+        with np.load(args.out) as golden:
+            arrays = {key: golden[key] for key in golden.files}
+        for set_name, (points, counts) in pose_sets().items():
+            if set_name in args.sets:
+                _track_set(arrays, set_name, points, counts)
+        np.savez_compressed(args.out, **arrays)
+        print(f"wrote {args.out} ({args.out.stat().st_size / 1024:.0f} KiB)")
+        return
     with tempfile.TemporaryDirectory() as folder:
         for name in PREDICT_MODELS:
             arrays[f"predict_tracks__{name}"] = predict_tracks(name, Path(folder))
@@ -211,15 +269,7 @@ def main() -> None:
         print(f"wrote {args.out} ({args.out.stat().st_size / 1024:.0f} KiB)")
         return
     for set_name, (points, counts) in pose_sets().items():
-        arrays[f"points__{set_name}"] = points
-        arrays[f"counts__{set_name}"] = counts
-        for case, options in CASES.items():
-            ids, seconds = sleap_nn_tracks(points, counts, options)
-            arrays[f"tracks__{set_name}__{case}"] = ids
-            print(
-                f"{set_name:9s} {case:22s} tracks={ids.max() + 1:3d} "
-                f"untracked={(ids == -1).sum():4d} {seconds / len(points) * 1e3:.2f} ms/frame"
-            )
+        _track_set(arrays, set_name, points, counts)
     arrays["cases"] = np.array(json.dumps(CASES))
     arrays["sleap_nn_version"] = np.array(sleap_nn.__version__)
     np.savez_compressed(args.out, **arrays)

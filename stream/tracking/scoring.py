@@ -40,6 +40,8 @@ def pair_scores(
     Higher is more alike (the Euclidean distance is negated); NaN where either side
     has no usable feature.
     """
+    if new.shape[0] == 0 or candidates.shape[0] == 0 or candidates.shape[1] == 0:
+        return np.full((new.shape[0], *candidates.shape[:2]), np.nan)
     # No numpy nan-function here (they warn on all-NaN rows, and catching warnings
     # costs more than the scores): fmax/fmin skip NaN alike, errstate quiets 0/0.
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):

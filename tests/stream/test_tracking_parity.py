@@ -19,7 +19,7 @@ from tests.committed import DATA, require
 
 GOLDEN = DATA / "goldens" / "tracking.npz"
 MADE_BY = "/work/venvs/snn/bin/python scripts/make_tracking_goldens.py"
-SETS = ("topdown", "bottomup", "crossing", "crowd")
+SETS = ("topdown", "bottomup", "crossing", "crowd", "edges")
 # Frames of each set the tests track: the tracker is online, so a prefix of the
 # golden is the golden of the prefix; the crowd's first 150 frames keep the test cheap.
 FRAMES = {"crowd": 150}
