@@ -63,6 +63,7 @@ if TYPE_CHECKING:
         SourceNotFoundError,
         SourceStalledError,
         StreamError,
+        TrackingSettings,
         open_source,
     )
 
@@ -78,6 +79,7 @@ _ORIGINS = {
     "PipelineRun": "sleap_live.stream",
     "RingReader": "sleap_live.stream",
     "PipelineStats": "sleap_live.stream",
+    "TrackingSettings": "sleap_live.stream",
     # The records a run hands over.
     "Frame": "sleap_live.stream",
     "PoseRecord": "sleap_live.stream",

@@ -17,6 +17,7 @@ from sleap_live.stream.ring import RingBuffer, RingReader
 from sleap_live.stream.sources import open_source
 from sleap_live.stream.sources.group import SourceGroup
 from sleap_live.stream.stats import ConsumerStats, PipelineStats, PublishStats
+from sleap_live.stream.tracking import TrackingSettings
 from sleap_live.stream.types import Frame, PoseRecord
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "SourceNotFoundError",
     "SourceStalledError",
     "StreamError",
+    "TrackingSettings",
     "VideoRecorder",
     "open_source",
 ]

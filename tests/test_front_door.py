@@ -36,6 +36,7 @@ FRONT_DOOR = [
     "SourceNotFoundError",
     "SourceStalledError",
     "StreamError",
+    "TrackingSettings",
     "export_model",
     "load_runner",
     "open_source",
