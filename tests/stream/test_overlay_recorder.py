@@ -124,3 +124,18 @@ def test_record_overlay_onto_an_input_or_another_output_is_refused(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{tmp_path / name}: " in err and message in err, err
     assert video.read_bytes() == before
+
+
+def test_a_tracked_run_colours_follow_the_track(tmp_path):
+    from sleap_live.stream.outputs.overlay_recorder import TRACK_COLOURS
+
+    palette = get_palette("standard", TRACK_COLOURS)
+    output = tmp_path / "overlay.mkv"
+    image = np.full((48, 64, 3), 90, np.uint8)
+    a, b = [[10, 10], [20, 10]], [[40, 30], [50, 30]]
+    with OverlayRecorder(output, 30, image.shape, SKELETON, tracked=True, codec="ffv1") as rec:
+        rec.write(record(0, [a, b], [3, 12]), image)
+        rec.write(record(1, [b, a], [12, -1]), image)
+    first, second = decode(output)
+    assert tuple(first[10, 10]) == palette[3] and tuple(first[30, 40]) == palette[12 % 10]
+    assert tuple(second[30, 40]) == palette[2] and tuple(second[10, 10]) == palette[10]
