@@ -537,6 +537,12 @@ def _summarise(pipeline: Pipeline, output: Path | None, console: Console) -> Non
             f", latency p50 {stats.latency_p50 * 1000:.1f} ms p99 {stats.latency_p99 * 1000:.1f} ms"
         )
     console.print(line, highlight=False)
+    if stats.tracking_p50 is not None and stats.tracking_p99 is not None:
+        console.print(
+            f"tracking: {stats.tracks} tracks, p50 {stats.tracking_p50 * 1000:.2f} ms "
+            f"p99 {stats.tracking_p99 * 1000:.2f} ms a frame",
+            highlight=False,
+        )
     # What the files hold now, never what was asked for.
     saved = pipeline.outputs.describe()
     if not saved and output is not None:
