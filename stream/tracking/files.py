@@ -22,6 +22,13 @@ from sleap_live.stream.outputs.guard import keep_mode, same_file, temporary_path
 from sleap_live.stream.tracking.classic import ClassicTracker
 from sleap_live.stream.tracking.settings import TrackingSettings
 
+# The pose files `retrack_file` reads, by suffix (sleap-io's readers).
+_LOADERS: dict[str, Callable[[str], sio.Labels]] = {
+    ".slp": sio.load_slp,
+    ".h5": sio.load_analysis_h5,
+    ".nwb": sio.load_nwb,
+}
+
 
 @attrs.frozen
 class RetrackSummary:
@@ -102,17 +109,25 @@ def retrack_file(
     """Track the predictions of the pose file `poses` again and write them to `output`.
 
     Raises:
-        ValueError: `output` is `poses`, or has no pose file suffix.
-        FileNotFoundError: `poses` does not exist.
+        ValueError: `output` is `poses`, or either has no pose file suffix.
+        FileNotFoundError: `poses`, or the folder of `output`, does not exist.
         OSError: `poses` cannot be read as a pose file, or `output` cannot be written.
     """
     check_suffix(output)
+    load = _LOADERS.get(poses.suffix.lower())
+    if load is None:
+        raise ValueError(
+            f"{poses}: cannot read poses from a {poses.suffix or 'suffix-less'} file; "
+            f"pose files to track are {', '.join(_LOADERS)}"
+        )
     if not poses.is_file():
         raise FileNotFoundError(f"{poses}: no such pose file")
+    if not output.parent.is_dir():
+        raise FileNotFoundError(f"{output}: folder {output.parent} does not exist")
     if same_file(poses, output):
         raise ValueError(f"{output}: is the input; re-tracked poses go to another file")
     try:
-        labels = sio.load_file(str(poses))
+        labels = load(str(poses))
     except Exception as error:  # sleap-io raises many kinds on a file that is not its
         raise OSError(f"{poses}: cannot be read as a pose file ({error})") from None
     if not labels.skeletons:

@@ -75,3 +75,19 @@ def test_run_refuses_tracking_options_it_cannot_honour(tmp_path, capsys, argumen
     status = cli.main(["run", str(video), "-m", str(tmp_path), *arguments])
     assert status == 2
     assert message in capsys.readouterr().err
+
+
+def test_track_refuses_what_is_no_pose_file_and_a_missing_folder(tmp_path, capsys):
+    video = tmp_path / "clip.mp4"
+    video.touch()
+    assert cli.main(["track", str(video), "-o", str(tmp_path / "out.slp")]) == 2
+    assert "cannot read poses from a .mp4 file" in capsys.readouterr().err
+    junk = tmp_path / "junk.slp"
+    junk.write_text("not a pose file")
+    assert cli.main(["track", str(junk), "-o", str(tmp_path / "out.slp")]) == 1
+    assert f"{junk}: cannot be read as a pose file" in capsys.readouterr().err
+    require(POSES)
+    missing = tmp_path / "missing" / "out.slp"
+    assert cli.main(["track", str(POSES), "-o", str(missing)]) == 1
+    assert "does not exist" in capsys.readouterr().err
+    assert not missing.parent.exists()
