@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from sleap_live.engines.runners.base import Runner
     from sleap_live.stream import (
         Frame,
+        ManyResult,
         OutputOptions,
         Pipeline,
         PipelineError,
@@ -63,7 +64,9 @@ if TYPE_CHECKING:
         SourceNotFoundError,
         SourceStalledError,
         StreamError,
+        VideoResult,
         open_source,
+        run_many,
     )
 
 # Each public name and the module it comes from.
@@ -78,6 +81,10 @@ _ORIGINS = {
     "PipelineRun": "sleap_live.stream",
     "RingReader": "sleap_live.stream",
     "PipelineStats": "sleap_live.stream",
+    # Many recorded videos, an output each: here, in local workers or on Ray.
+    "run_many": "sleap_live.stream",
+    "ManyResult": "sleap_live.stream",
+    "VideoResult": "sleap_live.stream",
     # The records a run hands over.
     "Frame": "sleap_live.stream",
     "PoseRecord": "sleap_live.stream",

@@ -15,6 +15,7 @@ FRONT_DOOR = [
     "FramePoses",
     "InferenceSettings",
     "InputMismatchError",
+    "ManyResult",
     "ModelConfigError",
     "ModelInfo",
     "ModelNotFoundError",
@@ -36,9 +37,11 @@ FRONT_DOOR = [
     "SourceNotFoundError",
     "SourceStalledError",
     "StreamError",
+    "VideoResult",
     "export_model",
     "load_runner",
     "open_source",
+    "run_many",
 ]
 
 
