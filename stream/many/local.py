@@ -133,7 +133,7 @@ def run_in_processes(
         report: told when each video starts and finishes.
     """
     report = report or NoReport()
-    context = multiprocessing.get_context("spawn")
+    context = _worker_context()
     queue: list[tuple[VideoJob, int]] = [(job, 1) for job in jobs]
     queue.reverse()  # popped from the end: the first job first
     results: dict[int, VideoResult] = {}
@@ -267,7 +267,14 @@ def serve(options: WorkOptions, streams: int, connection: Connection) -> None:
         worker.close()
 
 
-def threads_per_worker(workers: int, cores: int) -> int:
-    """Engine threads for each of `workers` processes sharing `cores`: an equal
-    share, at least 1, so the workers together use each core once."""
-    return max(1, cores // max(1, workers))
+def _worker_context() -> multiprocessing.context.BaseContext:
+    """How worker processes start: forked from a fork server that imported the worker
+    code once (a new or replacement worker then starts in a fraction of a second, not
+    after importing NumPy, PyAV, sleap-io and ONNX Runtime again), where the platform
+    has one; else spawned. Never forked from this process, whose threads (the
+    display's, a caller's) a fork would copy mid-step."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["sleap_live.stream.many.worker"])
+    return context
