@@ -20,12 +20,16 @@ import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from multiprocessing.connection import Connection, wait
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
 from sleap_live.stream.many.videos import VideoJob
 from sleap_live.stream.many.worker import VideoResult, VideoWorker, WorkOptions, failed
+
+if TYPE_CHECKING:
+    # Not at run time: Windows has no fork server context.
+    from multiprocessing.context import ForkServerContext, SpawnContext
 
 # How often (seconds) the driver looks at its workers when none has reported.
 POLL_SECONDS = 0.2
@@ -267,7 +271,7 @@ def serve(options: WorkOptions, streams: int, connection: Connection) -> None:
         worker.close()
 
 
-def _worker_context() -> multiprocessing.context.BaseContext:
+def _worker_context() -> SpawnContext | ForkServerContext:
     """How worker processes start: forked from a fork server that imported the worker
     code once (a new or replacement worker then starts in a fraction of a second, not
     after importing NumPy, PyAV, sleap-io and ONNX Runtime again), where the platform
