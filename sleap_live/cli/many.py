@@ -168,6 +168,13 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         },
         **_cache(args),
     )
+    cores = os.cpu_count() or 1
+    if args.cluster is None and workers is not None and workers > cores:
+        console.print(
+            f"note: {workers} workers on {cores} cores take turns on them: each runs slower, "
+            "and all together no faster than one per core",
+            highlight=False,
+        )
     progress = ManyProgress(len(jobs), console)
     display = contextlib.nullcontext() if args.quiet else live_display(progress, console)
     with display:
@@ -204,13 +211,6 @@ def _check(args: argparse.Namespace) -> None:
             raise UsageError(f"{video}: a stream is live; run it alone (`run URL`)")
     if args.retries is not None and args.retries < 0:
         raise UsageError(f"--retries must be 0 or more, got {args.retries}")
-    if args.workers is not None and args.cluster is None and args.threads is None:
-        cores = os.cpu_count() or 1
-        if args.workers > cores:
-            raise UsageError(
-                f"--workers {args.workers} is more than this machine's {cores} cores; "
-                "give --threads 1 to run them anyway"
-            )
 
 
 def _cache(args: argparse.Namespace) -> dict[str, Any]:

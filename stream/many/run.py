@@ -106,8 +106,9 @@ def run_many(
             name; the suffix picks the format (.slp, .h5, .nwb, .csv).
         overwrite: redo videos whose output is complete (replaced once the new one is).
         workers: 1 runs in this process; more, that many local processes; with
-            `cluster`, the Ray actors (default: 1 here, as many as the cluster's
-            CPUs (one each) hold on Ray).
+            `cluster`, the Ray actors (default: 1 here; on Ray as many as the
+            cluster holds: an actor per `threads` CPUs, or with a ``cuda`` device
+            an actor per GPU).
         streams: videos in flight per worker, sharing its engine.
         threads: engine CPU threads per worker (default: each local worker's share
             of the cores; one worker in this process: the engine's default; on Ray: 1,
@@ -196,6 +197,8 @@ def run_jobs(
             workers=workers,
             streams=streams,
             retries=retries,
+            # A CUDA run: an actor per GPU, each given one by Ray.
+            gpus_per_worker=1.0 if options.device.startswith("cuda") else 0.0,
             report=report,
         )
         mode = f"Ray ({cluster})"
