@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         cut_clips(args.video, folder, args.clips, args.frames)
         reference: dict[str, bytes] | None = None
         ray_started = False
-        for layout in args.layouts:
+        for number, layout in enumerate(args.layouts):
             if layout.startswith("ray:") and not ray_started:
                 import ray
 
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
                 ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
                 rows.append({"layout": "ray.init", "wall_s": round(time.perf_counter() - began, 2)})
                 ray_started = True
-            out = Path(scratch) / f"out-{layout.replace(':', '-')}"
+            out = Path(scratch) / f"out{number}-{layout.replace(':', '-')}"
             out.mkdir()
             row = run_layout(layout, folder, args.model, out, args.engine)
             found = poses(out)

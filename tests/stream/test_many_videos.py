@@ -151,9 +151,17 @@ def test_the_command_line_prints_every_video_and_exits_1_when_one_failed(
     assert "broken.mp4: failed:" in printed.err
     assert (tmp_path / "short.predictions.slp").exists()
     # Again: the finished video is skipped, the broken one fails again.
-    assert main([*arguments, "-q"]) == 1
+    output = tmp_path / "short.predictions.slp"
+    before = output.stat().st_mtime_ns
+    assert main(arguments) == 1
+    printed = capsys.readouterr()
+    assert "0 done, 1 skipped, 1 failed" in printed.out and "broken.mp4: failed:" in printed.err
+    assert output.stat().st_mtime_ns == before
+    # With --overwrite the video is redone, its output replaced once complete.
+    assert main([*arguments, "-q", "--overwrite"]) == 1
+    assert output.stat().st_mtime_ns != before
     assert "broken.mp4: failed:" in capsys.readouterr().err
-    (tmp_path / "short.predictions.slp").unlink()
+    output.unlink()
 
 
 @pytest.mark.parametrize(
