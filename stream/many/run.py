@@ -105,7 +105,9 @@ def run_many(
             are the video's name without suffix, its whole name and its folder's
             name; the suffix picks the format (.slp, .h5, .nwb, .csv).
         overwrite: redo videos whose output is complete (replaced once the new one is).
-        workers: 1 runs in this process; more, that many local processes; with
+        workers: 1 runs in this process; more, that many local processes (which
+            import the caller's main module: keep a script's top-level work under
+            ``if __name__ == "__main__":``); with
             `cluster`, the Ray actors (default: 1 here; on Ray as many as the
             cluster holds: an actor per `threads` CPUs, or with a ``cuda`` device
             an actor per GPU).
