@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -174,15 +174,10 @@ class VideoWorker:
 
     Args:
         options: how to load the model and run each video.
-        on_frames: told (video index, frames processed so far) as a video goes,
-            from the thread processing it; None: nothing.
     """
 
-    def __init__(
-        self, options: WorkOptions, on_frames: Callable[[int, int], None] | None = None
-    ) -> None:
+    def __init__(self, options: WorkOptions) -> None:
         self.options = options
-        self._on_frames = on_frames
         self._runner: SharedRunner | None = None
         self._loading = threading.Lock()
         self._stopping = threading.Event()
@@ -285,8 +280,6 @@ class VideoWorker:
                     raise VideoStopped(f"{job.video}: stopped after {frames} frames")
                 frames += 1
                 instances += record.poses.n_instances
-                if self._on_frames is not None:
-                    self._on_frames(job.index, frames)
         return frames, instances
 
     def _runner_for(self, video: Path) -> tuple[SharedRunner, bool]:
