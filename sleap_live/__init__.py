@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from sleap_live.engines.runners.base import Runner
     from sleap_live.stream import (
         Frame,
+        ManyResult,
         OutputOptions,
         Pipeline,
         PipelineError,
@@ -64,7 +65,9 @@ if TYPE_CHECKING:
         SourceStalledError,
         StreamError,
         TrackingSettings,
+        VideoResult,
         open_source,
+        run_many,
     )
 
 # Each public name and the module it comes from.
@@ -80,6 +83,10 @@ _ORIGINS = {
     "RingReader": "sleap_live.stream",
     "PipelineStats": "sleap_live.stream",
     "TrackingSettings": "sleap_live.stream",
+    # Many recorded videos, an output each: here, in local workers or on Ray.
+    "run_many": "sleap_live.stream",
+    "ManyResult": "sleap_live.stream",
+    "VideoResult": "sleap_live.stream",
     # The records a run hands over.
     "Frame": "sleap_live.stream",
     "PoseRecord": "sleap_live.stream",

@@ -10,6 +10,7 @@ from sleap_live.stream.errors import (
     SourceStalledError,
     StreamError,
 )
+from sleap_live.stream.many import ManyResult, VideoResult, run_many
 from sleap_live.stream.outputs.writers import OutputOptions, SlpWriter, VideoRecorder
 from sleap_live.stream.pipeline import Pipeline
 from sleap_live.stream.publish import Publisher
@@ -25,6 +26,7 @@ __all__ = [
     "Clock",
     "ConsumerStats",
     "Frame",
+    "ManyResult",
     "OutputOptions",
     "Pipeline",
     "PipelineError",
@@ -45,5 +47,7 @@ __all__ = [
     "StreamError",
     "TrackingSettings",
     "VideoRecorder",
+    "VideoResult",
     "open_source",
+    "run_many",
 ]

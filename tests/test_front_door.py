@@ -15,6 +15,7 @@ FRONT_DOOR = [
     "FramePoses",
     "InferenceSettings",
     "InputMismatchError",
+    "ManyResult",
     "ModelConfigError",
     "ModelInfo",
     "ModelNotFoundError",
@@ -37,9 +38,11 @@ FRONT_DOOR = [
     "SourceStalledError",
     "StreamError",
     "TrackingSettings",
+    "VideoResult",
     "export_model",
     "load_runner",
     "open_source",
+    "run_many",
 ]
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from rich.console import Console
 
+from sleap_live.cli import many
 from sleap_live.cli.camera_options import (
     add_camera_options,
     check_camera_options,
@@ -93,11 +94,12 @@ def add_parsers(commands: Any) -> None:
     )
     run.add_argument(
         "video",
-        nargs="?",
+        nargs="*",
         type=video_or_url,
         metavar="VIDEO",
         help="video file, or a live stream's URL (rtsp://, http(s)://, udp://, rtp://, srt://, "
-        "rtmp://, tcp://), run like a camera; or give --camera",
+        "rtmp://, tcp://), run like a camera; or give --camera; or several videos, a folder "
+        "or a glob pattern (see 'many videos')",
     )
     _add_common_options(
         run,
@@ -110,6 +112,7 @@ def add_parsers(commands: Any) -> None:
     )
     add_camera_options(run)
     add_tracking_options(run)
+    many.add_many_options(run)
     run.set_defaults(handler=handle)
 
     replay = commands.add_parser(
@@ -255,6 +258,10 @@ def _crf(text: str) -> int:
 
 def handle(args: argparse.Namespace, console: Console) -> int:
     """Runs `run` or `replay`; returns the exit status (errors propagate to `main`)."""
+    if args.command == "run":
+        if many.wants_many(args):
+            return many.handle(args, console)
+        args.video = args.video[0] if args.video else None
     _check(args)
     tracking = tracking_settings(args)
     # A video file; None for a camera or a stream URL.

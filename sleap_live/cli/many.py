@@ -1,0 +1,235 @@
+"""`sleap-live run VIDEO... | DIR | GLOB`: many recorded videos, an output each.
+
+`run` hands its arguments here when they name more than one video (several files,
+a folder, a glob pattern) or when an option of this group is given; this module
+only parses and checks them, calls `run_many` with a progress display, and prints
+the summary table. Exit status 1 when any video failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import glob
+import os
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from sleap_live.cli.options import (
+    UsageError,
+    cache_options,
+    engine_options,
+    inference_settings,
+    positive_int,
+)
+from sleap_live.stream.dashboard import live_display
+from sleap_live.stream.many.display import ManyProgress, describe, summary_table
+from sleap_live.stream.many.run import DEFAULT_RETRIES, DEFAULT_STREAMS, default_threads, run_jobs
+from sleap_live.stream.many.videos import DEFAULT_NAME_PATTERN, find_videos, plan_jobs
+from sleap_live.stream.many.worker import WorkOptions
+from sleap_live.stream.outputs.provenance import model_records
+
+# The options of a single run that have no meaning over many videos, and what to
+# use instead.
+SINGLE_RUN_OPTIONS = {
+    "output": "-o (use --output-dir and --name-pattern)",
+    "record": "--record",
+    "record_overlay": "--record-overlay",
+    "publish": "--publish",
+    "preview": "--preview",
+    "duration": "--duration",
+    "camera": "--camera",
+    # Each output can be tracked after the run: `sleap-live track OUT -o TRACKED`.
+    "tracking": "--tracking (track each output afterwards with `sleap-live track`)",
+}
+
+
+def add_many_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a run over many videos (each default None, so `wants_many`
+    sees which were given)."""
+    group = parser.add_argument_group(
+        "many videos",
+        "Given several videos, a folder (its videos) or a glob pattern ('videos/*.mp4', "
+        "'**' recurses), or any option of this group, `run` writes an output per video, "
+        "skips videos whose output exists (an output appears only once its video is "
+        "done, so a run killed halfway is resumed by running it again), goes on past a "
+        "video that fails, and ends with a table of every video (exit 1 if any failed).",
+    )
+    group.add_argument(
+        "--output-dir",
+        type=Path,
+        metavar="DIR",
+        help="folder of the outputs (default: the working directory)",
+    )
+    group.add_argument(
+        "--name-pattern",
+        metavar="PATTERN",
+        help="each output's name: {stem} is the video's name without its suffix, {name} "
+        "its whole name, {parent} its folder's name; the suffix picks the format "
+        f"(default: {DEFAULT_NAME_PATTERN})",
+    )
+    group.add_argument(
+        "--overwrite",
+        action="store_true",
+        default=None,
+        help="redo videos whose output exists, replacing it once the new one is complete "
+        "(default: skip them)",
+    )
+    group.add_argument(
+        "--workers",
+        type=positive_int,
+        metavar="N",
+        help="worker processes on this machine, each with the model loaded once; with "
+        "--cluster, Ray actors (default: 1, in this process; with --cluster, as many as "
+        "the cluster has CPUs)",
+    )
+    group.add_argument(
+        "--streams",
+        type=positive_int,
+        metavar="N",
+        help="videos in flight per worker, sharing its engine: the next decodes while the "
+        f"current one finishes (default: {DEFAULT_STREAMS})",
+    )
+    group.add_argument(
+        "--threads",
+        type=positive_int,
+        metavar="N",
+        help="engine CPU threads per worker (default: the cores divided among the "
+        "workers; one worker: every core; with --cluster: 1 per actor)",
+    )
+    group.add_argument(
+        "--cluster",
+        metavar="ADDRESS",
+        help="run on Ray (pip install 'sleap-live[cluster]'): local starts Ray on this "
+        "machine, ray://HOST:PORT joins a cluster whose machines all see the videos and "
+        "--output-dir at the same paths (default: no Ray)",
+    )
+    group.add_argument(
+        "--retries",
+        type=int,
+        metavar="N",
+        help="further attempts at a video whose worker process was lost (killed, out of "
+        f"memory); its half-written output is discarded (default: {DEFAULT_RETRIES})",
+    )
+
+
+def wants_many(args: argparse.Namespace) -> bool:
+    """Whether `run`'s arguments ask for a many-videos run: more than one video, a
+    folder, a glob pattern, or an option of `add_many_options`."""
+    videos = args.video
+    if len(videos) > 1:
+        return True
+    if videos and isinstance(videos[0], Path):
+        path = videos[0]
+        if path.is_dir() or (not path.exists() and glob.has_magic(os.fspath(path))):
+            return True
+    given = (
+        args.output_dir,
+        args.name_pattern,
+        args.overwrite,
+        args.workers,
+        args.streams,
+        args.threads,
+        args.cluster,
+        args.retries,
+    )
+    return any(value is not None for value in given)
+
+
+def handle(args: argparse.Namespace, console: Console) -> int:
+    """Runs `run` over many videos; returns 1 when any failed, else 0."""
+    _check(args)
+    jobs = plan_jobs(
+        find_videos(args.video),
+        pattern=args.name_pattern or DEFAULT_NAME_PATTERN,
+        output_dir=args.output_dir,
+    )
+    workers = args.workers
+    options = WorkOptions(
+        models=tuple(os.fspath(Path(model).absolute()) for model in args.models),
+        engine=args.engine,
+        device=args.device,
+        threads=args.threads
+        if args.threads is not None
+        else default_threads(workers, args.cluster),
+        batch_size=args.batch_size,
+        settings=inference_settings(args),
+        verify=args.verify,
+        verify_video=None if args.verify_video is None else os.fspath(args.verify_video),
+        decoder=args.decoder,
+        bit_depth=args.bit_depth,
+        read_timeout=args.read_timeout,
+        save_interval=args.save_interval,
+        load_options=engine_options(args),
+        provenance={
+            "models": model_records(args.models),
+            "command": "run",
+            "options": _options_record(args),
+        },
+        **_cache(args),
+    )
+    cores = os.cpu_count() or 1
+    if args.cluster is None and workers is not None and workers > cores:
+        console.print(
+            f"note: {workers} workers on {cores} cores take turns on them: each runs slower, "
+            "and all together no faster than one per core",
+            highlight=False,
+        )
+    progress = ManyProgress(len(jobs), console)
+    display = contextlib.nullcontext() if args.quiet else live_display(progress, console)
+    with display:
+        run = run_jobs(
+            jobs,
+            options,
+            overwrite=bool(args.overwrite),
+            workers=workers,
+            streams=args.streams or DEFAULT_STREAMS,
+            cluster=args.cluster,
+            retries=DEFAULT_RETRIES if args.retries is None else args.retries,
+            report=progress,
+        )
+    if not args.quiet:
+        # The table is the command's result: on stdout (the progress is on stderr).
+        Console().print(summary_table(run))
+    for result in run.failed:
+        # A line each on stderr, with --quiet too, for logs and scripts.
+        console.print(
+            f"{result.video}: {describe(result)}", highlight=False, markup=False, soft_wrap=True
+        )
+    return 0 if run.ok else 1
+
+
+def _check(args: argparse.Namespace) -> None:
+    if not args.video:
+        raise UsageError("give VIDEO files, a folder or a glob pattern")
+    for name, option in SINGLE_RUN_OPTIONS.items():
+        value = getattr(args, name)
+        if value not in (None, False):
+            raise UsageError(f"{option} applies to one video, not to a run over many")
+    for video in args.video:
+        if isinstance(video, str):
+            raise UsageError(f"{video}: a stream is live; run it alone (`run URL`)")
+    if args.retries is not None and args.retries < 0:
+        raise UsageError(f"--retries must be 0 or more, got {args.retries}")
+
+
+def _cache(args: argparse.Namespace) -> dict[str, Any]:
+    options = cache_options(args)
+    folder = options["cache_dir"]
+    return {"cache": options["cache"], "cache_dir": None if folder is None else os.fspath(folder)}
+
+
+def _options_record(args: argparse.Namespace) -> dict[str, Any]:
+    """The command line's options, as JSON values, for the outputs' provenance."""
+    record: dict[str, Any] = {}
+    for name, value in vars(args).items():
+        if name in ("handler", "command"):
+            continue
+        if isinstance(value, Path):
+            value = os.fspath(value)
+        elif isinstance(value, list):
+            value = [os.fspath(item) if isinstance(item, Path) else item for item in value]
+        record[name] = value
+    return record

@@ -1,0 +1,191 @@
+"""Many videos on a Ray cluster (the `cluster` extra): one actor per worker slot.
+
+Each actor is a `VideoWorker` (the model loaded once, on its first video) taking
+one task per video, `streams` of them in flight at once (a threaded actor). Ray's
+own fault tolerance does the retrying: an actor whose process dies is restarted
+(`max_restarts`) and the tasks it had in flight run again on it
+(`max_task_retries`); the new attempt discards the half-written output before it
+starts. Outputs are written by the actor, to the output folder, which every
+machine must see at the same path (a shared file system). The driver hands each
+actor its next video as one finishes (`ray.wait`), reports progress, and gathers
+the results.
+
+``address="local"`` starts Ray on this machine for the run (and stops it after);
+``"ray://HOST:PORT"`` (or ``"auto"``, a cluster this machine belongs to) joins one.
+Where Ray is already initialised in this process, that session is used as it is.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from sleap_live.engines.errors import RuntimeUnavailableError
+from sleap_live.stream.many.local import POLL_SECONDS, NoReport, Reporter
+from sleap_live.stream.many.videos import VideoJob
+from sleap_live.stream.many.worker import VideoResult, VideoWorker, WorkOptions, failed
+
+RAY_INSTALL_HINT = 'pip install "sleap-live[cluster]"'
+
+
+class RayVideoWorker:
+    """The body of a Ray actor: a `VideoWorker`, and its process id (for tests and
+    logs: the process a kill would hit)."""
+
+    def __init__(self, options: WorkOptions) -> None:
+        self.worker = VideoWorker(options)
+
+    def process(self, job: VideoJob) -> VideoResult:
+        return self.worker.process(job)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def import_ray() -> Any:
+    """The `ray` module, or a one-line error saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise RuntimeUnavailableError(
+            f"--cluster needs Ray, which is not installed; {RAY_INSTALL_HINT}"
+        ) from None
+    return ray
+
+
+def run_on_ray(
+    jobs: Sequence[VideoJob],
+    options: WorkOptions,
+    *,
+    address: str = "local",
+    workers: int | None = None,
+    streams: int = 1,
+    retries: int = 2,
+    cpus_per_worker: float | None = None,
+    gpus_per_worker: float = 0.0,
+    report: Reporter | None = None,
+) -> list[VideoResult]:
+    """Process `jobs` on Ray; results in job order.
+
+    Args:
+        jobs: the videos to process.
+        options: how each actor loads the model and runs a video (its `threads` is
+            the actor's CPU share when `cpus_per_worker` is not given).
+        address: "local", "auto" or "ray://HOST:PORT" (see the module docstring).
+        workers: actors (default: as many as the cluster's CPUs, or GPUs with
+            `gpus_per_worker`, hold).
+        streams: videos in flight per actor.
+        retries: restarts of a lost actor, and re-runs of each task it had in flight.
+        cpus_per_worker: CPUs Ray reserves for each actor (default: `options.threads`,
+            else 1).
+        gpus_per_worker: GPUs Ray reserves for each actor (1: an actor per GPU).
+        report: told when each video starts and finishes.
+
+    Raises:
+        RuntimeUnavailableError: Ray is not installed.
+        ValueError: the cluster has no room for one actor.
+    """
+    ray = import_ray()
+    report = report or NoReport()
+    cpus = float(cpus_per_worker or options.threads or 1)
+    started_here = not ray.is_initialized()
+    if started_here:
+        if address == "local":
+            ray.init(include_dashboard=False, log_to_driver=False)
+        else:
+            ray.init(address=address, log_to_driver=False)
+    actors: list[Any] = []
+    try:
+        if workers is None:
+            resources = ray.cluster_resources()
+            room = (
+                resources.get("GPU", 0) / gpus_per_worker
+                if gpus_per_worker
+                else resources.get("CPU", 0) / cpus
+            )
+            workers = int(room)
+        if workers < 1:
+            raise ValueError(
+                f"the Ray cluster has room for no worker of {cpus:g} CPUs and "
+                f"{gpus_per_worker:g} GPUs (it has {ray.cluster_resources()})"
+            )
+        actor_class = ray.remote(
+            num_cpus=cpus,
+            num_gpus=gpus_per_worker,
+            max_restarts=retries,
+            max_task_retries=retries,
+            max_concurrency=streams,
+        )(RayVideoWorker)
+        return _dispatch(ray, actor_class, actors, jobs, options, workers, streams, report)
+    finally:
+        for actor in actors:
+            ray.kill(actor, no_restart=True)
+        if started_here:
+            ray.shutdown()
+
+
+def _dispatch(
+    ray: Any,
+    actor_class: Any,
+    actors: list[Any],
+    jobs: Sequence[VideoJob],
+    options: WorkOptions,
+    workers: int,
+    streams: int,
+    report: Reporter,
+) -> list[VideoResult]:
+    """Hand each actor `streams` videos at a time, until every video has a result.
+
+    Until the first result, one actor and one video (it may be exporting the model
+    into its machine's cache); then every actor.
+    """
+    queue = list(reversed(jobs))  # popped from the end: the first job first
+    results: dict[int, VideoResult] = {}
+    in_flight: dict[Any, tuple[int, VideoJob]] = {}
+    load: list[int] = []
+    dead: set[int] = set()
+
+    def hand_out(slot: int, most: int) -> None:
+        while queue and load[slot] < most:
+            job = queue.pop()
+            in_flight[actors[slot].process.remote(job)] = (slot, job)
+            load[slot] += 1
+            report.started(job)
+
+    actors.append(actor_class.remote(options))
+    load.append(0)
+    hand_out(0, 1)
+    while len(results) < len(jobs):
+        if results:
+            while len(actors) < workers:
+                actors.append(actor_class.remote(options))
+                load.append(0)
+            for slot in range(len(actors)):
+                if slot not in dead:
+                    hand_out(slot, streams)
+        if not in_flight:
+            # Every actor is gone for good: the rest cannot run.
+            for job in reversed(queue):
+                results[job.index] = failed(job, "no Ray worker left to run it")
+                report.finished(results[job.index])
+            break
+        done, _ = ray.wait(list(in_flight), num_returns=1, timeout=POLL_SECONDS)
+        for ref in done:
+            slot, job = in_flight.pop(ref)
+            load[slot] -= 1
+            try:
+                result = ray.get(ref)
+            except ray.exceptions.RayActorError as error:
+                dead.add(slot)
+                result = failed(job, f"its Ray worker was lost: {_first_line(error)}")
+            except ray.exceptions.RayError as error:
+                result = failed(job, _first_line(error))
+            results[job.index] = result
+            report.finished(result)
+    return [results[index] for index in sorted(results)]
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__

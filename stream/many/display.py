@@ -1,0 +1,157 @@
+"""The terminal view of a many-videos run: one overall bar with the videos in
+flight, and the summary table at the end.
+
+`ManyProgress` is told as videos start and finish (it is the run's `Reporter`) and
+is drawn by rich's refresh thread (`dashboard.live_display`), so drawing never
+holds up a worker. Where the console is no terminal (a log, a pipe) it prints a
+line per finished video instead.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from rich.console import Console, Group, RenderableType
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from sleap_live.stream.many.run import ManyResult
+from sleap_live.stream.many.videos import VideoJob
+from sleap_live.stream.many.worker import VideoResult
+
+STATUS_STYLES = {"done": "green", "skipped": "dim", "failed": "bold red"}
+
+
+class ManyProgress:
+    """Videos done out of the run's, their frames, the time left, and the files in flight.
+
+    Args:
+        total: videos in the run (skipped ones count as done at once).
+        console: where lines go when it is no terminal.
+        clock: seconds, for the rate and the time left.
+    """
+
+    def __init__(
+        self, total: int, console: Console, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.total = total
+        self._console = console
+        self._clock = clock
+        self._started_at = clock()
+        self._lock = threading.Lock()
+        self._running: dict[int, str] = {}
+        self._finished = 0
+        self._skipped = 0
+        self._failed = 0
+        self._frames = 0
+
+    def started(self, job: VideoJob) -> None:
+        with self._lock:
+            self._running[job.index] = job.video.name
+
+    def finished(self, result: VideoResult) -> None:
+        with self._lock:
+            self._running.pop(result.index, None)
+            self._finished += 1
+            self._frames += result.frames
+            self._skipped += result.status == "skipped"
+            self._failed += result.status == "failed"
+            done = self._finished
+        if not self._console.is_terminal and result.status != "skipped":
+            self._console.print(
+                f"[{done}/{self.total}] {shown(result.video)}: {describe(result)}",
+                highlight=False,
+                markup=False,
+                soft_wrap=True,
+            )
+
+    def __rich__(self) -> RenderableType:
+        with self._lock:
+            finished, skipped, failed = self._finished, self._skipped, self._failed
+            frames, running = self._frames, sorted(self._running.items())
+        elapsed = self._clock() - self._started_at
+        line = Text(f"{finished}/{self.total} videos", style="bold")
+        line.append(f"  {frames} frames")
+        if elapsed > 0:
+            line.append(f"  {frames / elapsed:.1f} fps")
+        worked = finished - skipped
+        if worked and finished < self.total:
+            left = elapsed / worked * (self.total - finished)
+            line.append(f"  ~{_duration(left)} left")
+        if failed:
+            line.append(f"  {failed} failed", style="bold red")
+        now = Text("now: " + (", ".join(name for _, name in running) or "-"), style="cyan")
+        now.truncate(200, overflow="ellipsis")
+        bar = ProgressBar(total=max(self.total, 1), completed=finished, width=40)
+        return Group(Group(bar, line), now)
+
+
+def describe(result: VideoResult) -> str:
+    """One video's outcome in a few words."""
+    if result.status == "failed":
+        return f"failed: {result.error}"
+    if result.status == "skipped":
+        return f"skipped: {result.output} is complete"
+    redone = ", a half-written output redone" if result.redone else ""
+    return (
+        f"{result.frames} frames at {result.fps:.1f} fps, {result.instances} instances "
+        f"-> {result.output}{redone}"
+    )
+
+
+def summary_table(run: ManyResult) -> Table:
+    """A row per video: its name, frames, fps, instances, status (and why it failed)."""
+    table = Table(title=f"sleap-live: {len(run.results)} videos ({run.mode})", title_justify="left")
+    table.add_column("video", overflow="fold")
+    table.add_column("frames", justify="right")
+    table.add_column("fps", justify="right")
+    table.add_column("instances", justify="right")
+    table.add_column("status", overflow="fold")
+    for result in run.results:
+        worked = result.status == "done"
+        status: str = result.status
+        if result.status == "failed":
+            status = f"failed: {_without_prefix(result.error or '', result.video)}"
+        elif result.redone:
+            status = "done (redone)"
+        elif result.attempts > 1:
+            status = f"done (attempt {result.attempts})"
+        table.add_row(
+            shown(result.video),
+            str(result.frames) if worked else "-",
+            f"{result.fps:.1f}" if worked else "-",
+            str(result.instances) if worked else "-",
+            Text(status, style=STATUS_STYLES[result.status]),
+        )
+    counts = {
+        status: sum(result.status == status for result in run.results)
+        for status in ("done", "skipped", "failed")
+    }
+    table.caption = ", ".join(f"{count} {status}" for status, count in counts.items())
+    table.caption_justify = "left"
+    return table
+
+
+def shown(path: str) -> str:
+    """`path` relative to the working directory when it is inside it, else as it is."""
+    try:
+        return os.fspath(Path(path).relative_to(Path.cwd()))
+    except ValueError:
+        return path
+
+
+def _without_prefix(error: str, video: str) -> str:
+    """An error without the video's path it starts with (the table names the video)."""
+    prefix = f"{video}: "
+    return error[len(prefix) :] if error.startswith(prefix) else error
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"

@@ -1,0 +1,216 @@
+"""`run_many`: a model over many recorded videos, an output per video, with resume.
+
+The same call goes from a folder on one machine to a Ray cluster: ``workers=1``
+runs in this process, ``workers=N`` in N local processes, ``cluster=`` on Ray; each
+gives the same poses, since each runs every video alone through the same
+`VideoWorker`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import attrs
+
+from sleap_live.engines.settings import InferenceSettings
+from sleap_live.stream.many.local import Reporter, run_here, run_in_processes
+from sleap_live.stream.many.videos import (
+    DEFAULT_NAME_PATTERN,
+    VideoJob,
+    find_videos,
+    plan_jobs,
+)
+from sleap_live.stream.many.worker import VideoResult, WorkOptions, skipped
+from sleap_live.stream.outputs.writers import DEFAULT_SAVE_INTERVAL
+
+# Videos in flight per worker: the next one decodes while the current one finishes.
+DEFAULT_STREAMS = 2
+# Further attempts at a video whose worker was lost (killed, out of memory).
+DEFAULT_RETRIES = 2
+
+
+@attrs.frozen
+class ManyResult:
+    """What a many-videos run did, a `VideoResult` per video in the order found.
+
+    Attributes:
+        results: one per video: done, skipped (complete already) or failed.
+        mode: where it ran: "this process", "N local workers" or "Ray (ADDRESS)".
+    """
+
+    results: tuple[VideoResult, ...]
+    mode: str
+
+    @property
+    def failed(self) -> tuple[VideoResult, ...]:
+        return tuple(result for result in self.results if result.status == "failed")
+
+    @property
+    def ok(self) -> bool:
+        """Whether every video is done or was complete already."""
+        return not self.failed
+
+
+def default_threads(workers: int | None, cluster: str | None = None) -> int | None:
+    """Engine threads per worker: on Ray 1 (an actor per CPU); locally each worker's
+    share of this machine's cores, so together they use each core once; None for one
+    worker in this process (the engine's default, a thread per core)."""
+    if cluster is not None:
+        return 1
+    if workers is None or workers <= 1:
+        return None
+    return max(1, (os.cpu_count() or 1) // workers)
+
+
+def run_many(
+    videos: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+    models: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    *,
+    output_dir: str | os.PathLike[str] | None = None,
+    name_pattern: str = DEFAULT_NAME_PATTERN,
+    overwrite: bool = False,
+    workers: int | None = None,
+    streams: int = DEFAULT_STREAMS,
+    threads: int | None = None,
+    cluster: str | None = None,
+    retries: int = DEFAULT_RETRIES,
+    engine: str = "auto",
+    device: str = "auto",
+    batch_size: int | None = None,
+    settings: InferenceSettings | None = None,
+    cache: bool = True,
+    cache_dir: str | os.PathLike[str] | None = None,
+    verify: bool = True,
+    decoder: str = "pyav",
+    bit_depth: int | None = None,
+    read_timeout: float | None = None,
+    save_interval: float | None = DEFAULT_SAVE_INTERVAL,
+    report: Reporter | None = None,
+) -> ManyResult:
+    """Run `models` over every video `videos` names, each into a pose file of its own.
+
+    Outputs are written under a hidden name and renamed when their video is done,
+    so an output that exists is complete: it is skipped (unless `overwrite`), and a
+    run killed halfway is resumed by running it again (a half-written output is
+    discarded and its video redone). A video that fails is reported in its result
+    and the others go on.
+
+    Args:
+        videos: video files, folders (their videos) and glob patterns (`find_videos`).
+        models: the model path, or two for top-down (as `load_runner` takes them).
+        output_dir: the outputs' folder (default: the working directory).
+        name_pattern: each output's name; ``{stem}``, ``{name}`` and ``{parent}``
+            are the video's name without suffix, its whole name and its folder's
+            name; the suffix picks the format (.slp, .h5, .nwb, .csv).
+        overwrite: redo videos whose output is complete (replaced once the new one is).
+        workers: 1 runs in this process; more, that many local processes (which
+            import the caller's main module: keep a script's top-level work under
+            ``if __name__ == "__main__":``); with
+            `cluster`, the Ray actors (default: 1 here; on Ray as many as the
+            cluster holds: an actor per `threads` CPUs, or with a ``cuda`` device
+            an actor per GPU).
+        streams: videos in flight per worker, sharing its engine.
+        threads: engine CPU threads per worker (default: each local worker's share
+            of the cores; one worker in this process: the engine's default; on Ray: 1,
+            an actor per CPU).
+        cluster: None (this machine), "local" (Ray started here) or
+            "ray://HOST:PORT" (a Ray cluster); needs the `cluster` extra.
+        retries: further attempts at a video whose worker process was lost.
+        engine, device, batch_size, settings, cache, cache_dir, verify, decoder,
+            bit_depth, read_timeout, save_interval: as for `Pipeline`,
+            `load_runner` and `open_source`.
+        report: told as each video starts and finishes (a progress display).
+
+    Raises:
+        VideoListError: `videos` names no video, a bad name pattern or output
+            folder, or two videos that would write one output.
+        ValueError: a count below 1.
+        RuntimeUnavailableError: `cluster` without Ray installed.
+    """
+    for name, value in (("workers", workers or 1), ("streams", streams)):
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1, got {value}")
+    if retries < 0:
+        raise ValueError(f"retries must be 0 or more, got {retries}")
+    given = [videos] if isinstance(videos, str | os.PathLike) else list(videos)
+    model_paths = [models] if isinstance(models, str | os.PathLike) else list(models)
+    jobs = plan_jobs(
+        find_videos(given),
+        pattern=name_pattern,
+        output_dir=None if output_dir is None else Path(output_dir),
+    )
+    options = WorkOptions(
+        models=tuple(os.fspath(Path(path).absolute()) for path in model_paths),
+        engine=engine,
+        device=device,
+        threads=threads if threads is not None else default_threads(workers, cluster),
+        batch_size=batch_size,
+        settings=settings,
+        cache=cache,
+        cache_dir=None if cache_dir is None else os.fspath(cache_dir),
+        verify=verify,
+        decoder=decoder,
+        bit_depth=bit_depth,
+        read_timeout=read_timeout,
+        save_interval=save_interval,
+    )
+    return run_jobs(
+        jobs,
+        options,
+        overwrite=overwrite,
+        workers=workers,
+        streams=streams,
+        cluster=cluster,
+        retries=retries,
+        report=report,
+    )
+
+
+def run_jobs(
+    jobs: Sequence[VideoJob],
+    options: WorkOptions,
+    *,
+    overwrite: bool = False,
+    workers: int | None = None,
+    streams: int = DEFAULT_STREAMS,
+    cluster: str | None = None,
+    retries: int = DEFAULT_RETRIES,
+    report: Reporter | None = None,
+) -> ManyResult:
+    """`run_many` on planned jobs (`plan_jobs`) and worker options."""
+    # Absolute paths: worker processes and Ray actors may run in other folders.
+    jobs = [
+        attrs.evolve(job, video=job.video.absolute(), output=job.output.absolute()) for job in jobs
+    ]
+    todo = [job for job in jobs if overwrite or not job.complete]
+    done = {job.index: skipped(job) for job in jobs if not overwrite and job.complete}
+    if report is not None:
+        for result in done.values():
+            report.finished(result)
+    if cluster is not None:
+        from sleap_live.stream.many.cluster import run_on_ray
+
+        results = run_on_ray(
+            todo,
+            options,
+            address=cluster,
+            workers=workers,
+            streams=streams,
+            retries=retries,
+            # A CUDA run: an actor per GPU, each given one by Ray.
+            gpus_per_worker=1.0 if options.device.startswith("cuda") else 0.0,
+            report=report,
+        )
+        mode = f"Ray ({cluster})"
+    elif workers is not None and workers > 1:
+        results = run_in_processes(
+            todo, options, workers=workers, streams=streams, retries=retries, report=report
+        )
+        mode = f"{workers} local workers"
+    else:
+        results = run_here(todo, options, streams=streams, report=report)
+        mode = "this process"
+    done.update((result.index, result) for result in results)
+    return ManyResult(tuple(done[index] for index in sorted(done)), mode)

@@ -1,0 +1,96 @@
+"""Helpers of the many-videos tests: a folder of short clips cut from the fixture
+videos, the model they run, a corrupt video, and the pose arrays of an output.
+
+The clips are lossless (FFV1) cuts of `tests/data/videos/single.mkv`, the video the
+single-instance fixture model was trained for, at different starts, so each clip
+has poses of its own; the model is its sleap-nn export (loaded in well under a
+second, nothing exported).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import av
+import numpy as np
+import sleap_io as sio
+
+from sleap_live.stream.many.finish import unfinished_path
+from sleap_live.stream.outputs.journal import journal_path, scan_journal
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+MODEL = DATA / "exports" / "single_instance"
+SOURCE_VIDEO = DATA / "videos" / "single.mkv"
+
+
+def cut_clips(folder: Path, lengths: dict[str, tuple[int, int]]) -> list[Path]:
+    """Write clips ``NAME.mkv`` of `SOURCE_VIDEO`'s frames [start, start + count) into
+    `folder`; their paths, sorted by name."""
+    folder.mkdir(parents=True, exist_ok=True)
+    last = max(start + count for start, count in lengths.values())
+    with av.open(str(SOURCE_VIDEO)) as container:
+        frames = []
+        for frame in container.decode(video=0):
+            frames.append(frame.to_ndarray(format="gray"))
+            if len(frames) >= last:
+                break
+    for name, (start, count) in lengths.items():
+        with av.open(str(folder / f"{name}.mkv"), "w") as container:
+            stream = container.add_stream("ffv1", rate=30)
+            stream.width, stream.height, stream.pix_fmt = (
+                frames[0].shape[1],
+                frames[0].shape[0],
+                "gray",
+            )
+            for image in frames[start : start + count]:
+                container.mux(stream.encode(av.VideoFrame.from_ndarray(image, format="gray")))
+            container.mux(stream.encode())
+    return sorted(folder / f"{name}.mkv" for name in lengths)
+
+
+def corrupt_video(path: Path) -> Path:
+    """A file named like a video that holds no video."""
+    path.write_bytes(b"\x00\x00\x00\x18ftypmp42" + bytes(range(256)) * 8)
+    return path
+
+
+def pose_arrays(output: Path) -> dict[str, bytes]:
+    """The bytes of an output's frame indices, points, point scores and instance
+    scores, every instance of every frame in order."""
+    labels = sio.load_slp(str(output))
+    frames = sorted(labels.labeled_frames, key=lambda frame: frame.frame_idx)
+    points, point_scores, scores, indices = [], [], [], []
+    for frame in frames:
+        for instance in frame.instances:
+            indices.append(frame.frame_idx)
+            points.append(instance.numpy(scores=False))
+            point_scores.append(instance.numpy(scores=True)[:, 2])
+            scores.append(instance.score)
+    return {
+        "frame_indices": np.asarray(indices, np.int64).tobytes(),
+        "points": np.asarray(points, np.float64).tobytes(),
+        "point_scores": np.asarray(point_scores, np.float64).tobytes(),
+        "instance_scores": np.asarray(scores, np.float64).tobytes(),
+    }
+
+
+def frame_count(output: Path) -> int:
+    """Labeled frames in an output."""
+    return len(sio.load_slp(str(output)).labeled_frames)
+
+
+def writer_pid_once_saving(output: Path, timeout: float = 60.0) -> int:
+    """The process writing `output`'s unfinished journal, once it has saved frames
+    (so a kill lands mid-video)."""
+    journal = journal_path(unfinished_path(output))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            contents = scan_journal(journal)
+        except OSError:
+            contents = None
+        if contents is not None and contents.n_frames > 0:
+            return contents.header.pid
+        time.sleep(0.02)
+    raise AssertionError(f"no frames were saved to {journal} within {timeout} s")

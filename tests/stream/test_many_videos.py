@@ -1,0 +1,219 @@
+"""Many videos, an output each (`run_many`, `sleap-live run DIR`): in this process and
+in local worker processes, the same poses; resume; a corrupt video; a killed worker.
+
+The Ray runs are in test_many_videos_ray.py (one Ray session for them all).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from sleap_live import run_many
+from sleap_live.cli import main
+from sleap_live.stream.many.finish import unfinished_files, unfinished_path
+from sleap_live.stream.many.videos import VideoListError, find_videos, plan_jobs
+from sleap_live.stream.outputs.journal import MAGIC, journal_path
+from tests.stream.many_videos import (
+    MODEL,
+    corrupt_video,
+    cut_clips,
+    frame_count,
+    pose_arrays,
+    writer_pid_once_saving,
+)
+
+CLIPS = {"a": (0, 6), "b": (40, 4), "c": (90, 30)}
+ENGINE = {"engine": "onnx", "device": "cpu", "threads": 1}
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    """Three short clips and a corrupt video, in one folder."""
+    path = tmp_path_factory.mktemp("videos")
+    cut_clips(path, CLIPS)
+    corrupt_video(path / "broken.mp4")
+    return path
+
+
+@pytest.fixture(scope="module")
+def sequential(folder, tmp_path_factory):
+    """The folder run in this process, one video after another: (result, output folder)."""
+    out = tmp_path_factory.mktemp("sequential")
+    return run_many(folder, MODEL, output_dir=out, workers=1, streams=1, **ENGINE), out
+
+
+def test_a_folder_in_this_process_reports_the_corrupt_video_and_finishes_the_rest(
+    sequential, folder
+):
+    run, out = sequential
+    assert [Path(result.video).name for result in run.results] == [
+        "a.mkv",
+        "b.mkv",
+        "broken.mp4",
+        "c.mkv",
+    ]
+    statuses = {Path(result.video).stem: result.status for result in run.results}
+    assert statuses == {"a": "done", "b": "done", "broken": "failed", "c": "done"}
+    (broken,) = run.failed
+    assert broken.error.startswith(str(folder / "broken.mp4"))
+    assert not run.ok
+    for name, (_, count) in CLIPS.items():
+        assert frame_count(out / f"{name}.predictions.slp") == count
+    assert sorted(path.name for path in out.iterdir()) == [
+        "a.predictions.slp",
+        "b.predictions.slp",
+        "c.predictions.slp",
+    ]
+
+
+def test_local_workers_give_the_same_poses_with_a_worker_killed_mid_video(
+    sequential, folder, tmp_path
+):
+    """Two worker processes, two videos in flight in each, batches of 2 (8 in this
+    process); the process writing c is killed once it saved frames: c (and whatever
+    else that worker had in flight) is started again and comes out whole."""
+    reference, reference_out = sequential
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(
+            run_many,
+            folder,
+            MODEL,
+            output_dir=tmp_path,
+            workers=2,
+            streams=2,
+            batch_size=2,
+            save_interval=0.01,
+            **ENGINE,
+        )
+        pid = writer_pid_once_saving(tmp_path / "c.predictions.slp")
+        assert pid != os.getpid()
+        os.kill(pid, signal.SIGKILL)
+        run = running.result(timeout=180)
+    assert run.mode == "2 local workers"
+    assert [result.status for result in run.results] == [
+        result.status for result in reference.results
+    ]
+    c = run.results[-1]
+    assert c.attempts == 2 and c.redone and c.worker != pid
+    assert os.getpid() not in {result.worker for result in run.results}
+    for name in CLIPS:
+        output = f"{name}.predictions.slp"
+        assert pose_arrays(tmp_path / output) == pose_arrays(reference_out / output)
+    assert unfinished_files(tmp_path / "c.predictions.slp") == []
+
+
+def test_a_second_run_skips_finished_videos_and_redoes_a_half_written_one(
+    sequential, folder, tmp_path
+):
+    _, reference_out = sequential
+    for name in ("a", "c"):
+        (tmp_path / f"{name}.predictions.slp").write_bytes(
+            (reference_out / f"{name}.predictions.slp").read_bytes()
+        )
+    # b was killed halfway: its unfinished output and a journal with a torn chunk.
+    half = unfinished_path(tmp_path / "b.predictions.slp")
+    half.write_bytes(b"half")
+    journal_path(half).write_bytes(MAGIC + b"H\x05\x00\x00\x00")
+    run = run_many(
+        [folder / "a.mkv", folder / "b.mkv", folder / "c.mkv"],
+        MODEL,
+        output_dir=tmp_path,
+        workers=1,
+        **ENGINE,
+    )
+    statuses = {Path(result.video).stem: result.status for result in run.results}
+    assert statuses == {"a": "skipped", "b": "done", "c": "skipped"}
+    (redone,) = [result for result in run.results if result.status == "done"]
+    assert redone.redone
+    assert pose_arrays(tmp_path / "b.predictions.slp") == pose_arrays(
+        reference_out / "b.predictions.slp"
+    )
+    assert unfinished_files(tmp_path / "b.predictions.slp") == []
+
+
+def test_the_command_line_prints_every_video_and_exits_1_when_one_failed(
+    tmp_path, capsys, monkeypatch
+):
+    videos = tmp_path / "videos"
+    cut_clips(videos, {"short": (0, 8)})
+    corrupt_video(videos / "broken.mp4")
+    monkeypatch.chdir(tmp_path)
+    arguments = ["run", "videos", "-m", str(MODEL), "--engine", "onnx", "--device", "cpu"]
+    assert main(arguments) == 1
+    printed = capsys.readouterr()
+    assert "short.mkv" in printed.out and "1 done, 0 skipped, 1 failed" in printed.out
+    assert "broken.mp4: failed:" in printed.err
+    assert (tmp_path / "short.predictions.slp").exists()
+    # Again: the finished video is skipped, the broken one fails again.
+    output = tmp_path / "short.predictions.slp"
+    before = output.stat().st_mtime_ns
+    assert main(arguments) == 1
+    printed = capsys.readouterr()
+    assert "0 done, 1 skipped, 1 failed" in printed.out and "broken.mp4: failed:" in printed.err
+    assert output.stat().st_mtime_ns == before
+    # With --overwrite the video is redone, its output replaced once complete.
+    assert main([*arguments, "-q", "--overwrite"]) == 1
+    assert output.stat().st_mtime_ns != before
+    assert "broken.mp4: failed:" in capsys.readouterr().err
+    output.unlink()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["-o", "x.slp"], "-o (use --output-dir and --name-pattern) applies to one video"),
+        (["--name-pattern", "{stem}.txt"], "{stem}.txt: cannot write poses to a .txt file"),
+        (["--name-pattern", "poses.slp"], "needs a field"),
+        (["--output-dir", "missing"], "the output folder does not exist"),
+    ],
+)
+def test_the_command_line_refuses_what_does_not_apply(tmp_path, capsys, extra, message):
+    cut_clips(tmp_path, {"one": (0, 2), "two": (2, 2)})
+    arguments = ["run", str(tmp_path), "-m", str(MODEL), "--output-dir", str(tmp_path)]
+    assert main([*arguments, *extra]) in (1, 2)
+    assert message in capsys.readouterr().err
+
+
+def test_videos_are_found_in_folders_and_patterns_and_outputs_never_collide(tmp_path):
+    for folder in ("day1", "day2"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "cage.mp4").write_bytes(b"")
+        (tmp_path / folder / "notes.txt").write_bytes(b"")
+    found = find_videos([tmp_path / "day1", str(tmp_path / "day*" / "*.mp4")])
+    assert found == [tmp_path / "day1" / "cage.mp4", tmp_path / "day2" / "cage.mp4"]
+    with pytest.raises(VideoListError, match=r"would both write .*\{parent\}"):
+        plan_jobs(found, output_dir=tmp_path)
+    jobs = plan_jobs(found, pattern="{parent}_{stem}.h5", output_dir=tmp_path)
+    assert [job.output.name for job in jobs] == ["day1_cage.h5", "day2_cage.h5"]
+    with pytest.raises(VideoListError, match="matches no file"):
+        find_videos([str(tmp_path / "*.avi")])
+    with pytest.raises(VideoListError, match="no video in this folder"):
+        find_videos([tmp_path])
+
+
+def test_a_run_stopped_with_ctrl_c_leaves_no_output(tmp_path, monkeypatch):
+    """Stopped videos fail as stopped and leave nothing behind (a rerun redoes them)."""
+    from sleap_live.stream.many import worker as worker_module
+
+    (video,) = cut_clips(tmp_path / "videos", {"clip": (0, 12)})
+    stopper = threading.Event()
+    original = worker_module.VideoWorker._run
+
+    def run_then_stop(self, job):
+        self.stop()
+        stopper.set()
+        return original(self, job)
+
+    monkeypatch.setattr(worker_module.VideoWorker, "_run", run_then_stop)
+    run = run_many(video, MODEL, output_dir=tmp_path, workers=1, **ENGINE)
+    assert stopper.is_set()
+    (result,) = run.results
+    assert result.status == "failed" and "stopped" in (result.error or "")
+    assert not (tmp_path / "clip.predictions.slp").exists()
+    assert unfinished_files(tmp_path / "clip.predictions.slp") == []
