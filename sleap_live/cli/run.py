@@ -31,6 +31,7 @@ from sleap_live.cli.options import (
     add_model_options,
     add_verify_options,
     bit_depth,
+    centroid_only_line,
     check_models,
     count,
     frame_rate,
@@ -431,6 +432,9 @@ def _print_path(source: Source, runner: Any, decoder: str, console: Console) -> 
     if source.decoder_notice is not None and decoder == "auto":
         console.print(source.decoder_notice, highlight=False, soft_wrap=True)
     console.print(path_line(source, runner), highlight=False, soft_wrap=True)
+    centroid_only = centroid_only_line(runner)
+    if centroid_only is not None:
+        console.print(centroid_only, highlight=False, soft_wrap=True)
 
 
 def _check(args: argparse.Namespace) -> None:
