@@ -210,8 +210,8 @@ def _add_common_options(
         "--preview-hold",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="when the source ends, keep showing the last frame and the run's figures "
-        "until Ctrl-C (--no-preview-hold: stop with the run; default: hold in a terminal)",
+        help="when the run ends, keep showing the last frame and the run's figures until "
+        "Ctrl-C; --no-preview-hold: stop with the run (default: hold in a terminal)",
     )
     view.add_argument(
         "--preview-port",
