@@ -9,7 +9,7 @@ slow subscriber has no room for). Prints a line per frame and, at the end (after
 gaps in the messages' `sequence`, which numbers a run's frames from 0.
 
 Every message has two parts: the topic ``poses/<source id>`` (subscribe to a
-prefix of it: ``poses`` for every source) and one msgpack map (see the README,
+prefix of it: ``poses`` for every source) and one msgpack map (see docs/outputs.md,
 "Poses to other programs").
 """
 

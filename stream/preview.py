@@ -23,9 +23,11 @@ frame's poses when a new frame follows) then the JPEG as a binary message;
 When the ring closes (the run ended), the pages get a last update marked
 ``finished``, with the run's figures; the server waits up to `FINAL_SEND_SECONDS`
 for them to take it, then shuts down, giving a send still blocked on a page that
-stopped reading as long again before it is cancelled. A failure of the preview is
-logged and ends the preview only; the run goes on. aiohttp and Pillow are the
-``preview`` extra.
+stopped reading as long again before it is cancelled. `PreviewServer.hold` then
+serves that last frame and those figures on the same address until the caller
+stops it (Ctrl-C on the command line), for a run that ended before anyone looked.
+A failure of the preview is logged and ends the preview only; the run goes on.
+aiohttp and Pillow are the ``preview`` extra.
 
 Who may look: a request whose ``Host`` is not one of the names the preview is
 served on (loopback: ``127.0.0.1``, ``localhost``, ``[::1]``, with the port), or
@@ -80,6 +82,8 @@ DEFAULT_MAX_FPS = 15.0
 JPEG_QUALITY = 80
 # Most real seconds the last update may take to reach the pages once the run ended.
 FINAL_SEND_SECONDS = 1.0
+# How often `hold` looks whether it was told to stop.
+HOLD_POLL_SECONDS = 0.1
 INSTALL_HINT = 'pip install "sleap-live[preview]"'
 PAGE = "preview.html"
 # Connections served at once (pages, scripts): far below the usual 1,024 descriptors.
@@ -234,11 +238,17 @@ def stats_message(stats: PipelineStats) -> dict[str, Any]:
 
 
 def skeleton_message(info: ModelInfo) -> dict[str, Any]:
-    """What the page needs to draw the model's instances."""
+    """What the page needs to draw the model's instances, in the colours of `sleap-live
+    render` and overlay recordings (their default palette, by track or by instance)."""
+    from sleap_io.rendering.colors import PALETTES
+
+    from sleap_live.stream.outputs.overlay import DEFAULT_PALETTE
+
     return {
         "nodes": list(info.skeleton.node_names),
         "edges": [list(edge) for edge in info.skeleton.edges],
         "tracks": list(info.class_names),
+        "palette": [f"#{r:02x}{g:02x}{b:02x}" for r, g, b in PALETTES[DEFAULT_PALETTE]],
     }
 
 
@@ -268,7 +278,9 @@ class PreviewServer:
 
     Attach it to a pipeline (`Pipeline.attach`, a `RingConsumer`): the pipeline
     serves it in a stage thread from `start` until the run ends, and the address is
-    then released. Close it yourself (or use ``with``) if the pipeline never starts.
+    then released, unless `hold` is to serve the run's last frame and figures after
+    it (``linger=True``). Close it yourself (or use ``with``) if the pipeline never
+    starts, and after `hold`.
 
     Args:
         host: the address to listen on; only this machine can connect to the
@@ -277,6 +289,7 @@ class PreviewServer:
         max_fps: most frames a second sent to each page.
         token: the secret every request must carry (``?token=``); None takes a
             random one when `host` is beyond loopback, and needs none on loopback.
+        linger: keep the address bound when the run ends, for `hold`.
 
     Attributes:
         host, port: the address bound (the port chosen for 0).
@@ -294,6 +307,7 @@ class PreviewServer:
         *,
         max_fps: float = DEFAULT_MAX_FPS,
         token: str | None = None,
+        linger: bool = False,
     ) -> None:
         if not (max_fps > 0 and math.isfinite(max_fps)):
             raise ValueError(f"max_fps must be a positive number, got {max_fps}")
@@ -315,6 +329,7 @@ class PreviewServer:
         self._accept_failed = False
         self._interval = 1.0 / max_fps
         self._served = False
+        self._linger = linger
         self._lock = threading.Lock()
         # Set while serving; only touched in the serving thread.
         self._changed: asyncio.Condition | None = None
@@ -359,10 +374,38 @@ class PreviewServer:
                 raise PreviewError(f"the preview on {self.url} was closed or served already")
             self._served = True
         snapshots = Snapshots(ring, frames, get_stats)
+        failed = True
         try:
             asyncio.run(self._serve(snapshots, skeleton_message(info)))
+            failed = False
         except Exception:
             logger.exception("the preview on %s failed; the run goes on without it", self.url)
+        finally:
+            if failed or not self._linger:
+                self.close()
+
+    @property
+    def can_hold(self) -> bool:
+        """Whether `hold` has a run to show: one served to its end, address still bound."""
+        snapshots = self._snapshots
+        return snapshots is not None and snapshots.finished and self._socket.fileno() >= 0
+
+    def hold(self, stop: threading.Event | None = None) -> None:
+        """Serve the run's last frame and figures until `stop` is set (or Ctrl-C, a
+        KeyboardInterrupt in this thread), then release the address.
+
+        For a server made with ``linger=True`` whose run has ended; pages opened now
+        get that last update, marked finished.
+
+        Raises:
+            PreviewError: the server has not served a run, or was closed.
+        """
+        snapshots = self._snapshots
+        if snapshots is None or not self.can_hold:
+            raise PreviewError(f"the preview on {self.url} has no ended run to show")
+        ended = stop if stop is not None else threading.Event()
+        try:
+            asyncio.run(self._serve(snapshots, self._skeleton, until=ended))
         finally:
             self.close()
 
@@ -378,7 +421,12 @@ class PreviewServer:
 
     # ------------------------------------------------------------------- serving
 
-    async def _serve(self, snapshots: Snapshots, skeleton: dict[str, Any]) -> None:
+    async def _serve(
+        self,
+        snapshots: Snapshots,
+        skeleton: dict[str, Any],
+        until: threading.Event | None = None,
+    ) -> None:
         web = self._web
         asyncio.get_running_loop().set_exception_handler(self._loop_error)
         self._changed = asyncio.Condition()
@@ -407,9 +455,15 @@ class PreviewServer:
                 return _Counted(handlers(), self._connection_lost)
             return _Refused(self._refuse_once)
 
-        listening = await asyncio.get_running_loop().create_server(connection, sock=self._socket)
+        # A copy of the socket, as closing the server closes the socket it is given:
+        # the address stays bound for `hold` until `close`.
+        listening = await asyncio.get_running_loop().create_server(
+            connection, sock=self._socket.dup()
+        )
         try:
             await self._sample(snapshots)
+            while until is not None and not until.is_set():
+                await asyncio.sleep(HOLD_POLL_SECONDS)
         finally:
             listening.close()
             await runner.cleanup()

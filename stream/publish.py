@@ -327,7 +327,7 @@ class Publisher:
 
 
 def pose_message(record: PoseRecord, sequence: int, info: ModelInfo) -> dict[str, Any]:
-    """The map one pose record is published as (its layout is in the README).
+    """The map one pose record is published as (its layout is in docs/outputs.md).
 
     Args:
         record: the poses of one frame.

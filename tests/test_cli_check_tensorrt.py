@@ -76,3 +76,58 @@ def test_python_m_sleap_live_runs_it_too(flagged):
         text=True,
     )
     assert result.returncode == 1 and result.stdout.startswith("relu (Relu): uint8")
+
+
+def _exported(path, model_type, profile="default", max_instances=None):
+    """`path`'s graph carrying the metadata of a sleap-live export of `model_type`."""
+    from sleap_live.engines.export.onnx import embed_metadata
+    from sleap_live.engines.load.metadata import ExportMetadata
+    from sleap_live.engines.types import ModelInfo, Skeleton
+
+    info = ModelInfo(model_type, Skeleton(("head", "tail"), ((0, 1),)), 1, max_instances)
+    metadata = ExportMetadata(
+        info,
+        "onnx",
+        "frames",
+        (1,),
+        ("out",),
+        "0.1.0",
+        "2026-01-01T00:00:00",
+        sources=(
+            {"path": "models/centroid", "training_config": "training_config.yaml"},
+            {"path": "models/centered instance", "training_config": "training_config.yaml"},
+        ),
+        profile=profile,
+    )
+    path.write_bytes(embed_metadata(path.read_bytes(), metadata))
+    return path
+
+
+def test_findings_end_with_their_count_and_the_export_that_tensorrt_takes(flagged, capsys):
+    """Issue 24: a default export's hundreds of findings ended with nothing to do next."""
+    assert cli.main(["check-tensorrt", str(_exported(flagged, "topdown"))]) == 1
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 1  # stdout: the findings alone
+    [line] = err.splitlines()
+    assert line.startswith("1 findings. This is a default-profile export"), line
+    output = flagged.with_name("model.tensorrt.onnx")
+    assert (
+        "`sleap-live export models/centroid 'models/centered instance' --profile tensorrt "
+        f"--max-instances N --verify-video VIDEO -o {output}` (N: the most animals" in line
+    )
+
+
+def test_the_next_step_keeps_the_exports_max_instances_and_needs_none_for_bottomup(flagged, capsys):
+    assert cli.main(["check-tensorrt", str(_exported(flagged, "topdown", max_instances=3))]) == 1
+    assert "--profile tensorrt --max-instances 3 --verify-video" in capsys.readouterr().err
+    assert cli.main(["check-tensorrt", str(_exported(flagged, "bottomup"))]) == 1
+    err = capsys.readouterr().err
+    assert "--profile tensorrt --verify-video" in err and "max-instances" not in err
+
+
+def test_the_next_step_of_other_graphs(flagged, capsys):
+    assert cli.main(["check-tensorrt", str(flagged)]) == 1
+    assert "Not a sleap-live export" in capsys.readouterr().err
+    _exported(flagged, "topdown", profile="tensorrt", max_instances=2)
+    assert cli.main(["check-tensorrt", str(flagged)]) == 1
+    assert "exported with --profile tensorrt, which should lint clean" in capsys.readouterr().err

@@ -70,8 +70,9 @@ def export_model(
         frame_size: (height, width) of a "tensorrt" profile graph (default: the
             verification frames'); for "tensorrt", (height, width) or (height,
             width, channels) of the stream's frames (required).
-        batch_size, precision, device: "tensorrt": the engine's largest batch,
-            "fp32" or "fp16", and the GPU to build on.
+        batch_size: "tensorrt": the engine's largest batch.
+        precision: "tensorrt": "fp32" or "fp16".
+        device: "tensorrt": the GPU to build on.
         notify: "tensorrt": told about engines rebuilt and files not written.
 
     Returns:

@@ -8,8 +8,10 @@ frames are taken, in this order, from:
    `sleap_live.stream.runner.spread_frames`);
 2. the model directories' own training labels, the `labels_gt.train.N.slp` /
    `labels_gt.val.N.slp` files `sleap-nn train` writes (`labels_train_gt_N.slp`
-   in older versions): user-labelled frames of the first labelled video that is
-   still on disk;
+   in older versions), then the labels files its `training_config.yaml` names
+   (`data_config.train_labels_path`, `val_labels_path`; as written, else relative
+   to the model directory): user-labelled frames of the first labelled video that
+   is still on disk, where it was recorded or, moved with its labels, beside them;
 3. synthetic frames (`sample_frames`), which only toy models tend to find
    anything in.
 
@@ -54,6 +56,7 @@ SEARCH_SECONDS = 3.0
 # Rows and columns added for the second check size (one more where needed to make
 # the size odd).
 GROWTH = (23, 37)
+TRAINING_CONFIG = "training_config.yaml"
 TRAINING_LABELS = (
     "labels_gt.train.*.slp",
     "labels_gt.val.*.slp",
@@ -228,9 +231,37 @@ def _stacked(given: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
     return np.concatenate(batches)
 
 
+def _configured_labels(model_dir: Path) -> list[Path]:
+    """The labels files the model directory's training config names, where they exist."""
+    import yaml
+
+    config_path = model_dir / TRAINING_CONFIG
+    try:
+        config = yaml.safe_load(config_path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return []  # no config here, or one the model loader reports on
+    data = config.get("data_config") if isinstance(config, dict) else None
+    if not isinstance(data, dict):
+        return []
+    named: list[str] = []
+    for key in ("train_labels_path", "val_labels_path"):
+        value = data.get(key)
+        named.extend([value] if isinstance(value, str) else value or [])
+    found = []
+    for name in named:
+        if not isinstance(name, str):
+            continue
+        for candidate in (Path(name), model_dir / name, model_dir / Path(name).name):
+            if candidate.is_file():
+                found.append(candidate.resolve())
+                break
+    return found
+
+
 def _training_label_frames(model_dir: Path) -> tuple[np.ndarray, Path] | None:
     """Up to `FRAMES_WANTED` user-labelled frames of the first video still on disk."""
     paths = [path for pattern in TRAINING_LABELS for path in sorted(model_dir.glob(pattern))]
+    paths += [path for path in _configured_labels(model_dir) if path not in paths]
     if not paths:
         return None
     import sleap_io as sio
@@ -245,7 +276,11 @@ def _training_label_frames(model_dir: Path) -> tuple[np.ndarray, Path] | None:
             ) from error
         for video in labels.videos:
             if not video.exists():
-                continue
+                # Moved with its labels: a video of that name beside them.
+                beside = path.parent / Path(str(video.filename)).name
+                if not beside.is_file():
+                    continue
+                video.replace_filename(str(beside))
             labelled = [frame for frame in labels.find(video) if frame.has_user_instances]
             labelled = labelled[:FRAMES_WANTED]
             if labelled:

@@ -310,6 +310,19 @@ def path_line(source: Source, runner: Any) -> str:
     return f"path: {source.decoder} decode -> {type(runner).__name__} on {runner.device}"
 
 
+def centroid_only_line(runner: Any) -> str | None:
+    """One line when the model is a centroid model alone (a top-down pair given without
+    its centered-instance model): its poses are one point per animal. None otherwise."""
+    info = runner.info
+    if info.model_type != "centroid":
+        return None
+    node = ", ".join(info.skeleton.node_names)
+    return (
+        f"a centroid model alone: one point per animal ({node}), no body parts; for whole "
+        "poses give its centered-instance model too (a second -m)"
+    )
+
+
 def add_verify_options(
     parser: argparse.ArgumentParser, *, frames_default: str, description: str | None = None
 ) -> None:

@@ -32,6 +32,7 @@ from sleap_live.cli.options import (
     add_model_options,
     add_verify_options,
     bit_depth,
+    centroid_only_line,
     check_models,
     count,
     frame_rate,
@@ -209,8 +210,15 @@ def _add_common_options(
         action="store_true",
         help="serve a live preview in the browser: the frames with the poses drawn and the "
         f"dashboard's figures, at most {DEFAULT_MAX_FPS:g} frames a second (skipping frames for "
-        "the page, never for the model); its address is printed; needs the preview extra "
-        "(default: no preview)",
+        "the page, never for the model); its address is printed once the model is ready; "
+        "needs the preview extra (default: no preview)",
+    )
+    view.add_argument(
+        "--preview-hold",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="when the run ends, keep showing the last frame and the run's figures until "
+        "Ctrl-C; --no-preview-hold: stop with the run (default: hold in a terminal)",
     )
     view.add_argument(
         "--preview-port",
@@ -355,6 +363,8 @@ def _run(
             for consumer in (publisher, preview):
                 if consumer is not None:
                     pipeline.attach(consumer)
+            if preview is not None:
+                _print_preview(preview, console)
             if not args.quiet:
                 first = source.sources[0] if isinstance(source, SourceGroup) else source
                 _print_path(first, runner, args.decoder, console)
@@ -368,6 +378,8 @@ def _run(
             _summarise(pipeline, output, console)
         finally:
             runner.close()
+    if preview is not None and _holds(args, console):
+        _hold_preview(preview, console)
     return 0
 
 
@@ -418,8 +430,8 @@ def _port(text: str) -> int:
 def _bind_preview(
     args: argparse.Namespace, console: Console
 ) -> contextlib.AbstractContextManager[Any]:
-    """The `PreviewServer` of --preview, bound before any work and its address printed
-    (a null context without it).
+    """The `PreviewServer` of --preview, bound before any work (a null context without
+    it); its address is printed once the model is ready.
 
     Raises:
         PreviewError: naming --preview and the address.
@@ -429,14 +441,39 @@ def _bind_preview(
     host = DEFAULT_HOST if args.preview_host is None else args.preview_host
     port = DEFAULT_PORT if args.preview_port is None else args.preview_port
     try:
-        server = PreviewServer(host, port)
+        return PreviewServer(host, port, linger=_holds(args, console))
     except PreviewError as error:
         raise PreviewError(f"--preview: {error}") from None
-    # Printed even with --quiet: without it a page on a free port cannot be found.
-    console.print(f"preview on {server.url}", highlight=False)
-    if server.exposed:
-        console.print(preview_exposure_warning(server.url), highlight=False, soft_wrap=True)
-    return server
+
+
+def _holds(args: argparse.Namespace, console: Console) -> bool:
+    """Whether the preview shows the run's last frame until Ctrl-C once the source ends:
+    --preview-hold, else where someone is at a terminal to press it."""
+    return console.is_terminal if args.preview_hold is None else args.preview_hold
+
+
+def _print_preview(preview: PreviewServer, console: Console) -> None:
+    """The preview's address, once the model is ready (a page opened earlier would
+    show nothing for as long as the model loads), and its exposure warning.
+
+    Printed even with --quiet: without it a page on a free port cannot be found."""
+    console.print(f"preview on {preview.url}", highlight=False)
+    if preview.exposed:
+        console.print(preview_exposure_warning(preview.url), highlight=False, soft_wrap=True)
+
+
+def _hold_preview(preview: PreviewServer, console: Console) -> None:
+    """Serve the ended run's last frame and figures until Ctrl-C."""
+    if not preview.can_hold:
+        return  # it failed during the run, and said so then
+    console.print(
+        f"the run ended; the preview on {preview.url} shows its last frame and figures "
+        "until Ctrl-C",
+        highlight=False,
+        soft_wrap=True,
+    )
+    with contextlib.suppress(KeyboardInterrupt):
+        preview.hold()
 
 
 def _print_path(source: Source, runner: Any, decoder: str, console: Console) -> None:
@@ -445,12 +482,16 @@ def _print_path(source: Source, runner: Any, decoder: str, console: Console) -> 
     if source.decoder_notice is not None and decoder == "auto":
         console.print(source.decoder_notice, highlight=False, soft_wrap=True)
     console.print(path_line(source, runner), highlight=False, soft_wrap=True)
+    centroid_only = centroid_only_line(runner)
+    if centroid_only is not None:
+        console.print(centroid_only, highlight=False, soft_wrap=True)
 
 
 def _check(args: argparse.Namespace) -> None:
     check_models(args)
-    if not args.preview and (args.preview_port is not None or args.preview_host is not None):
-        raise UsageError("--preview-port and --preview-host apply with --preview")
+    preview_options = (args.preview_port, args.preview_host, args.preview_hold)
+    if not args.preview and any(option is not None for option in preview_options):
+        raise UsageError("--preview-port, --preview-host and --preview-hold apply with --preview")
     if args.output is not None:
         try:
             check_suffix(args.output)

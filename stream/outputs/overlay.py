@@ -20,6 +20,8 @@ from sleap_io.rendering.shapes import MarkerShape
 COLOR_SCHEMES = ("auto", "track", "instance", "node")
 PALETTES: tuple[str, ...] = typing.get_args(PaletteName)
 MARKER_SHAPES: tuple[str, ...] = typing.get_args(MarkerShape)
+# One colour scheme everywhere poses are drawn: render, overlay recordings, the preview.
+DEFAULT_PALETTE = "standard"
 
 
 @attrs.frozen
@@ -37,7 +39,7 @@ class OverlayStyle:
     """
 
     color_by: str = attrs.field(default="auto", validator=attrs.validators.in_(COLOR_SCHEMES))
-    palette: str = attrs.field(default="standard", validator=attrs.validators.in_(PALETTES))
+    palette: str = attrs.field(default=DEFAULT_PALETTE, validator=attrs.validators.in_(PALETTES))
     marker_size: float = attrs.field(default=4.0, validator=attrs.validators.gt(0))
     marker_shape: str = attrs.field(default="circle", validator=attrs.validators.in_(MARKER_SHAPES))
     line_width: float = attrs.field(default=2.0, validator=attrs.validators.gt(0))

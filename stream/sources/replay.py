@@ -149,19 +149,28 @@ class ReplaySource(SourceBase):
                 self._warn_too_fast(released, slipped, self._clock() - started)
 
     def _warn_too_fast(self, released: int, slipped: int, seconds: float) -> None:
+        """One line with the figures of what went wrong: frames the consumer was too
+        slow to take (skipped, at the replay's own pace), or a decoder slower than the
+        rate (the schedule slipped, so the replay itself ran slower)."""
         replayed = released + self.skipped
-        # Intervals between the frames gone through, over the time they took.
-        rate = f"about {(replayed - 1) / seconds:.0f} fps" if seconds > 0 else "no measurable rate"
+        # Frames handed on, and frames gone through, per second of the replay.
+        taken = f"{released / seconds:.0f}" if seconds > 0 else "?"
+        paced = f"{(replayed - 1) / seconds:.0f}" if seconds > 0 else "?"
+        parts = []
+        if self.skipped:
+            parts.append(
+                f"the pipeline took {released} of {replayed} frames (about {taken} fps) and "
+                f"{self.skipped} were skipped (counted as dropped)"
+            )
+        if slipped:
+            parts.append(
+                f"decoding fell behind {slipped} times, so the video went by at about {paced} fps"
+            )
         logger.warning(
-            "%s: this machine could not hold the replay rate of %g fps: %d of %d frames "
-            "skipped (counted as dropped), the schedule slipped %d times while decoding; "
-            "it replayed at %s",
+            "%s: this machine could not keep up with the replay rate of %g fps: %s",
             self.source_id,
             self._rate,
-            self.skipped,
-            replayed,
-            slipped,
-            rate,
+            "; ".join(parts),
         )
 
     def _release(self) -> None:

@@ -17,7 +17,7 @@ import torch
 from sleap_live.engines.errors import ExportError, ModelConfigError, ModelNotFoundError
 from sleap_live.engines.export import export_model
 from sleap_live.engines.export.exporter import export_inference_model, export_onnx_bytes
-from sleap_live.engines.export.frames import check_batches, sample_frames
+from sleap_live.engines.export.frames import check_batches, sample_frames, verification_frames
 from sleap_live.engines.export.torchscript import load_torchscript, read_torchscript_metadata
 from sleap_live.engines.export.verify import TOLERANCE, Exported
 from sleap_live.engines.graph.build import load_inference_model
@@ -506,3 +506,37 @@ def test_export_model_is_one_function_for_every_format(tmp_path):
         export_model([tmp_path], tmp_path / "model.tflite", format="tflite")
     with pytest.raises(ValueError, match="a TensorRT export needs frame_size"):
         export_model([tmp_path], tmp_path / "out", format="tensorrt")
+
+
+def _moved_labels(model_dir, folder, *, video_too: bool):
+    """The model directory's training labels moved to `folder` (with their video, where
+    `video_too`: then the labels still name its old place), and its training config
+    naming them there, relative to the model directory, as a clone of a lab's
+    repository of models and data would have them."""
+    import shutil
+
+    import sleap_io as sio
+    import yaml
+
+    folder.mkdir()
+    labels_path = folder / "session.slp"
+    labels = sio.load_slp(str(model_dir / "labels_gt.train.0.slp"))
+    (model_dir / "labels_gt.train.0.slp").unlink()
+    if video_too:
+        shutil.copy(labels.videos[0].filename, folder / "multi_gray.mkv")
+        labels.videos[0].replace_filename(str(model_dir / "gone" / "multi_gray.mkv"), open=False)
+    labels.save(str(labels_path))
+    config_path = model_dir / "training_config.yaml"
+    config = yaml.safe_load(config_path.read_text())
+    config["data_config"]["train_labels_path"] = [f"../{folder.name}/session.slp"]
+    config_path.write_text(yaml.safe_dump(config))
+    return labels_path
+
+
+def test_the_labels_the_training_config_names_are_found_without_being_told(labelled_model_dir):
+    """Issue 24: an export verifies on frames with animals without --verify-video, from
+    the labels its training config names, their video moved beside them."""
+    labels = _moved_labels(labelled_model_dir, labelled_model_dir.parent / "data", video_too=True)
+    found = verification_frames(1, model_dirs=[labelled_model_dir])
+    assert found.source == f"the training labels {labels.resolve()}"
+    assert found.frames.shape == (3, 168, 200, 1)

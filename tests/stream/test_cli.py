@@ -21,6 +21,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import attrs
 import av
 import numpy as np
 import pytest
@@ -684,3 +685,25 @@ def test_export_builds_the_inference_settings_into_the_model(monkeypatch):
     argv = ["export", "m", "--no-verify", "--max-instances", "3", "--n-points", "5"]
     assert cli.main(argv) == 130
     assert given == [None, InferenceSettings(max_instances=3, n_points=5)]
+
+
+@pytest.mark.parametrize("model_type", ["centroid", "single_instance"])
+def test_a_centroid_model_alone_says_so_in_one_line(
+    model_type, video, tmp_path, monkeypatch, fakes, capsys
+):
+    """Issue 24: a top-down pair given with only its centroid model ran silently."""
+    info = attrs.evolve(fakes.INFO, model_type=model_type)
+    monkeypatch.setattr(
+        engines_api, "load_runner", lambda models, **options: fakes.FakeRunner(info=info)
+    )
+    out = tmp_path / "poses.slp"
+    assert cli.main(["run", str(video), "-m", "centroid", "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "centroid model alone" in line]
+    if model_type == "single_instance":
+        assert not lines
+        return
+    assert lines == [
+        "a centroid model alone: one point per animal (head, tail), no body parts; for "
+        "whole poses give its centered-instance model too (a second -m)"
+    ]

@@ -1,6 +1,7 @@
 """The closed-loop examples run: scripts/closed_loop_example.py end to end (with the
-fake runner), and README.md's Python blocks verbatim, taken from the README itself so
-the two cannot drift."""
+fake runner), and the Python blocks of README.md and the documentation verbatim,
+taken from the pages themselves so the two cannot drift (tests/test_docs.py checks
+that these are all the Python blocks there are, bar those marked parse-only)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import sleap_io as sio
 
 from sleap_live.stream.runner import SPREAD_FRAMES
 from tests import script_modules as scripts
+from tests.docs_blocks import REPO, python_after
 
 example = scripts.load("closed_loop_example.py")
 
@@ -43,15 +45,14 @@ def test_example_triggers_polls_and_reports(clip, fakes, monkeypatch, capsys):
     assert options_given[0]["verify_frames"].shape == (SPREAD_FRAMES, 24, 32, 1)
 
 
-REPO = Path(__file__).parents[2]
 DEMO_FRAMES = 150  # tests/data/videos/demo.mp4
 
 
-def readme_code(after: str) -> str:
-    """The first Python block of README.md after the line starting with `after`."""
-    text = (REPO / "README.md").read_text()
-    start = text.index("\n" + after)
-    return text[text.index("```python\n", start) + len("```python\n") : text.index("```\n", start)]
+# The Python blocks run here: (page, the line they follow).
+RUN_HERE = (
+    ("README.md", "## Python: a closed loop"),
+    ("docs/outputs.md", "Running it with nothing of ours installed"),
+)
 
 
 def run_from_a_clone(code: str, work: Path) -> subprocess.CompletedProcess[str]:
@@ -66,7 +67,7 @@ def run_from_a_clone(code: str, work: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.slow
 def test_readme_closed_loop_runs_verbatim_from_a_clone(tmp_path):
-    done = run_from_a_clone(readme_code("## Python API: a closed loop"), tmp_path)
+    done = run_from_a_clone(python_after(*RUN_HERE[0]).code, tmp_path)
 
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
@@ -75,18 +76,18 @@ def test_readme_closed_loop_runs_verbatim_from_a_clone(tmp_path):
     assert summary, lines[-1]
     processed, fps, dropped = int(summary[1]), float(summary[2]), int(summary[3])
     assert fps > 0  # the run's rate, kept after stop
-    saved = sio.load_slp(str(tmp_path / "session.slp"), open_videos=False)
+    saved = sio.load_slp(str(tmp_path / "out" / "session.slp"), open_videos=False)
     assert len(saved) == processed and processed + dropped == DEMO_FRAMES
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["bottomup", "single_instance"])  # peaks; an instance list
-def test_readme_onnxruntime_snippet_reads_every_layout_by_name(model, tmp_path):
+def test_docs_onnxruntime_snippet_reads_every_layout_by_name(model, tmp_path):
     from sleap_live.engines import export_model
 
     model_dir = REPO / "tests" / "data" / "models" / model
-    export_model([model_dir], tmp_path / "model.onnx", verify=False)
-    done = run_from_a_clone(readme_code("Running it with nothing of ours installed"), tmp_path)
+    export_model([model_dir], tmp_path / "out" / "model.onnx", verify=False)
+    done = run_from_a_clone(python_after(*RUN_HERE[1]).code, tmp_path)
 
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()

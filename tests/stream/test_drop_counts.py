@@ -49,8 +49,10 @@ def test_a_replay_faster_than_the_machine_counts_every_frame_and_warns(tmp_path,
     assert f"dropped {stats.frames_dropped} " in dashboard_text(stats)
     [warning] = [r.getMessage() for r in caplog.records]
     assert "\n" not in warning
-    assert "could not hold the replay rate of 1e+09 fps" in warning
-    assert f"{source.skipped} of {DEMO_FRAMES} frames skipped (counted as dropped)" in warning
+    assert "could not keep up with the replay rate of 1e+09 fps" in warning
+    taken = DEMO_FRAMES - source.skipped
+    assert f"the pipeline took {taken} of {DEMO_FRAMES} frames (about " in warning
+    assert f"{source.skipped} were skipped (counted as dropped)" in warning
 
 
 @pytest.mark.parametrize("fps", [120.0, 1000.0])
@@ -144,8 +146,26 @@ def test_a_rate_faster_than_decoding_replays_at_the_decoding_rate(fakes, caplog)
     gaps = [b.timestamp - a.timestamp for a, b in itertools.pairwise(frames)]
     assert gaps == pytest.approx([2.5 / 30] * 9)
     [warning] = [r.getMessage() for r in caplog.records]
-    assert "could not hold the replay rate of 30 fps: 0 of 10 frames skipped" in warning
-    assert "slipped 9 times while decoding; it replayed at about 12 fps" in warning
+    assert "could not keep up with the replay rate of 30 fps: decoding fell behind" in warning
+    assert "fell behind 9 times, so the video went by at about 12 fps" in warning
+    assert "skipped" not in warning  # no frame was
+
+
+def test_the_warning_of_a_slow_consumer_gives_the_rate_it_took_frames_at(fakes, caplog):
+    """Frames skipped at the replay's own pace: the figure is the rate the pipeline took
+    frames at, not the replay rate again (issue 24: "could not hold 30 fps ... it
+    replayed at about 30 fps")."""
+    clock = fakes.FakeClock()
+    source = ReplaySource(DEMO, fps=30, stop=30, clock=clock)
+    with caplog.at_level(logging.WARNING, logger="sleap_live.stream.sources.replay"):
+        taken = []
+        for frame in source:  # a consumer that takes 3 frame intervals per frame
+            taken.append(frame)
+            clock.advance(3 / 30)
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert source.skipped and len(taken) + source.skipped == 30
+    assert f"the pipeline took {len(taken)} of 30 frames (about 10 fps)" in warning
+    assert "about 30 fps" not in warning and "decoding" not in warning
 
 
 def test_a_replay_the_machine_holds_says_nothing(fakes, caplog):

@@ -16,6 +16,7 @@ import sys
 import threading
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -167,6 +168,7 @@ def test_the_endpoints_serve_the_page_the_poses_the_frame_and_the_stats(fakes):
             "nodes": ["head", "tail"],
             "edges": [[0, 1]],
             "tracks": ["left", "right"],
+            "palette": preview_module.skeleton_message(fakes.INFO)["palette"],
         }
         # While the source hangs the figures stand still: they are the pipeline's.
         assert snapshot["stats"] == stats_message(pipeline.stats) | {
@@ -382,8 +384,9 @@ def test_a_camera_run_takes_preview(fake_loads, capsys):
 @pytest.mark.parametrize(
     ("options", "says"),
     [
-        (["--preview-port", "8000"], "--preview-port and --preview-host apply with --preview"),
-        (["--preview-host", "0.0.0.0"], "--preview-port and --preview-host apply with --preview"),
+        (["--preview-port", "8000"], "--preview-host and --preview-hold apply with --preview"),
+        (["--preview-host", "0.0.0.0"], "--preview-host and --preview-hold apply with --preview"),
+        (["--no-preview-hold"], "--preview-port, --preview-host and --preview-hold apply with"),
         (["--preview", "--preview-port", "70000"], "must be 0 to 65535, got 70000"),
     ],
 )
@@ -604,3 +607,114 @@ def test_a_failing_accept_is_logged_once_in_one_line(caplog):
     [line] = [record.getMessage() for record in caplog.records]
     assert line.endswith("cannot accept connections: Too many open files (said once)")
     assert all(record.exc_info is None for record in caplog.records)
+
+
+# ------------------------------------------------------------ after the run (issue 24)
+
+
+def test_a_lingering_server_holds_the_last_frame_and_figures_until_stopped(fakes):
+    source = fakes.FakeSource(12, shape=(24, 32, 1))
+    server = PreviewServer(port=0, linger=True)
+    pipeline = Pipeline(source, fakes.FakeRunner(), batch_size=1)
+    pipeline.attach(server)
+    pipeline.run()
+    assert server.can_hold
+    stop = threading.Event()
+    holding = threading.Thread(target=server.hold, args=(stop,))
+    holding.start()
+    try:
+        # A page opened after the run: the last frame, its poses and the final figures.
+        snapshot = json.loads(fetch(server.url + "snapshot.json")[0])
+        assert snapshot["finished"] and snapshot["frame"]["frame_index"] == 11
+        assert snapshot["stats"]["frames_processed"] == 12 and not snapshot["stats"]["running"]
+        jpeg, headers = fetch(server.url + "frame.jpg")
+        assert headers["X-Frame-Index"] == "11" and abs(pixel_level(jpeg) - fakes.fill_of(11)) <= 3
+        updates = asyncio.run(watch(server.url))
+        [(message, frame_jpeg)] = updates
+        assert message["finished"] and message["frame"]["frame_index"] == 11 and frame_jpeg
+    finally:
+        stop.set()
+        holding.join(PATIENCE)
+    assert not holding.is_alive() and not server.can_hold
+    with pytest.raises(urllib.error.URLError):
+        fetch(server.url)
+
+
+def test_a_server_without_linger_releases_its_address_with_the_run(fakes):
+    server = PreviewServer(port=0)
+    pipeline = Pipeline(fakes.FakeSource(3, shape=(24, 32, 1)), fakes.FakeRunner(), batch_size=1)
+    pipeline.attach(server)
+    pipeline.run()
+    assert not server.can_hold
+    with pytest.raises(PreviewError, match="has no ended run to show"):
+        server.hold()
+
+
+def test_the_page_draws_in_the_colours_of_render_and_overlays(fakes):
+    from sleap_io.rendering.colors import PALETTES
+
+    from sleap_live.stream.outputs.overlay import OverlayStyle
+
+    message = preview_module.skeleton_message(fakes.INFO)
+    expected = [f"#{r:02x}{g:02x}{b:02x}" for r, g, b in PALETTES[OverlayStyle().palette]]
+    assert message["palette"] == expected
+    script = (Path(preview_module.__file__).parent / "preview.html").read_text()
+    assert "skeleton.palette[key % skeleton.palette.length]" in script
+    assert "PALETTE" not in script  # no palette of its own (it had red, green, ...)
+
+
+def test_the_address_is_printed_once_the_model_is_ready_and_held_until_ctrl_c(
+    clip, fakes, capsys, tmp_path, monkeypatch
+):
+    import _thread
+    import signal
+
+    from sleap_live.engines.runners import load as runners_load
+
+    printed_before_load: list[str] = []
+
+    def load(models, **options):
+        printed_before_load.append(capsys.readouterr().err)
+        return fakes.FakeRunner()
+
+    monkeypatch.setattr(runners_load, "load_runner", load)
+    url: list[str] = []
+    seen: list[dict] = []
+
+    def look_then_press_ctrl_c() -> None:
+        fakes.wait_for(lambda: url, "the holding line")
+        seen.append(json.loads(fetch(url[0] + "snapshot.json")[0]))
+        _thread.interrupt_main()
+
+    real_hold = PreviewServer.hold
+
+    def hold(self, stop=None):
+        url.append(self.url)
+        real_hold(self, stop)
+
+    monkeypatch.setattr(PreviewServer, "hold", hold)
+    looker = threading.Thread(target=look_then_press_ctrl_c)
+    looker.start()
+    out = tmp_path / "poses.slp"
+    argv = ["run", str(clip), "-m", "m", "-o", str(out), "--preview", "--preview-port", "0"]
+    # xdist workers ignore SIGINT; Ctrl-C needs Python's handler.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        assert cli.main([*argv, "--preview-hold"]) == 0
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        looker.join(PATIENCE)
+    err = capsys.readouterr().err
+    assert "preview on" not in printed_before_load[0]
+    addresses = [line for line in err.splitlines() if line.startswith("preview on")]
+    assert addresses == [f"preview on {url[0]}"]
+    assert re.search(r"the run ended; the preview on \S+ shows its last frame .* until Ctrl-C", err)
+    [snapshot] = seen
+    assert snapshot["finished"] and snapshot["frame"]["frame_index"] == 39
+
+
+def test_no_preview_hold_ends_with_the_run(clip, fake_loads, capsys, tmp_path):
+    out = tmp_path / "poses.slp"
+    argv = ["run", str(clip), "-m", "m", "-o", str(out), "--preview", "--preview-port", "0"]
+    assert cli.main([*argv, "--no-preview-hold"]) == 0
+    assert "until Ctrl-C" not in capsys.readouterr().err

@@ -41,8 +41,8 @@ PATIENCE = 60.0
 SHAPE = (96, 128, 1)
 # Two instances, head and tail, of tracks 0 and 1 ("left", "right" in fakes.INFO).
 POINTS = np.array([[[24.0, 20.0], [56.0, 40.0]], [[80.0, 60.0], [110.0, 80.0]]], np.float32)
-# The page's colours of tracks 0 and 1 (PALETTE in preview.html).
-TRACK_COLOURS = [(230, 25, 75), (60, 180, 75)]
+# The page's colours of tracks 0 and 1: sleap-io's palette, as render and overlays draw.
+TRACK_COLOURS = [(0, 114, 189), (217, 83, 25)]
 
 
 class Browser:
@@ -182,9 +182,12 @@ def test_the_page_shows_the_frames_with_the_skeleton_and_the_runs_figures(browse
     clock, source, server, pipeline = stepped_run(fakes, tmp_path)
     with pipeline:
         browser.call("Page.navigate", url=server.url)
-        browser.wait(lambda: browser.text("status") == "live", "the page to connect")
+        # Connected, the page says what it waits for rather than showing an empty canvas.
+        waiting = "waiting for the first frame"
+        browser.wait(lambda: browser.text("status") == waiting, "the page to connect")
         step(fakes, clock, source, pipeline)
         browser.wait(lambda: browser.text("frame-index") == "0", "frame 0 on the page")
+        assert browser.text("status") == "live"
         first = browser.screenshot()
 
         # The skeleton is drawn where the poses are, in each track's colour.
@@ -192,7 +195,7 @@ def test_the_page_shows_the_frames_with_the_skeleton_and_the_runs_figures(browse
             for x, y in points:
                 assert browser.canvas_pixel(x, y) == colour
         # Without tracks, instances take the colours in turn.
-        assert browser.evaluate("colour({track: -1}, 1)") == "#3cb44b"
+        assert browser.evaluate("colour({track: -1}, 1)") == "#d95319"
         background = browser.canvas_pixel(100, 10)
         assert max(abs(c - fakes.fill_of(0)) for c in background) <= 3
 
