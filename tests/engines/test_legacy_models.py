@@ -1,0 +1,109 @@
+"""SLEAP 1.x model folders (training_config.json + Keras best_model.h5) against Keras.
+
+The goldens come from tf-keras running the real SLEAP 1.x test models on real frames
+(`scripts/make_legacy_goldens.py`, in a TensorFlow venv of its own): the network's
+outputs per head, and the instances SLEAP 1.x's inference gives on them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+import sleap_io as sio
+import torch
+
+from sleap_live import cli
+from sleap_live.engines.errors import ModelConfigError
+from sleap_live.engines.graph.build import load_inference_model
+from sleap_live.engines.graph.preprocess import frame_input, frames_to_nchw
+from sleap_live.engines.load.dirs import read_model_dir
+from sleap_live.engines.settings import LEGACY_SLEAP_NN, InferenceSettings
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+MODELS = DATA / "legacy_models"
+GOLDENS = DATA / "goldens"
+SINGLE = MODELS / "minimal_robot.UNet.single_instance"
+ROBOT = MODELS / "clips" / "robot.mp4"
+MAP_TOLERANCE = 1e-5
+KERAS_POINTS_TOLERANCE = 0.01
+SLEAP_NN_POINTS_TOLERANCE = 1e-3
+ONNX_POINTS_TOLERANCE = 1e-3
+
+
+def _frames(path: Path) -> np.ndarray:
+    with av.open(str(path)) as container:
+        return np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
+
+
+def _golden(name: str) -> dict[str, np.ndarray]:
+    with np.load(GOLDENS / f"legacy_{name}.npz") as golden:
+        return dict(golden)
+
+
+def _torch_points(model_dir: Path, frames: np.ndarray, settings: InferenceSettings) -> np.ndarray:
+    model = load_inference_model(model_dir, settings)
+    with torch.no_grad():
+        return model(torch.from_numpy(frames))[1].numpy()
+
+
+def test_single_instance_folder_reads_as_sleap_1x_says():
+    spec = read_model_dir(SINGLE)
+    assert spec.model_type == "single_instance"
+    assert spec.skeleton.node_names == ("A", "B")
+    assert spec.in_channels == 3 and spec.max_stride == 4
+    assert spec.preprocess.scale == 0.5
+    assert spec.legacy is not None and spec.legacy.offset_heads == ()
+    assert spec.checkpoint_path == SINGLE / "best_model.h5"
+
+
+def test_single_instance_network_matches_keras():
+    golden = _golden("single_instance")
+    keras_maps = golden["maps_SingleInstanceConfmapsHead"]
+    model = load_inference_model(SINGLE)
+    frames = torch.from_numpy(_frames(ROBOT)[: len(keras_maps)])
+    with torch.no_grad():
+        image, _ = frame_input(frames_to_nchw(frames), model.preprocess)
+        maps = model.network(image)["SingleInstanceConfmapsHead"]
+    assert np.abs(maps.permute(0, 2, 3, 1).numpy() - keras_maps).max() < MAP_TOLERANCE
+
+
+def test_single_instance_runs_from_the_command_line_as_sleap_1x(tmp_path, warm_export_cache):
+    """`sleap-live run -m LEGACY_DIR` (exported to ONNX): SLEAP 1.x's points, and the
+    torch module's to 1e-3 px."""
+    golden = _golden("single_instance")
+    out = tmp_path / "poses.slp"
+    assert cli.main(["run", str(ROBOT), "-m", str(SINGLE), "-o", str(out), "-q"]) == 0
+    labels = sio.load_slp(str(out), open_videos=False)
+    assert [len(frame.instances) for frame in labels] == list(golden["counts"])
+    assert [n.name for n in labels.skeletons[0].nodes] == ["A", "B"]
+    exported = np.stack([frame.instances[0].numpy() for frame in labels])
+    keras = golden["points"][:, 0]
+    assert np.abs(exported - keras).max() < KERAS_POINTS_TOLERANCE
+    torch_points = _torch_points(SINGLE, _frames(ROBOT), InferenceSettings())
+    assert np.abs(exported - torch_points).max() < ONNX_POINTS_TOLERANCE
+
+
+def test_single_instance_sleap_nn_conventions_match_sleap_nn_predict():
+    reference = _golden("single_instance_sleap_nn")
+    settings = InferenceSettings(legacy_postprocess=LEGACY_SLEAP_NN)
+    points = _torch_points(SINGLE, _frames(ROBOT), settings)
+    assert np.abs(points[reference["frames"]] - reference["points"]).max() < (
+        SLEAP_NN_POINTS_TOLERANCE
+    )
+
+
+def test_a_sleap_1x_backbone_other_than_unet_is_refused_before_any_work(tmp_path, capsys):
+    folder = MODELS / "leap_cnn"
+    with pytest.raises(ModelConfigError) as refused:
+        read_model_dir(folder)
+    assert str(refused.value) == (
+        f"{folder}: a SLEAP 1.x LEAP CNN model; sleap-live runs only SLEAP 1.x UNet models"
+    )
+    out = tmp_path / "poses.slp"
+    assert cli.main(["run", str(ROBOT), "-m", str(folder), "-o", str(out), "-q"]) != 0
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "LEAP CNN" in error[0] and str(folder) in error[0]
+    assert not out.exists()
