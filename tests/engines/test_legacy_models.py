@@ -18,7 +18,8 @@ import torch
 from sleap_live import cli
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.graph.build import load_inference_model
-from sleap_live.engines.graph.preprocess import frame_input, frames_to_nchw
+from sleap_live.engines.graph.legacy_peaks import sleap1_crops
+from sleap_live.engines.graph.preprocess import frame_input, frames_to_nchw, network_input
 from sleap_live.engines.load.dirs import read_model_dir
 from sleap_live.engines.settings import LEGACY_SLEAP_NN, InferenceSettings
 
@@ -27,15 +28,21 @@ MODELS = DATA / "legacy_models"
 GOLDENS = DATA / "goldens"
 SINGLE = MODELS / "minimal_robot.UNet.single_instance"
 ROBOT = MODELS / "clips" / "robot.mp4"
+CENTROID = MODELS / "minimal_instance.UNet.centroid"
+CENTERED = MODELS / "minimal_instance.UNet.centered_instance"
+FLIES = MODELS / "clips" / "flies.mkv"
 MAP_TOLERANCE = 1e-5
 KERAS_POINTS_TOLERANCE = 0.01
 SLEAP_NN_POINTS_TOLERANCE = 1e-3
 ONNX_POINTS_TOLERANCE = 1e-3
 
 
-def _frames(path: Path) -> np.ndarray:
+def _frames(path: Path, gray: bool = False) -> np.ndarray:
+    """The frames as sleap-live's file source reads them: a gray picture stored as
+    YUV is its red plane."""
     with av.open(str(path)) as container:
-        return np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
+        frames = np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
+    return frames[..., :1] if gray else frames
 
 
 def _golden(name: str) -> dict[str, np.ndarray]:
@@ -43,7 +50,9 @@ def _golden(name: str) -> dict[str, np.ndarray]:
         return dict(golden)
 
 
-def _torch_points(model_dir: Path, frames: np.ndarray, settings: InferenceSettings) -> np.ndarray:
+def _torch_points(
+    model_dir: Path | list[Path], frames: np.ndarray, settings: InferenceSettings
+) -> np.ndarray:
     model = load_inference_model(model_dir, settings)
     with torch.no_grad():
         return model(torch.from_numpy(frames))[1].numpy()
@@ -75,7 +84,10 @@ def test_single_instance_runs_from_the_command_line_as_sleap_1x(tmp_path, warm_e
     torch module's to 1e-3 px."""
     golden = _golden("single_instance")
     out = tmp_path / "poses.slp"
-    assert cli.main(["run", str(ROBOT), "-m", str(SINGLE), "-o", str(out), "-q"]) == 0
+    assert (
+        cli.main(["run", str(ROBOT), "-m", str(SINGLE), "-o", str(out), "-q", "--engine", "onnx"])
+        == 0
+    )
     labels = sio.load_slp(str(out), open_videos=False)
     assert [len(frame.instances) for frame in labels] == list(golden["counts"])
     assert [n.name for n in labels.skeletons[0].nodes] == ["A", "B"]
@@ -107,3 +119,69 @@ def test_a_sleap_1x_backbone_other_than_unet_is_refused_before_any_work(tmp_path
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and "LEAP CNN" in error[0] and str(folder) in error[0]
     assert not out.exists()
+
+
+def test_topdown_networks_match_keras():
+    """Centroid maps and offsets on frames, instance maps and offsets on SLEAP 1.x's
+    crops around Keras's centroids."""
+    golden = _golden("topdown")
+    model = load_inference_model([CENTROID, CENTERED])
+    frames = torch.from_numpy(_frames(FLIES, gray=True))
+    n_map_frames = len(golden["maps_CentroidConfmapsHead"])
+    with torch.no_grad():
+        image, _ = frame_input(frames_to_nchw(frames[:n_map_frames]), model.stage.preprocess)
+        heads = model.stage.network(image)
+        for name in ("CentroidConfmapsHead", "OffsetRefinementHead"):
+            ours = heads[name].permute(0, 2, 3, 1).numpy()
+            assert np.abs(ours - golden[f"maps_{name}"]).max() < MAP_TOLERANCE, name
+        n_crops = int(golden["counts"][:n_map_frames].sum())
+        frame_of_crop = torch.repeat_interleave(
+            torch.arange(n_map_frames), torch.from_numpy(golden["counts"][:n_map_frames])
+        )
+        centroids = torch.from_numpy(golden["centroids"][:n_crops])
+        crops = sleap1_crops(frames, frame_of_crop, centroids, model.crop_size)
+        image = network_input(crops.permute(0, 3, 1, 2), model.instance_preprocess)
+        heads = model.instance_network(image)
+    for name in ("CenteredInstanceConfmapsHead", "OffsetRefinementHead"):
+        ours = heads[name].permute(0, 2, 3, 1).numpy()
+        assert np.abs(ours - golden[f"instance_maps_{name}"]).max() < MAP_TOLERANCE, name
+
+
+def test_topdown_runs_from_the_command_line_as_sleap_1x(tmp_path, warm_export_cache):
+    """Centroid + centered-instance folders: as many instances as SLEAP 1.x on every
+    frame, its points to 0.01 px, the ONNX export's points the torch module's to 1e-3."""
+    golden = _golden("topdown")
+    out = tmp_path / "poses.slp"
+    models = ["-m", str(CENTROID), "-m", str(CENTERED)]
+    argv = ["run", str(FLIES), *models, "-o", str(out), "-q", "--engine", "onnx"]
+    assert cli.main(argv) == 0
+    labels = sio.load_slp(str(out), open_videos=False)
+    by_frame = {frame.frame_idx: frame for frame in labels}
+    counts = [
+        len(by_frame[i].instances) if i in by_frame else 0 for i in range(len(golden["counts"]))
+    ]
+    assert counts == list(golden["counts"])
+    model = load_inference_model([CENTROID, CENTERED])
+    with torch.no_grad():
+        instance_frame, torch_points = (
+            output.numpy() for output in model(torch.from_numpy(_frames(FLIES, gray=True)))[:2]
+        )
+    worst_keras = worst_torch = 0.0
+    for i, count in enumerate(golden["counts"]):
+        if not count:
+            continue
+        exported = np.stack([instance.numpy() for instance in by_frame[i].instances])
+        keras = golden["points"][i, :count]
+        ours = torch_points[instance_frame == i]
+        assert (np.isnan(exported) == np.isnan(keras)).all()
+        worst_keras = max(worst_keras, float(np.nanmax(np.abs(_matched(exported, keras)))))
+        worst_torch = max(worst_torch, float(np.nanmax(np.abs(_matched(exported, ours)))))
+    assert worst_keras < KERAS_POINTS_TOLERANCE
+    assert worst_torch < ONNX_POINTS_TOLERANCE
+
+
+def _matched(found: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """`found - reference` with each found instance paired to the nearest reference one
+    (the .slp keeps the graph's instance order, which is SLEAP 1.x's raster order)."""
+    distance = np.nanmean(np.abs(found[:, None] - reference[None]), axis=(2, 3))
+    return found - reference[distance.argmin(axis=1)]
