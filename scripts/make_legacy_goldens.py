@@ -5,16 +5,22 @@ Runs in a TensorFlow venv of its own (never a sleap-live dependency):
     python3.11 -m venv /work/venvs/tf
     /work/venvs/tf/bin/pip install tensorflow-cpu==2.21.0 tf-keras==2.21.0 h5py av==18.1.0
     /work/venvs/tf/bin/python scripts/make_legacy_goldens.py clips SLEAP_REPO_CHECKOUT
+    /work/venvs/tf/bin/python scripts/make_legacy_goldens.py fixtures SLEAP_REPO/tests/data/models
     /work/venvs/tf/bin/python scripts/make_legacy_goldens.py goldens
     /work/venvs/snn/bin/python scripts/make_legacy_goldens.py sleap-nn
 
 `clips` cuts the test clips from the videos SLEAP's repository ships with
 (tests/data/videos/*.mp4 of talmolab/sleap) into tests/data/legacy_models/clips/.
+`fixtures` writes small folders in SLEAP 1.x's Keras layout for the bottom-up and
+multi-class types, whose real test models (0.4 to 0.7 MB each) would not fit the
+repository's size budget: the real folders' training_config.json with fewer
+filters, the Keras model SLEAP 1.4 builds for it, seeded random weights.
 `goldens` loads each model with tf-keras, feeds it the clip's frames preprocessed
 as SLEAP 1.4's inference does, and writes tests/data/goldens/legacy_<case>.npz:
 
 - `maps_<head>`: the Keras network's outputs (NHWC) for the first frames
   (`MAP_FRAMES`), per head, heads named without Keras's `_0` suffix;
+- for the fixture folders only the network outputs (`legacy_<type>.npz`);
 - `points`, `scores` (frames x instances x nodes) and `counts`: the instances
   SLEAP 1.x's inference gives on every frame, computed here from the Keras
   outputs with SLEAP 1.4's peak finding (`sleap/nn/peak_finding.py`) and
@@ -41,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "tests" / "data" / "legacy_models"
 CLIPS = MODELS / "clips"
 GOLDENS = ROOT / "tests" / "data" / "goldens"
-MAP_FRAMES = 2
+MAP_FRAMES = 1
 PEAK_THRESHOLD = 0.2
 INTEGRAL_PATCH = 5
 
@@ -57,6 +63,146 @@ CASES = {
         "flies.mkv",
     ),
 }
+
+
+# Fixture folders in SLEAP 1.x's Keras layout for the types whose real test models
+# are too large to commit: name -> (real folder whose training_config.json it takes,
+# config changes). Made by `fixtures` with seeded random weights.
+FIXTURES = {
+    "fixture.UNet.bottomup": ("minimal_instance.UNet.bottomup", {"filters": 4}),
+    "fixture.UNet.bottomup_multiclass": (
+        "min_tracks_2node.UNet.bottomup_multiclass",
+        {"filters": 4},
+    ),
+    "fixture.UNet.topdown_multiclass": (
+        "min_tracks_2node.UNet.topdown_multiclass",
+        {"filters": 4, "num_fc_units": 8},
+    ),
+}
+# Network-only cases: (folder, clip, side of the top-left square of the frames fed).
+NETWORK_CASES = {
+    "bottomup": ("fixture.UNet.bottomup", "flies.mkv", 96),
+    "bottomup_multiclass": ("fixture.UNet.bottomup_multiclass", "flies.mkv", 96),
+    "topdown_multiclass": ("fixture.UNet.topdown_multiclass", "flies.mkv", 128),
+}
+
+
+def build_sleap_unet(config: dict, channels: int, seed: int):
+    """The tf-keras model SLEAP 1.4 builds for a UNet config (`UNet.from_config`,
+    `Model.make_model`), layer names included; seeded random weights."""
+    import tensorflow as tf
+    import tf_keras
+    from tf_keras import layers
+
+    tf.random.set_seed(seed)
+    unet = config["model"]["backbone"]["unet"]
+    head_key, head = next((k, v) for k, v in config["model"]["heads"].items() if v)
+    filters, rate = unet["filters"], unet["filters_rate"]
+    down = int(np.log2(unet["max_stride"]))
+    confmaps = head.get("confmaps") or head
+    up = int(np.log2(unet["max_stride"] // confmaps["output_stride"]))
+
+    def level(n: int) -> int:
+        return int(filters * rate**n)
+
+    def convs(x, n_filters, prefix, count):
+        for j in range(count):
+            x = layers.Conv2D(n_filters, 3, padding="same", name=f"{prefix}_conv{j}")(x)
+            x = layers.Activation("relu", name=f"{prefix}_act{j}_relu")(x)
+        return x
+
+    x_in = layers.Input((None, None, channels), name="input")
+    x, skips = x_in, {}
+    for b in range(down):
+        if b > 0:
+            x = layers.MaxPool2D(2, 2, padding="same", name=f"stack0_enc{b}_pool")(x)
+        x = convs(x, level(b), f"stack0_enc{b}", 2)
+        skips[2**b] = x
+    x = layers.MaxPool2D(2, 2, padding="same", name=f"stack0_enc{down}_last_pool")(x)
+    if unet["middle_block"]:
+        x = convs(x, level(down), f"stack0_enc{down + 1}_middle_expand", 1)
+        x = convs(x, level(down), f"stack0_enc{down + 2}_middle_contract", 1)
+    features, stride = {2**down: x}, 2**down
+    for i in range(up):
+        prefix = f"stack0_dec{i}_s{stride}_to_s{stride // 2}"
+        out = level(down - 1 - i)
+        if unet["up_interpolate"]:
+            name = f"{prefix}_interp_bilinear"
+            x = layers.UpSampling2D(2, interpolation="bilinear", name=name)(x)
+        else:
+            x = layers.Conv2DTranspose(out, 3, 2, padding="same", name=f"{prefix}_trans_conv")(x)
+            x = layers.Activation("relu", name=f"{prefix}_trans_conv_act_relu")(x)
+        x = layers.Concatenate(name=f"{prefix}_skip_concat")([skips[stride // 2], x])
+        for j in range(2):
+            x = layers.Conv2D(out, 3, padding="same", name=f"{prefix}_refine_conv{j}")(x)
+            x = layers.Activation("relu", name=f"{prefix}_refine_conv{j}_act_relu")(x)
+        stride //= 2
+        features[stride] = x
+    outputs = []
+
+    def conv_head(name, config_part, n_channels, activation="linear"):
+        feature = features[config_part["output_stride"]]
+        conv = layers.Conv2D(n_channels, 1, activation=activation, name=f"{name}_0")
+        outputs.append(conv(feature))
+
+    parts = len(confmaps["part_names"])
+    if head_key == "multi_instance":
+        conv_head("MultiInstanceConfmapsHead", confmaps, parts)
+        conv_head("PartAffinityFieldsHead", head["pafs"], 2 * len(head["pafs"]["edges"]))
+        if confmaps.get("offset_refinement"):
+            conv_head("OffsetRefinementHead", confmaps, 2 * parts)
+    elif head_key == "multi_class_bottomup":
+        conv_head("MultiInstanceConfmapsHead", confmaps, parts)
+        class_maps = head["class_maps"]
+        conv_head("ClassMapsHead", class_maps, len(class_maps["classes"]), "sigmoid")
+    elif head_key == "multi_class_topdown":
+        conv_head("CenteredInstanceConfmapsHead", confmaps, parts)
+        vectors = head["class_vectors"]
+        pool = layers.GlobalMaxPool2D(name="pre_classification_global_pool")
+        v = pool(features[vectors["output_stride"]])
+        v = layers.Flatten(name="pre_classification_flatten")(v)
+        for i in range(vectors["num_fc_layers"]):
+            v = layers.Dense(vectors["num_fc_units"], name=f"pre_classification{i}_fc")(v)
+            v = layers.Activation("relu", name=f"pre_classification{i}_relu")(v)
+        classes = len(vectors["classes"])
+        outputs.append(layers.Dense(classes, activation="softmax", name="ClassVectorsHead_0")(v))
+    # Random biases too, so that every weight is checked.
+    model = tf_keras.Model(x_in, outputs)
+    rng = np.random.default_rng(seed)
+    for layer in model.layers:
+        weights = layer.get_weights()
+        if len(weights) == 2:
+            layer.set_weights([weights[0], rng.normal(0, 0.1, weights[1].shape).astype(np.float32)])
+    return model
+
+
+def make_fixtures(sleap_models: Path) -> None:
+    for seed, (name, (source, changes)) in enumerate(FIXTURES.items()):
+        config = json.loads((sleap_models / source / "training_config.json").read_text())
+        unet = config["model"]["backbone"]["unet"]
+        unet["filters"] = changes["filters"]
+        if "num_fc_units" in changes:
+            config["model"]["heads"]["multi_class_topdown"]["class_vectors"]["num_fc_units"] = (
+                changes["num_fc_units"]
+            )
+        folder = MODELS / name
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "training_config.json").write_text(json.dumps(config, indent=2))
+        model = build_sleap_unet(config, channels=1, seed=seed)
+        model.save(folder / "best_model.h5", include_optimizer=False)
+        print(folder, (folder / "best_model.h5").stat().st_size, "bytes")
+
+
+def golden_network(name: str) -> None:
+    folder, clip, crop = NETWORK_CASES[name]
+    frames = decode(CLIPS / clip)[:MAP_FRAMES]
+    if crop:
+        frames = frames[:, :crop, :crop]
+    model = KerasModel(MODELS / folder)
+    maps = model.run(frames)
+    path = GOLDENS / f"legacy_{name}.npz"
+    np.savez_compressed(path, **{f"maps_{key}": value for key, value in maps.items()})
+    print(path, path.stat().st_size, "bytes", {k: v.shape for k, v in maps.items()})
 
 
 def decode(path: Path) -> np.ndarray:
@@ -326,12 +472,16 @@ def main() -> None:
     stage = sys.argv[1]
     if stage == "clips":
         make_clips(Path(sys.argv[2]))
+    elif stage == "fixtures":
+        make_fixtures(Path(sys.argv[2]))
     elif stage == "goldens":
         make_goldens(sys.argv[2:])
+        for name in NETWORK_CASES:
+            golden_network(name)
     elif stage == "sleap-nn":
         sleap_nn_reference()
     else:
-        raise SystemExit(f"unknown stage {stage!r}: clips, goldens or sleap-nn")
+        raise SystemExit(f"unknown stage {stage!r}: clips, fixtures, goldens or sleap-nn")
 
 
 if __name__ == "__main__":

@@ -129,3 +129,21 @@ def sleap1_crops(
     inside = (rows_inside[:, :, None] & cols_inside[:, None, :])[..., None]
     # uint8 truncation; the values are never negative, so floor (ONNX has no Trunc).
     return torch.where(inside, torch.floor(crops), 0.0)
+
+
+def channel_offsets(offset_maps: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
+    """The offset head's (x, y) at K peak slots per part (bottom-up).
+
+    Args:
+        offset_maps: (B, 2 * N, H, W) offsets, x and y of part k in channels 2k, 2k + 1.
+        points: (B, N, K, 2) grid xy of the slots (empty slots anywhere on the grid).
+
+    Returns:
+        (B, N, K, 2) float32 offsets.
+    """
+    batch, channels, height, width = offset_maps.shape
+    maps = offset_maps.reshape(batch, channels // 2, 2, height * width)
+    grid = torch.floor(points).long()
+    cell = grid[..., 1] * width + grid[..., 0]  # (B, N, K)
+    gathered = maps.gather(3, cell[:, :, None, :].expand(-1, -1, 2, -1))  # (B, N, 2, K)
+    return gathered.transpose(2, 3)

@@ -19,7 +19,13 @@ from sleap_live import cli
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.graph.build import load_inference_model
 from sleap_live.engines.graph.legacy_peaks import sleap1_crops
-from sleap_live.engines.graph.preprocess import frame_input, frames_to_nchw, network_input
+from sleap_live.engines.graph.network import load_network
+from sleap_live.engines.graph.preprocess import (
+    PreprocessConfig,
+    frame_input,
+    frames_to_nchw,
+    network_input,
+)
 from sleap_live.engines.load.dirs import read_model_dir
 from sleap_live.engines.settings import LEGACY_SLEAP_NN, InferenceSettings
 
@@ -185,3 +191,28 @@ def _matched(found: np.ndarray, reference: np.ndarray) -> np.ndarray:
     (the .slp keeps the graph's instance order, which is SLEAP 1.x's raster order)."""
     distance = np.nanmean(np.abs(found[:, None] - reference[None]), axis=(2, 3))
     return found - reference[distance.argmin(axis=1)]
+
+
+@pytest.mark.parametrize(
+    ("case", "folder", "side"),
+    [
+        ("bottomup", "fixture.UNet.bottomup", 96),
+        ("bottomup_multiclass", "fixture.UNet.bottomup_multiclass", 96),
+        ("topdown_multiclass", "fixture.UNet.topdown_multiclass", 128),
+    ],
+)
+def test_bottomup_and_multi_class_networks_match_keras(case, folder, side):
+    """Fixture folders in SLEAP 1.x's Keras layout (the real ones are too large to
+    commit): every head, PAFs, offsets, class maps and class vectors included, on
+    the top-left square of a real frame, preprocessed as SLEAP 1.x did."""
+    golden = _golden(case)
+    spec = read_model_dir(MODELS / folder)
+    network = load_network(spec)
+    frames = torch.from_numpy(_frames(FLIES, gray=True)[:1, :side, :side].copy())
+    with torch.no_grad():
+        image, _ = frame_input(frames_to_nchw(frames), PreprocessConfig.from_spec(spec))
+        heads = network(image)
+    assert {f"maps_{name}" for name in heads} == set(golden)
+    for name, output in heads.items():
+        ours = output.permute(0, 2, 3, 1).numpy() if output.ndim == 4 else output.numpy()
+        assert np.abs(ours - golden[f"maps_{name}"]).max() < MAP_TOLERANCE, name
