@@ -53,7 +53,7 @@ INTEGRAL_PATCH = 5
 
 # Clip name -> (video in SLEAP's repository, frame indices, gray).
 CLIP_SOURCES = {
-    "flies.mkv": ("tests/data/videos/centered_pair_small.mp4", range(0, 1100, 140), True),
+    "flies.mkv": ("tests/data/videos/centered_pair_small.mp4", range(0, 560, 140), True),
 }
 # Case -> (model folders, clip). Top-down lists the centroid model first.
 CASES = {
