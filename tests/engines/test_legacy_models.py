@@ -7,6 +7,7 @@ outputs per head, and the instances SLEAP 1.x's inference gives on them.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import av
@@ -113,13 +114,34 @@ def test_single_instance_sleap_nn_conventions_match_sleap_nn_predict():
     )
 
 
-def test_a_sleap_1x_backbone_other_than_unet_is_refused_before_any_work(tmp_path, capsys):
+@pytest.mark.parametrize(
+    ("backbone", "kind"),
+    [
+        ("leap", "LEAP CNN"),
+        ("hourglass", "stacked hourglass"),
+        ("resnet", "ResNet"),
+        ("pretrained_encoder", "pretrained-encoder UNet"),
+    ],
+)
+def test_a_sleap_1x_backbone_other_than_unet_is_refused(backbone, kind, tmp_path):
+    """The committed LEAP fixture folder, and copies of it naming the other backbones."""
     folder = MODELS / "leap_cnn"
+    if backbone != "leap":
+        config = json.loads((folder / "training_config.json").read_text())
+        backbones = config["model"]["backbone"]
+        backbones[backbone] = backbones.pop("leap")
+        folder = tmp_path / backbone
+        folder.mkdir()
+        (folder / "training_config.json").write_text(json.dumps(config))
     with pytest.raises(ModelConfigError) as refused:
         read_model_dir(folder)
     assert str(refused.value) == (
-        f"{folder}: a SLEAP 1.x LEAP CNN model; sleap-live runs only SLEAP 1.x UNet models"
+        f"{folder}: a SLEAP 1.x {kind} model; sleap-live runs only SLEAP 1.x UNet models"
     )
+
+
+def test_the_refusal_comes_before_any_work(tmp_path, capsys):
+    folder = MODELS / "leap_cnn"
     out = tmp_path / "poses.slp"
     assert cli.main(["run", str(ROBOT), "-m", str(folder), "-o", str(out), "-q"]) != 0
     error = capsys.readouterr().err.strip().splitlines()
