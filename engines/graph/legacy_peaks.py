@@ -33,7 +33,8 @@ def learned_offsets(offset_maps: torch.Tensor, points: torch.Tensor) -> torch.Te
     """
     samples, channels, height, width = offset_maps.shape
     maps = offset_maps.reshape(samples, channels // 2, 2, height * width)
-    grid = torch.nan_to_num(points, nan=0.0).long()
+    # Not nan_to_num: its ONNX export casts to float64, which TensorRT cannot run.
+    grid = torch.where(torch.isnan(points), 0.0, points).long()
     cell = grid[..., 1] * width + grid[..., 0]
     index = cell[:, :, None, None].expand(-1, -1, 2, 1)
     return maps.gather(3, index)[..., 0]
