@@ -28,6 +28,7 @@ from sleap_live.engines.graph.preprocess import (
     network_input,
 )
 from sleap_live.engines.load.dirs import read_model_dir
+from sleap_live.engines.load.export_cache import cache_key
 from sleap_live.engines.settings import LEGACY_SLEAP_NN, InferenceSettings
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -73,6 +74,21 @@ def test_single_instance_folder_reads_as_sleap_1x_says():
     assert spec.preprocess.scale == 0.5
     assert spec.legacy is not None and spec.legacy.offset_heads == ()
     assert spec.checkpoint_path == SINGLE / "best_model.h5"
+
+
+def test_a_sleap_1x_folder_has_an_export_cache_key_from_its_bytes(tmp_path):
+    """So that `sleap-live run` exports it once, and again only when its files change."""
+    key = cache_key([SINGLE], {})
+    assert key is not None
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for name in ("training_config.json", "best_model.h5"):
+        (copy / name).write_bytes((SINGLE / name).read_bytes())
+    assert cache_key([copy], {}) == key
+    with (copy / "best_model.h5").open("ab") as weights:
+        weights.write(b"\0")
+    changed = cache_key([copy], {})
+    assert changed is not None and changed.digest != key.digest
 
 
 def test_single_instance_network_matches_keras():
