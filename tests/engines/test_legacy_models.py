@@ -224,6 +224,19 @@ def test_topdown_runs_from_the_command_line_as_sleap_1x(tmp_path, warm_export_ca
     assert worst_torch < ONNX_POINTS_TOLERANCE
 
 
+def test_a_sleap_1x_centroid_model_pairs_with_a_sleap_nn_instance_model():
+    """Each stage keeps its own conventions: SLEAP 1.x's centroid stage (offset head,
+    its resize and coordinates), sleap-nn's crops and peaks for the sleap-nn model.
+    The frame preprocessing follows sleap-nn's pairing rule (the instance model's
+    size matcher where the centroid model has none)."""
+    model = load_inference_model([CENTROID, DATA / "models" / "centered_instance"])
+    assert model.stage.sleap1 and model.stage.preprocess.sleap1_resize
+    assert not model.instance_sleap1 and not model.instance_preprocess.sleap1_resize
+    with torch.no_grad():
+        instance_frame, points, *_ = model(torch.from_numpy(_frames(FLIES, gray=True)[:1]))
+    assert len(instance_frame) > 0 and points.shape[1:] == (model.info.skeleton.n_nodes, 2)
+
+
 def _matched(found: np.ndarray, reference: np.ndarray) -> np.ndarray:
     """`found - reference` with each found instance paired to the nearest reference one
     (the .slp keeps the graph's instance order, which is SLEAP 1.x's raster order)."""
