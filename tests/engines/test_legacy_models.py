@@ -237,6 +237,32 @@ def test_a_sleap_1x_centroid_model_pairs_with_a_sleap_nn_instance_model():
     assert len(instance_frame) > 0 and points.shape[1:] == (model.info.skeleton.n_nodes, 2)
 
 
+@pytest.mark.parametrize(
+    ("models", "model_type"),
+    [
+        (["fixture.UNet.bottomup"], "bottomup"),
+        (["fixture.UNet.bottomup_multiclass"], "multi_class_bottomup"),
+        (
+            ["minimal_instance.UNet.centroid", "fixture.UNet.topdown_multiclass"],
+            "multi_class_topdown",
+        ),
+    ],
+)
+def test_bottomup_and_multi_class_folders_build_their_inference_models(models, model_type):
+    """The SLEAP 1.x conventions reach every model type; the skeleton and classes
+    come from the legacy config."""
+    model = load_inference_model([MODELS / name for name in models])
+    assert model.info.model_type == model_type
+    spec = read_model_dir(MODELS / models[-1])
+    assert model.info.skeleton.node_names == spec.skeleton.node_names
+    assert model.info.class_names == spec.class_names
+    sleap1 = model.instance_sleap1 if model_type == "multi_class_topdown" else model.sleap1
+    assert sleap1
+    with torch.no_grad():
+        outputs = model(torch.from_numpy(_frames(FLIES, gray=True)[:1]))
+    assert len(outputs) == len(model.output_names)
+
+
 def _matched(found: np.ndarray, reference: np.ndarray) -> np.ndarray:
     """`found - reference` with each found instance paired to the nearest reference one
     (the .slp keeps the graph's instance order, which is SLEAP 1.x's raster order)."""
