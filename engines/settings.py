@@ -31,6 +31,10 @@ if TYPE_CHECKING:
 # samples than pixels along a line), below what would exhaust memory.
 MAX_PATCH_SIZE = 31
 MAX_N_POINTS = 1000
+# How a SLEAP 1.x model's outputs become points (`InferenceSettings.legacy_postprocess`).
+LEGACY_SLEAP1 = "sleap1"
+LEGACY_SLEAP_NN = "sleap-nn"
+LEGACY_POSTPROCESSES = (LEGACY_SLEAP1, LEGACY_SLEAP_NN)
 
 
 def _check_threshold(instance: Any, attribute: Any, value: float | None) -> None:
@@ -113,6 +117,10 @@ class InferenceSettings:
         min_instance_peaks: bottom-up: instances with fewer peaks are dropped; a
             whole number is a count, a decimal a fraction of the nodes.
         min_line_scores: bottom-up: matched PAF lines scoring below this are dropped.
+        legacy_postprocess: SLEAP 1.x models only: "sleap1" finds and places peaks
+            as SLEAP 1.x did (its offset-refinement head where the model has one,
+            its coordinate conventions); "sleap-nn" as sleap-nn predicts (integral
+            refinement, sleap-nn's conventions). sleap-nn models ignore it.
     """
 
     peak_threshold: float = attrs.field(default=0.2, validator=_check_threshold)
@@ -127,6 +135,9 @@ class InferenceSettings:
     n_points: int = attrs.field(default=10, validator=_check_n_points)
     min_instance_peaks: int | float = attrs.field(default=0, validator=_check_min_instance_peaks)
     min_line_scores: float = attrs.field(default=0.25, validator=_check_finite)
+    legacy_postprocess: str = attrs.field(
+        default=LEGACY_SLEAP1, validator=attrs.validators.in_(LEGACY_POSTPROCESSES)
+    )
 
     @property
     def centroid_threshold(self) -> float:
@@ -165,7 +176,7 @@ DEFAULT_SETTINGS = InferenceSettings()
 # Applied when outputs are grouped, whatever the graph; `max_instances` too for
 # bottom-up models (`GROUPING_FIELDS`).
 HOST_FIELDS = ("min_line_scores", "min_instance_peaks")
-_PEAKS = ("peak_threshold", "integral_refinement", "integral_patch_size")
+_PEAKS = ("peak_threshold", "integral_refinement", "integral_patch_size", "legacy_postprocess")
 _CENTROIDS = ("centroid_peak_threshold", "max_instances")
 _PAF_GRAPH = ("max_edge_length_ratio", "dist_penalty_weight", "n_points")
 # The fields each model type's graph is built with.

@@ -33,6 +33,8 @@ import torch
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.graph.base import InferenceModel
 from sleap_live.engines.graph.crops import clip_index
+from sleap_live.engines.graph.legacy_network import OFFSETS_HEAD
+from sleap_live.engines.graph.legacy_peaks import SCALED_INPUT_SHIFT, channel_offsets
 from sleap_live.engines.graph.network import load_network
 from sleap_live.engines.graph.paf import PafLineScorer
 from sleap_live.engines.graph.peaks import (
@@ -124,6 +126,7 @@ class _BottomUpBase(InferenceModel):
         max_peaks_per_node: int,
         refine: bool,
         patch_size: int,
+        sleap1: bool = False,
     ) -> None:
         super().__init__()
         if max_peaks_per_node < 1:
@@ -137,6 +140,9 @@ class _BottomUpBase(InferenceModel):
         self.max_peaks_per_node = max_peaks_per_node
         self.refine = refine
         self.patch_size = patch_size
+        # A SLEAP 1.x model run as SLEAP 1.x ran it (`legacy_peaks`): peaks refined
+        # by its offset-refinement head where it has one, SLEAP 1.x's coordinates.
+        self.sleap1 = sleap1
 
     def _peak_settings(self) -> dict[str, Any]:
         return {
@@ -154,20 +160,27 @@ class _BottomUpBase(InferenceModel):
         else:
             image, eff_scale = self.preprocess(frames_to_nchw(frames), self.static)
         heads = self.network(image)
+        offsets = heads.get(OFFSETS_HEAD) if self.sleap1 else None
         points, values, valid = top_peaks_per_channel(
             heads[CONFMAPS_HEAD],
             self.max_peaks_per_node,
             self.peak_threshold,
-            self.refine,
+            self.refine and offsets is None,
             self.patch_size,
             branch_free=self.branch_free,
         )
+        if offsets is not None:
+            refined = points + channel_offsets(offsets, points)
+            points = torch.where(valid.unsqueeze(-1), refined, 0.0)
         return heads, points * self.confmap_stride, values, valid, eff_scale
 
     def _to_frame(self, points: torch.Tensor, eff_scale: torch.Tensor) -> torch.Tensor:
-        """Scaled-input pixels to frame pixels, dividing as sleap-nn does."""
+        """Scaled-input pixels to frame pixels, dividing as sleap-nn does (SLEAP 1.x
+        adds `SCALED_INPUT_SHIFT` after the division)."""
         if self.input_scale != 1.0:
             points = points / self.input_scale
+            if self.sleap1:
+                points = points + SCALED_INPUT_SHIFT
         return points / eff_scale
 
 
@@ -214,6 +227,7 @@ class BottomUpModel(_BottomUpBase):
         min_line_scores: float = 0.25,
         min_instance_peaks: int | float = 0,
         max_instances: int | None = None,
+        sleap1: bool = False,
     ) -> None:
         super().__init__(
             network,
@@ -223,6 +237,7 @@ class BottomUpModel(_BottomUpBase):
             max_peaks_per_node,
             refine,
             patch_size,
+            sleap1,
         )
         self.scorer = PafLineScorer(
             paf_edges, paf_stride, n_points, max_edge_length_ratio, dist_penalty_weight
@@ -272,6 +287,7 @@ class BottomUpModel(_BottomUpBase):
             pafs.edge_indices,
             confmaps.output_stride,
             pafs.output_stride,
+            sleap1=spec.sleap1,
             **options,
         )
 
@@ -326,6 +342,7 @@ class MultiClassBottomUpModel(_BottomUpBase):
         refine: bool = True,
         patch_size: int = DEFAULT_PATCH_SIZE,
         max_instances: int | None = None,
+        sleap1: bool = False,
     ) -> None:
         super().__init__(
             network,
@@ -335,6 +352,7 @@ class MultiClassBottomUpModel(_BottomUpBase):
             max_peaks_per_node,
             refine,
             patch_size,
+            sleap1,
         )
         if not class_names:
             raise ModelConfigError("A multi-class bottom-up model needs at least one class.")
@@ -369,6 +387,7 @@ class MultiClassBottomUpModel(_BottomUpBase):
             class_maps.classes,
             confmaps.output_stride,
             class_maps.output_stride,
+            sleap1=spec.sleap1,
             **options,
         )
 

@@ -15,7 +15,8 @@ from sleap_live.engines.graph.centroid import CentroidModel
 from sleap_live.engines.graph.single_instance import SingleInstanceModel
 from sleap_live.engines.graph.topdown import MultiClassTopDownModel, TopDownModel
 from sleap_live.engines.load.dirs import read_model_dir
-from sleap_live.engines.settings import InferenceSettings
+from sleap_live.engines.load.spec import ModelSpec
+from sleap_live.engines.settings import LEGACY_SLEAP1, InferenceSettings
 
 
 def load_inference_model(
@@ -45,7 +46,7 @@ def load_inference_model(
 
 def _built(paths: str | Path | Sequence[str | Path], settings: InferenceSettings) -> InferenceModel:
     dirs = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
-    specs = [read_model_dir(path) for path in dirs]
+    specs = [_with_conventions(read_model_dir(path), settings) for path in dirs]
     types = [spec.model_type for spec in specs]
     if len(specs) == 1:
         (spec,) = specs
@@ -77,6 +78,14 @@ def _built(paths: str | Path | Sequence[str | Path], settings: InferenceSettings
         f"{listed}: two directories must be a centroid model and a centered-instance "
         "or multi-class top-down model"
     )
+
+
+def _with_conventions(spec: ModelSpec, settings: InferenceSettings) -> ModelSpec:
+    """A SLEAP 1.x model's spec set to run as `settings.legacy_postprocess` says."""
+    if spec.legacy is None:
+        return spec
+    sleap1 = settings.legacy_postprocess == LEGACY_SLEAP1
+    return attrs.evolve(spec, legacy=attrs.evolve(spec.legacy, sleap1_conventions=sleap1))
 
 
 def _options(model_type: str, settings: InferenceSettings) -> dict[str, Any]:

@@ -24,6 +24,12 @@ import torch
 
 from sleap_live.engines.graph.base import InferenceModel
 from sleap_live.engines.graph.bottomup import top_peaks_per_channel
+from sleap_live.engines.graph.legacy_network import OFFSETS_HEAD
+from sleap_live.engines.graph.legacy_peaks import (
+    learned_offsets_at,
+    sleap1_grid_to_image,
+    slot_offsets,
+)
 from sleap_live.engines.graph.network import load_network
 from sleap_live.engines.graph.peaks import (
     DEFAULT_PATCH_SIZE,
@@ -64,6 +70,9 @@ class CentroidStage(torch.nn.Module):
         peak_threshold: centroids must be above this.
         refine: integral refinement.
         patch_size: integral refinement window.
+        sleap1: a SLEAP 1.x model run as SLEAP 1.x ran it (`legacy_peaks`): its
+            offset-refinement head instead of integral refinement where it has
+            one, and SLEAP 1.x's coordinate ladder.
     """
 
     def __init__(
@@ -75,6 +84,7 @@ class CentroidStage(torch.nn.Module):
         peak_threshold: float,
         refine: bool,
         patch_size: int,
+        sleap1: bool = False,
     ) -> None:
         super().__init__()
         if max_instances is not None and max_instances < 1:
@@ -86,15 +96,28 @@ class CentroidStage(torch.nn.Module):
         self.peak_threshold = peak_threshold
         self.refine = refine
         self.patch_size = patch_size
+        self.sleap1 = sleap1
+
+    def _heads(self, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The confidence maps, and the offset maps SLEAP 1.x refines with (or None)."""
+        heads = self.network(image)
+        return heads[CENTROID_HEAD], heads.get(OFFSETS_HEAD) if self.sleap1 else None
+
+    def _to_image(self, points: torch.Tensor) -> torch.Tensor:
+        ladder = sleap1_grid_to_image if self.sleap1 else grid_to_image
+        return ladder(points, self.output_stride, self.preprocess.scale)
 
     def forward(self, frames: torch.Tensor, static: bool = False) -> tuple[torch.Tensor, ...]:
         sized, eff_scale = size_matched_frames(frames, self.preprocess, static=static)
         image = network_input(sized, self.preprocess, static=static)
-        confmaps = self.network(image)[CENTROID_HEAD]
+        confmaps, offsets = self._heads(image)
+        refine = self.refine and offsets is None
         instance_frame, points, values = top_local_peaks(
-            confmaps, self.max_instances, self.peak_threshold, self.refine, self.patch_size
+            confmaps, self.max_instances, self.peak_threshold, refine, self.patch_size
         )
-        centroids = grid_to_image(points, self.output_stride, self.preprocess.scale) / eff_scale
+        if offsets is not None:
+            points = points + learned_offsets_at(offsets, instance_frame, points)
+        centroids = self._to_image(points) / eff_scale
         return sized, eff_scale, instance_frame, centroids, values
 
     def slots(self, frames: torch.Tensor, branch_free: bool = False) -> tuple[torch.Tensor, ...]:
@@ -113,17 +136,20 @@ class CentroidStage(torch.nn.Module):
         """
         slots = self.slot_count()
         sized, eff_scale = size_matched_values(frames, self.preprocess)
-        confmaps = self.network(network_input_values(sized, self.preprocess))[CENTROID_HEAD]
+        confmaps, offsets = self._heads(network_input_values(sized, self.preprocess))
         points, values, valid = top_peaks_per_channel(
             confmaps,
             slots,
             self.peak_threshold,
-            self.refine,
+            self.refine and offsets is None,
             self.patch_size,
             raster_unless_more=True,
             branch_free=branch_free,
         )
-        centroids = grid_to_image(points[:, 0], self.output_stride, self.preprocess.scale)
+        points = points[:, 0]
+        if offsets is not None:
+            points = points + slot_offsets(offsets, points)
+        centroids = self._to_image(points)
         centroids = torch.where(valid[:, 0, :, None], centroids / eff_scale, 0.0)
         return sized, eff_scale, valid[:, 0], centroids, values[:, 0]
 
@@ -155,6 +181,7 @@ class CentroidModel(InferenceModel):
         peak_threshold: centroids must be above this.
         refine: integral refinement.
         patch_size: integral refinement window.
+        sleap1: see `CentroidStage`.
     """
 
     def __init__(
@@ -168,11 +195,19 @@ class CentroidModel(InferenceModel):
         peak_threshold: float = DEFAULT_PEAK_THRESHOLD,
         refine: bool = True,
         patch_size: int = DEFAULT_PATCH_SIZE,
+        sleap1: bool = False,
     ) -> None:
         super().__init__()
         self.frame_preprocess = preprocess
         self.stage = CentroidStage(
-            network, preprocess, output_stride, max_instances, peak_threshold, refine, patch_size
+            network,
+            preprocess,
+            output_stride,
+            max_instances,
+            peak_threshold,
+            refine,
+            patch_size,
+            sleap1,
         )
         self.info = ModelInfo(
             model_type="centroid",
@@ -197,6 +232,7 @@ class CentroidModel(InferenceModel):
             PreprocessConfig.from_spec(spec),
             spec.skeleton,
             spec.head(CENTROID_HEAD).output_stride,
+            sleap1=spec.sleap1,
             **options,
         )
 

@@ -72,6 +72,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from sleap_live.engines.errors import CheckpointError, ModelConfigError
+from sleap_live.engines.graph.legacy_network import LegacyNetwork, load_legacy_network
 from sleap_live.engines.host.frames import GRAY_WEIGHTS
 from sleap_live.engines.load.checkpoint import read_state_dict
 from sleap_live.engines.load.spec import HeadSpec, ModelSpec, UNetSpec
@@ -465,14 +466,19 @@ def build_network(spec: ModelSpec) -> Network:
     return Network(spec).eval()
 
 
-def load_network(spec: ModelSpec) -> Network:
+def load_network(spec: ModelSpec) -> Network | LegacyNetwork:
     """The `Network` for `spec` with the weights of `spec.checkpoint_path`, in eval mode.
 
     Raises:
         ModelConfigError: the UNet options form a network sleap-nn cannot run.
         ModelNotFoundError: the checkpoint does not exist.
         CheckpointError: the checkpoint is unreadable or does not match the config.
+
+    A SLEAP 1.x model (`spec.legacy`) gets the network SLEAP 1.x built, from
+    `sleap_live.engines.graph.legacy_network`.
     """
+    if spec.legacy is not None:
+        return load_legacy_network(spec)
     network = build_network(spec)
     network.load_sleap_nn_state_dict(read_state_dict(spec.checkpoint_path), spec.checkpoint_path)
     return network

@@ -70,6 +70,9 @@ class PreprocessConfig:
         ensure_grayscale: convert RGB frames to 1 channel first.
         max_height: size-matcher target height, or None for the frame's own.
         max_width: size-matcher target width, or None for the frame's own.
+        sleap1_resize: SLEAP 1.x's order and resize: normalise first, then scale
+            with a plain bilinear resize (half-pixel centres, no antialiasing, as
+            `tf.image.resize`), then pad; for SLEAP 1.x models.
     """
 
     in_channels: int
@@ -79,6 +82,7 @@ class PreprocessConfig:
     ensure_grayscale: bool = False
     max_height: int | None = None
     max_width: int | None = None
+    sleap1_resize: bool = False
 
     def __attrs_post_init__(self) -> None:
         if self.in_channels not in (1, 3):
@@ -104,6 +108,7 @@ class PreprocessConfig:
             ensure_grayscale=spec.preprocess.ensure_grayscale,
             max_height=spec.preprocess.max_height,
             max_width=spec.preprocess.max_width,
+            sleap1_resize=spec.sleap1,
         )
 
     @property
@@ -300,6 +305,16 @@ def pad_to_stride(image: torch.Tensor, stride: int, *, static: bool = False) -> 
     )
 
 
+def sleap1_rescale(image: torch.Tensor, scale: float) -> torch.Tensor:
+    """SLEAP 1.x's input scaling of float images: `tf.image.resize` to
+    `int(H * scale) x int(W * scale)`, bilinear with half-pixel centres, no antialiasing."""
+    if scale == 1.0:
+        return image
+    return F.interpolate(
+        image, scale_factor=scale, mode="bilinear", align_corners=False, recompute_scale_factor=True
+    )
+
+
 def normalize(image: torch.Tensor) -> torch.Tensor:
     """uint8 (or float32 uint8 values) to float32 in [0, 1], dividing as sleap-nn does."""
     return image.float() / 255.0
@@ -313,6 +328,10 @@ def network_input(
     These are the steps after the size matcher; top-down crops take only these.
     `static`: see `frame_input`.
     """
+    if config.sleap1_resize:
+        image = sleap1_rescale(normalize(image), config.scale)
+        image = pad_to_stride(image, config.max_stride, static=static)
+        return match_channels(image, config.in_channels, static=static)
     image = rescale(image, config.scale, static=static)
     image = pad_to_stride(image, config.max_stride, static=static)
     return match_channels(normalize(image), config.in_channels, static=static)
@@ -429,7 +448,9 @@ def size_matched_values(
 def network_input_values(image: torch.Tensor, config: PreprocessConfig) -> torch.Tensor:
     """`network_input` for float32 (B, C, H, W) values: scale, pad, normalise, channels."""
     _check_values(image)
-    if config.scale != 1.0:
+    if config.sleap1_resize:
+        image = sleap1_rescale(image, config.scale)  # linear: the same as after normalising
+    elif config.scale != 1.0:
         height = math.floor(static_size(image, 2) * config.scale)
         width = math.floor(static_size(image, 3) * config.scale)
         image = resize_values(image, height, width)

@@ -14,6 +14,8 @@ from typing import Any
 import torch
 
 from sleap_live.engines.graph.base import InferenceModel
+from sleap_live.engines.graph.legacy_network import OFFSETS_HEAD
+from sleap_live.engines.graph.legacy_peaks import learned_offsets, sleap1_grid_to_image
 from sleap_live.engines.graph.network import load_network
 from sleap_live.engines.graph.peaks import (
     DEFAULT_PATCH_SIZE,
@@ -50,6 +52,9 @@ class SingleInstanceModel(InferenceModel):
         peak_threshold: peaks below this are missing nodes.
         refine: integral refinement of peaks.
         patch_size: integral refinement window.
+        sleap1: place peaks as SLEAP 1.x did (`legacy_peaks`): with the network's
+            `OffsetRefinementHead` output where it has one, and SLEAP 1.x's
+            coordinate ladder.
     """
 
     def __init__(
@@ -62,8 +67,10 @@ class SingleInstanceModel(InferenceModel):
         peak_threshold: float = DEFAULT_PEAK_THRESHOLD,
         refine: bool = True,
         patch_size: int = DEFAULT_PATCH_SIZE,
+        sleap1: bool = False,
     ) -> None:
         super().__init__()
+        self.sleap1 = sleap1
         self.network = network
         self.preprocess = preprocess
         self.frame_preprocess = preprocess
@@ -99,6 +106,7 @@ class SingleInstanceModel(InferenceModel):
             PreprocessConfig.from_spec(spec),
             spec.skeleton,
             spec.head(SINGLE_INSTANCE_HEAD).output_stride,
+            sleap1=spec.sleap1,
             **options,
         )
 
@@ -109,9 +117,21 @@ class SingleInstanceModel(InferenceModel):
             image, eff_scale = frame_input(
                 frames_to_nchw(frames), self.preprocess, static=self.static
             )
-        confmaps = self.network(image)[SINGLE_INSTANCE_HEAD]
-        points, scores = global_peaks(confmaps, self.peak_threshold, self.refine, self.patch_size)
-        points = grid_to_image(points, self.output_stride, self.preprocess.scale) / eff_scale
+        heads = self.network(image)
+        confmaps = heads[SINGLE_INSTANCE_HEAD]
+        if self.sleap1:
+            offsets = heads.get(OFFSETS_HEAD)
+            refine = self.refine and offsets is None
+            points, scores = global_peaks(confmaps, self.peak_threshold, refine, self.patch_size)
+            if offsets is not None:
+                points = points + learned_offsets(offsets, points)
+            points = sleap1_grid_to_image(points, self.output_stride, self.preprocess.scale)
+            points = points / eff_scale
+        else:
+            points, scores = global_peaks(
+                confmaps, self.peak_threshold, self.refine, self.patch_size
+            )
+            points = grid_to_image(points, self.output_stride, self.preprocess.scale) / eff_scale
         found = ~torch.isnan(scores)
         instance_scores = torch.where(found, scores, 0.0).sum(1)
         if self.tensorrt_profile:

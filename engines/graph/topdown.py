@@ -40,6 +40,12 @@ from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.graph.base import InferenceModel
 from sleap_live.engines.graph.centroid import CENTROID_HEAD, CentroidStage
 from sleap_live.engines.graph.crops import box_top_left, crop_centered
+from sleap_live.engines.graph.legacy_network import OFFSETS_HEAD
+from sleap_live.engines.graph.legacy_peaks import (
+    learned_offsets,
+    sleap1_crops,
+    sleap1_grid_to_image,
+)
 from sleap_live.engines.graph.network import load_network
 from sleap_live.engines.graph.peaks import (
     DEFAULT_PATCH_SIZE,
@@ -82,6 +88,12 @@ class TopDownModel(InferenceModel):
         centroid_peak_threshold: threshold of the centroid stage.
         refine: integral refinement in both stages.
         patch_size: integral refinement window.
+        centroid_sleap1: the centroid model is a SLEAP 1.x model run as SLEAP 1.x
+            ran it (see `CentroidStage`).
+        instance_sleap1: the instance model is a SLEAP 1.x model run as SLEAP 1.x
+            ran it: crops cut as SLEAP 1.x cut them (`legacy_peaks.sleap1_crops`),
+            its offset-refinement head where it has one, its coordinates (crop
+            origin `centroid - crop_size / 2`).
     """
 
     model_type = "topdown"
@@ -102,6 +114,8 @@ class TopDownModel(InferenceModel):
         centroid_peak_threshold: float | None = None,
         refine: bool = True,
         patch_size: int = DEFAULT_PATCH_SIZE,
+        centroid_sleap1: bool = False,
+        instance_sleap1: bool = False,
     ) -> None:
         super().__init__()
         if crop_size < 1:
@@ -115,7 +129,9 @@ class TopDownModel(InferenceModel):
             peak_threshold if centroid_peak_threshold is None else centroid_peak_threshold,
             refine,
             patch_size,
+            centroid_sleap1,
         )
+        self.instance_sleap1 = instance_sleap1
         self.instance_network = instance_network
         self.instance_preprocess = instance_preprocess
         self.instance_stride = instance_stride
@@ -163,6 +179,7 @@ class TopDownModel(InferenceModel):
             ensure_grayscale=centroid_settings.ensure_grayscale,
             max_height=_first_set(centroid_settings.max_height, instance_settings.max_height),
             max_width=_first_set(centroid_settings.max_width, instance_settings.max_width),
+            sleap1_resize=centroid.sleap1,
         )
         return cls(
             load_network(centroid) if centroid_network is None else centroid_network,
@@ -173,6 +190,8 @@ class TopDownModel(InferenceModel):
             centroid.head(CENTROID_HEAD).output_stride,
             instance.head(INSTANCE_HEAD).output_stride,
             instance.preprocess.crop_size,
+            centroid_sleap1=centroid.sleap1,
+            instance_sleap1=instance.sleap1,
             **cls._spec_options(instance),
             **options,
         )
@@ -228,6 +247,8 @@ class TopDownModel(InferenceModel):
             peak values (both NaN where a node is missing) and the network's heads.
         """
         sized_centroids = centroids * eff_scale
+        if self.instance_sleap1:
+            return self._sleap1_instances(crop_frames, instance_frame, sized_centroids, eff_scale)
         crops = crop_centered(
             crop_frames,
             instance_frame,
@@ -248,6 +269,36 @@ class TopDownModel(InferenceModel):
         points = grid_to_image(points, self.instance_stride, self.instance_preprocess.scale)
         corner = box_top_left(sized_centroids, self.crop_size, self.crop_size)
         return (points + corner[:, None]) / eff_scale, scores, heads
+
+    def _sleap1_instances(
+        self,
+        crop_frames: torch.Tensor,
+        instance_frame: torch.Tensor,
+        sized_centroids: torch.Tensor,
+        eff_scale: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """`_instances` as SLEAP 1.x's `FindInstancePeaks` computes them."""
+        size = self.crop_size
+        crops = sleap1_crops(crop_frames, instance_frame, sized_centroids, size)
+        crops = crops.permute(0, 3, 1, 2)
+        if self.tensorrt_profile:
+            image = network_input_values(crops, self.instance_preprocess)
+        else:
+            image = network_input(crops, self.instance_preprocess, static=self.static)
+        heads = self.instance_network(image)
+        offsets = heads.get(OFFSETS_HEAD)
+        points, scores = global_peaks(
+            heads[INSTANCE_HEAD],
+            self.peak_threshold,
+            self.refine and offsets is None,
+            self.patch_size,
+        )
+        if offsets is not None:
+            points = points + learned_offsets(offsets, points)
+        scale = self.instance_preprocess.scale
+        points = sleap1_grid_to_image(points, self.instance_stride, scale)
+        origin = (sized_centroids - size / 2) / scale
+        return (points + origin[:, None]) / eff_scale, scores, heads
 
     def _extra_outputs(self, heads: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
         return ()

@@ -22,7 +22,13 @@ from sleap_live.engines.errors import (
     ModelConfigError,
     ModelNotFoundError,
 )
-from sleap_live.engines.load.spec import CHECKPOINT, TRAINING_CONFIG, ModelSpec
+from sleap_live.engines.load.legacy_config import is_legacy_model_dir, read_legacy_config
+from sleap_live.engines.load.spec import (
+    CHECKPOINT,
+    LEGACY_TRAINING_CONFIG,
+    TRAINING_CONFIG,
+    ModelSpec,
+)
 from sleap_live.engines.load.training_config import read_training_config
 
 EXPORT_METADATA = "export_metadata.json"
@@ -40,7 +46,9 @@ def model_dir_of(path: Path) -> Path:
     path = Path(path)
     if path.is_dir():
         return path
-    if path.is_file() and (path.name == TRAINING_CONFIG or path.suffix == ".ckpt"):
+    if path.is_file() and (
+        path.name in (TRAINING_CONFIG, LEGACY_TRAINING_CONFIG) or path.suffix in (".ckpt", ".h5")
+    ):
         return path.parent
     if path.exists():
         raise ModelNotFoundError(f"{path}: not a model directory, {TRAINING_CONFIG} or .ckpt")
@@ -57,8 +65,10 @@ def read_model_dir(path: Path) -> ModelSpec:
         ModelNotFoundError: the directory, its `training_config.yaml` or its
             `best.ckpt` is missing.
         ExportedModelDirError: the directory is a `sleap-nn export` output.
-        ModelConfigError: the config is invalid or describes an unsupported model,
-            including legacy SLEAP 1.x directories.
+        ModelConfigError: the config is invalid or describes an unsupported model.
+
+    A SLEAP 1.x model folder (`training_config.json` + `best_model.h5`) is read by
+    `sleap_live.engines.load.legacy_config`.
     """
     model_dir = model_dir_of(path)
     if is_sleap_nn_export_dir(model_dir):
@@ -67,10 +77,8 @@ def read_model_dir(path: Path) -> ModelSpec:
             "model directory; run it with the exported-model runner"
         )
     if not (model_dir / TRAINING_CONFIG).is_file():
-        if (model_dir / "training_config.json").is_file():
-            raise ModelConfigError(
-                f"{model_dir}: legacy SLEAP 1.x model (training_config.json) is not supported"
-            )
+        if is_legacy_model_dir(model_dir):
+            return read_legacy_config(model_dir)
         raise ModelNotFoundError(f"{model_dir / TRAINING_CONFIG}: not found")
     if not (model_dir / CHECKPOINT).is_file():
         raise ModelNotFoundError(

@@ -10,7 +10,8 @@ Where: `sleap_live.engines.cache.cache_root()` (`$SLEAP_LIVE_CACHE_DIR`, else pl
 
 The key (`cache_key`) is a sha256 over everything the graph depends on:
 
-- each model directory's `training_config.yaml` and `best.ckpt` bytes (by content,
+- each model directory's `training_config.yaml` and `best.ckpt` bytes (a SLEAP 1.x
+  folder's `training_config.json` and `best_model.h5`) (by content,
   not path: a moved or copied directory still hits; the directories' order, which
   `load_runner` does not care about, does not count);
 - sleap-live's version and a digest of the source files that build and export the
@@ -59,7 +60,12 @@ from typing import Any
 import attrs
 
 from sleap_live.engines.load.metadata import METADATA_KEY, ExportMetadata, sidecar_path
-from sleap_live.engines.load.spec import CHECKPOINT, TRAINING_CONFIG
+from sleap_live.engines.load.spec import (
+    CHECKPOINT,
+    LEGACY_TRAINING_CONFIG,
+    LEGACY_WEIGHTS,
+    TRAINING_CONFIG,
+)
 from sleap_live.engines.notify import Notify
 from sleap_live.engines.settings import InferenceSettings
 
@@ -280,10 +286,14 @@ def _entry_problem(record: Any, key: CacheKey, onnx_bytes: bytes) -> str | None:
 
 
 def _model_digests(path: Path) -> tuple[str, str]:
-    """sha256 of a model directory's training config and checkpoint bytes."""
+    """sha256 of a model directory's training config and checkpoint bytes (a SLEAP 1.x
+    folder's `training_config.json` and Keras `best_model.h5`)."""
+    config, weights = TRAINING_CONFIG, CHECKPOINT
+    if not (path / TRAINING_CONFIG).is_file() and (path / LEGACY_TRAINING_CONFIG).is_file():
+        config, weights = LEGACY_TRAINING_CONFIG, LEGACY_WEIGHTS
     return (
-        hashlib.sha256((path / TRAINING_CONFIG).read_bytes()).hexdigest(),
-        hashlib.sha256((path / CHECKPOINT).read_bytes()).hexdigest(),
+        hashlib.sha256((path / config).read_bytes()).hexdigest(),
+        hashlib.sha256((path / weights).read_bytes()).hexdigest(),
     )
 
 

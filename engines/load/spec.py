@@ -20,6 +20,9 @@ from sleap_live.engines.types import Skeleton
 # The files `sleap-nn train` writes into a model directory.
 TRAINING_CONFIG = "training_config.yaml"
 CHECKPOINT = "best.ckpt"
+# The files SLEAP 1.x (TensorFlow) training writes.
+LEGACY_TRAINING_CONFIG = "training_config.json"
+LEGACY_WEIGHTS = "best_model.h5"
 
 # Heads of each supported model type, in the order sleap-nn's `get_head` builds them
 # (the order of `model.head_layers` in a checkpoint): (config key, head class name).
@@ -176,6 +179,25 @@ class PreprocessSpec:
 
 
 @attrs.frozen
+class LegacySpec:
+    """What a SLEAP 1.x model folder (training_config.json + Keras .h5) adds.
+
+    Attributes:
+        weights_path: the Keras model file, `best_model.h5`.
+        offset_heads: head names (sleap-nn's) that SLEAP 1.x trained an
+            `OffsetRefinementHead` beside, in the Keras model's output order.
+        input_scaling: SLEAP 1.x's `preprocessing.input_scaling`.
+        sleap1_conventions: run as SLEAP 1.x ran it (its resize, its offset
+            refinement, its coordinates); False: as sleap-nn predict runs it.
+    """
+
+    weights_path: Path
+    offset_heads: tuple[str, ...] = ()
+    input_scaling: float = 1.0
+    sleap1_conventions: bool = True
+
+
+@attrs.frozen
 class ModelSpec:
     """Everything needed to rebuild a trained sleap-nn model and feed it.
 
@@ -190,6 +212,7 @@ class ModelSpec:
         anchor_part: index of the anchor node in `skeleton.node_names`, or None.
         anchor_part_name: its name, or None.
         sleap_nn_version: version of sleap-nn that wrote the config, if recorded.
+        legacy: for a SLEAP 1.x model folder, what it adds; None for sleap-nn's.
     """
 
     path: Path
@@ -202,14 +225,15 @@ class ModelSpec:
     anchor_part: int | None = None
     anchor_part_name: str | None = None
     sleap_nn_version: str | None = None
+    legacy: LegacySpec | None = None
 
     @property
     def config_path(self) -> Path:
-        return self.path / TRAINING_CONFIG
+        return self.path / (TRAINING_CONFIG if self.legacy is None else LEGACY_TRAINING_CONFIG)
 
     @property
     def checkpoint_path(self) -> Path:
-        return self.path / CHECKPOINT
+        return self.path / CHECKPOINT if self.legacy is None else self.legacy.weights_path
 
     @property
     def in_channels(self) -> int:
@@ -218,6 +242,11 @@ class ModelSpec:
     @property
     def max_stride(self) -> int:
         return self.backbone.max_stride
+
+    @property
+    def sleap1(self) -> bool:
+        """Whether the model runs with SLEAP 1.x's conventions (`LegacySpec`)."""
+        return self.legacy is not None and self.legacy.sleap1_conventions
 
     def head(self, name: str) -> HeadSpec:
         """The head called `name` (a sleap-nn head class name)."""

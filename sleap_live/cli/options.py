@@ -24,7 +24,11 @@ from sleap_live.engines.notify import Notify
 from sleap_live.engines.runners.base import Runner
 from sleap_live.engines.runners.devices import DEVICE_FORMS, is_device
 from sleap_live.engines.runners.load import COMPILE_MODES, ENGINES
-from sleap_live.engines.settings import DEFAULT_SETTINGS, InferenceSettings
+from sleap_live.engines.settings import (
+    DEFAULT_SETTINGS,
+    LEGACY_POSTPROCESSES,
+    InferenceSettings,
+)
 from sleap_live.stream.runner import load_for_source, spread_frames
 from sleap_live.stream.sources import DECODERS, Source, is_url
 from sleap_live.stream.sources.group import SourceGroup
@@ -211,6 +215,14 @@ def add_inference_options(parser: argparse.ArgumentParser) -> None:
         dest="integral_refinement",
         choices=("integral", "none"),
         help="sub-pixel refinement of peaks (default: integral)",
+    )
+    group.add_argument(
+        "--legacy-postprocess",
+        dest="legacy_postprocess",
+        choices=LEGACY_POSTPROCESSES,
+        help="SLEAP 1.x models: peaks as SLEAP 1.x found them (its offset-refinement head "
+        "where the model has one) or as sleap-nn predict does (integral refinement) "
+        f"(default: {default.legacy_postprocess})",
     )
     add(
         "integral_patch_size",

@@ -100,10 +100,12 @@ def test_partial_directories_name_the_missing_file(tmp_path):
         read_model_dir(checkpoint_only)
 
 
-def test_legacy_sleap_directory_is_rejected(tmp_path):
+def test_a_sleap_1x_folder_without_a_model_section_names_its_config(tmp_path):
+    """SLEAP 1.x folders are read (tests/engines/test_legacy_models.py); a broken
+    config is one line naming the file."""
     (tmp_path / "training_config.json").write_text("{}")
     (tmp_path / "best_model.h5").write_bytes(b"")
-    with pytest.raises(ModelConfigError, match=r"legacy SLEAP 1\.x"):
+    with pytest.raises(ModelConfigError, match=r"training_config\.json: model is missing"):
         read_model_dir(tmp_path)
 
 

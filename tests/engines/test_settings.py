@@ -49,6 +49,8 @@ def test_defaults_are_sleap_nn_predicts():
         "n_points": 10,
         "min_instance_peaks": 0,
         "min_line_scores": 0.25,
+        # SLEAP 1.x model folders only: run as SLEAP 1.x ran them.
+        "legacy_postprocess": "sleap1",
     }
     assert DEFAULT_SETTINGS.centroid_threshold == 0.2
     assert InferenceSettings(centroid_peak_threshold=0.6).centroid_threshold == 0.6

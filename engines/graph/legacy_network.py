@@ -1,0 +1,311 @@
+"""SLEAP 1.x's UNet and heads in torch, loading a Keras `best_model.h5` with h5py.
+
+`load_legacy_network(spec)` builds the network SLEAP 1.x (TensorFlow) built for a
+`ModelSpec` read from a SLEAP 1.x model folder and loads its weights; no
+TensorFlow is needed. Its `forward` takes what `Network.forward` takes and returns
+the same dict (head outputs keyed by sleap-nn head class names), plus the offset
+maps under `OFFSETS_HEAD` when the model has an offset-refinement head.
+
+The computation is SLEAP 1.4's `UNet.from_config` + `Model.make_model`, layer for
+layer (`sleap/nn/architectures/unet.py`, `encoder_decoder.py`, `sleap/nn/heads.py`):
+
+- Encoder block b: a 2x2 max pool ("same" padding) before its convolutions except
+  in block 0, then two 3x3 "same" convolutions with ReLU, `int(filters *
+  filters_rate ** b)` channels; the block outputs are the skip sources. A last
+  pool ends the encoder.
+- Middle block: one "expand" and one "contract" 3x3 convolution with ReLU, both
+  at the next level's channels (no block contraction).
+- Decoder block i, from stride s to s/2: a 3x3 stride-2 "same" transposed
+  convolution with ReLU, or x2 bilinear upsampling (half-pixel centers, as Keras's
+  `UpSampling2D`); concatenation `[skip, upsampled]` with the encoder output at
+  s/2; two 3x3 convolutions with ReLU at the level's channels.
+- Keras's "same" transposed convolution pads only after the input, so its output
+  is the full transposed convolution cut at 2x the input size from the start;
+  torch's `padding=1` would cut one pixel from the start instead (sleap-nn 0.3.5's
+  port does that, which is why its outputs differ from Keras's).
+- Heads: a 1x1 convolution on the feature map at the head's stride (the decoder's
+  output, or the input of the decoder block at that stride), sigmoid for class
+  maps; the class-vector head max-pools globally (or flattens in Keras's
+  height-width-channel order), then `num_fc_layers` dense layers with ReLU and a
+  dense softmax layer. An `OffsetRefinementHead` sits beside the confidence map
+  head at its stride: two channels (x, y) per part.
+
+Keras stores a layer's weights at `model_weights/<layer>/<layer>/kernel:0` and
+`bias:0`: convolution kernels as (height, width, in, out), transposed ones as
+(height, width, out, in), dense kernels as (in, out). Head layers are named after
+the head class, with a `_0` suffix in models from SLEAP 1.1 on.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import h5py
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from sleap_live.engines.errors import CheckpointError, ModelConfigError
+from sleap_live.engines.host.frames import GRAY_WEIGHTS
+from sleap_live.engines.load.spec import HeadSpec, ModelSpec
+
+# The key of the offset maps in the network's outputs.
+OFFSETS_HEAD = "OffsetRefinementHead"
+_KERNEL = 3
+
+
+def _keras_max_pool(x: torch.Tensor) -> torch.Tensor:
+    # Keras's "same" 2x2 pooling pads an odd side at its end: ceil_mode.
+    return F.max_pool2d(x, kernel_size=2, stride=2, ceil_mode=True)
+
+
+class _Convs(nn.Module):
+    """3x3 "same" convolutions with ReLU, each a Keras `Conv2D` layer by name."""
+
+    def __init__(self, in_channels: int, channels: tuple[int, ...], names: tuple[str, ...]):
+        super().__init__()
+        self.names = names
+        self.convs = nn.ModuleList(
+            nn.Conv2d(c_in, c_out, _KERNEL, padding="same")
+            for c_in, c_out in zip((in_channels, *channels[:-1]), channels, strict=True)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for conv in self.convs:
+            x = torch.relu(conv(x))
+        return x
+
+
+class _UpBlock(nn.Module):
+    def __init__(
+        self, in_channels: int, skip_channels: int, channels: int, prefix: str, transposed: bool
+    ) -> None:
+        super().__init__()
+        self.prefix = prefix
+        self.upsample = (
+            nn.ConvTranspose2d(in_channels, channels, _KERNEL, stride=2) if transposed else None
+        )
+        upsampled = channels if transposed else in_channels
+        self.refine = _Convs(
+            upsampled + skip_channels,
+            (channels, channels),
+            (f"{prefix}_refine_conv0", f"{prefix}_refine_conv1"),
+        )
+
+    def forward(self, x: torch.Tensor, skip: torch.Tensor) -> torch.Tensor:
+        if self.upsample is None:
+            x = F.interpolate(x, scale_factor=2.0, mode="bilinear", align_corners=False)
+        else:
+            height, width = skip.shape[-2:]
+            x = torch.relu(self.upsample(x)[..., :height, :width])
+        return self.refine(torch.cat((skip, x), dim=1))
+
+
+class _ClassVectors(nn.Module):
+    def __init__(self, in_features: int, head: HeadSpec) -> None:
+        super().__init__()
+        self.pool = head.global_pool
+        units = head.num_fc_units
+        self.hidden = nn.ModuleList(
+            nn.Linear(in_features if i == 0 else units, units) for i in range(head.num_fc_layers)
+        )
+        self.out = nn.Linear(units if head.num_fc_layers else in_features, head.n_channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.pool:
+            x = torch.amax(x, dim=(-2, -1))
+        else:
+            x = torch.flatten(x.permute(0, 2, 3, 1), start_dim=1)
+        for layer in self.hidden:
+            x = torch.relu(layer(x))
+        return torch.softmax(self.out(x), dim=-1)
+
+
+class LegacyNetwork(nn.Module):
+    """The network SLEAP 1.x built for a `ModelSpec` with `legacy` set.
+
+    Attributes:
+        spec: the model this network implements.
+        keras_names: our state_dict key prefixes mapped to Keras layer names.
+    """
+
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        unet = spec.backbone
+        if unet.stem_stride:
+            raise ModelConfigError(
+                f"{spec.config_path}: a SLEAP 1.x UNet with a stem (stem_stride "
+                f"{unet.stem_stride}) is not run by sleap-live"
+            )
+
+        def level(n: int) -> int:
+            return int(unet.filters * unet.filters_rate**n)
+
+        down = int(np.log2(unet.max_stride))
+        channels = unet.in_channels
+        self.encoder = nn.ModuleList()
+        skip_channels = []
+        for b in range(down):
+            names = (f"stack0_enc{b}_conv0", f"stack0_enc{b}_conv1")
+            self.encoder.append(_Convs(channels, (level(b), level(b)), names))
+            channels = level(b)
+            skip_channels.append(channels)
+        self.middle = nn.ModuleList()
+        if unet.middle_block:
+            expand = (f"stack0_enc{down + 1}_middle_expand_conv0",)
+            contract = (f"stack0_enc{down + 2}_middle_contract_conv0",)
+            self.middle.append(_Convs(channels, (level(down),), expand))
+            self.middle.append(_Convs(level(down), (level(down),), contract))
+            channels = level(down)
+        features = [channels]
+        stride = unet.max_stride
+        strides = {stride: 0}
+        self.decoder = nn.ModuleList()
+        for i in range(int(np.log2(unet.max_stride // unet.output_stride))):
+            out = level(down - 1 - i)
+            prefix = f"stack0_dec{i}_s{stride}_to_s{stride // 2}"
+            block = _UpBlock(
+                channels, skip_channels[down - 1 - i], out, prefix, not unet.up_interpolate
+            )
+            self.decoder.append(block)
+            channels = out
+            stride //= 2
+            strides[stride] = i + 1
+            features.append(out)
+        self.heads = nn.ModuleDict()
+        self.head_sources: list[tuple[str, int]] = []
+        for head in spec.heads:
+            source = 0 if head.name == "ClassVectorsHead" else strides.get(head.output_stride)
+            if source is None:
+                raise ModelConfigError(
+                    f"{spec.config_path}: {head.name} output_stride {head.output_stride} "
+                    f"is not a decoder stride {sorted(strides)}"
+                )
+            self.head_sources.append((head.name, source))
+            if head.name == "ClassVectorsHead":
+                self.heads[head.name] = _ClassVectors(features[source], head)
+            else:
+                self.heads[head.name] = nn.Conv2d(features[source], head.n_channels, 1)
+            if head.name in (spec.legacy.offset_heads if spec.legacy else ()):
+                self.head_sources.append((OFFSETS_HEAD, source))
+                self.heads[OFFSETS_HEAD] = nn.Conv2d(features[source], 2 * head.n_channels, 1)
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        x = self._match_channels(x)
+        skips = []
+        for b, block in enumerate(self.encoder):
+            if b > 0:
+                x = _keras_max_pool(x)
+            x = block(x)
+            skips.append(x)
+        x = _keras_max_pool(x)
+        for block in self.middle:
+            x = block(x)
+        features = [x]
+        for i, up in enumerate(self.decoder):
+            x = up(x, skips[len(skips) - 1 - i])
+            features.append(x)
+        outputs = {}
+        for name, source in self.head_sources:
+            out = self.heads[name](features[source])
+            if name == "ClassMapsHead":
+                # Spelled out for the reason `network.ConvHead` gives.
+                out = 1.0 / (1.0 + torch.exp(-out))
+            outputs[name] = out
+        return outputs
+
+    def _match_channels(self, x: torch.Tensor) -> torch.Tensor:
+        # SLEAP 1.x converts frames to the Keras model's input channels; a traced
+        # graph has a fixed channel count, so baking the branch in is right.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            channels = int(x.shape[-3])
+        if channels == self.spec.backbone.in_channels or channels not in (1, 3):
+            return x
+        if channels == 1:
+            return x.repeat(1, 3, 1, 1)
+        r, g, b = x.unbind(dim=-3)
+        return (GRAY_WEIGHTS[0] * r + GRAY_WEIGHTS[1] * g + GRAY_WEIGHTS[2] * b).unsqueeze(-3)
+
+    def keras_layers(self) -> dict[str, tuple[nn.Module, str]]:
+        """Each Keras layer name mapped to (our module, kind: conv, transposed or dense)."""
+        layers: dict[str, tuple[nn.Module, str]] = {}
+        blocks = [*self.encoder, *self.middle, *(up.refine for up in self.decoder)]
+        for block in blocks:
+            assert isinstance(block, _Convs)
+            for name, conv in zip(block.names, block.convs, strict=True):
+                layers[name] = (conv, "conv")
+        for up in self.decoder:
+            assert isinstance(up, _UpBlock)
+            if up.upsample is not None:
+                layers[f"{up.prefix}_trans_conv"] = (up.upsample, "transposed")
+        for name, head in self.heads.items():
+            if isinstance(head, _ClassVectors):
+                for i, hidden in enumerate(head.hidden):
+                    layers[f"pre_classification{i}_fc"] = (hidden, "dense")
+                layers[name] = (head.out, "dense")
+            else:
+                layers[name] = (head, "conv")
+        return layers
+
+    def load_keras_weights(self, path: Path) -> None:
+        """Loads the weights of a Keras `.h5` model file.
+
+        Raises:
+            CheckpointError: the file is unreadable, lacks a layer, or a weight has
+                the wrong shape, naming the file and the layer.
+        """
+        try:
+            with h5py.File(path, "r") as f:
+                if "model_weights" not in f:
+                    raise CheckpointError(f"{path}: no model_weights; not a Keras model file")
+                stored = f["model_weights"]
+                for name, (module, kind) in self.keras_layers().items():
+                    key = next((k for k in (name, f"{name}_0") if k in stored), None)
+                    if key is None:
+                        raise CheckpointError(
+                            f"{path}: no layer {name}; it does not match "
+                            f"{self.spec.config_path.name}"
+                        )
+                    group = stored[key][key]
+                    kernel = np.asarray(group["kernel:0"], dtype=np.float32)
+                    bias = np.asarray(group["bias:0"], dtype=np.float32)
+                    _assign(module, kind, kernel, bias, path, key)
+        except OSError as e:
+            raise CheckpointError(f"{path}: cannot read as HDF5 ({e})") from None
+
+
+def _assign(
+    module: nn.Module, kind: str, kernel: np.ndarray, bias: np.ndarray, path: Path, name: str
+) -> None:
+    if kind == "dense":
+        weight = kernel.T
+    elif kind == "transposed":
+        weight = kernel.transpose(3, 2, 0, 1)  # (h, w, out, in) -> (in, out, h, w)
+    else:
+        weight = kernel.transpose(3, 2, 0, 1)  # (h, w, in, out) -> (out, in, h, w)
+    own_weight, own_bias = module.weight, module.bias
+    assert isinstance(own_weight, torch.Tensor) and isinstance(own_bias, torch.Tensor)
+    if weight.shape != tuple(own_weight.shape) or bias.shape != tuple(own_bias.shape):
+        raise CheckpointError(
+            f"{path}: layer {name} has kernel {kernel.shape} where the config implies "
+            f"{tuple(own_weight.shape)} (torch layout)"
+        )
+    with torch.no_grad():
+        own_weight.copy_(torch.from_numpy(np.ascontiguousarray(weight)))
+        own_bias.copy_(torch.from_numpy(bias))
+
+
+def load_legacy_network(spec: ModelSpec) -> LegacyNetwork:
+    """The SLEAP 1.x network of `spec` with its Keras weights, in eval mode.
+
+    Raises:
+        ModelConfigError: a UNet option sleap-live does not run.
+        CheckpointError: the `.h5` file is unreadable or does not match the config.
+    """
+    network = LegacyNetwork(spec)
+    network.load_keras_weights(spec.checkpoint_path)
+    return network.eval()

@@ -1,0 +1,295 @@
+"""SLEAP 1.x model folders (training_config.json + Keras best_model.h5) against Keras.
+
+The goldens come from tf-keras running the real SLEAP 1.x test models on real frames
+(`scripts/make_legacy_goldens.py`, in a TensorFlow venv of its own): the network's
+outputs per head, and the instances SLEAP 1.x's inference gives on them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+import sleap_io as sio
+import torch
+
+from sleap_live import cli
+from sleap_live.engines.errors import ModelConfigError
+from sleap_live.engines.graph.build import load_inference_model
+from sleap_live.engines.graph.legacy_peaks import sleap1_crops
+from sleap_live.engines.graph.network import load_network
+from sleap_live.engines.graph.preprocess import (
+    PreprocessConfig,
+    frame_input,
+    frames_to_nchw,
+    network_input,
+)
+from sleap_live.engines.load.dirs import read_model_dir
+from sleap_live.engines.load.export_cache import cache_key
+from sleap_live.engines.settings import LEGACY_SLEAP_NN, InferenceSettings
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+MODELS = DATA / "legacy_models"
+GOLDENS = DATA / "goldens"
+SINGLE = MODELS / "minimal_robot.UNet.single_instance"
+ROBOT = MODELS / "clips" / "robot.mp4"
+CENTROID = MODELS / "minimal_instance.UNet.centroid"
+CENTERED = MODELS / "minimal_instance.UNet.centered_instance"
+FLIES = MODELS / "clips" / "flies.mkv"
+MAP_TOLERANCE = 1e-5
+KERAS_POINTS_TOLERANCE = 0.01
+SLEAP_NN_POINTS_TOLERANCE = 1e-3
+ONNX_POINTS_TOLERANCE = 1e-3
+
+
+def _frames(path: Path, gray: bool = False) -> np.ndarray:
+    """The frames as sleap-live's file source reads them: a gray picture stored as
+    YUV is its red plane."""
+    with av.open(str(path)) as container:
+        frames = np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
+    return frames[..., :1] if gray else frames
+
+
+def _golden(name: str) -> dict[str, np.ndarray]:
+    with np.load(GOLDENS / f"legacy_{name}.npz") as golden:
+        return dict(golden)
+
+
+def _torch_points(
+    model_dir: Path | list[Path], frames: np.ndarray, settings: InferenceSettings
+) -> np.ndarray:
+    model = load_inference_model(model_dir, settings)
+    with torch.no_grad():
+        return model(torch.from_numpy(frames))[1].numpy()
+
+
+def test_single_instance_folder_reads_as_sleap_1x_says():
+    spec = read_model_dir(SINGLE)
+    assert spec.model_type == "single_instance"
+    assert spec.skeleton.node_names == ("A", "B")
+    assert spec.in_channels == 3 and spec.max_stride == 4
+    assert spec.preprocess.scale == 0.5
+    assert spec.legacy is not None and spec.legacy.offset_heads == ()
+    assert spec.checkpoint_path == SINGLE / "best_model.h5"
+
+
+def test_a_sleap_1x_folder_has_an_export_cache_key_from_its_bytes(tmp_path):
+    """So that `sleap-live run` exports it once, and again only when its files change."""
+    key = cache_key([SINGLE], {})
+    assert key is not None
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for name in ("training_config.json", "best_model.h5"):
+        (copy / name).write_bytes((SINGLE / name).read_bytes())
+    assert cache_key([copy], {}) == key
+    with (copy / "best_model.h5").open("ab") as weights:
+        weights.write(b"\0")
+    changed = cache_key([copy], {})
+    assert changed is not None and changed.digest != key.digest
+
+
+def test_single_instance_network_matches_keras():
+    golden = _golden("single_instance")
+    keras_maps = golden["maps_SingleInstanceConfmapsHead"]
+    model = load_inference_model(SINGLE)
+    frames = torch.from_numpy(_frames(ROBOT)[: len(keras_maps)])
+    with torch.no_grad():
+        image, _ = frame_input(frames_to_nchw(frames), model.preprocess)
+        maps = model.network(image)["SingleInstanceConfmapsHead"]
+    assert np.abs(maps.permute(0, 2, 3, 1).numpy() - keras_maps).max() < MAP_TOLERANCE
+
+
+def test_single_instance_runs_from_the_command_line_as_sleap_1x(tmp_path, warm_export_cache):
+    """`sleap-live run -m LEGACY_DIR` (exported to ONNX): SLEAP 1.x's points, and the
+    torch module's to 1e-3 px."""
+    golden = _golden("single_instance")
+    out = tmp_path / "poses.slp"
+    assert (
+        cli.main(["run", str(ROBOT), "-m", str(SINGLE), "-o", str(out), "-q", "--engine", "onnx"])
+        == 0
+    )
+    labels = sio.load_slp(str(out), open_videos=False)
+    assert [len(frame.instances) for frame in labels] == list(golden["counts"])
+    assert [n.name for n in labels.skeletons[0].nodes] == ["A", "B"]
+    exported = np.stack([frame.instances[0].numpy() for frame in labels])
+    keras = golden["points"][:, 0]
+    assert np.abs(exported - keras).max() < KERAS_POINTS_TOLERANCE
+    torch_points = _torch_points(SINGLE, _frames(ROBOT), InferenceSettings())
+    assert np.abs(exported - torch_points).max() < ONNX_POINTS_TOLERANCE
+
+
+def test_single_instance_sleap_nn_conventions_match_sleap_nn_predict():
+    reference = _golden("single_instance_sleap_nn")
+    settings = InferenceSettings(legacy_postprocess=LEGACY_SLEAP_NN)
+    points = _torch_points(SINGLE, _frames(ROBOT), settings)
+    assert np.abs(points[reference["frames"]] - reference["points"]).max() < (
+        SLEAP_NN_POINTS_TOLERANCE
+    )
+
+
+@pytest.mark.parametrize(
+    ("backbone", "kind"),
+    [
+        ("leap", "LEAP CNN"),
+        ("hourglass", "stacked hourglass"),
+        ("resnet", "ResNet"),
+        ("pretrained_encoder", "pretrained-encoder UNet"),
+    ],
+)
+def test_a_sleap_1x_backbone_other_than_unet_is_refused(backbone, kind, tmp_path):
+    """The committed LEAP fixture folder, and copies of it naming the other backbones."""
+    folder = MODELS / "leap_cnn"
+    if backbone != "leap":
+        config = json.loads((folder / "training_config.json").read_text())
+        backbones = config["model"]["backbone"]
+        backbones[backbone] = backbones.pop("leap")
+        folder = tmp_path / backbone
+        folder.mkdir()
+        (folder / "training_config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelConfigError) as refused:
+        read_model_dir(folder)
+    assert str(refused.value) == (
+        f"{folder}: a SLEAP 1.x {kind} model; sleap-live runs only SLEAP 1.x UNet models"
+    )
+
+
+def test_the_refusal_comes_before_any_work(tmp_path, capsys):
+    folder = MODELS / "leap_cnn"
+    out = tmp_path / "poses.slp"
+    assert cli.main(["run", str(ROBOT), "-m", str(folder), "-o", str(out), "-q"]) != 0
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "LEAP CNN" in error[0] and str(folder) in error[0]
+    assert not out.exists()
+
+
+def test_topdown_networks_match_keras():
+    """Centroid maps and offsets on frames, instance maps and offsets on SLEAP 1.x's
+    crops around Keras's centroids."""
+    golden = _golden("topdown")
+    model = load_inference_model([CENTROID, CENTERED])
+    frames = torch.from_numpy(_frames(FLIES, gray=True))
+    n_map_frames = len(golden["maps_CentroidConfmapsHead"])
+    with torch.no_grad():
+        image, _ = frame_input(frames_to_nchw(frames[:n_map_frames]), model.stage.preprocess)
+        heads = model.stage.network(image)
+        for name in ("CentroidConfmapsHead", "OffsetRefinementHead"):
+            ours = heads[name].permute(0, 2, 3, 1).numpy()
+            assert np.abs(ours - golden[f"maps_{name}"]).max() < MAP_TOLERANCE, name
+        n_crops = int(golden["counts"][:n_map_frames].sum())
+        frame_of_crop = torch.repeat_interleave(
+            torch.arange(n_map_frames), torch.from_numpy(golden["counts"][:n_map_frames])
+        )
+        centroids = torch.from_numpy(golden["centroids"][:n_crops])
+        crops = sleap1_crops(frames, frame_of_crop, centroids, model.crop_size)
+        image = network_input(crops.permute(0, 3, 1, 2), model.instance_preprocess)
+        heads = model.instance_network(image)
+    for name in ("CenteredInstanceConfmapsHead", "OffsetRefinementHead"):
+        ours = heads[name].permute(0, 2, 3, 1).numpy()
+        assert np.abs(ours - golden[f"instance_maps_{name}"]).max() < MAP_TOLERANCE, name
+
+
+def test_topdown_runs_from_the_command_line_as_sleap_1x(tmp_path, warm_export_cache):
+    """Centroid + centered-instance folders: as many instances as SLEAP 1.x on every
+    frame, its points to 0.01 px, the ONNX export's points the torch module's to 1e-3."""
+    golden = _golden("topdown")
+    out = tmp_path / "poses.slp"
+    models = ["-m", str(CENTROID), "-m", str(CENTERED)]
+    argv = ["run", str(FLIES), *models, "-o", str(out), "-q", "--engine", "onnx"]
+    assert cli.main(argv) == 0
+    labels = sio.load_slp(str(out), open_videos=False)
+    by_frame = {frame.frame_idx: frame for frame in labels}
+    counts = [
+        len(by_frame[i].instances) if i in by_frame else 0 for i in range(len(golden["counts"]))
+    ]
+    assert counts == list(golden["counts"])
+    model = load_inference_model([CENTROID, CENTERED])
+    with torch.no_grad():
+        instance_frame, torch_points = (
+            output.numpy() for output in model(torch.from_numpy(_frames(FLIES, gray=True)))[:2]
+        )
+    worst_keras = worst_torch = 0.0
+    for i, count in enumerate(golden["counts"]):
+        if not count:
+            continue
+        exported = np.stack([instance.numpy() for instance in by_frame[i].instances])
+        keras = golden["points"][i, :count]
+        ours = torch_points[instance_frame == i]
+        assert (np.isnan(exported) == np.isnan(keras)).all()
+        worst_keras = max(worst_keras, float(np.nanmax(np.abs(_matched(exported, keras)))))
+        worst_torch = max(worst_torch, float(np.nanmax(np.abs(_matched(exported, ours)))))
+    assert worst_keras < KERAS_POINTS_TOLERANCE
+    assert worst_torch < ONNX_POINTS_TOLERANCE
+
+
+def test_a_sleap_1x_centroid_model_pairs_with_a_sleap_nn_instance_model():
+    """Each stage keeps its own conventions: SLEAP 1.x's centroid stage (offset head,
+    its resize and coordinates), sleap-nn's crops and peaks for the sleap-nn model.
+    The frame preprocessing follows sleap-nn's pairing rule (the instance model's
+    size matcher where the centroid model has none)."""
+    model = load_inference_model([CENTROID, DATA / "models" / "centered_instance"])
+    assert model.stage.sleap1 and model.stage.preprocess.sleap1_resize
+    assert not model.instance_sleap1 and not model.instance_preprocess.sleap1_resize
+    with torch.no_grad():
+        instance_frame, points, *_ = model(torch.from_numpy(_frames(FLIES, gray=True)[:1]))
+    assert len(instance_frame) > 0 and points.shape[1:] == (model.info.skeleton.n_nodes, 2)
+
+
+@pytest.mark.parametrize(
+    ("models", "model_type"),
+    [
+        (["fixture.UNet.bottomup"], "bottomup"),
+        (["fixture.UNet.bottomup_multiclass"], "multi_class_bottomup"),
+        (
+            ["minimal_instance.UNet.centroid", "fixture.UNet.topdown_multiclass"],
+            "multi_class_topdown",
+        ),
+    ],
+)
+def test_bottomup_and_multi_class_folders_build_their_inference_models(models, model_type):
+    """The SLEAP 1.x conventions reach every model type; the skeleton and classes
+    come from the legacy config."""
+    model = load_inference_model([MODELS / name for name in models])
+    assert model.info.model_type == model_type
+    spec = read_model_dir(MODELS / models[-1])
+    assert model.info.skeleton.node_names == spec.skeleton.node_names
+    assert model.info.class_names == spec.class_names
+    sleap1 = model.instance_sleap1 if model_type == "multi_class_topdown" else model.sleap1
+    assert sleap1
+    with torch.no_grad():
+        outputs = model(torch.from_numpy(_frames(FLIES, gray=True)[:1]))
+    assert len(outputs) == len(model.output_names)
+
+
+def _matched(found: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """`found - reference` with each found instance paired to the nearest reference one
+    (the .slp keeps the graph's instance order, which is SLEAP 1.x's raster order)."""
+    distance = np.nanmean(np.abs(found[:, None] - reference[None]), axis=(2, 3))
+    return found - reference[distance.argmin(axis=1)]
+
+
+@pytest.mark.parametrize(
+    ("case", "folder", "side"),
+    [
+        ("bottomup", "fixture.UNet.bottomup", 96),
+        ("bottomup_multiclass", "fixture.UNet.bottomup_multiclass", 96),
+        ("topdown_multiclass", "fixture.UNet.topdown_multiclass", 128),
+    ],
+)
+def test_bottomup_and_multi_class_networks_match_keras(case, folder, side):
+    """Fixture folders in SLEAP 1.x's Keras layout (the real ones are too large to
+    commit): every head, PAFs, offsets, class maps and class vectors included, on
+    the top-left square of a real frame, preprocessed as SLEAP 1.x did."""
+    golden = _golden(case)
+    spec = read_model_dir(MODELS / folder)
+    network = load_network(spec)
+    frames = torch.from_numpy(_frames(FLIES, gray=True)[:1, :side, :side].copy())
+    with torch.no_grad():
+        image, _ = frame_input(frames_to_nchw(frames), PreprocessConfig.from_spec(spec))
+        heads = network(image)
+    assert {f"maps_{name}" for name in heads} == set(golden)
+    for name, output in heads.items():
+        ours = output.permute(0, 2, 3, 1).numpy() if output.ndim == 4 else output.numpy()
+        assert np.abs(ours - golden[f"maps_{name}"]).max() < MAP_TOLERANCE, name
