@@ -24,7 +24,7 @@ import torch
 
 from sleap_live.engines.graph.base import InferenceModel
 from sleap_live.engines.graph.bottomup import top_peaks_per_channel
-from sleap_live.engines.graph.network import load_network
+from sleap_live.engines.graph.networks import load_model_network
 from sleap_live.engines.graph.peaks import (
     DEFAULT_PATCH_SIZE,
     DEFAULT_PEAK_THRESHOLD,
@@ -193,7 +193,7 @@ class CentroidModel(InferenceModel):
         """
         check_model_type(spec, "centroid")
         return cls(
-            load_network(spec) if network is None else network,
+            load_model_network(spec) if network is None else network,
             PreprocessConfig.from_spec(spec),
             spec.skeleton,
             spec.head(CENTROID_HEAD).output_stride,

@@ -40,7 +40,7 @@ from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.graph.base import InferenceModel
 from sleap_live.engines.graph.centroid import CENTROID_HEAD, CentroidStage
 from sleap_live.engines.graph.crops import box_top_left, crop_centered
-from sleap_live.engines.graph.network import load_network
+from sleap_live.engines.graph.networks import load_model_network
 from sleap_live.engines.graph.peaks import (
     DEFAULT_PATCH_SIZE,
     DEFAULT_PEAK_THRESHOLD,
@@ -165,8 +165,8 @@ class TopDownModel(InferenceModel):
             max_width=_first_set(centroid_settings.max_width, instance_settings.max_width),
         )
         return cls(
-            load_network(centroid) if centroid_network is None else centroid_network,
-            load_network(instance) if instance_network is None else instance_network,
+            load_model_network(centroid) if centroid_network is None else centroid_network,
+            load_model_network(instance) if instance_network is None else instance_network,
             frame_preprocess,
             PreprocessConfig.from_spec(instance),
             instance.skeleton,

@@ -14,6 +14,8 @@ Two kinds of directory come out of sleap-nn:
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +24,9 @@ from sleap_live.engines.errors import (
     ModelConfigError,
     ModelNotFoundError,
 )
+from sleap_live.engines.load.model_kind import refuse_unrun_kind
 from sleap_live.engines.load.spec import CHECKPOINT, TRAINING_CONFIG, ModelSpec
-from sleap_live.engines.load.training_config import read_training_config
+from sleap_live.engines.load.training_config import parse_training_config, read_yaml
 
 EXPORT_METADATA = "export_metadata.json"
 EXPORTED_MODELS = ("model.onnx", "model.trt")
@@ -59,6 +62,8 @@ def read_model_dir(path: Path) -> ModelSpec:
         ExportedModelDirError: the directory is a `sleap-nn export` output.
         ModelConfigError: the config is invalid or describes an unsupported model,
             including legacy SLEAP 1.x directories.
+        UnsupportedModelError: the model is of a kind sleap-live does not run,
+            told before the checkpoint is looked at.
     """
     model_dir = model_dir_of(path)
     if is_sleap_nn_export_dir(model_dir):
@@ -72,11 +77,34 @@ def read_model_dir(path: Path) -> ModelSpec:
                 f"{model_dir}: legacy SLEAP 1.x model (training_config.json) is not supported"
             )
         raise ModelNotFoundError(f"{model_dir / TRAINING_CONFIG}: not found")
+    config = read_yaml(model_dir / TRAINING_CONFIG)
+    refuse_unrun_kind(config, model_dir)
     if not (model_dir / CHECKPOINT).is_file():
         raise ModelNotFoundError(
             f"{model_dir / CHECKPOINT}: not found (training unfinished or directory incomplete)"
         )
-    return read_training_config(model_dir)
+    return parse_training_config(config, model_dir)
+
+
+def refuse_unrun_models(paths: Sequence[str | os.PathLike[str]]) -> None:
+    """Refuses a model of a kind sleap-live does not run before any other work.
+
+    Reads only the training config of each trained model directory among `paths`
+    (the directory, its config or its checkpoint); other paths (exports, graph
+    files, missing ones) are left to the loader, which names their problems.
+
+    Raises:
+        UnsupportedModelError: one line naming the folder and what the model is.
+        ModelConfigError: a training config is not valid YAML.
+    """
+    for path in map(Path, paths):
+        folder = path if path.is_dir() else None
+        if path.is_file() and (path.name == TRAINING_CONFIG or path.suffix == ".ckpt"):
+            folder = path.parent
+        if folder is None or is_sleap_nn_export_dir(folder):
+            continue
+        if (folder / TRAINING_CONFIG).is_file():
+            refuse_unrun_kind(read_yaml(folder / TRAINING_CONFIG), folder)
 
 
 def is_sleap_nn_export_dir(path: Path) -> bool:

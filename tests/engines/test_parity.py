@@ -310,3 +310,28 @@ def test_settings_match_sleap_nn_predict(engine, name):
     assert result.point_errors.max() <= bounds.points_px, summary
     assert result.score_errors.max() <= bounds.point_scores, summary
     assert result.instance_score_errors.max() <= bounds.instance_scores, summary
+
+
+# The ConvNeXt and Swin fixtures (goldens.BACKBONE_CASES) on ONNX Runtime against
+# sleap-nn's predict, on the videos' first BACKBONE_FRAMES frames (the whole videos:
+# scripts/check_backbone_parity.py); and the ONNX graph against the torch module on the
+# first batch.
+BACKBONE_FRAMES = 48
+BACKBONE_BOUNDS = Bounds(1e-4, 1e-5, 3e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(goldens.BACKBONE_CASES))
+def test_backbones_match_sleap_nn_predict(name):
+    run = case_run(name, "onnx", BACKBONE_FRAMES)
+    golden = dict(np.load(case_paths(name)[2]))
+    result = goldens.compare(run.poses, golden, run.info.class_names, range(len(run.poses)))
+    summary = f"{name} (onnx): {result.summary()}"
+    print(summary)
+    assert_within(result, BACKBONE_BOUNDS, summary)
+    torch_poses = case_run(name, "torch", BATCH).poses
+    for i, (t, o) in enumerate(zip(torch_poses, run.poses, strict=False)):
+        assert len(o["points"]) == len(t["points"]), f"{name} frame {i}"
+        np.testing.assert_allclose(
+            o["points"], t["points"], rtol=0, atol=5e-5, equal_nan=True, err_msg=f"{name} {i}"
+        )
