@@ -201,14 +201,17 @@ def init_checkpoint(source: Path, head_type: str, runs: Path, name: str) -> Path
     sleap-nn loads pretrained head weights by name and skips names it does not know, so
     a centered-instance model's node maps would not reach a single-instance or bottom-up
     model's head of the same shape without the rename. Heads the source lacks (bottom-up
-    PAFs) start from sleap-nn's default initialisation.
+    PAFs) and a centroid model's one-channel head start from sleap-nn's default
+    initialisation.
     """
     checkpoint = torch.load(source, map_location="cpu", weights_only=False)
     prefix = "model.head_layers.0."
     renamed = {}
     for key, value in checkpoint["state_dict"].items():
         if key.startswith(prefix):
-            _, rest = key.removeprefix(prefix).split(".", 1)
+            head_name, rest = key.removeprefix(prefix).split(".", 1)
+            if head_type == "centroid" and head_name != FIRST_HEAD["centroid"]:
+                continue  # one channel where the source has one per node: from scratch
             key = f"{prefix}{FIRST_HEAD[head_type]}.{rest}"
         renamed[key] = value
     if list(renamed) == list(checkpoint["state_dict"]):
