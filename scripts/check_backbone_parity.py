@@ -46,6 +46,11 @@ def main() -> int:
                 differing.add(i)
         same = 1 - len(differing) / result.frames
         points = result.point_errors
+        if points.size == 0:
+            # Same (no) instances everywhere, but nothing to measure: not a pass.
+            failures += 1
+            print(f"FAIL {name} ({args.engine}): no instance on either side, nothing compared")
+            continue
         median, p99 = float(np.median(points)), float(np.percentile(points, 99))
         ok = same >= SAME_FRAMES and median <= MEDIAN_PX and p99 <= P99_PX
         failures += not ok

@@ -75,8 +75,10 @@ GOLDENS = {
     "multi_class_topdown": (["centroid_rgb", "multi_class_topdown"], "multi_rgb", None),
     "multi_class_bottomup": (["multi_class_bottomup"], "multi_rgb", None),
     "convnext_single_instance": (["convnext_single_instance"], "single", None),
-    "convnext_topdown": (["convnext_centroid", "convnext_centered_instance"], "multi_gray", None),
-    "convnext_bottomup": (["convnext_bottomup"], "multi_gray", None),
+    # The ConvNeXt centroid model finds no centroid (its maps stayed flat in the brief
+    # training), so the ConvNeXt centered-instance model is paired with the UNet one.
+    "convnext_topdown": (["centroid", "convnext_centered_instance"], "multi_gray", None),
+    # No "convnext_bottomup": that model finds no instance (tests/data/README.md).
     "swint_single_instance": (["swint_single_instance"], "single", None),
     "swint_topdown": (["convnext_centroid", "swint_centered_instance"], "multi_gray", None),
     "swint_bottomup": (["swint_bottomup"], "multi_gray", None),
