@@ -6,7 +6,7 @@ Run with the sleap-nn venv from the repository root:
 
 Stages (all by default, or pick with --stages): ``data`` renders the datasets and test
 videos and checks PyAV and sleap-io decode them identically; ``train`` trains the seven
-UNet models and the seven ConvNeXt and Swin models with ``sleap-nn train``; ``predict``
+UNet models and the ConvNeXt and Swin models with ``sleap-nn train``; ``predict``
 records goldens with ``sleap-nn predict``;
 ``export`` runs ``sleap-nn export --format onnx`` per golden and records
 ``sleap-nn predict --runtime onnx`` on each export; ``score`` compares goldens with ground
@@ -80,8 +80,7 @@ GOLDENS = {
     "convnext_topdown": (["centroid", "convnext_centered_instance"], "multi_gray", None),
     # No "convnext_bottomup": that model finds no instance (tests/data/README.md).
     "swint_single_instance": (["swint_single_instance"], "single", None),
-    "swint_topdown": (["convnext_centroid", "swint_centered_instance"], "multi_gray", None),
-    "swint_bottomup": (["swint_bottomup"], "multi_gray", None),
+    "swint_topdown": (["centroid", "swint_centered_instance"], "multi_gray", None),
 }
 # The ConvNeXt and Swin goldens keep only their .npz (the .slp is what the tests never
 # read), and have no sleap-nn export golden.

@@ -31,9 +31,9 @@ CASES: dict[str, tuple[tuple[str, ...], str, str]] = {
     "multi_class_bottomup": (("multi_class_bottomup",), "multi_rgb.mp4", "multi_rgb.npz"),
 }
 
-# The ConvNeXt fixtures' goldens (scripts/make_fixtures.py GOLDENS), compared on their
-# videos' first frames by test_parity.py. The top-down pair takes the UNet centroid
-# model: the ConvNeXt one finds no centroid (tests/data/README.md).
+# The ConvNeXt and Swin fixtures' goldens (scripts/make_fixtures.py GOLDENS), compared
+# on their videos' first frames by test_parity.py. The top-down pairs take the UNet
+# centroid model: the ConvNeXt one finds no centroid (tests/data/README.md).
 BACKBONE_CASES: dict[str, tuple[tuple[str, ...], str, str]] = {
     "convnext_single_instance": (("convnext_single_instance",), "single.mkv", "single.npz"),
     "convnext_topdown": (
@@ -41,6 +41,7 @@ BACKBONE_CASES: dict[str, tuple[tuple[str, ...], str, str]] = {
         "multi_gray.mkv",
         "multi_gray.npz",
     ),
+    "swint_topdown": (("centroid", "swint_centered_instance"), "multi_gray.mkv", "multi_gray.npz"),
 }
 
 # Of the goldens of non-default inference settings (scripts/fixtures/goldens.py

@@ -313,12 +313,12 @@ def test_settings_match_sleap_nn_predict(engine, name):
 
 
 # The ConvNeXt fixtures (goldens.BACKBONE_CASES) on ONNX Runtime against sleap-nn's
-# predict, on the videos' first BACKBONE_FRAMES frames (the whole videos:
-# scripts/check_backbone_parity.py); and the ONNX graph against the torch module on the
-# first batch. Measured maxima: points 2.4e-7 px (single instance), 1.5e-5 px
-# (top-down); point scores 1.8e-7, instance scores 4.2e-7. Bounds: the UNet's 1e-4 px,
-# scores about 5 times.
-BACKBONE_FRAMES = 48
+# predict, on the videos' first BACKBONE_FRAMES frames (the whole videos, ONNX Runtime
+# and torch: scripts/check_backbone_parity.py); the export itself was checked against
+# the torch module on the first VERIFY_FRAMES. Measured maxima: points 2.4e-7 px
+# (single instance), 1.5e-5 px (top-down); point scores 1.8e-7, instance scores 4.2e-7.
+# Bounds: the UNet's 1e-4 px, scores about 5 times.
+BACKBONE_FRAMES = 24
 BACKBONE_BOUNDS = Bounds(1e-4, 1e-6, 2e-6)
 
 
@@ -331,9 +331,3 @@ def test_backbones_match_sleap_nn_predict(name):
     summary = f"{name} (onnx): {result.summary()}"
     print(summary)
     assert_within(result, BACKBONE_BOUNDS, summary)
-    torch_poses = case_run(name, "torch", BATCH).poses
-    for i, (t, o) in enumerate(zip(torch_poses, run.poses, strict=False)):
-        assert len(o["points"]) == len(t["points"]), f"{name} frame {i}"
-        np.testing.assert_allclose(
-            o["points"], t["points"], rtol=0, atol=5e-5, equal_nan=True, err_msg=f"{name} {i}"
-        )
