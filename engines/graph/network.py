@@ -205,6 +205,7 @@ class Network(nn.Module):
     Attributes:
         spec: the model this network implements.
         sleap_nn_keys: our state_dict keys mapped to the checkpoint's keys.
+        derived_keys: checkpoint entries computed from the config (none for a UNet).
     """
 
     def __init__(self, spec: ModelSpec) -> None:
@@ -232,6 +233,9 @@ class Network(nn.Module):
             key: f"model.{names[key.rpartition('.')[0]]}.{key.rpartition('.')[2]}"
             for key in self.state_dict()
         }
+        # Checkpoint entries the config determines (a UNet has none; see
+        # `load_sleap_nn_weights`).
+        self.derived_keys: dict[str, str] = {}
 
     def _config_error(self, problem: str) -> ModelConfigError:
         return ModelConfigError(f"{self.spec.config_path}: {problem}")

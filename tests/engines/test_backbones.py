@@ -28,8 +28,8 @@ from tests.committed import require
 from tests.engines import test_spec
 
 MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
-CONVNEXT_FIXTURES = ("convnext_single_instance", "convnext_centroid", "convnext_centered_instance",
-                     "convnext_bottomup")  # fmt: skip
+TRAINED_FIXTURES = ("convnext_single_instance", "convnext_centroid", "convnext_centered_instance",
+                    "convnext_bottomup", "swint_centered_instance")  # fmt: skip
 
 CONVNEXT = {
     "pre_trained_weights": None,
@@ -118,7 +118,7 @@ def test_configs_sleap_nn_cannot_run_are_refused_in_one_line(tmp_path, backbone,
     assert "\n" not in str(error.value)
 
 
-@pytest.mark.parametrize("name", CONVNEXT_FIXTURES)
+@pytest.mark.parametrize("name", TRAINED_FIXTURES)
 def test_every_weight_of_the_trained_fixtures_loads(name):
     require(MODELS / name / "best.ckpt")
     network = load_model_network(read_model_dir(MODELS / name))

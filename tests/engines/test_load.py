@@ -297,4 +297,5 @@ def test_trained_checkpoints_read_without_sleap_nn(model_dir):
     state_dict = read_state_dict(model_dir / "best.ckpt")
     assert all(key.startswith("model.") for key in state_dict)
     network = load_model_network(read_model_dir(model_dir))
-    assert set(network.sleap_nn_keys.values()) == set(state_dict)
+    stored = {*network.sleap_nn_keys.values(), *network.derived_keys.values()}
+    assert stored == set(state_dict)

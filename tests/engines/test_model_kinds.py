@@ -67,7 +67,7 @@ def test_the_command_line_refuses_it_alone_or_in_a_pair(folder, paired, tmp_path
 
 
 def test_pose_models_on_run_backbones_are_not_flagged():
-    for name in ("single_instance", "bottomup", "convnext_bottomup"):
+    for name in ("single_instance", "bottomup", "convnext_bottomup", "swint_centered_instance"):
         require(MODELS / name / "training_config.yaml")
         assert unrun_kind(read_yaml(MODELS / name / "training_config.yaml")) is None
     # Too malformed to tell: the full parse names the problem instead.
