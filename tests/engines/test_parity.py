@@ -320,10 +320,13 @@ def test_settings_match_sleap_nn_predict(engine, name):
 # Bounds: the UNet's 1e-4 px, scores about 5 times.
 BACKBONE_FRAMES = 24
 BACKBONE_BOUNDS = Bounds(1e-4, 1e-6, 2e-6)
+# One case per backbone within the suite's budget (their exports take most of the time:
+# Swin's about 8 s of CPU); convnext_topdown is the script's.
+BACKBONE_TESTED = ("convnext_single_instance", "swint_topdown")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", list(goldens.BACKBONE_CASES))
+@pytest.mark.parametrize("name", BACKBONE_TESTED)
 def test_backbones_match_sleap_nn_predict(name):
     run = case_run(name, "onnx", BACKBONE_FRAMES)
     golden = dict(np.load(case_paths(name)[2]))
