@@ -17,6 +17,11 @@ class ModelConfigError(EngineError, ValueError):
     """A training config or export metadata is unreadable or unsupported."""
 
 
+class UnsupportedModelError(ModelConfigError):
+    """The model is of a kind sleap-live does not run (a box detector, an embedding
+    or segmentation model, a pretrained or unknown backbone, an unknown type)."""
+
+
 class ExportedModelDirError(ModelConfigError):
     """The directory holds a `sleap-nn export` model, not a trained checkpoint."""
 

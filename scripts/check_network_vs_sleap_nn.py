@@ -40,7 +40,8 @@ from sleap_nn.inference.loaders import _load_lightning_module  # noqa: E402
 from sleap_nn.training import lightning_modules as lm  # noqa: E402
 
 from sleap_live.engines.errors import ModelConfigError  # noqa: E402
-from sleap_live.engines.graph.network import build_network, load_network  # noqa: E402
+from sleap_live.engines.graph.network import build_network  # noqa: E402
+from sleap_live.engines.graph.networks import load_model_network  # noqa: E402
 from sleap_live.engines.load.checkpoint import read_state_dict  # noqa: E402
 from sleap_live.engines.load.dirs import read_model_dir  # noqa: E402
 from sleap_live.engines.load.training_config import read_training_config  # noqa: E402
@@ -280,7 +281,7 @@ def compare(path: Path, sizes: list[tuple[int, int]], channels: list[int] | None
     pads only on a model's first call.
     """
     spec = read_model_dir(path)
-    ours = load_network(spec)
+    ours = load_model_network(spec)
     theirs_state = torch.load(path / "best.ckpt", weights_only=False)["state_dict"]
     mine_state = read_state_dict(path / "best.ckpt")
     if set(theirs_state) != set(mine_state) or any(

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from sleap_live.engines.host.frames import VideoFrames
+from sleap_live.engines.load.dirs import refuse_unrun_models
 from sleap_live.engines.runners.base import Runner
 from sleap_live.stream.errors import SourceError
 from sleap_live.stream.sources import FileSource, Source
@@ -67,16 +68,20 @@ def load_for_source(
 
     Raises:
         SourceError: the source's video has no frames to verify on.
+        UnsupportedModelError: a model is of a kind sleap-live does not run (told
+            before any frame is read).
     """
     # Imported here: loading models may need torch, and a pipeline given a runner
     # (say ONNX Runtime only) should not pay for importing it.
     from sleap_live.engines.runners.load import load_runner
 
+    paths = [models] if isinstance(models, str | os.PathLike) else models
+    # A model sleap-live does not run is told before any frame is read.
+    refuse_unrun_models(paths)
     if load_options.get("verify", True) and load_options.get("verify_frames") is None:
         frames = verify_frames_of(source)
         if frames is not None:  # else load_runner's default: the training labels' frames
             load_options["verify_frames"] = frames
-    paths = [models] if isinstance(models, str | os.PathLike) else models
     return load_runner([os.fspath(path) for path in paths], **load_options)
 
 

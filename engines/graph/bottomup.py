@@ -35,7 +35,7 @@ from sleap_live.engines.graph.base import InferenceModel
 from sleap_live.engines.graph.crops import clip_index
 from sleap_live.engines.graph.legacy_network import OFFSETS_HEAD
 from sleap_live.engines.graph.legacy_peaks import SCALED_INPUT_SHIFT, channel_offsets
-from sleap_live.engines.graph.network import load_network
+from sleap_live.engines.graph.networks import load_model_network
 from sleap_live.engines.graph.paf import PafLineScorer
 from sleap_live.engines.graph.peaks import (
     DEFAULT_PATCH_SIZE,
@@ -281,7 +281,7 @@ class BottomUpModel(_BottomUpBase):
         check_model_type(spec, "bottomup")
         confmaps, pafs = spec.head(CONFMAPS_HEAD), spec.head(PAFS_HEAD)
         return cls(
-            load_network(spec) if network is None else network,
+            load_model_network(spec) if network is None else network,
             PreprocessConfig.from_spec(spec),
             spec.skeleton,
             pafs.edge_indices,
@@ -381,7 +381,7 @@ class MultiClassBottomUpModel(_BottomUpBase):
         check_model_type(spec, "multi_class_bottomup")
         confmaps, class_maps = spec.head(CONFMAPS_HEAD), spec.head(CLASS_MAPS_HEAD)
         return cls(
-            load_network(spec) if network is None else network,
+            load_model_network(spec) if network is None else network,
             PreprocessConfig.from_spec(spec),
             spec.skeleton,
             class_maps.classes,

@@ -30,7 +30,7 @@ from sleap_live.engines.graph.legacy_peaks import (
     sleap1_grid_to_image,
     slot_offsets,
 )
-from sleap_live.engines.graph.network import load_network
+from sleap_live.engines.graph.networks import load_model_network
 from sleap_live.engines.graph.peaks import (
     DEFAULT_PATCH_SIZE,
     DEFAULT_PEAK_THRESHOLD,
@@ -228,7 +228,7 @@ class CentroidModel(InferenceModel):
         """
         check_model_type(spec, "centroid")
         return cls(
-            load_network(spec) if network is None else network,
+            load_model_network(spec) if network is None else network,
             PreprocessConfig.from_spec(spec),
             spec.skeleton,
             spec.head(CENTROID_HEAD).output_stride,

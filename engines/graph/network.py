@@ -206,12 +206,16 @@ class Network(nn.Module):
     Attributes:
         spec: the model this network implements.
         sleap_nn_keys: our state_dict keys mapped to the checkpoint's keys.
+        derived_keys: checkpoint entries computed from the config (none for a UNet).
     """
 
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
         self.spec = spec
         unet = spec.backbone
+        if not isinstance(unet, UNetSpec):
+            raise TypeError(f"{spec.config_path}: not a UNet model")
+        self.unet = unet
         if unet.stacks != 1:
             raise self._config_error(
                 f"unet.stacks is {unet.stacks}; sleap-nn's UNet runs only 1 stack"
@@ -230,6 +234,9 @@ class Network(nn.Module):
             key: f"model.{names[key.rpartition('.')[0]]}.{key.rpartition('.')[2]}"
             for key in self.state_dict()
         }
+        # Checkpoint entries the config determines (a UNet has none; see
+        # `load_sleap_nn_weights`).
+        self.derived_keys: dict[str, str] = {}
 
     def _config_error(self, problem: str) -> ModelConfigError:
         return ModelConfigError(f"{self.spec.config_path}: {problem}")
@@ -336,7 +343,7 @@ class Network(nn.Module):
         self, strides_to_features: dict[int, int], names: dict[str, str]
     ) -> tuple[tuple[str, int], ...]:
         """Make the heads; returns (head name, index of the feature map it reads)."""
-        unet = self.spec.backbone
+        unet = self.unet
         feature_channels = [_level(unet, unet.down_blocks + unet.stem_blocks)]
         feature_channels += [block.refine[0].out_channels for block in self.decoder]
         self.heads = nn.ModuleDict()
@@ -345,7 +352,7 @@ class Network(nn.Module):
             source = self._head_source(head, strides_to_features)
             sources.append((head.name, source))
             self.heads[head.name] = self._make_head(head, feature_channels[source])
-            names.update(_head_names(head, h))
+            names.update(head_sleap_nn_names(head, h))
         return tuple(sources)
 
     def _head_source(self, head: HeadSpec, strides_to_features: dict[int, int]) -> int:
@@ -363,7 +370,7 @@ class Network(nn.Module):
     def _make_head(self, head: HeadSpec, in_channels: int) -> nn.Module:
         if head.name != "ClassVectorsHead":
             return ConvHead(in_channels, head.n_channels, sigmoid=head.activation == "sigmoid")
-        if not self.spec.backbone.middle_block:
+        if not self.unet.middle_block:
             raise self._config_error(
                 "ClassVectorsHead needs unet.middle_block (sleap-nn fails without one)"
             )
@@ -377,7 +384,7 @@ class Network(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        x = self._match_channels(x)
+        x = match_channels(x, self.spec.backbone.in_channels)
         skips = []
         if len(self.stem):
             for block in self.stem:
@@ -396,18 +403,6 @@ class Network(nn.Module):
             features.append(x)
         return {name: self.heads[name](features[source]) for name, source in self.head_sources}
 
-    def _match_channels(self, x: torch.Tensor) -> torch.Tensor:
-        # A traced graph has a fixed channel count, so baking this branch in is right.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", torch.jit.TracerWarning)
-            channels = int(x.shape[-3])
-        if channels == self.spec.backbone.in_channels or channels not in (1, 3):
-            return x
-        if channels == 1:
-            return x.repeat(1, 3, 1, 1)
-        r, g, b = x.unbind(dim=-3)
-        return (GRAY_WEIGHTS[0] * r + GRAY_WEIGHTS[1] * g + GRAY_WEIGHTS[2] * b).unsqueeze(-3)
-
     def load_sleap_nn_state_dict(self, state_dict: dict[str, torch.Tensor], source: Path) -> None:
         """Load weights stored under sleap-nn's checkpoint keys.
 
@@ -415,28 +410,77 @@ class Network(nn.Module):
             CheckpointError: a weight is missing, unexpected, or of the wrong shape,
                 naming `source` and the first such key.
         """
-        own = self.state_dict()
-        mapped = {}
-        for key, theirs in self.sleap_nn_keys.items():
-            if theirs not in state_dict:
-                raise CheckpointError(
-                    f"{source}: checkpoint lacks {theirs}; it does not match "
-                    f"{self.spec.config_path.name}"
-                )
-            value = state_dict[theirs]
-            if value.shape != own[key].shape:
-                raise CheckpointError(
-                    f"{source}: {theirs} has shape {tuple(value.shape)} but "
-                    f"{self.spec.config_path.name} implies {tuple(own[key].shape)}"
-                )
-            mapped[key] = value
-        unexpected = sorted(set(state_dict) - set(self.sleap_nn_keys.values()))
-        if unexpected:
+        load_sleap_nn_weights(
+            self, self.sleap_nn_keys, {}, state_dict, source, self.spec.config_path
+        )
+
+
+def match_channels(x: torch.Tensor, in_channels: int) -> torch.Tensor:
+    """`x` with the model's channels, converted as sleap-nn's `Model.forward` does."""
+    # A traced graph has a fixed channel count, so baking this branch in is right.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        channels = int(x.shape[-3])
+    if channels == in_channels or channels not in (1, 3):
+        return x
+    if channels == 1:
+        return x.repeat(1, 3, 1, 1)
+    r, g, b = x.unbind(dim=-3)
+    return (GRAY_WEIGHTS[0] * r + GRAY_WEIGHTS[1] * g + GRAY_WEIGHTS[2] * b).unsqueeze(-3)
+
+
+def load_sleap_nn_weights(
+    module: nn.Module,
+    sleap_nn_keys: dict[str, str],
+    derived_keys: dict[str, str],
+    state_dict: dict[str, torch.Tensor],
+    source: Path,
+    config_path: Path,
+) -> None:
+    """Load `module`'s weights from a state dict under sleap-nn's keys.
+
+    Args:
+        module: the network; every state_dict key is in `sleap_nn_keys` or
+            `derived_keys`.
+        sleap_nn_keys: our keys mapped to the checkpoint's, loaded.
+        derived_keys: our keys mapped to checkpoint entries that the config
+            determines (buffers), compared with ours and not loaded.
+        state_dict: the checkpoint's weights.
+        source: the checkpoint, for errors.
+        config_path: the training config, for errors.
+
+    Raises:
+        CheckpointError: a weight is missing, unexpected, of the wrong shape, or a
+            derived entry differs from ours, naming `source` and the first such key.
+    """
+    own = module.state_dict()
+    mapped = {}
+    for key, theirs in {**sleap_nn_keys, **derived_keys}.items():
+        if theirs not in state_dict:
             raise CheckpointError(
-                f"{source}: checkpoint has {len(unexpected)} weights the config does not "
-                f"describe, first {unexpected[0]}"
+                f"{source}: checkpoint lacks {theirs}; it does not match {config_path.name}"
             )
-        self.load_state_dict(mapped, strict=True)
+        value = state_dict[theirs]
+        if value.shape != own[key].shape:
+            raise CheckpointError(
+                f"{source}: {theirs} has shape {tuple(value.shape)} but "
+                f"{config_path.name} implies {tuple(own[key].shape)}"
+            )
+        if key in derived_keys:
+            if not torch.equal(value, own[key]):
+                raise CheckpointError(
+                    f"{source}: {theirs} differs from what {config_path.name} implies"
+                )
+            value = own[key]
+        mapped[key] = value
+    expected = set(sleap_nn_keys.values()) | set(derived_keys.values())
+    unexpected = sorted(set(state_dict) - expected)
+    if unexpected:
+        raise CheckpointError(
+            f"{source}: checkpoint has {len(unexpected)} weights the config does not "
+            f"describe, first {unexpected[0]}"
+        )
+    module.load_state_dict(mapped, strict=True)
 
 
 def _level(unet: UNetSpec, n: int) -> int:
@@ -444,7 +488,7 @@ def _level(unet: UNetSpec, n: int) -> int:
     return int(unet.filters * unet.filters_rate**n)
 
 
-def _head_names(head: HeadSpec, position: int) -> dict[str, str]:
+def head_sleap_nn_names(head: HeadSpec, position: int) -> dict[str, str]:
     """Our module paths of a head mapped to sleap-nn's."""
     theirs = f"head_layers.{position}"
     if head.name != "ClassVectorsHead":

@@ -16,7 +16,7 @@ import torch
 from sleap_live.engines.graph.base import InferenceModel
 from sleap_live.engines.graph.legacy_network import OFFSETS_HEAD
 from sleap_live.engines.graph.legacy_peaks import learned_offsets, sleap1_grid_to_image
-from sleap_live.engines.graph.network import load_network
+from sleap_live.engines.graph.networks import load_model_network
 from sleap_live.engines.graph.peaks import (
     DEFAULT_PATCH_SIZE,
     DEFAULT_PEAK_THRESHOLD,
@@ -102,7 +102,7 @@ class SingleInstanceModel(InferenceModel):
         """
         check_model_type(spec, "single_instance")
         return cls(
-            load_network(spec) if network is None else network,
+            load_model_network(spec) if network is None else network,
             PreprocessConfig.from_spec(spec),
             spec.skeleton,
             spec.head(SINGLE_INSTANCE_HEAD).output_stride,

@@ -46,7 +46,7 @@ from sleap_live.engines.graph.legacy_peaks import (
     sleap1_crops,
     sleap1_grid_to_image,
 )
-from sleap_live.engines.graph.network import load_network
+from sleap_live.engines.graph.networks import load_model_network
 from sleap_live.engines.graph.peaks import (
     DEFAULT_PATCH_SIZE,
     DEFAULT_PEAK_THRESHOLD,
@@ -182,8 +182,8 @@ class TopDownModel(InferenceModel):
             sleap1_resize=centroid.sleap1,
         )
         return cls(
-            load_network(centroid) if centroid_network is None else centroid_network,
-            load_network(instance) if instance_network is None else instance_network,
+            load_model_network(centroid) if centroid_network is None else centroid_network,
+            load_model_network(instance) if instance_network is None else instance_network,
             frame_preprocess,
             PreprocessConfig.from_spec(instance),
             instance.skeleton,

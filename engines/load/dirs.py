@@ -14,6 +14,8 @@ Two kinds of directory come out of sleap-nn:
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +25,14 @@ from sleap_live.engines.errors import (
     ModelNotFoundError,
 )
 from sleap_live.engines.load.legacy_config import is_legacy_model_dir, read_legacy_config
+from sleap_live.engines.load.model_kind import refuse_unrun_kind
 from sleap_live.engines.load.spec import (
     CHECKPOINT,
     LEGACY_TRAINING_CONFIG,
     TRAINING_CONFIG,
     ModelSpec,
 )
-from sleap_live.engines.load.training_config import read_training_config
+from sleap_live.engines.load.training_config import parse_training_config, read_yaml
 
 EXPORT_METADATA = "export_metadata.json"
 EXPORTED_MODELS = ("model.onnx", "model.trt")
@@ -66,6 +69,8 @@ def read_model_dir(path: Path) -> ModelSpec:
             `best.ckpt` is missing.
         ExportedModelDirError: the directory is a `sleap-nn export` output.
         ModelConfigError: the config is invalid or describes an unsupported model.
+        UnsupportedModelError: the model is of a kind sleap-live does not run,
+            told before the checkpoint is looked at.
 
     A SLEAP 1.x model folder (`training_config.json` + `best_model.h5`) is read by
     `sleap_live.engines.load.legacy_config`.
@@ -80,11 +85,34 @@ def read_model_dir(path: Path) -> ModelSpec:
         if is_legacy_model_dir(model_dir):
             return read_legacy_config(model_dir)
         raise ModelNotFoundError(f"{model_dir / TRAINING_CONFIG}: not found")
+    config = read_yaml(model_dir / TRAINING_CONFIG)
+    refuse_unrun_kind(config, model_dir)
     if not (model_dir / CHECKPOINT).is_file():
         raise ModelNotFoundError(
             f"{model_dir / CHECKPOINT}: not found (training unfinished or directory incomplete)"
         )
-    return read_training_config(model_dir)
+    return parse_training_config(config, model_dir)
+
+
+def refuse_unrun_models(paths: Sequence[str | os.PathLike[str]]) -> None:
+    """Refuses a model of a kind sleap-live does not run before any other work.
+
+    Reads only the training config of each trained model directory among `paths`
+    (the directory, its config or its checkpoint); other paths (exports, graph
+    files, missing ones) are left to the loader, which names their problems.
+
+    Raises:
+        UnsupportedModelError: one line naming the folder and what the model is.
+        ModelConfigError: a training config is not valid YAML.
+    """
+    for path in map(Path, paths):
+        folder = path if path.is_dir() else None
+        if path.is_file() and (path.name == TRAINING_CONFIG or path.suffix == ".ckpt"):
+            folder = path.parent
+        if folder is None or is_sleap_nn_export_dir(folder):
+            continue
+        if (folder / TRAINING_CONFIG).is_file():
+            refuse_unrun_kind(read_yaml(folder / TRAINING_CONFIG), folder)
 
 
 def is_sleap_nn_export_dir(path: Path) -> bool:

@@ -15,6 +15,7 @@ from pathlib import Path
 import attrs
 
 from sleap_live.engines.errors import ModelConfigError
+from sleap_live.engines.load.backbone_specs import ConvNextSpec, SwinTSpec
 from sleap_live.engines.types import Skeleton
 
 # The files `sleap-nn train` writes into a model directory.
@@ -98,6 +99,10 @@ class UNetSpec:
         step than `max_stride` accounts for, so the bottleneck sits at twice it.
         """
         return self.max_stride * 2 if self.stem_blocks else self.max_stride
+
+
+# A backbone's record: what `model_config.backbone_config` sets.
+BackboneSpec = UNetSpec | ConvNextSpec | SwinTSpec
 
 
 @attrs.frozen
@@ -205,7 +210,7 @@ class ModelSpec:
         path: the model directory.
         model_type: one of `MODEL_HEADS`' keys.
         skeleton: nodes and edges of the training skeleton.
-        backbone: the UNet's hyperparameters.
+        backbone: the backbone's hyperparameters (UNet, ConvNeXt or Swin).
         heads: output heads in sleap-nn's order.
         preprocess: input preprocessing.
         class_names: identity classes of multi-class models, else empty.
@@ -218,7 +223,7 @@ class ModelSpec:
     path: Path
     model_type: str
     skeleton: Skeleton
-    backbone: UNetSpec
+    backbone: BackboneSpec
     heads: tuple[HeadSpec, ...]
     preprocess: PreprocessSpec
     class_names: tuple[str, ...] = ()

@@ -8,6 +8,10 @@ sleap-nn's predict derives them:
 
 - The model type is the first non-null entry of `model_config.head_configs` and the
   backbone the first non-null entry of `model_config.backbone_config`, in file order.
+  Kinds sleap-live does not run (box detectors, embedding and segmentation models,
+  pretrained and unknown backbones, unknown types) are refused first, by
+  `sleap_live.engines.load.model_kind`. ConvNeXt and Swin backbones are read by
+  `sleap_live.engines.load.backbone_specs`.
 - `part_names` default to every skeleton node and PAF `edges` to the skeleton's edges
   (training fills both in; older or hand-written configs may leave them null).
 - `scale` defaults to 1.0. `crop_size` is computed by `sleap-nn train` and written
@@ -46,20 +50,20 @@ from typing import Any
 import yaml
 
 from sleap_live.engines.errors import ModelConfigError
+from sleap_live.engines.load.backbone_specs import parse_convnext, parse_swint
 from sleap_live.engines.load.config_reader import ConfigReader
+from sleap_live.engines.load.model_kind import refuse_unrun_kind
 from sleap_live.engines.load.spec import (
     CROP_MODEL_TYPES,
     MODEL_HEADS,
     TRAINING_CONFIG,
+    BackboneSpec,
     HeadSpec,
     ModelSpec,
     PreprocessSpec,
     UNetSpec,
 )
 from sleap_live.engines.types import Skeleton
-
-SUPPORTED_BACKBONES = ("unet",)
-KNOWN_BACKBONES = ("unet", "convnext", "swint", "pretrained")
 
 _UNET_KEYS = (
     "in_channels",
@@ -119,7 +123,9 @@ def parse_training_config(config: Any, model_dir: Path) -> ModelSpec:
 
     Raises:
         ModelConfigError: a required key is missing or a value is unsupported.
+        UnsupportedModelError: the model is of a kind sleap-live does not run.
     """
+    refuse_unrun_kind(config, Path(model_dir))
     reader = ConfigReader(Path(model_dir) / TRAINING_CONFIG)
     root = reader.mapping(config, "the document")
     model_config = reader.section(root, "", "model_config")
@@ -159,16 +165,17 @@ def parse_training_config(config: Any, model_dir: Path) -> ModelSpec:
     )
 
 
-def _parse_backbone(reader: ConfigReader, backbones: Mapping) -> UNetSpec:
+def _parse_backbone(reader: ConfigReader, backbones: Mapping) -> BackboneSpec:
     where = "model_config.backbone_config"
     backbone_type = next((k for k, v in backbones.items() if v is not None), None)
     if backbone_type is None:
         raise reader.error(f"{where} has no backbone set")
-    if backbone_type not in SUPPORTED_BACKBONES:
-        kind = "not supported yet" if backbone_type in KNOWN_BACKBONES else "unknown"
-        raise reader.error(
-            f"backbone {backbone_type!r} is {kind}; sleap-live runs only {SUPPORTED_BACKBONES}"
-        )
+    if backbone_type == "convnext":
+        where = f"{where}.convnext"
+        return parse_convnext(reader, reader.mapping(backbones["convnext"], where), where)
+    if backbone_type == "swint":
+        where = f"{where}.swint"
+        return parse_swint(reader, reader.mapping(backbones["swint"], where), where)
     where = f"{where}.unet"
     unet = reader.mapping(backbones["unet"], where)
     values = {key: reader.required(unet, key, where) for key in _UNET_KEYS}
@@ -247,10 +254,7 @@ def _parse_heads(
     model_type = next((k for k, v in head_configs.items() if v is not None), None)
     if model_type is None:
         raise reader.error("model_config.head_configs has no head set")
-    if model_type not in MODEL_HEADS:
-        raise reader.error(
-            f"unknown or unsupported head type {model_type!r}; supported: {', '.join(MODEL_HEADS)}"
-        )
+    # Types outside MODEL_HEADS were refused first (`model_kind.refuse_unrun_kind`).
     where = f"model_config.head_configs.{model_type}"
     head_config = reader.mapping(head_configs[model_type], where)
     known = {key for key, _ in MODEL_HEADS[model_type]}

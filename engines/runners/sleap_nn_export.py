@@ -60,6 +60,7 @@ from sleap_live.engines.errors import (
     InputMismatchError,
     ModelConfigError,
     RuntimeUnavailableError,
+    UnsupportedModelError,
 )
 from sleap_live.engines.host.frames import as_numpy, convert_channels
 from sleap_live.engines.host.grouping import ClassMapGrouper, PafGrouper
@@ -72,6 +73,7 @@ from sleap_live.engines.load.metadata import (
     check_info,
     check_skeleton,
 )
+from sleap_live.engines.load.model_kind import UNRUN_MODEL_TYPES
 from sleap_live.engines.load.spec import ModelSpec
 from sleap_live.engines.load.training_config import parse_training_config, read_yaml
 from sleap_live.engines.runners.base import begin_run
@@ -277,6 +279,11 @@ class SleapNNExportRunner:
 
 
 def _frame_model_spec(export_dir: Path, sleap_nn_type: str) -> ModelSpec:
+    if sleap_nn_type in UNRUN_MODEL_TYPES:
+        raise UnsupportedModelError(
+            f"{export_dir}: {UNRUN_MODEL_TYPES[sleap_nn_type]} (a sleap-nn export); "
+            "sleap-live does not run it"
+        )
     if sleap_nn_type not in SLEAP_NN_MODEL_TYPES:
         raise ModelConfigError(
             f"{export_dir}: sleap-nn export of type {sleap_nn_type!r} cannot run on whole frames "

@@ -31,6 +31,19 @@ CASES: dict[str, tuple[tuple[str, ...], str, str]] = {
     "multi_class_bottomup": (("multi_class_bottomup",), "multi_rgb.mp4", "multi_rgb.npz"),
 }
 
+# The ConvNeXt and Swin fixtures' goldens (scripts/make_fixtures.py GOLDENS), compared
+# on their videos' first frames by test_parity.py. The top-down pairs take the UNet
+# centroid model: the ConvNeXt one finds no centroid (tests/data/README.md).
+BACKBONE_CASES: dict[str, tuple[tuple[str, ...], str, str]] = {
+    "convnext_single_instance": (("convnext_single_instance",), "single.mkv", "single.npz"),
+    "convnext_topdown": (
+        ("centroid", "convnext_centered_instance"),
+        "multi_gray.mkv",
+        "multi_gray.npz",
+    ),
+    "swint_topdown": (("centroid", "swint_centered_instance"), "multi_gray.mkv", "multi_gray.npz"),
+}
+
 # Of the goldens of non-default inference settings (scripts/fixtures/goldens.py
 # SETTINGS_CASES), those whose first sleap-nn batch differs (see below).
 FIRST_BATCH_DIFFERS_SETTINGS = {"settings_bottomup"}
@@ -52,7 +65,7 @@ def compared_frames(name: str, n_frames: int) -> range:
 
 def case_paths(name: str) -> tuple[list[Path], Path, Path, Path]:
     """Model dirs, video, golden .npz and ground truth .npz of one case."""
-    models, video, truth = CASES[name]
+    models, video, truth = {**CASES, **BACKBONE_CASES}[name]
     return (
         [DATA / "models" / m for m in models],
         DATA / "videos" / video,

@@ -19,6 +19,7 @@ from sleap_live.engines.errors import (
     ModelNotFoundError,
 )
 from sleap_live.engines.graph.network import build_network, load_network
+from sleap_live.engines.graph.networks import load_model_network
 from sleap_live.engines.load.checkpoint import read_state_dict
 from sleap_live.engines.load.dirs import (
     is_sleap_nn_export_dir,
@@ -297,5 +298,6 @@ def test_trained_checkpoints_read_without_sleap_nn(model_dir):
     assert "sleap_nn" not in sys.modules
     state_dict = read_state_dict(model_dir / "best.ckpt")
     assert all(key.startswith("model.") for key in state_dict)
-    network = load_network(read_model_dir(model_dir))
-    assert set(network.sleap_nn_keys.values()) == set(state_dict)
+    network = load_model_network(read_model_dir(model_dir))
+    stored = {*network.sleap_nn_keys.values(), *network.derived_keys.values()}
+    assert stored == set(state_dict)

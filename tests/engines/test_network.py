@@ -13,6 +13,7 @@ import torch
 
 from sleap_live.engines.errors import CheckpointError, ModelConfigError
 from sleap_live.engines.graph.network import Network, build_network, load_network
+from sleap_live.engines.graph.networks import load_model_network
 from sleap_live.engines.load.dirs import read_model_dir
 from sleap_live.engines.load.spec import HeadSpec, ModelSpec, PreprocessSpec, UNetSpec
 from sleap_live.engines.types import Skeleton
@@ -337,7 +338,7 @@ def test_onnx_export_with_dynamic_size(model_type, unet):
 )
 def test_trained_models_load_and_run(model_dir):
     spec = read_model_dir(model_dir)
-    network = load_network(spec)
+    network = load_model_network(spec)
     stride = spec.backbone.input_stride
     side = -(-(spec.preprocess.crop_size or 64) // stride) * stride
     with torch.inference_mode():

@@ -1,0 +1,49 @@
+"""The network of a model, whatever its backbone: UNet, ConvNeXt or Swin, or SLEAP 1.x's.
+
+`build_model_network(spec)` picks the module for `spec.backbone`'s kind;
+`load_model_network(spec)` also loads the weights of `spec.checkpoint_path`.
+Every network takes float32 (batch, channels, height, width) images in [0, 1],
+padded as sleap-nn pads them, and returns its head outputs keyed by sleap-nn head
+class name.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from sleap_live.engines.graph.convnext import build_convnext_network
+from sleap_live.engines.graph.legacy_network import load_legacy_network
+from sleap_live.engines.graph.network import build_network
+from sleap_live.engines.graph.swin import build_swin_network
+from sleap_live.engines.load.backbone_specs import ConvNextSpec, SwinTSpec
+from sleap_live.engines.load.checkpoint import read_state_dict
+from sleap_live.engines.load.spec import ModelSpec
+
+
+def build_model_network(spec: ModelSpec) -> nn.Module:
+    """A randomly initialised network for `spec`, in eval mode.
+
+    Raises:
+        ModelConfigError: the backbone options form a network sleap-nn cannot run.
+    """
+    if isinstance(spec.backbone, ConvNextSpec):
+        return build_convnext_network(spec)
+    if isinstance(spec.backbone, SwinTSpec):
+        return build_swin_network(spec)
+    return build_network(spec)
+
+
+def load_model_network(spec: ModelSpec) -> nn.Module:
+    """The network for `spec` with the weights of `spec.checkpoint_path`, in eval mode.
+
+    Raises:
+        ModelConfigError: the backbone options form a network sleap-nn cannot run.
+        ModelNotFoundError: the checkpoint does not exist.
+        CheckpointError: the checkpoint is unreadable or does not match the config.
+    """
+    if spec.legacy is not None:
+        # A SLEAP 1.x folder: the network SLEAP 1.x built, its weights from the .h5.
+        return load_legacy_network(spec)
+    network = build_model_network(spec)
+    network.load_sleap_nn_state_dict(read_state_dict(spec.checkpoint_path), spec.checkpoint_path)
+    return network
