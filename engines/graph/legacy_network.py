@@ -49,7 +49,7 @@ from torch import nn
 
 from sleap_live.engines.errors import CheckpointError, ModelConfigError
 from sleap_live.engines.host.frames import GRAY_WEIGHTS
-from sleap_live.engines.load.spec import HeadSpec, ModelSpec
+from sleap_live.engines.load.spec import HeadSpec, ModelSpec, UNetSpec
 
 # The key of the offset maps in the network's outputs.
 OFFSETS_HEAD = "OffsetRefinementHead"
@@ -135,6 +135,8 @@ class LegacyNetwork(nn.Module):
         super().__init__()
         self.spec = spec
         unet = spec.backbone
+        if not isinstance(unet, UNetSpec):  # the legacy reader makes UNets only
+            raise ModelConfigError(f"{spec.config_path}: a SLEAP 1.x network is a UNet")
         if unet.stem_stride:
             raise ModelConfigError(
                 f"{spec.config_path}: a SLEAP 1.x UNet with a stem (stem_stride "
