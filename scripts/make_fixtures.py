@@ -228,11 +228,11 @@ def train_models(
     runs: Path,
     models_dir: Path,
     only: list[str] | None,
-    weights_only: bool = False,
 ) -> dict:
     """Train each spec with sleap-nn (seed: `spec.seed`, else its index), then keep only
-    training_config.yaml and best.ckpt in models_dir/<name> (its weights alone when
-    `weights_only`)."""
+    training_config.yaml and best.ckpt in models_dir/<name>, the checkpoint stripped to its
+    weights (`CHECKPOINT_KEYS`: predict reads nothing else, and it keeps the tree small
+    enough for the GPU machine's payload)."""
     runs.mkdir(parents=True, exist_ok=True)
     report = {}
     for index, spec in enumerate(specs):
@@ -261,8 +261,7 @@ def train_models(
         for keep in ("training_config.yaml", "best.ckpt"):
             shutil.copy2(run_dir / keep, model_dir / keep)
         forget_warm_start(model_dir / "training_config.yaml")
-        if weights_only:
-            strip_checkpoint(model_dir / "best.ckpt")
+        strip_checkpoint(model_dir / "best.ckpt")
         report[spec.name] = {
             "train_seconds": round(seconds, 1),
             "best_ckpt_bytes": (model_dir / "best.ckpt").stat().st_size,
@@ -462,14 +461,12 @@ def main() -> None:
             **train_models(
                 configs.MODELS, work / "train_data", work / "runs", out / "models", args.only
             ),
-            # Weights only: the ConvNeXt and Swin fixtures are many; keep them small.
             **train_models(
                 configs.BACKBONE_MODELS,
                 work / "train_data",
                 work / "runs",
                 out / "models",
                 args.only,
-                weights_only=True,
             ),
         },
         "predict": lambda: make_goldens(out, repo, args.only),
@@ -483,7 +480,6 @@ def main() -> None:
             work / "lab_runs",
             out / "lab_models",
             args.only,
-            weights_only=True,
         ),
     }
     for stage in STAGES + LAB_STAGES:
