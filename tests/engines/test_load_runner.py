@@ -120,7 +120,8 @@ def video_frames():
     return np.stack(frames)
 
 
-def test_model_directories_run_on_either_engine(video_frames):
+def test_model_directories_run_on_either_engine(video_frames, private_cache_dir):
+    # A cache of its own: a shared entry would carry the first loader's verification.
     model_dir = DATA / "models" / "single_instance"
     torch_runner = load_runner(model_dir, engine="torch", device="cpu")
     onnx_runner = load_runner([model_dir], engine="onnx", device="cpu", verify=False)
