@@ -37,7 +37,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sleap_live.engines.errors import EngineError
-from sleap_live.engines.graph.network import load_network
+from sleap_live.engines.graph.networks import load_model_network
 from sleap_live.engines.load.dirs import read_model_dir
 
 ONNX_RUNTIME = "ONNX Runtime"
@@ -55,10 +55,10 @@ def backends(
     rng = np.random.default_rng(0)
     frames = rng.integers(0, 256, (batch, height, width, spec.in_channels), dtype=np.uint8)
     image = crop_network_input(spec, frames) if crops else network_input_of(spec, frames)
-    session = bare_session(load_network(spec), image, None)
+    session = bare_session(load_model_network(spec), image, None)
     feed = {"x": image.numpy()}
-    eager = Heads(load_network(spec)).eval()
-    last = Heads(load_network(spec)).eval().to(memory_format=torch.channels_last)
+    eager = Heads(load_model_network(spec)).eval()
+    last = Heads(load_model_network(spec)).eval().to(memory_format=torch.channels_last)
     image_last = image.contiguous(memory_format=torch.channels_last)
 
     def inference(module: Callable[[torch.Tensor], Any], x: torch.Tensor) -> Callable[[], Any]:

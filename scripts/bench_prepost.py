@@ -48,7 +48,8 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from sleap_live.engines.graph.network import Network, build_network, load_network
+from sleap_live.engines.graph.network import Network, build_network
+from sleap_live.engines.graph.networks import load_model_network
 from sleap_live.engines.graph.preprocess import PreprocessConfig, frame_input, network_input
 from sleap_live.engines.load.dirs import read_model_dir
 from sleap_live.engines.load.spec import ModelSpec
@@ -240,7 +241,7 @@ def networks_alone(
             )
         else:
             image = network_input_of(spec, frames)
-        session = bare_session(load_network(spec), image, threads)
+        session = bare_session(load_model_network(spec), image, threads)
         feed = {"x": image.numpy()}
         runs.append(lambda session=session, feed=feed: session.run(None, feed))
 

@@ -1,8 +1,8 @@
 """sleap-nn's UNet and output heads as lean torch modules that load its checkpoints.
 
-`build_network(spec)` rebuilds the network a `ModelSpec` describes; `load_network`
-also loads the weights from the model's `best.ckpt`. `Network.forward` takes float32
-(batch, channels, height, width) images scaled to [0, 1] and padded exactly as
+`build_network(spec)` rebuilds the network a `ModelSpec` describes (`load_model_network`
+in `sleap_live.engines.graph.networks` also loads its weights). `Network.forward` takes
+float32 (batch, channels, height, width) images scaled to [0, 1] and padded exactly as
 sleap-nn feeds its model, and returns a dict of head outputs keyed by sleap-nn head
 class name ("CentroidConfmapsHead", ...). Height and width must be multiples of
 `spec.backbone.input_stride` (sleap-nn pads to `max_stride`, which is the same
@@ -72,9 +72,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from sleap_live.engines.errors import CheckpointError, ModelConfigError
-from sleap_live.engines.graph.legacy_network import LegacyNetwork, load_legacy_network
 from sleap_live.engines.host.frames import GRAY_WEIGHTS
-from sleap_live.engines.load.checkpoint import read_state_dict
 from sleap_live.engines.load.spec import HeadSpec, ModelSpec, UNetSpec
 
 STEM_KERNEL_SIZE = 7
@@ -508,21 +506,3 @@ def build_network(spec: ModelSpec) -> Network:
         ModelConfigError: the UNet options form a network sleap-nn cannot run.
     """
     return Network(spec).eval()
-
-
-def load_network(spec: ModelSpec) -> Network | LegacyNetwork:
-    """The `Network` for `spec` with the weights of `spec.checkpoint_path`, in eval mode.
-
-    Raises:
-        ModelConfigError: the UNet options form a network sleap-nn cannot run.
-        ModelNotFoundError: the checkpoint does not exist.
-        CheckpointError: the checkpoint is unreadable or does not match the config.
-
-    A SLEAP 1.x model (`spec.legacy`) gets the network SLEAP 1.x built, from
-    `sleap_live.engines.graph.legacy_network`.
-    """
-    if spec.legacy is not None:
-        return load_legacy_network(spec)
-    network = build_network(spec)
-    network.load_sleap_nn_state_dict(read_state_dict(spec.checkpoint_path), spec.checkpoint_path)
-    return network

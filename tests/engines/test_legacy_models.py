@@ -20,7 +20,7 @@ from sleap_live import cli
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.graph.build import load_inference_model
 from sleap_live.engines.graph.legacy_peaks import sleap1_crops
-from sleap_live.engines.graph.network import load_network
+from sleap_live.engines.graph.networks import load_model_network
 from sleap_live.engines.graph.preprocess import (
     PreprocessConfig,
     frame_input,
@@ -284,7 +284,7 @@ def test_bottomup_and_multi_class_networks_match_keras(case, folder, side):
     the top-left square of a real frame, preprocessed as SLEAP 1.x did."""
     golden = _golden(case)
     spec = read_model_dir(MODELS / folder)
-    network = load_network(spec)
+    network = load_model_network(spec)
     frames = torch.from_numpy(_frames(FLIES, gray=True)[:1, :side, :side].copy())
     with torch.no_grad():
         image, _ = frame_input(frames_to_nchw(frames), PreprocessConfig.from_spec(spec))

@@ -18,7 +18,7 @@ from sleap_live.engines.errors import (
     ModelConfigError,
     ModelNotFoundError,
 )
-from sleap_live.engines.graph.network import build_network, load_network
+from sleap_live.engines.graph.network import build_network
 from sleap_live.engines.graph.networks import load_model_network
 from sleap_live.engines.load.checkpoint import read_state_dict
 from sleap_live.engines.load.dirs import (
@@ -154,7 +154,7 @@ def test_missing_export_metadata(tmp_path):
 
 def test_load_network_end_to_end(tmp_path):
     model_dir = write_model_dir(tmp_path / "centroid")
-    network = load_network(read_model_dir(model_dir))
+    network = load_model_network(read_model_dir(model_dir))
     assert network(torch.rand(1, 1, 32, 24))["CentroidConfmapsHead"].shape == (1, 1, 8, 6)
 
 
@@ -162,7 +162,7 @@ def test_garbage_checkpoint(tmp_path):
     model_dir = write_config(tmp_path / "garbage")
     (model_dir / "best.ckpt").write_bytes(os.urandom(4096))
     with pytest.raises(CheckpointError, match="not a zip archive") as e:
-        load_network(read_model_dir(model_dir))
+        load_model_network(read_model_dir(model_dir))
     assert str(model_dir / "best.ckpt") in str(e.value)
 
 

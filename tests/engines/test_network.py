@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from sleap_live.engines.errors import CheckpointError, ModelConfigError
-from sleap_live.engines.graph.network import Network, build_network, load_network
+from sleap_live.engines.graph.network import Network, build_network
 from sleap_live.engines.graph.networks import load_model_network
 from sleap_live.engines.load.dirs import read_model_dir
 from sleap_live.engines.load.spec import HeadSpec, ModelSpec, PreprocessSpec, UNetSpec
@@ -286,7 +286,7 @@ def test_load_network_from_a_model_dir(tmp_path):
     spec = make_spec("centroid", path=tmp_path, output_stride=4)
     source = build_network(spec)
     save_model_dir(tmp_path, source)
-    loaded = load_network(spec)
+    loaded = load_model_network(spec)
     assert not loaded.training
     x = torch.rand(1, 1, 32, 48)
     torch.testing.assert_close(loaded(x), source(x), rtol=0, atol=0)
@@ -295,7 +295,7 @@ def test_load_network_from_a_model_dir(tmp_path):
 def test_load_network_rejects_a_checkpoint_of_another_config(tmp_path):
     save_model_dir(tmp_path, build_network(make_spec("centroid", path=tmp_path, filters=8)))
     with pytest.raises(CheckpointError, match=r"best\.ckpt: .* has shape .* implies"):
-        load_network(make_spec("centroid", path=tmp_path))
+        load_model_network(make_spec("centroid", path=tmp_path))
 
 
 @pytest.mark.parametrize(
