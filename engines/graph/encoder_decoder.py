@@ -58,6 +58,10 @@ LAYOUT = CheckpointLayout(
 class EncoderDecoderNetwork(DecoderHeadsNetwork):
     """A ConvNeXt or Swin encoder with sleap-nn's middle block, decoder and heads.
 
+    Built from the encoder module, its module paths mapped to sleap-nn's under
+    `backbone.enc` (and those of its derived buffers), and the side of its stem's
+    patch convolution (which decides whether the decoder must resize to its skips).
+
     Attributes:
         spec: the model this network implements.
         sleap_nn_keys: our state_dict keys mapped to the checkpoint's keys.
