@@ -6,6 +6,11 @@ is done is it renamed, atomically, to its name. So an output that exists is
 complete (a later run skips it), and a run killed halfway leaves only hidden
 files, which the next attempt at that video discards (`discard_unfinished`) before
 starting over: a retry never mixes two attempts' frames.
+
+Where the workers cannot write the output folder (Ray workers on machines that do
+not share it), a worker writes the output on its own disk, hands over its bytes
+(`collect`) and the driver places them (`place`) under the same rules: hidden name,
+journal locked, an earlier half-written attempt discarded, renamed when whole.
 """
 
 from __future__ import annotations
@@ -13,10 +18,31 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Literal
+
+import attrs
 
 from sleap_live.stream.outputs.exports import sidecars
 from sleap_live.stream.outputs.guard import OutputLock, stale_temporaries
 from sleap_live.stream.outputs.journal import journal_path
+
+# Who writes each output into the output folder: "worker", the process that ran the
+# video, or "driver", the process that started the run, from bytes the worker returns.
+OutputsTo = Literal["worker", "driver"]
+OUTPUTS_TO: tuple[OutputsTo, ...] = ("worker", "driver")
+
+
+@attrs.frozen
+class OutputBytes:
+    """A finished output's files, as bytes, to be placed on another machine.
+
+    Attributes:
+        pose: the pose file.
+        sidecars: each of `sidecars(output)`'s files, None where none was written.
+    """
+
+    pose: bytes
+    sidecars: tuple[bytes | None, ...]
 
 
 def unfinished_path(output: Path) -> Path:
@@ -87,3 +113,63 @@ def _fsync_folder(folder: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def collect(output: Path) -> OutputBytes:
+    """The finished `output`'s files as bytes, the files then removed (they were
+    written to be handed over).
+
+    Raises:
+        OSError: a file cannot be read.
+    """
+    extra = sidecars(output)
+    found = OutputBytes(
+        output.read_bytes(),
+        tuple(path.read_bytes() if path.exists() else None for path in extra),
+    )
+    for path in [output, *extra]:
+        path.unlink(missing_ok=True)
+    return found
+
+
+def place(output: Path, files: OutputBytes) -> bool:
+    """Write `files` as `output` the way a worker would: under the unfinished names,
+    with the unfinished journal locked, then renamed (`finish`); whether an earlier,
+    half-written attempt at `output` was discarded first.
+
+    Raises:
+        OutputBusyError: another process is writing `output` now.
+        OSError: a file cannot be written (nothing is left at `output`'s name).
+    """
+    unfinished = unfinished_path(output)
+    journal = journal_path(unfinished)
+    left = [path for path in unfinished_files(output) if path != journal]
+    had_journal = journal.exists()
+    lock = OutputLock(journal, f"the pose output {output}")
+    try:
+        for path in left:
+            path.unlink(missing_ok=True)
+        try:
+            for sidecar, data in zip(sidecars(unfinished), files.sidecars, strict=True):
+                if data is not None:
+                    _write_durably(sidecar, data)
+            _write_durably(unfinished, files.pose)
+            finish(output)
+        except OSError:
+            for path in unfinished_files(output):
+                if path != journal:
+                    path.unlink(missing_ok=True)
+            raise
+        finally:
+            # Removed while locked: no other attempt writes it meanwhile.
+            journal.unlink(missing_ok=True)
+    finally:
+        lock.release()
+    return had_journal or bool(left)
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    with open(path, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())

@@ -21,15 +21,23 @@ from sleap_live.stream.many.videos import VideoListError, find_videos, plan_jobs
 from sleap_live.stream.outputs.journal import MAGIC, journal_path
 from tests.stream.many_videos import (
     MODEL,
+    MULTI_MODEL,
+    MULTI_VIDEO,
     corrupt_video,
     cut_clips,
     frame_count,
     pose_arrays,
+    track_names,
     writer_pid_once_saving,
 )
 
 CLIPS = {"a": (0, 6), "b": (40, 4), "c": (90, 30)}
 ENGINE = {"engine": "onnx", "device": "cpu", "threads": 1}
+# Two clips of the multi-animal video, and a tracker setting other than the default,
+# so the settings are seen to reach the workers.
+TRACKED_CLIPS = {"early": (0, 10), "late": (60, 10)}
+TRACKING = ["--tracking", "--tracking-window-size", "3"]
+ONNX_CPU = ["--engine", "onnx", "--device", "cpu", "-q"]
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +175,11 @@ def test_the_command_line_prints_every_video_and_exits_1_when_one_failed(
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["-o", "x.slp"], "-o (use --output-dir and --name-pattern) applies to one video"),
+        (["-o", "x.slp"], "-o names one file; give --output-dir and --name-pattern"),
+        (["--record-overlay", "x.mp4"], "`sleap-live render OUTPUT -o VIDEO`"),
+        (["--preview-port", "0"], "--preview-port, --preview-host and --preview-hold apply"),
+        (["--width", "64"], "--width only apply with --camera"),
+        (["--outputs-to", "driver"], "--outputs-to driver applies with --cluster"),
         (["--name-pattern", "{stem}.txt"], "{stem}.txt: cannot write poses to a .txt file"),
         (["--name-pattern", "poses.slp"], "needs a field"),
         (["--output-dir", "missing"], "the output folder does not exist"),
@@ -217,3 +229,35 @@ def test_a_run_stopped_with_ctrl_c_leaves_no_output(tmp_path, monkeypatch):
     assert result.status == "failed" and "stopped" in (result.error or "")
     assert not (tmp_path / "clip.predictions.slp").exists()
     assert unfinished_files(tmp_path / "clip.predictions.slp") == []
+
+
+@pytest.fixture(scope="module")
+def tracked_alone(tmp_path_factory) -> tuple[Path, Path]:
+    """Two clips of the multi-animal video, each tracked alone by `sleap-live run
+    VIDEO --tracking`: (the clips' folder, the folder of their outputs)."""
+    clips = tmp_path_factory.mktemp("tracked_clips")
+    cut_clips(clips, TRACKED_CLIPS, MULTI_VIDEO)
+    alone = tmp_path_factory.mktemp("tracked_alone")
+    for name in TRACKED_CLIPS:
+        output = alone / f"{name}.predictions.slp"
+        command = ["run", str(clips / f"{name}.mkv"), "-m", str(MULTI_MODEL), "-o", str(output)]
+        assert main([*command, *ONNX_CPU, *TRACKING]) == 0
+    return clips, alone
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_tracking_over_many_videos_gives_each_video_the_ids_of_a_run_alone(
+    tracked_alone, tmp_path, workers
+):
+    """In this process and in two local workers, two videos in flight per worker (so a
+    tracker shared between videos would mix their ids): each video's track ids are
+    those `run VIDEO --tracking` gives it alone."""
+    clips, alone = tracked_alone
+    command = ["run", str(clips), "-m", str(MULTI_MODEL), "--output-dir", str(tmp_path)]
+    assert main([*command, "--workers", workers, "--streams", "2", *ONNX_CPU, *TRACKING]) == 0
+    for name in TRACKED_CLIPS:
+        output = f"{name}.predictions.slp"
+        tracks = track_names(tmp_path / output)
+        assert tracks == track_names(alone / output)
+        assert len({track for frame in tracks for track in frame}) > 1
+        assert pose_arrays(tmp_path / output) == pose_arrays(alone / output)
