@@ -93,16 +93,16 @@ def describe(layout: str) -> str:
     """What a layout means, in words, for the table."""
     on_ray = layout.startswith("ray:")
     workers, streams, threads = (int(n) for n in layout.removeprefix("ray:").split("x"))
-    where = (
-        f"{workers} Ray actor{'s' * (workers > 1)}"
-        if on_ray
-        else "this process"
-        if workers == 1
-        else f"{workers} worker processes"
-    )
+    plural = {1: ""}
+    if on_ray:
+        where = f"{workers} Ray actor{plural.get(workers, 's')}, each with"
+    elif workers == 1:
+        where = "this process, with"
+    else:
+        where = f"{workers} worker processes, each with"
     return (
-        f"{where}, {streams} video{'s' * (streams > 1)} in flight each, "
-        f"{threads} engine thread{'s' * (threads > 1)} each"
+        f"{where} {streams} video{plural.get(streams, 's')} in flight and "
+        f"{threads} engine thread{plural.get(threads, 's')}"
     )
 
 

@@ -169,7 +169,10 @@ def place(output: Path, files: OutputBytes) -> bool:
 
 
 def _write_durably(path: Path, data: bytes) -> None:
-    with open(path, "wb") as handle:
+    """Write `data` to `path` and to the disk; never through a link at `path`."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(path, flags | getattr(os, "O_BINARY", 0), 0o644)
+    with os.fdopen(fd, "wb") as handle:
         handle.write(data)
         handle.flush()
         os.fsync(handle.fileno())
