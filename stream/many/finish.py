@@ -15,8 +15,10 @@ journal locked, an earlier half-written attempt discarded, renamed when whole.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -72,19 +74,27 @@ def discard_unfinished(output: Path) -> bool:
         OutputBusyError: another process is writing `output` now.
         OutputError: the journal cannot be opened.
     """
+    with _claimed(output) as discarded:
+        return discarded
+
+
+@contextlib.contextmanager
+def _claimed(output: Path) -> Iterator[bool]:
+    """Lock `output`'s unfinished journal, delete what an earlier unfinished attempt
+    left, and give whether there was any; on leaving, the journal is removed (while
+    still locked: no other attempt writes it meanwhile) and unlocked."""
     unfinished = unfinished_path(output)
     journal = journal_path(unfinished)
     left = [path for path in unfinished_files(output) if path != journal]
     had_journal = journal.exists()
     lock = OutputLock(journal, f"the pose output {output}")
     try:
-        # Removed while locked: no other attempt writes it meanwhile.
-        journal.unlink(missing_ok=True)
         for path in left:
             path.unlink(missing_ok=True)
+        yield had_journal or bool(left)
     finally:
+        journal.unlink(missing_ok=True)
         lock.release()
-    return had_journal or bool(left)
 
 
 def finish(output: Path) -> None:
@@ -142,13 +152,7 @@ def place(output: Path, files: OutputBytes) -> bool:
         OSError: a file cannot be written (nothing is left at `output`'s name).
     """
     unfinished = unfinished_path(output)
-    journal = journal_path(unfinished)
-    left = [path for path in unfinished_files(output) if path != journal]
-    had_journal = journal.exists()
-    lock = OutputLock(journal, f"the pose output {output}")
-    try:
-        for path in left:
-            path.unlink(missing_ok=True)
+    with _claimed(output) as discarded:
         try:
             for sidecar, data in zip(sidecars(unfinished), files.sidecars, strict=True):
                 if data is not None:
@@ -157,15 +161,10 @@ def place(output: Path, files: OutputBytes) -> bool:
             finish(output)
         except OSError:
             for path in unfinished_files(output):
-                if path != journal:
+                if path != journal_path(unfinished):
                     path.unlink(missing_ok=True)
             raise
-        finally:
-            # Removed while locked: no other attempt writes it meanwhile.
-            journal.unlink(missing_ok=True)
-    finally:
-        lock.release()
-    return had_journal or bool(left)
+    return discarded
 
 
 def _write_durably(path: Path, data: bytes) -> None:
