@@ -39,7 +39,8 @@ from sleap_live.stream.outputs.provenance import model_records
 # names one file, one endpoint or one live source, or serves one run's poses as they
 # are made, which over many videos are made by several workers (processes, Ray
 # actors on other machines) at once. Everything else applies to every video
-# (tracking included: each video is tracked on its own by the worker that runs it).
+# (tracking included: each video is tracked on its own by the worker that runs it),
+# or to the run (--duration: no video starts after it).
 SINGLE_RUN_OPTIONS = {
     "output": "-o names one file; give --output-dir and --name-pattern",
     "record": "--record copies one run's frames to a video; these videos are recorded already",
@@ -50,8 +51,6 @@ SINGLE_RUN_OPTIONS = {
     "many videos they are made by several workers at once (read the outputs)",
     "preview": "--preview shows one run's frames as they are made; over many videos they "
     "are made by several workers at once",
-    "duration": "--duration stops one run after S seconds; stop a run over many with "
-    "Ctrl-C (or let a job's time limit kill it) and run it again to resume",
     "camera": "--camera is live; a run over many takes recorded videos",
 }
 
@@ -65,7 +64,10 @@ def add_many_options(parser: argparse.ArgumentParser) -> None:
         "'**' recurses), or any option of this group, `run` writes an output per video, "
         "skips videos whose output exists (an output appears only once its video is "
         "done, so a run killed halfway is resumed by running it again), goes on past a "
-        "video that fails, and ends with a table of every video (exit 1 if any failed).",
+        "video that fails, and ends with a table of every video (exit 1 if any failed). "
+        "With --duration S, no video starts after S seconds: those in flight finish, the "
+        "rest are left for the next run (under a job's time limit, S a video's time short "
+        "of it).",
     )
     group.add_argument(
         "--output-dir",
@@ -209,6 +211,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             cluster=args.cluster,
             retries=DEFAULT_RETRIES if args.retries is None else args.retries,
             outputs_to=args.outputs_to or "worker",
+            duration=args.duration,
             report=progress,
         )
     if not args.quiet:
@@ -218,6 +221,12 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         # A line each on stderr, with --quiet too, for logs and scripts.
         console.print(
             f"{result.video}: {describe(result)}", highlight=False, markup=False, soft_wrap=True
+        )
+    if run.left:
+        console.print(
+            f"{len(run.left)} videos left for the next run (--duration {args.duration:g} s "
+            "was up): run the same command again",
+            highlight=False,
         )
     return 0 if run.ok else 1
 

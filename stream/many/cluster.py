@@ -31,9 +31,9 @@ import attrs
 
 from sleap_live.engines.errors import RuntimeUnavailableError
 from sleap_live.stream.many.finish import OutputBytes, OutputsTo, collect, place
-from sleap_live.stream.many.local import POLL_SECONDS, NoReport, Reporter
+from sleap_live.stream.many.local import POLL_SECONDS, NoReport, Reporter, past
 from sleap_live.stream.many.videos import VideoJob
-from sleap_live.stream.many.worker import VideoResult, VideoWorker, WorkOptions, failed
+from sleap_live.stream.many.worker import VideoResult, VideoWorker, WorkOptions, failed, left
 
 RAY_INSTALL_HINT = 'pip install "sleap-live[cluster]"'
 
@@ -101,6 +101,7 @@ def run_on_ray(
     cpus_per_worker: float | None = None,
     gpus_per_worker: float = 0.0,
     outputs_to: OutputsTo = "worker",
+    deadline: float | None = None,
     report: Reporter | None = None,
 ) -> list[VideoResult]:
     """Process `jobs` on Ray; results in job order.
@@ -120,6 +121,8 @@ def run_on_ray(
         outputs_to: "worker": each actor writes its outputs to the output folder
             (which its machine must see at the same path); "driver": each actor
             returns them and this process writes them.
+        deadline: no video starts after it (`time.monotonic` seconds); those in
+            flight then finish, the rest are left for the next run.
         report: told when each video starts and finishes.
 
     Raises:
@@ -158,7 +161,7 @@ def run_on_ray(
             max_concurrency=streams,
         )(RayVideoWorker)
         return _dispatch(
-            ray, actor_class, actors, jobs, options, workers, streams, outputs_to, report
+            ray, actor_class, actors, jobs, options, workers, streams, outputs_to, deadline, report
         )
     finally:
         for actor in actors:
@@ -176,6 +179,7 @@ def _dispatch(
     workers: int,
     streams: int,
     outputs_to: OutputsTo,
+    deadline: float | None,
     report: Reporter,
 ) -> list[VideoResult]:
     """Hand each actor `streams` videos at a time, until every video has a result.
@@ -190,7 +194,7 @@ def _dispatch(
     dead: set[int] = set()
 
     def hand_out(slot: int, most: int) -> None:
-        while queue and load[slot] < most:
+        while queue and load[slot] < most and not past(deadline):
             job = queue.pop()
             actor = actors[slot]
             task = actor.process_returning if outputs_to == "driver" else actor.process
@@ -202,6 +206,13 @@ def _dispatch(
     load.append(0)
     hand_out(0, 1)
     while len(results) < len(jobs):
+        if past(deadline):
+            while queue:
+                job = queue.pop()
+                results[job.index] = left(job)
+                report.finished(results[job.index])
+            if len(results) == len(jobs):
+                break
         if results:
             while len(actors) < workers:
                 actors.append(actor_class.remote(options))

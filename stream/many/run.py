@@ -9,6 +9,7 @@ gives the same poses, since each runs every video alone through the same
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -50,8 +51,14 @@ class ManyResult:
         return tuple(result for result in self.results if result.status == "failed")
 
     @property
+    def left(self) -> tuple[VideoResult, ...]:
+        """The videos not started because the run's `duration` was up."""
+        return tuple(result for result in self.results if result.status == "left")
+
+    @property
     def ok(self) -> bool:
-        """Whether every video is done or was complete already."""
+        """Whether no video failed: each is done, was complete already, or was left
+        for the next run when the run's `duration` was up."""
         return not self.failed
 
 
@@ -91,6 +98,7 @@ def run_many(
     read_timeout: float | None = None,
     save_interval: float | None = DEFAULT_SAVE_INTERVAL,
     tracking: TrackingSettings | None = None,
+    duration: float | None = None,
     report: Reporter | None = None,
 ) -> ManyResult:
     """Run `models` over every video `videos` names, each into a pose file of its own.
@@ -132,12 +140,16 @@ def run_many(
         tracking: track ids with these settings (None: none); each video is tracked
             on its own by the worker that runs it, with the ids a run over that
             video alone gives.
+        duration: seconds after which no video starts (None: no limit); the videos
+            in flight then finish and the rest are left ("left") for the next run,
+            as under a job's time limit.
         report: told as each video starts and finishes (a progress display).
 
     Raises:
         VideoListError: `videos` names no video, a bad name pattern or output
             folder, or two videos that would write one output.
-        ValueError: a count below 1, or outputs_to="driver" without `cluster`.
+        ValueError: a count below 1, a negative duration, or outputs_to="driver"
+            without `cluster`.
         RuntimeUnavailableError: `cluster` without Ray installed.
     """
     for name, value in (("workers", workers or 1), ("streams", streams)):
@@ -145,6 +157,8 @@ def run_many(
             raise ValueError(f"{name} must be at least 1, got {value}")
     if retries < 0:
         raise ValueError(f"retries must be 0 or more, got {retries}")
+    if duration is not None and duration < 0:
+        raise ValueError(f"duration must be 0 or more seconds, got {duration}")
     check_outputs_to(outputs_to, cluster)
     given = [videos] if isinstance(videos, str | os.PathLike) else list(videos)
     model_paths = [models] if isinstance(models, str | os.PathLike) else list(models)
@@ -178,6 +192,7 @@ def run_many(
         cluster=cluster,
         retries=retries,
         outputs_to=outputs_to,
+        duration=duration,
         report=report,
     )
 
@@ -207,10 +222,12 @@ def run_jobs(
     cluster: str | None = None,
     retries: int = DEFAULT_RETRIES,
     outputs_to: OutputsTo = "worker",
+    duration: float | None = None,
     report: Reporter | None = None,
 ) -> ManyResult:
     """`run_many` on planned jobs (`plan_jobs`) and worker options."""
     check_outputs_to(outputs_to, cluster)
+    deadline = None if duration is None else time.monotonic() + duration
     # Absolute paths: worker processes and Ray actors may run in other folders.
     jobs = [
         attrs.evolve(job, video=job.video.absolute(), output=job.output.absolute()) for job in jobs
@@ -233,6 +250,7 @@ def run_jobs(
             # A CUDA run: an actor per GPU, each given one by Ray.
             gpus_per_worker=1.0 if options.device.startswith("cuda") else 0.0,
             outputs_to=outputs_to,
+            deadline=deadline,
             report=report,
         )
         mode = f"Ray ({cluster})" + (
@@ -240,11 +258,17 @@ def run_jobs(
         )
     elif workers is not None and workers > 1:
         results = run_in_processes(
-            todo, options, workers=workers, streams=streams, retries=retries, report=report
+            todo,
+            options,
+            workers=workers,
+            streams=streams,
+            retries=retries,
+            deadline=deadline,
+            report=report,
         )
         mode = f"{workers} local workers"
     else:
-        results = run_here(todo, options, streams=streams, report=report)
+        results = run_here(todo, options, streams=streams, deadline=deadline, report=report)
         mode = "this process"
     done.update((result.index, result) for result in results)
     return ManyResult(tuple(done[index] for index in sorted(done)), mode)

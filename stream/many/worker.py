@@ -44,7 +44,7 @@ from sleap_live.stream.runner import spread_frames
 from sleap_live.stream.sources import open_source
 from sleap_live.stream.tracking.settings import TrackingSettings
 
-Status = Literal["done", "skipped", "failed"]
+Status = Literal["done", "skipped", "failed", "left"]
 
 
 class VideoStopped(StreamError):
@@ -104,7 +104,8 @@ class VideoResult:
         index: the job's place in the run.
         video: the video file.
         output: its pose file.
-        status: "done", "skipped" (its output was complete already) or "failed".
+        status: "done", "skipped" (its output was complete already), "failed", or
+            "left" (not started: the run's time was up; the next run does it).
         frames: frames processed (0 when skipped or failed before any).
         seconds: time from opening the video to its output in place.
         instances: instances found over all its frames.
@@ -140,6 +141,11 @@ def result_of(job: VideoJob, status: Status) -> VideoResult:
 def skipped(job: VideoJob) -> VideoResult:
     """The result of a video whose output is complete already."""
     return attrs.evolve(result_of(job, "skipped"), attempts=0)
+
+
+def left(job: VideoJob) -> VideoResult:
+    """The result of a video not started because the run's time was up."""
+    return attrs.evolve(result_of(job, "left"), attempts=0)
 
 
 def failed(job: VideoJob, error: str, attempts: int = 1) -> VideoResult:

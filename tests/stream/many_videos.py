@@ -17,6 +17,8 @@ import numpy as np
 import sleap_io as sio
 
 from sleap_live.stream.many.finish import unfinished_path
+from sleap_live.stream.many.local import NoReport
+from sleap_live.stream.many.videos import VideoJob
 from sleap_live.stream.outputs.journal import journal_path, scan_journal
 from tests import script_modules
 
@@ -91,3 +93,16 @@ def writer_pid_once_saving(output: Path, timeout: float = 60.0) -> int:
             return contents.header.pid
         time.sleep(0.02)
     raise AssertionError(f"no frames were saved to {journal} within {timeout} s")
+
+
+class SlowToNote(NoReport):
+    """A display that takes `seconds` to note each video's start, so a run's shorter
+    duration is up once its first video has started, whatever the machine's load."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.started_videos: list[str] = []
+
+    def started(self, job: VideoJob) -> None:
+        self.started_videos.append(job.video.name)
+        time.sleep(self.seconds)

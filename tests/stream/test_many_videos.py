@@ -23,6 +23,7 @@ from tests.stream.many_videos import (
     MODEL,
     MULTI_MODEL,
     MULTI_VIDEO,
+    SlowToNote,
     corrupt_video,
     cut_clips,
     frame_count,
@@ -180,6 +181,7 @@ def test_the_command_line_prints_every_video_and_exits_1_when_one_failed(
         (["--preview-port", "0"], "--preview-port, --preview-host and --preview-hold apply"),
         (["--width", "64"], "--width only apply with --camera"),
         (["--outputs-to", "driver"], "--outputs-to driver applies with --cluster"),
+        (["--publish", "tcp://127.0.0.1:5599"], "--publish binds one endpoint"),
         (["--name-pattern", "{stem}.txt"], "{stem}.txt: cannot write poses to a .txt file"),
         (["--name-pattern", "poses.slp"], "needs a field"),
         (["--output-dir", "missing"], "the output folder does not exist"),
@@ -261,3 +263,42 @@ def test_tracking_over_many_videos_gives_each_video_the_ids_of_a_run_alone(
         assert tracks == track_names(alone / output)
         assert len({track for frame in tracks for track in frame}) > 1
         assert pose_arrays(tmp_path / output) == pose_arrays(alone / output)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_no_video_starts_after_the_duration_and_the_rest_are_left_for_the_next_run(
+    sequential, folder, tmp_path, workers
+):
+    _, reference_out = sequential
+    report = SlowToNote(1.5)
+    run = run_many(
+        folder,
+        MODEL,
+        output_dir=tmp_path,
+        workers=workers,
+        streams=1,
+        duration=1.0,
+        report=report,
+        **ENGINE,
+    )
+    assert report.started_videos == ["a.mkv"]
+    assert [(Path(r.video).stem, r.status) for r in run.results] == [
+        ("a", "done"),
+        ("b", "left"),
+        ("broken", "left"),
+        ("c", "left"),
+    ]
+    assert run.ok and len(run.left) == 3
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["a.predictions.slp"]
+    assert pose_arrays(tmp_path / "a.predictions.slp") == pose_arrays(
+        reference_out / "a.predictions.slp"
+    )
+
+
+def test_the_command_line_says_what_the_duration_left(folder, tmp_path, capsys):
+    arguments = ["run", str(folder), "-m", str(MODEL), "--output-dir", str(tmp_path)]
+    assert main([*arguments, "--duration", "1e-9"]) == 0
+    printed = capsys.readouterr()
+    assert "0 done, 0 skipped, 0 failed, 4 left for the next run" in printed.out
+    assert "4 videos left for the next run (--duration 1e-09 s was up)" in printed.err
+    assert list(tmp_path.iterdir()) == []

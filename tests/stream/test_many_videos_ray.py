@@ -22,6 +22,7 @@ from sleap_live.stream.many.finish import unfinished_files, unfinished_path
 from sleap_live.stream.outputs.journal import journal_path
 from tests.stream.many_videos import (
     MODEL,
+    SlowToNote,
     corrupt_video,
     cut_clips,
     pose_arrays,
@@ -138,3 +139,23 @@ def test_outputs_returned_to_the_driver_are_written_by_it_with_the_same_resume_r
         assert pose_arrays(output) == pose_arrays(here_out / output.name)
         assert unfinished_files(output) == []
         assert not cluster.scratch_folder(output).exists()
+
+
+def test_on_ray_no_video_starts_after_the_duration(ray_session, here, tmp_path):
+    folder, here_out = here
+    report = SlowToNote(1.5)
+    run = run_many(
+        folder,
+        MODEL,
+        output_dir=tmp_path,
+        cluster="local",
+        workers=1,
+        duration=1.0,
+        report=report,
+        **ENGINE,
+    )
+    assert report.started_videos == ["a.mkv"]
+    assert [r.status for r in run.results] == ["done", "left", "left", "left"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["a.predictions.slp"]
+    output = "a.predictions.slp"
+    assert pose_arrays(tmp_path / output) == pose_arrays(here_out / output)
