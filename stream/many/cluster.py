@@ -31,9 +31,9 @@ import attrs
 
 from sleap_live.engines.errors import RuntimeUnavailableError
 from sleap_live.stream.many.finish import OutputBytes, OutputsTo, collect, place
-from sleap_live.stream.many.local import POLL_SECONDS, NoReport, Reporter, past
+from sleap_live.stream.many.local import POLL_SECONDS, NoReport, Reporter, left_behind, past
 from sleap_live.stream.many.videos import VideoJob
-from sleap_live.stream.many.worker import VideoResult, VideoWorker, WorkOptions, failed, left
+from sleap_live.stream.many.worker import VideoResult, VideoWorker, WorkOptions, failed
 
 RAY_INSTALL_HINT = 'pip install "sleap-live[cluster]"'
 
@@ -207,10 +207,8 @@ def _dispatch(
     hand_out(0, 1)
     while len(results) < len(jobs):
         if past(deadline):
-            while queue:
-                job = queue.pop()
-                results[job.index] = left(job)
-                report.finished(results[job.index])
+            results.update((r.index, r) for r in left_behind(reversed(queue), report))
+            queue.clear()
             if len(results) == len(jobs):
                 break
         if results:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import multiprocessing
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any, Protocol
@@ -47,6 +47,15 @@ class Reporter(Protocol):
 def past(deadline: float | None) -> bool:
     """Whether the run's time is up (`deadline` in `time.monotonic` seconds; None: never)."""
     return deadline is not None and time.monotonic() >= deadline
+
+
+def left_behind(jobs: Iterable[VideoJob], report: Reporter) -> list[VideoResult]:
+    """`jobs` left unstarted because the run's time was up: a `left` result each,
+    reported."""
+    results = [left(job) for job in jobs]
+    for result in results:
+        report.finished(result)
+    return results
 
 
 class NoReport:
@@ -107,9 +116,7 @@ def run_here(
                     results.append(result)
                     report.finished(result)
                     submit_next()
-        for job in pending:
-            results.append(left(job))
-            report.finished(results[-1])
+        results.extend(left_behind(pending, report))
     except KeyboardInterrupt:
         worker.stop()
         raise
@@ -207,10 +214,9 @@ def run_in_processes(
         while len(results) < len(jobs):
             if past(deadline):
                 # Retries of videos whose worker was lost count as not started too.
-                while queue:
-                    job, _ = queue.pop()
-                    results[job.index] = left(job)
-                    report.finished(results[job.index])
+                unstarted = [job for job, _ in reversed(queue)]
+                results.update((r.index, r) for r in left_behind(unstarted, report))
+                queue.clear()
                 if len(results) == len(jobs):
                     break
             if ready:
