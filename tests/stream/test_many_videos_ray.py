@@ -101,7 +101,9 @@ def test_outputs_returned_to_the_driver_are_written_by_it_with_the_same_resume_r
 ):
     """One actor, two videos in flight, each returning its output's bytes: the driver
     writes each (a complete output is skipped, a half-written one the driver left is
-    discarded and the video redone) and the poses are those of a run in this process."""
+    discarded and the video redone) and the poses are those of a run in this process.
+    The actor is killed once c is half-written in its own folder: Ray restarts it and
+    c's retry discards that half and comes out whole."""
     folder, here_out = here
     (tmp_path / "a.predictions.slp").write_bytes((here_out / "a.predictions.slp").read_bytes())
     half = unfinished_path(tmp_path / "b.predictions.slp")
@@ -116,23 +118,33 @@ def test_outputs_returned_to_the_driver_are_written_by_it_with_the_same_resume_r
         return place(output, files)
 
     monkeypatch.setattr(cluster, "place", place_here)
-    run = run_many(
-        folder,
-        MODEL,
-        output_dir=tmp_path,
-        cluster="local",
-        workers=1,
-        streams=2,
-        outputs_to="driver",
-        **ENGINE,
-    )
+    c_output = tmp_path / "c.predictions.slp"
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(
+            run_many,
+            folder,
+            MODEL,
+            output_dir=tmp_path,
+            cluster="local",
+            workers=1,
+            streams=2,
+            outputs_to="driver",
+            batch_size=2,
+            save_interval=0.01,
+            **ENGINE,
+        )
+        pid = writer_pid_once_saving(cluster.scratch_folder(c_output) / c_output.name)
+        assert pid != os.getpid() and not c_output.exists()
+        os.kill(pid, signal.SIGKILL)
+        run = running.result(timeout=180)
     assert run.mode == "Ray (local), outputs written by the driver"
     assert [(Path(r.video).stem, r.status, r.redone) for r in run.results] == [
         ("a", "skipped", False),
         ("b", "done", True),
         ("broken", "failed", False),
-        ("c", "done", False),
+        ("c", "done", True),
     ]
+    assert run.results[-1].worker != pid
     assert sorted(placed) == ["b.predictions.slp", "c.predictions.slp"]
     for name in CLIPS:
         output = tmp_path / f"{name}.predictions.slp"
