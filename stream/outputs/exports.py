@@ -6,19 +6,32 @@ A run journals its poses (see `journal`) and, when it ends, writes the file its
 - ``.slp``: SLEAP labels (`sleap_io.save_slp`), with the run's provenance.
 - ``.h5``: SLEAP's analysis HDF5 (`sleap_io.save_analysis_h5`, as SLEAP exports
   it: tracks x nodes x 2 x frames), the provenance in its ``provenance`` dataset.
-  Its layout needs a track per instance: untracked instances get the NWB file's
-  positional tracks (below).
 - ``.nwb``: NWB with ndx-pose (`nwb`, sleap-io's layout), one
   ``PoseEstimation`` per track, timestamped frame index / fps in seconds; the
   provenance (JSON) in the file's ``notes`` and each ``PoseEstimation``'s
-  ``scorer``. An ndx-pose series needs a track, so untracked instances get tracks
-  named by their place in the frame (``instance_0``, ...), which are not
-  identities. NWB keeps points and point scores, not instance scores, and no
+  ``scorer``. NWB keeps points and point scores, not instance scores, and no
   frame without animals; sleap-io reads the frames back numbered in time order.
 - ``.csv``: `CSV_COLUMNS`, one row per frame x instance (written with the csv
   module: sleap-io's CSV saver has no instance column and cannot tell a frame
   processed with nothing found from one never processed); the provenance in the
   sidecar ``NAME.csv.provenance.json``.
+
+Tracks are identities: a run without them (no tracker, not a multi-class model)
+writes none where a format can say so, which is what sleap-nn, SLEAP and sleap-io
+write for untracked predictions: no ``Track`` in the .slp, an empty ``track``
+column in the .csv. The .h5 and .nwb layouts hold each series under a track, so
+there (`track_slots`):
+
+- at most one instance in every frame: SLEAP's own layout for untracked poses,
+  one slot and no track names in the .h5 (SLEAP 1.x writes it so), one
+  ``track=untracked`` series in the .nwb (sleap-io's name); sleap-io reads both
+  back untracked, as the .slp.
+- several instances in a frame: one slot per place in the frame, named
+  ``instance_0``, ``instance_1``, ... (the .csv's ``instance`` column), not
+  identities. sleap-io writes an untracked .slp to .h5 the same way (it names the
+  slots ``track_0``, ... as a tracker's tracks), and its .h5 reader makes a track of
+  every slot: no layout of several slots reads back untracked through it. Its NWB
+  reader reads the series back untracked.
 """
 
 from __future__ import annotations
@@ -30,7 +43,7 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import h5py
 import numpy as np
@@ -106,12 +119,15 @@ def _save_slp(labels: sio.Labels, path: Path, final: Path) -> None:
 
 
 def _save_h5(labels: sio.Labels, path: Path, final: Path) -> None:
-    # Positional tracks named as the NWB file's, not sleap-io's ``track_N`` (a
-    # tracked run's names): the two formats read back alike, and no position in
-    # the frame passes for an identity.
-    sio.save_analysis_h5(_with_positional_tracks(labels), str(path), labels_path=str(final))
-    # sleap-io stores the provenance itself; the file must say so, whatever it does.
+    layout = track_slots(labels)
+    sio.save_analysis_h5(_on_tracks(labels, layout), str(path), labels_path=str(final))
     with h5py.File(path, "r+") as handle:
+        if layout == "untracked":
+            # SLEAP's analysis file of untracked poses: one slot and no track names,
+            # which sleap-io reads back untracked.
+            del handle["track_names"]
+            handle.create_dataset("track_names", data=np.zeros(0, "S1"))
+        # sleap-io stores the provenance itself; the file must say so, whatever it does.
         if "provenance" in handle:
             del handle["provenance"]
         handle["provenance"] = _json(labels.provenance)
@@ -122,7 +138,7 @@ def _save_nwb(labels: sio.Labels, path: Path, final: Path) -> None:
     from sleap_live.stream.outputs.nwb import write_nwb_poses
 
     write_nwb_poses(
-        _with_positional_tracks(labels),
+        _on_tracks(labels, track_slots(labels)),
         path,
         notes=_json(labels.provenance),
         software_version=str(labels.provenance.get("sleap_live_version")),
@@ -174,18 +190,41 @@ _SAVERS: Mapping[str, Callable[[sio.Labels, Path, Path], None]] = {
 }
 
 
-def _with_positional_tracks(labels: sio.Labels) -> sio.Labels:
-    """`labels` with every untracked instance on a track named by its place in the frame."""
-    if all(instance.track is not None for frame in labels.labeled_frames for instance in frame):
+# How the .h5 and .nwb hold instances without a track (see the module's notes):
+# "tracks" (every instance has one), "untracked" (one slot, no track names: at most
+# one instance a frame, none tracked), "by_place" (a slot per place in the frame).
+TrackSlots = Literal["tracks", "untracked", "by_place"]
+
+# The .nwb series of a run's untracked poses where one slot holds them (sleap-io's name).
+UNTRACKED_TRACK = "untracked"
+
+
+def track_slots(labels: sio.Labels) -> TrackSlots:
+    """How the .h5 and .nwb hold the instances of `labels` that have no track."""
+    untracked = [sum(instance.track is None for instance in frame) for frame in labels]
+    if not any(untracked):
+        return "tracks"
+    if max(untracked) == 1 and not any(
+        instance.track is not None for frame in labels for instance in frame
+    ):
+        return "untracked"
+    return "by_place"
+
+
+def _on_tracks(labels: sio.Labels, layout: TrackSlots) -> sio.Labels:
+    """`labels` with every untracked instance on a track: `UNTRACKED_TRACK` for the
+    "untracked" layout, else one named by its place in the frame (``instance_N``)."""
+    if layout == "tracks":
         return labels
-    positional: dict[int, sio.Track] = {}
+    slots: dict[int, sio.Track] = {}
     frames = []
     for frame in labels.labeled_frames:
         instances = []
         for number, instance in enumerate(frame.instances):
             track = instance.track
             if track is None:
-                track = positional.setdefault(number, sio.Track(name=f"instance_{number}"))
+                name = UNTRACKED_TRACK if layout == "untracked" else f"instance_{number}"
+                track = slots.setdefault(number, sio.Track(name=name))
             instances.append(
                 sio.PredictedInstance.from_numpy(
                     instance.numpy(),
@@ -202,7 +241,7 @@ def _with_positional_tracks(labels: sio.Labels) -> sio.Labels:
         labeled_frames=frames,
         videos=labels.videos,
         skeletons=labels.skeletons,
-        tracks=[*labels.tracks, *positional.values()],
+        tracks=[*labels.tracks, *slots.values()],
         provenance=dict(labels.provenance),
     )
 
