@@ -199,16 +199,27 @@ TrackSlots = Literal["tracks", "untracked", "by_place"]
 UNTRACKED_TRACK = "untracked"
 
 
-def track_slots(labels: sio.Labels) -> TrackSlots:
-    """How the .h5 and .nwb hold the instances of `labels` that have no track."""
-    untracked = [sum(instance.track is None for instance in frame) for frame in labels]
-    if not any(untracked):
+# The formats whose layout holds every instance under a track (see `track_slots`).
+SLOT_SUFFIXES = (".h5", ".nwb")
+
+
+def slot_layout(most_untracked: int, any_tracked: bool) -> TrackSlots:
+    """How the .h5 and .nwb hold poses whose frames have at most `most_untracked`
+    instances without a track, `any_tracked`: whether any instance has one."""
+    if most_untracked == 0:
         return "tracks"
-    if max(untracked) == 1 and not any(
-        instance.track is not None for frame in labels for instance in frame
-    ):
+    if most_untracked == 1 and not any_tracked:
         return "untracked"
     return "by_place"
+
+
+def track_slots(labels: sio.Labels) -> TrackSlots:
+    """How the .h5 and .nwb hold the instances of `labels` that have no track."""
+    most_untracked = max(
+        (sum(instance.track is None for instance in frame) for frame in labels), default=0
+    )
+    any_tracked = any(instance.track is not None for frame in labels for instance in frame)
+    return slot_layout(most_untracked, any_tracked)
 
 
 def _on_tracks(labels: sio.Labels, layout: TrackSlots) -> sio.Labels:

@@ -223,3 +223,33 @@ def test_each_source_is_tracked_on_its_own():
         want = alone.track(points[frame, : counts[frame]]).track_ids
         np.testing.assert_array_equal(left.identities, want)
     assert tracking.n_tracks == 4
+
+
+@pytest.mark.parametrize(
+    ("suffix", "animals", "tracked", "noted"),
+    [
+        (".h5", 2, False, True),
+        (".nwb", 2, False, True),
+        (".slp", 2, False, False),
+        (".csv", 2, False, False),
+        (".h5", 1, False, False),
+        (".h5", 2, True, False),
+    ],
+)
+def test_the_run_says_when_an_h5_or_nwb_holds_untracked_animals_by_place(
+    tmp_path, suffix, animals, tracked, noted
+):
+    # Before: "poses: demo.h5 (150 frames)", and the file read back with two tracks
+    # the .slp did not have.
+    tracker = ClassicTracker(TrackingSettings())
+    frames = [
+        poses_of(points[:animals], tracker.track(points[:animals]).track_ids if tracked else None)
+        for points in _two_animals()
+    ]
+    path = tmp_path / f"poses{suffix}"
+    with SlpWriter(path, SKELETON, video="camera", frame_shape=(400, 400, 1)) as writer:
+        for index, poses in enumerate(frames):
+            writer.write(PoseRecord(index, 0.0, 0.01, "camera", poses))
+    line = writer.describe()
+    assert line.startswith(f"poses: {path} (6 frames)")
+    assert ("not by identity: --tracking gives identities" in line) == noted
