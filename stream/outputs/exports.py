@@ -26,9 +26,9 @@ there (`track_slots`):
   one slot and no track names in the .h5 (SLEAP 1.x writes it so), one
   ``track=untracked`` series in the .nwb (sleap-io's name); sleap-io reads both
   back untracked, as the .slp.
-- several instances in a frame: one slot per place in the frame, named
-  ``instance_0``, ``instance_1``, ... (the .csv's ``instance`` column), not
-  identities. sleap-io writes an untracked .slp to .h5 the same way (it names the
+- several instances in a frame (or tracks on others): one slot per place in the
+  frame, named ``instance_0``, ``instance_1``, ... (the .csv's ``instance``
+  column), not identities. sleap-io writes an untracked .slp to .h5 the same way (it names the
   slots ``track_0``, ... as a tracker's tracks), and its .h5 reader makes a track of
   every slot: no layout of several slots reads back untracked through it. Its NWB
   reader reads the series back untracked.
