@@ -36,6 +36,7 @@ there (`track_slots`):
 
 from __future__ import annotations
 
+import copy
 import csv
 import importlib
 import json
@@ -138,7 +139,7 @@ def _save_nwb(labels: sio.Labels, path: Path, final: Path) -> None:
     from sleap_live.stream.outputs.nwb import write_nwb_poses
 
     write_nwb_poses(
-        _on_tracks(labels, track_slots(labels)),
+        _on_tracks(_as_predictions(labels), track_slots(labels)),
         path,
         notes=_json(labels.provenance),
         software_version=str(labels.provenance.get("sleap_live_version")),
@@ -156,7 +157,7 @@ def _save_csv(labels: sio.Labels, path: Path, final: Path) -> None:
             if not frame.instances:
                 writer.writerow([frame.frame_idx] + [""] * (len(header) - 1))
             for number, instance in enumerate(frame.instances):
-                points = instance.numpy(scores=True)
+                points = points_with_scores(instance)
                 row: list[Any] = [
                     frame.frame_idx,
                     number,
@@ -232,19 +233,15 @@ def _on_tracks(labels: sio.Labels, layout: TrackSlots) -> sio.Labels:
     for frame in labels.labeled_frames:
         instances = []
         for number, instance in enumerate(frame.instances):
-            track = instance.track
-            if track is None:
-                name = UNTRACKED_TRACK if layout == "untracked" else f"instance_{number}"
-                track = slots.setdefault(number, sio.Track(name=name))
-            instances.append(
-                sio.PredictedInstance.from_numpy(
-                    instance.numpy(),
-                    skeleton=instance.skeleton,
-                    point_scores=instance.numpy(scores=True)[:, 2],
-                    score=float(instance.score),
-                    track=track,
-                )
-            )
+            if instance.track is not None:
+                instances.append(instance)
+                continue
+            name = UNTRACKED_TRACK if layout == "untracked" else f"instance_{number}"
+            # A copy on the slot's track, of its own kind (a hand-labelled instance
+            # of `sleap-live track`'s input stays one); the caller's labels keep theirs.
+            placed = copy.copy(instance)
+            placed.track = slots.setdefault(number, sio.Track(name=name))
+            instances.append(placed)
         frames.append(
             sio.LabeledFrame(video=frame.video, frame_idx=frame.frame_idx, instances=instances)
         )
@@ -253,6 +250,47 @@ def _on_tracks(labels: sio.Labels, layout: TrackSlots) -> sio.Labels:
         videos=labels.videos,
         skeletons=labels.skeletons,
         tracks=[*labels.tracks, *slots.values()],
+        provenance=dict(labels.provenance),
+    )
+
+
+def points_with_scores(instance: sio.Instance) -> np.ndarray:
+    """(nodes, 3): each point's x, y and score; a hand-labelled instance's scores are NaN."""
+    if isinstance(instance, sio.PredictedInstance):
+        return instance.numpy(scores=True)
+    points = instance.numpy()
+    return np.column_stack([points, np.full(len(points), np.nan)])
+
+
+def _as_predictions(labels: sio.Labels) -> sio.Labels:
+    """`labels` with every hand-labelled instance (`sleap-live track` keeps them) as a
+    prediction without scores: NWB's pose estimates all have confidences."""
+    if all(isinstance(instance, sio.PredictedInstance) for frame in labels for instance in frame):
+        return labels
+    frames = [
+        sio.LabeledFrame(
+            video=frame.video,
+            frame_idx=frame.frame_idx,
+            instances=[
+                instance
+                if isinstance(instance, sio.PredictedInstance)
+                else sio.PredictedInstance.from_numpy(
+                    instance.numpy(),
+                    skeleton=instance.skeleton,
+                    point_scores=points_with_scores(instance)[:, 2],
+                    score=math.nan,
+                    track=instance.track,
+                )
+                for instance in frame.instances
+            ],
+        )
+        for frame in labels.labeled_frames
+    ]
+    return sio.Labels(
+        labeled_frames=frames,
+        videos=labels.videos,
+        skeletons=labels.skeletons,
+        tracks=labels.tracks,
         provenance=dict(labels.provenance),
     )
 
