@@ -23,6 +23,7 @@ import attrs
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
+from sleap_live.engines.types import FramePoses
 from sleap_live.stream.tracking.boxes import (
     MIN_BOX_FRACTION,
     BodySize,
@@ -35,10 +36,10 @@ from sleap_live.stream.tracking.boxes import (
     momentum,
     shared_node_iou,
 )
+from sleap_live.stream.tracking.classic import UNTRACKED, Tracked
 from sleap_live.stream.tracking.kalman import BoxFilter
 from sleap_live.stream.tracking.settings import MotParameters
-
-UNTRACKED = -1
+from sleap_live.stream.types import TrackLabel
 
 # Track states.
 _TENTATIVE, _CONFIRMED, _LOST = 0, 1, 2
@@ -46,23 +47,6 @@ _TENTATIVE, _CONFIRMED, _LOST = 0, 1, 2
 # What a forbidden pair costs just above a cost cap, and below the least score.
 _CAP_MARGIN = 1e-5
 _INFEASIBLE = 1e5
-
-
-@attrs.frozen
-class LateLabel:
-    """An earlier detection of a track that has just been confirmed.
-
-    Attributes:
-        frame_index: the frame it was in (as given to `track`).
-        row: its instance in that frame.
-        track_id: the track it now belongs to.
-        score: the similarity of its match (1 where it started the track).
-    """
-
-    frame_index: int
-    row: int
-    track_id: int
-    score: float
 
 
 class _Track:
@@ -117,23 +101,6 @@ class _Association:
     removed: list[_Track] = attrs.field(factory=list)
 
 
-@attrs.frozen(eq=False)
-class MotTracked:
-    """One frame's tracks from a MOT tracker.
-
-    Attributes:
-        track_ids: (instances,) int32 confirmed track of each instance; -1 for none
-            (a tentative track's detections too).
-        scores: (instances,) float32 similarity of the match (1 where the instance
-            started its track), NaN for none.
-        late: earlier frames' detections labelled now that their track is confirmed.
-    """
-
-    track_ids: np.ndarray
-    scores: np.ndarray
-    late: tuple[LateLabel, ...]
-
-
 class MotTracker:
     """Assigns track ids frame by frame, as sleap-nn's SORT, ByteTrack or OC-SORT.
 
@@ -171,13 +138,17 @@ class MotTracker:
         """Tracks confirmed so far (their ids are 0 .. n_tracks - 1)."""
         return self._next_public_id
 
+    def track_poses(self, poses: FramePoses, frame_index: int) -> Tracked:
+        """Tracks of a frame's poses (`FramePoses`), frame `frame_index` of its source."""
+        return self.track(poses.points, poses.point_scores, poses.instance_scores, frame_index)
+
     def track(
         self,
         points: np.ndarray,
         point_scores: np.ndarray,
         instance_scores: np.ndarray,
         frame_index: int,
-    ) -> MotTracked:
+    ) -> Tracked:
         """Tracks of the next frame's instances `points` (instances, nodes, 2)."""
         self._sequence += 1
         dets = detections(
@@ -189,7 +160,7 @@ class MotTracker:
         n = len(dets)
         ids = np.full(n, UNTRACKED, np.int32)
         scores = np.full(n, np.nan, np.float32)
-        late: list[LateLabel] = []
+        late: list[TrackLabel] = []
 
         pool = list(self._tracks)
         removed = {track.tid for track in result.removed}
@@ -222,7 +193,7 @@ class MotTracker:
             if track.state == _CONFIRMED and track.public_id is not None:
                 ids[row] = track.public_id
                 scores[row] = similarity
-        return MotTracked(track_ids=ids, scores=scores, late=tuple(late))
+        return Tracked(track_ids=ids, scores=scores, late=tuple(late))
 
     # ------------------------------------------------------------------ time
 
@@ -380,7 +351,7 @@ class MotTracker:
         self._tracks.append(track)
 
     def _confirm(
-        self, track: _Track, ids: np.ndarray, scores: np.ndarray, late: list[LateLabel]
+        self, track: _Track, ids: np.ndarray, scores: np.ndarray, late: list[TrackLabel]
     ) -> None:
         track.state = _CONFIRMED
         track.public_id = self._next_public_id
@@ -390,7 +361,7 @@ class MotTracker:
                 ids[row] = track.public_id
                 scores[row] = score
             else:
-                late.append(LateLabel(frame, row, track.public_id, score))
+                late.append(TrackLabel(frame, row, track.public_id, score))
         track.members.clear()
 
     def _remove(self, track: _Track) -> None:
