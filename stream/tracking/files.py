@@ -4,8 +4,8 @@ Every predicted instance of the file is tracked again, video by video, in frame
 order, by the same tracker a live run uses; the tracks it had are replaced. User
 (hand-labelled) instances are kept as they are. A MOT tracker's detections before
 their track was confirmed are labelled with it, as sleap-nn labels them. The
-result is written through a temporary file renamed into place, in the format the output's suffix picks
-(.slp, .h5, .nwb or .csv), and never over the input.
+result is written through a temporary file renamed into place, in the format the
+output's suffix picks (.slp, .h5, .nwb or .csv), and never over the input.
 """
 
 from __future__ import annotations
