@@ -76,7 +76,7 @@ def detections(
 ) -> Detections:
     """The detections of instances `points` (n, nodes, 2) with their scores."""
     keypoints = np.asarray(points, np.float64)
-    found = np.isfinite(keypoints).all(axis=-1)
+    found = np.asarray(np.isfinite(keypoints).all(axis=-1), bool)
     n_found = found.sum(axis=1)
     low = np.where(found[..., None], keypoints, np.inf).min(axis=1, initial=np.inf)
     high = np.where(found[..., None], keypoints, -np.inf).max(axis=1, initial=-np.inf)
@@ -302,6 +302,7 @@ class BodySize:
         half = 0.5 * np.maximum(high - low, 1.0)
         raw = np.concatenate([centres - half, centres + half], axis=1)
         duplicate_pair = _duplicates(raw)
+        duplicate = np.asarray(duplicate_pair.any(axis=1), bool)
         distance = _distances(centres, centres)
         distance[duplicate_pair | np.eye(len(centres), dtype=bool)] = np.inf
         spacing = distance.min(axis=1, initial=np.inf)
@@ -316,14 +317,12 @@ class BodySize:
                 gate = _LINK_SPACING_FRACTION * float(np.median(finite))
             else:
                 gate = np.inf
-            lengths = _links(
-                previous, centres, self._previous_duplicate, duplicate_pair.any(1), gate
-            )
+            lengths = _links(previous, centres, self._previous_duplicate, duplicate, gate)
             if steps > 0 and lengths.size:
                 self._step_lengths.extend((lengths / steps).tolist())
         self._spacings.extend(spacing[np.isfinite(spacing)].tolist())
         self._previous = centres
-        self._previous_duplicate = duplicate_pair.any(axis=1)
+        self._previous_duplicate = duplicate
         self._previous_spacing = spacing
 
     def _fallback(self) -> float:

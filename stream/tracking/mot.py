@@ -128,8 +128,8 @@ class MotTracker:
         # track's height velocity.
         self._sort_family = name in ("sort", "ocsort")
         self._hits_start = 0 if self._sort_family else 1
-        self._zero_when_missed = (
-            () if self._sort_family else (6 if parameters.kalman == "xysr" else 7,)
+        self._zero_when_missed = np.array(
+            [] if self._sort_family else [6 if parameters.kalman == "xysr" else 7], np.intp
         )
         self._oc = name == "ocsort"
 
@@ -234,7 +234,7 @@ class MotTracker:
         covs = np.stack([track.cov for track in self._tracks])
         since = np.array([track.since_update for track in self._tracks])
         for k in range(steps):
-            if self._zero_when_missed:
+            if self._zero_when_missed.size:
                 missed = since + k > 0
                 if missed.any():
                     means[np.ix_(missed, self._zero_when_missed)] = 0.0
@@ -460,7 +460,8 @@ class MotTracker:
         ) -> tuple[list[_Track], np.ndarray]:
             if not pool or len(columns) == 0:
                 return pool, columns
-            sub = similarity[np.ix_([row_of[track.tid] for track in pool], columns)]
+            pool_rows = np.array([row_of[track.tid] for track in pool], np.intp)
+            sub = similarity[np.ix_(pool_rows, columns)]
             fused_sub = sub * scores[columns][None, :] if fused and p.fuse_score else sub
             pairs, left_rows, left_columns = _capped_assignment(1.0 - fused_sub, cap)
             for row, column in pairs:
