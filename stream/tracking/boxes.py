@@ -123,12 +123,16 @@ def iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     ok_b = np.isfinite(b).all(axis=1)
     a = np.where(ok_a[:, None], a, 0.0)
     b = np.where(ok_b[:, None], b, 0.0)
-    area_a = np.clip(a[:, 2] - a[:, 0], 0, None) * np.clip(a[:, 3] - a[:, 1], 0, None)
-    area_b = np.clip(b[:, 2] - b[:, 0], 0, None) * np.clip(b[:, 3] - b[:, 1], 0, None)
-    width = np.minimum(a[:, None, 2], b[None, :, 2]) - np.maximum(a[:, None, 0], b[None, :, 0])
-    height = np.minimum(a[:, None, 3], b[None, :, 3]) - np.maximum(a[:, None, 1], b[None, :, 1])
-    inter = np.clip(width, 0, None) * np.clip(height, 0, None)
-    inter = np.where(ok_a[:, None] & ok_b[None, :], inter, 0.0)
+    sides_a = np.maximum(a[:, 2:] - a[:, :2], 0.0)
+    sides_b = np.maximum(b[:, 2:] - b[:, :2], 0.0)
+    area_a = sides_a[:, 0] * sides_a[:, 1]
+    area_b = sides_b[:, 0] * sides_b[:, 1]
+    overlap = np.maximum(
+        np.minimum(a[:, None, 2:], b[None, :, 2:]) - np.maximum(a[:, None, :2], b[None, :, :2]),
+        0.0,
+    )
+    inter = overlap[..., 0] * overlap[..., 1]
+    inter[~(ok_a[:, None] & ok_b[None, :])] = 0.0
     union = area_a[:, None] + area_b[None, :] - inter
     return _ratio(inter, union)
 
@@ -136,7 +140,7 @@ def iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def _ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
     out = np.zeros(np.broadcast(numerator, denominator).shape)
     np.divide(numerator, denominator, out=out, where=denominator > 0)
-    return np.clip(out, 0.0, 1.0)
+    return np.minimum(np.maximum(out, 0.0), 1.0)
 
 
 def shared_node_iou(
@@ -193,10 +197,10 @@ def centroid_similarity(a: np.ndarray, b: np.ndarray, scale: float) -> np.ndarra
 
 
 def finished(similarity: np.ndarray, valid: np.ndarray) -> np.ndarray:
-    """`similarity` without NaN, clipped to [0, 1], 0 for invalid detections."""
-    similarity = np.clip(np.nan_to_num(similarity, nan=0.0, posinf=0.0, neginf=0.0), 0.0, 1.0)
-    similarity[:, ~valid] = 0.0
-    return similarity
+    """`similarity` without NaN or infinities, clipped to [0, 1], 0 for invalid
+    detections."""
+    keep = np.isfinite(similarity) & valid[None, :]
+    return np.where(keep, np.minimum(np.maximum(similarity, 0.0), 1.0), 0.0)
 
 
 def _directions(dy: np.ndarray, dx: np.ndarray) -> np.ndarray:

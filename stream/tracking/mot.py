@@ -230,8 +230,8 @@ class MotTracker:
         ]
         if not self._tracks:
             return steps, moved_on
-        means = np.stack([track.mean for track in self._tracks])
-        covs = np.stack([track.cov for track in self._tracks])
+        means = np.array([track.mean for track in self._tracks])
+        covs = np.array([track.cov for track in self._tracks])
         since = np.array([track.since_update for track in self._tracks])
         for k in range(steps):
             if self._zero_when_missed.size:
@@ -277,8 +277,8 @@ class MotTracker:
         tracks = [track for track, _, _ in applied]
         rows = [row for _, row, _ in applied]
         boxes = dets.boxes[rows]
-        means = np.stack([track.mean for track in tracks])
-        covs = np.stack([track.cov for track in tracks])
+        means = np.array([track.mean for track in tracks])
+        covs = np.array([track.cov for track in tracks])
         for i, track in enumerate(tracks):
             if self._oc and track.frozen is not None and track.last_observation is not None:
                 frozen_mean, frozen_cov, frozen_step = track.frozen
@@ -371,7 +371,7 @@ class MotTracker:
 
     def _similarity(self, tracks: list[_Track], dets: Detections) -> np.ndarray:
         """(tracks, detections) similarity of the tracks' predictions."""
-        means = np.stack([track.mean for track in tracks])
+        means = np.array([track.mean for track in tracks])
         if dets.keypoints.shape[1] == 1:
             similarity = centroid_similarity(
                 means[:, :2], _centres(dets.raw_boxes), 0.5 * self._body.value
@@ -383,8 +383,8 @@ class MotTracker:
             # Also the overlap of the nodes both sides have, so an occluded
             # detection is compared with the same part of the track.
             predicted = (
-                np.stack([track.keypoints for track in tracks])
-                + (means[:, :2] - np.stack([track.centre_at_update for track in tracks]))[
+                np.array([track.keypoints for track in tracks])
+                + (means[:, :2] - np.array([track.centre_at_update for track in tracks]))[
                     :, None, :
                 ]
             )
@@ -508,7 +508,7 @@ class MotTracker:
         if not sides:
             return
         overlap = iou(
-            self._filter.boxes(np.stack([track.mean for track in lost])),
+            self._filter.boxes(np.array([track.mean for track in lost])),
             dets.boxes[[row for _, row, _ in sides]],
         )
         drop_side: set[int] = set()
