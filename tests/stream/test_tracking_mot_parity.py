@@ -45,9 +45,10 @@ def pose_set(golden: dict[str, np.ndarray], name: str) -> tuple[np.ndarray, ...]
     if name in ("crowd_gaps", "centroids"):
         goldens_script = load("make_tracking_goldens.py")
         return goldens_script.derived_sets(pose_set(golden, "crowd"))[name]
-    points, counts = golden[f"points__{name}"], golden[f"counts__{name}"]
     scores, instance = golden[f"scores__{name}"], golden[f"instance_scores__{name}"]
-    return points, scores, instance, counts, np.arange(len(points))
+    frames = len(scores)  # the crowd's first frames only
+    points, counts = golden[f"points__{name}"][:frames], golden[f"counts__{name}"][:frames]
+    return points, scores, instance, counts, np.arange(frames)
 
 
 def track_mot(arrays: tuple[np.ndarray, ...], settings: TrackingSettings) -> np.ndarray:
