@@ -25,16 +25,15 @@ _VELOCITY = 1.0 / 160
 
 
 def _symmetric(a: np.ndarray) -> np.ndarray:
-    return 0.5 * (a + np.swapaxes(a, -1, -2))
+    return 0.5 * (a + a.transpose(0, 2, 1))
 
 
 def _centre_size(boxes: np.ndarray) -> np.ndarray:
     """(..., 4) boxes as (cx, cy, w, h), sides at least 1 px (NaN stays NaN)."""
-    cx = 0.5 * (boxes[..., 0] + boxes[..., 2])
-    cy = 0.5 * (boxes[..., 1] + boxes[..., 3])
-    w = np.maximum(boxes[..., 2] - boxes[..., 0], _MIN_SIZE)
-    h = np.maximum(boxes[..., 3] - boxes[..., 1], _MIN_SIZE)
-    return np.stack([cx, cy, w, h], axis=-1)
+    out = np.empty(boxes.shape)
+    out[..., :2] = 0.5 * (boxes[..., :2] + boxes[..., 2:])
+    out[..., 2:] = np.maximum(boxes[..., 2:] - boxes[..., :2], _MIN_SIZE)
+    return out
 
 
 def _corners(centre_size: np.ndarray) -> np.ndarray:
@@ -126,12 +125,12 @@ class BoxFilter:
         s = covs[:, :4, :4].copy()
         s[:, self._diagonal[:4], self._diagonal[:4]] += r
         s = _symmetric(s)
-        gain = np.swapaxes(np.linalg.solve(s, covs[:, :4, :]), 1, 2)  # (n, ndim, 4)
+        gain = np.linalg.solve(s, covs[:, :4, :]).transpose(0, 2, 1)  # (n, ndim, 4)
         new_means = means + (gain @ (z - means[:, :4])[:, :, None])[:, :, 0]
         i_kh = np.repeat(self._identity[None], covs.shape[0], axis=0)
         i_kh[:, :, :4] -= gain
         new_covs = _symmetric(
-            i_kh @ covs @ np.swapaxes(i_kh, 1, 2) + (gain * r[:, None, :]) @ np.swapaxes(gain, 1, 2)
+            i_kh @ covs @ i_kh.transpose(0, 2, 1) + (gain * r[:, None, :]) @ gain.transpose(0, 2, 1)
         )
         # A non-finite result keeps the prior, as sleap-nn does.
         finite = np.isfinite(new_means).all(axis=1) & np.isfinite(new_covs).all(axis=(1, 2))

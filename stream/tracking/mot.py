@@ -262,6 +262,8 @@ class MotTracker:
         # The stride is the commonest positive step between frame indices (ties:
         # the smaller); frames count in strides while it covers half of the steps.
         self._deltas[delta] = self._deltas.get(delta, 0) + 1
+        if self._time_base == "frames" and delta == self._frame_step:
+            return  # one more of the commonest step: the stride stays, still regular
         stride = min(self._deltas, key=lambda d: (-self._deltas[d], d))
         regular = self._deltas[stride] >= 0.5 * sum(self._deltas.values())
         self._time_base = "frames" if regular else "steps"
