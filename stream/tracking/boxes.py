@@ -78,8 +78,7 @@ def detections(
     keypoints = np.asarray(points, np.float64)
     found = np.asarray(np.isfinite(keypoints).all(axis=-1), bool)
     n_found = found.sum(axis=1)
-    low = np.where(found[..., None], keypoints, np.inf).min(axis=1, initial=np.inf)
-    high = np.where(found[..., None], keypoints, -np.inf).max(axis=1, initial=-np.inf)
+    low, high = _extents(keypoints, found)
     raw = np.concatenate([low, high], axis=1)
     valid = n_found > 0
     raw[~valid] = np.nan
@@ -107,6 +106,16 @@ def detections(
         boxes[degenerate] = square
     boxes = widened(boxes, valid, MIN_BOX_FRACTION * body_size)
     return Detections(boxes, raw, keypoints, scores, valid, n_found)
+
+
+def _extents(keypoints: np.ndarray, found: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(n, 2) least and greatest x, y of each instance's found nodes (inf, -inf for
+    none), reduced over the nodes as the first axis (one elementwise pass per node)."""
+    by_node = keypoints.transpose(1, 0, 2)
+    chosen = found.T[..., None]
+    low = np.where(chosen, by_node, np.inf).min(axis=0, initial=np.inf)
+    high = np.where(chosen, by_node, -np.inf).max(axis=0, initial=-np.inf)
+    return low, high
 
 
 def widened(boxes: np.ndarray, valid: np.ndarray, min_side: float) -> np.ndarray:
@@ -158,22 +167,27 @@ def shared_node_iou(
     if n == 0 or m == 0:
         return out
     shared = np.isfinite(tracks).all(-1)[:, None, :] & np.isfinite(dets).all(-1)[None]
-    select = shared[..., None]
-    low_t = np.where(select, tracks[:, None], np.inf).min(axis=2)
-    high_t = np.where(select, tracks[:, None], -np.inf).max(axis=2)
-    low_d = np.where(select, dets[None], np.inf).min(axis=2)
-    high_d = np.where(select, dets[None], -np.inf).max(axis=2)
+    # Both sides at once, nodes first (a reduction over the first axis is one
+    # elementwise pass per node): (nodes, 2, n, m, 2), the track's then the detection's.
+    both = np.stack(
+        np.broadcast_arrays(
+            tracks.transpose(1, 0, 2)[:, :, None, :], dets.transpose(1, 0, 2)[:, None, :, :]
+        ),
+        axis=1,
+    )
+    select = shared.transpose(2, 0, 1)[:, None, :, :, None]
+    low = np.where(select, both, np.inf).min(axis=0)  # (2, n, m, 2)
+    high = np.where(select, both, -np.inf).max(axis=0)
     # Nothing shared spans -inf (no NaN, no warning).
-    wide_t = ((high_t - low_t) >= _MIN_SHARED_EXTENT).any(axis=-1)
-    wide_d = ((high_d - low_d) >= _MIN_SHARED_EXTENT).any(axis=-1)
-    ok = (shared.sum(axis=-1) >= _MIN_SHARED_NODES) & wide_t & wide_d
+    wide = ((high - low) >= _MIN_SHARED_EXTENT).any(axis=-1)
+    ok = (shared.sum(axis=-1) >= _MIN_SHARED_NODES) & wide[0] & wide[1]
     if not ok.any():
         return out
-    low_t, high_t = _padded(low_t[ok], high_t[ok], box_padding, min_side)
-    low_d, high_d = _padded(low_d[ok], high_d[ok], box_padding, min_side)
-    overlap = np.clip(np.minimum(high_t, high_d) - np.maximum(low_t, low_d), 0.0, None)
-    inter = overlap.prod(axis=-1)
-    union = (high_t - low_t).prod(axis=-1) + (high_d - low_d).prod(axis=-1) - inter
+    low, high = _padded(low[:, ok], high[:, ok], box_padding, min_side)
+    overlap = np.maximum(np.minimum(high[0], high[1]) - np.maximum(low[0], low[1]), 0.0)
+    inter = overlap[..., 0] * overlap[..., 1]
+    sides = high - low
+    union = sides[0, :, 0] * sides[0, :, 1] + sides[1, :, 0] * sides[1, :, 1] - inter
     out[ok] = _ratio(inter, union)
     return out
 
@@ -276,8 +290,7 @@ class BodySize:
         if sized.any():
             keypoints = dets.keypoints[sized]
             found = np.isfinite(keypoints).all(axis=-1)
-            low = np.where(found[..., None], keypoints, np.inf).min(axis=1)
-            high = np.where(found[..., None], keypoints, -np.inf).max(axis=1)
+            low, high = _extents(keypoints, found)
             size = high - low
             keep = np.isfinite(size).all(axis=1) & (size >= 1.0).all(axis=1)
             for diagonal in np.hypot(size[keep, 0], size[keep, 1]).tolist():
@@ -300,8 +313,7 @@ class BodySize:
         # links of the nodes' extents floored at a pixel, as sleap-nn's calibration.
         keypoints = dets.keypoints[dets.valid]
         found = np.isfinite(keypoints).all(axis=-1)
-        low = np.where(found[..., None], keypoints, np.inf).min(axis=1)
-        high = np.where(found[..., None], keypoints, -np.inf).max(axis=1)
+        low, high = _extents(keypoints, found)
         centres = 0.5 * (low + high)
         half = 0.5 * np.maximum(high - low, 1.0)
         raw = np.concatenate([centres - half, centres + half], axis=1)
