@@ -7,11 +7,16 @@ own, as at batch 1 in a live run: sleap-live's `PoseTracking.track` (what the em
 stage calls on each frame's poses) and sleap-nn 0.3.5's `Tracker.track` (run in the
 sleap-nn venv, on `sleap_io.PredictedInstance`s built before timing starts), both
 with sleap-nn's default options (window 5, OKS, mean, Hungarian) unless
-``--options`` says otherwise. Prints the p50 and p99 milliseconds per frame, and
-whether the two gave the same track ids::
+``--options`` says otherwise. ``--tracker sort|bytetrack|ocsort`` times the MOT
+trackers instead: sleap-nn's `build_mot_tracker(MOTParams.for_tracker(NAME))` (the
+"animal" preset, one `track(instances, frame_idx)` call per frame, no `prepare()`)
+against ours; their ids are compared once every frame is tracked (a confirmed
+track's earlier detections labelled). Prints the p50 and p99 milliseconds per
+frame, and whether the two gave the same track ids::
 
     .venv/bin/python scripts/bench_tracking.py [--snn /work/venvs/snn/bin/python]
-        [--animals 2 5 10] [--frames 300] [--options '{"scoring_method": "iou", ...}']
+        [--animals 2 5 10] [--frames 300] [--tracker classic|sort|bytetrack|ocsort]
+        [--options '{"scoring_method": "iou", ...}']
 """
 
 from __future__ import annotations
@@ -29,12 +34,16 @@ from make_tracking_goldens import crowd_poses
 
 
 def _sleap_nn_times(animals: int, frames: int, options: dict) -> tuple[list[float], list]:
-    """Runs in the sleap-nn venv: seconds of each `Tracker.track` call and the ids."""
+    """Runs in the sleap-nn venv: seconds of each `track` call and the ids."""
     import sleap_io as sio
     from sleap_nn.tracking.tracker import Tracker
 
     points, counts = crowd_poses(animals, frames)
     skeleton = sio.Skeleton([f"n{i}" for i in range(points.shape[2])])
+    options = dict(options)
+    name = options.pop("tracker", "classic")
+    if name != "classic":
+        return _sleap_nn_mot_times(name, points, counts, skeleton, options)
     tracker = Tracker.from_config(**options)
     times, ids = [], []
     for frame in range(frames):
@@ -60,6 +69,35 @@ def _sleap_nn_times(animals: int, frames: int, options: dict) -> tuple[list[floa
     return times, ids
 
 
+def _sleap_nn_mot_times(
+    name: str, points: np.ndarray, counts: np.ndarray, skeleton: object, options: dict
+) -> tuple[list[float], list]:
+    import sleap_io as sio
+    from sleap_nn.tracking.mot import MOTParams, build_mot_tracker
+
+    tracker = build_mot_tracker(MOTParams.for_tracker(name, **options))
+    times, every = [], []
+    for frame in range(points.shape[0]):
+        instances = [
+            sio.PredictedInstance.from_numpy(
+                points[frame, i].astype(np.float64),
+                skeleton=skeleton,
+                point_scores=np.ones(points.shape[2]),
+                score=1.0,
+            )
+            for i in range(counts[frame])
+        ]
+        start = time.perf_counter()
+        tracker.track(instances, frame_idx=frame)
+        times.append(time.perf_counter() - start)
+        every.append(instances)
+    ids = [
+        [-1 if i.track is None else int(i.track.name.split("_")[-1]) for i in instances]
+        for instances in every
+    ]
+    return times, ids
+
+
 def _ours_times(animals: int, frames: int, options: dict) -> tuple[list[float], list]:
     from sleap_live.engines.types import FramePoses
     from sleap_live.stream.tracking.live import PoseTracking
@@ -77,11 +115,13 @@ def _ours_times(animals: int, frames: int, options: dict) -> tuple[list[float], 
         for frame in range(frames)
     ]
     times, ids = [], []
-    for frame_poses in poses:
+    for frame, frame_poses in enumerate(poses):
         start = time.perf_counter()
-        tracked = tracking.track(frame_poses, "camera")
+        tracked = tracking.track(frame_poses, "camera", frame)
         times.append(time.perf_counter() - start)
-        ids.append(tracked.identities.tolist())
+        ids.append(tracked.poses.identities.tolist())
+        for label in tracked.late_labels:  # a MOT track's first frames, labelled late
+            ids[label.frame_index][label.row] = label.track_id
     return times, ids
 
 
@@ -94,9 +134,14 @@ def main() -> int:
     parser.add_argument("--snn", default="/work/venvs/snn/bin/python", help="sleap-nn's python")
     parser.add_argument("--animals", type=int, nargs="+", default=[2, 5, 10])
     parser.add_argument("--frames", type=int, default=300)
+    parser.add_argument(
+        "--tracker", default="classic", choices=["classic", "sort", "bytetrack", "ocsort"]
+    )
     parser.add_argument("--options", type=json.loads, default={}, help="tracker options (JSON)")
     parser.add_argument("--sleap-nn-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.tracker != "classic":
+        args.options = {"tracker": args.tracker, **args.options}
     if args.sleap_nn_worker:
         results = {n: _sleap_nn_times(n, args.frames, args.options) for n in args.animals}
         json.dump(results, sys.stdout)

@@ -26,6 +26,18 @@ It also runs ``sleap-nn predict --tracking`` (defaults) with the top-down and
 bottom-up test models on the test clip and keeps its track ids
 (``predict_tracks__NAME``, instances in the order of tests/data/goldens/NAME.slp,
 the same predictions without tracks); ``--only-predict`` redoes just that part.
+
+The MOT golden, tests/data/goldens/tracking_mot.npz (``--only-mot`` makes just it,
+from the poses of tracking.npz): sleap-nn's SORT, ByteTrack and OC-SORT
+(`sleap_nn.tracking.mot.build_mot_tracker` with `MOTParams.for_tracker(NAME)`, the
+"animal" preset, and each case of `MOT_CASES`), one `track(instances, frame_idx)`
+call per frame without `prepare()`/`finalize()`, as they run online, on the same
+pose sets (the crowd's first 150 frames) plus ``crowd_gaps`` (the crowd with every
+13th frame skipped: frame indices with holes) and ``centroids`` (the crowd's
+middle node only: a one-node skeleton). Instances carry point scores (``scores__SET``: the committed
+predictions' own; drawn for the synthetic sets, so that every score threshold is
+crossed). ``mot__SET__CASE`` is each instance's track id once the video is done
+(a confirmed track's earlier detections labelled), -1 untracked, -2 padding.
 """
 
 from __future__ import annotations
@@ -42,6 +54,23 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "tests" / "data" / "goldens" / "tracking.npz"
+OUT_MOT = ROOT / "tests" / "data" / "goldens" / "tracking_mot.npz"
+
+# Frames of the crowd the MOT golden tracks.
+MOT_CROWD_FRAMES = 150
+
+# name -> (tracker, `MOTParams` overrides on its "animal" preset).
+MOT_CASES: dict[str, tuple[str, dict[str, object]]] = {
+    "sort": ("sort", {}),
+    "bytetrack": ("bytetrack", {}),
+    "ocsort": ("ocsort", {}),
+    "sort_min_hits_1_buffer_5": ("sort", {"min_hits": 1, "track_buffer": 5}),
+    "bytetrack_thresholds": (
+        "bytetrack",
+        {"track_high_threshold": 0.6, "new_track_threshold": 0.7, "min_match_similarity": 0.3},
+    ),
+    "ocsort_min_hits_2": ("ocsort", {"min_hits": 2, "track_low_threshold": 0.2}),
+}
 
 # name -> options of `Tracker.from_config` (sleap-nn's names), applied to every set.
 CASES: dict[str, dict[str, object]] = {
@@ -233,6 +262,103 @@ def _track_set(
         )
 
 
+def mot_pose_sets(golden: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, ...]]:
+    """(points, point scores, instance scores, counts, frame indices) of each MOT set.
+
+    Scores are float16 (the golden stores them so); both trackers read them as floats.
+    """
+    sets: dict[str, tuple[np.ndarray, ...]] = {}
+    rng = np.random.default_rng(23)
+    for name in ("topdown", "bottomup", "crossing", "crowd", "edges"):
+        points, counts = golden[f"points__{name}"], golden[f"counts__{name}"]
+        if name == "crowd":  # its first frames: the tests stay cheap
+            points, counts = points[:MOT_CROWD_FRAMES], counts[:MOT_CROWD_FRAMES]
+        if name in ("topdown", "bottomup"):
+            fixture = np.load(ROOT / "tests" / "data" / "goldens" / f"{name}.npz")
+            scores = fixture["point_scores"]
+            instance = fixture["instance_scores"]
+        else:
+            # Mostly confident instances, some middling, a few weak: every
+            # tracker's score thresholds are crossed.
+            level = rng.choice([0.85, 0.45, 0.1], size=points.shape[:2], p=[0.8, 0.15, 0.05])
+            noise = rng.normal(0, 0.08, points.shape[:3])
+            scores = np.clip(level[..., None] + noise, 0.0, 1.0)
+            instance = scores.mean(axis=-1)
+        scores, instance = scores.astype(np.float16), instance.astype(np.float16)
+        sets[name] = (points, scores, instance, counts, np.arange(len(points)))
+    sets.update(derived_sets(sets["crowd"]))
+    return sets
+
+
+def derived_sets(crowd: tuple[np.ndarray, ...]) -> dict[str, tuple[np.ndarray, ...]]:
+    """``crowd_gaps`` (every 13th frame skipped) and ``centroids`` (node 2 only)."""
+    points, scores, instance, counts, frames = crowd
+    kept = np.flatnonzero(frames % 13 != 5)
+    return {
+        "crowd_gaps": (points[kept], scores[kept], instance[kept], counts[kept], frames[kept]),
+        "centroids": (points[:, :, 2:3], scores[:, :, 2:3], instance, counts, frames),
+    }
+
+
+def sleap_nn_mot_tracks(
+    arrays: tuple[np.ndarray, ...], tracker: str, overrides: dict[str, object]
+) -> tuple[np.ndarray, float]:
+    """sleap-nn's MOT track id per (frame, instance) after the whole video, and its
+    seconds of `track` calls."""
+    import sleap_io as sio
+    from sleap_nn.tracking.mot import MOTParams, build_mot_tracker
+
+    points, scores, instance_scores, counts, frame_indices = arrays
+    skeleton = sio.Skeleton([f"n{i}" for i in range(points.shape[2])])
+    mot = build_mot_tracker(MOTParams.for_tracker(tracker, **overrides))
+    frames = []
+    seconds = 0.0
+    for frame in range(points.shape[0]):
+        instances = [
+            sio.PredictedInstance.from_numpy(
+                points[frame, i].astype(np.float64),
+                skeleton=skeleton,
+                point_scores=scores[frame, i].astype(np.float64),
+                score=float(instance_scores[frame, i]),
+            )
+            for i in range(counts[frame])
+        ]
+        start = time.perf_counter()
+        mot.track(instances, frame_idx=int(frame_indices[frame]))
+        seconds += time.perf_counter() - start
+        frames.append(instances)
+    ids = np.full(points.shape[:2], -2, np.int32)
+    for frame, instances in enumerate(frames):
+        for row, instance in enumerate(instances):
+            track = instance.track
+            ids[frame, row] = -1 if track is None else int(track.name.split("_")[-1])
+    return ids, seconds
+
+
+def make_mot_golden(tracking_golden: Path, out: Path) -> None:
+    with np.load(tracking_golden) as golden:
+        poses = {key: golden[key] for key in golden.files}
+    arrays: dict[str, np.ndarray] = {}
+    for set_name, sets in mot_pose_sets(poses).items():
+        points, scores, instance = sets[:3]
+        if set_name not in ("crowd_gaps", "centroids"):
+            arrays[f"scores__{set_name}"] = scores
+            arrays[f"instance_scores__{set_name}"] = instance
+        for case, (tracker, overrides) in MOT_CASES.items():
+            ids, seconds = sleap_nn_mot_tracks(sets, tracker, overrides)
+            arrays[f"mot__{set_name}__{case}"] = ids.astype(np.int8)
+            print(
+                f"{set_name:10s} {case:26s} tracks={ids.max() + 1:3d} "
+                f"untracked={(ids == -1).sum():4d} {seconds / len(points) * 1e3:.2f} ms/frame"
+            )
+    import sleap_nn
+
+    arrays["cases"] = np.array(json.dumps(MOT_CASES))
+    arrays["sleap_nn_version"] = np.array(sleap_nn.__version__)
+    np.savez_compressed(out, **arrays)
+    print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=OUT)
@@ -242,12 +368,21 @@ def main() -> None:
         help="only (re)make these pose sets, keeping the rest of the golden",
     )
     parser.add_argument(
+        "--only-mot",
+        action="store_true",
+        help="only (re)make the MOT golden (tracking_mot.npz) from tracking.npz's poses",
+    )
+    parser.add_argument(
         "--only-predict",
         action="store_true",
         help="only (re)run `sleap-nn predict --tracking`, keeping the rest of the golden",
     )
     args = parser.parse_args()
     import sleap_nn
+
+    if args.only_mot:
+        make_mot_golden(args.out, OUT_MOT)
+        return
 
     arrays: dict[str, np.ndarray] = {}
     if args.sets:
@@ -274,6 +409,7 @@ def main() -> None:
     arrays["sleap_nn_version"] = np.array(sleap_nn.__version__)
     np.savez_compressed(args.out, **arrays)
     print(f"wrote {args.out} ({args.out.stat().st_size / 1024:.0f} KiB)")
+    make_mot_golden(args.out, OUT_MOT)
 
 
 if __name__ == "__main__":

@@ -93,7 +93,7 @@ from sleap_live.stream.stages import StageThreads, signals_held
 from sleap_live.stream.stats import PipelineStats, StageMeters
 from sleap_live.stream.tracking.live import PoseTracking, check_model_for_tracking
 from sleap_live.stream.tracking.settings import TrackingSettings
-from sleap_live.stream.types import Frame, PoseRecord
+from sleap_live.stream.types import Frame, PoseRecord, TrackLabel
 
 __all__ = ["DEFAULT_BATCH_SIZE", "POLICIES", "RECORDED_BACKGROUND_NICE", "Pipeline", "Policy"]
 
@@ -670,9 +670,11 @@ class Pipeline:
                 for position, (frame, poses) in enumerate(
                     zip(result.batch.frames, result.poses, strict=True)
                 ):
+                    late_labels: tuple[TrackLabel, ...] = ()
                     if self._tracking is not None:
                         tracking_started = self._clock()
-                        poses = self._tracking.track(poses, frame.source_id)
+                        tracked = self._tracking.track(poses, frame.source_id, frame.index)
+                        poses, late_labels = tracked.poses, tracked.late_labels
                         self._meters.frame_tracked(
                             self._clock() - tracking_started, self._tracking.n_tracks
                         )
@@ -682,6 +684,7 @@ class Pipeline:
                         ready_time=self._clock(),
                         source_id=frame.source_id,
                         poses=poses,
+                        late_labels=late_labels,
                     )
                     sequence = self.ring.write(record)  # waits for lossless consumers
                     self._meters.record_emitted(record)

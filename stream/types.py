@@ -39,6 +39,27 @@ class Frame:
     release: Callable[[Any], None] | None = None
 
 
+@attrs.frozen
+class TrackLabel:
+    """An earlier frame's instance whose track a tracker has just confirmed.
+
+    A MOT tracker (sort, bytetrack, ocsort) delivers a track's detections
+    untracked until `min_hits` matches confirm it; then it labels them, and the
+    pose file is relabelled.
+
+    Attributes:
+        frame_index: `Frame.index` of the frame it is in (same source).
+        row: the instance's position in that frame's `FramePoses`.
+        track_id: its track.
+        score: the similarity of its match (1 where it started the track).
+    """
+
+    frame_index: int
+    row: int
+    track_id: int
+    score: float
+
+
 @attrs.frozen(eq=False)
 class PoseRecord:
     """Poses of one frame with the times that make its latency exact.
@@ -49,6 +70,9 @@ class PoseRecord:
         ready_time: when the poses were ready, on the pipeline's clock.
         source_id: `Frame.source_id`.
         poses: the instances found.
+        late_labels: earlier frames' instances of this source labelled with this
+            frame (tracks confirmed now); the writers relabel their files with
+            them. Not kept in the ring: live readers see those instances untracked.
     """
 
     frame_index: int
@@ -56,6 +80,7 @@ class PoseRecord:
     ready_time: float
     source_id: str
     poses: FramePoses
+    late_labels: tuple[TrackLabel, ...] = ()
 
     @property
     def latency(self) -> float:

@@ -2,8 +2,9 @@
 
 ``--tracking`` turns the tracker on; every other option is sleap-nn 0.3.5's
 ``sleap-nn predict`` option of the same name (``--tracking_window_size`` is
-``--tracking-window-size`` here), with its default. Options sleap-nn has but
-sleap-live does not run are accepted by name and refused in one line.
+``--tracking-window-size`` here), with its default (for the MOT trackers, their
+sleap-nn preset's). Options sleap-nn has but sleap-live does not run are accepted
+by name and refused in one line.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from sleap_live.stream.tracking.settings import (
     CANDIDATES_METHODS,
     FEATURES,
     MATCHING_METHODS,
+    MOT_PRESETS,
+    MOT_TRACKERS,
     REFUSED_TRACKERS,
     SCORING_METHODS,
     SCORING_REDUCTIONS,
@@ -37,6 +40,12 @@ _FIELDS = {
     "oks_stddev": "oks_stddev",
     "track_matching_method": "track_matching_method",
     "max_tracks": "max_tracks",
+    "track_buffer": "track_buffer",
+    "min_hits": "min_hits",
+    "track_high_threshold": "track_high_threshold",
+    "track_low_threshold": "track_low_threshold",
+    "new_track_threshold": "new_track_threshold",
+    "min_match_similarity": "min_match_similarity",
 }
 _UNBUILT = ("use_flow", "use_kalman")
 
@@ -59,9 +68,10 @@ def add_tracking_options(parser: argparse.ArgumentParser, *, always: bool = Fals
         "--tracker",
         choices=TRACKERS + REFUSED_TRACKERS,
         metavar="NAME",
-        help=f"the tracker: {', '.join(TRACKERS)} (sleap-nn's candidate-window tracker; "
-        f"its MOT trackers {', '.join(REFUSED_TRACKERS)} are not built in yet) "
-        f"(default: {defaults.tracker})",
+        help="the tracker: classic (sleap-nn's candidate-window tracker) or its MOT "
+        f"trackers {', '.join(MOT_TRACKERS)} (Kalman boxes; a track's first frames are "
+        f"labelled once it is confirmed); {', '.join(REFUSED_TRACKERS)} need an embedding "
+        f"model and are refused (default: {defaults.tracker})",
     )
     group.add_argument(
         "--tracking-window-size",
@@ -131,6 +141,50 @@ def add_tracking_options(parser: argparse.ArgumentParser, *, always: bool = Fals
         metavar="N",
         help="most tracks ever started; later instances stay untracked (default: no limit)",
     )
+
+    def preset(option: str) -> str:
+        return ", ".join(f"{name} {getattr(MOT_PRESETS[name], option)}" for name in MOT_TRACKERS)
+
+    group.add_argument(
+        "--track-buffer",
+        type=count,
+        metavar="N",
+        help=f"MOT: missed frames a track survives (default: {preset('track_buffer')})",
+    )
+    group.add_argument(
+        "--min-hits",
+        type=positive_int,
+        metavar="N",
+        help="MOT: matches that confirm a track; until then its instances are untracked "
+        f"live and labelled in the saved file (default: {preset('min_hits')})",
+    )
+    group.add_argument(
+        "--track-high-threshold",
+        type=_unit,
+        metavar="S",
+        help="MOT: detections scoring above this are confident; only they start tracks "
+        f"in bytetrack and ocsort (default: {preset('track_high_threshold')})",
+    )
+    group.add_argument(
+        "--track-low-threshold",
+        type=_unit,
+        metavar="S",
+        help="MOT: detections scoring at or below this are ignored "
+        f"(default: {preset('track_low_threshold')})",
+    )
+    group.add_argument(
+        "--new-track-threshold",
+        type=_unit,
+        metavar="S",
+        help="MOT: least score of a detection that starts a track "
+        f"(default: {preset('new_track_threshold')})",
+    )
+    group.add_argument(
+        "--min-match-similarity",
+        type=_unit,
+        metavar="S",
+        help=f"MOT: least box overlap (IoU) of a match (default: {preset('min_match_similarity')})",
+    )
     for unbuilt in _UNBUILT:
         group.add_argument(
             f"--{unbuilt.replace('_', '-')}",
@@ -169,6 +223,17 @@ def settings_from(args: argparse.Namespace) -> TrackingSettings:
         return TrackingSettings(**{k: v for k, v in given.items() if v is not None})
     except ValueError as error:
         raise UsageError(str(error)) from None
+
+
+def _unit(text: str) -> float:
+    """A number in [0, 1] (a score or a similarity)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text}")
+    return value
 
 
 def _flag(dest: str) -> str:

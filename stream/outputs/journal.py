@@ -10,9 +10,11 @@ journal holds every frame up to its last complete chunk, and
 Layout: the 8-byte `MAGIC`, then records, each ``kind (1 byte) | payload length
 (uint32) | CRC-32 of the payload (uint32) | payload``, little-endian. The first
 record is the header (kind ``H``, UTF-8 JSON: skeleton, video, frame shape, ...);
-every later one a chunk of frames (kind ``F``, see `FrameChunk.to_bytes`). A record
-cut short or failing its CRC ends the journal: a kill mid-write costs that chunk
-only, never an earlier one.
+every later one a chunk of frames (kind ``F``, see `FrameChunk.to_bytes`) or track
+labels for instances of earlier chunks (kind ``L``, see `TrackLabels`: a MOT
+tracker's detections labelled once their track was confirmed). A record cut short
+or failing its CRC ends the journal: a kill mid-write costs that record only,
+never an earlier one.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ MAGIC = b"SLJRNL01"
 JOURNAL_SUFFIX = ".journal"
 _RECORD = struct.Struct("<cII")
 _CHUNK = struct.Struct("<III")  # frames, instances, nodes
-_HEADER, _FRAMES = b"H", b"F"
+_HEADER, _FRAMES, _LABELS = b"H", b"F", b"L"
+_LABEL_COUNT = struct.Struct("<I")
 
 # Bounds a journal's values must keep, far above any run's, so a crafted or
 # damaged journal is refused in one line (its file and field) instead of
@@ -258,6 +261,54 @@ class FrameChunk:
         return cls(*arrays)
 
 
+@attrs.frozen(eq=False)
+class TrackLabels:
+    """Tracks given late to instances of frames already in the journal.
+
+    Attributes:
+        frame_indices: (K,) int64 frame index (in the .slp) of each instance.
+        rows: (K,) int32 the instance's position among its frame's instances.
+        track_ids: (K,) int32 its track.
+    """
+
+    frame_indices: np.ndarray
+    rows: np.ndarray
+    track_ids: np.ndarray
+
+    def to_bytes(self) -> bytes:
+        return b"".join(
+            (
+                _LABEL_COUNT.pack(self.frame_indices.shape[0]),
+                self.frame_indices.astype("<i8").tobytes(),
+                self.rows.astype("<i4").tobytes(),
+                self.track_ids.astype("<i4").tobytes(),
+            )
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes, origin: str = "journal") -> TrackLabels:
+        """Parses `to_bytes`.
+
+        Raises:
+            JournalError: one line naming `origin`: the count does not match the
+                bytes, or a row or track is negative.
+        """
+        if len(data) < _LABEL_COUNT.size:
+            raise JournalError(f"{origin}: a record of track labels is cut short")
+        (count,) = _LABEL_COUNT.unpack_from(data)
+        if len(data) != _LABEL_COUNT.size + count * 16:
+            raise JournalError(
+                f"{origin}: a record says {count} track labels but holds {len(data)} bytes"
+            )
+        offset = _LABEL_COUNT.size
+        frames = np.frombuffer(data, "<i8", count, offset)
+        rows = np.frombuffer(data, "<i4", count, offset + count * 8)
+        tracks = np.frombuffer(data, "<i4", count, offset + count * 12)
+        if count and (rows.min() < 0 or tracks.min() < 0):
+            raise JournalError(f"{origin}: a track label has a negative row or track")
+        return cls(frames, rows, tracks)
+
+
 class JournalWriter:
     """Appends records to a journal through a file descriptor the caller opened.
 
@@ -278,9 +329,13 @@ class JournalWriter:
         _write_all(fd, MAGIC + _frame(_HEADER, header.to_bytes()))
         os.fsync(fd)
 
-    def append(self, chunk: FrameChunk) -> None:
-        """Write one chunk of frames and wait until it is on disk."""
-        _write_all(self._fd, _frame(_FRAMES, chunk.to_bytes()))
+    def append(self, chunk: FrameChunk | None, labels: TrackLabels | None = None) -> None:
+        """Write one chunk of frames and labels for earlier chunks' instances (either
+        may be None) and wait until they are on disk."""
+        data = b"" if chunk is None else _frame(_FRAMES, chunk.to_bytes())
+        if labels is not None:
+            data += _frame(_LABELS, labels.to_bytes())
+        _write_all(self._fd, data)
         os.fsync(self._fd)
 
 
@@ -301,10 +356,11 @@ class JournalContents:
     torn_bytes: int
 
 
-def read_journal(path: Path) -> tuple[JournalHeader, Iterator[FrameChunk]]:
-    """The header of the journal at `path` and an iterator over its complete chunks.
+def read_journal(path: Path) -> tuple[JournalHeader, Iterator[FrameChunk | TrackLabels]]:
+    """The header of the journal at `path` and an iterator over its complete records:
+    chunks of frames, and track labels for instances of the chunks before them.
 
-    Chunks are read one at a time, so memory holds one chunk, not the journal.
+    Records are read one at a time, so memory holds one chunk, not the journal.
 
     Raises:
         JournalError: `path` is missing, not a journal, or its header is unreadable.
@@ -348,11 +404,15 @@ def _open(path: Path) -> tuple[BinaryIO, JournalHeader]:
         raise
 
 
-def _chunks(handle: BinaryIO, header: JournalHeader, origin: str) -> Iterator[FrameChunk]:
+def _chunks(
+    handle: BinaryIO, header: JournalHeader, origin: str
+) -> Iterator[FrameChunk | TrackLabels]:
     with handle:
         while (record := _read_record(handle)) is not None:
             if record[0] == _FRAMES:
                 yield FrameChunk.from_bytes(record[1], header, origin)
+            elif record[0] == _LABELS:
+                yield TrackLabels.from_bytes(record[1], origin)
 
 
 def _field(origin: str, name: str, value: Any, kind: type) -> Any:
@@ -382,7 +442,8 @@ def _read_record(handle: BinaryIO) -> tuple[bytes, bytes] | None:
         return None
     kind, length, crc = _RECORD.unpack(head)
     payload = handle.read(length)
-    if len(payload) < length or zlib.crc32(payload) != crc or kind not in (_HEADER, _FRAMES):
+    known = (_HEADER, _FRAMES, _LABELS)
+    if len(payload) < length or zlib.crc32(payload) != crc or kind not in known:
         return None
     return kind, payload
 

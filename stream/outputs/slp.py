@@ -15,6 +15,7 @@ import stat
 import sys
 import threading
 import traceback
+from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
@@ -48,6 +49,7 @@ from sleap_live.stream.outputs.journal import (
     JournalHeader,
     JournalTornError,
     JournalWriter,
+    TrackLabels,
     journal_path,
     read_journal,
     scan_journal,
@@ -61,6 +63,10 @@ DEFAULT_SAVE_INTERVAL = 2.0
 # A save falls due this fraction of the interval after the oldest frame held was
 # ready, so a late wake-up or a slow disk still keeps the promised loss window.
 SAVE_DUE_FRACTION = 0.9
+
+# Frames whose instances a late track label may still find (a MOT tracker's track
+# confirmed after its first detections): about 11 minutes at 30 frames a second.
+LABELLED_FRAMES = 20_000
 
 # Frames per journal chunk at most, so a fast recorded run holds little in memory.
 MAX_CHUNK_FRAMES = 4096
@@ -141,7 +147,11 @@ class SlpWriter:
     Every instance becomes a `sleap_io.PredictedInstance` with its point scores and
     instance score; for multi-class models each identity becomes one
     `sleap_io.Track` named after its class, and in a tracked run each track id N
-    becomes the track ``track_N`` (sleap-nn's name). Frames in which nothing was found are
+    becomes the track ``track_N`` (sleap-nn's name). A record's `late_labels` (a
+    MOT tracker's detections labelled once their track was confirmed) relabel the
+    instances of earlier frames: in memory while those frames are held, else by a
+    record of labels in the journal (frames more than `LABELLED_FRAMES` back are
+    no longer found). Frames in which nothing was found are
     kept as empty labeled frames, so "processed, nothing there" stays distinct
     from "never processed". Instances with no point found at all are left out.
 
@@ -251,6 +261,11 @@ class SlpWriter:
         self._save_interval = save_interval
         self._clock = clock
         self._pending: list[tuple[int, FramePoses]] = []
+        # Recent frames by `PoseRecord.frame_index`: their .slp frame index and the
+        # position of each of their instances among those kept (-1: left out).
+        self._recent: OrderedDict[int, tuple[int, np.ndarray]] = OrderedDict()
+        self._pending_position: dict[int, int] = {}  # .slp frame index -> in `_pending`
+        self._labels: list[tuple[int, int, int]] = []  # for the journal's next save
         self._due: float | None = None
         # What `describe` needs to say how the .h5 and .nwb hold untracked instances.
         self._most_untracked = 0
@@ -289,15 +304,37 @@ class SlpWriter:
             instance_scores=np.array(poses.instance_scores[found], np.float32),
             identities=np.array(poses.identities[found], np.int32),
         )
+        self._pending_position[frame_index] = len(self._pending)
         self._pending.append((frame_index, kept))
+        # Counted as written: an instance relabelled later (a MOT track's first
+        # frames) still counts as untracked for the summary's note.
         untracked = int(np.count_nonzero(kept.identities < 0))
         self._most_untracked = max(self._most_untracked, untracked)
         self._any_tracked = self._any_tracked or untracked < kept.n_instances
+        self._recent[record.frame_index] = (frame_index, np.where(found, np.cumsum(found) - 1, -1))
+        if len(self._recent) > LABELLED_FRAMES:
+            self._recent.popitem(last=False)
+        self._relabel(record)
         self.n_frames_written += 1
         if self._due is None and self._save_interval is not None:
             self._due = record.ready_time + SAVE_DUE_FRACTION * self._save_interval
         if len(self._pending) >= MAX_CHUNK_FRAMES or self.seconds_until_due() == 0:
             self.flush()
+
+    def _relabel(self, record: PoseRecord) -> None:
+        for label in record.late_labels:
+            recent = self._recent.get(label.frame_index)
+            if recent is None:
+                continue  # too far back (or never written)
+            frame_index, positions = recent
+            if not 0 <= label.row < positions.shape[0] or positions[label.row] < 0:
+                continue
+            row = int(positions[label.row])
+            pending = self._pending_position.get(frame_index)
+            if pending is not None:
+                self._pending[pending][1].identities[row] = label.track_id
+            else:
+                self._labels.append((frame_index, row, label.track_id))
 
     def seconds_until_due(self) -> float | None:
         """Seconds until the frames held must be saved (0: now); None: none is due."""
@@ -308,7 +345,14 @@ class SlpWriter:
     def flush(self) -> None:
         """Append every frame held to the journal and wait until it is on disk."""
         self._due = None
+        labels = None
+        if self._labels:
+            frames, rows, tracks = np.array(self._labels, np.int64).reshape(-1, 3).T
+            labels = TrackLabels(frames, rows.astype(np.int32), tracks.astype(np.int32))
+            self._labels.clear()
         if not self._pending:
+            if labels is not None:
+                self._journal.append(None, labels)
             return
         indices, poses = zip(*self._pending, strict=True)
         chunk = FrameChunk(
@@ -319,9 +363,10 @@ class SlpWriter:
             instance_scores=np.concatenate([p.instance_scores for p in poses]),
             identities=np.concatenate([p.identities for p in poses]),
         )
-        self._journal.append(chunk)
+        self._journal.append(chunk, labels)
         self.n_frames_saved += chunk.n_frames
         self._pending.clear()
+        self._pending_position.clear()
 
     def close(self) -> None:
         """Save the journal's last frames, write the .slp from it; idempotent.
@@ -478,8 +523,20 @@ def write_slp_from_journal(journal: Path, slp: Path) -> int:
     if header.fps is not None:
         video.backend_metadata["fps"] = header.fps
     frames: list[sio.LabeledFrame] = []
+    by_index: dict[int, sio.LabeledFrame] = {}
     last_index = -1
     for chunk in chunks:
+        if isinstance(chunk, TrackLabels):
+            for frame_index, row, track_id in zip(
+                chunk.frame_indices.tolist(),
+                chunk.rows.tolist(),
+                chunk.track_ids.tolist(),
+                strict=True,
+            ):
+                labelled = by_index.get(frame_index)
+                if labelled is not None and row < len(labelled.instances):
+                    labelled.instances[row].track = _track(tracks, track_id)
+            continue
         for frame_index, rows in chunk.frames():
             instances = [
                 sio.PredictedInstance.from_numpy(
@@ -492,6 +549,7 @@ def write_slp_from_journal(journal: Path, slp: Path) -> int:
                 for i in range(rows.start, rows.stop)
             ]
             frames.append(sio.LabeledFrame(video=video, frame_idx=frame_index, instances=instances))
+            by_index[frame_index] = frames[-1]
             last_index = max(last_index, frame_index)
     n_frames = header.n_frames if header.n_frames is not None else last_index + 1
     video.backend_metadata["shape"] = (n_frames, *header.frame_shape)

@@ -23,6 +23,7 @@ from collections import deque
 import attrs
 import numpy as np
 
+from sleap_live.engines.types import FramePoses
 from sleap_live.stream.tracking.matching import match
 from sleap_live.stream.tracking.scoring import (
     found_nodes,
@@ -31,6 +32,7 @@ from sleap_live.stream.tracking.scoring import (
     reduce_scores,
 )
 from sleap_live.stream.tracking.settings import TrackingSettings
+from sleap_live.stream.types import TrackLabel
 
 UNTRACKED = -1
 
@@ -43,10 +45,13 @@ class Tracked:
         track_ids: (instances,) int32 track of each instance; -1 for none.
         scores: (instances,) float32 score of the match (1 for a new track, NaN
             for none), sleap-nn's ``tracking_score``.
+        late: earlier frames' instances labelled with this frame (a MOT tracker's
+            newly confirmed tracks); the classic tracker labels at once.
     """
 
     track_ids: np.ndarray
     scores: np.ndarray
+    late: tuple[TrackLabel, ...] = ()
 
 
 @attrs.frozen(eq=False)
@@ -188,6 +193,10 @@ class ClassicTracker:
     def n_tracks(self) -> int:
         """Tracks started so far (their ids are 0 .. n_tracks - 1)."""
         return self._candidates.n_tracks
+
+    def track_poses(self, poses: FramePoses, frame_index: int) -> Tracked:
+        """Tracks of a frame's poses (`FramePoses`); the frame index is not used."""
+        return self.track(poses.points)
 
     def track(self, points: np.ndarray) -> Tracked:
         """Tracks of the instances `points` (instances, nodes, 2) of the next frame."""

@@ -2,9 +2,10 @@
 
 Every predicted instance of the file is tracked again, video by video, in frame
 order, by the same tracker a live run uses; the tracks it had are replaced. User
-(hand-labelled) instances are kept as they are. The result is written through a
-temporary file renamed into place, in the format the output's suffix picks
-(.slp, .h5, .nwb or .csv), and never over the input.
+(hand-labelled) instances are kept as they are. A MOT tracker's detections before
+their track was confirmed are labelled with it, as sleap-nn labels them. The
+result is written through a temporary file renamed into place, in the format the
+output's suffix picks (.slp, .h5, .nwb or .csv), and never over the input.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ import attrs
 import numpy as np
 import sleap_io as sio
 
+from sleap_live.engines.types import FramePoses
 from sleap_live.stream.outputs.exports import check_suffix, save_labels
 from sleap_live.stream.outputs.guard import keep_mode, same_file, temporary_path
-from sleap_live.stream.tracking.classic import ClassicTracker
+from sleap_live.stream.tracking.live import new_tracker
 from sleap_live.stream.tracking.settings import TrackingSettings
 
 # The pose files `retrack_file` reads, by suffix (sleap-io's readers).
@@ -56,33 +58,37 @@ def retrack_labels(
         by_video.setdefault(id(frame.video), []).append(frame)
     new_frames: list[sio.LabeledFrame] = []
     total = len(labels.labeled_frames)
+    n_nodes = len(labels.skeletons[0].nodes)
     for frames in by_video.values():
-        tracker = ClassicTracker(settings)
+        tracker = new_tracker(settings)
         offset = len(tracks)
+        # This video's re-tracked predictions by frame index, for late labels.
+        retracked_of: dict[int, list[sio.PredictedInstance]] = {}
         for frame in sorted(frames, key=lambda frame: frame.frame_idx):
             predicted = frame.predicted_instances
-            points = (
-                np.stack([instance.numpy() for instance in predicted])
-                if predicted
-                else np.zeros((0, len(labels.skeletons[0].nodes), 2))
-            )
-            tracked = tracker.track(points)
+            poses = _frame_poses(predicted, n_nodes)
+            tracked = tracker.track_poses(poses, frame.frame_idx)
             while len(tracks) < offset + tracker.n_tracks:
                 tracks.append(sio.Track(name=f"track_{len(tracks)}"))
             kept: list[sio.Instance] = list(frame.user_instances)
-            for instance, track_id, score in zip(
-                predicted, tracked.track_ids.tolist(), tracked.scores.tolist(), strict=True
+            retracked_of[frame.frame_idx] = []
+            for i, (track_id, score) in enumerate(
+                zip(tracked.track_ids.tolist(), tracked.scores.tolist(), strict=True)
             ):
-                kept.append(
-                    sio.PredictedInstance.from_numpy(
-                        instance.numpy(),
-                        skeleton=instance.skeleton,
-                        point_scores=instance.numpy(scores=True)[:, 2],
-                        score=float(instance.score),
-                        track=tracks[offset + track_id] if track_id >= 0 else None,
-                        tracking_score=score if track_id >= 0 else None,
-                    )
+                instance = sio.PredictedInstance.from_numpy(
+                    poses.points[i].astype(np.float64),
+                    skeleton=labels.skeletons[0] if not predicted else predicted[i].skeleton,
+                    point_scores=poses.point_scores[i].astype(np.float64),
+                    score=float(poses.instance_scores[i]),
+                    track=tracks[offset + track_id] if track_id >= 0 else None,
+                    tracking_score=score if track_id >= 0 else None,
                 )
+                retracked_of[frame.frame_idx].append(instance)
+                kept.append(instance)
+            for label in tracked.late:
+                earlier = retracked_of[label.frame_index][label.row]
+                earlier.track = tracks[offset + label.track_id]
+                earlier.tracking_score = label.score
             instances += len(predicted)
             new_frames.append(
                 sio.LabeledFrame(video=frame.video, frame_idx=frame.frame_idx, instances=kept)
@@ -98,6 +104,19 @@ def retrack_labels(
         provenance={**labels.provenance, "tracking": attrs.asdict(settings)},
     )
     return retracked, RetrackSummary(frames_done, instances, len(tracks))
+
+
+def _frame_poses(predicted: list[sio.PredictedInstance], n_nodes: int) -> FramePoses:
+    """A frame's predicted instances as the tracker's input."""
+    if not predicted:
+        return FramePoses.empty(n_nodes)
+    with_scores = np.stack([instance.numpy(scores=True) for instance in predicted])
+    return FramePoses(
+        points=with_scores[..., :2],
+        point_scores=with_scores[..., 2],
+        instance_scores=np.array([instance.score for instance in predicted], np.float64),
+        identities=np.full(len(predicted), -1, np.int32),
+    )
 
 
 def retrack_file(

@@ -3,16 +3,22 @@
 The emit stage calls `PoseTracking.track` on every frame's poses before they go to
 the ring, so the ring, callbacks, iterators, the publisher, the preview and every
 output see the same track ids (in `FramePoses.identities`). Each source of a
-`SourceGroup` (one camera each) is tracked on its own.
+`SourceGroup` (one camera each) is tracked on its own. A MOT tracker's detections
+before their track is confirmed are untracked there; when it confirms, the
+frame's `TrackedPoses.late_labels` name them, for the pose files to relabel.
 """
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import attrs
 
 from sleap_live.engines.types import FramePoses, ModelInfo
-from sleap_live.stream.tracking.classic import ClassicTracker
+from sleap_live.stream.tracking.classic import ClassicTracker, Tracked
+from sleap_live.stream.tracking.mot import MotTracker
 from sleap_live.stream.tracking.settings import TrackingSettings
+from sleap_live.stream.types import TrackLabel
 
 MULTI_CLASS_TYPES = ("multi_class_topdown", "multi_class_bottomup")
 
@@ -26,6 +32,34 @@ def check_model_for_tracking(info: ModelInfo) -> None:
         )
 
 
+class FrameTracker(Protocol):
+    """A tracker of one source's frames, in order."""
+
+    @property
+    def n_tracks(self) -> int:
+        """Tracks started (classic) or confirmed (MOT) so far."""
+        ...
+
+    def track_poses(self, poses: FramePoses, frame_index: int) -> Tracked:
+        """Tracks of the next frame's poses; `frame_index` is its index in the source."""
+        ...
+
+
+def new_tracker(settings: TrackingSettings) -> FrameTracker:
+    """The tracker `settings` asks for, for one source."""
+    if settings.tracker == "classic":
+        return ClassicTracker(settings)
+    return MotTracker(settings.mot_parameters)
+
+
+@attrs.frozen(eq=False)
+class TrackedPoses:
+    """A frame's poses with their track ids, and earlier frames' instances labelled now."""
+
+    poses: FramePoses
+    late_labels: tuple[TrackLabel, ...]
+
+
 class PoseTracking:
     """Track ids for each source's frames, in the order they are emitted.
 
@@ -35,17 +69,18 @@ class PoseTracking:
 
     def __init__(self, settings: TrackingSettings) -> None:
         self.settings = settings
-        self._trackers: dict[str, ClassicTracker] = {}
+        self._trackers: dict[str, FrameTracker] = {}
 
     @property
     def n_tracks(self) -> int:
         """Tracks started so far, every source together."""
         return sum(tracker.n_tracks for tracker in self._trackers.values())
 
-    def track(self, poses: FramePoses, source_id: str) -> FramePoses:
-        """`poses` (the next frame of `source_id`) with each instance's track id."""
+    def track(self, poses: FramePoses, source_id: str, frame_index: int) -> TrackedPoses:
+        """`poses` (frame `frame_index` of `source_id`, the next one tracked) with
+        each instance's track id."""
         tracker = self._trackers.get(source_id)
         if tracker is None:
-            tracker = self._trackers[source_id] = ClassicTracker(self.settings)
-        tracked = tracker.track(poses.points)
-        return attrs.evolve(poses, identities=tracked.track_ids)
+            tracker = self._trackers[source_id] = new_tracker(self.settings)
+        tracked = tracker.track_poses(poses, frame_index)
+        return TrackedPoses(attrs.evolve(poses, identities=tracked.track_ids), tracked.late)

@@ -1,10 +1,11 @@
 """What a tracker is asked to do: sleap-nn's tracking options, checked, in one record.
 
 The names and defaults are sleap-nn 0.3.5's (`sleap_nn.tracking.tracker.Tracker.from_config`,
-`sleap-nn predict --tracking`), so a command line or a config written for one works
-for the other. Options sleap-nn has but this package does not run (optical flow,
-Kalman filters, appearance features, the appearance-based MOT trackers) are refused
-with one line rather than silently ignored.
+`sleap-nn predict --tracking`, and for the MOT trackers `MOTParams.for_tracker` with
+its "animal" preset), so a command line or a config written for one works for the
+other. Options sleap-nn has but this package does not run (optical flow, Kalman
+filters, appearance features, the appearance-based MOT trackers) are refused with
+one line rather than silently ignored, as are options of the other tracker family.
 """
 
 from __future__ import annotations
@@ -17,16 +18,10 @@ import attrs
 Validator = Callable[[Any, "attrs.Attribute[Any]", Any], None]
 
 # The trackers sleap-nn 0.3.5 offers (`--tracker`); `TRACKERS` are the ones run here.
-TRACKERS = ("classic",)
-REFUSED_TRACKERS = (
-    "sort",
-    "bytetrack",
-    "ocsort",
-    "botsort",
-    "deepsort",
-    "strongsort",
-    "deepocsort",
-)
+MOT_TRACKERS = ("sort", "bytetrack", "ocsort")
+TRACKERS = ("classic", *MOT_TRACKERS)
+# sleap-nn's appearance-based MOT trackers need an embedding model on the host.
+REFUSED_TRACKERS = ("botsort", "deepsort", "strongsort", "deepocsort")
 CANDIDATES_METHODS = ("fixed_window", "local_queues")
 FEATURES = ("keypoints", "centroids", "bboxes")
 SCORING_METHODS = ("oks", "cosine_sim", "iou", "euclidean_dist")
@@ -55,10 +50,132 @@ def _one_of(choices: tuple[str, ...]) -> Validator:
 def _check_tracker(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value in REFUSED_TRACKERS:
         raise ValueError(
-            f"tracking: tracker {value!r} is not built into sleap-live yet; use "
-            f"--tracker {' or '.join(TRACKERS)} (or sleap-nn track on the saved poses)"
+            f"tracking: tracker {value!r} matches on appearance and needs an embedding "
+            f"model, which sleap-live does not run; use --tracker {', '.join(TRACKERS)} "
+            "(or sleap-nn track on the saved poses)"
         )
     _one_of(TRACKERS)(instance, attribute, value)
+
+
+def _unit_or_none(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and not 0.0 <= value <= 1.0:
+        raise ValueError(
+            f"tracking: {attribute.name.replace('_', '-')} must be in [0, 1], got {value!r}"
+        )
+
+
+def _at_least_or_none(minimum: int) -> Validator:
+    def check(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if value is not None and value < minimum:
+            raise ValueError(
+                f"tracking: {attribute.name.replace('_', '-')} must be at least {minimum}, "
+                f"got {value!r}"
+            )
+
+    return check
+
+
+@attrs.frozen
+class MotParameters:
+    """A MOT tracker's options, resolved: sleap-nn's "animal" preset for it with
+    the options given on top (`TrackingSettings.mot_parameters`).
+
+    Attributes:
+        tracker: "sort", "bytetrack" or "ocsort".
+        kalman: the box filter: "xysr" (SORT, OC-SORT) or "xywh" (ByteTrack).
+        track_buffer: missed steps a track survives.
+        min_hits: matches that confirm a tentative track.
+        track_high_threshold: ByteTrack and OC-SORT: detections scoring above
+            it are high-confidence (the only ones that start tracks).
+        track_low_threshold: detections scoring at or below it are ignored.
+        new_track_threshold: least score of a detection that starts a track.
+        min_match_similarity: least similarity of a first-stage match.
+        low_stage_min_similarity: ByteTrack's low-score stage's least similarity.
+        unconfirmed_min_similarity: ByteTrack's tentative-track stage's.
+        duplicate_similarity: ByteTrack: a lost track overlapping a matched
+            detection more than this is a duplicate.
+        fuse_score: ByteTrack: similarities are weighed by detection scores.
+        box_padding: each side of a box is padded by this fraction of its length.
+        delta_t: OC-SORT: steps back its direction term looks.
+        inertia: OC-SORT: weight of its direction term.
+    """
+
+    tracker: str
+    kalman: str
+    track_buffer: int
+    min_hits: int
+    track_high_threshold: float
+    track_low_threshold: float
+    new_track_threshold: float
+    min_match_similarity: float
+    low_stage_min_similarity: float = 0.5
+    unconfirmed_min_similarity: float = 0.3
+    duplicate_similarity: float = 0.85
+    fuse_score: bool = False
+    box_padding: float = 0.1
+    delta_t: int = 3
+    inertia: float = 0.2
+
+
+# sleap-nn 0.3.5's "animal" preset (`sleap_nn/tracking/mot/params.py`): each
+# tracker's published constants with sleap-nn's changes for animals.
+MOT_PRESETS = {
+    "sort": MotParameters(
+        tracker="sort",
+        kalman="xysr",
+        track_buffer=30,
+        min_hits=3,
+        track_high_threshold=0.1,
+        track_low_threshold=0.1,
+        new_track_threshold=0.1,
+        min_match_similarity=0.3,
+    ),
+    "bytetrack": MotParameters(
+        tracker="bytetrack",
+        kalman="xywh",
+        track_buffer=30,
+        min_hits=2,
+        track_high_threshold=0.5,
+        track_low_threshold=0.1,
+        new_track_threshold=0.6,
+        min_match_similarity=0.2,
+        fuse_score=True,
+    ),
+    "ocsort": MotParameters(
+        tracker="ocsort",
+        kalman="xysr",
+        track_buffer=30,
+        min_hits=3,
+        track_high_threshold=0.6,
+        track_low_threshold=0.1,
+        new_track_threshold=0.6,
+        min_match_similarity=0.3,
+    ),
+}
+
+# Options of the MOT trackers only, and of the classic tracker only (names of
+# `TrackingSettings` fields).
+MOT_OPTIONS = (
+    "track_buffer",
+    "min_hits",
+    "track_high_threshold",
+    "track_low_threshold",
+    "new_track_threshold",
+    "min_match_similarity",
+)
+CLASSIC_OPTIONS = (
+    "window_size",
+    "min_new_track_points",
+    "candidates_method",
+    "min_match_points",
+    "features",
+    "scoring_method",
+    "scoring_reduction",
+    "robust_best_instance",
+    "oks_stddev",
+    "track_matching_method",
+    "max_tracks",
+)
 
 
 def _at_least(minimum: float) -> Validator:
@@ -76,8 +193,14 @@ def _at_least(minimum: float) -> Validator:
 class TrackingSettings:
     """Options of the tracker, under sleap-nn's names and with its defaults.
 
+    The classic tracker reads the options from `window_size` to `max_tracks`; a
+    MOT tracker reads those from `track_buffer` on (None: its sleap-nn preset,
+    see `MOT_PRESETS`). An option of the other family away from its default is
+    refused, as sleap-nn refuses it.
+
     Attributes:
-        tracker: "classic" (sleap-nn's candidate-window tracker, its default).
+        tracker: "classic" (sleap-nn's candidate-window tracker, its default), or
+            the MOT trackers "sort", "bytetrack", "ocsort".
         window_size: frames (fixed_window) or instances per track (local_queues)
             a new instance is compared with.
         min_new_track_points: an instance starts a new track only with more found
@@ -98,6 +221,14 @@ class TrackingSettings:
         track_matching_method: "hungarian" (optimal) or "greedy" (best pair first).
         max_tracks: most tracks ever made; instances beyond it stay untracked.
             As in sleap-nn, setting it switches fixed_window to local_queues.
+        track_buffer: MOT: missed steps (frames) a track survives.
+        min_hits: MOT: matches that confirm a track; its detections until then
+            are untracked live and labelled in the saved file.
+        track_high_threshold: MOT (ByteTrack, OC-SORT): detections scoring above
+            it are high-confidence; only they start tracks.
+        track_low_threshold: MOT: detections scoring at or below it are ignored.
+        new_track_threshold: MOT: least score of a detection that starts a track.
+        min_match_similarity: MOT: least box similarity (IoU) of a match.
     """
 
     tracker: str = attrs.field(default="classic", validator=_check_tracker)
@@ -116,8 +247,15 @@ class TrackingSettings:
         default="hungarian", validator=_one_of(MATCHING_METHODS)
     )
     max_tracks: int | None = attrs.field(default=None)
+    track_buffer: int | None = attrs.field(default=None, validator=_at_least_or_none(0))
+    min_hits: int | None = attrs.field(default=None, validator=_at_least_or_none(1))
+    track_high_threshold: float | None = attrs.field(default=None, validator=_unit_or_none)
+    track_low_threshold: float | None = attrs.field(default=None, validator=_unit_or_none)
+    new_track_threshold: float | None = attrs.field(default=None, validator=_unit_or_none)
+    min_match_similarity: float | None = attrs.field(default=None, validator=_unit_or_none)
 
     def __attrs_post_init__(self) -> None:
+        self._check_family()
         needs = _FEATURES_OF_SCORING.get(self.scoring_method)
         if needs is not None and self.features not in needs:
             raise ValueError(
@@ -134,6 +272,50 @@ class TrackingSettings:
         if self.max_tracks is not None and self.max_tracks < 1:
             raise ValueError(f"tracking: max-tracks must be at least 1, got {self.max_tracks!r}")
 
+    def _check_family(self) -> None:
+        defaults = attrs.fields(TrackingSettings)
+        if self.tracker == "classic":
+            given = [name for name in MOT_OPTIONS if getattr(self, name) is not None]
+            if given:
+                raise ValueError(
+                    f"tracking: {_flags(given)} only apply to the MOT trackers "
+                    f"(--tracker {', '.join(MOT_TRACKERS)}), not to classic"
+                )
+            return
+        changed = [
+            name
+            for name in CLASSIC_OPTIONS
+            if getattr(self, name) != getattr(defaults, name).default
+        ]
+        if changed:
+            raise ValueError(
+                f"tracking: {_flags(changed)} only apply to the classic tracker, not to "
+                f"{self.tracker} (which compares boxes: IoU, or centroids for one-node "
+                "skeletons)"
+            )
+        self.mot_parameters  # noqa: B018 (resolving checks the thresholds together)
+
+    @property
+    def mot_parameters(self) -> MotParameters:
+        """The MOT tracker's resolved options: its preset with the ones given.
+
+        Raises:
+            ValueError: the tracker is "classic", or track-low-threshold is above
+                track-high-threshold.
+        """
+        if self.tracker not in MOT_PRESETS:
+            raise ValueError(f"tracking: {self.tracker} is not a MOT tracker")
+        given = {name: getattr(self, name) for name in MOT_OPTIONS}
+        resolved = attrs.evolve(
+            MOT_PRESETS[self.tracker], **{k: v for k, v in given.items() if v is not None}
+        )
+        if resolved.track_low_threshold > resolved.track_high_threshold:
+            raise ValueError(
+                "tracking: track-low-threshold must be at most track-high-threshold, got "
+                f"{resolved.track_low_threshold} > {resolved.track_high_threshold}"
+            )
+        return resolved
+
     @property
     def resolved_candidates_method(self) -> str:
         """The candidate method that runs: sleap-nn honours `max_tracks` only with
@@ -141,6 +323,13 @@ class TrackingSettings:
         if self.max_tracks is not None:
             return "local_queues"
         return self.candidates_method
+
+
+def _flags(names: list[str]) -> str:
+    return ", ".join(
+        "--" + ("tracking-window-size" if n == "window_size" else n.replace("_", "-"))
+        for n in names
+    )
 
 
 def refuse_unbuilt(option: str) -> ValueError:

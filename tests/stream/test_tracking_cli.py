@@ -50,6 +50,38 @@ def test_track_takes_sleap_nns_options(tmp_path):
     assert agreement(ours[:, :width], theirs[:, :width]) == 1.0
 
 
+@pytest.mark.parametrize("tracker", ["sort", "bytetrack", "ocsort"])
+def test_track_labels_a_mot_tracks_first_frames(tmp_path, tracker):
+    # The file gets every id the tracker gave, those it gave late (once a track was
+    # confirmed) included: what sleap-nn's MOT trackers write.
+    from sleap_live.stream.tracking import TrackingSettings
+    from tests.stream.test_tracking_mot_parity import track_mot
+
+    require(POSES)
+    output = tmp_path / "tracked.slp"
+    arguments = ["track", str(POSES), "-o", str(output), "--tracker", tracker]
+    assert cli.main([*arguments, "--min-hits", "3"]) == 0
+    labels = sio.load_slp(str(POSES))
+    frames = sorted(labels.labeled_frames, key=lambda frame: frame.frame_idx)
+    width = max(len(frame.predicted_instances) for frame in frames)
+    points = np.full((len(frames), width, len(labels.skeletons[0].nodes), 2), np.nan)
+    scores = np.full(points.shape[:3], np.nan)
+    instance_scores = np.full(points.shape[:2], np.nan)
+    for row, frame in enumerate(frames):
+        for column, instance in enumerate(frame.predicted_instances):
+            with_scores = instance.numpy(scores=True)
+            points[row, column] = with_scores[:, :2]
+            scores[row, column] = with_scores[:, 2]
+            instance_scores[row, column] = instance.score
+    counts = np.array([len(frame.predicted_instances) for frame in frames])
+    indices = np.array([frame.frame_idx for frame in frames])
+    settings = TrackingSettings(tracker=tracker, min_hits=3)
+    expected = track_mot((points, scores, instance_scores, counts, indices), settings)
+    ours = _track_ids(sio.load_slp(str(output)))
+    np.testing.assert_array_equal(ours, expected[:, : ours.shape[1]])
+    assert (expected >= 0).sum() > 0
+
+
 def test_track_never_writes_over_its_input(tmp_path, capsys):
     require(POSES)
     poses = tmp_path / "poses.slp"
@@ -65,8 +97,18 @@ def test_track_never_writes_over_its_input(tmp_path, capsys):
     [
         (["--max-tracks", "2"], "--max-tracks only applies with --tracking"),
         (["--tracking", "--use-kalman"], "--use-kalman is not built into sleap-live"),
-        (["--tracking", "--tracker", "bytetrack"], "tracker 'bytetrack' is not built"),
+        (["--tracking", "--tracker", "botsort"], "needs an embedding model"),
         (["--tracking", "--features", "centroids"], "oks compares keypoints"),
+        (["--tracking", "--track-buffer", "5"], "only apply to the MOT trackers"),
+        (
+            ["--tracking", "--tracker", "sort", "--tracking-window-size", "3"],
+            "--tracking-window-size only apply to the classic tracker",
+        ),
+        (
+            ["--tracking", "--tracker", "ocsort", "--track-low-threshold", "0.7"],
+            "track-low-threshold must be at most track-high-threshold",
+        ),
+        (["--tracking", "--tracker", "sort", "--min-match-similarity", "2"], "in [0, 1]"),
     ],
 )
 def test_run_refuses_tracking_options_it_cannot_honour(tmp_path, capsys, arguments, message):

@@ -218,10 +218,10 @@ def test_each_source_is_tracked_on_its_own():
     alone = ClassicTracker(TrackingSettings())
     for frame in range(20):
         poses = poses_of(points[frame, : counts[frame]])
-        left = tracking.track(poses, "camera-0")
-        tracking.track(poses_of(points[frame, : counts[frame]][::-1] + 500), "camera-1")
+        left = tracking.track(poses, "camera-0", frame)
+        tracking.track(poses_of(points[frame, : counts[frame]][::-1] + 500), "camera-1", frame)
         want = alone.track(points[frame, : counts[frame]]).track_ids
-        np.testing.assert_array_equal(left.identities, want)
+        np.testing.assert_array_equal(left.poses.identities, want)
     assert tracking.n_tracks == 4
 
 
