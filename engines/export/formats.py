@@ -10,7 +10,11 @@ API export the same way:
   see `sleap_live.engines.export.openvino`;
 - "tensorrt": a directory with the "tensorrt" profile ONNX graph for one
   `frame_size` and its engine built on this machine's GPU; see
-  `sleap_live.engines.export.tensorrt`.
+  `sleap_live.engines.export.tensorrt`;
+- "web": a static folder (page, ONNX graph, onnxruntime-web) that runs the model
+  in a browser; see `sleap_live.engines.export.web`;
+- "pt2": a `torch.export` program (`.pt2`, `torch.export.load`); see
+  `sleap_live.engines.export.pt2`.
 
 Each writes the export's metadata beside it (`<file>.json`). This module imports
 neither torch nor the format's library until an export runs.
@@ -29,7 +33,7 @@ from sleap_live.engines.notify import Notify, notice
 from sleap_live.engines.openmp import prefer_passive_wait
 from sleap_live.engines.settings import InferenceSettings
 
-EXPORT_FORMATS = ("onnx", "torchscript", "openvino", "tensorrt")
+EXPORT_FORMATS = ("onnx", "torchscript", "openvino", "tensorrt", "web", "pt2")
 
 
 def export_model(
@@ -44,6 +48,7 @@ def export_model(
     progress: Notify | None = None,
     profile: str = DEFAULT_PROFILE,
     frame_size: tuple[int, ...] | None = None,
+    frame_sizes: Sequence[tuple[int, int]] = (),
     batch_size: int = DEFAULT_BATCH_SIZE,
     precision: str = "fp32",
     device: str = "cuda:0",
@@ -54,8 +59,8 @@ def export_model(
     Args:
         models: a model directory, or a centroid and a centered-instance directory
             (in any order) for a top-down model.
-        output: the file to write (`.onnx`, `.pt`, `.xml`), or a directory to
-            write `model.<suffix>` into; for "tensorrt", the export directory.
+        output: the file to write (`.onnx`, `.pt`, `.xml`, `.pt2`), or a directory
+            to write `model.<suffix>` into; for "tensorrt" and "web", the export folder.
         format: one of `EXPORT_FORMATS`.
         opset: ONNX opset version.
         verify: compare the export with the torch model on frames with animals.
@@ -70,6 +75,8 @@ def export_model(
         frame_size: (height, width) of a "tensorrt" profile graph (default: the
             verification frames'); for "tensorrt", (height, width) or (height,
             width, channels) of the stream's frames (required).
+        frame_sizes: "web": (height, width) of each frame size the page runs
+            (default: 480x640, 720x1280 and the verification frames' size).
         batch_size: "tensorrt": the engine's largest batch.
         precision: "tensorrt": "fp32" or "fp16".
         device: "tensorrt": the GPU to build on.
@@ -86,7 +93,10 @@ def export_model(
         ExportError: the export failed or does not match the torch model (frames
             without animals are a one-line note, not an error).
         RuntimeUnavailableError: "openvino" or "tensorrt" without its library
-            (or, for "tensorrt", without a CUDA GPU).
+            (or, for "tensorrt", without a CUDA GPU); "web" without onnxruntime-web
+            (no npm to fetch it).
+        ModelConfigError: a model type the format cannot hold ("web": bottom-up
+            and multi-class models).
     """
     if format not in EXPORT_FORMATS:
         raise ValueError(f"unknown export format {format!r} (expected one of {EXPORT_FORMATS})")
@@ -109,6 +119,14 @@ def export_model(
             paths, output, frame=frame, batch_size=batch_size, precision=precision,
             device=device, notify=notify, **common,
         )  # fmt: skip
+    if format == "web":
+        from sleap_live.engines.export.web import export_web
+
+        return export_web(paths, output, frame_sizes=frame_sizes, **common)
+    if format == "pt2":
+        from sleap_live.engines.export.pt2 import export_pt2
+
+        return export_pt2(paths, output, **common)
     if format == "openvino":
         from sleap_live.engines.export.openvino import export_openvino
 

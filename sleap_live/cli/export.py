@@ -19,6 +19,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from sleap_live.cli.options import (
+    PROG,
     UsageError,
     add_inference_options,
     add_verify_options,
@@ -32,7 +33,14 @@ from sleap_live.engines.load.metadata import DEFAULT_PROFILE, PROFILES
 SUMMARY = "export model directories to one ONNX or TorchScript file, verified against torch"
 # The default output's ending per format. TensorRT: an export directory (model.onnx,
 # and engines built on this machine's GPU); OpenVINO: IR (.xml + .bin).
-ENDINGS = {"onnx": ".onnx", "torchscript": ".pt", "openvino": ".xml", "tensorrt": "_tensorrt"}
+ENDINGS = {
+    "onnx": ".onnx",
+    "torchscript": ".pt",
+    "openvino": ".xml",
+    "tensorrt": "_tensorrt",
+    "web": "_web",
+    "pt2": ".pt2",
+}
 
 
 def add_parser(commands: Any) -> None:
@@ -88,8 +96,11 @@ def add_parser(commands: Any) -> None:
     engine.add_argument(
         "--frame-size",
         type=frame_size,
+        action="append",
         metavar="HxW",
-        help="frame size the engine runs at (default: that of --verify-video's frames)",
+        help="frame size the engine runs at (default: that of --verify-video's frames); "
+        "web: a frame size the page runs, repeatable (default: 480x640, 720x1280 and that "
+        "of --verify-video's frames)",
     )
     engine.add_argument(
         "--batch-size", type=positive_int, default=8, metavar="N", help="largest batch"
@@ -114,9 +125,12 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     # do not need.
     from sleap_live.engines import export_model
 
+    sizes = args.frame_size or []
     if args.format == "tensorrt":
+        if len(sizes) > 1:
+            raise UsageError("--format tensorrt builds one frame size: give --frame-size once")
         frames = options.get("verify_frames")
-        frame = args.frame_size or (None if frames is None else frames.shape[1:])
+        frame = sizes[0] if sizes else (None if frames is None else frames.shape[1:])
         if frame is None:
             raise UsageError("--format tensorrt needs --frame-size HxW (or --verify-video VIDEO)")
         options.update(
@@ -126,7 +140,9 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             device=args.device,
             notify=lambda line: console.print(escape(line), soft_wrap=True),
         )
-    elif args.format != "openvino":
+    elif args.format == "web":
+        options["frame_sizes"] = sizes
+    elif args.format in ("onnx", "torchscript"):
         options["profile"] = args.profile
     output = args.output or default_output(args.model_dirs, ENDINGS[args.format])
     with console.status("exporting") as status:
@@ -138,7 +154,10 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             progress=status.update,
             **options,
         )
-    return _report(console, path, _metadata(path, args.format))
+    exit_status = _report(console, path, _metadata(path, args.format))
+    if args.format == "web":
+        console.print(f"open it in a browser: {PROG} serve-web {escape(str(path))}", soft_wrap=True)
+    return exit_status
 
 
 def _metadata(path: Path, format: str) -> Any:
@@ -147,6 +166,10 @@ def _metadata(path: Path, format: str) -> Any:
         from sleap_live.engines.export.tensorrt import read_engine_file
 
         return read_engine_file(path).metadata
+    if format == "web":
+        from sleap_live.engines.export.web import MODEL_FILE
+
+        path = path / MODEL_FILE
     from sleap_live.engines.load.metadata import ExportMetadata, sidecar_path
 
     return ExportMetadata.from_json(sidecar_path(path).read_text(), str(path))
