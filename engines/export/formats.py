@@ -126,7 +126,8 @@ def export_model(
     if format == "pt2":
         from sleap_live.engines.export.pt2 import export_pt2
 
-        return export_pt2(paths, output, **common)
+        size = None if frame_size is None else (int(frame_size[0]), int(frame_size[1]))
+        return export_pt2(paths, output, frame_size=size, **common)
     if format == "openvino":
         from sleap_live.engines.export.openvino import export_openvino
 

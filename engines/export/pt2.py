@@ -1,15 +1,27 @@
 """`sleap-live export --format pt2`: the inference model as a `torch.export` program.
 
-The whole graph (uint8 frames in; preprocessing, network, peaks, crops and the
-instance list out) is exported with `torch.export.export`, any batch size, the frame
-size of the verification frames, and saved with `torch.export.save`; the sleap-live
-metadata rides along as the archive's extra file `sleap_live.json` and beside it as
-`<file>.pt2.json`. `torch.export.load(path).module()` runs it in any torch of the
-same or a later version, with no sleap-live installed.
+torch.export needs a graph with no branch on a computed value and no shape that a
+computed value decides without bounds it can prove, so the program is the model
+traced static (one frame size, frozen as `--frame-size` or the verification
+frames' size; any batch size) and branch-free (`InferenceModel.set_branch_free`):
+
+- single-instance and bottom-up models (multi-class too): the default profile, the
+  same outputs as `--format onnx`;
+- centroid and top-down models (multi-class too): the "tensorrt" profile, whose
+  instance lists are `max_instances` fixed slots per frame (`--max-instances N`),
+  float32 inside; their outputs are read as the host reads a TensorRT engine's
+  (`sleap_live.engines.host.postprocess.instance_list`).
+
+Everything else (preprocessing, network, peaks, crops) is inside the program; the
+host steps are those of `--format onnx` (bottom-up grouping, multi-class identity
+matching). `torch.export.load(path).module()` runs it in a torch of the same or a
+later version, with no sleap-live installed. The sleap-live metadata rides along as
+the archive's extra file `sleap_live.json` and beside it as `<file>.pt2.json`.
 
 Verification: the model is exported to ONNX as for `--format onnx` (checked against
-torch), then the saved program, loaded back, must give ONNX Runtime's outputs within
-`TOLERANCE` on the same frames; each check is recorded in the metadata.
+torch), then the saved program, loaded back, must give ONNX Runtime's instances on
+that default graph within `TOLERANCE` (coordinates in pixels, scores) on frames of
+its size; each check is recorded in the metadata.
 """
 
 from __future__ import annotations
@@ -23,10 +35,9 @@ import torch
 
 from sleap_live.engines.errors import ExportError, ModelConfigError, ModelNotFoundError
 from sleap_live.engines.export._quiet import first_line
-from sleap_live.engines.export.exporter import Frames, export_onnx_bytes
+from sleap_live.engines.export.exporter import Frames, export_onnx_bytes, fitted_frames
 from sleap_live.engines.export.frames import (
     SYNTHETIC_SIZE,
-    check_batches,
     sample_frames,
     verification_frames,
     with_animals,
@@ -39,13 +50,19 @@ from sleap_live.engines.export.verify import (
     detections_per_frame,
     torch_outputs,
 )
+from sleap_live.engines.graph.base import InferenceModel
+from sleap_live.engines.host.outputs import output_names
+from sleap_live.engines.host.postprocess import instance_list
 from sleap_live.engines.load.metadata import (
     DEFAULT_OPSET,
+    DEFAULT_PROFILE,
+    OUTPUT_LAYOUTS,
+    TENSORRT_PROFILE,
     ExportMetadata,
     sidecar_path,
 )
 from sleap_live.engines.notify import Notify
-from sleap_live.engines.settings import InferenceSettings
+from sleap_live.engines.settings import SLOTTED_TYPES, InferenceSettings, check_slots
 
 FORMAT = "pt2"
 SUFFIX = ".pt2"
@@ -62,6 +79,7 @@ def export_pt2(
     verify_frames: Frames | None = None,
     progress: Notify | None = None,
     settings: InferenceSettings | None = None,
+    frame_size: tuple[int, int] | None = None,
 ) -> Path:
     """Exports one or two model directories to a `.pt2` program (see the module's notes).
 
@@ -70,15 +88,18 @@ def export_pt2(
         output: the `.pt2` file to write, or a directory to write `model.pt2` into.
         opset, verify, verify_frames, progress, settings: as for `export_model`; the
             ONNX export the program is checked against uses `opset`.
+        frame_size: (height, width) the program runs (default: the verification
+            frames'; synthetic frames' without verification or frames).
 
     Returns:
         The path of the `.pt2` file.
 
     Raises:
         ValueError: `output` is a file whose suffix is not `.pt2`.
+        ModelConfigError: a centroid or top-down model without `max_instances`.
         ExportError: torch.export fails on the model, or the program's outputs differ
             from ONNX Runtime's.
-        ModelNotFoundError, ModelConfigError, CheckpointError: as for `export_model`.
+        ModelNotFoundError, CheckpointError: as for `export_model`.
     """
     from sleap_live.engines.graph.build import load_inference_model
 
@@ -86,6 +107,10 @@ def export_pt2(
     notify = progress or (lambda _: None)
     notify("loading model")
     model = load_inference_model(paths, settings).cpu().eval()
+    model_type = model.info.model_type
+    profile = TENSORRT_PROFILE if model_type in SLOTTED_TYPES else DEFAULT_PROFILE
+    if profile == TENSORRT_PROFILE:
+        check_slots(model_type, model.info.max_instances)
     native = model.info.input_channels
     onnx_bytes = export_onnx_bytes(
         model,
@@ -95,40 +120,43 @@ def export_pt2(
         sources=paths,
         progress=progress,
     )
+    source = "synthetic frames"
     if verify:
 
         def detect(frames: np.ndarray) -> list[int]:
             return detections_per_frame(torch_outputs(model, frames), len(frames))
 
         chosen = with_animals(verification_frames(native, verify_frames, paths), detect)
-        batches = check_batches(chosen.frames)
-        example = batches[0]
+        frames, source = chosen.frames, chosen.source
     elif verify_frames is not None:
-        example = verification_frames(native, verify_frames).frames[:1]
+        frames = verification_frames(native, verify_frames).frames
     else:
-        example = sample_frames(1, *SYNTHETIC_SIZE, native)
-    notify("exporting with torch.export")
-    program = _export_program(model, example)
-    notify(f"writing {path}")
-    onnx_metadata = embedded_metadata(onnx_bytes)
+        frames = sample_frames(3, *SYNTHETIC_SIZE, native)
+    frames = fitted_frames(frames, frame_size)
+    notify(f"exporting with torch.export for {frames.shape[1]}x{frames.shape[2]} frames")
+    # Two frames: torch.export takes an axis of size 1 for a constant.
+    program = _export_program(model, np.concatenate([frames[:1], frames[:1]]), profile)
     metadata = attrs.evolve(
-        onnx_metadata,
+        embedded_metadata(onnx_bytes),
         format=FORMAT,
         input_channels=(native,),
         exporter={"torch": torch.__version__},
         verification=None,
+        profile=profile,
+        output_names=output_names(model_type, OUTPUT_LAYOUTS[profile]),
+        tensorrt=None,
     )
+    notify(f"writing {path}")
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.export.save(program, str(path), extra_files={METADATA_FILE: metadata.to_json()})
     if verify:
         loaded = load_pt2(path)
         reference = onnx_exported(onnx_bytes)
         records = []
-        for batch in batches:
-            if batch.shape[1:3] != example.shape[1:3]:
-                continue  # the program holds one frame size
+        for batch in (frames[:1], frames[:3]):
             notify(f"verifying on frames {tuple(batch.shape)} against ONNX Runtime")
-            records.append(_check(loaded, reference.run(batch), batch, chosen.source))
+            outputs = run_pt2(loaded, batch, metadata.output_names)
+            records.append(_check(outputs, reference.run(batch), batch, source))
         metadata = attrs.evolve(metadata, verification=tuple(records))
         torch.export.save(program, str(path), extra_files={METADATA_FILE: metadata.to_json()})
     sidecar_path(path).write_text(metadata.to_json() + "\n")
@@ -173,36 +201,43 @@ def run_pt2(module: torch.nn.Module, frames: np.ndarray, names: Sequence[str]) -
     return {name: output.numpy() for name, output in zip(names, outputs, strict=True)}
 
 
-def _export_program(model: torch.nn.Module, example: np.ndarray) -> torch.export.ExportedProgram:
+def _export_program(
+    model: InferenceModel, example: np.ndarray, profile: str
+) -> torch.export.ExportedProgram:
+    """`model` in `profile`, static and branch-free, exported for any batch of `example`'s
+    frame shape; the model is put back as it was afterwards."""
+    previous = model.profile, model.static, model.branch_free
     batch = torch.export.Dim("batch", min=1, max=1024)
     try:
+        model.set_profile(profile).set_static(True).set_branch_free(True)
         with torch.no_grad():
             return torch.export.export(
-                model,
-                (torch.from_numpy(example),),
-                dynamic_shapes=({0: batch},),
-                strict=False,
+                model, (torch.from_numpy(example),), dynamic_shapes=({0: batch},), strict=False
             )
     except Exception as error:  # torch.export raises many kinds of errors
         raise ExportError(
             f"torch.export of the {model.info.model_type} model failed: {first_line(error)}"
         ) from error
+    finally:
+        model.set_profile(previous[0]).set_static(previous[1]).set_branch_free(previous[2])
 
 
 def _check(
-    module: torch.nn.Module, reference: Outputs, frames: np.ndarray, source: str
+    actual: Outputs, reference: Outputs, frames: np.ndarray, source: str
 ) -> dict[str, object]:
+    """The program's outputs (either layout) against ONNX Runtime's default graph."""
     shape = "×".join(str(n) for n in frames.shape)
-    actual = run_pt2(module, frames, list(reference))
-    comparison = compare(reference, actual)
+    comparison = compare(dict(reference), instance_list(actual))
     if comparison.problems:
         raise ExportError(
             f"the .pt2 program differs from ONNX Runtime on {shape} frames by more than "
             f"{TOLERANCE:g}: {', '.join(comparison.problems)}"
         )
+    instances = reference.get("instance_frame")
     return {
         "frames": list(frames.shape),
-        "against": "onnxruntime",
+        "instances": None if instances is None else len(instances),
+        "against": "ONNX Runtime",
         "frame_source": source,
         "max_abs_diff": comparison.max_abs_diff,
     }

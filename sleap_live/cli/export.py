@@ -142,6 +142,10 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         )
     elif args.format == "web":
         options["frame_sizes"] = sizes
+    elif args.format == "pt2":
+        if len(sizes) > 1:
+            raise UsageError("--format pt2 holds one frame size: give --frame-size once")
+        options["frame_size"] = sizes[0] if sizes else None
     elif args.format in ("onnx", "torchscript"):
         options["profile"] = args.profile
     output = args.output or default_output(args.model_dirs, ENDINGS[args.format])
@@ -214,8 +218,9 @@ def verification_table(checks: Sequence[Mapping[str, Any]], tolerance: float) ->
     table grows downwards rather than past the terminal's width.
     """
     source = checks[0].get("frame_source")
+    against = checks[0].get("against", "torch")
     table = Table(
-        title=f"largest difference from torch (tolerance {tolerance:g})",
+        title=f"largest difference from {against} (tolerance {tolerance:g})",
         caption=None if source is None else f"frames: {source}",
     )
     table.add_column("output")
