@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from sleap_live.engines.export.tensorrt import DEFAULT_BATCH_SIZE
 from sleap_live.engines.host.frames import Frames
 from sleap_live.engines.load.metadata import DEFAULT_OPSET, DEFAULT_PROFILE
@@ -34,6 +36,50 @@ from sleap_live.engines.openmp import prefer_passive_wait
 from sleap_live.engines.settings import InferenceSettings
 
 EXPORT_FORMATS = ("onnx", "torchscript", "openvino", "tensorrt", "web", "pt2")
+
+
+@attrs.frozen
+class FormatRow:
+    """One format in the table `sleap-live export --help` and the docs print.
+
+    Attributes:
+        argument: the `--format` value.
+        writes: what the export writes, NAME being the model directories' names.
+        cpu: the runtime that runs it on a CPU ("-": none).
+        gpu: the runtime that runs it on a GPU ("-": none).
+        inside: what of the inference is inside the exported graph.
+        verified: what it is checked against, when, and how closely.
+    """
+
+    argument: str
+    writes: str
+    cpu: str
+    gpu: str
+    inside: str
+    verified: str
+
+
+# What `export --help` and docs/export-formats.md print, with FORMAT_NOTE under it.
+FORMAT_TABLE = (
+    FormatRow("onnx", "NAME.onnx", "ONNX Runtime", "ORT CUDA, TensorRT", "any frame size",
+              "torch, 1e-3"),
+    FormatRow("torchscript", "NAME.pt", "torch", "torch", "any frame size", "torch, 1e-3"),
+    FormatRow("openvino", "NAME.xml", "OpenVINO", "-", "any frame size",
+              "torch (as ONNX), 1e-3"),
+    FormatRow("tensorrt", "NAME_tensorrt/", "-", "TensorRT", "one size, slots",
+              "on its GPU"),
+    FormatRow("web", "NAME_web/", "browser wasm", "browser WebGPU", "a graph per size, no BU/MC",
+              "ORT, 1e-3 px"),
+    FormatRow("pt2", "NAME.pt2", "torch", "torch", "one size, any batch, slots",
+              "ORT, 1e-3"),
+)  # fmt: skip
+FORMAT_NOTE = (
+    "Every graph holds preprocessing, network, peaks and crops; bottom-up grouping and "
+    "multi-class identities run on the host. slots: centroid and top-down models give "
+    "--max-instances fixed instance slots per frame. BU/MC: bottom-up and multi-class "
+    "models, refused. ORT: ONNX Runtime on the onnx graph (web: in headless Chromium, by "
+    "the tests). Every check is at export time unless said, on frames with animals."
+)
 
 
 def export_model(

@@ -28,9 +28,13 @@ from sleap_live.cli.options import (
     verify_options,
 )
 from sleap_live.engines.export import DEFAULT_OPSET, EXPORT_FORMATS
+from sleap_live.engines.export.formats import FORMAT_NOTE, FORMAT_TABLE
 from sleap_live.engines.load.metadata import DEFAULT_PROFILE, PROFILES
 
-SUMMARY = "export model directories to one ONNX or TorchScript file, verified against torch"
+SUMMARY = (
+    "export model directories to ONNX, TorchScript, torch.export, OpenVINO, TensorRT or a "
+    "web page, verified"
+)
 # The default output's ending per format. TensorRT: an export directory (model.onnx,
 # and engines built on this machine's GPU); OpenVINO: IR (.xml + .bin).
 ENDINGS = {
@@ -53,6 +57,9 @@ def add_parser(commands: Any) -> None:
         "frames in, peaks or instances out. Unless --no-verify, the export is compared "
         "with the torch module on frames that show animals, at two sizes, and fails if "
         "they disagree.",
+        epilog="formats (--format):\n" + format_table() + "\n\n" + FORMAT_NOTE + " A format "
+        "refuses, in one line, a model type it cannot hold. More: the documentation's "
+        "Model formats page.",
     )
     parser.add_argument(
         "model_dirs",
@@ -113,6 +120,21 @@ def add_parser(commands: Any) -> None:
     )
     engine.add_argument("--device", default="cuda:0", help="the GPU to build on")
     parser.set_defaults(handler=handle)
+
+
+def format_table() -> str:
+    """The formats as a table of plain text: one row per format, the columns aligned."""
+    columns = ("format", "writes", "CPU", "GPU", "graph", "verified against")
+    rows = [columns] + [
+        (row.argument, row.writes, row.cpu, row.gpu, row.inside, row.verified)
+        for row in FORMAT_TABLE
+    ]
+    widths = [max(len(row[index]) for row in rows) for index in range(len(columns) - 1)]
+    lines = []
+    for row in rows:
+        padded = [cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)]
+        lines.append("  ".join([*padded, row[-1]]).rstrip())
+    return "\n".join(lines)
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
