@@ -68,7 +68,7 @@ FORMAT_TABLE = (
               "torch (as ONNX), 1e-3"),
     FormatRow("tensorrt", "NAME_tensorrt/", "-", "TensorRT", "one size, slots",
               "on its GPU"),
-    FormatRow("web", "NAME_web/", "browser wasm", "browser WebGPU", "a graph per size, no BU/MC",
+    FormatRow("web", "NAME_web/", "browser wasm", "WebGPU, opt-in*", "a graph per size, no BU/MC",
               "ORT, 1e-3 px"),
     FormatRow("pt2", "NAME.pt2", "torch", "torch", "one size, any batch, slots",
               "ORT, 1e-3"),
@@ -78,7 +78,8 @@ FORMAT_NOTE = (
     "multi-class identities run on the host. slots: centroid and top-down models give "
     "--max-instances fixed instance slots per frame. BU/MC: bottom-up and multi-class "
     "models, refused. ORT: ONNX Runtime on the onnx graph (web: in headless Chromium, by "
-    "the tests). Every check is at export time unless said, on frames with animals."
+    "the tests). *WebGPU (?backend=webgpu) starts on Chromium's software adapter but differed "
+    "from ONNX Runtime there: not verified. Every check is at export time unless said."
 )
 
 

@@ -38,9 +38,10 @@ def add_parser(commands: Any) -> None:
         "serve-web",
         help=SUMMARY,
         description="Serve the folder of `export --format web` on 127.0.0.1 (this machine "
-        "only) and print the address to open. The page runs the model in the browser, "
-        "WebGPU where the browser has it and wasm otherwise, on the webcam or a video "
-        "file, and offers the poses as JSON or CSV. Ctrl-C stops the server.",
+        "only) and print the address to open. The page runs the model in the browser on "
+        "onnxruntime-web's wasm (DIR/?backend=webgpu tries WebGPU, not verified), on the "
+        "webcam or a video file, draws the skeleton, shows fps and latency, and offers the "
+        "poses as JSON or CSV. Ctrl-C stops the server.",
         epilog=f"example:\n  {PROG} export MODEL_DIR --format web -o out/web\n"
         f"  {PROG} serve-web out/web",
     )
