@@ -122,19 +122,33 @@ def add_parser(commands: Any) -> None:
     parser.set_defaults(handler=handle)
 
 
+FORMAT_COLUMNS = ("format", "writes", "CPU", "GPU", "graph", "verified against")
+
+
 def format_table() -> str:
     """The formats as a table of plain text: one row per format, the columns aligned."""
-    columns = ("format", "writes", "CPU", "GPU", "graph", "verified against")
-    rows = [columns] + [
-        (row.argument, row.writes, row.cpu, row.gpu, row.inside, row.verified)
-        for row in FORMAT_TABLE
-    ]
-    widths = [max(len(row[index]) for row in rows) for index in range(len(columns) - 1)]
+    rows = [FORMAT_COLUMNS, *_format_rows()]
+    widths = [max(len(row[index]) for row in rows) for index in range(len(FORMAT_COLUMNS) - 1)]
     lines = []
     for row in rows:
         padded = [cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)]
         lines.append("  ".join([*padded, row[-1]]).rstrip())
     return "\n".join(lines)
+
+
+def format_table_markdown() -> str:
+    """The same table in Markdown, as docs/export-formats.md holds it."""
+    lines = ["| " + " | ".join(FORMAT_COLUMNS) + " |", "|" + "---|" * len(FORMAT_COLUMNS)]
+    for row in _format_rows():
+        lines.append("| " + " | ".join([f"`{row[0]}`", *row[1:]]) + " |")
+    return "\n".join(lines)
+
+
+def _format_rows() -> list[tuple[str, ...]]:
+    return [
+        (row.argument, row.writes, row.cpu, row.gpu, row.inside, row.verified)
+        for row in FORMAT_TABLE
+    ]
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
