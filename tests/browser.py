@@ -57,12 +57,30 @@ class Browser:
         import aiohttp
 
         async with aiohttp.ClientSession() as session, session.ws_connect(self.page) as ws:
-            await ws.send_json({"id": 1, "method": method, "params": params})
-            async for message in ws:
-                reply = json.loads(message.data)
-                if reply.get("id") == 1:  # anything else is an event
-                    assert "error" not in reply, reply
-                    return dict(reply["result"])
+            return await self._send(ws, 1, method, params)
+
+    def choose_file(self, element: str, path: Path) -> None:
+        """Puts `path` in the page's file input `element`, as a user choosing it would."""
+        asyncio.run(self._choose_file(element, path))
+
+    async def _choose_file(self, element: str, path: Path) -> None:
+        import aiohttp
+
+        # Object ids live as long as the DevTools session: both calls on one connection.
+        async with aiohttp.ClientSession() as session, session.ws_connect(self.page) as ws:
+            expression = f"document.getElementById({element!r})"
+            found = await self._send(ws, 1, "Runtime.evaluate", {"expression": expression})
+            params = {"objectId": found["result"]["objectId"], "files": [str(path)]}
+            await self._send(ws, 2, "DOM.setFileInputFiles", params)
+
+    @staticmethod
+    async def _send(ws: Any, number: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        await ws.send_json({"id": number, "method": method, "params": params})
+        async for message in ws:
+            reply = json.loads(message.data)
+            if reply.get("id") == number:  # anything else is an event
+                assert "error" not in reply, reply
+                return dict(reply["result"])
         raise AssertionError(f"chromium closed the connection during {method}")
 
     def evaluate(self, expression: str) -> Any:

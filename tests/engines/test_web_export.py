@@ -5,7 +5,8 @@ every video and webcam frame takes), and its poses match ONNX Runtime's on the s
 frames of the fixture video within 1e-3 px. The skeleton is drawn where the animal
 is, and a screenshot is kept (`build/test-artifacts/web_export.png`).
 
-One export and one browser, in one test (the cost is the browser's start). Skipped
+One export and one browser, in one test (a second would start its own on another xdist
+worker). The page also plays a chosen video file (demo.mp4, H.264) to its end. Skipped
 where chromium or npm (the source of onnxruntime-web) is not installed; the runtime
 is installed once into `build/web-runtime` (git ignores build/) and reused.
 """
@@ -104,7 +105,7 @@ def page_instances(page: Browser, frame: np.ndarray, index: int) -> list[dict]:
     return page.awaited(f"window.sleapLive.processRgba('{encoded}', {width}, {height}, {index})")
 
 
-def test_the_page_matches_onnx_runtime_on_wasm_draws_and_offers_the_poses(web_folder, page):
+def test_the_page_matches_onnx_runtime_draws_offers_the_poses_and_plays_files(web_folder, page):
     import onnxruntime as ort
 
     model_path = web_folder / "model.onnx"
@@ -176,3 +177,20 @@ def test_the_page_matches_onnx_runtime_on_wasm_draws_and_offers_the_poses(web_fo
     assert csv[0].split(",")[:4] == ["frame", "time", "instance", "score"]
     assert len(csv[0].split(",")) == 4 + 3 * len(nodes)
     assert len(csv) > 1
+
+    plays_a_chosen_video_file(page)
+
+
+def plays_a_chosen_video_file(page: Browser) -> None:
+    """The page's video path on demo.mp4 (a second test would start a second browser
+    on another xdist worker)."""
+    # demo.mp4 (H.264, 150 frames at 30 fps, 200x168) as a user would choose it: played
+    # in real time, newest frame first, to its end.
+    kept = int(page.text("frames-kept"))
+    page.choose_file("file", DATA / "videos" / "demo.mp4")
+    page.wait(lambda: page.text("status") == "demo.mp4: ended", "the end of demo.mp4")
+    poses = page.evaluate("JSON.parse(window.sleapLive.posesJson())")["frames"][kept:]
+    assert len(poses) >= 10, "fewer than 10 of its 150 frames went through the model"
+    assert sum(len(frame["instances"]) for frame in poses) >= len(poses) // 2
+    assert page.text("backend") == "wasm"
+    assert float(page.text("fps")) >= 0

@@ -175,7 +175,15 @@ function play(label, cleanUp) {
   let running = true;
   let frameIndex = 0;
   if (stopSource) stopSource();
-  stopSource = () => { running = false; video.pause(); cleanUp(); stopSource = null; };
+  stopSource = () => {
+    running = false;
+    video.pause();
+    video.onended = null;
+    cleanUp();
+    stopSource = null;
+  };
+  // The last frame's callback may never come: the end is said here.
+  video.onended = () => { if (stopSource) stopSource(); status(`${label}: ended`); };
   enable("stop");
   status(`running on ${label}`);
   const step = async (_, frameInfo) => {
@@ -189,8 +197,7 @@ function play(label, cleanUp) {
       stopSource();
       return;
     }
-    if (video.ended) { status(`${label}: ended`); stopSource(); return; }
-    video.requestVideoFrameCallback(step);
+    if (running) video.requestVideoFrameCallback(step);
   };
   video.requestVideoFrameCallback(step);
   video.play();
