@@ -14,7 +14,11 @@ API export the same way:
 - "web": a static folder (page, ONNX graph, onnxruntime-web) that runs the model
   in a browser; see `sleap_live.engines.export.web`;
 - "pt2": a `torch.export` program (`.pt2`, `torch.export.load`); see
-  `sleap_live.engines.export.pt2`.
+  `sleap_live.engines.export.pt2`;
+- "tflite": a LiteRT (TFLite) flatbuffer (`.tflite`) converted by litert-torch; see
+  `sleap_live.engines.export.tflite`;
+- "coreml": a Core ML program (`.mlpackage`) converted by coremltools; see
+  `sleap_live.engines.export.coreml`.
 
 Each writes the export's metadata beside it (`<file>.json`). This module imports
 neither torch nor the format's library until an export runs.
@@ -35,7 +39,7 @@ from sleap_live.engines.notify import Notify, notice
 from sleap_live.engines.openmp import prefer_passive_wait
 from sleap_live.engines.settings import InferenceSettings
 
-EXPORT_FORMATS = ("onnx", "torchscript", "openvino", "tensorrt", "web", "pt2")
+EXPORT_FORMATS = ("onnx", "torchscript", "openvino", "tensorrt", "web", "pt2", "tflite", "coreml")
 
 
 @attrs.frozen
@@ -72,6 +76,10 @@ FORMAT_TABLE = (
               "ORT, 1e-3 px"),
     FormatRow("pt2", "NAME.pt2", "torch", "torch", "one size, any batch, slots",
               "ORT, 1e-3"),
+    FormatRow("tflite", "NAME.tflite", "LiteRT", "-", "one size, batch 1, slots, no TC",
+              "LiteRT vs ORT, 1e-3"),
+    FormatRow("coreml", "NAME.mlpackage", "-", "Core ML (macOS)",
+              "one size, batch 1, float in, slots, no PAF", "coremltools checks; not run"),
 )  # fmt: skip
 FORMAT_NOTE = (
     "Every graph holds preprocessing, network, peaks and crops; bottom-up grouping and "
@@ -79,7 +87,10 @@ FORMAT_NOTE = (
     "--max-instances fixed instance slots per frame. BU/MC: bottom-up and multi-class "
     "models, refused. ORT: ONNX Runtime on the onnx graph (web: in headless Chromium, by "
     "the tests). *WebGPU (?backend=webgpu) starts on Chromium's software adapter but differed "
-    "from ONNX Runtime there: not verified. Every check is at export time unless said."
+    "from ONNX Runtime there: not verified. TC: networks with transposed convolutions, "
+    "refused. PAF: bottom-up models with part affinity fields, refused. float in: uint8 "
+    "values as float32. coreml: its prediction needs macOS and was not run. Every check is "
+    "at export time unless said."
 )
 
 
@@ -175,6 +186,15 @@ def export_model(
 
         size = None if frame_size is None else (int(frame_size[0]), int(frame_size[1]))
         return export_pt2(paths, output, frame_size=size, **common)
+    if format in ("tflite", "coreml"):
+        size = None if frame_size is None else (int(frame_size[0]), int(frame_size[1]))
+        if format == "tflite":
+            from sleap_live.engines.export.tflite import export_tflite
+
+            return export_tflite(paths, output, frame_size=size, **common)
+        from sleap_live.engines.export.coreml import export_coreml
+
+        return export_coreml(paths, output, frame_size=size, **common)
     if format == "openvino":
         from sleap_live.engines.export.openvino import export_openvino
 

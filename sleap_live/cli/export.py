@@ -32,8 +32,8 @@ from sleap_live.engines.export.formats import FORMAT_NOTE, FORMAT_TABLE
 from sleap_live.engines.load.metadata import DEFAULT_PROFILE, PROFILES
 
 SUMMARY = (
-    "export model directories to ONNX, TorchScript, torch.export, OpenVINO, TensorRT or a "
-    "web page, verified"
+    "export model directories to ONNX, TorchScript, torch.export, OpenVINO, TensorRT, "
+    "TFLite, Core ML or a web page, verified"
 )
 # The default output's ending per format. TensorRT: an export directory (model.onnx,
 # and engines built on this machine's GPU); OpenVINO: IR (.xml + .bin).
@@ -44,6 +44,8 @@ ENDINGS = {
     "tensorrt": "_tensorrt",
     "web": "_web",
     "pt2": ".pt2",
+    "tflite": ".tflite",
+    "coreml": ".mlpackage",
 }
 
 
@@ -105,7 +107,8 @@ def add_parser(commands: Any) -> None:
         type=frame_size,
         action="append",
         metavar="HxW",
-        help="frame size the engine runs at (default: that of --verify-video's frames); "
+        help="frame size the engine (pt2, tflite, coreml: the program) runs at (default: "
+        "that of --verify-video's frames); "
         "web: a frame size the page runs, repeatable (default: 480x640, 720x1280 and that "
         "of --verify-video's frames)",
     )
@@ -178,9 +181,9 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         )
     elif args.format == "web":
         options["frame_sizes"] = sizes
-    elif args.format == "pt2":
+    elif args.format in ("pt2", "tflite", "coreml"):
         if len(sizes) > 1:
-            raise UsageError("--format pt2 holds one frame size: give --frame-size once")
+            raise UsageError(f"--format {args.format} holds one frame size: give --frame-size once")
         options["frame_size"] = sizes[0] if sizes else None
     elif args.format in ("onnx", "torchscript"):
         options["profile"] = args.profile
@@ -195,6 +198,14 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             **options,
         )
     exit_status = _report(console, path, _metadata(path, args.format))
+    if args.format == "coreml":
+        from sleap_live.engines.export.coreml import PREDICTION_NOT_RUN
+
+        console.print(
+            f"checked: coremltools' conversion checks and the package's input and outputs; "
+            f"prediction {PREDICTION_NOT_RUN}",
+            soft_wrap=True,
+        )
     if args.format == "web":
         console.print(f"open it in a browser: {PROG} serve-web {escape(str(path))}", soft_wrap=True)
     return exit_status
