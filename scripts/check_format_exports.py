@@ -77,9 +77,10 @@ def main() -> None:
         metadata = ExportMetadata.from_dict(record)
         (check,) = metadata.verification or ({},)
         diffs = ", ".join(f"{key} {value:.2g}" for key, value in check["max_abs_diff"].items())
+        instances = "" if check["instances"] is None else f"{check['instances']} instances, "
         print(
-            f"{name} ({video}, {'x'.join(map(str, check['frames']))}): "
-            f"{check['instances']} instances, largest differences from ONNX Runtime: {diffs} "
+            f"{name} ({video}, {'x'.join(map(str, check['frames']))}): {instances}"
+            f"largest differences from ONNX Runtime: {diffs} "
             f"(export and check {seconds:.0f} s)"
         )
 
