@@ -8,13 +8,13 @@ model type (it turns the frames to float32 before anything else: Core ML takes n
 shape of a uint8 tensor). Centroid and top-down models give `max_instances` fixed
 slots per frame; `sleap_live.engines.host.postprocess.instance_list` reads them.
 
-Host steps, besides those of every format (multi-class identity matching):
+Host steps, besides those of every format (multi-class identity matching): the
+frame goes in as float32 holding the uint8 values (Core ML inputs hold no uint8);
+the program casts it back to uint8 first, so it computes on the same values as
+every other format.
 
-- the frame goes in as float32 holding the uint8 values (Core ML inputs hold no
-  uint8); the program casts it back to uint8 first, so it computes on the same
-  values as every other format;
-- bottom-up models with part affinity fields are refused: coremltools cannot
-  convert the line scoring's index arithmetic (`REFUSED`).
+Refused in one line (`REFUSED`): bottom-up models with part affinity fields, whose
+line scoring's index arithmetic coremltools cannot convert.
 
 Checked here: coremltools' own checks while it converts (each operation's types
 and shapes), then the saved package, loaded back with coremltools, must declare

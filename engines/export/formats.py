@@ -117,7 +117,8 @@ def export_model(
     Args:
         models: a model directory, or a centroid and a centered-instance directory
             (in any order) for a top-down model.
-        output: the file to write (`.onnx`, `.pt`, `.xml`, `.pt2`), or a directory
+        output: the file to write (`.onnx`, `.pt`, `.xml`, `.pt2`, `.tflite`,
+            `.mlpackage`), or a directory
             to write `model.<suffix>` into; for "tensorrt" and "web", the export folder.
         format: one of `EXPORT_FORMATS`.
         opset: ONNX opset version.
@@ -130,8 +131,9 @@ def export_model(
         progress: told, in one line, what each step is doing (a status display).
         profile: "onnx" and "torchscript": "default" (any frame size, instance
             lists) or "tensorrt" (ONNX only: one frame size, fixed instance slots).
-        frame_size: (height, width) of a "tensorrt" profile graph (default: the
-            verification frames'); for "tensorrt", (height, width) or (height,
+        frame_size: (height, width) of a "tensorrt" profile graph, or of the frames
+            "pt2", "tflite" and "coreml" run (default: the verification frames');
+            for "tensorrt", (height, width) or (height,
             width, channels) of the stream's frames (required).
         frame_sizes: "web": (height, width) of each frame size the page runs
             (default: 480x640, 720x1280 and the verification frames' size).
@@ -152,9 +154,10 @@ def export_model(
             without animals are a one-line note, not an error).
         RuntimeUnavailableError: "openvino" or "tensorrt" without its library
             (or, for "tensorrt", without a CUDA GPU); "web" without onnxruntime-web
-            (no npm to fetch it).
+            (no npm to fetch it); "tflite" or "coreml" without its converter.
         ModelConfigError: a model type the format cannot hold ("web": bottom-up
-            and multi-class models).
+            and multi-class models; "tflite": networks with transposed
+            convolutions; "coreml": bottom-up models with part affinity fields).
     """
     if format not in EXPORT_FORMATS:
         raise ValueError(f"unknown export format {format!r} (expected one of {EXPORT_FORMATS})")
