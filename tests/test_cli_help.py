@@ -13,7 +13,17 @@ from pathlib import Path
 import pytest
 
 from sleap_live import cli
-from sleap_live.cli import bench, cameras, check, export, recover, render, run, track
+from sleap_live.cli import (
+    bench,
+    cameras,
+    check,
+    export,
+    recover,
+    render,
+    run,
+    serve_web,
+    track,
+)
 
 SUMMARIES = {
     "run": run.RUN_SUMMARY,
@@ -25,6 +35,7 @@ SUMMARIES = {
     "recover": recover.SUMMARY,
     "render": render.SUMMARY,
     "track": track.SUMMARY,
+    "serve-web": serve_web.SUMMARY,
 }
 # Options every subcommand that loads a model has, defined once in sleap_live.cli.options,
 # and the verification options they share with `export`.

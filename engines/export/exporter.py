@@ -315,19 +315,19 @@ def _export_profiled(
     label = _label(model, sources)
     verification: list[dict[str, Any]] | None = None
     if not verify:
-        example = _fitted(_unverified_example(native, verify_frames), frame_size)
+        example = fitted_frames(_unverified_example(native, verify_frames), frame_size)
         payload, _ = _trace(model, format, example, opset, dynamic_channels=False, notify=notify)
         input_channels: tuple[int, ...] = (native,)
     else:
         notify("choosing verification frames: looking for animals")
 
         def detect(frames: np.ndarray) -> list[int]:
-            fitted = _fitted(frames, frame_size) if fixed_shape else frames
+            fitted = fitted_frames(frames, frame_size) if fixed_shape else frames
             return detections_per_frame(torch_outputs(model, fitted), len(frames))
 
         chosen = with_animals(verification_frames(native, verify_frames, sources), detect)
         if fixed_shape:
-            batches = _fixed_size_batches(_fitted(chosen.frames, frame_size))
+            batches = _fixed_size_batches(fitted_frames(chosen.frames, frame_size))
         else:
             batches = check_batches(chosen.frames)
 
@@ -406,7 +406,7 @@ def _checking(notify: Notify, channels: int, frames: np.ndarray) -> np.ndarray:
     return convert_channels(frames, channels)
 
 
-def _fitted(frames: np.ndarray, frame_size: tuple[int, int] | None) -> np.ndarray:
+def fitted_frames(frames: np.ndarray, frame_size: tuple[int, int] | None) -> np.ndarray:
     """Frames cut or padded (bottom/right, with each frame's median) to `frame_size`."""
     if frame_size is None:
         return frames

@@ -10,7 +10,15 @@ API export the same way:
   see `sleap_live.engines.export.openvino`;
 - "tensorrt": a directory with the "tensorrt" profile ONNX graph for one
   `frame_size` and its engine built on this machine's GPU; see
-  `sleap_live.engines.export.tensorrt`.
+  `sleap_live.engines.export.tensorrt`;
+- "web": a static folder (page, ONNX graph, onnxruntime-web) that runs the model
+  in a browser; see `sleap_live.engines.export.web`;
+- "pt2": a `torch.export` program (`.pt2`, `torch.export.load`); see
+  `sleap_live.engines.export.pt2`;
+- "tflite": a LiteRT (TFLite) flatbuffer (`.tflite`) converted by litert-torch; see
+  `sleap_live.engines.export.tflite`;
+- "coreml": a Core ML program (`.mlpackage`) converted by coremltools; see
+  `sleap_live.engines.export.coreml`.
 
 Each writes the export's metadata beside it (`<file>.json`). This module imports
 neither torch nor the format's library until an export runs.
@@ -22,6 +30,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from sleap_live.engines.export.tensorrt import DEFAULT_BATCH_SIZE
 from sleap_live.engines.host.frames import Frames
 from sleap_live.engines.load.metadata import DEFAULT_OPSET, DEFAULT_PROFILE
@@ -29,7 +39,59 @@ from sleap_live.engines.notify import Notify, notice
 from sleap_live.engines.openmp import prefer_passive_wait
 from sleap_live.engines.settings import InferenceSettings
 
-EXPORT_FORMATS = ("onnx", "torchscript", "openvino", "tensorrt")
+EXPORT_FORMATS = ("onnx", "torchscript", "openvino", "tensorrt", "web", "pt2", "tflite", "coreml")
+
+
+@attrs.frozen
+class FormatRow:
+    """One format in the table `sleap-live export --help` and the docs print.
+
+    Attributes:
+        argument: the `--format` value.
+        writes: what the export writes, NAME being the model directories' names.
+        cpu: the runtime that runs it on a CPU ("-": none).
+        gpu: the runtime that runs it on a GPU ("-": none).
+        inside: what of the inference is inside the exported graph.
+        verified: what it is checked against, when, and how closely.
+    """
+
+    argument: str
+    writes: str
+    cpu: str
+    gpu: str
+    inside: str
+    verified: str
+
+
+# What `export --help` and docs/export-formats.md print, with FORMAT_NOTE under it.
+FORMAT_TABLE = (
+    FormatRow("onnx", "NAME.onnx", "ONNX Runtime", "ORT CUDA, TensorRT", "any frame size",
+              "torch, 1e-3"),
+    FormatRow("torchscript", "NAME.pt", "torch", "torch", "any frame size", "torch, 1e-3"),
+    FormatRow("openvino", "NAME.xml", "OpenVINO", "-", "any frame size",
+              "torch (as ONNX), 1e-3"),
+    FormatRow("tensorrt", "NAME_tensorrt/", "-", "TensorRT", "one size, slots",
+              "on its GPU"),
+    FormatRow("web", "NAME_web/", "browser wasm", "WebGPU, opt-in*", "a graph per size, no BU/MC",
+              "ORT, 1e-3 px"),
+    FormatRow("pt2", "NAME.pt2", "torch", "torch", "one size, any batch, slots",
+              "ORT, 1e-3"),
+    FormatRow("tflite", "NAME.tflite", "LiteRT", "-", "one size, batch 1, slots, no TC",
+              "LiteRT vs ORT, 1e-3"),
+    FormatRow("coreml", "NAME.mlpackage", "-", "Core ML (macOS)",
+              "one size, batch 1, float in, slots, no PAF", "coremltools checks; not run"),
+)  # fmt: skip
+FORMAT_NOTE = (
+    "Every graph holds preprocessing, network, peaks and crops; bottom-up grouping and "
+    "multi-class identities run on the host. slots: centroid and top-down models give "
+    "--max-instances fixed instance slots per frame. BU/MC: bottom-up and multi-class "
+    "models, refused. ORT: ONNX Runtime on the onnx graph (web: in headless Chromium, by "
+    "the tests). *WebGPU (?backend=webgpu) starts on Chromium's software adapter but differed "
+    "from ONNX Runtime there: not verified. TC: networks with transposed convolutions, "
+    "refused. PAF: bottom-up models with part affinity fields, refused. float in: uint8 "
+    "values as float32. coreml: its prediction needs macOS and was not run. Every check is "
+    "at export time unless said."
+)
 
 
 def export_model(
@@ -44,6 +106,7 @@ def export_model(
     progress: Notify | None = None,
     profile: str = DEFAULT_PROFILE,
     frame_size: tuple[int, ...] | None = None,
+    frame_sizes: Sequence[tuple[int, int]] = (),
     batch_size: int = DEFAULT_BATCH_SIZE,
     precision: str = "fp32",
     device: str = "cuda:0",
@@ -54,8 +117,9 @@ def export_model(
     Args:
         models: a model directory, or a centroid and a centered-instance directory
             (in any order) for a top-down model.
-        output: the file to write (`.onnx`, `.pt`, `.xml`), or a directory to
-            write `model.<suffix>` into; for "tensorrt", the export directory.
+        output: the file to write (`.onnx`, `.pt`, `.xml`, `.pt2`, `.tflite`,
+            `.mlpackage`), or a directory
+            to write `model.<suffix>` into; for "tensorrt" and "web", the export folder.
         format: one of `EXPORT_FORMATS`.
         opset: ONNX opset version.
         verify: compare the export with the torch model on frames with animals.
@@ -67,9 +131,12 @@ def export_model(
         progress: told, in one line, what each step is doing (a status display).
         profile: "onnx" and "torchscript": "default" (any frame size, instance
             lists) or "tensorrt" (ONNX only: one frame size, fixed instance slots).
-        frame_size: (height, width) of a "tensorrt" profile graph (default: the
-            verification frames'); for "tensorrt", (height, width) or (height,
+        frame_size: (height, width) of a "tensorrt" profile graph, or of the frames
+            "pt2", "tflite" and "coreml" run (default: the verification frames');
+            for "tensorrt", (height, width) or (height,
             width, channels) of the stream's frames (required).
+        frame_sizes: "web": (height, width) of each frame size the page runs
+            (default: 480x640, 720x1280 and the verification frames' size).
         batch_size: "tensorrt": the engine's largest batch.
         precision: "tensorrt": "fp32" or "fp16".
         device: "tensorrt": the GPU to build on.
@@ -86,7 +153,11 @@ def export_model(
         ExportError: the export failed or does not match the torch model (frames
             without animals are a one-line note, not an error).
         RuntimeUnavailableError: "openvino" or "tensorrt" without its library
-            (or, for "tensorrt", without a CUDA GPU).
+            (or, for "tensorrt", without a CUDA GPU); "web" without onnxruntime-web
+            (no npm to fetch it); "tflite" or "coreml" without its converter.
+        ModelConfigError: a model type the format cannot hold ("web": bottom-up
+            and multi-class models; "tflite": networks with transposed
+            convolutions; "coreml": bottom-up models with part affinity fields).
     """
     if format not in EXPORT_FORMATS:
         raise ValueError(f"unknown export format {format!r} (expected one of {EXPORT_FORMATS})")
@@ -109,6 +180,24 @@ def export_model(
             paths, output, frame=frame, batch_size=batch_size, precision=precision,
             device=device, notify=notify, **common,
         )  # fmt: skip
+    if format == "web":
+        from sleap_live.engines.export.web import export_web
+
+        return export_web(paths, output, frame_sizes=frame_sizes, **common)
+    if format == "pt2":
+        from sleap_live.engines.export.pt2 import export_pt2
+
+        size = None if frame_size is None else (int(frame_size[0]), int(frame_size[1]))
+        return export_pt2(paths, output, frame_size=size, **common)
+    if format in ("tflite", "coreml"):
+        size = None if frame_size is None else (int(frame_size[0]), int(frame_size[1]))
+        if format == "tflite":
+            from sleap_live.engines.export.tflite import export_tflite
+
+            return export_tflite(paths, output, frame_size=size, **common)
+        from sleap_live.engines.export.coreml import export_coreml
+
+        return export_coreml(paths, output, frame_size=size, **common)
     if format == "openvino":
         from sleap_live.engines.export.openvino import export_openvino
 

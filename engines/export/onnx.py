@@ -132,3 +132,11 @@ def embed_metadata(onnx_bytes: bytes, metadata: ExportMetadata) -> bytes:
     model.producer_version = metadata.sleap_live_version
     onnx.checker.check_model(model)
     return model.SerializeToString()
+
+
+def embedded_metadata(onnx_bytes: bytes) -> ExportMetadata:
+    """The sleap-live metadata embedded in an in-memory ONNX export (`embed_metadata`)."""
+    import onnx
+
+    props = {prop.key: prop.value for prop in onnx.load_from_string(onnx_bytes).metadata_props}
+    return ExportMetadata.from_json(props[METADATA_KEY], "the ONNX export")

@@ -16,10 +16,10 @@ from pathlib import Path
 import attrs
 
 from sleap_live.engines.export.exporter import Frames, export_onnx_bytes
+from sleap_live.engines.export.onnx import embedded_metadata
 from sleap_live.engines.load.metadata import (
     DEFAULT_OPSET,
     METADATA_KEY,
-    ExportMetadata,
     sidecar_path,
 )
 from sleap_live.engines.notify import Notify
@@ -75,19 +75,12 @@ def export_openvino(
     )
     notify(f"writing {path}")
     graph = ov.Core().read_model(onnx_bytes)
-    metadata = attrs.evolve(_onnx_metadata(onnx_bytes), format=FORMAT)
+    metadata = attrs.evolve(embedded_metadata(onnx_bytes), format=FORMAT)
     graph.set_rt_info(metadata.to_json(), [METADATA_KEY])
     path.parent.mkdir(parents=True, exist_ok=True)
     ov.save_model(graph, str(path), compress_to_fp16=False)
     sidecar_path(path).write_text(metadata.to_json() + "\n")
     return path
-
-
-def _onnx_metadata(onnx_bytes: bytes) -> ExportMetadata:
-    import onnx
-
-    props = {prop.key: prop.value for prop in onnx.load_from_string(onnx_bytes).metadata_props}
-    return ExportMetadata.from_json(props[METADATA_KEY], "the ONNX export")
 
 
 def _output_path(output: str | Path) -> Path:

@@ -253,14 +253,17 @@ def top_peaks(
     scores = F.pad(scores, (0, max_peaks), value=float("-inf"))
     values, flat = torch.topk(scores, max_peaks, dim=-1)
     valid = values > float("-inf")
-    key = torch.where(valid, flat, torch.iinfo(torch.int64).max)
+    # Past every raster index; int32's largest, as CoreML keeps int64 constants in int32.
+    key = torch.where(valid, flat, torch.iinfo(torch.int32).max)
     if raster_unless_more:
         n_peaks = is_peak.flatten(-2).sum(-1, keepdim=True)
         slot = torch.arange(max_peaks, device=cms.device).expand_as(flat)
         key = torch.where(n_peaks <= max_peaks, key, slot)
     # A top-k with a constant K (not argsort, whose K the exporter takes from a shape).
     order = torch.topk(key, max_peaks, dim=-1, largest=False).indices
-    return values.gather(-1, order), flat.gather(-1, order), valid.gather(-1, order)
+    kept = values.gather(-1, order)
+    # Validity from the kept values: CoreML gathers no booleans.
+    return kept, flat.gather(-1, order), kept > float("-inf")
 
 
 def top_local_peaks(

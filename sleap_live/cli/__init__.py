@@ -7,7 +7,8 @@ Commands::
     sleap-live --camera 0 -m MODEL ...          (`run` may be left out)
     sleap-live replay VIDEO --fps 30 -m MODEL   (a file paced like a camera)
     sleap-live cameras                          (the cameras and their modes)
-    sleap-live export MODEL_DIR [MODEL_DIR2] -o OUT [--format onnx|torchscript]
+    sleap-live export MODEL_DIR [MODEL_DIR2] -o OUT [--format onnx|torchscript|web|pt2|...]
+    sleap-live serve-web DIR                    (a web export, served on 127.0.0.1)
     sleap-live bench VIDEO -m MODEL [--json bench.json]
     sleap-live recover FILE.slp                 (the .slp of a killed run, from its journal)
     sleap-live check-tensorrt MODEL.onnx        (what TensorRT would refuse or change)
@@ -15,8 +16,8 @@ Commands::
     sleap-live track POSES.slp -o OUT.slp       (the poses tracked again, as sleap-nn)
 
 One parser holds every subcommand (`run.py`, `cameras.py`, `export.py`, `bench.py`,
-`check.py`, `recover.py`, `render.py`, `track.py`), built from the options they share
-(`options.py`, `tracking_options.py`).
+`check.py`, `recover.py`, `render.py`, `track.py`, `serve_web.py`), built from the
+options they share (`options.py`, `tracking_options.py`).
 `python -m sleap_live` is the same command.
 
 Exit status: 0 done, 1 a source, model or output failed, 2 bad arguments,
@@ -43,7 +44,17 @@ from types import FrameType
 
 from rich.console import Console
 
-from sleap_live.cli import bench, cameras, check, export, recover, render, run, track
+from sleap_live.cli import (
+    bench,
+    cameras,
+    check,
+    export,
+    recover,
+    render,
+    run,
+    serve_web,
+    track,
+)
 from sleap_live.cli.options import PROG, Parser, UsageError
 from sleap_live.engines.errors import EngineError
 from sleap_live.stream.errors import StreamError
@@ -63,6 +74,7 @@ COMMANDS = (
     "recover",
     "render",
     "track",
+    "serve-web",
 )
 
 
@@ -158,6 +170,7 @@ def parser() -> argparse.ArgumentParser:
     recover.add_parser(commands)
     render.add_parser(commands)
     track.add_parser(commands)
+    serve_web.add_parser(commands)
     return top
 
 

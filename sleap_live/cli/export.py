@@ -19,6 +19,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from sleap_live.cli.options import (
+    PROG,
     UsageError,
     add_inference_options,
     add_verify_options,
@@ -27,12 +28,25 @@ from sleap_live.cli.options import (
     verify_options,
 )
 from sleap_live.engines.export import DEFAULT_OPSET, EXPORT_FORMATS
+from sleap_live.engines.export.formats import FORMAT_NOTE, FORMAT_TABLE
 from sleap_live.engines.load.metadata import DEFAULT_PROFILE, PROFILES
 
-SUMMARY = "export model directories to one ONNX or TorchScript file, verified against torch"
+SUMMARY = (
+    "export model directories to ONNX, TorchScript, torch.export, OpenVINO, TensorRT, "
+    "TFLite, Core ML or a web page, verified"
+)
 # The default output's ending per format. TensorRT: an export directory (model.onnx,
 # and engines built on this machine's GPU); OpenVINO: IR (.xml + .bin).
-ENDINGS = {"onnx": ".onnx", "torchscript": ".pt", "openvino": ".xml", "tensorrt": "_tensorrt"}
+ENDINGS = {
+    "onnx": ".onnx",
+    "torchscript": ".pt",
+    "openvino": ".xml",
+    "tensorrt": "_tensorrt",
+    "web": "_web",
+    "pt2": ".pt2",
+    "tflite": ".tflite",
+    "coreml": ".mlpackage",
+}
 
 
 def add_parser(commands: Any) -> None:
@@ -45,6 +59,9 @@ def add_parser(commands: Any) -> None:
         "frames in, peaks or instances out. Unless --no-verify, the export is compared "
         "with the torch module on frames that show animals, at two sizes, and fails if "
         "they disagree.",
+        epilog="formats (--format):\n" + format_table() + "\n\n" + FORMAT_NOTE + " A format "
+        "refuses, in one line, a model type it cannot hold. More: the documentation's "
+        "Model formats page.",
     )
     parser.add_argument(
         "model_dirs",
@@ -88,8 +105,12 @@ def add_parser(commands: Any) -> None:
     engine.add_argument(
         "--frame-size",
         type=frame_size,
+        action="append",
         metavar="HxW",
-        help="frame size the engine runs at (default: that of --verify-video's frames)",
+        help="frame size the engine (pt2, tflite, coreml: the program) runs at (default: "
+        "that of --verify-video's frames); "
+        "web: a frame size the page runs, repeatable (default: 480x640, 720x1280 and that "
+        "of --verify-video's frames)",
     )
     engine.add_argument(
         "--batch-size", type=positive_int, default=8, metavar="N", help="largest batch"
@@ -104,6 +125,35 @@ def add_parser(commands: Any) -> None:
     parser.set_defaults(handler=handle)
 
 
+FORMAT_COLUMNS = ("format", "writes", "CPU", "GPU", "graph", "verified against")
+
+
+def format_table() -> str:
+    """The formats as a table of plain text: one row per format, the columns aligned."""
+    rows = [FORMAT_COLUMNS, *_format_rows()]
+    widths = [max(len(row[index]) for row in rows) for index in range(len(FORMAT_COLUMNS) - 1)]
+    lines = []
+    for row in rows:
+        padded = [cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)]
+        lines.append("  ".join([*padded, row[-1]]).rstrip())
+    return "\n".join(lines)
+
+
+def format_table_markdown() -> str:
+    """The same table in Markdown, as docs/export-formats.md holds it."""
+    lines = ["| " + " | ".join(FORMAT_COLUMNS) + " |", "|" + "---|" * len(FORMAT_COLUMNS)]
+    for row in _format_rows():
+        lines.append("| " + " | ".join([f"`{row[0]}`", *row[1:]]) + " |")
+    return "\n".join(lines)
+
+
+def _format_rows() -> list[tuple[str, ...]]:
+    return [
+        (row.argument, row.writes, row.cpu, row.gpu, row.inside, row.verified)
+        for row in FORMAT_TABLE
+    ]
+
+
 def handle(args: argparse.Namespace, console: Console) -> int:
     """Exports, then prints the model type and the verification table (stderr)."""
     if len(args.model_dirs) > 2:
@@ -114,9 +164,12 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     # do not need.
     from sleap_live.engines import export_model
 
+    sizes = args.frame_size or []
     if args.format == "tensorrt":
+        if len(sizes) > 1:
+            raise UsageError("--format tensorrt builds one frame size: give --frame-size once")
         frames = options.get("verify_frames")
-        frame = args.frame_size or (None if frames is None else frames.shape[1:])
+        frame = sizes[0] if sizes else (None if frames is None else frames.shape[1:])
         if frame is None:
             raise UsageError("--format tensorrt needs --frame-size HxW (or --verify-video VIDEO)")
         options.update(
@@ -126,7 +179,13 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             device=args.device,
             notify=lambda line: console.print(escape(line), soft_wrap=True),
         )
-    elif args.format != "openvino":
+    elif args.format == "web":
+        options["frame_sizes"] = sizes
+    elif args.format in ("pt2", "tflite", "coreml"):
+        if len(sizes) > 1:
+            raise UsageError(f"--format {args.format} holds one frame size: give --frame-size once")
+        options["frame_size"] = sizes[0] if sizes else None
+    elif args.format in ("onnx", "torchscript"):
         options["profile"] = args.profile
     output = args.output or default_output(args.model_dirs, ENDINGS[args.format])
     with console.status("exporting") as status:
@@ -138,7 +197,18 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             progress=status.update,
             **options,
         )
-    return _report(console, path, _metadata(path, args.format))
+    exit_status = _report(console, path, _metadata(path, args.format))
+    if args.format == "coreml":
+        from sleap_live.engines.export.coreml import PREDICTION_NOT_RUN
+
+        console.print(
+            f"checked: coremltools' conversion checks and the package's input and outputs; "
+            f"prediction {PREDICTION_NOT_RUN}",
+            soft_wrap=True,
+        )
+    if args.format == "web":
+        console.print(f"open it in a browser: {PROG} serve-web {escape(str(path))}", soft_wrap=True)
+    return exit_status
 
 
 def _metadata(path: Path, format: str) -> Any:
@@ -147,6 +217,10 @@ def _metadata(path: Path, format: str) -> Any:
         from sleap_live.engines.export.tensorrt import read_engine_file
 
         return read_engine_file(path).metadata
+    if format == "web":
+        from sleap_live.engines.export.web import MODEL_FILE
+
+        path = path / MODEL_FILE
     from sleap_live.engines.load.metadata import ExportMetadata, sidecar_path
 
     return ExportMetadata.from_json(sidecar_path(path).read_text(), str(path))
@@ -191,8 +265,9 @@ def verification_table(checks: Sequence[Mapping[str, Any]], tolerance: float) ->
     table grows downwards rather than past the terminal's width.
     """
     source = checks[0].get("frame_source")
+    against = checks[0].get("against", "torch")
     table = Table(
-        title=f"largest difference from torch (tolerance {tolerance:g})",
+        title=f"largest difference from {against} (tolerance {tolerance:g})",
         caption=None if source is None else f"frames: {source}",
     )
     table.add_column("output")

@@ -10,16 +10,6 @@ depend on the machine's load. Skipped where chromium is not installed.
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import json
-import shutil
-import subprocess
-import time
-import urllib.request
-from pathlib import Path
-from typing import Any
-
 import numpy as np
 import pytest
 import sleap_io as sio
@@ -27,8 +17,8 @@ import sleap_io as sio
 from sleap_live.engines.types import FramePoses
 from sleap_live.stream import OutputOptions, Pipeline
 from sleap_live.stream.preview import PreviewServer
+from tests.browser import CHROMIUM, PATIENCE, Browser
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
@@ -36,91 +26,11 @@ pytestmark = [
     ),
 ]
 
-# Real seconds the browser may take to start or to show something: a hang guard only.
-PATIENCE = 60.0
 SHAPE = (96, 128, 1)
 # Two instances, head and tail, of tracks 0 and 1 ("left", "right" in fakes.INFO).
 POINTS = np.array([[[24.0, 20.0], [56.0, 40.0]], [[80.0, 60.0], [110.0, 80.0]]], np.float32)
 # The page's colours of tracks 0 and 1: sleap-io's palette, as render and overlays draw.
 TRACK_COLOURS = [(0, 114, 189), (217, 83, 25)]
-
-
-class Browser:
-    """A headless chromium and its one page, driven over the DevTools protocol."""
-
-    def __init__(self, profile: Path) -> None:
-        assert CHROMIUM is not None
-        self.process = subprocess.Popen(
-            [
-                CHROMIUM,
-                "--headless",
-                "--no-sandbox",  # tests may run as root
-                "--disable-gpu",
-                "--no-first-run",
-                "--no-default-browser-check",
-                "--remote-debugging-address=127.0.0.1",
-                "--remote-debugging-port=0",
-                f"--user-data-dir={profile}",
-                "--window-size=900,700",
-                "about:blank",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        # Chromium writes the port it took, then the browser's path, to this file.
-        active = profile / "DevToolsActivePort"
-        self.wait(lambda: active.exists() and len(active.read_text().split()) == 2, "chromium")
-        port = active.read_text().split()[0]
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as reply:
-            targets = json.load(reply)
-        self.page = next(t["webSocketDebuggerUrl"] for t in targets if t["type"] == "page")
-
-    def call(self, method: str, **params: Any) -> dict[str, Any]:
-        """One DevTools command on the page; its result."""
-        return asyncio.run(self._call(method, params))
-
-    async def _call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        import aiohttp
-
-        async with aiohttp.ClientSession() as session, session.ws_connect(self.page) as ws:
-            await ws.send_json({"id": 1, "method": method, "params": params})
-            async for message in ws:
-                reply = json.loads(message.data)
-                if reply.get("id") == 1:  # anything else is an event
-                    assert "error" not in reply, reply
-                    return dict(reply["result"])
-        raise AssertionError(f"chromium closed the connection during {method}")
-
-    def evaluate(self, expression: str) -> Any:
-        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
-        return result["result"].get("value")
-
-    def text(self, element: str) -> str:
-        return str(self.evaluate(f"document.getElementById({element!r}).textContent"))
-
-    def screenshot(self) -> bytes:
-        return base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"])
-
-    def canvas_pixel(self, x: int, y: int) -> tuple[int, int, int]:
-        rgba = self.evaluate(
-            f"Array.from(document.getElementById('view').getContext('2d')"
-            f".getImageData({x}, {y}, 1, 1).data)"
-        )
-        return tuple(rgba[:3])
-
-    def wait(self, condition: Any, what: str) -> None:
-        give_up = time.monotonic() + PATIENCE
-        while not condition():
-            if self.process.poll() is not None:
-                raise AssertionError(f"chromium exited ({self.process.returncode}) before {what}")
-            if time.monotonic() > give_up:
-                raise AssertionError(f"timed out waiting for {what}")
-            time.sleep(0.05)
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait(PATIENCE)
 
 
 @pytest.fixture

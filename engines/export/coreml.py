@@ -1,0 +1,268 @@
+"""`sleap-live export --format coreml`: the inference model as a Core ML program
+(`.mlpackage`), converted by coremltools.
+
+coremltools converts a TorchScript trace of the model, static and branch-free as
+`--format pt2` takes it (one frame size, frozen as `--frame-size` or the
+verification frames' size; one frame per call), in the "tensorrt" profile for every
+model type (it turns the frames to float32 before anything else: Core ML takes no
+shape of a uint8 tensor). Centroid and top-down models give `max_instances` fixed
+slots per frame; `sleap_live.engines.host.postprocess.instance_list` reads them.
+
+Host steps, besides those of every format (multi-class identity matching): the
+frame goes in as float32 holding the uint8 values (Core ML inputs hold no uint8);
+the program casts it back to uint8 first, so it computes on the same values as
+every other format.
+
+Refused in one line (`REFUSED`): bottom-up models with part affinity fields, whose
+line scoring's index arithmetic coremltools cannot convert.
+
+Checked here: coremltools' own checks while it converts (each operation's types
+and shapes), then the saved package, loaded back with coremltools, must declare
+the input and the outputs the sleap-live host reads, with their shapes. Core ML
+runs only on macOS, so the program's predictions are not run nor compared here.
+The sleap-live metadata rides along as the package's user-defined metadata
+(`sleap_live`) and beside it as `<package>.json`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+import torch
+
+from sleap_live.engines.errors import ExportError, ModelConfigError, RuntimeUnavailableError
+from sleap_live.engines.export._quiet import first_line, tracer_notes
+from sleap_live.engines.export.exporter import Frames, export_onnx_bytes, fitted_frames
+from sleap_live.engines.export.frames import SYNTHETIC_SIZE, sample_frames, verification_frames
+from sleap_live.engines.export.onnx import embedded_metadata
+from sleap_live.engines.graph.base import InferenceModel
+from sleap_live.engines.host.outputs import output_names
+from sleap_live.engines.load.metadata import (
+    DEFAULT_OPSET,
+    OUTPUT_LAYOUTS,
+    TENSORRT_PROFILE,
+    sidecar_path,
+)
+from sleap_live.engines.notify import Notify
+from sleap_live.engines.settings import InferenceSettings, check_slots
+
+FORMAT = "coreml"
+SUFFIX = ".mlpackage"
+FILE_NAME = "model.mlpackage"
+METADATA_KEY = "sleap_live"
+COREML_INSTALL_HINT = 'pip install "sleap-live[coreml]"'
+# Model types coremltools 9.0 cannot convert, and why (one line each).
+REFUSED = {
+    "bottomup": "coremltools cannot convert the part affinity fields' line scoring "
+    "(its index arithmetic)",
+}
+# What the package says when prediction was not run (Core ML predicts on macOS only).
+PREDICTION_NOT_RUN = "not run: Core ML predicts on macOS only"
+
+
+def export_coreml(
+    paths: Sequence[str | Path],
+    output: str | Path,
+    *,
+    opset: int = DEFAULT_OPSET,
+    verify: bool = True,
+    verify_frames: Frames | None = None,
+    progress: Notify | None = None,
+    settings: InferenceSettings | None = None,
+    frame_size: tuple[int, int] | None = None,
+) -> Path:
+    """Exports one or two model directories to an `.mlpackage` (see the module's notes).
+
+    Args:
+        paths: a model directory, or a centroid and a centered-instance directory.
+        output: the `.mlpackage` to write, or a directory to write `model.mlpackage` into.
+        opset, verify, verify_frames, progress, settings: as for `export_model`; the
+            ONNX export whose metadata the package carries is verified against torch.
+        frame_size: (height, width) the program runs (default: the verification
+            frames'; synthetic frames' without them).
+
+    Returns:
+        The path of the `.mlpackage`.
+
+    Raises:
+        ValueError: `output` ends in another suffix than `.mlpackage`.
+        ModelConfigError: a model type Core ML cannot hold (`REFUSED`), or a centroid
+            or top-down model without `max_instances`.
+        RuntimeUnavailableError: coremltools is not installed.
+        ExportError: coremltools fails on the model, or the saved package does not
+            declare the expected input and outputs.
+        ModelNotFoundError, CheckpointError: as for `export_model`.
+    """
+    from sleap_live.engines.graph.build import load_inference_model
+
+    path = _output_path(output)
+    coremltools = import_coremltools()
+    notify = progress or (lambda _: None)
+    notify("loading model")
+    model = load_inference_model(paths, settings).cpu().eval()
+    model_type = model.info.model_type
+    if model_type in REFUSED:
+        sources = ", ".join(str(path) for path in paths)
+        raise ModelConfigError(
+            f"{sources}: a {model_type} model cannot be exported to Core ML: "
+            f"{REFUSED[model_type]}; use --format onnx"
+        )
+    # Every model type in the "tensorrt" profile: it turns the frames to float32 before
+    # anything else, and Core ML takes no shape of a uint8 tensor.
+    profile = TENSORRT_PROFILE
+    check_slots(model_type, model.info.max_instances)
+    native = model.info.input_channels
+    onnx_bytes = export_onnx_bytes(
+        model,
+        opset=opset,
+        verify=verify,
+        verify_frames=verify_frames,
+        sources=paths,
+        progress=progress,
+    )
+    if verify_frames is not None:
+        frames = verification_frames(native, verify_frames).frames
+    else:
+        frames = sample_frames(1, *SYNTHETIC_SIZE, native)
+    example = fitted_frames(frames[:1], frame_size)
+    names = output_names(model_type, OUTPUT_LAYOUTS[profile])
+    metadata = attrs.evolve(
+        embedded_metadata(onnx_bytes),
+        format=FORMAT,
+        input_channels=(native,),
+        exporter={"coremltools": coremltools.__version__, "torch": torch.__version__},
+        verification=None,
+        profile=profile,
+        output_names=names,
+        tensorrt=None,
+    )
+    notify(f"converting with coremltools for {example.shape[1]}x{example.shape[2]} frames")
+    program = _convert(coremltools, model, example, profile, metadata.input_name, names)
+    program.user_defined_metadata[METADATA_KEY] = metadata.to_json()
+    notify(f"writing {path}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir():
+        shutil.rmtree(path)  # an earlier package: saving merges into an existing one
+    program.save(str(path))
+    check = check_package(path, metadata.input_name, example.shape, names)
+    record = {**metadata.to_dict(), "coreml_check": check}
+    sidecar_path(path).write_text(json.dumps(record, indent=1) + "\n")
+    return path
+
+
+def import_coremltools() -> Any:
+    """The `coremltools` module, or a one-line error saying how to install it."""
+    try:
+        import coremltools
+    except ImportError:
+        raise RuntimeUnavailableError(
+            f"coremltools is not installed; {COREML_INSTALL_HINT}"
+        ) from None
+    return coremltools
+
+
+def check_package(
+    path: Path, input_name: str, frame_shape: Sequence[int], names: Sequence[str]
+) -> dict[str, Any]:
+    """The saved package, loaded back with coremltools, declares `input_name` of
+    `frame_shape` (float32) and the outputs `names`; returns the record of the check.
+
+    Raises:
+        ExportError: it does not.
+    """
+    coremltools = import_coremltools()
+    spec = coremltools.models.MLModel(str(path), skip_model_load=True).get_spec()
+    inputs = {item.name: list(item.type.multiArrayType.shape) for item in spec.description.input}
+    outputs = [item.name for item in spec.description.output]
+    expected = {input_name: [int(n) for n in frame_shape]}
+    if inputs != expected or outputs != list(names):
+        raise ExportError(
+            f"{path}: the Core ML package declares inputs {inputs} and outputs {outputs}, "
+            f"expected {expected} and {list(names)}"
+        )
+    return {
+        "checked": "coremltools' conversion checks; the saved package's input and outputs",
+        "input": {input_name: expected[input_name]},
+        "outputs": outputs,
+        "specification_version": int(spec.specificationVersion),
+        "prediction": PREDICTION_NOT_RUN,
+    }
+
+
+class _FloatFrames(torch.nn.Module):
+    """The model on float32 frames holding uint8 values: Core ML inputs hold no uint8."""
+
+    def __init__(self, model: InferenceModel) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return self.model(frames.to(torch.uint8))
+
+
+def _convert(
+    coremltools: Any,
+    model: InferenceModel,
+    example: np.ndarray,
+    profile: str,
+    input_name: str,
+    names: Sequence[str],
+) -> Any:
+    """`model` in `profile`, static and branch-free, traced on `example` and converted;
+    the model is put back as it was afterwards."""
+    previous = model.profile, model.static, model.branch_free
+    try:
+        model.set_profile(profile).set_static(True).set_branch_free(True)
+        frames = torch.from_numpy(example).float()
+        # The tracer's warnings and coremltools' progress bars (stderr) say nothing here.
+        with tracer_notes(), torch.no_grad():
+            traced = torch.jit.trace(_FloatFrames(model).eval(), (frames,), check_trace=False)
+        _register_missing_ops(coremltools)
+        with tracer_notes(), contextlib.redirect_stderr(io.StringIO()):
+            return coremltools.convert(
+                traced,
+                inputs=[coremltools.TensorType(input_name, shape=frames.shape, dtype=np.float32)],
+                outputs=[coremltools.TensorType(name) for name in names],
+                convert_to="mlprogram",
+                minimum_deployment_target=coremltools.target.macOS15,
+                compute_precision=coremltools.precision.FLOAT32,
+            )
+    except Exception as error:  # coremltools raises many kinds of errors
+        raise ExportError(
+            f"coremltools could not convert the {model.info.model_type} model: {first_line(error)}"
+        ) from error
+    finally:
+        model.set_profile(previous[0]).set_static(previous[1]).set_branch_free(previous[2])
+
+
+def _register_missing_ops(coremltools: Any) -> None:
+    """Teaches coremltools' TorchScript frontend `|` on booleans (aten::__or__), which
+    it lacks though it has `&`, through coremltools' own extension point."""
+    from coremltools.converters.mil import Builder as mb
+    from coremltools.converters.mil.frontend.torch import register_torch_op
+    from coremltools.converters.mil.frontend.torch.ops import _get_inputs
+
+    def bitwise_or(context: Any, node: Any) -> None:
+        x, y = _get_inputs(context, node, expected=2)
+        x, y = mb.cast(x=x, dtype="bool"), mb.cast(x=y, dtype="bool")
+        context.add(mb.logical_or(x=x, y=y, name=node.name))
+
+    # override: the same function again on a later export, not coremltools' own.
+    register_torch_op(bitwise_or, torch_alias=["or"], override=True)
+
+
+def _output_path(output: str | Path) -> Path:
+    path = Path(output)
+    if path.suffix == SUFFIX:
+        return path
+    if path.suffix:
+        raise ValueError(f"{path}: a Core ML export is a '{SUFFIX}' package (or a directory)")
+    return path / FILE_NAME

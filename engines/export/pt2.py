@@ -1,0 +1,252 @@
+"""`sleap-live export --format pt2`: the inference model as a `torch.export` program.
+
+torch.export needs a graph with no branch on a computed value and no shape that a
+computed value decides without bounds it can prove, so the program is the model
+traced static (one frame size, frozen as `--frame-size` or the verification
+frames' size; any batch size) and branch-free (`InferenceModel.set_branch_free`):
+
+- single-instance and bottom-up models (multi-class too): the default profile, the
+  same outputs as `--format onnx`;
+- centroid and top-down models (multi-class too): the "tensorrt" profile, whose
+  instance lists are `max_instances` fixed slots per frame (`--max-instances N`),
+  float32 inside; their outputs are read as the host reads a TensorRT engine's
+  (`sleap_live.engines.host.postprocess.instance_list`).
+
+Everything else (preprocessing, network, peaks, crops) is inside the program; the
+host steps are those of `--format onnx` (bottom-up grouping, multi-class identity
+matching). `torch.export.load(path).module()` runs it in a torch of the same or a
+later version, with no sleap-live installed. The sleap-live metadata rides along as
+the archive's extra file `sleap_live.json` and beside it as `<file>.pt2.json`.
+
+Verification: the model is exported to ONNX as for `--format onnx` (checked against
+torch), then the saved program, loaded back, must give ONNX Runtime's instances on
+that default graph within `TOLERANCE` (coordinates in pixels, scores) on frames of
+its size; each check is recorded in the metadata.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import attrs
+import numpy as np
+import torch
+
+from sleap_live.engines.errors import ExportError, ModelConfigError, ModelNotFoundError
+from sleap_live.engines.export._quiet import first_line
+from sleap_live.engines.export.exporter import Frames, export_onnx_bytes, fitted_frames
+from sleap_live.engines.export.frames import (
+    SYNTHETIC_SIZE,
+    sample_frames,
+    verification_frames,
+    with_animals,
+)
+from sleap_live.engines.export.onnx import embedded_metadata, onnx_exported
+from sleap_live.engines.export.verify import (
+    TOLERANCE,
+    Outputs,
+    compare,
+    detections_per_frame,
+    torch_outputs,
+)
+from sleap_live.engines.graph.base import InferenceModel
+from sleap_live.engines.host.outputs import output_names
+from sleap_live.engines.host.postprocess import instance_list
+from sleap_live.engines.load.metadata import (
+    DEFAULT_OPSET,
+    DEFAULT_PROFILE,
+    OUTPUT_LAYOUTS,
+    TENSORRT_PROFILE,
+    ExportMetadata,
+    sidecar_path,
+)
+from sleap_live.engines.notify import Notify
+from sleap_live.engines.settings import SLOTTED_TYPES, InferenceSettings, check_slots
+
+FORMAT = "pt2"
+SUFFIX = ".pt2"
+FILE_NAME = "model.pt2"
+METADATA_FILE = "sleap_live.json"
+
+
+def export_pt2(
+    paths: Sequence[str | Path],
+    output: str | Path,
+    *,
+    opset: int = DEFAULT_OPSET,
+    verify: bool = True,
+    verify_frames: Frames | None = None,
+    progress: Notify | None = None,
+    settings: InferenceSettings | None = None,
+    frame_size: tuple[int, int] | None = None,
+) -> Path:
+    """Exports one or two model directories to a `.pt2` program (see the module's notes).
+
+    Args:
+        paths: a model directory, or a centroid and a centered-instance directory.
+        output: the `.pt2` file to write, or a directory to write `model.pt2` into.
+        opset, verify, verify_frames, progress, settings: as for `export_model`; the
+            ONNX export the program is checked against uses `opset`.
+        frame_size: (height, width) the program runs (default: the verification
+            frames'; synthetic frames' without verification or frames).
+
+    Returns:
+        The path of the `.pt2` file.
+
+    Raises:
+        ValueError: `output` is a file whose suffix is not `.pt2`.
+        ModelConfigError: a centroid or top-down model without `max_instances`.
+        ExportError: torch.export fails on the model, or the program's outputs differ
+            from ONNX Runtime's.
+        ModelNotFoundError, CheckpointError: as for `export_model`.
+    """
+    from sleap_live.engines.graph.build import load_inference_model
+
+    path = _output_path(output)
+    notify = progress or (lambda _: None)
+    notify("loading model")
+    model = load_inference_model(paths, settings).cpu().eval()
+    model_type = model.info.model_type
+    profile = TENSORRT_PROFILE if model_type in SLOTTED_TYPES else DEFAULT_PROFILE
+    if profile == TENSORRT_PROFILE:
+        check_slots(model_type, model.info.max_instances)
+    native = model.info.input_channels
+    onnx_bytes = export_onnx_bytes(
+        model,
+        opset=opset,
+        verify=verify,
+        verify_frames=verify_frames,
+        sources=paths,
+        progress=progress,
+    )
+    source = "synthetic frames"
+    if verify:
+
+        def detect(frames: np.ndarray) -> list[int]:
+            return detections_per_frame(torch_outputs(model, frames), len(frames))
+
+        chosen = with_animals(verification_frames(native, verify_frames, paths), detect)
+        frames, source = chosen.frames, chosen.source
+    elif verify_frames is not None:
+        frames = verification_frames(native, verify_frames).frames
+    else:
+        frames = sample_frames(3, *SYNTHETIC_SIZE, native)
+    frames = fitted_frames(frames, frame_size)
+    notify(f"exporting with torch.export for {frames.shape[1]}x{frames.shape[2]} frames")
+    # Two frames: torch.export takes an axis of size 1 for a constant.
+    program = _export_program(model, np.concatenate([frames[:1], frames[:1]]), profile)
+    metadata = attrs.evolve(
+        embedded_metadata(onnx_bytes),
+        format=FORMAT,
+        input_channels=(native,),
+        exporter={"torch": torch.__version__},
+        verification=None,
+        profile=profile,
+        output_names=output_names(model_type, OUTPUT_LAYOUTS[profile]),
+        tensorrt=None,
+    )
+    notify(f"writing {path}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.export.save(program, str(path), extra_files={METADATA_FILE: metadata.to_json()})
+    if verify:
+        loaded = load_pt2(path)
+        reference = onnx_exported(onnx_bytes)
+        records = []
+        for batch in (frames[:1], frames[:3]):
+            notify(f"verifying on frames {tuple(batch.shape)} against ONNX Runtime")
+            outputs = run_pt2(loaded, batch, metadata.output_names)
+            records.append(_check(outputs, reference.run(batch), batch, source))
+        metadata = attrs.evolve(metadata, verification=tuple(records))
+        torch.export.save(program, str(path), extra_files={METADATA_FILE: metadata.to_json()})
+    sidecar_path(path).write_text(metadata.to_json() + "\n")
+    return path
+
+
+def load_pt2(path: str | Path) -> torch.nn.Module:
+    """The runnable module of a `.pt2` export (`torch.export.load(path).module()`).
+
+    Raises:
+        ModelNotFoundError: the file does not exist.
+        ModelConfigError: the file is not a torch.export archive.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ModelNotFoundError(f"{path}: no such .pt2 file")
+    try:
+        return torch.export.load(str(path)).module()
+    except Exception as error:  # a foreign or damaged archive raises many kinds
+        raise ModelConfigError(
+            f"{path}: not a torch.export archive ({first_line(error)})"
+        ) from error
+
+
+def read_pt2_metadata(path: str | Path) -> ExportMetadata:
+    """The sleap-live metadata saved in a `.pt2` export.
+
+    Raises:
+        ModelConfigError: the archive carries none.
+    """
+    extra = {METADATA_FILE: ""}
+    torch.export.load(str(path), extra_files=extra)
+    if not extra[METADATA_FILE]:
+        raise ModelConfigError(f"{path}: no sleap-live metadata; not exported by sleap-live")
+    return ExportMetadata.from_json(extra[METADATA_FILE], str(path))
+
+
+def run_pt2(module: torch.nn.Module, frames: np.ndarray, names: Sequence[str]) -> Outputs:
+    """The outputs of a loaded `.pt2` module on uint8 (B, H, W, C) frames, by name."""
+    with torch.no_grad():
+        outputs = module(torch.from_numpy(frames))
+    return {name: output.numpy() for name, output in zip(names, outputs, strict=True)}
+
+
+def _export_program(
+    model: InferenceModel, example: np.ndarray, profile: str
+) -> torch.export.ExportedProgram:
+    """`model` in `profile`, static and branch-free, exported for any batch of `example`'s
+    frame shape; the model is put back as it was afterwards."""
+    previous = model.profile, model.static, model.branch_free
+    batch = torch.export.Dim("batch", min=1, max=1024)
+    try:
+        model.set_profile(profile).set_static(True).set_branch_free(True)
+        with torch.no_grad():
+            return torch.export.export(
+                model, (torch.from_numpy(example),), dynamic_shapes=({0: batch},), strict=False
+            )
+    except Exception as error:  # torch.export raises many kinds of errors
+        raise ExportError(
+            f"torch.export of the {model.info.model_type} model failed: {first_line(error)}"
+        ) from error
+    finally:
+        model.set_profile(previous[0]).set_static(previous[1]).set_branch_free(previous[2])
+
+
+def _check(
+    actual: Outputs, reference: Outputs, frames: np.ndarray, source: str
+) -> dict[str, object]:
+    """The program's outputs (either layout) against ONNX Runtime's default graph."""
+    shape = "×".join(str(n) for n in frames.shape)
+    comparison = compare(dict(reference), instance_list(actual))
+    if comparison.problems:
+        raise ExportError(
+            f"the .pt2 program differs from ONNX Runtime on {shape} frames by more than "
+            f"{TOLERANCE:g}: {', '.join(comparison.problems)}"
+        )
+    instances = reference.get("instance_frame")
+    return {
+        "frames": list(frames.shape),
+        "instances": None if instances is None else len(instances),
+        "against": "ONNX Runtime",
+        "frame_source": source,
+        "max_abs_diff": comparison.max_abs_diff,
+    }
+
+
+def _output_path(output: str | Path) -> Path:
+    path = Path(output)
+    if path.suffix == SUFFIX:
+        return path
+    if path.suffix:
+        raise ValueError(f"{path}: a pt2 export is a '{SUFFIX}' file (or a directory)")
+    return path / FILE_NAME

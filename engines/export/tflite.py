@@ -1,0 +1,259 @@
+"""`sleap-live export --format tflite`: the inference model as a LiteRT (TFLite)
+flatbuffer, converted from torch by litert-torch.
+
+litert-torch converts a torch.export program of the model, static and branch-free
+as `--format pt2` takes it, for one frame size (`--frame-size`, default the
+verification frames' size) and one frame per call, in the "tensorrt" profile for
+every model type: LiteRT has no uint8 padding, and that profile turns the frames to
+float32 before anything else (`frame_values_input`). Centroid and top-down models
+give `max_instances` fixed slots per frame (`--max-instances N`); single-instance
+and bottom-up models give the same outputs as their TensorRT graphs.
+`sleap_live.engines.host.postprocess.instance_list` reads the slots as the host
+reads a TensorRT engine's.
+
+Host steps, besides those of every format (bottom-up grouping, multi-class identity
+matching): none; the frame goes in as uint8 (B=1, H, W, C).
+
+Refused in one line (`refusal`): a network with transposed convolutions
+(`ConvTranspose2d`, as some centered-instance models have): litert-torch 0.10 has no
+LiteRT form for their stride-2, padding-1 convolution.
+
+Verification: the model is exported to ONNX as for `--format onnx` (checked against
+torch), then the saved `.tflite` file, run by the LiteRT interpreter (`ai-edge-litert`)
+frame by frame, must give ONNX Runtime's instances on that default graph within
+`TOLERANCE` on the verification frames; the checks are recorded in `<file>.json`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+import torch
+
+from sleap_live.engines.errors import ExportError, ModelConfigError, RuntimeUnavailableError
+from sleap_live.engines.export._quiet import first_line, tracer_notes
+from sleap_live.engines.export.exporter import Frames, export_onnx_bytes, fitted_frames
+from sleap_live.engines.export.frames import (
+    SYNTHETIC_SIZE,
+    sample_frames,
+    verification_frames,
+    with_animals,
+)
+from sleap_live.engines.export.onnx import embedded_metadata, onnx_exported
+from sleap_live.engines.export.verify import (
+    TOLERANCE,
+    Outputs,
+    compare,
+    detections_per_frame,
+    torch_outputs,
+)
+from sleap_live.engines.graph.base import InferenceModel
+from sleap_live.engines.host.outputs import output_names
+from sleap_live.engines.host.postprocess import instance_list
+from sleap_live.engines.load.metadata import (
+    DEFAULT_OPSET,
+    OUTPUT_LAYOUTS,
+    TENSORRT_PROFILE,
+    sidecar_path,
+)
+from sleap_live.engines.notify import Notify
+from sleap_live.engines.settings import InferenceSettings, check_slots
+
+FORMAT = "tflite"
+SUFFIX = ".tflite"
+FILE_NAME = "model.tflite"
+TFLITE_INSTALL_HINT = 'pip install "sleap-live[tflite]"'
+
+
+def export_tflite(
+    paths: Sequence[str | Path],
+    output: str | Path,
+    *,
+    opset: int = DEFAULT_OPSET,
+    verify: bool = True,
+    verify_frames: Frames | None = None,
+    progress: Notify | None = None,
+    settings: InferenceSettings | None = None,
+    frame_size: tuple[int, int] | None = None,
+) -> Path:
+    """Exports one or two model directories to a `.tflite` file (see the module's notes).
+
+    Args:
+        paths: a model directory, or a centroid and a centered-instance directory.
+        output: the `.tflite` file to write, or a directory to write `model.tflite` into.
+        opset, verify, verify_frames, progress, settings: as for `export_model`; the
+            ONNX export the file is checked against uses `opset`.
+        frame_size: (height, width) the file runs (default: the verification
+            frames'; synthetic frames' without verification or frames).
+
+    Returns:
+        The path of the `.tflite` file.
+
+    Raises:
+        ValueError: `output` ends in another suffix than `.tflite`.
+        ModelConfigError: a network LiteRT cannot hold (`refusal`), or a centroid or
+            top-down model without `max_instances`.
+        RuntimeUnavailableError: litert-torch or ai-edge-litert is not installed.
+        ExportError: litert-torch fails on the model, or the file's outputs differ
+            from ONNX Runtime's.
+        ModelNotFoundError, CheckpointError: as for `export_model`.
+    """
+    from sleap_live.engines.graph.build import load_inference_model
+
+    path = _output_path(output)
+    litert_torch = import_litert_torch()
+    notify = progress or (lambda _: None)
+    notify("loading model")
+    model = load_inference_model(paths, settings).cpu().eval()
+    model_type = model.info.model_type
+    reason = refusal(model)
+    if reason is not None:
+        names = ", ".join(str(path) for path in paths)
+        raise ModelConfigError(
+            f"{names}: this {model_type} model cannot be exported to TFLite: {reason}; "
+            "use --format onnx"
+        )
+    check_slots(model_type, model.info.max_instances)
+    native = model.info.input_channels
+    onnx_bytes = export_onnx_bytes(
+        model,
+        opset=opset,
+        verify=verify,
+        verify_frames=verify_frames,
+        sources=paths,
+        progress=progress,
+    )
+    source = "synthetic frames"
+    if verify:
+
+        def detect(frames: np.ndarray) -> list[int]:
+            return detections_per_frame(torch_outputs(model, frames), len(frames))
+
+        chosen = with_animals(verification_frames(native, verify_frames, paths), detect)
+        frames, source = chosen.frames, chosen.source
+    elif verify_frames is not None:
+        frames = verification_frames(native, verify_frames).frames
+    else:
+        frames = sample_frames(1, *SYNTHETIC_SIZE, native)
+    frames = fitted_frames(frames, frame_size)
+    notify(f"converting with litert-torch for {frames.shape[1]}x{frames.shape[2]} frames")
+    converted = _convert(litert_torch, model, frames[:1])
+    metadata = attrs.evolve(
+        embedded_metadata(onnx_bytes),
+        format=FORMAT,
+        input_channels=(native,),
+        exporter={"litert-torch": _version("litert-torch"), "torch": torch.__version__},
+        verification=None,
+        profile=TENSORRT_PROFILE,
+        output_names=output_names(model_type, OUTPUT_LAYOUTS[TENSORRT_PROFILE]),
+        tensorrt=None,
+    )
+    notify(f"writing {path}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    converted.export(str(path))
+    if verify:
+        notify(f"verifying {len(frames)} frames in LiteRT against ONNX Runtime")
+        outputs = run_tflite(path, frames, metadata.output_names)
+        check = _check(outputs, onnx_exported(onnx_bytes).run(frames), frames, source)
+        metadata = attrs.evolve(metadata, verification=(check,))
+    sidecar_path(path).write_text(json.dumps(metadata.to_dict(), indent=1) + "\n")
+    return path
+
+
+def refusal(model: InferenceModel) -> str | None:
+    """Why LiteRT cannot hold `model`'s network, or None."""
+    if any(isinstance(module, torch.nn.ConvTranspose2d) for module in model.modules()):
+        return (
+            "its network has transposed convolutions, which litert-torch cannot convert to LiteRT"
+        )
+    return None
+
+
+def import_litert_torch() -> Any:
+    """The `litert_torch` module (the LiteRT interpreter too must be installed), or a
+    one-line error saying how to install them."""
+    try:
+        import ai_edge_litert.interpreter  # noqa: F401  (the verifier's runtime)
+        import litert_torch
+    except ImportError:
+        raise RuntimeUnavailableError(
+            f"litert-torch is not installed; {TFLITE_INSTALL_HINT}"
+        ) from None
+    return litert_torch
+
+
+def run_tflite(path: str | Path, frames: np.ndarray, names: Sequence[str]) -> Outputs:
+    """The outputs of a `.tflite` export on uint8 (B, H, W, C) frames, by name: the
+    LiteRT interpreter runs them one frame at a time."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    runner = Interpreter(model_path=str(path)).get_signature_runner()
+    (input_name,) = runner.get_input_details()
+    # litert-torch names the outputs output_0, output_1, ... in the model's order.
+    keys = sorted(runner.get_output_details(), key=lambda key: int(key.rpartition("_")[2]))
+    per_frame = [runner(**{input_name: frames[index : index + 1]}) for index in range(len(frames))]
+    return {
+        name: np.concatenate([outputs[key] for outputs in per_frame])
+        for name, key in zip(names, keys, strict=True)
+    }
+
+
+def _convert(litert_torch: Any, model: InferenceModel, example: np.ndarray) -> Any:
+    """`model` in the "tensorrt" profile, static and branch-free, converted for frames
+    of `example`'s shape; the model is put back as it was afterwards."""
+    previous = model.profile, model.static, model.branch_free
+    try:
+        model.set_profile(TENSORRT_PROFILE).set_static(True).set_branch_free(True)
+        # litert-torch prints its progress to stdout, and the tracer warns to no purpose.
+        with tracer_notes(), contextlib.redirect_stdout(io.StringIO()), torch.no_grad():
+            return litert_torch.convert(model, (torch.from_numpy(example),))
+    except Exception as error:  # the converter raises many kinds of errors
+        raise ExportError(
+            f"litert-torch could not convert the {model.info.model_type} model: {first_line(error)}"
+        ) from error
+    finally:
+        model.set_profile(previous[0]).set_static(previous[1]).set_branch_free(previous[2])
+
+
+def _check(
+    actual: Outputs, reference: Outputs, frames: np.ndarray, source: str
+) -> dict[str, object]:
+    """The file's outputs (slots) against ONNX Runtime's default graph."""
+    shape = "×".join(str(n) for n in frames.shape)
+    comparison = compare(dict(reference), instance_list(actual))
+    if comparison.problems:
+        raise ExportError(
+            f"the .tflite file differs from ONNX Runtime on {shape} frames by more than "
+            f"{TOLERANCE:g}: {', '.join(comparison.problems)}"
+        )
+    instances = reference.get("instance_frame")
+    return {
+        "frames": list(frames.shape),
+        "instances": None if instances is None else len(instances),
+        "against": "ONNX Runtime",
+        "runtime": f"LiteRT interpreter (ai-edge-litert {_version('ai-edge-litert')})",
+        "frame_source": source,
+        "max_abs_diff": comparison.max_abs_diff,
+    }
+
+
+def _version(distribution: str) -> str:
+    from importlib.metadata import version
+
+    return version(distribution)
+
+
+def _output_path(output: str | Path) -> Path:
+    path = Path(output)
+    if path.suffix == SUFFIX:
+        return path
+    if path.suffix:
+        raise ValueError(f"{path}: a TFLite export is a '{SUFFIX}' file (or a directory)")
+    return path / FILE_NAME

@@ -1,0 +1,226 @@
+"""`sleap-live export --format web`: a static folder that runs the model in a browser.
+
+onnxruntime-web's wasm build has no float64 kernels, and the default graph computes
+its frame-size arithmetic and resize weights in float64 (for any frame size). The
+graph of one frame size (`export_specialised_onnx_bytes`: the shape frozen, the
+passes that leave the image unchanged at it left out) has no float64 left when it
+takes the model's own channel count, and computes the default graph's numbers. So
+the page runs one such graph per frame size the export is made for, and converts
+the browser's RGB frames to the model's channels itself, as sleap-live's host does.
+
+The folder holds:
+
+- `graphs/HxW.onnx`: the graph of each frame size, each checked against the
+  default graph in ONNX Runtime at export time (`TOLERANCE`);
+- `model.onnx`: the default graph (any frame size), verified against torch as for
+  `--format onnx`, for other runtimes and as the reference; its metadata, with the
+  checks of the size graphs, in `model.onnx.json`;
+- `model.json`: what the page needs (skeleton, palette, frame sizes, input, the
+  luma weights the host converts colour frames with);
+- `index.html` and `app.js`: the page (webcam or video file, skeleton drawn over
+  the frames, fps and latency, poses as JSON or CSV);
+- `ort/`: onnxruntime-web, copied in (`sleap_live.engines.export.web_runtime`), so
+  the page works offline. `sleap-live serve-web FOLDER` serves it on 127.0.0.1.
+
+A frame of a size the export has no graph for is refused on the page, in one line
+naming the `--frame-size` to export with. The page decodes instance lists only:
+single-instance, centroid and top-down models. Bottom-up grouping and multi-class
+identity matching run on the host in sleap-live (`sleap_live.engines.host`), not in
+the page, so those model types are refused.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+
+from sleap_live.engines.errors import ExportError
+from sleap_live.engines.export.exporter import (
+    Frames,
+    export_onnx_bytes,
+    export_specialised_onnx_bytes,
+    fitted_frames,
+)
+from sleap_live.engines.export.frames import verification_frames
+from sleap_live.engines.export.onnx import embedded_metadata, onnx_exported
+from sleap_live.engines.export.verify import TOLERANCE, compare
+from sleap_live.engines.export.web_runtime import (
+    ONNXRUNTIME_WEB_VERSION,
+    copy_runtime,
+    onnxruntime_web_dist,
+)
+from sleap_live.engines.host.frames import GRAY_WEIGHTS
+from sleap_live.engines.load.metadata import (
+    DEFAULT_OPSET,
+    ExportMetadata,
+    sidecar_path,
+)
+from sleap_live.engines.notify import Notify
+from sleap_live.engines.settings import InferenceSettings
+
+FORMAT = "web"
+MODEL_FILE = "model.onnx"
+GRAPHS_FOLDER = "graphs"
+# Without --frame-size: the webcam sizes most often met (VGA, HD), and the size of the
+# verification video's frames when one is given.
+DEFAULT_FRAME_SIZES = ((480, 640), (720, 1280))
+PAGE_FILES = ("index.html", "app.js")
+RUNTIME_FOLDER = "ort"
+# Model types whose outputs the page decodes (instance lists, no identities).
+WEB_MODEL_TYPES = ("single_instance", "centroid", "topdown")
+
+
+def export_web(
+    paths: Sequence[str | Path],
+    output: str | Path,
+    *,
+    opset: int = DEFAULT_OPSET,
+    verify: bool = True,
+    verify_frames: Frames | None = None,
+    progress: Notify | None = None,
+    settings: InferenceSettings | None = None,
+    frame_sizes: Sequence[tuple[int, int]] = (),
+) -> Path:
+    """Exports one or two model directories to a web folder (see the module's notes).
+
+    Args:
+        paths: a model directory, or a centroid and a centered-instance directory.
+        output: the folder to write; it must be empty, missing, or an earlier web
+            export (whose files are replaced).
+        opset, verify, verify_frames, progress, settings: as for `export_model`.
+        frame_sizes: (height, width) of the frames the page will run on, one graph
+            each; default `DEFAULT_FRAME_SIZES` and the size of `verify_frames`.
+
+    Returns:
+        The folder.
+
+    Raises:
+        ValueError: `output` is a file, or a folder holding other things.
+        ModelConfigError: a model type the page cannot decode (bottom-up, multi-class).
+        RuntimeUnavailableError: onnxruntime-web cannot be had (no npm, no network).
+        ModelNotFoundError, CheckpointError, ExportError: as for `export_model`.
+    """
+    from sleap_live.engines.errors import ModelConfigError
+    from sleap_live.engines.graph.build import load_inference_model
+
+    folder = _output_folder(Path(output))
+    notify = progress or (lambda _: None)
+    notify("loading model")
+    model = load_inference_model(paths, settings)
+    model_type = model.info.model_type
+    if model_type not in WEB_MODEL_TYPES:
+        names = ", ".join(str(path) for path in paths)
+        raise ModelConfigError(
+            f"{names}: a {model_type} model cannot run in the web page, which decodes "
+            f"instance lists only ({', '.join(WEB_MODEL_TYPES)}); its grouping runs on the "
+            "host (use --format onnx)"
+        )
+    notify(f"getting onnxruntime-web {ONNXRUNTIME_WEB_VERSION}")
+    dist = onnxruntime_web_dist()
+    onnx_bytes = export_onnx_bytes(
+        model,
+        opset=opset,
+        verify=verify,
+        verify_frames=verify_frames,
+        sources=paths,
+        progress=progress,
+    )
+    channels = model.info.input_channels
+    candidates = verification_frames(channels, verify_frames, paths).frames[:2]
+    given_size = None if verify_frames is None else candidates.shape[1:3]
+    sizes = _frame_sizes(frame_sizes, given_size)
+    reference = onnx_exported(onnx_bytes)
+    graphs: dict[tuple[int, int], bytes] = {}
+    checks = []
+    for height, width in sizes:
+        notify(f"exporting the graph of {height}x{width} frames")
+        graph = export_specialised_onnx_bytes(model, (height, width, channels), opset=opset)
+        frames = fitted_frames(candidates, (height, width))
+        notify(f"checking the {height}x{width} graph against the default graph")
+        comparison = compare(reference.run(frames), onnx_exported(graph).run(frames))
+        if comparison.problems:
+            raise ExportError(
+                f"the {height}x{width} graph differs from the default graph by more than "
+                f"{TOLERANCE:g}: {', '.join(comparison.problems)}"
+            )
+        checks.append({"frames": list(frames.shape), "max_abs_diff": comparison.max_abs_diff})
+        graphs[(height, width)] = graph
+    notify(f"writing {folder}")
+    metadata = attrs.evolve(embedded_metadata(onnx_bytes), format=FORMAT)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / MODEL_FILE).write_bytes(onnx_bytes)
+    record = {**metadata.to_dict(), "web_graphs": checks}
+    sidecar_path(folder / MODEL_FILE).write_text(json.dumps(record, indent=1) + "\n")
+    (folder / GRAPHS_FOLDER).mkdir(exist_ok=True)
+    for (height, width), graph in graphs.items():
+        (folder / GRAPHS_FOLDER / f"{height}x{width}.onnx").write_bytes(graph)
+    (folder / "model.json").write_text(json.dumps(page_model(metadata, sizes), indent=1) + "\n")
+    page = resources.files("sleap_live.engines.export") / "web_page"
+    for name in PAGE_FILES:
+        (folder / name).write_bytes((page / name).read_bytes())
+    copy_runtime(dist, folder / RUNTIME_FOLDER)
+    return folder
+
+
+def page_model(metadata: ExportMetadata, sizes: Sequence[tuple[int, int]]) -> dict[str, Any]:
+    """What the page reads from `model.json`: names, skeleton, colours and the input."""
+    from sleap_io.rendering.colors import PALETTES
+
+    from sleap_live.stream.outputs.overlay import DEFAULT_PALETTE
+
+    info = metadata.info
+    names = [Path(str(source["path"])).name for source in metadata.sources]
+    return {
+        "name": "+".join(names) or info.model_type,
+        "model_type": info.model_type,
+        "nodes": list(info.skeleton.node_names),
+        "edges": [list(edge) for edge in info.skeleton.edges],
+        "palette": [f"#{r:02x}{g:02x}{b:02x}" for r, g, b in PALETTES[DEFAULT_PALETTE]],
+        "input_name": metadata.input_name,
+        # The size graphs take the model's own channel count; the page converts to it.
+        "input_channels": info.input_channels,
+        "graphs": {
+            f"{height}x{width}": f"{GRAPHS_FOLDER}/{height}x{width}.onnx" for height, width in sizes
+        },
+        # float32 values as the host's conversion rounds them (exact in a JS double).
+        "gray_weights": [float(np.float32(weight)) for weight in GRAY_WEIGHTS],
+        "onnxruntime_web": ONNXRUNTIME_WEB_VERSION,
+    }
+
+
+def _frame_sizes(
+    given: Sequence[tuple[int, int]], video_size: tuple[int, ...] | None
+) -> list[tuple[int, int]]:
+    """The frame sizes to make graphs for, each once, in order."""
+    sizes = [(int(height), int(width)) for height, width in given]
+    if not sizes:
+        sizes = list(DEFAULT_FRAME_SIZES)
+        if video_size is not None:
+            sizes.insert(0, (int(video_size[0]), int(video_size[1])))
+    for height, width in sizes:
+        if height < 1 or width < 1:
+            raise ValueError(f"frame sizes must be at least 1x1, got {height}x{width}")
+    return list(dict.fromkeys(sizes))
+
+
+def is_web_export(folder: Path) -> bool:
+    """Whether `folder` holds a web export (its page, model and runtime)."""
+    return all((folder / name).is_file() for name in (*PAGE_FILES, MODEL_FILE, "model.json"))
+
+
+def _output_folder(folder: Path) -> Path:
+    if folder.is_file():
+        raise ValueError(f"{folder}: a web export is a folder, and this is a file")
+    if folder.is_dir() and any(folder.iterdir()) and not is_web_export(folder):
+        raise ValueError(f"{folder}: not empty and not a web export; give a new or empty folder")
+    if folder.is_dir() and (folder / RUNTIME_FOLDER).is_dir():
+        # An earlier export's runtime: replaced whole, so no file of another version stays.
+        shutil.rmtree(folder / RUNTIME_FOLDER)
+    return folder

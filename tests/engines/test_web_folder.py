@@ -1,0 +1,86 @@
+"""The web export's folder and `serve-web` without a browser: what the server sends, and
+the one-line refusals (a folder that is no web export, a model type the page cannot
+decode, an output folder holding other things). The page itself runs in
+test_web_export.py."""
+
+from __future__ import annotations
+
+import threading
+import urllib.request
+from pathlib import Path
+
+from sleap_live import cli
+from sleap_live.cli.serve_web import web_server
+from tests.engines.goldens import DATA
+
+PAGE_FILES = ("index.html", "app.js", "model.onnx", "model.json")
+
+
+def fake_export(folder: Path) -> Path:
+    folder.mkdir()
+    for name in PAGE_FILES:
+        (folder / name).write_text(name)
+    (folder / "ort").mkdir()
+    (folder / "ort" / "runtime.wasm").write_bytes(b"\0asm")
+    (folder / "ort" / "runtime.mjs").write_text("export {};")
+    return folder
+
+
+def test_serve_web_sends_the_isolation_headers_and_the_module_and_wasm_types(tmp_path):
+    server = web_server(fake_export(tmp_path / "site"), 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        assert server.server_address[0] == "127.0.0.1"
+        base = f"http://127.0.0.1:{server.server_address[1]}/"
+        with urllib.request.urlopen(base, timeout=10) as reply:
+            assert reply.read() == b"index.html"
+            assert reply.headers["Cross-Origin-Opener-Policy"] == "same-origin"
+            assert reply.headers["Cross-Origin-Embedder-Policy"] == "require-corp"
+        for path, kind in [
+            ("ort/runtime.wasm", "application/wasm"),
+            ("ort/runtime.mjs", "text/javascript"),
+            ("app.js", "text/javascript"),
+        ]:
+            with urllib.request.urlopen(base + path, timeout=10) as reply:
+                assert reply.headers["Content-Type"] == kind, path
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_serve_web_refuses_a_folder_that_is_no_web_export_in_one_line(tmp_path, capsys):
+    (tmp_path / "other").mkdir()
+    assert cli.main(["serve-web", str(tmp_path / "other")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1
+    assert "other: not a web export" in error and "--format web" in error
+    assert cli.main(["serve-web", str(tmp_path / "missing")]) == 2
+    assert "missing: no such folder" in capsys.readouterr().err
+
+
+def test_web_export_refuses_a_bottomup_model_in_one_line(tmp_path, capsys):
+    output = tmp_path / "web"
+    argv = ["export", str(DATA / "models" / "bottomup"), "--format", "web", "-o", str(output)]
+    assert cli.main(argv) == 1
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1
+    assert "a bottomup model cannot run in the web page" in error
+    assert not output.exists()
+
+
+def test_web_export_never_writes_into_a_folder_holding_other_things(tmp_path, capsys):
+    output = tmp_path / "mine"
+    output.mkdir()
+    (output / "notes.txt").write_text("keep")
+    argv = ["export", str(DATA / "models" / "single_instance"), "--format", "web"]
+    assert cli.main([*argv, "-o", str(output)]) == 2
+    assert "not empty and not a web export" in capsys.readouterr().err
+    assert [path.name for path in output.iterdir()] == ["notes.txt"]
+
+
+def test_tensorrt_takes_one_frame_size(tmp_path, capsys):
+    sizes = ["--frame-size", "4x4", "--frame-size", "8x8"]
+    argv = ["export", str(DATA / "models" / "single_instance"), "--format", "tensorrt", *sizes]
+    assert cli.main([*argv, "-o", str(tmp_path / "trt")]) == 2
+    assert "give --frame-size once" in capsys.readouterr().err
