@@ -20,8 +20,11 @@ graph, frame size and thread count:
   Runtime.
 
 The choice is told in one line (`CpuChoice.line`) whenever OpenVINO is installed.
-Top-down graphs always run on ONNX Runtime (`CROP_MODEL_TYPES`), and
-`SLEAP_LIVE_CPU_ENGINE=onnx|openvino` pins the choice without measuring.
+OpenVINO is considered only where it runs: a graph it cannot read or compile
+stays on ONNX Runtime, saying why. Top-down graphs are measured like any other
+(the OpenVINO runner answers a batch without animals on the host, see
+`sleap_live.engines.runners.openvino`). `SLEAP_LIVE_CPU_ENGINE=onnx|openvino` pins
+the choice without measuring.
 """
 
 from __future__ import annotations
@@ -39,10 +42,11 @@ from typing import Any, TypeVar
 import attrs
 import numpy as np
 
+from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.notify import Notify
 from sleap_live.engines.optional import openvino_installed
 from sleap_live.engines.runners.base import Runner
-from sleap_live.engines.runners.openvino import CROP_MODEL_TYPES, LOG
+from sleap_live.engines.runners.openvino import LOG
 
 ONNX = "onnx"
 OPENVINO = "openvino"
@@ -116,10 +120,6 @@ def choose_cpu_runner(
     if pinned == ONNX or not openvino_installed():
         return onnx_runner()
     onnx = onnx_runner()
-    if onnx.info.model_type in CROP_MODEL_TYPES:
-        reason = "OpenVINO's CPU plugin refuses a top-down graph's empty crop batch"
-        notice(CpuChoice(ONNX, None, None, (), reason).line())
-        return onnx
     if frames is None:
         choice = CpuChoice(ONNX, None, None, (), "no verification frames to time OpenVINO on")
         notice(choice.line())
@@ -135,10 +135,12 @@ def choose_cpu_runner(
             return onnx
         onnx.close()
         return openvino_runner()
-    runners: dict[str, OnnxRuntimeRunner | OpenVINORunner] = {
-        ONNX: onnx,
-        OPENVINO: openvino_runner(),
-    }
+    try:
+        openvino = openvino_runner()
+    except ModelConfigError as error:
+        notice(CpuChoice(ONNX, None, None, (), f"OpenVINO cannot run this graph: {error}").line())
+        return onnx
+    runners: dict[str, OnnxRuntimeRunner | OpenVINORunner] = {ONNX: onnx, OPENVINO: openvino}
     timings = measure(runners, frames)
     engine = OPENVINO if timings[OPENVINO] < MARGIN * timings[ONNX] else ONNX
     choice = CpuChoice(
