@@ -1,7 +1,7 @@
 """What `--precision int8` costs and gains, for every lab model: its error and its speed-up.
 
     .venv/bin/python scripts/bench_int8.py [--lab NAME]... [--frames 300] [--held-out 64]
-        [--batch-size 8] [--rounds 5] [--json PATH]
+        [--batch-size 8] [--rounds 5] [--no-verify] [--json PATH]
 
 For each lab model (`fixtures.lab.LAB_MODELS`; all of them by default), on a clip of
 its own scene (H.264, `--frames` long, rendered into a temporary folder):
@@ -57,7 +57,13 @@ def held_out_frames(video: Path, count: int) -> np.ndarray:
 
 
 def bench_model(
-    name: str, workdir: Path, frames: int, held_out: int, batch_size: int, rounds: int
+    name: str,
+    workdir: Path,
+    frames: int,
+    held_out: int,
+    batch_size: int,
+    rounds: int,
+    verify: bool = True,
 ) -> dict[str, Any]:
     """One lab model's int8 figures (module docstring)."""
     entry = lab_model(name)
@@ -67,6 +73,8 @@ def bench_model(
     cache = workdir / f"cache-{name}"
     models = [str(path) for path in entry.paths]
     options: dict[str, Any] = {"engine": "onnx", "device": "cpu", "cache_dir": cache}
+    if not verify:
+        options["verify"] = False
     fp32 = load_runner(models, verify_frames=calibration, **options)
     said = io.StringIO()  # the line int8 prints at load (on stderr)
     with contextlib.redirect_stderr(said):
@@ -130,13 +138,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--no-verify", action="store_true", help="skip the float32 export's check against torch"
+    )
     args = parser.parse_args(argv)
     names = args.lab or [m.name for m in LAB_MODELS]
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
         for name in names:
             row = bench_model(
-                name, Path(workdir), args.frames, args.held_out, args.batch_size, args.rounds
+                name,
+                Path(workdir),
+                args.frames,
+                args.held_out,
+                args.batch_size,
+                args.rounds,
+                verify=not args.no_verify,
             )
             print(f"{name}: {row['load_line']}", flush=True)
             rows.append(row)
