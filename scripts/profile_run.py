@@ -63,6 +63,7 @@ from sleap_live.stream.runner import load_for_source  # noqa: E402
 IMPORTED = time.time()
 
 FFMPEG = "FFmpeg's threads"
+UNNAMED = "native, unnamed (ONNX Runtime's intra-op pool, OpenMP)"
 # Seconds between samples of the threads' CPU times.
 SAMPLE_S = 0.05
 # The runner modules whose host decoding is timed (each calls its module's `decode`).
@@ -108,10 +109,15 @@ class ThreadCpu:
 
 
 def _kernel_name(thread_id: int) -> str:
+    """A native thread's kernel name; one that never named itself carries the
+    process's (ONNX Runtime's intra-op pool, OpenMP's workers)."""
     try:
-        return "native: " + Path(f"/proc/self/task/{thread_id}/comm").read_text().strip()
+        name = Path(f"/proc/self/task/{thread_id}/comm").read_text().strip()
     except OSError:
         return "native: (ended)"
+    if name == Path("/proc/self/comm").read_text().strip():
+        return UNNAMED
+    return f"native: {name}"
 
 
 @contextmanager
@@ -174,7 +180,7 @@ def profile(
         write_s = time.perf_counter() - joined
         ended = time.time()
         timeline = pipeline.timeline
-        stats = pipeline.stats()
+        stats = pipeline.stats
         runner_name = type(runner).__name__
         runner.close()
     usage = resource.getrusage(resource.RUSAGE_SELF)

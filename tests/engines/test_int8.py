@@ -186,3 +186,31 @@ def test_int8_without_frames_to_calibrate_on_is_one_line(quantised):
     _, _, _, onnx_bytes, _ = quantised
     with pytest.raises(ModelConfigError, match="int8 is calibrated on frames that show animals"):
         int8_module.int8_runner(onnx_bytes, threads=1, verify_frames=None, cache_root=None)
+
+
+@pytest.mark.parametrize(
+    ("engine", "precision", "refusal"),
+    [
+        ("auto", "int8", None),
+        ("onnx", "int8", None),
+        ("openvino", "bf16", None),
+        ("onnx", "fp32", None),
+        ("torch", "int8", "--precision int8 is an option of --engine onnx or auto"),
+        ("openvino", "int8", "--precision int8 is an option of --engine onnx or auto"),
+        ("onnx", "bf16", "--precision bf16 is an option of --engine openvino"),
+        ("tensorrt", "fp32", "--precision fp32 is an option of --engine openvino or onnx or auto"),
+    ],
+)
+def test_the_cli_takes_each_precision_with_its_engines(engine, precision, refusal):
+    import argparse
+
+    from sleap_live.cli.options import UsageError, add_model_options, engine_options
+
+    parser = argparse.ArgumentParser()
+    add_model_options(parser, batch_size=None, batch_size_help="")
+    args = parser.parse_args(["-m", "m", "--engine", engine, "--precision", precision])
+    if refusal is None:
+        assert engine_options(args) == {"precision": precision}
+    else:
+        with pytest.raises(UsageError, match=refusal):
+            engine_options(args)
