@@ -11,15 +11,11 @@ import attrs
 
 from sleap_live.engines.runners.base import Runner
 from sleap_live.engines.runners.devices import onnx_device
+from sleap_live.engines.runners.precisions import INT8
 from sleap_live.engines.runners.specialise import SpecialisedGraphs
 
 # OpenVINO's compiled models go in this folder of the cache root.
 OPENVINO_FOLDER = "openvino"
-# The precisions engine "onnx" (and "auto" on the CPU) takes: "int8" quantises the
-# networks (`sleap_live.engines.runners.int8`).
-FP32 = "fp32"
-INT8 = "int8"
-ONNX_PRECISIONS = (FP32, INT8)
 
 
 @attrs.frozen

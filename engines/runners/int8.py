@@ -43,8 +43,8 @@ from sleap_live.engines.host.compare import pose_difference
 from sleap_live.engines.load.export_cache import ExportCache
 from sleap_live.engines.notify import Notify, notice
 from sleap_live.engines.runners.cpu_choice import measure
-from sleap_live.engines.runners.cpu_runners import FP32, INT8
 from sleap_live.engines.runners.onnx import OnnxRunner
+from sleap_live.engines.runners.precisions import FP32, INT8
 
 # Frames with animals kept for calibration and the check.
 CALIBRATION_FRAMES = 16

@@ -48,8 +48,8 @@ from sleap_live.engines.runners import devices
 from sleap_live.engines.runners.base import Runner
 from sleap_live.engines.runners.compile_modes import COMPILE_MODES
 from sleap_live.engines.runners.constructors import GPU_OPTIONS, Request
-from sleap_live.engines.runners.cpu_runners import FP32, INT8, ONNX_PRECISIONS
 from sleap_live.engines.runners.devices import DEVICE_FORMS, is_device
+from sleap_live.engines.runners.precisions import FP32, INT8, ONNX_PRECISIONS
 from sleap_live.engines.settings import InferenceSettings
 
 __all__ = ["COMPILE_MODES", "ENGINES", "ENGINE_SUFFIXES", "RUNNERS", "load_runner"]
@@ -171,7 +171,8 @@ def _check_onnx_precision(request: Request, kind: str) -> None:
     if precision not in ONNX_PRECISIONS:
         raise ValueError(
             f"precision {precision!r} with engine {request.engine!r}: ONNX Runtime runs "
-            f"{' or '.join(ONNX_PRECISIONS)} (bf16 is engine 'openvino''s, fp16 'tensorrt''s)"
+            f"{' or '.join(ONNX_PRECISIONS)} (bf16 runs with engine 'openvino', fp16 with "
+            "'tensorrt')"
         )
     if precision != INT8:
         return
