@@ -1,7 +1,7 @@
 """What `--precision int8` costs and gains, for every lab model: its error and its speed-up.
 
     .venv/bin/python scripts/bench_int8.py [--lab NAME]... [--frames 300] [--held-out 64]
-        [--batch-size 8] [--rounds 5] [--no-verify] [--json PATH]
+        [--batch-size 8] [--rounds 5] [--no-verify] [--workdir DIR] [--json PATH]
 
 For each lab model (`fixtures.lab.LAB_MODELS`; all of them by default), on a clip of
 its own scene (H.264, `--frames` long, rendered into a temporary folder):
@@ -18,6 +18,11 @@ its own scene (H.264, `--frames` long, rendered into a temporary folder):
    found by one only), and both runners are timed in alternation over those frames
    in batches of `--batch-size` (`cpu_choice.measure`, `--rounds` rounds, median
    ms per frame, whole `runner.run`).
+
+`--workdir DIR` keeps the clips and each model's cache (float32 export, int8
+graphs) there instead of a temporary folder, so a second run (another
+quantisation setting: the settings are part of the int8 cache key) exports
+nothing again.
 
 Times are wall-clock on this machine as it is; the load average at the start and
 end of each model is printed with it, since on a shared machine the speed-up,
@@ -67,7 +72,9 @@ def bench_model(
 ) -> dict[str, Any]:
     """One lab model's int8 figures (module docstring)."""
     entry = lab_model(name)
-    video = write_clip(workdir / f"{entry.scene}.mp4", entry.scene, frames)
+    video = workdir / f"{entry.scene}-{frames}.mp4"
+    if not video.is_file():  # written aside first: an interrupted write is not reused
+        write_clip(video.with_suffix(".partial.mp4"), entry.scene, frames).replace(video)
     calibration = spread_frames(video)
     load_before = os.getloadavg()[0]
     cache = workdir / f"cache-{name}"
@@ -138,17 +145,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--workdir", type=Path, help="keep clips and caches here (reused)")
     parser.add_argument(
         "--no-verify", action="store_true", help="skip the float32 export's check against torch"
     )
     args = parser.parse_args(argv)
     names = args.lab or [m.name for m in LAB_MODELS]
     rows = []
-    with tempfile.TemporaryDirectory() as workdir:
+    with contextlib.ExitStack() as stack:
+        workdir = args.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        workdir.mkdir(parents=True, exist_ok=True)
         for name in names:
             row = bench_model(
                 name,
-                Path(workdir),
+                workdir,
                 args.frames,
                 args.held_out,
                 args.batch_size,
