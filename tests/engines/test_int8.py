@@ -18,6 +18,8 @@ from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.export import quantise
 from sleap_live.engines.export.quantise import INT8_FOLDER, network_nodes
 from sleap_live.engines.host.compare import pose_difference
+from sleap_live.engines.load.export_cache import ExportCache, cache_key
+from sleap_live.engines.notify import quiet
 from sleap_live.engines.runners import int8 as int8_module
 from sleap_live.engines.runners.int8 import Int8Check
 from sleap_live.engines.runners.load import load_runner
@@ -51,12 +53,12 @@ def _models() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def quantised(tmp_path_factory):
+def quantised(warm_export_cache, tmp_path_factory):
     """The int8 runner, its load line, the float32 export and the cache it went in."""
     folder = tmp_path_factory.mktemp("int8_cache")
     lines: list[str] = []
     frames = _frames()[CALIBRATION]
-    onnx_bytes = _export_bytes()
+    onnx_bytes = _shared_export(warm_export_cache)
     fp32 = OnnxRunner(onnx_bytes, intra_op_threads=1)
     runner = int8_module.int8_runner(
         onnx_bytes,
@@ -70,12 +72,14 @@ def quantised(tmp_path_factory):
     fp32.close()
 
 
-def _export_bytes() -> bytes:
-    """The fixture's float32 export (unverified: the parity suite checks its poses)."""
-    from sleap_live.engines.export.exporter import export_onnx_bytes
-    from sleap_live.engines.graph.build import load_inference_model
-
-    return export_onnx_bytes(load_inference_model(_models()), verify=False)
+def _shared_export(cache_root: Path) -> bytes:
+    """The fixture's float32 export, from the session's shared cache (exported and
+    verified once for the whole suite; `verify_frames` is no part of the key)."""
+    key = cache_key([Path(m) for m in _models()], {})
+    assert key is not None
+    onnx_bytes = ExportCache(cache_root, quiet).read(key)
+    assert onnx_bytes is not None, "the warm export cache holds every fixture case"
+    return onnx_bytes
 
 
 def test_int8_says_its_error_and_speed_up_at_load_and_keeps_close_to_fp32(quantised):
