@@ -11,8 +11,10 @@ graph, frame size and thread count:
 - OpenVINO wins only if its median is below `MARGIN` times ONNX Runtime's, so
   noise does not flip the choice back and forth;
 - the result is kept in the cache directory (`cpu_engine/<key>.json`; the key
-  hashes the graph without its metadata, the frame shape, the thread count, the
-  CPU's model name and core count, and both runtimes' versions), so only the
+  hashes the graph without its metadata, the frame shape (not how many frames
+  were timed: the verification frames are read within a time budget, so a busy
+  machine reads fewer, and must not measure again for that), the thread count,
+  the CPU's model name and core count, and both runtimes' versions), so only the
   first start of a model on a machine pays for the measurement (about one
   OpenVINO compilation plus 2 x (1 + ROUNDS) batches); an unreadable entry is
   measured again;
@@ -175,7 +177,7 @@ def _key(model: str | Path | bytes, frames: np.ndarray, threads: int | None) -> 
     # costs most of a warm start. A re-export (new metadata) is measured once more.
     digest = hashlib.sha256(model if isinstance(model, bytes) else Path(model).read_bytes())
     parts = {
-        "frames": list(frames.shape),
+        "frame_shape": list(frames.shape[1:]),
         "threads": threads,
         "cpu": _cpu_name(),
         "cores": os.cpu_count(),
