@@ -109,7 +109,7 @@ def _with_empty_frames(frames: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("name", ["topdown", "multi_class_topdown"])
 @pytest.mark.usefixtures("warm_export_cache")
 def test_top_down_video_with_empty_frames_runs_as_on_onnx_runtime(name):
-    models, frames, _ = _case(name)
+    models, frames, golden = _case(name)
     video = _with_empty_frames(frames)
     options = {"device": "cpu", "verify_frames": frames[:VERIFY_FRAMES]}
     openvino = load_runner(models, engine="openvino", **options)
@@ -125,6 +125,22 @@ def test_top_down_video_with_empty_frames_runs_as_on_onnx_runtime(name):
         assert a.points.shape == b.points.shape and a.points.dtype == b.points.dtype
         np.testing.assert_allclose(a.points, b.points, rtol=0, atol=POINTS_PX, equal_nan=True)
         np.testing.assert_array_equal(a.identities, b.identities)
+    # The frames left with their animals are sleap-nn's golden poses, within the parity
+    # suite's OpenVINO bound (the same as POINTS_PX).
+    kept = [i for i in goldens.compared_frames(name, len(video)) if video[i].any()]
+    poses = [
+        {
+            "points": p.points,
+            "point_scores": p.point_scores,
+            "instance_scores": p.instance_scores,
+            "identities": p.identities,
+        }
+        for p in mine
+    ]
+    result = goldens.compare(poses, golden, openvino.info.class_names, kept)
+    assert kept and result.count_mismatches == () and result.presence_mismatches == 0
+    assert result.point_errors.size and result.point_errors.max() <= POINTS_PX
+    assert result.identity_agreement == 1.0
     openvino.close()
     onnx.close()
 
