@@ -74,16 +74,21 @@ RUNNER_MODULES = (onnx_runner_module, openvino_runner_module)
 
 class ThreadCpu:
     """Samples every thread's CPU time in the background, keeping the last seen value
-    per thread (a thread that ends keeps what it had at its last sample)."""
+    per thread (a thread that ends keeps what it had at its last sample), less what
+    each had used when sampling began (the main thread's imports and a `--lab`
+    clip's rendering are not the run's)."""
 
     def __init__(self, interval: float = SAMPLE_S) -> None:
         self._interval = interval
         self._process = psutil.Process()
         self._seen: dict[int, tuple[str, float]] = {}
+        self._before: dict[int, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample_loop, name="profile sampler")
 
     def __enter__(self) -> ThreadCpu:
+        self.sample()
+        self._before = {thread: seconds for thread, (_, seconds) in self._seen.items()}
         self._thread.start()
         return self
 
@@ -101,8 +106,8 @@ class ThreadCpu:
     def by_name(self) -> dict[str, float]:
         """CPU seconds per thread name (threads of one name summed), largest first."""
         totals: dict[str, float] = {}
-        for name, seconds in self._seen.values():
-            totals[name] = totals.get(name, 0.0) + seconds
+        for thread, (name, seconds) in self._seen.items():
+            totals[name] = totals.get(name, 0.0) + seconds - self._before.get(thread, 0.0)
         return dict(sorted(totals.items(), key=lambda item: -item[1]))
 
     def _sample_loop(self) -> None:
