@@ -184,14 +184,17 @@ class ExportCache:
         root: sleap-live's cache directory (graphs go in its `onnx/` folder).
         notify: called with a one-line notice when an entry is rebuilt or the
             cache cannot be written.
+        folder: the folder of the root the graphs go in (`onnx`; `int8` for the
+            quantised graphs, `sleap_live.engines.export.quantise`).
     """
 
     root: Path = attrs.field(converter=Path)
     notify: Notify
+    folder: str = ONNX_FOLDER
 
     @property
     def directory(self) -> Path:
-        return self.root / ONNX_FOLDER
+        return self.root / self.folder
 
     def graph_path(self, key: CacheKey) -> Path:
         return self.directory / f"{key.digest}.onnx"

@@ -48,7 +48,8 @@ class Request:
 
     @property
     def cpu(self) -> CpuRunners:
-        return CpuRunners(self.engine, self.device, self.threads, self.options, self.cache)
+        dirs = tuple(path for path in self.paths if path.is_dir())
+        return CpuRunners(self.engine, self.device, self.threads, self.options, self.cache, dirs)
 
 
 def require(engine: str, needed: str, what: str) -> None:
@@ -161,6 +162,8 @@ def model_dir_runner(request: Request) -> Runner:
     def onnx_runner(onnx_bytes: bytes) -> Runner:
         if onnx_device != "cpu":
             return OnnxRunner(onnx_bytes, providers, intra_op_threads=threads, **runner_options)
+        if request.cpu.int8:  # graphs specialised to a frame shape are float32's
+            return request.cpu.runner(onnx_bytes)
         specialised.prepare(export_options.get("verify_frames"))
         if request.cpu.runs(request.gpu):
             return request.cpu.runner(onnx_bytes, specialised)

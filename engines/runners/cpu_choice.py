@@ -11,8 +11,10 @@ graph, frame size and thread count:
 - OpenVINO wins only if its median is below `MARGIN` times ONNX Runtime's, so
   noise does not flip the choice back and forth;
 - the result is kept in the cache directory (`cpu_engine/<key>.json`; the key
-  hashes the graph without its metadata, the frame shape, the thread count, the
-  CPU's model name and core count, and both runtimes' versions), so only the
+  hashes the graph without its metadata, the frame shape (not how many frames
+  were timed: the verification frames are read within a time budget, so a busy
+  machine reads fewer, and must not measure again for that), the thread count,
+  the CPU's model name and core count, and both runtimes' versions), so only the
   first start of a model on a machine pays for the measurement (about one
   OpenVINO compilation plus 2 x (1 + ROUNDS) batches); an unreadable entry is
   measured again;
@@ -20,8 +22,11 @@ graph, frame size and thread count:
   Runtime.
 
 The choice is told in one line (`CpuChoice.line`) whenever OpenVINO is installed.
-Top-down graphs always run on ONNX Runtime (`CROP_MODEL_TYPES`), and
-`SLEAP_LIVE_CPU_ENGINE=onnx|openvino` pins the choice without measuring.
+OpenVINO is considered only where it runs: a graph it cannot read or compile
+stays on ONNX Runtime, saying why. Top-down graphs are measured like any other
+(the OpenVINO runner answers a batch without animals on the host, see
+`sleap_live.engines.runners.openvino`). `SLEAP_LIVE_CPU_ENGINE=onnx|openvino` pins
+the choice without measuring.
 """
 
 from __future__ import annotations
@@ -39,10 +44,11 @@ from typing import Any, TypeVar
 import attrs
 import numpy as np
 
+from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.notify import Notify
 from sleap_live.engines.optional import openvino_installed
 from sleap_live.engines.runners.base import Runner
-from sleap_live.engines.runners.openvino import CROP_MODEL_TYPES, LOG
+from sleap_live.engines.runners.openvino import LOG
 
 ONNX = "onnx"
 OPENVINO = "openvino"
@@ -116,10 +122,6 @@ def choose_cpu_runner(
     if pinned == ONNX or not openvino_installed():
         return onnx_runner()
     onnx = onnx_runner()
-    if onnx.info.model_type in CROP_MODEL_TYPES:
-        reason = "OpenVINO's CPU plugin refuses a top-down graph's empty crop batch"
-        notice(CpuChoice(ONNX, None, None, (), reason).line())
-        return onnx
     if frames is None:
         choice = CpuChoice(ONNX, None, None, (), "no verification frames to time OpenVINO on")
         notice(choice.line())
@@ -135,10 +137,12 @@ def choose_cpu_runner(
             return onnx
         onnx.close()
         return openvino_runner()
-    runners: dict[str, OnnxRuntimeRunner | OpenVINORunner] = {
-        ONNX: onnx,
-        OPENVINO: openvino_runner(),
-    }
+    try:
+        openvino = openvino_runner()
+    except ModelConfigError as error:
+        notice(CpuChoice(ONNX, None, None, (), f"OpenVINO cannot run this graph: {error}").line())
+        return onnx
+    runners: dict[str, OnnxRuntimeRunner | OpenVINORunner] = {ONNX: onnx, OPENVINO: openvino}
     timings = measure(runners, frames)
     engine = OPENVINO if timings[OPENVINO] < MARGIN * timings[ONNX] else ONNX
     choice = CpuChoice(
@@ -173,7 +177,7 @@ def _key(model: str | Path | bytes, frames: np.ndarray, threads: int | None) -> 
     # costs most of a warm start. A re-export (new metadata) is measured once more.
     digest = hashlib.sha256(model if isinstance(model, bytes) else Path(model).read_bytes())
     parts = {
-        "frames": list(frames.shape),
+        "frame_shape": list(frames.shape[1:]),
         "threads": threads,
         "cpu": _cpu_name(),
         "cores": os.cpu_count(),

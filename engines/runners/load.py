@@ -44,10 +44,12 @@ from sleap_live.engines.export.tensorrt import ENGINE_SUFFIXES
 from sleap_live.engines.notify import Notify, quiet
 from sleap_live.engines.openmp import prefer_passive_wait
 from sleap_live.engines.runners import constructors as make
+from sleap_live.engines.runners import devices
 from sleap_live.engines.runners.base import Runner
 from sleap_live.engines.runners.compile_modes import COMPILE_MODES
 from sleap_live.engines.runners.constructors import GPU_OPTIONS, Request
 from sleap_live.engines.runners.devices import DEVICE_FORMS, is_device
+from sleap_live.engines.runners.precisions import FP32, INT8, ONNX_PRECISIONS
 from sleap_live.engines.settings import InferenceSettings
 
 __all__ = ["COMPILE_MODES", "ENGINES", "ENGINE_SUFFIXES", "RUNNERS", "load_runner"]
@@ -58,7 +60,11 @@ ENGINE_OPTIONS = {
     "tensorrt": ("frame_size", "batch_size", "precision", "engine_cache", "stream"),
     "openvino": ("precision",),
     "torch-compile": ("compile_mode", "stream"),
+    "onnx": (*GPU_OPTIONS, "precision"),
+    "auto": (*GPU_OPTIONS, "precision"),
 }
+# The models ONNX Runtime runs at int8 (`sleap_live.engines.runners.int8`).
+INT8_KINDS = (".onnx", "model directories")
 
 # The runner of each kind of model (`_kind`); each refuses the engines that cannot run it.
 RUNNERS: dict[str, Callable[[Request], Runner]] = {
@@ -110,8 +116,11 @@ def load_runner(
             for TensorRT, `frame_size` ((height, width[, channels]): build now, not
             on the first batch), `batch_size` (default 8), `precision` ("fp32" or
             "fp16"), `engine_cache` (a directory) and `stream`; for OpenVINO,
-            `precision`; for torch-compile, `compile_mode` (a `torch.compile` mode;
-            default "reduce-overhead" on CUDA, "default" on the CPU) and `stream`;
+            `precision` ("fp32" or "bf16"); for ONNX Runtime (and "auto") on the
+            CPU, `precision` "int8" quantises the networks of an `.onnx` export or
+            model directories (`sleap_live.engines.runners.int8`); for
+            torch-compile, `compile_mode` (a `torch.compile` mode; default
+            "reduce-overhead" on CUDA, "default" on the CPU) and `stream`;
             on a GPU with torch or ONNX Runtime, `stream`, `cuda_graphs` (torch;
             ONNX Runtime says in one line that it does not offer them and runs
             without) and (ONNX Runtime) `execution_provider` ("cuda" or "tensorrt").
@@ -129,7 +138,10 @@ def load_runner(
     prefer_passive_wait()  # before any engine loads torch (see `sleap_live.engines.openmp`)
     root = cache_root(cache_dir) if cache else None
     request = Request(models, engine, device, threads, root, progress or quiet, settings, options)
-    runner = RUNNERS[_kind(request)](request)
+    kind = _kind(request)
+    if engine in ("auto", "onnx"):
+        _check_onnx_precision(request, kind)
+    runner = RUNNERS[kind](request)
     if settings is not None:
         make.run_with(runner, settings, ", ".join(map(str, models)))
     return runner
@@ -150,6 +162,27 @@ def _check(models: list[Path], engine: str, device: str, options: dict[str, Any]
     for path in models:
         if not path.exists():
             raise ModelNotFoundError(f"{path}: no such model file or directory")
+
+
+def _check_onnx_precision(request: Request, kind: str) -> None:
+    """Engines "auto" and "onnx" take precision "fp32", or "int8" for a sleap-live
+    `.onnx` export or model directories on the CPU."""
+    precision = request.options.get("precision", FP32)
+    if precision not in ONNX_PRECISIONS:
+        raise ValueError(
+            f"precision {precision!r} with engine {request.engine!r}: ONNX Runtime runs "
+            f"{' or '.join(ONNX_PRECISIONS)} (bf16 runs with engine 'openvino', fp16 with "
+            "'tensorrt')"
+        )
+    if precision != INT8:
+        return
+    if kind not in INT8_KINDS:
+        raise ValueError(
+            f"{request.paths[0]}: precision int8 quantises sleap-live '.onnx' exports and "
+            "model directories"
+        )
+    if request.gpu or devices.onnx_device(request.device) != "cpu":
+        raise ValueError("precision int8 runs on the CPU (device 'cpu'), without GPU options")
 
 
 def _kind(request: Request) -> str:

@@ -14,6 +14,14 @@ Precision: OpenVINO's CPU plugin computes in bf16 by default on CPUs that have i
 measures what bf16 costs: the same frames run at both precisions at load, and one
 line reports the difference (`PrecisionCheck`).
 
+Top-down graphs cut crops around the animals the centroid stage found and run
+the second network on that crop batch; on a batch without animals the crop batch
+is empty, and OpenVINO's CPU plugin refuses an empty batch ("... batch_size ...
+> 0") and stops the inference. An empty crop batch means no frame of the batch
+holds an instance, so the runner answers it on the host: every instance-list
+output with no instances (`_NoInstances`), which is what the graph returns on
+ONNX Runtime. Batches with any animal run in the graph as always.
+
 Only `openvino`, numpy and scipy are needed; torch is never imported.
 """
 
@@ -33,7 +41,9 @@ from sleap_live.engines.errors import (
     ModelNotFoundError,
     RuntimeUnavailableError,
 )
+from sleap_live.engines.host.compare import pose_difference
 from sleap_live.engines.host.frames import as_numpy, convert_channels
+from sleap_live.engines.host.outputs import INSTANCE_AXIS, INSTANCE_LIST, output_spec
 from sleap_live.engines.host.postprocess import decode
 from sleap_live.engines.load.metadata import METADATA_KEY, ExportMetadata
 from sleap_live.engines.notify import Notify
@@ -83,10 +93,49 @@ class PrecisionCheck:
 
 
 # Graphs that run a second network on crops around the animals found: on a batch
-# without animals the crop batch is empty, and OpenVINO's CPU plugin refuses an
-# empty batch ("MaxPool ... batch_size ... > 0"), so auto never picks OpenVINO for
-# them and an explicit OpenVINO run of one stops with a one-line error.
+# without animals the crop batch is empty, which OpenVINO's CPU plugin refuses
+# (see the module docstring; the runner answers such a batch on the host).
 CROP_MODEL_TYPES = ("topdown", "multi_class_topdown")
+# What the CPU plugin's refusal of an empty batch says (OpenVINO 2025: "[CPU]
+# MaxPool node with name '/instance_network/...' Check 'batch_size...' failed ...
+# Batch size is zero."), and the scope of the network that runs on the crops: a
+# refusal there means the crop batch was empty.
+EMPTY_BATCH_REFUSAL = "Batch size is zero"
+CROP_NETWORK_SCOPE = "/instance_network/"
+
+
+@attrs.frozen
+class _NoInstances:
+    """The instance-list outputs of a batch in which nothing was found.
+
+    Attributes:
+        shapes: each output's name, dtype and shape with the instance axis 0 (every
+            other axis of an instance-list output is sized in the graph).
+    """
+
+    shapes: tuple[tuple[str, str, tuple[int, ...]], ...]
+
+    @classmethod
+    def of(cls, compiled: Any, outputs: Sequence[tuple[str, int]]) -> _NoInstances | None:
+        """The empty outputs of a compiled instance-list graph, or None where an output
+        has an axis the graph does not size (then the refusal stands)."""
+        shapes = []
+        for name, index in outputs:
+            spec = output_spec(name, INSTANCE_LIST)
+            graph_shape = compiled.outputs[index].get_partial_shape()
+            sizes = [0]
+            for position, axis in enumerate(spec.axes[1:], start=1):
+                size = graph_shape[position]
+                if axis == INSTANCE_AXIS or not size.is_static:
+                    return None
+                sizes.append(size.get_length())
+            if spec.axes[0] != INSTANCE_AXIS:
+                return None
+            shapes.append((name, spec.dtype, tuple(sizes)))
+        return cls(tuple(shapes))
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        return {name: np.zeros(shape, dtype) for name, dtype, shape in self.shapes}
 
 
 class OpenVINORunner:
@@ -155,6 +204,9 @@ class OpenVINORunner:
         self._compiled: Any = _compile(core, graph, precision, config)
         self._request: Any = self._compiled.create_infer_request()
         self._outputs = _output_ports(self._compiled, metadata.output_names, origin)
+        self._no_instances: _NoInstances | None = None
+        if self.info.model_type in CROP_MODEL_TYPES and metadata.output_layout == INSTANCE_LIST:
+            self._no_instances = _NoInstances.of(self._compiled, self._outputs)
         self.precision_check: PrecisionCheck | None = None
         if precision != DEFAULT_PRECISION:
             assert check_frames is not None
@@ -184,13 +236,16 @@ class OpenVINORunner:
         try:
             results = request.infer([np.ascontiguousarray(as_numpy(frames))], share_inputs=True)
         except RuntimeError as error:
-            if self.info.model_type in CROP_MODEL_TYPES and "batch_size" in str(error):
+            if self.info.model_type not in CROP_MODEL_TYPES or not _empty_crop_batch(error):
+                raise
+            if self._no_instances is None:
                 raise EngineError(
                     f"OpenVINO cannot run this {self.info.model_type} graph on a batch without "
-                    "animals (its CPU plugin refuses the empty crop batch); "
-                    "run it with --engine onnx"
+                    "animals (its CPU plugin refuses the empty crop batch, and the graph does "
+                    "not size its outputs' node axes); run it with --engine onnx"
                 ) from error
-            raise
+            # The crop batch was empty: no frame of this batch holds an animal.
+            return decode(self.info, self._no_instances.outputs(), batch_size)
         values = results.to_tuple()
         outputs = {name: values[index] for name, index in self._outputs}
         return decode(self.info, outputs, batch_size)
@@ -206,35 +261,22 @@ class OpenVINORunner:
 def compare_poses(
     precision: str, reduced: Sequence[FramePoses], full: Sequence[FramePoses]
 ) -> PrecisionCheck:
-    """Matches each frame's instances (Hungarian, mean point distance) and measures the points."""
-    # Imported here: scipy.optimize takes ~0.5 s to import, a third of a warm start.
-    from scipy.optimize import linear_sum_assignment
-
-    distances: list[np.ndarray] = []
-    same_count = presence = 0
-    for low, high in zip(reduced, full, strict=True):
-        same_count += int(low.n_instances == high.n_instances)
-        if low.n_instances == 0 or high.n_instances == 0:
-            continue
-        gaps = np.linalg.norm(low.points[:, None] - high.points[None], axis=-1)
-        shared = (~np.isnan(gaps)).sum(axis=-1)
-        # Pairs without a node in common get a cost no real pair reaches.
-        cost = np.where(shared > 0, np.nansum(gaps, axis=-1) / np.maximum(shared, 1), 1e6)
-        rows, columns = linear_sum_assignment(cost)
-        for a, b in zip(rows, columns, strict=True):
-            found_low = ~np.isnan(low.points[a, :, 0])
-            found_high = ~np.isnan(high.points[b, :, 0])
-            presence += int(np.sum(found_low != found_high))
-            distances.append(gaps[a, b][found_low & found_high])
-    points = np.concatenate(distances) if distances else np.zeros(0)
+    """Matches each frame's instances (`pose_difference`) and measures the points."""
+    difference = pose_difference(reduced, full)
     return PrecisionCheck(
         precision=precision,
-        frames=len(full),
-        count_agreement=same_count,
-        points_max_px=float(points.max()) if points.size else float("nan"),
-        points_median_px=float(np.median(points)) if points.size else float("nan"),
-        presence_mismatches=presence,
+        frames=difference.frames,
+        count_agreement=difference.same_count,
+        points_max_px=difference.max_px(),
+        points_median_px=difference.quantile_px(0.5),
+        presence_mismatches=difference.presence_mismatches,
     )
+
+
+def _empty_crop_batch(error: RuntimeError) -> bool:
+    """Whether OpenVINO refused the crop network's empty batch (see the module docstring)."""
+    message = str(error)
+    return EMPTY_BATCH_REFUSAL in message and CROP_NETWORK_SCOPE in message
 
 
 def _require_capability(core: Any, precision: str) -> None:

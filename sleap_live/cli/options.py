@@ -34,9 +34,13 @@ from sleap_live.stream.sources import DECODERS, Source, is_url
 from sleap_live.stream.sources.group import SourceGroup
 
 PROG = "sleap-live"
-# `--precision` of --engine openvino (`sleap_live.engines.runners.openvino.PRECISIONS`,
-# written here so that building the parser does not import the runner).
-PRECISIONS = ("fp32", "bf16")
+# `--precision`: fp32, bf16 with --engine openvino
+# (`sleap_live.engines.runners.openvino.PRECISIONS`, written here so that building
+# the parser does not import the runner), int8 with ONNX Runtime on the CPU
+# (`sleap_live.engines.runners.int8`).
+PRECISIONS = ("fp32", "bf16", "int8")
+# The engines that take each reduced precision.
+PRECISION_ENGINES = {"bf16": ("openvino",), "int8": ("onnx", "auto")}
 # What the verification options mean to commands other than `export`.
 IN_MEMORY_EXPORT = (
     "A model directory that runs with ONNX Runtime is exported in memory first and "
@@ -128,8 +132,11 @@ def add_model_options(
     model.add_argument(
         "--precision",
         choices=PRECISIONS,
-        help="--engine openvino: fp32, or bf16 on CPUs that have it, whose error against "
-        "fp32 on the verification frames is printed at load (default: fp32)",
+        help="fp32; bf16 with --engine openvino on CPUs that have it; int8 with --engine onnx "
+        "or auto on the CPU: the networks quantised by ONNX Runtime (pre/postprocessing stay "
+        "fp32), calibrated on the verification frames (else the training labels' frames) and "
+        "cached. The reduced precisions print their error against fp32 on those frames at "
+        "load, int8 its speed-up too (default: fp32)",
     )
     model.add_argument(
         "--compile-mode",
@@ -151,13 +158,17 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
     """`load_runner`'s engine options from `add_model_options`' (only those given).
 
     Raises:
-        UsageError: --precision without --engine openvino, --compile-mode without
-            --engine torch-compile.
+        UsageError: --precision with an engine that does not take it (bf16: openvino;
+            int8: onnx or auto; fp32: those three), --compile-mode without --engine
+            torch-compile.
     """
     options: dict[str, Any] = {}
     if args.precision is not None:
-        if args.engine != "openvino":
-            raise UsageError("--precision is an option of --engine openvino")
+        engines = PRECISION_ENGINES.get(args.precision, ("openvino", "onnx", "auto"))
+        if args.engine not in engines:
+            raise UsageError(
+                f"--precision {args.precision} is an option of --engine {' or '.join(engines)}"
+            )
         options["precision"] = args.precision
     if args.compile_mode is not None:
         if args.engine != "torch-compile":

@@ -79,7 +79,7 @@ def test_gpu_options_reach_the_runner_and_are_refused_where_they_cannot_apply(ex
         load_runner(onnx_path, device="cpu", cuda_graphs=True)
     with pytest.raises(ValueError, match="execution_provider is an ONNX Runtime option"):
         load_runner(pt_path, device="cpu", execution_provider="tensorrt")
-    with pytest.raises(TypeError, match=r"unknown options \['precision'\]"):
+    with pytest.raises(ValueError, match="ONNX Runtime runs fp32 or int8"):
         load_runner(onnx_path, precision="fp16")  # a TensorRT option
     with pytest.raises(RuntimeUnavailableError, match="TensorRT execution provider needs a CUDA"):
         load_runner(onnx_path, device="cpu", execution_provider="tensorrt")
