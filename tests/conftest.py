@@ -27,6 +27,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+# The longest tests (a minute or more of one core each), started first under
+# pytest-xdist: run last, one of them is the whole suite's tail.
+LONGEST_FIRST = ("tests/engines/test_parity.py::test_torch_compile_matches_sleap_nn_predict",)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The `LONGEST_FIRST` tests at the head of the collection, which pytest-xdist's
+    schedulers give out first (the same order in every worker, as xdist requires)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    longest = [item for item in items if item.nodeid.startswith(LONGEST_FIRST)]
+    items[:] = longest + [item for item in items if item not in longest]
+
+
 @pytest.fixture(scope="session", autouse=True)
 def shared_cache_dir(tmp_path_factory: pytest.TempPathFactory):
     """One sleap-live cache for the whole run, never the user's: each fixture model is

@@ -29,15 +29,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sleap_live.engines.graph.encoder_decoder import EncoderDecoderNetwork
+from sleap_live.engines.graph.encoder_decoder import EncoderDecoderNetwork, patch_stem, run_stages
 from sleap_live.engines.load.backbone_specs import ConvNextSpec
 from sleap_live.engines.load.spec import ModelSpec
 
 LAYER_NORM_EPS = 1e-6
 DEPTHWISE_KERNEL = 7
 EXPANSION = 4
-# The stem convolution's padding, fixed in sleap-nn.
-STEM_PADDING = 1
 
 
 class LayerNorm2d(nn.LayerNorm):
@@ -75,13 +73,7 @@ class ConvNextEncoder(nn.Module):
     def __init__(self, backbone: ConvNextSpec) -> None:
         super().__init__()
         channels = backbone.channels
-        self.stem = nn.Conv2d(
-            backbone.in_channels,
-            channels[0],
-            backbone.stem_patch_kernel,
-            stride=backbone.decoder.stem_patch_stride,
-            padding=STEM_PADDING,
-        )
+        self.stem = patch_stem(backbone, backbone.stem_patch_kernel)
         self.stem_norm = LayerNorm2d(channels[0], eps=LAYER_NORM_EPS)
         self.stages = nn.ModuleList(
             nn.Sequential(*(ConvNextBlock(width) for _ in range(depth)))
@@ -96,14 +88,7 @@ class ConvNextEncoder(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        x = self.stem_norm(self.stem(x))
-        skips = [x]
-        for s, stage in enumerate(self.stages):
-            x = stage(x)
-            if s < len(self.downsamples):
-                x = self.downsamples[s](x)
-                skips.insert(0, x)
-        return x, skips
+        return run_stages(self.stem_norm(self.stem(x)), self.stages, self.downsamples, _same)
 
     def sleap_nn_names(self) -> dict[str, str]:
         """Our module paths mapped to sleap-nn's under `backbone.enc`."""
@@ -128,11 +113,11 @@ def build_convnext_network(spec: ModelSpec) -> EncoderDecoderNetwork:
     if not isinstance(backbone, ConvNextSpec):
         raise TypeError(f"{spec.config_path}: not a ConvNeXt model")
     encoder = ConvNextEncoder(backbone)
-    stride = backbone.decoder.stem_patch_stride
-    # The stem halves sizes exactly when 2 < kernel <= 2 + stride (padding 1); then
-    # every skip matches its upsampled map on frames padded to the network's stride.
-    exact = 2 < backbone.stem_patch_kernel <= 2 + stride
-    exact = exact and backbone.max_stride % backbone.input_stride == 0
     return EncoderDecoderNetwork(
-        spec, encoder, encoder.sleap_nn_names(), {}, resize_to_skip=not exact
+        spec, encoder, encoder.sleap_nn_names(), {}, backbone.stem_patch_kernel
     ).eval()
+
+
+def _same(x: torch.Tensor) -> torch.Tensor:
+    """ConvNeXt's features are already (batch, channels, height, width) maps."""
+    return x

@@ -14,8 +14,12 @@ that returns its deepest stage and its skip features. Around it sleap-nn builds
   (the downsampling outputs, deepest first, then the stem's), and refines with two
   convolutions at `int(first stage channels * filters_rate ** max(0, 3 - i))`
   channels; blocks past the last skip refine with one convolution and no join;
-- the heads of `engines/graph/network.py`, on the decoder output at their stride
-  (class vectors on the middle block's output).
+- the heads, on the decoder output at their stride (class vectors on the middle
+  block's output).
+
+The middle block, decoder and heads are the UNet's (`engines/graph/decoder_heads.py`);
+this module sizes them for ConvNeXt and Swin, and holds what the two encoders share:
+the patch stem, and running the stages with a downsampling between each two.
 
 Checkpoint keys under `model.backbone.`: `middle_blocks.{m}.blocks.
 convnext_middle_{expand|contract}_conv{j}` and `dec.decoder_stack.{i}.blocks.
@@ -25,39 +29,38 @@ the backbone module's business.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Protocol
+from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from sleap_live.engines.errors import ModelConfigError
-from sleap_live.engines.graph.network import (
+from sleap_live.engines.graph.decoder_heads import (
     DECODER_CONVS,
-    ClassVectorsHead,
-    ConvBlock,
-    ConvHead,
-    UpBlock,
-    head_sleap_nn_names,
-    load_sleap_nn_weights,
-    match_channels,
+    CheckpointLayout,
+    DecoderHeadsNetwork,
+    DecoderLevel,
 )
-from sleap_live.engines.load.backbone_specs import ConvNextSpec, DecoderSpec, SwinTSpec
-from sleap_live.engines.load.spec import HeadSpec, ModelSpec
+from sleap_live.engines.load.backbone_specs import DecoderSpec, EncoderBackboneSpec
+from sleap_live.engines.load.spec import ModelSpec
 
 # The encoders' stages: a stem, then three downsamplings (the skip features).
 ENCODER_SKIPS = 4
+# The stem convolution's padding, fixed in sleap-nn for both encoders.
+STEM_PADDING = 1
+# Where sleap-nn's ConvNeXt and Swin networks keep their middle block and decoder.
+LAYOUT = CheckpointLayout(
+    middle_layers=("convnext_middle_", "convnext_middle_"),
+    decoder_stack="dec",
+    decoder_layer="dec",
+)
 
 
-class Encoder(Protocol):
-    """An encoder: the deepest stage's output and the skips, deepest first."""
-
-    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]: ...
-
-
-class EncoderDecoderNetwork(nn.Module):
+class EncoderDecoderNetwork(DecoderHeadsNetwork):
     """A ConvNeXt or Swin encoder with sleap-nn's middle block, decoder and heads.
+
+    Built from the encoder module, its module paths mapped to sleap-nn's under
+    `backbone.enc` (and those of its derived buffers), and the side of its stem's
+    patch convolution (which decides whether the decoder must resize to its skips).
 
     Attributes:
         spec: the model this network implements.
@@ -72,120 +75,96 @@ class EncoderDecoderNetwork(nn.Module):
         encoder: nn.Module,
         encoder_names: dict[str, str],
         derived_keys: dict[str, str],
-        resize_to_skip: bool,
+        stem_kernel: int,
     ) -> None:
-        super().__init__()
         backbone = spec.backbone
-        if not isinstance(backbone, (ConvNextSpec, SwinTSpec)):
+        if not isinstance(backbone, EncoderBackboneSpec):
             raise TypeError(f"{spec.config_path}: not a ConvNeXt or Swin model")
-        self.spec = spec
+        super().__init__(spec, LAYOUT)
         self.encoder = encoder
         decoder = backbone.decoder
         channels = backbone.channels
         names = {
             f"encoder.{ours}": f"backbone.enc.{theirs}" for ours, theirs in encoder_names.items()
         }
-        self.middle = nn.ModuleList()
         bottom = int(channels[-1] * decoder.filters_rate)
-        parts = (("expand", decoder.convs_per_block - 1, channels[-1]), ("contract", 1, bottom))
-        for m, (kind, n_convs, in_channels) in enumerate(parts):
-            self.middle.append(ConvBlock(in_channels, bottom, n_convs, decoder.kernel_size, False))
-            for j in range(n_convs):
-                names[f"middle.{m}.convs.{j}"] = (
-                    f"backbone.middle_blocks.{m}.blocks.convnext_middle_{kind}_conv{j}"
-                )
-        self.decoder = nn.ModuleList()
-        skips = list(reversed(channels))
-        feature_channels = [bottom]
-        strides_to_features = {}
-        stride = decoder.network_stride
-        in_channels = bottom
-        for i in range(decoder.up_blocks):
-            out = _decoder_channels(decoder, channels[0], i)
-            has_skip = i < ENCODER_SKIPS
-            block = UpBlock(
-                in_channels,
-                out,
-                skips[i] if has_skip else 0,
-                DECODER_CONVS if has_skip else 1,
-                decoder.kernel_size,
-                transposed=not decoder.up_interpolate,
-                resize_to_skip=resize_to_skip,
-            )
-            self.decoder.append(block)
-            prefix = f"backbone.dec.decoder_stack.{i}.blocks.dec{i}_s{stride}_to_s{stride // 2}"
-            if block.upsample is not None:
-                names[f"decoder.{i}.upsample"] = f"{prefix}_trans_conv"
-            for j in range(len(block.refine)):
-                names[f"decoder.{i}.refine.{j}"] = f"{prefix}_refine_conv{j}"
-            in_channels = out
-            stride //= 2
-            feature_channels.append(out)
-            strides_to_features[stride] = i + 1
-        self.heads = nn.ModuleDict()
-        sources = []
-        for h, head in enumerate(spec.heads):
-            source = (
-                0
-                if head.name == "ClassVectorsHead"
-                else strides_to_features.get(head.output_stride)
-            )
-            if source is None:
-                raise ModelConfigError(
-                    f"{spec.config_path}: {head.name} output_stride {head.output_stride} is "
-                    f"not a decoder stride {sorted(strides_to_features)}"
-                )
-            sources.append((head.name, source))
-            self.heads[head.name] = _make_head(spec, head, feature_channels[source])
-            names.update(head_sleap_nn_names(head, h))
-        self.head_sources = tuple(sources)
-        self.derived_keys = {
-            f"encoder.{ours}": f"model.backbone.enc.{theirs}"
-            for ours, theirs in derived_keys.items()
-        }
-        self.sleap_nn_keys: dict[str, str] = {
-            key: f"model.{names[key.rpartition('.')[0]]}.{key.rpartition('.')[2]}"
-            for key in self.state_dict()
-            if key not in self.derived_keys
-        }
-
-    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        x = match_channels(x, self.spec.backbone.in_channels)
-        x, skips = self.encoder(x)
-        x = F.max_pool2d(x, kernel_size=2, stride=2)
-        for block in self.middle:
-            x = block(x)
-        features = [x]
-        for i, block in enumerate(self.decoder):
-            x = block(x, skips[i] if i < len(skips) else None)
-            features.append(x)
-        return {name: self.heads[name](features[source]) for name, source in self.head_sources}
-
-    def load_sleap_nn_state_dict(self, state_dict: dict[str, torch.Tensor], source: Path) -> None:
-        """Load weights stored under sleap-nn's checkpoint keys.
-
-        Raises:
-            CheckpointError: a weight is missing, unexpected, or of the wrong shape,
-                or a derived value differs from ours, naming `source` and the key.
-        """
-        load_sleap_nn_weights(
-            self, self.sleap_nn_keys, self.derived_keys, state_dict, source, self.spec.config_path
+        self._build_middle(
+            channels[-1], bottom, decoder.convs_per_block, decoder.kernel_size, names
         )
+        skips = list(reversed(channels))
+        levels = [
+            DecoderLevel(
+                _decoder_channels(decoder, channels[0], i),
+                skips[i] if i < ENCODER_SKIPS else 0,
+                DECODER_CONVS if i < ENCODER_SKIPS else 1,
+            )
+            for i in range(decoder.up_blocks)
+        ]
+        strides_to_features = self._build_decoder(
+            bottom,
+            decoder.network_stride,
+            levels,
+            decoder.kernel_size,
+            transposed=not decoder.up_interpolate,
+            resize_to_skip=not _stem_is_exact(backbone, stem_kernel),
+            names=names,
+        )
+        self._build_heads(bottom, strides_to_features, names)
+        self._map_keys(
+            names,
+            {
+                f"encoder.{ours}": f"model.backbone.enc.{theirs}"
+                for ours, theirs in derived_keys.items()
+            },
+        )
+
+    def encode(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        deepest, skips = self.encoder(x)
+        return deepest, skips
+
+
+def patch_stem(backbone: EncoderBackboneSpec, kernel: int) -> nn.Conv2d:
+    """The encoder's stem: a `kernel` convolution at the stem's stride to the first stage."""
+    return nn.Conv2d(
+        backbone.in_channels,
+        backbone.channels[0],
+        kernel,
+        stride=backbone.decoder.stem_patch_stride,
+        padding=STEM_PADDING,
+    )
+
+
+def run_stages(
+    x: torch.Tensor,
+    stages: nn.ModuleList,
+    downsamples: nn.ModuleList,
+    as_map: Callable[[torch.Tensor], torch.Tensor],
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Run the stages from the stem's output `x`, downsampling between each two.
+
+    Returns:
+        The last stage's output and the skip features (`as_map` of the stem's and
+        each downsampling's outputs), deepest first.
+    """
+    skips = [as_map(x)]
+    for s, stage in enumerate(stages):
+        x = stage(x)
+        if s < len(downsamples):
+            x = downsamples[s](x)
+            skips.insert(0, as_map(x))
+    return x, skips
+
+
+def _stem_is_exact(backbone: EncoderBackboneSpec, stem_kernel: int) -> bool:
+    """Whether every skip matches its upsampled map, so no resize is needed.
+
+    The stem (padding 1) halves sizes exactly when 2 < kernel <= 2 + stride; then
+    frames padded to the network's stride keep every later size even.
+    """
+    exact = 2 < stem_kernel <= 2 + backbone.decoder.stem_patch_stride
+    return exact and backbone.max_stride % backbone.input_stride == 0
 
 
 def _decoder_channels(decoder: DecoderSpec, base: int, block: int) -> int:
     """Channels of decoder block `block`, computed as sleap-nn does."""
     return int(base * decoder.filters_rate ** max(0, ENCODER_SKIPS - 1 - block))
-
-
-def _make_head(spec: ModelSpec, head: HeadSpec, in_channels: int) -> nn.Module:
-    if head.name != "ClassVectorsHead":
-        return ConvHead(in_channels, head.n_channels, sigmoid=head.activation == "sigmoid")
-    if head.num_fc_layers == 0 and head.global_pool and in_channels != head.num_fc_units:
-        raise ModelConfigError(
-            f"{spec.config_path}: ClassVectorsHead with num_fc_layers 0 needs num_fc_units "
-            f"{in_channels} (sleap-nn cannot run this config either)"
-        )
-    return ClassVectorsHead(
-        in_channels, head.num_fc_layers, head.num_fc_units, head.n_channels, head.global_pool
-    )

@@ -38,7 +38,6 @@ the head class, with a `_0` suffix in models from SLEAP 1.1 on.
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import h5py
@@ -48,7 +47,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from sleap_live.engines.errors import CheckpointError, ModelConfigError
-from sleap_live.engines.host.frames import GRAY_WEIGHTS
+from sleap_live.engines.graph.decoder_heads import match_channels
 from sleap_live.engines.load.spec import HeadSpec, ModelSpec, UNetSpec
 
 # The key of the offset maps in the network's outputs.
@@ -196,7 +195,9 @@ class LegacyNetwork(nn.Module):
                 self.heads[OFFSETS_HEAD] = nn.Conv2d(features[source], 2 * head.n_channels, 1)
 
     def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        x = self._match_channels(x)
+        # SLEAP 1.x converts frames to the Keras model's input channels as sleap-nn
+        # does; a traced graph has a fixed channel count, so the branch is baked in.
+        x = match_channels(x, self.spec.backbone.in_channels)
         skips = []
         for b, block in enumerate(self.encoder):
             if b > 0:
@@ -214,23 +215,10 @@ class LegacyNetwork(nn.Module):
         for name, source in self.head_sources:
             out = self.heads[name](features[source])
             if name == "ClassMapsHead":
-                # Spelled out for the reason `network.ConvHead` gives.
+                # Spelled out for the reason `decoder_heads.ConvHead` gives.
                 out = 1.0 / (1.0 + torch.exp(-out))
             outputs[name] = out
         return outputs
-
-    def _match_channels(self, x: torch.Tensor) -> torch.Tensor:
-        # SLEAP 1.x converts frames to the Keras model's input channels; a traced
-        # graph has a fixed channel count, so baking the branch in is right.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", torch.jit.TracerWarning)
-            channels = int(x.shape[-3])
-        if channels == self.spec.backbone.in_channels or channels not in (1, 3):
-            return x
-        if channels == 1:
-            return x.repeat(1, 3, 1, 1)
-        r, g, b = x.unbind(dim=-3)
-        return (GRAY_WEIGHTS[0] * r + GRAY_WEIGHTS[1] * g + GRAY_WEIGHTS[2] * b).unsqueeze(-3)
 
     def keras_layers(self) -> dict[str, tuple[nn.Module, str]]:
         """Each Keras layer name mapped to (our module, kind: conv, transposed or dense)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 from torch import nn
 
 from sleap_live.engines.graph.convnext import build_convnext_network
+from sleap_live.engines.graph.decoder_heads import DecoderHeadsNetwork
 from sleap_live.engines.graph.legacy_network import load_legacy_network
 from sleap_live.engines.graph.network import build_network
 from sleap_live.engines.graph.swin import build_swin_network
@@ -20,7 +21,7 @@ from sleap_live.engines.load.checkpoint import read_state_dict
 from sleap_live.engines.load.spec import ModelSpec
 
 
-def build_model_network(spec: ModelSpec) -> nn.Module:
+def build_model_network(spec: ModelSpec) -> DecoderHeadsNetwork:
     """A randomly initialised network for `spec`, in eval mode.
 
     Raises:

@@ -41,14 +41,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sleap_live.engines.graph.encoder_decoder import EncoderDecoderNetwork
+from sleap_live.engines.graph.encoder_decoder import EncoderDecoderNetwork, patch_stem, run_stages
 from sleap_live.engines.graph.resize import as_scalar, size_of
 from sleap_live.engines.load.backbone_specs import SwinTSpec
 from sleap_live.engines.load.spec import ModelSpec
 
 LAYER_NORM_EPS = 1e-5
 MLP_RATIO = 4
-STEM_PADDING = 1
 # The bias that keeps rolled-together regions apart (torchvision's value).
 MASKED = -100.0
 
@@ -210,13 +209,7 @@ class SwinEncoder(nn.Module):
     def __init__(self, backbone: SwinTSpec) -> None:
         super().__init__()
         channels = backbone.channels
-        self.stem = nn.Conv2d(
-            backbone.in_channels,
-            channels[0],
-            backbone.patch_size,
-            stride=backbone.decoder.stem_patch_stride,
-            padding=STEM_PADDING,
-        )
+        self.stem = patch_stem(backbone, backbone.patch_size)
         self.stem_norm = nn.LayerNorm(channels[0], eps=LAYER_NORM_EPS)
         self.stages = nn.ModuleList(
             nn.Sequential(
@@ -234,13 +227,8 @@ class SwinEncoder(nn.Module):
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         x = self.stem_norm(self.stem(x).permute(0, 2, 3, 1))
-        skips = [x.permute(0, 3, 1, 2)]
-        for s, stage in enumerate(self.stages):
-            x = stage(x)
-            if s < len(self.mergings):
-                x = self.mergings[s](x)
-                skips.insert(0, x.permute(0, 3, 1, 2))
-        return self.norm(x).permute(0, 3, 1, 2), skips
+        x, skips = run_stages(x, self.stages, self.mergings, _channels_first)
+        return _channels_first(self.norm(x)), skips
 
     def sleap_nn_names(self) -> tuple[dict[str, str], dict[str, str]]:
         """Our module paths mapped to sleap-nn's under `backbone.enc`, and the keys of
@@ -270,8 +258,9 @@ def build_swin_network(spec: ModelSpec) -> EncoderDecoderNetwork:
         raise TypeError(f"{spec.config_path}: not a Swin model")
     encoder = SwinEncoder(backbone)
     names, derived = encoder.sleap_nn_names()
-    stride = backbone.decoder.stem_patch_stride
-    # As for ConvNeXt: the stem halves sizes exactly when 2 < patch_size <= 2 + stride.
-    exact = 2 < backbone.patch_size <= 2 + stride
-    exact = exact and backbone.max_stride % backbone.input_stride == 0
-    return EncoderDecoderNetwork(spec, encoder, names, derived, resize_to_skip=not exact).eval()
+    return EncoderDecoderNetwork(spec, encoder, names, derived, backbone.patch_size).eval()
+
+
+def _channels_first(x: torch.Tensor) -> torch.Tensor:
+    """A (B, H, W, C) map as (B, C, H, W)."""
+    return x.permute(0, 3, 1, 2)

@@ -21,8 +21,8 @@ What is read, as sleap-nn's `from_config` reads it:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import attrs
 
@@ -42,6 +42,7 @@ SWINT_PRESETS: Mapping[str, tuple[int, tuple[int, ...], tuple[int, ...]]] = {
 }
 # Both encoders have four stages: three downsamplings after the stem.
 STAGES = 4
+Architecture = TypeVar("Architecture")
 
 
 @attrs.frozen
@@ -83,22 +84,14 @@ class DecoderSpec:
 
 
 @attrs.frozen
-class ConvNextSpec:
-    """sleap-nn's ConvNeXt backbone (`backbone_config.convnext`).
+class _EncoderBackboneSpec:
+    """What the ConvNeXt and Swin backbones share: the options beyond the encoder.
 
     Attributes:
-        decoder: the options shared with Swin.
-        depths: ConvNeXt blocks per stage.
-        channels: channels per stage.
-        stem_patch_kernel: side of the stem's patch convolution.
-        model_type: the config's `model_type` (a preset name or another).
+        decoder: the options shared by ConvNeXt and Swin.
     """
 
     decoder: DecoderSpec
-    depths: tuple[int, ...]
-    channels: tuple[int, ...]
-    stem_patch_kernel: int
-    model_type: str
 
     @property
     def in_channels(self) -> int:
@@ -114,7 +107,25 @@ class ConvNextSpec:
 
 
 @attrs.frozen
-class SwinTSpec:
+class ConvNextSpec(_EncoderBackboneSpec):
+    """sleap-nn's ConvNeXt backbone (`backbone_config.convnext`).
+
+    Attributes:
+        decoder: the options shared with Swin.
+        depths: ConvNeXt blocks per stage.
+        channels: channels per stage.
+        stem_patch_kernel: side of the stem's patch convolution.
+        model_type: the config's `model_type` (a preset name or another).
+    """
+
+    depths: tuple[int, ...]
+    channels: tuple[int, ...]
+    stem_patch_kernel: int
+    model_type: str
+
+
+@attrs.frozen
+class SwinTSpec(_EncoderBackboneSpec):
     """sleap-nn's Swin Transformer backbone (`backbone_config.swint`).
 
     Attributes:
@@ -127,7 +138,6 @@ class SwinTSpec:
         model_type: the config's `model_type` (a preset name or another).
     """
 
-    decoder: DecoderSpec
     embed: int
     depths: tuple[int, ...]
     num_heads: tuple[int, ...]
@@ -139,17 +149,9 @@ class SwinTSpec:
     def channels(self) -> tuple[int, ...]:
         return tuple(self.embed * 2**stage for stage in range(len(self.depths)))
 
-    @property
-    def in_channels(self) -> int:
-        return self.decoder.in_channels
 
-    @property
-    def max_stride(self) -> int:
-        return self.decoder.max_stride
-
-    @property
-    def input_stride(self) -> int:
-        return self.decoder.network_stride
+# A backbone made of an encoder and the decoder options (`_EncoderBackboneSpec`).
+EncoderBackboneSpec = ConvNextSpec | SwinTSpec
 
 
 def parse_convnext(reader: ConfigReader, section: Mapping, where: str) -> ConvNextSpec:
@@ -159,28 +161,23 @@ def parse_convnext(reader: ConfigReader, section: Mapping, where: str) -> ConvNe
         ModelConfigError: a value is missing, of the wrong kind, or describes a
             network sleap-nn cannot build.
     """
-    model_type = _model_type(reader, section, where)
-    if model_type in CONVNEXT_PRESETS:
-        depths, channels = CONVNEXT_PRESETS[model_type]
-    else:
-        arch = _arch(reader, section, where)
-        if arch is None:
-            depths, channels = CONVNEXT_PRESETS["tiny"]
-        else:
-            depths = _stage_list(reader, arch, "depths", f"{where}.arch")
-            channels = _stage_list(reader, arch, "channels", f"{where}.arch")
-    spec = ConvNextSpec(
+
+    def read_arch(arch: Mapping) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        return (
+            _stage_list(reader, arch, "depths", f"{where}.arch"),
+            _stage_list(reader, arch, "channels", f"{where}.arch"),
+        )
+
+    model_type, (depths, channels) = _architecture(
+        reader, section, where, CONVNEXT_PRESETS, read_arch
+    )
+    return ConvNextSpec(
         decoder=_parse_decoder(reader, section, where),
         depths=depths,
         channels=channels,
-        stem_patch_kernel=reader.integer(
-            reader.required(section, "stem_patch_kernel", where),
-            f"{where}.stem_patch_kernel",
-            minimum=1,
-        ),
+        stem_patch_kernel=_positive(reader, section, "stem_patch_kernel", where),
         model_type=model_type,
     )
-    return spec
 
 
 def parse_swint(reader: ConfigReader, section: Mapping, where: str) -> SwinTSpec:
@@ -190,19 +187,17 @@ def parse_swint(reader: ConfigReader, section: Mapping, where: str) -> SwinTSpec
         ModelConfigError: a value is missing, of the wrong kind, or describes a
             network sleap-nn cannot build.
     """
-    model_type = _model_type(reader, section, where)
-    if model_type in SWINT_PRESETS:
-        embed, depths, num_heads = SWINT_PRESETS[model_type]
-    else:
-        arch = _arch(reader, section, where)
-        if arch is None:
-            embed, depths, num_heads = SWINT_PRESETS["tiny"]
-        else:
-            embed = reader.integer(
-                reader.required(arch, "embed", f"{where}.arch"), f"{where}.arch.embed", minimum=1
-            )
-            depths = _stage_list(reader, arch, "depths", f"{where}.arch")
-            num_heads = _stage_list(reader, arch, "num_heads", f"{where}.arch")
+
+    def read_arch(arch: Mapping) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+        return (
+            _positive(reader, arch, "embed", f"{where}.arch"),
+            _stage_list(reader, arch, "depths", f"{where}.arch"),
+            _stage_list(reader, arch, "num_heads", f"{where}.arch"),
+        )
+
+    model_type, (embed, depths, num_heads) = _architecture(
+        reader, section, where, SWINT_PRESETS, read_arch
+    )
     for stage, heads in enumerate(num_heads):
         if (embed * 2**stage) % heads:
             raise reader.error(
@@ -214,12 +209,8 @@ def parse_swint(reader: ConfigReader, section: Mapping, where: str) -> SwinTSpec
         embed=embed,
         depths=depths,
         num_heads=num_heads,
-        patch_size=reader.integer(
-            reader.required(section, "patch_size", where), f"{where}.patch_size", minimum=1
-        ),
-        window_size=reader.integer(
-            reader.required(section, "window_size", where), f"{where}.window_size", minimum=1
-        ),
+        patch_size=_positive(reader, section, "patch_size", where),
+        window_size=_positive(reader, section, "window_size", where),
         model_type=model_type,
     )
 
@@ -229,12 +220,10 @@ def _parse_decoder(reader: ConfigReader, section: Mapping, where: str) -> Decode
         return reader.required(section, key, where)
 
     spec = DecoderSpec(
-        in_channels=reader.integer(value("in_channels"), f"{where}.in_channels", minimum=1),
-        kernel_size=reader.integer(value("kernel_size"), f"{where}.kernel_size", minimum=1),
+        in_channels=_positive(reader, section, "in_channels", where),
+        kernel_size=_positive(reader, section, "kernel_size", where),
         filters_rate=reader.number(value("filters_rate"), f"{where}.filters_rate"),
-        convs_per_block=reader.integer(
-            value("convs_per_block"), f"{where}.convs_per_block", minimum=1
-        ),
+        convs_per_block=_positive(reader, section, "convs_per_block", where),
         up_interpolate=reader.boolean(value("up_interpolate"), f"{where}.up_interpolate"),
         output_stride=reader.power_of_two(value("output_stride"), f"{where}.output_stride"),
         max_stride=reader.power_of_two(value("max_stride"), f"{where}.max_stride"),
@@ -257,14 +246,27 @@ def _parse_decoder(reader: ConfigReader, section: Mapping, where: str) -> Decode
     return spec
 
 
-def _model_type(reader: ConfigReader, section: Mapping, where: str) -> str:
-    value = reader.optional(section, "model_type", where, str, "tiny")
-    return str(value)
-
-
-def _arch(reader: ConfigReader, section: Mapping, where: str) -> Mapping | None:
+def _architecture(
+    reader: ConfigReader,
+    section: Mapping,
+    where: str,
+    presets: Mapping[str, Architecture],
+    read_arch: Callable[[Mapping], Architecture],
+) -> tuple[str, Architecture]:
+    """The config's `model_type` and the architecture it picks, as sleap-nn picks it:
+    a preset by name, else `arch` (read by `read_arch`), else the "tiny" preset."""
+    model_type = str(reader.optional(section, "model_type", where, str, "tiny"))
+    if model_type in presets:
+        return model_type, presets[model_type]
     arch = section.get("arch")
-    return None if arch is None else reader.mapping(arch, f"{where}.arch")
+    if arch is None:
+        return model_type, presets["tiny"]
+    return model_type, read_arch(reader.mapping(arch, f"{where}.arch"))
+
+
+def _positive(reader: ConfigReader, section: Mapping, key: str, where: str) -> int:
+    """The required positive integer `key` of `section`."""
+    return reader.integer(reader.required(section, key, where), f"{where}.{key}", minimum=1)
 
 
 def _stage_list(reader: ConfigReader, arch: Mapping, key: str, where: str) -> tuple[int, ...]:

@@ -17,32 +17,41 @@ from typing import Any
 
 from rich.console import Console
 
+from sleap_live.cli.camera_options import check_camera_options
 from sleap_live.cli.options import (
     UsageError,
     cache_options,
+    check_models,
     engine_options,
     inference_settings,
     positive_int,
 )
+from sleap_live.cli.tracking_options import tracking_settings
 from sleap_live.stream.dashboard import live_display
 from sleap_live.stream.many.display import ManyProgress, describe, summary_table
+from sleap_live.stream.many.finish import OUTPUTS_TO
 from sleap_live.stream.many.run import DEFAULT_RETRIES, DEFAULT_STREAMS, default_threads, run_jobs
 from sleap_live.stream.many.videos import DEFAULT_NAME_PATTERN, find_videos, plan_jobs
 from sleap_live.stream.many.worker import WorkOptions
 from sleap_live.stream.outputs.provenance import model_records
 
-# The options of a single run that have no meaning over many videos, and what to
-# use instead.
+# The options of a single run that cannot apply over many videos, and why. Each
+# names one file, one endpoint or one live source, or serves one run's poses as they
+# are made, which over many videos are made by several workers (processes, Ray
+# actors on other machines) at once. Everything else applies to every video
+# (tracking included: each video is tracked on its own by the worker that runs it),
+# or to the run (--duration: no video starts after it).
 SINGLE_RUN_OPTIONS = {
-    "output": "-o (use --output-dir and --name-pattern)",
-    "record": "--record",
-    "record_overlay": "--record-overlay",
-    "publish": "--publish",
-    "preview": "--preview",
-    "duration": "--duration",
-    "camera": "--camera",
-    # Each output can be tracked after the run: `sleap-live track OUT -o TRACKED`.
-    "tracking": "--tracking (track each output afterwards with `sleap-live track`)",
+    "output": "-o names one file; give --output-dir and --name-pattern",
+    "record": "--record copies one run's frames to a video; these videos are recorded already",
+    "record_quality": "--record-quality applies with --record, which is for one video",
+    "record_overlay": "--record-overlay writes one video; draw each output on its video "
+    "afterwards with `sleap-live render OUTPUT -o VIDEO`",
+    "publish": "--publish binds one endpoint for one run's poses as they are made; over "
+    "many videos they are made by several workers at once (read the outputs)",
+    "preview": "--preview shows one run's frames as they are made; over many videos they "
+    "are made by several workers at once",
+    "camera": "--camera is live; a run over many takes recorded videos",
 }
 
 
@@ -55,7 +64,10 @@ def add_many_options(parser: argparse.ArgumentParser) -> None:
         "'**' recurses), or any option of this group, `run` writes an output per video, "
         "skips videos whose output exists (an output appears only once its video is "
         "done, so a run killed halfway is resumed by running it again), goes on past a "
-        "video that fails, and ends with a table of every video (exit 1 if any failed).",
+        "video that fails, and ends with a table of every video (exit 1 if any failed). "
+        "With --duration S, no video starts after S seconds: those in flight finish, the "
+        "rest are left for the next run (under a job's time limit, S a video's time short "
+        "of it).",
     )
     group.add_argument(
         "--output-dir",
@@ -107,6 +119,14 @@ def add_many_options(parser: argparse.ArgumentParser) -> None:
         "--output-dir at the same paths (default: no Ray)",
     )
     group.add_argument(
+        "--outputs-to",
+        choices=OUTPUTS_TO,
+        help="with --cluster, who writes each output to --output-dir: worker (each Ray "
+        "worker, so every machine must see --output-dir at the same path) or driver (each "
+        "Ray worker returns the finished output and this machine writes it, with the same "
+        "resume rules) (default: worker)",
+    )
+    group.add_argument(
         "--retries",
         type=int,
         metavar="N",
@@ -134,6 +154,7 @@ def wants_many(args: argparse.Namespace) -> bool:
         args.threads,
         args.cluster,
         args.retries,
+        args.outputs_to,
     )
     return any(value is not None for value in given)
 
@@ -163,6 +184,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         read_timeout=args.read_timeout,
         save_interval=args.save_interval,
         load_options=engine_options(args),
+        tracking=tracking_settings(args),
         provenance={
             "models": model_records(args.models),
             "command": "run",
@@ -188,6 +210,8 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             streams=args.streams or DEFAULT_STREAMS,
             cluster=args.cluster,
             retries=DEFAULT_RETRIES if args.retries is None else args.retries,
+            outputs_to=args.outputs_to or "worker",
+            duration=args.duration,
             report=progress,
         )
     if not args.quiet:
@@ -198,21 +222,38 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         console.print(
             f"{result.video}: {describe(result)}", highlight=False, markup=False, soft_wrap=True
         )
+    if run.left:
+        console.print(
+            f"{len(run.left)} videos left for the next run (--duration {args.duration:g} s "
+            "was up): run the same command again",
+            highlight=False,
+        )
     return 0 if run.ok else 1
 
 
 def _check(args: argparse.Namespace) -> None:
     if not args.video:
         raise UsageError("give VIDEO files, a folder or a glob pattern")
-    for name, option in SINGLE_RUN_OPTIONS.items():
-        value = getattr(args, name)
-        if value not in (None, False):
-            raise UsageError(f"{option} applies to one video, not to a run over many")
+    for name, reason in SINGLE_RUN_OPTIONS.items():
+        if getattr(args, name) not in (None, False):
+            raise UsageError(f"{reason} (a run over many videos was asked for)")
     for video in args.video:
         if isinstance(video, str):
             raise UsageError(f"{video}: a stream is live; run it alone (`run URL`)")
     if args.retries is not None and args.retries < 0:
         raise UsageError(f"--retries must be 0 or more, got {args.retries}")
+    if args.outputs_to == "driver" and args.cluster is None:
+        raise UsageError(
+            "--outputs-to driver applies with --cluster; local workers write to this "
+            "machine's --output-dir already"
+        )
+    # As for one video: -m once or twice; the camera and preview options only with
+    # --camera and --preview (refused above), never silently ignored.
+    check_models(args)
+    check_camera_options(args)
+    preview_options = (args.preview_port, args.preview_host, args.preview_hold)
+    if any(option is not None for option in preview_options):
+        raise UsageError("--preview-port, --preview-host and --preview-hold apply with --preview")
 
 
 def _cache(args: argparse.Namespace) -> dict[str, Any]:

@@ -237,7 +237,8 @@ def _add_common_options(
         "--duration",
         type=seconds,
         metavar="S",
-        help="stop after S seconds (default: at the end of the source, or Ctrl-C)",
+        help="stop after S seconds; over many videos, start no video after S seconds "
+        "(default: at the end of the source, or Ctrl-C)",
     )
     stop.add_argument(
         "--read-timeout",

@@ -6,9 +6,11 @@ own fault tolerance does the retrying: an actor whose process dies is restarted
 (`max_restarts`) and the tasks it had in flight run again on it
 (`max_task_retries`); the new attempt discards the half-written output before it
 starts. Outputs are written by the actor, to the output folder, which every
-machine must see at the same path (a shared file system). The driver hands each
-actor its next video as one finishes (`ray.wait`), reports progress, and gathers
-the results.
+machine must then see at the same path (a shared file system); or, with
+``outputs_to="driver"``, on the actor's own disk, their bytes returned to the driver,
+which places them in the output folder (`finish.place`: the same hidden name, lock
+and atomic rename, so the same resume rules). The driver hands each actor its next
+video as one finishes (`ray.wait`), reports progress, and gathers the results.
 
 ``address="local"`` starts Ray on this machine for the run (and stops it after);
 ``"ray://HOST:PORT"`` (or ``"auto"``, a cluster this machine belongs to) joins one.
@@ -17,12 +19,19 @@ Where Ray is already initialised in this process, that session is used as it is.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+import attrs
+
 from sleap_live.engines.errors import RuntimeUnavailableError
-from sleap_live.stream.many.local import POLL_SECONDS, NoReport, Reporter
+from sleap_live.stream.many.finish import OutputBytes, OutputsTo, collect, place
+from sleap_live.stream.many.local import POLL_SECONDS, NoReport, Reporter, left_behind, past
 from sleap_live.stream.many.videos import VideoJob
 from sleap_live.stream.many.worker import VideoResult, VideoWorker, WorkOptions, failed
 
@@ -39,8 +48,35 @@ class RayVideoWorker:
     def process(self, job: VideoJob) -> VideoResult:
         return self.worker.process(job)
 
+    def process_returning(self, job: VideoJob) -> tuple[VideoResult, OutputBytes | None]:
+        """Process `job` into a folder on this machine and return the finished output's
+        bytes (None unless done) for the driver to place at `job.output`.
+
+        The folder is named after the output, so a retry on this machine discards
+        what a lost attempt left there, as it would in the output folder.
+        """
+        scratch = scratch_folder(job.output)
+        scratch.mkdir(parents=True, exist_ok=True)
+        here = attrs.evolve(job, output=scratch / job.output.name)
+        result = attrs.evolve(self.worker.process(here), output=str(job.output))
+        files = None
+        if result.status == "done":
+            try:
+                files = collect(here.output)
+            except OSError as error:
+                result = attrs.evolve(result, status="failed", error=f"{here.output}: {error}")
+        shutil.rmtree(scratch, ignore_errors=True)
+        return result, files
+
     def pid(self) -> int:
         return os.getpid()
+
+
+def scratch_folder(output: Path) -> Path:
+    """Where an actor writes `output` when the driver places it: this machine's
+    temporary folder, a subfolder per output path."""
+    key = hashlib.sha256(os.fsencode(output)).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / "sleap-live-outputs" / key
 
 
 def import_ray() -> Any:
@@ -64,6 +100,8 @@ def run_on_ray(
     retries: int = 2,
     cpus_per_worker: float | None = None,
     gpus_per_worker: float = 0.0,
+    outputs_to: OutputsTo = "worker",
+    deadline: float | None = None,
     report: Reporter | None = None,
 ) -> list[VideoResult]:
     """Process `jobs` on Ray; results in job order.
@@ -80,6 +118,11 @@ def run_on_ray(
         cpus_per_worker: CPUs Ray reserves for each actor (default: `options.threads`,
             else 1).
         gpus_per_worker: GPUs Ray reserves for each actor (1: an actor per GPU).
+        outputs_to: "worker": each actor writes its outputs to the output folder
+            (which its machine must see at the same path); "driver": each actor
+            returns them and this process writes them.
+        deadline: no video starts after it (`time.monotonic` seconds); those in
+            flight then finish, the rest are left for the next run.
         report: told when each video starts and finishes.
 
     Raises:
@@ -117,7 +160,9 @@ def run_on_ray(
             max_task_retries=retries,
             max_concurrency=streams,
         )(RayVideoWorker)
-        return _dispatch(ray, actor_class, actors, jobs, options, workers, streams, report)
+        return _dispatch(
+            ray, actor_class, actors, jobs, options, workers, streams, outputs_to, deadline, report
+        )
     finally:
         for actor in actors:
             ray.kill(actor, no_restart=True)
@@ -133,6 +178,8 @@ def _dispatch(
     options: WorkOptions,
     workers: int,
     streams: int,
+    outputs_to: OutputsTo,
+    deadline: float | None,
     report: Reporter,
 ) -> list[VideoResult]:
     """Hand each actor `streams` videos at a time, until every video has a result.
@@ -147,9 +194,11 @@ def _dispatch(
     dead: set[int] = set()
 
     def hand_out(slot: int, most: int) -> None:
-        while queue and load[slot] < most:
+        while queue and load[slot] < most and not past(deadline):
             job = queue.pop()
-            in_flight[actors[slot].process.remote(job)] = (slot, job)
+            actor = actors[slot]
+            task = actor.process_returning if outputs_to == "driver" else actor.process
+            in_flight[task.remote(job)] = (slot, job)
             load[slot] += 1
             report.started(job)
 
@@ -157,6 +206,11 @@ def _dispatch(
     load.append(0)
     hand_out(0, 1)
     while len(results) < len(jobs):
+        if past(deadline):
+            results.update((r.index, r) for r in left_behind(reversed(queue), report))
+            queue.clear()
+            if len(results) == len(jobs):
+                break
         if results:
             while len(actors) < workers:
                 actors.append(actor_class.remote(options))
@@ -175,7 +229,10 @@ def _dispatch(
             slot, job = in_flight.pop(ref)
             load[slot] -= 1
             try:
-                result = ray.get(ref)
+                if outputs_to == "driver":
+                    result = _placed(job, *ray.get(ref))
+                else:
+                    result = ray.get(ref)
             except ray.exceptions.RayActorError as error:
                 dead.add(slot)
                 result = failed(job, f"its Ray worker was lost: {_first_line(error)}")
@@ -184,6 +241,18 @@ def _dispatch(
             results[job.index] = result
             report.finished(result)
     return [results[index] for index in sorted(results)]
+
+
+def _placed(job: VideoJob, result: VideoResult, files: OutputBytes | None) -> VideoResult:
+    """`result` once its returned output is in place at `job.output` (failed if it
+    cannot be written there)."""
+    if files is None:
+        return result
+    try:
+        redone = place(job.output, files)
+    except OSError as error:
+        return attrs.evolve(result, status="failed", error=_first_line(error))
+    return attrs.evolve(result, redone=result.redone or redone)
 
 
 def _first_line(error: BaseException) -> str:

@@ -24,7 +24,7 @@ from sleap_live.stream.many.run import ManyResult
 from sleap_live.stream.many.videos import VideoJob
 from sleap_live.stream.many.worker import VideoResult
 
-STATUS_STYLES = {"done": "green", "skipped": "dim", "failed": "bold red"}
+STATUS_STYLES = {"done": "green", "skipped": "dim", "failed": "bold red", "left": "yellow"}
 
 
 class ManyProgress:
@@ -97,6 +97,8 @@ def describe(result: VideoResult) -> str:
         return f"failed: {result.error}"
     if result.status == "skipped":
         return f"skipped: {result.output} is complete"
+    if result.status == "left":
+        return "left: not started, the run's time was up (the next run does it)"
     redone = ", a half-written output redone" if result.redone else ""
     return (
         f"{result.frames} frames at {result.fps:.1f} fps, {result.instances} instances "
@@ -117,6 +119,8 @@ def summary_table(run: ManyResult) -> Table:
         status: str = result.status
         if result.status == "failed":
             status = f"failed: {_without_prefix(result.error or '', result.video)}"
+        elif result.status == "left":
+            status = "left (not started)"
         elif result.redone:
             status = "done (redone)"
         elif result.attempts > 1:
@@ -132,6 +136,8 @@ def summary_table(run: ManyResult) -> Table:
         status: sum(result.status == status for result in run.results)
         for status in ("done", "skipped", "failed")
     }
+    if run.left:
+        counts["left for the next run"] = len(run.left)
     table.caption = ", ".join(f"{count} {status}" for status, count in counts.items())
     table.caption_justify = "left"
     return table

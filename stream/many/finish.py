@@ -6,17 +6,45 @@ is done is it renamed, atomically, to its name. So an output that exists is
 complete (a later run skips it), and a run killed halfway leaves only hidden
 files, which the next attempt at that video discards (`discard_unfinished`) before
 starting over: a retry never mixes two attempts' frames.
+
+Where the workers cannot write the output folder (Ray workers on machines that do
+not share it), a worker writes the output on its own disk, hands over its bytes
+(`collect`) and the driver places them (`place`) under the same rules: hidden name,
+journal locked, an earlier half-written attempt discarded, renamed when whole.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
+
+import attrs
 
 from sleap_live.stream.outputs.exports import sidecars
 from sleap_live.stream.outputs.guard import OutputLock, stale_temporaries
 from sleap_live.stream.outputs.journal import journal_path
+
+# Who writes each output into the output folder: "worker", the process that ran the
+# video, or "driver", the process that started the run, from bytes the worker returns.
+OutputsTo = Literal["worker", "driver"]
+OUTPUTS_TO: tuple[OutputsTo, ...] = ("worker", "driver")
+
+
+@attrs.frozen
+class OutputBytes:
+    """A finished output's files, as bytes, to be placed on another machine.
+
+    Attributes:
+        pose: the pose file.
+        sidecars: each of `sidecars(output)`'s files, None where none was written.
+    """
+
+    pose: bytes
+    sidecars: tuple[bytes | None, ...]
 
 
 def unfinished_path(output: Path) -> Path:
@@ -46,19 +74,27 @@ def discard_unfinished(output: Path) -> bool:
         OutputBusyError: another process is writing `output` now.
         OutputError: the journal cannot be opened.
     """
+    with _claimed(output) as discarded:
+        return discarded
+
+
+@contextlib.contextmanager
+def _claimed(output: Path) -> Iterator[bool]:
+    """Lock `output`'s unfinished journal, delete what an earlier unfinished attempt
+    left, and give whether there was any; on leaving, the journal is removed (while
+    still locked: no other attempt writes it meanwhile) and unlocked."""
     unfinished = unfinished_path(output)
     journal = journal_path(unfinished)
     left = [path for path in unfinished_files(output) if path != journal]
     had_journal = journal.exists()
     lock = OutputLock(journal, f"the pose output {output}")
     try:
-        # Removed while locked: no other attempt writes it meanwhile.
-        journal.unlink(missing_ok=True)
         for path in left:
             path.unlink(missing_ok=True)
+        yield had_journal or bool(left)
     finally:
+        journal.unlink(missing_ok=True)
         lock.release()
-    return had_journal or bool(left)
 
 
 def finish(output: Path) -> None:
@@ -87,3 +123,55 @@ def _fsync_folder(folder: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def collect(output: Path) -> OutputBytes:
+    """The finished `output`'s files as bytes, the files then removed (they were
+    written to be handed over).
+
+    Raises:
+        OSError: a file cannot be read.
+    """
+    extra = sidecars(output)
+    found = OutputBytes(
+        output.read_bytes(),
+        tuple(path.read_bytes() if path.exists() else None for path in extra),
+    )
+    for path in [output, *extra]:
+        path.unlink(missing_ok=True)
+    return found
+
+
+def place(output: Path, files: OutputBytes) -> bool:
+    """Write `files` as `output` the way a worker would: under the unfinished names,
+    with the unfinished journal locked, then renamed (`finish`); whether an earlier,
+    half-written attempt at `output` was discarded first.
+
+    Raises:
+        OutputBusyError: another process is writing `output` now.
+        OSError: a file cannot be written (nothing is left at `output`'s name).
+    """
+    unfinished = unfinished_path(output)
+    with _claimed(output) as discarded:
+        try:
+            for sidecar, data in zip(sidecars(unfinished), files.sidecars, strict=True):
+                if data is not None:
+                    _write_durably(sidecar, data)
+            _write_durably(unfinished, files.pose)
+            finish(output)
+        except OSError:
+            for path in unfinished_files(output):
+                if path != journal_path(unfinished):
+                    path.unlink(missing_ok=True)
+            raise
+    return discarded
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    """Write `data` to `path` and to the disk; never through a link at `path`."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(path, flags | getattr(os, "O_BINARY", 0), 0o644)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())

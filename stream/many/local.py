@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any, Protocol
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 
 from sleap_live.stream.many.videos import VideoJob
-from sleap_live.stream.many.worker import VideoResult, VideoWorker, WorkOptions, failed
+from sleap_live.stream.many.worker import VideoResult, VideoWorker, WorkOptions, failed, left
 
 if TYPE_CHECKING:
     # Not at run time: Windows has no fork server context.
@@ -43,6 +44,20 @@ class Reporter(Protocol):
     def finished(self, result: VideoResult) -> None: ...
 
 
+def past(deadline: float | None) -> bool:
+    """Whether the run's time is up (`deadline` in `time.monotonic` seconds; None: never)."""
+    return deadline is not None and time.monotonic() >= deadline
+
+
+def left_behind(jobs: Iterable[VideoJob], report: Reporter) -> list[VideoResult]:
+    """`jobs` left unstarted because the run's time was up: a `left` result each,
+    reported."""
+    results = [left(job) for job in jobs]
+    for result in results:
+        report.finished(result)
+    return results
+
+
 class NoReport:
     """A `Reporter` that shows nothing."""
 
@@ -58,9 +73,13 @@ def run_here(
     options: WorkOptions,
     *,
     streams: int = 1,
+    deadline: float | None = None,
     report: Reporter | None = None,
 ) -> list[VideoResult]:
     """Process `jobs` in this process, `streams` at once; results in job order.
+
+    No video starts after `deadline` (`time.monotonic` seconds); those in flight
+    then finish, and the rest are left (`left`) for the next run.
 
     Ctrl-C stops every video in flight (their unfinished outputs are left for the
     next run to redo) and is raised again.
@@ -75,6 +94,8 @@ def run_here(
             done = threading.Event()
 
             def submit_next() -> bool:
+                if past(deadline):
+                    return False
                 job = next(pending, None)
                 if job is None:
                     return False
@@ -95,6 +116,7 @@ def run_here(
                     results.append(result)
                     report.finished(result)
                     submit_next()
+        results.extend(left_behind(pending, report))
     except KeyboardInterrupt:
         worker.stop()
         raise
@@ -119,6 +141,7 @@ def run_in_processes(
     workers: int,
     streams: int = 1,
     retries: int = 2,
+    deadline: float | None = None,
     report: Reporter | None = None,
 ) -> list[VideoResult]:
     """Process `jobs` in `workers` worker processes, `streams` videos in flight in
@@ -134,6 +157,8 @@ def run_in_processes(
         workers: worker processes (at least 1).
         streams: videos in flight per worker.
         retries: how many more times a video is started after its worker was lost.
+        deadline: no video starts after it (`time.monotonic` seconds); those in
+            flight then finish, the rest are left for the next run.
         report: told when each video starts and finishes.
     """
     report = report or NoReport()
@@ -155,7 +180,7 @@ def run_in_processes(
         return worker
 
     def hand_out(worker: _Worker) -> None:
-        while queue and len(worker.in_flight) < streams:
+        while queue and len(worker.in_flight) < streams and not past(deadline):
             job, attempt = queue.pop()
             worker.in_flight[job.index] = (job, attempt)
             report.started(job)
@@ -187,6 +212,13 @@ def run_in_processes(
     ready = False
     try:
         while len(results) < len(jobs):
+            if past(deadline):
+                # Retries of videos whose worker was lost count as not started too.
+                unstarted = [job for job, _ in reversed(queue)]
+                results.update((r.index, r) for r in left_behind(unstarted, report))
+                queue.clear()
+                if len(results) == len(jobs):
+                    break
             if ready:
                 while queue and len(pool) < workers:
                     hand_out(start_worker())

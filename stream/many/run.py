@@ -9,12 +9,14 @@ gives the same poses, since each runs every video alone through the same
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import attrs
 
 from sleap_live.engines.settings import InferenceSettings
+from sleap_live.stream.many.finish import OUTPUTS_TO, OutputsTo
 from sleap_live.stream.many.local import Reporter, run_here, run_in_processes
 from sleap_live.stream.many.videos import (
     DEFAULT_NAME_PATTERN,
@@ -24,6 +26,7 @@ from sleap_live.stream.many.videos import (
 )
 from sleap_live.stream.many.worker import VideoResult, WorkOptions, skipped
 from sleap_live.stream.outputs.writers import DEFAULT_SAVE_INTERVAL
+from sleap_live.stream.tracking.settings import TrackingSettings
 
 # Videos in flight per worker: the next one decodes while the current one finishes.
 DEFAULT_STREAMS = 2
@@ -48,8 +51,14 @@ class ManyResult:
         return tuple(result for result in self.results if result.status == "failed")
 
     @property
+    def left(self) -> tuple[VideoResult, ...]:
+        """The videos not started because the run's `duration` was up."""
+        return tuple(result for result in self.results if result.status == "left")
+
+    @property
     def ok(self) -> bool:
-        """Whether every video is done or was complete already."""
+        """Whether no video failed: each is done, was complete already, or was left
+        for the next run when the run's `duration` was up."""
         return not self.failed
 
 
@@ -76,6 +85,7 @@ def run_many(
     threads: int | None = None,
     cluster: str | None = None,
     retries: int = DEFAULT_RETRIES,
+    outputs_to: OutputsTo = "worker",
     engine: str = "auto",
     device: str = "auto",
     batch_size: int | None = None,
@@ -87,6 +97,8 @@ def run_many(
     bit_depth: int | None = None,
     read_timeout: float | None = None,
     save_interval: float | None = DEFAULT_SAVE_INTERVAL,
+    tracking: TrackingSettings | None = None,
+    duration: float | None = None,
     report: Reporter | None = None,
 ) -> ManyResult:
     """Run `models` over every video `videos` names, each into a pose file of its own.
@@ -118,15 +130,26 @@ def run_many(
         cluster: None (this machine), "local" (Ray started here) or
             "ray://HOST:PORT" (a Ray cluster); needs the `cluster` extra.
         retries: further attempts at a video whose worker process was lost.
+        outputs_to: with `cluster`, who writes the outputs: "worker" (each Ray
+            worker, to `output_dir`, which every machine must see at the same path)
+            or "driver" (each Ray worker returns its outputs' bytes and this process
+            writes them, under the same rules: hidden until complete, resumable).
         engine, device, batch_size, settings, cache, cache_dir, verify, decoder,
             bit_depth, read_timeout, save_interval: as for `Pipeline`,
             `load_runner` and `open_source`.
+        tracking: track ids with these settings (None: none); each video is tracked
+            on its own by the worker that runs it, with the ids a run over that
+            video alone gives.
+        duration: seconds after which no video starts (None: no limit); the videos
+            in flight then finish and the rest are left ("left") for the next run,
+            as under a job's time limit.
         report: told as each video starts and finishes (a progress display).
 
     Raises:
         VideoListError: `videos` names no video, a bad name pattern or output
             folder, or two videos that would write one output.
-        ValueError: a count below 1.
+        ValueError: a count below 1, a negative duration, or outputs_to="driver"
+            without `cluster`.
         RuntimeUnavailableError: `cluster` without Ray installed.
     """
     for name, value in (("workers", workers or 1), ("streams", streams)):
@@ -134,6 +157,9 @@ def run_many(
             raise ValueError(f"{name} must be at least 1, got {value}")
     if retries < 0:
         raise ValueError(f"retries must be 0 or more, got {retries}")
+    if duration is not None and duration < 0:
+        raise ValueError(f"duration must be 0 or more seconds, got {duration}")
+    check_outputs_to(outputs_to, cluster)
     given = [videos] if isinstance(videos, str | os.PathLike) else list(videos)
     model_paths = [models] if isinstance(models, str | os.PathLike) else list(models)
     jobs = plan_jobs(
@@ -155,6 +181,7 @@ def run_many(
         bit_depth=bit_depth,
         read_timeout=read_timeout,
         save_interval=save_interval,
+        tracking=tracking,
     )
     return run_jobs(
         jobs,
@@ -164,8 +191,25 @@ def run_many(
         streams=streams,
         cluster=cluster,
         retries=retries,
+        outputs_to=outputs_to,
+        duration=duration,
         report=report,
     )
+
+
+def check_outputs_to(outputs_to: str, cluster: str | None) -> None:
+    """Refuse an unknown `outputs_to`, and "driver" without a cluster.
+
+    Raises:
+        ValueError: one line saying which.
+    """
+    if outputs_to not in OUTPUTS_TO:
+        raise ValueError(f"outputs_to must be one of {', '.join(OUTPUTS_TO)}, got {outputs_to!r}")
+    if outputs_to == "driver" and cluster is None:
+        raise ValueError(
+            "outputs to the driver apply with a Ray cluster; without one the workers "
+            "write to this machine's output folder already"
+        )
 
 
 def run_jobs(
@@ -177,9 +221,13 @@ def run_jobs(
     streams: int = DEFAULT_STREAMS,
     cluster: str | None = None,
     retries: int = DEFAULT_RETRIES,
+    outputs_to: OutputsTo = "worker",
+    duration: float | None = None,
     report: Reporter | None = None,
 ) -> ManyResult:
     """`run_many` on planned jobs (`plan_jobs`) and worker options."""
+    check_outputs_to(outputs_to, cluster)
+    deadline = None if duration is None else time.monotonic() + duration
     # Absolute paths: worker processes and Ray actors may run in other folders.
     jobs = [
         attrs.evolve(job, video=job.video.absolute(), output=job.output.absolute()) for job in jobs
@@ -201,16 +249,26 @@ def run_jobs(
             retries=retries,
             # A CUDA run: an actor per GPU, each given one by Ray.
             gpus_per_worker=1.0 if options.device.startswith("cuda") else 0.0,
+            outputs_to=outputs_to,
+            deadline=deadline,
             report=report,
         )
-        mode = f"Ray ({cluster})"
+        mode = f"Ray ({cluster})" + (
+            ", outputs written by the driver" if outputs_to == "driver" else ""
+        )
     elif workers is not None and workers > 1:
         results = run_in_processes(
-            todo, options, workers=workers, streams=streams, retries=retries, report=report
+            todo,
+            options,
+            workers=workers,
+            streams=streams,
+            retries=retries,
+            deadline=deadline,
+            report=report,
         )
         mode = f"{workers} local workers"
     else:
-        results = run_here(todo, options, streams=streams, report=report)
+        results = run_here(todo, options, streams=streams, deadline=deadline, report=report)
         mode = "this process"
     done.update((result.index, result) for result in results)
     return ManyResult(tuple(done[index] for index in sorted(done)), mode)

@@ -42,8 +42,9 @@ from sleap_live.stream.outputs.writers import DEFAULT_SAVE_INTERVAL, OutputOptio
 from sleap_live.stream.pipeline import Pipeline
 from sleap_live.stream.runner import spread_frames
 from sleap_live.stream.sources import open_source
+from sleap_live.stream.tracking.settings import TrackingSettings
 
-Status = Literal["done", "skipped", "failed"]
+Status = Literal["done", "skipped", "failed", "left"]
 
 
 class VideoStopped(StreamError):
@@ -71,6 +72,9 @@ class WorkOptions:
         save_interval: seconds between saves to the unfinished output's journal.
         load_options: `load_runner`'s engine options (`precision`, `compile_mode`).
         provenance: entries added to every output's provenance.
+        tracking: the tracker's settings (None: no tracking); each video is tracked
+            on its own, from its first frame, by the worker that runs it, so its ids
+            are those of a run over that video alone.
     """
 
     models: tuple[str, ...]
@@ -89,6 +93,7 @@ class WorkOptions:
     save_interval: float | None = DEFAULT_SAVE_INTERVAL
     load_options: Mapping[str, Any] = attrs.field(factory=dict)
     provenance: Mapping[str, Any] = attrs.field(factory=dict)
+    tracking: TrackingSettings | None = None
 
 
 @attrs.frozen
@@ -99,7 +104,8 @@ class VideoResult:
         index: the job's place in the run.
         video: the video file.
         output: its pose file.
-        status: "done", "skipped" (its output was complete already) or "failed".
+        status: "done", "skipped" (its output was complete already), "failed", or
+            "left" (not started: the run's time was up; the next run does it).
         frames: frames processed (0 when skipped or failed before any).
         seconds: time from opening the video to its output in place.
         instances: instances found over all its frames.
@@ -126,21 +132,25 @@ class VideoResult:
         return self.frames / self.seconds if self.seconds > 0 else 0.0
 
 
+def result_of(job: VideoJob, status: Status) -> VideoResult:
+    """A result naming `job`'s video and output, its other fields their defaults
+    (`attrs.evolve` fills them in)."""
+    return VideoResult(job.index, str(job.video), str(job.output), status)
+
+
 def skipped(job: VideoJob) -> VideoResult:
     """The result of a video whose output is complete already."""
-    return VideoResult(job.index, str(job.video), str(job.output), "skipped", attempts=0)
+    return attrs.evolve(result_of(job, "skipped"), attempts=0)
+
+
+def left(job: VideoJob) -> VideoResult:
+    """The result of a video not started because the run's time was up."""
+    return attrs.evolve(result_of(job, "left"), attempts=0)
 
 
 def failed(job: VideoJob, error: str, attempts: int = 1) -> VideoResult:
     """The result of a video that failed before it ran, or whose worker was lost."""
-    return VideoResult(
-        job.index,
-        str(job.video),
-        str(job.output),
-        "failed",
-        error=error,
-        attempts=attempts,
-    )
+    return attrs.evolve(result_of(job, "failed"), error=error, attempts=attempts)
 
 
 class SharedRunner:
@@ -189,38 +199,26 @@ class VideoWorker:
         that fails leaves nothing behind but an error message.
         """
         started = time.monotonic()
-        frames = instances = 0
         try:
             redone = discard_unfinished(job.output)
-        except OSError as error:
+        except OSError as busy:
             # Another run is writing this output (or its folder is unwritable): its
             # files are not this attempt's to remove.
-            return failed(job, _one_line(error), attempt)
+            return failed(job, _one_line(busy), attempt)
+        frames = instances = 0
+        error: str | None = None
         try:
             frames, instances = self._run(job)
             finish(job.output)
-        except (StreamError, EngineError, OSError, ValueError) as error:
+        except (StreamError, EngineError, OSError, ValueError) as caught:
             self._clean(job)
-            return VideoResult(
-                job.index,
-                str(job.video),
-                str(job.output),
-                "failed",
-                frames=frames,
-                seconds=time.monotonic() - started,
-                error=_one_line(error),
-                redone=redone,
-                attempts=attempt,
-                worker=os.getpid(),
-            )
-        return VideoResult(
-            job.index,
-            str(job.video),
-            str(job.output),
-            "done",
+            error = _one_line(caught)
+        return attrs.evolve(
+            result_of(job, "done" if error is None else "failed"),
             frames=frames,
             seconds=time.monotonic() - started,
             instances=instances,
+            error=error,
             redone=redone,
             attempts=attempt,
             worker=os.getpid(),
@@ -273,6 +271,8 @@ class VideoWorker:
                 ),
                 # The engine's one-time set-up happens once per worker.
                 warmup=loaded_now,
+                # A tracker of this video's own: no ids carried over from another.
+                tracking=options.tracking,
             )
             frames = instances = 0
             for record in pipeline.records():

@@ -6,23 +6,37 @@ A run journals its poses (see `journal`) and, when it ends, writes the file its
 - ``.slp``: SLEAP labels (`sleap_io.save_slp`), with the run's provenance.
 - ``.h5``: SLEAP's analysis HDF5 (`sleap_io.save_analysis_h5`, as SLEAP exports
   it: tracks x nodes x 2 x frames), the provenance in its ``provenance`` dataset.
-  Its layout needs a track per instance: untracked instances get the NWB file's
-  positional tracks (below).
 - ``.nwb``: NWB with ndx-pose (`nwb`, sleap-io's layout), one
   ``PoseEstimation`` per track, timestamped frame index / fps in seconds; the
   provenance (JSON) in the file's ``notes`` and each ``PoseEstimation``'s
-  ``scorer``. An ndx-pose series needs a track, so untracked instances get tracks
-  named by their place in the frame (``instance_0``, ...), which are not
-  identities. NWB keeps points and point scores, not instance scores, and no
+  ``scorer``. NWB keeps points and point scores, not instance scores, and no
   frame without animals; sleap-io reads the frames back numbered in time order.
 - ``.csv``: `CSV_COLUMNS`, one row per frame x instance (written with the csv
   module: sleap-io's CSV saver has no instance column and cannot tell a frame
   processed with nothing found from one never processed); the provenance in the
   sidecar ``NAME.csv.provenance.json``.
+
+Tracks are identities: a run without them (no tracker, not a multi-class model)
+writes none where a format can say so, which is what sleap-nn, SLEAP and sleap-io
+write for untracked predictions: no ``Track`` in the .slp, an empty ``track``
+column in the .csv. The .h5 and .nwb layouts hold each series under a track, so
+there (`track_slots`):
+
+- at most one instance in every frame: SLEAP's own layout for untracked poses,
+  one slot and no track names in the .h5 (SLEAP 1.x writes it so), one
+  ``track=untracked`` series in the .nwb (sleap-io's name); sleap-io reads both
+  back untracked, as the .slp.
+- several instances in a frame (or tracks on others): one slot per place in the
+  frame, named ``instance_0``, ``instance_1``, ... (the .csv's ``instance``
+  column), not identities. sleap-io writes an untracked .slp to .h5 the same way (it names the
+  slots ``track_0``, ... as a tracker's tracks), and its .h5 reader makes a track of
+  every slot: no layout of several slots reads back untracked through it. Its NWB
+  reader reads the series back untracked.
 """
 
 from __future__ import annotations
 
+import copy
 import csv
 import importlib
 import json
@@ -30,7 +44,7 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import h5py
 import numpy as np
@@ -106,12 +120,15 @@ def _save_slp(labels: sio.Labels, path: Path, final: Path) -> None:
 
 
 def _save_h5(labels: sio.Labels, path: Path, final: Path) -> None:
-    # Positional tracks named as the NWB file's, not sleap-io's ``track_N`` (a
-    # tracked run's names): the two formats read back alike, and no position in
-    # the frame passes for an identity.
-    sio.save_analysis_h5(_with_positional_tracks(labels), str(path), labels_path=str(final))
-    # sleap-io stores the provenance itself; the file must say so, whatever it does.
+    layout = track_slots(labels)
+    sio.save_analysis_h5(_on_tracks(labels, layout), str(path), labels_path=str(final))
     with h5py.File(path, "r+") as handle:
+        if layout == "untracked":
+            # SLEAP's analysis file of untracked poses: one slot and no track names,
+            # which sleap-io reads back untracked.
+            del handle["track_names"]
+            handle.create_dataset("track_names", data=np.zeros(0, "S1"))
+        # sleap-io stores the provenance itself; the file must say so, whatever it does.
         if "provenance" in handle:
             del handle["provenance"]
         handle["provenance"] = _json(labels.provenance)
@@ -122,7 +139,7 @@ def _save_nwb(labels: sio.Labels, path: Path, final: Path) -> None:
     from sleap_live.stream.outputs.nwb import write_nwb_poses
 
     write_nwb_poses(
-        _with_positional_tracks(labels),
+        _on_tracks(_as_predictions(labels), track_slots(labels)),
         path,
         notes=_json(labels.provenance),
         software_version=str(labels.provenance.get("sleap_live_version")),
@@ -140,7 +157,7 @@ def _save_csv(labels: sio.Labels, path: Path, final: Path) -> None:
             if not frame.instances:
                 writer.writerow([frame.frame_idx] + [""] * (len(header) - 1))
             for number, instance in enumerate(frame.instances):
-                points = instance.numpy(scores=True)
+                points = points_with_scores(instance)
                 row: list[Any] = [
                     frame.frame_idx,
                     number,
@@ -174,27 +191,57 @@ _SAVERS: Mapping[str, Callable[[sio.Labels, Path, Path], None]] = {
 }
 
 
-def _with_positional_tracks(labels: sio.Labels) -> sio.Labels:
-    """`labels` with every untracked instance on a track named by its place in the frame."""
-    if all(instance.track is not None for frame in labels.labeled_frames for instance in frame):
+# How the .h5 and .nwb hold instances without a track (see the module's notes):
+# "tracks" (every instance has one), "untracked" (one slot, no track names: at most
+# one instance a frame, none tracked), "by_place" (a slot per place in the frame).
+TrackSlots = Literal["tracks", "untracked", "by_place"]
+
+# The .nwb series of a run's untracked poses where one slot holds them (sleap-io's name).
+UNTRACKED_TRACK = "untracked"
+
+
+# The formats whose layout holds every instance under a track (see `track_slots`).
+SLOT_SUFFIXES = (".h5", ".nwb")
+
+
+def slot_layout(most_untracked: int, any_tracked: bool) -> TrackSlots:
+    """How the .h5 and .nwb hold poses whose frames have at most `most_untracked`
+    instances without a track, `any_tracked`: whether any instance has one."""
+    if most_untracked == 0:
+        return "tracks"
+    if most_untracked == 1 and not any_tracked:
+        return "untracked"
+    return "by_place"
+
+
+def track_slots(labels: sio.Labels) -> TrackSlots:
+    """How the .h5 and .nwb hold the instances of `labels` that have no track."""
+    most_untracked = max(
+        (sum(instance.track is None for instance in frame) for frame in labels), default=0
+    )
+    any_tracked = any(instance.track is not None for frame in labels for instance in frame)
+    return slot_layout(most_untracked, any_tracked)
+
+
+def _on_tracks(labels: sio.Labels, layout: TrackSlots) -> sio.Labels:
+    """`labels` with every untracked instance on a track: `UNTRACKED_TRACK` for the
+    "untracked" layout, else one named by its place in the frame (``instance_N``)."""
+    if layout == "tracks":
         return labels
-    positional: dict[int, sio.Track] = {}
+    slots: dict[int, sio.Track] = {}
     frames = []
     for frame in labels.labeled_frames:
         instances = []
         for number, instance in enumerate(frame.instances):
-            track = instance.track
-            if track is None:
-                track = positional.setdefault(number, sio.Track(name=f"instance_{number}"))
-            instances.append(
-                sio.PredictedInstance.from_numpy(
-                    instance.numpy(),
-                    skeleton=instance.skeleton,
-                    point_scores=instance.numpy(scores=True)[:, 2],
-                    score=float(instance.score),
-                    track=track,
-                )
-            )
+            if instance.track is not None:
+                instances.append(instance)
+                continue
+            name = UNTRACKED_TRACK if layout == "untracked" else f"instance_{number}"
+            # A copy on the slot's track, of its own kind (a hand-labelled instance
+            # of `sleap-live track`'s input stays one); the caller's labels keep theirs.
+            placed = copy.copy(instance)
+            placed.track = slots.setdefault(number, sio.Track(name=name))
+            instances.append(placed)
         frames.append(
             sio.LabeledFrame(video=frame.video, frame_idx=frame.frame_idx, instances=instances)
         )
@@ -202,7 +249,48 @@ def _with_positional_tracks(labels: sio.Labels) -> sio.Labels:
         labeled_frames=frames,
         videos=labels.videos,
         skeletons=labels.skeletons,
-        tracks=[*labels.tracks, *positional.values()],
+        tracks=[*labels.tracks, *slots.values()],
+        provenance=dict(labels.provenance),
+    )
+
+
+def points_with_scores(instance: sio.Instance) -> np.ndarray:
+    """(nodes, 3): each point's x, y and score; a hand-labelled instance's scores are NaN."""
+    if isinstance(instance, sio.PredictedInstance):
+        return instance.numpy(scores=True)
+    points = instance.numpy()
+    return np.column_stack([points, np.full(len(points), np.nan)])
+
+
+def _as_predictions(labels: sio.Labels) -> sio.Labels:
+    """`labels` with every hand-labelled instance (`sleap-live track` keeps them) as a
+    prediction without scores: NWB's pose estimates all have confidences."""
+    if all(isinstance(instance, sio.PredictedInstance) for frame in labels for instance in frame):
+        return labels
+    frames = [
+        sio.LabeledFrame(
+            video=frame.video,
+            frame_idx=frame.frame_idx,
+            instances=[
+                instance
+                if isinstance(instance, sio.PredictedInstance)
+                else sio.PredictedInstance.from_numpy(
+                    instance.numpy(),
+                    skeleton=instance.skeleton,
+                    point_scores=points_with_scores(instance)[:, 2],
+                    score=math.nan,
+                    track=instance.track,
+                )
+                for instance in frame.instances
+            ],
+        )
+        for frame in labels.labeled_frames
+    ]
+    return sio.Labels(
+        labeled_frames=frames,
+        videos=labels.videos,
+        skeletons=labels.skeletons,
+        tracks=labels.tracks,
         provenance=dict(labels.provenance),
     )
 

@@ -25,7 +25,12 @@ import sleap_io as sio
 
 from sleap_live.engines.types import FramePoses, Skeleton
 from sleap_live.stream.clock import MONOTONIC, Clock
-from sleap_live.stream.outputs.exports import prepare_saver, save_labels
+from sleap_live.stream.outputs.exports import (
+    SLOT_SUFFIXES,
+    prepare_saver,
+    save_labels,
+    slot_layout,
+)
 from sleap_live.stream.outputs.guard import (
     OutputError,
     OutputLock,
@@ -247,6 +252,9 @@ class SlpWriter:
         self._clock = clock
         self._pending: list[tuple[int, FramePoses]] = []
         self._due: float | None = None
+        # What `describe` needs to say how the .h5 and .nwb hold untracked instances.
+        self._most_untracked = 0
+        self._any_tracked = False
         self.n_frames_written = 0
         self.n_frames_saved = 0
         self.finished = False
@@ -282,6 +290,9 @@ class SlpWriter:
             identities=np.array(poses.identities[found], np.int32),
         )
         self._pending.append((frame_index, kept))
+        untracked = int(np.count_nonzero(kept.identities < 0))
+        self._most_untracked = max(self._most_untracked, untracked)
+        self._any_tracked = self._any_tracked or untracked < kept.n_instances
         self.n_frames_written += 1
         if self._due is None and self._save_interval is not None:
             self._due = record.ready_time + SAVE_DUE_FRACTION * self._save_interval
@@ -349,12 +360,26 @@ class SlpWriter:
         self._lock.release()
 
     def describe(self) -> str:
-        """What the output holds, in one line: the .slp, or the journal and how to recover."""
+        """What the output holds, in one line: the .slp, or the journal and how to recover.
+
+        An .h5 or .nwb that holds untracked animals in slots by their place in the
+        frame (`exports.track_slots`) says so: those slots are not identities.
+        """
         if self.finished:
-            return f"poses: {self.path} ({self.n_frames_saved} frames)"
+            return f"poses: {self.path} ({self.n_frames_saved} frames){self._slots_note()}"
         return (
             f"poses: {self.n_frames_saved} frames saved in {self.journal}, not yet in "
             f"{self.path}: `sleap-live recover {self.path}` writes them"
+        )
+
+    def _slots_note(self) -> str:
+        if self.path.suffix.lower() not in SLOT_SUFFIXES:
+            return ""
+        if slot_layout(self._most_untracked, self._any_tracked) != "by_place":
+            return ""
+        return (
+            "; untracked animals are in slots by their place in each frame (instance_0, "
+            "instance_1, ...), not by identity: --tracking gives identities"
         )
 
     def __enter__(self) -> SlpWriter:

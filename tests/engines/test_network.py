@@ -348,7 +348,7 @@ def test_trained_models_load_and_run(model_dir):
 
 
 def test_sigmoid_heads_keep_saturated_values_in_onnx():
-    from sleap_live.engines.graph.network import ConvHead
+    from sleap_live.engines.graph.decoder_heads import ConvHead
 
     head = ConvHead(2, 2, sigmoid=True).eval()
     x = torch.linspace(-40, 40, 2 * 16 * 16).reshape(1, 2, 16, 16)

@@ -36,6 +36,7 @@ import numpy as np
 import pytest
 
 from sleap_live.engines.runners.load import load_runner
+from sleap_live.engines.runners.torch_compile import COMPILE_FOLDER
 from sleap_live.engines.settings import InferenceSettings
 from sleap_live.engines.types import ModelInfo
 from sleap_live.stream.sources import FileSource
@@ -225,11 +226,13 @@ COMPILE_PARITY_ALWAYS = ("topdown",)
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(CASES))
-def test_torch_compile_matches_sleap_nn_predict(name, request):
+def test_torch_compile_matches_sleap_nn_predict(name, request, shared_cache_dir):
     if name not in COMPILE_PARITY_ALWAYS and not request.config.getoption("all_compile_parity"):
         pytest.skip("torch-compile parity of this model type runs with --all-compile-parity")
     run = case_run(name, "torch-compile", COMPILE_FRAMES)
     assert run.runner == "TorchCompileRunner"
+    # inductor's compiled kernels and FX graph cache, kept under the cache root.
+    assert any(path.is_file() for path in (shared_cache_dir / COMPILE_FOLDER).rglob("*"))
     golden = dict(np.load(case_paths(name)[2]))
     frames = goldens.compared_frames(name, len(run.poses))
     result = goldens.compare(run.poses, golden, run.info.class_names, frames)

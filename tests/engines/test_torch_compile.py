@@ -1,23 +1,27 @@
 """The torch.compile engine (engines/runners/torch_compile.py) on the CPU.
 
-One inductor compilation of a stand-in top-down model (tests/engines/fake_networks.py)
-serves the whole test: one graph per batch shape, a smaller batch padded onto it, the
-status line, inductor's caches in the folder given, and a frame with more centroids
-than slots rerun on the model. The fixture models' poses through this engine are
-checked against sleap-nn in test_parity.py.
+One compilation of a stand-in top-down model (tests/engines/fake_networks.py) serves
+the runner's test: one graph per batch shape, a smaller batch padded onto it, the
+status line, inductor's cache folder set while it compiles, and a frame with more
+centroids than slots rerun on the model. That test compiles with the `aot_eager`
+backend (the same graph capture, no code generation): inductor itself, its numerics
+and the caches it writes are checked on a real fixture model in test_parity.py, and
+one inductor compilation takes about a minute of the suite's CPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 
 import numpy as np
 import pytest
+import torch
 
 from sleap_live.engines.graph.fixed import DEFAULT_SLOTS, BatchShape
 from sleap_live.engines.runners.load import load_runner
 from sleap_live.engines.runners.torch import TorchRunner
-from sleap_live.engines.runners.torch_compile import TorchCompileRunner
+from sleap_live.engines.runners.torch_compile import INDUCTOR_CACHE_ENV, TorchCompileRunner
 from tests.engines import goldens
 from tests.engines.test_fixed_shape import BLOBS, FRAMES, _model
 
@@ -32,8 +36,18 @@ def _same_poses(got, want) -> None:
 
 
 def test_compiles_a_batch_shape_once_pads_smaller_batches_and_keeps_every_centroid(
-    fake_networks, tmp_path
+    fake_networks, tmp_path, monkeypatch
 ):
+    compile_calls = []
+    cache_dirs = []
+    real_compile = torch.compile
+
+    def compile_without_inductor(model, *, mode, **options):
+        compile_calls.append((mode, options))
+        cache_dirs.append(os.environ.get(INDUCTOR_CACHE_ENV))
+        return real_compile(model, backend="aot_eager", **options)
+
+    monkeypatch.setattr(torch, "compile", compile_without_inductor)
     model = _model(fake_networks, "topdown").eval()  # every centroid: DEFAULT_SLOTS slots
     eager = TorchRunner(model)
     status, notices = [], []
@@ -62,7 +76,8 @@ def test_compiles_a_batch_shape_once_pads_smaller_batches_and_keeps_every_centro
         "compiling the topdown model for batches of 2 88x72x1 frames (torch.compile, "
         "default; kept in the cache for later runs)"
     ]
-    assert any(path.is_file() for path in (tmp_path / "compiled").rglob("*"))
+    assert compile_calls == [("default", {"fullgraph": True, "dynamic": False})]
+    assert cache_dirs == [str(tmp_path / "compiled")]
 
 
 def test_modes_that_need_cuda_are_refused_on_the_cpu(fake_networks):

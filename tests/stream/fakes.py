@@ -338,6 +338,9 @@ class SteppedSource:
         self.pushed = 0
         self.pulled = 0
         self.closed = False
+        # Set once the pipeline's reader has begun its first read (and started that
+        # read's timeout on the clock).
+        self.reading = threading.Event()
         self._ended = False
         self._changed = threading.Condition()
 
@@ -356,6 +359,7 @@ class SteppedSource:
         self.end()
 
     def __iter__(self) -> Iterator[Frame]:
+        self.reading.set()
         while True:
             with self._changed:
                 while self.pulled >= self.pushed and not self._ended:

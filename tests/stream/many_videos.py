@@ -4,7 +4,8 @@ videos, the model they run, a corrupt video, and the pose arrays of an output.
 The clips are lossless (FFV1) cuts of `tests/data/videos/single.mkv`, the video the
 single-instance fixture model was trained for, at different starts, so each clip
 has poses of its own; the model is its sleap-nn export (loaded in well under a
-second, nothing exported).
+second, nothing exported). The tracking tests cut `multi_gray.mkv` for the
+bottom-up export instead (`MULTI_VIDEO`, `MULTI_MODEL`).
 """
 
 from __future__ import annotations
@@ -12,41 +13,29 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import av
 import numpy as np
 import sleap_io as sio
 
 from sleap_live.stream.many.finish import unfinished_path
+from sleap_live.stream.many.local import NoReport
+from sleap_live.stream.many.videos import VideoJob
 from sleap_live.stream.outputs.journal import journal_path, scan_journal
+from tests import script_modules
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 MODEL = DATA / "exports" / "single_instance"
 SOURCE_VIDEO = DATA / "videos" / "single.mkv"
+MULTI_MODEL = DATA / "exports" / "bottomup"
+MULTI_VIDEO = DATA / "videos" / "multi_gray.mkv"
 
 
-def cut_clips(folder: Path, lengths: dict[str, tuple[int, int]]) -> list[Path]:
-    """Write clips ``NAME.mkv`` of `SOURCE_VIDEO`'s frames [start, start + count) into
-    `folder`; their paths, sorted by name."""
-    folder.mkdir(parents=True, exist_ok=True)
-    last = max(start + count for start, count in lengths.values())
-    with av.open(str(SOURCE_VIDEO)) as container:
-        frames = []
-        for frame in container.decode(video=0):
-            frames.append(frame.to_ndarray(format="gray"))
-            if len(frames) >= last:
-                break
-    for name, (start, count) in lengths.items():
-        with av.open(str(folder / f"{name}.mkv"), "w") as container:
-            stream = container.add_stream("ffv1", rate=30)
-            stream.width, stream.height, stream.pix_fmt = (
-                frames[0].shape[1],
-                frames[0].shape[0],
-                "gray",
-            )
-            for image in frames[start : start + count]:
-                container.mux(stream.encode(av.VideoFrame.from_ndarray(image, format="gray")))
-            container.mux(stream.encode())
-    return sorted(folder / f"{name}.mkv" for name in lengths)
+def cut_clips(
+    folder: Path, spans: dict[str, tuple[int, int]], video: Path = SOURCE_VIDEO
+) -> list[Path]:
+    """Write clips ``NAME.mkv`` of `video`'s frames [start, start + count) into
+    `folder` (`scripts/fixtures/media.py`'s, as the benchmark cuts them); their
+    paths, sorted by name."""
+    return script_modules.load("fixtures/media.py").cut_clips(video, folder, spans)
 
 
 def corrupt_video(path: Path) -> Path:
@@ -75,6 +64,16 @@ def pose_arrays(output: Path) -> dict[str, bytes]:
     }
 
 
+def track_names(output: Path) -> list[list[str | None]]:
+    """Each frame's instances' track names, frames in order."""
+    labels = sio.load_slp(str(output))
+    frames = sorted(labels.labeled_frames, key=lambda frame: frame.frame_idx)
+    return [
+        [None if instance.track is None else instance.track.name for instance in frame.instances]
+        for frame in frames
+    ]
+
+
 def frame_count(output: Path) -> int:
     """Labeled frames in an output."""
     return len(sio.load_slp(str(output)).labeled_frames)
@@ -94,3 +93,16 @@ def writer_pid_once_saving(output: Path, timeout: float = 60.0) -> int:
             return contents.header.pid
         time.sleep(0.02)
     raise AssertionError(f"no frames were saved to {journal} within {timeout} s")
+
+
+class SlowToNote(NoReport):
+    """A display that takes `seconds` to note each video's start, so a run's shorter
+    duration is up once its first video has started, whatever the machine's load."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.started_videos: list[str] = []
+
+    def started(self, job: VideoJob) -> None:
+        self.started_videos.append(job.video.name)
+        time.sleep(self.seconds)

@@ -259,6 +259,9 @@ def test_a_camera_that_stalls_ends_the_run_naming_it(fakes):
     with pytest.raises(SourceStalledError, match=r"^camera:1: the source stalled"):
         with pipeline:
             fakes.finish_warmup(runner, clock)
+            # Camera 1's read timeout runs from its reader's first read: before the clock
+            # moves, or on a loaded machine camera 0's last frame could time out first.
+            fakes.wait_for(cameras[1].reading.is_set, "camera 1's reader")
             for sent in range(1, 4):  # camera 0 keeps sending; camera 1 never does
                 cameras[0].push()
                 fakes.wait_for(lambda n=sent: pipeline.stats.frames_captured == n, "a frame")
@@ -269,8 +272,7 @@ def test_a_camera_that_stalls_ends_the_run_naming_it(fakes):
                     ),
                     "the frame processed",
                 )
-            # Camera 1's read timeout runs from when its reader started, which on a
-            # loaded machine can be after the first advance: move on until it passes.
+            # Move the clock on until camera 1's read timeout passes.
             give_up = time.monotonic() + fakes.HANG_TIMEOUT
             while pipeline.stats.running and time.monotonic() < give_up:
                 clock.advance(0.5)

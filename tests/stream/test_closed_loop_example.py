@@ -35,9 +35,16 @@ def test_example_triggers_polls_and_reports(clip, fakes, monkeypatch, capsys):
     assert example.main([str(clip), "-m", "model", "--seconds", "5"]) == 0
 
     out = capsys.readouterr().out
-    # Node 0 sits at x = frame index; the trigger region starts at 0.6 * 32 px.
-    assert "trigger: frame 20," in out
-    assert "40 frames at" in out and "0 dropped" in out
+    # A replay drops the frames it falls behind on (a busy machine's), as a camera
+    # would: every frame is processed or counted as dropped.
+    summary = re.search(r"^(\d+) frames at [\d.]+ fps, (\d+) dropped;", out, re.MULTILINE)
+    assert summary, out
+    processed, dropped = int(summary[1]), int(summary[2])
+    assert processed + dropped == 40
+    # Node 0 sits at x = frame index; the trigger region starts at 0.6 * 32 px: the
+    # first trigger is frame 20, or the first frame after it that was not dropped.
+    first = int(re.search(r"^trigger: frame (\d+),", out, re.MULTILINE)[1])
+    assert first == 20 if dropped == 0 else 20 <= first <= 20 + dropped
     assert "the callback skipped 0 records" in out
     assert runners[0].closed
     # A model directory's in-memory export would be verified on frames spread over the

@@ -499,8 +499,10 @@ def test_cli_reports_a_source_that_sends_nothing_once_opened(silent_stream, tmp_
     assert not (tmp_path / "out.slp").exists()
 
 
-def test_cli_ctrl_c_works_while_a_source_is_being_opened(silent_stream):
-    process = opening(silent_stream)
+def test_cli_ctrl_c_works_while_a_source_is_being_opened(silent_stream, tmp_path):
+    # -o in a folder of its own: the run's journal would otherwise come and go in the
+    # working directory (the repository), where another test's teardown may see it.
+    process = opening(silent_stream, "-o", str(tmp_path / "out.slp"))
     try:
         # Wait until the run has the pipe open: it is then waiting for data.
         fds = Path(f"/proc/{process.pid}/fd")

@@ -21,15 +21,24 @@ from sleap_live.stream.many.videos import VideoListError, find_videos, plan_jobs
 from sleap_live.stream.outputs.journal import MAGIC, journal_path
 from tests.stream.many_videos import (
     MODEL,
+    MULTI_MODEL,
+    MULTI_VIDEO,
+    SlowToNote,
     corrupt_video,
     cut_clips,
     frame_count,
     pose_arrays,
+    track_names,
     writer_pid_once_saving,
 )
 
 CLIPS = {"a": (0, 6), "b": (40, 4), "c": (90, 30)}
 ENGINE = {"engine": "onnx", "device": "cpu", "threads": 1}
+# Two clips of the multi-animal video, and a tracker setting other than the default,
+# so the settings are seen to reach the workers.
+TRACKED_CLIPS = {"early": (0, 10), "late": (60, 10)}
+TRACKING = ["--tracking", "--tracking-window-size", "3"]
+ONNX_CPU = ["--engine", "onnx", "--device", "cpu", "-q"]
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +176,12 @@ def test_the_command_line_prints_every_video_and_exits_1_when_one_failed(
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["-o", "x.slp"], "-o (use --output-dir and --name-pattern) applies to one video"),
+        (["-o", "x.slp"], "-o names one file; give --output-dir and --name-pattern"),
+        (["--record-overlay", "x.mp4"], "`sleap-live render OUTPUT -o VIDEO`"),
+        (["--preview-port", "0"], "--preview-port, --preview-host and --preview-hold apply"),
+        (["--width", "64"], "--width only apply with --camera"),
+        (["--outputs-to", "driver"], "--outputs-to driver applies with --cluster"),
+        (["--publish", "tcp://127.0.0.1:5599"], "--publish binds one endpoint"),
         (["--name-pattern", "{stem}.txt"], "{stem}.txt: cannot write poses to a .txt file"),
         (["--name-pattern", "poses.slp"], "needs a field"),
         (["--output-dir", "missing"], "the output folder does not exist"),
@@ -217,3 +231,74 @@ def test_a_run_stopped_with_ctrl_c_leaves_no_output(tmp_path, monkeypatch):
     assert result.status == "failed" and "stopped" in (result.error or "")
     assert not (tmp_path / "clip.predictions.slp").exists()
     assert unfinished_files(tmp_path / "clip.predictions.slp") == []
+
+
+@pytest.fixture(scope="module")
+def tracked_alone(tmp_path_factory) -> tuple[Path, Path]:
+    """Two clips of the multi-animal video, each tracked alone by `sleap-live run
+    VIDEO --tracking`: (the clips' folder, the folder of their outputs)."""
+    clips = tmp_path_factory.mktemp("tracked_clips")
+    cut_clips(clips, TRACKED_CLIPS, MULTI_VIDEO)
+    alone = tmp_path_factory.mktemp("tracked_alone")
+    for name in TRACKED_CLIPS:
+        output = alone / f"{name}.predictions.slp"
+        command = ["run", str(clips / f"{name}.mkv"), "-m", str(MULTI_MODEL), "-o", str(output)]
+        assert main([*command, *ONNX_CPU, *TRACKING]) == 0
+    return clips, alone
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_tracking_over_many_videos_gives_each_video_the_ids_of_a_run_alone(
+    tracked_alone, tmp_path, workers
+):
+    """In this process and in two local workers, two videos in flight per worker (so a
+    tracker shared between videos would mix their ids): each video's track ids are
+    those `run VIDEO --tracking` gives it alone."""
+    clips, alone = tracked_alone
+    command = ["run", str(clips), "-m", str(MULTI_MODEL), "--output-dir", str(tmp_path)]
+    assert main([*command, "--workers", workers, "--streams", "2", *ONNX_CPU, *TRACKING]) == 0
+    for name in TRACKED_CLIPS:
+        output = f"{name}.predictions.slp"
+        tracks = track_names(tmp_path / output)
+        assert tracks == track_names(alone / output)
+        assert len({track for frame in tracks for track in frame}) > 1
+        assert pose_arrays(tmp_path / output) == pose_arrays(alone / output)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_no_video_starts_after_the_duration_and_the_rest_are_left_for_the_next_run(
+    sequential, folder, tmp_path, workers
+):
+    _, reference_out = sequential
+    report = SlowToNote(1.5)
+    run = run_many(
+        folder,
+        MODEL,
+        output_dir=tmp_path,
+        workers=workers,
+        streams=1,
+        duration=1.0,
+        report=report,
+        **ENGINE,
+    )
+    assert report.started_videos == ["a.mkv"]
+    assert [(Path(r.video).stem, r.status) for r in run.results] == [
+        ("a", "done"),
+        ("b", "left"),
+        ("broken", "left"),
+        ("c", "left"),
+    ]
+    assert run.ok and len(run.left) == 3
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["a.predictions.slp"]
+    assert pose_arrays(tmp_path / "a.predictions.slp") == pose_arrays(
+        reference_out / "a.predictions.slp"
+    )
+
+
+def test_the_command_line_says_what_the_duration_left(folder, tmp_path, capsys):
+    arguments = ["run", str(folder), "-m", str(MODEL), "--output-dir", str(tmp_path)]
+    assert main([*arguments, "--duration", "1e-9"]) == 0
+    printed = capsys.readouterr()
+    assert "0 done, 0 skipped, 0 failed, 4 left for the next run" in printed.out
+    assert "4 videos left for the next run (--duration 1e-09 s was up)" in printed.err
+    assert list(tmp_path.iterdir()) == []

@@ -1,6 +1,7 @@
 """Many videos on Ray (`run_many(cluster=...)`, `--cluster`): one Ray session on this
-machine for the module (2 CPUs, 2 actors), the poses of a run in this process, and
-a killed actor's video retried by Ray to a complete output.
+machine for the module (2 CPUs, 2 actors), the poses of a run in this process, a
+killed actor's video retried by Ray to a complete output, and outputs returned to
+the driver and written there under the same resume rules.
 
 Ray is in the `test` extra: without it this module fails to import, as it should.
 """
@@ -16,9 +17,12 @@ import pytest
 import ray
 
 from sleap_live import run_many
-from sleap_live.stream.many.finish import unfinished_files
+from sleap_live.stream.many import cluster
+from sleap_live.stream.many.finish import unfinished_files, unfinished_path
+from sleap_live.stream.outputs.journal import journal_path
 from tests.stream.many_videos import (
     MODEL,
+    SlowToNote,
     corrupt_video,
     cut_clips,
     pose_arrays,
@@ -38,16 +42,27 @@ def ray_session():
     ray.shutdown()
 
 
-def test_ray_gives_the_poses_of_a_run_in_this_process_with_an_actor_killed(ray_session, tmp_path):
+@pytest.fixture(scope="module")
+def here(tmp_path_factory) -> tuple[Path, Path]:
+    """The clips and a corrupt video, and a run over them in this process: (the
+    videos' folder, the outputs' folder)."""
+    folder = tmp_path_factory.mktemp("videos")
+    cut_clips(folder, CLIPS)
+    corrupt_video(folder / "broken.mp4")
+    out = tmp_path_factory.mktemp("here")
+    run = run_many(folder, MODEL, output_dir=out, workers=1, streams=1, **ENGINE)
+    assert [r.status for r in run.results] == ["done", "done", "failed", "done"]
+    return folder, out
+
+
+def test_ray_gives_the_poses_of_a_run_in_this_process_with_an_actor_killed(
+    ray_session, here, tmp_path
+):
     """Two actors on Ray; the actor process writing c is killed once it saved frames:
     Ray restarts it and runs its tasks again, and c comes out whole, with the poses
     of a run in this process."""
-    folder = tmp_path / "videos"
-    cut_clips(folder, CLIPS)
-    corrupt_video(folder / "broken.mp4")
-    (tmp_path / "here").mkdir()
+    folder, here_out = here
     (tmp_path / "ray").mkdir()
-    here = run_many(folder, MODEL, output_dir=tmp_path / "here", workers=1, streams=1, **ENGINE)
     with ThreadPoolExecutor(1) as pool:
         running = pool.submit(
             run_many,
@@ -66,13 +81,93 @@ def test_ray_gives_the_poses_of_a_run_in_this_process_with_an_actor_killed(ray_s
         on_ray = running.result(timeout=180)
     assert on_ray.mode == "Ray (local)"
     assert ray.is_initialized()  # the session it found is left running
-    statuses = [(Path(r.video).name, r.status) for r in on_ray.results]
-    assert statuses == [(Path(r.video).name, r.status) for r in here.results]
-    assert [r.status for r in on_ray.results] == ["done", "done", "failed", "done"]
+    assert [(Path(r.video).name, r.status) for r in on_ray.results] == [
+        ("a.mkv", "done"),
+        ("b.mkv", "done"),
+        ("broken.mp4", "failed"),
+        ("c.mkv", "done"),
+    ]
     c = on_ray.results[-1]
     assert c.redone and c.worker != pid
     assert os.getpid() not in {r.worker for r in on_ray.results}
     for name in CLIPS:
         output = f"{name}.predictions.slp"
-        assert pose_arrays(tmp_path / "ray" / output) == pose_arrays(tmp_path / "here" / output)
+        assert pose_arrays(tmp_path / "ray" / output) == pose_arrays(here_out / output)
     assert unfinished_files(tmp_path / "ray" / "c.predictions.slp") == []
+
+
+def test_outputs_returned_to_the_driver_are_written_by_it_with_the_same_resume_rules(
+    ray_session, here, tmp_path, monkeypatch
+):
+    """One actor, two videos in flight, each returning its output's bytes: the driver
+    writes each (a complete output is skipped, a half-written one the driver left is
+    discarded and the video redone) and the poses are those of a run in this process.
+    The actor is killed once c is half-written in its own folder: Ray restarts it and
+    c's retry discards that half and comes out whole."""
+    folder, here_out = here
+    (tmp_path / "a.predictions.slp").write_bytes((here_out / "a.predictions.slp").read_bytes())
+    half = unfinished_path(tmp_path / "b.predictions.slp")
+    half.write_bytes(b"half")
+    journal_path(half).write_bytes(b"")
+    placed: list[str] = []
+    place = cluster.place
+
+    def place_here(output: Path, files: cluster.OutputBytes) -> bool:
+        assert not output.exists() and files.pose.startswith(b"\x89HDF")
+        placed.append(output.name)
+        return place(output, files)
+
+    monkeypatch.setattr(cluster, "place", place_here)
+    c_output = tmp_path / "c.predictions.slp"
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(
+            run_many,
+            folder,
+            MODEL,
+            output_dir=tmp_path,
+            cluster="local",
+            workers=1,
+            streams=2,
+            outputs_to="driver",
+            batch_size=2,
+            save_interval=0.01,
+            **ENGINE,
+        )
+        pid = writer_pid_once_saving(cluster.scratch_folder(c_output) / c_output.name)
+        assert pid != os.getpid() and not c_output.exists()
+        os.kill(pid, signal.SIGKILL)
+        run = running.result(timeout=180)
+    assert run.mode == "Ray (local), outputs written by the driver"
+    assert [(Path(r.video).stem, r.status, r.redone) for r in run.results] == [
+        ("a", "skipped", False),
+        ("b", "done", True),
+        ("broken", "failed", False),
+        ("c", "done", True),
+    ]
+    assert run.results[-1].worker != pid
+    assert sorted(placed) == ["b.predictions.slp", "c.predictions.slp"]
+    for name in CLIPS:
+        output = tmp_path / f"{name}.predictions.slp"
+        assert pose_arrays(output) == pose_arrays(here_out / output.name)
+        assert unfinished_files(output) == []
+        assert not cluster.scratch_folder(output).exists()
+
+
+def test_on_ray_no_video_starts_after_the_duration(ray_session, here, tmp_path):
+    folder, here_out = here
+    report = SlowToNote(1.5)
+    run = run_many(
+        folder,
+        MODEL,
+        output_dir=tmp_path,
+        cluster="local",
+        workers=1,
+        duration=1.0,
+        report=report,
+        **ENGINE,
+    )
+    assert report.started_videos == ["a.mkv"]
+    assert [r.status for r in run.results] == ["done", "left", "left", "left"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["a.predictions.slp"]
+    output = "a.predictions.slp"
+    assert pose_arrays(tmp_path / output) == pose_arrays(here_out / output)

@@ -91,3 +91,45 @@ def test_track_refuses_what_is_no_pose_file_and_a_missing_folder(tmp_path, capsy
     assert cli.main(["track", str(POSES), "-o", str(missing)]) == 1
     assert "does not exist" in capsys.readouterr().err
     assert not missing.parent.exists()
+
+
+def test_track_writes_kept_hand_labelled_instances_to_every_format(tmp_path):
+    # Before: the .h5, .nwb and .csv failed on the hand-labelled instance (it has no
+    # scores), which `track` keeps, untracked, beside the tracked predictions.
+    skeleton = sio.Skeleton(["head", "tail"], name="two")
+    video = sio.Video(filename="clip.mp4", open_backend=False)
+    video.backend_metadata["shape"] = (3, 100, 100, 1)
+    frames = [
+        sio.LabeledFrame(
+            video=video,
+            frame_idx=frame,
+            instances=[
+                sio.Instance.from_numpy(
+                    np.array([[10.0, 10], [20, 20]]) + frame, skeleton=skeleton
+                ),
+                sio.PredictedInstance.from_numpy(
+                    np.array([[60.0, 60], [70, 70]]) + frame,
+                    skeleton=skeleton,
+                    point_scores=np.array([0.9, 0.8]),
+                    score=0.7,
+                ),
+            ],
+        )
+        for frame in range(3)
+    ]
+    poses = tmp_path / "labelled.slp"
+    sio.save_slp(sio.Labels(labeled_frames=frames, videos=[video], skeletons=[skeleton]), poses)
+    for suffix in (".slp", ".h5", ".nwb", ".csv"):
+        output = tmp_path / f"tracked{suffix}"
+        assert cli.main(["track", str(poses), "-o", str(output)]) == 0, suffix
+        if suffix == ".csv":
+            rows = output.read_text().splitlines()[1:]
+            assert [row.split(",")[2] for row in rows] == ["", "track_0"] * 3
+            continue
+        labels = sio.load_file(str(output))
+        heads = sorted(
+            (frame.frame_idx, float(instance.numpy()[0, 0]))
+            for frame in labels
+            for instance in frame
+        )
+        assert heads == [(0, 10.0), (0, 60.0), (1, 11.0), (1, 61.0), (2, 12.0), (2, 62.0)], suffix

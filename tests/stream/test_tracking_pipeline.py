@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+from typing import Any
 
 import attrs
 import numpy as np
@@ -142,13 +143,71 @@ def test_every_format_of_a_tracked_run_reads_back_the_same_tracks(tmp_path):
     assert {name for _, _, name in read[".slp"]} == {"track_0", "track_1"}
 
 
-def test_untracked_runs_h5_and_nwb_name_the_same_positional_tracks(tmp_path):
-    # Before: the .h5 read back sleap-io's track_0/track_1 (a tracked run's names)
-    # while the .nwb read instance_0/instance_1 and the .slp none.
-    read = _tracks_by_format(tmp_path, [poses_of(p) for p in _two_animals()])
-    assert read[".h5"] == read[".nwb"]
-    assert {name for _, _, name in read[".h5"]} == {"instance_0", "instance_1"}
-    assert {name for _, _, name in read[".slp"]} == {name for _, _, name in read[".csv"]} == {""}
+def _read_untracked_run(tmp_path, frames: list[FramePoses]) -> dict[str, dict[str, Any]]:
+    """Each format of one run read back as a user would (sleap-io; the csv module):
+    its tracks, and every instance as (frame, rounded nose x) -> (place in its frame,
+    track name or "")."""
+    read: dict[str, dict[str, Any]] = {}
+    for suffix in (".slp", ".h5", ".nwb"):
+        path = tmp_path / f"poses{suffix}"
+        _write(path, frames)
+        labels = sio.load_file(str(path))
+        read[suffix] = {
+            "tracks": [track.name for track in labels.tracks],
+            "instances": {
+                (frame.frame_idx, round(float(instance.numpy()[0, 0]))): (
+                    place,
+                    "" if instance.track is None else instance.track.name,
+                )
+                for frame in labels.labeled_frames
+                for place, instance in enumerate(frame.instances)
+            },
+        }
+    path = tmp_path / "poses.csv"
+    _write(path, frames)
+    with open(path, newline="") as handle:
+        rows = [row for row in csv.DictReader(handle) if row["instance"]]
+    read[".csv"] = {
+        "tracks": sorted({row["track"] for row in rows} - {""}),
+        "instances": {
+            (int(row["frame_index"]), round(float(row["n0.x"]))): (
+                int(row["instance"]),
+                row["track"],
+            )
+            for row in rows
+        },
+    }
+    return read
+
+
+def test_an_untracked_run_with_one_animal_a_frame_reads_back_untracked_everywhere(tmp_path):
+    # Before: the .h5 read back a track, instance_0, that the .slp, .nwb and .csv
+    # did not have. Now it has SLEAP's untracked layout: one slot, no track names.
+    one_animal = [poses_of(points[:1]) for points in _two_animals()]
+    one_animal[2] = poses_of(np.zeros((0, 5, 2)))  # a frame with nothing found
+    read = _read_untracked_run(tmp_path, one_animal)
+    assert all(got["tracks"] == [] for got in read.values())
+    assert read[".slp"]["instances"] == read[".h5"]["instances"] == read[".csv"]["instances"]
+    # sleap-io numbers NWB frames by their rank in time: the empty frame is not there.
+    ranked = dict(zip(sorted(read[".slp"]["instances"]), range(5), strict=True))
+    assert {
+        (ranked[key], key[1]): value for key, value in read[".slp"]["instances"].items()
+    } == read[".nwb"]["instances"]
+    assert set(read[".slp"]["instances"].values()) == {(0, "")}
+
+
+def test_an_untracked_multi_animal_run_keeps_every_instance_in_its_place_everywhere(tmp_path):
+    read = _read_untracked_run(tmp_path, [poses_of(points) for points in _two_animals()])
+    # No identity where a format can say so: the .slp, the .csv and sleap-io's NWB reader.
+    assert read[".slp"] == read[".nwb"] == read[".csv"]
+    assert read[".slp"]["tracks"] == []
+    assert {track for _, track in read[".slp"]["instances"].values()} == {""}
+    # The .h5 has a slot per place in the frame, which sleap-io reads as a track
+    # named after the place: the same instances, each in the same place.
+    assert read[".h5"]["tracks"] == ["instance_0", "instance_1"]
+    assert read[".h5"]["instances"] == {
+        key: (place, f"instance_{place}") for key, (place, _) in read[".csv"]["instances"].items()
+    }
 
 
 def test_each_source_is_tracked_on_its_own():
@@ -164,3 +223,33 @@ def test_each_source_is_tracked_on_its_own():
         want = alone.track(points[frame, : counts[frame]]).track_ids
         np.testing.assert_array_equal(left.identities, want)
     assert tracking.n_tracks == 4
+
+
+@pytest.mark.parametrize(
+    ("suffix", "animals", "tracked", "noted"),
+    [
+        (".h5", 2, False, True),
+        (".nwb", 2, False, True),
+        (".slp", 2, False, False),
+        (".csv", 2, False, False),
+        (".h5", 1, False, False),
+        (".h5", 2, True, False),
+    ],
+)
+def test_the_run_says_when_an_h5_or_nwb_holds_untracked_animals_by_place(
+    tmp_path, suffix, animals, tracked, noted
+):
+    # Before: "poses: demo.h5 (150 frames)", and the file read back with two tracks
+    # the .slp did not have.
+    tracker = ClassicTracker(TrackingSettings())
+    frames = [
+        poses_of(points[:animals], tracker.track(points[:animals]).track_ids if tracked else None)
+        for points in _two_animals()
+    ]
+    path = tmp_path / f"poses{suffix}"
+    with SlpWriter(path, SKELETON, video="camera", frame_shape=(400, 400, 1)) as writer:
+        for index, poses in enumerate(frames):
+            writer.write(PoseRecord(index, 0.0, 0.01, "camera", poses))
+    line = writer.describe()
+    assert line.startswith(f"poses: {path} (6 frames)")
+    assert ("not by identity: --tracking gives identities" in line) == noted
