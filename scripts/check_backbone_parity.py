@@ -2,37 +2,63 @@
 
 Run from the repository root with sleap-live's environment:
 
-    PYTHONPATH=. python scripts/check_backbone_parity.py [--engine onnx|torch]
+    PYTHONPATH=. python scripts/check_backbone_parity.py [--engine onnx|torch] [--cases NAME...]
 
 For each case of tests/engines/goldens.py `BACKBONE_CASES` it runs the models on every
 frame of the case's video and prints: the share of frames with the same instances as
 the golden (same count, no point found by one side only), and the point distances'
-median, 99th percentile and maximum. Exits non-zero unless every case has the same
-instances on at least 99.9 % of frames, a median within 1e-3 px and a 99th
-percentile within 0.05 px (issue #21's targets).
+median, 99th percentile and maximum; then exports the case's models with the
+"tensorrt" profile at the video's frame size and lints the graph with `check_tensorrt`.
+Exits non-zero unless every case has the same instances on at least 99.9 % of frames,
+a median within 1e-3 px, a 99th percentile within 0.05 px (issue #21's targets) and a
+lint-clean TensorRT-profile graph.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
+from pathlib import Path
 
 import numpy as np
 
+from sleap_live.engines import export_model
+from sleap_live.engines.export.check_tensorrt import check_tensorrt
+from sleap_live.engines.settings import InferenceSettings
 from tests.engines import goldens
 from tests.engines.test_parity import BATCH, run_engine, video_frames
 
+# The TensorRT profile's instance slots per frame (any number serves the lint).
+SLOTS = InferenceSettings(max_instances=4)
 SAME_FRAMES = 0.999
 MEDIAN_PX = 1e-3
 P99_PX = 0.05
 
 
+def tensorrt_lint(models: list[Path], frame_size: tuple[int, int]) -> list[str]:
+    """`check_tensorrt`'s findings on the models' "tensorrt" profile ONNX export."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = export_model(
+            models,
+            Path(folder),
+            verify=False,
+            settings=SLOTS,
+            profile="tensorrt",
+            frame_size=frame_size,
+        )
+        return [f"{f.node} ({f.op}): {f.reason}" for f in check_tensorrt(path)]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engine", default="onnx", choices=("onnx", "torch"))
+    parser.add_argument(
+        "--cases", nargs="+", choices=list(goldens.BACKBONE_CASES), help="default: all"
+    )
     args = parser.parse_args()
     failures = 0
-    for name in goldens.BACKBONE_CASES:
+    for name in args.cases or goldens.BACKBONE_CASES:
         models, video, golden_path, _ = goldens.case_paths(name)
         frames = video_frames(video)
         options = {"verify_frames": frames[:5]} if args.engine == "onnx" else {}
@@ -52,12 +78,14 @@ def main() -> int:
             print(f"FAIL {name} ({args.engine}): no instance on either side, nothing compared")
             continue
         median, p99 = float(np.median(points)), float(np.percentile(points, 99))
-        ok = same >= SAME_FRAMES and median <= MEDIAN_PX and p99 <= P99_PX
+        lint = tensorrt_lint(models, frames.shape[1:3])
+        ok = same >= SAME_FRAMES and median <= MEDIAN_PX and p99 <= P99_PX and not lint
         failures += not ok
         print(
             f"{'ok  ' if ok else 'FAIL'} {name} ({args.engine}): same instances on "
             f"{same:.2%} of {result.frames} frames; points median {median:.3g} px, "
-            f"p99 {p99:.3g} px, max {points.max():.3g} px over {points.size} points"
+            f"p99 {p99:.3g} px, max {points.max():.3g} px over {points.size} points; "
+            f"tensorrt-profile lint: {'; '.join(lint) if lint else 'clean'}"
         )
     return 1 if failures else 0
 

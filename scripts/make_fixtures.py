@@ -75,12 +75,13 @@ GOLDENS = {
     "multi_class_topdown": (["centroid_rgb", "multi_class_topdown"], "multi_rgb", None),
     "multi_class_bottomup": (["multi_class_bottomup"], "multi_rgb", None),
     "convnext_single_instance": (["convnext_single_instance"], "single", None),
-    # The ConvNeXt centroid model finds no centroid (its maps stayed flat in the brief
-    # training), so the ConvNeXt centered-instance model is paired with the UNet one.
-    "convnext_topdown": (["centroid", "convnext_centered_instance"], "multi_gray", None),
-    # No "convnext_bottomup": that model finds no instance (tests/data/README.md).
-    "swint_single_instance": (["swint_single_instance"], "single", None),
-    "swint_topdown": (["centroid", "swint_centered_instance"], "multi_gray", None),
+    "convnext_topdown": (
+        ["convnext_centroid", "convnext_centered_instance"],
+        "multi_gray",
+        None,
+    ),
+    # No bottom-up goldens: those models find no instance (scripts/fixtures/configs.py).
+    "swint_topdown": (["swint_centroid", "swint_centered_instance"], "multi_gray", None),
 }
 # The ConvNeXt and Swin goldens keep only their .npz (the .slp is what the tests never
 # read), and have no sleap-nn export golden.
@@ -195,15 +196,16 @@ def strip_checkpoint(path: Path) -> None:
     torch.save({key: checkpoint[key] for key in CHECKPOINT_KEYS}, path)
 
 
-def init_checkpoint(source: Path, head_type: str, runs: Path, name: str) -> Path:
-    """The checkpoint a model of `head_type` starts from: `source` itself, or when that is
+def init_checkpoint(source: Path, spec: configs.ModelSpec, runs: Path) -> Path:
+    """The checkpoint `spec`'s model starts from: `source` itself, or when that is
     another model type, a copy in `runs` whose first head carries this type's head name.
 
     sleap-nn loads pretrained head weights by name and skips names it does not know, so
     a centered-instance model's node maps would not reach a single-instance or bottom-up
-    model's head of the same shape without the rename. Heads the source lacks (bottom-up
-    PAFs) and a centroid model's one-channel head start from sleap-nn's default
-    initialisation.
+    model's head of the same shape without the rename. A centroid model's one-channel
+    head starts from the source's channel of its anchor node (a body detector already;
+    from scratch, the ConvNeXt and Swin centroid maps stayed flat in a brief training).
+    Heads the source lacks (bottom-up PAFs) start from sleap-nn's default initialisation.
     """
     checkpoint = torch.load(source, map_location="cpu", weights_only=False)
     prefix = "model.head_layers.0."
@@ -211,13 +213,17 @@ def init_checkpoint(source: Path, head_type: str, runs: Path, name: str) -> Path
     for key, value in checkpoint["state_dict"].items():
         if key.startswith(prefix):
             head_name, rest = key.removeprefix(prefix).split(".", 1)
-            if head_type == "centroid" and head_name != FIRST_HEAD["centroid"]:
-                continue  # one channel where the source has one per node: from scratch
-            key = f"{prefix}{FIRST_HEAD[head_type]}.{rest}"
+            if spec.head_type == "centroid" and head_name != FIRST_HEAD["centroid"]:
+                anchor = synth.NODE_NAMES.index(spec.heads["confmaps"]["anchor_part"])
+                value = value[anchor : anchor + 1]  # the output channel: weight's dim 0, bias
+            key = f"{prefix}{FIRST_HEAD[spec.head_type]}.{rest}"
         renamed[key] = value
-    if list(renamed) == list(checkpoint["state_dict"]):
+    if all(
+        key == old and value is checkpoint["state_dict"][old]
+        for (key, value), old in zip(renamed.items(), checkpoint["state_dict"], strict=True)
+    ):
         return source
-    path = runs / f"{name}.init.ckpt"
+    path = runs / f"{spec.name}.init.ckpt"
     torch.save({**checkpoint, "state_dict": renamed}, path)
     return path
 
@@ -245,7 +251,7 @@ def train_models(
         init = None
         if spec.init_from is not None:
             source = models_dir / spec.init_from / "best.ckpt"
-            init = init_checkpoint(source, spec.head_type, runs, spec.name)
+            init = init_checkpoint(source, spec, runs)
         cfg = configs.training_config(spec, labels_path, run_dir.resolve(), seed, init)
         cfg_path = runs / f"{spec.name}.yaml"
         cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))

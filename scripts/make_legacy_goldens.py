@@ -1,30 +1,36 @@
 """Keras goldens for the SLEAP 1.x model folders in tests/data/legacy_models.
 
-Runs in a TensorFlow venv of its own (never a sleap-live dependency):
+Runs in a TensorFlow venv of its own (never a sleap-live dependency), with scipy
+and networkx beside it for SLEAP 1.x's own grouping code:
 
     python3.11 -m venv /work/venvs/tf
-    /work/venvs/tf/bin/pip install tensorflow-cpu==2.21.0 tf-keras==2.21.0 h5py av==18.1.0
-    /work/venvs/tf/bin/python scripts/make_legacy_goldens.py clips SLEAP_REPO_CHECKOUT
-    /work/venvs/tf/bin/python scripts/make_legacy_goldens.py fixtures SLEAP_REPO/tests/data/models
-    /work/venvs/tf/bin/python scripts/make_legacy_goldens.py goldens
+    /work/venvs/tf/bin/pip install tensorflow-cpu==2.21.0 tf-keras==2.21.0 h5py av==18.1.0 \
+        scipy networkx
+    TF=/work/venvs/tf/bin/python
+    $TF scripts/make_legacy_goldens.py clips SLEAP_REPO_CHECKOUT [CLIP...]
+    $TF scripts/make_legacy_goldens.py goldens SLEAP_REPO_CHECKOUT [CASE...]
     /work/venvs/snn/bin/python scripts/make_legacy_goldens.py sleap-nn
 
 `clips` cuts the test clips from the videos SLEAP's repository ships with
-(tests/data/videos/*.mp4 of talmolab/sleap) into tests/data/legacy_models/clips/.
-`fixtures` writes small folders in SLEAP 1.x's Keras layout for the bottom-up and
-multi-class types, whose real test models (0.4 to 0.7 MB each) would not fit the
-repository's size budget: the real folders' training_config.json with fewer
-filters, the Keras model SLEAP 1.4 builds for it, seeded random weights.
+(tests/data/videos/*.mp4 and tests/data/tracks/clip.mp4 of talmolab/sleap) into
+tests/data/legacy_models/clips/.
+The model folders are SLEAP's real test models (tests/data/models), copied without
+their optimizer state by scripts/fixtures/strip_legacy_models.py.
 `goldens` loads each model with tf-keras, feeds it the clip's frames preprocessed
 as SLEAP 1.4's inference does, and writes tests/data/goldens/legacy_<case>.npz:
 
 - `maps_<head>`: the Keras network's outputs (NHWC) for the first frames
   (`MAP_FRAMES`), per head, heads named without Keras's `_0` suffix;
-- for the fixture folders only the network outputs (`legacy_<type>.npz`);
 - `points`, `scores` (frames x instances x nodes) and `counts`: the instances
-  SLEAP 1.x's inference gives on every frame, computed here from the Keras
-  outputs with SLEAP 1.4's peak finding (`sleap/nn/peak_finding.py`) and
-  coordinate conventions (`sleap/nn/inference.py`), re-implemented below.
+  SLEAP 1.x's inference gives on every frame. Single instance and top-down are
+  computed from the Keras outputs with SLEAP 1.4's peak finding
+  (`sleap/nn/peak_finding.py`) and coordinate conventions (`sleap/nn/inference.py`),
+  re-implemented below. Bottom-up, multi-class bottom-up and multi-class top-down
+  run SLEAP's own `peak_finding`, `paf_grouping` and `identity` modules, loaded
+  from the checkout (`sleap1_modules`), on the Keras outputs, with the inference
+  layers' glue (strides, input scale, crop offsets) written out here;
+- `instance_scores` (bottom-up: PAF score per instance) and `identities`
+  (multi-class: the class of each instance).
 
 `sleap-nn` (run with sleap-nn 0.3.5's venv) writes what `sleap-nn predict` gives
 on the single-instance folder and clip, the one type where sleap-nn's port agrees
@@ -36,9 +42,12 @@ format becomes its red plane, a gray pixel format stays one channel).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
+import types
 from pathlib import Path
+from types import SimpleNamespace
 
 import av
 import numpy as np
@@ -51,9 +60,22 @@ MAP_FRAMES = 1
 PEAK_THRESHOLD = 0.2
 INTEGRAL_PATCH = 5
 
-# Clip name -> (video in SLEAP's repository, frame indices, gray).
+# Clip name -> (video in SLEAP's repository, frame indices, gray, window (rows,
+# cols) of the frame kept; the tracks clip keeps the 384x384 around its two flies,
+# which have left it by frame 1200).
 CLIP_SOURCES = {
-    "flies.mkv": ("tests/data/videos/centered_pair_small.mp4", range(0, 560, 140), True),
+    "flies.mkv": (
+        "tests/data/videos/centered_pair_small.mp4",
+        range(0, 560, 140),
+        True,
+        (slice(None), slice(None)),
+    ),
+    "tracks.mkv": (
+        "tests/data/tracks/clip.mp4",
+        (0, 100, 750, 1200),
+        True,
+        (slice(240, 624), slice(160, 544)),
+    ),
 }
 # Case -> (model folders, clip). Top-down lists the centroid model first.
 CASES = {
@@ -62,147 +84,52 @@ CASES = {
         ("minimal_instance.UNet.centroid", "minimal_instance.UNet.centered_instance"),
         "flies.mkv",
     ),
-}
-
-
-# Fixture folders in SLEAP 1.x's Keras layout for the types whose real test models
-# are too large to commit: name -> (real folder whose training_config.json it takes,
-# config changes). Made by `fixtures` with seeded random weights.
-FIXTURES = {
-    "fixture.UNet.bottomup": ("minimal_instance.UNet.bottomup", {"filters": 4}),
-    "fixture.UNet.bottomup_multiclass": (
-        "min_tracks_2node.UNet.bottomup_multiclass",
-        {"filters": 4},
-    ),
-    "fixture.UNet.topdown_multiclass": (
-        "min_tracks_2node.UNet.topdown_multiclass",
-        {"filters": 4, "num_fc_units": 8},
+    "bottomup": (("minimal_instance.UNet.bottomup",), "flies.mkv"),
+    "bottomup_multiclass": (("min_tracks_2node.UNet.bottomup_multiclass",), "tracks.mkv"),
+    "topdown_multiclass": (
+        ("minimal_instance.UNet.centroid", "min_tracks_2node.UNet.topdown_multiclass"),
+        "flies.mkv",
     ),
 }
-# Network-only cases: (folder, clip, side of the top-left square of the frames fed).
-NETWORK_CASES = {
-    "bottomup": ("fixture.UNet.bottomup", "flies.mkv", 96),
-    "bottomup_multiclass": ("fixture.UNet.bottomup_multiclass", "flies.mkv", 96),
-    "topdown_multiclass": ("fixture.UNet.topdown_multiclass", "flies.mkv", 128),
-}
 
 
-def build_sleap_unet(config: dict, channels: int, seed: int):
-    """The tf-keras model SLEAP 1.4 builds for a UNet config (`UNet.from_config`,
-    `Model.make_model`), layer names included; seeded random weights."""
-    import tensorflow as tf
-    import tf_keras
-    from tf_keras import layers
-
-    tf.random.set_seed(seed)
-    unet = config["model"]["backbone"]["unet"]
-    head_key, head = next((k, v) for k, v in config["model"]["heads"].items() if v)
-    filters, rate = unet["filters"], unet["filters_rate"]
-    down = int(np.log2(unet["max_stride"]))
-    confmaps = head.get("confmaps") or head
-    up = int(np.log2(unet["max_stride"] // confmaps["output_stride"]))
-
-    def level(n: int) -> int:
-        return int(filters * rate**n)
-
-    def convs(x, n_filters, prefix, count):
-        for j in range(count):
-            x = layers.Conv2D(n_filters, 3, padding="same", name=f"{prefix}_conv{j}")(x)
-            x = layers.Activation("relu", name=f"{prefix}_act{j}_relu")(x)
-        return x
-
-    x_in = layers.Input((None, None, channels), name="input")
-    x, skips = x_in, {}
-    for b in range(down):
-        if b > 0:
-            x = layers.MaxPool2D(2, 2, padding="same", name=f"stack0_enc{b}_pool")(x)
-        x = convs(x, level(b), f"stack0_enc{b}", 2)
-        skips[2**b] = x
-    x = layers.MaxPool2D(2, 2, padding="same", name=f"stack0_enc{down}_last_pool")(x)
-    if unet["middle_block"]:
-        x = convs(x, level(down), f"stack0_enc{down + 1}_middle_expand", 1)
-        x = convs(x, level(down), f"stack0_enc{down + 2}_middle_contract", 1)
-    features, stride = {2**down: x}, 2**down
-    for i in range(up):
-        prefix = f"stack0_dec{i}_s{stride}_to_s{stride // 2}"
-        out = level(down - 1 - i)
-        if unet["up_interpolate"]:
-            name = f"{prefix}_interp_bilinear"
-            x = layers.UpSampling2D(2, interpolation="bilinear", name=name)(x)
-        else:
-            x = layers.Conv2DTranspose(out, 3, 2, padding="same", name=f"{prefix}_trans_conv")(x)
-            x = layers.Activation("relu", name=f"{prefix}_trans_conv_act_relu")(x)
-        x = layers.Concatenate(name=f"{prefix}_skip_concat")([skips[stride // 2], x])
-        for j in range(2):
-            x = layers.Conv2D(out, 3, padding="same", name=f"{prefix}_refine_conv{j}")(x)
-            x = layers.Activation("relu", name=f"{prefix}_refine_conv{j}_act_relu")(x)
-        stride //= 2
-        features[stride] = x
-    outputs = []
-
-    def conv_head(name, config_part, n_channels, activation="linear"):
-        feature = features[config_part["output_stride"]]
-        conv = layers.Conv2D(n_channels, 1, activation=activation, name=f"{name}_0")
-        outputs.append(conv(feature))
-
-    parts = len(confmaps["part_names"])
-    if head_key == "multi_instance":
-        conv_head("MultiInstanceConfmapsHead", confmaps, parts)
-        conv_head("PartAffinityFieldsHead", head["pafs"], 2 * len(head["pafs"]["edges"]))
-        if confmaps.get("offset_refinement"):
-            conv_head("OffsetRefinementHead", confmaps, 2 * parts)
-    elif head_key == "multi_class_bottomup":
-        conv_head("MultiInstanceConfmapsHead", confmaps, parts)
-        class_maps = head["class_maps"]
-        conv_head("ClassMapsHead", class_maps, len(class_maps["classes"]), "sigmoid")
-    elif head_key == "multi_class_topdown":
-        conv_head("CenteredInstanceConfmapsHead", confmaps, parts)
-        vectors = head["class_vectors"]
-        pool = layers.GlobalMaxPool2D(name="pre_classification_global_pool")
-        v = pool(features[vectors["output_stride"]])
-        v = layers.Flatten(name="pre_classification_flatten")(v)
-        for i in range(vectors["num_fc_layers"]):
-            v = layers.Dense(vectors["num_fc_units"], name=f"pre_classification{i}_fc")(v)
-            v = layers.Activation("relu", name=f"pre_classification{i}_relu")(v)
-        classes = len(vectors["classes"])
-        outputs.append(layers.Dense(classes, activation="softmax", name="ClassVectorsHead_0")(v))
-    # Random biases too, so that every weight is checked.
-    model = tf_keras.Model(x_in, outputs)
-    rng = np.random.default_rng(seed)
-    for layer in model.layers:
-        weights = layer.get_weights()
-        if len(weights) == 2:
-            layer.set_weights([weights[0], rng.normal(0, 0.1, weights[1].shape).astype(np.float32)])
-    return model
+# SLEAP 1.x modules `sleap1_modules` loads from a checkout, in import order.
+SLEAP1_MODULES = (
+    "sleap.nn.utils",
+    "sleap.nn.data.instance_cropping",
+    "sleap.nn.peak_finding",
+    "sleap.nn.paf_grouping",
+    "sleap.nn.identity",
+)
 
 
-def make_fixtures(sleap_models: Path) -> None:
-    for seed, (name, (source, changes)) in enumerate(FIXTURES.items()):
-        config = json.loads((sleap_models / source / "training_config.json").read_text())
-        unet = config["model"]["backbone"]["unet"]
-        unet["filters"] = changes["filters"]
-        if "num_fc_units" in changes:
-            config["model"]["heads"]["multi_class_topdown"]["class_vectors"]["num_fc_units"] = (
-                changes["num_fc_units"]
-            )
-        folder = MODELS / name
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "training_config.json").write_text(json.dumps(config, indent=2))
-        model = build_sleap_unet(config, channels=1, seed=seed)
-        model.save(folder / "best_model.h5", include_optimizer=False)
-        print(folder, (folder / "best_model.h5").stat().st_size, "bytes")
+def sleap1_modules(sleap_repo: Path) -> SimpleNamespace:
+    """SLEAP 1.x's own peak finding and grouping, from a checkout of talmolab/sleap.
 
-
-def golden_network(name: str) -> None:
-    folder, clip, crop = NETWORK_CASES[name]
-    frames = decode(CLIPS / clip)[:MAP_FRAMES]
-    if crop:
-        frames = frames[:, :crop, :crop]
-    model = KerasModel(MODELS / folder)
-    maps = model.run(frames)
-    path = GOLDENS / f"legacy_{name}.npz"
-    np.savez_compressed(path, **{f"maps_{key}": value for key, value in maps.items()})
-    print(path, path.stat().st_size, "bytes", {k: v.shape for k, v in maps.items()})
+    The `sleap` package's __init__ imports the whole application (GUI, I/O); these
+    modules need only tensorflow, numpy, scipy, networkx and attrs, so they are
+    loaded one by one under empty parent packages. `sleap.nn.config` and
+    `sleap.Labels` are named only in their type hints.
+    """
+    for name in ("sleap", "sleap.nn", "sleap.nn.data", "sleap.nn.config"):
+        package = types.ModuleType(name)
+        package.__path__ = []
+        sys.modules[name] = package
+    config = sys.modules["sleap.nn.config"]
+    config.MultiInstanceConfig = config.InstanceCroppingConfig = object  # type: ignore[attr-defined]
+    sys.modules["sleap"].Labels = object  # type: ignore[attr-defined]
+    loaded = {}
+    for name in SLEAP1_MODULES:
+        spec = importlib.util.spec_from_file_location(
+            name, sleap_repo / (name.replace(".", "/") + ".py")
+        )
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        parent, _, leaf = name.rpartition(".")
+        setattr(sys.modules[parent], leaf, module)
+        loaded[leaf] = module
+    return SimpleNamespace(**loaded)
 
 
 def decode(path: Path) -> np.ndarray:
@@ -224,10 +151,11 @@ def decode(path: Path) -> np.ndarray:
     return images
 
 
-def make_clips(sleap_repo: Path) -> None:
+def make_clips(sleap_repo: Path, names: list[str]) -> None:
     CLIPS.mkdir(parents=True, exist_ok=True)
-    for name, (source, indices, gray) in CLIP_SOURCES.items():
-        frames = decode(sleap_repo / source)[list(indices)]
+    for name in names or list(CLIP_SOURCES):
+        source, indices, gray, (rows, cols) = CLIP_SOURCES[name]
+        frames = np.ascontiguousarray(decode(sleap_repo / source)[list(indices)][:, rows, cols])
         with av.open(str(CLIPS / name), "w") as out:
             stream = out.add_stream("libx264", rate=10)
             stream.width, stream.height = frames.shape[2], frames.shape[1]
@@ -248,7 +176,20 @@ class KerasModel:
         import tf_keras
 
         self.config = json.loads((folder / "training_config.json").read_text())
-        self.model = tf_keras.models.load_model(folder / "best_model.h5", compile=False)
+        saved = tf_keras.models.load_model(folder / "best_model.h5", compile=False)
+        # SLEAP 1.4's predictors reset a saved model's input to any size
+        # (`sleap.nn.utils.reset_input_layer`, `resize_input_layer=True`): a model
+        # saved with a fixed input shape runs on frames of any size.
+        layout = saved.get_config()
+        layout["layers"][0]["config"]["batch_input_shape"] = (
+            None,
+            None,
+            None,
+            saved.input_shape[-1],
+        )
+        self.model = tf_keras.Model.from_config(layout)
+        for layer, original in zip(self.model.layers, saved.layers, strict=True):
+            layer.set_weights(original.get_weights())
         self.names = [name.removesuffix("_0") for name in self.model.output_names]
         preprocessing = self.config["data"]["preprocessing"]
         self.input_scale = float(preprocessing.get("input_scaling") or 1.0)
@@ -387,15 +328,36 @@ def golden_single_instance(models: list[KerasModel], frames: np.ndarray) -> dict
     }
 
 
+def keras_centroids(
+    centroid: KerasModel, frames: np.ndarray
+) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
+    """`CentroidCrop`: the centroid network's maps and each frame's centroids (image xy)."""
+    maps = centroid.run(frames)
+    found = local_peaks(maps["CentroidConfmapsHead"], maps.get("OffsetRefinementHead"))
+    return maps, [centroid.to_image(grid) for grid, _values in found]
+
+
+def padded_instances(
+    per_frame: list[tuple[np.ndarray, np.ndarray]],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Frames' (points (n, N, 2), scores (n, N)) as NaN-padded arrays and counts."""
+    most = max(1, max(len(points) for points, _ in per_frame))
+    nodes = max(points.shape[1] for points, _ in per_frame)
+    all_points = np.full((len(per_frame), most, nodes, 2), np.nan, np.float32)
+    all_scores = np.full((len(per_frame), most, nodes), np.nan, np.float32)
+    for i, (points, values) in enumerate(per_frame):
+        all_points[i, : len(points)] = points
+        all_scores[i, : len(points)] = values
+    return all_points, all_scores, np.array([len(points) for points, _ in per_frame])
+
+
 def golden_topdown(models: list[KerasModel], frames: np.ndarray) -> dict[str, np.ndarray]:
     centroid, instance = models
-    maps = centroid.run(frames)
+    maps, centers_per_frame = keras_centroids(centroid, frames)
     golden = {f"maps_{name}": value[:MAP_FRAMES] for name, value in maps.items()}
-    found = local_peaks(maps["CentroidConfmapsHead"], maps.get("OffsetRefinementHead"))
     size = int(instance.crop_size)
     per_frame = []
-    for i, (grid, _values) in enumerate(found):
-        centers = centroid.to_image(grid)
+    for i, centers in enumerate(centers_per_frame):
         if not len(centers):
             per_frame.append((np.zeros((0, 0, 2)), np.zeros((0, 0))))
             continue
@@ -410,24 +372,193 @@ def golden_topdown(models: list[KerasModel], frames: np.ndarray) -> dict[str, np
         per_frame.append((points, peak_values))
     for key in [k for k in golden if k.startswith("instance_maps_")]:
         golden[key] = np.concatenate(golden[key])
-    most = max(len(points) for points, _ in per_frame)
-    nodes = max(points.shape[1] for points, _ in per_frame)
-    all_points = np.full((len(frames), most, nodes, 2), np.nan, np.float32)
-    all_scores = np.full((len(frames), most, nodes), np.nan, np.float32)
-    for i, (points, values) in enumerate(per_frame):
-        all_points[i, : len(points)] = points
-        all_scores[i, : len(points)] = values
+    points, scores, counts = padded_instances(per_frame)
     golden.update(
-        points=all_points,
-        scores=all_scores,
-        counts=np.array([len(points) for points, _ in per_frame]),
-        centroids=np.concatenate([centroid.to_image(grid) for grid, _ in found]),
+        points=points, scores=scores, counts=counts, centroids=np.concatenate(centers_per_frame)
     )
     return golden
 
 
-def make_goldens(names: list[str]) -> None:
-    makers = {"single_instance": golden_single_instance, "topdown": golden_topdown}
+def sleap1_local_peaks(sleap: SimpleNamespace, model: KerasModel, maps: dict[str, np.ndarray]):
+    """`BottomUpInferenceLayer.find_peaks` (and the multi-class layer's): SLEAP 1.x's
+    local peaks, refined by the offset head where the model has one and by integral
+    regression otherwise (the predictors' default), in input pixels."""
+    cms = maps["MultiInstanceConfmapsHead"]
+    offsets = maps.get("OffsetRefinementHead")
+    if offsets is None:
+        found = sleap.peak_finding.find_local_peaks(
+            cms,
+            threshold=PEAK_THRESHOLD,
+            refinement="integral",
+            integral_patch_size=INTEGRAL_PATCH,
+        )
+    else:
+        found = sleap.peak_finding.find_local_peaks_with_offsets(
+            cms, offsets, threshold=PEAK_THRESHOLD
+        )
+    peaks, values, sample_inds, channel_inds = found
+    return peaks * float(model.output_stride), values, sample_inds, channel_inds
+
+
+def undo_input_scale(model: KerasModel, points: np.ndarray) -> np.ndarray:
+    """The inference layers' last step: `/ input_scale + 0.5` when scaled."""
+    if model.input_scale != 1.0:
+        return points / model.input_scale + 0.5
+    return points
+
+
+def golden_bottomup(
+    models: list[KerasModel], frames: np.ndarray, sleap: SimpleNamespace
+) -> dict[str, np.ndarray]:
+    """`BottomUpPredictor` with its defaults: SLEAP's PAFScorer on the Keras maps."""
+    import tensorflow as tf
+
+    (model,) = models
+    maps = model.run(frames)
+    peaks, values, sample_inds, channel_inds = sleap1_local_peaks(sleap, model, maps)
+    head = model.config["model"]["heads"]["multi_instance"]
+    scorer = sleap.paf_grouping.PAFScorer(
+        part_names=head["confmaps"]["part_names"],
+        edges=[tuple(edge) for edge in head["pafs"]["edges"]],
+        pafs_stride=head["pafs"]["output_stride"],
+    )
+    rows = {"nrows": len(frames)}
+    instances, peak_scores, instance_scores, *_ = scorer.predict(
+        tf.convert_to_tensor(maps["PartAffinityFieldsHead"]),
+        tf.RaggedTensor.from_value_rowids(peaks, sample_inds, **rows),
+        tf.RaggedTensor.from_value_rowids(values, sample_inds, **rows),
+        tf.RaggedTensor.from_value_rowids(channel_inds, sample_inds, **rows),
+    )
+    nodes = len(head["confmaps"]["part_names"])
+    per_frame = [
+        (
+            undo_input_scale(model, np.asarray(points, np.float32).reshape(-1, nodes, 2)),
+            np.asarray(scores, np.float32).reshape(-1, nodes),
+        )
+        for points, scores in zip(instances.to_list(), peak_scores.to_list(), strict=True)
+    ]
+    points, scores, counts = padded_instances(per_frame)
+    most = points.shape[1]
+    padded_scores = np.full((len(frames), most), np.nan, np.float32)
+    for i, frame_scores in enumerate(instance_scores.to_list()):
+        padded_scores[i, : len(frame_scores)] = frame_scores
+    return {
+        **{f"maps_{name}": value[:MAP_FRAMES] for name, value in maps.items()},
+        "points": points,
+        "scores": scores,
+        "counts": counts,
+        "instance_scores": padded_scores,
+    }
+
+
+def class_instances(
+    points: np.ndarray, values: np.ndarray
+) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[np.ndarray]]:
+    """The predictors' object builder for class-grouped outputs: per frame the
+    classes with any point, as (points, scores) and their class indices."""
+    per_frame, identities = [], []
+    for frame_points, frame_values in zip(points, values, strict=True):
+        found = ~np.isnan(frame_points).all(axis=(1, 2))
+        per_frame.append((frame_points[found], frame_values[found]))
+        identities.append(np.flatnonzero(found))
+    return per_frame, identities
+
+
+def class_golden(
+    maps: dict[str, np.ndarray], points: np.ndarray, values: np.ndarray
+) -> dict[str, np.ndarray]:
+    per_frame, identities = class_instances(points, values)
+    points, scores, counts = padded_instances(per_frame)
+    padded_identities = np.full(points.shape[:2], -1, np.int64)
+    for i, classes in enumerate(identities):
+        padded_identities[i, : len(classes)] = classes
+    return {
+        **{f"maps_{name}": value[:MAP_FRAMES] for name, value in maps.items()},
+        "points": points,
+        "scores": scores,
+        "counts": counts,
+        "identities": padded_identities,
+    }
+
+
+def golden_bottomup_multiclass(
+    models: list[KerasModel], frames: np.ndarray, sleap: SimpleNamespace
+) -> dict[str, np.ndarray]:
+    """`BottomUpMultiClassInferenceLayer`: SLEAP's `classify_peaks_from_maps`."""
+    (model,) = models
+    maps = model.run(frames)
+    peaks, values, sample_inds, channel_inds = sleap1_local_peaks(sleap, model, maps)
+    class_maps = maps["ClassMapsHead"]
+    head = model.config["model"]["heads"]["multi_class_bottomup"]
+    class_stride = int(head["class_maps"]["output_stride"])
+    points, point_values, _class_probs = sleap.identity.classify_peaks_from_maps(
+        class_maps,
+        peaks / float(class_stride),
+        values,
+        sample_inds,
+        channel_inds,
+        n_channels=maps["MultiInstanceConfmapsHead"].shape[3],
+    )
+    points = undo_input_scale(model, np.asarray(points) * float(class_stride))
+    return class_golden(maps, points, np.asarray(point_values))
+
+
+def golden_topdown_multiclass(
+    models: list[KerasModel], frames: np.ndarray, sleap: SimpleNamespace
+) -> dict[str, np.ndarray]:
+    """`CentroidCrop` + `TopDownMultiClassFindPeaks`: global peaks in each crop, crops
+    assigned to classes by SLEAP's `classify_peaks_from_vectors`."""
+    centroid, instance = models
+    _centroid_maps, centers_per_frame = keras_centroids(centroid, frames)
+    size = int(instance.crop_size)
+    crops = np.concatenate(
+        [sleap_crops(frames[i], centers, size) for i, centers in enumerate(centers_per_frame)]
+    )
+    sample_inds = np.repeat(
+        np.arange(len(frames)), [len(centers) for centers in centers_per_frame]
+    ).astype(np.int32)
+    centers = np.concatenate(centers_per_frame).astype(np.float32)
+    heads = instance.run(crops)
+    peaks, peak_values = global_peaks(
+        heads["CenteredInstanceConfmapsHead"], heads.get("OffsetRefinementHead")
+    )
+    peak_points = undo_input_scale(instance, peaks * instance.output_stride)
+    peak_points = peak_points + (centers - size / 2)[:, None]
+    points, point_values, _class_probs = sleap.identity.classify_peaks_from_vectors(
+        peak_points.astype(np.float32),
+        peak_values.astype(np.float32),
+        heads["ClassVectorsHead"],
+        sample_inds,
+        len(frames),
+    )
+    # The centroid maps are the top-down golden's (the same model and clip).
+    golden = class_golden({}, np.asarray(points), np.asarray(point_values))
+    golden.update(
+        centroids=centers,
+        centroid_counts=np.array([len(centers) for centers in centers_per_frame]),
+        instance_maps_ClassVectorsHead=heads["ClassVectorsHead"],
+        **{
+            f"instance_maps_{name}": value[: int(np.sum(sample_inds < MAP_FRAMES))]
+            for name, value in heads.items()
+            if name != "ClassVectorsHead"
+        },
+    )
+    return golden
+
+
+def make_goldens(sleap_repo: Path, names: list[str]) -> None:
+    sleap = sleap1_modules(sleap_repo)
+    makers = {
+        "single_instance": lambda models, frames: golden_single_instance(models, frames),
+        "topdown": lambda models, frames: golden_topdown(models, frames),
+        "bottomup": lambda models, frames: golden_bottomup(models, frames, sleap),
+        "bottomup_multiclass": lambda models, frames: golden_bottomup_multiclass(
+            models, frames, sleap
+        ),
+        "topdown_multiclass": lambda models, frames: golden_topdown_multiclass(
+            models, frames, sleap
+        ),
+    }
     for name in names or list(CASES):
         folders, clip = CASES[name]
         frames = decode(CLIPS / clip)
@@ -471,17 +602,13 @@ def sleap_nn_reference() -> None:
 def main() -> None:
     stage = sys.argv[1]
     if stage == "clips":
-        make_clips(Path(sys.argv[2]))
-    elif stage == "fixtures":
-        make_fixtures(Path(sys.argv[2]))
+        make_clips(Path(sys.argv[2]), sys.argv[3:])
     elif stage == "goldens":
-        make_goldens(sys.argv[2:])
-        for name in NETWORK_CASES:
-            golden_network(name)
+        make_goldens(Path(sys.argv[2]), sys.argv[3:])
     elif stage == "sleap-nn":
         sleap_nn_reference()
     else:
-        raise SystemExit(f"unknown stage {stage!r}: clips, fixtures, goldens or sleap-nn")
+        raise SystemExit(f"unknown stage {stage!r}: clips, goldens or sleap-nn")
 
 
 if __name__ == "__main__":

@@ -62,6 +62,7 @@ from sleap_live.engines.graph.preprocess import (
     sizematch,
 )
 from sleap_live.engines.graph.resize import static_size
+from sleap_live.engines.host.outputs import KEEP_UNCLASSIFIED
 from sleap_live.engines.load.spec import ModelSpec, check_model_type
 from sleap_live.engines.types import ModelInfo, Skeleton
 
@@ -345,7 +346,13 @@ class MultiClassTopDownModel(TopDownModel):
         if not class_names:
             raise ValueError("a multi-class top-down model needs at least one class name")
         super().__init__(*args, **options)
-        self.info = attrs.evolve(self.info, class_names=tuple(class_names))
+        # sleap-nn keeps the crops no class was assigned to, with no identity;
+        # SLEAP 1.x (`classify_peaks_from_vectors`) reports one instance per class.
+        self.info = attrs.evolve(
+            self.info,
+            class_names=tuple(class_names),
+            postprocess={KEEP_UNCLASSIFIED: not self.instance_sleap1},
+        )
 
     @staticmethod
     def _instance_type() -> str:

@@ -54,6 +54,10 @@ INSTANCE_OUTPUTS = ("instance_frame", "points", "point_scores", "instance_scores
 MULTI_CLASS_TOPDOWN_OUTPUTS = (*INSTANCE_OUTPUTS, "class_scores")
 BOTTOMUP_OUTPUTS = ("peaks", "peak_scores", "peak_valid", "line_scores")
 MULTI_CLASS_BOTTOMUP_OUTPUTS = ("peaks", "peak_scores", "peak_valid", "class_probs")
+# `ModelInfo.postprocess` key of a multi-class top-down model: whether instances
+# no class was assigned to are reported (sleap-nn, the default) or dropped, the
+# rest ordered by class (SLEAP 1.x).
+KEEP_UNCLASSIFIED = "keep_unclassified"
 INSTANCE_SLOT_OUTPUTS = ("instance_valid", "points", "point_scores", "instance_scores")
 MULTI_CLASS_TOPDOWN_SLOT_OUTPUTS = (*INSTANCE_SLOT_OUTPUTS, "class_scores")
 

@@ -39,6 +39,7 @@ from sleap_live.engines.host.grouping import (
 from sleap_live.engines.host.outputs import (
     BOTTOMUP_OUTPUTS,
     INSTANCE_OUTPUTS,
+    KEEP_UNCLASSIFIED,
     MULTI_CLASS_BOTTOMUP_OUTPUTS,
 )
 from sleap_live.engines.types import FramePoses, ModelInfo
@@ -170,10 +171,28 @@ def assign_classes(class_scores: np.ndarray) -> np.ndarray:
 def decode_multi_class_instances(
     info: ModelInfo, outputs: Mapping[str, np.ndarray], batch_size: int
 ) -> list[FramePoses]:
-    """Per-frame poses from `INSTANCE_OUTPUTS` plus `class_scores`, with identities."""
-    del info
+    """Per-frame poses from `INSTANCE_OUTPUTS` plus `class_scores`, with identities.
+
+    Instances left without a class are kept (sleap-nn) unless the model's
+    `KEEP_UNCLASSIFIED` setting is false (SLEAP 1.x): then each frame holds one
+    instance per assigned class, in class order.
+    """
     arrays = _instance_arrays(outputs, (*INSTANCE_OUTPUTS, "class_scores"))
-    return _poses_by_frame(batch_size, *arrays)
+    poses = _poses_by_frame(batch_size, *arrays)
+    if info.postprocess.get(KEEP_UNCLASSIFIED, True):
+        return poses
+    return [_classified_only(frame) for frame in poses]
+
+
+def _classified_only(poses: FramePoses) -> FramePoses:
+    classified = np.flatnonzero(poses.identities >= 0)
+    order = classified[np.argsort(poses.identities[classified], kind="stable")]
+    return FramePoses(
+        points=poses.points[order],
+        point_scores=poses.point_scores[order],
+        instance_scores=poses.instance_scores[order],
+        identities=poses.identities[order],
+    )
 
 
 def decode_bottomup(

@@ -32,16 +32,20 @@ CASES: dict[str, tuple[tuple[str, ...], str, str]] = {
 }
 
 # The ConvNeXt and Swin fixtures' goldens (scripts/make_fixtures.py GOLDENS), compared
-# on their videos' first frames by test_parity.py. The top-down pairs take the UNet
-# centroid model: the ConvNeXt one finds no centroid (tests/data/README.md).
+# on their videos' first frames by test_parity.py and on whole videos by
+# scripts/check_backbone_parity.py. Each top-down pair is one backbone's two models.
 BACKBONE_CASES: dict[str, tuple[tuple[str, ...], str, str]] = {
     "convnext_single_instance": (("convnext_single_instance",), "single.mkv", "single.npz"),
     "convnext_topdown": (
-        ("centroid", "convnext_centered_instance"),
+        ("convnext_centroid", "convnext_centered_instance"),
         "multi_gray.mkv",
         "multi_gray.npz",
     ),
-    "swint_topdown": (("centroid", "swint_centered_instance"), "multi_gray.mkv", "multi_gray.npz"),
+    "swint_topdown": (
+        ("swint_centroid", "swint_centered_instance"),
+        "multi_gray.mkv",
+        "multi_gray.npz",
+    ),
 }
 
 # Of the goldens of non-default inference settings (scripts/fixtures/goldens.py

@@ -27,6 +27,8 @@ from sleap_live.engines.graph.preprocess import (
     frames_to_nchw,
     network_input,
 )
+from sleap_live.engines.host.outputs import KEEP_UNCLASSIFIED
+from sleap_live.engines.host.postprocess import decode
 from sleap_live.engines.load.dirs import read_model_dir
 from sleap_live.engines.load.export_cache import cache_key
 from sleap_live.engines.settings import LEGACY_SLEAP_NN, InferenceSettings
@@ -43,6 +45,7 @@ MAP_TOLERANCE = 1e-5
 KERAS_POINTS_TOLERANCE = 0.01
 SLEAP_NN_POINTS_TOLERANCE = 1e-3
 ONNX_POINTS_TOLERANCE = 1e-3
+SCORE_TOLERANCE = 1e-4
 
 
 def _frames(path: Path, gray: bool = False) -> np.ndarray:
@@ -237,30 +240,37 @@ def test_a_sleap_1x_centroid_model_pairs_with_a_sleap_nn_instance_model():
     assert len(instance_frame) > 0 and points.shape[1:] == (model.info.skeleton.n_nodes, 2)
 
 
+BOTTOMUP = MODELS / "minimal_instance.UNet.bottomup"
+BOTTOMUP_MULTICLASS = MODELS / "min_tracks_2node.UNet.bottomup_multiclass"
+TOPDOWN_MULTICLASS = MODELS / "min_tracks_2node.UNet.topdown_multiclass"
+TRACKS = MODELS / "clips" / "tracks.mkv"
+# SLEAP's real test models, each on real frames: case -> (folders, clip).
+GROUPED_CASES = {
+    "bottomup": ([BOTTOMUP], FLIES),
+    "bottomup_multiclass": ([BOTTOMUP_MULTICLASS], TRACKS),
+    "topdown_multiclass": ([CENTROID, TOPDOWN_MULTICLASS], FLIES),
+}
+
+
 @pytest.mark.parametrize(
-    ("models", "model_type"),
+    ("case", "model_type"),
     [
-        (["fixture.UNet.bottomup"], "bottomup"),
-        (["fixture.UNet.bottomup_multiclass"], "multi_class_bottomup"),
-        (
-            ["minimal_instance.UNet.centroid", "fixture.UNet.topdown_multiclass"],
-            "multi_class_topdown",
-        ),
+        ("bottomup", "bottomup"),
+        ("bottomup_multiclass", "multi_class_bottomup"),
+        ("topdown_multiclass", "multi_class_topdown"),
     ],
 )
-def test_bottomup_and_multi_class_folders_build_their_inference_models(models, model_type):
+def test_bottomup_and_multi_class_folders_build_their_inference_models(case, model_type):
     """The SLEAP 1.x conventions reach every model type; the skeleton and classes
     come from the legacy config."""
-    model = load_inference_model([MODELS / name for name in models])
+    folders, _clip = GROUPED_CASES[case]
+    model = load_inference_model(folders)
     assert model.info.model_type == model_type
-    spec = read_model_dir(MODELS / models[-1])
+    spec = read_model_dir(folders[-1])
     assert model.info.skeleton.node_names == spec.skeleton.node_names
     assert model.info.class_names == spec.class_names
     sleap1 = model.instance_sleap1 if model_type == "multi_class_topdown" else model.sleap1
     assert sleap1
-    with torch.no_grad():
-        outputs = model(torch.from_numpy(_frames(FLIES, gray=True)[:1]))
-    assert len(outputs) == len(model.output_names)
 
 
 def _matched(found: np.ndarray, reference: np.ndarray) -> np.ndarray:
@@ -270,26 +280,102 @@ def _matched(found: np.ndarray, reference: np.ndarray) -> np.ndarray:
     return found - reference[distance.argmin(axis=1)]
 
 
-@pytest.mark.parametrize(
-    ("case", "folder", "side"),
-    [
-        ("bottomup", "fixture.UNet.bottomup", 96),
-        ("bottomup_multiclass", "fixture.UNet.bottomup_multiclass", 96),
-        ("topdown_multiclass", "fixture.UNet.topdown_multiclass", 128),
-    ],
-)
-def test_bottomup_and_multi_class_networks_match_keras(case, folder, side):
-    """Fixture folders in SLEAP 1.x's Keras layout (the real ones are too large to
-    commit): every head, PAFs, offsets, class maps and class vectors included, on
-    the top-left square of a real frame, preprocessed as SLEAP 1.x did."""
+# The multi-class bottom-up network's float32 rounding alone moves its outputs by
+# 2.5e-5 (torch float32 against the same network in float64; Keras's float32 is
+# 2.6e-5 from that float64 result), so 1e-5 cannot separate right from wrong there.
+FLOAT32_LIMITED_MAP_TOLERANCE = {"bottomup": MAP_TOLERANCE, "bottomup_multiclass": 5e-5}
+
+
+@pytest.mark.parametrize("case", ["bottomup", "bottomup_multiclass"])
+def test_bottomup_networks_match_keras(case):
+    """Every head (confidence maps, PAFs, offsets, class maps) on a real frame,
+    preprocessed as SLEAP 1.x did."""
     golden = _golden(case)
-    spec = read_model_dir(MODELS / folder)
+    (folder,), clip = GROUPED_CASES[case]
+    spec = read_model_dir(folder)
     network = load_model_network(spec)
-    frames = torch.from_numpy(_frames(FLIES, gray=True)[:1, :side, :side].copy())
+    frames = torch.from_numpy(_frames(clip, gray=True)[:1])
     with torch.no_grad():
         image, _ = frame_input(frames_to_nchw(frames), PreprocessConfig.from_spec(spec))
         heads = network(image)
-    assert {f"maps_{name}" for name in heads} == set(golden)
+    assert {f"maps_{name}" for name in heads} == {k for k in golden if k.startswith("maps_")}
     for name, output in heads.items():
-        ours = output.permute(0, 2, 3, 1).numpy() if output.ndim == 4 else output.numpy()
-        assert np.abs(ours - golden[f"maps_{name}"]).max() < MAP_TOLERANCE, name
+        ours = output.permute(0, 2, 3, 1).numpy()
+        tolerance = FLOAT32_LIMITED_MAP_TOLERANCE[case]
+        assert np.abs(ours - golden[f"maps_{name}"]).max() < tolerance, name
+
+
+def test_multi_class_topdown_network_matches_keras():
+    """The instance network's confidence maps and class vectors on SLEAP 1.x's crops
+    around Keras's centroids."""
+    golden = _golden("topdown_multiclass")
+    model = load_inference_model([CENTROID, TOPDOWN_MULTICLASS])
+    frames = torch.from_numpy(_frames(FLIES, gray=True))
+    counts = torch.from_numpy(golden["centroid_counts"])
+    frame_of_crop = torch.repeat_interleave(torch.arange(len(counts)), counts)
+    crops = sleap1_crops(frames, frame_of_crop, torch.from_numpy(golden["centroids"]), 128)
+    with torch.no_grad():
+        image = network_input(crops.permute(0, 3, 1, 2), model.instance_preprocess)
+        heads = model.instance_network(image)
+    vectors = heads["ClassVectorsHead"].numpy()
+    assert np.abs(vectors - golden["instance_maps_ClassVectorsHead"]).max() < MAP_TOLERANCE
+    maps = golden["instance_maps_CenteredInstanceConfmapsHead"]
+    ours = heads["CenteredInstanceConfmapsHead"][: len(maps)].permute(0, 2, 3, 1).numpy()
+    assert np.abs(ours - maps).max() < MAP_TOLERANCE
+
+
+@pytest.mark.parametrize("case", list(GROUPED_CASES))
+def test_grouped_models_give_sleap_1x_poses(case):
+    """SLEAP 1.x's instances on every frame: the same count, points to 0.01 px,
+    peak values, and for the multi-class models the same class for each instance
+    (SLEAP 1.x's one instance per class, in class order); for bottom-up the PAF
+    grouping score. The goldens ran SLEAP 1.x's own grouping code on Keras's maps."""
+    golden = _golden(case)
+    folders, clip = GROUPED_CASES[case]
+    model = load_inference_model(folders)
+    frames = _frames(clip, gray=True)
+    with torch.no_grad():
+        outputs = model(torch.from_numpy(frames))
+    named = {name: output.numpy() for name, output in zip(model.output_names, outputs, strict=True)}
+    poses = decode(model.info, named, len(frames))
+    assert [frame.n_instances for frame in poses] == list(golden["counts"])
+    assert sum(golden["counts"]) >= 4
+    for i, frame in enumerate(poses):
+        count = int(golden["counts"][i])
+        keras = golden["points"][i, :count]
+        if "identities" in golden:
+            assert frame.identities.tolist() == golden["identities"][i, :count].tolist()
+            order = np.arange(count)
+        else:
+            order = _nearest(frame.points, keras)
+        assert (np.isnan(frame.points) == np.isnan(keras[order])).all()
+        assert np.nanmax(np.abs(frame.points - keras[order]), initial=0) < KERAS_POINTS_TOLERANCE
+        scores = golden["scores"][i, :count][order]
+        assert np.nanmax(np.abs(frame.point_scores - scores), initial=0) < SCORE_TOLERANCE
+        if "instance_scores" in golden:
+            paf_scores = golden["instance_scores"][i, :count][order]
+            assert np.abs(frame.instance_scores - paf_scores).max(initial=0) < SCORE_TOLERANCE
+
+
+def test_sleap_nn_conventions_keep_the_instances_no_class_was_given():
+    """With `--legacy-postprocess sleap-nn` a multi-class top-down pair keeps, as
+    sleap-nn does, the crops left without a class (identity -1), which SLEAP 1.x
+    drops: on these frames there are more crops than classes."""
+    golden = _golden("topdown_multiclass")
+    settings = InferenceSettings(legacy_postprocess=LEGACY_SLEAP_NN)
+    model = load_inference_model([CENTROID, TOPDOWN_MULTICLASS], settings)
+    assert model.info.postprocess[KEEP_UNCLASSIFIED]
+    frames = _frames(FLIES, gray=True)
+    with torch.no_grad():
+        outputs = model(torch.from_numpy(frames))
+    named = {name: output.numpy() for name, output in zip(model.output_names, outputs, strict=True)}
+    poses = decode(model.info, named, len(frames))
+    unclassified = sum(int((frame.identities == -1).sum()) for frame in poses)
+    assert unclassified > 0
+    assert [frame.n_instances for frame in poses] != list(golden["counts"])
+
+
+def _nearest(found: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """Index of the reference instance nearest each found one."""
+    distance = np.nanmean(np.abs(found[:, None] - reference[None]), axis=(2, 3))
+    return distance.argmin(axis=1)
