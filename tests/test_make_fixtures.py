@@ -7,6 +7,7 @@ a copy whose node-map head carries its own type's name (`init_checkpoint`).
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -16,6 +17,11 @@ from tests import script_modules as scripts
 BACKBONE = "model.backbone.enc.conv.weight"
 
 make_fixtures = scripts.load("make_fixtures.py")
+
+
+def _spec(name: str, head_type: str) -> SimpleNamespace:
+    """The parts of a `ModelSpec` that `init_checkpoint` reads."""
+    return SimpleNamespace(name=name, head_type=head_type, heads={})
 
 
 def _checkpoint(path: Path, head: str) -> Path:
@@ -30,7 +36,7 @@ def _checkpoint(path: Path, head: str) -> Path:
 
 def test_another_model_types_node_maps_start_under_this_types_head_name(tmp_path):
     source = _checkpoint(tmp_path / "best.ckpt", "CenteredInstanceConfmapsHead")
-    init = make_fixtures.init_checkpoint(source, "single_instance", tmp_path, "single_384")
+    init = make_fixtures.init_checkpoint(source, _spec("single_384", "single_instance"), tmp_path)
     assert init == tmp_path / "single_384.init.ckpt"
     checkpoint = torch.load(init, weights_only=False)
     state = checkpoint["state_dict"]
@@ -50,7 +56,8 @@ def test_another_model_types_node_maps_start_under_this_types_head_name(tmp_path
 
 def test_a_model_of_the_same_type_starts_from_the_source_itself(tmp_path):
     source = _checkpoint(tmp_path / "best.ckpt", "CentroidConfmapsHead")
-    assert make_fixtures.init_checkpoint(source, "centroid", tmp_path, "centroid_1024") == source
+    spec = _spec("centroid_1024", "centroid")
+    assert make_fixtures.init_checkpoint(source, spec, tmp_path) == source
     assert list(tmp_path.iterdir()) == [source]
 
 

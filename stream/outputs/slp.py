@@ -190,6 +190,10 @@ class SlpWriter:
         provenance: extra metadata stored in the file (JSON-serialisable values).
         clock: time source for the save schedule; injectable for tests.
         claim: the journal, claimed before the run (`JournalClaim`); None opens it here.
+        tracked: the records come from a tracker, whose `late_labels` may relabel
+            earlier frames: the writer keeps where the last `LABELLED_FRAMES`
+            frames' instances are (a few MB at most). Untracked, it keeps nothing of
+            the frames it saved.
 
     Raises:
         ValueError: `path` has another suffix than `exports.SUFFIXES`, or
@@ -215,6 +219,7 @@ class SlpWriter:
         provenance: Mapping[str, Any] | None = None,
         clock: Clock = MONOTONIC,
         claim: JournalClaim | None = None,
+        tracked: bool = False,
     ) -> None:
         self.path = Path(path)
         prepare_saver(self.path)
@@ -258,6 +263,7 @@ class SlpWriter:
             self._lock.release()
             raise OutputError(f"{self.journal}: cannot write the journal: {error}") from error
         self._renumber = renumber
+        self._tracked = tracked
         self._save_interval = save_interval
         self._clock = clock
         self._pending: list[tuple[int, FramePoses]] = []
@@ -311,10 +317,12 @@ class SlpWriter:
         untracked = int(np.count_nonzero(kept.identities < 0))
         self._most_untracked = max(self._most_untracked, untracked)
         self._any_tracked = self._any_tracked or untracked < kept.n_instances
-        self._recent[record.frame_index] = (frame_index, np.where(found, np.cumsum(found) - 1, -1))
-        if len(self._recent) > LABELLED_FRAMES:
-            self._recent.popitem(last=False)
-        self._relabel(record)
+        if self._tracked:
+            positions = np.where(found, np.cumsum(found) - 1, -1)
+            self._recent[record.frame_index] = (frame_index, positions)
+            if len(self._recent) > LABELLED_FRAMES:
+                self._recent.popitem(last=False)
+            self._relabel(record)
         self.n_frames_written += 1
         if self._due is None and self._save_interval is not None:
             self._due = record.ready_time + SAVE_DUE_FRACTION * self._save_interval

@@ -603,6 +603,7 @@ def open_outputs(
                 ),
                 clock=clock,
                 claim=options.claim,
+                tracked=tracked,
             )
             outputs["slp"] = (Channel(SLP_QUEUE_CAPACITY), slp)
         if options.record is not None:

@@ -501,9 +501,11 @@ def test_export_model_records_the_opset(tmp_path):
 def test_export_model_is_one_function_for_every_format(tmp_path):
     from sleap_live.engines.export import EXPORT_FORMATS
 
-    assert EXPORT_FORMATS == ("onnx", "torchscript", "openvino", "tensorrt")
-    with pytest.raises(ValueError, match="unknown export format 'tflite'"):
-        export_model([tmp_path], tmp_path / "model.tflite", format="tflite")
+    assert EXPORT_FORMATS == (
+        "onnx", "torchscript", "openvino", "tensorrt", "web", "pt2", "tflite", "coreml"
+    )
+    with pytest.raises(ValueError, match="unknown export format 'caffe'"):
+        export_model([tmp_path], tmp_path / "model.caffemodel", format="caffe")
     with pytest.raises(ValueError, match="a TensorRT export needs frame_size"):
         export_model([tmp_path], tmp_path / "out", format="tensorrt")
 

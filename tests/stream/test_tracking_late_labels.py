@@ -28,7 +28,7 @@ def test_the_writer_relabels_held_and_saved_frames(tmp_path):
     animal = np.linspace([10.0, 10.0], [50.0, 30.0], 5)
     nothing = np.full((5, 2), np.nan)  # an instance with no node found is left out
     path = tmp_path / "poses.slp"
-    with SlpWriter(path, SKELETON, video="camera", frame_shape=(64, 64, 1)) as writer:
+    with SlpWriter(path, SKELETON, video="camera", frame_shape=(64, 64, 1), tracked=True) as writer:
         writer.write(PoseRecord(7, 0.0, 0.0, "camera", poses_of(np.stack([nothing, animal]))))
         writer.flush()  # frame 7 is in the journal now
         writer.write(PoseRecord(8, 0.0, 0.0, "camera", poses_of(animal[None] + 1)))
