@@ -1,13 +1,16 @@
 """`sleap-live run --tracking` against `sleap-nn predict --tracking`: same model, same video.
 
 Runs both programs on the two-animal test clip with each model given (default: the
-top-down and bottom-up test models), each with its tracker's defaults, matches their
+top-down and bottom-up test models; a lab-size model of `scripts/fixtures/lab.py`,
+`bottomup_384` say, on `--frames` frames of its H.264 clip rendered from its seed),
+each with its tracker's defaults, matches their
 instances frame by frame (Hungarian on the mean node distance, within 2 px), and
 reports the share of matched instances whose track ids agree up to a renaming of
 ids (the issue's bar: 99.5 %). sleap-nn runs in its own venv::
 
     .venv/bin/python scripts/check_tracking_vs_sleap_nn.py \\
-        [--snn /work/venvs/snn/bin/sleap-nn] [--keep build/tracking_check]
+        [--snn /work/venvs/snn/bin/sleap-nn] [--keep build/tracking_check] \\
+        [--models topdown bottomup bottomup_384 topdown_384] [--frames 1100]
 
 With ``--keep`` the two .slp files stay in that folder.
 """
@@ -22,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import sleap_io as sio
+from fixtures.lab import LAB_MODELS, write_clip
 from scipy.optimize import linear_sum_assignment
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,6 +33,11 @@ VIDEO = ROOT / "tests" / "data" / "videos" / "multi_gray.mkv"
 MODELS = {
     "topdown": [ROOT / "tests/data/models/centroid", ROOT / "tests/data/models/centered_instance"],
     "bottomup": [ROOT / "tests/data/models/bottomup"],
+}
+LAB = {
+    model.name: model
+    for model in LAB_MODELS
+    if model.model_type != "single_instance" and all(path.is_dir() for path in model.paths)
 }
 MATCH_PX = 2.0
 
@@ -78,7 +87,10 @@ def compare(ours: Path, theirs: Path) -> tuple[int, int, int, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--snn", default="/work/venvs/snn/bin/sleap-nn", help="sleap-nn's CLI")
-    parser.add_argument("--models", nargs="+", default=sorted(MODELS), choices=sorted(MODELS))
+    parser.add_argument(
+        "--models", nargs="+", default=sorted(MODELS), choices=sorted(MODELS) + sorted(LAB)
+    )
+    parser.add_argument("--frames", type=int, default=1100, help="a lab model's clip length")
     parser.add_argument("--keep", type=Path, help="folder for the two .slp files")
     args = parser.parse_args()
     folder = args.keep or Path(tempfile.mkdtemp(prefix="tracking-check-"))
@@ -86,11 +98,17 @@ def main() -> int:
     worst = 1.0
     for name in args.models:
         theirs, ours = folder / f"{name}.sleap-nn.slp", folder / f"{name}.sleap-live.slp"
-        models = [arg for path in MODELS[name] for arg in ("--model_paths", str(path))]
-        snn = [args.snn, "predict", "--data_path", str(VIDEO), *models]
+        if name in LAB:
+            model_dirs, video = LAB[name].paths, folder / f"{LAB[name].scene}.mp4"
+            if not video.exists():
+                write_clip(video, LAB[name].scene, args.frames)
+        else:
+            model_dirs, video = MODELS[name], VIDEO
+        models = [arg for path in model_dirs for arg in ("--model_paths", str(path))]
+        snn = [args.snn, "predict", "--data_path", str(video), *models]
         snn += ["--output_path", str(theirs), "--device", "cpu", "--tracking"]
-        live = [sys.executable, "-m", "sleap_live", "run", str(VIDEO)]
-        live += [arg for path in MODELS[name] for arg in ("-m", str(path))]
+        live = [sys.executable, "-m", "sleap_live", "run", str(video)]
+        live += [arg for path in model_dirs for arg in ("-m", str(path))]
         live += ["-o", str(ours), "--tracking", "--quiet"]
         for command in (snn, live):
             print("$", " ".join(command), flush=True)

@@ -10,8 +10,12 @@ bottom-up export instead (`MULTI_VIDEO`, `MULTI_MODEL`).
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import sleap_io as sio
@@ -77,6 +81,22 @@ def track_names(output: Path) -> list[list[str | None]]:
 def frame_count(output: Path) -> int:
     """Labeled frames in an output."""
     return len(sio.load_slp(str(output)).labeled_frames)
+
+
+def in_background(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Future:
+    """`function(*args, **kwargs)` running on a daemon thread, as a future: a test that
+    fails while it runs (or a call that never returns) leaves it behind rather than
+    waiting for it, as leaving a `ThreadPoolExecutor` block would."""
+    future: Future = Future()
+
+    def body() -> None:
+        try:
+            future.set_result(function(*args, **kwargs))
+        except BaseException as error:  # handed to the test through the future
+            future.set_exception(error)
+
+    threading.Thread(target=body, name=f"in_background({function.__name__})", daemon=True).start()
+    return future
 
 
 def writer_pid_once_saving(output: Path, timeout: float = 60.0) -> int:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ from tests.stream.many_videos import (
     corrupt_video,
     cut_clips,
     frame_count,
+    in_background,
     pose_arrays,
     track_names,
     writer_pid_once_saving,
@@ -88,22 +88,21 @@ def test_local_workers_give_the_same_poses_with_a_worker_killed_mid_video(
     process); the process writing c is killed once it saved frames: c (and whatever
     else that worker had in flight) is started again and comes out whole."""
     reference, reference_out = sequential
-    with ThreadPoolExecutor(1) as pool:
-        running = pool.submit(
-            run_many,
-            folder,
-            MODEL,
-            output_dir=tmp_path,
-            workers=2,
-            streams=2,
-            batch_size=2,
-            save_interval=0.01,
-            **ENGINE,
-        )
-        pid = writer_pid_once_saving(tmp_path / "c.predictions.slp")
-        assert pid != os.getpid()
-        os.kill(pid, signal.SIGKILL)
-        run = running.result(timeout=180)
+    running = in_background(
+        run_many,
+        folder,
+        MODEL,
+        output_dir=tmp_path,
+        workers=2,
+        streams=2,
+        batch_size=2,
+        save_interval=0.01,
+        **ENGINE,
+    )
+    pid = writer_pid_once_saving(tmp_path / "c.predictions.slp")
+    assert pid != os.getpid()
+    os.kill(pid, signal.SIGKILL)
+    run = running.result(timeout=180)
     assert run.mode == "2 local workers"
     assert [result.status for result in run.results] == [
         result.status for result in reference.results

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,7 @@ from tests.stream.many_videos import (
     SlowToNote,
     corrupt_video,
     cut_clips,
+    in_background,
     pose_arrays,
     writer_pid_once_saving,
 )
@@ -63,22 +63,21 @@ def test_ray_gives_the_poses_of_a_run_in_this_process_with_an_actor_killed(
     of a run in this process."""
     folder, here_out = here
     (tmp_path / "ray").mkdir()
-    with ThreadPoolExecutor(1) as pool:
-        running = pool.submit(
-            run_many,
-            folder,
-            MODEL,
-            output_dir=tmp_path / "ray",
-            cluster="local",
-            workers=2,
-            batch_size=2,
-            save_interval=0.01,
-            **ENGINE,
-        )
-        pid = writer_pid_once_saving(tmp_path / "ray" / "c.predictions.slp")
-        assert pid != os.getpid()
-        os.kill(pid, signal.SIGKILL)
-        on_ray = running.result(timeout=180)
+    running = in_background(
+        run_many,
+        folder,
+        MODEL,
+        output_dir=tmp_path / "ray",
+        cluster="local",
+        workers=2,
+        batch_size=2,
+        save_interval=0.01,
+        **ENGINE,
+    )
+    pid = writer_pid_once_saving(tmp_path / "ray" / "c.predictions.slp")
+    assert pid != os.getpid()
+    os.kill(pid, signal.SIGKILL)
+    on_ray = running.result(timeout=180)
     assert on_ray.mode == "Ray (local)"
     assert ray.is_initialized()  # the session it found is left running
     assert [(Path(r.video).name, r.status) for r in on_ray.results] == [
@@ -119,24 +118,23 @@ def test_outputs_returned_to_the_driver_are_written_by_it_with_the_same_resume_r
 
     monkeypatch.setattr(cluster, "place", place_here)
     c_output = tmp_path / "c.predictions.slp"
-    with ThreadPoolExecutor(1) as pool:
-        running = pool.submit(
-            run_many,
-            folder,
-            MODEL,
-            output_dir=tmp_path,
-            cluster="local",
-            workers=1,
-            streams=2,
-            outputs_to="driver",
-            batch_size=2,
-            save_interval=0.01,
-            **ENGINE,
-        )
-        pid = writer_pid_once_saving(cluster.scratch_folder(c_output) / c_output.name)
-        assert pid != os.getpid() and not c_output.exists()
-        os.kill(pid, signal.SIGKILL)
-        run = running.result(timeout=180)
+    running = in_background(
+        run_many,
+        folder,
+        MODEL,
+        output_dir=tmp_path,
+        cluster="local",
+        workers=1,
+        streams=2,
+        outputs_to="driver",
+        batch_size=2,
+        save_interval=0.01,
+        **ENGINE,
+    )
+    pid = writer_pid_once_saving(cluster.scratch_folder(c_output) / c_output.name)
+    assert pid != os.getpid() and not c_output.exists()
+    os.kill(pid, signal.SIGKILL)
+    run = running.result(timeout=180)
     assert run.mode == "Ray (local), outputs written by the driver"
     assert [(Path(r.video).stem, r.status, r.redone) for r in run.results] == [
         ("a", "skipped", False),
