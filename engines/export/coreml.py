@@ -40,8 +40,13 @@ import torch
 
 from sleap_live.engines.errors import ExportError, ModelConfigError, RuntimeUnavailableError
 from sleap_live.engines.export._quiet import first_line, tracer_notes
-from sleap_live.engines.export.exporter import Frames, export_onnx_bytes, fitted_frames
-from sleap_live.engines.export.frames import SYNTHETIC_SIZE, sample_frames, verification_frames
+from sleap_live.engines.export.exporter import (
+    Frames,
+    conversion_frames,
+    export_file,
+    export_onnx_bytes,
+    fitted_frames,
+)
 from sleap_live.engines.export.onnx import embedded_metadata
 from sleap_live.engines.graph.base import InferenceModel
 from sleap_live.engines.host.outputs import output_names
@@ -103,7 +108,7 @@ def export_coreml(
     """
     from sleap_live.engines.graph.build import load_inference_model
 
-    path = _output_path(output)
+    path = export_file(output, FILE_NAME, f"a Core ML export is a '{SUFFIX}' package")
     coremltools = import_coremltools()
     notify = progress or (lambda _: None)
     notify("loading model")
@@ -128,10 +133,8 @@ def export_coreml(
         sources=paths,
         progress=progress,
     )
-    if verify_frames is not None:
-        frames = verification_frames(native, verify_frames).frames
-    else:
-        frames = sample_frames(1, *SYNTHETIC_SIZE, native)
+    # The package is checked by coremltools and its declared shapes, not on frames.
+    frames = conversion_frames(model, False, verify_frames, paths, 1).frames
     example = fitted_frames(frames[:1], frame_size)
     names = output_names(model_type, OUTPUT_LAYOUTS[profile])
     metadata = attrs.evolve(
@@ -218,12 +221,10 @@ def _convert(
 ) -> Any:
     """`model` in `profile`, static and branch-free, traced on `example` and converted;
     the model is put back as it was afterwards."""
-    previous = model.profile, model.static, model.branch_free
     try:
-        model.set_profile(profile).set_static(True).set_branch_free(True)
         frames = torch.from_numpy(example).float()
         # The tracer's warnings and coremltools' progress bars (stderr) say nothing here.
-        with tracer_notes(), torch.no_grad():
+        with model.whole_graph(profile), tracer_notes(), torch.no_grad():
             traced = torch.jit.trace(_FloatFrames(model).eval(), (frames,), check_trace=False)
         _register_missing_ops(coremltools)
         with tracer_notes(), contextlib.redirect_stderr(io.StringIO()):
@@ -239,8 +240,6 @@ def _convert(
         raise ExportError(
             f"coremltools could not convert the {model.info.model_type} model: {first_line(error)}"
         ) from error
-    finally:
-        model.set_profile(previous[0]).set_static(previous[1]).set_branch_free(previous[2])
 
 
 def _register_missing_ops(coremltools: Any) -> None:
@@ -257,12 +256,3 @@ def _register_missing_ops(coremltools: Any) -> None:
 
     # override: the same function again on a later export, not coremltools' own.
     register_torch_op(bitwise_or, torch_alias=["or"], override=True)
-
-
-def _output_path(output: str | Path) -> Path:
-    path = Path(output)
-    if path.suffix == SUFFIX:
-        return path
-    if path.suffix:
-        raise ValueError(f"{path}: a Core ML export is a '{SUFFIX}' package (or a directory)")
-    return path / FILE_NAME

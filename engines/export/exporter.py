@@ -27,6 +27,7 @@ import torch
 
 from sleap_live.engines.export.frames import (
     SYNTHETIC_SIZE,
+    VerificationFrames,
     check_batches,
     sample_frames,
     verification_frames,
@@ -406,6 +407,30 @@ def _checking(notify: Notify, channels: int, frames: np.ndarray) -> np.ndarray:
     return convert_channels(frames, channels)
 
 
+def conversion_frames(
+    model: InferenceModel,
+    verify: bool,
+    verify_frames: Frames | None,
+    sources: Sequence[str | Path],
+    n_synthetic: int,
+) -> VerificationFrames:
+    """The frames a converted export (pt2, TFLite, Core ML) is made and checked on:
+    with `verify`, frames that show animals where the candidates have any
+    (`with_animals`); else the given frames, or `n_synthetic` synthetic ones."""
+    native = model.info.input_channels
+    if verify:
+
+        def detect(frames: np.ndarray) -> list[int]:
+            return detections_per_frame(torch_outputs(model, frames), len(frames))
+
+        return with_animals(verification_frames(native, verify_frames, sources), detect)
+    if verify_frames is not None:
+        return verification_frames(native, verify_frames)
+    return VerificationFrames(
+        sample_frames(n_synthetic, *SYNTHETIC_SIZE, native), "synthetic frames"
+    )
+
+
 def fitted_frames(frames: np.ndarray, frame_size: tuple[int, int] | None) -> np.ndarray:
     """Frames cut or padded (bottom/right, with each frame's median) to `frame_size`."""
     if frame_size is None:
@@ -479,6 +504,23 @@ def _label(model: InferenceModel, sources: Sequence[str | Path]) -> str:
 
 def _ignore(step: str) -> None:
     del step
+
+
+def export_file(output: str | Path, file_name: str, what: str) -> Path:
+    """The file (or package) an export to `output` writes: `output` itself when it
+    ends in `file_name`'s suffix, else `output/file_name`.
+
+    Raises:
+        ValueError: `output` ends in another suffix; the message says `what` it must
+            be ("a pt2 export is a '.pt2' file").
+    """
+    path = Path(output)
+    suffix = Path(file_name).suffix
+    if path.suffix == suffix:
+        return path
+    if path.suffix:
+        raise ValueError(f"{path}: {what} (or a directory)")
+    return path / file_name
 
 
 def _output_path(output: str | Path, format: str) -> Path:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import attrs
 
-from sleap_live.engines.export.exporter import Frames, export_onnx_bytes
+from sleap_live.engines.export.exporter import Frames, export_file, export_onnx_bytes
 from sleap_live.engines.export.onnx import embedded_metadata
 from sleap_live.engines.load.metadata import (
     DEFAULT_OPSET,
@@ -61,7 +61,7 @@ def export_openvino(
     from sleap_live.engines.graph.build import load_inference_model
 
     ov = import_openvino()
-    path = _output_path(output)
+    path = export_file(output, FILE_NAME, f"an OpenVINO export is an '{SUFFIX}' file")
     notify = progress or (lambda _: None)
     notify("loading model")
     model = load_inference_model(paths, settings)
@@ -81,12 +81,3 @@ def export_openvino(
     ov.save_model(graph, str(path), compress_to_fp16=False)
     sidecar_path(path).write_text(metadata.to_json() + "\n")
     return path
-
-
-def _output_path(output: str | Path) -> Path:
-    path = Path(output)
-    if path.suffix == SUFFIX:
-        return path
-    if path.suffix:
-        raise ValueError(f"{path}: an OpenVINO export is an '{SUFFIX}' file (or a directory)")
-    return path / FILE_NAME

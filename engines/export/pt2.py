@@ -35,24 +35,20 @@ import torch
 
 from sleap_live.engines.errors import ExportError, ModelConfigError, ModelNotFoundError
 from sleap_live.engines.export._quiet import first_line
-from sleap_live.engines.export.exporter import Frames, export_onnx_bytes, fitted_frames
-from sleap_live.engines.export.frames import (
-    SYNTHETIC_SIZE,
-    sample_frames,
-    verification_frames,
-    with_animals,
+from sleap_live.engines.export.exporter import (
+    Frames,
+    conversion_frames,
+    export_file,
+    export_onnx_bytes,
+    fitted_frames,
 )
 from sleap_live.engines.export.onnx import embedded_metadata, onnx_exported
 from sleap_live.engines.export.verify import (
-    TOLERANCE,
     Outputs,
-    compare,
-    detections_per_frame,
-    torch_outputs,
+    check_against_onnx_runtime,
 )
 from sleap_live.engines.graph.base import InferenceModel
 from sleap_live.engines.host.outputs import output_names
-from sleap_live.engines.host.postprocess import instance_list
 from sleap_live.engines.load.metadata import (
     DEFAULT_OPSET,
     DEFAULT_PROFILE,
@@ -103,7 +99,7 @@ def export_pt2(
     """
     from sleap_live.engines.graph.build import load_inference_model
 
-    path = _output_path(output)
+    path = export_file(output, FILE_NAME, f"a pt2 export is a '{SUFFIX}' file")
     notify = progress or (lambda _: None)
     notify("loading model")
     model = load_inference_model(paths, settings).cpu().eval()
@@ -120,19 +116,8 @@ def export_pt2(
         sources=paths,
         progress=progress,
     )
-    source = "synthetic frames"
-    if verify:
-
-        def detect(frames: np.ndarray) -> list[int]:
-            return detections_per_frame(torch_outputs(model, frames), len(frames))
-
-        chosen = with_animals(verification_frames(native, verify_frames, paths), detect)
-        frames, source = chosen.frames, chosen.source
-    elif verify_frames is not None:
-        frames = verification_frames(native, verify_frames).frames
-    else:
-        frames = sample_frames(3, *SYNTHETIC_SIZE, native)
-    frames = fitted_frames(frames, frame_size)
+    chosen = conversion_frames(model, verify, verify_frames, paths, 3)
+    frames, source = fitted_frames(chosen.frames, frame_size), chosen.source
     notify(f"exporting with torch.export for {frames.shape[1]}x{frames.shape[2]} frames")
     # Two frames: torch.export takes an axis of size 1 for a constant.
     program = _export_program(model, np.concatenate([frames[:1], frames[:1]]), profile)
@@ -156,7 +141,11 @@ def export_pt2(
         for batch in (frames[:1], frames[:3]):
             notify(f"verifying on frames {tuple(batch.shape)} against ONNX Runtime")
             outputs = run_pt2(loaded, batch, metadata.output_names)
-            records.append(_check(outputs, reference.run(batch), batch, source))
+            records.append(
+                check_against_onnx_runtime(
+                    outputs, reference.run(batch), batch, source, export="the .pt2 program"
+                )
+            )
         metadata = attrs.evolve(metadata, verification=tuple(records))
         torch.export.save(program, str(path), extra_files={METADATA_FILE: metadata.to_json()})
     sidecar_path(path).write_text(metadata.to_json() + "\n")
@@ -206,11 +195,9 @@ def _export_program(
 ) -> torch.export.ExportedProgram:
     """`model` in `profile`, static and branch-free, exported for any batch of `example`'s
     frame shape; the model is put back as it was afterwards."""
-    previous = model.profile, model.static, model.branch_free
     batch = torch.export.Dim("batch", min=1, max=1024)
     try:
-        model.set_profile(profile).set_static(True).set_branch_free(True)
-        with torch.no_grad():
+        with model.whole_graph(profile), torch.no_grad():
             return torch.export.export(
                 model, (torch.from_numpy(example),), dynamic_shapes=({0: batch},), strict=False
             )
@@ -218,35 +205,3 @@ def _export_program(
         raise ExportError(
             f"torch.export of the {model.info.model_type} model failed: {first_line(error)}"
         ) from error
-    finally:
-        model.set_profile(previous[0]).set_static(previous[1]).set_branch_free(previous[2])
-
-
-def _check(
-    actual: Outputs, reference: Outputs, frames: np.ndarray, source: str
-) -> dict[str, object]:
-    """The program's outputs (either layout) against ONNX Runtime's default graph."""
-    shape = "×".join(str(n) for n in frames.shape)
-    comparison = compare(dict(reference), instance_list(actual))
-    if comparison.problems:
-        raise ExportError(
-            f"the .pt2 program differs from ONNX Runtime on {shape} frames by more than "
-            f"{TOLERANCE:g}: {', '.join(comparison.problems)}"
-        )
-    instances = reference.get("instance_frame")
-    return {
-        "frames": list(frames.shape),
-        "instances": None if instances is None else len(instances),
-        "against": "ONNX Runtime",
-        "frame_source": source,
-        "max_abs_diff": comparison.max_abs_diff,
-    }
-
-
-def _output_path(output: str | Path) -> Path:
-    path = Path(output)
-    if path.suffix == SUFFIX:
-        return path
-    if path.suffix:
-        raise ValueError(f"{path}: a pt2 export is a '{SUFFIX}' file (or a directory)")
-    return path / FILE_NAME

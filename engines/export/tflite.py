@@ -39,24 +39,20 @@ import torch
 
 from sleap_live.engines.errors import ExportError, ModelConfigError, RuntimeUnavailableError
 from sleap_live.engines.export._quiet import first_line, tracer_notes
-from sleap_live.engines.export.exporter import Frames, export_onnx_bytes, fitted_frames
-from sleap_live.engines.export.frames import (
-    SYNTHETIC_SIZE,
-    sample_frames,
-    verification_frames,
-    with_animals,
+from sleap_live.engines.export.exporter import (
+    Frames,
+    conversion_frames,
+    export_file,
+    export_onnx_bytes,
+    fitted_frames,
 )
 from sleap_live.engines.export.onnx import embedded_metadata, onnx_exported
 from sleap_live.engines.export.verify import (
-    TOLERANCE,
     Outputs,
-    compare,
-    detections_per_frame,
-    torch_outputs,
+    check_against_onnx_runtime,
 )
 from sleap_live.engines.graph.base import InferenceModel
 from sleap_live.engines.host.outputs import output_names
-from sleap_live.engines.host.postprocess import instance_list
 from sleap_live.engines.load.metadata import (
     DEFAULT_OPSET,
     OUTPUT_LAYOUTS,
@@ -107,7 +103,7 @@ def export_tflite(
     """
     from sleap_live.engines.graph.build import load_inference_model
 
-    path = _output_path(output)
+    path = export_file(output, FILE_NAME, f"a TFLite export is a '{SUFFIX}' file")
     litert_torch = import_litert_torch()
     notify = progress or (lambda _: None)
     notify("loading model")
@@ -130,19 +126,8 @@ def export_tflite(
         sources=paths,
         progress=progress,
     )
-    source = "synthetic frames"
-    if verify:
-
-        def detect(frames: np.ndarray) -> list[int]:
-            return detections_per_frame(torch_outputs(model, frames), len(frames))
-
-        chosen = with_animals(verification_frames(native, verify_frames, paths), detect)
-        frames, source = chosen.frames, chosen.source
-    elif verify_frames is not None:
-        frames = verification_frames(native, verify_frames).frames
-    else:
-        frames = sample_frames(1, *SYNTHETIC_SIZE, native)
-    frames = fitted_frames(frames, frame_size)
+    chosen = conversion_frames(model, verify, verify_frames, paths, 1)
+    frames, source = fitted_frames(chosen.frames, frame_size), chosen.source
     notify(f"converting with litert-torch for {frames.shape[1]}x{frames.shape[2]} frames")
     converted = _convert(litert_torch, model, frames[:1])
     metadata = attrs.evolve(
@@ -161,7 +146,14 @@ def export_tflite(
     if verify:
         notify(f"verifying {len(frames)} frames in LiteRT against ONNX Runtime")
         outputs = run_tflite(path, frames, metadata.output_names)
-        check = _check(outputs, onnx_exported(onnx_bytes).run(frames), frames, source)
+        check = check_against_onnx_runtime(
+            outputs,
+            onnx_exported(onnx_bytes).run(frames),
+            frames,
+            source,
+            export="the .tflite file",
+            runtime=f"LiteRT interpreter (ai-edge-litert {_version('ai-edge-litert')})",
+        )
         metadata = attrs.evolve(metadata, verification=(check,))
     sidecar_path(path).write_text(json.dumps(metadata.to_dict(), indent=1) + "\n")
     return path
@@ -208,52 +200,22 @@ def run_tflite(path: str | Path, frames: np.ndarray, names: Sequence[str]) -> Ou
 def _convert(litert_torch: Any, model: InferenceModel, example: np.ndarray) -> Any:
     """`model` in the "tensorrt" profile, static and branch-free, converted for frames
     of `example`'s shape; the model is put back as it was afterwards."""
-    previous = model.profile, model.static, model.branch_free
     try:
-        model.set_profile(TENSORRT_PROFILE).set_static(True).set_branch_free(True)
         # litert-torch prints its progress to stdout, and the tracer warns to no purpose.
-        with tracer_notes(), contextlib.redirect_stdout(io.StringIO()), torch.no_grad():
+        with (
+            model.whole_graph(TENSORRT_PROFILE),
+            tracer_notes(),
+            contextlib.redirect_stdout(io.StringIO()),
+            torch.no_grad(),
+        ):
             return litert_torch.convert(model, (torch.from_numpy(example),))
     except Exception as error:  # the converter raises many kinds of errors
         raise ExportError(
             f"litert-torch could not convert the {model.info.model_type} model: {first_line(error)}"
         ) from error
-    finally:
-        model.set_profile(previous[0]).set_static(previous[1]).set_branch_free(previous[2])
-
-
-def _check(
-    actual: Outputs, reference: Outputs, frames: np.ndarray, source: str
-) -> dict[str, object]:
-    """The file's outputs (slots) against ONNX Runtime's default graph."""
-    shape = "×".join(str(n) for n in frames.shape)
-    comparison = compare(dict(reference), instance_list(actual))
-    if comparison.problems:
-        raise ExportError(
-            f"the .tflite file differs from ONNX Runtime on {shape} frames by more than "
-            f"{TOLERANCE:g}: {', '.join(comparison.problems)}"
-        )
-    instances = reference.get("instance_frame")
-    return {
-        "frames": list(frames.shape),
-        "instances": None if instances is None else len(instances),
-        "against": "ONNX Runtime",
-        "runtime": f"LiteRT interpreter (ai-edge-litert {_version('ai-edge-litert')})",
-        "frame_source": source,
-        "max_abs_diff": comparison.max_abs_diff,
-    }
 
 
 def _version(distribution: str) -> str:
     from importlib.metadata import version
 
     return version(distribution)
-
-
-def _output_path(output: str | Path) -> Path:
-    path = Path(output)
-    if path.suffix == SUFFIX:
-        return path
-    if path.suffix:
-        raise ValueError(f"{path}: a TFLite export is a '{SUFFIX}' file (or a directory)")
-    return path / FILE_NAME

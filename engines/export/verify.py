@@ -114,6 +114,47 @@ def compare(reference: Outputs, actual: Mapping[str, np.ndarray]) -> Comparison:
     return Comparison(diffs, tuple(problems))
 
 
+def check_against_onnx_runtime(
+    actual: Outputs,
+    reference: Outputs,
+    frames: np.ndarray,
+    source: str,
+    *,
+    export: str,
+    runtime: str | None = None,
+) -> dict[str, object]:
+    """A converted export's outputs (either layout) against ONNX Runtime's on the
+    default graph, on `frames`; returns the verification record.
+
+    Args:
+        actual: the converted export's outputs, by name.
+        reference: ONNX Runtime's outputs of the default graph on the same frames.
+        frames: the uint8 (B, H, W, C) frames both ran.
+        source: where the frames came from, for the record.
+        export: names the export in the error ("the .pt2 program").
+        runtime: what ran `actual`, for the record, where it is not torch.
+
+    Raises:
+        ExportError: an output differs by more than `TOLERANCE` (or in shape or NaNs).
+    """
+    shape = "×".join(str(n) for n in frames.shape)
+    comparison = compare(dict(reference), instance_list(actual))
+    if comparison.problems:
+        raise ExportError(
+            f"{export} differs from ONNX Runtime on {shape} frames by more than "
+            f"{TOLERANCE:g}: {', '.join(comparison.problems)}"
+        )
+    instances = reference.get("instance_frame")
+    record: dict[str, object] = {
+        "frames": list(frames.shape),
+        "instances": None if instances is None else len(instances),
+        "against": "ONNX Runtime",
+    }
+    if runtime is not None:
+        record["runtime"] = runtime
+    return {**record, "frame_source": source, "max_abs_diff": comparison.max_abs_diff}
+
+
 def verify_batch(
     model: InferenceModel,
     exported: Exported,

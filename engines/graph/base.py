@@ -30,6 +30,9 @@ graphs need (`sleap_live.engines.graph.fixed`); same numbers.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
 
 from sleap_live.engines.graph.preprocess import PreprocessConfig
@@ -92,6 +95,17 @@ class InferenceModel(torch.nn.Module):
         """
         self.branch_free = branch_free
         return self
+
+    @contextlib.contextmanager
+    def whole_graph(self, profile: str) -> Iterator[InferenceModel]:
+        """The model computing `profile`, static and branch-free inside the block: one
+        whole graph, as `torch.export` and the converters built on tracing take it.
+        Its profile, static and branch-free settings are put back afterwards."""
+        previous = self.profile, self.static, self.branch_free
+        try:
+            yield self.set_profile(profile).set_static(True).set_branch_free(True)
+        finally:
+            self.set_profile(previous[0]).set_static(previous[1]).set_branch_free(previous[2])
 
     def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
         raise NotImplementedError

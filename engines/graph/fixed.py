@@ -170,18 +170,15 @@ def _traced(
     slots: int | None,
 ) -> torch.fx.GraphModule:
     """`model`'s branch-free `profile`, static, traced on zero frames of `shape` on `device`."""
-    previous = model.profile, model.static, model.branch_free
     stage = model.stage if isinstance(model, (CentroidModel, TopDownModel)) else None
     max_instances = None if stage is None else stage.max_instances
     example = torch.zeros(shape.as_tuple(), dtype=torch.uint8, device=device)
     try:
-        model.set_profile(profile).set_static(True).set_branch_free(True)
         if stage is not None:
             stage.max_instances = slots
-        with torch.no_grad():
+        with model.whole_graph(profile), torch.no_grad():
             exported = torch.export.export(model, (example,), strict=False)
     finally:
-        model.set_profile(previous[0]).set_static(previous[1]).set_branch_free(previous[2])
         if stage is not None:
             stage.max_instances = max_instances
     return _with_constants_as_buffers(exported.module())
