@@ -86,6 +86,9 @@ FINAL_SEND_SECONDS = 1.0
 HOLD_POLL_SECONDS = 0.1
 INSTALL_HINT = 'pip install "sleap-live[preview]"'
 PAGE = "preview.html"
+# The skeleton drawing the web export's page uses too, inlined into the page where it
+# names the file.
+SKELETON_SCRIPT = "skeleton.js"
 # Connections served at once (pages, scripts): far below the usual 1,024 descriptors.
 MAX_CONNECTIONS = 64
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
@@ -556,6 +559,9 @@ class PreviewServer:
     async def _page(self, request: web.Request) -> web.StreamResponse:
         self._check(request)
         page = importlib.resources.files("sleap_live.stream").joinpath(PAGE).read_text("utf-8")
+        export_files = importlib.resources.files("sleap_live.engines.export")
+        drawing = export_files.joinpath("web_page").joinpath(SKELETON_SCRIPT).read_text("utf-8")
+        page = page.replace(f"/* {SKELETON_SCRIPT} */", drawing, 1)
         return self._web.Response(text=page, content_type="text/html")
 
     async def _snapshot_json(self, request: web.Request) -> web.StreamResponse:

@@ -17,8 +17,9 @@ The folder holds:
   checks of the size graphs, in `model.onnx.json`;
 - `model.json`: what the page needs (skeleton, palette, frame sizes, input, the
   luma weights the host converts colour frames with);
-- `index.html` and `app.js`: the page (webcam or video file, skeleton drawn over
-  the frames, fps and latency, poses as JSON or CSV);
+- `index.html`, `app.js` and `skeleton.js`: the page (webcam or video file, skeleton
+  drawn over the frames by `skeleton.js`, which the live preview inlines too, fps and
+  latency, poses as JSON or CSV);
 - `ort/`: onnxruntime-web, copied in (`sleap_live.engines.export.web_runtime`), so
   the page works offline. `sleap-live serve-web FOLDER` serves it on 127.0.0.1.
 
@@ -71,7 +72,9 @@ GRAPHS_FOLDER = "graphs"
 # Without --frame-size: the webcam sizes most often met (VGA, HD), and the size of the
 # verification video's frames when one is given.
 DEFAULT_FRAME_SIZES = ((480, 640), (720, 1280))
-PAGE_FILES = ("index.html", "app.js")
+PAGE_FILES = ("index.html", "app.js", "skeleton.js")
+# The files every web export holds: the page, the model and what the page reads of it.
+WEB_EXPORT_FILES = (*PAGE_FILES, MODEL_FILE, "model.json")
 RUNTIME_FOLDER = "ort"
 # Model types whose outputs the page decodes (instance lists, no identities).
 WEB_MODEL_TYPES = ("single_instance", "centroid", "topdown")
@@ -211,8 +214,8 @@ def _frame_sizes(
 
 
 def is_web_export(folder: Path) -> bool:
-    """Whether `folder` holds a web export (its page, model and runtime)."""
-    return all((folder / name).is_file() for name in (*PAGE_FILES, MODEL_FILE, "model.json"))
+    """Whether `folder` holds a web export (`WEB_EXPORT_FILES`)."""
+    return all((folder / name).is_file() for name in WEB_EXPORT_FILES)
 
 
 def _output_folder(folder: Path) -> Path:

@@ -79,13 +79,14 @@ def web_server(folder: Path, port: int = DEFAULT_PORT) -> http.server.ThreadingH
     Raises:
         UsageError: `folder` is not a web export.
     """
-    from sleap_live.engines.export.web import is_web_export
+    from sleap_live.engines.export.web import WEB_EXPORT_FILES, is_web_export
 
     if not folder.is_dir():
         raise UsageError(f"{folder}: no such folder")
     if not is_web_export(folder):
+        names = f"{', '.join(WEB_EXPORT_FILES[:-1])} and {WEB_EXPORT_FILES[-1]}"
         raise UsageError(
-            f"{folder}: not a web export (no index.html, app.js, model.onnx and model.json); "
+            f"{folder}: not a web export (no {names}); "
             f"make one with `{PROG} export MODEL_DIR --format web -o {folder}`"
         )
     handler = functools.partial(WebExportHandler, directory=str(folder))

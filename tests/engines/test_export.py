@@ -502,7 +502,14 @@ def test_export_model_is_one_function_for_every_format(tmp_path):
     from sleap_live.engines.export import EXPORT_FORMATS
 
     assert EXPORT_FORMATS == (
-        "onnx", "torchscript", "openvino", "tensorrt", "web", "pt2", "tflite", "coreml"
+        "onnx",
+        "torchscript",
+        "openvino",
+        "tensorrt",
+        "web",
+        "pt2",
+        "tflite",
+        "coreml",
     )
     with pytest.raises(ValueError, match="unknown export format 'caffe'"):
         export_model([tmp_path], tmp_path / "model.caffemodel", format="caffe")

@@ -13,7 +13,7 @@ from sleap_live import cli
 from sleap_live.cli.serve_web import web_server
 from tests.engines.goldens import DATA
 
-PAGE_FILES = ("index.html", "app.js", "model.onnx", "model.json")
+PAGE_FILES = ("index.html", "app.js", "skeleton.js", "model.onnx", "model.json")
 
 
 def fake_export(folder: Path) -> Path:

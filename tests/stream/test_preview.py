@@ -24,6 +24,7 @@ import sleap_io as sio
 from PIL import Image
 
 from sleap_live import cli
+from sleap_live.engines.export import web as web_export
 from sleap_live.stream import OutputOptions, Pipeline
 from sleap_live.stream import preview as preview_module
 from sleap_live.stream.errors import PreviewError
@@ -42,6 +43,7 @@ from tests.stream import fakes as stream_fakes
 
 # Real seconds a test waits for the server or a run: a hang guard only.
 PATIENCE = 30.0
+WEB_PAGE = Path(web_export.__file__).parent / "web_page"
 
 
 def fetch(url: str) -> tuple[bytes, dict[str, str]]:
@@ -659,8 +661,14 @@ def test_the_page_draws_in_the_colours_of_render_and_overlays(fakes):
     expected = [f"#{r:02x}{g:02x}{b:02x}" for r, g, b in PALETTES[OverlayStyle().palette]]
     assert message["palette"] == expected
     script = (Path(preview_module.__file__).parent / "preview.html").read_text()
-    assert "skeleton.palette[key % skeleton.palette.length]" in script
-    assert "PALETTE" not in script  # no palette of its own (it had red, green, ...)
+    drawing = (WEB_PAGE / preview_module.SKELETON_SCRIPT).read_text()
+    # The page draws with the web export's skeleton.js (inlined where it names it),
+    # in the palette the server sends.
+    assert f"/* {preview_module.SKELETON_SCRIPT} */" in script
+    assert "drawSkeletons(context, frame.instances, skeleton.edges, skeleton.palette" in script
+    assert "palette[key % palette.length]" in drawing
+    # no palette of its own (it had red, green, ...)
+    assert "PALETTE" not in script and "PALETTE" not in drawing
 
 
 def test_the_address_is_printed_once_the_model_is_ready_and_held_until_ctrl_c(

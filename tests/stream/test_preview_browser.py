@@ -105,7 +105,7 @@ def test_the_page_shows_the_frames_with_the_skeleton_and_the_runs_figures(browse
             for x, y in points:
                 assert browser.canvas_pixel(x, y) == colour
         # Without tracks, instances take the colours in turn.
-        assert browser.evaluate("colour({track: -1}, 1)") == "#d95319"
+        assert browser.evaluate("skeletonColour({track: -1}, 1, skeleton.palette)") == "#d95319"
         background = browser.canvas_pixel(100, 10)
         assert max(abs(c - fakes.fill_of(0)) for c in background) <= 3
 

@@ -27,13 +27,6 @@ function status(message, isError = false) {
   element.className = isError ? "error" : "";
 }
 
-// Colours by track where the model names identities, else by instance, from the
-// palette of `sleap-live render`, overlay recordings and the preview.
-function colour(instance, position) {
-  const key = instance.track >= 0 ? instance.track : position;
-  return model.palette[key % model.palette.length];
-}
-
 function percentile(values, share) {
   const sorted = [...values].sort((a, b) => a - b);
   return sorted[Math.min(sorted.length - 1, Math.floor(share * sorted.length))];
@@ -115,29 +108,6 @@ async function estimate(rgba, width, height) {
   return instances;
 }
 
-function drawInstances(instances, width) {
-  const lineWidth = Math.max(1, width / 320);
-  const radius = Math.max(2, width / 160);
-  instances.forEach((instance, position) => {
-    context.strokeStyle = context.fillStyle = colour(instance, position);
-    context.lineWidth = lineWidth;
-    for (const [a, b] of model.edges) {
-      const from = instance.points[a], to = instance.points[b];
-      if (!from || !to) continue;
-      context.beginPath();
-      context.moveTo(from[0], from[1]);
-      context.lineTo(to[0], to[1]);
-      context.stroke();
-    }
-    for (const point of instance.points) {
-      if (!point) continue;
-      context.beginPath();
-      context.arc(point[0], point[1], radius, 0, 2 * Math.PI);
-      context.fill();
-    }
-  });
-}
-
 function showFigures(frameIndex, instances) {
   const now = performance.now();
   finishedAt.push(now);
@@ -156,7 +126,7 @@ async function processCanvas(frameIndex, time) {
   const { width, height } = canvas;
   const rgba = context.getImageData(0, 0, width, height).data;
   const instances = await estimate(rgba, width, height);
-  drawInstances(instances, width);
+  drawSkeletons(context, instances, model.edges, model.palette, width);
   kept.push({ frame: frameIndex, time, instances });
   showFigures(frameIndex, instances);
   return instances;
