@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import attrs
 import numpy as np
 import sleap_io as sio
 
@@ -11,7 +10,12 @@ from sleap_live.stream.outputs.slp import SlpWriter
 from sleap_live.stream.tracking import TrackingSettings
 from sleap_live.stream.tracking.mot import MotTracker
 from sleap_live.stream.types import PoseRecord, TrackLabel
-from tests.stream.test_tracking_pipeline import N_FRAMES, SKELETON, crossing, poses_of
+from tests.stream.test_tracking_pipeline import (
+    N_FRAMES,
+    SKELETON,
+    crossing_runner,
+    poses_of,
+)
 
 
 def _track_names(path) -> dict[int, list[str]]:
@@ -49,22 +53,12 @@ def test_the_writer_relabels_held_and_saved_frames(tmp_path):
 
 
 def test_a_pipeline_delivers_tentative_tracks_untracked_and_saves_them_labelled(fakes, tmp_path):
-    points, counts = crossing()
-
-    class CrossingRunner(fakes.FakeRunner):
-        def run(self, frames, *, stream=None):
-            super().run(frames)
-            return [
-                poses_of(points[i, : counts[i]])
-                for i in (fakes.index_of(image) for image in frames)
-            ]
-
-    info = attrs.evolve(fakes.INFO, model_type="topdown", skeleton=SKELETON, class_names=())
+    runner, points, counts = crossing_runner(fakes)
     output = tmp_path / "tracked.slp"
     settings = TrackingSettings(tracker="sort")
     pipeline = Pipeline(
         fakes.FakeSource(N_FRAMES),
-        CrossingRunner(info=info),
+        runner,
         tracking=settings,
         outputs=OutputOptions(output=output, save_interval=0.001),
     )

@@ -37,7 +37,9 @@ def poses_of(points: np.ndarray, identities: np.ndarray | None = None) -> FrameP
     )
 
 
-def test_records_carry_the_trackers_ids_and_stats_its_time(fakes, tmp_path):
+def crossing_runner(fakes: Any) -> tuple[Any, np.ndarray, np.ndarray]:
+    """A fake top-down runner whose poses on each frame are the `crossing` animals of
+    that frame, with their points and counts."""
     points, counts = crossing()
 
     class CrossingRunner(fakes.FakeRunner):
@@ -49,10 +51,15 @@ def test_records_carry_the_trackers_ids_and_stats_its_time(fakes, tmp_path):
             ]
 
     info = attrs.evolve(fakes.INFO, model_type="topdown", skeleton=SKELETON, class_names=())
+    return CrossingRunner(info=info), points, counts
+
+
+def test_records_carry_the_trackers_ids_and_stats_its_time(fakes, tmp_path):
+    runner, points, counts = crossing_runner(fakes)
     output = tmp_path / "tracked.slp"
     pipeline = Pipeline(
         fakes.FakeSource(N_FRAMES),
-        CrossingRunner(info=info),
+        runner,
         tracking=TrackingSettings(),
         outputs=OutputOptions(output=output),
     )
