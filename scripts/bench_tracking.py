@@ -47,15 +47,7 @@ def _sleap_nn_times(animals: int, frames: int, options: dict) -> tuple[list[floa
     tracker = Tracker.from_config(**options)
     times, ids = [], []
     for frame in range(frames):
-        instances = [
-            sio.PredictedInstance.from_numpy(
-                points[frame, i].astype(np.float64),
-                skeleton=skeleton,
-                point_scores=np.ones(points.shape[2]),
-                score=1.0,
-            )
-            for i in range(counts[frame])
-        ]
+        instances = _instances(points[frame, : counts[frame]], skeleton)
         start = time.perf_counter()
         tracked = tracker.track(instances, frame_idx=frame)
         times.append(time.perf_counter() - start)
@@ -69,24 +61,31 @@ def _sleap_nn_times(animals: int, frames: int, options: dict) -> tuple[list[floa
     return times, ids
 
 
+def _instances(points: np.ndarray, skeleton: object) -> list:
+    """One frame's (animals, nodes, 2) points as sleap-io predicted instances, every
+    point and instance scored 1, as both sides' trackers are fed."""
+    import sleap_io as sio
+
+    return [
+        sio.PredictedInstance.from_numpy(
+            animal.astype(np.float64),
+            skeleton=skeleton,
+            point_scores=np.ones(len(animal)),
+            score=1.0,
+        )
+        for animal in points
+    ]
+
+
 def _sleap_nn_mot_times(
     name: str, points: np.ndarray, counts: np.ndarray, skeleton: object, options: dict
 ) -> tuple[list[float], list]:
-    import sleap_io as sio
     from sleap_nn.tracking.mot import MOTParams, build_mot_tracker
 
     tracker = build_mot_tracker(MOTParams.for_tracker(name, **options))
     times, every = [], []
     for frame in range(points.shape[0]):
-        instances = [
-            sio.PredictedInstance.from_numpy(
-                points[frame, i].astype(np.float64),
-                skeleton=skeleton,
-                point_scores=np.ones(points.shape[2]),
-                score=1.0,
-            )
-            for i in range(counts[frame])
-        ]
+        instances = _instances(points[frame, : counts[frame]], skeleton)
         start = time.perf_counter()
         tracker.track(instances, frame_idx=frame)
         times.append(time.perf_counter() - start)
