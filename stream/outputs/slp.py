@@ -270,7 +270,8 @@ class SlpWriter:
         # Recent frames by `PoseRecord.frame_index`: their .slp frame index and the
         # position of each of their instances among those kept (-1: left out).
         self._recent: OrderedDict[int, tuple[int, np.ndarray]] = OrderedDict()
-        self._pending_position: dict[int, int] = {}  # .slp frame index -> in `_pending`
+        # .slp frame index -> its place in `_pending` (tracked runs only).
+        self._pending_position: dict[int, int] = {}
         self._labels: list[tuple[int, int, int]] = []  # for the journal's next save
         self._due: float | None = None
         # What `describe` needs to say how the .h5 and .nwb hold untracked instances.
@@ -310,7 +311,6 @@ class SlpWriter:
             instance_scores=np.array(poses.instance_scores[found], np.float32),
             identities=np.array(poses.identities[found], np.int32),
         )
-        self._pending_position[frame_index] = len(self._pending)
         self._pending.append((frame_index, kept))
         # Counted as written: an instance relabelled later (a MOT track's first
         # frames) still counts as untracked for the summary's note.
@@ -318,6 +318,7 @@ class SlpWriter:
         self._most_untracked = max(self._most_untracked, untracked)
         self._any_tracked = self._any_tracked or untracked < kept.n_instances
         if self._tracked:
+            self._pending_position[frame_index] = len(self._pending) - 1
             positions = np.where(found, np.cumsum(found) - 1, -1)
             self._recent[record.frame_index] = (frame_index, positions)
             if len(self._recent) > LABELLED_FRAMES:
