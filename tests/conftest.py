@@ -16,20 +16,26 @@ from sleap_live.engines.runners.cpu_choice import ENGINE_ENV
 # torch, which is when OpenMP reads it. Spinning threads took a busy machine's core
 # from the thread still working (the NV12 tests took 35 s instead of 3).
 prefer_passive_wait()
+# Inductor compiles in this process, not in a pool of its own: with pytest-xdist the
+# workers already fill the cores, and each pool process imports torch first (about
+# 10 s of CPU per compilation measured here).
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--all-compile-parity",
         action="store_true",
-        help="check torch-compile against sleap-nn on every model type, not only top-down "
-        "(inductor takes about a minute of CPU per model type)",
+        help="check torch-compile against sleap-nn on every model type, not only single "
+        "instance (inductor takes most of a minute of CPU per model type)",
     )
 
 
 # The longest tests (a minute or more of one core each), started first under
 # pytest-xdist: run last, one of them is the whole suite's tail.
-LONGEST_FIRST = ("tests/engines/test_parity.py::test_torch_compile_matches_sleap_nn_predict",)
+LONGEST_FIRST = (
+    "tests/engines/test_parity.py::test_torch_compile_matches_sleap_nn_predict[single_instance]",
+)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

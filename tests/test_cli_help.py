@@ -211,13 +211,16 @@ def test_python_m_is_the_console_script(argv):
     assert by_module.returncode in (0, 2)
 
 
-def test_help_and_usage_errors_do_not_load_torch():
+def test_help_and_usage_errors_do_not_load_torch_or_scipy_optimize():
+    # scipy.optimize alone takes about half a second to import: only the runs that
+    # group, track or compare poses need it.
     code = (
         "import sys\n"
         "from sleap_live.cli import main\n"
         "for argv in (['-h'], ['export', '-h'], ['bench', 'v.mp4', '-m', 'm', '--loops', '0']):\n"
         "    main(argv)\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
+        "assert 'scipy.optimize' not in sys.modules, 'scipy.optimize was imported'\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60

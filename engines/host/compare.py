@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import attrs
 import numpy as np
 
+from sleap_live.engines.host.grouping import linear_sum_assignment
 from sleap_live.engines.types import FramePoses
 
 # The cost of matching two instances that share no node: more than any real pair.
@@ -50,9 +51,6 @@ class PoseDifference:
 
 def pose_difference(reduced: Sequence[FramePoses], full: Sequence[FramePoses]) -> PoseDifference:
     """Matches each frame's instances of `reduced` to `full`'s and measures the points."""
-    # Imported here: scipy.optimize takes ~0.5 s to import, a third of a warm start.
-    from scipy.optimize import linear_sum_assignment
-
     distances: list[np.ndarray] = []
     same_count = presence = 0
     for low, high in zip(reduced, full, strict=True):

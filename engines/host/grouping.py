@@ -300,7 +300,7 @@ def linear_sum_assignment(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """`scipy.optimize.linear_sum_assignment`, imported at its first use.
 
     scipy.optimize takes about 0.5 s to import, a third of a warm start, and only
-    bottom-up and multi-class models need it.
+    bottom-up and multi-class models, tracking and pose comparisons need it.
     """
     from scipy.optimize import linear_sum_assignment as assign
 

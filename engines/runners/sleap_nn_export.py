@@ -54,7 +54,6 @@ from typing import Any
 
 import attrs
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from sleap_live.engines.errors import (
     InputMismatchError,
@@ -63,7 +62,7 @@ from sleap_live.engines.errors import (
     UnsupportedModelError,
 )
 from sleap_live.engines.host.frames import as_numpy, convert_channels
-from sleap_live.engines.host.grouping import ClassMapGrouper, PafGrouper
+from sleap_live.engines.host.grouping import ClassMapGrouper, PafGrouper, linear_sum_assignment
 from sleap_live.engines.host.outputs import GraphOutputs
 from sleap_live.engines.host.postprocess import decode
 from sleap_live.engines.load.dirs import EXPORT_METADATA, TRAINING_CONFIG, read_export_metadata

@@ -8,7 +8,8 @@ return (row, column) pairs exactly as sleap-nn 0.3.5's `hungarian_matching` and
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
+
+from sleap_live.engines.host.grouping import linear_sum_assignment
 
 
 def match(cost: np.ndarray, method: str) -> list[tuple[int, int]]:

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import attrs
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
+from sleap_live.engines.host.grouping import linear_sum_assignment
 from sleap_live.engines.types import FramePoses
 from sleap_live.stream.tracking.boxes import (
     MIN_BOX_FRACTION,

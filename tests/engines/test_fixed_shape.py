@@ -104,19 +104,17 @@ def _named(names, outputs) -> dict[str, np.ndarray]:
     return {name: output.detach().numpy() for name, output in zip(names, outputs, strict=True)}
 
 
-def _assert_same_poses(info, expected, got, batch: int, atol: float = 0.0) -> None:
+def _assert_same_poses(info, expected, got, batch: int) -> None:
     for want, have in zip(decode(info, expected, batch), decode(info, got, batch), strict=True):
         assert have.points.shape == want.points.shape
-        np.testing.assert_allclose(have.points, want.points, rtol=0, atol=atol, equal_nan=True)
+        np.testing.assert_array_equal(have.points, want.points)
         for key in ("point_scores", "instance_scores"):
-            np.testing.assert_allclose(
-                getattr(have, key), getattr(want, key), rtol=0, atol=atol, equal_nan=True
-            )
+            np.testing.assert_array_equal(getattr(have, key), getattr(want, key))
         np.testing.assert_array_equal(have.identities, want.identities)
 
 
 @pytest.mark.parametrize("model_type", MODEL_TYPES)
-def test_fixed_shape_graph_exports_strict_and_compiles_whole(fake_networks, model_type):
+def test_fixed_shape_graph_exports_strict_as_one_graph(fake_networks, model_type):
     options = {"max_instances": 3} if model_type in ("centroid", "topdown") else {}
     model = _model(fake_networks, model_type, **options).eval()
     frames = fake_networks.blob_frames(BLOBS, **FRAMES)
@@ -133,14 +131,13 @@ def test_fixed_shape_graph_exports_strict_and_compiles_whole(fake_networks, mode
     scores = traced["peak_scores" if "peak_scores" in traced else "point_scores"]
     assert np.isfinite(scores).sum() >= 2
 
+    # A strict export is dynamo's capture of the whole graph, as torch.compile's
+    # `fullgraph=True` needs it (the runner's compilation: test_torch_compile.py;
+    # inductor's code: test_parity.py).
     exported = torch.export.export(fixed, (frames,), strict=True)
     with torch.inference_mode():
         from_export = _named(fixed.output_names, exported.module()(frames))
-        compiled = torch.compile(fixed, fullgraph=True, dynamic=False, backend="aot_eager")
-        from_compiled = _named(fixed.output_names, compiled(frames))
     _assert_same_poses(model.info, traced, from_export, len(frames))
-    # aot_eager's decompositions may round a float32 step differently.
-    _assert_same_poses(model.info, traced, from_compiled, len(frames), atol=1e-5)
 
 
 def test_centroids_beyond_the_default_slots_are_flagged(fake_networks):

@@ -64,9 +64,10 @@ def model(request):
 
 # At the training size the top-down centroid model's input scale 0.5 and, at twice
 # it, every size matcher halve the frames by a whole factor (`WholeFactorPass`).
-@pytest.mark.parametrize(
-    "shape",
-    [
+# Top-down, whose graph has the most passes (two scales, crops), takes every shape;
+# the other models the identity, a general resize and the other channel count.
+SHAPES = {
+    "topdown": [
         (*TRAINING_SIZE, 1),
         (171, 203, 1),
         (240, 240, 1),
@@ -74,6 +75,19 @@ def model(request):
         (171, 203, 3),
         (2 * TRAINING_SIZE[0], 2 * TRAINING_SIZE[1], 1),
     ],
+    "single_instance": [(*TRAINING_SIZE, 1), (171, 203, 1), (171, 203, 3)],
+    "bottomup": [(*TRAINING_SIZE, 1), (171, 203, 1), (171, 203, 3)],
+}
+
+
+@pytest.mark.parametrize(
+    ("model", "shape"),
+    [
+        pytest.param(name, shape, id=f"{name}-{'x'.join(map(str, shape))}")
+        for name, shapes in SHAPES.items()
+        for shape in shapes
+    ],
+    indirect=["model"],
 )
 def test_a_static_graph_gives_the_dynamic_graphs_outputs_bit_for_bit(model, shape):
     inference_model, dynamic = model
