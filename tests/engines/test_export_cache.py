@@ -6,6 +6,7 @@ Exports are counted by wrapping `export_onnx_bytes`; nothing here is timed.
 from __future__ import annotations
 
 import grp
+import hashlib
 import itertools
 import json
 import os
@@ -14,6 +15,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import av
 import numpy as np
@@ -46,16 +48,46 @@ SUFFIXES = (".onnx", ".onnx.json")
 pytestmark = pytest.mark.usefixtures("private_cache_dir")
 
 
+# Each distinct export these tests ask for, made once for the module: what they look
+# at is when the cache exports and what it reads and writes, not the exporter, and an
+# export of the same model bytes with the same options gives the same graph.
+_GRAPHS: dict[tuple[Any, ...], bytes] = {}
+
+
+def _export_key(model: Any, kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """What makes an export: the model folders (where and their bytes), the model's
+    settings, the export options and the verification frames."""
+    sources = tuple(
+        (str(Path(path).resolve()), tuple(sorted(
+            (file.name, hashlib.sha256(file.read_bytes()).hexdigest())
+            for file in Path(path).iterdir() if file.is_file()
+        )))
+        for path in kwargs.get("sources", ())
+    )  # fmt: skip
+    frames = kwargs.get("verify_frames")
+    frames_digest = None if frames is None else hashlib.sha256(np.asarray(frames)).hexdigest()
+    options = sorted(
+        (name, repr(value))
+        for name, value in kwargs.items()
+        if name not in ("sources", "progress", "verify_frames")
+    )
+    return sources, repr(model.info.settings), tuple(options), frames_digest
+
+
 class Exports:
-    """Counts calls of the real `export_onnx_bytes` (the loader imports it at each export)."""
+    """Counts calls of `export_onnx_bytes` (the loader imports it at each export); each
+    distinct export is made by the real one once for the module (`_GRAPHS`)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls = 0
         real = exporter.export_onnx_bytes
 
-        def counted(*args, **kwargs):
+        def counted(model, **kwargs):
             self.calls += 1
-            return real(*args, **kwargs)
+            key = _export_key(model, kwargs)
+            if key not in _GRAPHS:
+                _GRAPHS[key] = real(model, **kwargs)
+            return _GRAPHS[key]
 
         monkeypatch.setattr(exporter, "export_onnx_bytes", counted)
 
