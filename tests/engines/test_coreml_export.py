@@ -14,10 +14,17 @@ from sleap_live import cli
 from sleap_live.engines.load.metadata import ExportMetadata, sidecar_path
 from tests.engines.goldens import DATA
 
-coremltools = pytest.importorskip("coremltools", reason='needs pip install "sleap-live[coreml]"')
+
+@pytest.fixture(scope="module")
+def coremltools():
+    """coremltools, imported by the first test that needs it, not at collection: its
+    import takes about 1.5 s of CPU in every test worker."""
+    return pytest.importorskip("coremltools", reason='needs pip install "sleap-live[coreml]"')
 
 
-def test_the_package_declares_the_frames_and_outputs_and_carries_the_metadata(tmp_path, capsys):
+def test_the_package_declares_the_frames_and_outputs_and_carries_the_metadata(
+    tmp_path, capsys, coremltools
+):
     from sleap_live.engines.export.coreml import PREDICTION_NOT_RUN, check_package
 
     model = DATA / "models" / "single_instance"
@@ -39,7 +46,7 @@ def test_the_package_declares_the_frames_and_outputs_and_carries_the_metadata(tm
     assert check_package(path, "frames", (1, 64, 80, 1), embedded.output_names) == check
 
 
-def test_a_bottomup_model_is_refused_in_one_line(tmp_path, capsys):
+def test_a_bottomup_model_is_refused_in_one_line(tmp_path, capsys, coremltools):
     argv = ["export", str(DATA / "models" / "bottomup"), "--format", "coreml"]
     assert cli.main([*argv, "-o", str(tmp_path / "model.mlpackage")]) == 1
     error = capsys.readouterr().err.strip()
