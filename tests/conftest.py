@@ -31,19 +31,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-# The longest tests (a minute or more of one core each), started first under
-# pytest-xdist: run last, one of them is the whole suite's tail.
+# The longest tests (from a minute of one core down to about 10 s each), started first
+# under pytest-xdist: run last, one of them is the whole suite's tail.
 LONGEST_FIRST = (
     "tests/engines/test_parity.py::test_torch_compile_matches_sleap_nn_predict[single_instance]",
+    "tests/engines/test_parity.py::test_backbones_match_sleap_nn_predict[swint_topdown]",
+    "tests/engines/test_lab_models.py::test_a_top_down_pair_with_resized_crops",
+    "tests/engines/test_lab_models.py::test_lab_models_export_and_verify_for_onnx_runtime",
+    "tests/engines/test_legacy_models.py::test_topdown_runs_from_the_command_line_as_sleap_1x",
+    "tests/test_torch_free.py::test_cli_runs_an_onnx_export_without_torch",
 )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The `LONGEST_FIRST` tests at the head of the collection, which pytest-xdist's
-    schedulers give out first (the same order in every worker, as xdist requires)."""
+    """The `LONGEST_FIRST` tests at the head of the collection, in its order, which
+    pytest-xdist's schedulers give out first (the same order in every worker, as xdist
+    requires)."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
-    longest = [item for item in items if item.nodeid.startswith(LONGEST_FIRST)]
+
+    def rank(item: pytest.Item) -> int:
+        return next(i for i, prefix in enumerate(LONGEST_FIRST) if item.nodeid.startswith(prefix))
+
+    longest = sorted((item for item in items if item.nodeid.startswith(LONGEST_FIRST)), key=rank)
     items[:] = longest + [item for item in items if item not in longest]
 
 
