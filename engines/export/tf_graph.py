@@ -586,6 +586,24 @@ def _build_ops() -> dict[Any, Op]:
             product = product * alpha
         return product + (bias if beta == 1 else bias * beta)
 
+    def gelu(node: torch.fx.Node, x: Any, approximate: str = "none") -> Any:
+        return tf.nn.gelu(x, approximate=approximate == "tanh")
+
+    def layer_norm(
+        node: torch.fx.Node, x: Any, shape: Sequence[int], weight: Any, bias: Any, eps: float
+    ) -> Any:
+        axes = list(range(rank(x) - len(shape), rank(x)))
+        mean = tf.reduce_mean(x, axis=axes, keepdims=True)
+        centred = x - mean
+        variance = tf.reduce_mean(centred * centred, axis=axes, keepdims=True)
+        rstd = tf.math.rsqrt(variance + eps)
+        out = centred * rstd
+        if weight is not None:
+            out = out * weight
+        if bias is not None:
+            out = out + bias
+        return out, mean, rstd
+
     def softmax(node: torch.fx.Node, x: Any, dim: int, half_to_float: bool = False) -> Any:
         return tf.nn.softmax(x, axis=dim_of(x, dim))
 
@@ -677,6 +695,11 @@ def _build_ops() -> dict[Any, Op]:
         aten.addmm.default: addmm,
         aten.mm.default: lambda node, a, b: tf.linalg.matmul(a, b),
         aten._softmax.default: softmax,
+        aten.gelu.default: gelu,
+        aten.native_layer_norm.default: layer_norm,
+        aten.bmm.default: lambda node, a, b: tf.linalg.matmul(a, b),
+        aten.remainder.Scalar: binary(tf.math.floormod),
+        aten.remainder.Tensor: binary(tf.math.floormod),
         aten.arange.start_step: constant,
         aten.arange.default: constant,
         aten.arange.start: constant,
