@@ -203,9 +203,9 @@ def convert_model(
     program = _program(model, frames[:1])
     missing = unsupported_operations(program)
     if missing:
-        names = ", ".join(str(path) for path in paths)
+        sources = ", ".join(str(path) for path in paths)
         raise ModelConfigError(
-            f"{names}: this {model_type} model cannot be exported to {format}: its graph has "
+            f"{sources}: this {model_type} model cannot be exported to {format}: its graph has "
             f"operations with no TensorFlow form here ({', '.join(missing)}); use --format onnx"
         )
     onnx_bytes = export_onnx_bytes(
@@ -221,10 +221,10 @@ def convert_model(
     try:
         outputs = tf_function(program, int64_outputs=int64_outputs)
 
-        @tf.function(input_signature=outputs.input_signature, autograph=False)
-        def function(frames: Any) -> dict[str, Any]:
+        def by_name(frames: Any) -> dict[str, Any]:
             return dict(zip(names, outputs(frames), strict=True))
 
+        function = tf.function(by_name, input_signature=outputs.input_signature, autograph=False)
         function.get_concrete_function()
     except UnsupportedOperation as error:
         raise ModelConfigError(

@@ -81,7 +81,6 @@ def tf_function(
     constants = _constants(program)
     output_dtypes = [node.meta["val"].dtype for node in _output_nodes(program)]
 
-    @tf.function(input_signature=[spec], autograph=False)
     def run(frames: Any) -> Any:
         outputs = _Interpreter(program, constants).run_program(frames)
         if int64_outputs:
@@ -91,7 +90,7 @@ def tf_function(
             ]
         return tuple(outputs)
 
-    return run
+    return tf.function(run, input_signature=[spec], autograph=False)
 
 
 def _output_nodes(program: torch.export.ExportedProgram) -> list[torch.fx.Node]:

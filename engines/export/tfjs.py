@@ -142,6 +142,7 @@ def export_tfjs(
             raise ExportError(
                 f"tensorflowjs could not convert the SavedModel: {first_line(error)}"
             ) from error
+    name_outputs(path / MODEL_FILE, converted.metadata.output_names)
     metadata = attrs.evolve(
         converted.metadata,
         exporter={**(converted.metadata.exporter or {}), "tensorflowjs": _version("tensorflowjs")},
@@ -162,6 +163,39 @@ def export_tfjs(
         metadata = attrs.evolve(metadata, verification=(check,))
     (path / METADATA_FILE).write_text(json.dumps(metadata.to_dict(), indent=1) + "\n")
     return path
+
+
+def name_outputs(model_file: Path, names: Sequence[str]) -> None:
+    """Gives every output in `model_file`'s signature its sleap-live name.
+
+    tensorflowjs names a signature's output by the SavedModel's only output of the same
+    dtype and shape, and by its graph tensor (`Identity_2:0`) where two share them (the
+    multi-class bottom-up model's peaks and class probabilities). The SavedModel's
+    outputs are a dict, which TensorFlow flattens in sorted key order, and its graph
+    names them `Identity`, `Identity_1`, ... in that order: the names are put back from
+    that, and must agree with every name tensorflowjs did find.
+
+    Raises:
+        ExportError: the outputs are not the ones expected.
+    """
+    model = json.loads(model_file.read_text())
+    outputs = model["signature"]["outputs"]
+    by_tensor = {
+        ("Identity" if index == 0 else f"Identity_{index}") + ":0": name
+        for index, name in enumerate(sorted(names))
+    }
+    named = {}
+    for key, info in outputs.items():
+        name = by_tensor.get(info["name"])
+        if name is None or (key in names and key != name):
+            raise ExportError(
+                f"tensorflowjs wrote output {key!r} ({info['name']}), not one of {sorted(names)}"
+            )
+        named[name] = info
+    if set(named) != set(names):
+        raise ExportError(f"tensorflowjs wrote outputs {sorted(named)}, not {sorted(names)}")
+    model["signature"]["outputs"] = {name: named[name] for name in names}
+    model_file.write_text(json.dumps(model))
 
 
 def import_tensorflowjs() -> Any:
