@@ -132,8 +132,8 @@ def export_model(
         models: a model directory, or a centroid and a centered-instance directory
             (in any order) for a top-down model.
         output: the file to write (`.onnx`, `.pt`, `.xml`, `.pt2`, `.tflite`,
-            `.mlpackage`), or a directory
-            to write `model.<suffix>` into; for "tensorrt" and "web", the export folder.
+            `.mlpackage`), or a directory to write `model.<suffix>` into; for
+            "tensorrt", "web", "saved_model" and "tfjs", the export folder.
         format: one of `EXPORT_FORMATS`.
         opset: ONNX opset version.
         verify: compare the export with the torch model on frames with animals.
@@ -146,7 +146,8 @@ def export_model(
         profile: "onnx" and "torchscript": "default" (any frame size, instance
             lists) or "tensorrt" (ONNX only: one frame size, fixed instance slots).
         frame_size: (height, width) of a "tensorrt" profile graph, or of the frames
-            "pt2", "tflite" and "coreml" run (default: the verification frames');
+            "pt2", "tflite", "coreml", "saved_model" and "tfjs" run (default: the
+            verification frames');
             for "tensorrt", (height, width) or (height,
             width, channels) of the stream's frames (required).
         frame_sizes: "web": (height, width) of each frame size the page runs
@@ -168,10 +169,13 @@ def export_model(
             without animals are a one-line note, not an error).
         RuntimeUnavailableError: "openvino" or "tensorrt" without its library
             (or, for "tensorrt", without a CUDA GPU); "web" without onnxruntime-web
-            (no npm to fetch it); "tflite" or "coreml" without its converter.
+            (no npm to fetch it); "tflite", "coreml", "saved_model" or "tfjs"
+            without its converter ("tfjs", verifying: without Node.js or TF.js).
         ModelConfigError: a model type the format cannot hold ("web": bottom-up
             and multi-class models; "tflite": networks with transposed
-            convolutions; "coreml": bottom-up models with part affinity fields).
+            convolutions; "coreml": bottom-up models with part affinity fields;
+            "saved_model" and "tfjs": a graph with an operation they have no
+            TensorFlow form for).
     """
     if format not in EXPORT_FORMATS:
         raise ValueError(f"unknown export format {format!r} (expected one of {EXPORT_FORMATS})")

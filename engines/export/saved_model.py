@@ -17,8 +17,9 @@ outputs by their sleap-live names; the metadata is `sleap_live.json` in the fold
 Host steps, besides those of every format (bottom-up grouping, multi-class identity
 matching): none.
 
-Refused in one line: a network with an operation `tf_graph` has no TensorFlow form
-for (ConvNeXt and Swin networks' layer norms and attention, for instance), named.
+Refused in one line: a graph with an operation `tf_graph` has no TensorFlow form
+for, the operations named. Every model type and every fixture network (UNet,
+ConvNeXt, Swin) converts.
 
 Verification: the model is exported to ONNX as for `--format onnx` (checked against
 torch), then the saved folder, loaded back by TensorFlow, must give ONNX Runtime's
@@ -44,7 +45,7 @@ from sleap_live.engines.errors import (
     ModelNotFoundError,
     RuntimeUnavailableError,
 )
-from sleap_live.engines.export._quiet import first_line, tracer_notes
+from sleap_live.engines.export._quiet import first_line, native_stderr_silenced, tracer_notes
 from sleap_live.engines.export.exporter import (
     Frames,
     conversion_frames,
@@ -266,7 +267,10 @@ def import_tensorflow() -> Any:
     """The `tensorflow` module, quiet, or a one-line error saying how to install it."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
-        import tensorflow as tf
+        with native_stderr_silenced():
+            import tensorflow as tf
+
+            tf.config.list_physical_devices()  # its device probing logs too
     except ImportError:
         raise RuntimeUnavailableError(
             f"TensorFlow is not installed; {TENSORFLOW_INSTALL_HINT}"

@@ -19,6 +19,7 @@ names it: the exporters refuse the model in one line.
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -586,7 +587,10 @@ def _build_ops() -> dict[Any, Op]:
         return product + (bias if beta == 1 else bias * beta)
 
     def gelu(node: torch.fx.Node, x: Any, approximate: str = "none") -> Any:
-        return tf.nn.gelu(x, approximate=approximate == "tanh")
+        if approximate == "tanh":
+            return tf.nn.gelu(x, approximate=True)
+        # tf.nn.gelu's exact form computes with Erfc, which TF.js has no kernel for.
+        return 0.5 * x * (1.0 + tf.math.erf(x * np.float32(1 / math.sqrt(2))))
 
     def layer_norm(
         node: torch.fx.Node, x: Any, shape: Sequence[int], weight: Any, bias: Any, eps: float

@@ -139,9 +139,9 @@ def export_tfjs(
                     str(saved), str(path), signature_def=SIGNATURE, saved_model_tags="serve"
                 )
         except Exception as error:  # the converter raises many kinds of errors
-            raise ExportError(
-                f"tensorflowjs could not convert the SavedModel: {first_line(error)}"
-            ) from error
+            # Its message names the operations on the lines after the first.
+            reason = " ".join(str(error).split()) or type(error).__name__
+            raise ExportError(f"tensorflowjs could not convert the SavedModel: {reason}") from error
     name_outputs(path / MODEL_FILE, converted.metadata.output_names)
     metadata = attrs.evolve(
         converted.metadata,
