@@ -482,9 +482,13 @@ def _build_ops() -> dict[Any, Op]:
                 x = tf.pad(x, [[0, 0], [padding[0]] * 2, [padding[1]] * 2, [0, 0]])
             kernel = tf.transpose(weight, [2, 3, 1, 0])  # (kh, kw, in/groups, out)
             channels = int(x.shape[3])
+            # TensorFlow dilates only with stride 1: such a convolution is computed at
+            # stride 1 and subsampled.
+            subsample = any(d > 1 for d in dilation) and any(s > 1 for s in stride)
+            steps = [1, 1] if subsample else list(stride)
             if groups == 1:
                 out = tf.nn.conv2d(
-                    x, kernel, strides=list(stride), padding="VALID", dilations=list(dilation)
+                    x, kernel, strides=steps, padding="VALID", dilations=list(dilation)
                 )
             elif groups == channels and int(kernel.shape[2]) == 1:
                 multiplier = int(kernel.shape[3]) // channels
@@ -492,7 +496,7 @@ def _build_ops() -> dict[Any, Op]:
                     kernel, [int(kernel.shape[0]), int(kernel.shape[1]), channels, multiplier]
                 )
                 out = tf.nn.depthwise_conv2d(
-                    x, depthwise, strides=[1, *stride, 1], padding="VALID",
+                    x, depthwise, strides=[1, *steps, 1], padding="VALID",
                     dilations=list(dilation),
                 )  # fmt: skip
             else:
@@ -501,12 +505,14 @@ def _build_ops() -> dict[Any, Op]:
                 out = tf.concat(
                     [
                         tf.nn.conv2d(
-                            xi, ki, strides=list(stride), padding="VALID", dilations=list(dilation)
+                            xi, ki, strides=steps, padding="VALID", dilations=list(dilation)
                         )
                         for xi, ki in zip(xs, ks, strict=True)
                     ],
                     axis=3,
                 )
+            if subsample:
+                out = out[:, :: stride[0], :: stride[1]]
         if bias is not None:
             out = tf.nn.bias_add(out, bias)
         return nchw(out)
