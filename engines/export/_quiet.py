@@ -1,4 +1,4 @@
-"""Keeps the exporters quiet: native stdout, and tracer warnings that say nothing.
+"""Keeps the exporters quiet: native stdout (and stderr), and tracer warnings that say nothing.
 
 What the tracer does say about the model (a Python value frozen from a shape,
 say) is collected, so an error can quote it when the export then fails to verify.
@@ -11,6 +11,7 @@ import os
 import sys
 import warnings
 from collections.abc import Iterator
+from typing import Any
 
 # Warnings torch raises on every TorchScript-based export that say nothing about
 # this model: the exporter's own deprecation, and a note on negative indices in
@@ -46,14 +47,32 @@ def native_stdout_silenced() -> Iterator[None]:
     function object for truth), which prints the whole traced graph to stdout
     whenever an export fails; the `ExportError` raised instead says what failed.
     """
-    sys.stdout.flush()
-    saved = os.dup(1)
+    with _native_silenced(sys.stdout, 1):
+        yield
+
+
+@contextlib.contextmanager
+def native_stderr_silenced() -> Iterator[None]:
+    """Discards what native code writes to stderr (file descriptor 2) meanwhile.
+
+    TensorFlow logs through absl before any setting of its log level is read (oneDNN
+    notes, CUDA probing on a machine without a GPU), lines that say nothing about the
+    export; an import that fails still raises its error.
+    """
+    with _native_silenced(sys.stderr, 2):
+        yield
+
+
+@contextlib.contextmanager
+def _native_silenced(stream: Any, descriptor: int) -> Iterator[None]:
+    stream.flush()
+    saved = os.dup(descriptor)
     try:
         with open(os.devnull, "wb") as devnull:
-            os.dup2(devnull.fileno(), 1)
+            os.dup2(devnull.fileno(), descriptor)
         yield
     finally:
-        os.dup2(saved, 1)
+        os.dup2(saved, descriptor)
         os.close(saved)
 
 

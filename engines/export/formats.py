@@ -18,7 +18,11 @@ API export the same way:
 - "tflite": a LiteRT (TFLite) flatbuffer (`.tflite`) converted by litert-torch; see
   `sleap_live.engines.export.tflite`;
 - "coreml": a Core ML program (`.mlpackage`) converted by coremltools; see
-  `sleap_live.engines.export.coreml`.
+  `sleap_live.engines.export.coreml`;
+- "saved_model": a TensorFlow SavedModel folder of plain TensorFlow operations; see
+  `sleap_live.engines.export.saved_model`;
+- "tfjs": a TF.js graph model folder (`model.json` and weights) converted from that
+  SavedModel by tensorflowjs; see `sleap_live.engines.export.tfjs`.
 
 Each writes the export's metadata beside it (`<file>.json`). This module imports
 neither torch nor the format's library until an export runs.
@@ -39,7 +43,10 @@ from sleap_live.engines.notify import Notify, notice
 from sleap_live.engines.openmp import prefer_passive_wait
 from sleap_live.engines.settings import InferenceSettings
 
-EXPORT_FORMATS = ("onnx", "torchscript", "openvino", "tensorrt", "web", "pt2", "tflite", "coreml")
+EXPORT_FORMATS = (
+    "onnx", "torchscript", "openvino", "tensorrt", "web", "pt2", "tflite", "coreml",
+    "saved_model", "tfjs",
+)  # fmt: skip
 
 
 @attrs.frozen
@@ -80,6 +87,10 @@ FORMAT_TABLE = (
               "LiteRT vs ORT, 1e-3"),
     FormatRow("coreml", "NAME.mlpackage", "-", "Core ML (macOS)",
               "one size, batch 1, float in, slots, no PAF", "coremltools checks; not run"),
+    FormatRow("saved_model", "NAME_saved_model/", "TensorFlow", "TensorFlow",
+              "one size, batch 1, slots", "TensorFlow vs ORT, 1e-3"),
+    FormatRow("tfjs", "NAME_tfjs/", "TF.js (Node, browser)", "TF.js WebGL/WebGPU",
+              "one size, batch 1, slots", "TF.js cpu (Node) vs ORT, 1e-3"),
 )  # fmt: skip
 FORMAT_NOTE = (
     "Every graph holds preprocessing, network, peaks and crops; bottom-up grouping and "
@@ -89,8 +100,11 @@ FORMAT_NOTE = (
     "the tests). *WebGPU (?backend=webgpu) starts on Chromium's software adapter but differed "
     "from ONNX Runtime there: not verified. TC: networks with transposed convolutions, "
     "refused. PAF: bottom-up models with part affinity fields, refused. float in: uint8 "
-    "values as float32. coreml: its prediction needs macOS and was not run. Every check is "
-    "at export time unless said."
+    "values as float32. coreml: its prediction needs macOS and was not run. saved_model, "
+    "tfjs: plain TensorFlow operations, every model type; a graph with an operation they "
+    "have no form for would be refused, named. tfjs: verified on TF.js's cpu backend in Node "
+    "(from npm); its WebGL/WebGPU backends are not verified. Every check is at export time "
+    "unless said."
 )
 
 
@@ -118,8 +132,8 @@ def export_model(
         models: a model directory, or a centroid and a centered-instance directory
             (in any order) for a top-down model.
         output: the file to write (`.onnx`, `.pt`, `.xml`, `.pt2`, `.tflite`,
-            `.mlpackage`), or a directory
-            to write `model.<suffix>` into; for "tensorrt" and "web", the export folder.
+            `.mlpackage`), or a directory to write `model.<suffix>` into; for
+            "tensorrt", "web", "saved_model" and "tfjs", the export folder.
         format: one of `EXPORT_FORMATS`.
         opset: ONNX opset version.
         verify: compare the export with the torch model on frames with animals.
@@ -132,7 +146,8 @@ def export_model(
         profile: "onnx" and "torchscript": "default" (any frame size, instance
             lists) or "tensorrt" (ONNX only: one frame size, fixed instance slots).
         frame_size: (height, width) of a "tensorrt" profile graph, or of the frames
-            "pt2", "tflite" and "coreml" run (default: the verification frames');
+            "pt2", "tflite", "coreml", "saved_model" and "tfjs" run (default: the
+            verification frames');
             for "tensorrt", (height, width) or (height,
             width, channels) of the stream's frames (required).
         frame_sizes: "web": (height, width) of each frame size the page runs
@@ -154,10 +169,13 @@ def export_model(
             without animals are a one-line note, not an error).
         RuntimeUnavailableError: "openvino" or "tensorrt" without its library
             (or, for "tensorrt", without a CUDA GPU); "web" without onnxruntime-web
-            (no npm to fetch it); "tflite" or "coreml" without its converter.
+            (no npm to fetch it); "tflite", "coreml", "saved_model" or "tfjs"
+            without its converter ("tfjs", verifying: without Node.js or TF.js).
         ModelConfigError: a model type the format cannot hold ("web": bottom-up
             and multi-class models; "tflite": networks with transposed
-            convolutions; "coreml": bottom-up models with part affinity fields).
+            convolutions; "coreml": bottom-up models with part affinity fields;
+            "saved_model" and "tfjs": a graph with an operation they have no
+            TensorFlow form for).
     """
     if format not in EXPORT_FORMATS:
         raise ValueError(f"unknown export format {format!r} (expected one of {EXPORT_FORMATS})")
@@ -189,6 +207,15 @@ def export_model(
 
         size = None if frame_size is None else (int(frame_size[0]), int(frame_size[1]))
         return export_pt2(paths, output, frame_size=size, **common)
+    if format in ("saved_model", "tfjs"):
+        size = None if frame_size is None else (int(frame_size[0]), int(frame_size[1]))
+        if format == "saved_model":
+            from sleap_live.engines.export.saved_model import export_saved_model
+
+            return export_saved_model(paths, output, frame_size=size, **common)
+        from sleap_live.engines.export.tfjs import export_tfjs
+
+        return export_tfjs(paths, output, frame_size=size, **common)
     if format in ("tflite", "coreml"):
         size = None if frame_size is None else (int(frame_size[0]), int(frame_size[1]))
         if format == "tflite":

@@ -33,10 +33,11 @@ from sleap_live.engines.load.metadata import DEFAULT_PROFILE, PROFILES
 
 SUMMARY = (
     "export model directories to ONNX, TorchScript, torch.export, OpenVINO, TensorRT, "
-    "TFLite, Core ML or a web page, verified"
+    "TFLite, Core ML, TensorFlow SavedModel, TF.js or a web page, verified"
 )
 # The default output's ending per format. TensorRT: an export directory (model.onnx,
-# and engines built on this machine's GPU); OpenVINO: IR (.xml + .bin).
+# and engines built on this machine's GPU); OpenVINO: IR (.xml + .bin); SavedModel and
+# TF.js: a folder.
 ENDINGS = {
     "onnx": ".onnx",
     "torchscript": ".pt",
@@ -46,6 +47,8 @@ ENDINGS = {
     "pt2": ".pt2",
     "tflite": ".tflite",
     "coreml": ".mlpackage",
+    "saved_model": "_saved_model",
+    "tfjs": "_tfjs",
 }
 
 
@@ -75,8 +78,9 @@ def add_parser(commands: Any) -> None:
         type=Path,
         help="output file, or a directory to write model.onnx / model.pt into "
         "(default: NAME.onnx in the working directory, NAME being the model directories' "
-        "names joined by '+'; .pt for torchscript, .xml for openvino); for tensorrt, a "
-        "directory (default: NAME_tensorrt in the working directory)",
+        "names joined by '+'; .pt for torchscript, .xml for openvino); for tensorrt, "
+        "saved_model, tfjs and web, a directory (default: NAME_tensorrt, NAME_saved_model, "
+        "NAME_tfjs, NAME_web in the working directory)",
     )
     parser.add_argument(
         "-f", "--format", choices=EXPORT_FORMATS, default="onnx", help="what to export to"
@@ -107,7 +111,8 @@ def add_parser(commands: Any) -> None:
         type=frame_size,
         action="append",
         metavar="HxW",
-        help="frame size the engine (pt2, tflite, coreml: the program) runs at (default: "
+        help="frame size the engine (pt2, tflite, coreml, saved_model, tfjs: the program) runs "
+        "at (default: "
         "that of --verify-video's frames); "
         "web: a frame size the page runs, repeatable (default: 480x640, 720x1280 and that "
         "of --verify-video's frames)",
@@ -181,7 +186,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         )
     elif args.format == "web":
         options["frame_sizes"] = sizes
-    elif args.format in ("pt2", "tflite", "coreml"):
+    elif args.format in ("pt2", "tflite", "coreml", "saved_model", "tfjs"):
         if len(sizes) > 1:
             raise UsageError(f"--format {args.format} holds one frame size: give --frame-size once")
         options["frame_size"] = sizes[0] if sizes else None
@@ -221,6 +226,10 @@ def _metadata(path: Path, format: str) -> Any:
         from sleap_live.engines.export.web import MODEL_FILE
 
         path = path / MODEL_FILE
+    if format in ("saved_model", "tfjs"):
+        from sleap_live.engines.export.saved_model import read_saved_model_metadata
+
+        return read_saved_model_metadata(path)
     from sleap_live.engines.load.metadata import ExportMetadata, sidecar_path
 
     return ExportMetadata.from_json(sidecar_path(path).read_text(), str(path))

@@ -510,6 +510,8 @@ def test_export_model_is_one_function_for_every_format(tmp_path):
         "pt2",
         "tflite",
         "coreml",
+        "saved_model",
+        "tfjs",
     )
     with pytest.raises(ValueError, match="unknown export format 'caffe'"):
         export_model([tmp_path], tmp_path / "model.caffemodel", format="caffe")
