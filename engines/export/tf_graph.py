@@ -19,6 +19,7 @@ names it: the exporters refuse the model in one line.
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from collections.abc import Callable, Sequence
@@ -173,13 +174,10 @@ def _tf_dtype(dtype: torch.dtype, tf: Any) -> Any:
     return table[dtype]
 
 
-_OPS: dict[Any, Op] = {}
-
-
+@functools.cache
 def _ops() -> dict[Any, Op]:
-    if not _OPS:
-        _OPS.update(_build_ops())
-    return _OPS
+    """Each ATen operation's TensorFlow form, built once (it imports TensorFlow)."""
+    return _build_ops()
 
 
 def _build_ops() -> dict[Any, Op]:
