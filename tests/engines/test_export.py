@@ -31,6 +31,8 @@ from sleap_live.engines.load.metadata import (
     read_onnx_metadata,
     sidecar_path,
 )
+from sleap_live.engines.runners.load import load_runner
+from sleap_live.stream.runner import first_frames
 
 DATA = Path(__file__).parents[1] / "data"
 MODELS = DATA / "models"
@@ -331,18 +333,23 @@ def test_synthetic_frames_without_detections_verify_with_a_one_line_note(toy_mod
 
 
 @pytest.mark.parametrize("name", FIXTURE_MODELS)
-def test_every_fixture_model_verifies_on_real_animals_at_two_sizes(name, tmp_path):
+def test_every_fixture_model_verifies_on_real_animals_at_two_sizes(name, warm_export_cache):
+    # The export `sleap-live run` makes on the video's first frames: the session's
+    # shared cache holds it (made once for every test that loads these models).
     dirs, clip = FIXTURE_MODELS[name]
-    frames = video_frames(clip)
-    path = export_model([MODELS / d for d in dirs], tmp_path, verify_frames=frames)
-    checks = read_onnx_metadata(path).verification
-    channels = frames.shape[3]
+    video = DATA / "videos" / clip
+    runner = load_runner(
+        [MODELS / d for d in dirs], engine="onnx", verify_frames=first_frames(video)
+    )
+    checks = runner.metadata.verification
+    runner.close()
+    channels = video_frames(clip, 1).shape[3]
     assert [check["frames"] for check in checks] == [
         [2, 168, 200, channels],
         [3, 191, 237, channels],
     ]
     for check in checks:
-        assert check["frame_source"] == "the given frames"
+        assert check["frame_source"] == f"the video {video}"
         # One animal in the single-instance clip, two elsewhere (bottom-up: peaks).
         least = 1 if name == "single_instance" else 2
         assert all(count >= least for count in check["detections"]), check["detections"]
