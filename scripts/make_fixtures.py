@@ -80,8 +80,10 @@ GOLDENS = {
         "multi_gray",
         None,
     ),
-    # No bottom-up goldens: those models find no instance (scripts/fixtures/configs.py).
+    "convnext_bottomup": (["convnext_bottomup"], "multi_gray", None),
+    "swint_single_instance": (["swint_single_instance"], "single", None),
     "swint_topdown": (["swint_centroid", "swint_centered_instance"], "multi_gray", None),
+    "swint_bottomup": (["swint_bottomup"], "multi_gray", None),
 }
 # The ConvNeXt and Swin goldens keep only their .npz (the .slp is what the tests never
 # read), and have no sleap-nn export golden.

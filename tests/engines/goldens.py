@@ -41,11 +41,14 @@ BACKBONE_CASES: dict[str, tuple[tuple[str, ...], str, str]] = {
         "multi_gray.mkv",
         "multi_gray.npz",
     ),
+    "convnext_bottomup": (("convnext_bottomup",), "multi_gray.mkv", "multi_gray.npz"),
+    "swint_single_instance": (("swint_single_instance",), "single.mkv", "single.npz"),
     "swint_topdown": (
         ("swint_centroid", "swint_centered_instance"),
         "multi_gray.mkv",
         "multi_gray.npz",
     ),
+    "swint_bottomup": (("swint_bottomup",), "multi_gray.mkv", "multi_gray.npz"),
 }
 
 # Of the goldens of non-default inference settings (scripts/fixtures/goldens.py

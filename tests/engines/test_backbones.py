@@ -29,7 +29,8 @@ from tests.engines import test_spec
 
 MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
 TRAINED_FIXTURES = ("convnext_single_instance", "convnext_centroid", "convnext_centered_instance",
-                    "convnext_bottomup", "swint_centroid", "swint_centered_instance")  # fmt: skip
+                    "convnext_bottomup", "swint_single_instance", "swint_centroid",
+                    "swint_centered_instance", "swint_bottomup")  # fmt: skip
 
 CONVNEXT = {
     "pre_trained_weights": None,
