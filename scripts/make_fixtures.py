@@ -85,9 +85,11 @@ GOLDENS = {
     "swint_topdown": (["swint_centroid", "swint_centered_instance"], "multi_gray", None),
     "swint_bottomup": (["swint_bottomup"], "multi_gray", None),
 }
-# The ConvNeXt and Swin goldens keep only their .npz (the .slp is what the tests never
-# read), and have no sleap-nn export golden.
+# The ConvNeXt and Swin goldens have no sleap-nn export golden.
 BACKBONE_GOLDENS = {name for name in GOLDENS if name.startswith(("convnext_", "swint_"))}
+# The goldens whose .slp the tests read (tracking from sleap-nn's predictions, the
+# renderer); the others keep only their .npz (the GPU machine's payload).
+SLP_KEPT = {"topdown", "bottomup", "multi_class_topdown"}
 # Exports: one per golden, of the same model dirs. Input size = the test frames padded to
 # max_stride 16: the exported graphs do not pad, and their traced resizes and crop grids
 # are frozen at this size.
@@ -319,7 +321,7 @@ def make_goldens(out: Path, repo: Path, only: list[str] | None) -> dict:
         (goldens_dir / f"{name}.log").unlink()
         arrays = goldens.predictions_to_arrays(repo / slp, TEST_FRAMES)
         np.savez_compressed(goldens_dir / f"{name}.npz", **arrays)
-        if name in BACKBONE_GOLDENS:
+        if name not in SLP_KEPT:
             (repo / slp).unlink()
         report[name] = {
             "command": " ".join(cmd),
