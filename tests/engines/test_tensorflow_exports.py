@@ -160,7 +160,7 @@ def test_an_operation_without_a_tensorflow_form_is_refused_in_one_line(
     reduced = {
         op: form for op, form in tf_graph._ops().items() if op != torch.ops.aten.relu.default
     }
-    monkeypatch.setattr(tf_graph, "_OPS", reduced)
+    monkeypatch.setattr(tf_graph, "_ops", lambda: reduced)
     argv = ["export", str(DATA / "models" / "single_instance"), "--format", format]
     assert cli.main([*argv, "-o", str(tmp_path / "out"), "--no-verify"]) == 1
     error = capsys.readouterr().err.strip()
