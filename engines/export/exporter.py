@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -521,6 +521,23 @@ def export_file(output: str | Path, file_name: str, what: str) -> Path:
     if path.suffix:
         raise ValueError(f"{path}: {what} (or a directory)")
     return path / file_name
+
+
+def export_folder(output: str | Path, what: str, holds_export: Callable[[Path], bool]) -> Path:
+    """The folder an export to `output` writes: new, empty, or holding an earlier
+    export of the same format (`holds_export`), whose files it replaces; a folder
+    holding anything else is never written into.
+
+    Raises:
+        ValueError: `output` is a file, or a folder holding other files; the message
+            says `what` the export is ("a web export").
+    """
+    folder = Path(output)
+    if folder.is_file():
+        raise ValueError(f"{folder}: {what} is a folder, and this is a file")
+    if folder.is_dir() and any(folder.iterdir()) and not holds_export(folder):
+        raise ValueError(f"{folder}: not empty and not {what}; give a new or empty folder")
+    return folder
 
 
 def _output_path(output: str | Path, format: str) -> Path:

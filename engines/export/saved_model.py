@@ -49,6 +49,7 @@ from sleap_live.engines.export._quiet import first_line, native_stderr_silenced,
 from sleap_live.engines.export.exporter import (
     Frames,
     conversion_frames,
+    export_folder,
     export_onnx_bytes,
     fitted_frames,
 )
@@ -118,7 +119,8 @@ def export_saved_model(
         The SavedModel folder.
 
     Raises:
-        ValueError: `output` is a file.
+        ValueError: `output` is a file, or a folder holding anything but an earlier
+            SavedModel export.
         ModelConfigError: a network with an operation TensorFlow cannot hold here,
             or a centroid or top-down model without `max_instances`.
         RuntimeUnavailableError: TensorFlow is not installed.
@@ -126,7 +128,7 @@ def export_saved_model(
             ONNX Runtime's.
         ModelNotFoundError, CheckpointError: as for `export_model`.
     """
-    path = export_folder(output, "a SavedModel export")
+    path = export_folder(output, "a SavedModel export", is_saved_model_export)
     tf = import_tensorflow()
     notify = progress or (lambda _: None)
     converted = convert_model(
@@ -153,16 +155,9 @@ def export_saved_model(
     return path
 
 
-def export_folder(output: str | Path, what: str) -> Path:
-    """The folder an export to `output` writes, which must not be a file.
-
-    Raises:
-        ValueError: `output` is an existing file.
-    """
-    path = Path(output)
-    if path.is_file():
-        raise ValueError(f"{path}: {what} is a folder, and this is a file")
-    return path
+def is_saved_model_export(folder: Path) -> bool:
+    """Whether `folder` holds a SavedModel export of sleap-live's."""
+    return (folder / METADATA_FILE).is_file() and (folder / "saved_model.pb").is_file()
 
 
 def convert_model(

@@ -49,13 +49,12 @@ import numpy as np
 from sleap_live.engines.cache import cache_root
 from sleap_live.engines.errors import ExportError, RuntimeUnavailableError
 from sleap_live.engines.export._quiet import first_line
-from sleap_live.engines.export.exporter import Frames
+from sleap_live.engines.export.exporter import Frames, export_folder
 from sleap_live.engines.export.onnx import onnx_exported
 from sleap_live.engines.export.saved_model import (
     METADATA_FILE,
     SIGNATURE,
     convert_model,
-    export_folder,
     import_tensorflow,
     save,
 )
@@ -111,14 +110,15 @@ def export_tfjs(
         The export folder.
 
     Raises:
-        ValueError: `output` is a file.
+        ValueError: `output` is a file, or a folder holding anything but an earlier
+            TF.js export.
         ModelConfigError: as for `export_saved_model`.
         RuntimeUnavailableError: TensorFlow or tensorflowjs is not installed, or (to
             verify) Node.js or the TF.js packages cannot be had.
         ExportError: the conversion fails, or TF.js's outputs differ from ONNX Runtime's.
         ModelNotFoundError, CheckpointError: as for `export_model`.
     """
-    path = export_folder(output, "a TF.js export")
+    path = export_folder(output, "a TF.js export", is_tfjs_export)
     tf = import_tensorflow()
     convert_tf_saved_model = import_tensorflowjs()
     node_modules = tfjs_node_modules() if verify else None
@@ -196,6 +196,11 @@ def name_outputs(model_file: Path, names: Sequence[str]) -> None:
         raise ExportError(f"tensorflowjs wrote outputs {sorted(named)}, not {sorted(names)}")
     model["signature"]["outputs"] = {name: named[name] for name in names}
     model_file.write_text(json.dumps(model))
+
+
+def is_tfjs_export(folder: Path) -> bool:
+    """Whether `folder` holds a TF.js export of sleap-live's."""
+    return (folder / METADATA_FILE).is_file() and (folder / MODEL_FILE).is_file()
 
 
 def import_tensorflowjs() -> Any:

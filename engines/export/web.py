@@ -45,6 +45,7 @@ import numpy as np
 from sleap_live.engines.errors import ExportError
 from sleap_live.engines.export.exporter import (
     Frames,
+    export_folder,
     export_onnx_bytes,
     export_specialised_onnx_bytes,
     fitted_frames,
@@ -113,7 +114,7 @@ def export_web(
     from sleap_live.engines.errors import ModelConfigError
     from sleap_live.engines.graph.build import load_inference_model
 
-    folder = _output_folder(Path(output))
+    folder = _output_folder(output)
     notify = progress or (lambda _: None)
     notify("loading model")
     model = load_inference_model(paths, settings)
@@ -218,11 +219,8 @@ def is_web_export(folder: Path) -> bool:
     return all((folder / name).is_file() for name in WEB_EXPORT_FILES)
 
 
-def _output_folder(folder: Path) -> Path:
-    if folder.is_file():
-        raise ValueError(f"{folder}: a web export is a folder, and this is a file")
-    if folder.is_dir() and any(folder.iterdir()) and not is_web_export(folder):
-        raise ValueError(f"{folder}: not empty and not a web export; give a new or empty folder")
+def _output_folder(output: str | Path) -> Path:
+    folder = export_folder(output, "a web export", is_web_export)
     if folder.is_dir() and (folder / RUNTIME_FOLDER).is_dir():
         # An earlier export's runtime: replaced whole, so no file of another version stays.
         shutil.rmtree(folder / RUNTIME_FOLDER)

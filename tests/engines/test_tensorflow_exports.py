@@ -105,6 +105,23 @@ def test_without_tensorflow_the_export_says_how_to_install_it_in_one_line(format
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(
+    ("format", "what"), [("saved_model", "a SavedModel export"), ("tfjs", "a TF.js export")]
+)
+def test_the_export_never_writes_into_a_folder_holding_other_things(format, what, tmp_path, capsys):
+    # Checked before TensorFlow is imported: with it or without.
+    from sleap_live import cli
+
+    output = tmp_path / "mine"
+    output.mkdir()
+    (output / "model.json").write_text("mine")
+    argv = ["export", str(DATA / "models" / "single_instance"), "--format", format]
+    assert cli.main([*argv, "-o", str(output)]) == 2
+    assert f"not empty and not {what}" in capsys.readouterr().err
+    assert [path.name for path in output.iterdir()] == ["model.json"]
+    assert (output / "model.json").read_text() == "mine"
+
+
 @needs_tensorflow
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
