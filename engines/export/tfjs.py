@@ -50,6 +50,7 @@ from sleap_live.engines.cache import cache_root
 from sleap_live.engines.errors import ExportError, RuntimeUnavailableError
 from sleap_live.engines.export._quiet import first_line
 from sleap_live.engines.export.exporter import Frames, export_folder
+from sleap_live.engines.export.npm import npm_install
 from sleap_live.engines.export.onnx import onnx_exported
 from sleap_live.engines.export.saved_model import (
     METADATA_FILE,
@@ -74,8 +75,7 @@ TFJS_PACKAGES = (
 )
 MODULES_ENV = "SLEAP_LIVE_TFJS_NODE_MODULES"
 TFJS_INSTALL_HINT = 'pip install "sleap-live[tfjs]" && pip install --no-deps tensorflowjs==4.22.0'
-# Long enough for a slow registry (an install takes seconds) or a large model.
-NPM_TIMEOUT_S = 600
+# Long enough for a large model on a slow machine.
 NODE_TIMEOUT_S = 1800
 # What tensorflowjs' modules import for converters other than the SavedModel one.
 _STOOD_IN = (
@@ -256,33 +256,13 @@ def tfjs_node_modules(cache_dir: str | Path | None = None) -> Path:
     modules = prefix / "node_modules"
     if all((modules / package / "package.json").is_file() for package in TFJS_PACKAGES):
         return modules
-    npm = shutil.which("npm")
-    if npm is None:
-        raise RuntimeUnavailableError(
-            f"verifying a TF.js export needs TF.js {TFJS_VERSION} from npm, and npm is not "
-            f"installed: install it, set {MODULES_ENV} to a node_modules folder holding "
-            f"{', '.join(TFJS_PACKAGES)}, or export with --no-verify"
-        )
-    prefix.mkdir(parents=True, exist_ok=True)
-    command = [
-        npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "--ignore-scripts",
-        "--no-save", "--loglevel=error",
-        *(f"{package}@{TFJS_VERSION}" for package in TFJS_PACKAGES),
-    ]  # fmt: skip
-    what = f"npm install of TF.js {TFJS_VERSION}"
-    try:
-        done = subprocess.run(
-            command, capture_output=True, text=True, timeout=NPM_TIMEOUT_S, check=False
-        )
-    except subprocess.TimeoutExpired:
-        raise RuntimeUnavailableError(
-            f"{what} took over {NPM_TIMEOUT_S} s; set {MODULES_ENV}, or export with --no-verify"
-        ) from None
-    if done.returncode != 0:
-        reason = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        raise RuntimeUnavailableError(
-            f"{what} failed ({reason}); set {MODULES_ENV}, or export with --no-verify"
-        )
+    npm_install(
+        prefix,
+        [f"{package}@{TFJS_VERSION}" for package in TFJS_PACKAGES],
+        needed_for=f"verifying a TF.js export needs TF.js {TFJS_VERSION}",
+        instead=f"set {MODULES_ENV} to a node_modules folder holding {', '.join(TFJS_PACKAGES)}, "
+        "or export with --no-verify",
+    )
     _check_modules(modules, f"npm's install in {prefix}")
     return modules
 

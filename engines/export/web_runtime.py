@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 from sleap_live.engines.cache import cache_root
 from sleap_live.engines.errors import RuntimeUnavailableError
+from sleap_live.engines.export.npm import npm_install
 
 ONNXRUNTIME_WEB_VERSION = "1.31.1"
 RUNTIME_ENV = "SLEAP_LIVE_ONNXRUNTIME_WEB"
@@ -28,8 +28,6 @@ RUNTIME_FILES = (
     "ort-wasm-simd-threaded.asyncify.mjs",
     "ort-wasm-simd-threaded.asyncify.wasm",
 )
-# Long enough for a slow registry; an install normally takes well under a minute.
-NPM_TIMEOUT_S = 600
 
 
 def onnxruntime_web_dist(cache_dir: str | Path | None = None) -> Path:
@@ -50,34 +48,12 @@ def onnxruntime_web_dist(cache_dir: str | Path | None = None) -> Path:
     dist = prefix / "node_modules" / "onnxruntime-web" / "dist"
     if all((dist / name).is_file() for name in RUNTIME_FILES):
         return dist
-    npm = shutil.which("npm")
-    if npm is None:
-        raise RuntimeUnavailableError(
-            f"the web export carries onnxruntime-web {ONNXRUNTIME_WEB_VERSION} from npm, and "
-            f"npm is not installed: install Node.js (npm), or set {RUNTIME_ENV} to a folder "
-            f"holding {', '.join(RUNTIME_FILES)}"
-        )
-    prefix.mkdir(parents=True, exist_ok=True)
-    # --ignore-scripts: the files are copied, never built; nothing of the package runs here.
-    command = [
-        npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "--ignore-scripts",
-        "--no-save", "--loglevel=error", f"onnxruntime-web@{ONNXRUNTIME_WEB_VERSION}",
-    ]  # fmt: skip
-    try:
-        done = subprocess.run(
-            command, capture_output=True, text=True, timeout=NPM_TIMEOUT_S, check=False
-        )
-    except subprocess.TimeoutExpired:
-        raise RuntimeUnavailableError(
-            f"npm install onnxruntime-web@{ONNXRUNTIME_WEB_VERSION} took over {NPM_TIMEOUT_S} s; "
-            f"set {RUNTIME_ENV} to a folder holding its dist files"
-        ) from None
-    if done.returncode != 0:
-        reason = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        raise RuntimeUnavailableError(
-            f"npm install onnxruntime-web@{ONNXRUNTIME_WEB_VERSION} failed ({reason}); "
-            f"set {RUNTIME_ENV} to a folder holding its dist files"
-        )
+    npm_install(
+        prefix,
+        [f"onnxruntime-web@{ONNXRUNTIME_WEB_VERSION}"],
+        needed_for=f"the web export carries onnxruntime-web {ONNXRUNTIME_WEB_VERSION}",
+        instead=f"set {RUNTIME_ENV} to a folder holding {', '.join(RUNTIME_FILES)}",
+    )
     _check_dist(dist, f"npm's install in {prefix}")
     return dist
 
