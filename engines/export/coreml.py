@@ -34,7 +34,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import attrs
 import numpy as np
 import torch
 
@@ -47,12 +46,10 @@ from sleap_live.engines.export.exporter import (
     export_onnx_bytes,
     fitted_frames,
 )
-from sleap_live.engines.export.onnx import embedded_metadata
+from sleap_live.engines.export.onnx import converted_metadata
 from sleap_live.engines.graph.base import InferenceModel
-from sleap_live.engines.host.outputs import output_names
 from sleap_live.engines.load.metadata import (
     DEFAULT_OPSET,
-    OUTPUT_LAYOUTS,
     TENSORRT_PROFILE,
     sidecar_path,
 )
@@ -124,7 +121,6 @@ def export_coreml(
     # anything else, and Core ML takes no shape of a uint8 tensor.
     profile = TENSORRT_PROFILE
     check_slots(model_type, model.info.max_instances)
-    native = model.info.input_channels
     onnx_bytes = export_onnx_bytes(
         model,
         opset=opset,
@@ -136,17 +132,13 @@ def export_coreml(
     # The package is checked by coremltools and its declared shapes, not on frames.
     frames = conversion_frames(model, False, verify_frames, paths, 1).frames
     example = fitted_frames(frames[:1], frame_size)
-    names = output_names(model_type, OUTPUT_LAYOUTS[profile])
-    metadata = attrs.evolve(
-        embedded_metadata(onnx_bytes),
-        format=FORMAT,
-        input_channels=(native,),
-        exporter={"coremltools": coremltools.__version__, "torch": torch.__version__},
-        verification=None,
-        profile=profile,
-        output_names=names,
-        tensorrt=None,
+    metadata = converted_metadata(
+        onnx_bytes,
+        FORMAT,
+        profile,
+        {"coremltools": coremltools.__version__, "torch": torch.__version__},
     )
+    names = metadata.output_names
     notify(f"converting with coremltools for {example.shape[1]}x{example.shape[2]} frames")
     program = _convert(coremltools, model, example, profile, metadata.input_name, names)
     program.user_defined_metadata[METADATA_KEY] = metadata.to_json()

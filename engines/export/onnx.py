@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import io
 
+import attrs
 import numpy as np
 import torch
 
@@ -27,7 +28,7 @@ from sleap_live.engines.errors import ExportError, RuntimeUnavailableError
 from sleap_live.engines.export._quiet import first_line, native_stdout_silenced, tracer_notes
 from sleap_live.engines.export.verify import Exported, Outputs
 from sleap_live.engines.graph.base import InferenceModel
-from sleap_live.engines.host.outputs import BATCH_AXIS, INSTANCE_AXIS, output_spec
+from sleap_live.engines.host.outputs import BATCH_AXIS, INSTANCE_AXIS, output_names, output_spec
 from sleap_live.engines.load.metadata import (
     INPUT_NAME,
     METADATA_KEY,
@@ -140,3 +141,22 @@ def embedded_metadata(onnx_bytes: bytes) -> ExportMetadata:
 
     props = {prop.key: prop.value for prop in onnx.load_from_string(onnx_bytes).metadata_props}
     return ExportMetadata.from_json(props[METADATA_KEY], "the ONNX export")
+
+
+def converted_metadata(
+    onnx_bytes: bytes, format: str, profile: str, exporter: dict[str, str]
+) -> ExportMetadata:
+    """The metadata of an export converted from a model whose ONNX export (the reference
+    it is checked against) is `onnx_bytes`: that export's, for `format`, with the
+    `profile`'s outputs and the model's own channel count, and not yet verified."""
+    reference = embedded_metadata(onnx_bytes)
+    return attrs.evolve(
+        reference,
+        format=format,
+        input_channels=(reference.info.input_channels,),
+        exporter=exporter,
+        verification=None,
+        profile=profile,
+        output_names=output_names(reference.info.model_type, OUTPUT_LAYOUTS[profile]),
+        tensorrt=None,
+    )

@@ -42,17 +42,15 @@ from sleap_live.engines.export.exporter import (
     export_onnx_bytes,
     fitted_frames,
 )
-from sleap_live.engines.export.onnx import embedded_metadata, onnx_exported
+from sleap_live.engines.export.onnx import converted_metadata, onnx_exported
 from sleap_live.engines.export.verify import (
     Outputs,
     check_against_onnx_runtime,
 )
 from sleap_live.engines.graph.base import InferenceModel
-from sleap_live.engines.host.outputs import output_names
 from sleap_live.engines.load.metadata import (
     DEFAULT_OPSET,
     DEFAULT_PROFILE,
-    OUTPUT_LAYOUTS,
     TENSORRT_PROFILE,
     ExportMetadata,
     sidecar_path,
@@ -107,7 +105,6 @@ def export_pt2(
     profile = TENSORRT_PROFILE if model_type in SLOTTED_TYPES else DEFAULT_PROFILE
     if profile == TENSORRT_PROFILE:
         check_slots(model_type, model.info.max_instances)
-    native = model.info.input_channels
     onnx_bytes = export_onnx_bytes(
         model,
         opset=opset,
@@ -121,16 +118,7 @@ def export_pt2(
     notify(f"exporting with torch.export for {frames.shape[1]}x{frames.shape[2]} frames")
     # Two frames: torch.export takes an axis of size 1 for a constant.
     program = _export_program(model, np.concatenate([frames[:1], frames[:1]]), profile)
-    metadata = attrs.evolve(
-        embedded_metadata(onnx_bytes),
-        format=FORMAT,
-        input_channels=(native,),
-        exporter={"torch": torch.__version__},
-        verification=None,
-        profile=profile,
-        output_names=output_names(model_type, OUTPUT_LAYOUTS[profile]),
-        tensorrt=None,
-    )
+    metadata = converted_metadata(onnx_bytes, FORMAT, profile, {"torch": torch.__version__})
     notify(f"writing {path}")
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.export.save(program, str(path), extra_files={METADATA_FILE: metadata.to_json()})

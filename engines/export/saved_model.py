@@ -53,13 +53,11 @@ from sleap_live.engines.export.exporter import (
     export_onnx_bytes,
     fitted_frames,
 )
-from sleap_live.engines.export.onnx import embedded_metadata, onnx_exported
+from sleap_live.engines.export.onnx import converted_metadata, onnx_exported
 from sleap_live.engines.export.verify import Outputs, check_against_onnx_runtime
 from sleap_live.engines.graph.base import InferenceModel
-from sleap_live.engines.host.outputs import output_names
 from sleap_live.engines.load.metadata import (
     DEFAULT_OPSET,
-    OUTPUT_LAYOUTS,
     TENSORRT_PROFILE,
     ExportMetadata,
 )
@@ -192,7 +190,6 @@ def convert_model(
     model = load_inference_model(paths, settings).cpu().eval()
     model_type = model.info.model_type
     check_slots(model_type, model.info.max_instances)
-    native = model.info.input_channels
     chosen = conversion_frames(model, verify, verify_frames, paths, 1)
     frames, source = fitted_frames(chosen.frames, frame_size), chosen.source
     notify(f"exporting with torch.export for {frames.shape[1]}x{frames.shape[2]} frames")
@@ -212,7 +209,13 @@ def convert_model(
         sources=paths,
         progress=progress,
     )
-    names = output_names(model_type, OUTPUT_LAYOUTS[TENSORRT_PROFILE])
+    metadata = converted_metadata(
+        onnx_bytes,
+        format,
+        TENSORRT_PROFILE,
+        {"tensorflow": tf.__version__, "torch": torch.__version__},
+    )
+    names = metadata.output_names
     notify("converting to TensorFlow operations")
     try:
         outputs = tf_function(program, int64_outputs=int64_outputs)
@@ -230,16 +233,6 @@ def convert_model(
         raise ExportError(
             f"the {model_type} model could not be converted to TensorFlow: {first_line(error)}"
         ) from error
-    metadata = attrs.evolve(
-        embedded_metadata(onnx_bytes),
-        format=format,
-        input_channels=(native,),
-        exporter={"tensorflow": tf.__version__, "torch": torch.__version__},
-        verification=None,
-        profile=TENSORRT_PROFILE,
-        output_names=names,
-        tensorrt=None,
-    )
     return Converted(function, metadata, onnx_bytes, frames, source)
 
 

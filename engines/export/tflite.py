@@ -46,16 +46,14 @@ from sleap_live.engines.export.exporter import (
     export_onnx_bytes,
     fitted_frames,
 )
-from sleap_live.engines.export.onnx import embedded_metadata, onnx_exported
+from sleap_live.engines.export.onnx import converted_metadata, onnx_exported
 from sleap_live.engines.export.verify import (
     Outputs,
     check_against_onnx_runtime,
 )
 from sleap_live.engines.graph.base import InferenceModel
-from sleap_live.engines.host.outputs import output_names
 from sleap_live.engines.load.metadata import (
     DEFAULT_OPSET,
-    OUTPUT_LAYOUTS,
     TENSORRT_PROFILE,
     sidecar_path,
 )
@@ -117,7 +115,6 @@ def export_tflite(
             "use --format onnx"
         )
     check_slots(model_type, model.info.max_instances)
-    native = model.info.input_channels
     onnx_bytes = export_onnx_bytes(
         model,
         opset=opset,
@@ -130,15 +127,11 @@ def export_tflite(
     frames, source = fitted_frames(chosen.frames, frame_size), chosen.source
     notify(f"converting with litert-torch for {frames.shape[1]}x{frames.shape[2]} frames")
     converted = _convert(litert_torch, model, frames[:1])
-    metadata = attrs.evolve(
-        embedded_metadata(onnx_bytes),
-        format=FORMAT,
-        input_channels=(native,),
-        exporter={"litert-torch": _version("litert-torch"), "torch": torch.__version__},
-        verification=None,
-        profile=TENSORRT_PROFILE,
-        output_names=output_names(model_type, OUTPUT_LAYOUTS[TENSORRT_PROFILE]),
-        tensorrt=None,
+    metadata = converted_metadata(
+        onnx_bytes,
+        FORMAT,
+        TENSORRT_PROFILE,
+        {"litert-torch": _version("litert-torch"), "torch": torch.__version__},
     )
     notify(f"writing {path}")
     path.parent.mkdir(parents=True, exist_ok=True)
