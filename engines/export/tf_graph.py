@@ -200,6 +200,10 @@ def _build_ops() -> dict[Any, Op]:
     def dim_of(x: Any, dim: int) -> int:
         return dim + rank(x) if dim < 0 else dim
 
+    def axes_of(x: Any, dims: Sequence[int] | None) -> list[int] | None:
+        """A reduction's axes: every one where `dims` is None or empty (torch's rule)."""
+        return None if not dims else [dim_of(x, d) for d in dims]
+
     def as_tensor(value: Any, dtype: Any) -> Any:
         if isinstance(value, tf.Tensor):
             return value if value.dtype == dtype else tf.cast(value, dtype)
@@ -244,21 +248,22 @@ def _build_ops() -> dict[Any, Op]:
         value = node.target(*args, **{k: v for k, v in kwargs.items() if k != "device"}).numpy()
         return tf.constant(value.astype(_np_dtype(value.dtype)))
 
-    def full_like(node: torch.fx.Node, x: Any, fill: Any, **kwargs: Any) -> Any:
-        return tf.fill(out_shape(node), as_tensor(fill, out_dtype(node)))
+    def filled(node: torch.fx.Node, like_or_size: Any, value: Any, **kwargs: Any) -> Any:
+        # full(size, value) and full_like(x, value): the node knows the shape.
+        return tf.fill(out_shape(node), as_tensor(value, out_dtype(node)))
 
     def to_copy(node: torch.fx.Node, x: Any, **kwargs: Any) -> Any:
         return as_tensor(x, out_dtype(node))
 
-    def add(node: torch.fx.Node, a: Any, b: Any, alpha: Any = 1) -> Any:
-        dtype = out_dtype(node)
-        b = as_tensor(b, dtype)
-        return as_tensor(a, dtype) + (b if alpha == 1 else b * as_tensor(alpha, dtype))
+    def scaled(function: Callable[[Any, Any], Any]) -> Op:
+        """add and sub: `function(a, alpha * b)`."""
 
-    def sub(node: torch.fx.Node, a: Any, b: Any, alpha: Any = 1) -> Any:
-        dtype = out_dtype(node)
-        b = as_tensor(b, dtype)
-        return as_tensor(a, dtype) - (b if alpha == 1 else b * as_tensor(alpha, dtype))
+        def op(node: torch.fx.Node, a: Any, b: Any, alpha: Any = 1) -> Any:
+            dtype = out_dtype(node)
+            b = as_tensor(b, dtype)
+            return function(as_tensor(a, dtype), b if alpha == 1 else b * as_tensor(alpha, dtype))
+
+        return op
 
     def div(node: torch.fx.Node, a: Any, b: Any) -> Any:
         dtype = out_dtype(node)
@@ -328,17 +333,9 @@ def _build_ops() -> dict[Any, Op]:
             node: torch.fx.Node, x: Any, dim: Any = None, keepdim: bool = False, **kwargs: Any
         ) -> Any:
             x = as_tensor(x, out_dtype(node))
-            axes = None if dim is None or len(dim) == 0 else [dim_of(x, d) for d in dim]
-            return function(x, axis=axes, keepdims=keepdim)
+            return function(x, axis=axes_of(x, dim), keepdims=keepdim)
 
         return op
-
-    def sum_(
-        node: torch.fx.Node, x: Any, dim: Any = None, keepdim: bool = False, **kwargs: Any
-    ) -> Any:
-        x = as_tensor(x, out_dtype(node))
-        axes = None if dim is None or len(dim) == 0 else [dim_of(x, d) for d in dim]
-        return tf.reduce_sum(x, axis=axes, keepdims=keepdim)
 
     def any_(node: torch.fx.Node, x: Any) -> Any:
         return tf.reduce_any(as_tensor(x, tf.bool))
@@ -354,8 +351,7 @@ def _build_ops() -> dict[Any, Op]:
         if ord != 2:
             raise UnsupportedOperation(f"linalg_vector_norm of order {ord}")
         x = as_tensor(x, out_dtype(node))
-        axes = None if dim is None or len(dim) == 0 else [dim_of(x, d) for d in dim]
-        return tf.sqrt(tf.reduce_sum(x * x, axis=axes, keepdims=keepdim))
+        return tf.sqrt(tf.reduce_sum(x * x, axis=axes_of(x, dim), keepdims=keepdim))
 
     def argmax(node: torch.fx.Node, x: Any, dim: int | None = None, keepdim: bool = False) -> Any:
         if dim is None:
@@ -420,7 +416,7 @@ def _build_ops() -> dict[Any, Op]:
                 raise UnsupportedOperation("indexing with a boolean mask")
             item = tf.cast(item, tf.int32)
             tensors.append(tf.where(item < 0, item + sizes[position], item))
-        broadcast = tf.broadcast_static_shape(tensors[0].shape, tensors[0].shape)
+        broadcast = tensors[0].shape
         for tensor in tensors[1:]:
             broadcast = tf.broadcast_static_shape(broadcast, tensor.shape)
         stacked = tf.stack([tf.broadcast_to(t, broadcast) for t in tensors], axis=-1)
@@ -626,9 +622,6 @@ def _build_ops() -> dict[Any, Op]:
     def scalar_tensor(node: torch.fx.Node, value: Any, **kwargs: Any) -> Any:
         return as_tensor(value, out_dtype(node))
 
-    def full(node: torch.fx.Node, size: Sequence[int], value: Any, **kwargs: Any) -> Any:
-        return tf.fill(out_shape(node), as_tensor(value, out_dtype(node)))
-
     return {
         aten._assert_tensor_metadata.default: assertion,
         operator.getitem: getitem,
@@ -647,8 +640,8 @@ def _build_ops() -> dict[Any, Op]:
         aten.slice.Tensor: slice_,
         aten.select.int: select,
         aten.cat.default: cat,
-        aten.add.Tensor: add,
-        aten.sub.Tensor: sub,
+        aten.add.Tensor: scaled(tf.add),
+        aten.sub.Tensor: scaled(tf.subtract),
         aten.mul.Tensor: binary(tf.multiply),
         aten.div.Tensor: div,
         aten.div.Tensor_mode: div_mode,
@@ -686,7 +679,7 @@ def _build_ops() -> dict[Any, Op]:
         aten.amax.default: reduce(tf.reduce_max),
         aten.amin.default: reduce(tf.reduce_min),
         aten.mean.dim: reduce(tf.reduce_mean),
-        aten.sum.dim_IntList: sum_,
+        aten.sum.dim_IntList: reduce(tf.reduce_sum),
         aten.any.default: any_,
         aten.linalg_vector_norm.default: norm,
         aten.argmax.default: argmax,
@@ -711,8 +704,8 @@ def _build_ops() -> dict[Any, Op]:
         aten.arange.default: constant,
         aten.arange.start: constant,
         aten.scalar_tensor.default: scalar_tensor,
-        aten.full.default: full,
-        aten.full_like.default: full_like,
+        aten.full.default: filled,
+        aten.full_like.default: filled,
         aten.zeros_like.default: lambda node, x, **kw: tf.zeros(out_shape(node), out_dtype(node)),
         aten.ones_like.default: lambda node, x, **kw: tf.ones(out_shape(node), out_dtype(node)),
     }
