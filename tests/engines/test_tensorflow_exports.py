@@ -20,6 +20,7 @@ from sleap_live.engines.errors import RuntimeUnavailableError
 from sleap_live.engines.load.metadata import TENSORRT_PROFILE
 from sleap_live.engines.settings import InferenceSettings
 from sleap_live.stream.runner import first_frames
+from tests import script_modules as scripts
 from tests.engines.goldens import DATA
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,15 +30,8 @@ needs_tensorflow = pytest.mark.skipif(
     not HAVE_TENSORFLOW, reason='needs pip install "sleap-live[saved_model]"'
 )
 
-# Each model type, on a video of its kind (as scripts/check_format_exports.py).
-CASES = {
-    "single_instance": (("single_instance",), "single.mkv"),
-    "centroid": (("centroid",), "multi_gray.mkv"),
-    "topdown": (("centroid", "centered_instance"), "multi_gray.mkv"),
-    "multi_class_topdown": (("centroid_rgb", "multi_class_topdown"), "multi_rgb.mp4"),
-    "bottomup": (("bottomup",), "multi_gray.mkv"),
-    "multi_class_bottomup": (("multi_class_bottomup",), "multi_rgb.mp4"),
-}
+# Each model type, on a video of its kind: scripts/check_format_exports.py's cases.
+CASES = scripts.load("check_format_exports.py").CASES
 # What each layout's instance positions are called.
 POSITIONS = ("points", "peaks")
 
