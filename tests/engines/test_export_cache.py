@@ -48,12 +48,6 @@ SUFFIXES = (".onnx", ".onnx.json")
 pytestmark = pytest.mark.usefixtures("private_cache_dir")
 
 
-# Each distinct export these tests ask for, made once for the module: what they look
-# at is when the cache exports and what it reads and writes, not the exporter, and an
-# export of the same model bytes with the same options gives the same graph.
-_GRAPHS: dict[tuple[Any, ...], bytes] = {}
-
-
 def _export_key(model: Any, kwargs: dict[str, Any]) -> tuple[Any, ...]:
     """What makes an export: the model folders (where and their bytes), the model's
     settings, the export options and the verification frames."""
@@ -76,25 +70,33 @@ def _export_key(model: Any, kwargs: dict[str, Any]) -> tuple[Any, ...]:
 
 class Exports:
     """Counts calls of `export_onnx_bytes` (the loader imports it at each export); each
-    distinct export is made by the real one once for the module (`_GRAPHS`)."""
+    distinct export is made by the real one once and kept in `graphs`, by `_export_key`."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, graphs: dict[tuple[Any, ...], bytes]):
         self.calls = 0
         real = exporter.export_onnx_bytes
 
         def counted(model, **kwargs):
             self.calls += 1
             key = _export_key(model, kwargs)
-            if key not in _GRAPHS:
-                _GRAPHS[key] = real(model, **kwargs)
-            return _GRAPHS[key]
+            if key not in graphs:
+                graphs[key] = real(model, **kwargs)
+            return graphs[key]
 
         monkeypatch.setattr(exporter, "export_onnx_bytes", counted)
 
 
+@pytest.fixture(scope="module")
+def graphs() -> dict[tuple[Any, ...], bytes]:
+    """Each distinct export these tests ask for, made once for the module: what they
+    look at is when the cache exports and what it reads and writes, not the exporter,
+    and an export of the same model bytes with the same options gives the same graph."""
+    return {}
+
+
 @pytest.fixture
-def exports(monkeypatch) -> Exports:
-    return Exports(monkeypatch)
+def exports(monkeypatch, graphs) -> Exports:
+    return Exports(monkeypatch, graphs)
 
 
 @pytest.fixture(scope="module")
