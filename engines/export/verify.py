@@ -211,14 +211,17 @@ def takes_channels(model: InferenceModel, exported: Exported, frames: np.ndarray
     """Whether the export agrees with torch on frames of the other channel count.
 
     Call it only after the export verified on the same frames with the native
-    channel count, so a refusal can only be about the channel count. Frames on
-    which the torch model finds no animals cannot show agreement: False.
+    channel count, so a refusal can only be about the channel count. The export must
+    agree on every frame, and the torch model must find animals on at least one
+    (frames without any cannot show agreement: False). Frames without animals
+    are part of ordinary batches (a check batch's grown canvas may leave a
+    top-down model none), so they are compared rather than refused.
 
     Raises:
         ExportError: the export raised something other than one of its refusals.
     """
     reference = torch_outputs(model, frames)
-    if not all(detections_per_frame(reference, len(frames))):
+    if not any(detections_per_frame(reference, len(frames))):
         return False
     try:
         actual = exported.run(frames)
