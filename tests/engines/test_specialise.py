@@ -7,7 +7,9 @@ the export cache keys them by the frame shape.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -36,8 +38,8 @@ def session(graph: bytes) -> ort.InferenceSession:
     return ort.InferenceSession(graph, providers=["CPUExecutionProvider"])
 
 
-def outputs(graph: bytes, frames: np.ndarray) -> dict[str, np.ndarray]:
-    run = session(graph)
+def outputs(graph: bytes | ort.InferenceSession, frames: np.ndarray) -> dict[str, np.ndarray]:
+    run = graph if isinstance(graph, ort.InferenceSession) else session(graph)
     names = [output.name for output in run.get_outputs()]
     return dict(zip(names, run.run(None, {"frames": frames}), strict=True))
 
@@ -51,15 +53,28 @@ def blob_frames(height: int, width: int, channels: int = 1) -> np.ndarray:
     return sample_frames(3, height, width, channels, seed=1)
 
 
-@pytest.fixture(scope="module", params=["topdown", "single_instance", "bottomup"])
-def model(request):
-    """A fixture model and its dynamic graph, which takes 1- and 3-channel frames."""
-    paths = {"topdown": TOPDOWN, "single_instance": SINGLE, "bottomup": [MODELS / "bottomup"]}
-    inference_model = load_inference_model(paths[request.param]).eval()
-    dynamic, _ = trace_to_onnx(
-        inference_model, blob_frames(*TRAINING_SIZE), DEFAULT_OPSET, dynamic_channels=True
-    )
-    return inference_model, dynamic
+@pytest.fixture(scope="session")
+def built_models():
+    """name -> a fixture model and a session of its dynamic graph (which takes 1- and
+    3-channel frames), built once per process: every shape's test of a model shares
+    them, however the tests are ordered or spread over workers."""
+
+    @functools.cache
+    def build(name: str) -> tuple[Any, ort.InferenceSession]:
+        paths = {"topdown": TOPDOWN, "single_instance": SINGLE, "bottomup": [MODELS / "bottomup"]}
+        inference_model = load_inference_model(paths[name]).eval()
+        dynamic, _ = trace_to_onnx(
+            inference_model, blob_frames(*TRAINING_SIZE), DEFAULT_OPSET, dynamic_channels=True
+        )
+        return inference_model, session(dynamic)
+
+    return build
+
+
+@pytest.fixture(params=["topdown", "single_instance", "bottomup"])
+def model(request, built_models):
+    """A fixture model and a session of its dynamic graph."""
+    return built_models(request.param)
 
 
 # At the training size the top-down centroid model's input scale 0.5 and, at twice
