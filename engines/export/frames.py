@@ -42,8 +42,9 @@ from pathlib import Path
 import attrs
 import numpy as np
 
-from sleap_live.engines.errors import ExportError
+from sleap_live.engines.errors import ExportError, ModelConfigError
 from sleap_live.engines.host.frames import VideoFrames, convert_channels
+from sleap_live.engines.load.training_config import read_yaml
 
 # Frames read from training labels, and the size of the synthetic ones.
 FRAMES_WANTED = 5
@@ -233,12 +234,9 @@ def _stacked(given: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
 
 def _configured_labels(model_dir: Path) -> list[Path]:
     """The labels files the model directory's training config names, where they exist."""
-    import yaml
-
-    config_path = model_dir / TRAINING_CONFIG
     try:
-        config = yaml.safe_load(config_path.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        config = read_yaml(model_dir / TRAINING_CONFIG)
+    except ModelConfigError:
         return []  # no config here, or one the model loader reports on
     data = config.get("data_config") if isinstance(config, dict) else None
     if not isinstance(data, dict):

@@ -501,6 +501,9 @@ def test_unreadable_yaml(tmp_path):
     (tmp_path / "training_config.yaml").write_text("- just\n- a list\n")
     with pytest.raises(ModelConfigError, match="the document is not a mapping"):
         read_training_config(tmp_path)
+    (tmp_path / "training_config.yaml").write_bytes(b"model_config: \xff\xfe\n")
+    with pytest.raises(ModelConfigError, match=r"training_config\.yaml: not UTF-8 text"):
+        read_training_config(tmp_path)
 
 
 @pytest.mark.parametrize(
