@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from sleap_live.engines.host.frames import VideoFrames
+from sleap_live.engines.host.frames import DeferredFrames, VideoFrames
 from sleap_live.engines.load.dirs import refuse_unrun_models
 from sleap_live.engines.runners.base import Runner
 from sleap_live.stream.errors import SourceError
@@ -61,13 +61,16 @@ def load_for_source(
 
     An export made on demand is verified on frames of the source's video file
     spread over its length (`spread_frames`), read at the source's bit depth
-    (`source_video`), among which the exporter picks those with animals; a
-    camera, network stream or iterator has no such file, and its export is
-    verified on the model's training-label frames (`load_runner`'s default).
+    (`source_video`) only if something needs them (an export, the CPU engine
+    choice, a precision check: not a warm start), among which the exporter picks
+    those with animals; a camera, network stream or iterator has no such file,
+    and its export is verified on the model's training-label frames
+    (`load_runner`'s default).
     ``verify_frames`` or ``verify=False`` in `load_options` override this.
 
     Raises:
-        SourceError: the source's video has no frames to verify on.
+        SourceError: the source's video has no frames to verify on (when they are
+            read).
         UnsupportedModelError: a model is of a kind sleap-live does not run (told
             before any frame is read).
     """
@@ -92,14 +95,28 @@ def source_video(source: Source | SourceGroup) -> Path | None:
     return first.video_file
 
 
-def verify_frames_of(source: Source | SourceGroup) -> np.ndarray | None:
-    """Frames spread over `source`'s video (`source_video`, `spread_frames`) at its
-    bit depth, or None where it reads no video file."""
+def verify_frames_of(source: Source | SourceGroup) -> DeferredFrames | None:
+    """Frames spread over `source`'s video (`source_video`, `deferred_spread_frames`)
+    at its bit depth, read when first needed, or None where it reads no video file."""
     video = source_video(source)
     if video is None:
         return None
     first = source.sources[0] if isinstance(source, SourceGroup) else source
-    return spread_frames(video, bit_depth=first.bit_depth)
+    return DeferredFrames(
+        first.frame_shape, lambda: spread_frames(video, bit_depth=first.bit_depth)
+    )
+
+
+def deferred_spread_frames(video: Path, *, bit_depth: int | None = None) -> DeferredFrames:
+    """`spread_frames` of `video`, read when something first needs them (a warm start,
+    its export and engine choice cached, never does); the video is opened now.
+
+    Raises:
+        SourceNotFoundError, SourceError: the video is missing or unreadable.
+    """
+    with FileSource(video, bit_depth=bit_depth) as probe:
+        frame_shape = probe.frame_shape
+    return DeferredFrames(frame_shape, lambda: spread_frames(video, bit_depth=bit_depth))
 
 
 def spread_frames(

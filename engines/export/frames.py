@@ -43,7 +43,12 @@ import attrs
 import numpy as np
 
 from sleap_live.engines.errors import ExportError, ModelConfigError
-from sleap_live.engines.host.frames import VideoFrames, convert_channels
+from sleap_live.engines.host.frames import (
+    DeferredFrames,
+    VideoFrames,
+    convert_channels,
+    given_frames,
+)
 from sleap_live.engines.load.training_config import read_yaml
 
 # Frames read from training labels, and the size of the synthetic ones.
@@ -105,7 +110,7 @@ class VerificationFrames:
 
 def verification_frames(
     channels: int,
-    given: np.ndarray | Sequence[np.ndarray] | None = None,
+    given: np.ndarray | Sequence[np.ndarray] | DeferredFrames | None = None,
     model_dirs: Sequence[str | Path] = (),
 ) -> VerificationFrames:
     """The frames to verify on, from the first source that has any (module docstring).
@@ -113,8 +118,8 @@ def verification_frames(
     Args:
         channels: the model's input channel count; frames are converted to it.
         given: uint8 (N, H, W, C) frames (`VideoFrames` name their video, and the
-            note and the metadata then name it too), or a sequence of such batches
-            of one frame size, or None.
+            note and the metadata then name it too), a sequence of such batches of
+            one frame size, `DeferredFrames` (read now), or None.
         model_dirs: the model directories whose training labels to look in.
 
     Raises:
@@ -122,6 +127,7 @@ def verification_frames(
             or not all of one size.
         ExportError: a training labels file exists but cannot be read.
     """
+    given = given_frames(given)
     if given is not None:
         frames = convert_channels(_stacked(given), channels)
         video = given.video if isinstance(given, VideoFrames) else None

@@ -23,6 +23,7 @@ import attrs
 import numpy as np
 
 from sleap_live.engines.errors import EngineError, ExportError, ModelConfigError
+from sleap_live.engines.host.frames import DeferredFrames
 from sleap_live.engines.load.export_cache import (
     CacheKey,
     ExportCache,
@@ -199,14 +200,18 @@ class SpecialisedGraphExports:
         return self._graphs[shape]
 
     def prepare(self, frames: Any, notify: Notify = notice) -> None:
-        """Makes the graph for the shape of `frames` (a uint8 (B, H, W, C) array) now.
+        """Makes the graph for the shape of `frames` (a uint8 (B, H, W, C) array, or
+        `DeferredFrames`, which are not read) now.
 
         Made while loading rather than on the first batch, which a camera waits for;
         a failure is a notice (that shape then runs the general graph).
         """
-        if not (isinstance(frames, np.ndarray) and frames.ndim == 4):
+        if isinstance(frames, DeferredFrames):
+            shape = frames.frame_shape
+        elif isinstance(frames, np.ndarray) and frames.ndim == 4:
+            shape = (int(frames.shape[1]), int(frames.shape[2]), int(frames.shape[3]))
+        else:
             return
-        shape = (int(frames.shape[1]), int(frames.shape[2]), int(frames.shape[3]))
         try:
             self.graph(shape)
         except EngineError as error:

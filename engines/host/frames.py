@@ -6,7 +6,7 @@ numpy), so the ONNX runners stay usable in a torch-free deployment.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,41 @@ from sleap_live.engines.errors import InputMismatchError
 
 # Frames given to verify an export on: uint8 (N, H, W, C), or batches of them of one size.
 Frames = np.ndarray | Sequence[np.ndarray]
+
+
+class DeferredFrames:
+    """Verification frames read when something first needs their pixels.
+
+    A run on a video file verifies an export on frames spread over the video
+    (`sleap_live.stream.runner.spread_frames`): up to two seconds of seeking and
+    decoding at 1024 x 1024 that a warm start, with its export, specialised graph
+    and CPU engine choice all cached, never looks at. The frame shape (what the
+    specialised graph and the engine choice are keyed by) is known without them.
+
+    Args:
+        frame_shape: (height, width, channels) of every frame.
+        read: reads the frames, uint8 (N, H, W, C); called once, on first use.
+    """
+
+    def __init__(self, frame_shape: tuple[int, int, int], read: Callable[[], np.ndarray]) -> None:
+        self.frame_shape = frame_shape
+        self._read = read
+        self._frames: np.ndarray | None = None
+
+    def read(self) -> np.ndarray:
+        """The frames, read now on the first call."""
+        if self._frames is None:
+            self._frames = self._read()
+        return self._frames
+
+    def __repr__(self) -> str:
+        state = "unread" if self._frames is None else f"{len(self._frames)} read"
+        return f"DeferredFrames(frame_shape={self.frame_shape}, {state})"
+
+
+def given_frames(frames: Frames | DeferredFrames | None) -> Frames | None:
+    """`frames` as pixels: deferred frames read now, others as they are."""
+    return frames.read() if isinstance(frames, DeferredFrames) else frames
 
 
 class VideoFrames(np.ndarray[Any, np.dtype[np.uint8]]):

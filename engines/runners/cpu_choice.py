@@ -45,6 +45,7 @@ import attrs
 import numpy as np
 
 from sleap_live.engines.errors import ModelConfigError
+from sleap_live.engines.host.frames import DeferredFrames, given_frames
 from sleap_live.engines.notify import Notify
 from sleap_live.engines.optional import openvino_installed
 from sleap_live.engines.runners.base import Runner
@@ -98,7 +99,7 @@ def choose_cpu_runner(
     onnx_runner: Callable[[], OnnxRuntimeRunner],
     openvino_runner: Callable[[], OpenVINORunner],
     *,
-    frames: np.ndarray | None,
+    frames: np.ndarray | DeferredFrames | None,
     threads: int | None,
     cache_dir: Path | None,
     notice: Notify = LOG.warning,
@@ -108,7 +109,8 @@ def choose_cpu_runner(
     Args:
         model: the sleap-live ONNX export (path or bytes) both runners run.
         onnx_runner, openvino_runner: make each runner.
-        frames: uint8 (N, H, W, C) frames to time on, or None.
+        frames: uint8 (N, H, W, C) frames to time on, or None; `DeferredFrames` are
+            read only when the choice is not cached.
         threads: the thread count both runners were given (part of the key).
         cache_dir: sleap-live's cache directory; None measures without keeping it.
         notice: where the one-line choice goes.
@@ -126,11 +128,17 @@ def choose_cpu_runner(
         choice = CpuChoice(ONNX, None, None, (), "no verification frames to time OpenVINO on")
         notice(choice.line())
         return onnx
-    frames = np.asarray(frames)
-    path = (
-        None if cache_dir is None else cache_dir / FOLDER / f"{_key(model, frames, threads)}.json"
+    frame_shape = (
+        frames.frame_shape
+        if isinstance(frames, DeferredFrames)
+        else tuple(np.asarray(frames).shape[1:])
     )
-    cached = _cached(path, tuple(frames.shape))
+    path = (
+        None
+        if cache_dir is None
+        else cache_dir / FOLDER / f"{_key(model, frame_shape, threads)}.json"
+    )
+    cached = _cached(path, frame_shape)
     if cached is not None:
         notice(cached.line())
         if cached.engine == ONNX:
@@ -143,6 +151,7 @@ def choose_cpu_runner(
         notice(CpuChoice(ONNX, None, None, (), f"OpenVINO cannot run this graph: {error}").line())
         return onnx
     runners: dict[str, OnnxRuntimeRunner | OpenVINORunner] = {ONNX: onnx, OPENVINO: openvino}
+    frames = np.asarray(given_frames(frames))
     timings = measure(runners, frames)
     engine = OPENVINO if timings[OPENVINO] < MARGIN * timings[ONNX] else ONNX
     choice = CpuChoice(
@@ -172,12 +181,12 @@ def measure(
     return {name: 1000 * statistics.median(t) / len(frames) for name, t in times.items()}
 
 
-def _key(model: str | Path | bytes, frames: np.ndarray, threads: int | None) -> str:
+def _key(model: str | Path | bytes, frame_shape: tuple[int, ...], threads: int | None) -> str:
     # The file's bytes, not its parsed graph: parsing needs `onnx`, whose import alone
     # costs most of a warm start. A re-export (new metadata) is measured once more.
     digest = hashlib.sha256(model if isinstance(model, bytes) else Path(model).read_bytes())
     parts = {
-        "frame_shape": list(frames.shape[1:]),
+        "frame_shape": list(frame_shape),
         "threads": threads,
         "cpu": _cpu_name(),
         "cores": os.cpu_count(),
@@ -202,8 +211,9 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def _cached(path: Path | None, frames: tuple[int, ...]) -> CpuChoice | None:
-    """The stored choice, or None when there is none or it cannot be read."""
+def _cached(path: Path | None, frame_shape: tuple[int, ...]) -> CpuChoice | None:
+    """The stored choice, or None when there is none or it cannot be read; it names
+    the batch it was timed on (entries from before that was kept: the frame shape)."""
     if path is None or not path.is_file():
         return None
     try:
@@ -215,7 +225,7 @@ def _cached(path: Path | None, frames: tuple[int, ...]) -> CpuChoice | None:
             engine,
             float(record["onnx_ms"]),
             float(record["openvino_ms"]),
-            frames,
+            tuple(int(n) for n in record.get("frames", frame_shape)),
             "measured earlier, cached",
         )
     except (OSError, ValueError, KeyError, TypeError):
@@ -224,7 +234,12 @@ def _cached(path: Path | None, frames: tuple[int, ...]) -> CpuChoice | None:
 
 def _store(path: Path, choice: CpuChoice) -> None:
     """Keeps the choice; a cache that cannot be written only costs a new measurement."""
-    record = {"engine": choice.engine, "onnx_ms": choice.onnx_ms, "openvino_ms": choice.openvino_ms}
+    record = {
+        "engine": choice.engine,
+        "onnx_ms": choice.onnx_ms,
+        "openvino_ms": choice.openvino_ms,
+        "frames": list(choice.frames),
+    }
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")

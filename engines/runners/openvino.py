@@ -42,7 +42,12 @@ from sleap_live.engines.errors import (
     RuntimeUnavailableError,
 )
 from sleap_live.engines.host.compare import pose_difference
-from sleap_live.engines.host.frames import as_numpy, convert_channels
+from sleap_live.engines.host.frames import (
+    DeferredFrames,
+    as_numpy,
+    convert_channels,
+    given_frames,
+)
 from sleap_live.engines.host.outputs import INSTANCE_AXIS, INSTANCE_LIST, output_spec
 from sleap_live.engines.host.postprocess import decode
 from sleap_live.engines.load.metadata import METADATA_KEY, ExportMetadata
@@ -146,8 +151,9 @@ class OpenVINORunner:
         precision: "fp32" (the default; agrees with ONNX Runtime to float32
             rounding) or "bf16" (explicit only; needs `check_frames`).
         threads: OpenVINO's `INFERENCE_NUM_THREADS`; None keeps its default.
-        check_frames: uint8 (N, H, W, C) frames that show animals; with "bf16",
-            run at both precisions at load and compared (`precision_check`).
+        check_frames: uint8 (N, H, W, C) frames that show animals (or
+            `DeferredFrames`); with "bf16", run at both precisions at load and
+            compared (`precision_check`).
         cache_dir: OpenVINO's compiled-model cache (`CACHE_DIR`), so a later
             start skips most of the compilation; None compiles every time.
         notice: where the bf16 comparison line goes.
@@ -170,7 +176,7 @@ class OpenVINORunner:
         *,
         precision: str = DEFAULT_PRECISION,
         threads: int | None = None,
-        check_frames: np.ndarray | None = None,
+        check_frames: np.ndarray | DeferredFrames | None = None,
         cache_dir: str | Path | None = None,
         notice: Notify = LOG.warning,
     ) -> None:
@@ -211,7 +217,7 @@ class OpenVINORunner:
         if precision != DEFAULT_PRECISION:
             assert check_frames is not None
             reference = _compile(core, graph, DEFAULT_PRECISION, config).create_infer_request()
-            self.precision_check = self._compare(reference, check_frames)
+            self.precision_check = self._compare(reference, np.asarray(given_frames(check_frames)))
             notice(self.precision_check.line())
 
     def run(self, frames: Any, *, stream: Any = None) -> list[FramePoses]:

@@ -29,7 +29,7 @@ from sleap_live.engines.settings import (
     LEGACY_POSTPROCESSES,
     InferenceSettings,
 )
-from sleap_live.stream.runner import load_for_source, spread_frames
+from sleap_live.stream.runner import deferred_spread_frames, load_for_source
 from sleap_live.stream.sources import DECODERS, Source, is_url
 from sleap_live.stream.sources.group import SourceGroup
 
@@ -461,7 +461,7 @@ def load_model(
     """
     verify = verify_options(args)
     if isinstance(verify_on, Path) and verify.get("verify") and "verify_frames" not in verify:
-        verify["verify_frames"] = spread_frames(verify_on)
+        verify["verify_frames"] = deferred_spread_frames(verify_on)
     with loading_status(console, quiet=quiet) as progress:
         options = {
             "engine": args.engine,
@@ -493,7 +493,7 @@ def verify_options(args: argparse.Namespace) -> dict[str, Any]:
     if not args.verify:
         return {"verify": False}
     if args.verify_video is not None:
-        return {"verify": True, "verify_frames": spread_frames(args.verify_video)}
+        return {"verify": True, "verify_frames": deferred_spread_frames(args.verify_video)}
     return {"verify": True}
 
 

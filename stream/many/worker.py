@@ -40,7 +40,7 @@ from sleap_live.stream.outputs.guard import check_outputs
 from sleap_live.stream.outputs.provenance import model_records
 from sleap_live.stream.outputs.writers import DEFAULT_SAVE_INTERVAL, OutputOptions
 from sleap_live.stream.pipeline import Pipeline
-from sleap_live.stream.runner import spread_frames
+from sleap_live.stream.runner import deferred_spread_frames
 from sleap_live.stream.sources import open_source
 from sleap_live.stream.tracking.settings import TrackingSettings
 
@@ -294,7 +294,9 @@ class VideoWorker:
             verify: dict[str, Any] = {"verify": options.verify}
             if options.verify:
                 frames_of = Path(options.verify_video or video)
-                verify["verify_frames"] = spread_frames(frames_of, bit_depth=options.bit_depth)
+                verify["verify_frames"] = deferred_spread_frames(
+                    frames_of, bit_depth=options.bit_depth
+                )
             runner = load_runner(
                 list(options.models),
                 engine=options.engine,

@@ -406,6 +406,27 @@ def test_cli_caches_in_cache_dir_and_a_warm_run_needs_no_torch(tmp_path, clip, c
     assert "poses:" in warm.stderr and (tmp_path / "warm.slp").is_file()
 
 
+def test_a_warm_run_reads_no_verification_frames(tmp_path, clip, monkeypatch, exports):
+    # The frames spread over the video verify a first export; a run whose export and
+    # specialised graph are cached never decodes them (seconds of seeking at 1024 px).
+    from sleap_live.stream import runner as stream_runner
+
+    read: list[Path] = []
+    spread = stream_runner.spread_frames
+
+    def counted(video: Path, *args: Any, **kwargs: Any) -> Any:
+        read.append(video)
+        return spread(video, *args, **kwargs)
+
+    monkeypatch.setattr(stream_runner, "spread_frames", counted)
+    cache = tmp_path / "cache"
+    argv = ["run", str(clip), "-m", str(SINGLE), "--engine", "onnx", "--cache-dir", str(cache)]
+    assert main([*argv, "-q", "-o", str(tmp_path / "first.slp")]) == 0
+    assert read == [clip] and exports.calls == 1
+    assert main([*argv, "-q", "-o", str(tmp_path / "warm.slp")]) == 0
+    assert read == [clip] and exports.calls == 1
+
+
 def test_cli_no_cache_exports_without_the_cache(tmp_path, clip, capsys, exports):
     cache = tmp_path / "cache"
     argv = ["run", str(clip), "-m", str(SINGLE), "--engine", "onnx", "--no-verify"]

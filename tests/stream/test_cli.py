@@ -31,6 +31,7 @@ from scipy.optimize import linear_sum_assignment
 
 from sleap_live import cli, engines
 from sleap_live.cli import export as cli_export
+from sleap_live.engines.host.frames import DeferredFrames
 from sleap_live.engines.runners import load as engines_api
 from sleap_live.stream import OutputOptions, Pipeline, open_source
 from sleap_live.stream.runner import SPREAD_FRAMES, spread_indices
@@ -121,7 +122,10 @@ def test_runs_verify_an_in_memory_export_on_frames_spread_over_their_video(
     first, replayed, given, skipped = fake_engine.options
     for options, clip, n_frames in ((first, video, 40), (replayed, video, 40), (given, other, 12)):
         assert options["verify"] is True
-        frames = options["verify_frames"]
+        deferred = options["verify_frames"]
+        # Read only when the load needs them (not on a warm start), in the video's shape.
+        assert isinstance(deferred, DeferredFrames) and deferred.frame_shape == (24, 32, 1)
+        frames = deferred.read()
         assert frames.dtype == np.uint8
         # A clip of at most SPREAD_FRAMES frames gives them all; a longer one, frames
         # spread over it, first frame first.
@@ -145,8 +149,10 @@ def test_pipeline_loads_model_paths_as_run_does(replay, video, tmp_path, fake_en
     assert (cli_models, cli_runtime) == (api_models, api_runtime) == (["m"], ["auto", "auto"])
     from_cli, from_pipeline = fake_engine.options
     assert from_cli["verify"] is from_pipeline.get("verify", True) is True
-    assert from_cli["verify_frames"].shape == (SPREAD_FRAMES, 24, 32, 1)
-    np.testing.assert_array_equal(from_pipeline["verify_frames"], from_cli["verify_frames"])
+    assert from_cli["verify_frames"].read().shape == (SPREAD_FRAMES, 24, 32, 1)
+    np.testing.assert_array_equal(
+        from_pipeline["verify_frames"].read(), from_cli["verify_frames"].read()
+    )
 
 
 def test_a_pipeline_on_a_camera_or_iterator_verifies_on_the_training_labels(fake_engine, fakes):
