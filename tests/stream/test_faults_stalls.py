@@ -184,7 +184,12 @@ def test_a_video_stream_whose_writer_stops_is_reported_stalled(fakes, tmp_path):
     os.mkfifo(stream)
 
     def write() -> None:
-        with av.open(str(stream), "w", format="matroska") as container:
+        # The pipe is opened here, where waiting for the reader releases the GIL;
+        # PyAV's own open would wait holding it, and the reader could never come.
+        with (
+            open(stream, "wb", buffering=0) as pipe,
+            av.open(pipe, "w", format="matroska") as container,
+        ):
             video = container.add_stream("ffv1", rate=30)
             video.width, video.height, video.pix_fmt = 32, 24, "gray"
             for index in range(40):
