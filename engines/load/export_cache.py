@@ -59,7 +59,12 @@ from typing import Any
 
 import attrs
 
-from sleap_live.engines.load.metadata import METADATA_KEY, ExportMetadata, sidecar_path
+from sleap_live.engines.load.metadata import (
+    DEFAULT_OPSET,
+    METADATA_KEY,
+    ExportMetadata,
+    sidecar_path,
+)
 from sleap_live.engines.load.spec import (
     CHECKPOINT,
     LEGACY_TRAINING_CONFIG,
@@ -91,6 +96,11 @@ class CacheKey:
     parts: Mapping[str, Any]
 
 
+# The export options' defaults (`export_onnx_bytes`'s): an option given as its default
+# is the same export as one left out, so both key the same entry.
+EXPORT_DEFAULTS: dict[str, Any] = {"opset": DEFAULT_OPSET, "verify": True}
+
+
 def cache_key(
     paths: Sequence[Path],
     export_options: Mapping[str, Any],
@@ -116,9 +126,8 @@ def cache_key(
         models = sorted(_model_digests(Path(path)) for path in paths)
     except OSError:
         return None
-    options = {
-        name: _plain(value) for name, value in export_options.items() if name != "verify_frames"
-    }
+    given = {name: value for name, value in export_options.items() if name != "verify_frames"}
+    options = {name: _plain(value) for name, value in {**EXPORT_DEFAULTS, **given}.items()}
     parts = {
         "models": [{TRAINING_CONFIG: config, CHECKPOINT: ckpt} for config, ckpt in models],
         "sleap_live_version": package_version() if version is None else version,

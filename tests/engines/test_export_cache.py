@@ -31,7 +31,7 @@ from sleap_live.engines.load.export_cache import (
     cache_key,
     with_embedded_key,
 )
-from sleap_live.engines.load.metadata import sidecar_path
+from sleap_live.engines.load.metadata import DEFAULT_OPSET, sidecar_path
 from sleap_live.engines.runners.load import load_runner
 from sleap_live.stream.runner import first_frames
 
@@ -158,6 +158,15 @@ def test_key_ignores_the_verification_frames_and_the_directories_order(frames):
     plain = cache_key([CENTROID, CENTERED], {"verify": True})
     framed = cache_key([CENTERED, CENTROID], {"verify": True, "verify_frames": frames})
     assert plain is not None and framed is not None and plain.digest == framed.digest
+
+
+def test_options_given_as_their_defaults_key_the_same_entry():
+    # `sleap-live run` passes verify=True; `load_runner(dirs)` leaves it out: one export.
+    left_out = cache_key([SINGLE], {})
+    assert left_out is not None
+    for given in ({"verify": True}, {"opset": DEFAULT_OPSET}, {"verify": True, "opset": 17}):
+        assert cache_key([SINGLE], given).digest == left_out.digest, given
+    assert cache_key([SINGLE], {"verify": False}).digest != left_out.digest
 
 
 def test_key_follows_the_code_that_builds_the_graph(monkeypatch):
