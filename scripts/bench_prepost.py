@@ -52,7 +52,7 @@ from sleap_live.engines.graph.network import Network, build_network
 from sleap_live.engines.graph.networks import load_model_network
 from sleap_live.engines.graph.preprocess import PreprocessConfig, frame_input, network_input
 from sleap_live.engines.load.dirs import read_model_dir
-from sleap_live.engines.load.spec import ModelSpec
+from sleap_live.engines.load.spec import CROP_MODEL_TYPES, ModelSpec
 from sleap_live.engines.runners.load import load_runner
 from sleap_live.engines.runners.onnx_session import create_session
 
@@ -232,7 +232,7 @@ def networks_alone(
     specs = [read_model_dir(path) for path in dirs]
     runs = []
     for spec in specs:
-        if spec.model_type == "centered_instance":
+        if spec.model_type in CROP_MODEL_TYPES:  # the instance stage of a top-down pair
             if crops == 0:
                 continue
             size = spec.preprocess.crop_size

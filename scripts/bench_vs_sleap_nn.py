@@ -65,6 +65,7 @@ from typing import Any
 
 import numpy as np
 import sleap_io as sio
+from bench_prepost import networks_alone, timed
 from fixtures import media
 from rich.console import Console
 from rich.table import Table
@@ -92,6 +93,8 @@ PIXEL_FRAMES = 64
 WORST_FRAMES = 8
 # sleap-live's default batch size for files (`sleap-live run`).
 LIVE_BATCH = 8
+# Timed batches of the engine and of its networks alone, in alternation (median).
+NETWORK_ROUNDS = 7
 TOOLS = ("sleap-nn torch", "sleap-nn onnx", "sleap-live")
 MARK_START = "<!-- bench_vs_sleap_nn: start -->"
 MARK_END = "<!-- bench_vs_sleap_nn: end -->"
@@ -319,10 +322,27 @@ def sleap_live_warm(
             "verified": verify,
             "engine_fps": engine["fps"],
             "warm_fps": recorded["fps"],
+            "networks_ms": networks_ms(case, runner, frames[: batch or LIVE_BATCH]),
             "frames": frames,
         }
     finally:
         runner.close()
+
+
+def networks_ms(case: Case, runner: Any, batch: np.ndarray) -> float:
+    """Milliseconds per frame of the model's networks alone (ONNX Runtime fp32, no pre-
+    or postprocessing) at the engine's shapes on `batch`: a top-down model's instance
+    network on as many crops as the engine finds animals (sleap-nn keeps every
+    centroid); the floor no tool running these networks goes under
+    (`scripts/bench_prepost.py`). Timed in alternation with the engine, median."""
+    crops = sum(len(poses.points) for poses in runner.run(batch))
+    networks = networks_alone(case.model_type, case.models, batch, crops, None)
+    networks()
+    times = []
+    for _ in range(NETWORK_ROUNDS):
+        runner.run(batch)
+        times.append(timed(networks))
+    return 1000 * float(np.median(times)) / len(batch)
 
 
 def read_poses(slp: Path) -> dict[int, np.ndarray]:
@@ -475,6 +495,7 @@ def rows(results: list[dict[str, Any]]) -> list[list[str]]:
                     _fmt(run["whole_fps"] / onnx_fps, 2),
                     _fmt(run.get("warm_fps")),
                     _fmt(run.get("engine_fps")),
+                    _fmt(over_networks(run, result.get("frames")), 2),
                     "reference" if agree is None else f"{agree['instances_matched']:.3f}",
                     "" if agree is None else _fmt(agree["median_px"], 4),
                     "" if agree is None else _fmt(agree["p99_px"], 4),
@@ -484,6 +505,15 @@ def rows(results: list[dict[str, Any]]) -> list[list[str]]:
                 ]
             )
     return out
+
+
+def over_networks(run: dict[str, Any], frames: int | None) -> float | None:
+    """A whole process's time over its networks' alone on the clip (sleap-live's row),
+    or None where they were not timed."""
+    networks = run.get("networks_ms")
+    if networks is None or not frames:
+        return None
+    return float(run["whole_s"]) / (frames * networks / 1000)
 
 
 def _pixels(check: dict[str, Any]) -> str:
@@ -504,6 +534,7 @@ COLUMNS = (
     "x onnx predict",
     "warm fps",
     "engine-only fps",
+    "whole / networks",
     "instances matched",
     "median px",
     "p99 px",

@@ -201,3 +201,17 @@ def test_the_table_names_an_unverified_engine():
     result = {"model": "m", "frame": "8x8x1", "runs": runs, "same_pixels": pixels}
     names = [row[2] for row in bench.rows([result])]
     assert names == ["sleap-nn torch", "sleap-nn onnx", "sleap-live (OnnxRunner, unverified)"]
+
+
+def test_the_table_gives_sleap_lives_whole_process_over_its_networks_alone():
+    runs = {tool: {"whole_s": 11.5, "whole_fps": 100.0} for tool in bench.TOOLS}
+    runs["sleap-live"].update(engine="OnnxRunner", networks_ms=10.0)
+    pixels = {"frames": 1, "identical": 1, "max_levels": 0}
+    result = {"model": "m", "frame": "8x8x1", "frames": 1000, "runs": runs, "same_pixels": pixels}
+    column = bench.COLUMNS.index("whole / networks")
+    # 11.5 s over 1,000 frames of 10 ms each.
+    assert [row[column] for row in bench.rows([result])] == [
+        bench._fmt(None),
+        bench._fmt(None),
+        "1.15",
+    ]
