@@ -72,7 +72,10 @@ def cached_or_exported(
     Returns:
         What `load` made, and whether its graph came from the cache.
     """
-    key = None if cache is None else cache_key(paths, export_options, settings=settings)
+    # Verified unless told otherwise (`export_onnx_bytes`): `verify=True` given is the
+    # same export as `verify` left out, and keys the same entry.
+    keyed = {"verify": True, **export_options}
+    key = None if cache is None else cache_key(paths, keyed, settings=settings)
     if cache is None or key is None:
         onnx_bytes = exported_onnx(paths, export_options, progress, "exporting model", settings)
         return load(onnx_bytes), False

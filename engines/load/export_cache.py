@@ -96,9 +96,10 @@ class CacheKey:
     parts: Mapping[str, Any]
 
 
-# The export options' defaults (`export_onnx_bytes`'s): an option given as its default
-# is the same export as one left out, so both key the same entry.
-EXPORT_DEFAULTS: dict[str, Any] = {"opset": DEFAULT_OPSET, "verify": True}
+# Defaults of the export options every graph has: given as its default, an option is
+# the same export as one left out, so both key the same entry. (The general graph's
+# `verify` default is filled in by export on demand: a specialised graph has none.)
+EXPORT_DEFAULTS: dict[str, Any] = {"opset": DEFAULT_OPSET}
 
 
 def cache_key(

@@ -160,13 +160,20 @@ def test_key_ignores_the_verification_frames_and_the_directories_order(frames):
     assert plain is not None and framed is not None and plain.digest == framed.digest
 
 
-def test_options_given_as_their_defaults_key_the_same_entry():
+def test_the_default_opset_given_keys_the_same_entry_as_none_given():
+    left_out = cache_key([SINGLE], {"verify": True})
+    given = cache_key([SINGLE], {"verify": True, "opset": DEFAULT_OPSET})
+    assert left_out is not None and given is not None and given.digest == left_out.digest
+    assert cache_key([SINGLE], {"verify": True, "opset": 18}).digest != left_out.digest
+
+
+def test_verify_given_as_its_default_hits_the_entry_of_a_load_without_it(tmp_path, exports):
     # `sleap-live run` passes verify=True; `load_runner(dirs)` leaves it out: one export.
-    left_out = cache_key([SINGLE], {})
-    assert left_out is not None
-    for given in ({"verify": True}, {"opset": DEFAULT_OPSET}, {"verify": True, "opset": 17}):
-        assert cache_key([SINGLE], given).digest == left_out.digest, given
-    assert cache_key([SINGLE], {"verify": False}).digest != left_out.digest
+    for options in ({}, {"verify": True}):
+        load_runner([SINGLE], engine="onnx", cache_dir=tmp_path, **options).close()
+    assert exports.calls == 1
+    load_runner([SINGLE], engine="onnx", cache_dir=tmp_path, verify=False).close()
+    assert exports.calls == 2
 
 
 def test_key_follows_the_code_that_builds_the_graph(monkeypatch):

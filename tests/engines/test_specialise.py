@@ -264,7 +264,10 @@ def test_the_cache_keys_static_graphs_by_frame_shape(tmp_path):
     graphs = SpecialisedGraphExports(SINGLE, {"verify": False}, cache, lambda step: None)
     keys = {shape: graphs.key(shape) for shape in [(168, 200, 1), (200, 168, 1), (168, 200, 3)]}
     assert len({key.digest for key in keys.values()}) == 3
-    assert keys[(168, 200, 1)].parts["export"] == {"static_frame_shape": [168, 200, 1]}
+    assert keys[(168, 200, 1)].parts["export"] == {
+        "opset": DEFAULT_OPSET,
+        "static_frame_shape": [168, 200, 1],
+    }
     # The dynamic graph's verification does not make another static graph; the opset does.
     verified = SpecialisedGraphExports(SINGLE, {"verify": True}, cache, lambda step: None)
     assert verified.key((168, 200, 1)) == keys[(168, 200, 1)]
