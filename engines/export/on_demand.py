@@ -72,10 +72,7 @@ def cached_or_exported(
     Returns:
         What `load` made, and whether its graph came from the cache.
     """
-    # Verified unless told otherwise (`export_onnx_bytes`): `verify=True` given is the
-    # same export as `verify` left out, and keys the same entry.
-    keyed = {"verify": True, **export_options}
-    key = None if cache is None else cache_key(paths, keyed, settings=settings)
+    key = None if cache is None else general_graph_key(paths, export_options, settings)
     if cache is None or key is None:
         onnx_bytes = exported_onnx(paths, export_options, progress, "exporting model", settings)
         return load(onnx_bytes), False
@@ -95,6 +92,15 @@ def cached_or_exported(
     )
     cache.write(key, onnx_bytes)
     return load(onnx_bytes), False
+
+
+def general_graph_key(
+    paths: Sequence[Path], export_options: dict[str, Any], settings: InferenceSettings
+) -> CacheKey | None:
+    """The cache key of the model directories' general (dynamic) graph. It is verified
+    unless told otherwise (`export_onnx_bytes`), so `verify=True` given keys the same
+    entry as `verify` left out."""
+    return cache_key(paths, {"verify": True, **export_options}, settings=settings)
 
 
 def exported_onnx(

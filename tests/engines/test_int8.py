@@ -16,14 +16,16 @@ import pytest
 
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.export import quantise
+from sleap_live.engines.export.on_demand import general_graph_key
 from sleap_live.engines.export.quantise import INT8_FOLDER, network_nodes
 from sleap_live.engines.host.compare import pose_difference
-from sleap_live.engines.load.export_cache import ExportCache, cache_key
+from sleap_live.engines.load.export_cache import ExportCache
 from sleap_live.engines.notify import quiet
 from sleap_live.engines.runners import int8 as int8_module
 from sleap_live.engines.runners.int8 import Int8Check
 from sleap_live.engines.runners.load import load_runner
 from sleap_live.engines.runners.onnx import OnnxRunner
+from sleap_live.engines.settings import InferenceSettings
 from sleap_live.stream.sources import FileSource
 from tests.committed import require
 from tests.engines import goldens
@@ -75,7 +77,7 @@ def quantised(warm_export_cache, tmp_path_factory):
 def _shared_export(cache_root: Path) -> bytes:
     """The fixture's float32 export, from the session's shared cache (exported and
     verified once for the whole suite; `verify_frames` is no part of the key)."""
-    key = cache_key([Path(m) for m in _models()], {})
+    key = general_graph_key([Path(m) for m in _models()], {}, InferenceSettings())
     assert key is not None
     onnx_bytes = ExportCache(cache_root, quiet).read(key)
     assert onnx_bytes is not None, "the warm export cache holds every fixture case"
