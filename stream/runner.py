@@ -102,20 +102,25 @@ def verify_frames_of(source: Source | SourceGroup) -> DeferredFrames | None:
     if video is None:
         return None
     first = source.sources[0] if isinstance(source, SourceGroup) else source
-    return DeferredFrames(
-        first.frame_shape, lambda: spread_frames(video, bit_depth=first.bit_depth)
-    )
+    return deferred_spread_frames(video, bit_depth=first.bit_depth, frame_shape=first.frame_shape)
 
 
-def deferred_spread_frames(video: Path, *, bit_depth: int | None = None) -> DeferredFrames:
+def deferred_spread_frames(
+    video: Path,
+    *,
+    bit_depth: int | None = None,
+    frame_shape: tuple[int, int, int] | None = None,
+) -> DeferredFrames:
     """`spread_frames` of `video`, read when something first needs them (a warm start,
-    its export and engine choice cached, never does); the video is opened now.
+    its export and engine choice cached, never does). Without `frame_shape` (a source
+    reading `video` knows it), the video is opened now to learn it.
 
     Raises:
         SourceNotFoundError, SourceError: the video is missing or unreadable.
     """
-    with FileSource(video, bit_depth=bit_depth) as probe:
-        frame_shape = probe.frame_shape
+    if frame_shape is None:
+        with FileSource(video, bit_depth=bit_depth) as probe:
+            frame_shape = probe.frame_shape
     return DeferredFrames(frame_shape, lambda: spread_frames(video, bit_depth=bit_depth))
 
 

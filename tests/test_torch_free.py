@@ -16,12 +16,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import av
 import numpy as np
 import pytest
 import sleap_io as sio
 
 from tests.committed import require
+from tests.stream.many_videos import cut_clips
 
 TESTS = Path(__file__).resolve().parent
 BLOCKER = TESTS / "torch_blocker.py"
@@ -70,17 +70,10 @@ Poses = dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 @pytest.fixture(scope="session")
 def clip(tmp_path_factory) -> Path:
-    """The first `VIDEO_FRAMES` frames of VIDEO, as VIDEO stores them (FFV1, gray):
-    decoded, the same pixels."""
+    """The first `VIDEO_FRAMES` frames of VIDEO, lossless and gray as VIDEO stores
+    them: decoded, the same pixels."""
     require(VIDEO)
-    path = tmp_path_factory.mktemp("clip") / VIDEO.name
-    with av.open(str(VIDEO)) as source, av.open(str(path), "w") as target:
-        decoded = source.streams.video[0]
-        stream = target.add_stream("ffv1", rate=decoded.average_rate)
-        stream.width, stream.height, stream.pix_fmt = decoded.width, decoded.height, "gray"
-        for frame in itertools.islice(source.decode(decoded), VIDEO_FRAMES):
-            target.mux(stream.encode(av.VideoFrame.from_ndarray(frame.to_ndarray(), "gray")))
-        target.mux(stream.encode())
+    (path,) = cut_clips(tmp_path_factory.mktemp("clip"), {VIDEO.stem: (0, VIDEO_FRAMES)}, VIDEO)
     return path
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import grp
 import hashlib
-import itertools
 import json
 import os
 import pwd
@@ -17,7 +16,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import av
 import numpy as np
 import pytest
 
@@ -34,6 +32,7 @@ from sleap_live.engines.load.export_cache import (
 from sleap_live.engines.load.metadata import DEFAULT_OPSET, sidecar_path
 from sleap_live.engines.runners.load import load_runner
 from sleap_live.stream.runner import first_frames
+from tests.stream.many_videos import cut_clips
 
 DATA = Path(__file__).parents[1] / "data"
 SINGLE = DATA / "models" / "single_instance"
@@ -392,14 +391,7 @@ def test_a_changed_version_misses(cached, exports, monkeypatch):
 @pytest.fixture
 def clip(tmp_path) -> Path:
     """The first 10 frames of the single-instance fixture video."""
-    path = tmp_path / "clip.mkv"
-    with av.open(str(VIDEO)) as source, av.open(str(path), "w") as target:
-        stream = target.add_stream("ffv1", rate=30)
-        stream.width, stream.height, stream.pix_fmt = 200, 168, "gray"
-        for frame in itertools.islice(source.decode(video=0), 10):
-            image = frame.to_ndarray(format="gray")
-            target.mux(stream.encode(av.VideoFrame.from_ndarray(image, format="gray")))
-        target.mux(stream.encode())
+    (path,) = cut_clips(tmp_path, {"clip": (0, 10)}, VIDEO)
     return path
 
 
