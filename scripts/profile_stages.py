@@ -50,6 +50,7 @@ from sleap_live.engines.export.exporter import export_onnx_bytes, export_special
 from sleap_live.engines.graph.build import load_inference_model
 from sleap_live.engines.host.frames import convert_channels
 from sleap_live.engines.host.postprocess import decode
+from sleap_live.engines.ort_options import session_options
 from sleap_live.engines.runners.onnx import OnnxRunner
 from sleap_live.engines.runners.onnx_session import create_session
 from sleap_live.engines.runners.specialise import FrameShape
@@ -191,10 +192,7 @@ def profile_graph(
         (ms per frame by stage, the costliest nodes as (ms per frame, stage, op, name),
         the profiled runs' wall time in ms per frame).
     """
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options = session_options()
     optimised = workdir / "optimised.onnx"
     options.optimized_model_filepath = str(optimised)
     session = ort.InferenceSession(onnx_bytes, options, providers=["CPUExecutionProvider"])

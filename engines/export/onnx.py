@@ -36,6 +36,7 @@ from sleap_live.engines.load.metadata import (
     ExportMetadata,
 )
 from sleap_live.engines.optional import ORT_INSTALL_HINT
+from sleap_live.engines.ort_options import session_options
 
 
 def trace_to_onnx(
@@ -110,7 +111,7 @@ def onnx_exported(onnx_bytes: bytes, notes: tuple[str, ...] = ()) -> Exported:
         InvalidArgument,
     )
 
-    options = ort.SessionOptions()
+    options = session_options()
     # A graph that refuses a probe frame is an expected outcome, not an error to log.
     options.log_severity_level = 4
     session = ort.InferenceSession(onnx_bytes, options, providers=["CPUExecutionProvider"])

@@ -21,6 +21,7 @@ from sleap_live.engines.errors import (
 )
 from sleap_live.engines.host.outputs import BATCH_AXIS, INSTANCE_AXIS
 from sleap_live.engines.optional import GPU_INSTALL_HINT, ORT_INSTALL_HINT
+from sleap_live.engines.ort_options import session_options
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
@@ -268,12 +269,7 @@ def create_session(
         if _provider_name(provider) == TENSORRT and cache:
             Path(cache).mkdir(parents=True, exist_ok=True)
 
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    # Idle operator threads would otherwise spin for a while after every run,
-    # taking the cores that decode and the pipeline's other stages need.
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options = session_options()
     if intra_op_threads is not None:
         options.intra_op_num_threads = intra_op_threads
     source = model if isinstance(model, bytes) else str(model)

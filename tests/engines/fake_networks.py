@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
+from sleap_live.engines.ort_options import session_options
+
 
 class SampledNetwork(torch.nn.Module):
     """Confidence maps that are the input sampled on the output grid; see the module docstring."""
@@ -88,7 +90,7 @@ def export_and_run(
         },
         opset_version=17,
     )
-    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(path, session_options(), providers=["CPUExecutionProvider"])
     return [session.run(names, {"frames": frames.numpy()}) for frames in inputs]
 
 

@@ -24,6 +24,7 @@ from sleap_live.engines.graph.networks import build_model_network, load_model_ne
 from sleap_live.engines.load.backbone_specs import ConvNextSpec, SwinTSpec
 from sleap_live.engines.load.dirs import read_model_dir
 from sleap_live.engines.load.training_config import read_training_config
+from sleap_live.engines.ort_options import session_options
 from tests.committed import require
 from tests.engines import test_spec
 
@@ -161,7 +162,7 @@ def test_swin_onnx_graph_runs_at_any_size(tmp_path):
         opset_version=17,
         dynamo=False,
     )
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(str(path), session_options(), providers=["CPUExecutionProvider"])
     for shape in [(2, 1, 64, 64), (1, 1, 192, 224), (1, 1, 32, 288)]:
         x = torch.rand(shape)
         with torch.inference_mode():

@@ -21,6 +21,7 @@ from sleap_live.engines.host.grouping import ClassMapGrouper, PafGrouper
 from sleap_live.engines.host.postprocess import decode
 from sleap_live.engines.load.metadata import info_from_dict, info_to_dict
 from sleap_live.engines.load.spec import HeadSpec, ModelSpec, PreprocessSpec, UNetSpec
+from sleap_live.engines.ort_options import session_options
 from sleap_live.engines.types import Skeleton
 
 SKELETON = Skeleton(("head", "neck", "body", "tail"), ((0, 1), (1, 2), (2, 3)))
@@ -372,7 +373,9 @@ def test_onnx_export_matches_torch_at_two_frame_sizes(tmp_path):
         max_peaks_per_node=6,
     )
     path = export_inference_model(model, tmp_path / "bottomup.onnx")
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    session = onnxruntime.InferenceSession(
+        str(path), session_options(), providers=["CPUExecutionProvider"]
+    )
     grouper = PafGrouper.from_info(model.info)
 
     for shape in ((2, 96, 128, 1), (1, 75, 141, 1)):

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from sleap_live.engines.graph import crops
+from sleap_live.engines.ort_options import session_options
 
 
 @pytest.mark.parametrize(
@@ -119,7 +120,9 @@ def test_static_windows_are_the_same_in_onnx_runtime():
         input_names=["images", "inds", "origins"],
         dynamic_axes={"images": {0: "batch"}, "inds": {0: "n"}, "origins": {0: "n"}},
     )
-    session = ort.InferenceSession(buffer.getvalue(), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        buffer.getvalue(), session_options(), providers=["CPUExecutionProvider"]
+    )
     for count in (25, 1, 0):
         feed = {"images": images, "inds": sample_inds[:count], "origins": origins[:count]}
         (got,) = session.run(None, feed)

@@ -16,6 +16,7 @@ from sleap_live.engines.graph.network import Network, build_network
 from sleap_live.engines.graph.networks import load_model_network
 from sleap_live.engines.load.dirs import read_model_dir
 from sleap_live.engines.load.spec import HeadSpec, ModelSpec, PreprocessSpec, UNetSpec
+from sleap_live.engines.ort_options import session_options
 from sleap_live.engines.types import Skeleton
 
 MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
@@ -321,7 +322,9 @@ def test_onnx_export_with_dynamic_size(model_type, unet):
         opset_version=17,
         dynamo=False,
     )
-    session = ort.InferenceSession(buffer.getvalue(), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        buffer.getvalue(), session_options(), providers=["CPUExecutionProvider"]
+    )
     for shape in [(2, 1, 48, 80), (1, 1, 96, 32)]:
         x = torch.rand(shape)
         got = session.run(None, {"image": x.numpy()})
@@ -354,7 +357,7 @@ def test_sigmoid_heads_keep_saturated_values_in_onnx():
     x = torch.linspace(-40, 40, 2 * 16 * 16).reshape(1, 2, 16, 16)
     buffer = io.BytesIO()
     torch.onnx.export(head, (x,), buffer, dynamo=False, input_names=["x"])
-    ours = ort.InferenceSession(buffer.getvalue()).run(None, {"x": x.numpy()})[0]
+    ours = ort.InferenceSession(buffer.getvalue(), session_options()).run(None, {"x": x.numpy()})[0]
     with torch.no_grad():
         expected = torch.sigmoid(head.conv(x)).numpy()
     assert (ours > 0).all()  # no flush to zero: saturated class maps must not tie

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from sleap_live.engines.graph import peaks
+from sleap_live.engines.ort_options import session_options
 
 
 def _gaussian(height: int, width: int, x: float, y: float, sigma: float, peak: float = 1.0):
@@ -182,7 +183,9 @@ def test_exported_local_peak_map_matches_torch_bit_for_bit_with_and_without_flat
     # The flat-top rule is one branch of an If, not run on maps without flat tops.
     ops = [node.op_type for node in onnx.load_from_string(buffer.getvalue()).graph.node]
     assert ops.count("If") == 1
-    session = ort.InferenceSession(buffer.getvalue(), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        buffer.getvalue(), session_options(), providers=["CPUExecutionProvider"]
+    )
     ran_flat_top_rule = []
     for cms in _map_cases():
         expected = [t.numpy() for t in peaks.local_peak_map(cms, 0.2)]

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from sleap_live.engines.errors import InputMismatchError
 from sleap_live.engines.graph import preprocess, resize
 from sleap_live.engines.graph.preprocess import PreprocessConfig
+from sleap_live.engines.ort_options import session_options
 
 
 def _random_frames(shape: tuple[int, ...], seed: int = 0) -> torch.Tensor:
@@ -98,7 +99,7 @@ class TestResizeUint8:
                 return resize.resize_uint8_exportable(image, height // 2, width // 2)
 
         model = _onnx_of(Halve(), _random_frames((2, 1, 16, 12)), {0: "b", 2: "h", 3: "w"})
-        session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(model, session_options(), providers=["CPUExecutionProvider"])
         for shape in ((0, 1, 16, 12), (3, 1, 20, 10), (0, 1, 9, 7)):
             image = _random_frames(shape, seed=sum(shape))
             (got,) = session.run(None, {"image": image.numpy()})
@@ -186,7 +187,7 @@ class TestWholeFactorPass:
                 return resize.resize_uint8(image, 60, 66, static=True)
 
         model = _onnx_of(Halve(), _random_frames((1, 1, 120, 132)), {0: "batch"})
-        session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(model, session_options(), providers=["CPUExecutionProvider"])
         for batch, seed in ((3, 1), (1, 2), (0, 3)):
             image = _random_frames((batch, 1, 120, 132), seed=seed)
             (got,) = session.run(None, {"image": image.numpy()})
@@ -323,7 +324,7 @@ class TestFrameInput:
             dynamic_axes={"frames": {0: "b", 1: "h", 2: "w", 3: "c"}},
             opset_version=17,
         )
-        session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(path, session_options(), providers=["CPUExecutionProvider"])
         for shape in ((2, 77, 151, 3), (1, 200, 130, 1), (1, 90, 120, 3)):
             frames = _random_frames(shape, seed=sum(shape))
             expected = [t.numpy() for t in model(frames)]

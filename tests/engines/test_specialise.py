@@ -24,6 +24,7 @@ from sleap_live.engines.export.onnx import trace_to_onnx
 from sleap_live.engines.graph.build import load_inference_model
 from sleap_live.engines.load.export_cache import ExportCache
 from sleap_live.engines.load.metadata import DEFAULT_OPSET
+from sleap_live.engines.ort_options import session_options
 from sleap_live.engines.runners.load import load_runner
 from sleap_live.engines.runners.specialise import SpecialisedSessions, differing_output
 
@@ -35,7 +36,7 @@ TRAINING_SIZE = (168, 200)
 
 
 def session(graph: bytes) -> ort.InferenceSession:
-    return ort.InferenceSession(graph, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(graph, session_options(), providers=["CPUExecutionProvider"])
 
 
 def outputs(graph: bytes | ort.InferenceSession, frames: np.ndarray) -> dict[str, np.ndarray]:

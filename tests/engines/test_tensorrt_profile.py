@@ -24,6 +24,7 @@ from sleap_live.engines.graph.resize import _resize_tables, resize_tables, resiz
 from sleap_live.engines.host.outputs import INSTANCE_SLOTS, output_axes, output_names
 from sleap_live.engines.host.postprocess import decode
 from sleap_live.engines.load.metadata import ExportMetadata, read_onnx_metadata
+from sleap_live.engines.ort_options import session_options
 from sleap_live.engines.runners.onnx import BoundIO, OnnxRunner
 from sleap_live.engines.settings import InferenceSettings
 from sleap_live.engines.types import ModelInfo, Skeleton
@@ -235,7 +236,7 @@ def test_tensorrt_profile_export_is_lint_clean_fixed_shape_and_preallocated(
     # preallocates all of them.
     import onnxruntime as ort
 
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(str(path), session_options(), providers=["CPUExecutionProvider"])
     layout = output_axes(metadata.info.model_type, metadata.output_layout)
     binding = BoundIO(session, "cpu", output_axes=layout)
     assert set(binding._output_buffers(3)) == set(metadata.output_names)

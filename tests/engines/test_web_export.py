@@ -29,6 +29,7 @@ from sleap_live.engines.export.web_runtime import RUNTIME_ENV, onnxruntime_web_d
 from sleap_live.engines.host.frames import convert_channels
 from sleap_live.engines.host.postprocess import decode
 from sleap_live.engines.load.metadata import read_onnx_metadata
+from sleap_live.engines.ort_options import session_options
 from sleap_live.stream.runner import first_frames
 from tests.browser import CHROMIUM, Browser
 from tests.engines.goldens import DATA
@@ -110,7 +111,9 @@ def test_the_page_matches_onnx_runtime_draws_offers_the_poses_and_plays_files(we
 
     model_path = web_folder / "model.onnx"
     metadata = read_onnx_metadata(model_path)
-    session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        str(model_path), session_options(), providers=["CPUExecutionProvider"]
+    )
     channels = metadata.info.input_channels
     worst = 0.0
     compared = 0
