@@ -46,6 +46,7 @@ from sleap_live.engines.export.torchscript import (
 from sleap_live.engines.export.verify import (
     Exported,
     detections_per_frame,
+    other_channels_reference,
     takes_channels,
     torch_outputs,
     verify_batch,
@@ -347,19 +348,32 @@ def _export_profiled(
                 )
             return records
 
+        # A fixed-shape graph's channel count is fixed; the host converts frames of
+        # the other. Else the graph takes either count if it converts the other
+        # count's frames as torch does, which frames without animals cannot show.
+        other = 1 if native == 3 else 3
+        other_frames = None if fixed_shape else _checking(notify, other, batches[-1])
+        other_reference = (
+            None if other_frames is None else other_channels_reference(model, other_frames)
+        )
         payload, exported = _trace(
-            model, format, batches[0], opset, dynamic_channels=not fixed_shape, notify=notify
+            model,
+            format,
+            batches[0],
+            opset,
+            dynamic_channels=other_reference is not None,
+            notify=notify,
         )
         verification = verified(exported)
-        other = 1 if native == 3 else 3
-        if fixed_shape:
-            # Its channel count is fixed; the host converts frames of the other.
-            input_channels = (native,)
-        elif takes_channels(model, exported, _checking(notify, other, batches[-1])):
+        if (
+            other_frames is not None
+            and other_reference is not None
+            and takes_channels(exported, other_frames, other_reference)
+        ):
             input_channels = (1, 3)
         else:
             input_channels = (native,)
-            if format == "onnx":
+            if other_reference is not None and format == "onnx":
                 notify("re-exporting with a fixed channel count")
                 payload, exported = _trace(
                     model, format, batches[0], opset, dynamic_channels=False, notify=notify

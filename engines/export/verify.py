@@ -14,9 +14,11 @@ Two kinds of check:
 - `verify_batch`: the export must agree. A runtime error, a shape or NaN-mask
   difference or a difference above `TOLERANCE` is an `ExportError`.
 - `takes_channels`: whether the export also converts the other channel count
-  (1 vs 3) itself. Disagreement is an answer here, not an error, and so is the
-  runtime refusing the input (`Exported.refusals`) once the same export has
-  verified on the native channel count; anything else raised propagates.
+  (1 vs 3) itself, against torch's outputs on such frames
+  (`other_channels_reference`, which torch must find animals in). Disagreement
+  is an answer here, not an error, and so is the runtime refusing the input
+  (`Exported.refusals`) once the same export has verified on the native channel
+  count; anything else raised propagates.
 """
 
 from __future__ import annotations
@@ -207,22 +209,28 @@ def verify_batch(
     }
 
 
-def takes_channels(model: InferenceModel, exported: Exported, frames: np.ndarray) -> bool:
-    """Whether the export agrees with torch on frames of the other channel count.
+def other_channels_reference(model: InferenceModel, frames: np.ndarray) -> Outputs | None:
+    """The torch model's outputs on `frames` of the other channel count, which
+    `takes_channels` compares an export with; None where they show no animals on
+    any frame, as no export can then show that it converts them (so the exporter
+    traces a graph of one channel count from the start, not twice)."""
+    reference = torch_outputs(model, frames)
+    return reference if any(detections_per_frame(reference, len(frames))) else None
+
+
+def takes_channels(exported: Exported, frames: np.ndarray, reference: Outputs) -> bool:
+    """Whether the export agrees with torch (`reference`, from
+    `other_channels_reference`) on `frames` of the other channel count.
 
     Call it only after the export verified on the same frames with the native
     channel count, so a refusal can only be about the channel count. The export must
-    agree on every frame, and the torch model must find animals on at least one
-    (frames without any cannot show agreement: False). Frames without animals
-    are part of ordinary batches (a check batch's grown canvas may leave a
-    top-down model none), so they are compared rather than refused.
+    agree on every frame. Frames without animals are part of ordinary batches (a
+    check batch's grown canvas may leave a top-down model none), so they are
+    compared rather than refused.
 
     Raises:
         ExportError: the export raised something other than one of its refusals.
     """
-    reference = torch_outputs(model, frames)
-    if not any(detections_per_frame(reference, len(frames))):
-        return False
     try:
         actual = exported.run(frames)
     except exported.refusals:
