@@ -6,7 +6,7 @@ sleeps. On a machine whose cores are all free that saves a wake-up per operator;
 on one where another process holds a core, the spinning threads take the CPU time
 the thread still working needs, every operator waits for the slowest of them, and
 throughput falls by 3 to 10 times from one run to the next (ONNX Runtime, told not
-to spin in `onnx_session.create_session`, stays steady). `OMP_WAIT_POLICY=PASSIVE`
+to spin in `sleap_live.engines.ort_options`, stays steady). `OMP_WAIT_POLICY=PASSIVE`
 makes idle threads sleep at once: steady under load, at the price of a wake-up per
 operator on an idle machine (see scripts/bench_engines.py `--busy-core`).
 
