@@ -1,9 +1,10 @@
 """An exported `.onnx` runs end to end on a host without torch.
 
 Each run happens in a subprocess started through `tests/torch_blocker.py`, where
-importing torch fails as it does where torch is not installed. The exports are made
-here, with torch, from the fixture models (`sleap_live.engines.export_model`); the
-runs without torch must write the same poses as the same run with torch importable.
+importing torch fails as it does where torch is not installed. The exports are the
+fixture models' graphs in the session's warm export cache (exported with torch,
+here, once for the suite); the runs without torch must write the same poses as the
+same run with torch importable.
 Top-down groups instances inside the graph; bottom-up groups them on the host
 (`sleap_live.engines.host.grouping`), so both paths are covered.
 """
@@ -11,7 +12,6 @@ Top-down groups instances inside the graph; bottom-up groups them on the host
 from __future__ import annotations
 
 import functools
-import itertools
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +21,7 @@ import pytest
 import sleap_io as sio
 
 from tests.committed import require
+from tests.engines import goldens
 from tests.stream.many_videos import cut_clips
 
 TESTS = Path(__file__).resolve().parent
@@ -32,7 +33,6 @@ VIDEO = DATA / "videos" / "multi_gray.mkv"
 # path is exercised on a few dozen frames as on the whole video, in a fraction of
 # the time of its six runs.
 VIDEO_FRAMES = 60
-VERIFY_FRAMES = 5  # first frames of VIDEO the exports are verified on
 MODELS = {"topdown": ("centroid", "centered_instance"), "bottomup": ("bottomup",)}
 # Generous upper bound for one subprocess, only so that a hang fails the test.
 HANG_TIMEOUT_S = 600
@@ -78,20 +78,18 @@ def clip(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def onnx_export(tmp_path_factory):
-    """name -> a sleap-live ONNX export of that fixture model, made once per session."""
-    from sleap_live.engines import export_model
-    from sleap_live.stream.sources import FileSource
-
+def onnx_export(tmp_path_factory, warm_export_cache):
+    """name -> a sleap-live ONNX export of that fixture case (`MODELS`), as a file: the
+    graph the session's warm export cache holds, exported with torch and verified on
+    VIDEO's first frames once for the whole suite."""
     folder = tmp_path_factory.mktemp("onnx_exports")
 
     @functools.cache
     def export(name: str) -> Path:
-        models = [DATA / "models" / model for model in MODELS[name]]
-        require(*models, VIDEO)
-        with FileSource(VIDEO) as source:
-            frames = np.stack([frame.image for frame in itertools.islice(source, VERIFY_FRAMES)])
-        return export_model(models, folder / f"{name}.onnx", verify_frames=frames)
+        assert goldens.case_paths(name)[:2] == ([DATA / "models" / m for m in MODELS[name]], VIDEO)
+        path = folder / f"{name}.onnx"
+        path.write_bytes(goldens.warm_export(name, warm_export_cache))
+        return path
 
     return export
 

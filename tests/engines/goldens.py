@@ -15,6 +15,11 @@ import attrs
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
+from sleap_live.engines.export.on_demand import general_graph_key
+from sleap_live.engines.load.export_cache import ExportCache
+from sleap_live.engines.notify import quiet
+from sleap_live.engines.settings import InferenceSettings
+
 DATA = Path(__file__).resolve().parents[1] / "data"
 
 # golden name -> (model dirs, test video, ground-truth file)
@@ -79,6 +84,18 @@ def case_paths(name: str) -> tuple[list[Path], Path, Path, Path]:
         DATA / "goldens" / f"{name}.npz",
         DATA / "ground_truth" / truth,
     )
+
+
+def warm_export(name: str, cache_root: Path) -> bytes:
+    """Case `name`'s general ONNX graph from the session's warm export cache
+    (`warm_export_cache` in tests/conftest.py, whose `cache_root` it is): exported and
+    verified once for the whole suite, as `sleap-live run` exports it."""
+    models, _, _, _ = case_paths(name)
+    key = general_graph_key(models, {}, InferenceSettings())
+    assert key is not None
+    onnx_bytes = ExportCache(cache_root, quiet).read(key)
+    assert onnx_bytes is not None, f"the warm export cache holds every fixture case ({name})"
+    return onnx_bytes
 
 
 @attrs.frozen

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from sleap_live.engines import export_model
 from sleap_live.engines.errors import ModelNotFoundError
 from sleap_live.engines.export.check_tensorrt import (
     DATA_DEPENDENT_RULE,
@@ -25,8 +22,8 @@ from sleap_live.engines.export.check_tensorrt import (
     exit_code,
     format_findings,
 )
+from tests.engines import goldens
 
-MODELS = Path(__file__).parents[1] / "data" / "models"
 U8, F32, F64, I64, BOOL = (
     TensorProto.UINT8,
     TensorProto.FLOAT,
@@ -436,20 +433,11 @@ def test_a_file_is_read_and_bad_files_raise_one_line_errors(tmp_path):
     assert "\n" not in str(error.value)
 
 
-EXPORTS = {
-    "single_instance": ["single_instance"],
-    "centroid": ["centroid"],
-    "topdown": ["centroid", "centered_instance"],
-    "bottomup": ["bottomup"],
-    "multi_class_bottomup": ["multi_class_bottomup"],
-    "multi_class_topdown": ["centroid", "multi_class_topdown"],
-}
-
-
 @pytest.mark.usefixtures("one_thread")
-@pytest.mark.parametrize("model_type", sorted(EXPORTS))
-def test_todays_exports_use_uint8_inside_and_float64(model_type, tmp_path):
-    path = export_model([MODELS / name for name in EXPORTS[model_type]], tmp_path, verify=False)
+@pytest.mark.parametrize("name", sorted(goldens.CASES))
+def test_todays_exports_use_uint8_inside_and_float64(name, tmp_path, warm_export_cache):
+    path = tmp_path / "model.onnx"
+    path.write_bytes(goldens.warm_export(name, warm_export_cache))
     findings = check_tensorrt(path)
     sources = {finding.source for finding in findings}
     assert UINT8_RULE in sources

@@ -16,16 +16,12 @@ import pytest
 
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.export import quantise
-from sleap_live.engines.export.on_demand import general_graph_key
 from sleap_live.engines.export.quantise import INT8_FOLDER, network_nodes
 from sleap_live.engines.host.compare import pose_difference
-from sleap_live.engines.load.export_cache import ExportCache
-from sleap_live.engines.notify import quiet
 from sleap_live.engines.runners import int8 as int8_module
 from sleap_live.engines.runners.int8 import Int8Check
 from sleap_live.engines.runners.load import load_runner
 from sleap_live.engines.runners.onnx import OnnxRunner
-from sleap_live.engines.settings import InferenceSettings
 from sleap_live.stream.sources import FileSource
 from tests.committed import require
 from tests.engines import goldens
@@ -60,7 +56,7 @@ def quantised(warm_export_cache, tmp_path_factory):
     folder = tmp_path_factory.mktemp("int8_cache")
     lines: list[str] = []
     frames = _frames()[CALIBRATION]
-    onnx_bytes = _shared_export(warm_export_cache)
+    onnx_bytes = goldens.warm_export(CASE, warm_export_cache)
     fp32 = OnnxRunner(onnx_bytes, intra_op_threads=1)
     runner = int8_module.int8_runner(
         onnx_bytes,
@@ -72,16 +68,6 @@ def quantised(warm_export_cache, tmp_path_factory):
     yield runner, fp32, lines, onnx_bytes, folder
     runner.close()
     fp32.close()
-
-
-def _shared_export(cache_root: Path) -> bytes:
-    """The fixture's float32 export, from the session's shared cache (exported and
-    verified once for the whole suite; `verify_frames` is no part of the key)."""
-    key = general_graph_key([Path(m) for m in _models()], {}, InferenceSettings())
-    assert key is not None
-    onnx_bytes = ExportCache(cache_root, quiet).read(key)
-    assert onnx_bytes is not None, "the warm export cache holds every fixture case"
-    return onnx_bytes
 
 
 def test_int8_says_its_error_and_speed_up_at_load_and_keeps_close_to_fp32(quantised):
