@@ -310,10 +310,11 @@ def _onnx_runner(model, check_frames: list[np.ndarray]) -> Callable[[np.ndarray]
     import onnxruntime as ort
 
     from sleap_live.engines.export.exporter import export_inference_model
+    from sleap_live.engines.ort_options import session_options
 
     with tempfile.TemporaryDirectory() as directory:
         path = export_inference_model(model, directory, format="onnx", verify_frames=check_frames)
-        options = ort.SessionOptions()
+        options = session_options()
         options.intra_op_num_threads = 1
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     input_name = session.get_inputs()[0].name
