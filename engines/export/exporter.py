@@ -534,7 +534,7 @@ def export_file(output: str | Path, file_name: str, what: str) -> Path:
         return path
     if path.suffix:
         raise ValueError(f"{path}: {what} (or a directory)")
-    return path / file_name
+    return _in_folder(path, file_name)
 
 
 def export_folder(output: str | Path, what: str, holds_export: Callable[[Path], bool]) -> Path:
@@ -564,7 +564,18 @@ def _output_path(output: str | Path, format: str) -> Path:
         if output.suffix != suffix:
             raise ValueError(f"{output}: {format} exports are written to '{suffix}' files")
         return output
-    return output / f"model{suffix}"
+    return _in_folder(output, f"model{suffix}")
+
+
+def _in_folder(folder: Path, file_name: str) -> Path:
+    """`folder/file_name`, refused before anything is exported where `folder` is a file
+    (a video, say, given as the output): nothing is written over it or beside it."""
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(
+            f"{folder}: a file, not a folder; give a new '{Path(file_name).suffix}' path "
+            "or a folder"
+        )
+    return folder / file_name
 
 
 def _source_record(source: Path) -> dict[str, Any]:

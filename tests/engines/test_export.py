@@ -16,7 +16,11 @@ import torch
 
 from sleap_live.engines.errors import ExportError, ModelConfigError, ModelNotFoundError
 from sleap_live.engines.export import export_model
-from sleap_live.engines.export.exporter import export_inference_model, export_onnx_bytes
+from sleap_live.engines.export.exporter import (
+    export_file,
+    export_inference_model,
+    export_onnx_bytes,
+)
 from sleap_live.engines.export.frames import check_batches, sample_frames, verification_frames
 from sleap_live.engines.export.torchscript import load_torchscript, read_torchscript_metadata
 from sleap_live.engines.export.verify import TOLERANCE, Exported
@@ -232,6 +236,24 @@ def test_bad_arguments_are_rejected(tmp_path, toy_models):
     with pytest.raises(ValueError, match="no frames given"):
         export_inference_model(model, tmp_path, verify_frames=np.zeros((0, 8, 8, 3), np.uint8))
     assert not list(tmp_path.iterdir())
+
+
+def test_an_output_that_is_an_existing_file_is_refused_before_exporting(tmp_path, capsys):
+    from sleap_live import cli
+
+    video = tmp_path / "clip.mp4"
+    video.write_bytes(b"a user's video")
+    assert cli.main(["export", str(MODELS / "single_instance"), "-o", str(video)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"sleap-live: error: {video}: a file, not a folder; give a new '.onnx' path or a folder"
+    ]
+    notes = tmp_path / "notes"  # a file without a suffix: taken for a folder before
+    notes.write_bytes(b"a user's notes")
+    with pytest.raises(ValueError, match=r"notes: a file, not a folder; give a new '\.pt2' path"):
+        export_file(notes, "model.pt2", "a pt2 export is a '.pt2' file")
+    assert video.read_bytes() == b"a user's video"
+    assert notes.read_bytes() == b"a user's notes"
+    assert sorted(tmp_path.iterdir()) == [video, notes]
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
