@@ -10,8 +10,10 @@ the golden (same count, no point found by one side only), and the point distance
 median, 99th percentile and maximum; then exports the case's models with the
 "tensorrt" profile at the video's frame size and lints the graph with `check_tensorrt`.
 Exits non-zero unless every case has the same instances on at least 99.9 % of frames,
-a median within 1e-3 px, a 99th percentile within 0.05 px (issue #21's targets) and a
-lint-clean TensorRT-profile graph.
+a median within 1e-3 px, a 99th percentile within 0.05 px (issue #21's targets), agrees
+with the golden by the comparison rule (`sleap_live.engines.host.agreement`: float noise
+within the model graph's float32 bound, near-ties counted) and has a lint-clean
+TensorRT-profile graph.
 """
 
 from __future__ import annotations
@@ -79,13 +81,16 @@ def main() -> int:
             continue
         median, p99 = float(np.median(points)), float(np.percentile(points, 99))
         lint = tensorrt_lint(models, frames.shape[1:3])
+        bound = goldens.bound_of(tuple(models))
+        rule = goldens.agreement(run.poses, golden, bound, run.info.class_names)
         ok = same >= SAME_FRAMES and median <= MEDIAN_PX and p99 <= P99_PX and not lint
+        ok = ok and rule.agrees
         failures += not ok
         print(
             f"{'ok  ' if ok else 'FAIL'} {name} ({args.engine}): same instances on "
             f"{same:.2%} of {result.frames} frames; points median {median:.3g} px, "
             f"p99 {p99:.3g} px, max {points.max():.3g} px over {points.size} points; "
-            f"tensorrt-profile lint: {'; '.join(lint) if lint else 'clean'}"
+            f"tensorrt-profile lint: {'; '.join(lint) if lint else 'clean'}; {rule.summary()}"
         )
     return 1 if failures else 0
 

@@ -368,7 +368,7 @@ def _export_profiled(
         if (
             other_frames is not None
             and other_reference is not None
-            and takes_channels(exported, other_frames, other_reference)
+            and takes_channels(model, exported, other_frames, other_reference)
         ):
             input_channels = (1, 3)
         else:

@@ -131,7 +131,7 @@ def export_pt2(
             outputs = run_pt2(loaded, batch, metadata.output_names)
             records.append(
                 check_against_onnx_runtime(
-                    outputs, reference.run(batch), batch, source, export="the .pt2 program"
+                    model, outputs, reference.run(batch), batch, source, export="the .pt2 program"
                 )
             )
         metadata = attrs.evolve(metadata, verification=tuple(records))

@@ -83,6 +83,8 @@ class Converted:
         onnx_bytes: the default-profile ONNX graph the export is checked against.
         frames: the verification frames, fitted to the frame size.
         source: where the frames came from.
+        model: the torch inference model it was converted from (what a check
+            against ONNX Runtime compares by).
     """
 
     function: Any
@@ -90,6 +92,7 @@ class Converted:
     onnx_bytes: bytes
     frames: np.ndarray
     source: str
+    model: InferenceModel
 
 
 def export_saved_model(
@@ -141,6 +144,7 @@ def export_saved_model(
         notify(f"verifying {len(frames)} frames in TensorFlow against ONNX Runtime")
         outputs = run_saved_model(path, frames, metadata.output_names)
         check = check_against_onnx_runtime(
+            converted.model,
             outputs,
             onnx_exported(converted.onnx_bytes).run(frames),
             frames,
@@ -233,7 +237,7 @@ def convert_model(
         raise ExportError(
             f"the {model_type} model could not be converted to TensorFlow: {first_line(error)}"
         ) from error
-    return Converted(function, metadata, onnx_bytes, frames, source)
+    return Converted(function, metadata, onnx_bytes, frames, source, model)
 
 
 def save(tf: Any, function: Any, path: Path) -> None:

@@ -153,6 +153,7 @@ def export_tfjs(
         notify(f"verifying {len(frames)} frames in TF.js (Node) against ONNX Runtime")
         outputs = run_tfjs(path, frames, metadata.output_names, node_modules)
         check = check_against_onnx_runtime(
+            converted.model,
             outputs,
             onnx_exported(converted.onnx_bytes).run(frames),
             frames,

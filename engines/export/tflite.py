@@ -140,6 +140,7 @@ def export_tflite(
         notify(f"verifying {len(frames)} frames in LiteRT against ONNX Runtime")
         outputs = run_tflite(path, frames, metadata.output_names)
         check = check_against_onnx_runtime(
+            model,
             outputs,
             onnx_exported(onnx_bytes).run(frames),
             frames,

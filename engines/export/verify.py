@@ -2,17 +2,20 @@
 
 Tracing freezes any Python value computed from a shape, so an export is only
 trusted after it has run on frames of more than one size and batch size and
-given the torch module's outputs within `TOLERANCE`. A comparison of empty
-instance lists proves little, so the frames are chosen to show the model animals
-where any can be found (`sleap_live.engines.export.frames.with_animals`); each
-check records how many the model found in every frame (`detections_per_frame`),
-and a frame without any is compared all the same: a valid export is never
-refused for lack of animals.
+agreed with the torch module's outputs as float32 allows: by the comparison rule
+of `sleap_live.engines.host.agreement` (`compare`), which tells float noise (within
+the bound `sleap_live.engines.graph.fp32` derives from the graph) and near-ties
+(close calls decided the other way, counted) from real disagreements. A
+comparison of empty instance lists proves little, so the frames are chosen to
+show the model animals where any can be found
+(`sleap_live.engines.export.frames.with_animals`); each check records how many
+the model found in every frame (`detections_per_frame`), and a frame without any
+is compared all the same: a valid export is never refused for lack of animals.
 
 Two kinds of check:
 
-- `verify_batch`: the export must agree. A runtime error, a shape or NaN-mask
-  difference or a difference above `TOLERANCE` is an `ExportError`.
+- `verify_batch`: the export must agree. A runtime error or a real disagreement
+  is an `ExportError` that says what it saw.
 - `takes_channels`: whether the export also converts the other channel count
   (1 vs 3) itself, against torch's outputs on such frames
   (`other_channels_reference`, which torch must find animals in). Disagreement
@@ -33,11 +36,9 @@ import torch
 from sleap_live.engines.errors import ExportError
 from sleap_live.engines.export._quiet import first_line
 from sleap_live.engines.graph.base import InferenceModel
+from sleap_live.engines.graph.fp32 import graph_bound, measured_bound
+from sleap_live.engines.host.agreement import Agreement, compare_outputs
 from sleap_live.engines.host.postprocess import instance_list
-
-# Largest difference allowed between the export and the torch module, in output
-# units: pixels for coordinates, confidence for scores.
-TOLERANCE = 1e-3
 
 Outputs = dict[str, np.ndarray]
 
@@ -56,20 +57,6 @@ class Exported:
     run: Callable[[np.ndarray], Outputs]
     refusals: tuple[type[Exception], ...]
     tracer_notes: tuple[str, ...] = ()
-
-
-@attrs.frozen
-class Comparison:
-    """How an export's outputs differ from the torch module's on one batch.
-
-    Attributes:
-        max_abs_diff: largest absolute difference per output (NaNs excluded).
-        problems: one line per disagreement: a shape or NaN-mask difference, or
-            a difference above `TOLERANCE`; empty when the two agree.
-    """
-
-    max_abs_diff: dict[str, float]
-    problems: tuple[str, ...]
 
 
 def torch_outputs(model: InferenceModel, frames: np.ndarray) -> Outputs:
@@ -93,30 +80,52 @@ def detections_per_frame(outputs: Mapping[str, np.ndarray], batch: int) -> list[
     return [int(count) for count in np.bincount(frames, minlength=batch)[:batch]]
 
 
-def compare(reference: Outputs, actual: Mapping[str, np.ndarray]) -> Comparison:
-    """Compares every output of the torch module with the export's."""
+def compare(
+    model: InferenceModel,
+    frames: np.ndarray,
+    reference: Mapping[str, np.ndarray],
+    actual: Mapping[str, np.ndarray],
+) -> Agreement:
+    """The comparison rule for two runs of `model`'s graph on `frames`: the bound from
+    the graph first; where that is exceeded, the bound grown by the model's own float32
+    error on these frames (`graph.fp32`), so an ill-conditioned graph is not refused
+    for its rounding."""
+    info, batch = model.info, len(frames)
+    agreement = compare_outputs(reference, actual, graph_bound(model), info, batch)
+    if agreement.agrees:
+        return agreement
+    return compare_outputs(reference, actual, measured_bound(model, frames), info, batch)
+
+
+def verdict(
+    agreement: Agreement, reference: Outputs, actual: Mapping[str, np.ndarray]
+) -> dict[str, Any]:
+    """What a verification record says of one comparison: the outcome, the near-ties
+    it counted, the bound, and the largest absolute difference of each output whose
+    shape both runs share."""
+    return {
+        "agreement": agreement.outcome,
+        "ties": len(agreement.ties),
+        "bound": agreement.bound.describe(),
+        "max_abs_diff": max_abs_diffs(reference, actual),
+    }
+
+
+def max_abs_diffs(reference: Outputs, actual: Mapping[str, np.ndarray]) -> dict[str, float]:
+    """The largest absolute difference of each output (NaNs excluded) that both runs
+    give in one shape."""
     diffs: dict[str, float] = {}
-    problems: list[str] = []
     for name, expected in reference.items():
         got = np.asarray(actual[name])
         if got.shape != expected.shape:
-            problems.append(
-                f"output {name!r} has shape {got.shape} in the export but {expected.shape} in torch"
-            )
             continue
-        expected64, got64 = expected.astype(np.float64), got.astype(np.float64)
-        missing = np.isnan(expected64)
-        if not np.array_equal(missing, np.isnan(got64)):
-            problems.append(f"output {name!r} is NaN in different places")
-            continue
-        delta = np.abs(expected64[~missing] - got64[~missing])
-        diffs[name] = float(delta.max()) if delta.size else 0.0
-        if not diffs[name] <= TOLERANCE:
-            problems.append(f"{name} {diffs[name]:.3g}")
-    return Comparison(diffs, tuple(problems))
+        delta = np.abs(expected.astype(np.float64) - got.astype(np.float64))
+        diffs[name] = float(np.nanmax(delta, initial=0.0)) if delta.size else 0.0
+    return diffs
 
 
 def check_against_onnx_runtime(
+    model: InferenceModel,
     actual: Outputs,
     reference: Outputs,
     frames: np.ndarray,
@@ -129,6 +138,7 @@ def check_against_onnx_runtime(
     default graph, on `frames`; returns the verification record.
 
     Args:
+        model: the torch inference model both were made from (its bound, its decoding).
         actual: the converted export's outputs, by name.
         reference: ONNX Runtime's outputs of the default graph on the same frames.
         frames: the uint8 (B, H, W, C) frames both ran.
@@ -137,14 +147,14 @@ def check_against_onnx_runtime(
         runtime: what ran `actual`, for the record, where it is not torch.
 
     Raises:
-        ExportError: an output differs by more than `TOLERANCE` (or in shape or NaNs).
+        ExportError: the two disagree (`compare`).
     """
     shape = "×".join(str(n) for n in frames.shape)
-    comparison = compare(dict(reference), instance_list(actual))
-    if comparison.problems:
+    listed = dict(instance_list(actual))
+    agreement = compare(model, frames, reference, listed)
+    if not agreement.agrees:
         raise ExportError(
-            f"{export} differs from ONNX Runtime on {shape} frames by more than "
-            f"{TOLERANCE:g}: {', '.join(comparison.problems)}"
+            f"{export} differs from ONNX Runtime on {shape} frames: {agreement.summary()}"
         )
     instances = reference.get("instance_frame")
     record: dict[str, object] = {
@@ -154,7 +164,7 @@ def check_against_onnx_runtime(
     }
     if runtime is not None:
         record["runtime"] = runtime
-    return {**record, "frame_source": source, "max_abs_diff": comparison.max_abs_diff}
+    return {**record, "frame_source": source, **verdict(agreement, reference, listed)}
 
 
 def verify_batch(
@@ -176,11 +186,12 @@ def verify_batch(
 
     Returns:
         The verification record: frame shape, instances, detections per frame,
-        frame source and largest absolute difference per output.
+        frame source, the comparison's outcome, near-ties and bound, and the largest
+        absolute difference per output.
 
     Raises:
-        ExportError: the export raises on the frames, or its outputs differ from
-            torch's (shape, NaNs, > TOLERANCE).
+        ExportError: the export raises on the frames, or its outputs disagree with
+            torch's (`compare`); the message says what the comparison met.
     """
     shape = "×".join(str(n) for n in frames.shape)
     reference = torch_outputs(model, frames)
@@ -193,11 +204,11 @@ def verify_batch(
             f"the export of {label} fails on {shape} frames that the torch model accepts: "
             f"{first_line(error)}{hint}"
         ) from error
-    comparison = compare(reference, actual)
-    if comparison.problems:
+    agreement = compare(model, frames, reference, actual)
+    if not agreement.agrees:
         raise ExportError(
-            f"the export of {label} differs from the torch model on {shape} frames by more "
-            f"than {TOLERANCE:g}: {', '.join(comparison.problems)}{hint}"
+            f"the export of {label} differs from the torch model on {shape} frames: "
+            f"{agreement.summary()}{hint}"
         )
     instances = instance_list(reference).get("instance_frame")
     return {
@@ -205,7 +216,7 @@ def verify_batch(
         "instances": None if instances is None else int(instances.shape[0]),
         "detections": detections,
         "frame_source": source,
-        "max_abs_diff": comparison.max_abs_diff,
+        **verdict(agreement, reference, actual),
     }
 
 
@@ -218,7 +229,9 @@ def other_channels_reference(model: InferenceModel, frames: np.ndarray) -> Outpu
     return reference if any(detections_per_frame(reference, len(frames))) else None
 
 
-def takes_channels(exported: Exported, frames: np.ndarray, reference: Outputs) -> bool:
+def takes_channels(
+    model: InferenceModel, exported: Exported, frames: np.ndarray, reference: Outputs
+) -> bool:
     """Whether the export agrees with torch (`reference`, from
     `other_channels_reference`) on `frames` of the other channel count.
 
@@ -239,7 +252,7 @@ def takes_channels(exported: Exported, frames: np.ndarray, reference: Outputs) -
         raise ExportError(
             f"the export raised on {frames.shape[3]}-channel frames: {first_line(error)}"
         ) from error
-    return not compare(reference, actual).problems
+    return compare(model, frames, reference, actual).agrees
 
 
 def _tracer_hint(notes: Sequence[str]) -> str:

@@ -11,7 +11,7 @@ the browser's RGB frames to the model's channels itself, as sleap-live's host do
 The folder holds:
 
 - `graphs/HxW.onnx`: the graph of each frame size, each checked against the
-  default graph in ONNX Runtime at export time (`TOLERANCE`);
+  default graph in ONNX Runtime at export time (`verify.compare`);
 - `model.onnx`: the default graph (any frame size), verified against torch as for
   `--format onnx`, for other runtimes and as the reference; its metadata, with the
   checks of the size graphs, in `model.onnx.json`;
@@ -52,7 +52,7 @@ from sleap_live.engines.export.exporter import (
 )
 from sleap_live.engines.export.frames import verification_frames
 from sleap_live.engines.export.onnx import embedded_metadata, onnx_exported
-from sleap_live.engines.export.verify import TOLERANCE, compare
+from sleap_live.engines.export.verify import compare, verdict
 from sleap_live.engines.export.web_runtime import (
     ONNXRUNTIME_WEB_VERSION,
     copy_runtime,
@@ -148,13 +148,13 @@ def export_web(
         graph = export_specialised_onnx_bytes(model, (height, width, channels), opset=opset)
         frames = fitted_frames(candidates, (height, width))
         notify(f"checking the {height}x{width} graph against the default graph")
-        comparison = compare(reference.run(frames), onnx_exported(graph).run(frames))
-        if comparison.problems:
+        expected, got = reference.run(frames), onnx_exported(graph).run(frames)
+        agreement = compare(model, frames, expected, got)
+        if not agreement.agrees:
             raise ExportError(
-                f"the {height}x{width} graph differs from the default graph by more than "
-                f"{TOLERANCE:g}: {', '.join(comparison.problems)}"
+                f"the {height}x{width} graph differs from the default graph: {agreement.summary()}"
             )
-        checks.append({"frames": list(frames.shape), "max_abs_diff": comparison.max_abs_diff})
+        checks.append({"frames": list(frames.shape), **verdict(agreement, expected, got)})
         graphs[(height, width)] = graph
     notify(f"writing {folder}")
     metadata = attrs.evolve(embedded_metadata(onnx_bytes), format=FORMAT)

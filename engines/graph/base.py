@@ -107,5 +107,11 @@ class InferenceModel(torch.nn.Module):
         finally:
             self.set_profile(previous[0]).set_static(previous[1]).set_branch_free(previous[2])
 
+    def peak_cells_px(self) -> tuple[float, ...]:
+        """The frame pixels one confidence-map cell spans, for each stage whose peaks
+        place the points (a top-down model's centroids place its crops): how far
+        float32 rounding of the maps can move a refined point (`graph.fp32`)."""
+        raise NotImplementedError
+
     def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
         raise NotImplementedError

@@ -144,6 +144,9 @@ class _BottomUpBase(InferenceModel):
         # by its offset-refinement head where it has one, SLEAP 1.x's coordinates.
         self.sleap1 = sleap1
 
+    def peak_cells_px(self) -> tuple[float, ...]:
+        return (self.confmap_stride / self.input_scale,)
+
     def _peak_settings(self) -> dict[str, Any]:
         return {
             "max_peaks_per_node": self.max_peaks_per_node,

@@ -107,6 +107,11 @@ class CentroidStage(torch.nn.Module):
         ladder = sleap1_grid_to_image if self.sleap1 else grid_to_image
         return ladder(points, self.output_stride, self.preprocess.scale)
 
+    @property
+    def cell_px(self) -> float:
+        """The frame pixels one cell of the centroid confidence map spans."""
+        return self.output_stride / self.preprocess.scale
+
     def forward(self, frames: torch.Tensor, static: bool = False) -> tuple[torch.Tensor, ...]:
         sized, eff_scale = size_matched_frames(frames, self.preprocess, static=static)
         image = network_input(sized, self.preprocess, static=static)
@@ -235,6 +240,9 @@ class CentroidModel(InferenceModel):
             sleap1=spec.sleap1,
             **options,
         )
+
+    def peak_cells_px(self) -> tuple[float, ...]:
+        return (self.stage.cell_px,)
 
     def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if self.tensorrt_profile:

@@ -110,6 +110,9 @@ class SingleInstanceModel(InferenceModel):
             **options,
         )
 
+    def peak_cells_px(self) -> tuple[float, ...]:
+        return (self.output_stride / self.preprocess.scale,)
+
     def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if self.tensorrt_profile:
             image, eff_scale = frame_values_input(frame_values(frames), self.preprocess)

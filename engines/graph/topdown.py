@@ -205,6 +205,9 @@ class TopDownModel(InferenceModel):
     def _spec_options(instance: ModelSpec) -> dict[str, Any]:
         return {}
 
+    def peak_cells_px(self) -> tuple[float, ...]:
+        return (self.stage.cell_px, self.instance_stride / self.instance_preprocess.scale)
+
     def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if self.tensorrt_profile:
             return self._slots_forward(frames)

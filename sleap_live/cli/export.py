@@ -244,14 +244,12 @@ def default_output(model_dirs: list[str], ending: str) -> Path:
 
 def _report(console: Console, path: Path, metadata: Any) -> int:
     """Says what was exported where, and the verification table (stderr); exit status 0."""
-    from sleap_live.engines.export.verify import TOLERANCE
-
     console.print(
         f"exported [bold]{metadata.info.model_type}[/bold] model to {escape(str(path))}",
         soft_wrap=True,
     )
     if metadata.verification:
-        print_wide(console, verification_table(metadata.verification, TOLERANCE))
+        print_wide(console, verification_table(metadata.verification))
     return 0
 
 
@@ -267,17 +265,21 @@ def frame_size(text: str) -> tuple[int, int]:
     return size
 
 
-def verification_table(checks: Sequence[Mapping[str, Any]], tolerance: float) -> Table:
-    """One row per output, one column per checked frame batch.
+def verification_table(checks: Sequence[Mapping[str, Any]]) -> Table:
+    """One row per output, one column per checked frame batch, and a last row with
+    each batch's outcome (float noise, or the near-ties it passed); the caption says
+    the float32 bound the comparison used (`engines.host.agreement`).
 
     Outputs are the long list (up to seven names), batches the short one, so the
     table grows downwards rather than past the terminal's width.
     """
     source = checks[0].get("frame_source")
     against = checks[0].get("against", "torch")
+    notes = [f"bound: {checks[0]['bound']}"] if "bound" in checks[0] else []
+    notes += [] if source is None else [f"frames: {source}"]
     table = Table(
-        title=f"largest difference from {against} (tolerance {tolerance:g})",
-        caption=None if source is None else f"frames: {source}",
+        title=f"largest difference from {against}",
+        caption="\n".join(notes) or None,
     )
     table.add_column("output")
     for check in checks:
@@ -285,8 +287,17 @@ def verification_table(checks: Sequence[Mapping[str, Any]], tolerance: float) ->
         found = "" if check["instances"] is None else f"\n{check['instances']} instances"
         table.add_column(f"{shape}{found}", justify="right")
     for name in checks[0]["max_abs_diff"]:
-        table.add_row(name, *(f"{check['max_abs_diff'][name]:.2g}" for check in checks))
+        table.add_row(
+            name, *(f"{check['max_abs_diff'].get(name, float('nan')):.2g}" for check in checks)
+        )
+    if "agreement" in checks[0]:
+        table.add_row("outcome", *(_outcome(check) for check in checks))
     return table
+
+
+def _outcome(check: Mapping[str, Any]) -> str:
+    ties = check.get("ties", 0)
+    return f"{ties} near-tie{'s' if ties != 1 else ''}" if ties else str(check["agreement"])
 
 
 def print_wide(console: Console, table: Table) -> None:

@@ -9,6 +9,7 @@ not list a frame's instances in the same order.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cache
 from pathlib import Path
 
 import attrs
@@ -16,9 +17,13 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from sleap_live.engines.export.on_demand import general_graph_key
+from sleap_live.engines.graph.build import load_inference_model
+from sleap_live.engines.graph.fp32 import graph_bound
+from sleap_live.engines.host.agreement import Agreement, Fp32Bound, compare_poses
 from sleap_live.engines.load.export_cache import ExportCache
 from sleap_live.engines.notify import quiet
 from sleap_live.engines.settings import InferenceSettings
+from sleap_live.engines.types import FramePoses
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -96,6 +101,65 @@ def warm_export(name: str, cache_root: Path) -> bytes:
     onnx_bytes = ExportCache(cache_root, quiet).read(key)
     assert onnx_bytes is not None, f"the warm export cache holds every fixture case ({name})"
     return onnx_bytes
+
+
+@cache
+def bound_of(models: tuple[Path, ...], settings: InferenceSettings | None = None) -> Fp32Bound:
+    """The float32 bound (`graph.fp32.graph_bound`) of the model in `models`, with
+    `settings`: what two correct runs of its graph may differ by."""
+    return graph_bound(load_inference_model(list(models), settings or InferenceSettings()))
+
+
+def frame_poses(ours: Sequence[dict[str, np.ndarray]]) -> list[FramePoses]:
+    """Per-frame poses in `compare`'s layout as `FramePoses`."""
+    return [
+        FramePoses(o["points"], o["point_scores"], o["instance_scores"], o["identities"])
+        for o in ours
+    ]
+
+
+def golden_poses(
+    golden: dict[str, np.ndarray], class_names: Sequence[str] = ()
+) -> list[FramePoses]:
+    """A golden's frames as `FramePoses`, its track names as indices of `class_names`
+    (-1 where it has none)."""
+    names = [str(t) for t in golden["track_names"]]
+    poses = []
+    for i in range(len(golden["frame_indices"])):
+        n = int(golden["n_instances"][i])
+        tracks = [int(t) for t in golden["track_ids"][i, :n]]
+        identities = [
+            class_names.index(names[t]) if t >= 0 and names[t] in class_names else -1
+            for t in tracks
+        ]
+        poses.append(
+            FramePoses(
+                golden["points"][i, :n],
+                golden["point_scores"][i, :n],
+                golden["instance_scores"][i, :n],
+                np.asarray(identities, np.int32),
+            )
+        )
+    return poses
+
+
+def agreement(
+    ours: Sequence[dict[str, np.ndarray]],
+    golden: dict[str, np.ndarray],
+    bound: Fp32Bound,
+    class_names: Sequence[str] = (),
+    frames: Sequence[int] | None = None,
+) -> Agreement:
+    """The comparison rule (`host.agreement`) between our poses and a golden's, on
+    `frames` (default all): float noise within `bound` and counted near-ties pass.
+    Identities are compared where the golden has tracks (sleap-nn's `predict` on an
+    export writes none)."""
+    reference = golden_poses(golden, class_names)
+    frames = range(len(reference)) if frames is None else frames
+    mine = frame_poses(ours)
+    if not (golden["track_ids"] >= 0).any():
+        mine = [attrs.evolve(pose, identities=np.full_like(pose.identities, -1)) for pose in mine]
+    return compare_poses([reference[i] for i in frames], [mine[i] for i in frames], bound)
 
 
 @attrs.frozen

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from sleap_live.engines.errors import RuntimeUnavailableError
+from sleap_live.engines.host import agreement
 from sleap_live.engines.runners import cpu_choice
 from sleap_live.engines.runners.load import load_runner
 from sleap_live.engines.types import FramePoses
@@ -32,9 +33,6 @@ from sleap_live.engines.runners.openvino import (  # noqa: E402
 
 BATCH = 8
 VERIFY_FRAMES = 5
-# The same bound as ONNX Runtime against sleap-nn (tests/engines/test_parity.py):
-# points within 1e-4 px.
-POINTS_PX = 1e-4
 
 
 @cache
@@ -79,9 +77,9 @@ def test_ir_export_round_trip(topdown_ir, tmp_path):
         verify_frames=frames[:VERIFY_FRAMES],
     )
     batch = frames[:BATCH]
-    for mine, theirs in zip(from_ir.run(batch), from_onnx.run(batch), strict=True):
-        assert mine.n_instances == theirs.n_instances > 0
-        np.testing.assert_allclose(mine.points, theirs.points, rtol=0, atol=POINTS_PX)
+    bound = goldens.bound_of(tuple(goldens.case_paths("topdown")[0]))
+    fp32 = agreement.compare_poses(from_onnx.run(batch), from_ir.run(batch), bound)
+    assert fp32.points > 0 and fp32.agrees, fp32.summary()
     with pytest.raises(ValueError, match="runs with engine 'openvino'"):
         load_runner(path, engine="onnx")
 
@@ -120,13 +118,12 @@ def test_top_down_video_with_empty_frames_runs_as_on_onnx_runtime(name):
     theirs = [pose for batch in batches for pose in onnx.run(batch)]
     counts = [p.n_instances for p in theirs]
     assert counts[:BATCH] == [0] * BATCH and 0 in counts[BATCH:] and sum(counts) > 0
-    for frame, (a, b) in enumerate(zip(mine, theirs, strict=True)):
-        assert a.n_instances == b.n_instances, f"{name} frame {frame}"
-        assert a.points.shape == b.points.shape and a.points.dtype == b.points.dtype
-        np.testing.assert_allclose(a.points, b.points, rtol=0, atol=POINTS_PX, equal_nan=True)
-        np.testing.assert_array_equal(a.identities, b.identities)
-    # The frames left with their animals are sleap-nn's golden poses, within the parity
-    # suite's OpenVINO bound (the same as POINTS_PX).
+    bound = goldens.bound_of(tuple(goldens.case_paths(name)[0]))
+    for a, b in zip(mine, theirs, strict=True):
+        assert a.points.shape[1:] == b.points.shape[1:] and a.points.dtype == b.points.dtype
+    fp32 = agreement.compare_poses(theirs, mine, bound)
+    assert fp32.agrees, f"{name}: {fp32.summary()}"
+    # The frames left with their animals are sleap-nn's golden poses, by the same rule.
     kept = [i for i in goldens.compared_frames(name, len(video)) if video[i].any()]
     poses = [
         {
@@ -137,10 +134,9 @@ def test_top_down_video_with_empty_frames_runs_as_on_onnx_runtime(name):
         }
         for p in mine
     ]
-    result = goldens.compare(poses, golden, openvino.info.class_names, kept)
-    assert kept and result.count_mismatches == () and result.presence_mismatches == 0
-    assert result.point_errors.size and result.point_errors.max() <= POINTS_PX
-    assert result.identity_agreement == 1.0
+    against_golden = goldens.agreement(poses, golden, bound, openvino.info.class_names, kept)
+    assert kept and against_golden.points > 0, against_golden.summary()
+    assert against_golden.agrees, against_golden.summary()
     openvino.close()
     onnx.close()
 

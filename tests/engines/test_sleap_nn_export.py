@@ -3,7 +3,10 @@
 tests/data/exports/<type> are `sleap-nn export` outputs of the fixture models, and
 tests/data/goldens/export_<type>.npz are `sleap-nn predict --runtime onnx` on them
 over the test videos (zero-padded to the export size, since the exported graphs
-only run at stride multiples); see tests/data/README.md.
+only run at stride multiples); see tests/data/README.md. The poses are compared by
+the comparison rule (`sleap_live.engines.host.agreement`) under the float32 bound of
+the fixture model the export was made from: ONNX Runtime on another CPU sums in
+another order, and may decide a near-tie the other way.
 """
 
 from __future__ import annotations
@@ -45,7 +48,6 @@ CASES = {
 }
 # sleap-nn predict's default batch size, which the goldens were made with.
 BATCH = 4
-TOLERANCE = 1e-3
 
 
 @cache
@@ -92,16 +94,12 @@ def test_real_exports_give_sleap_nn_predict_poses(name):
     ours = as_dicts(run_all(runner, video_frames(video)))
     golden = dict(np.load(golden_path))
     assert runner.info.skeleton.node_names == tuple(golden["node_names"])
-    result = goldens.compare(ours, golden, runner.info.class_names)
-    print(name, result.summary())
-    assert result.frames == 200
-    assert len(result.count_mismatches) <= 0.001 * result.frames, result.summary()
-    assert result.point_errors.size > 0
-    assert result.point_errors.max() <= TOLERANCE, result.summary()
-    assert result.score_errors.max() <= TOLERANCE, result.summary()
-    assert result.instance_score_errors.max() <= TOLERANCE, result.summary()
-    assert result.presence_mismatches == 0, result.summary()
-    assert result.identity_agreement == 1.0, result.summary()
+    models = tuple(goldens.case_paths(name)[0])
+    agreement = goldens.agreement(ours, golden, goldens.bound_of(models), class_names)
+    print(name, agreement.summary())
+    assert len(golden["frame_indices"]) == 200
+    assert agreement.points > 0
+    assert agreement.agrees, agreement.summary()
 
 
 def test_frames_are_padded_to_the_stride_and_moved_to_nchw():

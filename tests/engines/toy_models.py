@@ -57,6 +57,9 @@ class ToyInstanceModel(InferenceModel):
             peak_threshold=threshold,
         )
 
+    def peak_cells_px(self) -> tuple[float, ...]:
+        return (self.stride / self.scale,)
+
     def to_model_channels(self, x: torch.Tensor) -> torch.Tensor:
         # Works for either input channel count without branching on the shape.
         if self.input_channels == 3:

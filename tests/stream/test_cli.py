@@ -379,7 +379,7 @@ def test_verification_table_is_never_cut_at_80_columns():
     ]
     file = io.StringIO()
     console = Console(file=file, width=80)
-    cli_export.print_wide(console, cli_export.verification_table(checks, 1e-3))
+    cli_export.print_wide(console, cli_export.verification_table(checks))
     text = file.getvalue()
     assert console.width == 80
     assert "…" not in text
