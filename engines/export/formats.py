@@ -73,24 +73,24 @@ class FormatRow:
 # What `export --help` and docs/export-formats.md print, with FORMAT_NOTE under it.
 FORMAT_TABLE = (
     FormatRow("onnx", "NAME.onnx", "ONNX Runtime", "ORT CUDA, TensorRT", "any frame size",
-              "torch, 1e-3"),
-    FormatRow("torchscript", "NAME.pt", "torch", "torch", "any frame size", "torch, 1e-3"),
+              "torch, fp32 rule"),
+    FormatRow("torchscript", "NAME.pt", "torch", "torch", "any frame size", "torch, fp32 rule"),
     FormatRow("openvino", "NAME.xml", "OpenVINO", "-", "any frame size",
-              "torch (as ONNX), 1e-3"),
+              "torch (as ONNX), fp32 rule"),
     FormatRow("tensorrt", "NAME_tensorrt/", "-", "TensorRT", "one size, slots",
               "on its GPU"),
     FormatRow("web", "NAME_web/", "browser wasm", "WebGPU, opt-in*", "a graph per size, no BU/MC",
-              "ORT, 1e-3 px"),
+              "ORT, fp32 rule"),
     FormatRow("pt2", "NAME.pt2", "torch", "torch", "one size, any batch, slots",
-              "ORT, 1e-3"),
+              "ORT, fp32 rule"),
     FormatRow("tflite", "NAME.tflite", "LiteRT", "-", "one size, batch 1, slots, no TC",
-              "LiteRT vs ORT, 1e-3"),
+              "LiteRT vs ORT, fp32 rule"),
     FormatRow("coreml", "NAME.mlpackage", "-", "Core ML (macOS)",
               "one size, batch 1, float in, slots, no PAF", "coremltools checks; not run"),
     FormatRow("saved_model", "NAME_saved_model/", "TensorFlow", "TensorFlow",
-              "one size, batch 1, slots", "TensorFlow vs ORT, 1e-3"),
+              "one size, batch 1, slots", "TensorFlow vs ORT, fp32 rule"),
     FormatRow("tfjs", "NAME_tfjs/", "TF.js (Node, browser)", "TF.js WebGL/WebGPU",
-              "one size, batch 1, slots", "TF.js cpu (Node) vs ORT, 1e-3"),
+              "one size, batch 1, slots", "TF.js cpu (Node) vs ORT, fp32 rule"),
 )  # fmt: skip
 FORMAT_NOTE = (
     "Every graph holds preprocessing, network, peaks and crops; bottom-up grouping and "
@@ -104,7 +104,8 @@ FORMAT_NOTE = (
     "tfjs: plain TensorFlow operations, every model type; a graph with an operation they "
     "have no form for would be refused, named. tfjs: verified on TF.js's cpu backend in Node "
     "(from npm); its WebGL/WebGPU backends are not verified. Every check is at export time "
-    "unless said."
+    "unless said. fp32 rule: float32 noise within the bound derived from the graph passes, "
+    "near-ties pass and are counted, anything else fails (docs/accuracy.md)."
 )
 
 
