@@ -33,6 +33,12 @@ import attrs
 import numpy as np
 
 from sleap_live.engines.host.grouping import linear_sum_assignment
+from sleap_live.engines.host.outputs import (
+    INSTANCE_AXIS,
+    INSTANCE_LIST,
+    INSTANCE_SLOTS,
+    output_spec,
+)
 from sleap_live.engines.host.postprocess import decode
 from sleap_live.engines.types import FramePoses, ModelInfo
 
@@ -167,16 +173,45 @@ def compare_outputs(
 ) -> Agreement:
     """Compares two runs' graph outputs under `bound`.
 
-    Every output within the noise bound element by element is noise. Otherwise both are
-    decoded into poses (`postprocess.decode`, the host's own grouping included) and
-    compared by `compare_poses`, which tells near-ties from disagreements. Outputs of
-    other shapes, or other values in an output that must be equal, are disagreements
-    only if the poses show one.
+    The outputs must have the same names and shapes, but for the instance count of
+    instance-list outputs (a near-tie may add or drop an instance): anything else is a
+    disagreement at once. Every output within the noise bound element by element is
+    noise. Otherwise both are decoded into poses (`postprocess.decode`, the host's own
+    grouping included) and compared by `compare_poses`, which tells near-ties from
+    disagreements.
     """
+    mismatches = _shape_mismatches(reference, actual)
+    if mismatches:
+        return Agreement(0, 0.0, 0.0, (), mismatches, bound)
     elementwise = _elementwise(reference, actual, bound)
     if elementwise is not None:
         return elementwise
     return compare_poses(decode(info, reference, batch), decode(info, actual, batch), bound)
+
+
+def _shape_mismatches(
+    reference: Mapping[str, np.ndarray], actual: Mapping[str, np.ndarray]
+) -> tuple[str, ...]:
+    """One line per output missing from `actual` or shaped otherwise than the reference
+    on an axis the data does not decide."""
+    layout = INSTANCE_SLOTS if "instance_valid" in reference else INSTANCE_LIST
+    lines = []
+    for name, expected in reference.items():
+        if name not in actual:
+            lines.append(f"output {name!r} is missing")
+            continue
+        got = np.shape(actual[name])
+        try:
+            axes = output_spec(name, layout).axes
+        except KeyError:  # an output of no contract: every axis must match
+            axes = ("",) * expected.ndim
+        same = len(got) == expected.ndim == len(axes) and all(
+            axis == INSTANCE_AXIS or a == b
+            for axis, a, b in zip(axes, got, expected.shape, strict=True)
+        )
+        if not same:
+            lines.append(f"output {name!r} has shape {got}, not {expected.shape}")
+    return tuple(lines)
 
 
 def _elementwise(
