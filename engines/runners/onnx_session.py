@@ -96,7 +96,11 @@ def providers_for(
             f"unsupported device {device!r} (use 'cpu', 'cuda' or 'cuda:N')"
         )
     device_id = int(index or 0)
-    cuda: Provider = (CUDA, {"device_id": device_id})
+    # TF32 off: ONNX Runtime's CUDA provider computes matrix products in TF32 by default
+    # (`use_tf32`), whose 10-bit mantissa cannot hold the resize's exact integer sums
+    # (weights up to 2^15), so resized pixels would differ from the CPU's by a level.
+    # The TensorRT build clears its TF32 flag for the same reason.
+    cuda: Provider = (CUDA, {"device_id": device_id, "use_tf32": "0"})
     if execution_provider == "cuda":
         return [cuda]
     cache = str(Path(trt_cache_dir) if trt_cache_dir is not None else ort_tensorrt_cache_dir())

@@ -345,7 +345,7 @@ def test_frames_on_a_device_are_converted_there():
 
 def test_providers_for_cuda_and_tensorrt(tmp_path):
     assert providers_for("cpu") == [CPU]
-    assert providers_for("cuda:1") == [(CUDA, {"device_id": 1})]
+    assert providers_for("cuda:1") == [(CUDA, {"device_id": 1, "use_tf32": "0"})]
     tensorrt = providers_for("cuda", "tensorrt", trt_cache_dir=tmp_path, trt_fp16=True)
     assert tensorrt == [
         (
@@ -359,7 +359,7 @@ def test_providers_for_cuda_and_tensorrt(tmp_path):
                 "trt_fp16_enable": "True",
             },
         ),
-        (CUDA, {"device_id": 0}),
+        (CUDA, {"device_id": 0, "use_tf32": "0"}),
     ]
     assert device_of(tensorrt) == "cuda:0" and device_of(providers_for("cpu")) == "cpu"
     # By default in sleap-live's cache root ($SLEAP_LIVE_CACHE_DIR here); kept nowhere
@@ -374,6 +374,16 @@ def test_providers_for_cuda_and_tensorrt(tmp_path):
         providers_for("cpu", "tensorrt")
     with pytest.raises(ValueError, match="unknown execution provider 'openvino'"):
         providers_for("cuda", "openvino")
+
+
+def test_the_cuda_provider_computes_without_tf32(tmp_path):
+    # ONNX Runtime's CUDA provider defaults `use_tf32` on; the resize's exact integer
+    # matrix products need float32's 24 bits. Behind TensorRT too.
+    for provider in ("cuda", "tensorrt"):
+        (cuda,) = [
+            p for p in providers_for("cuda", provider, trt_cache_dir=tmp_path) if p[0] == CUDA
+        ]
+        assert cuda[1]["use_tf32"] == "0"
 
 
 def test_gpu_providers_get_the_stream_and_never_the_null_handle():
