@@ -285,6 +285,14 @@ def must_have_run(
     return needed if gpu else [skip for skip in needed if skip.reason != cuda_reason]
 
 
+def gpu_missing(env: Environment, expected: bool) -> str | None:
+    """Why the run must stop at once: a GPU was expected (`--expect-gpu`) and torch sees
+    none; None otherwise."""
+    if not expected or env.cuda:
+        return None
+    return f"--expect-gpu: {env.cuda_reason}; no part ran"
+
+
 # ----------------------------------------------------------------------------- budget
 
 
@@ -1770,6 +1778,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help=f"longest measurement window (fps, latency, decode; default {MAX_WINDOW_S:g})",
     )
     parser.add_argument(
+        "--expect-gpu",
+        action="store_true",
+        help="this machine was lent for its GPU: exit 1 at once, before any part, when "
+        "torch sees no CUDA device (a driver or torch mismatch would otherwise turn every "
+        "GPU part into a skip that does not count)",
+    )
+    parser.add_argument(
         "--rehearse",
         action="store_true",
         help="run the GPU parts with ONNX Runtime on the CPU instead, to check "
@@ -1804,6 +1819,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         setup["wheels"] = install_wheels(args.wheel_dir, args.work_dir / "payload")
     setup["sleap_live"] = bootstrap()
     env = probe_environment()
+    missing_gpu = gpu_missing(env, args.expect_gpu)
+    if missing_gpu is not None:
+        print(f"device: {device_summary(env)}\nversions: {versions_summary(env)}")
+        print(f"FAILED: {missing_gpu}", flush=True)
+        report = {"script": "scripts/gpu_check.py", "setup": setup, "exit_code": 1}
+        _write_json(args.json, {**report, "environment": env.to_json(), "failed": missing_gpu})
+        faulthandler.cancel_dump_traceback_later()
+        return 1
     goldens = load_goldens_helpers()
     known = list(goldens.CASES)
     args.cases = known if args.cases is None else args.cases

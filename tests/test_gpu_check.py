@@ -610,6 +610,27 @@ def _rows(report, part, status=None):
     return [row for row in rows if status is None or row["status"] == status]
 
 
+def test_expect_gpu_fails_at_once_without_a_cuda_device(tmp_path, monkeypatch, capfd):
+    # On the lent machine a torch that sees no GPU must fail the run, not skip each part.
+    assert gc.gpu_missing(_environment(), expected=True) is None
+    names = ("python", "torch", "onnxruntime", "tensorrt", "PyNvVideoCodec", "av", "sleap-io")
+    no_gpu = _environment(
+        cuda=False,
+        cuda_reason="no CUDA GPU: torch 2.11.0 sees none",
+        versions=dict.fromkeys(names, None),
+    )
+    assert gc.gpu_missing(no_gpu, expected=False) is None
+    assert "no CUDA GPU" in gc.gpu_missing(no_gpu, expected=True)
+    # main() stops before any part (the environment probed as on a CPU machine).
+    monkeypatch.setattr(gc, "probe_environment", lambda: no_gpu)
+    monkeypatch.setattr(gc, "bootstrap", lambda: "installed")
+    report = tmp_path / "gpu_check.json"
+    assert gc.main(["--expect-gpu", "--json", str(report), "--work-dir", str(tmp_path)]) == 1
+    assert "FAILED: --expect-gpu: no CUDA GPU" in capfd.readouterr().out
+    written = json.loads(report.read_text())
+    assert written["exit_code"] == 1 and written["environment"]["cuda"] is False
+
+
 @pytest.mark.slow
 def test_cpu_run_skips_every_gpu_part_in_one_line(tmp_path):
     result, report = _run(tmp_path, "--clip-frames", "8", "--budget", "150")
