@@ -14,8 +14,9 @@ change nothing at that size left out) and branch-free (`set_branch_free`). The
 trace runs every piece of Python arithmetic (resize tables, crop offsets, padding
 sizes) once and keeps the tensors it made as constants of the traced graph,
 already on that device (`FixedShapeModel` moves any the trace left on the host,
-and the resize makes its tables on the frames' device), with no copy between devices
-inside; what is left is a fixed sequence of tensor operations on the frames. Single-instance and bottom-up models have fixed-size outputs in their
+and the resize makes its tables on the frames' device), with no copy between
+devices inside; what is left is a fixed sequence of tensor operations on the
+frames. Single-instance and bottom-up models have fixed-size outputs in their
 default profile, which is traced (the same outputs, and on the CPU torch's own
 uint8 resize kernel); models with a centroid stage list as many instances as they
 find there, so their TensorRT profile is traced instead (float32 inside,
