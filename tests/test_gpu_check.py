@@ -610,6 +610,30 @@ def _rows(report, part, status=None):
     return [row for row in rows if status is None or row["status"] == status]
 
 
+def test_the_lent_machines_plan_fits_one_command(monkeypatch):
+    # The lent machine's command: every model type, 384 and 1024, the runners offered
+    # there (torch eager, with CUDA graphs, torch-compile), within the check's budget.
+    from tests.engines import goldens
+
+    offered = [r for r in gc.gpu_runners(gc.known_engines()) if r not in gc.NOT_ON_LENT_MACHINE]
+    assert {"torch-cuda", "torch-cuda-graphs", "torch-compile"} <= set(offered)
+    cases = list(goldens.CASES)
+    items = gc.plan(offered, cases, gc.SPEED_SIZES, gc.TARGET_SIZE)
+    fits, line = gc.plan_line(items, gc.DEFAULT_BUDGET_S)
+    assert fits, line
+    assert line.startswith(f"plan for the lent GPU machine: {len(items)} items, about ")
+    # torch-compile compiles once per model type and size: where the targets are, and
+    # one parity check.
+    compiled = {(i.part, i.model, i.size) for i in items if i.runner == "torch-compile"}
+    assert compiled == {("parity", "single_instance", "video")} | {
+        ("speed", case, "1024x1024") for case in gc.FPS_TARGETS
+    }
+    # Over every model type and size, as before, it would not fit.
+    monkeypatch.setattr(gc, "RUNNER_SCOPES", {})
+    over = gc.plan(offered, cases, gc.SPEED_SIZES, gc.TARGET_SIZE)
+    assert not gc.plan_line(over, gc.DEFAULT_BUDGET_S)[0]
+
+
 def test_expect_gpu_fails_at_once_without_a_cuda_device(tmp_path, monkeypatch, capfd):
     # On the lent machine a torch that sees no GPU must fail the run, not skip each part.
     assert gc.gpu_missing(_environment(), expected=True) is None
