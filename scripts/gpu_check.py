@@ -2,32 +2,36 @@
 """Every GPU check of the GPU path in one run, within a time budget (issues #9 and #19),
 made for the GPU machine a session is lent now and then (docs/gpu_check.md).
 
-Parts, in order, each with its share of `--budget`:
+Parts, in order, each with its share of `--budget`. The design card's path comes
+first (NVDEC, then the engines on frames on the device, TensorRT and CUDA graphs
+first, at 384 and 1024, then the pipeline that joins them), then parity against the
+CPU goldens, then the rest; the JSON is written after each, so a run cut short still
+leaves the figures of the parts before:
 
 - environment: GPU, driver, CUDA, TF32 flags, and the versions of torch, ONNX
   Runtime (and its providers), TensorRT, PyNvVideoCodec and PyAV.
 - clip: a `--large-size` (1024x1024) H.264 yuv420p clip written with PyAV's libx264:
   the test video multi_gray.mkv, edge-padded (two animals).
+- decode: NVDEC's frames of the clip against PyAV's, bit for bit; the decode rate
+  alone, PyAV (CPU) and NVDEC (into device memory, NV12 converted on the GPU).
+- speed: per GPU runner and model type, the engine alone on frames already on the
+  device: fps at batch 8 and latency p50/p99 at batch 1, at each of `--sizes`
+  (384x384 and 1024x1024). These rows run the fixture weights with their size matcher
+  set to that size, so the network sees the whole frame rather than the 168x200
+  letterbox the fixture configs ask for.
+- pipeline: the recorded pipeline on the clip, batch 8, NVDEC when it can decode it
+  (else PyAV, labelled so), with the fastest runner of the speed part, per model
+  type with a target; and the live capture-to-pose latency at batch 1 (single instance).
+- overlap: the pipeline's per-stage timeline (`stream.bench.timeline_summary`): how
+  much of the engine's busy time decoding ran beside it.
 - parity: each runner on each model type's test video, against the CPU goldens in
   tests/data/goldens (instance counts, median/max point distance, score differences,
   identities). The runners are `load_runner`'s `ENGINES` on CUDA (`gpu_runners`:
   torch eager and with CUDA graphs, ONNX Runtime's CUDA and TensorRT providers,
   TensorRT, and any engine added there, such as torch-compile); without a GPU, the
   CPU self-checks (ONNX Runtime and torch on the CPU) instead.
-- speed: per GPU runner and model type, the engine alone on frames already on the
-  device: fps at batch 8 and latency p50/p99 at batch 1, at each of `--sizes`
-  (384x384 and 1024x1024). These rows run the fixture weights with their size matcher
-  set to that size, so the network sees the whole frame rather than the 168x200
-  letterbox the fixture configs ask for.
 - graphs: torch eager against torch with CUDA graphs per model type and size: equal
   poses, and a lower batch-1 time (equal times mean the graphs ran eagerly).
-- decode: NVDEC's frames of the clip against PyAV's, bit for bit; the decode rate
-  alone, PyAV (CPU) and NVDEC (into device memory, NV12 converted on the GPU).
-- pipeline: the recorded pipeline on the clip, batch 8, NVDEC when it can decode it
-  (else PyAV, labelled so), with the fastest runner of the speed part, per model
-  type with a target; and the live capture-to-pose latency at batch 1 (single instance).
-- overlap: the pipeline's per-stage timeline (`stream.bench.timeline_summary`): how
-  much of the engine's busy time decoding ran beside it.
 
 A part whose packages or GPU are missing is skipped, and one line says which and
 why. On a machine with a GPU a skip is a failure, unless the machine does not offer
@@ -206,6 +210,12 @@ class PlanItem:
     seconds: float
 
 
+def design_first(runners: Sequence[str]) -> list[str]:
+    """`runners`, the design card's engines first (`RUNNER_PREFERENCE`'s order)."""
+    rank = {name: index for index, name in enumerate(RUNNER_PREFERENCE)}
+    return sorted(runners, key=lambda name: rank.get(name, len(rank)))
+
+
 def in_scope(runner: str, part: str, case: str, size: str, large: str) -> bool:
     """Whether `runner` is measured on `case` at `size` in `part` (`RUNNER_SCOPES`)."""
     scope = RUNNER_SCOPES.get(runner)
@@ -224,6 +234,7 @@ def plan(
     items = [
         PlanItem("environment", "-", "-", "-", FIXED_S["environment"]),
         PlanItem("clip", "-", "-", large_label, FIXED_S["clip"]),
+        PlanItem("decode", "nvdec", "-", large_label, FIXED_S["decode"]),
     ]
     loaded: set[tuple[str, str, str]] = set()
 
@@ -233,21 +244,20 @@ def plan(
         loaded.add(key)
         return PlanItem(part, runner, case, size, load + figures * FIGURE_S)
 
-    for runner in runners:
-        for case in cases:
-            if in_scope(runner, "parity", case, "video", large_label):
-                items.append(item("parity", runner, case, "video", 1))
     labels = [f"{side}x{side}" for side in sizes]
     for runner in runners:
         for case in cases:
             for size in labels:
                 if in_scope(runner, "speed", case, size, large_label):
                     items.append(item("speed", runner, case, size, 2))
-    if EAGER in runners and GRAPHS in runners:
-        items += [PlanItem("graphs", GRAPHS, c, size, FIGURE_S) for c in cases for size in labels]
-    items.append(PlanItem("decode", "nvdec", "-", large_label, FIXED_S["decode"]))
     for case in [case for case in cases if case in FPS_TARGETS]:
         items.append(PlanItem("pipeline", "fastest", case, large_label, 2 * FIGURE_S))
+    for runner in runners:
+        for case in cases:
+            if in_scope(runner, "parity", case, "video", large_label):
+                items.append(item("parity", runner, case, "video", 1))
+    if EAGER in runners and GRAPHS in runners:
+        items += [PlanItem("graphs", GRAPHS, c, size, FIGURE_S) for c in cases for size in labels]
     return items
 
 
@@ -264,7 +274,7 @@ def plan_line(items: Sequence[PlanItem], budget_s: float) -> tuple[bool, str]:
     return fits, line
 
 
-PARTS = ("environment", "clip", "parity", "speed", "graphs", "decode", "pipeline", "overlap")
+PARTS = ("environment", "clip", "decode", "speed", "pipeline", "overlap", "parity", "graphs")
 # Shares of the budget; a part's budget is its share of what is left when it starts,
 # so time a part does not use goes to the parts after it.
 PART_SHARES = {
@@ -1420,8 +1430,8 @@ class Check:
 
     def part_speed(self, budget: float) -> None:
         work = []
-        for runner in self.runners_for("speed", self.gpu_runner_names):
-            for case in self.cases:
+        for runner in self.runners_for("speed", design_first(self.gpu_runner_names)):
+            for case in sorted(self.cases, key=lambda case: case not in FPS_TARGETS):
                 for size in self.sizes:
                     if not in_scope(runner, "speed", case, size_label(size), self.large_label):
                         continue

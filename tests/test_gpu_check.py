@@ -634,6 +634,22 @@ def test_the_lent_machines_plan_fits_one_command(monkeypatch):
     assert not gc.plan_line(over, gc.DEFAULT_BUDGET_S)[0]
 
 
+def test_the_design_cards_path_runs_first():
+    # NVDEC, the engines (TensorRT and CUDA graphs first), the pipeline; then parity and
+    # the rest, so a run cut short has measured the design's own path.
+    parts = list(gc.PARTS)
+    assert parts.index("decode") < parts.index("speed") < parts.index("pipeline")
+    assert parts.index("pipeline") < parts.index("parity") < parts.index("graphs")
+    runners = ["torch-cuda", "torch-cuda-graphs", "ort-cuda", "tensorrt", "torch-compile"]
+    assert gc.design_first(runners) == [
+        "tensorrt",
+        "ort-cuda",
+        "torch-cuda-graphs",
+        "torch-cuda",
+        "torch-compile",
+    ]
+
+
 def test_expect_gpu_fails_at_once_without_a_cuda_device(tmp_path, monkeypatch, capfd):
     # On the lent machine a torch that sees no GPU must fail the run, not skip each part.
     assert gc.gpu_missing(_environment(), expected=True) is None
