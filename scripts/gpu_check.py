@@ -2,32 +2,36 @@
 """Every GPU check of the GPU path in one run, within a time budget (issues #9 and #19),
 made for the GPU machine a session is lent now and then (docs/gpu_check.md).
 
-Parts, in order, each with its share of `--budget`:
+Parts, in order, each with its share of `--budget`. The design card's path comes
+first (NVDEC, then the engines on frames on the device, TensorRT and CUDA graphs
+first, at 384 and 1024, then the pipeline that joins them), then parity against the
+CPU goldens, then the rest; the JSON is written after each, so a run cut short still
+leaves the figures of the parts before:
 
 - environment: GPU, driver, CUDA, TF32 flags, and the versions of torch, ONNX
   Runtime (and its providers), TensorRT, PyNvVideoCodec and PyAV.
 - clip: a `--large-size` (1024x1024) H.264 yuv420p clip written with PyAV's libx264:
   the test video multi_gray.mkv, edge-padded (two animals).
+- decode: NVDEC's frames of the clip against PyAV's, bit for bit; the decode rate
+  alone, PyAV (CPU) and NVDEC (into device memory, NV12 converted on the GPU).
+- speed: per GPU runner and model type, the engine alone on frames already on the
+  device: fps at batch 8 and latency p50/p99 at batch 1, at each of `--sizes`
+  (384x384 and 1024x1024). These rows run the fixture weights with their size matcher
+  set to that size, so the network sees the whole frame rather than the 168x200
+  letterbox the fixture configs ask for.
+- pipeline: the recorded pipeline on the clip, batch 8, NVDEC when it can decode it
+  (else PyAV, labelled so), with the fastest runner of the speed part, per model
+  type with a target; and the live capture-to-pose latency at batch 1 (single instance).
+- overlap: the pipeline's per-stage timeline (`stream.bench.timeline_summary`): how
+  much of the engine's busy time decoding ran beside it.
 - parity: each runner on each model type's test video, against the CPU goldens in
   tests/data/goldens (instance counts, median/max point distance, score differences,
   identities). The runners are `load_runner`'s `ENGINES` on CUDA (`gpu_runners`:
   torch eager and with CUDA graphs, ONNX Runtime's CUDA and TensorRT providers,
   TensorRT, and any engine added there, such as torch-compile); without a GPU, the
   CPU self-checks (ONNX Runtime and torch on the CPU) instead.
-- speed: per GPU runner and model type, the engine alone on frames already on the
-  device: fps at batch 8 and latency p50/p99 at batch 1, at each of `--sizes`
-  (384x384 and 1024x1024). These rows run the fixture weights with their size matcher
-  set to that size, so the network sees the whole frame rather than the 168x200
-  letterbox the fixture configs ask for.
 - graphs: torch eager against torch with CUDA graphs per model type and size: equal
   poses, and a lower batch-1 time (equal times mean the graphs ran eagerly).
-- decode: NVDEC's frames of the clip against PyAV's, bit for bit; the decode rate
-  alone, PyAV (CPU) and NVDEC (into device memory, NV12 converted on the GPU).
-- pipeline: the recorded pipeline on the clip, batch 8, NVDEC when it can decode it
-  (else PyAV, labelled so), with the fastest runner of the speed part, per model
-  type with a target; and the live capture-to-pose latency at batch 1 (single instance).
-- overlap: the pipeline's per-stage timeline (`stream.bench.timeline_summary`): how
-  much of the engine's busy time decoding ran beside it.
 
 A part whose packages or GPU are missing is skipped, and one line says which and
 why. On a machine with a GPU a skip is a failure, unless the machine does not offer
@@ -143,7 +147,134 @@ def runner_table(engines: Sequence[str]) -> dict[str, dict[str, Any]]:
     return {**CPU_RUNNERS, **gpu_runners(engines)}
 
 
-PARTS = ("environment", "clip", "parity", "speed", "graphs", "decode", "pipeline", "overlap")
+# ----------------------------------------------------------------------------- the plan
+
+# Runners whose runtimes the lent machine lacks (its image has onnxruntime's CPU build
+# and no TensorRT, and neither fits in the 64 MiB that travels to it): not offered
+# there (`runner_not_offered`), so not in its plan.
+NOT_ON_LENT_MACHINE = ("ort-cuda", "ort-tensorrt", "tensorrt")
+
+
+@attrs.frozen
+class Scope:
+    """Where a runner is measured, when not on every model type and size.
+
+    Attributes:
+        parity_cases: model types of its parity rows.
+        speed_cases: model types of its speed rows, at the large size alone.
+    """
+
+    parity_cases: tuple[str, ...]
+    speed_cases: tuple[str, ...]
+
+
+# torch-compile compiles once per batch shape: over every model type's parity and
+# both speed sizes that is 18 compilations, past one command on the lent machine by
+# themselves. It is measured where the targets are (the model types with fps targets,
+# at the large size) and checked for parity on one model type.
+RUNNER_SCOPES = {
+    "torch-compile": Scope(parity_cases=("single_instance",), speed_cases=tuple(FPS_TARGETS)),
+}
+
+# Estimated seconds on the lent machine, until a lent run's JSON (each row's
+# `extra["item_s"]`) measures them: what loading a runner for one model type and frame
+# size costs before its first batch (torch-compile: one inductor compilation; the
+# TensorRT runners: an engine build; torch with CUDA graphs: the captures), and the
+# least one measured figure takes (the windows of fps and latency grow into the time
+# the plan leaves).
+LOAD_S = {
+    "torch-cuda": 2.0,
+    "torch-cuda-graphs": 3.0,
+    "torch-compile": 30.0,
+    "ort-cuda": 4.0,
+    "ort-tensorrt": 60.0,
+    "tensorrt": 45.0,
+}
+UNKNOWN_LOAD_S = 30.0  # an engine added to `load_runner` since
+FIGURE_S = 1.0
+# Parts whose cost is not per runner: the environment (CUDA's start), the 1024x1024
+# clip's encoding with libx264, NVDEC's frames against PyAV's and the decode rates.
+FIXED_S = {"environment": 5.0, "clip": 10.0, "decode": 6.0}
+# What `--wheel-dir` and the imports take before the first part.
+SETUP_S = 10.0
+
+
+@attrs.frozen
+class PlanItem:
+    """One item of the run and its estimated seconds on the lent machine."""
+
+    part: str
+    runner: str
+    model: str
+    size: str
+    seconds: float
+
+
+def design_first(runners: Sequence[str]) -> list[str]:
+    """`runners`, the design card's engines first (`RUNNER_PREFERENCE`'s order)."""
+    rank = {name: index for index, name in enumerate(RUNNER_PREFERENCE)}
+    return sorted(runners, key=lambda name: rank.get(name, len(rank)))
+
+
+def in_scope(runner: str, part: str, case: str, size: str, large: str) -> bool:
+    """Whether `runner` is measured on `case` at `size` in `part` (`RUNNER_SCOPES`)."""
+    scope = RUNNER_SCOPES.get(runner)
+    if scope is None:
+        return True
+    if part == "parity":
+        return case in scope.parity_cases
+    return case in scope.speed_cases and size == large
+
+
+def plan(
+    runners: Sequence[str], cases: Sequence[str], sizes: Sequence[int], large: int
+) -> list[PlanItem]:
+    """The items a run takes on a GPU machine with `runners`, in order, with estimates."""
+    large_label = f"{large}x{large}"
+    items = [
+        PlanItem("environment", "-", "-", "-", FIXED_S["environment"]),
+        PlanItem("clip", "-", "-", large_label, FIXED_S["clip"]),
+        PlanItem("decode", "nvdec", "-", large_label, FIXED_S["decode"]),
+    ]
+    loaded: set[tuple[str, str, str]] = set()
+
+    def item(part: str, runner: str, case: str, size: str, figures: int) -> PlanItem:
+        key = (runner, case, size)
+        load = 0.0 if key in loaded else LOAD_S.get(runner, UNKNOWN_LOAD_S)
+        loaded.add(key)
+        return PlanItem(part, runner, case, size, load + figures * FIGURE_S)
+
+    labels = [f"{side}x{side}" for side in sizes]
+    for runner in runners:
+        for case in cases:
+            for size in labels:
+                if in_scope(runner, "speed", case, size, large_label):
+                    items.append(item("speed", runner, case, size, 2))
+    for case in [case for case in cases if case in FPS_TARGETS]:
+        items.append(PlanItem("pipeline", "fastest", case, large_label, 2 * FIGURE_S))
+    for runner in runners:
+        for case in cases:
+            if in_scope(runner, "parity", case, "video", large_label):
+                items.append(item("parity", runner, case, "video", 1))
+    if EAGER in runners and GRAPHS in runners:
+        items += [PlanItem("graphs", GRAPHS, c, size, FIGURE_S) for c in cases for size in labels]
+    return items
+
+
+def plan_line(items: Sequence[PlanItem], budget_s: float) -> tuple[bool, str]:
+    """Whether the plan fits `budget_s`, and one line saying so."""
+    total = SETUP_S + sum(item.seconds for item in items)
+    fits = total <= budget_s
+    runners = sorted({item.runner for item in items if item.part == "speed"})
+    line = (
+        f"plan for the lent GPU machine: {len(items)} items, about {total:.0f} s of device "
+        f"time ({', '.join(runners) or 'no GPU runner'}): "
+        f"{'fits' if fits else 'OVER'} the {budget_s:.0f} s budget of one 8-minute command"
+    )
+    return fits, line
+
+
+PARTS = ("environment", "clip", "decode", "speed", "pipeline", "overlap", "parity", "graphs")
 # Shares of the budget; a part's budget is its share of what is left when it starts,
 # so time a part does not use goes to the parts after it.
 PART_SHARES = {
@@ -283,6 +414,14 @@ def must_have_run(
         return []
     needed = [skip for skip in skips if not skip.excused]
     return needed if gpu else [skip for skip in needed if skip.reason != cuda_reason]
+
+
+def gpu_missing(env: Environment, expected: bool) -> str | None:
+    """Why the run must stop at once: a GPU was expected (`--expect-gpu`) and torch sees
+    none; None otherwise."""
+    if not expected or env.cuda:
+        return None
+    return f"--expect-gpu: {env.cuda_reason}; no part ran"
 
 
 # ----------------------------------------------------------------------------- budget
@@ -1135,6 +1274,7 @@ class Check:
             if limit <= 0:
                 self.rows.append(attrs.evolve(template, status=TIMEOUT, note="part budget spent"))
                 continue
+            started = time.perf_counter()
             with captured_notices() as notices:
                 try:
                     with time_limit(limit):
@@ -1143,6 +1283,9 @@ class Check:
                     rows = [attrs.evolve(template, status=TIMEOUT, note=f"over {limit:.0f} s")]
                 except Exception as error:  # the item's failure; the run goes on
                     rows = [attrs.evolve(template, status=FAIL, note=one_line(error))]
+            # What the item took: the plan's estimates (`LOAD_S`) are checked against it.
+            spent = {"item_s": round(time.perf_counter() - started, 2)}
+            rows = [attrs.evolve(row, extra={**row.extra, **spent}) for row in rows]
             self.rows.extend(with_notices(row, notices) for row in rows)
 
     def video(self, case: str, limit: int | None) -> np.ndarray:
@@ -1261,6 +1404,7 @@ class Check:
             (Row("parity", runner, case, figure="median px"), self._parity(runner, case))
             for runner in self.runners_for("parity", self.parity_runner_names)
             for case in self.cases
+            if in_scope(runner, "parity", case, "video", self.large_label)
         ]
         self.items(budget, work)
 
@@ -1286,9 +1430,11 @@ class Check:
 
     def part_speed(self, budget: float) -> None:
         work = []
-        for runner in self.runners_for("speed", self.gpu_runner_names):
-            for case in self.cases:
+        for runner in self.runners_for("speed", design_first(self.gpu_runner_names)):
+            for case in sorted(self.cases, key=lambda case: case not in FPS_TARGETS):
                 for size in self.sizes:
+                    if not in_scope(runner, "speed", case, size_label(size), self.large_label):
+                        continue
                     template = Row("speed", runner, case, size_label(size), FPS_FIGURE)
                     work.append((template, self._speed(runner, case, tuple(size))))
         self.items(budget, work)
@@ -1770,6 +1916,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help=f"longest measurement window (fps, latency, decode; default {MAX_WINDOW_S:g})",
     )
     parser.add_argument(
+        "--expect-gpu",
+        action="store_true",
+        help="this machine was lent for its GPU: exit 1 at once, before any part, when "
+        "torch sees no CUDA device (a driver or torch mismatch would otherwise turn every "
+        "GPU part into a skip that does not count)",
+    )
+    parser.add_argument(
         "--rehearse",
         action="store_true",
         help="run the GPU parts with ONNX Runtime on the CPU instead, to check "
@@ -1804,6 +1957,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         setup["wheels"] = install_wheels(args.wheel_dir, args.work_dir / "payload")
     setup["sleap_live"] = bootstrap()
     env = probe_environment()
+    missing_gpu = gpu_missing(env, args.expect_gpu)
+    if missing_gpu is not None:
+        print(f"device: {device_summary(env)}\nversions: {versions_summary(env)}")
+        print(f"FAILED: {missing_gpu}", flush=True)
+        report = {"script": "scripts/gpu_check.py", "setup": setup, "exit_code": 1}
+        _write_json(args.json, {**report, "environment": env.to_json(), "failed": missing_gpu})
+        faulthandler.cancel_dump_traceback_later()
+        return 1
     goldens = load_goldens_helpers()
     known = list(goldens.CASES)
     args.cases = known if args.cases is None else args.cases
@@ -1817,6 +1978,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.work_dir.mkdir(parents=True, exist_ok=True)
     check = Check(args, env, setup, started)
     print(f"device: {device_summary(env)}\nversions: {versions_summary(env)}", flush=True)
+    items = lent_plan(args, env, known)
+    fits, line = plan_line(items, args.budget if env.cuda else DEFAULT_BUDGET_S)
+    setup["plan"] = {"items": len(items), "line": line, "fits": fits}
+    print(line, flush=True)
     try:
         selected = [part for part in PARTS if part in args.parts]
         for index, part in enumerate(selected):
@@ -1828,6 +1993,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         check.skips, gpu=env.cuda, rehearsal=args.rehearse, cuda_reason=env.cuda_reason
     )
     code = exit_code(check.rows, missing)
+    if not fits and (env.cuda or args.rehearse):
+        code = 1
+        print(f"FAILED: {line}")
     title = f"gpu_check on {device_summary(env)}"
     print_table(check.rows, title)
     print(skip_line(check.skips, check.runners_of))
@@ -1838,6 +2006,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     _write_json(args.json, check.report(code))
     faulthandler.cancel_dump_traceback_later()
     return code
+
+
+def lent_plan(args: argparse.Namespace, env: Environment, cases: Sequence[str]) -> list[PlanItem]:
+    """The plan of this run where it has a GPU; elsewhere that of the lent machine's
+    command (every model type, the default sizes, the runners offered there)."""
+    runners = gpu_runners(known_engines())
+    if env.cuda and not args.rehearse:
+        usable = [name for name in runners if runner_unavailable(name, env) is None]
+        return plan(usable, args.cases, args.sizes, args.large_size)
+    offered = [name for name in runners if name not in NOT_ON_LENT_MACHINE]
+    return plan(offered, cases, SPEED_SIZES, TARGET_SIZE)
 
 
 def _write_json(path: Path, report: dict[str, Any]) -> None:

@@ -93,6 +93,14 @@ REHEARSAL_CHECK = (
 )
 
 
+# What runs on the lent GPU machine, with the payload carried (docs/gpu_check.md): it
+# fails at once when torch there sees no GPU, rather than skipping every GPU part.
+GPU_COMMAND = (
+    "python3.12 scripts/gpu_check.py --expect-gpu --wheel-dir build/gpu_payload "
+    "--json $OUT/gpu_check.json > >(tee $OUT/gpu_check.log) 2>&1"
+)
+
+
 def requirements(path: Path = REQUIREMENTS) -> list[str]:
     """The requirement lines of a requirements file (comments and blanks dropped)."""
     lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
@@ -223,9 +231,9 @@ def rehearsal_venv(folder: Path = REHEARSAL_DIR) -> Path:
     return python
 
 
-def rehearse(folder: Path = REHEARSAL_DIR) -> int:
+def rehearse(folder: Path = REHEARSAL_DIR, expect_gpu: bool = False) -> int:
     """gpu_check.py in the image-only venv with the payload's wheels for this Python;
-    its exit status."""
+    its exit status (with `expect_gpu`, 1 where torch sees no GPU)."""
     started = time.perf_counter()
     here = f"{sys.version_info.major}.{sys.version_info.minor}"
     payload = folder / f"payload-{here}"
@@ -243,6 +251,7 @@ def rehearse(folder: Path = REHEARSAL_DIR) -> int:
         "--json",
         str(folder / "gpu_check.json"),
         *REHEARSAL_CHECK,
+        *(["--expect-gpu"] if expect_gpu else []),
     ]
     # Nothing of this environment's packages may leak in: only the venv's, and the payload.
     environment = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
@@ -262,6 +271,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(CPU torch) plus the payload",
     )
     parser.add_argument(
+        "--expect-gpu",
+        action="store_true",
+        help="the rehearsal's gpu_check fails at once where torch sees no GPU, as the "
+        "lent machine's command does",
+    )
+    parser.add_argument(
         "--skip-download",
         action="store_true",
         help=f"use the payload already in {PAYLOAD_DIR.relative_to(ROOT)} (sizes still checked)",
@@ -274,7 +289,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         fits = build_payload()
     if not fits:
         return 1
-    return rehearse() if args.rehearse else 0
+    print(f"on the GPU machine, carrying build/gpu_payload: {GPU_COMMAND}", flush=True)
+    return rehearse(expect_gpu=args.expect_gpu) if args.rehearse else 0
 
 
 if __name__ == "__main__":

@@ -610,6 +610,67 @@ def _rows(report, part, status=None):
     return [row for row in rows if status is None or row["status"] == status]
 
 
+def test_the_lent_machines_plan_fits_one_command(monkeypatch):
+    # The lent machine's command: every model type, 384 and 1024, the runners offered
+    # there (torch eager, with CUDA graphs, torch-compile), within the check's budget.
+    from tests.engines import goldens
+
+    offered = [r for r in gc.gpu_runners(gc.known_engines()) if r not in gc.NOT_ON_LENT_MACHINE]
+    assert {"torch-cuda", "torch-cuda-graphs", "torch-compile"} <= set(offered)
+    cases = list(goldens.CASES)
+    items = gc.plan(offered, cases, gc.SPEED_SIZES, gc.TARGET_SIZE)
+    fits, line = gc.plan_line(items, gc.DEFAULT_BUDGET_S)
+    assert fits, line
+    assert line.startswith(f"plan for the lent GPU machine: {len(items)} items, about ")
+    # torch-compile compiles once per model type and size: where the targets are, and
+    # one parity check.
+    compiled = {(i.part, i.model, i.size) for i in items if i.runner == "torch-compile"}
+    assert compiled == {("parity", "single_instance", "video")} | {
+        ("speed", case, "1024x1024") for case in gc.FPS_TARGETS
+    }
+    # Over every model type and size, as before, it would not fit.
+    monkeypatch.setattr(gc, "RUNNER_SCOPES", {})
+    over = gc.plan(offered, cases, gc.SPEED_SIZES, gc.TARGET_SIZE)
+    assert not gc.plan_line(over, gc.DEFAULT_BUDGET_S)[0]
+
+
+def test_the_design_cards_path_runs_first():
+    # NVDEC, the engines (TensorRT and CUDA graphs first), the pipeline; then parity and
+    # the rest, so a run cut short has measured the design's own path.
+    parts = list(gc.PARTS)
+    assert parts.index("decode") < parts.index("speed") < parts.index("pipeline")
+    assert parts.index("pipeline") < parts.index("parity") < parts.index("graphs")
+    runners = ["torch-cuda", "torch-cuda-graphs", "ort-cuda", "tensorrt", "torch-compile"]
+    assert gc.design_first(runners) == [
+        "tensorrt",
+        "ort-cuda",
+        "torch-cuda-graphs",
+        "torch-cuda",
+        "torch-compile",
+    ]
+
+
+def test_expect_gpu_fails_at_once_without_a_cuda_device(tmp_path, monkeypatch, capfd):
+    # On the lent machine a torch that sees no GPU must fail the run, not skip each part.
+    assert gc.gpu_missing(_environment(), expected=True) is None
+    names = ("python", "torch", "onnxruntime", "tensorrt", "PyNvVideoCodec", "av", "sleap-io")
+    no_gpu = _environment(
+        cuda=False,
+        cuda_reason="no CUDA GPU: torch 2.11.0 sees none",
+        versions=dict.fromkeys(names, None),
+    )
+    assert gc.gpu_missing(no_gpu, expected=False) is None
+    assert "no CUDA GPU" in gc.gpu_missing(no_gpu, expected=True)
+    # main() stops before any part (the environment probed as on a CPU machine).
+    monkeypatch.setattr(gc, "probe_environment", lambda: no_gpu)
+    monkeypatch.setattr(gc, "bootstrap", lambda: "installed")
+    report = tmp_path / "gpu_check.json"
+    assert gc.main(["--expect-gpu", "--json", str(report), "--work-dir", str(tmp_path)]) == 1
+    assert "FAILED: --expect-gpu: no CUDA GPU" in capfd.readouterr().out
+    written = json.loads(report.read_text())
+    assert written["exit_code"] == 1 and written["environment"]["cuda"] is False
+
+
 @pytest.mark.slow
 def test_cpu_run_skips_every_gpu_part_in_one_line(tmp_path):
     result, report = _run(tmp_path, "--clip-frames", "8", "--budget", "150")

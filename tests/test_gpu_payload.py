@@ -49,3 +49,13 @@ def test_strip_wheel_drops_files_and_their_record_lines(tmp_path):
         ]
         kept = archive.read("pynvvideocodec-2.2.4.dist-info/RECORD").decode()
     assert kept == "PyNvVideoCodec/__init__.py,sha256=x,1\n"
+
+
+def test_the_gpu_machines_command_expects_a_gpu():
+    # Without --expect-gpu a torch that sees no GPU there would skip every GPU part.
+    gpu_check = scripts.load("gpu_check.py")
+    words = payload.GPU_COMMAND.split(" > ")[0].split()
+    assert words[:2] == ["python3.12", "scripts/gpu_check.py"]
+    assert gpu_check.parse_args(words[2:]).expect_gpu
+    docs = (payload.ROOT / "docs" / "gpu_check.md").read_text()
+    assert payload.GPU_COMMAND in docs

@@ -51,7 +51,29 @@ def test_the_gpu_extras_get_the_gpu_build_alone(project, extra):
     assert ">=2.1" in requirement(requirements, "PyNvVideoCodec")
     tensorrt = {"gpu": "tensorrt-cu13", "gpu-cu12": "tensorrt-cu12"}[extra]
     assert ">=10.13" in requirement(requirements, tensorrt)
-    assert "<12" in requirement(requirements, tensorrt)
+    # TensorRT 10: onnxruntime-gpu's TensorRT provider needs libnvinfer.so.10.
+    assert "<11" in requirement(requirements, tensorrt)
+
+
+def test_each_gpu_extras_tensorrt_is_one_its_onnx_runtime_loads(project):
+    # What pip's resolver and the wheels said (scripts/gpu_extras_report.py; it downloads
+    # about 1 GB, so CI reads its report): the report must be of today's extras, and in
+    # each, every onnxruntime-gpu's TensorRT provider needs the TensorRT major installed.
+    import json
+
+    report = json.loads((PYPROJECT.parent / "tests/data/gpu_extras_report.json").read_text())
+    assert set(report) == set(GPU_EXTRAS)
+    for extra in GPU_EXTRAS:
+        entry = report[extra]
+        assert entry["requirements"] == project["optional-dependencies"][extra], (
+            f"the {extra} extra changed: run scripts/gpu_extras_report.py again"
+        )
+        major = entry["tensorrt"]["version"].split(".")[0]
+        assert entry["tensorrt"]["sonames"] == f"libnvinfer.so.{major}"
+        for version, onnxruntime in entry["onnxruntime-gpu"].items():
+            needed = [n for n in onnxruntime["tensorrt_provider_needs"] if "libnvinfer.so" in n]
+            assert needed == [f"libnvinfer.so.{major}"], (extra, version, needed)
+        assert entry["loads"]
 
 
 def test_the_gpu_extras_onnx_runtime_matches_their_cuda(project):

@@ -13,8 +13,10 @@ on the device it will run on, static (`set_static`: sizes frozen, passes that
 change nothing at that size left out) and branch-free (`set_branch_free`). The
 trace runs every piece of Python arithmetic (resize tables, crop offsets, padding
 sizes) once and keeps the tensors it made as constants of the traced graph,
-already on that device; what is left is a fixed sequence of tensor operations on
-the frames. Single-instance and bottom-up models have fixed-size outputs in their
+already on that device (`FixedShapeModel` moves any the trace left on the host,
+and the resize makes its tables on the frames' device), with no copy between
+devices inside; what is left is a fixed sequence of tensor operations on the
+frames. Single-instance and bottom-up models have fixed-size outputs in their
 default profile, which is traced (the same outputs, and on the CPU torch's own
 uint8 resize kernel); models with a centroid stage list as many instances as they
 find there, so their TensorRT profile is traced instead (float32 inside,
@@ -105,6 +107,10 @@ class FixedShapeModel(torch.fx.GraphModule):
         # The traced graph itself, not a module that calls it: a trace of this module
         # then finds the graph's constants where the graph keeps them.
         super().__init__(traced, traced.graph, class_name="FixedShapeModel")
+        # Every constant on `device`: the trace keeps some where it made them (a table
+        # from numpy is made on the host first), and one left on the CPU would be
+        # copied to the device on every call, which CUDA graph capture refuses.
+        self.to(target)
         self.shape = shape
         self.slots = slots
         self._every_centroid = slots is not None and model.info.max_instances is None

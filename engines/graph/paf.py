@@ -121,9 +121,14 @@ class PafLineScorer(torch.nn.Module):
 
         # Tensor maximum rather than Python max(): comparing sizes would freeze them
         # into a traced graph.
+        # On the PAFs' device: a CPU tensor would be a host constant in a traced graph.
+        device = pafs.device
         longest_side = torch.maximum(
-            torch.maximum(torch.as_tensor(paf_height), torch.as_tensor(paf_width)),
-            torch.as_tensor(2 * self.n_edges),
+            torch.maximum(
+                torch.as_tensor(paf_height, device=device),
+                torch.as_tensor(paf_width, device=device),
+            ),
+            torch.as_tensor(2 * self.n_edges, device=device),
         )
         max_edge_length = self.max_edge_length_ratio * longest_side * self.paf_stride
         # sleap-nn divides a Python float by a tensor, which torch evaluates as

@@ -413,7 +413,17 @@ def _pad_axis(
 
 
 def _table(weights: np.ndarray, like: torch.Tensor) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(weights, dtype=np.float32)).to(like.device)
+    return _on_device(weights, np.float32, like.device)
+
+
+def _on_device(table: np.ndarray, dtype: type, device: torch.device) -> torch.Tensor:
+    """A host-computed table made on `device` itself.
+
+    Made on the host and then moved, a traced graph would keep it as a CPU constant
+    and copy it to the device on every call: a copy from pageable memory synchronises
+    the stream, which CUDA graph capture refuses (the graph then runs eagerly).
+    """
+    return torch.as_tensor(np.ascontiguousarray(table, dtype=dtype), device=device)
 
 
 def _contract(image: torch.Tensor, weights: torch.Tensor, axis: int) -> torch.Tensor:
@@ -535,7 +545,7 @@ def _resize_values_axis(image: torch.Tensor, axis: int, out_size: int) -> torch.
     unit = 2.0**shift
     high = np.floor(fixed / unit)
     low = fixed - high * unit
-    picked = image.index_select(axis, torch.from_numpy(indices.reshape(-1)).to(image.device))
+    picked = image.index_select(axis, _on_device(indices.reshape(-1), np.int64, image.device))
     shape = list(image.shape)
     shape[0] = -1  # the batch axis stays dynamic
     shape[axis : axis + 1] = [out_size, taps]
@@ -544,8 +554,8 @@ def _resize_values_axis(image: torch.Tensor, axis: int, out_size: int) -> torch.
     trailing = (1,) * (3 - axis)
 
     def weighted_sum(weights: np.ndarray) -> torch.Tensor:
-        table = torch.from_numpy(weights.astype(np.float32).reshape(out_size, taps, *trailing))
-        return (picked * table.to(image.device)).sum(axis + 1)
+        table = _on_device(weights.reshape(out_size, taps, *trailing), np.float32, image.device)
+        return (picked * table).sum(axis + 1)
 
     low_sum = weighted_sum(low) + 2.0 ** (precision - 1)
     total = weighted_sum(high) + torch.floor(low_sum / unit)

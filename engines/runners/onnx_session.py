@@ -96,7 +96,11 @@ def providers_for(
             f"unsupported device {device!r} (use 'cpu', 'cuda' or 'cuda:N')"
         )
     device_id = int(index or 0)
-    cuda: Provider = (CUDA, {"device_id": device_id})
+    # TF32 off: ONNX Runtime's CUDA provider computes matrix products in TF32 by default
+    # (`use_tf32`), whose 10-bit mantissa cannot hold the resize's exact integer sums
+    # (weights up to 2^15), so resized pixels would differ from the CPU's by a level.
+    # The TensorRT build clears its TF32 flag for the same reason.
+    cuda: Provider = (CUDA, {"device_id": device_id, "use_tf32": "0"})
     if execution_provider == "cuda":
         return [cuda]
     cache = str(Path(trt_cache_dir) if trt_cache_dir is not None else ort_tensorrt_cache_dir())
@@ -154,12 +158,22 @@ def with_compute_stream(providers: Sequence[Provider], stream_handle: int) -> li
             "(the legacy default stream), which it reads as none"
         )
     return [
-        _with_options(
-            provider,
-            {"has_user_compute_stream": "1", "user_compute_stream": str(stream_handle)},
-        )
+        _with_options(provider, _stream_options(_provider_name(provider), stream_handle))
         for provider in providers
     ]
+
+
+def _stream_options(name: str, stream_handle: int) -> dict[str, str]:
+    """How a GPU provider is told its compute stream.
+
+    The CUDA provider takes the flag and the handle. The TensorRT provider's options are
+    parsed by ONNX Runtime's Python binding, which throws "Invalid TensorRT EP option"
+    for `has_user_compute_stream` (onnxruntime-gpu 1.31.1: the binding holds that
+    message and `user_compute_stream`, not the flag; tests/data/onnxruntime_gpu_options.json)
+    and sets the flag from the handle alone (onnxruntime PR #20168).
+    """
+    handle = {"user_compute_stream": str(stream_handle)}
+    return handle if name == TENSORRT else {"has_user_compute_stream": "1", **handle}
 
 
 def with_tensorrt_profile(

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections import OrderedDict
+import threading
+from collections import OrderedDict, defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -202,6 +203,8 @@ class TorchCompileRunner:
             f"{shape.width}x{shape.height}x{shape.channels} frames (torch.compile, "
             f"{self.mode}{kept})"
         )
+        if self.mode in CUDA_GRAPH_MODES:
+            ready_cuda_graph_trees()
         with inductor_cache(self._cache_dir):
             fixed = FixedShapeModel(self._model, shape, self._target)
             forward = torch.compile(fixed, mode=self.mode, fullgraph=True, dynamic=False)
@@ -214,6 +217,8 @@ class TorchCompileRunner:
         self, graph: CompiledGraph, tensor: torch.Tensor, padding: int, stream: Any
     ) -> dict[str, np.ndarray]:
         stream = stream if stream is not None else self._stream
+        if self.mode in CUDA_GRAPH_MODES:
+            ready_cuda_graph_trees()  # the pipeline runs batches in a thread of its own
         order_after_caller(stream, self._target)
         with torch.cuda.stream(stream):
             device_frames = _padded(tensor.to(self._target, non_blocking=True), padding)
@@ -236,6 +241,39 @@ class TorchCompileRunner:
             name: output.cpu().numpy()
             for name, output in zip(self._model.output_names, outputs, strict=True)
         }
+
+
+# inductor's CUDA graph trees' thread-local state (torch/_inductor/cudagraph_trees.py).
+_TREE_STATE = ("tree_manager_containers", "tree_manager_locks")
+
+
+def ready_cuda_graph_trees(trees: Any = None) -> None:
+    """Gives the calling thread inductor's CUDA graph trees' state, where it has none.
+
+    torch 2.11 creates that state once, when `torch/_inductor/cudagraph_trees.py` is
+    imported, in the importing thread alone; in any other thread (not one the autograd
+    engine started) its `get_obj` fails `assert torch._C._is_key_in_tls(attr_name)`,
+    so a runner first used in the main thread and then handed to a pipeline's engine
+    thread would fail there on its next compilation or replay. torch 2.13 creates the
+    state on first use in each thread (`_initialize_tls`); this does the same, for
+    either: a fresh set of tree managers for this thread, registered as 2.11 and 2.13
+    register theirs. Threads that have it are left as they are.
+
+    Args:
+        trees: the module that holds the state in its `local` (default: inductor's
+            `cudagraph_trees`, imported here).
+    """
+    if trees is None:
+        from torch._inductor import cudagraph_trees
+
+        trees = cudagraph_trees
+    local = trees.local
+    if all(hasattr(local, name) or torch._C._is_key_in_tls(name) for name in _TREE_STATE):
+        return
+    local.tree_manager_containers = {}
+    local.tree_manager_locks = defaultdict(threading.Lock)
+    for name in _TREE_STATE:
+        torch._C._stash_obj_in_tls(name, getattr(local, name))
 
 
 @contextmanager

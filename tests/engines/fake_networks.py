@@ -32,11 +32,11 @@ class SampledNetwork(torch.nn.Module):
         grey = x.mean(1, keepdim=True)[..., :: self.stride, :: self.stride]
         outputs = {}
         for name, channels in self.heads.items():
-            factors = 1.0 - 0.1 * torch.arange(channels, dtype=torch.float32)
+            factors = 1.0 - 0.1 * torch.arange(channels, dtype=torch.float32, device=x.device)
             outputs[name] = grey * factors[None, :, None, None]
         if self.classes:
             brightest = grey.amax(dim=(1, 2, 3))[:, None]
-            levels = torch.linspace(0.3, 1.0, self.classes)[None]
+            levels = torch.linspace(0.3, 1.0, self.classes, device=x.device)[None]
             outputs["ClassVectorsHead"] = torch.softmax(-((brightest - levels) ** 2) * 200, dim=1)
         return outputs
 

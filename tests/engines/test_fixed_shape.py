@@ -140,6 +140,34 @@ def test_fixed_shape_graph_exports_strict_as_one_graph(fake_networks, model_type
     _assert_same_poses(model.info, traced, from_export, len(frames))
 
 
+# Height a whole multiple of the model input (72 = 2 x 36 at scale 0.5: a
+# `WholeFactorPass`), width not (87 -> 44: gathers): both kinds of resize pass in one graph.
+MIXED_FRAMES = BatchShape(2, 72, 87, 1)
+# Where a traced graph moves a tensor between devices.
+_DEVICE_COPIES = ("aten._to_copy", "aten.to.", "aten.copy.", "aten._copy_from")
+
+
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+def test_fixed_shape_graphs_hold_no_host_constants_or_device_copies(fake_networks, model_type):
+    # What CUDA graphs capture, traced for a device without one: on "meta". A constant
+    # left on the CPU, or a copy to the device inside the graph, would copy from pageable
+    # host memory on every call, which synchronises the stream; capture refuses that, and
+    # the runner falls back to eager with those copies blocking every batch.
+    options = {"max_instances": 3} if model_type in ("centroid", "topdown") else {}
+    model = _model(fake_networks, model_type, **options).eval().to("meta")
+    fixed = FixedShapeModel(model, MIXED_FRAMES, "meta")
+    on_host = [name for name, tensor in fixed.state_dict().items() if tensor.device.type != "meta"]
+    assert not on_host, f"constants on the host: {on_host}"
+    copies = [
+        node.format_node()
+        for node in fixed.graph.nodes
+        if node.op == "call_function"
+        and str(node.target).startswith(_DEVICE_COPIES)
+        and "device" in node.kwargs
+    ]
+    assert not copies, f"device copies in the graph: {copies}"
+
+
 def test_centroids_beyond_the_default_slots_are_flagged(fake_networks):
     model = _model(fake_networks, "topdown").eval()  # max_instances None: every centroid
     many = [[(8 + 9 * (i % 8), 10 + 20 * (i // 8), 0.9) for i in range(DEFAULT_SLOTS + 1)]]

@@ -10,6 +10,7 @@ preallocates and reuses, CUDA graph ids and static inputs updated in place).
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
+from packaging.requirements import Requirement
 
 from sleap_live.engines.errors import RuntimeUnavailableError
 from sleap_live.engines.export.exporter import export_onnx_bytes
@@ -343,7 +345,7 @@ def test_frames_on_a_device_are_converted_there():
 
 def test_providers_for_cuda_and_tensorrt(tmp_path):
     assert providers_for("cpu") == [CPU]
-    assert providers_for("cuda:1") == [(CUDA, {"device_id": 1})]
+    assert providers_for("cuda:1") == [(CUDA, {"device_id": 1, "use_tf32": "0"})]
     tensorrt = providers_for("cuda", "tensorrt", trt_cache_dir=tmp_path, trt_fp16=True)
     assert tensorrt == [
         (
@@ -357,7 +359,7 @@ def test_providers_for_cuda_and_tensorrt(tmp_path):
                 "trt_fp16_enable": "True",
             },
         ),
-        (CUDA, {"device_id": 0}),
+        (CUDA, {"device_id": 0, "use_tf32": "0"}),
     ]
     assert device_of(tensorrt) == "cuda:0" and device_of(providers_for("cpu")) == "cpu"
     # By default in sleap-live's cache root ($SLEAP_LIVE_CACHE_DIR here); kept nowhere
@@ -374,18 +376,52 @@ def test_providers_for_cuda_and_tensorrt(tmp_path):
         providers_for("cuda", "openvino")
 
 
+def test_the_cuda_provider_computes_without_tf32(tmp_path):
+    # ONNX Runtime's CUDA provider defaults `use_tf32` on; the resize's exact integer
+    # matrix products need float32's 24 bits. Behind TensorRT too.
+    for provider in ("cuda", "tensorrt"):
+        (cuda,) = [
+            p for p in providers_for("cuda", provider, trt_cache_dir=tmp_path) if p[0] == CUDA
+        ]
+        assert cuda[1]["use_tf32"] == "0"
+
+
 def test_gpu_providers_get_the_stream_and_never_the_null_handle():
     providers = [*providers_for("cuda:0", "tensorrt"), CPU]
     streamed = with_compute_stream(providers, 99)
     for _, options in streamed[:2]:
         assert options["user_compute_stream"] == "99"
-        assert options["has_user_compute_stream"] == "1"
+    # The TensorRT provider takes the handle alone (its parser refuses the flag).
+    assert "has_user_compute_stream" not in streamed[0][1]
+    assert streamed[1][1]["has_user_compute_stream"] == "1"
     assert streamed[2] == CPU
     explicit = with_compute_stream([(CUDA, {"user_compute_stream": "5"})], 99)
     assert explicit[0][1]["user_compute_stream"] == "5"
     # Handle 0 is the legacy default stream: ONNX Runtime reads it as "no stream".
     with pytest.raises(ValueError, match="not the null handle"):
         with_compute_stream(providers, 0)
+
+
+def test_every_provider_option_is_one_the_real_onnxruntime_gpu_accepts(tmp_path):
+    # The option names onnxruntime-gpu's wheel accepts, read from its binding (TensorRT)
+    # and its CUDA provider's library by scripts/ort_provider_options.py: a key the
+    # binding does not know fails the TensorRT provider's start ("Invalid TensorRT EP
+    # option"), and ONNX Runtime then runs on CUDA and the CPU without it.
+    tomllib = pytest.importorskip("tomllib")
+    accepted = json.loads((DATA / "onnxruntime_gpu_options.json").read_text())
+    extra = tomllib.loads((DATA.parents[1] / "pyproject.toml").read_text())
+    allowed = extra["project"]["optional-dependencies"]["gpu"]
+    (onnxruntime_gpu,) = [r for r in allowed if r.startswith("onnxruntime-gpu")]
+    assert Requirement(onnxruntime_gpu).specifier.contains(accepted["onnxruntime-gpu"])
+    built = []
+    for provider in ("cuda", "tensorrt"):
+        for options in ({}, {"trt_cache": False}, {"trt_fp16": True}):
+            providers = providers_for("cuda:1", provider, trt_cache_dir=tmp_path, **options)
+            built += with_compute_stream(providers, 99)
+            built += with_tensorrt_profile(with_compute_stream(providers, 7), fixed_frame_onnx())
+    for name, options in built:
+        unknown = set(options) - set(accepted[name])
+        assert not unknown, f"{name} does not take {sorted(unknown)}"
 
 
 def fixed_frame_onnx(height=24, width=32, channels=1):

@@ -180,7 +180,7 @@ def test_unknown_providers_and_devices_are_refused(toy_onnx):
         OnnxRunner(toy_onnx, ["NoSuchExecutionProvider"])
     with pytest.raises(RuntimeUnavailableError, match="unsupported device 'tpu'"):
         providers_for("tpu")
-    assert providers_for("cuda:1") == [("CUDAExecutionProvider", {"device_id": 1})]
+    assert providers_for("cuda:1") == [("CUDAExecutionProvider", {"device_id": 1, "use_tf32": "0"})]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is present")

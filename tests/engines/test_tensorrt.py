@@ -947,3 +947,19 @@ def test_real_engine_matches_onnx_runtime_on_a_fixture_model(tmp_path):
     ):
         for got, want in zip(poses, reference, strict=False):
             np.testing.assert_allclose(got.points, want.points, atol=1e-2)
+
+
+def test_every_tensorrt_name_the_runner_and_builder_use_is_in_tensorrt_10_and_11():
+    # Read from the real tensorrt_cu13_bindings 10.16.1.11 and 11.4.0.106 wheels by
+    # scripts/tensorrt_binding_names.py (they do not import without TensorRT's
+    # libraries); 11 removed EXPLICIT_BATCH and BuilderFlag.FP16, for one.
+    from tests import script_modules
+
+    names = script_modules.load("tensorrt_binding_names.py")
+    report = json.loads(names.OUTPUT.read_text())
+    assert report["used"] == names.used_names(), (
+        "the TensorRT sources changed: run scripts/tensorrt_binding_names.py again"
+    )
+    ten, eleven = (set(report["tensorrt"][version]) for version in names.VERSIONS)
+    assert ten == eleven, f"only in 10: {ten - eleven}; only in 11: {eleven - ten}"
+    assert {"execute_async_v3", "set_tensor_address", "STRONGLY_TYPED", "TF32"} <= ten

@@ -113,3 +113,50 @@ def test_the_cli_takes_a_compile_mode_for_torch_compile_only():
     args = parser.parse_args(["-m", "m", "--engine", "onnx", "--compile-mode", "default"])
     with pytest.raises(UsageError, match="--compile-mode is an option of --engine torch-compile"):
         engine_options(args)
+
+
+def _get_obj_of_torch_2_11(local, attr_name):
+    """torch 2.11's `torch/_inductor/cudagraph_trees.py` `get_obj`, which every CUDA graph
+    tree lookup goes through (2.13 creates the state lazily instead): a stand-in, since
+    torch 2.11 has no CPU build here and 2.13 no longer fails."""
+    if hasattr(local, attr_name):
+        return getattr(local, attr_name)
+    assert torch._C._is_key_in_tls(attr_name)
+    return torch._C._get_obj_in_tls(attr_name)
+
+
+def test_cuda_graph_trees_are_ready_in_a_thread_that_did_not_import_them():
+    # A runner first used in the main thread, then in a pipeline's engine thread. The
+    # module's state as torch 2.11 leaves it at import, in the importing thread (it also
+    # stashes it in that thread's TLS; not here, where the real module's would be
+    # replaced): inductor itself is not imported, which takes seconds.
+    import threading
+    import types
+
+    from sleap_live.engines.runners.torch_compile import ready_cuda_graph_trees
+
+    trees = types.SimpleNamespace(local=threading.local())
+    trees.local.tree_manager_containers = {}
+    trees.local.tree_manager_locks = {}
+    main_state = trees.local.tree_manager_containers
+    ready_cuda_graph_trees(trees)
+    results = {}
+
+    def engine_thread():
+        results["before"] = hasattr(trees.local, "tree_manager_containers") or (
+            torch._C._is_key_in_tls("tree_manager_containers")
+        )
+        ready_cuda_graph_trees(trees)
+        results["after"] = [
+            _get_obj_of_torch_2_11(trees.local, name)
+            for name in ("tree_manager_containers", "tree_manager_locks")
+        ]
+
+    thread = threading.Thread(target=engine_thread)
+    thread.start()
+    thread.join()
+    assert results["before"] is False  # where torch 2.11's lookup would fail
+    containers, locks = results["after"]
+    assert containers == {} and containers is not main_state and len(locks) == 0
+    # The importing thread keeps its own.
+    assert _get_obj_of_torch_2_11(trees.local, "tree_manager_containers") is main_state
