@@ -7,8 +7,7 @@
 - `OutputLock`: an exclusive advisory lock (`flock`) on a file for the run's
   lifetime, so a second run writing the same output fails at once with a clear
   error instead of interleaving with the first.
-- `temporary_path`: temporary files named per process, so two processes never
-  share one.
+- Where the files are written before they are renamed into place: `staging`.
 - `check_links`: an output path is not followed through another user's link:
   the rule Linux's ``fs.protected_symlinks`` enforces, applied whatever the
   system's setting (macOS has none), and a followed link must end at the user's
@@ -137,19 +136,6 @@ def followed_links(path: Path) -> list[Path]:
     return links
 
 
-def keep_mode(partial: Path, final: Path) -> None:
-    """Give `partial`, about to be renamed over `final`, the mode `final` has now.
-
-    A rewritten output keeps its permissions (a 0600 file stays 0600); a new one
-    keeps the mode it was created with, from the umask.
-    """
-    try:
-        mode = stat.S_IMODE(final.stat().st_mode)
-    except FileNotFoundError:
-        return
-    os.chmod(partial, mode)
-
-
 def same_file(a: Path, b: Path) -> bool:
     """Whether `a` and `b` name one file: equal resolved paths, or one inode."""
     if a.resolve() == b.resolve():
@@ -159,22 +145,6 @@ def same_file(a: Path, b: Path) -> bool:
     except OSError:
         return False
     return (first.st_dev, first.st_ino) == (second.st_dev, second.st_ino)
-
-
-def temporary_path(path: Path) -> Path:
-    """A hidden temporary file beside `path`, named after this process.
-
-    It keeps `path`'s suffix (sleap-io picks the format by it).
-    """
-    return path.with_name(f".{path.stem}.{os.getpid()}.partial{path.suffix}")
-
-
-def stale_temporaries(path: Path) -> list[Path]:
-    """Temporary files of `path` left by any process (see `temporary_path`).
-
-    Only the holder of `path`'s lock writes them, so the holder may delete them.
-    """
-    return sorted(path.parent.glob(f".{path.stem}.*.partial{path.suffix}"))
 
 
 class OutputLock:

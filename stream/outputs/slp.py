@@ -30,16 +30,10 @@ from sleap_live.stream.outputs.exports import (
     SLOT_SUFFIXES,
     prepare_saver,
     save_labels,
+    sidecars,
     slot_layout,
 )
-from sleap_live.stream.outputs.guard import (
-    OutputError,
-    OutputLock,
-    check_links,
-    keep_mode,
-    stale_temporaries,
-    temporary_path,
-)
+from sleap_live.stream.outputs.guard import OutputError, OutputLock, check_links
 from sleap_live.stream.outputs.journal import (
     JOURNAL_SUFFIX,
     MAGIC,
@@ -54,6 +48,7 @@ from sleap_live.stream.outputs.journal import (
     read_journal,
     scan_journal,
 )
+from sleap_live.stream.outputs.staging import StagedOutput, remove_stale_staging
 from sleap_live.stream.types import PoseRecord
 
 # Seconds of finished frames a kill may cost: the .slp writer appends what it
@@ -255,8 +250,7 @@ class SlpWriter:
             self.journal = journal_path(self._target)
             self._lock = _lock_journal(self.journal, self.path)
         try:
-            for stale in stale_temporaries(self._target):
-                stale.unlink(missing_ok=True)  # we hold the lock: their writer is gone
+            remove_stale_staging(self._target)  # we hold the lock: their writer is gone
             assert self._lock.fd is not None
             self._journal = JournalWriter(self._lock.fd, header)
         except OSError as error:
@@ -389,7 +383,7 @@ class SlpWriter:
         self._closed = True
         try:
             self.flush()
-            write_slp_from_journal(self.journal, self._target)
+            write_slp_from_journal(self.journal, self.path)
             self.finished = True
             self.journal.unlink()
         except Exception as error:
@@ -472,9 +466,8 @@ def recover_slp(path: str | os.PathLike[str]) -> JournalContents:
     try:
         contents = scan_journal(journal)
         check_journal_video(contents.header.video, journal)
-        for stale in stale_temporaries(target):
-            stale.unlink(missing_ok=True)
-        write_slp_from_journal(journal, target)
+        remove_stale_staging(target)
+        write_slp_from_journal(journal, slp)
         journal.unlink()
     finally:
         lock.release()
@@ -517,7 +510,8 @@ def check_journal_video(video: str, journal: Path) -> None:
 
 
 def write_slp_from_journal(journal: Path, slp: Path) -> int:
-    """Write the pose file `slp` (through a temporary file) from `journal`; returns frames.
+    """Write the pose file `slp` from `journal` by the output rule (`staging`):
+    staged in a private folder, renamed into place; returns frames.
 
     The format is `slp`'s suffix's (see `exports`).
 
@@ -569,18 +563,9 @@ def write_slp_from_journal(journal: Path, slp: Path) -> int:
         tracks=tracks,
         provenance=dict(header.provenance),
     )
-    partial = temporary_path(slp)
-    # Whatever is at the temporary path (in a shared folder, a link another user
-    # planted) is removed first: sleap-io writes it by name, following a link.
-    partial.unlink(missing_ok=True)
-    try:
-        _save_checked(labels, partial, slp)
-        _fsync_file(partial)
-        keep_mode(partial, slp)
-        os.replace(partial, slp)
-        _fsync_folder(slp.parent)
-    finally:
-        partial.unlink(missing_ok=True)
+    with StagedOutput(slp, "the pose output") as staged:
+        _save_checked(labels, staged.file(), staged.target)
+        staged.commit(*(sidecar.name for sidecar in sidecars(staged.target)), staged.target.name)
     return len(frames)
 
 
@@ -707,18 +692,3 @@ def _lock_journal(journal: Path, slp: Path) -> OutputLock:
 def _same_file(fd: int, path: Path) -> bool:
     held, now = os.fstat(fd), os.lstat(path)
     return (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_folder(folder: Path) -> None:
-    """Make a rename in `folder` durable (POSIX; Windows cannot open folders)."""
-    if sys.platform == "win32":
-        return
-    _fsync_file(folder)
