@@ -92,18 +92,27 @@ class StagedOutput:
         return self.folder / (name or self.target.name)
 
     def commit(self, *names: str) -> None:
-        """Rename the staged files `names` (default: the output's name) into the
-        output's folder, in order (the output itself last, so a complete output
-        has its sidecars), each keeping the mode of the file it replaces.
+        """Rename the staged files or folders `names` (default: all staged, the
+        output's own name last, so a complete output has its sidecars) into the
+        output's folder, in order. Each keeps the mode of what it replaces; a
+        folder replaces a folder (an earlier export), which is moved into the
+        private folder and removed with it.
 
         Raises:
             OutputError: the output's path leads elsewhere than at the claim (a
-                link planted or changed since); nothing was renamed over it.
+                link planted or changed since), or a staged folder would replace
+                something that is not a folder; nothing was renamed over it.
             OSError: a rename failed.
         """
         assert self._fd is not None and self._parent_fd is not None
         self._check_unchanged()
-        for name in names or (self.target.name,):
+        if not names:
+            staged = sorted(os.listdir(self._fd))
+            names = (*(n for n in staged if n != self.target.name), self.target.name)
+        for name in names:
+            if stat.S_ISDIR(os.stat(name, dir_fd=self._fd, follow_symlinks=False).st_mode):
+                self._replace_folder(name)
+                continue
             fd = os.open(name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0), dir_fd=self._fd)
             try:
                 _keep_mode(fd, name, self._parent_fd)
@@ -114,38 +123,24 @@ class StagedOutput:
         _fsync(self._parent_fd)
         self.discard()
 
-    def commit_folder(self) -> None:
-        """Make the private folder the output folder: its files replace those of
-        the folder there (an earlier export), which is moved aside and removed.
-
-        Raises:
-            OutputError: as `commit`, or the output is there and is not a folder.
-            OSError: a rename failed.
-        """
+    def _replace_folder(self, name: str) -> None:
         assert self._fd is not None and self._parent_fd is not None
-        self._check_unchanged()
-        name = self.target.name
         try:
             before = os.stat(name, dir_fd=self._parent_fd, follow_symlinks=False)
         except FileNotFoundError:
             before = None
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = stat.S_IMODE(before.st_mode) if before is not None else 0o777 & ~umask
-        os.fchmod(self._fd, mode)
-        old = None
         if before is not None:
             if not stat.S_ISDIR(before.st_mode):
-                raise OutputError(f"{self.path}: {self.what} is a folder, and this is not one")
-            old = self._make_private_folder(".old")
-            os.rename(name, old, src_dir_fd=self._parent_fd, dst_dir_fd=self._parent_fd)
+                raise OutputError(f"{self.path}: {self.what} is a folder, and {name} is not one")
+            folder = os.open(name, _DIRECTORY | getattr(os, "O_NOFOLLOW", 0), dir_fd=self._fd)
+            try:
+                os.fchmod(folder, stat.S_IMODE(before.st_mode))
+            finally:
+                os.close(folder)
+            old = f"{name}.replaced"
+            os.rename(name, old, src_dir_fd=self._parent_fd, dst_dir_fd=self._fd)
         # Over a name planted meanwhile (a link, a file) a folder's rename fails.
-        os.rename(self.name, name, src_dir_fd=self._parent_fd, dst_dir_fd=self._parent_fd)
-        _fsync(self._parent_fd)
-        if old is not None:
-            _remove_tree(old, self._parent_fd)
-        self.name = name  # renamed: nothing left to discard
-        self._close()
+        os.rename(name, name, src_dir_fd=self._fd, dst_dir_fd=self._parent_fd)
 
     def discard(self) -> None:
         """Remove the private folder and what was staged in it; idempotent."""
@@ -193,8 +188,9 @@ class StagedOutput:
 
 @contextmanager
 def staged_file(path: str | os.PathLike[str], what: str) -> Iterator[Path]:
-    """Write one file by the output rule: yields where to write it, renamed into
-    place when the block ends without an error."""
+    """Write one output by the output rule: yields where to write it (a file, or a
+    folder to make there) and its sidecars (beside it), all renamed into place
+    when the block ends without an error."""
     with StagedOutput(path, what) as staged:
         yield staged.file()
         staged.commit()

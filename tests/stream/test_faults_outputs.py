@@ -24,6 +24,7 @@ from sleap_live import cli
 from sleap_live.stream.outputs.journal import journal_path
 from sleap_live.stream.outputs.slp import SlpWriter
 from sleap_live.stream.types import PoseRecord
+from tests.users import as_user, other_user
 
 ROOT = Path(__file__).parents[2]
 SOAK = ROOT / "scripts" / "fault_soak.py"
@@ -314,55 +315,6 @@ def test_a_full_disk_at_the_final_save_ends_with_one_line_and_the_journal(full_d
 
 
 # -------------------------------------------- links another user planted (issue #20)
-
-
-def other_user() -> tuple[int, int]:
-    """(uid, gid) of a real second user: `nobody`, or one made with useradd."""
-    import pwd
-
-    if os.geteuid() != 0:
-        pytest.skip("planting another user's link needs root (to act as that user)")
-    for name in ("nobody", "sleap-live-other"):
-        try:
-            entry = pwd.getpwnam(name)
-        except KeyError:
-            continue
-        return entry.pw_uid, entry.pw_gid
-    made = subprocess.run(["useradd", "-M", "sleap-live-other"], capture_output=True, check=False)
-    if made.returncode != 0:
-        pytest.skip(f"no second user and useradd failed: {made.stderr.decode().strip()}")
-    entry = pwd.getpwnam("sleap-live-other")
-    return entry.pw_uid, entry.pw_gid
-
-
-def as_user(user: tuple[int, int], action) -> None:
-    """Run `action()` in a forked child that has become `user`."""
-    pid = os.fork()
-    if pid == 0:
-        status = 1
-        try:
-            os.setgroups([])
-            os.setgid(user[1])
-            os.setuid(user[0])
-            action()
-            status = 0
-        finally:
-            os._exit(status)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-
-
-@pytest.fixture
-def shared_folder():
-    """A world-writable sticky folder (like /tmp) that every user can reach."""
-    import tempfile
-
-    folder = Path(tempfile.mkdtemp(prefix="sleap-live-shared-", dir="/tmp"))
-    folder.chmod(0o1777)
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder)
 
 
 def test_another_users_link_in_a_shared_folder_is_not_followed(
