@@ -1,0 +1,48 @@
+"""The output rule's staging (`stream/outputs/staging.py`): what is written where,
+and what is left after a failure (issue #36)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from sleap_live.stream.outputs.guard import OutputError
+from sleap_live.stream.outputs.staging import staged_file
+from tests.users import as_user, other_user
+
+
+def test_a_folder_output_replaces_an_earlier_one_whole_and_keeps_its_mode(tmp_path):
+    out = tmp_path / "web"
+    out.mkdir(mode=0o750)
+    (out / "stale.onnx").write_text("an earlier export's graph")
+    with staged_file(out, "the export") as staged:
+        staged.mkdir()
+        (staged / "model.onnx").write_text("new")
+    assert sorted(p.name for p in out.iterdir()) == ["model.onnx"]
+    assert out.stat().st_mode & 0o777 == 0o750
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["web"]  # nothing left beside it
+
+
+def test_a_failed_write_leaves_the_output_as_it_was_and_nothing_beside_it(tmp_path):
+    out = tmp_path / "m.onnx"
+    out.write_text("kept")
+    with pytest.raises(RuntimeError), staged_file(out, "the export") as staged:
+        staged.write_text("half")
+        raise RuntimeError("the export failed")
+    assert out.read_text() == "kept" and sorted(tmp_path.iterdir()) == [out]
+
+
+def test_a_folder_output_where_a_link_was_planted_meanwhile_is_refused(tmp_path, shared_folder):
+    victim = tmp_path / "theirs"
+    victim.mkdir()
+    (victim / "keep").write_text("keep")
+    out = shared_folder / "web"
+    with pytest.raises(OutputError, match="owned by another user"):
+        with staged_file(out, "the export") as staged:
+            staged.mkdir()
+            (staged / "model.onnx").write_text("new")
+            as_user(other_user(), lambda: out.symlink_to(victim))
+    assert sorted(p.name for p in victim.iterdir()) == ["keep"]
+    assert [p.name for p in shared_folder.iterdir()] == ["web"] and out.is_symlink()
+    assert os.readlink(out) == str(victim)
