@@ -10,6 +10,7 @@ last save (see `journal` for the file the frames are appended to).
 from __future__ import annotations
 
 import gc
+import math
 import os
 import stat
 import sys
@@ -521,10 +522,10 @@ def write_slp_from_journal(journal: Path, slp: Path) -> int:
     """
     header, chunks = read_journal(journal)
     skeleton = to_sio_skeleton(header.skeleton)
-    tracks = [sio.Track(name=name) for name in header.class_names]
+    tracks = {identity: sio.Track(name=name) for identity, name in enumerate(header.class_names)}
     video = sio.Video(filename=header.video, open_backend=False)
-    if header.fps is not None:
-        video.backend_metadata["fps"] = header.fps
+    if header.fps is not None and math.isfinite(header.fps) and header.fps > 0:
+        video.backend_metadata["fps"] = header.fps  # else unknown: not a reason to lose frames
     frames: list[sio.LabeledFrame] = []
     by_index: dict[int, sio.LabeledFrame] = {}
     last_index = -1
@@ -560,8 +561,8 @@ def write_slp_from_journal(journal: Path, slp: Path) -> int:
         labeled_frames=frames,
         videos=[video],
         skeletons=[skeleton],
-        tracks=tracks,
-        provenance=dict(header.provenance),
+        tracks=[tracks[identity] for identity in sorted(tracks)],
+        provenance=_finite(header.provenance),
     )
     with StagedOutput(slp, "the pose output") as staged:
         _save_checked(labels, staged.file(), staged.target)
@@ -656,14 +657,29 @@ def _one_line(error: BaseException | None) -> str:
     return " ".join(line.strip() for line in str(error).splitlines() if line.strip())
 
 
-def _track(tracks: list[sio.Track], identity: int) -> sio.Track | None:
+def _track(tracks: dict[int, sio.Track], identity: int) -> sio.Track | None:
     """The track of `identity`: a multi-class model's class, else the tracker's
-    ``track_N`` (sleap-nn's names), made on first use; None for -1 (untracked)."""
+    ``track_N`` (sleap-nn's names), made on first use (only the identities used:
+    one per number up to a crafted 2**31-1 would take the memory); None for -1
+    (untracked)."""
     if identity < 0:
         return None
-    while len(tracks) <= identity:
-        tracks.append(sio.Track(name=f"track_{len(tracks)}"))
-    return tracks[identity]
+    track = tracks.get(identity)
+    if track is None:
+        track = tracks[identity] = sio.Track(name=f"track_{identity}")
+    return track
+
+
+def _finite(value: Any) -> Any:
+    """`value` (JSON values) with each NaN or infinity as its text ("nan"), which
+    the pose file's JSON takes: a provenance holding one must not cost the frames."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_finite(item) for item in value]
+    return value
 
 
 def _lock_journal(journal: Path, slp: Path) -> OutputLock:
