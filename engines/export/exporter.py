@@ -66,7 +66,8 @@ from sleap_live.engines.load.metadata import (
 )
 from sleap_live.engines.notify import Notify, notice
 from sleap_live.engines.settings import InferenceSettings, check_slots
-from sleap_live.stream.outputs.staging import claim_output, staged_file
+from sleap_live.stream.outputs.guard import claim_output
+from sleap_live.stream.outputs.staging import staged_file
 
 EXPORT_FORMATS = ("onnx", "torchscript")
 SUFFIXES = {"onnx": ".onnx", "torchscript": ".pt"}

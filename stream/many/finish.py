@@ -26,9 +26,9 @@ from typing import Literal
 import attrs
 
 from sleap_live.stream.outputs.exports import sidecars
-from sleap_live.stream.outputs.guard import OutputLock
+from sleap_live.stream.outputs.guard import OutputLock, claim_output
 from sleap_live.stream.outputs.journal import journal_path
-from sleap_live.stream.outputs.staging import claim_output, stale_staging
+from sleap_live.stream.outputs.staging import stale_staging
 
 # Who writes each output into the output folder: "worker", the process that ran the
 # video, or "driver", the process that started the run, from bytes the worker returns.
@@ -103,7 +103,7 @@ def finish(output: Path) -> None:
     """Move the unfinished output (and its sidecars) to `output`, atomically.
 
     The sidecars go first and the pose file last, so an output that exists has
-    its sidecars. The output rule (`staging.claim_output`) is applied again at
+    its sidecars. The output rule (`guard.claim_output`) is applied again at
     the rename: a link planted at `output` meanwhile is not followed.
 
     Raises:

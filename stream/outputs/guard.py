@@ -8,6 +8,8 @@
   lifetime, so a second run writing the same output fails at once with a clear
   error instead of interleaving with the first.
 - Where the files are written before they are renamed into place: `staging`.
+- `claim_output`: the rule every writer applies to its output (`check_links`
+  today), before its work and again at the rename into place (`staging`).
 - `check_links`: an output path is not followed through another user's link:
   the rule Linux's ``fs.protected_symlinks`` enforces, applied whatever the
   system's setting (macOS has none), and a followed link must end at the user's
@@ -113,6 +115,22 @@ def check_links(path: Path, what: str) -> None:
             )
 
 
+def claim_output(path: Path, what: str) -> Path:
+    """Apply the output rule to `path`; the file it resolves to. Every writer
+    claims its output here, before its work and again as the output is renamed
+    into place (`staging.StagedOutput`), so a rule added here holds everywhere.
+
+    Args:
+        path: the output as given.
+        what: how errors name the output (e.g. "-o").
+
+    Raises:
+        OutputError: one line naming `path` and why it is not written.
+    """
+    check_links(path, what)
+    return Path(os.path.realpath(path))
+
+
 def followed_links(path: Path) -> list[Path]:
     """The symbolic links resolving `path` follows, in order (at most 40, as Linux)."""
     links: list[Path] = []
@@ -200,7 +218,7 @@ def _members(path: Path) -> list[Path]:
 
 
 def _check_writable(output: Path, option: str) -> None:
-    check_links(output, option)
+    claim_output(output, option)
     folder = output.resolve().parent
     if not folder.is_dir():
         raise OutputError(f"{output}: folder {folder} for {option} does not exist")

@@ -34,7 +34,7 @@ from sleap_live.stream.outputs.exports import (
     sidecars,
     slot_layout,
 )
-from sleap_live.stream.outputs.guard import OutputError, OutputLock, check_links
+from sleap_live.stream.outputs.guard import OutputError, OutputLock, claim_output
 from sleap_live.stream.outputs.journal import (
     JOURNAL_SUFFIX,
     MAGIC,
@@ -102,8 +102,7 @@ class JournalClaim:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        check_links(self.path, "the pose output")
-        self.target = Path(os.path.realpath(self.path))
+        self.target = claim_output(self.path, "the pose output")
         self.journal = journal_path(self.target)
         self._lock = _lock_journal(self.journal, self.path)
         self._taken = False
@@ -246,8 +245,7 @@ class SlpWriter:
         else:
             # Write through a symlink to its target, so the link survives the rename,
             # unless another user could have planted it.
-            check_links(self.path, "the pose output")
-            self._target = Path(os.path.realpath(self.path))
+            self._target = claim_output(self.path, "the pose output")
             self.journal = journal_path(self._target)
             self._lock = _lock_journal(self.journal, self.path)
         try:
@@ -458,8 +456,7 @@ def recover_slp(path: str | os.PathLike[str]) -> JournalContents:
     slp = Path(path)
     if slp.name.endswith(JOURNAL_SUFFIX):
         slp = slp.with_name(slp.name[: -len(JOURNAL_SUFFIX)])
-    check_links(slp, "the pose output")
-    target = Path(os.path.realpath(slp))
+    target = claim_output(slp, "the pose output")
     journal = journal_path(target)
     if not journal.exists():
         raise JournalError(f"{slp}: no journal to recover ({journal} does not exist)")

@@ -2,9 +2,10 @@
 
 An output (a pose file, a video, an exported model, an export folder) is
 
-1. claimed (`claim_output`): its path is not followed through a link another
-   user could have planted (`guard.check_links`). Every rule about whether an
-   output may be written lives there, so a new one is added in one place;
+1. claimed (`guard.claim_output`): its path is not followed through a link
+   another user could have planted (`guard.check_links`). Every rule about
+   whether an output may be written lives there, so a new one is added in one
+   place (every writer and `check_outputs` call it);
 2. written into a fresh private folder (mode 0700, made with ``mkdir``, which
    never follows a link) beside the file it resolves to, pinned by descriptor
    together with that file's folder: nobody else can plant a link in it, and a
@@ -30,26 +31,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 
-from sleap_live.stream.outputs.guard import OutputError, check_links
+from sleap_live.stream.outputs.guard import OutputError, claim_output
 
 # The private folders' names end in this (see `stale_staging`).
 STAGING_SUFFIX = ".partial"
 
 _DIRECTORY = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
-
-
-def claim_output(path: Path, what: str) -> Path:
-    """Apply the output rule to `path`; the file it resolves to.
-
-    Args:
-        path: the output as given.
-        what: how errors name the output (e.g. "-o").
-
-    Raises:
-        OutputError: one line naming `path` and why it is not written.
-    """
-    check_links(path, what)
-    return Path(os.path.realpath(path))
 
 
 class StagedOutput:
