@@ -26,7 +26,7 @@ from typing import Literal
 import attrs
 
 from sleap_live.stream.outputs.exports import sidecars
-from sleap_live.stream.outputs.guard import OutputLock, claim_output
+from sleap_live.stream.outputs.guard import OutputLock, resolve_output
 from sleap_live.stream.outputs.journal import journal_path
 from sleap_live.stream.outputs.staging import stale_staging
 
@@ -103,14 +103,14 @@ def finish(output: Path) -> None:
     """Move the unfinished output (and its sidecars) to `output`, atomically.
 
     The sidecars go first and the pose file last, so an output that exists has
-    its sidecars. The output rule (`guard.claim_output`) is applied again at
+    its sidecars. The output rule (`guard.resolve_output`) is applied again at
     the rename: a link planted at `output` meanwhile is not followed.
 
     Raises:
         OutputError: the rule refuses `output` now.
         OSError: the rename failed (the unfinished files are left for a retry).
     """
-    claim_output(output, "the output")
+    resolve_output(output, "the output")
     unfinished = unfinished_path(output)
     for sidecar, final in zip(sidecars(unfinished), sidecars(output), strict=True):
         if sidecar.exists():

@@ -8,8 +8,9 @@
   lifetime, so a second run writing the same output fails at once with a clear
   error instead of interleaving with the first.
 - Where the files are written before they are renamed into place: `staging`.
-- `claim_output`: the rule every writer applies to its output (`check_links`
-  today), before its work and again at the rename into place (`staging`).
+- `claim_output`: the rule every writer applies to its output before its work;
+  `resolve_output`, the link rule, applied then and again at the rename into
+  place (`staging`).
 - `check_links`: an output path is not followed through another user's link:
   the rule Linux's ``fs.protected_symlinks`` enforces, applied whatever the
   system's setting (macOS has none), and a followed link must end at the user's
@@ -116,9 +117,12 @@ def check_links(path: Path, what: str) -> None:
 
 
 def claim_output(path: Path, what: str) -> Path:
-    """Apply the output rule to `path`; the file it resolves to. Every writer
-    claims its output here, before its work and again as the output is renamed
-    into place (`staging.StagedOutput`), so a rule added here holds everywhere.
+    """Apply the output rule to `path` before any work; the file it resolves to.
+
+    Every writer claims its output here (`check_outputs` for `run`, `render` and
+    many videos; the pose writer, `recover`, `track`, every export), so a rule
+    about whether an output may be written at all, added here, holds for every
+    command. Today the rule is the link rule (`resolve_output`).
 
     Args:
         path: the output as given.
@@ -126,6 +130,17 @@ def claim_output(path: Path, what: str) -> Path:
 
     Raises:
         OutputError: one line naming `path` and why it is not written.
+    """
+    return resolve_output(path, what)
+
+
+def resolve_output(path: Path, what: str) -> Path:
+    """The file `path` resolves to, not through a link another user could have
+    planted (`check_links`): checked at the claim and again at the moment the
+    output's files are renamed into place (`staging.StagedOutput`).
+
+    Raises:
+        OutputError: one line naming `path`, the link and its owner.
     """
     check_links(path, what)
     return Path(os.path.realpath(path))

@@ -16,7 +16,7 @@ from typing import cast
 import av
 import numpy as np
 
-from sleap_live.stream.outputs.guard import OutputLock
+from sleap_live.stream.outputs.guard import OutputLock, claim_output
 from sleap_live.stream.outputs.staging import StagedOutput
 
 # Codec name -> (FFmpeg encoder, pixel format, encoder options). H.264 without
@@ -66,6 +66,7 @@ class OverlayWriter:
         self.size = (height, width)
         encoder, pixel_format, options = CODECS[codec]
         self._pad = pixel_format == "yuv420p" and (height % 2 or width % 2)
+        claim_output(self.path, what)
         self._staged = StagedOutput(self.path, what)
         try:
             self._lock = OutputLock(self._staged.target, what)

@@ -2,10 +2,10 @@
 
 An output (a pose file, a video, an exported model, an export folder) is
 
-1. claimed (`guard.claim_output`): its path is not followed through a link
-   another user could have planted (`guard.check_links`). Every rule about
-   whether an output may be written lives there, so a new one is added in one
-   place (every writer and `check_outputs` call it);
+1. claimed before the writer's work (`guard.claim_output`, where every rule
+   about whether an output may be written lives) and resolved here
+   (`guard.resolve_output`): not followed through a link another user could
+   have planted (`guard.check_links`);
 2. written into a fresh private folder (mode 0700, made with ``mkdir``, which
    never follows a link) beside the file it resolves to, pinned by descriptor
    together with that file's folder: nobody else can plant a link in it, and a
@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 
-from sleap_live.stream.outputs.guard import OutputError, claim_output
+from sleap_live.stream.outputs.guard import OutputError, resolve_output
 
 # The private folders' names end in this (see `stale_staging`).
 STAGING_SUFFIX = ".partial"
@@ -46,7 +46,7 @@ class StagedOutput:
     removes the private folder and leaves the output as it was.
 
     Args:
-        path: the output (a file, or a folder for `commit_folder`).
+        path: the output (a file, or a folder made at `file()`).
         what: how errors name it (e.g. "-o", "the overlay video").
 
     Raises:
@@ -56,7 +56,7 @@ class StagedOutput:
     def __init__(self, path: str | os.PathLike[str], what: str) -> None:
         self.path = Path(path)
         self.what = what
-        self.target = claim_output(self.path, what)
+        self.target = resolve_output(self.path, what)
         self._parent_fd: int | None = None
         self._fd: int | None = None
         try:
@@ -155,7 +155,7 @@ class StagedOutput:
             return name
 
     def _check_unchanged(self) -> None:
-        if claim_output(self.path, self.what) != self.target:
+        if resolve_output(self.path, self.what) != self.target:
             raise OutputError(
                 f"{self.path}: {self.what} leads to another file than when the run "
                 f"started ({self.target}): a link was planted or changed; not written"
