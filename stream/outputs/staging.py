@@ -20,6 +20,7 @@ An output (a pose file, a video, an exported model, an export folder) is
 
 from __future__ import annotations
 
+import errno
 import glob
 import os
 import secrets
@@ -60,7 +61,7 @@ class StagedOutput:
         self._parent_fd: int | None = None
         self._fd: int | None = None
         try:
-            self._parent_fd = os.open(self.target.parent, _DIRECTORY)
+            self._parent_fd = _open_folder(self.target.parent)
             self.name = self._make_private_folder()
             # Never through a link: the name was made by this process a moment ago.
             self._fd = os.open(
@@ -204,6 +205,17 @@ def remove_stale_staging(target: Path) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def _open_folder(path: Path) -> int:
+    """A descriptor of the folder `path`, also one this user may write but not list
+    (a 0733 drop folder: Linux's ``O_PATH``, which then cannot be synced)."""
+    try:
+        return os.open(path, _DIRECTORY)
+    except PermissionError:
+        if not hasattr(os, "O_PATH"):
+            raise
+        return os.open(path, os.O_PATH | _DIRECTORY)
+
+
 def _remove_tree(name: str, parent_fd: int) -> None:
     """Remove the folder `name` of `parent_fd` and all in it, never through a link
     (``shutil.rmtree``'s ``dir_fd`` needs Python 3.11)."""
@@ -237,6 +249,12 @@ def _keep_mode(fd: int, name: str, parent_fd: int) -> None:
 
 
 def _fsync(fd: int) -> None:
-    """Make the renames into a folder durable (POSIX; Windows cannot open folders)."""
-    if sys.platform != "win32":
+    """Make the renames into a folder durable where its descriptor allows (POSIX,
+    not an ``O_PATH`` one; Windows cannot open folders)."""
+    if sys.platform == "win32":
+        return
+    try:
         os.fsync(fd)
+    except OSError as error:
+        if error.errno != errno.EBADF:  # an O_PATH descriptor (`_open_folder`)
+            raise

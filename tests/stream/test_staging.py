@@ -46,3 +46,20 @@ def test_a_folder_output_where_a_link_was_planted_meanwhile_is_refused(tmp_path,
     assert sorted(p.name for p in victim.iterdir()) == ["keep"]
     assert [p.name for p in shared_folder.iterdir()] == ["web"] and out.is_symlink()
     assert os.readlink(out) == str(victim)
+
+
+def test_an_output_in_a_folder_one_may_write_but_not_list_is_written(shared_folder):
+    # A 0733 drop folder: its folder descriptor is taken without read permission.
+    user = other_user()
+    drop = shared_folder / "drop"
+    drop.mkdir()
+    drop.chmod(0o733)
+    out = drop / "m.onnx"
+
+    def write() -> None:
+        with staged_file(out, "the export") as staged:
+            staged.write_text("model")
+
+    as_user(user, write)
+    assert out.read_text() == "model" and out.stat().st_uid == user[0]
+    assert sorted(p.name for p in drop.iterdir()) == ["m.onnx"]
