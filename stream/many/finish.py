@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +27,7 @@ from typing import Literal
 import attrs
 
 from sleap_live.stream.outputs.exports import sidecars
-from sleap_live.stream.outputs.guard import OutputLock, resolve_output
+from sleap_live.stream.outputs.guard import OutputError, OutputLock, resolve_output
 from sleap_live.stream.outputs.journal import journal_path
 from sleap_live.stream.outputs.staging import stale_staging
 
@@ -107,11 +108,14 @@ def finish(output: Path) -> None:
     the rename: a link planted at `output` meanwhile is not followed.
 
     Raises:
-        OutputError: the rule refuses `output` now.
+        OutputError: the rule refuses `output` now, or an unfinished file is not
+            this run's own (a link, another user's).
         OSError: the rename failed (the unfinished files are left for a retry).
     """
     resolve_output(output, "the output")
     unfinished = unfinished_path(output)
+    for path in (*sidecars(unfinished), unfinished):
+        _check_own_file(path)
     for sidecar, final in zip(sidecars(unfinished), sidecars(output), strict=True):
         if sidecar.exists():
             os.replace(sidecar, final)
@@ -170,6 +174,19 @@ def place(output: Path, files: OutputBytes) -> bool:
                     _remove(path)
             raise
     return discarded
+
+
+def _check_own_file(path: Path) -> None:
+    """Refuse to rename `path` into place unless it is this user's own file, not a
+    link or a file another user (the owner of the folder) put at its name."""
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return  # a sidecar not written; the pose file's rename says it is missing
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+        raise OutputError(
+            f"{path}: not this run's own file (a link, or another user's); not renamed into place"
+        )
 
 
 def _remove(path: Path) -> None:

@@ -63,3 +63,18 @@ def test_an_output_in_a_folder_one_may_write_but_not_list_is_written(shared_fold
     as_user(user, write)
     assert out.read_text() == "model" and out.stat().st_uid == user[0]
     assert sorted(p.name for p in drop.iterdir()) == ["m.onnx"]
+
+
+def test_many_videos_never_rename_another_users_link_into_place(shared_folder):
+    # In a folder another user owns, they may put a link at a video's hidden
+    # unfinished name; renamed into place it would become the output.
+    from sleap_live.stream.many.finish import finish, unfinished_path
+
+    user = other_user()
+    theirs = shared_folder / "theirs"
+    as_user(user, lambda: theirs.mkdir(mode=0o777))
+    output = theirs / "v.predictions.slp"
+    as_user(user, lambda: unfinished_path(output).symlink_to("/etc/passwd"))
+    with pytest.raises(OutputError, match="not this run's own file"):
+        finish(output)
+    assert not output.exists() and not output.is_symlink()
