@@ -268,6 +268,33 @@ def is_loopback(host: str) -> bool:
     return host in ("localhost", "::1", "[::1]") or host.startswith("127.")
 
 
+def served_hosts(host: str, port: int) -> frozenset[str]:
+    """The ``Host`` values a server bound on `host`:`port` answers (see `refusal`)."""
+    served = [*LOOPBACK_NAMES, f"[{host}]" if ":" in host else host]
+    return frozenset(f"{name}:{port}" for name in served)
+
+
+def refusal(
+    host: str | None, origin: str | None, hosts: frozenset[str], exposed: bool
+) -> str | None:
+    """Why a request may not be served, None if it may: the rule of the preview and
+    `serve-web` against other sites' pages and DNS rebinding.
+
+    Args:
+        host: the request's ``Host`` header.
+        origin: its ``Origin`` header.
+        hosts: the ``Host`` values the server answers (`served_hosts`).
+        exposed: the server is bound beyond loopback, where any ``Host`` is taken
+            (and something else, the preview's token, must guard it).
+    """
+    host = host or ""
+    if not exposed and host not in hosts:
+        return "unknown Host"
+    if origin is not None and origin != f"http://{host}":
+        return "foreign Origin"
+    return None
+
+
 def exposure_warning(url: str) -> str:
     """The one-line warning printed when the preview is bound beyond loopback."""
     return (
@@ -324,8 +351,7 @@ class PreviewServer:
         if token is None and self.exposed:
             token = secrets.token_urlsafe(16)
         self.token: str | None = token
-        served = [*LOOPBACK_NAMES, f"[{host}]" if ":" in host else host]
-        self._hosts = frozenset(f"{name}:{self.port}" for name in served)
+        self._hosts = served_hosts(host, self.port)
         self._refused = 0
         # Connections being served; only touched in the serving thread.
         self._connections = 0
@@ -539,12 +565,10 @@ class PreviewServer:
 
     def _forbidden(self, request: web.Request) -> str | None:
         """Why `request` may not be served, None if it may."""
-        host = request.headers.get("Host", "")
-        if not self.exposed and host not in self._hosts:
-            return "unknown Host"
-        origin = request.headers.get("Origin")
-        if origin is not None and origin != f"http://{host}":
-            return "foreign Origin"
+        headers = request.headers
+        reason = refusal(headers.get("Host"), headers.get("Origin"), self._hosts, self.exposed)
+        if reason is not None:
+            return reason
         given = request.query.get("token", "")
         if self.token is not None and not hmac.compare_digest(given, self.token):
             return "no token or a wrong one"

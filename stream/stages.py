@@ -21,12 +21,12 @@ from sleap_live.engines.errors import EngineError
 from sleap_live.stream.errors import PipelineError, StreamError
 
 # The signals that stop a run as Ctrl-C does, outputs saved (the CLI's handlers
-# raise KeyboardInterrupt for each): SIGHUP (the terminal closed) and SIGQUIT
-# (Ctrl-\) would otherwise kill the run with its poses left in the journal.
-# Windows has neither.
+# raise KeyboardInterrupt for each): SIGHUP (the terminal closed), SIGQUIT
+# (Ctrl-\\), and SIGUSR1, SIGUSR2 and SIGALRM (whose default action is to terminate)
+# would otherwise kill the run with its poses left in the journal. Windows has none.
 STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)
 if sys.platform != "win32":
-    STOP_SIGNALS += (signal.SIGHUP, signal.SIGQUIT)
+    STOP_SIGNALS += (signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM)
 
 
 @contextlib.contextmanager

@@ -10,6 +10,7 @@ import pytest
 from sleap_live.engines.cache import CACHE_DIR_ENV
 from sleap_live.engines.openmp import prefer_passive_wait
 from sleap_live.engines.runners.cpu_choice import ENGINE_ENV
+from tests.users import shared_folder  # noqa: F401 (a fixture, for every test)
 
 # torch's idle OpenMP threads sleep in the test process and every process it starts,
 # as in sleap-live's own runs (engines/openmp.py): set before any test module imports

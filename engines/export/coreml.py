@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -55,6 +54,7 @@ from sleap_live.engines.load.metadata import (
 )
 from sleap_live.engines.notify import Notify
 from sleap_live.engines.settings import InferenceSettings, check_slots
+from sleap_live.stream.outputs.staging import staged_file
 
 FORMAT = "coreml"
 SUFFIX = ".mlpackage"
@@ -144,12 +144,12 @@ def export_coreml(
     program.user_defined_metadata[METADATA_KEY] = metadata.to_json()
     notify(f"writing {path}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.is_dir():
-        shutil.rmtree(path)  # an earlier package: saving merges into an existing one
-    program.save(str(path))
-    check = check_package(path, metadata.input_name, example.shape, names)
-    record = {**metadata.to_dict(), "coreml_check": check}
-    sidecar_path(path).write_text(json.dumps(record, indent=1) + "\n")
+    # A fresh package, which replaces an earlier one whole (saving merges into one).
+    with staged_file(path, "the export") as staged:
+        program.save(str(staged))
+        check = check_package(staged, metadata.input_name, example.shape, names)
+        record = {**metadata.to_dict(), "coreml_check": check}
+        sidecar_path(staged).write_text(json.dumps(record, indent=1) + "\n")
     return path
 
 

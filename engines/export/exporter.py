@@ -66,6 +66,8 @@ from sleap_live.engines.load.metadata import (
 )
 from sleap_live.engines.notify import Notify, notice
 from sleap_live.engines.settings import InferenceSettings, check_slots
+from sleap_live.stream.outputs.guard import claim_output
+from sleap_live.stream.outputs.staging import staged_file
 
 EXPORT_FORMATS = ("onnx", "torchscript")
 SUFFIXES = {"onnx": ".onnx", "torchscript": ".pt"}
@@ -202,11 +204,12 @@ def export_inference_model(
     )
     notify(f"writing {path}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    if format == "onnx":
-        path.write_bytes(payload)
-    else:
-        save_torchscript(payload, path, metadata)
-    sidecar_path(path).write_text(metadata.to_json() + "\n")
+    with staged_file(path, "the export") as staged:
+        if format == "onnx":
+            staged.write_bytes(payload)
+        else:
+            save_torchscript(payload, staged, metadata)
+        sidecar_path(staged).write_text(metadata.to_json() + "\n")
     return path
 
 
@@ -530,11 +533,12 @@ def export_file(output: str | Path, file_name: str, what: str) -> Path:
     """
     path = Path(output)
     suffix = Path(file_name).suffix
-    if path.suffix == suffix:
-        return path
-    if path.suffix:
-        raise ValueError(f"{path}: {what} (or a directory)")
-    return _in_folder(path, file_name)
+    if path.suffix != suffix:
+        if path.suffix:
+            raise ValueError(f"{path}: {what} (or a directory)")
+        path = _in_folder(path, file_name)
+    claim_output(path, "the export")  # before the work; again when written (`staged_file`)
+    return path
 
 
 def export_folder(output: str | Path, what: str, holds_export: Callable[[Path], bool]) -> Path:
@@ -547,6 +551,7 @@ def export_folder(output: str | Path, what: str, holds_export: Callable[[Path], 
             says `what` the export is ("a web export").
     """
     folder = Path(output)
+    claim_output(folder, "the export")  # before the work; again when written (`staged_file`)
     if folder.is_file():
         raise ValueError(f"{folder}: {what} is a folder, and this is a file")
     if folder.is_dir() and any(folder.iterdir()) and not holds_export(folder):
@@ -563,8 +568,11 @@ def _output_path(output: str | Path, format: str) -> Path:
     if output.suffix in SUFFIXES.values():
         if output.suffix != suffix:
             raise ValueError(f"{output}: {format} exports are written to '{suffix}' files")
-        return output
-    return _in_folder(output, f"model{suffix}")
+        path = output
+    else:
+        path = _in_folder(output, f"model{suffix}")
+    claim_output(path, "the export")  # before the work; again when written (`staged_file`)
+    return path
 
 
 def _in_folder(folder: Path, file_name: str) -> Path:

@@ -25,6 +25,7 @@ from sleap_live.engines.load.metadata import (
 from sleap_live.engines.notify import Notify
 from sleap_live.engines.optional import import_openvino
 from sleap_live.engines.settings import InferenceSettings
+from sleap_live.stream.outputs.staging import staged_file
 
 FORMAT = "openvino"
 SUFFIX = ".xml"
@@ -78,6 +79,7 @@ def export_openvino(
     metadata = attrs.evolve(embedded_metadata(onnx_bytes), format=FORMAT)
     graph.set_rt_info(metadata.to_json(), [METADATA_KEY])
     path.parent.mkdir(parents=True, exist_ok=True)
-    ov.save_model(graph, str(path), compress_to_fp16=False)
-    sidecar_path(path).write_text(metadata.to_json() + "\n")
+    with staged_file(path, "the export") as staged:  # model.xml, model.bin beside it
+        ov.save_model(graph, str(staged), compress_to_fp16=False)
+        sidecar_path(staged).write_text(metadata.to_json() + "\n")
     return path

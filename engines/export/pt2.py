@@ -26,7 +26,7 @@ its size; each check is recorded in the metadata.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import attrs
@@ -57,6 +57,7 @@ from sleap_live.engines.load.metadata import (
 )
 from sleap_live.engines.notify import Notify
 from sleap_live.engines.settings import SLOTTED_TYPES, InferenceSettings, check_slots
+from sleap_live.stream.outputs.staging import staged_file
 
 FORMAT = "pt2"
 SUFFIX = ".pt2"
@@ -121,6 +122,22 @@ def export_pt2(
     metadata = converted_metadata(onnx_bytes, FORMAT, profile, {"torch": torch.__version__})
     notify(f"writing {path}")
     path.parent.mkdir(parents=True, exist_ok=True)
+    with staged_file(path, "the export") as staged:
+        _save_verified(program, staged, metadata, verify, onnx_bytes, frames, source, notify)
+    return path
+
+
+def _save_verified(
+    program: torch.export.ExportedProgram,
+    path: Path,
+    metadata: ExportMetadata,
+    verify: bool,
+    onnx_bytes: bytes,
+    frames: np.ndarray,
+    source: str,
+    notify: Callable[[str], None],
+) -> None:
+    """Save `program` to `path`, verified against ONNX Runtime if `verify`, and its sidecar."""
     torch.export.save(program, str(path), extra_files={METADATA_FILE: metadata.to_json()})
     if verify:
         loaded = load_pt2(path)
@@ -137,7 +154,6 @@ def export_pt2(
         metadata = attrs.evolve(metadata, verification=tuple(records))
         torch.export.save(program, str(path), extra_files={METADATA_FILE: metadata.to_json()})
     sidecar_path(path).write_text(metadata.to_json() + "\n")
-    return path
 
 
 def load_pt2(path: str | Path) -> torch.nn.Module:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,7 @@ from sleap_live.engines.load.metadata import (
 )
 from sleap_live.engines.notify import Notify
 from sleap_live.engines.settings import InferenceSettings, check_slots
+from sleap_live.stream.outputs.staging import staged_file
 
 FORMAT = "saved_model"
 FOLDER_ENDING = "_saved_model"
@@ -137,7 +138,18 @@ def export_saved_model(
         progress=progress, settings=settings, frame_size=frame_size, int64_outputs=True,
     )  # fmt: skip
     notify(f"writing {path}")
-    save(tf, converted.function, path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Made whole in a private folder, which replaces an earlier export's folder.
+    with staged_file(path, "the export") as staged:
+        save(tf, converted.function, staged)
+        _verify_and_record(tf, converted, staged, verify, notify)
+    return path
+
+
+def _verify_and_record(
+    tf: Any, converted: Converted, path: Path, verify: bool, notify: Callable[[str], None]
+) -> None:
+    """Check the SavedModel at `path` against ONNX Runtime if `verify`; write its metadata."""
     metadata = converted.metadata
     if verify:
         frames = converted.frames
@@ -154,7 +166,6 @@ def export_saved_model(
         )
         metadata = attrs.evolve(metadata, verification=(check,))
     (path / METADATA_FILE).write_text(json.dumps(metadata.to_dict(), indent=1) + "\n")
-    return path
 
 
 def is_saved_model_export(folder: Path) -> bool:

@@ -15,7 +15,6 @@ module imports on a host without it.
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -26,6 +25,7 @@ from sleap_live.engines.errors import ExportError, ModelConfigError, ModelNotFou
 from sleap_live.engines.export.tensorrt_engine import EngineFile, EngineKey
 from sleap_live.engines.load.metadata import METADATA_KEY, ExportMetadata
 from sleap_live.engines.notify import Notify, notice
+from sleap_live.stream.outputs.staging import staged_file
 
 DEFAULT_WORKSPACE_BYTES = 4 << 30
 
@@ -237,8 +237,7 @@ def _load_timing_cache(config: Any, path: Path | None, notify: Notify) -> Any:
 def save_or_notify(path: Path, data: bytes, notify: Notify, what: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(path.name + ".partial")
-        partial.write_bytes(data)
-        os.replace(partial, path)
+        with staged_file(path, f"the {what}") as staged:
+            staged.write_bytes(data)
     except OSError as error:
-        notify(f"cannot write the {what} {path} ({error.strerror}); kept in memory only")
+        notify(f"cannot write the {what} {path} ({error.strerror or error}); kept in memory only")

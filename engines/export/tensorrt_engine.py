@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,6 +22,7 @@ import attrs
 
 from sleap_live.engines.errors import ModelConfigError, ModelNotFoundError
 from sleap_live.engines.load.metadata import ExportMetadata
+from sleap_live.stream.outputs.staging import staged_file
 
 PRECISIONS = ("fp32", "fp16")
 MAGIC = b"sleap-live tensorrt engine\n"
@@ -194,10 +194,14 @@ def read_engine_file(path: str | Path) -> EngineFile:
 
 
 def write_engine_file(path: str | Path, engine: EngineFile) -> Path:
-    """Writes `engine` atomically (a reader never sees half a file)."""
+    """Writes `engine` atomically (a reader never sees half a file), by the output
+    rule (`staging`).
+
+    Raises:
+        OutputError: the rule refuses `path` (another user's link).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_bytes(engine.to_bytes())
-    os.replace(partial, path)
+    with staged_file(path, "the engine file") as staged:
+        staged.write_bytes(engine.to_bytes())
     return path

@@ -38,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,7 @@ from sleap_live.engines.export.onnx import onnx_exported
 from sleap_live.engines.export.saved_model import (
     METADATA_FILE,
     SIGNATURE,
+    Converted,
     convert_model,
     import_tensorflow,
     save,
@@ -63,6 +64,7 @@ from sleap_live.engines.export.verify import Outputs, check_against_onnx_runtime
 from sleap_live.engines.load.metadata import DEFAULT_OPSET
 from sleap_live.engines.notify import Notify
 from sleap_live.engines.settings import InferenceSettings
+from sleap_live.stream.outputs.staging import staged_file
 
 FORMAT = "tfjs"
 FOLDER_ENDING = "_tfjs"
@@ -128,30 +130,47 @@ def export_tfjs(
         progress=progress, settings=settings, frame_size=frame_size, int64_outputs=False,
     )  # fmt: skip
     notify(f"converting to TF.js into {path}")
-    with tempfile.TemporaryDirectory() as folder:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Made whole in a private folder, which replaces an earlier export's folder.
+    with staged_file(path, "the export") as staged, tempfile.TemporaryDirectory() as folder:
         saved = Path(folder) / "saved_model"
         save(tf, converted.function, saved)
-        path.mkdir(parents=True, exist_ok=True)
-        try:
-            # The converter prints each weight file it writes.
-            with contextlib.redirect_stdout(io.StringIO()):
-                convert_tf_saved_model(
-                    str(saved), str(path), signature_def=SIGNATURE, saved_model_tags="serve"
-                )
-        except Exception as error:  # the converter raises many kinds of errors
-            # Its message names the operations on the lines after the first.
-            reason = " ".join(str(error).split()) or type(error).__name__
-            raise ExportError(f"tensorflowjs could not convert the SavedModel: {reason}") from error
+        staged.mkdir()
+        _convert_and_check(convert_tf_saved_model, saved, staged, converted, node_modules, notify)
+    return path
+
+
+def _convert_and_check(
+    convert_tf_saved_model: Any,
+    saved: Path,
+    path: Path,
+    converted: Converted,
+    node_modules: Path | None,
+    notify: Callable[[str], None],
+) -> None:
+    """Convert the SavedModel `saved` into the TF.js folder `path`, check it against
+    ONNX Runtime where `node_modules` is given, and write its metadata."""
+    try:
+        # The converter prints each weight file it writes.
+        with contextlib.redirect_stdout(io.StringIO()):
+            convert_tf_saved_model(
+                str(saved), str(path), signature_def=SIGNATURE, saved_model_tags="serve"
+            )
+    except Exception as error:  # the converter raises many kinds of errors
+        # Its message names the operations on the lines after the first.
+        reason = " ".join(str(error).split()) or type(error).__name__
+        raise ExportError(f"tensorflowjs could not convert the SavedModel: {reason}") from error
     name_outputs(path / MODEL_FILE, converted.metadata.output_names)
     metadata = attrs.evolve(
         converted.metadata,
         exporter={**(converted.metadata.exporter or {}), "tensorflowjs": _version("tensorflowjs")},
     )
-    if verify:
-        assert node_modules is not None
+    if node_modules is not None:
         frames = converted.frames
         notify(f"verifying {len(frames)} frames in TF.js (Node) against ONNX Runtime")
-        outputs = run_tfjs(path, frames, metadata.output_names, node_modules)
+        # Node is another process: the folder by its name, not this process's descriptor.
+        folder = Path(os.path.realpath(path))
+        outputs = run_tfjs(folder, frames, metadata.output_names, node_modules)
         check = check_against_onnx_runtime(
             converted.model,
             outputs,
@@ -163,7 +182,6 @@ def export_tfjs(
         )
         metadata = attrs.evolve(metadata, verification=(check,))
     (path / METADATA_FILE).write_text(json.dumps(metadata.to_dict(), indent=1) + "\n")
-    return path
 
 
 def name_outputs(model_file: Path, names: Sequence[str]) -> None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,10 +55,12 @@ from sleap_live.engines.graph.base import InferenceModel
 from sleap_live.engines.load.metadata import (
     DEFAULT_OPSET,
     TENSORRT_PROFILE,
+    ExportMetadata,
     sidecar_path,
 )
 from sleap_live.engines.notify import Notify
 from sleap_live.engines.settings import InferenceSettings, check_slots
+from sleap_live.stream.outputs.staging import staged_file
 
 FORMAT = "tflite"
 SUFFIX = ".tflite"
@@ -135,7 +137,23 @@ def export_tflite(
     )
     notify(f"writing {path}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    converted.export(str(path))
+    with staged_file(path, "the export") as staged:
+        converted.export(str(staged))
+        metadata = _verified(staged, metadata, verify, onnx_bytes, frames, source, notify)
+        sidecar_path(staged).write_text(json.dumps(metadata.to_dict(), indent=1) + "\n")
+    return path
+
+
+def _verified(
+    path: Path,
+    metadata: ExportMetadata,
+    verify: bool,
+    onnx_bytes: bytes,
+    frames: np.ndarray,
+    source: str,
+    notify: Callable[[str], None],
+) -> ExportMetadata:
+    """`metadata` with the check of the .tflite file at `path` against ONNX Runtime."""
     if verify:
         notify(f"verifying {len(frames)} frames in LiteRT against ONNX Runtime")
         outputs = run_tflite(path, frames, metadata.output_names)
@@ -149,8 +167,7 @@ def export_tflite(
             runtime=f"LiteRT interpreter (ai-edge-litert {_version('ai-edge-litert')})",
         )
         metadata = attrs.evolve(metadata, verification=(check,))
-    sidecar_path(path).write_text(json.dumps(metadata.to_dict(), indent=1) + "\n")
-    return path
+    return metadata
 
 
 def refusal(model: InferenceModel) -> str | None:

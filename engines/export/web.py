@@ -33,7 +33,6 @@ the page, so those model types are refused.
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -66,6 +65,7 @@ from sleap_live.engines.load.metadata import (
 )
 from sleap_live.engines.notify import Notify
 from sleap_live.engines.settings import InferenceSettings
+from sleap_live.stream.outputs.staging import staged_file
 
 FORMAT = "web"
 MODEL_FILE = "model.onnx"
@@ -158,18 +158,21 @@ def export_web(
         graphs[(height, width)] = graph
     notify(f"writing {folder}")
     metadata = attrs.evolve(embedded_metadata(onnx_bytes), format=FORMAT)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / MODEL_FILE).write_bytes(onnx_bytes)
-    record = {**metadata.to_dict(), "web_graphs": checks}
-    sidecar_path(folder / MODEL_FILE).write_text(json.dumps(record, indent=1) + "\n")
-    (folder / GRAPHS_FOLDER).mkdir(exist_ok=True)
-    for (height, width), graph in graphs.items():
-        (folder / GRAPHS_FOLDER / f"{height}x{width}.onnx").write_bytes(graph)
-    (folder / "model.json").write_text(json.dumps(page_model(metadata, sizes), indent=1) + "\n")
-    page = resources.files("sleap_live.engines.export") / "web_page"
-    for name in PAGE_FILES:
-        (folder / name).write_bytes((page / name).read_bytes())
-    copy_runtime(dist, folder / RUNTIME_FOLDER)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    # Made whole in a private folder, which replaces an earlier export's folder.
+    with staged_file(folder, "the export") as staged:
+        staged.mkdir()
+        (staged / MODEL_FILE).write_bytes(onnx_bytes)
+        record = {**metadata.to_dict(), "web_graphs": checks}
+        sidecar_path(staged / MODEL_FILE).write_text(json.dumps(record, indent=1) + "\n")
+        (staged / GRAPHS_FOLDER).mkdir(exist_ok=True)
+        for (height, width), graph in graphs.items():
+            (staged / GRAPHS_FOLDER / f"{height}x{width}.onnx").write_bytes(graph)
+        (staged / "model.json").write_text(json.dumps(page_model(metadata, sizes), indent=1) + "\n")
+        page = resources.files("sleap_live.engines.export") / "web_page"
+        for name in PAGE_FILES:
+            (staged / name).write_bytes((page / name).read_bytes())
+        copy_runtime(dist, staged / RUNTIME_FOLDER)
     return folder
 
 
@@ -220,8 +223,4 @@ def is_web_export(folder: Path) -> bool:
 
 
 def _output_folder(output: str | Path) -> Path:
-    folder = export_folder(output, "a web export", is_web_export)
-    if folder.is_dir() and (folder / RUNTIME_FOLDER).is_dir():
-        # An earlier export's runtime: replaced whole, so no file of another version stays.
-        shutil.rmtree(folder / RUNTIME_FOLDER)
-    return folder
+    return export_folder(output, "a web export", is_web_export)

@@ -223,7 +223,9 @@ class ExportMetadata:
             )
         try:
             document = json.loads(text)
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        # ValueError beyond JSONDecodeError: an integer of more digits than Python
+        # converts (4,300 by default, `sys.set_int_max_str_digits`).
+        except (ValueError, UnicodeDecodeError) as error:
             raise ModelConfigError(
                 f"{origin}: export metadata is not valid JSON ({error})"
             ) from error
@@ -322,9 +324,14 @@ def info_from_dict(document: Mapping[str, Any], origin: str = "metadata") -> Mod
 
 def check_info(info: ModelInfo, origin: str) -> None:
     """Raises `ModelConfigError`, naming `origin`, unless `info` holds together: a
-    valid skeleton (`check_skeleton`), 1 or 3 input channels, and room for at least
-    one instance (or no limit)."""
+    valid skeleton (`check_skeleton`), 1 or 3 input channels, room for at least
+    one instance (or no limit), and a `peak_threshold` from 0 to 1 (a NaN there
+    would run every frame, then fail the save of their poses)."""
     check_skeleton(info.skeleton, origin)
+    if not 0 <= info.peak_threshold <= 1:
+        raise ModelConfigError(
+            f"{origin}: peak_threshold is {info.peak_threshold}; a number from 0 to 1"
+        )
     if info.input_channels not in (1, 3):
         raise ModelConfigError(
             f"{origin}: input_channels is {info.input_channels}; models take 1 or 3 channels"

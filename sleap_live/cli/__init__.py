@@ -22,11 +22,12 @@ options they share (`options.py`, `tracking_options.py`).
 
 Exit status: 0 done, 1 a source, model or output failed, 2 bad arguments,
 130 interrupted (Ctrl-C), 143 terminated (SIGTERM), 129 hung up (SIGHUP), 131
-quit (SIGQUIT): 128 plus the signal's number. Every expected error is one line on
+quit (SIGQUIT), on Linux 138, 140, 142 (SIGUSR1, SIGUSR2, SIGALRM): 128 plus the signal's
+number. Every expected error is one line on
 stderr: `sleap-live: error: <message>`.
 
-Signals: the first Ctrl-C (or SIGTERM, SIGHUP, SIGQUIT: a closed terminal or
-Ctrl-\\ saves like Ctrl-C) stops the command cleanly (a run finishes
+Signals: the first Ctrl-C (or SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM:
+a closed terminal or Ctrl-\\ saves like Ctrl-C) stops the command cleanly (a run finishes
 the frames in flight and saves its outputs); a second one only says what is
 still being done and how to leave; a third exits at once, after the command has
 said what its outputs hold, without waiting for its threads.
@@ -79,7 +80,8 @@ COMMANDS = (
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, SIGHUP or SIGQUIT arrived; handled like Ctrl-C, with its own exit status."""
+    """Another stopping signal arrived (SIGTERM, SIGHUP, ...: `STOP_SIGNALS`); handled
+    like Ctrl-C, with its own exit status."""
 
 
 class ForcedExit(KeyboardInterrupt):

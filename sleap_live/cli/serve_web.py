@@ -5,6 +5,14 @@ folder needs a web server; this is a static one, on the loopback address only (t
 webcam needs a secure context, which http://127.0.0.1 is). It sends the headers that
 make the page cross-origin isolated, so onnxruntime-web's wasm may use threads, and
 the MIME types wasm and ES modules must have. Ctrl-C stops it.
+
+Who may look, and what: the preview's rule (`preview.refusal`): a request whose
+``Host`` is not the server's own loopback name and port, or whose ``Origin`` is
+another site's, gets 403, so no web page the user visits (directly or by DNS
+rebinding) can read the model. Only files in the folder are sent: no folder
+listing, nothing a link leads to outside it (404). At most `MAX_CONNECTIONS`
+connections are served at once, one more is closed as soon as it is accepted,
+and a connection idle for `IDLE_SECONDS` is closed.
 """
 
 from __future__ import annotations
@@ -13,12 +21,20 @@ import argparse
 import functools
 import http.server
 import os
+import threading
+from collections.abc import Callable
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from sleap_live.cli.options import PROG, UsageError
+from sleap_live.stream.preview import refusal, served_hosts
+
+# Connections served at once, and seconds a connection may sit idle.
+MAX_CONNECTIONS = 64
+IDLE_SECONDS = 10.0
 
 SUMMARY = "serve a web export (export --format web) on 127.0.0.1, to open in a browser"
 HOST = "127.0.0.1"
@@ -55,8 +71,60 @@ def add_parser(commands: Any) -> None:
     serve.set_defaults(handler=handle)
 
 
+class WebExportServer(http.server.ThreadingHTTPServer):
+    """A thread per connection, `MAX_CONNECTIONS` at most: one more is closed at once.
+
+    Args:
+        port: on 127.0.0.1; 0 takes a free one.
+        handler: makes the handler of each request.
+    """
+
+    def __init__(self, port: int, handler: Callable[..., WebExportHandler]) -> None:
+        super().__init__((HOST, port), handler)
+        self.hosts = served_hosts(HOST, self.server_address[1])
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+
 class WebExportHandler(http.server.SimpleHTTPRequestHandler):
-    """Static files with the isolation headers and the MIME types the page needs."""
+    """Static files with the isolation headers and the MIME types the page needs,
+    under the rules of the module's docstring."""
+
+    server: WebExportServer
+    timeout = IDLE_SECONDS
+
+    def send_head(self) -> Any:
+        reason = refusal(
+            self.headers.get("Host"), self.headers.get("Origin"), self.server.hosts, False
+        )
+        if reason is not None:
+            self.send_error(HTTPStatus.FORBIDDEN, reason)
+            return None
+        root = os.path.realpath(self.directory)
+        path = os.path.realpath(self.translate_path(self.path))
+        if os.path.commonpath([root, path]) != root:
+            self.send_error(HTTPStatus.NOT_FOUND, "File not found")
+            return None
+        return super().send_head()
+
+    def list_directory(self, path: str | os.PathLike[str]) -> None:
+        del path  # a folder is not listed
+        self.send_error(HTTPStatus.NOT_FOUND, "File not found")
 
     def guess_type(self, path: str | os.PathLike[str]) -> str:
         # Browsers run ES modules and compile wasm only when served with these types.
@@ -73,7 +141,7 @@ class WebExportHandler(http.server.SimpleHTTPRequestHandler):
         del format, args  # a request log would bury the address line
 
 
-def web_server(folder: Path, port: int = DEFAULT_PORT) -> http.server.ThreadingHTTPServer:
+def web_server(folder: Path, port: int = DEFAULT_PORT) -> WebExportServer:
     """A server of `folder` on 127.0.0.1:`port` (not yet serving; call serve_forever).
 
     Raises:
@@ -90,7 +158,7 @@ def web_server(folder: Path, port: int = DEFAULT_PORT) -> http.server.ThreadingH
             f"make one with `{PROG} export MODEL_DIR --format web -o {folder}`"
         )
     handler = functools.partial(WebExportHandler, directory=str(folder))
-    return http.server.ThreadingHTTPServer((HOST, port), handler)
+    return WebExportServer(port, handler)
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:

@@ -12,18 +12,23 @@ which places them in the output folder (`finish.place`: the same hidden name, lo
 and atomic rename, so the same resume rules). The driver hands each actor its next
 video as one finishes (`ray.wait`), reports progress, and gathers the results.
 
-``address="local"`` starts Ray on this machine for the run (and stops it after);
-``"ray://HOST:PORT"`` (or ``"auto"``, a cluster this machine belongs to) joins one.
+``address="local"`` starts Ray on this machine for the run (and stops it after,
+`local_ray`): its servers listen on the loopback address only, its dashboard is
+off and its session files are in a private folder. ``"ray://HOST:PORT"`` (or
+``"auto"``, a cluster this machine belongs to) joins one, set up by its owner
+(docs/many-videos.md says how to run one safely).
 Where Ray is already initialised in this process, that session is used as it is.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
+import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +39,16 @@ from sleap_live.stream.many.finish import OutputBytes, OutputsTo, collect, place
 from sleap_live.stream.many.local import POLL_SECONDS, NoReport, Reporter, left_behind, past
 from sleap_live.stream.many.videos import VideoJob
 from sleap_live.stream.many.worker import VideoResult, VideoWorker, WorkOptions, failed
+from sleap_live.stream.preview import is_loopback
 
 RAY_INSTALL_HINT = 'pip install "sleap-live[cluster]"'
+
+# Ray's switch for clusters of several machines (ray._private.ray_constants,
+# ENABLE_RAY_CLUSTERS_ENV_VAR, Ray 2.60), read when Ray is imported: "0", as Ray
+# has by default on macOS and Windows, makes a node's address the loopback one, and
+# then the GCS, raylets, workers and runtime-env agent listen on 127.0.0.1 only
+# (Ray binds all interfaces otherwise).
+RAY_LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
 class RayVideoWorker:
@@ -79,8 +92,14 @@ def scratch_folder(output: Path) -> Path:
     return Path(tempfile.gettempdir()) / "sleap-live-outputs" / key
 
 
-def import_ray() -> Any:
-    """The `ray` module, or a one-line error saying how to install it."""
+def import_ray(local: bool = False) -> Any:
+    """The `ray` module, or a one-line error saying how to install it.
+
+    For a `local` cluster, Ray imported here takes this machine's loopback address
+    as its node's (`RAY_LOOPBACK_ENV`), unless the environment says otherwise.
+    """
+    if local and "ray" not in sys.modules:
+        os.environ.setdefault(RAY_LOOPBACK_ENV, "0")
     try:
         import ray
     except ImportError:
@@ -129,15 +148,72 @@ def run_on_ray(
         RuntimeUnavailableError: Ray is not installed.
         ValueError: the cluster has no room for one actor.
     """
-    ray = import_ray()
+    ray = import_ray(local=address == "local")
     report = report or NoReport()
     cpus = float(cpus_per_worker or options.threads or 1)
-    started_here = not ray.is_initialized()
-    if started_here:
-        if address == "local":
-            ray.init(include_dashboard=False, log_to_driver=False)
-        else:
-            ray.init(address=address, log_to_driver=False)
+    with contextlib.ExitStack() as session:
+        if not ray.is_initialized():
+            if address == "local":
+                warning = session.enter_context(local_ray(ray))
+                if warning is not None:
+                    print(warning, file=sys.stderr)
+            else:
+                ray.init(address=address, log_to_driver=False)
+                session.callback(ray.shutdown)
+        return _run_in_session(
+            ray, jobs, options, cpus, gpus_per_worker, workers, streams, retries,
+            outputs_to, deadline, report,
+        )  # fmt: skip
+
+
+@contextlib.contextmanager
+def local_ray(ray: Any, **options: Any) -> Iterator[str | None]:
+    """Ray started on this machine, stopped on leaving; yields a warning line where
+    its servers can be reached from other machines, else None.
+
+    Its servers listen on the loopback address (`RAY_LOOPBACK_ENV`, where Ray is
+    imported by `import_ray`), its dashboard is off, and its session files (logs,
+    sockets, the objects spilled) are in a new 0700 folder, removed after, not in
+    the shared ``/tmp/ray``.
+
+    Args:
+        ray: the `ray` module.
+        **options: more `ray.init` arguments (``num_cpus``).
+    """
+    folder = tempfile.mkdtemp(prefix="sleap-live-ray-")
+    try:
+        ray.init(include_dashboard=False, log_to_driver=False, _temp_dir=folder, **options)
+        try:
+            address = ray.util.get_node_ip_address()
+            yield None if is_loopback(address) else ray_exposure_warning(address)
+        finally:
+            ray.shutdown()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def ray_exposure_warning(address: str) -> str:
+    """The one-line warning when a local Ray cluster listens beyond loopback."""
+    return (
+        f"warning: the local Ray cluster listens on {address}, which other machines can "
+        f"reach (Ray was imported with {RAY_LOOPBACK_ENV} unset or 1); only Ray's token "
+        f"authentication guards it; {RAY_LOOPBACK_ENV}=0 keeps it on this machine"
+    )
+
+
+def _run_in_session(
+    ray: Any,
+    jobs: Sequence[VideoJob],
+    options: WorkOptions,
+    cpus: float,
+    gpus_per_worker: float,
+    workers: int | None,
+    streams: int,
+    retries: int,
+    outputs_to: OutputsTo,
+    deadline: float | None,
+    report: Reporter,
+) -> list[VideoResult]:
     actors: list[Any] = []
     try:
         if workers is None:
@@ -166,8 +242,6 @@ def run_on_ray(
     finally:
         for actor in actors:
             ray.kill(actor, no_restart=True)
-        if started_here:
-            ray.shutdown()
 
 
 def _dispatch(

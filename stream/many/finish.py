@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import stat
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,8 +27,9 @@ from typing import Literal
 import attrs
 
 from sleap_live.stream.outputs.exports import sidecars
-from sleap_live.stream.outputs.guard import OutputLock, stale_temporaries
+from sleap_live.stream.outputs.guard import OutputError, OutputLock, resolve_output
 from sleap_live.stream.outputs.journal import journal_path
+from sleap_live.stream.outputs.staging import stale_staging
 
 # Who writes each output into the output folder: "worker", the process that ran the
 # video, or "driver", the process that started the run, from bytes the worker returns.
@@ -59,7 +62,7 @@ def unfinished_files(output: Path) -> list[Path]:
         unfinished,
         journal_path(unfinished),
         *sidecars(unfinished),
-        *stale_temporaries(unfinished),
+        *stale_staging(unfinished),
     ]
     return [path for path in candidates if path.exists()]
 
@@ -90,7 +93,7 @@ def _claimed(output: Path) -> Iterator[bool]:
     lock = OutputLock(journal, f"the pose output {output}")
     try:
         for path in left:
-            path.unlink(missing_ok=True)
+            _remove(path)
         yield had_journal or bool(left)
     finally:
         journal.unlink(missing_ok=True)
@@ -101,12 +104,18 @@ def finish(output: Path) -> None:
     """Move the unfinished output (and its sidecars) to `output`, atomically.
 
     The sidecars go first and the pose file last, so an output that exists has
-    its sidecars.
+    its sidecars. The output rule (`guard.resolve_output`) is applied again at
+    the rename: a link planted at `output` meanwhile is not followed.
 
     Raises:
+        OutputError: the rule refuses `output` now, or an unfinished file is not
+            this run's own (a link, another user's).
         OSError: the rename failed (the unfinished files are left for a retry).
     """
+    resolve_output(output, "the output")
     unfinished = unfinished_path(output)
+    for path in (*sidecars(unfinished), unfinished):
+        _check_own_file(path)
     for sidecar, final in zip(sidecars(unfinished), sidecars(output), strict=True):
         if sidecar.exists():
             os.replace(sidecar, final)
@@ -162,14 +171,36 @@ def place(output: Path, files: OutputBytes) -> bool:
         except OSError:
             for path in unfinished_files(output):
                 if path != journal_path(unfinished):
-                    path.unlink(missing_ok=True)
+                    _remove(path)
             raise
     return discarded
 
 
+def _check_own_file(path: Path) -> None:
+    """Refuse to rename `path` into place unless it is this user's own file, not a
+    link or a file another user (the owner of the folder) put at its name."""
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return  # a sidecar not written; the pose file's rename says it is missing
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+        raise OutputError(
+            f"{path}: not this run's own file (a link, or another user's); not renamed into place"
+        )
+
+
+def _remove(path: Path) -> None:
+    """Remove a file, or a killed writer's private folder (`staging.stale_staging`)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
 def _write_durably(path: Path, data: bytes) -> None:
-    """Write `data` to `path` and to the disk; never through a link at `path`."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+    """Write `data` to `path`, a name just cleared, and to the disk; created here,
+    never through a link or into a file planted at `path` since."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
     fd = os.open(path, flags | getattr(os, "O_BINARY", 0), 0o644)
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)

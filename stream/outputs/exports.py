@@ -50,8 +50,6 @@ import h5py
 import numpy as np
 import sleap_io as sio
 
-from sleap_live.stream.outputs.guard import keep_mode
-
 SUFFIXES = (".slp", ".h5", ".nwb", ".csv")
 
 # The columns of a CSV pose file before the per-node ones ("NODE.x", "NODE.y",
@@ -108,8 +106,9 @@ def sidecars(path: Path) -> list[Path]:
 def save_labels(labels: sio.Labels, path: Path, final: Path) -> None:
     """Write `labels` to `path` in the format `final`'s suffix picks.
 
-    `path` is the temporary file that is renamed to `final` once complete;
-    `final` names the sidecars, which are written (atomically) beside it.
+    `path` is the file staged in a private folder (`staging.StagedOutput`) that
+    is renamed to `final` once complete; the sidecars are staged beside it under
+    the names `sidecars(final)` gives, and renamed with it.
     """
     check_suffix(final)
     _SAVERS[final.suffix.lower()](labels, path, final)
@@ -169,18 +168,11 @@ def _save_csv(labels: sio.Labels, path: Path, final: Path) -> None:
                 writer.writerow(row)
         handle.flush()
         os.fsync(handle.fileno())
-    sidecar = sidecars(final)[0]
-    partial = sidecar.with_name(f".{sidecar.name}.{os.getpid()}.partial")
-    try:
-        # Created here, never through a link planted at its name.
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-        partial.unlink(missing_ok=True)
-        with os.fdopen(os.open(partial, flags, 0o666), "w", encoding="utf-8") as handle:
-            handle.write(_json(labels.provenance) + "\n")
-        keep_mode(partial, sidecar)
-        os.replace(partial, sidecar)
-    finally:
-        partial.unlink(missing_ok=True)
+    # Created here, in the private folder, never through a link.
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    sidecar = path.with_name(sidecars(final)[0].name)
+    with os.fdopen(os.open(sidecar, flags, 0o666), "w", encoding="utf-8") as handle:
+        handle.write(_json(labels.provenance) + "\n")
 
 
 _SAVERS: Mapping[str, Callable[[sio.Labels, Path, Path], None]] = {

@@ -7,8 +7,10 @@
 - `OutputLock`: an exclusive advisory lock (`flock`) on a file for the run's
   lifetime, so a second run writing the same output fails at once with a clear
   error instead of interleaving with the first.
-- `temporary_path`: temporary files named per process, so two processes never
-  share one.
+- Where the files are written before they are renamed into place: `staging`.
+- `claim_output`: the rule every writer applies to its output before its work;
+  `resolve_output`, the link rule, applied then and again at the rename into
+  place (`staging`).
 - `check_links`: an output path is not followed through another user's link:
   the rule Linux's ``fs.protected_symlinks`` enforces, applied whatever the
   system's setting (macOS has none), and a followed link must end at the user's
@@ -114,6 +116,36 @@ def check_links(path: Path, what: str) -> None:
             )
 
 
+def claim_output(path: Path, what: str) -> Path:
+    """Apply the output rule to `path` before any work; the file it resolves to.
+
+    Every writer claims its output here (`check_outputs` for `run`, `render` and
+    many videos; the pose writer, `recover`, `track`, every export), so a rule
+    about whether an output may be written at all, added here, holds for every
+    command. Today the rule is the link rule (`resolve_output`).
+
+    Args:
+        path: the output as given.
+        what: how errors name the output (e.g. "-o").
+
+    Raises:
+        OutputError: one line naming `path` and why it is not written.
+    """
+    return resolve_output(path, what)
+
+
+def resolve_output(path: Path, what: str) -> Path:
+    """The file `path` resolves to, not through a link another user could have
+    planted (`check_links`): checked at the claim and again at the moment the
+    output's files are renamed into place (`staging.StagedOutput`).
+
+    Raises:
+        OutputError: one line naming `path`, the link and its owner.
+    """
+    check_links(path, what)
+    return Path(os.path.realpath(path))
+
+
 def followed_links(path: Path) -> list[Path]:
     """The symbolic links resolving `path` follows, in order (at most 40, as Linux)."""
     links: list[Path] = []
@@ -137,19 +169,6 @@ def followed_links(path: Path) -> list[Path]:
     return links
 
 
-def keep_mode(partial: Path, final: Path) -> None:
-    """Give `partial`, about to be renamed over `final`, the mode `final` has now.
-
-    A rewritten output keeps its permissions (a 0600 file stays 0600); a new one
-    keeps the mode it was created with, from the umask.
-    """
-    try:
-        mode = stat.S_IMODE(final.stat().st_mode)
-    except FileNotFoundError:
-        return
-    os.chmod(partial, mode)
-
-
 def same_file(a: Path, b: Path) -> bool:
     """Whether `a` and `b` name one file: equal resolved paths, or one inode."""
     if a.resolve() == b.resolve():
@@ -159,22 +178,6 @@ def same_file(a: Path, b: Path) -> bool:
     except OSError:
         return False
     return (first.st_dev, first.st_ino) == (second.st_dev, second.st_ino)
-
-
-def temporary_path(path: Path) -> Path:
-    """A hidden temporary file beside `path`, named after this process.
-
-    It keeps `path`'s suffix (sleap-io picks the format by it).
-    """
-    return path.with_name(f".{path.stem}.{os.getpid()}.partial{path.suffix}")
-
-
-def stale_temporaries(path: Path) -> list[Path]:
-    """Temporary files of `path` left by any process (see `temporary_path`).
-
-    Only the holder of `path`'s lock writes them, so the holder may delete them.
-    """
-    return sorted(path.parent.glob(f".{path.stem}.*.partial{path.suffix}"))
 
 
 class OutputLock:
@@ -230,7 +233,7 @@ def _members(path: Path) -> list[Path]:
 
 
 def _check_writable(output: Path, option: str) -> None:
-    check_links(output, option)
+    claim_output(output, option)
     folder = output.resolve().parent
     if not folder.is_dir():
         raise OutputError(f"{output}: folder {folder} for {option} does not exist")

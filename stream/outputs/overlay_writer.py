@@ -1,8 +1,9 @@
 """Overlay videos written with PyAV: RGB frames in, H.264 or lossless FFV1 out.
 
-The video is encoded to a temporary file beside the output and moved onto the
-output only when it is finished, so a failed or cut-short render never leaves a
-broken file where a good one was. The output is locked (`OutputLock`) meanwhile.
+The video is encoded in a private folder beside the output and renamed onto the
+output only when it is finished (the output rule, `staging`), so a failed or
+cut-short render never leaves a broken file where a good one was. The output is
+locked (`OutputLock`) meanwhile.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import cast
 import av
 import numpy as np
 
-from sleap_live.stream.outputs.guard import OutputLock, temporary_path
+from sleap_live.stream.outputs.guard import OutputLock, claim_output
+from sleap_live.stream.outputs.staging import StagedOutput
 
 # Codec name -> (FFmpeg encoder, pixel format, encoder options). H.264 without
 # B-frames so every reader seeks frame-accurately; FFV1 stores RGB exactly.
@@ -64,10 +66,15 @@ class OverlayWriter:
         self.size = (height, width)
         encoder, pixel_format, options = CODECS[codec]
         self._pad = pixel_format == "yuv420p" and (height % 2 or width % 2)
-        self._lock = OutputLock(self.path, what)
-        self._partial = temporary_path(self.path)
+        claim_output(self.path, what)
+        self._staged = StagedOutput(self.path, what)
         try:
-            self._container = av.open(str(self._partial), "w")
+            self._lock = OutputLock(self._staged.target, what)
+        except BaseException:
+            self._staged.discard()
+            raise
+        try:
+            self._container = av.open(str(self._staged.file()), "w")
         except ValueError:
             self._abandon()
             raise ValueError(
@@ -130,7 +137,7 @@ class OverlayWriter:
             for packet in self._stream.encode():
                 self._container.mux(packet)
             self._container.close()
-            os.replace(self._partial, self.path)
+            self._staged.commit()
         except BaseException:
             self._container.close()
             self._abandon()
@@ -147,9 +154,9 @@ class OverlayWriter:
         self._abandon()
 
     def _abandon(self) -> None:
-        self._partial.unlink(missing_ok=True)
+        self._staged.discard()
         if self._lock.created and self._lock.fd is not None:
-            self.path.unlink(missing_ok=True)
+            self._staged.target.unlink(missing_ok=True)
         self._lock.release()
 
     def __enter__(self) -> OverlayWriter:

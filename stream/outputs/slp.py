@@ -10,6 +10,7 @@ last save (see `journal` for the file the frames are appended to).
 from __future__ import annotations
 
 import gc
+import math
 import os
 import stat
 import sys
@@ -30,16 +31,10 @@ from sleap_live.stream.outputs.exports import (
     SLOT_SUFFIXES,
     prepare_saver,
     save_labels,
+    sidecars,
     slot_layout,
 )
-from sleap_live.stream.outputs.guard import (
-    OutputError,
-    OutputLock,
-    check_links,
-    keep_mode,
-    stale_temporaries,
-    temporary_path,
-)
+from sleap_live.stream.outputs.guard import OutputError, OutputLock, claim_output
 from sleap_live.stream.outputs.journal import (
     JOURNAL_SUFFIX,
     MAGIC,
@@ -54,6 +49,7 @@ from sleap_live.stream.outputs.journal import (
     read_journal,
     scan_journal,
 )
+from sleap_live.stream.outputs.staging import StagedOutput, remove_stale_staging
 from sleap_live.stream.types import PoseRecord
 
 # Seconds of finished frames a kill may cost: the .slp writer appends what it
@@ -106,8 +102,7 @@ class JournalClaim:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        check_links(self.path, "the pose output")
-        self.target = Path(os.path.realpath(self.path))
+        self.target = claim_output(self.path, "the pose output")
         self.journal = journal_path(self.target)
         self._lock = _lock_journal(self.journal, self.path)
         self._taken = False
@@ -250,13 +245,11 @@ class SlpWriter:
         else:
             # Write through a symlink to its target, so the link survives the rename,
             # unless another user could have planted it.
-            check_links(self.path, "the pose output")
-            self._target = Path(os.path.realpath(self.path))
+            self._target = claim_output(self.path, "the pose output")
             self.journal = journal_path(self._target)
             self._lock = _lock_journal(self.journal, self.path)
         try:
-            for stale in stale_temporaries(self._target):
-                stale.unlink(missing_ok=True)  # we hold the lock: their writer is gone
+            remove_stale_staging(self._target)  # we hold the lock: their writer is gone
             assert self._lock.fd is not None
             self._journal = JournalWriter(self._lock.fd, header)
         except OSError as error:
@@ -389,7 +382,7 @@ class SlpWriter:
         self._closed = True
         try:
             self.flush()
-            write_slp_from_journal(self.journal, self._target)
+            write_slp_from_journal(self.journal, self.path)
             self.finished = True
             self.journal.unlink()
         except Exception as error:
@@ -463,8 +456,7 @@ def recover_slp(path: str | os.PathLike[str]) -> JournalContents:
     slp = Path(path)
     if slp.name.endswith(JOURNAL_SUFFIX):
         slp = slp.with_name(slp.name[: -len(JOURNAL_SUFFIX)])
-    check_links(slp, "the pose output")
-    target = Path(os.path.realpath(slp))
+    target = claim_output(slp, "the pose output")
     journal = journal_path(target)
     if not journal.exists():
         raise JournalError(f"{slp}: no journal to recover ({journal} does not exist)")
@@ -472,9 +464,8 @@ def recover_slp(path: str | os.PathLike[str]) -> JournalContents:
     try:
         contents = scan_journal(journal)
         check_journal_video(contents.header.video, journal)
-        for stale in stale_temporaries(target):
-            stale.unlink(missing_ok=True)
-        write_slp_from_journal(journal, target)
+        remove_stale_staging(target)
+        write_slp_from_journal(journal, slp)
         journal.unlink()
     finally:
         lock.release()
@@ -517,7 +508,8 @@ def check_journal_video(video: str, journal: Path) -> None:
 
 
 def write_slp_from_journal(journal: Path, slp: Path) -> int:
-    """Write the pose file `slp` (through a temporary file) from `journal`; returns frames.
+    """Write the pose file `slp` from `journal` by the output rule (`staging`):
+    staged in a private folder, renamed into place; returns frames.
 
     The format is `slp`'s suffix's (see `exports`).
 
@@ -527,10 +519,10 @@ def write_slp_from_journal(journal: Path, slp: Path) -> int:
     """
     header, chunks = read_journal(journal)
     skeleton = to_sio_skeleton(header.skeleton)
-    tracks = [sio.Track(name=name) for name in header.class_names]
+    tracks = {identity: sio.Track(name=name) for identity, name in enumerate(header.class_names)}
     video = sio.Video(filename=header.video, open_backend=False)
-    if header.fps is not None:
-        video.backend_metadata["fps"] = header.fps
+    if header.fps is not None and math.isfinite(header.fps) and header.fps > 0:
+        video.backend_metadata["fps"] = header.fps  # else unknown: not a reason to lose frames
     frames: list[sio.LabeledFrame] = []
     by_index: dict[int, sio.LabeledFrame] = {}
     last_index = -1
@@ -566,21 +558,12 @@ def write_slp_from_journal(journal: Path, slp: Path) -> int:
         labeled_frames=frames,
         videos=[video],
         skeletons=[skeleton],
-        tracks=tracks,
-        provenance=dict(header.provenance),
+        tracks=[tracks[identity] for identity in sorted(tracks)],
+        provenance=_finite(header.provenance),
     )
-    partial = temporary_path(slp)
-    # Whatever is at the temporary path (in a shared folder, a link another user
-    # planted) is removed first: sleap-io writes it by name, following a link.
-    partial.unlink(missing_ok=True)
-    try:
-        _save_checked(labels, partial, slp)
-        _fsync_file(partial)
-        keep_mode(partial, slp)
-        os.replace(partial, slp)
-        _fsync_folder(slp.parent)
-    finally:
-        partial.unlink(missing_ok=True)
+    with StagedOutput(slp, "the pose output") as staged:
+        _save_checked(labels, staged.file(), staged.target)
+        staged.commit(*(sidecar.name for sidecar in sidecars(staged.target)), staged.target.name)
     return len(frames)
 
 
@@ -671,14 +654,29 @@ def _one_line(error: BaseException | None) -> str:
     return " ".join(line.strip() for line in str(error).splitlines() if line.strip())
 
 
-def _track(tracks: list[sio.Track], identity: int) -> sio.Track | None:
+def _track(tracks: dict[int, sio.Track], identity: int) -> sio.Track | None:
     """The track of `identity`: a multi-class model's class, else the tracker's
-    ``track_N`` (sleap-nn's names), made on first use; None for -1 (untracked)."""
+    ``track_N`` (sleap-nn's names), made on first use (only the identities used:
+    one per number up to a crafted 2**31-1 would take the memory); None for -1
+    (untracked)."""
     if identity < 0:
         return None
-    while len(tracks) <= identity:
-        tracks.append(sio.Track(name=f"track_{len(tracks)}"))
-    return tracks[identity]
+    track = tracks.get(identity)
+    if track is None:
+        track = tracks[identity] = sio.Track(name=f"track_{identity}")
+    return track
+
+
+def _finite(value: Any) -> Any:
+    """`value` (JSON values) with each NaN or infinity as its text ("nan"), which
+    the pose file's JSON takes: a provenance holding one must not cost the frames."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_finite(item) for item in value]
+    return value
 
 
 def _lock_journal(journal: Path, slp: Path) -> OutputLock:
@@ -707,18 +705,3 @@ def _lock_journal(journal: Path, slp: Path) -> OutputLock:
 def _same_file(fd: int, path: Path) -> bool:
     held, now = os.fstat(fd), os.lstat(path)
     return (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_folder(folder: Path) -> None:
-    """Make a rename in `folder` durable (POSIX; Windows cannot open folders)."""
-    if sys.platform == "win32":
-        return
-    _fsync_file(folder)

@@ -10,7 +10,6 @@ output's suffix picks (.slp, .h5, .nwb or .csv), and never over the input.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,8 +18,9 @@ import numpy as np
 import sleap_io as sio
 
 from sleap_live.engines.types import FramePoses
-from sleap_live.stream.outputs.exports import check_suffix, save_labels
-from sleap_live.stream.outputs.guard import keep_mode, same_file, temporary_path
+from sleap_live.stream.outputs.exports import check_suffix, save_labels, sidecars
+from sleap_live.stream.outputs.guard import claim_output, same_file
+from sleap_live.stream.outputs.staging import StagedOutput
 from sleap_live.stream.tracking.live import new_tracker
 from sleap_live.stream.tracking.settings import TrackingSettings
 
@@ -145,6 +145,7 @@ def retrack_file(
         raise FileNotFoundError(f"{output}: folder {output.parent} does not exist")
     if same_file(poses, output):
         raise ValueError(f"{output}: is the input; re-tracked poses go to another file")
+    claim_output(output, "-o")  # before the work; again when the file is renamed into place
     try:
         labels = load(str(poses))
     except Exception as error:  # sleap-io raises many kinds on a file that is not its
@@ -152,12 +153,7 @@ def retrack_file(
     if not labels.skeletons:
         raise ValueError(f"{poses}: holds no skeleton, so no poses to track")
     retracked, summary = retrack_labels(labels, settings, progress)
-    partial = temporary_path(output)
-    partial.unlink(missing_ok=True)
-    try:
-        save_labels(retracked, partial, output)
-        keep_mode(partial, output)
-        os.replace(partial, output)
-    finally:
-        partial.unlink(missing_ok=True)
+    with StagedOutput(output, "-o") as staged:
+        save_labels(retracked, staged.file(), staged.target)
+        staged.commit(*(sidecar.name for sidecar in sidecars(staged.target)), staged.target.name)
     return summary

@@ -210,3 +210,26 @@ def test_deeply_nested_sleap_nn_export_files_are_refused_in_one_line(tmp_path, c
     folder = edited_export_dir("single_instance", tmp_path / "nested_yaml", lambda m: None)
     (folder / "training_config.yaml").write_text("[" * 100_000 + "]" * 100_000)
     assert "nests too deeply" in run_says(folder, tmp_path, capsys)
+
+
+# ------------------------------------------------------ crafted metadata (issue #36)
+
+
+def test_a_nan_peak_threshold_is_refused_at_load_naming_the_field(toy_export, tmp_path, capsys):
+    # It ran every frame, then the save failed ("Out of range float values are not
+    # JSON compliant: nan"), and `recover` the same way: every frame lost.
+    def nan_threshold(document):
+        document["model"]["peak_threshold"] = float("nan")
+        return json.dumps(document)  # writes NaN, which JSON readers take
+
+    model = crafted_onnx(toy_export, tmp_path / "nan.onnx", nan_threshold)
+    assert "peak_threshold is nan; a number from 0 to 1" in run_says(model, tmp_path, capsys)
+
+
+def test_a_5000_digit_max_instances_is_refused_naming_the_file(toy_export, tmp_path, capsys):
+    def huge(document):
+        document["model"]["max_instances"] = "HUGE"
+        return json.dumps(document).replace('"HUGE"', "9" * 5000)
+
+    model = crafted_onnx(toy_export, tmp_path / "huge.onnx", huge)
+    assert "export metadata is not valid JSON" in run_says(model, tmp_path, capsys)

@@ -5,11 +5,14 @@ test_web_export.py."""
 
 from __future__ import annotations
 
+import socket
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
 from sleap_live import cli
+from sleap_live.cli import serve_web
 from sleap_live.cli.serve_web import web_server
 from tests.engines.goldens import DATA
 
@@ -84,3 +87,73 @@ def test_tensorrt_takes_one_frame_size(tmp_path, capsys):
     argv = ["export", str(DATA / "models" / "single_instance"), "--format", "tensorrt", *sizes]
     assert cli.main([*argv, "-o", str(tmp_path / "trt")]) == 2
     assert "give --frame-size once" in capsys.readouterr().err
+
+
+def _get(port: int, path: str, headers: dict[str, str]) -> int:
+    """The status of a GET of `path` with exactly `headers` (Host included)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+        lines = [f"GET {path} HTTP/1.0", *(f"{k}: {v}" for k, v in headers.items()), "", ""]
+        connection.sendall("\r\n".join(lines).encode())
+        reply = connection.makefile("rb").readline()
+    return int(reply.split()[1])
+
+
+def test_serve_web_answers_only_its_own_host_and_origin_files_in_its_folder(tmp_path):
+    # Issue #36: `Host: evil.com` got the whole model.onnx, any Origin was taken, the
+    # folders were listed and a link in the export folder led to /etc/passwd.
+    site = fake_export(tmp_path / "site")
+    (site / "passwd.json").symlink_to("/etc/passwd")
+    (site / "graphs").symlink_to("/etc")
+    server = web_server(site, 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        own = {"Host": f"127.0.0.1:{port}"}
+        assert _get(port, "/model.onnx", own) == 200
+        assert _get(port, "/model.onnx", {"Host": f"localhost:{port}"}) == 200
+        assert _get(port, "/model.onnx", {"Host": "evil.com"}) == 403
+        assert _get(port, "/model.onnx", {"Host": f"evil.com:{port}"}) == 403
+        assert _get(port, "/model.onnx", {}) == 403
+        assert _get(port, "/model.onnx", {**own, "Origin": "http://evil.com"}) == 403
+        assert _get(port, "/model.onnx", {**own, "Origin": f"http://127.0.0.1:{port}"}) == 200
+        assert _get(port, "/ort/", own) == 404  # no listing
+        assert _get(port, "/passwd.json", own) == 404
+        assert _get(port, "/graphs/passwd", own) == 404
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_serve_web_serves_a_bounded_number_of_connections(tmp_path, monkeypatch):
+    # Issue #36: a thread per idle connection, 722 seen. Past the bound a connection
+    # is closed at once; the ones served close when idle.
+    monkeypatch.setattr(serve_web, "MAX_CONNECTIONS", 4)
+    monkeypatch.setattr(serve_web.WebExportHandler, "timeout", 1.0)
+    server = web_server(fake_export(tmp_path / "site"), 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    before = threading.active_count()
+    idle = []
+    try:
+        port = server.server_address[1]
+        idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(12)]
+        closed = 0
+        for connection in idle[4:]:
+            closed += connection.recv(1) == b""  # closed by the server, unserved
+        assert closed == 8
+        assert threading.active_count() <= before + 4
+        deadline = time.monotonic() + 10
+        while _get_or_none(port) != 200 and time.monotonic() < deadline:
+            time.sleep(0.1)  # the idle ones time out, and a request is served again
+        assert _get_or_none(port) == 200
+    finally:
+        for connection in idle:
+            connection.close()
+        server.shutdown()
+        server.server_close()
+
+
+def _get_or_none(port: int) -> int | None:
+    try:
+        return _get(port, "/model.onnx", {"Host": f"127.0.0.1:{port}"})
+    except (OSError, IndexError, ValueError):
+        return None

@@ -35,8 +35,13 @@ def header(video, **changes) -> bytes:
     return json.dumps(fields).encode()
 
 
-def chunk(indices=(0, 1, 2), nodes: int = 2, sizes: tuple[int, int, int] | None = None) -> bytes:
-    """One instance per frame, at (frame, frame)."""
+def chunk(
+    indices=(0, 1, 2),
+    nodes: int = 2,
+    sizes: tuple[int, int, int] | None = None,
+    identity: int = -1,
+) -> bytes:
+    """One instance per frame, at (frame, frame), of `identity` (-1: none)."""
     n = len(indices)
     points = np.repeat(np.array(indices, "<f4")[:, None, None], nodes, 1).repeat(2, 2)
     return b"".join(
@@ -47,7 +52,7 @@ def chunk(indices=(0, 1, 2), nodes: int = 2, sizes: tuple[int, int, int] | None 
             points.tobytes(),
             np.ones((n, nodes), "<f4").tobytes(),
             np.ones(n, "<f4").tobytes(),
-            np.full(n, -1, "<i4").tobytes(),
+            np.full(n, identity, "<i4").tobytes(),
         )
     )
 
@@ -143,3 +148,31 @@ def test_a_video_that_is_not_a_video(video, tmp_path, capsys):
     journal(out, header(video), chunk())
     line = refused(out, capsys)
     assert f"the journal's video {video}" in line
+
+
+# ------------------------------------ crafted journals that are recovered (issue #36)
+
+
+def test_an_identity_of_2_31_minus_1_is_recovered_at_once(clip, tmp_path):
+    # One track was made per number up to it: > 120 s, then a MemoryError.
+    out = tmp_path / "out.slp"
+    journal(out, header(str(clip)), chunk((0, 1), identity=2**31 - 1), chunk((2,), identity=3))
+    assert cli.main(["recover", str(out)]) == 0
+    labels = sio.load_slp(str(out), open_videos=False)
+    assert [track.name for track in labels.tracks] == ["track_3", "track_2147483647"]
+    assert [lf.instances[0].track.name for lf in labels] == [
+        "track_2147483647",
+        "track_2147483647",
+        "track_3",
+    ]
+
+
+@pytest.mark.parametrize(
+    "change", [{"fps": float("nan")}, {"fps": float("inf")}, {"provenance": {"x": float("nan")}}]
+)
+def test_a_nan_in_the_header_costs_no_frame(change, clip, tmp_path):
+    # The save failed ("Out of range float values are not JSON compliant: nan").
+    out = tmp_path / "out.slp"
+    journal(out, header(str(clip), **change), chunk((0, 1, 2)))
+    assert cli.main(["recover", str(out)]) == 0
+    assert [lf.frame_idx for lf in sio.load_slp(str(out), open_videos=False)] == [0, 1, 2]

@@ -7,6 +7,7 @@ fake engine (see test_cli.py); the kill tests run `scripts/fault_soak.py child`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -23,6 +24,7 @@ from sleap_live import cli
 from sleap_live.stream.outputs.journal import journal_path
 from sleap_live.stream.outputs.slp import SlpWriter
 from sleap_live.stream.types import PoseRecord
+from tests.users import as_user, other_user
 
 ROOT = Path(__file__).parents[2]
 SOAK = ROOT / "scripts" / "fault_soak.py"
@@ -128,22 +130,26 @@ def test_a_symlinked_output_stays_a_link_to_the_poses(clip, tmp_path, fake_loads
     assert len(sio.load_slp(str(target), open_videos=False)) == 40
 
 
-def test_the_final_save_goes_through_a_temporary_file_of_this_process(
+def test_the_final_save_goes_through_a_private_folder_of_this_process(
     clip, tmp_path, fake_loads, monkeypatch
 ):
-    # Not one fixed `.X.partial.slp` that two runs would share.
-    written: list[Path] = []
+    # Not one fixed `.X.partial.slp` that two runs would share, nor a name another
+    # user could plant a link at: a fresh 0700 folder of this process's (issue #36).
+    written: list[tuple[Path, int]] = []
     save_slp = sio.save_slp
 
     def save(labels, filename, **options):
-        written.append(Path(filename))
+        folder = Path(os.path.realpath(Path(filename).parent))
+        written.append((folder / Path(filename).name, folder.stat().st_mode & 0o777))
         return save_slp(labels, filename, **options)
 
     monkeypatch.setattr(sio, "save_slp", save)
     out = tmp_path / "out.slp"
     assert cli.main(["run", str(clip), "-m", "m", "-o", str(out), "-q", "--no-verify"]) == 0
-    assert written == [tmp_path / f".out.{os.getpid()}.partial.slp"]
-    assert not written[0].exists() and len(sio.load_slp(str(out), open_videos=False)) == 40
+    [(file, mode)] = written
+    assert file.name == "out.slp" and file.parent.parent == tmp_path and mode == 0o700
+    assert file.parent.name.startswith(f".out.slp.{os.getpid()}.")
+    assert not file.parent.exists() and len(sio.load_slp(str(out), open_videos=False)) == 40
 
 
 def test_the_pose_writer_holds_only_the_frames_since_its_last_save(tmp_path, fakes):
@@ -311,55 +317,6 @@ def test_a_full_disk_at_the_final_save_ends_with_one_line_and_the_journal(full_d
 # -------------------------------------------- links another user planted (issue #20)
 
 
-def other_user() -> tuple[int, int]:
-    """(uid, gid) of a real second user: `nobody`, or one made with useradd."""
-    import pwd
-
-    if os.geteuid() != 0:
-        pytest.skip("planting another user's link needs root (to act as that user)")
-    for name in ("nobody", "sleap-live-other"):
-        try:
-            entry = pwd.getpwnam(name)
-        except KeyError:
-            continue
-        return entry.pw_uid, entry.pw_gid
-    made = subprocess.run(["useradd", "-M", "sleap-live-other"], capture_output=True, check=False)
-    if made.returncode != 0:
-        pytest.skip(f"no second user and useradd failed: {made.stderr.decode().strip()}")
-    entry = pwd.getpwnam("sleap-live-other")
-    return entry.pw_uid, entry.pw_gid
-
-
-def as_user(user: tuple[int, int], action) -> None:
-    """Run `action()` in a forked child that has become `user`."""
-    pid = os.fork()
-    if pid == 0:
-        status = 1
-        try:
-            os.setgroups([])
-            os.setgid(user[1])
-            os.setuid(user[0])
-            action()
-            status = 0
-        finally:
-            os._exit(status)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-
-
-@pytest.fixture
-def shared_folder():
-    """A world-writable sticky folder (like /tmp) that every user can reach."""
-    import tempfile
-
-    folder = Path(tempfile.mkdtemp(prefix="sleap-live-shared-", dir="/tmp"))
-    folder.chmod(0o1777)
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder)
-
-
 def test_another_users_link_in_a_shared_folder_is_not_followed(
     clip, tmp_path, shared_folder, fake_loads, capsys
 ):
@@ -460,23 +417,67 @@ def skeleton():
     return Skeleton(node_names=("head", "tail"), edges=((0, 1),), name="s")
 
 
+@pytest.mark.parametrize("folder", ["sticky", "theirs"])
 @pytest.mark.parametrize("suffix", [".slp", ".h5", ".csv"])
-def test_links_planted_at_the_temporary_paths_are_not_followed(
-    suffix, clip, tmp_path, fake_loads, monkeypatch
+def test_links_planted_while_the_final_save_runs_are_never_written_through(
+    suffix, folder, clip, tmp_path, shared_folder, fake_loads, monkeypatch
 ):
-    # Planted after the run started (its stale temporaries were cleared then),
-    # named as this process names them: removed before the final save writes.
+    # Issue #36 (Why 2): another user re-plants the temporary file's name as a link
+    # while the final save runs, in a shared sticky folder or in a folder of theirs
+    # (where they may also swap the folders in it). The save is staged in a fresh
+    # 0700 folder reached through its descriptor: nothing is written through a link,
+    # the output is the run's own file.
     from sleap_live.stream.outputs import slp as slp_module
 
-    monkeypatch.setattr(slp_module, "stale_temporaries", lambda path: [])
-    victim = tmp_path / "victim.txt"
+    user = other_user()
+    victim = tmp_path / "victim.h5"  # root's 0600 file, which the other user cannot write
     victim.write_text("keep\n")
-    out = tmp_path / f"out{suffix}"
-    planted = [tmp_path / f".out.{os.getpid()}.partial{suffix}"]
-    if suffix == ".csv":
-        planted.append(tmp_path / f".out.csv.provenance.json.{os.getpid()}.partial")
-    for link in planted:
-        link.symlink_to(victim)
+    victim.chmod(0o600)
+    where = shared_folder
+    if folder == "theirs":
+        where = shared_folder / "theirs"
+        as_user(user, lambda: where.mkdir(mode=0o755))
+    out = where / f"out{suffix}"
+    save_labels = slp_module.save_labels
+    pid = os.getpid()
+
+    def plant() -> None:
+        # This process's old temporary names, and the staged file's own folder.
+        names = [f".out.{pid}.partial{suffix}", f".out{suffix}.provenance.json.{pid}.partial"]
+        for name in names:
+            with contextlib.suppress(OSError):
+                (where / name).symlink_to(victim)
+        for staging in where.glob(f".out{suffix}.*.partial"):
+            with contextlib.suppress(OSError):
+                staging.rename(staging.with_name(staging.name + ".moved"))
+                staging.mkdir()
+                (staging / out.name).symlink_to(victim)
+
+    def save_while_planting(labels, path, final):
+        as_user(user, plant)
+        save_labels(labels, path, final)
+
+    monkeypatch.setattr(slp_module, "save_labels", save_while_planting)
     assert cli.main(["run", str(clip), "-m", "m", "-o", str(out), "-q", "--no-verify"]) == 0
-    assert victim.read_text() == "keep\n" and not out.is_symlink()
-    assert not any(link.is_symlink() for link in planted)
+    assert victim.read_text() == "keep\n" and stat_mode(victim) == 0o600
+    assert not out.is_symlink() and out.stat().st_uid == os.geteuid()
+    assert out.stat().st_size > 0
+    if suffix == ".slp":
+        assert len(sio.load_slp(str(out), open_videos=False)) == 40
+
+
+def test_track_does_not_follow_another_users_link(tmp_path, shared_folder, capsys):
+    # Issue #36: every writer follows the output rule of `run`, `track` included.
+    from tests.committed import DATA, require
+
+    poses = DATA / "goldens" / "bottomup.slp"
+    require(poses)
+    victim = tmp_path / "theirs.slp"
+    victim.write_text("their poses\n")
+    victim.chmod(0o600)
+    link = shared_folder / "tracked.slp"
+    as_user(other_user(), lambda: link.symlink_to(victim))
+    assert cli.main(["track", str(poses), "-o", str(link)]) == 1
+    line = refused(capsys)
+    assert str(link) in line and "owned by another user" in line
+    assert victim.read_text() == "their poses\n" and link.is_symlink()

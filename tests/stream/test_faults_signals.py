@@ -127,9 +127,21 @@ def test_ctrl_c_before_the_pipeline_started_claims_no_output(tmp_path):
     assert not out.exists() and not journal_path(out).exists()
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT])
+@pytest.mark.parametrize(
+    "signum",
+    [
+        signal.SIGINT,
+        signal.SIGTERM,
+        signal.SIGHUP,
+        signal.SIGQUIT,
+        signal.SIGUSR1,
+        signal.SIGUSR2,
+        signal.SIGALRM,
+    ],
+)
 def test_the_summary_counts_what_the_file_holds(signum, tmp_path):
-    # SIGHUP (a closed terminal) and SIGQUIT (Ctrl-\) save like SIGTERM (issue #20).
+    # SIGHUP (a closed terminal) and SIGQUIT (Ctrl-\) save like SIGTERM (issue #20),
+    # and SIGUSR1, SIGUSR2 and SIGALRM too (issue #36: they killed the run unsaved).
     out, log_dir, process = started_run(tmp_path)
     try:
         fault_soak.wait_for(log_dir / "ready", process)

@@ -12,8 +12,8 @@ import os
 import signal
 from pathlib import Path
 
+import psutil
 import pytest
-import ray
 
 from sleap_live import run_many
 from sleap_live.stream.many import cluster
@@ -29,17 +29,40 @@ from tests.stream.many_videos import (
     writer_pid_once_saving,
 )
 
+# Imported as `--cluster local` imports it: its servers on loopback only.
+ray = cluster.import_ray(local=True)
+
 CLIPS = {"a": (0, 6), "b": (50, 4), "c": (100, 30)}
 ENGINE = {"engine": "onnx", "device": "cpu", "threads": 1}
 
 
 @pytest.fixture(scope="module")
 def ray_session():
-    """Ray on this machine with 2 CPUs, started once for the module; `run_many` uses
-    the session it finds rather than starting one."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
+    """Ray on this machine with 2 CPUs, started once for the module as `--cluster
+    local` starts it (`cluster.local_ray`); `run_many` uses the session it finds
+    rather than starting one. Gives the warning it made (None on loopback)."""
+    with cluster.local_ray(ray, num_cpus=2) as warning:
+        yield warning
+
+
+def test_a_local_ray_cluster_listens_on_loopback_only(ray_session):
+    # Issue #36: gcs_server, raylets, workers and the driver listened on every
+    # interface, the runtime-env agent on the host's address, the dashboard was on.
+    assert ray_session is None
+    me = psutil.Process()
+    ray_processes = {me.pid} | {child.pid for child in me.children(recursive=True)}
+    listening = [
+        (psutil.Process(c.pid).name(), c.laddr.ip)
+        for c in psutil.net_connections(kind="inet")
+        if c.pid in ray_processes and c.status == psutil.CONN_LISTEN
+    ]
+    names = {name for name, _ in listening}
+    assert {"gcs_server", "raylet"} <= names, listening
+    assert all(ip in ("127.0.0.1", "::ffff:127.0.0.1", "::1") for _, ip in listening), listening
+    commands = [" ".join(psutil.Process(pid).cmdline()) for pid in ray_processes]
+    # Ray's head keeps a minimal dashboard process (usage stats), its web UI off.
+    dashboards = [command for command in commands if "dashboard/dashboard.py" in command]
+    assert all("--disable-frontend" in command for command in dashboards), dashboards
 
 
 @pytest.fixture(scope="module")

@@ -220,8 +220,9 @@ def test_an_earlier_runs_unrecovered_journal_is_never_overwritten(tmp_path):
 
 def test_a_journal_without_frames_and_stale_temporaries_are_cleared(tmp_path):
     writer(tmp_path).discard()  # killed before its first save: header only
-    stale = tmp_path / ".out.99999.partial.slp"
-    stale.write_bytes(b"half a file")
+    stale = tmp_path / ".out.slp.99999.0badf00d.partial"  # a killed writer's private folder
+    stale.mkdir(mode=0o700)
+    (stale / "out.slp").write_bytes(b"half a file")
     with writer(tmp_path) as slp:
         slp.write(record(0, two_animals(0)))
     assert not stale.exists()

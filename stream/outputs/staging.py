@@ -1,0 +1,260 @@
+"""The one output rule every command that writes follows: `StagedOutput`.
+
+An output (a pose file, a video, an exported model, an export folder) is
+
+1. claimed before the writer's work (`guard.claim_output`, where every rule
+   about whether an output may be written lives) and resolved here
+   (`guard.resolve_output`): not followed through a link another user could
+   have planted (`guard.check_links`);
+2. written into a fresh private folder (mode 0700, made with ``mkdir``, which
+   never follows a link) beside the file it resolves to, pinned by descriptor
+   together with that file's folder: nobody else can plant a link in it, and a
+   library that writes by name (HDF5, FFmpeg, torch, TensorFlow) is given the
+   folder through its descriptor (``/proc/self/fd/N`` on Linux), so renaming
+   folders around it cannot redirect the writes;
+3. renamed into place, by descriptor, from the private folder into the pinned
+   folder. A rename replaces a link at the destination instead of following it,
+   and the output's path is checked again at that moment: a link planted or
+   changed since the claim refuses the rename, nothing written through it.
+"""
+
+from __future__ import annotations
+
+import errno
+import glob
+import os
+import secrets
+import shutil
+import stat
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import TracebackType
+
+from sleap_live.stream.outputs.guard import OutputError, resolve_output
+
+# The private folders' names end in this (see `stale_staging`).
+STAGING_SUFFIX = ".partial"
+
+_DIRECTORY = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+
+
+class StagedOutput:
+    """A claimed output and the private folder its files are written in first.
+
+    Use as a context manager: leaving it without `commit` (an error, a kill)
+    removes the private folder and leaves the output as it was.
+
+    Args:
+        path: the output (a file, or a folder made at `file()`).
+        what: how errors name it (e.g. "-o", "the overlay video").
+
+    Raises:
+        OutputError: the rule refuses `path`, or its folder cannot be written.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], what: str) -> None:
+        self.path = Path(path)
+        self.what = what
+        self.target = resolve_output(self.path, what)
+        self._parent_fd: int | None = None
+        self._fd: int | None = None
+        try:
+            self._parent_fd = _open_folder(self.target.parent)
+            self.name = self._make_private_folder()
+            # Never through a link: the name was made by this process a moment ago.
+            self._fd = os.open(
+                self.name, _DIRECTORY | getattr(os, "O_NOFOLLOW", 0), dir_fd=self._parent_fd
+            )
+        except OSError as error:
+            self.discard()
+            raise OutputError(
+                f"{self.path}: cannot write {what} in {self.target.parent}: {error.strerror}"
+            ) from None
+        self.folder = _by_descriptor(self._fd, self.target.parent / self.name)
+
+    def file(self, name: str | None = None) -> Path:
+        """Where to write the staged file `name` (default: the output's own name,
+        so its suffix, which some writers pick the format by, is kept)."""
+        return self.folder / (name or self.target.name)
+
+    def commit(self, *names: str) -> None:
+        """Rename the staged files or folders `names` (default: all staged, the
+        output's own name last, so a complete output has its sidecars) into the
+        output's folder, in order. Each keeps the mode of what it replaces; a
+        folder replaces a folder (an earlier export), which is moved into the
+        private folder and removed with it.
+
+        Raises:
+            OutputError: the output's path leads elsewhere than at the claim (a
+                link planted or changed since), or a staged folder would replace
+                something that is not a folder; nothing was renamed over it.
+            OSError: a rename failed.
+        """
+        assert self._fd is not None and self._parent_fd is not None
+        self._check_unchanged()
+        if not names:
+            staged = sorted(os.listdir(self._fd))
+            names = (*(n for n in staged if n != self.target.name), self.target.name)
+        for name in names:
+            if stat.S_ISDIR(os.stat(name, dir_fd=self._fd, follow_symlinks=False).st_mode):
+                self._replace_folder(name)
+                continue
+            fd = os.open(name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0), dir_fd=self._fd)
+            try:
+                _keep_mode(fd, name, self._parent_fd)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(name, name, src_dir_fd=self._fd, dst_dir_fd=self._parent_fd)
+        _fsync(self._parent_fd)
+        self.discard()
+
+    def _replace_folder(self, name: str) -> None:
+        assert self._fd is not None and self._parent_fd is not None
+        try:
+            before = os.stat(name, dir_fd=self._parent_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            before = None
+        if before is not None:
+            if not stat.S_ISDIR(before.st_mode):
+                raise OutputError(f"{self.path}: {self.what} is a folder, and {name} is not one")
+            folder = os.open(name, _DIRECTORY | getattr(os, "O_NOFOLLOW", 0), dir_fd=self._fd)
+            try:
+                os.fchmod(folder, stat.S_IMODE(before.st_mode))
+            finally:
+                os.close(folder)
+            old = f"{name}.replaced"
+            os.rename(name, old, src_dir_fd=self._parent_fd, dst_dir_fd=self._fd)
+        # Over a name planted meanwhile (a link, a file) a folder's rename fails.
+        os.rename(name, name, src_dir_fd=self._fd, dst_dir_fd=self._parent_fd)
+
+    def discard(self) -> None:
+        """Remove the private folder and what was staged in it; idempotent."""
+        if self._parent_fd is not None and self._fd is not None:
+            try:
+                _remove_tree(self.name, self._parent_fd)
+            except FileNotFoundError:
+                pass
+        self._close()
+
+    def _close(self) -> None:
+        for fd in (self._fd, self._parent_fd):
+            if fd is not None:
+                os.close(fd)
+        self._fd = self._parent_fd = None
+
+    def _make_private_folder(self, ending: str = STAGING_SUFFIX) -> str:
+        assert self._parent_fd is not None
+        while True:
+            name = f".{self.target.name}.{os.getpid()}.{secrets.token_hex(4)}{ending}"
+            try:
+                os.mkdir(name, 0o700, dir_fd=self._parent_fd)
+            except FileExistsError:
+                continue  # planted, or another of ours: another name
+            return name
+
+    def _check_unchanged(self) -> None:
+        if resolve_output(self.path, self.what) != self.target:
+            raise OutputError(
+                f"{self.path}: {self.what} leads to another file than when the run "
+                f"started ({self.target}): a link was planted or changed; not written"
+            )
+
+    def __enter__(self) -> StagedOutput:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.discard()
+
+
+@contextmanager
+def staged_file(path: str | os.PathLike[str], what: str) -> Iterator[Path]:
+    """Write one output by the output rule: yields where to write it (a file, or a
+    folder to make there) and its sidecars (beside it), all renamed into place
+    when the block ends without an error."""
+    with StagedOutput(path, what) as staged:
+        yield staged.file()
+        staged.commit()
+
+
+def stale_staging(target: Path) -> list[Path]:
+    """Private folders of `target` left by a process that died (see `StagedOutput`):
+    this user's own folders only, never a link."""
+    found = []
+    for candidate in target.parent.glob(f"{glob.escape('.' + target.name)}.*{STAGING_SUFFIX}"):
+        try:
+            info = candidate.lstat()
+        except FileNotFoundError:
+            continue
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid():
+            found.append(candidate)
+    return sorted(found)
+
+
+def remove_stale_staging(target: Path) -> None:
+    """Remove `stale_staging(target)`: for the holder of `target`'s lock, whose
+    earlier writers are gone."""
+    for folder in stale_staging(target):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _open_folder(path: Path) -> int:
+    """A descriptor of the folder `path`, also one this user may write but not list
+    (a 0733 drop folder: Linux's ``O_PATH``, which then cannot be synced)."""
+    try:
+        return os.open(path, _DIRECTORY)
+    except PermissionError:
+        if not hasattr(os, "O_PATH"):
+            raise
+        return os.open(path, os.O_PATH | _DIRECTORY)
+
+
+def _remove_tree(name: str, parent_fd: int) -> None:
+    """Remove the folder `name` of `parent_fd` and all in it, never through a link
+    (``shutil.rmtree``'s ``dir_fd`` needs Python 3.11)."""
+    fd = os.open(name, _DIRECTORY | getattr(os, "O_NOFOLLOW", 0), dir_fd=parent_fd)
+    try:
+        for entry in list(os.scandir(fd)):
+            if entry.is_dir(follow_symlinks=False):
+                _remove_tree(entry.name, fd)
+            else:
+                os.unlink(entry.name, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=parent_fd)
+
+
+def _by_descriptor(fd: int, path: Path) -> Path:
+    """`path`, named through the descriptor `fd` where the system can (Linux)."""
+    if sys.platform.startswith("linux"):
+        return Path(f"/proc/self/fd/{fd}")
+    return path
+
+
+def _keep_mode(fd: int, name: str, parent_fd: int) -> None:
+    """A file replacing `name` keeps its mode; a new one has the umask's."""
+    try:
+        info = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if stat.S_ISREG(info.st_mode):
+        os.fchmod(fd, stat.S_IMODE(info.st_mode))
+
+
+def _fsync(fd: int) -> None:
+    """Make the renames into a folder durable where its descriptor allows (POSIX,
+    not an ``O_PATH`` one; Windows cannot open folders)."""
+    if sys.platform == "win32":
+        return
+    try:
+        os.fsync(fd)
+    except OSError as error:
+        if error.errno != errno.EBADF:  # an O_PATH descriptor (`_open_folder`)
+            raise
