@@ -10,18 +10,22 @@ integer kernels on the CPU):
   matching, scaling, normalisation) and postprocessing (peaks, crops, sub-pixel
   refinement, PAF scores) stay float32 in the same graph, so coordinates are
   computed as precisely as ever from int8 maps;
-- weights int8 per output channel, activations uint8 (U8S8), ranges calibrated by
-  MinMax on frames run through the whole graph: a top-down model's instance network
-  is calibrated on the crops the graph itself cuts around the animals it finds;
-- in the form that fits the CPU it runs on (`quant_form`): ONNX Runtime's
-  quantization guide (docs/performance/model-optimizations/quantization.md in
-  microsoft/onnxruntime, "Data type selection" and the FAQ) says its U8S8 kernels
-  on x86 with AVX2 or AVX-512 but without VNNI use VPMADDUBSW, whose 16-bit sums
-  can saturate, and to quantise the weights to 7 bits there (`reduce_range`) or
-  use U8U8; x86 with VNNI and ARM have no such issue. Measured on an AVX2-only
-  AMD EPYC (docs/benchmarks.md): U8S8 moved the fixtures' median point by 2.6 to
-  3.7 px, reduce_range by 0.015 to 0.08 px, U8U8 by 0.01 to 0.065 px at 0.7x to
-  0.8x reduce_range's speed, so reduce_range is the form there.
+- weights per output channel, activations uint8, ranges calibrated by MinMax on
+  frames run through the whole graph: a top-down model's instance network is
+  calibrated on the crops the graph itself cuts around the animals it finds;
+- weights in the form that fits the CPU it runs on (`quant_form`): int8 (U8S8) on
+  x86 with VNNI and on arm64, uint8 (U8U8) elsewhere. ONNX Runtime's quantization
+  guide (docs/performance/model-optimizations/quantization.md in
+  microsoft/onnxruntime, "Data type selection" and the FAQ, for 1.x) says its U8S8
+  kernels on x86 with AVX2 or AVX-512 but without VNNI use VPMADDUBSW, whose 16-bit
+  sums can saturate, and to use U8U8 or 7-bit weights (`reduce_range`) there; x86
+  with VNNI and ARM have no such issue. Measured on an AVX2-only AMD EPYC
+  (scripts/bench_int8_forms.py, docs/benchmarks.md): U8S8 moved the demo top-down
+  pair's median point by 3.8 px and lost every instance count of the 384 x 384
+  top-down pair; 7-bit weights still moved the demo's median point 0.16 px and
+  changed 3 of 16 instance counts at 384; U8U8 kept the median within 0.08 px and
+  every count, so U8U8 is the form there (slower than fp32 on that CPU, so
+  `--precision int8` runs fp32 there, saying so: `sleap_live.engines.runners.int8`).
 
 The calibration frames are chosen by the caller (`sleap_live.engines.runners.int8`):
 frames of the video about to be run or the model's training labels, those in
@@ -77,7 +81,7 @@ INT8_METADATA_KEY = "sleap_live_int8"
 VNNI_FLAGS = ("avx512_vnni", "avx_vnni")
 # numpy's names (`__cpu_features__`) of the flags `quant_form` reads, for CPUs
 # without /proc/cpuinfo. numpy has no AVX-VNNI: such a CPU reads as without VNNI,
-# and gets the form that is right everywhere (7-bit weights).
+# and gets the form that is right everywhere (U8U8).
 NUMPY_FLAGS = {"AVX512VNNI": "avx512_vnni", "AVX512F": "avx512f", "AVX2": "avx2"}
 
 
@@ -86,15 +90,18 @@ class QuantForm:
     """How the networks are quantised for a CPU (module docstring; `quant_form`).
 
     Attributes:
-        name: "U8S8" (uint8 activations, int8 weights) or "U8S8 reduce_range"
-            (the same with weights in 7 bits, -64..63).
+        name: "U8S8" (uint8 activations, int8 weights), "U8U8" (uint8 weights), or
+            "U8S8 reduce_range" (int8 weights in 7 bits, -64..63: measured against
+            the others by scripts/bench_int8_forms.py, chosen for no CPU).
         cpu: the CPU family it was chosen for, with the flag that decided it.
         reduce_range: ONNX Runtime's `reduce_range`.
+        weights: "int8" or "uint8".
     """
 
     name: str
     cpu: str
     reduce_range: bool
+    weights: str = "int8"
 
     def describe(self) -> str:
         return f"{self.name}, for {self.cpu}"
@@ -105,7 +112,7 @@ def quant_form(machine: str, flags: Collection[str]) -> QuantForm:
     with feature `flags` (/proc/cpuinfo's names, `cpu_flags`).
 
     ARM and x86 with VNNI: U8S8; any other CPU (x86 without VNNI, and architectures
-    ONNX Runtime's guide does not name): 7-bit weights, which cannot saturate.
+    ONNX Runtime's guide does not name): U8U8, which no kernel saturates.
     """
     arch = machine.lower()
     if arch in ("arm64", "aarch64"):
@@ -119,7 +126,7 @@ def quant_form(machine: str, flags: Collection[str]) -> QuantForm:
         cpu = f"x86 without VNNI ({widest or 'no AVX2'})"
     else:
         cpu = f"{arch or 'an unknown architecture'}, not named by ONNX Runtime's guide"
-    return QuantForm("U8S8 reduce_range", cpu, reduce_range=True)
+    return QuantForm("U8U8", cpu, reduce_range=False, weights="uint8")
 
 
 def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
@@ -250,7 +257,7 @@ def quantise_networks(onnx_bytes: bytes, frames: np.ndarray, form: QuantForm) ->
         model,
         True,  # per channel
         form.reduce_range,
-        QuantType.QInt8,  # weights
+        QuantType.QUInt8 if form.weights == "uint8" else QuantType.QInt8,
         QuantType.QUInt8,  # activations
         ranges,
         sorted(nodes),

@@ -11,7 +11,7 @@ precision="int8")`) with engine "onnx" or "auto" on the CPU. At load:
    candidates where it finds none);
 2. the networks are quantised on them (`sleap_live.engines.export.quantise`), in
    the form that fits this CPU (`quant_form`: U8S8 on x86 with VNNI and on arm64,
-   7-bit weights on x86 without VNNI), or the int8 graph is read from the cache
+   U8U8 on x86 without VNNI), or the int8 graph is read from the cache
    (`int8/` in the cache root, keyed by the float32 graph, the frames and the form);
 3. both graphs run on those frames: the int8 poses are matched to the float32
    ones (`sleap_live.engines.host.compare`) and both are timed in alternation
@@ -162,7 +162,7 @@ def int8_runner(
                 "give frames (verify_frames=, --verify-video VIDEO; a run on a video file uses "
                 "its frames) or keep the training labels' video beside them"
             )
-        frames = _with_animals(full, candidates.frames)
+        frames = with_animals(full, candidates.frames)
         form = form or this_cpu_form()
         cache = None if cache_root is None else ExportCache(cache_root, notify, INT8_FOLDER)
         key = int8_key(onnx_bytes, frames, form)
@@ -227,7 +227,7 @@ def measure_int8(
     )
 
 
-def _with_animals(runner: OnnxRunner, frames: np.ndarray) -> np.ndarray:
+def with_animals(runner: OnnxRunner, frames: np.ndarray) -> np.ndarray:
     """Up to `CALIBRATION_FRAMES` of `frames` in which `runner` finds animals, in order
     (the first `CALIBRATION_FRAMES` where it finds none)."""
     found: list[np.ndarray] = []

@@ -42,8 +42,8 @@ CALIBRATION = slice(0, 200, 25)
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 # The fixture's int8 points against fp32 in the form for the CPU (measured: median
 # 0.011 px, p99 1.8 px on its calibration frames with U8S8 on an AVX-512 VNNI AMD EPYC;
-# median 0.015 px, p99 1.6 px with 7-bit weights on an AVX2-only one, where U8S8
-# gave median 2.6 px, p99 26 px), no count changes: bounds that hold those with room,
+# median 0.011 px, p99 1.6 px with U8U8 on an AVX2-only one, where U8S8 gave median
+# 2.6 px, p99 26 px), no count changes: bounds that hold those with room,
 # and that a quantised pre- or postprocessing, or U8S8 saturating on a CPU without
 # VNNI (whole pixels off everywhere), fails.
 MEDIAN_PX, P99_PX = 0.1, 4.0
@@ -175,18 +175,18 @@ def test_a_later_load_reads_the_cache_and_prints_the_kept_figures(quantised, mon
 @pytest.mark.parametrize(
     ("machine", "flags", "form"),
     [
-        ("x86_64", AVX2_EPYC, QuantForm("U8S8 reduce_range", "x86 without VNNI (avx2)", True)),
-        ("x86_64", SKYLAKE_SP, QuantForm("U8S8 reduce_range", "x86 without VNNI (avx512f)", True)),
+        ("x86_64", AVX2_EPYC, QuantForm("U8U8", "x86 without VNNI (avx2)", False, "uint8")),
+        ("x86_64", SKYLAKE_SP, QuantForm("U8U8", "x86 without VNNI (avx512f)", False, "uint8")),
         ("x86_64", ICE_LAKE_SP, QuantForm("U8S8", "x86 with VNNI (avx512_vnni)", False)),
         ("x86_64", ZEN4, QuantForm("U8S8", "x86 with VNNI (avx512_vnni)", False)),
         ("AMD64", ALDER_LAKE, QuantForm("U8S8", "x86 with VNNI (avx_vnni)", False)),
-        ("x86_64", "sse4_2", QuantForm("U8S8 reduce_range", "x86 without VNNI (no AVX2)", True)),
+        ("x86_64", "sse4_2", QuantForm("U8U8", "x86 without VNNI (no AVX2)", False, "uint8")),
         ("aarch64", "", QuantForm("U8S8", "arm64", False)),
         ("arm64", "", QuantForm("U8S8", "arm64", False)),
         (
             "ppc64le",
             "",
-            QuantForm("U8S8 reduce_range", "ppc64le, not named by ONNX Runtime's guide", True),
+            QuantForm("U8U8", "ppc64le, not named by ONNX Runtime's guide", False, "uint8"),
         ),
     ],
 )
@@ -199,7 +199,7 @@ def test_cpu_flags_read_cpuinfo_else_numpy(tmp_path):
     cpuinfo.write_text(f"processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: {AVX2_EPYC}\n")
     flags = quantise.cpu_flags(cpuinfo)
     assert {"avx2", "fma"} <= flags and "avx512_vnni" not in flags
-    assert quant_form("x86_64", flags).reduce_range
+    assert quant_form("x86_64", flags).weights == "uint8"
     from numpy._core._multiarray_umath import __cpu_features__
 
     expected = {name for key, name in quantise.NUMPY_FLAGS.items() if __cpu_features__[key]}
@@ -208,9 +208,9 @@ def test_cpu_flags_read_cpuinfo_else_numpy(tmp_path):
 
 def test_the_form_is_part_of_the_int8_cache_key():
     frames = np.zeros((2, 8, 8, 1), np.uint8)
-    u8s8, reduced = quant_form("x86_64", {"avx512_vnni"}), quant_form("x86_64", {"avx2"})
-    assert int8_key(b"graph", frames, u8s8).digest != int8_key(b"graph", frames, reduced).digest
-    assert int8_key(b"graph", frames, reduced).parts["form"]["reduce_range"] is True
+    u8s8, u8u8 = quant_form("x86_64", {"avx512_vnni"}), quant_form("x86_64", {"avx2"})
+    assert int8_key(b"graph", frames, u8s8).digest != int8_key(b"graph", frames, u8u8).digest
+    assert int8_key(b"graph", frames, u8u8).parts["form"]["weights"] == "uint8"
 
 
 def _check(median_px: float, fp32_ms: float, int8_ms: float) -> Int8Check:
