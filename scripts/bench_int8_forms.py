@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> None:
             models, workdir / "cache", spread_frames(video), not args.no_verify
         )
         full = OnnxRunner(onnx_bytes, intra_op_threads=args.threads)
-        calibration = with_animals(full, spread_frames(video), not args.no_verify)
+        calibration = with_animals(full, spread_frames(video))
         held_out = held_out_frames(video, args.held_out)
         runners: dict[str, OnnxRunner] = {"fp32": full}
         for form in FORMS:

@@ -16,16 +16,17 @@ integer kernels on the CPU):
 - weights in the form that fits the CPU it runs on (`quant_form`): int8 (U8S8) on
   x86 with VNNI and on arm64, uint8 (U8U8) elsewhere. ONNX Runtime's quantization
   guide (docs/performance/model-optimizations/quantization.md in
-  microsoft/onnxruntime, "Data type selection" and the FAQ, for 1.x) says its U8S8
-  kernels on x86 with AVX2 or AVX-512 but without VNNI use VPMADDUBSW, whose 16-bit
-  sums can saturate, and to use U8U8 or 7-bit weights (`reduce_range`) there; x86
-  with VNNI and ARM have no such issue. Measured on an AVX2-only AMD EPYC
-  (scripts/bench_int8_forms.py, docs/benchmarks.md): U8S8 moved the demo top-down
-  pair's median point by 3.8 px and lost every instance count of the 384 x 384
-  top-down pair; 7-bit weights still moved the demo's median point 0.16 px and
-  changed 3 of 16 instance counts at 384; U8U8 kept the median within 0.08 px and
-  every count, so U8U8 is the form there (slower than fp32 on that CPU, so
-  `--precision int8` runs fp32 there, saying so: `sleap_live.engines.runners.int8`).
+  microsoft/onnxruntime, "Data type selection" and the FAQ; read for 1.32, the
+  version measured) says its U8S8 kernels on x86 with AVX2 or AVX-512 but without
+  VNNI use VPMADDUBSW, whose 16-bit sums can saturate, and to use U8U8 or 7-bit
+  weights (`reduce_range`) there; x86 with VNNI and ARM have no such issue.
+  Measured on an AVX2-only AMD EPYC (scripts/bench_int8_forms.py,
+  docs/benchmarks.md): U8S8 moved the demo top-down pair's median point by 3.8 px
+  and changed the 384 x 384 top-down pair's instance count on every frame; 7-bit
+  weights still moved the demo's median point 0.16 px and changed 3 of 16 counts
+  at 384; U8U8 kept the median within 0.08 px and no top-down count changed, so
+  U8U8 is the form there. It is slower than fp32 on that CPU, so `--precision int8`
+  runs fp32 there, saying so (`sleap_live.engines.runners.int8`).
 
 The calibration frames are chosen by the caller (`sleap_live.engines.runners.int8`):
 frames of the video about to be run or the model's training labels, those in

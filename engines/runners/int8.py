@@ -64,8 +64,8 @@ SEARCH_BATCH = 4
 # The figures kept beside a cached int8 graph.
 CHECK_SUFFIX = ".check.json"
 SYNTHETIC = "synthetic"
-# int8's documented error (docs/accuracy.md): its median point within a tenth of a
-# pixel of fp32's. Beyond it, or slower than fp32, int8 gives way to fp32.
+# int8's documented error (docs/cli.md): its median point within a tenth of a pixel
+# of fp32's. Beyond it, or slower than fp32, int8 gives way to fp32.
 MEDIAN_BOUND_PX = 0.1
 
 
