@@ -143,14 +143,20 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
                     return frozenset(line.partition(":")[2].split())
     except OSError:
         pass
-    features: Mapping[str, bool] = {}
+    features = numpy_cpu_features()
+    return frozenset(name for key, name in NUMPY_FLAGS.items() if features.get(key))
+
+
+def numpy_cpu_features() -> Mapping[str, bool]:
+    """numpy's table of this CPU's features (numpy 2: `numpy._core`, 1.x:
+    `numpy.core`); empty where neither has it."""
     for module in ("numpy._core._multiarray_umath", "numpy.core._multiarray_umath"):
         try:
-            features = importlib.import_module(module).__cpu_features__
-            break
+            features: Mapping[str, bool] = importlib.import_module(module).__cpu_features__
+            return features
         except (ImportError, AttributeError):
             continue
-    return frozenset(name for key, name in NUMPY_FLAGS.items() if features.get(key))
+    return {}
 
 
 def this_cpu_form() -> QuantForm:
