@@ -134,7 +134,6 @@ def int8_runner(
     cache_root: Path | None,
     notify: Notify = notice,
     keep: bool = False,
-    form: QuantForm | None = None,
 ) -> OnnxRunner:
     """An `OnnxRunner` of `onnx_bytes` with its networks in int8, or of `onnx_bytes`
     itself where int8 is slower or further off than documented (module docstring).
@@ -147,7 +146,6 @@ def int8_runner(
         cache_root: the cache root; None quantises in memory and keeps nothing.
         notify: where the one-line check (and the fallback's line) goes.
         keep: run int8 even where `fp32_instead` would run fp32.
-        form: the quantisation form (None: this CPU's, `this_cpu_form`).
 
     Raises:
         ModelConfigError: no frames to calibrate on (neither given frames nor
@@ -163,7 +161,7 @@ def int8_runner(
                 "its frames) or keep the training labels' video beside them"
             )
         frames = with_animals(full, candidates.frames)
-        form = form or this_cpu_form()
+        form = this_cpu_form()
         cache = None if cache_root is None else ExportCache(cache_root, notify, INT8_FOLDER)
         key = int8_key(onnx_bytes, frames, form)
         quantised = None if cache is None else cache.read(key)
