@@ -25,10 +25,11 @@ integer kernels on the CPU):
   and changed the 384 x 384 top-down pair's instance count on every frame; 7-bit
   weights still moved the demo's median point 0.16 px and changed 3 of 16 counts
   at 384; U8U8 kept the median within 0.08 px and no top-down count changed, so
-  U8U8 is the form there (on the 1024 x 1024 top-down pair too: U8S8 lost every
-  instance, 7-bit weights moved the median 0.15 px, U8U8 0.05 px). It is slower
-  than fp32 on that CPU at 384 x 384 and below (1.13x faster at 1024), and where it
-  is, `--precision int8` runs fp32, saying so (`sleap_live.engines.runners.int8`).
+  U8U8 is the form there (on the 1024 x 1024 top-down pair too: U8S8 changed every
+  frame's instance count, 7-bit weights moved the median 0.15 px, U8U8 0.05 px).
+  It is slower than fp32 on that CPU at 384 x 384 and below (1.13x faster at
+  1024), and where it is, `--precision int8` runs fp32, saying so
+  (`sleap_live.engines.runners.int8`).
 
 The calibration frames are chosen by the caller (`sleap_live.engines.runners.int8`):
 frames of the video about to be run or the model's training labels, those in
