@@ -10,10 +10,26 @@ integer kernels on the CPU):
   matching, scaling, normalisation) and postprocessing (peaks, crops, sub-pixel
   refinement, PAF scores) stay float32 in the same graph, so coordinates are
   computed as precisely as ever from int8 maps;
-- weights int8 per output channel, activations uint8 (ONNX Runtime's
-  recommendation for x86 CPUs), ranges calibrated by MinMax on frames run through
-  the whole graph: a top-down model's instance network is calibrated on the crops
-  the graph itself cuts around the animals it finds.
+- weights per output channel, activations uint8, ranges calibrated by MinMax on
+  frames run through the whole graph: a top-down model's instance network is
+  calibrated on the crops the graph itself cuts around the animals it finds;
+- weights in the form that fits the CPU it runs on (`quant_form`): int8 (U8S8) on
+  x86 with VNNI and on arm64, uint8 (U8U8) elsewhere. ONNX Runtime's quantization
+  guide (docs/performance/model-optimizations/quantization.md in
+  microsoft/onnxruntime, "Data type selection" and the FAQ; read for 1.32, the
+  version measured) says its U8S8 kernels on x86 with AVX2 or AVX-512 but without
+  VNNI use VPMADDUBSW, whose 16-bit sums can saturate, and to use U8U8 or 7-bit
+  weights (`reduce_range`) there; x86 with VNNI and ARM have no such issue.
+  Measured on an AVX2-only AMD EPYC (scripts/bench_int8_forms.py,
+  docs/benchmarks.md): U8S8 moved the demo top-down pair's median point by 3.8 px
+  and changed the 384 x 384 top-down pair's instance count on every frame; 7-bit
+  weights still moved the demo's median point 0.16 px and changed 3 of 16 counts
+  at 384; U8U8 kept the median within 0.08 px and no top-down count changed, so
+  U8U8 is the form there (on the 1024 x 1024 top-down pair too: U8S8 changed every
+  frame's instance count, 7-bit weights moved the median 0.15 px, U8U8 0.05 px).
+  It is slower than fp32 on that CPU at 384 x 384 and below (1.13x faster at
+  1024), and where it is, `--precision int8` runs fp32, saying so
+  (`sleap_live.engines.runners.int8`).
 
 The calibration frames are chosen by the caller (`sleap_live.engines.runners.int8`):
 frames of the video about to be run or the model's training labels, those in
@@ -22,7 +38,8 @@ which the float32 graph finds animals.
 The float32 graph's metadata is kept. Quantised graphs are cached under the
 cache root's `int8/` folder (`ExportCache` entries, checked as exports are),
 keyed by the float32 graph's bytes, the calibration frames' bytes, ONNX Runtime's
-version and the settings below (`int8_key`).
+version, the settings below and the form (`int8_key`); the form is also written in
+the int8 graph's metadata (`INT8_METADATA_KEY`).
 
 Needs `onnx` and `onnxruntime` (its `quantization` package); torch is not imported.
 """
@@ -32,11 +49,13 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
+import platform
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import attrs
 import numpy as np
 
 from sleap_live.engines.load.export_cache import CacheKey
@@ -55,8 +74,97 @@ SETTINGS: Mapping[str, Any] = {
     "calibration": "MinMax",
     "nodes": "networks",
     "float_ops": list(FLOAT_OPS),
-    "version": 1,
+    "version": 2,
 }
+# The int8 graph's `metadata_props` entry saying how it was quantised (JSON:
+# `QuantForm` and `SETTINGS`), beside the float32 graph's own.
+INT8_METADATA_KEY = "sleap_live_int8"
+# The x86 flags (Linux's /proc/cpuinfo names) of the integer dot-product
+# instructions that ONNX Runtime's U8S8 kernels use without saturating: AVX-512
+# VNNI (VPDPBUSD) and its VEX form AVX-VNNI.
+VNNI_FLAGS = ("avx512_vnni", "avx_vnni")
+# numpy's names (`__cpu_features__`) of the flags `quant_form` reads, for CPUs
+# without /proc/cpuinfo. numpy has no AVX-VNNI: such a CPU reads as without VNNI,
+# and gets the form that is right everywhere (U8U8).
+NUMPY_FLAGS = {"AVX512VNNI": "avx512_vnni", "AVX512F": "avx512f", "AVX2": "avx2"}
+
+
+@attrs.frozen
+class QuantForm:
+    """How the networks are quantised for a CPU (module docstring; `quant_form`).
+
+    Attributes:
+        name: "U8S8" (uint8 activations, int8 weights), "U8U8" (uint8 weights), or
+            "U8S8 reduce_range" (int8 weights in 7 bits, -64..63: measured against
+            the others by scripts/bench_int8_forms.py, chosen for no CPU).
+        cpu: the CPU family it was chosen for, with the flag that decided it.
+        reduce_range: ONNX Runtime's `reduce_range`.
+        weights: "int8" or "uint8".
+    """
+
+    name: str
+    cpu: str
+    reduce_range: bool
+    weights: str = "int8"
+
+    def describe(self) -> str:
+        return f"{self.name}, for {self.cpu}"
+
+
+def quant_form(machine: str, flags: Collection[str]) -> QuantForm:
+    """The quantisation form for a CPU of architecture `machine` (`platform.machine()`)
+    with feature `flags` (/proc/cpuinfo's names, `cpu_flags`).
+
+    ARM and x86 with VNNI: U8S8; any other CPU (x86 without VNNI, and architectures
+    ONNX Runtime's guide does not name): U8U8, which no kernel saturates.
+    """
+    arch = machine.lower()
+    if arch in ("arm64", "aarch64"):
+        return QuantForm("U8S8", "arm64", reduce_range=False)
+    x86 = arch in ("x86_64", "amd64", "x64", "i386", "i686")
+    vnni = [flag for flag in VNNI_FLAGS if flag in flags]
+    if x86 and vnni:
+        return QuantForm("U8S8", f"x86 with VNNI ({vnni[0]})", reduce_range=False)
+    widest = next((flag for flag in ("avx512f", "avx2") if flag in flags), None)
+    if x86:
+        cpu = f"x86 without VNNI ({widest or 'no AVX2'})"
+    else:
+        cpu = f"{arch or 'an unknown architecture'}, not named by ONNX Runtime's guide"
+    return QuantForm("U8U8", cpu, reduce_range=False, weights="uint8")
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    """This CPU's feature flags under Linux's names: `cpuinfo`'s `flags` line (the
+    kernel's own reading of CPUID, and the only source here that knows AVX-VNNI),
+    else numpy's CPU dispatch table (`__cpu_features__`, on macOS and Windows, and on
+    arm64 Linux, whose /proc/cpuinfo says `Features`: `quant_form` needs no flags
+    there)."""
+    try:
+        with cpuinfo.open() as info:
+            for line in info:
+                if line.startswith("flags"):
+                    return frozenset(line.partition(":")[2].split())
+    except OSError:
+        pass
+    features = numpy_cpu_features()
+    return frozenset(name for key, name in NUMPY_FLAGS.items() if features.get(key))
+
+
+def numpy_cpu_features() -> Mapping[str, bool]:
+    """numpy's table of this CPU's features (numpy 2: `numpy._core`, 1.x:
+    `numpy.core`); empty where neither has it."""
+    for module in ("numpy._core._multiarray_umath", "numpy.core._multiarray_umath"):
+        try:
+            features: Mapping[str, bool] = importlib.import_module(module).__cpu_features__
+            return features
+        except (ImportError, AttributeError):
+            continue
+    return {}
+
+
+def this_cpu_form() -> QuantForm:
+    """The quantisation form for the CPU this process runs on."""
+    return quant_form(platform.machine(), cpu_flags())
 
 
 def network_nodes(model: Any) -> list[str]:
@@ -73,8 +181,9 @@ def network_nodes(model: Any) -> list[str]:
     ]
 
 
-def int8_key(onnx_bytes: bytes, frames: np.ndarray) -> CacheKey:
-    """The cache key of the int8 graph made from `onnx_bytes`, calibrated on `frames`."""
+def int8_key(onnx_bytes: bytes, frames: np.ndarray, form: QuantForm) -> CacheKey:
+    """The cache key of the int8 graph made from `onnx_bytes` in `form`, calibrated on
+    `frames`."""
     frames = np.ascontiguousarray(frames)
     parts = {
         "graph": hashlib.sha256(onnx_bytes).hexdigest(),
@@ -82,12 +191,13 @@ def int8_key(onnx_bytes: bytes, frames: np.ndarray) -> CacheKey:
         "frames_shape": list(frames.shape),
         "onnxruntime": importlib.import_module("onnxruntime").__version__,
         "settings": dict(SETTINGS),
+        "form": attrs.asdict(form),
     }
     text = json.dumps(parts, sort_keys=True, separators=(",", ":"))
     return CacheKey(hashlib.sha256(text.encode()).hexdigest(), parts)
 
 
-def quantise_networks(onnx_bytes: bytes, frames: np.ndarray) -> bytes:
+def quantise_networks(onnx_bytes: bytes, frames: np.ndarray, form: QuantForm) -> bytes:
     """The int8 graph of a sleap-live float32 export (see the module docstring).
 
     ONNX Runtime's `quantize_static` steps, with one change: only the networks'
@@ -99,6 +209,7 @@ def quantise_networks(onnx_bytes: bytes, frames: np.ndarray) -> bytes:
     Args:
         onnx_bytes: the float32 export.
         frames: uint8 (N, H, W, C) calibration frames, with the graph's channel count.
+        form: the quantisation form (`quant_form`), written in the graph's metadata.
 
     Raises:
         ValueError: the graph has no network scopes to quantise.
@@ -155,8 +266,8 @@ def quantise_networks(onnx_bytes: bytes, frames: np.ndarray) -> bytes:
     quantiser = QDQQuantizer(
         model,
         True,  # per channel
-        False,  # reduce range
-        QuantType.QInt8,  # weights
+        form.reduce_range,
+        QuantType.QUInt8 if form.weights == "uint8" else QuantType.QInt8,
         QuantType.QUInt8,  # activations
         ranges,
         sorted(nodes),
@@ -165,7 +276,10 @@ def quantise_networks(onnx_bytes: bytes, frames: np.ndarray) -> bytes:
         {},
     )
     quantiser.quantize_model()
-    return bytes(quantiser.model.model.SerializeToString())
+    quantised = quantiser.model.model
+    record = {"form": attrs.asdict(form), "settings": dict(SETTINGS)}
+    quantised.metadata_props.add(key=INT8_METADATA_KEY, value=json.dumps(record, sort_keys=True))
+    return bytes(quantised.SerializeToString())
 
 
 def _initialisers(model: Any) -> set[str]:

@@ -24,8 +24,9 @@ class CpuRunners:
 
     Attributes:
         engine, device, threads: as given to `load_runner`.
-        options: `load_runner`'s options (`precision`; `verify_frames` to check bf16
-            and int8 on, to calibrate int8 on and to time the CPU engines on).
+        options: `load_runner`'s options (`precision`; `keep_int8`; `verify_frames`
+            to check bf16 and int8 on, to calibrate int8 on and to time the CPU
+            engines on).
         cache_dir: sleap-live's cache root (OpenVINO's compiled models, the auto
             choice, int8 graphs), or None with `cache=False`.
         model_dirs: the model directories given (int8 calibrates on their
@@ -69,6 +70,7 @@ class CpuRunners:
                 verify_frames=self.options.get("verify_frames"),
                 model_dirs=self.model_dirs,
                 cache_root=self.cache_dir,
+                keep=bool(self.options.get("keep_int8")),
             )
         from sleap_live.engines.runners.cpu_choice import choose_cpu_runner
         from sleap_live.engines.runners.onnx import OnnxRunner

@@ -136,7 +136,14 @@ def add_model_options(
         "or auto on the CPU: the networks quantised by ONNX Runtime (pre/postprocessing stay "
         "fp32), calibrated on the verification frames (else the training labels' frames) and "
         "cached. The reduced precisions print their error against fp32 on those frames at "
-        "load, int8 its speed-up too (default: fp32)",
+        "load, int8 its speed-up too; int8 slower than fp32 or with its median point more "
+        "than 0.1 px from fp32's runs fp32 instead, saying so (default: fp32)",
+    )
+    model.add_argument(
+        "--keep-int8",
+        action="store_true",
+        help="--precision int8: run int8 even where its check at load finds it slower than "
+        "fp32 or further off than 0.1 px",
     )
     model.add_argument(
         "--compile-mode",
@@ -159,8 +166,8 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
 
     Raises:
         UsageError: --precision with an engine that does not take it (bf16: openvino;
-            int8: onnx or auto; fp32: those three), --compile-mode without --engine
-            torch-compile.
+            int8: onnx or auto; fp32: those three), --keep-int8 without --precision
+            int8, --compile-mode without --engine torch-compile.
     """
     options: dict[str, Any] = {}
     if args.precision is not None:
@@ -170,6 +177,10 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
                 f"--precision {args.precision} is an option of --engine {' or '.join(engines)}"
             )
         options["precision"] = args.precision
+    if args.keep_int8:
+        if args.precision != "int8":
+            raise UsageError("--keep-int8 is an option of --precision int8")
+        options["keep_int8"] = True
     if args.compile_mode is not None:
         if args.engine != "torch-compile":
             raise UsageError("--compile-mode is an option of --engine torch-compile")
