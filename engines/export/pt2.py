@@ -123,11 +123,12 @@ def export_pt2(
     notify(f"writing {path}")
     path.parent.mkdir(parents=True, exist_ok=True)
     with staged_file(path, "the export") as staged:
-        _save_verified(program, staged, metadata, verify, onnx_bytes, frames, source, notify)
+        _save_verified(model, program, staged, metadata, verify, onnx_bytes, frames, source, notify)
     return path
 
 
 def _save_verified(
+    model: InferenceModel,
     program: torch.export.ExportedProgram,
     path: Path,
     metadata: ExportMetadata,
@@ -137,7 +138,8 @@ def _save_verified(
     source: str,
     notify: Callable[[str], None],
 ) -> None:
-    """Save `program` to `path`, verified against ONNX Runtime if `verify`, and its sidecar."""
+    """Save `program` to `path`, verified against ONNX Runtime if `verify` (by `model`'s
+    comparison rule), and its sidecar."""
     torch.export.save(program, str(path), extra_files={METADATA_FILE: metadata.to_json()})
     if verify:
         loaded = load_pt2(path)

@@ -139,12 +139,13 @@ def export_tflite(
     path.parent.mkdir(parents=True, exist_ok=True)
     with staged_file(path, "the export") as staged:
         converted.export(str(staged))
-        metadata = _verified(staged, metadata, verify, onnx_bytes, frames, source, notify)
+        metadata = _verified(model, staged, metadata, verify, onnx_bytes, frames, source, notify)
         sidecar_path(staged).write_text(json.dumps(metadata.to_dict(), indent=1) + "\n")
     return path
 
 
 def _verified(
+    model: InferenceModel,
     path: Path,
     metadata: ExportMetadata,
     verify: bool,
@@ -153,7 +154,8 @@ def _verified(
     source: str,
     notify: Callable[[str], None],
 ) -> ExportMetadata:
-    """`metadata` with the check of the .tflite file at `path` against ONNX Runtime."""
+    """`metadata` with the check of the .tflite file at `path` against ONNX Runtime (by
+    `model`'s comparison rule)."""
     if verify:
         notify(f"verifying {len(frames)} frames in LiteRT against ONNX Runtime")
         outputs = run_tflite(path, frames, metadata.output_names)
