@@ -79,7 +79,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     venv.create(WORK_DIR / "venv", with_pip=True)
     python = WORK_DIR / "venv" / "bin" / "python"
     bare = installed_versions(python)
-    pip(python, "install", "-q", "--no-deps", torch)
+    # --no-compile: byte-compiling torch's modules is most of its install's time, and
+    # nothing here imports them.
+    pip(python, "install", "-q", "--no-deps", "--no-compile", torch)
     built = time.perf_counter()
     # What the torch install put there (torch), not the venv's own pip and setuptools:
     # with --no-deps torch's own requirements (setuptools>=77 for 2.14) are left for the
