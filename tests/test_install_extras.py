@@ -113,3 +113,15 @@ def test_without_either_build_onnx_runtime_errors_say_which_extra(monkeypatch):
         message = str(error.value)
         assert 'pip install "sleap-live[cpu]"' in message and "\n" not in message
         assert 'for a GPU pip install "sleap-live[gpu]"' in message
+
+
+def test_the_torch_range_keeps_the_torch_sleap_nn_installs(project):
+    # sleap-nn 0.3.5's wheel asks for any torch (METADATA: "Requires-Dist: torch"); its
+    # README installs torch 2.14.1, PyPI's CUDA build on Linux. sleap-live goes into the
+    # same environment, so its range must hold that torch, or pip replaces the lab's GPU
+    # torch (scripts/check_torch_kept.py asks pip itself, in CI).
+    from packaging.requirements import Requirement
+
+    torch = Requirement(requirement(project["dependencies"], "torch")).specifier
+    for version in ("2.14.0", "2.14.1", "2.14.1+cu130", "2.13.0"):  # 2.13.0: what CI installs
+        assert torch.contains(version), version
