@@ -30,7 +30,7 @@ def test_size_report_fails_over_64_mib():
     assert payload.size_report(64 * MIB, 0)[0]
 
 
-def test_strip_wheel_drops_files_and_their_record_lines(tmp_path):
+def test_repack_wheel_drops_files_and_their_record_lines_and_compresses_with_lzma(tmp_path):
     wheel = tmp_path / "pynvvideocodec-2.2.4-cp312-cp312-manylinux_2_28_x86_64.whl"
     record = "PyNvVideoCodec/__init__.py,sha256=x,1\nsamples/a.py,sha256=y,2\n"
     with zipfile.ZipFile(wheel, "w") as archive:
@@ -39,9 +39,10 @@ def test_strip_wheel_drops_files_and_their_record_lines(tmp_path):
         archive.writestr("PyNvVideoCodec/libavutil.so.61.1.101", b"lib" * 1000)
         archive.writestr("samples/a.py", "x" * 5000)
         archive.writestr("pynvvideocodec-2.2.4.dist-info/RECORD", record)
-    saved = payload.strip_wheel(wheel, payload.STRIP["pynvvideocodec"])
+    saved = payload.repack_wheel(wheel, payload.STRIP["pynvvideocodec"])
     assert saved > 0
     with zipfile.ZipFile(wheel) as archive:
+        assert {item.compress_type for item in archive.infolist()} == {zipfile.ZIP_LZMA}
         assert sorted(archive.namelist()) == [
             "PyNvVideoCodec/__init__.py",
             "PyNvVideoCodec/libavutil.so.61",
