@@ -25,12 +25,13 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import subprocess
 import sys
 import tempfile
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
+
+from gpu_payload import download as download_wheels
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUT = ROOT / "tests" / "data" / "onnxruntime_gpu_options.json"
@@ -107,14 +108,8 @@ def read_wheel(wheel: Path) -> dict[str, object]:
 
 
 def download(version: str, folder: Path) -> Path:
-    command = [
-        sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-        "--only-binary=:all:", "--python-version", "3.12",
-        "--platform", "manylinux_2_28_x86_64", "--dest", str(folder),
-        f"onnxruntime-gpu=={version}",
-    ]  # fmt: skip
-    subprocess.run(command, check=True)
-    (wheel,) = folder.glob("onnxruntime_gpu-*.whl")
+    """The wheel of that version for the GPU machine's Python (3.12, manylinux x86_64)."""
+    (wheel,) = download_wheels([f"onnxruntime-gpu=={version}"], folder)
     return wheel
 
 

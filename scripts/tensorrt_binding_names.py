@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 import tempfile
 import zipfile
 from collections.abc import Iterable
 from pathlib import Path
+
+from gpu_payload import download as download_wheels
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUT = ROOT / "tests" / "data" / "tensorrt_binding_names.json"
@@ -70,14 +71,8 @@ def defined_names(wheel: Path, wanted: Iterable[str]) -> list[str]:
 
 
 def download(version: str, folder: Path) -> Path:
-    command = [
-        sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-        "--only-binary=:all:", "--python-version", "3.12",
-        "--platform", "manylinux_2_28_x86_64", "--dest", str(folder),
-        f"tensorrt_cu13_bindings=={version}",
-    ]  # fmt: skip
-    subprocess.run(command, check=True)
-    (wheel,) = folder.glob(f"tensorrt_cu13_bindings-{version}-*.whl")
+    """The wheel of that version for the GPU machine's Python (3.12, manylinux x86_64)."""
+    (wheel,) = download_wheels([f"tensorrt_cu13_bindings=={version}"], folder)
     return wheel
 
 
