@@ -374,6 +374,9 @@ def test_verification_table_is_never_cut_at_80_columns():
             "frames": [batch, 240 + batch, 320 + batch, 3],
             "instances": 10 + batch,
             "max_abs_diff": {name: batch * 1.25e-5 * (i + 1) for i, name in enumerate(outputs)},
+            "agreement": "near-ties" if batch == 2 else "noise",
+            "ties": 1 if batch == 2 else 0,
+            "bound": "0.0018 px, scores 0.00023 relative (from the graph: 3813 sums deep)",
         }
         for batch in range(1, 6)
     ]
@@ -388,6 +391,9 @@ def test_verification_table_is_never_cut_at_80_columns():
         assert f"{check['instances']} instances" in text
         assert all(f"{diff:.2g}" in text for diff in check["max_abs_diff"].values())
     assert all(f"│ {name} " in text for name in outputs)
+    # The last row says each batch's outcome; the caption, the float32 bound.
+    assert "│ outcome " in text and "1 near-tie " in text and text.count(" noise ") == 4
+    assert "bound: 0.0018 px" in text
 
 
 @pytest.mark.slow
