@@ -22,6 +22,7 @@ from sleap_live.cli.options import (
     PROG,
     UsageError,
     add_inference_options,
+    add_overwrite_option,
     add_verify_options,
     inference_settings,
     positive_int,
@@ -127,6 +128,7 @@ def add_parser(commands: Any) -> None:
         help="engine precision (fp16 needs a graph with its own float16 casts)",
     )
     engine.add_argument("--device", default="cuda:0", help="the GPU to build on")
+    add_overwrite_option(parser, "the export")
     parser.set_defaults(handler=handle)
 
 
@@ -200,6 +202,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             format=args.format,
             opset=args.opset,
             progress=status.update,
+            overwrite=args.overwrite,
             **options,
         )
     exit_status = _report(console, path, _metadata(path, args.format))

@@ -83,13 +83,6 @@ def add_many_options(parser: argparse.ArgumentParser) -> None:
         f"(default: {DEFAULT_NAME_PATTERN})",
     )
     group.add_argument(
-        "--overwrite",
-        action="store_true",
-        default=None,
-        help="redo videos whose output exists, replacing it once the new one is complete "
-        "(default: skip them)",
-    )
-    group.add_argument(
         "--workers",
         type=positive_int,
         metavar="N",
@@ -148,7 +141,6 @@ def wants_many(args: argparse.Namespace) -> bool:
     given = (
         args.output_dir,
         args.name_pattern,
-        args.overwrite,
         args.workers,
         args.streams,
         args.threads,

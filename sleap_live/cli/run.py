@@ -189,6 +189,13 @@ def _add_common_options(
         "(default: no overlay recording)",
     )
     out.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace outputs that exist (-o, --record, --record-overlay), each once the new "
+        "one is written; over many videos, redo videos whose output exists (default: refuse "
+        "an existing output before any work; over many videos, skip those videos)",
+    )
+    out.add_argument(
         "--save-interval",
         type=seconds,
         default=DEFAULT_SAVE_INTERVAL,
@@ -285,6 +292,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             "-m": [Path(model) for model in args.models],
             "--verify-video": [args.verify_video],
         },
+        overwrite=args.overwrite,
     )
     # A bad recording path or codec is refused here, before any work.
     OutputOptions(
@@ -299,7 +307,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     # journal that cannot be opened fails the run with no server started, and its
     # descriptor is the run's whatever peers connect. A server that cannot bind
     # gives the claim up again, leaving no journal behind.
-    claim = None if output is None else JournalClaim(output)
+    claim = None if output is None else JournalClaim(output, overwrite=args.overwrite)
     try:
         with (
             _bind_publisher(args, console) as publisher,
@@ -358,6 +366,7 @@ def _run(
                     },
                     record_overlay=args.record_overlay,
                     claim=claim,
+                    overwrite=args.overwrite,
                 ),
                 tracking=tracking,
             )
