@@ -66,7 +66,7 @@ from sleap_live.engines.load.metadata import (
 )
 from sleap_live.engines.notify import Notify, notice
 from sleap_live.engines.settings import InferenceSettings, check_slots
-from sleap_live.stream.outputs.guard import claim_output
+from sleap_live.stream.outputs.guard import claim_output, resolve_output
 from sleap_live.stream.outputs.staging import staged_file
 
 EXPORT_FORMATS = ("onnx", "torchscript")
@@ -562,11 +562,13 @@ def export_folder(
             says `what` the export is ("a web export").
     """
     folder = Path(output)
-    claim_output(folder, "the export", overwrite=overwrite)  # again when written (`staged_file`)
+    resolve_output(folder, "the export")  # the link rule, before the folder is looked into
     if folder.is_file():
         raise ValueError(f"{folder}: {what} is a folder, and this is a file")
     if folder.is_dir() and any(folder.iterdir()) and not holds_export(folder):
         raise ValueError(f"{folder}: not empty and not {what}; give a new or empty folder")
+    # An earlier export of the same format: replaced only when asked.
+    claim_output(folder, "the export", overwrite=overwrite)  # again when written (`staged_file`)
     return folder
 
 

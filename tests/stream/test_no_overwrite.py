@@ -103,8 +103,12 @@ def test_track_refuses_an_existing_output(tmp_path, capsys):
 @pytest.mark.parametrize(("format", "name"), [("onnx", "m.onnx"), ("web", "web")])
 def test_export_refuses_an_existing_export_before_loading_the_model(format, name, tmp_path, capsys):
     existing = tmp_path / name
-    if format == "web":
+    if format == "web":  # an earlier web export: its files
+        from sleap_live.engines.export.web import WEB_EXPORT_FILES
+
         existing.mkdir()
+        for file in WEB_EXPORT_FILES:
+            (existing / file).write_bytes(OLD)
         existing = existing / "model.onnx"
     existing.write_bytes(OLD)
     output = tmp_path / name
