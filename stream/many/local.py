@@ -43,6 +43,29 @@ class Reporter(Protocol):
 
     def finished(self, result: VideoResult) -> None: ...
 
+    def progress(self, index: int, frames: int, total: int | None) -> None:
+        """Job `index`'s frames so far, of `total` (None: unknown); told from the
+        thread that runs it, where the run is in this process."""
+
+    def stopping(self, jobs: Sequence[VideoJob]) -> None:
+        """The run was interrupted: `jobs` (those in flight) are being stopped."""
+
+
+class Interrupted(Exception):
+    """A run over many videos stopped by Ctrl-C (or another stopping signal): what it
+    did until then, and the interrupt, which the caller raises again once it has
+    said so (`run.ManyResult.interrupted`).
+
+    Attributes:
+        results: a result per video: done, failed, stopped (in flight) or left.
+        interrupt: the `KeyboardInterrupt` (or its subclass) that stopped it.
+    """
+
+    def __init__(self, results: list[VideoResult], interrupt: KeyboardInterrupt) -> None:
+        super().__init__("interrupted")
+        self.results = results
+        self.interrupt = interrupt
+
 
 def past(deadline: float | None) -> bool:
     """Whether the run's time is up (`deadline` in `time.monotonic` seconds; None: never)."""
@@ -67,6 +90,12 @@ class NoReport:
     def finished(self, result: VideoResult) -> None:
         pass
 
+    def progress(self, index: int, frames: int, total: int | None) -> None:
+        pass
+
+    def stopping(self, jobs: Sequence[VideoJob]) -> None:
+        pass
+
 
 def run_here(
     jobs: Sequence[VideoJob],
@@ -81,20 +110,23 @@ def run_here(
     No video starts after `deadline` (`time.monotonic` seconds); those in flight
     then finish, and the rest are left (`left`) for the next run.
 
-    Ctrl-C stops every video in flight (their unfinished outputs are left for the
-    next run to redo) and is raised again.
+    Ctrl-C is told to `report` at once (`Reporter.stopping`) and stops every video
+    in flight at its next frame, its output not written (the next run redoes it):
+    `Interrupted` is raised with every video's result, those in flight "stopped"
+    and those not started "left".
     """
     report = report or NoReport()
-    worker = VideoWorker(options)
+    worker = VideoWorker(options, on_frames=report.progress)
     results: list[VideoResult] = []
     pending = iter(jobs)
+    interrupt: KeyboardInterrupt | None = None
     try:
         with ThreadPoolExecutor(streams, thread_name_prefix="video") as pool:
-            in_flight: set[Future[VideoResult]] = set()
+            in_flight: dict[Future[VideoResult], VideoJob] = {}
             done = threading.Event()
 
             def submit_next() -> bool:
-                if past(deadline):
+                if past(deadline) or interrupt is not None:
                     return False
                 job = next(pending, None)
                 if job is None:
@@ -102,27 +134,41 @@ def run_here(
                 report.started(job)
                 future = pool.submit(worker.process, job)
                 future.add_done_callback(lambda _: done.set())
-                in_flight.add(future)
+                in_flight[future] = job
                 return True
 
-            for _ in range(streams):
-                submit_next()
-            while in_flight:
-                done.wait(POLL_SECONDS)
-                done.clear()
+            def collect() -> None:
                 for future in [f for f in in_flight if f.done()]:
-                    in_flight.discard(future)
+                    del in_flight[future]
                     result = future.result()
                     results.append(result)
                     report.finished(result)
                     submit_next()
+
+            try:
+                for _ in range(streams):
+                    submit_next()
+                while in_flight:
+                    done.wait(POLL_SECONDS)
+                    done.clear()
+                    collect()
+            except KeyboardInterrupt as caught:
+                # Before the pool waits for its threads: the videos in flight stop
+                # at their next frame instead of running to their end.
+                interrupt = caught
+                report.stopping(sorted(in_flight.values(), key=lambda job: job.index))
+                worker.stop()
+                while in_flight:
+                    done.wait(POLL_SECONDS)
+                    done.clear()
+                    collect()
         results.extend(left_behind(pending, report))
-    except KeyboardInterrupt:
-        worker.stop()
-        raise
     finally:
         worker.close()
-    return sorted(results, key=lambda result: result.index)
+    results.sort(key=lambda result: result.index)
+    if interrupt is not None:
+        raise Interrupted(results, interrupt)
+    return results
 
 
 @attrs.define
