@@ -281,7 +281,6 @@ def run_jobs(
             results = run_here(todo, options, streams=streams, deadline=deadline, report=report)
         except Interrupted as stopped:
             done.update((result.index, result) for result in stopped.results)
-            results = ()
             return ManyResult(tuple(done[i] for i in sorted(done)), mode, stopped.interrupt)
     done.update((result.index, result) for result in results)
     return ManyResult(tuple(done[index] for index in sorted(done)), mode)
