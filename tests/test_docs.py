@@ -182,6 +182,16 @@ def test_every_link_to_an_anchor_finds_it():
         assert f"]({page})" in where_next, f"the home page's where to go next lacks {page}"
 
 
+def test_the_install_notes_agree_on_what_the_pasted_command_installs():
+    """Issue 37: the README said the command pulls PyPI's CUDA torch on Linux, the
+    getting-started page that it pins PyTorch's CPU build."""
+    for page in ("README.md", "docs/getting-started.md"):
+        text = " ".join((REPO / page).read_text().split())
+        assert "on Linux, the CUDA build (several GB; on macOS and Windows, the CPU" in text, page
+        assert "--index-url https://download.pytorch.org/whl/cpu" in text, page
+        assert "pins PyTorch's CPU build" not in text, page
+
+
 def test_the_picture_is_committed_and_small():
     picture = REPO / "docs" / "images" / "overlay.png"
     assert picture.stat().st_size < 100_000

@@ -70,7 +70,7 @@ FOLDER_ENDING = "_saved_model"
 METADATA_FILE = "sleap_live.json"
 SIGNATURE = "serving_default"
 INPUT_NAME = "frames"
-TENSORFLOW_INSTALL_HINT = 'pip install "sleap-live[saved_model]"'
+TENSORFLOW_INSTALL_HINT = 'pip install "sleap-live[saved-model]"'
 
 
 @attrs.frozen
