@@ -574,7 +574,10 @@ def _process(pipeline: Pipeline, args: argparse.Namespace, console: Console) -> 
             pipeline.start()
             pipeline.join(args.duration)
         except KeyboardInterrupt:
-            console.print("stopping: finishing the frames in flight and saving outputs")
+            console.print(
+                "stopping: finishing the frames in flight and saving outputs; press Ctrl-C "
+                "twice more to exit at once (the journal keeps the frames saved so far)"
+            )
             pipeline.stop()
             raise
         pipeline.stop()
@@ -595,6 +598,15 @@ def _summarise(pipeline: Pipeline, output: Path | None, console: Console) -> Non
             f", latency p50 {stats.latency_p50 * 1000:.1f} ms p99 {stats.latency_p99 * 1000:.1f} ms"
         )
     console.print(line, highlight=False)
+    if stats.frames_processed and not stats.frames_with_instances:
+        console.print(
+            f"warning: the model found no animal in any of the {stats.frames_processed} "
+            "frames: it may not fit this video (a model trained on gray video given colour "
+            "frames, other animals, another scale); --preview or `sleap-live render` shows "
+            "the frames it saw",
+            highlight=False,
+            soft_wrap=True,
+        )
     if stats.tracking_p50 is not None and stats.tracking_p99 is not None:
         console.print(
             f"tracking: {stats.tracks} tracks, p50 {stats.tracking_p50 * 1000:.2f} ms "
