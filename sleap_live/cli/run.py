@@ -589,7 +589,10 @@ def _summarise(pipeline: Pipeline, output: Path | None, console: Console) -> Non
         f"{stats.frames_processed} frames in {stats.elapsed:.1f} s "
         f"({stats.frames_processed / stats.elapsed if stats.elapsed else 0:.1f} fps)"
     )
-    if stats.frames_dropped or stats.policy == "live":
+    if stats.policy == "recorded" and stats.frames_dropped:
+        # A recorded run drops nothing; these were decoded ahead when a stop came.
+        line += f", stopped with {stats.frames_dropped} frames decoded ahead, not processed"
+    elif stats.frames_dropped or stats.policy == "live":
         line += f", {stats.frames_dropped} dropped"
         if len(stats.dropped_by_source) > 1:
             line += " (" + ", ".join(f"{n} {s}" for s, n in stats.dropped_by_source.items()) + ")"

@@ -30,3 +30,21 @@ def test_a_run_that_finds_no_animal_on_any_frame_says_so(
     argv[-1] = str(tmp_path / "found.slp")
     assert cli.main(argv) == 0
     assert "found no animal" not in capsys.readouterr().err
+
+
+def test_a_lossless_run_stopped_early_does_not_call_its_read_ahead_dropped(fakes, capsys):
+    """Issue 37: a lossless `run` stopped by Ctrl-C reported "2 dropped"."""
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from sleap_live.cli.run import _summarise
+
+    stats = fakes.pipeline_stats(
+        running=False, frames_captured=42, frames_dropped=2, frames_with_instances=40
+    )
+    pipeline = SimpleNamespace(stats=stats, outputs=SimpleNamespace(describe=lambda: []))
+    _summarise(pipeline, None, Console(stderr=True))
+    line = " ".join(capsys.readouterr().err.split())
+    assert "stopped with 2 frames decoded ahead, not processed" in line
+    assert "dropped" not in line
