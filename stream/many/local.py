@@ -206,6 +206,11 @@ def run_in_processes(
         deadline: no video starts after it (`time.monotonic` seconds); those in
             flight then finish, the rest are left for the next run.
         report: told when each video starts and finishes.
+
+    Raises:
+        Interrupted: Ctrl-C (or another stopping signal): told to `report` at once,
+            each worker told to stop its videos at their next frame ("stopped"),
+            the videos not started "left", as `run_here`.
     """
     report = report or NoReport()
     context = _worker_context()
@@ -280,12 +285,32 @@ def run_in_processes(
                 worker.in_flight.pop(message.index, None)
                 results[message.index] = message
                 report.finished(message)
+    except KeyboardInterrupt as interrupt:
+        stopping = [job for worker in pool for job, _ in worker.in_flight.values()]
+        report.stopping(sorted(stopping, key=lambda job: job.index))
+        _stop_workers(pool)  # each stops its videos in flight at their next frame
+        while pool:
+            for worker, message in _messages(pool, POLL_SECONDS):
+                if message is None:  # done and gone: what it never answered was stopped
+                    pool.remove(worker)
+                    worker.process.join()
+                    worker.connection.close()
+                    for job, attempt in worker.in_flight.values():
+                        result = attrs.evolve(
+                            failed(job, f"{job.video}: stopped before its first frame", attempt),
+                            status="stopped",
+                        )
+                        results[job.index] = result
+                        report.finished(result)
+                    continue
+                worker.in_flight.pop(message.index, None)
+                results[message.index] = message
+                report.finished(message)
+        unstarted = [job for job, _ in reversed(queue)]
+        results.update((r.index, r) for r in left_behind(unstarted, report))
+        raise Interrupted([results[i] for i in sorted(results)], interrupt) from None
     finally:
-        for worker in pool:
-            try:
-                worker.connection.send(("stop",))
-            except OSError:
-                pass
+        _stop_workers(pool)
         for worker in pool:
             worker.process.join(timeout=30)
             if worker.process.is_alive():
@@ -293,6 +318,16 @@ def run_in_processes(
                 worker.process.join()
             worker.connection.close()
     return [results[index] for index in sorted(results)]
+
+
+def _stop_workers(pool: Sequence[_Worker]) -> None:
+    """Tell each worker to stop: its videos in flight stop at their next frame, it
+    sends their results and returns."""
+    for worker in pool:
+        try:
+            worker.connection.send(("stop",))
+        except OSError:
+            pass
 
 
 def _messages(
@@ -342,6 +377,7 @@ def serve(options: WorkOptions, streams: int, connection: Connection) -> None:
                     worker.stop()
                     break
                 if message[0] != "job":
+                    worker.stop()  # the run was interrupted, or is over (nothing in flight)
                     break
                 _, job, attempt = message
                 pool.submit(worker.process, job, attempt).add_done_callback(send_result)

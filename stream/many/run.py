@@ -233,7 +233,8 @@ def run_jobs(
     report: Reporter | None = None,
 ) -> ManyResult:
     """`run_many` on planned jobs (`plan_jobs`) and worker options; a run in this
-    process stopped by Ctrl-C returns what it did, with `ManyResult.interrupted`."""
+    process or in local workers stopped by Ctrl-C returns what it did, with
+    `ManyResult.interrupted`."""
     check_outputs_to(outputs_to, cluster)
     deadline = None if duration is None else time.monotonic() + duration
     # Absolute paths: worker processes and Ray actors may run in other folders.
@@ -265,16 +266,20 @@ def run_jobs(
             ", outputs written by the driver" if outputs_to == "driver" else ""
         )
     elif workers is not None and workers > 1:
-        results = run_in_processes(
-            todo,
-            options,
-            workers=workers,
-            streams=streams,
-            retries=retries,
-            deadline=deadline,
-            report=report,
-        )
         mode = f"{workers} local workers"
+        try:
+            results = run_in_processes(
+                todo,
+                options,
+                workers=workers,
+                streams=streams,
+                retries=retries,
+                deadline=deadline,
+                report=report,
+            )
+        except Interrupted as stopped:
+            done.update((result.index, result) for result in stopped.results)
+            return ManyResult(tuple(done[i] for i in sorted(done)), mode, stopped.interrupt)
     else:
         mode = "this process"
         try:

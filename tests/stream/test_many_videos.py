@@ -271,6 +271,30 @@ def test_ctrl_c_in_a_folder_run_answers_at_once_and_the_table_marks_the_video(
     assert sorted(path.name for path in out.iterdir()) == ["a.predictions.slp"]
 
 
+def test_ctrl_c_in_a_run_of_local_workers_stops_them_and_prints_the_table(
+    tmp_path, monkeypatch, capsys
+):
+    from sleap_live.stream.many.display import ManyProgress
+
+    monkeypatch.chdir(tmp_path)
+    videos = tmp_path / "videos"
+    cut_clips(videos, {"a": (0, 3), "b": (10, 3)})
+    original = ManyProgress.started
+
+    def started(self, job):
+        original(self, job)
+        if job.index == 1:  # b handed to a worker: Ctrl-C
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(ManyProgress, "started", started)
+    arguments = ["run", str(videos), "-m", str(MODEL), "--output-dir", "out", "--workers", "2"]
+    assert main([*arguments, "--engine", "onnx", "--device", "cpu", "--threads", "1"]) == 130
+    printed = capsys.readouterr()
+    assert "sleap-live: interrupted: stopping videos/b.mkv" in printed.err
+    assert "1 done, 0 skipped, 0 failed, 1 stopped" in printed.out
+    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["a.predictions.slp"]
+
+
 def test_the_progress_counts_the_frames_of_the_video_in_flight():
     import io
 
