@@ -224,9 +224,12 @@ def bench_throughput(
     repeats: int = 1,
     loops: int = 1,
     decoder: str = "pyav",
+    warm: bool = False,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Engine-only and recorded-pipeline runs, alternating; medians of `repeats` each."""
-    warm_up(runner, frames, batch_size)
+    """Engine-only and recorded-pipeline runs, alternating; medians of `repeats` each
+    (`warm`: the runner has been through `warm_up` on `frames` already)."""
+    if not warm:
+        warm_up(runner, frames, batch_size)
     engine_runs, recorded_runs = [], []
     for _ in range(repeats):
         engine_runs.append(bench_engine(runner, frames, batch_size, loops))
@@ -239,6 +242,51 @@ def bench_throughput(
     recorded["ratio_runs"] = pairs
     recorded["ratio_of_medians"] = recorded["fps"] / engine["fps"]
     return engine, recorded
+
+
+def plan(
+    limit: int,
+    loops: int,
+    repeats: int,
+    batch_size: int,
+    live_fps: float,
+    soak_frames: int,
+    first_fps: float,
+) -> str:
+    """What `run_bench` will run and about how long it takes, said before it starts:
+    the runs' frames at `first_fps` (the untimed first pass's rate), and the live
+    replay at its own pace."""
+    frames = 2 * repeats * loops * limit + soak_frames
+    seconds = frames / first_fps + limit / live_fps
+    soak = f", a soak of {soak_frames} frames" if soak_frames else ""
+    return (
+        f"plan: engine only and the recorded pipeline, {repeats} runs each of {loops * limit} "
+        f"frames (batch {batch_size}), a live replay of {limit} frames at {live_fps:g} fps"
+        f"{soak}: about {_minutes(seconds)} at this machine's {first_fps:.0f} fps "
+        "(the first pass); --repeats, --loops, --frames and --soak-frames make it shorter"
+    )
+
+
+def faster_than_engine(recorded: dict[str, Any]) -> str | None:
+    """A note where the recorded pipeline read above the engine alone, which it
+    cannot be (it makes the same engine calls, and decodes besides): the runs met
+    different loads from the rest of the machine. None where it did not."""
+    if recorded["ratio_of_medians"] <= 1.0 and recorded["ratio_to_engine"] <= 1.0:
+        return None
+    runs = recorded["ratio_runs"]
+    return (
+        f"note: the recorded pipeline read above the engine alone (recorded / engine "
+        f"{min(runs):.2f} to {max(runs):.2f} over the run pairs). It makes the same engine "
+        "calls and decodes besides, so it is not faster by itself: the runs met different loads "
+        "from the rest of the machine (other processes, CPU frequency). Measure on a quiet "
+        "machine, or with more --repeats; the median of pairs compares like with like"
+    )
+
+
+def _minutes(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min"
 
 
 def _median_run(runs: list[dict[str, float]]) -> dict[str, Any]:
@@ -358,12 +406,17 @@ def run_bench(
         "loops": loops,
         "repeats": repeats,
     }
+    # The untimed first pass, timed here for the plan's estimate.
+    started = time.perf_counter()
+    warm_up(runner, decoded, batch_size)
+    first_fps = limit / max(time.perf_counter() - started, 1e-9)
+    say(plan(limit, loops, repeats, batch_size, live_fps, soak_frames, first_fps))
     say(
         f"engine only and recorded pipeline: {limit} frames x {loops} loops,"
         f" batch {batch_size}, {repeats} runs each ..."
     )
     results["engine"], results["recorded"] = bench_throughput(
-        runner, video, decoded, batch_size, repeats=repeats, loops=loops, decoder=decoder
+        runner, video, decoded, batch_size, repeats=repeats, loops=loops, decoder=decoder, warm=True
     )
     say(f"live replay at {live_fps:g} fps ...")
     results["live"] = bench_live(runner, video, live_fps, limit)

@@ -184,6 +184,8 @@ class PipelineStats:
             without tracking or before the first frame.
         tracking_p99: 99th percentile of the same.
         tracks: tracks started so far (every source together); 0 without tracking.
+        frames_with_instances: frames processed in which the model found any
+            instance (none over a whole run: the model may not fit the video).
     """
 
     policy: str
@@ -208,6 +210,7 @@ class PipelineStats:
     tracking_p50: float | None = None
     tracking_p99: float | None = None
     tracks: int = 0
+    frames_with_instances: int = 0
 
     @property
     def eta(self) -> float | None:
@@ -235,6 +238,7 @@ class StageMeters:
         # Frames of each source these meters counted as dropped or discarded.
         self._lost_by_source: dict[str, int] = {}
         self.instances_last_frame = 0
+        self.frames_with_instances = 0
         self._capture_rate = RateMeter(clock=clock)
         self._process_rate = RateMeter(clock=clock)
         self._latency = LatencyWindow()
@@ -287,6 +291,7 @@ class StageMeters:
         self._process_rate.add()
         self._latency.add(record.latency)
         self.instances_last_frame = record.poses.n_instances
+        self.frames_with_instances += record.poses.n_instances > 0
 
     def batch_emitted(self, times: StageTimes) -> None:
         """A batch's records are out: its stage times join the timeline while it has room."""
@@ -343,6 +348,7 @@ class StageMeters:
             engine_latency_p99=engine[1],
             queue_depths=dict(queue_depths),
             instances_last_frame=self.instances_last_frame,
+            frames_with_instances=self.frames_with_instances,
             consumers=tuple(consumers),
             publish=publish,
             dropped_by_source={

@@ -14,6 +14,7 @@ exists.
 from __future__ import annotations
 
 import itertools
+import re
 import shlex
 import subprocess
 
@@ -149,6 +150,46 @@ def test_the_readme_is_short_and_its_test_command_is_cis():
     ci = (REPO / ".ci" / "run").read_text()
     assert 'pip install -q torch==2.13.0 -e ".[test,docs]"' in ci
     assert "mkdocs build --strict" in ci
+
+
+def anchors(page) -> set[str]:
+    """The ids of `page`'s headings, as the site's toc extension makes them."""
+    from markdown.extensions.toc import slugify
+
+    found = set()
+    for line in page.read_text().splitlines():
+        if line.startswith("#"):
+            title = line.lstrip("#").strip()
+            given = re.search(r"\{#([\w-]+)\}\s*$", title)
+            found.add(given.group(1) if given else slugify(title, "-"))
+    return found
+
+
+def test_every_link_to_an_anchor_finds_it():
+    """Issue 37: links into benchmarks.md named anchors its headings no longer had;
+    mkdocs.yml's validation now fails the strict build on them too."""
+    config = yaml.safe_load((REPO / "mkdocs.yml").read_text())
+    assert config["validation"]["anchors"] == "warn"  # with strict: an error
+    checked = 0
+    for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for target, anchor in re.findall(r"\]\(([\w./-]*\.md)#([\w-]+)\)", page.read_text()):
+            assert anchor in anchors(page.parent / target), f"{page.name}: {target}#{anchor}"
+            checked += 1
+    assert checked >= 3
+    home = (REPO / "docs" / "index.md").read_text()
+    where_next = home[home.index("Where to go next") :]
+    for page in ("tracking.md", "many-videos.md", "models.md"):
+        assert f"]({page})" in where_next, f"the home page's where to go next lacks {page}"
+
+
+def test_the_install_notes_agree_on_what_the_pasted_command_installs():
+    """Issue 37: the README said the command pulls PyPI's CUDA torch on Linux, the
+    getting-started page that it pins PyTorch's CPU build."""
+    for page in ("README.md", "docs/getting-started.md"):
+        text = " ".join((REPO / page).read_text().split())
+        assert "on Linux, the CUDA build (several GB; on macOS and Windows, the CPU" in text, page
+        assert "--index-url https://download.pytorch.org/whl/cpu" in text, page
+        assert "pins PyTorch's CPU build" not in text, page
 
 
 def test_the_picture_is_committed_and_small():

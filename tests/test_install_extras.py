@@ -125,3 +125,30 @@ def test_the_torch_range_keeps_the_torch_sleap_nn_installs(project):
     torch = Requirement(requirement(project["dependencies"], "torch")).specifier
     for version in ("2.14.0", "2.14.1", "2.14.1+cu130", "2.13.0"):  # 2.13.0: what CI installs
         assert torch.contains(version), version
+
+
+def test_every_install_hint_names_the_extra_as_the_metadata_spells_it(project):
+    """Issue 37: the hint said "sleap-live[saved_model]", which the pip a Python 3.11 venv
+    brings (23.2) does not match to the metadata's normalized "saved-model" (PEP 685):
+    it installed no TensorFlow."""
+    from sleap_live.engines import optional
+    from sleap_live.engines.export import coreml, saved_model, tfjs, tflite
+    from sleap_live.stream import preview, publish
+    from sleap_live.stream.many import cluster
+
+    extras = {re.sub(r"[-_.]+", "-", name).lower() for name in project["optional-dependencies"]}
+    hints = [
+        saved_model.TENSORFLOW_INSTALL_HINT,
+        tfjs.TFJS_INSTALL_HINT,
+        coreml.COREML_INSTALL_HINT,
+        tflite.TFLITE_INSTALL_HINT,
+        optional.ORT_INSTALL_HINT,
+        optional.OPENVINO_INSTALL_HINT,
+        preview.INSTALL_HINT,
+        publish.INSTALL_HINT,
+        cluster.RAY_INSTALL_HINT,
+    ]
+    named = [name for hint in hints for name in re.findall(r"sleap-live\[([^\]]+)\]", hint)]
+    assert "saved-model" in named
+    for name in named:
+        assert name in extras, f"{name}: the metadata spells its extras {sorted(extras)}"

@@ -80,13 +80,14 @@ def export_coreml(
     progress: Notify | None = None,
     settings: InferenceSettings | None = None,
     frame_size: tuple[int, int] | None = None,
+    overwrite: bool = False,
 ) -> Path:
     """Exports one or two model directories to an `.mlpackage` (see the module's notes).
 
     Args:
         paths: a model directory, or a centroid and a centered-instance directory.
         output: the `.mlpackage` to write, or a directory to write `model.mlpackage` into.
-        opset, verify, verify_frames, progress, settings: as for `export_model`; the
+        opset, verify, verify_frames, progress, settings, overwrite: as for `export_model`; the
             ONNX export whose metadata the package carries is verified against torch.
         frame_size: (height, width) the program runs (default: the verification
             frames'; synthetic frames' without them).
@@ -105,7 +106,9 @@ def export_coreml(
     """
     from sleap_live.engines.graph.build import load_inference_model
 
-    path = export_file(output, FILE_NAME, f"a Core ML export is a '{SUFFIX}' package")
+    path = export_file(
+        output, FILE_NAME, f"a Core ML export is a '{SUFFIX}' package", overwrite=overwrite
+    )
     coremltools = import_coremltools()
     notify = progress or (lambda _: None)
     notify("loading model")

@@ -66,7 +66,7 @@ from sleap_live.engines.load.metadata import (
 )
 from sleap_live.engines.notify import Notify, notice
 from sleap_live.engines.settings import InferenceSettings, check_slots
-from sleap_live.stream.outputs.guard import claim_output
+from sleap_live.stream.outputs.guard import claim_output, resolve_output
 from sleap_live.stream.outputs.staging import staged_file
 
 EXPORT_FORMATS = ("onnx", "torchscript")
@@ -86,6 +86,7 @@ def export_model_dirs(
     profile: str = DEFAULT_PROFILE,
     frame_size: tuple[int, int] | None = None,
     settings: InferenceSettings | None = None,
+    overwrite: bool = False,
 ) -> Path:
     """Builds the inference model of one or two sleap-nn model directories and exports it
     to ONNX or TorchScript (`export_model` with those formats).
@@ -116,6 +117,7 @@ def export_model_dirs(
         settings: the inference settings built into the graph and recorded in
             its metadata (default: sleap-nn predict's; see
             `sleap_live.engines.settings`).
+        overwrite: replace an existing export (`guard.claim_output`).
 
     Returns:
         The path of the exported model. Its metadata is embedded and also written
@@ -130,7 +132,7 @@ def export_model_dirs(
     """
     from sleap_live.engines.graph.build import load_inference_model
 
-    _output_path(output, format)
+    _output_path(output, format, overwrite)
     (progress or _ignore)("loading model")
     model = load_inference_model(paths, settings)
     return export_inference_model(
@@ -145,6 +147,7 @@ def export_model_dirs(
         note=note,
         profile=profile,
         frame_size=frame_size,
+        overwrite=overwrite,
     )
 
 
@@ -161,6 +164,7 @@ def export_inference_model(
     note: Notify = notice,
     profile: str = DEFAULT_PROFILE,
     frame_size: tuple[int, int] | None = None,
+    overwrite: bool = False,
 ) -> Path:
     """Exports an `InferenceModel` and embeds its metadata.
 
@@ -189,6 +193,7 @@ def export_inference_model(
         profile: the graph's profile (see `export_model`); the model is put
             back in its own afterwards.
         frame_size: a "tensorrt" export's frame size (see `export_model`).
+        overwrite: replace an existing export (`guard.claim_output`).
 
     Returns:
         The path of the exported model.
@@ -198,7 +203,7 @@ def export_inference_model(
         ValueError: bad arguments (format, output suffix, frames).
     """
     notify = progress or _ignore
-    path = _output_path(output, format)
+    path = _output_path(output, format, overwrite)
     payload, metadata = _export(
         model, format, opset, verify, verify_frames, sources, notify, note, profile, frame_size
     )
@@ -523,7 +528,7 @@ def _ignore(step: str) -> None:
     del step
 
 
-def export_file(output: str | Path, file_name: str, what: str) -> Path:
+def export_file(output: str | Path, file_name: str, what: str, *, overwrite: bool = False) -> Path:
     """The file (or package) an export to `output` writes: `output` itself when it
     ends in `file_name`'s suffix, else `output/file_name`.
 
@@ -537,11 +542,17 @@ def export_file(output: str | Path, file_name: str, what: str) -> Path:
         if path.suffix:
             raise ValueError(f"{path}: {what} (or a directory)")
         path = _in_folder(path, file_name)
-    claim_output(path, "the export")  # before the work; again when written (`staged_file`)
+    claim_output(path, "the export", overwrite=overwrite)  # again when written (`staged_file`)
     return path
 
 
-def export_folder(output: str | Path, what: str, holds_export: Callable[[Path], bool]) -> Path:
+def export_folder(
+    output: str | Path,
+    what: str,
+    holds_export: Callable[[Path], bool],
+    *,
+    overwrite: bool = False,
+) -> Path:
     """The folder an export to `output` writes: new, empty, or holding an earlier
     export of the same format (`holds_export`), whose files it replaces; a folder
     holding anything else is never written into.
@@ -551,15 +562,17 @@ def export_folder(output: str | Path, what: str, holds_export: Callable[[Path], 
             says `what` the export is ("a web export").
     """
     folder = Path(output)
-    claim_output(folder, "the export")  # before the work; again when written (`staged_file`)
+    resolve_output(folder, "the export")  # the link rule, before the folder is looked into
     if folder.is_file():
         raise ValueError(f"{folder}: {what} is a folder, and this is a file")
     if folder.is_dir() and any(folder.iterdir()) and not holds_export(folder):
         raise ValueError(f"{folder}: not empty and not {what}; give a new or empty folder")
+    # An earlier export of the same format: replaced only when asked.
+    claim_output(folder, "the export", overwrite=overwrite)  # again when written (`staged_file`)
     return folder
 
 
-def _output_path(output: str | Path, format: str) -> Path:
+def _output_path(output: str | Path, format: str, overwrite: bool) -> Path:
     """The file an export to `output` writes: `output` itself or `output/model.<suffix>`."""
     if format not in EXPORT_FORMATS:
         raise ValueError(f"unknown export format {format!r} (expected one of {EXPORT_FORMATS})")
@@ -571,7 +584,7 @@ def _output_path(output: str | Path, format: str) -> Path:
         path = output
     else:
         path = _in_folder(output, f"model{suffix}")
-    claim_output(path, "the export")  # before the work; again when written (`staged_file`)
+    claim_output(path, "the export", overwrite=overwrite)  # again when written (`staged_file`)
     return path
 
 

@@ -126,6 +126,7 @@ def export_model(
     precision: str = "fp32",
     device: str = "cuda:0",
     notify: Notify = notice,
+    overwrite: bool = False,
 ) -> Path:
     """Exports one or two sleap-nn model directories to `format`, verified against torch.
 
@@ -157,6 +158,9 @@ def export_model(
         precision: "tensorrt": "fp32" or "fp16".
         device: "tensorrt": the GPU to build on.
         notify: "tensorrt": told about engines rebuilt and files not written.
+        overwrite: replace an existing export at `output` (a "tensorrt" export
+            folder, to add another GPU's engine, too); without it an existing
+            one is refused before any work (`guard.claim_output`).
 
     Returns:
         The path of the export (for "tensorrt", of the engine file).
@@ -188,6 +192,7 @@ def export_model(
         "verify_frames": verify_frames,
         "settings": settings,
         "progress": progress,
+        "overwrite": overwrite,
     }
     if format == "tensorrt":
         if frame_size is None:

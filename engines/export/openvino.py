@@ -41,6 +41,7 @@ def export_openvino(
     verify_frames: Frames | None = None,
     progress: Notify | None = None,
     settings: InferenceSettings | None = None,
+    overwrite: bool = False,
 ) -> Path:
     """Exports one or two model directories to OpenVINO IR, verified as ONNX first.
 
@@ -48,7 +49,7 @@ def export_openvino(
         paths: a model directory, or a centroid and a centered-instance directory.
         output: the `.xml` file to write (its `.bin` goes beside it), or a
             directory to write `model.xml` into.
-        opset, verify, verify_frames, progress, settings: as for `export_model`.
+        opset, verify, verify_frames, progress, settings, overwrite: as for `export_model`.
 
     Returns:
         The path of the `.xml` file.
@@ -62,7 +63,9 @@ def export_openvino(
     from sleap_live.engines.graph.build import load_inference_model
 
     ov = import_openvino()
-    path = export_file(output, FILE_NAME, f"an OpenVINO export is an '{SUFFIX}' file")
+    path = export_file(
+        output, FILE_NAME, f"an OpenVINO export is an '{SUFFIX}' file", overwrite=overwrite
+    )
     notify = progress or (lambda _: None)
     notify("loading model")
     model = load_inference_model(paths, settings)

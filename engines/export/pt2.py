@@ -75,13 +75,14 @@ def export_pt2(
     progress: Notify | None = None,
     settings: InferenceSettings | None = None,
     frame_size: tuple[int, int] | None = None,
+    overwrite: bool = False,
 ) -> Path:
     """Exports one or two model directories to a `.pt2` program (see the module's notes).
 
     Args:
         paths: a model directory, or a centroid and a centered-instance directory.
         output: the `.pt2` file to write, or a directory to write `model.pt2` into.
-        opset, verify, verify_frames, progress, settings: as for `export_model`; the
+        opset, verify, verify_frames, progress, settings, overwrite: as for `export_model`; the
             ONNX export the program is checked against uses `opset`.
         frame_size: (height, width) the program runs (default: the verification
             frames'; synthetic frames' without verification or frames).
@@ -98,7 +99,7 @@ def export_pt2(
     """
     from sleap_live.engines.graph.build import load_inference_model
 
-    path = export_file(output, FILE_NAME, f"a pt2 export is a '{SUFFIX}' file")
+    path = export_file(output, FILE_NAME, f"a pt2 export is a '{SUFFIX}' file", overwrite=overwrite)
     notify = progress or (lambda _: None)
     notify("loading model")
     model = load_inference_model(paths, settings).cpu().eval()

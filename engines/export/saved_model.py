@@ -70,7 +70,7 @@ FOLDER_ENDING = "_saved_model"
 METADATA_FILE = "sleap_live.json"
 SIGNATURE = "serving_default"
 INPUT_NAME = "frames"
-TENSORFLOW_INSTALL_HINT = 'pip install "sleap-live[saved_model]"'
+TENSORFLOW_INSTALL_HINT = 'pip install "sleap-live[saved-model]"'
 
 
 @attrs.frozen
@@ -106,13 +106,14 @@ def export_saved_model(
     progress: Notify | None = None,
     settings: InferenceSettings | None = None,
     frame_size: tuple[int, int] | None = None,
+    overwrite: bool = False,
 ) -> Path:
     """Exports one or two model directories to a SavedModel folder (see the module's notes).
 
     Args:
         paths: a model directory, or a centroid and a centered-instance directory.
         output: the folder to write the SavedModel into.
-        opset, verify, verify_frames, progress, settings: as for `export_model`; the
+        opset, verify, verify_frames, progress, settings, overwrite: as for `export_model`; the
             ONNX export the SavedModel is checked against uses `opset`.
         frame_size: (height, width) the SavedModel runs (default: the verification
             frames'; synthetic frames' without verification or frames).
@@ -130,7 +131,7 @@ def export_saved_model(
             ONNX Runtime's.
         ModelNotFoundError, CheckpointError: as for `export_model`.
     """
-    path = export_folder(output, "a SavedModel export", is_saved_model_export)
+    path = export_folder(output, "a SavedModel export", is_saved_model_export, overwrite=overwrite)
     tf = import_tensorflow()
     notify = progress or (lambda _: None)
     converted = convert_model(

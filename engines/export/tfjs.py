@@ -99,13 +99,14 @@ def export_tfjs(
     progress: Notify | None = None,
     settings: InferenceSettings | None = None,
     frame_size: tuple[int, int] | None = None,
+    overwrite: bool = False,
 ) -> Path:
     """Exports one or two model directories to a TF.js folder (see the module's notes).
 
     Args:
         paths: a model directory, or a centroid and a centered-instance directory.
         output: the folder to write `model.json`, its weights and `sleap_live.json` into.
-        opset, verify, verify_frames, progress, settings, frame_size: as for
+        opset, verify, verify_frames, progress, settings, overwrite, frame_size: as for
             `export_saved_model`.
 
     Returns:
@@ -120,7 +121,7 @@ def export_tfjs(
         ExportError: the conversion fails, or TF.js's outputs differ from ONNX Runtime's.
         ModelNotFoundError, CheckpointError: as for `export_model`.
     """
-    path = export_folder(output, "a TF.js export", is_tfjs_export)
+    path = export_folder(output, "a TF.js export", is_tfjs_export, overwrite=overwrite)
     tf = import_tensorflow()
     convert_tf_saved_model = import_tensorflowjs()
     node_modules = tfjs_node_modules() if verify else None

@@ -78,13 +78,14 @@ def export_tflite(
     progress: Notify | None = None,
     settings: InferenceSettings | None = None,
     frame_size: tuple[int, int] | None = None,
+    overwrite: bool = False,
 ) -> Path:
     """Exports one or two model directories to a `.tflite` file (see the module's notes).
 
     Args:
         paths: a model directory, or a centroid and a centered-instance directory.
         output: the `.tflite` file to write, or a directory to write `model.tflite` into.
-        opset, verify, verify_frames, progress, settings: as for `export_model`; the
+        opset, verify, verify_frames, progress, settings, overwrite: as for `export_model`; the
             ONNX export the file is checked against uses `opset`.
         frame_size: (height, width) the file runs (default: the verification
             frames'; synthetic frames' without verification or frames).
@@ -103,7 +104,9 @@ def export_tflite(
     """
     from sleap_live.engines.graph.build import load_inference_model
 
-    path = export_file(output, FILE_NAME, f"a TFLite export is a '{SUFFIX}' file")
+    path = export_file(
+        output, FILE_NAME, f"a TFLite export is a '{SUFFIX}' file", overwrite=overwrite
+    )
     litert_torch = import_litert_torch()
     notify = progress or (lambda _: None)
     notify("loading model")

@@ -91,6 +91,7 @@ def export_web(
     progress: Notify | None = None,
     settings: InferenceSettings | None = None,
     frame_sizes: Sequence[tuple[int, int]] = (),
+    overwrite: bool = False,
 ) -> Path:
     """Exports one or two model directories to a web folder (see the module's notes).
 
@@ -98,7 +99,7 @@ def export_web(
         paths: a model directory, or a centroid and a centered-instance directory.
         output: the folder to write; it must be empty, missing, or an earlier web
             export (whose files are replaced).
-        opset, verify, verify_frames, progress, settings: as for `export_model`.
+        opset, verify, verify_frames, progress, settings, overwrite: as for `export_model`.
         frame_sizes: (height, width) of the frames the page will run on, one graph
             each; default `DEFAULT_FRAME_SIZES` and the size of `verify_frames`.
 
@@ -114,7 +115,7 @@ def export_web(
     from sleap_live.engines.errors import ModelConfigError
     from sleap_live.engines.graph.build import load_inference_model
 
-    folder = _output_folder(output)
+    folder = _output_folder(output, overwrite)
     notify = progress or (lambda _: None)
     notify("loading model")
     model = load_inference_model(paths, settings)
@@ -222,5 +223,5 @@ def is_web_export(folder: Path) -> bool:
     return all((folder / name).is_file() for name in WEB_EXPORT_FILES)
 
 
-def _output_folder(output: str | Path) -> Path:
-    return export_folder(output, "a web export", is_web_export)
+def _output_folder(output: str | Path, overwrite: bool) -> Path:
+    return export_folder(output, "a web export", is_web_export, overwrite=overwrite)

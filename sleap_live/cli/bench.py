@@ -25,7 +25,7 @@ from sleap_live.cli.options import (
     positive_int,
 )
 from sleap_live.stream.batching import STAGES
-from sleap_live.stream.bench import MIN_STEADY_FRAMES, run_bench
+from sleap_live.stream.bench import MIN_STEADY_FRAMES, faster_than_engine, run_bench
 
 SUMMARY = "measure what the pipeline costs on top of the engine, on this machine"
 
@@ -128,6 +128,9 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         runner.close()
     results = {"models": args.models, **figures}
     Console().print(table(results))
+    note = faster_than_engine(results["recorded"])
+    if note is not None:
+        console.print(note, highlight=False, soft_wrap=True)
     if results["recorded"].get("timeline"):
         Console().print(timeline_table(results["recorded"]["timeline"]))
     if args.json is not None:

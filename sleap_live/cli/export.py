@@ -9,6 +9,7 @@ torch module per output on each checked frame batch.
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from sleap_live.cli.options import (
     PROG,
     UsageError,
     add_inference_options,
+    add_overwrite_option,
     add_verify_options,
     inference_settings,
     positive_int,
@@ -127,6 +129,7 @@ def add_parser(commands: Any) -> None:
         help="engine precision (fp16 needs a graph with its own float16 casts)",
     )
     engine.add_argument("--device", default="cuda:0", help="the GPU to build on")
+    add_overwrite_option(parser, "the export")
     parser.set_defaults(handler=handle)
 
 
@@ -200,6 +203,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             format=args.format,
             opset=args.opset,
             progress=status.update,
+            overwrite=args.overwrite,
             **options,
         )
     exit_status = _report(console, path, _metadata(path, args.format))
@@ -212,8 +216,20 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             soft_wrap=True,
         )
     if args.format == "web":
+        console.print(web_sizes(path), soft_wrap=True, highlight=False, markup=False)
         console.print(f"open it in a browser: {PROG} serve-web {escape(str(path))}", soft_wrap=True)
     return exit_status
+
+
+def web_sizes(folder: Path) -> str:
+    """One line: the frame sizes a web export's page runs (its `model.json`), and how
+    to export another (the page refuses a frame of a size it holds no graph for)."""
+    sizes = json.loads((folder / "model.json").read_text())["graphs"]
+    return (
+        f"the page runs frames of {', '.join(sizes)} (height x width); a video or camera of "
+        "another size needs an export with --frame-size HxW, or --verify-video VIDEO for "
+        "that video's size"
+    )
 
 
 def _metadata(path: Path, format: str) -> Any:

@@ -19,6 +19,7 @@ from rich.console import Console
 
 from sleap_live.cli.camera_options import check_camera_options
 from sleap_live.cli.options import (
+    PROG,
     UsageError,
     cache_options,
     check_models,
@@ -83,13 +84,6 @@ def add_many_options(parser: argparse.ArgumentParser) -> None:
         f"(default: {DEFAULT_NAME_PATTERN})",
     )
     group.add_argument(
-        "--overwrite",
-        action="store_true",
-        default=None,
-        help="redo videos whose output exists, replacing it once the new one is complete "
-        "(default: skip them)",
-    )
-    group.add_argument(
         "--workers",
         type=positive_int,
         metavar="N",
@@ -148,7 +142,6 @@ def wants_many(args: argparse.Namespace) -> bool:
     given = (
         args.output_dir,
         args.name_pattern,
-        args.overwrite,
         args.workers,
         args.streams,
         args.threads,
@@ -199,7 +192,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             "and all together no faster than one per core",
             highlight=False,
         )
-    progress = ManyProgress(len(jobs), console)
+    progress = ManyProgress(len(jobs), console, prog=PROG)
     display = contextlib.nullcontext() if args.quiet else live_display(progress, console)
     with display:
         run = run_jobs(
@@ -223,11 +216,13 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             f"{result.video}: {describe(result)}", highlight=False, markup=False, soft_wrap=True
         )
     if run.left:
+        why = "interrupted" if run.interrupted else f"--duration {args.duration:g} s was up"
         console.print(
-            f"{len(run.left)} videos left for the next run (--duration {args.duration:g} s "
-            "was up): run the same command again",
+            f"{len(run.left)} videos left for the next run ({why}): run the same command again",
             highlight=False,
         )
+    if run.interrupted is not None:
+        raise run.interrupted  # its exit status (130 for Ctrl-C), the table shown
     return 0 if run.ok else 1
 
 

@@ -514,6 +514,16 @@ def check_models(args: argparse.Namespace) -> None:
         raise UsageError("give -m once, or twice for a top-down model")
 
 
+def add_overwrite_option(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--overwrite``: the flag every command that writes takes (`guard.claim_output`)."""
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help=f"replace {what} if it exists, once the new one is written (default: refuse "
+        "an existing output before any work)",
+    )
+
+
 def positive_int(text: str) -> int:
     """argparse type: a whole number of at least 1."""
     return _whole_number(text, minimum=1)

@@ -14,7 +14,7 @@ from typing import Any
 
 from rich.console import Console
 
-from sleap_live.cli.options import PROG
+from sleap_live.cli.options import PROG, add_overwrite_option
 
 SUMMARY = "write the pose file of a run that was killed before it could, from its journal"
 
@@ -34,6 +34,7 @@ def add_parser(commands: Any) -> None:
     recover.add_argument(
         "file", type=Path, metavar="FILE", help="the pose output (or its .journal)"
     )
+    add_overwrite_option(recover, "FILE")
     recover.set_defaults(handler=handle)
 
 
@@ -41,7 +42,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     """Runs `recover`; returns the exit status (errors propagate to `main`)."""
     from sleap_live.stream.outputs.slp import recover_slp
 
-    contents = recover_slp(args.file)
+    contents = recover_slp(args.file, overwrite=args.overwrite)
     slp = args.file
     if slp.name.endswith(".journal"):
         slp = slp.with_name(slp.name[: -len(".journal")])

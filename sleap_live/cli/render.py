@@ -13,7 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from sleap_live.cli.options import PROG, UsageError, count, positive_float
+from sleap_live.cli.options import PROG, UsageError, add_overwrite_option, count, positive_float
 from sleap_live.stream.outputs.overlay import COLOR_SCHEMES, MARKER_SHAPES, PALETTES, OverlayStyle
 from sleap_live.stream.outputs.overlay_writer import CODECS, DEFAULT_CODEC
 from sleap_live.stream.outputs.render import render_slp
@@ -93,6 +93,7 @@ def add_parser(commands: Any) -> None:
         default=DEFAULT_CODEC,
         help="h264 (small, lossy) or ffv1 (lossless, larger; best in .mkv)",
     )
+    add_overwrite_option(render, "VIDEO")
     render.set_defaults(handler=handle)
 
 
@@ -126,6 +127,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
                 video=args.video,
                 codec=args.codec,
                 progress=advance,
+                overwrite=args.overwrite,
             )
         except KeyboardInterrupt:
             if written:

@@ -189,6 +189,13 @@ def _add_common_options(
         "(default: no overlay recording)",
     )
     out.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace outputs that exist (-o, --record, --record-overlay), each once the new "
+        "one is written; over many videos, redo videos whose output exists (default: refuse "
+        "an existing output before any work; over many videos, skip those videos)",
+    )
+    out.add_argument(
         "--save-interval",
         type=seconds,
         default=DEFAULT_SAVE_INTERVAL,
@@ -285,6 +292,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             "-m": [Path(model) for model in args.models],
             "--verify-video": [args.verify_video],
         },
+        overwrite=args.overwrite,
     )
     # A bad recording path or codec is refused here, before any work.
     OutputOptions(
@@ -299,7 +307,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     # journal that cannot be opened fails the run with no server started, and its
     # descriptor is the run's whatever peers connect. A server that cannot bind
     # gives the claim up again, leaving no journal behind.
-    claim = None if output is None else JournalClaim(output)
+    claim = None if output is None else JournalClaim(output, overwrite=args.overwrite)
     try:
         with (
             _bind_publisher(args, console) as publisher,
@@ -358,6 +366,7 @@ def _run(
                     },
                     record_overlay=args.record_overlay,
                     claim=claim,
+                    overwrite=args.overwrite,
                 ),
                 tracking=tracking,
             )
@@ -565,7 +574,10 @@ def _process(pipeline: Pipeline, args: argparse.Namespace, console: Console) -> 
             pipeline.start()
             pipeline.join(args.duration)
         except KeyboardInterrupt:
-            console.print("stopping: finishing the frames in flight and saving outputs")
+            console.print(
+                "stopping: finishing the frames in flight and saving outputs; press Ctrl-C "
+                "twice more to exit at once (the journal keeps the frames saved so far)"
+            )
             pipeline.stop()
             raise
         pipeline.stop()
@@ -577,7 +589,10 @@ def _summarise(pipeline: Pipeline, output: Path | None, console: Console) -> Non
         f"{stats.frames_processed} frames in {stats.elapsed:.1f} s "
         f"({stats.frames_processed / stats.elapsed if stats.elapsed else 0:.1f} fps)"
     )
-    if stats.frames_dropped or stats.policy == "live":
+    if stats.policy == "recorded" and stats.frames_dropped:
+        # A recorded run drops nothing; these were decoded ahead when a stop came.
+        line += f", stopped with {stats.frames_dropped} frames decoded ahead, not processed"
+    elif stats.frames_dropped or stats.policy == "live":
         line += f", {stats.frames_dropped} dropped"
         if len(stats.dropped_by_source) > 1:
             line += " (" + ", ".join(f"{n} {s}" for s, n in stats.dropped_by_source.items()) + ")"
@@ -586,6 +601,15 @@ def _summarise(pipeline: Pipeline, output: Path | None, console: Console) -> Non
             f", latency p50 {stats.latency_p50 * 1000:.1f} ms p99 {stats.latency_p99 * 1000:.1f} ms"
         )
     console.print(line, highlight=False)
+    if stats.frames_processed and not stats.frames_with_instances:
+        console.print(
+            f"warning: the model found no animal in any of the {stats.frames_processed} "
+            "frames: it may not fit this video (a model trained on gray video given colour "
+            "frames, other animals, another scale); --preview or `sleap-live render` shows "
+            "the frames it saw",
+            highlight=False,
+            soft_wrap=True,
+        )
     if stats.tracking_p50 is not None and stats.tracking_p99 is not None:
         console.print(
             f"tracking: {stats.tracks} tracks, p50 {stats.tracking_p50 * 1000:.2f} ms "

@@ -13,7 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from sleap_live.cli.options import PROG
+from sleap_live.cli.options import PROG, add_overwrite_option
 from sleap_live.cli.tracking_options import add_tracking_options, settings_from
 from sleap_live.stream.tracking.files import retrack_file
 
@@ -44,6 +44,7 @@ def add_parser(commands: Any) -> None:
         metavar="OUT",
         help="the tracked poses (default: POSES.tracked.slp in the working directory)",
     )
+    add_overwrite_option(track, "OUT")
     add_tracking_options(track, always=True)
     track.set_defaults(handler=handle)
 
@@ -66,6 +67,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             output,
             settings,
             progress=lambda done, total: bar.update(task, completed=done, total=total),
+            overwrite=args.overwrite,
         )
     console.print(
         f"{output}: {summary.instances} instances in {summary.frames} frames on "

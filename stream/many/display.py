@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rich.console import Console, Group, RenderableType
@@ -24,7 +24,13 @@ from sleap_live.stream.many.run import ManyResult
 from sleap_live.stream.many.videos import VideoJob
 from sleap_live.stream.many.worker import VideoResult
 
-STATUS_STYLES = {"done": "green", "skipped": "dim", "failed": "bold red", "left": "yellow"}
+STATUS_STYLES = {
+    "done": "green",
+    "skipped": "dim",
+    "failed": "bold red",
+    "left": "yellow",
+    "stopped": "bold yellow",
+}
 
 
 class ManyProgress:
@@ -34,17 +40,26 @@ class ManyProgress:
         total: videos in the run (skipped ones count as done at once).
         console: where lines go when it is no terminal.
         clock: seconds, for the rate and the time left.
+        prog: the command's name, which starts the line an interrupt prints.
     """
 
     def __init__(
-        self, total: int, console: Console, *, clock: Callable[[], float] = time.monotonic
+        self,
+        total: int,
+        console: Console,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        prog: str = "sleap-live",
     ) -> None:
         self.total = total
+        self._prog = prog
         self._console = console
         self._clock = clock
         self._started_at = clock()
         self._lock = threading.Lock()
         self._running: dict[int, str] = {}
+        # Frames so far, and of how many, of each video in flight.
+        self._current: dict[int, tuple[int, int | None]] = {}
         self._finished = 0
         self._skipped = 0
         self._failed = 0
@@ -54,15 +69,41 @@ class ManyProgress:
         with self._lock:
             self._running[job.index] = job.video.name
 
+    def progress(self, index: int, frames: int, total: int | None) -> None:
+        with self._lock:
+            self._current[index] = (frames, total)
+
+    def stopping(self, jobs: Sequence[VideoJob]) -> None:
+        """Say at once what the interrupt stops, and how to leave sooner."""
+        with self._lock:
+            current = dict(self._current)
+        names = [
+            f"{shown(str(job.video))} (frame {current.get(job.index, (0, None))[0]})"
+            for job in jobs
+        ]
+        doing = (
+            f"stopping {', '.join(names)} at its next frame, its output not written (the "
+            "next run redoes it), then the summary"
+            if names
+            else "starting no other video; the summary follows"
+        )
+        self._console.print(
+            f"{self._prog}: interrupted: {doing}; press Ctrl-C twice more to exit at once",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
+
     def finished(self, result: VideoResult) -> None:
         with self._lock:
             self._running.pop(result.index, None)
+            self._current.pop(result.index, None)
             self._finished += 1
             self._frames += result.frames
             self._skipped += result.status == "skipped"
             self._failed += result.status == "failed"
             done = self._finished
-        if not self._console.is_terminal and result.status != "skipped":
+        if not self._console.is_terminal and result.status not in ("skipped", "left"):
             self._console.print(
                 f"[{done}/{self.total}] {shown(result.video)}: {describe(result)}",
                 highlight=False,
@@ -74,6 +115,9 @@ class ManyProgress:
         with self._lock:
             finished, skipped, failed = self._finished, self._skipped, self._failed
             frames, running = self._frames, sorted(self._running.items())
+            current = dict(self._current)
+        # Frames of the videos in flight count as they come: an hour-long video moves.
+        frames += sum(done for done, _ in current.values())
         elapsed = self._clock() - self._started_at
         line = Text(f"{finished}/{self.total} videos", style="bold")
         line.append(f"  {frames} frames")
@@ -85,9 +129,12 @@ class ManyProgress:
             line.append(f"  ~{_duration(left)} left")
         if failed:
             line.append(f"  {failed} failed", style="bold red")
-        now = Text("now: " + (", ".join(name for _, name in running) or "-"), style="cyan")
-        now.truncate(200, overflow="ellipsis")
         bar = ProgressBar(total=max(self.total, 1), completed=finished, width=40)
+        if not running:  # nothing in flight: no line that says so
+            return Group(bar, line)
+        now = Text("now: " + ", ".join(_in_flight(name, current.get(i)) for i, name in running))
+        now.stylize("cyan")
+        now.truncate(200, overflow="ellipsis")
         return Group(Group(bar, line), now)
 
 
@@ -98,7 +145,9 @@ def describe(result: VideoResult) -> str:
     if result.status == "skipped":
         return f"skipped: {result.output} is complete"
     if result.status == "left":
-        return "left: not started, the run's time was up (the next run does it)"
+        return "left: not started (the next run does it)"
+    if result.status == "stopped":
+        return f"stopped by the interrupt after {result.frames} frames, its output not written"
     redone = ", a half-written output redone" if result.redone else ""
     return (
         f"{result.frames} frames at {result.fps:.1f} fps, {result.instances} instances "
@@ -121,6 +170,8 @@ def summary_table(run: ManyResult) -> Table:
             status = f"failed: {_without_prefix(result.error or '', result.video)}"
         elif result.status == "left":
             status = "left (not started)"
+        elif result.status == "stopped":
+            status = f"stopped at frame {result.frames} (the next run redoes it)"
         elif result.redone:
             status = "done (redone)"
         elif result.attempts > 1:
@@ -134,13 +185,23 @@ def summary_table(run: ManyResult) -> Table:
         )
     counts = {
         status: sum(result.status == status for result in run.results)
-        for status in ("done", "skipped", "failed")
+        for status in ("done", "skipped", "failed", "stopped")
     }
+    if not counts["stopped"]:
+        del counts["stopped"]
     if run.left:
         counts["left for the next run"] = len(run.left)
     table.caption = ", ".join(f"{count} {status}" for status, count in counts.items())
     table.caption_justify = "left"
     return table
+
+
+def _in_flight(name: str, frames: tuple[int, int | None] | None) -> str:
+    """A video in flight, with its frames so far (of how many, where known)."""
+    if frames is None:
+        return name
+    done, total = frames
+    return f"{name} {done}/{total} frames" if total else f"{name} {done} frames"
 
 
 def shown(path: str) -> str:

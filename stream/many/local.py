@@ -43,6 +43,29 @@ class Reporter(Protocol):
 
     def finished(self, result: VideoResult) -> None: ...
 
+    def progress(self, index: int, frames: int, total: int | None) -> None:
+        """Job `index`'s frames so far, of `total` (None: unknown); told from the
+        thread that runs it, where the run is in this process."""
+
+    def stopping(self, jobs: Sequence[VideoJob]) -> None:
+        """The run was interrupted: `jobs` (those in flight) are being stopped."""
+
+
+class Interrupted(Exception):
+    """A run over many videos stopped by Ctrl-C (or another stopping signal): what it
+    did until then, and the interrupt, which the caller raises again once it has
+    said so (`run.ManyResult.interrupted`).
+
+    Attributes:
+        results: a result per video: done, failed, stopped (in flight) or left.
+        interrupt: the `KeyboardInterrupt` (or its subclass) that stopped it.
+    """
+
+    def __init__(self, results: list[VideoResult], interrupt: KeyboardInterrupt) -> None:
+        super().__init__("interrupted")
+        self.results = results
+        self.interrupt = interrupt
+
 
 def past(deadline: float | None) -> bool:
     """Whether the run's time is up (`deadline` in `time.monotonic` seconds; None: never)."""
@@ -67,6 +90,12 @@ class NoReport:
     def finished(self, result: VideoResult) -> None:
         pass
 
+    def progress(self, index: int, frames: int, total: int | None) -> None:
+        pass
+
+    def stopping(self, jobs: Sequence[VideoJob]) -> None:
+        pass
+
 
 def run_here(
     jobs: Sequence[VideoJob],
@@ -81,20 +110,23 @@ def run_here(
     No video starts after `deadline` (`time.monotonic` seconds); those in flight
     then finish, and the rest are left (`left`) for the next run.
 
-    Ctrl-C stops every video in flight (their unfinished outputs are left for the
-    next run to redo) and is raised again.
+    Ctrl-C is told to `report` at once (`Reporter.stopping`) and stops every video
+    in flight at its next frame, its output not written (the next run redoes it):
+    `Interrupted` is raised with every video's result, those in flight "stopped"
+    and those not started "left".
     """
     report = report or NoReport()
-    worker = VideoWorker(options)
+    worker = VideoWorker(options, on_frames=report.progress)
     results: list[VideoResult] = []
     pending = iter(jobs)
+    interrupt: KeyboardInterrupt | None = None
     try:
         with ThreadPoolExecutor(streams, thread_name_prefix="video") as pool:
-            in_flight: set[Future[VideoResult]] = set()
+            in_flight: dict[Future[VideoResult], VideoJob] = {}
             done = threading.Event()
 
             def submit_next() -> bool:
-                if past(deadline):
+                if past(deadline) or interrupt is not None:
                     return False
                 job = next(pending, None)
                 if job is None:
@@ -102,27 +134,41 @@ def run_here(
                 report.started(job)
                 future = pool.submit(worker.process, job)
                 future.add_done_callback(lambda _: done.set())
-                in_flight.add(future)
+                in_flight[future] = job
                 return True
 
-            for _ in range(streams):
-                submit_next()
-            while in_flight:
-                done.wait(POLL_SECONDS)
-                done.clear()
+            def collect() -> None:
                 for future in [f for f in in_flight if f.done()]:
-                    in_flight.discard(future)
+                    del in_flight[future]
                     result = future.result()
                     results.append(result)
                     report.finished(result)
                     submit_next()
+
+            try:
+                for _ in range(streams):
+                    submit_next()
+                while in_flight:
+                    done.wait(POLL_SECONDS)
+                    done.clear()
+                    collect()
+            except KeyboardInterrupt as caught:
+                # Before the pool waits for its threads: the videos in flight stop
+                # at their next frame instead of running to their end.
+                interrupt = caught
+                report.stopping(sorted(in_flight.values(), key=lambda job: job.index))
+                worker.stop()
+                while in_flight:
+                    done.wait(POLL_SECONDS)
+                    done.clear()
+                    collect()
         results.extend(left_behind(pending, report))
-    except KeyboardInterrupt:
-        worker.stop()
-        raise
     finally:
         worker.close()
-    return sorted(results, key=lambda result: result.index)
+    results.sort(key=lambda result: result.index)
+    if interrupt is not None:
+        raise Interrupted(results, interrupt)
+    return results
 
 
 @attrs.define
@@ -160,6 +206,11 @@ def run_in_processes(
         deadline: no video starts after it (`time.monotonic` seconds); those in
             flight then finish, the rest are left for the next run.
         report: told when each video starts and finishes.
+
+    Raises:
+        Interrupted: Ctrl-C (or another stopping signal): told to `report` at once,
+            each worker told to stop its videos at their next frame ("stopped"),
+            the videos not started "left", as `run_here`.
     """
     report = report or NoReport()
     context = _worker_context()
@@ -234,12 +285,32 @@ def run_in_processes(
                 worker.in_flight.pop(message.index, None)
                 results[message.index] = message
                 report.finished(message)
+    except KeyboardInterrupt as interrupt:
+        stopping = [job for worker in pool for job, _ in worker.in_flight.values()]
+        report.stopping(sorted(stopping, key=lambda job: job.index))
+        _stop_workers(pool)  # each stops its videos in flight at their next frame
+        while pool:
+            for worker, message in _messages(pool, POLL_SECONDS):
+                if message is None:  # done and gone: what it never answered was stopped
+                    pool.remove(worker)
+                    worker.process.join()
+                    worker.connection.close()
+                    for job, attempt in worker.in_flight.values():
+                        result = attrs.evolve(
+                            failed(job, f"{job.video}: stopped before its first frame", attempt),
+                            status="stopped",
+                        )
+                        results[job.index] = result
+                        report.finished(result)
+                    continue
+                worker.in_flight.pop(message.index, None)
+                results[message.index] = message
+                report.finished(message)
+        unstarted = [job for job, _ in reversed(queue)]
+        results.update((r.index, r) for r in left_behind(unstarted, report))
+        raise Interrupted([results[i] for i in sorted(results)], interrupt) from None
     finally:
-        for worker in pool:
-            try:
-                worker.connection.send(("stop",))
-            except OSError:
-                pass
+        _stop_workers(pool)
         for worker in pool:
             worker.process.join(timeout=30)
             if worker.process.is_alive():
@@ -247,6 +318,16 @@ def run_in_processes(
                 worker.process.join()
             worker.connection.close()
     return [results[index] for index in sorted(results)]
+
+
+def _stop_workers(pool: Sequence[_Worker]) -> None:
+    """Tell each worker to stop: its videos in flight stop at their next frame, it
+    sends their results and returns."""
+    for worker in pool:
+        try:
+            worker.connection.send(("stop",))
+        except OSError:
+            pass
 
 
 def _messages(
@@ -296,6 +377,7 @@ def serve(options: WorkOptions, streams: int, connection: Connection) -> None:
                     worker.stop()
                     break
                 if message[0] != "job":
+                    worker.stop()  # the run was interrupted, or is over (nothing in flight)
                     break
                 _, job, attempt = message
                 pool.submit(worker.process, job, attempt).add_done_callback(send_result)

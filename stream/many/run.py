@@ -17,7 +17,7 @@ import attrs
 
 from sleap_live.engines.settings import InferenceSettings
 from sleap_live.stream.many.finish import OUTPUTS_TO, OutputsTo
-from sleap_live.stream.many.local import Reporter, run_here, run_in_processes
+from sleap_live.stream.many.local import Interrupted, Reporter, run_here, run_in_processes
 from sleap_live.stream.many.videos import (
     DEFAULT_NAME_PATTERN,
     VideoJob,
@@ -41,10 +41,14 @@ class ManyResult:
     Attributes:
         results: one per video: done, skipped (complete already) or failed.
         mode: where it ran: "this process", "N local workers" or "Ray (ADDRESS)".
+        interrupted: the Ctrl-C (or other stopping signal) that stopped the run,
+            which the caller raises again once it has shown the results; None: it
+            ran to its end.
     """
 
     results: tuple[VideoResult, ...]
     mode: str
+    interrupted: KeyboardInterrupt | None = attrs.field(default=None, eq=False, repr=False)
 
     @property
     def failed(self) -> tuple[VideoResult, ...]:
@@ -183,7 +187,7 @@ def run_many(
         save_interval=save_interval,
         tracking=tracking,
     )
-    return run_jobs(
+    run = run_jobs(
         jobs,
         options,
         overwrite=overwrite,
@@ -195,6 +199,9 @@ def run_many(
         duration=duration,
         report=report,
     )
+    if run.interrupted is not None:
+        raise run.interrupted
+    return run
 
 
 def check_outputs_to(outputs_to: str, cluster: str | None) -> None:
@@ -225,7 +232,9 @@ def run_jobs(
     duration: float | None = None,
     report: Reporter | None = None,
 ) -> ManyResult:
-    """`run_many` on planned jobs (`plan_jobs`) and worker options."""
+    """`run_many` on planned jobs (`plan_jobs`) and worker options; a run in this
+    process or in local workers stopped by Ctrl-C returns what it did, with
+    `ManyResult.interrupted`."""
     check_outputs_to(outputs_to, cluster)
     deadline = None if duration is None else time.monotonic() + duration
     # Absolute paths: worker processes and Ray actors may run in other folders.
@@ -257,18 +266,26 @@ def run_jobs(
             ", outputs written by the driver" if outputs_to == "driver" else ""
         )
     elif workers is not None and workers > 1:
-        results = run_in_processes(
-            todo,
-            options,
-            workers=workers,
-            streams=streams,
-            retries=retries,
-            deadline=deadline,
-            report=report,
-        )
         mode = f"{workers} local workers"
+        try:
+            results = run_in_processes(
+                todo,
+                options,
+                workers=workers,
+                streams=streams,
+                retries=retries,
+                deadline=deadline,
+                report=report,
+            )
+        except Interrupted as stopped:
+            done.update((result.index, result) for result in stopped.results)
+            return ManyResult(tuple(done[i] for i in sorted(done)), mode, stopped.interrupt)
     else:
-        results = run_here(todo, options, streams=streams, deadline=deadline, report=report)
         mode = "this process"
+        try:
+            results = run_here(todo, options, streams=streams, deadline=deadline, report=report)
+        except Interrupted as stopped:
+            done.update((result.index, result) for result in stopped.results)
+            return ManyResult(tuple(done[i] for i in sorted(done)), mode, stopped.interrupt)
     done.update((result.index, result) for result in results)
     return ManyResult(tuple(done[index] for index in sorted(done)), mode)

@@ -139,16 +139,25 @@ def plan_jobs(
     Args:
         videos: the videos (see `find_videos`).
         pattern: the output's name (`DEFAULT_NAME_PATTERN`'s fields).
-        output_dir: the outputs' folder (default: the working directory).
+        output_dir: the outputs' folder (default: the working directory), made
+            with its parents if missing.
 
     Raises:
-        VideoListError: a bad pattern, a missing output folder, or two videos whose
+        VideoListError: a bad pattern, an output folder that is a file or cannot
+            be made, or two videos whose
             outputs would be one file (naming both, and the `{parent}` field).
     """
     check_name_pattern(pattern)
     folder = Path.cwd() if output_dir is None else Path(output_dir)
-    if not folder.is_dir():
-        raise VideoListError(f"{folder}: the output folder does not exist")
+    if folder.exists() and not folder.is_dir():
+        raise VideoListError(f"{folder}: the output folder is a file")
+    try:
+        # Made as `mkdir -p` would: the README's `--output-dir out/poses` as pasted.
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise VideoListError(
+            f"{folder}: the output folder cannot be made ({error.strerror})"
+        ) from None
     jobs: list[VideoJob] = []
     owners: dict[Path, Path] = {}
     for index, video in enumerate(videos):

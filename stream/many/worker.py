@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -44,11 +44,22 @@ from sleap_live.stream.runner import deferred_spread_frames
 from sleap_live.stream.sources import open_source
 from sleap_live.stream.tracking.settings import TrackingSettings
 
-Status = Literal["done", "skipped", "failed", "left"]
+Status = Literal["done", "skipped", "failed", "left", "stopped"]
+# Told, as a video's frames come, its job's index, its frames so far and its
+# frame count (None where the video does not say).
+FrameReport = Callable[[int, int, int | None], None]
 
 
 class VideoStopped(StreamError):
-    """The run was stopped (Ctrl-C) before the video was done; its output is not written."""
+    """The run was stopped (Ctrl-C) before the video was done; its output is not written.
+
+    Attributes:
+        frames: the frames it had processed.
+    """
+
+    def __init__(self, message: str, frames: int = 0) -> None:
+        super().__init__(message)
+        self.frames = frames
 
 
 @attrs.frozen
@@ -104,8 +115,10 @@ class VideoResult:
         index: the job's place in the run.
         video: the video file.
         output: its pose file.
-        status: "done", "skipped" (its output was complete already), "failed", or
-            "left" (not started: the run's time was up; the next run does it).
+        status: "done", "skipped" (its output was complete already), "failed",
+            "left" (not started: the run's time was up, or it was interrupted; the
+            next run does it) or "stopped" (interrupted while it ran: its output
+            not written; the next run redoes it).
         frames: frames processed (0 when skipped or failed before any).
         seconds: time from opening the video to its output in place.
         instances: instances found over all its frames.
@@ -184,10 +197,12 @@ class VideoWorker:
 
     Args:
         options: how to load the model and run each video.
+        on_frames: told each video's frames as they come (a progress display).
     """
 
-    def __init__(self, options: WorkOptions) -> None:
+    def __init__(self, options: WorkOptions, on_frames: FrameReport | None = None) -> None:
         self.options = options
+        self._on_frames = on_frames
         self._runner: SharedRunner | None = None
         self._loading = threading.Lock()
         self._stopping = threading.Event()
@@ -207,14 +222,18 @@ class VideoWorker:
             return failed(job, _one_line(busy), attempt)
         frames = instances = 0
         error: str | None = None
+        status: Status = "done"
         try:
             frames, instances = self._run(job)
             finish(job.output)
+        except VideoStopped as stopped:
+            self._clean(job)
+            status, frames, error = "stopped", stopped.frames, _one_line(stopped)
         except (StreamError, EngineError, OSError, ValueError) as caught:
             self._clean(job)
-            error = _one_line(caught)
+            status, error = "failed", _one_line(caught)
         return attrs.evolve(
-            result_of(job, "done" if error is None else "failed"),
+            result_of(job, status),
             frames=frames,
             seconds=time.monotonic() - started,
             instances=instances,
@@ -254,6 +273,8 @@ class VideoWorker:
         )
         with source:
             runner, loaded_now = self._runner_for(job.video)
+            if self._stopping.is_set():  # stopped while the model loaded
+                raise VideoStopped(f"{job.video}: stopped before its first frame")
             pipeline = Pipeline(
                 source,
                 runner,
@@ -277,9 +298,11 @@ class VideoWorker:
             frames = instances = 0
             for record in pipeline.records():
                 if self._stopping.is_set():
-                    raise VideoStopped(f"{job.video}: stopped after {frames} frames")
+                    raise VideoStopped(f"{job.video}: stopped after {frames} frames", frames)
                 frames += 1
                 instances += record.poses.n_instances
+                if self._on_frames is not None:
+                    self._on_frames(job.index, frames, source.n_frames)
         return frames, instances
 
     def _runner_for(self, video: Path) -> tuple[SharedRunner, bool]:

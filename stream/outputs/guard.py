@@ -37,7 +37,10 @@ class OutputBusyError(OutputError):
 
 
 def check_outputs(
-    outputs: Mapping[str, Path | None], inputs: Mapping[str, Iterable[Path | None]]
+    outputs: Mapping[str, Path | None],
+    inputs: Mapping[str, Iterable[Path | None]],
+    *,
+    overwrite: bool = False,
 ) -> None:
     """Refuse outputs that are inputs or each other, or that cannot be written.
 
@@ -45,6 +48,7 @@ def check_outputs(
         outputs: output paths by the option that named them ("-o", "--record").
         inputs: paths read by the run, by the option that named them ("VIDEO", "-m").
             A model directory counts as every file directly in it.
+        overwrite: replace existing outputs (`claim_output`).
 
     Raises:
         OutputError: one line naming both options and the path.
@@ -65,7 +69,7 @@ def check_outputs(
                     f"{output}: the output of {option} is the {other} input{what}; "
                     f"writing it would destroy it, so give {option} another path"
                 )
-        _check_writable(output, option)
+        _check_writable(output, option, overwrite)
         named.append((option, output))
 
 
@@ -116,22 +120,36 @@ def check_links(path: Path, what: str) -> None:
             )
 
 
-def claim_output(path: Path, what: str) -> Path:
+def claim_output(path: Path, what: str, *, overwrite: bool = False) -> Path:
     """Apply the output rule to `path` before any work; the file it resolves to.
 
     Every writer claims its output here (`check_outputs` for `run`, `render` and
     many videos; the pose writer, `recover`, `track`, every export), so a rule
     about whether an output may be written at all, added here, holds for every
-    command. Today the rule is the link rule (`resolve_output`).
+    command. The rules: an existing output is replaced only when asked
+    (`overwrite`, the commands' ``--overwrite``), as ffmpeg without ``-y``; and
+    the link rule (`resolve_output`), which alone is checked again at the rename.
 
     Args:
         path: the output as given.
         what: how errors name the output (e.g. "-o").
+        overwrite: replace an existing output (an empty folder is no output).
 
     Raises:
         OutputError: one line naming `path` and why it is not written.
     """
-    return resolve_output(path, what)
+    target = resolve_output(path, what)
+    if not overwrite and _holds_output(target):
+        raise OutputError(f"{path}: {what} exists; give --overwrite to replace it, or another path")
+    return target
+
+
+def _holds_output(target: Path) -> bool:
+    """Whether the resolved output `target` holds something a write would replace:
+    a file, or a folder with anything in it (a link to nothing yet holds nothing)."""
+    if target.is_dir():
+        return any(target.iterdir())
+    return target.exists()
 
 
 def resolve_output(path: Path, what: str) -> Path:
@@ -232,13 +250,13 @@ def _members(path: Path) -> list[Path]:
     return [path]
 
 
-def _check_writable(output: Path, option: str) -> None:
-    claim_output(output, option)
+def _check_writable(output: Path, option: str, overwrite: bool) -> None:
+    if output.is_dir():  # before the claim, which would call a full folder an output
+        raise OutputError(f"{output}: {option} names a folder; give a file path")
+    claim_output(output, option, overwrite=overwrite)
     folder = output.resolve().parent
     if not folder.is_dir():
         raise OutputError(f"{output}: folder {folder} for {option} does not exist")
-    if output.is_dir():
-        raise OutputError(f"{output}: {option} names a folder; give a file path")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise OutputError(f"{output}: folder {folder} for {option} is not writable")
 

@@ -42,6 +42,7 @@ class OverlayRecorder:
         tracked: the poses carry a tracker's track ids (coloured by track).
         style: how poses are drawn; "auto" colours by identity when there are classes.
         codec: a key of `overlay_writer.CODECS`.
+        overwrite: replace an existing `path` (`guard.claim_output`).
 
     Raises:
         ValueError: bad fps, frame shape, codec or suffix.
@@ -59,6 +60,7 @@ class OverlayRecorder:
         tracked: bool = False,
         style: OverlayStyle | None = None,
         codec: str = DEFAULT_CODEC,
+        overwrite: bool = False,
     ) -> None:
         self.path = Path(path)
         self._skeleton = SkeletonLayout(skeleton.node_names, skeleton.edges)
@@ -68,7 +70,12 @@ class OverlayRecorder:
         self._style = (style or OverlayStyle()).resolved(has_tracks=bool(class_names) or tracked)
         height, width = int(frame_shape[0]), int(frame_shape[1])
         self._writer = OverlayWriter(
-            self.path, fps, (height, width), codec=codec, what="the overlay recording"
+            self.path,
+            fps,
+            (height, width),
+            codec=codec,
+            what="the overlay recording",
+            overwrite=overwrite,
         )
         self.finished = False
 

@@ -40,6 +40,7 @@ class OverlayWriter:
         size: (height, width) of the frames.
         codec: a key of `CODECS`.
         what: how errors name the output (e.g. "the overlay video").
+        overwrite: replace an existing `path` (`guard.claim_output`).
 
     Raises:
         ValueError: bad fps, size, codec, or a suffix FFmpeg cannot write.
@@ -54,6 +55,7 @@ class OverlayWriter:
         *,
         codec: str = DEFAULT_CODEC,
         what: str = "the overlay video",
+        overwrite: bool = False,
     ) -> None:
         self.path = Path(path)
         if codec not in CODECS:
@@ -66,7 +68,7 @@ class OverlayWriter:
         self.size = (height, width)
         encoder, pixel_format, options = CODECS[codec]
         self._pad = pixel_format == "yuv420p" and (height % 2 or width % 2)
-        claim_output(self.path, what)
+        claim_output(self.path, what, overwrite=overwrite)
         self._staged = StagedOutput(self.path, what)
         try:
             self._lock = OutputLock(self._staged.target, what)

@@ -55,6 +55,7 @@ def render_slp(
     video: Path | None = None,
     codec: str = DEFAULT_CODEC,
     progress: Progress | None = None,
+    overwrite: bool = False,
 ) -> Rendered:
     """Draw the poses of `slp` on its video, frames `start` to `stop`, into `output`.
 
@@ -69,11 +70,12 @@ def render_slp(
         codec: a key of `overlay_writer.CODECS`.
         progress: told after each frame how many are written, of how many, and once
             more when the output is closed, with how many it holds (0: not written).
+        overwrite: replace an existing `output` (`guard.claim_output`).
 
     Raises:
         SourceNotFoundError: `slp` or its video is missing (naming each path tried).
         SourceError: `slp` is not readable as poses, or holds several videos.
-        OutputError: `output` is an input or cannot be written.
+        OutputError: `output` is an input, exists (not `overwrite`) or cannot be written.
         ValueError: a bad range, codec or output suffix.
     """
     labels = _load(slp)
@@ -84,7 +86,7 @@ def render_slp(
         )
     (labelled_video,) = labels.videos
     video = video if video is not None else _find_video(slp, str(labelled_video.filename))
-    check_outputs({"-o": output}, {"POSES.slp": [slp], "VIDEO": [video]})
+    check_outputs({"-o": output}, {"POSES.slp": [slp], "VIDEO": [video]}, overwrite=overwrite)
     frames = {frame.frame_idx: frame for frame in labels.labeled_frames}
     tracks = {id(track): index for index, track in enumerate(labels.tracks)}
     skeleton = SkeletonLayout(
@@ -96,7 +98,9 @@ def render_slp(
     with FileSource(video, start=start, stop=stop) as source:
         height, width, _ = source.frame_shape
         total = source.n_frames
-        writer = OverlayWriter(output, source.fps or 30.0, (height, width), codec=codec)
+        writer = OverlayWriter(
+            output, source.fps or 30.0, (height, width), codec=codec, overwrite=overwrite
+        )
         try:
             with writer:
                 for frame in source:

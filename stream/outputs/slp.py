@@ -34,7 +34,12 @@ from sleap_live.stream.outputs.exports import (
     sidecars,
     slot_layout,
 )
-from sleap_live.stream.outputs.guard import OutputError, OutputLock, claim_output
+from sleap_live.stream.outputs.guard import (
+    OutputError,
+    OutputLock,
+    claim_output,
+    resolve_output,
+)
 from sleap_live.stream.outputs.journal import (
     JOURNAL_SUFFIX,
     MAGIC,
@@ -95,14 +100,15 @@ class JournalClaim:
 
     Args:
         path: the pose output (.slp, .h5, .nwb or .csv).
+        overwrite: replace an existing `path` (`guard.claim_output`).
 
     Raises:
-        OutputError: as `SlpWriter` for its journal.
+        OutputError: as `SlpWriter` for its journal; `path` exists (not `overwrite`).
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, overwrite: bool = False) -> None:
         self.path = Path(path)
-        self.target = claim_output(self.path, "the pose output")
+        self.target = claim_output(self.path, "the pose output", overwrite=overwrite)
         self.journal = journal_path(self.target)
         self._lock = _lock_journal(self.journal, self.path)
         self._taken = False
@@ -189,6 +195,8 @@ class SlpWriter:
             earlier frames: the writer keeps where the last `LABELLED_FRAMES`
             frames' instances are (a few MB at most). Untracked, it keeps nothing of
             the frames it saved.
+        overwrite: replace an existing `path` (`guard.claim_output`); a `claim`
+            was made with its own.
 
     Raises:
         ValueError: `path` has another suffix than `exports.SUFFIXES`, or
@@ -196,7 +204,8 @@ class SlpWriter:
         FileNotFoundError: the folder `path` would be written in does not exist.
         OutputBusyError: another run is writing `path`.
         OutputError: the journal cannot be written, or holds an earlier run's
-            unrecovered frames (nothing is overwritten).
+            unrecovered frames, or `path` exists (not `overwrite`); nothing is
+            overwritten.
     """
 
     def __init__(
@@ -215,6 +224,7 @@ class SlpWriter:
         clock: Clock = MONOTONIC,
         claim: JournalClaim | None = None,
         tracked: bool = False,
+        overwrite: bool = False,
     ) -> None:
         self.path = Path(path)
         prepare_saver(self.path)
@@ -245,7 +255,7 @@ class SlpWriter:
         else:
             # Write through a symlink to its target, so the link survives the rename,
             # unless another user could have planted it.
-            self._target = claim_output(self.path, "the pose output")
+            self._target = claim_output(self.path, "the pose output", overwrite=overwrite)
             self.journal = journal_path(self._target)
             self._lock = _lock_journal(self.journal, self.path)
         try:
@@ -436,7 +446,7 @@ class SlpWriter:
         self.close()
 
 
-def recover_slp(path: str | os.PathLike[str]) -> JournalContents:
+def recover_slp(path: str | os.PathLike[str], *, overwrite: bool = False) -> JournalContents:
     """Write the pose file `path` (.slp, .h5, .nwb, .csv) from the journal a crashed run
     left beside it.
 
@@ -445,21 +455,23 @@ def recover_slp(path: str | os.PathLike[str]) -> JournalContents:
 
     Args:
         path: the pose file (or its ``.journal``).
+        overwrite: replace the pose file if it exists (`guard.claim_output`).
 
     Returns:
         What the journal held (frames saved, torn bytes dropped).
 
     Raises:
         OutputBusyError: a run is still writing `path`.
+        OutputError: the pose file exists (not `overwrite`).
         JournalError: there is no journal, or it is unreadable.
     """
     slp = Path(path)
     if slp.name.endswith(JOURNAL_SUFFIX):
         slp = slp.with_name(slp.name[: -len(JOURNAL_SUFFIX)])
-    target = claim_output(slp, "the pose output")
-    journal = journal_path(target)
+    journal = journal_path(resolve_output(slp, "the pose output"))
     if not journal.exists():
         raise JournalError(f"{slp}: no journal to recover ({journal} does not exist)")
+    target = claim_output(slp, "the pose output", overwrite=overwrite)
     lock = OutputLock(journal, f"the pose output {slp}")
     try:
         contents = scan_journal(journal)

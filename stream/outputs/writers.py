@@ -387,6 +387,8 @@ class OutputOptions:
         claim: `output`'s journal, claimed before the run (`JournalClaim`), which
             its writer then writes into; None: the writer opens it. Dropped by
             `for_source` (each source's file has a journal of its own).
+        overwrite: replace outputs that exist (``--overwrite``); without it an
+            existing output is refused before any work (`guard.claim_output`).
 
     Raises:
         ValueError: an unknown pose suffix, codec, or a quality the codec cannot
@@ -403,6 +405,7 @@ class OutputOptions:
         default=None, converter=attrs.converters.optional(Path)
     )
     claim: JournalClaim | None = attrs.field(default=None, eq=False, repr=False)
+    overwrite: bool = False
 
     def __attrs_post_init__(self) -> None:
         if self.output is not None:
@@ -568,7 +571,11 @@ def open_outputs(
     """
     source_file = Path(source.source_id)
     source_is_file = source_file.is_file()
-    check_outputs(options.paths(), {"source": [source_file] if source_is_file else []})
+    check_outputs(
+        options.paths(),
+        {"source": [source_file] if source_is_file else []},
+        overwrite=options.overwrite,
+    )
     info = runner.info
     recording: dict[str, Any] | None = None
     if options.record is not None:
@@ -604,6 +611,7 @@ def open_outputs(
                 clock=clock,
                 claim=options.claim,
                 tracked=tracked,
+                overwrite=options.overwrite,
             )
             outputs["slp"] = (Channel(SLP_QUEUE_CAPACITY), slp)
         if options.record is not None:
@@ -623,6 +631,7 @@ def open_outputs(
                 info.skeleton,
                 info.class_names,
                 tracked=tracked,
+                overwrite=options.overwrite,
             )
             outputs["overlay"] = (Channel(RECORD_QUEUE_CAPACITY), overlay)
     except BaseException:

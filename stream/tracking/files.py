@@ -124,13 +124,16 @@ def retrack_file(
     output: Path,
     settings: TrackingSettings,
     progress: Callable[[int, int], None] | None = None,
+    *,
+    overwrite: bool = False,
 ) -> RetrackSummary:
     """Track the predictions of the pose file `poses` again and write them to `output`.
 
     Raises:
         ValueError: `output` is `poses`, or either has no pose file suffix.
         FileNotFoundError: `poses`, or the folder of `output`, does not exist.
-        OSError: `poses` cannot be read as a pose file, or `output` cannot be written.
+        OSError: `poses` cannot be read as a pose file, or `output` cannot be written
+            (an `OutputError`: it exists and not `overwrite`).
     """
     check_suffix(output)
     load = _LOADERS.get(poses.suffix.lower())
@@ -145,7 +148,9 @@ def retrack_file(
         raise FileNotFoundError(f"{output}: folder {output.parent} does not exist")
     if same_file(poses, output):
         raise ValueError(f"{output}: is the input; re-tracked poses go to another file")
-    claim_output(output, "-o")  # before the work; again when the file is renamed into place
+    claim_output(
+        output, "-o", overwrite=overwrite
+    )  # before the work; again when the file is renamed into place
     try:
         labels = load(str(poses))
     except Exception as error:  # sleap-io raises many kinds on a file that is not its

@@ -71,7 +71,7 @@ def test_an_export_is_written_in_a_private_folder_and_keeps_the_mode(tmp_path, t
     out.write_bytes(b"an earlier export")
     out.chmod(0o600)
     model = toy_models.ToyInstanceModel(input_channels=1)
-    assert export_inference_model(model, out, verify=False) == out
+    assert export_inference_model(model, out, verify=False, overwrite=True) == out
     assert out.stat().st_mode & 0o777 == 0o600 and out.stat().st_size > 1000
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "m.onnx.json"]
     assert os.geteuid() == out.stat().st_uid

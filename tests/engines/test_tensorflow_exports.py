@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 HAVE_TENSORFLOW = importlib.util.find_spec("tensorflow") is not None
 needs_tensorflow = pytest.mark.skipif(
-    not HAVE_TENSORFLOW, reason='needs pip install "sleap-live[saved_model]"'
+    not HAVE_TENSORFLOW, reason='needs pip install "sleap-live[saved-model]"'
 )
 
 # Each model type, on a video of its kind: scripts/check_format_exports.py's cases.

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-pytest.importorskip("tensorflow", reason='needs pip install "sleap-live[saved_model]"')
+pytest.importorskip("tensorflow", reason='needs pip install "sleap-live[saved-model]"')
 
 
 class Pooling(torch.nn.Module):

@@ -157,3 +157,22 @@ def _get_or_none(port: int) -> int | None:
         return _get(port, "/model.onnx", {"Host": f"127.0.0.1:{port}"})
     except (OSError, IndexError, ValueError):
         return None
+
+
+def test_the_web_export_says_which_frame_sizes_its_page_runs(tmp_path):
+    """Issue 37: the page refused the bundled clip (168x200) and nothing had said
+    which sizes the export held."""
+    import json
+
+    from sleap_live.cli.export import web_sizes
+
+    graphs = {"168x200": "graphs/168x200.onnx", "480x640": "graphs/480x640.onnx"}
+    (tmp_path / "model.json").write_text(json.dumps({"graphs": graphs}))
+    line = web_sizes(tmp_path)
+    assert "the page runs frames of 168x200, 480x640 (height x width)" in line
+    assert "--frame-size HxW" in line and "--verify-video VIDEO" in line
+    # The documented command takes the bundled clip's size from --verify-video.
+    docs = (Path(__file__).parents[2] / "docs" / "export-formats.md").read_text()
+    command = docs[docs.index("sleap-live export tests/data/models/centroid") :]
+    command = command[: command.index("sleap-live serve-web")]
+    assert "--verify-video tests/data/videos/demo.mp4" in command

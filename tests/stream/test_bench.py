@@ -114,6 +114,10 @@ def test_bench_front_end_prints_the_table_and_writes_json(
     assert figures["soak"]["frames"] == 50
     captured = capsys.readouterr()
     assert "live replay at 300 fps ..." in captured.err  # progress on stderr
+    # Issue 37: the plan and its estimate come first, before any timed run.
+    first = captured.err.index("plan: engine only and the recorded pipeline, 3 runs each of 60")
+    assert first < captured.err.index("engine only and recorded pipeline: 30 frames")
+    assert "a soak of 50 frames: about " in captured.err
     assert "sleap-live bench: FakeRunner on cpu" in captured.out  # the table on stdout
     for row in ("engine only fps (median of 3)", "soak frames / fps", "added latency p50"):
         assert row in captured.out
@@ -249,3 +253,18 @@ def test_bench_plot_refuses_a_file_that_is_not_png(
     )
     assert code == 2 and runners == []
     assert "give a file name ending in .png" in capsys.readouterr().err
+
+
+def test_a_recorded_pipeline_above_the_engine_is_explained():
+    """Issue 37: bench showed the recorded pipeline at 196.6 fps above the engine's
+    129.9 with no word why."""
+    from sleap_live.stream.bench import faster_than_engine, plan
+
+    above = {"ratio_of_medians": 1.51, "ratio_to_engine": 1.2, "ratio_runs": [0.95, 1.2, 1.6]}
+    note = faster_than_engine(above)
+    assert note is not None and "0.95 to 1.60 over the run pairs" in note
+    assert "different loads" in note
+    below = {"ratio_of_medians": 0.96, "ratio_to_engine": 0.97, "ratio_runs": [0.97]}
+    assert faster_than_engine(below) is None
+    # 2 x 5 x 1000 frames and a 20,000-frame soak at 100 fps, a 200-frame replay at 30 fps.
+    assert "about 5.1 min at this machine's 100 fps" in plan(200, 5, 5, 8, 30.0, 20_000, 100.0)

@@ -117,7 +117,9 @@ def test_runs_verify_an_in_memory_export_on_frames_spread_over_their_video(
         ["replay", str(video), "--fps", "1000"],
         ["run", str(video), "--verify-video", str(other)],
     ):
-        assert cli.main([*argv, "-m", "m", "-q", "-o", str(tmp_path / "out.slp")]) == 0
+        assert (
+            cli.main([*argv, "-m", "m", "-q", "-o", str(tmp_path / "out.slp"), "--overwrite"]) == 0
+        )
     assert cli.main(["run", str(video), "-m", "m", "-q", "--no-verify"]) == 0
     first, replayed, given, skipped = fake_engine.options
     for options, clip, n_frames in ((first, video, 40), (replayed, video, 40), (given, other, 12)):
@@ -583,13 +585,13 @@ def test_run_prints_its_path_and_why_nvdec_was_not_used(
     assert err.count(notice) == 1 and "path: pyav decode -> FakeRunner on cpu\n" in err
     # Asked for explicitly, the notice is a logged warning (stderr without handlers).
     caplog.clear()
-    assert cli.main(["run", str(video), "-m", "m", "--decoder", "nvdec"]) == 0
+    assert cli.main(["run", str(video), "-m", "m", "--decoder", "nvdec", "--overwrite"]) == 0
     assert notice not in capsys.readouterr().err
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [("WARNING", notice)]
-    assert cli.main(["run", str(video), "-m", "m"]) == 0
+    assert cli.main(["run", str(video), "-m", "m", "--overwrite"]) == 0
     err = capsys.readouterr().err
     assert "NVDEC" not in err and "path: pyav decode -> FakeRunner on cpu" in err
-    assert cli.main(["run", str(video), "-m", "m", "-q"]) == 0
+    assert cli.main(["run", str(video), "-m", "m", "-q", "--overwrite"]) == 0
     assert "path:" not in capsys.readouterr().err
 
 
@@ -607,11 +609,9 @@ def test_nvdec_decodes_on_the_gpu_the_engine_runs_on(
         raise nvdec.NvdecStartError(f"{path}: NVDEC cannot start on {device}: a test")
 
     monkeypatch.setattr(nvdec, "NvdecSource", no_nvdec_here)
-    assert cli.main(["run", str(video), "-m", "m", "-q", "--decoder", "nvdec"]) == 0
-    assert (
-        cli.main(["run", str(video), "-m", "m", "-q", "--decoder", "nvdec", "--device", "cuda:1"])
-        == 0
-    )
+    rerun = ["-m", "m", "-q", "--decoder", "nvdec", "--overwrite"]
+    assert cli.main(["run", str(video), *rerun]) == 0
+    assert cli.main(["run", str(video), *rerun, "--device", "cuda:1"]) == 0
     assert devices == ["cuda", "cuda:1"]
     assert [r.getMessage() for r in caplog.records][-1] == (
         f"NVDEC not used: {video}: NVDEC cannot start on cuda:1: a test; decoding with PyAV "
@@ -639,6 +639,7 @@ def test_inference_settings_reach_the_model_loader(video, tmp_path, fake_engine)
         "--min-line-scores",
         "0.4",
     ]
+    out.append("--overwrite")  # each run replaces the last one's poses
     assert cli.main(["run", str(video), *out, *flags]) == 0
     assert (
         cli.main(["replay", str(video), "--fps", "1000", *out, "--min-instance-peaks", "0.5"]) == 0

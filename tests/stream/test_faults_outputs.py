@@ -399,7 +399,7 @@ def test_a_rewritten_output_keeps_its_mode_and_a_new_one_follows_the_umask(
     try:
         for out in (kept, new):
             argv = ["run", str(clip), "-m", "m", "-o", str(out), "-q", "--no-verify"]
-            assert cli.main(argv) == 0
+            assert cli.main([*argv, "--overwrite"]) == 0
     finally:
         os.umask(umask)
     assert stat_mode(kept) == 0o600 and stat_mode(new) == 0o640

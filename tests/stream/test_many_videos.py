@@ -183,7 +183,8 @@ def test_the_command_line_prints_every_video_and_exits_1_when_one_failed(
         (["--publish", "tcp://127.0.0.1:5599"], "--publish binds one endpoint"),
         (["--name-pattern", "{stem}.txt"], "{stem}.txt: cannot write poses to a .txt file"),
         (["--name-pattern", "poses.slp"], "needs a field"),
-        (["--output-dir", "missing"], "the output folder does not exist"),
+        # A missing one is made (see the Ctrl-C test); a file is refused.
+        (["--output-dir", "pyproject.toml"], "pyproject.toml: the output folder is a file"),
     ],
 )
 def test_the_command_line_refuses_what_does_not_apply(tmp_path, capsys, extra, message):
@@ -227,9 +228,93 @@ def test_a_run_stopped_with_ctrl_c_leaves_no_output(tmp_path, monkeypatch):
     run = run_many(video, MODEL, output_dir=tmp_path, workers=1, **ENGINE)
     assert stopper.is_set()
     (result,) = run.results
-    assert result.status == "failed" and "stopped" in (result.error or "")
+    assert result.status == "stopped" and "stopped" in (result.error or "")
     assert not (tmp_path / "clip.predictions.slp").exists()
     assert unfinished_files(tmp_path / "clip.predictions.slp") == []
+
+
+def test_ctrl_c_in_a_folder_run_answers_at_once_and_the_table_marks_the_video(
+    tmp_path, monkeypatch, capsys
+):
+    """Issue 37: the first Ctrl-C said nothing until the video in flight had run to
+    its end, then exited with no table."""
+    from sleap_live.stream.many.display import ManyProgress
+
+    monkeypatch.chdir(tmp_path)  # the table names videos/b.mkv, short enough for one line
+    videos = tmp_path / "videos"
+    cut_clips(videos, {"a": (0, 3), "b": (10, 40)})
+    told = threading.Event()
+    original_progress, original_stopping = ManyProgress.progress, ManyProgress.stopping
+
+    def progress(self, index, frames, total):
+        original_progress(self, index, frames, total)
+        if index == 1 and frames == 3:  # b, three frames in: Ctrl-C
+            os.kill(os.getpid(), signal.SIGINT)
+            # b goes on only once the interrupt was told: at once, not at b's end.
+            assert told.wait(60), "the interrupt was not told while b ran"
+
+    def stopping(self, jobs):
+        original_stopping(self, jobs)
+        told.set()
+
+    monkeypatch.setattr(ManyProgress, "progress", progress)
+    monkeypatch.setattr(ManyProgress, "stopping", stopping)
+    out = tmp_path / "out" / "poses"  # made, as `mkdir -p` would (the README's command)
+    arguments = ["run", str(videos), "-m", str(MODEL), "--output-dir", str(out), "--streams", "1"]
+    assert main([*arguments, "--engine", "onnx", "--device", "cpu"]) == 130
+    printed = capsys.readouterr()
+    assert "sleap-live: interrupted: stopping videos/b.mkv (frame 3)" in printed.err
+    assert "Ctrl-C twice more to exit at once" in printed.err
+    assert "1 done, 0 skipped, 0 failed, 1 stopped" in printed.out  # the table's caption
+    (row,) = [line for line in printed.out.splitlines() if "videos/b.mkv" in line]
+    assert "stopped at frame 3" in row
+    assert sorted(path.name for path in out.iterdir()) == ["a.predictions.slp"]
+
+
+def test_ctrl_c_in_a_run_of_local_workers_stops_them_and_prints_the_table(
+    tmp_path, monkeypatch, capsys
+):
+    from sleap_live.stream.many.display import ManyProgress
+
+    monkeypatch.chdir(tmp_path)
+    videos = tmp_path / "videos"
+    cut_clips(videos, {"a": (0, 3), "b": (10, 3)})
+    original = ManyProgress.started
+
+    def started(self, job):
+        original(self, job)
+        if job.index == 1:  # b handed to a worker: Ctrl-C
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(ManyProgress, "started", started)
+    arguments = ["run", str(videos), "-m", str(MODEL), "--output-dir", "out", "--workers", "2"]
+    assert main([*arguments, "--engine", "onnx", "--device", "cpu", "--threads", "1"]) == 130
+    printed = capsys.readouterr()
+    assert "sleap-live: interrupted: stopping videos/b.mkv" in printed.err
+    assert "1 done, 0 skipped, 0 failed, 1 stopped" in printed.out
+    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["a.predictions.slp"]
+
+
+def test_the_progress_counts_the_frames_of_the_video_in_flight():
+    import io
+
+    from rich.console import Console
+
+    from sleap_live.stream.many.display import ManyProgress
+    from sleap_live.stream.many.videos import VideoJob
+
+    text = io.StringIO()
+    console = Console(file=text, width=120)
+    progress = ManyProgress(3, console, clock=iter([0.0, 10.0, 20.0]).__next__)
+    progress.started(VideoJob(0, Path("long.mp4"), Path("long.slp"), False))
+    progress.progress(0, 120, 900)
+    console.print(progress)
+    shown = text.getvalue()
+    assert "0/3 videos  120 frames  12.0 fps" in shown and "long.mp4 120/900 frames" in shown
+    idle = ManyProgress(3, console, clock=iter([0.0, 1.0]).__next__)
+    text.truncate(0)
+    console.print(idle)
+    assert "now:" not in text.getvalue()  # no stray "now: -" with nothing in flight
 
 
 @pytest.fixture(scope="module")

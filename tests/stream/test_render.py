@@ -93,8 +93,14 @@ def test_overlay_has_every_frame_of_the_range_at_the_video_size(poses, tmp_path,
     with av.open(str(output)) as container:
         assert container.streams.video[0].codec_context.name == "h264"
     assert "10 frames (4 to 13 of" in capsys.readouterr().err
-    # Without a range: every frame of the video, with or without poses.
-    assert cli.main(["render", str(poses), "-o", str(output), "--codec", "ffv1"]) == 0
+    # Without a range: every frame of the video, with or without poses. A rerun
+    # into the same output is refused without --overwrite, the output kept.
+    before = output.read_bytes()
+    assert cli.main(["render", str(poses), "-o", str(output), "--codec", "ffv1"]) == 1
+    assert "-o exists; give --overwrite" in capsys.readouterr().err
+    assert output.read_bytes() == before
+    argv = ["render", str(poses), "-o", str(output), "--codec", "ffv1", "--overwrite"]
+    assert cli.main(argv) == 0
     assert len(decode(output)) == 30
 
 
@@ -303,7 +309,7 @@ def test_start_past_the_end(poses, tmp_path, capsys):
 def test_an_unwritable_format_leaves_the_old_output(poses, tmp_path, capsys):
     output = tmp_path / "overlay.notavideo"
     output.write_bytes(b"old")
-    assert cli.main(["render", str(poses), "-o", str(output)]) == 2
+    assert cli.main(["render", str(poses), "-o", str(output), "--overwrite"]) == 2
     assert "is not a video format FFmpeg can write" in one_error_line(capsys)
     assert output.read_bytes() == b"old"
     assert [path.name for path in tmp_path.iterdir() if "partial" in path.name] == []
@@ -318,7 +324,7 @@ def test_a_failed_render_keeps_the_previous_output(poses, tmp_path):
             raise RuntimeError("disk full")
 
     with pytest.raises(RuntimeError):
-        render_slp(poses, output, codec="ffv1", progress=fail)
+        render_slp(poses, output, codec="ffv1", progress=fail, overwrite=True)
     assert output.read_bytes() == b"previous render"
     assert sorted(path.name for path in tmp_path.iterdir()) == [
         "clip.mp4",

@@ -199,7 +199,7 @@ def test_a_second_writer_of_the_same_path_is_refused(tmp_path):
     first.write(record(0, two_animals(0)))
     first.close()
     assert len(sio.load_slp(str(tmp_path / "out.slp"), open_videos=False)) == 1
-    writer(tmp_path).close()  # free again once the first is done
+    writer(tmp_path, overwrite=True).close()  # free again once the first is done
 
 
 def test_an_earlier_runs_unrecovered_journal_is_never_overwritten(tmp_path):
@@ -215,7 +215,7 @@ def test_an_earlier_runs_unrecovered_journal_is_never_overwritten(tmp_path):
     assert crashed.journal.read_bytes() == saved
     recover_slp(tmp_path / "out.slp")
     assert len(sio.load_slp(str(tmp_path / "out.slp"), open_videos=False)) == 1
-    writer(tmp_path).close()
+    writer(tmp_path, overwrite=True).close()
 
 
 def test_a_journal_without_frames_and_stale_temporaries_are_cleared(tmp_path):

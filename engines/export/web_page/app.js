@@ -108,11 +108,14 @@ async function estimate(rgba, width, height) {
   return instances;
 }
 
-function showFigures(frameIndex, instances) {
+function showFigures(frameIndex, time, instances) {
   const now = performance.now();
   finishedAt.push(now);
   while (finishedAt.length && finishedAt[0] < now - 1000) finishedAt.shift();
-  text("frame-index", frameIndex);
+  // Frames processed so far, and where in the video the last one is: the page takes
+  // the newest frame whenever the model is free, so the two differ.
+  text("frame-index", frameIndex + 1);
+  text("video-time", time === null ? "—" : time.toFixed(2));
   text("fps", finishedAt.length.toFixed(1));
   text("latency-p50", percentile(latencies, 0.5).toFixed(1) + " ms");
   text("latency-p99", percentile(latencies, 0.99).toFixed(1) + " ms");
@@ -128,7 +131,7 @@ async function processCanvas(frameIndex, time) {
   const instances = await estimate(rgba, width, height);
   drawSkeletons(context, instances, model.edges, model.palette, width);
   kept.push({ frame: frameIndex, time, instances });
-  showFigures(frameIndex, instances);
+  showFigures(frameIndex, time, instances);
   return instances;
 }
 
@@ -170,7 +173,9 @@ function play(label, cleanUp) {
     if (running) video.requestVideoFrameCallback(step);
   };
   video.requestVideoFrameCallback(step);
-  video.play();
+  // A play() cut short by a pause or another source rejects with an AbortError:
+  // expected when the user stops or chooses another file, not an error.
+  video.play().catch((error) => { if (error.name !== "AbortError") status(error.message, true); });
 }
 
 async function startWebcam() {
