@@ -34,6 +34,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from bench_int8 import held_out_frames
 from fixtures.lab import lab_model, write_clip
 
 from sleap_live.engines.export.on_demand import general_graph_key
@@ -52,7 +53,6 @@ from sleap_live.engines.runners.load import load_runner
 from sleap_live.engines.runners.onnx import OnnxRunner
 from sleap_live.engines.settings import InferenceSettings
 from sleap_live.stream.runner import spread_frames
-from sleap_live.stream.sources import FileSource
 
 REPO = Path(__file__).resolve().parents[1]
 HERE = "measured by scripts/bench_int8_forms.py"
@@ -61,15 +61,6 @@ FORMS = (
     QuantForm("U8S8 reduce_range", HERE, reduce_range=True),
     QuantForm("U8U8", HERE, reduce_range=False, weights="uint8"),
 )
-
-
-def held_out_frames(video: Path, count: int) -> np.ndarray:
-    """`count` consecutive frames from the middle of `video`."""
-    with FileSource(video) as probe:
-        total = probe.n_frames or count
-    start = max(0, (total - count) // 2)
-    with FileSource(video, start=start, stop=start + count) as source:
-        return np.stack([frame.image for frame in source])
 
 
 def models_and_video(args: argparse.Namespace, workdir: Path) -> tuple[list[Path], Path]:
