@@ -57,9 +57,16 @@ def accumulation_depth(module: torch.nn.Module) -> int:
     return depth
 
 
+def relative_error(module: torch.nn.Module) -> float:
+    """The first-order bound of the relative float32 error of `module`'s outputs:
+    unit roundoff times its `accumulation_depth`."""
+    return UNIT_ROUNDOFF * accumulation_depth(module)
+
+
 def graph_bound(model: InferenceModel) -> Fp32Bound:
     """The bound from the graph alone (module docstring)."""
-    relative = UNIT_ROUNDOFF * accumulation_depth(model)
+    depth = accumulation_depth(model)
+    relative = UNIT_ROUNDOFF * depth
     settings = model.info.settings or InferenceSettings()
     window = settings.integral_patch_size if settings.integral_refinement else 1
     reach = max(window - 1, MIN_REACH_CELLS)
@@ -67,7 +74,7 @@ def graph_bound(model: InferenceModel) -> Fp32Bound:
         points_px=relative * reach * sum(model.peak_cells_px()),
         scores=relative,
         peak_threshold=model.info.peak_threshold,
-        how=f"from the graph: {accumulation_depth(model)} sums deep",
+        how=f"from the graph: {depth} sums deep",
     )
 
 

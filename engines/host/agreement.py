@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 import attrs
 import numpy as np
 
-from sleap_live.engines.host.grouping import linear_sum_assignment
+from sleap_live.engines.host.compare import pair_instances
 from sleap_live.engines.host.outputs import (
     INSTANCE_AXIS,
     INSTANCE_LIST,
@@ -49,8 +49,6 @@ UNIT_ROUNDOFF = 2.0**-24
 COORDINATE_ROUNDINGS = 8
 # At most this fraction of the compared points (and at least one) may be near-ties.
 MAX_TIE_FRACTION = 0.01
-# The cost of pairing two instances that share no found node: more than any real pair.
-_UNMATCHABLE = 1e6
 
 NOISE, NEAR_TIES, DISAGREEMENT = "noise", "near-ties", "disagreement"
 # Outputs in frame pixels, and outputs that must be equal: the rest are scores.
@@ -150,15 +148,15 @@ def compare_poses(
 ) -> Agreement:
     """Compares two runs' poses frame by frame under `bound` (module docstring).
 
-    A frame's instances are paired one to one (Hungarian, on the mean distance of the
-    nodes both found), since two runs need not list them in the same order.
+    A frame's instances are paired one to one (`compare.pair_instances`), since two
+    runs need not list them in the same order.
     """
     tally = _Tally(bound)
     for index, (want, got) in enumerate(zip(reference, actual, strict=True)):
         if want.n_instances != got.n_instances:
             tally.disagree(f"frame {index}: {got.n_instances} instances, not {want.n_instances}")
             continue
-        rows, columns = _pairs(want.points, got.points)
+        rows, columns = pair_instances(want.points, got.points)
         for a, b in zip(rows, columns, strict=True):
             tally.instance(index, want, int(a), got, int(b))
     return tally.result()
@@ -247,16 +245,6 @@ def _elementwise(
                 return None
             max_score = max(max_score, float(relative.max(initial=0.0)))
     return Agreement(points, max_point, max_score, (), (), bound)
-
-
-def _pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Hungarian pairing of instances (I, N, 2) by mean distance over the nodes both found."""
-    if len(a) == 0 or len(b) == 0:
-        return np.zeros(0, int), np.zeros(0, int)
-    gaps = np.linalg.norm(a[:, None] - b[None], axis=-1)
-    shared = (~np.isnan(gaps)).sum(axis=-1)
-    cost = np.where(shared > 0, np.nansum(gaps, axis=-1) / np.maximum(shared, 1), _UNMATCHABLE)
-    return linear_sum_assignment(cost)
 
 
 class _Tally:

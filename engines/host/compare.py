@@ -49,6 +49,17 @@ class PoseDifference:
         return float(self.distances.max()) if self.distances.size else float("nan")
 
 
+def pair_instances(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Hungarian pairing of two runs' instances (I, N, 2) of one frame, on the mean
+    distance of the nodes both found; instances that share no found node pair last."""
+    if len(a) == 0 or len(b) == 0:
+        return np.zeros(0, int), np.zeros(0, int)
+    gaps = np.linalg.norm(a[:, None] - b[None], axis=-1)
+    shared = (~np.isnan(gaps)).sum(axis=-1)
+    cost = np.where(shared > 0, np.nansum(gaps, axis=-1) / np.maximum(shared, 1), _UNMATCHABLE)
+    return linear_sum_assignment(cost)
+
+
 def pose_difference(reduced: Sequence[FramePoses], full: Sequence[FramePoses]) -> PoseDifference:
     """Matches each frame's instances of `reduced` to `full`'s and measures the points."""
     distances: list[np.ndarray] = []
@@ -57,15 +68,12 @@ def pose_difference(reduced: Sequence[FramePoses], full: Sequence[FramePoses]) -
         same_count += int(low.n_instances == high.n_instances)
         if low.n_instances == 0 or high.n_instances == 0:
             continue
-        gaps = np.linalg.norm(low.points[:, None] - high.points[None], axis=-1)
-        shared = (~np.isnan(gaps)).sum(axis=-1)
-        cost = np.where(shared > 0, np.nansum(gaps, axis=-1) / np.maximum(shared, 1), _UNMATCHABLE)
-        rows, columns = linear_sum_assignment(cost)
-        for a, b in zip(rows, columns, strict=True):
+        for a, b in zip(*pair_instances(low.points, high.points), strict=True):
             found_low = ~np.isnan(low.points[a, :, 0])
             found_high = ~np.isnan(high.points[b, :, 0])
             presence += int(np.sum(found_low != found_high))
-            distances.append(gaps[a, b][found_low & found_high])
+            gap = np.linalg.norm(low.points[a] - high.points[b], axis=-1)
+            distances.append(gap[found_low & found_high])
     return PoseDifference(
         frames=len(full),
         same_count=same_count,

@@ -19,7 +19,7 @@ import torch
 from sleap_live import cli
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.graph.build import load_inference_model
-from sleap_live.engines.graph.fp32 import accumulation_depth
+from sleap_live.engines.graph.fp32 import relative_error
 from sleap_live.engines.graph.legacy_peaks import sleap1_crops
 from sleap_live.engines.graph.networks import load_model_network
 from sleap_live.engines.graph.preprocess import (
@@ -28,7 +28,6 @@ from sleap_live.engines.graph.preprocess import (
     frames_to_nchw,
     network_input,
 )
-from sleap_live.engines.host.agreement import UNIT_ROUNDOFF
 from sleap_live.engines.host.outputs import KEEP_UNCLASSIFIED
 from sleap_live.engines.host.postprocess import decode
 from sleap_live.engines.load.dirs import read_model_dir
@@ -55,7 +54,7 @@ def assert_maps_agree(ours: np.ndarray, keras: np.ndarray, network: torch.nn.Mod
     (`graph.fp32`: unit roundoff x its summed contraction lengths, relative to
     `max(1, |value|)`), not by what one CPU measured."""
     relative = np.abs(ours - keras) / np.maximum(1.0, np.abs(keras))
-    assert relative.max() <= UNIT_ROUNDOFF * accumulation_depth(network), name
+    assert relative.max() <= relative_error(network), name
 
 
 def points_bound(models, settings: InferenceSettings | None = None) -> float:
