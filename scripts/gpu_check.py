@@ -67,6 +67,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
 import zipfile
@@ -868,6 +869,44 @@ def versions_summary(env: Environment) -> str:
 # ----------------------------------------------------------------------------- frames, models
 
 
+def graph_trees_thread_row() -> Row:
+    """inductor's CUDA graph trees looked up from a thread that did not import them, as
+    a pipeline's engine thread does, with this machine's torch: torch 2.11 (the GPU
+    image's) fails that lookup (`cudagraph_trees.get_obj`'s TLS assert), and a
+    torch-compile runner's `ready_cuda_graph_trees` must make it work. No GPU is needed:
+    a tree manager's container is made without touching CUDA."""
+    from torch._inductor import cudagraph_trees
+
+    from sleap_live.engines.runners.torch_compile import ready_cuda_graph_trees
+
+    found: dict[str, bool] = {}
+
+    def look_up(key: str) -> None:
+        try:
+            cudagraph_trees.get_container(0)
+            found[key] = True
+        except AssertionError:
+            found[key] = False
+
+    def engine_thread() -> None:
+        look_up("bare")
+        ready_cuda_graph_trees()
+        look_up("ready")
+
+    thread = threading.Thread(target=engine_thread, name="graph-trees-check")
+    thread.start()
+    thread.join()
+    bare = "works" if found.get("bare") else "fails"
+    note = (
+        f"torch {distribution_version(['torch'])}: a bare lookup {bare} in a new thread; "
+        f"after ready_cuda_graph_trees it {'works' if found.get('ready') else 'fails'}"
+    )
+    status = PASS if found.get("ready") else FAIL
+    return Row(
+        "environment", figure="graph trees, new thread", value=bare, status=status, note=note
+    )
+
+
 def size_label(shape: Sequence[int]) -> str:
     return f"{shape[0]}x{shape[1]}"
 
@@ -1364,6 +1403,8 @@ class Check:
         name = self.env.gpu.get("name", "none") if self.env.cuda else "none"
         note = versions_summary(self.env)
         self.rows.append(Row("environment", figure="GPU", value=name, note=note))
+        if self.env.cuda or self.args.rehearse:  # where torch-compile's CUDA graphs may run
+            self.rows.append(graph_trees_thread_row())
 
     def part_clip(self, budget: float) -> None:
         height, width = self.large

@@ -734,3 +734,7 @@ def test_rehearsal_runs_the_gpu_parts_code_on_the_cpu(tmp_path):
     overlap = {row["figure"]: row["value"] for row in _rows(report, "overlap", gc.MEASURED)}
     assert 0.0 <= overlap["decode during engine"] <= 1.0
     assert set(report["details"]["timelines"]) == {"single_instance"}
+    # The compile runner's thread rule, with this venv's torch (CI's rehearsal: the GPU
+    # image's 2.11, whose bare lookup fails there).
+    (trees,) = [row for row in report["rows"] if row["figure"] == "graph trees, new thread"]
+    assert trees["status"] == gc.PASS and "after ready_cuda_graph_trees it works" in trees["note"]

@@ -117,8 +117,9 @@ def test_the_cli_takes_a_compile_mode_for_torch_compile_only():
 
 def _get_obj_of_torch_2_11(local, attr_name):
     """torch 2.11's `torch/_inductor/cudagraph_trees.py` `get_obj`, which every CUDA graph
-    tree lookup goes through (2.13 creates the state lazily instead): a stand-in, since
-    torch 2.11 has no CPU build here and 2.13 no longer fails."""
+    tree lookup goes through (2.13 creates the state lazily instead): a stand-in in the
+    suite's torch 2.13; the GPU check's rehearsal runs the real one, in the image's torch
+    2.11 (scripts/gpu_check.py `graph_trees_thread_row`)."""
     if hasattr(local, attr_name):
         return getattr(local, attr_name)
     assert torch._C._is_key_in_tls(attr_name)
