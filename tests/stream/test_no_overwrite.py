@@ -36,7 +36,10 @@ def refused_line(capsys, path: Path) -> str:
         ("run", "--record", "out.mp4"),
         ("run", "--record-overlay", "overlay.mp4"),
         ("replay", "-o", "out.csv"),
+        ("replay", "--record", "rec.mkv"),
         ("camera", "-o", "cam.slp"),
+        ("camera", "--record", "cam.mp4"),
+        ("camera", "--record-overlay", "cam.overlay.mp4"),
     ],
 )
 def test_a_rerun_into_an_existing_output_is_refused_before_any_work(
