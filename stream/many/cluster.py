@@ -36,7 +36,14 @@ import attrs
 
 from sleap_live.engines.errors import RuntimeUnavailableError
 from sleap_live.stream.many.finish import OutputBytes, OutputsTo, collect, place
-from sleap_live.stream.many.local import POLL_SECONDS, NoReport, Reporter, left_behind, past
+from sleap_live.stream.many.local import (
+    POLL_SECONDS,
+    Interrupted,
+    NoReport,
+    Reporter,
+    left_behind,
+    past,
+)
 from sleap_live.stream.many.videos import VideoJob
 from sleap_live.stream.many.worker import VideoResult, VideoWorker, WorkOptions, failed
 from sleap_live.stream.preview import is_loopback
@@ -80,6 +87,10 @@ class RayVideoWorker:
                 result = attrs.evolve(result, status="failed", error=f"{here.output}: {error}")
         shutil.rmtree(scratch, ignore_errors=True)
         return result, files
+
+    def stop(self) -> None:
+        """Stop the videos in flight at their next frame (Ctrl-C in the driver)."""
+        self.worker.stop()
 
     def pid(self) -> int:
         return os.getpid()
@@ -234,7 +245,8 @@ def _run_in_session(
             num_gpus=gpus_per_worker,
             max_restarts=retries,
             max_task_retries=retries,
-            max_concurrency=streams,
+            # One thread more than the videos it is handed: `stop` runs beside them.
+            max_concurrency=streams + 1,
         )(RayVideoWorker)
         return _dispatch(
             ray, actor_class, actors, jobs, options, workers, streams, outputs_to, deadline, report
@@ -260,6 +272,11 @@ def _dispatch(
 
     Until the first result, one actor and one video (it may be exporting the model
     into its machine's cache); then every actor.
+
+    Raises:
+        Interrupted: Ctrl-C (or another stopping signal): told to `report` at once,
+            each actor told to stop its videos at their next frame ("stopped"), the
+            videos not started "left", as `local.run_here`.
     """
     queue = list(reversed(jobs))  # popped from the end: the first job first
     results: dict[int, VideoResult] = {}
@@ -276,29 +293,8 @@ def _dispatch(
             load[slot] += 1
             report.started(job)
 
-    actors.append(actor_class.remote(options))
-    load.append(0)
-    hand_out(0, 1)
-    while len(results) < len(jobs):
-        if past(deadline):
-            results.update((r.index, r) for r in left_behind(reversed(queue), report))
-            queue.clear()
-            if len(results) == len(jobs):
-                break
-        if results:
-            while len(actors) < workers:
-                actors.append(actor_class.remote(options))
-                load.append(0)
-            for slot in range(len(actors)):
-                if slot not in dead:
-                    hand_out(slot, streams)
-        if not in_flight:
-            # Every actor is gone for good: the rest cannot run.
-            for job in reversed(queue):
-                results[job.index] = failed(job, "no Ray worker left to run it")
-                report.finished(results[job.index])
-            break
-        done, _ = ray.wait(list(in_flight), num_returns=1, timeout=POLL_SECONDS)
+    def collect_done(timeout: float) -> None:
+        done, _ = ray.wait(list(in_flight), num_returns=1, timeout=timeout)
         for ref in done:
             slot, job = in_flight.pop(ref)
             load[slot] -= 1
@@ -314,6 +310,40 @@ def _dispatch(
                 result = failed(job, _first_line(error))
             results[job.index] = result
             report.finished(result)
+
+    try:
+        actors.append(actor_class.remote(options))
+        load.append(0)
+        hand_out(0, 1)
+        while len(results) < len(jobs):
+            if past(deadline):
+                results.update((r.index, r) for r in left_behind(reversed(queue), report))
+                queue.clear()
+                if len(results) == len(jobs):
+                    break
+            if results:
+                while len(actors) < workers:
+                    actors.append(actor_class.remote(options))
+                    load.append(0)
+                for slot in range(len(actors)):
+                    if slot not in dead:
+                        hand_out(slot, streams)
+            if not in_flight:
+                # Every actor is gone for good: the rest cannot run.
+                for job in reversed(queue):
+                    results[job.index] = failed(job, "no Ray worker left to run it")
+                    report.finished(results[job.index])
+                break
+            collect_done(POLL_SECONDS)
+    except KeyboardInterrupt as interrupt:
+        report.stopping(sorted((job for _, job in in_flight.values()), key=lambda j: j.index))
+        for slot, actor in enumerate(actors):
+            if slot not in dead:
+                actor.stop.remote()  # its videos in flight stop at their next frame
+        while in_flight:  # a second Ctrl-C leaves here; the actors are killed after
+            collect_done(POLL_SECONDS)
+        results.update((r.index, r) for r in left_behind(reversed(queue), report))
+        raise Interrupted([results[i] for i in sorted(results)], interrupt) from None
     return [results[index] for index in sorted(results)]
 
 
