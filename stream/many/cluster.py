@@ -26,8 +26,10 @@ import contextlib
 import hashlib
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -169,7 +171,8 @@ def run_on_ray(
                 if warning is not None:
                     print(warning, file=sys.stderr)
             else:
-                ray.init(address=address, log_to_driver=False)
+                with _signal_handlers_kept():
+                    ray.init(address=address, log_to_driver=False)
                 session.callback(ray.shutdown)
         return _run_in_session(
             ray, jobs, options, cpus, gpus_per_worker, workers, streams, retries,
@@ -193,7 +196,8 @@ def local_ray(ray: Any, **options: Any) -> Iterator[str | None]:
     """
     folder = tempfile.mkdtemp(prefix="sleap-live-ray-")
     try:
-        ray.init(include_dashboard=False, log_to_driver=False, _temp_dir=folder, **options)
+        with _signal_handlers_kept():
+            ray.init(include_dashboard=False, log_to_driver=False, _temp_dir=folder, **options)
         try:
             address = ray.util.get_node_ip_address()
             yield None if is_loopback(address) else ray_exposure_warning(address)
@@ -201,6 +205,19 @@ def local_ray(ray: Any, **options: Any) -> Iterator[str | None]:
             ray.shutdown()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _signal_handlers_kept() -> Iterator[None]:
+    """Put back the SIGTERM handler `ray.init` replaces in the driver (with one that
+    calls ``sys.exit``, Ray 2.x ``ray._private.worker.init``), so SIGTERM stops a
+    run as Ctrl-C does: the videos in flight stopped, the table printed."""
+    kept = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        if kept is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, kept)
 
 
 def ray_exposure_warning(address: str) -> str:

@@ -63,6 +63,9 @@ def test_a_local_ray_cluster_listens_on_loopback_only(ray_session):
     # Ray's head keeps a minimal dashboard process (usage stats), its web UI off.
     dashboards = [command for command in commands if "dashboard/dashboard.py" in command]
     assert all("--disable-frontend" in command for command in dashboards), dashboards
+    # ray.init's own SIGTERM handler (sys.exit) is not left in the driver: SIGTERM
+    # stops a folder run as Ctrl-C does (issue 37).
+    assert not getattr(signal.getsignal(signal.SIGTERM), "__module__", "").startswith("ray")
 
 
 @pytest.fixture(scope="module")
