@@ -111,6 +111,30 @@ def warm_export_cache(shared_cache_dir: Path, tmp_path_factory: pytest.TempPathF
     return shared_cache_dir
 
 
+@pytest.fixture(scope="session")
+def demo_export_cache(shared_cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The shared cache with the bundled top-down pair's export for the demo clip, as
+    `sleap-live run tests/data/videos/demo.mp4 -m .../centroid -m .../centered_instance`
+    makes it (the README's first command): the tests that run the README's code take
+    it, so the export is made once, not by each of them (or by two of its commands
+    side by side)."""
+    from filelock import FileLock
+
+    from sleap_live.stream.runner import load_for_source
+    from sleap_live.stream.sources import open_source
+
+    data = Path(__file__).parent / "data"
+    run_folder = _run_folder(tmp_path_factory)
+    warmed = run_folder / "demo_export_warmed"
+    with FileLock(run_folder / "demo_export_warming.lock"):
+        if not warmed.exists():
+            models = [data / "models" / "centroid", data / "models" / "centered_instance"]
+            with open_source(data / "videos" / "demo.mp4") as source:
+                load_for_source(models, source, cache_dir=shared_cache_dir).close()
+            warmed.touch()
+    return shared_cache_dir
+
+
 def _run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The folder of this test run that every xdist worker shares (each worker's own
     base folder lies inside it); the base folder itself without xdist."""

@@ -25,36 +25,16 @@ from sleap_live import cli
 from sleap_live.cli import COMMANDS, reference
 from sleap_live.cli.options import UsageError
 from tests import script_modules
-from tests.docs_blocks import REPO, Block, blocks, pages, python_after
+from tests.docs_blocks import REPO, WRITES, Block, blocks, pages, python_after, shell_words
 from tests.stream.test_closed_loop_example import RUN_HERE
 
 # The pages a new user follows top to bottom: their commands write into out/ only.
 FOLLOWED = ("README.md", "docs/getting-started.md", "docs/cli.md")
-# Options that name a file a command writes.
-WRITES = ("-o", "--output", "--record", "--record-overlay", "--json", "--plot")
-SEPARATORS = {"&&", "||", ";", "|"}
-
 ALL_BLOCKS = [block for page in pages() for block in blocks(page)]
 
 
-def commands(block: Block) -> list[list[str]]:
-    """The commands of a bash block, as argument lists (continuations joined)."""
-    found: list[list[str]] = []
-    for line in block.code.replace("\\\n", " ").splitlines():
-        words = shlex.split(line, comments=True)
-        command: list[str] = []
-        for word in [*words, ";"]:
-            if word in SEPARATORS:
-                if command:
-                    found.append(command)
-                command = []
-            else:
-                command.append(word)
-    return found
-
-
 def sleap_live_commands(block: Block) -> list[list[str]]:
-    return [command[1:] for command in commands(block) if command[0] == "sleap-live"]
+    return [command[1:] for command in shell_words(block) if command[0] == "sleap-live"]
 
 
 def test_the_reference_lists_every_option_of_every_command():
@@ -102,7 +82,7 @@ def test_every_bash_block_parses_and_its_commands_exist(block):
             top.parse_args(argv)
         except UsageError as error:
             pytest.fail(f"{block.where}: sleap-live {shlex.join(argv)}: {error}")
-    for command in commands(block):
+    for command in shell_words(block):
         if command[0] in ("python", "python3") and command[1].startswith("scripts/"):
             assert (REPO / command[1]).is_file(), f"{block.where}: no {command[1]}"
 

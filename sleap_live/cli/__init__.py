@@ -20,7 +20,7 @@ One parser holds every subcommand (`run.py`, `cameras.py`, `export.py`, `bench.p
 options they share (`options.py`, `tracking_options.py`).
 `python -m sleap_live` is the same command.
 
-Exit status: 0 done, 1 a source, model or output failed, 2 bad arguments,
+Exit status: 0 done, 1 a run failed or an input is missing or unusable, 2 bad arguments,
 130 interrupted (Ctrl-C), 143 terminated (SIGTERM), 129 hung up (SIGHUP), 131
 quit (SIGQUIT), on Linux 138, 140, 142 (SIGUSR1, SIGUSR2, SIGALRM): 128 plus the signal's
 number. Every expected error is one line on

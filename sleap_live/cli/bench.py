@@ -17,6 +17,7 @@ from sleap_live.cli.options import (
     add_decoder_option,
     add_inference_options,
     add_model_options,
+    add_overwrite_option,
     add_verify_options,
     check_models,
     count,
@@ -26,6 +27,8 @@ from sleap_live.cli.options import (
 )
 from sleap_live.stream.batching import STAGES
 from sleap_live.stream.bench import MIN_STEADY_FRAMES, faster_than_engine, run_bench
+from sleap_live.stream.outputs.guard import check_outputs
+from sleap_live.stream.outputs.staging import staged_file
 
 SUMMARY = "measure what the pipeline costs on top of the engine, on this machine"
 
@@ -100,6 +103,7 @@ def add_parser(commands: Any) -> None:
         "stage to this PNG (needs the plot extra: pip install 'sleap-live[plot]') "
         "(default: none)",
     )
+    add_overwrite_option(parser, "the --json and --plot files")
     parser.set_defaults(handler=handle)
 
 
@@ -110,6 +114,13 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         check_plot_option(args.plot)
     if not args.video.exists():
         raise FileNotFoundError(f"{args.video}: no such file")
+    # Before minutes of timing: an existing file is not replaced unasked, nor are
+    # the figures lost to a missing folder at the end.
+    check_outputs(
+        {"--json": args.json, "--plot": args.plot},
+        {"VIDEO": [args.video], "-m": [Path(model) for model in args.models]},
+        overwrite=args.overwrite,
+    )
     runner = load_model(args, console, args.video)
     try:
         figures = run_bench(
@@ -134,9 +145,11 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     if results["recorded"].get("timeline"):
         Console().print(timeline_table(results["recorded"]["timeline"]))
     if args.json is not None:
-        args.json.write_text(json.dumps(results, indent=2))
+        with staged_file(args.json, "--json") as staged:
+            staged.write_text(json.dumps(results, indent=2))
     if args.plot is not None:
-        write_plot(results, args.plot)
+        with staged_file(args.plot, "--plot") as staged:
+            write_plot(results, staged)
     return 0
 
 

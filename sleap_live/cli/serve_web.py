@@ -29,7 +29,7 @@ from typing import Any
 
 from rich.console import Console
 
-from sleap_live.cli.options import PROG, UsageError
+from sleap_live.cli.options import PROG
 from sleap_live.stream.preview import refusal, served_hosts
 
 # Connections served at once, and seconds a connection may sit idle.
@@ -145,15 +145,16 @@ def web_server(folder: Path, port: int = DEFAULT_PORT) -> WebExportServer:
     """A server of `folder` on 127.0.0.1:`port` (not yet serving; call serve_forever).
 
     Raises:
-        UsageError: `folder` is not a web export.
+        FileNotFoundError: `folder` is not a web export (a bad input, exit 1 as
+            for a missing video; 2 is for bad arguments).
     """
     from sleap_live.engines.export.web import WEB_EXPORT_FILES, is_web_export
 
     if not folder.is_dir():
-        raise UsageError(f"{folder}: no such folder")
+        raise FileNotFoundError(f"{folder}: no such folder")
     if not is_web_export(folder):
         names = f"{', '.join(WEB_EXPORT_FILES[:-1])} and {WEB_EXPORT_FILES[-1]}"
-        raise UsageError(
+        raise FileNotFoundError(
             f"{folder}: not a web export (no {names}); "
             f"make one with `{PROG} export MODEL_DIR --format web -o {folder}`"
         )

@@ -26,8 +26,10 @@ import contextlib
 import hashlib
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,7 +38,14 @@ import attrs
 
 from sleap_live.engines.errors import RuntimeUnavailableError
 from sleap_live.stream.many.finish import OutputBytes, OutputsTo, collect, place
-from sleap_live.stream.many.local import POLL_SECONDS, NoReport, Reporter, left_behind, past
+from sleap_live.stream.many.local import (
+    POLL_SECONDS,
+    Interrupted,
+    NoReport,
+    Reporter,
+    left_behind,
+    past,
+)
 from sleap_live.stream.many.videos import VideoJob
 from sleap_live.stream.many.worker import VideoResult, VideoWorker, WorkOptions, failed
 from sleap_live.stream.preview import is_loopback
@@ -80,6 +89,10 @@ class RayVideoWorker:
                 result = attrs.evolve(result, status="failed", error=f"{here.output}: {error}")
         shutil.rmtree(scratch, ignore_errors=True)
         return result, files
+
+    def stop(self) -> None:
+        """Stop the videos in flight at their next frame (Ctrl-C in the driver)."""
+        self.worker.stop()
 
     def pid(self) -> int:
         return os.getpid()
@@ -158,7 +171,8 @@ def run_on_ray(
                 if warning is not None:
                     print(warning, file=sys.stderr)
             else:
-                ray.init(address=address, log_to_driver=False)
+                with _signal_handlers_kept():
+                    ray.init(address=address, log_to_driver=False)
                 session.callback(ray.shutdown)
         return _run_in_session(
             ray, jobs, options, cpus, gpus_per_worker, workers, streams, retries,
@@ -182,7 +196,8 @@ def local_ray(ray: Any, **options: Any) -> Iterator[str | None]:
     """
     folder = tempfile.mkdtemp(prefix="sleap-live-ray-")
     try:
-        ray.init(include_dashboard=False, log_to_driver=False, _temp_dir=folder, **options)
+        with _signal_handlers_kept():
+            ray.init(include_dashboard=False, log_to_driver=False, _temp_dir=folder, **options)
         try:
             address = ray.util.get_node_ip_address()
             yield None if is_loopback(address) else ray_exposure_warning(address)
@@ -190,6 +205,19 @@ def local_ray(ray: Any, **options: Any) -> Iterator[str | None]:
             ray.shutdown()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _signal_handlers_kept() -> Iterator[None]:
+    """Put back the SIGTERM handler `ray.init` replaces in the driver (with one that
+    calls ``sys.exit``, Ray 2.x ``ray._private.worker.init``), so SIGTERM stops a
+    run as Ctrl-C does: the videos in flight stopped, the table printed."""
+    kept = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        if kept is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, kept)
 
 
 def ray_exposure_warning(address: str) -> str:
@@ -234,7 +262,8 @@ def _run_in_session(
             num_gpus=gpus_per_worker,
             max_restarts=retries,
             max_task_retries=retries,
-            max_concurrency=streams,
+            # One thread more than the videos it is handed: `stop` runs beside them.
+            max_concurrency=streams + 1,
         )(RayVideoWorker)
         return _dispatch(
             ray, actor_class, actors, jobs, options, workers, streams, outputs_to, deadline, report
@@ -260,6 +289,11 @@ def _dispatch(
 
     Until the first result, one actor and one video (it may be exporting the model
     into its machine's cache); then every actor.
+
+    Raises:
+        Interrupted: Ctrl-C (or another stopping signal): told to `report` at once,
+            each actor told to stop its videos at their next frame ("stopped"), the
+            videos not started "left", as `local.run_here`.
     """
     queue = list(reversed(jobs))  # popped from the end: the first job first
     results: dict[int, VideoResult] = {}
@@ -276,29 +310,8 @@ def _dispatch(
             load[slot] += 1
             report.started(job)
 
-    actors.append(actor_class.remote(options))
-    load.append(0)
-    hand_out(0, 1)
-    while len(results) < len(jobs):
-        if past(deadline):
-            results.update((r.index, r) for r in left_behind(reversed(queue), report))
-            queue.clear()
-            if len(results) == len(jobs):
-                break
-        if results:
-            while len(actors) < workers:
-                actors.append(actor_class.remote(options))
-                load.append(0)
-            for slot in range(len(actors)):
-                if slot not in dead:
-                    hand_out(slot, streams)
-        if not in_flight:
-            # Every actor is gone for good: the rest cannot run.
-            for job in reversed(queue):
-                results[job.index] = failed(job, "no Ray worker left to run it")
-                report.finished(results[job.index])
-            break
-        done, _ = ray.wait(list(in_flight), num_returns=1, timeout=POLL_SECONDS)
+    def collect_done(timeout: float) -> None:
+        done, _ = ray.wait(list(in_flight), num_returns=1, timeout=timeout)
         for ref in done:
             slot, job = in_flight.pop(ref)
             load[slot] -= 1
@@ -314,6 +327,40 @@ def _dispatch(
                 result = failed(job, _first_line(error))
             results[job.index] = result
             report.finished(result)
+
+    try:
+        actors.append(actor_class.remote(options))
+        load.append(0)
+        hand_out(0, 1)
+        while len(results) < len(jobs):
+            if past(deadline):
+                results.update((r.index, r) for r in left_behind(reversed(queue), report))
+                queue.clear()
+                if len(results) == len(jobs):
+                    break
+            if results:
+                while len(actors) < workers:
+                    actors.append(actor_class.remote(options))
+                    load.append(0)
+                for slot in range(len(actors)):
+                    if slot not in dead:
+                        hand_out(slot, streams)
+            if not in_flight:
+                # Every actor is gone for good: the rest cannot run.
+                for job in reversed(queue):
+                    results[job.index] = failed(job, "no Ray worker left to run it")
+                    report.finished(results[job.index])
+                break
+            collect_done(POLL_SECONDS)
+    except KeyboardInterrupt as interrupt:
+        report.stopping(sorted((job for _, job in in_flight.values()), key=lambda j: j.index))
+        for slot, actor in enumerate(actors):
+            if slot not in dead:
+                actor.stop.remote()  # its videos in flight stop at their next frame
+        while in_flight:  # a second Ctrl-C leaves here; the actors are killed after
+            collect_done(POLL_SECONDS)
+        results.update((r.index, r) for r in left_behind(reversed(queue), report))
+        raise Interrupted([results[i] for i in sorted(results)], interrupt) from None
     return [results[index] for index in sorted(results)]
 
 

@@ -233,7 +233,7 @@ def run_jobs(
     report: Reporter | None = None,
 ) -> ManyResult:
     """`run_many` on planned jobs (`plan_jobs`) and worker options; a run in this
-    process or in local workers stopped by Ctrl-C returns what it did, with
+    process, in local workers or on Ray stopped by Ctrl-C returns what it did, with
     `ManyResult.interrupted`."""
     check_outputs_to(outputs_to, cluster)
     deadline = None if duration is None else time.monotonic() + duration
@@ -249,22 +249,26 @@ def run_jobs(
     if cluster is not None:
         from sleap_live.stream.many.cluster import run_on_ray
 
-        results = run_on_ray(
-            todo,
-            options,
-            address=cluster,
-            workers=workers,
-            streams=streams,
-            retries=retries,
-            # A CUDA run: an actor per GPU, each given one by Ray.
-            gpus_per_worker=1.0 if options.device.startswith("cuda") else 0.0,
-            outputs_to=outputs_to,
-            deadline=deadline,
-            report=report,
-        )
         mode = f"Ray ({cluster})" + (
             ", outputs written by the driver" if outputs_to == "driver" else ""
         )
+        try:
+            results = run_on_ray(
+                todo,
+                options,
+                address=cluster,
+                workers=workers,
+                streams=streams,
+                retries=retries,
+                # A CUDA run: an actor per GPU, each given one by Ray.
+                gpus_per_worker=1.0 if options.device.startswith("cuda") else 0.0,
+                outputs_to=outputs_to,
+                deadline=deadline,
+                report=report,
+            )
+        except Interrupted as stopped:
+            done.update((result.index, result) for result in stopped.results)
+            return ManyResult(tuple(done[i] for i in sorted(done)), mode, stopped.interrupt)
     elif workers is not None and workers > 1:
         mode = f"{workers} local workers"
         try:

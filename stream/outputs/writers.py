@@ -29,10 +29,11 @@ from sleap_live.stream.clock import MONOTONIC, Clock
 from sleap_live.stream.errors import ChannelClosed, ChannelEmpty
 from sleap_live.stream.outputs.base import Output
 from sleap_live.stream.outputs.exports import check_suffix, sidecars
-from sleap_live.stream.outputs.guard import OutputLock, check_outputs
+from sleap_live.stream.outputs.guard import OutputLock, check_outputs, claim_output
 from sleap_live.stream.outputs.overlay_recorder import OverlayRecorder
 from sleap_live.stream.outputs.provenance import run_provenance
 from sleap_live.stream.outputs.slp import DEFAULT_SAVE_INTERVAL, JournalClaim, SlpWriter
+from sleap_live.stream.outputs.staging import StagedOutput
 from sleap_live.stream.sources import Source
 from sleap_live.stream.sources.group import SourceGroup, per_source_path
 from sleap_live.stream.types import PoseRecord
@@ -172,6 +173,12 @@ class VideoRecorder:
     frame, `TIMESTAMP_COLUMNS` (the frame's index in the recording, in the source,
     and its capture time in seconds on the source's clock), written as frames come.
 
+    Both are written in a private folder beside `path` and renamed into place when
+    the recorder closes (the output rule, `staging`), which the pipeline does however
+    the run ends: until then an earlier recording at `path` is untouched, and a
+    discarded (failed) recording never replaces it. A killed process leaves them in
+    that hidden folder (``.NAME.PID.HEX.partial``).
+
     Codecs (`RECORD_CODECS`): "h264" (default, lossy, CRF 18) and "h265" (lossy,
     CRF 23) store yuv420p and need even sizes, so an odd height or width is padded
     with one black row or column at the bottom or right (pixel coordinates stay
@@ -186,10 +193,13 @@ class VideoRecorder:
         crf: constant rate factor of a lossy codec (0 best, 51 worst); None: the
             codec's default.
         preset: x264/x265 speed preset; faster presets keep up with faster cameras.
+        overwrite: replace an existing `path` (`guard.claim_output`).
 
     Raises:
         ValueError: bad fps, frame shape, codec, quality or suffix.
         FileNotFoundError: the folder `path` would be written in does not exist.
+        OutputError: `path` exists (without `overwrite`), cannot be written, or
+            another run holds it.
     """
 
     def __init__(
@@ -201,6 +211,7 @@ class VideoRecorder:
         codec: str = DEFAULT_RECORD_CODEC,
         crf: int | None = None,
         preset: str | None = None,
+        overwrite: bool = False,
     ) -> None:
         self.path = Path(path)
         if not self.path.parent.is_dir():
@@ -223,16 +234,21 @@ class VideoRecorder:
         self._pad = ((0, pad_rows), (0, pad_columns), (0, 0))
         self._pixel_format = "rgb24" if channels == 3 else "gray"
         self.timestamps = timestamps_path(self.path)
-        self._lock = OutputLock(self.path, "the recording")
+        claim_output(self.path, "the recording", overwrite=overwrite)
+        claim_output(self.timestamps, "the recording's timestamps", overwrite=overwrite)
+        self._staged = StagedOutput(self.path, "the recording")
         try:
-            self._container = av.open(str(self.path), "w")
+            self._lock = OutputLock(self._staged.target, "the recording")
+        except BaseException:
+            self._staged.discard()
+            raise
+        try:
+            self._container = av.open(str(self._staged.file()), "w")
         except ValueError:
-            self._lock.release()
-            if self._lock.created:
-                self.path.unlink(missing_ok=True)
+            self._abandon()
             raise _not_a_video_format(self.path) from None
         except BaseException:
-            self._lock.release()
+            self._abandon()
             raise
         try:
             stream = self._container.add_stream(chosen.encoder, rate=_as_fraction(fps))
@@ -248,12 +264,14 @@ class VideoRecorder:
             if quality is not None:
                 options["crf"] = str(quality)
             self._stream.options = options
-            self._times = open(self.timestamps, "w", newline="", encoding="utf-8")
+            self._times = open(
+                self._staged.file(self.timestamps.name), "w", newline="", encoding="utf-8"
+            )
             self._times_writer = csv.writer(self._times)
             self._times_writer.writerow(TIMESTAMP_COLUMNS)
-        except Exception:
+        except BaseException:
             self._container.close()
-            self._lock.release()
+            self._abandon()
             raise
         self.quality = quality
         self.n_frames_written = 0
@@ -316,42 +334,54 @@ class VideoRecorder:
         """Nothing to do: frames are encoded as they come."""
 
     def close(self) -> None:
-        """Flush the encoder and finish the file; idempotent."""
+        """Flush the encoder, finish the file and rename it and its timestamps into
+        place (the video last); idempotent. Without frames, or on an error, nothing
+        is renamed: an earlier recording at `path` stays."""
         if self._closed:
+            return
+        if not self.n_frames_written:
+            self.discard()
             return
         self._closed = True
         try:
             for packet in self._stream.encode():
                 self._container.mux(packet)
-        finally:
-            self._release()
+            self._container.close()
+            self._times.close()
+            self._staged.commit(self.timestamps.name, self.path.name)
+        except BaseException:
+            self._container.close()
+            self._times.close()
+            self._abandon()
+            raise
+        self._lock.release()
         self.finished = True
 
     def discard(self) -> None:
-        """Stop without finishing the recording: the video is removed if this recorder
-        created it, and its timestamps sidecar; idempotent."""
+        """Stop without finishing the recording: nothing is renamed into place, so an
+        earlier recording at `path` (and its timestamps) stays as it was; idempotent."""
         if self._closed:
             return
         self._closed = True
-        created = self._lock.created
-        self._release()
-        if created:
-            self.path.unlink(missing_ok=True)
-        self.timestamps.unlink(missing_ok=True)
-
-    def _release(self) -> None:
         try:
             self._container.close()
         finally:
-            try:
-                self._times.close()
-            finally:
-                self._lock.release()
+            self._times.close()
+            self._abandon()
+
+    def _abandon(self) -> None:
+        """Remove what was staged, and the lock's file where this recorder made it."""
+        self._staged.discard()
+        if self._lock.created and self._lock.fd is not None:
+            self._staged.target.unlink(missing_ok=True)
+        self._lock.release()
 
     def describe(self) -> str:
         """What the recording holds, in one line."""
         if self.finished:
             return f"recording: {self.path} ({self.n_frames_written} frames)"
+        if self._closed:
+            return f"recording: {self.path} not written ({self.n_frames_written} frames)"
         return (
             f"recording: {self.path} is unfinished ({self.n_frames_written} frames encoded); "
             "it may not play"
@@ -621,6 +651,7 @@ def open_outputs(
                 source.frame_shape,
                 codec=options.record_codec,
                 crf=options.record_quality,
+                overwrite=options.overwrite,
             )
             outputs["record"] = (Channel(RECORD_QUEUE_CAPACITY), recorder)
         if options.record_overlay is not None:

@@ -54,11 +54,11 @@ def test_serve_web_sends_the_isolation_headers_and_the_module_and_wasm_types(tmp
 
 def test_serve_web_refuses_a_folder_that_is_no_web_export_in_one_line(tmp_path, capsys):
     (tmp_path / "other").mkdir()
-    assert cli.main(["serve-web", str(tmp_path / "other")]) == 2
+    assert cli.main(["serve-web", str(tmp_path / "other")]) == 1  # a bad input, not usage
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1
     assert "other: not a web export" in error and "--format web" in error
-    assert cli.main(["serve-web", str(tmp_path / "missing")]) == 2
+    assert cli.main(["serve-web", str(tmp_path / "missing")]) == 1
     assert "missing: no such folder" in capsys.readouterr().err
 
 

@@ -73,7 +73,7 @@ def run_from_a_clone(code: str, work: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.slow
-def test_readme_closed_loop_runs_verbatim_from_a_clone(tmp_path):
+def test_readme_closed_loop_runs_verbatim_from_a_clone(tmp_path, demo_export_cache):
     done = run_from_a_clone(python_after(*RUN_HERE[0]).code, tmp_path)
 
     assert done.returncode == 0, done.stderr

@@ -249,3 +249,33 @@ def test_byte_concatenated_mpeg_ts_files_are_whole_when_every_frame_decodes(tmp_
     out = tmp_path / "joined.slp"
     assert run("run", str(joined), "-o", str(out)) == 0
     assert len(sio.load_slp(str(out), open_videos=False)) == 60
+
+
+@pytest.mark.parametrize(
+    ("argv", "status"),
+    [
+        # Bad arguments, as argparse judges them: 2.
+        (["run", "V", "-m", "M", "--batch-size", "0"], 2),
+        (["run", "V", "-m", "M", "-o", "out.txt"], 2),
+        (["export", "M", "-o", "out.onnx", "--format", "nope"], 2),
+        (["render", "missing.slp", "-o", "o.mp4", "--frames", "5:2"], 2),
+        # A missing or unusable input: 1, whichever command reads it.
+        (["run", "missing.mp4", "-m", "M"], 1),
+        (["render", "missing.slp", "-o", "o.mp4"], 1),
+        (["track", "missing.slp", "-o", "t.slp"], 1),
+        (["recover", "missing.slp"], 1),
+        (["serve-web", "missing"], 1),
+        (["serve-web", "."], 1),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else str(value),
+)
+def test_one_kind_of_mistake_one_exit_status(argv, status, tmp_path, monkeypatch, capsys):
+    """Issue 37: a missing web export exited 2 and a missing video 1. The rule (docs
+    cli.md, the command reference): 2 for bad arguments, 1 for a bad input or run."""
+    monkeypatch.chdir(tmp_path)
+    video = Path(__file__).parents[1] / "data" / "videos" / "demo.mp4"
+    model = Path(__file__).parents[1] / "data" / "models" / "centroid"
+    argv = [str(video) if a == "V" else str(model) if a == "M" else a for a in argv]
+    assert cli.main(argv) == status
+    refused(capsys)
+    assert list(tmp_path.iterdir()) == []

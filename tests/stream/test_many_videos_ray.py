@@ -63,6 +63,9 @@ def test_a_local_ray_cluster_listens_on_loopback_only(ray_session):
     # Ray's head keeps a minimal dashboard process (usage stats), its web UI off.
     dashboards = [command for command in commands if "dashboard/dashboard.py" in command]
     assert all("--disable-frontend" in command for command in dashboards), dashboards
+    # ray.init's own SIGTERM handler (sys.exit) is not left in the driver: SIGTERM
+    # stops a folder run as Ctrl-C does (issue 37).
+    assert not getattr(signal.getsignal(signal.SIGTERM), "__module__", "").startswith("ray")
 
 
 @pytest.fixture(scope="module")
@@ -192,3 +195,32 @@ def test_on_ray_no_video_starts_after_the_duration(ray_session, here, tmp_path):
     assert sorted(path.name for path in tmp_path.iterdir()) == ["a.predictions.slp"]
     output = "a.predictions.slp"
     assert pose_arrays(tmp_path / output) == pose_arrays(here_out / output)
+
+
+def test_ctrl_c_on_ray_stops_the_actors_videos_and_prints_the_table(
+    ray_session, tmp_path, monkeypatch, capsys
+):
+    """Issue 37: Ctrl-C in a folder run answered only once the video in flight was
+    done; on Ray the actors' videos now stop at their next frame, the driver says so
+    at once and the table prints, the video a 'stopped' row, the rest left."""
+    from sleap_live.cli import main
+    from sleap_live.stream.many.display import ManyProgress
+
+    monkeypatch.chdir(tmp_path)
+    videos = tmp_path / "videos"
+    cut_clips(videos, {"a": (0, 30), "b": (50, 4)})
+    original = ManyProgress.started
+
+    def started(self, job):
+        original(self, job)
+        os.kill(os.getpid(), signal.SIGINT)  # a handed to the actor (loading the model)
+
+    monkeypatch.setattr(ManyProgress, "started", started)
+    arguments = ["run", str(videos), "-m", str(MODEL), "--output-dir", "out"]
+    arguments += ["--cluster", "local", "--workers", "1", "--engine", "onnx", "--threads", "1"]
+    assert main(arguments) == 130
+    printed = capsys.readouterr()
+    assert "sleap-live: interrupted: stopping videos/a.mkv" in printed.err, printed.err
+    assert "0 done, 0 skipped, 0 failed, 1 stopped" in printed.out, printed.out
+    assert "left" in printed.out
+    assert list((tmp_path / "out").iterdir()) == []

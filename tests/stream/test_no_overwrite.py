@@ -36,7 +36,10 @@ def refused_line(capsys, path: Path) -> str:
         ("run", "--record", "out.mp4"),
         ("run", "--record-overlay", "overlay.mp4"),
         ("replay", "-o", "out.csv"),
+        ("replay", "--record", "rec.mkv"),
         ("camera", "-o", "cam.slp"),
+        ("camera", "--record", "cam.mp4"),
+        ("camera", "--record-overlay", "cam.overlay.mp4"),
     ],
 )
 def test_a_rerun_into_an_existing_output_is_refused_before_any_work(
@@ -116,3 +119,20 @@ def test_export_refuses_an_existing_export_before_loading_the_model(format, name
     assert cli.main([*argv, "--no-verify"]) == 1
     refused_line(capsys, output)
     assert existing.read_bytes() == OLD
+
+
+@pytest.mark.parametrize("option", ["--json", "--plot"])
+def test_bench_refuses_an_existing_figures_file_before_timing(
+    option, clip, tmp_path, fake_loads, capsys
+):
+    """bench wrote --json and --plot over any file, after minutes of timing (and lost
+    the figures to a missing folder then)."""
+    existing = tmp_path / ("b.json" if option == "--json" else "b.png")
+    existing.write_bytes(OLD)
+    argv = ["bench", str(clip), "-m", "m", "--no-verify", option, str(existing)]
+    assert cli.main(argv) == 1
+    refused_line(capsys, existing)
+    assert existing.read_bytes() == OLD and fake_loads == []
+    missing = tmp_path / "no-folder" / existing.name
+    assert cli.main(["bench", str(clip), "-m", "m", "--no-verify", option, str(missing)]) == 1
+    assert "folder" in capsys.readouterr().err and fake_loads == []

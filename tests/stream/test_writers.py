@@ -412,8 +412,10 @@ def test_recorder_rejects_other_shapes_and_use_after_close(tmp_path):
 
 def test_recorder_locks_its_file_and_names_unwritable_formats(tmp_path):
     with VideoRecorder(tmp_path / "rec.mp4", 30, (8, 8, 3)) as recorder:
-        with pytest.raises(OutputBusyError, match="the recording is being written"):
+        with pytest.raises(OutputError, match="the recording exists; give --overwrite"):
             VideoRecorder(tmp_path / "rec.mp4", 30, (8, 8, 3))
+        with pytest.raises(OutputBusyError, match="the recording is being written"):
+            VideoRecorder(tmp_path / "rec.mp4", 30, (8, 8, 3), overwrite=True)
         recorder.encode(np.zeros((8, 8, 3), np.uint8))
     assert decode(tmp_path / "rec.mp4").shape[0] == 1
     assert recorder.describe() == f"recording: {tmp_path / 'rec.mp4'} (1 frames)"
@@ -422,3 +424,23 @@ def test_recorder_locks_its_file_and_names_unwritable_formats(tmp_path):
     assert not (tmp_path / "rec.slp").exists()
     with pytest.raises(ValueError, match="fps must be positive"):
         VideoRecorder(tmp_path / "rec2.mp4", float("inf"), (8, 8, 3))
+
+
+def test_a_recording_replaces_an_earlier_one_only_when_it_is_finished(tmp_path):
+    """Issue 37: --record wrote over the last session's recording from its first frame,
+    so a refused, failed or cut-short rerun had already destroyed it."""
+    video, times = tmp_path / "rec.mkv", tmp_path / "rec.mkv.timestamps.csv"
+    video.write_bytes(b"last session")
+    times.write_bytes(b"last session's times")
+    recorder = VideoRecorder(video, 30, (8, 8, 3), codec="ffv1", overwrite=True)
+    recorder.encode(np.zeros((8, 8, 3), np.uint8), source_frame_index=0, capture_time=0.0)
+    assert video.read_bytes() == b"last session"  # the run goes on: the old file stays
+    recorder.discard()  # a failed run
+    assert video.read_bytes() == b"last session"
+    assert times.read_bytes() == b"last session's times"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([times.name, video.name])
+    with VideoRecorder(video, 30, (8, 8, 3), codec="ffv1", overwrite=True) as recorder:
+        recorder.encode(np.full((8, 8, 3), 7, np.uint8), source_frame_index=3, capture_time=0.1)
+    np.testing.assert_array_equal(decode(video), np.full((1, 8, 8, 3), 7, np.uint8))
+    assert times.read_text().splitlines()[1] == "0,3,0.1"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([times.name, video.name])
