@@ -331,7 +331,8 @@ def output_problem(video: Path, output: Path) -> str | None:
     except OSError as error:
         return f"cannot be looked at ({error.strerror})"
     if not stat.S_ISREG(info.st_mode):
-        return f"is {_kind(output, follow=False).removeprefix('a ')}, not a pose file"
+        kind = _kind(output, follow=False)
+        return f"is {'a folder' if kind == 'folder' else kind}, not a pose file"
     if info.st_size == 0:
         return "is empty, not a pose file"
     try:

@@ -96,7 +96,7 @@ def _garbage(path: Path) -> str:
 
 def _folder(path: Path) -> str:
     path.mkdir()
-    return "is folder, not a pose file"
+    return "is a folder, not a pose file"
 
 
 @pytest.mark.parametrize("plant", [_empty, _garbage, _folder])
