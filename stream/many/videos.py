@@ -128,13 +128,13 @@ def find_videos(
             continue
         elif glob.has_magic(os.fspath(path)):
             root, pattern = _split_pattern(path)
+            matches = _matches(root, pattern)
             videos = sorted(
-                match
-                for match in _matches(root, pattern)
-                if _is_video_in(match, root, notify, by_suffix=False)
+                match for match in matches if _is_video_in(match, root, notify, by_suffix=False)
             )
             if not videos:
-                raise VideoListError(f"{escaped(path)}: the pattern matches no file")
+                what = "no video file (what it matches is skipped)" if matches else "no file"
+                raise VideoListError(f"{escaped(path)}: the pattern matches {what}")
         elif kind == "loop":
             raise VideoListError(f"{escaped(path)}: a link that loops, no video file")
         else:

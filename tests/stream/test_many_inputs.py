@@ -13,7 +13,7 @@ import pytest
 
 from sleap_live import run_many
 from sleap_live.cli import main
-from sleap_live.stream.many.videos import escaped, find_videos
+from sleap_live.stream.many.videos import VideoListError, escaped, find_videos
 from tests.stream.many_videos import MODEL, corrupt_video, cut_clips
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,6 +26,8 @@ def test_a_fifo_given_beside_a_video_is_skipped_with_a_line_never_opened(tmp_pat
     lines: list[str] = []
     assert find_videos([fifo, video], lines.append) == [video]
     assert lines == [f"{fifo}: a FIFO, not a video file: skipped"]
+    with pytest.raises(VideoListError, match="matches no video file"):
+        find_videos([tmp_path / "*.mp4"], lines.append)  # the FIFO alone
 
 
 def test_a_pattern_over_link_loops_ends_and_names_each_loop(tmp_path):
