@@ -194,7 +194,12 @@ def int8_key(onnx_bytes: bytes, frames: np.ndarray, form: QuantForm) -> CacheKey
         "form": attrs.asdict(form),
     }
     text = json.dumps(parts, sort_keys=True, separators=(",", ":"))
-    return CacheKey(hashlib.sha256(text.encode()).hexdigest(), parts)
+    # The keyed digest's key: from the source graph's and the frames' own bytes
+    # (the entry holds only their sha256s; see `export_cache`'s notes).
+    secret = hashlib.sha256(
+        b"sleap-live/int8-cache-graph-mac\0" + onnx_bytes + frames.tobytes() + text.encode()
+    ).digest()
+    return CacheKey(hashlib.sha256(text.encode()).hexdigest(), parts, secret)
 
 
 def quantise_networks(onnx_bytes: bytes, frames: np.ndarray, form: QuantForm) -> bytes:

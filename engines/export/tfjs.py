@@ -23,6 +23,11 @@ Verification: as for `--format saved_model`, with TF.js running the export:
 `tfjs_node/run.js` in Node, on TF.js's cpu backend (@tensorflow/tfjs-core,
 -backend-cpu and -converter `TFJS_VERSION` from npm, installed once into the
 sleap-live cache, or found through `SLEAP_LIVE_TFJS_NODE_MODULES`), frame by frame.
+Before Node runs them, the packages and their dependencies (`TFJS_PINS`, installed
+at exactly those versions) are checked (`npm_check`): the folders the current
+user's or root's and not writable by others, each package's files those of the
+registry's tarball. `run.js` loads the packages from that folder by path, so Node
+finds nothing else by their names.
 @tensorflow/tfjs-node, TF.js's native backend, is not used: its install downloads a
 TensorFlow library from outside npm. The WebGL and WebGPU backends are not verified.
 """
@@ -51,6 +56,12 @@ from sleap_live.engines.errors import ExportError, RuntimeUnavailableError
 from sleap_live.engines.export._quiet import first_line
 from sleap_live.engines.export.exporter import Frames, export_folder
 from sleap_live.engines.export.npm import npm_install
+from sleap_live.engines.export.npm_check import (
+    Pinned,
+    packages_problem,
+    untrusted_folders,
+    untrusted_tree,
+)
 from sleap_live.engines.export.onnx import onnx_exported
 from sleap_live.engines.export.saved_model import (
     METADATA_FILE,
@@ -74,6 +85,104 @@ TFJS_PACKAGES = (
     "@tensorflow/tfjs-core",
     "@tensorflow/tfjs-backend-cpu",
     "@tensorflow/tfjs-converter",
+)
+# The packages and dependencies TF.js {TFJS_VERSION} runs with in Node, as the registry
+# gave them (npm's lockfile's integrity, and `npm_check.tree_digest` of that tarball's
+# files; tests/engines/test_npm_check.py checks them against the tarballs where npm's
+# cache holds them). Installed at these versions, so a later release of a dependency
+# does not change what runs.
+TFJS_PINS = (
+    Pinned(
+        "@tensorflow/tfjs-backend-cpu",
+        "4.22.0",
+        "sha512-1u0FmuLGuRAi8D2c3cocHTASGXOmHc/4OvoVDENJayjYkS119fcTc"
+        "Qf4iHrtLthWyDIPy3JiPhRrZQC9EwnhLw==",
+        "3922f73c5c856a544c9dea6811e6767b8e40e80f22a0e9274c61ca9b17a649a1",
+    ),
+    Pinned(
+        "@tensorflow/tfjs-converter",
+        "4.22.0",
+        "sha512-PT43MGlnzIo+YfbsjM79Lxk9lOq6uUwZuCc8rrp0hfpLjF6Jv8jS8"
+        "4u2jFb+WpUeuF4K33ZDNx8CjiYrGQ2trQ==",
+        "ab45f89a6f1ca74dfa27c188848628f254f7173fb9540f38191e2cb3ac951cea",
+    ),
+    Pinned(
+        "@tensorflow/tfjs-core",
+        "4.22.0",
+        "sha512-LEkOyzbknKFoWUwfkr59vSB68DMJ4cjwwHgicXN0DUi3a0Vh1Er3J"
+        "QqCI1Hl86GGZQvY8ezVrtDIvqR1ZFW55A==",
+        "9b8620270d8d07e0989ffee3df775d9b4cfd42a5216662cb7849e9bf3685779c",
+    ),
+    Pinned(
+        "@types/long",
+        "4.0.2",
+        "sha512-MqTGEo5bj5t157U6fA/BiDynNkn0YknVdh48CMPkTSpFTVmvao5UQ"
+        "mm7uEF6xBEo7qIMAlY/JSleYaE6VOdpaA==",
+        "73e456722ca4417e79cc2ff78c547acf1a5d75ca60a130feb64a2a4e4f0c8349",
+    ),
+    Pinned(
+        "@types/offscreencanvas",
+        "2019.7.3",
+        "sha512-ieXiYmgSRXUDeOntE1InxjWyvEelZGP63M+cGuquuRLuIKKT1osnk"
+        "Xjxev9B7d1nXSug5vpunx+gNlbVxMlC9A==",
+        "b7287d691ce82af882874fed1a73a7e73dd7f6f7f01a0a23c4d3d86c54f75842",
+    ),
+    Pinned(
+        "@types/seedrandom",
+        "2.4.34",
+        "sha512-ytDiArvrn/3Xk6/vtylys5tlY6eo7Ane0hvcx++TKo6RxQXuVfW0A"
+        "F/oeWqAj9dN29SyhtawuXstgmPlwNcv/A==",
+        "98529930ffdbcedfa50f7873cc47a023ab834067b9c5646cb3a88a26f8171ee7",
+    ),
+    Pinned(
+        "@webgpu/types",
+        "0.1.38",
+        "sha512-7LrhVKz2PRh+DD7+S+PVaFd5HxaWQvoMqBbsV9fNJO1pjUs1P8bM2"
+        "vQVNfk+3URTqbuTI7gkXi0rfsN0IadoBA==",
+        "9b90a299d99010b6197142ff52da78fc1f492d020a39e54be6abb33d7fcddcbe",
+    ),
+    Pinned(
+        "long",
+        "4.0.0",
+        "sha512-XsP+KhQif4bjX1kbuSiySJFNAehNxgLb6hPRGJ9QsUr8ajHkuXGdr"
+        "HmFUTUUXhDwVX2R5bY4JNZEwbUiMhV+MA==",
+        "8ddc67c93432a66e4c8987ea3fb209d772059cf167d99f9efb050155d389d867",
+    ),
+    Pinned(
+        "node-fetch",
+        "2.6.13",
+        "sha512-StxNAxh15zr77QvvkmveSQ8uCQ4+v5FkvNTj0OESmiHu+VRi/gXAr"
+        "XtkWMElOsOUNLtUEvI4yS+rdtOHZTwlQA==",
+        "1386d0d11d7cc5eb16f5fe44c3247d97371c744080fd5d190d08267333e5a778",
+    ),
+    Pinned(
+        "seedrandom",
+        "3.0.5",
+        "sha512-8OwmbklUNzwezjGInmZ+2clQmExQPvomqjL7LFqOYqtmuxRgQYqOD"
+        "3mHaU+MvZn5FLUeVxVfQjwLZW/n/JFuqg==",
+        "e192324faa51ec50b88943e6fc2b55bf8bc62c691d4c4dc49eb286bbeff4bc23",
+    ),
+    Pinned(
+        "tr46",
+        "0.0.3",
+        "sha512-N3WMsuqV66lT30CrXNbEjx4GEwlow3v6rr4mCcv6prnfwhS01rkgy"
+        "FdjPNBYd9br7LpXV1+Emh01fHnq2Gdgrw==",
+        "626781b8ef8acecdc9511e572b038c79e716c305b06b30f675df5b87c417639d",
+    ),
+    Pinned(
+        "webidl-conversions",
+        "3.0.1",
+        "sha512-2JAn3z8AR6rjK8Sm8orRC0h/bcl/DqL7tRPdGZ4I1CjdF+EaMLmYx"
+        "BHyXuKL849eucPFhvBoxMsflfOb8kxaeQ==",
+        "342064c46ecdd7ce3737d176064833d39b8e1a932c82de2ad0a71d88e1cf8523",
+    ),
+    Pinned(
+        "whatwg-url",
+        "5.0.0",
+        "sha512-saE57nupxk6v3HY35+jzBwYa0rKSy0XR8JSxZPwgLr7ys0IBzhGvi"
+        "A1/TUGJLmSVqs8pb9AnvICXEuOHLprYTw==",
+        "2f78fd0e0030ce6a2d0eb8d9da3e3de91e5695d97c393d5359b4ed8b09a378a5",
+    ),
 )
 MODULES_ENV = "SLEAP_LIVE_TFJS_NODE_MODULES"
 TFJS_INSTALL_HINT = 'pip install "sleap-live[tfjs]" && pip install --no-deps tensorflowjs==4.22.0'
@@ -124,8 +233,8 @@ def export_tfjs(
     path = export_folder(output, "a TF.js export", is_tfjs_export, overwrite=overwrite)
     tf = import_tensorflow()
     convert_tf_saved_model = import_tensorflowjs()
-    node_modules = tfjs_node_modules() if verify else None
     notify = progress or (lambda _: None)
+    node_modules = tfjs_node_modules(notify=notify) if verify else None
     converted = convert_model(
         paths, FORMAT, opset=opset, verify=verify, verify_frames=verify_frames,
         progress=progress, settings=settings, frame_size=frame_size, int64_outputs=False,
@@ -255,14 +364,17 @@ def import_tensorflowjs() -> Any:
     return convert_tf_saved_model
 
 
-def tfjs_node_modules(cache_dir: str | Path | None = None) -> Path:
-    """The node_modules folder holding `TFJS_PACKAGES`, installed from npm if needed.
+def tfjs_node_modules(cache_dir: str | Path | None = None, notify: Notify | None = None) -> Path:
+    """The node_modules folder holding `TFJS_PINS`, installed from npm if needed.
 
     `SLEAP_LIVE_TFJS_NODE_MODULES`, when set, names that folder and nothing is installed.
+    Either is checked first (see the module's notes); `notify` is told when the
+    cache's install is made again.
 
     Raises:
-        RuntimeUnavailableError: Node.js is missing, the named folder lacks a package,
-            or npm is missing or its install failed (one line, with what to do).
+        RuntimeUnavailableError: Node.js is missing, the named folder or the cache's
+            install cannot be trusted or holds other files than the registry's, or
+            npm is missing or its install failed (one line, with what to do).
     """
     if shutil.which("node") is None:
         raise RuntimeUnavailableError(
@@ -270,20 +382,37 @@ def tfjs_node_modules(cache_dir: str | Path | None = None) -> Path:
         )
     chosen = os.environ.get(MODULES_ENV)
     if chosen:
-        _check_modules(Path(chosen), f"{MODULES_ENV}={chosen}")
-        return Path(chosen)
-    prefix = cache_root(cache_dir) / "tfjs" / TFJS_VERSION
-    modules = prefix / "node_modules"
-    if all((modules / package / "package.json").is_file() for package in TFJS_PACKAGES):
+        modules = Path(chosen)
+        _check_modules(modules, f"{MODULES_ENV}={chosen}")
+        problem = untrusted_tree(modules) or packages_problem(modules, TFJS_PINS)
+        if problem is not None:
+            raise RuntimeUnavailableError(f"{modules}: not used ({MODULES_ENV}): {problem}")
         return modules
+    root = cache_root(cache_dir)
+    prefix = root / "tfjs" / TFJS_VERSION
+    modules = prefix / "node_modules"
+    problem = untrusted_folders([root, prefix.parent]) or untrusted_tree(prefix)
+    if problem is not None:
+        raise RuntimeUnavailableError(
+            f"{prefix}: not used: {problem}; remove it, or give another --cache-dir"
+        )
+    if all((modules / package / "package.json").is_file() for package in TFJS_PACKAGES):
+        mismatch = packages_problem(modules, TFJS_PINS)
+        if mismatch is None:
+            return modules
+        (notify or (lambda _: None))(f"{prefix}: {mismatch}; installing it again")
+        shutil.rmtree(prefix)
     npm_install(
         prefix,
-        [f"{package}@{TFJS_VERSION}" for package in TFJS_PACKAGES],
+        [pin.spec for pin in TFJS_PINS],
         needed_for=f"verifying a TF.js export needs TF.js {TFJS_VERSION}",
         instead=f"set {MODULES_ENV} to a node_modules folder holding {', '.join(TFJS_PACKAGES)}, "
         "or export with --no-verify",
     )
     _check_modules(modules, f"npm's install in {prefix}")
+    problem = untrusted_tree(prefix) or packages_problem(modules, TFJS_PINS)
+    if problem is not None:
+        raise RuntimeUnavailableError(f"{prefix}: npm's install not used: {problem}")
     return modules
 
 
@@ -307,11 +436,14 @@ def run_tfjs(
             command = [
                 "node", str(script_path), str(path), str(work / "frames.bin"),
                 str(count), str(height), str(width), str(channels), str(work), ",".join(names),
+                os.path.realpath(modules),
             ]  # fmt: skip
+            # No NODE_PATH: run.js loads the checked packages by path.
+            environment = {name: value for name, value in os.environ.items() if name != "NODE_PATH"}
             try:
                 done = subprocess.run(
                     command, capture_output=True, text=True, timeout=NODE_TIMEOUT_S,
-                    check=False, env={**os.environ, "NODE_PATH": str(modules)},
+                    check=False, env=environment,
                 )  # fmt: skip
             except subprocess.TimeoutExpired:
                 raise ExportError(f"TF.js took over {NODE_TIMEOUT_S} s on the frames") from None

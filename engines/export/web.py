@@ -128,7 +128,7 @@ def export_web(
             "host (use --format onnx)"
         )
     notify(f"getting onnxruntime-web {ONNXRUNTIME_WEB_VERSION}")
-    dist = onnxruntime_web_dist()
+    dist = onnxruntime_web_dist(notify=notify)
     onnx_bytes = export_onnx_bytes(
         model,
         opset=opset,

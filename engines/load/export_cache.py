@@ -31,8 +31,19 @@ records embedded in it say which frames those were. Run once with `--no-cache`
 of the run that filled the cache.
 
 An entry is trusted only when its sidecar is this schema's, names the same key and
-gives the graph file's length and sha256, and (checked by the loader, see
-`embedded_key`) the graph's own metadata carries the key and ONNX Runtime loads it.
+gives the graph file's length, sha256 and keyed digest (`graph_mac`), and (checked by
+the loader, see `embedded_key`) the graph's own metadata carries the key and ONNX
+Runtime loads it.
+
+The keyed digest is an HMAC-SHA256 of the graph whose key (`CacheKey.secret`) is
+derived from the model files' own bytes, the export options, sleap-live's version
+and code digest: the entry holds only sha256s of those bytes, from which the key
+cannot be recomputed. So a graph changed by anything that has the cache but not the
+model files (a cache folder copied or synced from elsewhere, a tool that rewrites
+the cache, a sidecar "fixed" after the graph was edited: zeroed convolutions that
+found no animal at all) is re-exported, with a one-line notice, instead of run. It
+is no defence against someone who can read the model files as well: they can make
+the digest again, as they can change the model itself or sleap-live's code.
 Anything else is a corrupt entry: it is removed with a one-line notice and the
 model is exported again. As ssh treats its keys, an entry or cache folder another
 user owns, or that others may write (world-writable, or group-writable by a
@@ -47,6 +58,7 @@ a failed run.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import importlib.metadata
 import json
 import os
@@ -76,7 +88,9 @@ from sleap_live.engines.settings import InferenceSettings
 
 ONNX_FOLDER = "onnx"
 ENTRY_SCHEMA = "sleap-live/onnx-cache"
-ENTRY_SCHEMA_VERSION = 1
+ENTRY_SCHEMA_VERSION = 2  # 2: the keyed graph digest (`graph_mac`)
+# What the keyed digest's key is derived with (see the module's notes).
+_SECRET_TAG = b"sleap-live/onnx-cache-graph-mac\0"
 # Where the key goes in the graph's embedded `ExportMetadata`.
 KEY_FIELD = "cache_key"
 # The source folders of `sleap_live.engines` whose code does not shape the graph.
@@ -90,10 +104,14 @@ class CacheKey:
     Attributes:
         digest: sha256 (hex) of `parts`, the entry's file name.
         parts: the keyed values, as written to the sidecar.
+        secret: the key of the entry's graph digest, derived from the sources'
+            own bytes (not from `parts`, which hold only their sha256s), never
+            written (see the module's notes).
     """
 
     digest: str
     parts: Mapping[str, Any]
+    secret: bytes = attrs.field(repr=False)
 
 
 # Defaults of the export options every graph has: given as its default, an option is
@@ -124,9 +142,10 @@ def cache_key(
         (the model loader then says what is missing).
     """
     try:
-        models = sorted(_model_digests(Path(path)) for path in paths)
+        read = sorted(_model_digests(Path(path)) for path in paths)
     except OSError:
         return None
+    models = [(config, ckpt) for config, ckpt, _ in read]
     given = {name: value for name, value in export_options.items() if name != "verify_frames"}
     options = {name: _plain(value) for name, value in {**EXPORT_DEFAULTS, **given}.items()}
     parts = {
@@ -137,7 +156,15 @@ def cache_key(
         "settings": (InferenceSettings() if settings is None else settings).graph_key(),
     }
     text = json.dumps(parts, sort_keys=True, separators=(",", ":"))
-    return CacheKey(hashlib.sha256(text.encode()).hexdigest(), parts)
+    secret = hashlib.sha256(
+        _SECRET_TAG + b"".join(bytes.fromhex(keyed) for _, _, keyed in read) + text.encode()
+    ).digest()
+    return CacheKey(hashlib.sha256(text.encode()).hexdigest(), parts, secret)
+
+
+def graph_mac(key: CacheKey, onnx_bytes: bytes) -> str:
+    """The keyed digest of an entry's graph (HMAC-SHA256 under `key.secret`, hex)."""
+    return hmac.new(key.secret, onnx_bytes, hashlib.sha256).hexdigest()
 
 
 def package_version() -> str:
@@ -239,6 +266,7 @@ class ExportCache:
             "key": key.digest,
             "bytes": len(onnx_bytes),
             "sha256": hashlib.sha256(onnx_bytes).hexdigest(),
+            "graph_mac": graph_mac(key, onnx_bytes),
             "parts": dict(key.parts),
         }
         graph = self.graph_path(key)
@@ -295,18 +323,29 @@ def _entry_problem(record: Any, key: CacheKey, onnx_bytes: bytes) -> str | None:
         return f"truncated or overwritten ({len(onnx_bytes)} bytes, {record.get('bytes')} recorded)"
     if record.get("sha256") != hashlib.sha256(onnx_bytes).hexdigest():
         return "damaged (its sha256 differs from the recorded one)"
+    recorded = record.get("graph_mac")
+    if not isinstance(recorded, str) or not hmac.compare_digest(
+        recorded, graph_mac(key, onnx_bytes)
+    ):
+        return (
+            "changed since its export (its graph does not match the keyed digest it was made with)"
+        )
     return None
 
 
-def _model_digests(path: Path) -> tuple[str, str]:
+def _model_digests(path: Path) -> tuple[str, str, str]:
     """sha256 of a model directory's training config and checkpoint bytes (a SLEAP 1.x
-    folder's `training_config.json` and Keras `best_model.h5`)."""
+    folder's `training_config.json` and Keras `best_model.h5`), and the tagged digest
+    of both that the entry's keyed digest is made from (never written)."""
     config, weights = TRAINING_CONFIG, CHECKPOINT
     if not (path / TRAINING_CONFIG).is_file() and (path / LEGACY_TRAINING_CONFIG).is_file():
         config, weights = LEGACY_TRAINING_CONFIG, LEGACY_WEIGHTS
+    config_bytes, weights_bytes = (path / config).read_bytes(), (path / weights).read_bytes()
+    keyed = hashlib.sha256(_SECRET_TAG + config_bytes + b"\0" + weights_bytes)
     return (
-        hashlib.sha256((path / config).read_bytes()).hexdigest(),
-        hashlib.sha256((path / weights).read_bytes()).hexdigest(),
+        hashlib.sha256(config_bytes).hexdigest(),
+        hashlib.sha256(weights_bytes).hexdigest(),
+        keyed.hexdigest(),
     )
 
 

@@ -32,7 +32,7 @@ from sleap_live.stream.dashboard import live_display
 from sleap_live.stream.many.display import ManyProgress, describe, summary_table
 from sleap_live.stream.many.finish import OUTPUTS_TO
 from sleap_live.stream.many.run import DEFAULT_RETRIES, DEFAULT_STREAMS, default_threads, run_jobs
-from sleap_live.stream.many.videos import DEFAULT_NAME_PATTERN, find_videos, plan_jobs
+from sleap_live.stream.many.videos import DEFAULT_NAME_PATTERN, escaped, find_videos, plan_jobs
 from sleap_live.stream.many.worker import WorkOptions
 from sleap_live.stream.outputs.provenance import model_records
 
@@ -156,7 +156,10 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     """Runs `run` over many videos; returns 1 when any failed, else 0."""
     _check(args)
     jobs = plan_jobs(
-        find_videos(args.video),
+        find_videos(
+            args.video,
+            lambda line: console.print(line, highlight=False, markup=False, soft_wrap=True),
+        ),
         pattern=args.name_pattern or DEFAULT_NAME_PATTERN,
         output_dir=args.output_dir,
     )
@@ -213,7 +216,10 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     for result in run.failed:
         # A line each on stderr, with --quiet too, for logs and scripts.
         console.print(
-            f"{result.video}: {describe(result)}", highlight=False, markup=False, soft_wrap=True
+            f"{escaped(result.video)}: {describe(result)}",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
         )
     if run.left:
         why = "interrupted" if run.interrupted else f"--duration {args.duration:g} s was up"

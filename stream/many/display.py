@@ -9,7 +9,6 @@ line per finished video instead.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -21,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sleap_live.stream.many.run import ManyResult
-from sleap_live.stream.many.videos import VideoJob
+from sleap_live.stream.many.videos import VideoJob, escaped
 from sleap_live.stream.many.worker import VideoResult
 
 STATUS_STYLES = {
@@ -67,7 +66,7 @@ class ManyProgress:
 
     def started(self, job: VideoJob) -> None:
         with self._lock:
-            self._running[job.index] = job.video.name
+            self._running[job.index] = escaped(job.video.name)
 
     def progress(self, index: int, frames: int, total: int | None) -> None:
         with self._lock:
@@ -141,9 +140,9 @@ class ManyProgress:
 def describe(result: VideoResult) -> str:
     """One video's outcome in a few words."""
     if result.status == "failed":
-        return f"failed: {result.error}"
+        return f"failed: {escaped(result.error or '')}"
     if result.status == "skipped":
-        return f"skipped: {result.output} is complete"
+        return f"skipped: {escaped(result.output)} is complete"
     if result.status == "left":
         return "left: not started (the next run does it)"
     if result.status == "stopped":
@@ -151,7 +150,7 @@ def describe(result: VideoResult) -> str:
     redone = ", a half-written output redone" if result.redone else ""
     return (
         f"{result.frames} frames at {result.fps:.1f} fps, {result.instances} instances "
-        f"-> {result.output}{redone}"
+        f"-> {escaped(result.output)}{redone}"
     )
 
 
@@ -167,7 +166,7 @@ def summary_table(run: ManyResult) -> Table:
         worked = result.status == "done"
         status: str = result.status
         if result.status == "failed":
-            status = f"failed: {_without_prefix(result.error or '', result.video)}"
+            status = f"failed: {escaped(_without_prefix(result.error or '', result.video))}"
         elif result.status == "left":
             status = "left (not started)"
         elif result.status == "stopped":
@@ -205,11 +204,12 @@ def _in_flight(name: str, frames: tuple[int, int | None] | None) -> str:
 
 
 def shown(path: str) -> str:
-    """`path` relative to the working directory when it is inside it, else as it is."""
+    """`path` relative to the working directory when it is inside it, else as it is,
+    escaped (`videos.escaped`: a newline in a name does not break the table)."""
     try:
-        return os.fspath(Path(path).relative_to(Path.cwd()))
+        return escaped(Path(path).relative_to(Path.cwd()))
     except ValueError:
-        return path
+        return escaped(path)
 
 
 def _without_prefix(error: str, video: str) -> str:

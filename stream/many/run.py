@@ -21,10 +21,11 @@ from sleap_live.stream.many.local import Interrupted, Reporter, run_here, run_in
 from sleap_live.stream.many.videos import (
     DEFAULT_NAME_PATTERN,
     VideoJob,
+    escaped,
     find_videos,
     plan_jobs,
 )
-from sleap_live.stream.many.worker import VideoResult, WorkOptions, skipped
+from sleap_live.stream.many.worker import VideoResult, WorkOptions, failed, skipped
 from sleap_live.stream.outputs.writers import DEFAULT_SAVE_INTERVAL
 from sleap_live.stream.tracking.settings import TrackingSettings
 
@@ -241,8 +242,15 @@ def run_jobs(
     jobs = [
         attrs.evolve(job, video=job.video.absolute(), output=job.output.absolute()) for job in jobs
     ]
-    todo = [job for job in jobs if overwrite or not job.complete]
+    todo = [job for job in jobs if overwrite or not (job.complete or job.problem)]
     done = {job.index: skipped(job) for job in jobs if not overwrite and job.complete}
+    # Something at an output's name that is no pose file of its video: refused, in
+    # one line, rather than skipped as done or replaced (it may be the user's).
+    done.update(
+        (job.index, failed(job, _not_an_output(job)))
+        for job in jobs
+        if not overwrite and job.problem
+    )
     if report is not None:
         for result in done.values():
             report.finished(result)
@@ -293,3 +301,10 @@ def run_jobs(
             return ManyResult(tuple(done[i] for i in sorted(done)), mode, stopped.interrupt)
     done.update((result.index, result) for result in results)
     return ManyResult(tuple(done[index] for index in sorted(done)), mode)
+
+
+def _not_an_output(job: VideoJob) -> str:
+    return (
+        f"{escaped(job.output)} {job.problem}; not skipped as done nor replaced: move it "
+        "away, or run with --overwrite to replace it"
+    )

@@ -340,8 +340,39 @@ def _other_key_in_sidecar(graph: Path) -> str:
     return "recorded under another key"
 
 
+def _zeroed_convolutions_sidecar_recomputed(graph: Path) -> str:
+    # What the owner of the cache alone can do (issue #36): every convolution's
+    # weights zeroed (the model then finds no animal), the sidecar's length and
+    # sha256 made to match; its keyed digest needs the model files' bytes.
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load_from_string(graph.read_bytes())
+    weights = {node.input[1] for node in model.graph.node if node.op_type == "Conv"}
+    zeroed = [init for init in model.graph.initializer if init.name in weights]
+    assert zeroed, "the fixture graph has convolutions with constant weights"
+    for init in zeroed:
+        init.CopyFrom(numpy_helper.from_array(np.zeros_like(numpy_helper.to_array(init)), init.name))
+    data = model.SerializeToString()
+    graph.write_bytes(data)
+    sidecar = sidecar_path(graph)
+    record = json.loads(sidecar.read_text())
+    record.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+    sidecar.write_text(json.dumps(record))
+    return "changed since its export"
+
+
 @pytest.mark.parametrize(
-    "corrupt", [_garbage, _truncated, _flipped, _bad_sidecar, _no_sidecar, _other_key_in_sidecar]
+    "corrupt",
+    [
+        _garbage,
+        _truncated,
+        _flipped,
+        _bad_sidecar,
+        _no_sidecar,
+        _other_key_in_sidecar,
+        _zeroed_convolutions_sidecar_recomputed,
+    ],
 )
 def test_a_corrupt_entry_is_exported_again_with_a_notice(cached, exports, capsys, corrupt):
     cache_dir, key = cached
@@ -369,7 +400,7 @@ def test_a_graph_onnx_runtime_cannot_load_is_exported_again(cached, exports, cap
 def test_a_graph_keyed_differently_in_its_own_metadata_is_exported_again(cached, exports, capsys):
     cache_dir, key = cached
     graph = cache_dir / "onnx" / f"{key.digest}.onnx"
-    other = CacheKey("f" * 64, {})
+    other = CacheKey("f" * 64, {}, b"")
     _rewrite(cache_dir, key, with_embedded_key(graph.read_bytes(), other))
     capsys.readouterr()
     runner = load(cache_dir)

@@ -1,17 +1,19 @@
 // Runs a TF.js graph model export on frames, with TF.js's cpu backend, in Node.
 // sleap-live's TF.js export verifies itself with this script (engines/export/tfjs.py).
 //
-//   node run.js MODEL_DIR FRAMES N H W C OUT_DIR NAMES
+//   node run.js MODEL_DIR FRAMES N H W C OUT_DIR NAMES NODE_MODULES
 //
 // FRAMES: N uint8 frames (H, W, C) one after another; NAMES: the outputs to read,
 // comma-separated, as the model's signature names them. Writes OUT_DIR/I_J.bin (frame I's
 // output J: float32, int32, or bool as one byte) and OUT_DIR/outputs.json (each output's
-// shape and dtype). The TF.js packages are found through NODE_PATH.
+// shape and dtype). The TF.js packages are loaded from NODE_MODULES by path (the folder
+// sleap-live checked), never looked up by name in other folders.
 const fs = require("fs");
 const path = require("path");
-const tf = require("@tensorflow/tfjs-core");
-require("@tensorflow/tfjs-backend-cpu");
-const converter = require("@tensorflow/tfjs-converter");
+const modules = process.argv[10];
+const tf = require(path.join(modules, "@tensorflow", "tfjs-core"));
+require(path.join(modules, "@tensorflow", "tfjs-backend-cpu"));
+const converter = require(path.join(modules, "@tensorflow", "tfjs-converter"));
 
 async function main() {
   const [dir, framesPath, n, h, w, c, outDir, names] = process.argv.slice(2);
