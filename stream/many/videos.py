@@ -9,10 +9,10 @@ is skipped).
 
 What is not a regular file is never opened to find out what it is (opening a FIFO
 blocks until someone writes it): each entry is `lstat`ed first, and FIFOs,
-sockets, devices, links that loop or point out of the folder searched are left
-out with one line each (`notify`), their names escaped (`escaped`). Patterns are
-expanded without following links into folders, so a link loop cannot make the
-walk endless.
+sockets, devices, links that loop or lead nowhere, and links to folders out of the
+folder searched are left out with one line each (`notify`), their names escaped
+(`escaped`). Patterns are expanded without following links into folders, so a link
+loop cannot make the walk endless.
 """
 
 from __future__ import annotations
@@ -185,9 +185,10 @@ def _is_video_in(
     member: Path, folder: Path, notify: Callable[[str], None], *, by_suffix: bool
 ) -> bool:
     """Whether `member` (found in `folder`) is a video to take. Says why not, in one
-    line, for a FIFO, socket or device, and for a link that loops, dangles or points
-    out of `folder`, whatever their names; other files without a video suffix
-    (`by_suffix`) and folders are passed over without a word."""
+    line, for a FIFO, socket or device, and for a link that loops, dangles or leads
+    to a folder out of `folder`, whatever their names; a link to a file is taken as
+    the file; other files without a video suffix (`by_suffix`) and folders are passed
+    over without a word."""
     own = _kind(member, follow=False)
     if own == "a link":
         target = _kind(member, follow=True)
@@ -197,12 +198,13 @@ def _is_video_in(
         if target == "missing":
             notify(f"{escaped(member)}: a link to nothing: skipped")
             return False
-        inside = Path(os.path.realpath(folder))
+        # A link to a video kept elsewhere is taken (labs link recordings into a
+        # session's folder); a link to a folder elsewhere is not walked, and said.
         resolved = Path(os.path.realpath(member))
-        if not resolved.is_relative_to(inside):
+        if target == "folder" and not resolved.is_relative_to(os.path.realpath(folder)):
             notify(
-                f"{escaped(member)}: a link out of {escaped(folder)} (to {escaped(resolved)}): "
-                "skipped; give the file by name to run it"
+                f"{escaped(member)}: a link to a folder out of {escaped(folder)} "
+                f"(to {escaped(resolved)}): not searched; give that folder to search it"
             )
             return False
         own = target

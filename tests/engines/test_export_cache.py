@@ -352,7 +352,9 @@ def _zeroed_convolutions_sidecar_recomputed(graph: Path) -> str:
     zeroed = [init for init in model.graph.initializer if init.name in weights]
     assert zeroed, "the fixture graph has convolutions with constant weights"
     for init in zeroed:
-        init.CopyFrom(numpy_helper.from_array(np.zeros_like(numpy_helper.to_array(init)), init.name))
+        init.CopyFrom(
+            numpy_helper.from_array(np.zeros_like(numpy_helper.to_array(init)), init.name)
+        )
     data = model.SerializeToString()
     graph.write_bytes(data)
     sidecar = sidecar_path(graph)

@@ -1,5 +1,5 @@
 """What a many-videos run is given besides videos (issue #36): FIFOs, devices, link
-loops and links out of a folder are skipped with one escaped line each and never
+loops and links to folders out of a folder are skipped with one escaped line each and never
 opened; an output that is no pose file of its video is refused, not skipped as done."""
 
 from __future__ import annotations
@@ -71,9 +71,17 @@ def test_a_folder_run_names_each_thing_it_skips_escaped(tmp_path, capsys, monkey
     lines = err.splitlines()
     assert "videos/pipe.mp4: a FIFO, not a video file: skipped" in lines
     assert "videos/new\\nline.mkv: a FIFO, not a video file: skipped" in lines
-    out = "videos/etc: a link out of videos (to /etc): skipped; give the file by name to run it"
-    assert out in lines
-    assert any(line.startswith("videos/passwd.mp4: a link out of videos") for line in lines)
+    out = "videos/etc: a link to a folder out of videos (to /etc): not searched; "
+    assert out + "give that folder to search it" in lines
+    # A link to a file elsewhere is taken as that file: this one is no video.
+    assert any(
+        line.endswith(
+            "videos/passwd.mp4: failed: "
+            + escaped(folder / "passwd.mp4")
+            + ": cannot open video: Invalid data found when processing input"
+        )
+        for line in lines
+    ), lines
     failed = escaped(folder / "bad\rname.mp4") + ": failed:"
     assert any(line.startswith(failed) for line in lines), lines
     assert (tmp_path / "clip.predictions.slp").is_file()
