@@ -304,10 +304,16 @@ def _model_digests(path: Path) -> tuple[str, str]:
     config, weights = TRAINING_CONFIG, CHECKPOINT
     if not (path / TRAINING_CONFIG).is_file() and (path / LEGACY_TRAINING_CONFIG).is_file():
         config, weights = LEGACY_TRAINING_CONFIG, LEGACY_WEIGHTS
-    return (
-        hashlib.sha256((path / config).read_bytes()).hexdigest(),
-        hashlib.sha256((path / weights).read_bytes()).hexdigest(),
-    )
+    return _file_sha256(path / config), _file_sha256(path / weights)
+
+
+def _file_sha256(path: Path) -> str:
+    """sha256 of a file read in blocks: a large file is never held whole."""
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        while block := file.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _plain(value: Any) -> Any:
