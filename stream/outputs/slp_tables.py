@@ -24,14 +24,21 @@ import numpy as np
 _BLOCK_ROWS = 1 << 16
 
 
-def check_slp_tables(path: Path, max_instances_per_frame: int) -> None:
-    """Refuses a `.slp` file whose frames or instances point outside their tables,
-    or one frame of which holds more than `max_instances_per_frame` instances.
+class PoseTableError(OSError):
+    """A pose file's instance or point ranges leave their tables, or a frame holds
+    more instances than allowed; the message names the file, the row and the field."""
 
-    A file without sleap-io's tables is left for sleap-io to refuse.
+
+def check_slp_tables(path: Path, max_instances_per_frame: int | None = None) -> None:
+    """Refuses a `.slp` file whose frames or instances point outside their tables,
+    or one frame of which holds more than `max_instances_per_frame` instances (None:
+    any number).
+
+    A file that is not HDF5 or lacks sleap-io's tables, or one HDF5 cannot read, is
+    left for sleap-io to refuse in its caller's words.
 
     Raises:
-        OSError: one line naming `path`, the table, the row and the field.
+        PoseTableError: one line naming `path`, the table, the row and the field.
     """
     try:
         with h5py.File(path, "r") as file:
@@ -44,10 +51,10 @@ def check_slp_tables(path: Path, max_instances_per_frame: int) -> None:
             _check_frames(path, frames, instances.shape[0], max_instances_per_frame)
             points = _rows(file, "points"), _rows(file, "pred_points")
             _check_instances(path, instances, points)
-    except OSError as error:
-        if str(path) in str(error):
-            raise
-        raise OSError(f"{path}: cannot be read as a pose file ({error})") from None
+    except PoseTableError:
+        raise
+    except OSError:
+        return
 
 
 def _table(file: h5py.File, name: str, fields: tuple[str, ...]) -> h5py.Dataset | None:
@@ -69,7 +76,7 @@ def _blocks(table: h5py.Dataset, fields: tuple[str, ...]) -> Iterator[tuple[int,
         yield first, table.fields(list(fields))[first : first + _BLOCK_ROWS]
 
 
-def _check_frames(path: Path, frames: h5py.Dataset, n_instances: int, most: int) -> None:
+def _check_frames(path: Path, frames: h5py.Dataset, n_instances: int, most: int | None) -> None:
     previous_end = np.uint64(0)
     for first, block in _blocks(frames, ("frame_idx", "instance_id_start", "instance_id_end")):
         # Compared as the file's unsigned integers: no cast can wrap a crafted value.
@@ -79,15 +86,15 @@ def _check_frames(path: Path, frames: h5py.Dataset, n_instances: int, most: int)
         placed = (previous <= starts) & (starts <= ends) & (ends <= np.uint64(n_instances))
         if not placed.all():
             row = int(np.flatnonzero(~placed)[0])
-            raise OSError(
+            raise PoseTableError(
                 f"{path}: frames row {first + row}: instance_id_start {starts[row]} to "
                 f"instance_id_end {ends[row]} do not lie in the instance table ({n_instances} "
                 f"rows) after the previous frame's end ({previous[row]})"
             )
         counts = ends - starts
-        if (counts > np.uint64(most)).any():
+        if most is not None and (counts > np.uint64(most)).any():
             row = int(np.flatnonzero(counts > np.uint64(most))[0])
-            raise OSError(
+            raise PoseTableError(
                 f"{path}: frames row {first + row} (frame {block['frame_idx'][row]}) holds "
                 f"{counts[row]} instances, more than the {most} tracked per frame"
             )
@@ -106,7 +113,7 @@ def _check_instances(path: Path, instances: h5py.Dataset, points: tuple[int, int
         if not placed.all():
             row = int(np.flatnonzero(~placed)[0])
             table = "points" if user[row] else "pred_points"
-            raise OSError(
+            raise PoseTableError(
                 f"{path}: instances row {first + row}: point_id_start {starts[row]} to "
                 f"point_id_end {ends[row]} do not lie in its {table} table ({rows[row]} rows)"
             )
