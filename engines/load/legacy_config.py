@@ -274,9 +274,10 @@ def _check_channels(
     """Refuses a UNet level of no channels or of more than `MAX_CHANNELS`, level by
     level (`LegacyNetwork`'s `int(filters * filters_rate**n)`), so a huge rate is
     refused before it overflows."""
+    # The encoder's levels 0 to log2(max_stride) - 1, and the middle block's next one.
     levels = int(max_stride).bit_length() - 1 + (1 if middle_block else 0)
     channels = float(filters)
-    for level in range(levels + 1):
+    for level in range(levels):
         if not 1 <= channels <= MAX_CHANNELS:
             raise reader.error(
                 f"model.backbone.unet.filters_rate {rate!r} gives {filters} x "
