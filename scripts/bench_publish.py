@@ -1,7 +1,8 @@
 """What publishing poses over ZeroMQ (`--publish`) adds to a run's latency.
 
     python scripts/bench_publish.py [--records 5000] [--repeats 3] [--fps 30] [--json out.json]
-    python scripts/bench_publish.py --flood 30 [--flood-rate 50000] [--fps 30] [--json out.json]
+    python scripts/bench_publish.py --flood 30 [--flood-rate 50000] [--flood-topics 300]
+        [--fps 30] [--json out.json]
 
 Three figures, each with a subscriber in another process (plain pyzmq + msgpack)
 connected to the publisher and its subscription arrived before timing starts:
@@ -86,7 +87,8 @@ print(json.dumps(delays), flush=True)
 
 # A peer that sends subscribe messages to argv[1] for argv[2] seconds, argv[3] a
 # second (0: as fast as it can), from a raw XSUB socket (every one goes out, none
-# merged), then prints how many it sent.
+# merged), then prints how many it sent: "poses" each time, or with argv[4] > 0 a
+# distinct topic of that many bytes each time.
 FLOODER = """
 import sys, time
 import zmq
@@ -96,6 +98,7 @@ socket.connect(sys.argv[1])
 start = time.monotonic()
 end = start + float(sys.argv[2])
 rate = float(sys.argv[3])
+size = int(sys.argv[4])
 sent = 0
 while time.monotonic() < end:
     if rate and sent > rate * (time.monotonic() - start):
@@ -103,7 +106,8 @@ while time.monotonic() < end:
         continue
     for _ in range(1000):
         try:
-            socket.send(b"\\x01poses", zmq.NOBLOCK)
+            topic = (b"%012d" % sent).ljust(size, b"x") if size else b"poses"
+            socket.send(b"\\x01" + topic, zmq.NOBLOCK)
             sent += 1
         except zmq.Again:
             time.sleep(0.001)
@@ -252,7 +256,9 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def flood_run(clip: Path, fps: float, flood_seconds: float | None, rate: float) -> dict[str, Any]:
+def flood_run(
+    clip: Path, fps: float, flood_seconds: float | None, rate: float, topic_bytes: int = 0
+) -> dict[str, Any]:
     """One publishing replay of `clip`, flooded for `flood_seconds` (None: no flood)."""
     runner = load_runner([str(DATA / "exports" / "topdown")], engine="onnx", device="cpu")
     source = open_source(clip, replay=True, fps=fps)
@@ -277,6 +283,7 @@ def flood_run(clip: Path, fps: float, flood_seconds: float | None, rate: float) 
                         publisher.endpoint,
                         str(flood_seconds),
                         str(rate),
+                        str(topic_bytes),
                     ],
                     stdout=subprocess.PIPE,
                     text=True,
@@ -309,13 +316,13 @@ def flood_run(clip: Path, fps: float, flood_seconds: float | None, rate: float) 
     return result
 
 
-def flood(seconds: float, fps: float, rate: float) -> list[dict[str, Any]]:
+def flood(seconds: float, fps: float, rate: float, topic_bytes: int = 0) -> list[dict[str, Any]]:
     """`flood_run` without, then with, the flood; each printed as it ends."""
     runs = []
     with tempfile.TemporaryDirectory() as folder:
         clip = looped_clip(seconds, Path(folder))
         for flooded in (None, seconds):
-            run = flood_run(clip, fps, flooded, rate)
+            run = flood_run(clip, fps, flooded, rate, topic_bytes)
             runs.append(run)
             print(
                 f"{'flood' if flooded else 'no flood'}: {run['frames']} frames "
@@ -349,9 +356,17 @@ def main() -> None:
         default=0.0,
         help="subscribe messages a second the flooding peer sends (default 0: all it can)",
     )
+    parser.add_argument(
+        "--flood-topics",
+        type=int,
+        default=0,
+        metavar="BYTES",
+        help="each subscribe message a distinct topic of this many bytes (default 0: "
+        "'poses' every time)",
+    )
     args = parser.parse_args()
     if args.flood is not None:
-        runs = flood(args.flood, args.fps, args.flood_rate)
+        runs = flood(args.flood, args.fps, args.flood_rate, args.flood_topics)
         if args.json is not None:
             args.json.write_text(json.dumps({"flood": runs}, indent=2))
         return

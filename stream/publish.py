@@ -31,7 +31,10 @@ disconnects its peer, and at most `SUBSCRIPTION_CHANGES_PER_POLL` changes are
 taken per record sent. ZeroMQ has no limit on connections: a TCP publisher's own
 thread (`ConnectionLimit`) watches the socket's monitor and shuts down each
 connection past `MAX_CONNECTIONS` as soon as ZeroMQ accepts it, whether or not
-poses are being sent.
+poses are being sent. ZeroMQ also keeps every distinct topic a peer subscribes, so
+the same thread shuts down a connection that has sent more than `MAX_PEER_BYTES`
+(the kernel's count of bytes received on it), which frees its topics: the
+subscription state is bounded in bytes, not only in count.
 An ``ipc://`` socket is readable and writable by its owner only (0600) from the
 moment it is bound (`_bind_private`); a TCP endpoint bound beyond loopback gets
 `exposure_warning`.
@@ -48,6 +51,7 @@ import re
 import shutil
 import socket
 import stat
+import sys
 import tempfile
 import threading
 import time
@@ -92,9 +96,20 @@ SUBSCRIPTION_QUEUE = 16
 # accepted, so that idle peers cannot take the descriptors the run's pose file
 # needs. Far below the usual 1,024 descriptors.
 MAX_CONNECTIONS = 64
-# How often the connection watcher looks whether its publisher was closed (real
-# seconds; closing also wakes it at once).
-CONNECTION_WATCH_SECONDS = 0.2
+# Bytes one connection may send (its ZMTP greeting and handshake, about 100, then
+# its subscriptions, each a topic and a few bytes): a connection past it is shut
+# down. Subscribers send a few short topics ("poses/cam0"); ZeroMQ keeps every
+# topic a peer subscribes in its trie (about 27 bytes per topic byte, measured), so
+# this bounds the subscription state in bytes: at most `MAX_CONNECTIONS` x this of
+# topics, whatever peers send. A subscriber with ZMTP heartbeats on also sends its
+# pings (about 10 bytes each) and is shut down after some 6,000 of them.
+MAX_PEER_BYTES = 64 * 1024
+# How often the connection watcher looks at what each connection has sent, and
+# whether its publisher was closed (real seconds; closing also wakes it at once).
+CONNECTION_WATCH_SECONDS = 0.02
+# struct tcp_info (linux/tcp.h): tcpi_bytes_received, a __u64 at this offset
+# (Linux 4.1 and later).
+_TCP_BYTES_RECEIVED = 128
 # Longest Unix socket path, in bytes (Linux's sun_path holds 108 with its NUL).
 UNIX_PATH_BYTES = 108
 INSTALL_HINT = 'pip install "sleap-live[publish]"'
@@ -390,13 +405,16 @@ class PosePublishing:
 
 
 class ConnectionLimit:
-    """A TCP publisher's thread that keeps its connections to `MAX_CONNECTIONS`.
+    """A TCP publisher's thread that keeps its connections to `MAX_CONNECTIONS`, each
+    to `MAX_PEER_BYTES` sent.
 
     ZeroMQ accepts every connection itself and has no limit; its socket monitor
     reports each accepted and closed one (with its descriptor). This thread, named
     ``sleap-live publisher connections``, waits on that monitor and shuts down each
     connection accepted past the limit at once (logged once), so idle peers never
-    hold descriptors the run needs, even before the first pose is sent. It owns the
+    hold descriptors the run needs, even before the first pose is sent; every
+    `CONNECTION_WATCH_SECONDS` it shuts down each kept connection that has sent more
+    than `MAX_PEER_BYTES` (logged once). It owns the
     monitor socket (a ZeroMQ socket is used by one thread at a time) and ends when
     the monitor stops (`Publisher.close` disables it) or `stop` is called.
 
@@ -414,6 +432,8 @@ class ConnectionLimit:
         # The descriptors of the connections kept (only this thread uses it).
         self._connections: set[int] = set()
         self.refused = 0
+        # Connections shut down for sending more than `MAX_PEER_BYTES`.
+        self.cut = 0
         self._thread = threading.Thread(
             target=self._run, name="sleap-live publisher connections", daemon=True
         )
@@ -434,6 +454,7 @@ class ConnectionLimit:
         timeout_ms = int(CONNECTION_WATCH_SECONDS * 1000)
         try:
             while not self._stopping.is_set():
+                self._check_bytes()
                 if not self._monitor.poll(timeout_ms, zmq.POLLIN):
                     continue
                 event = recv_monitor_message(self._monitor)
@@ -445,6 +466,23 @@ class ConnectionLimit:
             return  # the context ended under it: nothing left to watch
         finally:
             self._monitor.close(linger=0)
+
+    def _check_bytes(self) -> None:
+        """Shut down each kept connection that has sent more than `MAX_PEER_BYTES`."""
+        for fd in list(self._connections):
+            received = _bytes_received(fd, self._port)
+            if received is None or received <= MAX_PEER_BYTES:
+                continue
+            self._connections.discard(fd)
+            _shut_down(fd, self._port)
+            if self.cut == 0:
+                logger.warning(
+                    "the publisher on %s shuts down connections that send more than %d "
+                    "bytes of subscriptions",
+                    self._endpoint,
+                    MAX_PEER_BYTES,
+                )
+            self.cut += 1
 
     def _take(self, accepted: bool, fd: int) -> None:
         """Keep or shut down a connection ZeroMQ accepted; forget one that closed."""
@@ -461,6 +499,30 @@ class ConnectionLimit:
                     MAX_CONNECTIONS,
                 )
             self.refused += 1
+
+
+def _bytes_received(fd: int, port: int) -> int | None:
+    """Bytes the TCP connection on ZeroMQ's descriptor `fd` has received, or None if
+    `fd` is no longer a connection to `port` or the kernel does not say."""
+    try:
+        copy = os.dup(fd)
+    except OSError:
+        return None
+    try:
+        connection = socket.socket(fileno=copy)
+    except OSError:
+        os.close(copy)
+        return None
+    with connection:
+        try:
+            if connection.type != socket.SOCK_STREAM or connection.getsockname()[1] != port:
+                return None
+            info = connection.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+        except (OSError, AttributeError):  # no TCP_INFO off Linux
+            return None
+    if len(info) < _TCP_BYTES_RECEIVED + 8:
+        return None
+    return int.from_bytes(info[_TCP_BYTES_RECEIVED : _TCP_BYTES_RECEIVED + 8], sys.byteorder)
 
 
 def _shut_down(fd: int, port: int) -> None:

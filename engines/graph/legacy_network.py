@@ -48,6 +48,7 @@ from torch import nn
 
 from sleap_live.engines.errors import CheckpointError, ModelConfigError
 from sleap_live.engines.graph.decoder_heads import match_channels
+from sleap_live.engines.load.keras_h5 import hard_member, read_weight
 from sleap_live.engines.load.spec import HeadSpec, ModelSpec, UNetSpec
 
 # The key of the offset maps in the network's outputs.
@@ -244,15 +245,19 @@ class LegacyNetwork(nn.Module):
     def load_keras_weights(self, path: Path) -> None:
         """Loads the weights of a Keras `.h5` model file.
 
+        Each weight's link, storage and shape are checked before it is read
+        (`keras_h5.read_weight`).
+
         Raises:
-            CheckpointError: the file is unreadable, lacks a layer, or a weight has
-                the wrong shape, naming the file and the layer.
+            CheckpointError: the file is unreadable, lacks a layer, or a weight is a
+                link, stored outside the file or of the wrong shape, naming the file
+                and the layer.
         """
         try:
             with h5py.File(path, "r") as f:
-                if "model_weights" not in f:
+                stored = hard_member(f, "model_weights", path, "model_weights")
+                if not isinstance(stored, h5py.Group):
                     raise CheckpointError(f"{path}: no model_weights; not a Keras model file")
-                stored = f["model_weights"]
                 for name, (module, kind) in self.keras_layers().items():
                     key = next((k for k in (name, f"{name}_0") if k in stored), None)
                     if key is None:
@@ -260,33 +265,29 @@ class LegacyNetwork(nn.Module):
                             f"{path}: no layer {name}; it does not match "
                             f"{self.spec.config_path.name}"
                         )
-                    group = stored[key][key]
-                    kernel = np.asarray(group["kernel:0"], dtype=np.float32)
-                    bias = np.asarray(group["bias:0"], dtype=np.float32)
-                    _assign(module, kind, kernel, bias, path, key)
+                    where = f"model_weights/{key}/{key}"
+                    layer = hard_member(stored, key, path, f"model_weights/{key}")
+                    group = layer and hard_member(layer, key, path, where)
+                    if not isinstance(group, h5py.Group):
+                        raise CheckpointError(f"{path}: {where} is not a layer's weights")
+                    own_weight, own_bias = module.weight, module.bias
+                    assert isinstance(own_weight, torch.Tensor)
+                    assert isinstance(own_bias, torch.Tensor)
+                    # Keras's layouts: convolutions (h, w, in, out), transposed ones
+                    # (h, w, out, in), dense (in, out); torch's reverse the first two
+                    # and put the kernel's sides last.
+                    order = (1, 0) if kind == "dense" else (2, 3, 1, 0)
+                    shape = tuple(own_weight.shape[i] for i in order)
+                    kernel = read_weight(group, "kernel:0", shape, path, f"{where}/kernel:0")
+                    bias = read_weight(
+                        group, "bias:0", tuple(own_bias.shape), path, f"{where}/bias:0"
+                    )
+                    with torch.no_grad():
+                        weight = np.ascontiguousarray(kernel.transpose(np.argsort(order)))
+                        own_weight.copy_(torch.from_numpy(weight))
+                        own_bias.copy_(torch.from_numpy(bias))
         except OSError as e:
             raise CheckpointError(f"{path}: cannot read as HDF5 ({e})") from None
-
-
-def _assign(
-    module: nn.Module, kind: str, kernel: np.ndarray, bias: np.ndarray, path: Path, name: str
-) -> None:
-    if kind == "dense":
-        weight = kernel.T
-    elif kind == "transposed":
-        weight = kernel.transpose(3, 2, 0, 1)  # (h, w, out, in) -> (in, out, h, w)
-    else:
-        weight = kernel.transpose(3, 2, 0, 1)  # (h, w, in, out) -> (out, in, h, w)
-    own_weight, own_bias = module.weight, module.bias
-    assert isinstance(own_weight, torch.Tensor) and isinstance(own_bias, torch.Tensor)
-    if weight.shape != tuple(own_weight.shape) or bias.shape != tuple(own_bias.shape):
-        raise CheckpointError(
-            f"{path}: layer {name} has kernel {kernel.shape} where the config implies "
-            f"{tuple(own_weight.shape)} (torch layout)"
-        )
-    with torch.no_grad():
-        own_weight.copy_(torch.from_numpy(np.ascontiguousarray(weight)))
-        own_bias.copy_(torch.from_numpy(bias))
 
 
 def load_legacy_network(spec: ModelSpec) -> LegacyNetwork:
@@ -294,8 +295,27 @@ def load_legacy_network(spec: ModelSpec) -> LegacyNetwork:
 
     Raises:
         ModelConfigError: a UNet option sleap-live does not run.
-        CheckpointError: the `.h5` file is unreadable or does not match the config.
+        CheckpointError: the `.h5` file is unreadable, too small for the network the
+            config describes, or does not match the config.
     """
+    # Sized on the meta device first (no memory): Keras stores every weight as 4
+    # uncompressed bytes (`keras_h5`), so a network the file cannot hold is a config
+    # that does not match it, refused before torch allocates it.
+    with torch.device("meta"):
+        weights = sum(p.numel() for p in LegacyNetwork(spec).parameters())
+    path = spec.checkpoint_path
+    try:
+        file_bytes = path.stat().st_size
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read ({e.strerror or e})") from None
+    if 4 * weights > file_bytes:
+        unet = spec.backbone
+        assert isinstance(unet, UNetSpec)
+        raise CheckpointError(
+            f"{spec.config_path}: model.backbone.unet (filters {unet.filters}, filters_rate "
+            f"{unet.filters_rate}, max_stride {unet.max_stride}) and the heads make "
+            f"{weights} float32 weights, more than the {file_bytes} bytes of {path.name} hold"
+        )
     network = LegacyNetwork(spec)
-    network.load_keras_weights(spec.checkpoint_path)
+    network.load_keras_weights(path)
     return network.eval()

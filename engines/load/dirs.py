@@ -103,7 +103,9 @@ def refuse_unrun_models(paths: Sequence[str | os.PathLike[str]]) -> None:
 
     Raises:
         UnsupportedModelError: one line naming the folder and what the model is.
-        ModelConfigError: a training config is not valid YAML.
+        ModelConfigError: a training config is not valid YAML, or a SLEAP 1.x
+            folder's config is refused (`read_legacy_config`).
+        CheckpointError: a SLEAP 1.x folder's `best_model.h5` is refused.
     """
     for path in map(Path, paths):
         folder = path if path.is_dir() else None
@@ -113,6 +115,9 @@ def refuse_unrun_models(paths: Sequence[str | os.PathLike[str]]) -> None:
             continue
         if (folder / TRAINING_CONFIG).is_file():
             refuse_unrun_kind(read_yaml(folder / TRAINING_CONFIG), folder)
+        elif is_legacy_model_dir(folder):
+            # Its whole config, bounds included: nothing is hashed or built first.
+            read_legacy_config(folder)
 
 
 def is_sleap_nn_export_dir(path: Path) -> bool:

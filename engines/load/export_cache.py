@@ -340,13 +340,23 @@ def _model_digests(path: Path) -> tuple[str, str, str]:
     config, weights = TRAINING_CONFIG, CHECKPOINT
     if not (path / TRAINING_CONFIG).is_file() and (path / LEGACY_TRAINING_CONFIG).is_file():
         config, weights = LEGACY_TRAINING_CONFIG, LEGACY_WEIGHTS
-    config_bytes, weights_bytes = (path / config).read_bytes(), (path / weights).read_bytes()
-    keyed = hashlib.sha256(_SECRET_TAG + config_bytes + b"\0" + weights_bytes)
-    return (
-        hashlib.sha256(config_bytes).hexdigest(),
-        hashlib.sha256(weights_bytes).hexdigest(),
-        keyed.hexdigest(),
-    )
+    keyed = hashlib.sha256(_SECRET_TAG)
+    config_digest = _file_sha256(path / config, keyed)
+    keyed.update(b"\0")
+    weights_digest = _file_sha256(path / weights, keyed)
+    return config_digest, weights_digest, keyed.hexdigest()
+
+
+def _file_sha256(path: Path, also: Any = None) -> str:
+    """sha256 of a file read in blocks (a large file is never held whole), each block
+    also fed to the hash `also` where one is given."""
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        while block := file.read(1 << 20):
+            digest.update(block)
+            if also is not None:
+                also.update(block)
+    return digest.hexdigest()
 
 
 def _plain(value: Any) -> Any:

@@ -20,6 +20,7 @@ from sleap_live.stream.errors import SourceError, SourceNotFoundError
 from sleap_live.stream.outputs.guard import check_outputs
 from sleap_live.stream.outputs.overlay import OverlayStyle, SkeletonLayout, draw_poses
 from sleap_live.stream.outputs.overlay_writer import DEFAULT_CODEC, OverlayWriter
+from sleap_live.stream.outputs.slp_tables import PoseTableError, check_slp_tables
 from sleap_live.stream.sources import FileSource
 
 # Called after each frame with (frames written, frames in the range or None).
@@ -147,6 +148,12 @@ def _load(slp: Path) -> Any:
         raise SourceNotFoundError(
             f"{slp}: {'is a folder, not a .slp file' if slp.is_dir() else 'no such file'}"
         )
+    try:
+        # Its instance and point ranges, before sleap-io cuts one that leaves its
+        # table and draws other frames' instances (`slp_tables`).
+        check_slp_tables(slp)
+    except PoseTableError as error:
+        raise SourceError(str(error)) from None
     try:
         return sleap_io.load_slp(os.fspath(slp), open_videos=False)
     except Exception as error:  # h5py and sleap-io raise many kinds for a bad file

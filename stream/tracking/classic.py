@@ -35,6 +35,9 @@ from sleap_live.stream.tracking.settings import TrackingSettings
 from sleap_live.stream.types import TrackLabel
 
 UNTRACKED = -1
+# Elements of the candidates' features scored against one block of new instances
+# (`ClassicTracker._track_scores`): a few arrays of this many float64s, 32 MiB each.
+_SCORE_ELEMENTS = 1 << 22
 
 
 @attrs.frozen(eq=False)
@@ -212,14 +215,7 @@ class ClassicTracker:
             self._start_tracks(range(n), found, ids, scores)
             self._candidates.record(ids, features, found, first=True)
             return _tracked(ids, scores)
-        pair = pair_scores(
-            features, candidates.features, settings.scoring_method, settings.oks_stddev
-        )
-        pair[:, ~candidates.usable] = np.nan
-        track_scores = reduce_scores(
-            pair, settings.scoring_reduction, settings.robust_best_instance
-        )
-        cost = -track_scores
+        cost = -self._track_scores(features, candidates)
         cost[np.isnan(cost)] = np.inf
         pairs = self._feasible(match(cost, settings.track_matching_method), cost, found)
         for row, column in pairs:
@@ -229,6 +225,29 @@ class ClassicTracker:
         self._start_tracks([row for row in range(n) if row not in matched], found, ids, scores)
         self._candidates.record(ids, features, found, first=False)
         return _tracked(ids, scores)
+
+    def _track_scores(self, features: np.ndarray, candidates: _Candidates) -> np.ndarray:
+        """One score per (new instance, track), (n, T): the candidates' pair scores
+        reduced, a block of new instances at a time. Each row's score is its own, so
+        the blocks change no number; they hold the pairwise arrays (n x T x W x
+        nodes, several of them) to `_SCORE_ELEMENTS` a block instead of growing with
+        the square of the instances (4.9 GB at 5,000 a frame before)."""
+        settings = self.settings
+        n = features.shape[0]
+        rows = max(1, _SCORE_ELEMENTS // max(1, candidates.features.size))
+        scores = np.empty((n, candidates.features.shape[0]))
+        for first in range(0, n, rows):
+            pair = pair_scores(
+                features[first : first + rows],
+                candidates.features,
+                settings.scoring_method,
+                settings.oks_stddev,
+            )
+            pair[:, ~candidates.usable] = np.nan
+            scores[first : first + rows] = reduce_scores(
+                pair, settings.scoring_reduction, settings.robust_best_instance
+            )
+        return scores
 
     def _start_tracks(
         self, rows: range | list[int], found: np.ndarray, ids: list[int], scores: np.ndarray

@@ -20,9 +20,18 @@ import sleap_io as sio
 from sleap_live.engines.types import FramePoses
 from sleap_live.stream.outputs.exports import check_suffix, save_labels, sidecars
 from sleap_live.stream.outputs.guard import claim_output, same_file
+from sleap_live.stream.outputs.slp_tables import check_slp_tables
 from sleap_live.stream.outputs.staging import StagedOutput
 from sleap_live.stream.tracking.live import new_tracker
 from sleap_live.stream.tracking.settings import TrackingSettings
+
+# Most instances of one frame `retrack_file` tracks. The tracker matches a frame's
+# instances with every track of its window (sleap-nn's `fixed_window`: up to 5
+# frames' instances), so its cost grows with the square of this: at 2,000 a frame,
+# 3 s and 280 MB RSS a frame on a 2-core AMD EPYC (`sleap-live track` on 3 frames of
+# 2,000 random 2-node instances); past that, a crafted file took 4.9 GB at 5,000 and
+# asked 67 GiB at 30,000. Models give tens of animals a frame; 2,000 is far above.
+MAX_INSTANCES_PER_FRAME = 2000
 
 # The pose files `retrack_file` reads, by suffix (sleap-io's readers).
 _LOADERS: dict[str, Callable[[str], sio.Labels]] = {
@@ -50,7 +59,17 @@ def retrack_labels(
 
     One tracker per video (track names are numbered across videos, as sleap-nn
     does with its name offset). `progress(frames done, frames in all)`.
+
+    Raises:
+        ValueError: a frame holds more than `MAX_INSTANCES_PER_FRAME` predicted
+            instances (checked before any frame is tracked).
     """
+    for frame in labels.labeled_frames:  # every frame, before any is tracked
+        if len(frame.predicted_instances) > MAX_INSTANCES_PER_FRAME:
+            raise ValueError(
+                f"frame {frame.frame_idx} holds {len(frame.predicted_instances)} predicted "
+                f"instances, more than the {MAX_INSTANCES_PER_FRAME} tracked per frame"
+            )
     tracks: list[sio.Track] = []
     frames_done = instances = 0
     by_video: dict[int, list[sio.LabeledFrame]] = {}
@@ -132,8 +151,10 @@ def retrack_file(
     Raises:
         ValueError: `output` is `poses`, or either has no pose file suffix.
         FileNotFoundError: `poses`, or the folder of `output`, does not exist.
-        OSError: `poses` cannot be read as a pose file, or `output` cannot be written
-            (an `OutputError`: it exists and not `overwrite`).
+        OSError: `poses` cannot be read as a pose file (its frames' or instances'
+            ranges leave their tables, or a frame holds more than
+            `MAX_INSTANCES_PER_FRAME` instances), or `output` cannot be written (an
+            `OutputError`: it exists and not `overwrite`).
     """
     check_suffix(output)
     load = _LOADERS.get(poses.suffix.lower())
@@ -151,13 +172,19 @@ def retrack_file(
     claim_output(
         output, "-o", overwrite=overwrite
     )  # before the work; again when the file is renamed into place
+    if poses.suffix.lower() == ".slp":
+        # Offsets and instances per frame, before sleap-io trusts them.
+        check_slp_tables(poses, MAX_INSTANCES_PER_FRAME)
     try:
         labels = load(str(poses))
     except Exception as error:  # sleap-io raises many kinds on a file that is not its
         raise OSError(f"{poses}: cannot be read as a pose file ({error})") from None
     if not labels.skeletons:
         raise ValueError(f"{poses}: holds no skeleton, so no poses to track")
-    retracked, summary = retrack_labels(labels, settings, progress)
+    try:
+        retracked, summary = retrack_labels(labels, settings, progress)
+    except ValueError as error:
+        raise OSError(f"{poses}: {error}") from None
     with StagedOutput(output, "-o") as staged:
         save_labels(retracked, staged.file(), staged.target)
         staged.commit(*(sidecar.name for sidecar in sidecars(staged.target)), staged.target.name)

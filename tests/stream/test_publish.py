@@ -522,12 +522,13 @@ def xsub_peer():
 
 
 def test_a_subscription_flood_from_one_peer_costs_the_publisher_a_bounded_poll(xsub_peer):
-    """One peer repeating its subscription 100,000 times: each poll takes a bounded
-    number of changes, and the repeats are one topic, not 100,000 subscribers."""
+    """One peer repeating its subscription 7,000 times (56 KB, within `MAX_PEER_BYTES`;
+    past it the peer is shut down): each poll takes a bounded number of changes, and
+    the repeats are one topic, not 7,000 subscribers."""
     peer = xsub_peer
     with Publisher("tcp://127.0.0.1:*") as publisher:
         peer.connect(publisher.endpoint)
-        for _ in range(100_000):
+        for _ in range(7_000):
             peer.send(b"\x01poses")
         assert publisher.wait_for_subscribers(1, timeout=PATIENCE)
         # Give ZeroMQ the time to pass the whole flood on to the socket.
@@ -538,6 +539,58 @@ def test_a_subscription_flood_from_one_peer_costs_the_publisher_a_bounded_poll(x
             assert time.perf_counter() - started < 0.5
             time.sleep(0.05)
         assert publisher.subscribers == 1
+
+
+def test_subscription_state_is_bounded_in_bytes_and_poses_keep_flowing(xsub_peer, fakes):
+    """A peer subscribing 1,000 distinct 300-byte topics (300 KB; 1 M of them took
+    the publisher from 162 to 914 MB RSS, and 355 of 1,000 frames) is shut down once
+    it has sent `MAX_PEER_BYTES`, which frees what ZeroMQ kept of its topics (it
+    tells of each one's last unsubscription); a subscriber of "poses" is kept and
+    gets every message sent meanwhile, a record between polls as a run sends them."""
+    import zmq
+    from zmq.utils.monitor import recv_monitor_message
+
+    from sleap_live.stream.publish import MAX_PEER_BYTES
+
+    topics = 1000
+    assert topics * 300 > 4 * MAX_PEER_BYTES
+    context = zmq.Context()
+    good = context.socket(zmq.SUB)
+    good.setsockopt(zmq.SUBSCRIBE, b"poses")
+    peer = xsub_peer
+    peer.setsockopt(zmq.RECONNECT_IVL, -1)  # once shut down, it stays away
+    events = peer.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+    try:
+        with Publisher("tcp://127.0.0.1:*") as publisher:
+            good.connect(publisher.endpoint)
+            assert publisher.wait_for_subscribers(1, timeout=PATIENCE)
+            peer.connect(publisher.endpoint)
+            for topic in range(topics):
+                peer.send(b"\x01%012d" % topic + b"x" * 288)
+            sent = received = 0
+            shut_down = False
+            deadline = time.monotonic() + PATIENCE
+            while time.monotonic() < deadline and not (shut_down and publisher.subscribers == 1):
+                record = PoseRecord(sent, 1.0, 2.0, "cam0", fakes.poses_for(sent))
+                publisher.send(record, sent, fakes.INFO)
+                sent += 1
+                publisher.poll_subscriptions(0.01)
+                while good.poll(0):
+                    good.recv_multipart()
+                    received += 1
+                while events.poll(0):
+                    shut_down |= recv_monitor_message(events)["event"] == zmq.EVENT_DISCONNECTED
+            assert shut_down, "the flooding peer was kept"
+            assert publisher.subscribers == 1, "the flooding peer's topics are still kept"
+            while received < sent and good.poll(int(PATIENCE * 1000)):
+                good.recv_multipart()
+                received += 1
+            assert received == sent
+    finally:
+        peer.disable_monitor()
+        events.close(linger=0)
+        good.close(linger=0)
+        context.term()
 
 
 def test_a_poll_takes_a_bounded_number_of_subscription_changes(xsub_peer):

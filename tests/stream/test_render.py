@@ -244,6 +244,25 @@ def test_not_a_slp(tmp_path, capsys):
     assert f"{text}: cannot read poses from it" in one_error_line(capsys)
 
 
+def test_an_instance_range_past_its_table_is_refused(poses, tmp_path, capsys):
+    """sleap-io cuts `instance_id_end` at the table's end without a word, so frame 0
+    claiming up to 1e9 was drawn with every later frame's instances (rc 0)."""
+    import h5py
+
+    with h5py.File(poses, "r+") as file:
+        frames = file["frames"][:]
+        frames["instance_id_end"][0] = 10**9
+        file["frames"][...] = frames
+    out = tmp_path / "o.mp4"
+    assert cli.main(["render", str(poses), "-o", str(out)]) == 1
+    assert one_error_line(capsys) == (
+        f"sleap-live: error: {poses}: frames row 0: instance_id_start 0 to instance_id_end "
+        "1000000000 do not lie in the instance table (60 rows) after the previous frame's "
+        "end (0)\n"
+    )
+    assert not out.exists()
+
+
 def test_slp_whose_video_is_missing_says_where_it_looked(tmp_path, capsys):
     gone = tmp_path / "moved" / "clip.mp4"
     poses = make_slp(tmp_path / "poses.slp", gone)
