@@ -10,6 +10,21 @@ from sleap_live.engines.errors import ModelConfigError
 
 _MISSING = object()
 
+# Bounds on a UNet that a config (sleap-nn's or SLEAP 1.x's) may ask for, checked
+# before the network is sized, so a crafted config is refused in one line:
+# - SLEAP 1.4's training editor offers UNet max strides 2 to 64
+#   (sleap/config/training_editor_form.yaml), sleap-nn's configs 8 to 32; 1024 leaves
+#   10 pooling levels.
+MAX_STRIDE = 1024
+# - SLEAP 1.x's defaults (filters 64, filters_rate 2, max_stride 64, middle block)
+#   make 4,096 channels at the widest layer, sleap-nn's (32, 1.5, 16) 162; the
+#   network's total size is bounded again by its weights file.
+MAX_CHANNELS = 65536
+# - Kernel sizes and block repeats (sleap-nn's defaults: kernel 3, 2 convolutions a
+#   block, 1 stack): each module is built before the weights file can bound it.
+MAX_KERNEL_SIZE = 64
+MAX_REPEATS = 64
+
 
 class ConfigReader:
     """Typed access to the config's plain YAML values with errors naming the file."""
@@ -54,9 +69,11 @@ class ConfigReader:
             f"(supported: {', '.join(yaml_value(ok, quote=False) for ok in supported)})"
         )
 
-    def integer(self, value: Any, where: str, minimum: int) -> int:
+    def integer(self, value: Any, where: str, minimum: int, most: int | None = None) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise self.error(f"{where} is {value!r}; expected an integer >= {minimum}")
+        if most is not None and value > most:
+            raise self.error(f"{where} is {value}; at most {most} is run")
         return value
 
     def number(self, value: Any, where: str) -> float:
@@ -69,11 +86,27 @@ class ConfigReader:
             raise self.error(f"{where} is {value!r}; expected true or false")
         return value
 
-    def power_of_two(self, value: Any, where: str) -> int:
-        value = self.integer(value, where, minimum=1)
+    def power_of_two(self, value: Any, where: str, most: int | None = None) -> int:
+        value = self.integer(value, where, minimum=1, most=most)
         if value & (value - 1):
             raise self.error(f"{where} is {value}; expected a power of two")
         return value
+
+
+def check_unet_channels(
+    reader: ConfigReader, filters: int, rate: float, levels: int, where: str
+) -> None:
+    """Refuses a UNet level of no channels or of more than `MAX_CHANNELS`, level by
+    level (both frameworks' `int(filters * filters_rate**n)`), so a huge rate is
+    refused before it overflows. `levels`: the encoder's and the middle block's."""
+    channels = float(filters)
+    for level in range(levels):
+        if not 1 <= channels <= MAX_CHANNELS:
+            raise reader.error(
+                f"{where}.filters_rate {rate!r} gives {filters} x {rate!r}^{level} channels "
+                f"at level {level}; expected 1 to {MAX_CHANNELS}"
+            )
+        channels *= rate
 
 
 def yaml_value(value: Any, quote: bool = True) -> str:

@@ -35,7 +35,12 @@ from typing import Any
 import h5py
 
 from sleap_live.engines.errors import CheckpointError, ModelConfigError, ModelNotFoundError
-from sleap_live.engines.load.config_reader import ConfigReader
+from sleap_live.engines.load.config_reader import (
+    MAX_CHANNELS,
+    MAX_STRIDE,
+    ConfigReader,
+    check_unet_channels,
+)
 from sleap_live.engines.load.keras_h5 import read_model_config
 from sleap_live.engines.load.metadata import MAX_CLASSES, MAX_EDGES, MAX_NODES, json_depth
 from sleap_live.engines.load.spec import (
@@ -92,13 +97,8 @@ LEGACY_CONVS_PER_BLOCK = 2
 #   (tests/data/legacy_models); the skeleton is most of a config.
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
 MAX_CONFIG_DEPTH = 64
-# - SLEAP 1.4's training editor offers UNet max strides 2 to 64 and output strides 1
-#   to 64 (sleap/config/training_editor_form.yaml); 1024 leaves 10 pooling levels.
-MAX_STRIDE = 1024
-# - Its defaults (filters 64, filters_rate 2, max_stride 64, middle block) make
-#   4,096 channels at the widest layer; the network's total size is bounded again
-#   by its weights file (`legacy_network.load_legacy_network`).
-MAX_CHANNELS = 65536
+# - max_stride and each UNet level's channels: `config_reader.MAX_STRIDE` and
+#   `MAX_CHANNELS`, shared with sleap-nn's configs.
 # - The class-vector head's dense layers: SLEAP 1.x's default is 1 of 64 units
 #   (`ClassVectorsHeadConfig`).
 MAX_FC_LAYERS = 64
@@ -174,7 +174,9 @@ def read_legacy_config(model_dir: Path) -> ModelSpec:
         reader.required(unet, "filters_rate", where), f"{where}.filters_rate"
     )
     middle_block = bool(reader.required(unet, "middle_block", where))
-    _check_channels(reader, filters, filters_rate, max_stride, middle_block)
+    # The encoder's levels 0 to log2(max_stride) - 1, and the middle block's next one.
+    levels = max_stride.bit_length() - 1 + (1 if middle_block else 0)
+    check_unet_channels(reader, filters, filters_rate, levels, where)
     stacks = _whole(reader, unet.get("stacks") or 1, f"{where}.stacks", MAX_STRIDE)
     backbone_spec = UNetSpec(
         in_channels=_input_channels(weights_path),
@@ -266,24 +268,6 @@ def _bounded_number(reader: ConfigReader, value: Any, where: str, most: float) -
     if not math.isfinite(number) or number > most:
         raise reader.error(f"{where} is {value!r}; expected a number up to {most}")
     return number
-
-
-def _check_channels(
-    reader: ConfigReader, filters: int, rate: float, max_stride: int, middle_block: bool
-) -> None:
-    """Refuses a UNet level of no channels or of more than `MAX_CHANNELS`, level by
-    level (`LegacyNetwork`'s `int(filters * filters_rate**n)`), so a huge rate is
-    refused before it overflows."""
-    # The encoder's levels 0 to log2(max_stride) - 1, and the middle block's next one.
-    levels = int(max_stride).bit_length() - 1 + (1 if middle_block else 0)
-    channels = float(filters)
-    for level in range(levels):
-        if not 1 <= channels <= MAX_CHANNELS:
-            raise reader.error(
-                f"model.backbone.unet.filters_rate {rate!r} gives {filters} x "
-                f"{rate!r}^{level} channels at level {level}; expected 1 to {MAX_CHANNELS}"
-            )
-        channels *= rate
 
 
 def _mapping(value: Any, path: Path, where: str) -> Mapping[str, Any]:

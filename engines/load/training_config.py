@@ -58,7 +58,14 @@ except ImportError:  # pragma: no cover - a PyYAML built without libyaml
 
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.load.backbone_specs import parse_convnext, parse_swint
-from sleap_live.engines.load.config_reader import ConfigReader
+from sleap_live.engines.load.config_reader import (
+    MAX_CHANNELS,
+    MAX_KERNEL_SIZE,
+    MAX_REPEATS,
+    MAX_STRIDE,
+    ConfigReader,
+    check_unet_channels,
+)
 from sleap_live.engines.load.model_kind import refuse_unrun_kind
 from sleap_live.engines.load.spec import (
     CROP_MODEL_TYPES,
@@ -194,22 +201,33 @@ def _parse_backbone(reader: ConfigReader, backbones: Mapping) -> BackboneSpec:
     values = {key: reader.required(unet, key, where) for key in _UNET_KEYS}
     spec = UNetSpec(
         in_channels=reader.integer(values["in_channels"], f"{where}.in_channels", minimum=1),
-        kernel_size=reader.integer(values["kernel_size"], f"{where}.kernel_size", minimum=1),
-        filters=reader.integer(values["filters"], f"{where}.filters", minimum=1),
+        kernel_size=reader.integer(
+            values["kernel_size"], f"{where}.kernel_size", minimum=1, most=MAX_KERNEL_SIZE
+        ),
+        filters=reader.integer(values["filters"], f"{where}.filters", minimum=1, most=MAX_CHANNELS),
         filters_rate=reader.number(values["filters_rate"], f"{where}.filters_rate"),
-        max_stride=reader.power_of_two(values["max_stride"], f"{where}.max_stride"),
+        max_stride=reader.power_of_two(
+            values["max_stride"], f"{where}.max_stride", most=MAX_STRIDE
+        ),
         stem_stride=(
             None
             if values["stem_stride"] is None
-            else reader.power_of_two(values["stem_stride"], f"{where}.stem_stride")
+            else reader.power_of_two(values["stem_stride"], f"{where}.stem_stride", MAX_STRIDE)
         ),
         middle_block=reader.boolean(values["middle_block"], f"{where}.middle_block"),
         up_interpolate=reader.boolean(values["up_interpolate"], f"{where}.up_interpolate"),
-        stacks=reader.integer(values["stacks"], f"{where}.stacks", minimum=1),
+        stacks=reader.integer(values["stacks"], f"{where}.stacks", minimum=1, most=MAX_REPEATS),
         convs_per_block=reader.integer(
-            values["convs_per_block"], f"{where}.convs_per_block", minimum=1
+            values["convs_per_block"], f"{where}.convs_per_block", minimum=1, most=MAX_REPEATS
         ),
-        output_stride=reader.power_of_two(values["output_stride"], f"{where}.output_stride"),
+        output_stride=reader.power_of_two(
+            values["output_stride"], f"{where}.output_stride", most=MAX_STRIDE
+        ),
+    )
+    # Levels 0 to log2(max_stride), the stem's included: the bottleneck's (and the
+    # middle block's) is the last (`graph.network._level`).
+    check_unet_channels(
+        reader, spec.filters, spec.filters_rate, spec.max_stride.bit_length(), where
     )
     if spec.in_channels not in (1, 3):
         raise reader.error(f"{where}.in_channels is {spec.in_channels}; expected 1 or 3")
