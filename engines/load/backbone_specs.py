@@ -26,7 +26,13 @@ from typing import Any, TypeVar
 
 import attrs
 
-from sleap_live.engines.load.config_reader import ConfigReader
+from sleap_live.engines.load.config_reader import (
+    MAX_CHANNELS,
+    MAX_KERNEL_SIZE,
+    MAX_REPEATS,
+    MAX_STRIDE,
+    ConfigReader,
+)
 
 # sleap-nn's preset architectures (`ConvNextWrapper`, `SwinTWrapper`).
 CONVNEXT_PRESETS: Mapping[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
@@ -164,8 +170,8 @@ def parse_convnext(reader: ConfigReader, section: Mapping, where: str) -> ConvNe
 
     def read_arch(arch: Mapping) -> tuple[tuple[int, ...], tuple[int, ...]]:
         return (
-            _stage_list(reader, arch, "depths", f"{where}.arch"),
-            _stage_list(reader, arch, "channels", f"{where}.arch"),
+            _stage_list(reader, arch, "depths", f"{where}.arch", MAX_REPEATS),
+            _stage_list(reader, arch, "channels", f"{where}.arch", MAX_CHANNELS),
         )
 
     model_type, (depths, channels) = _architecture(
@@ -175,7 +181,7 @@ def parse_convnext(reader: ConfigReader, section: Mapping, where: str) -> ConvNe
         decoder=_parse_decoder(reader, section, where),
         depths=depths,
         channels=channels,
-        stem_patch_kernel=_positive(reader, section, "stem_patch_kernel", where),
+        stem_patch_kernel=_positive(reader, section, "stem_patch_kernel", where, MAX_KERNEL_SIZE),
         model_type=model_type,
     )
 
@@ -190,9 +196,9 @@ def parse_swint(reader: ConfigReader, section: Mapping, where: str) -> SwinTSpec
 
     def read_arch(arch: Mapping) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
         return (
-            _positive(reader, arch, "embed", f"{where}.arch"),
-            _stage_list(reader, arch, "depths", f"{where}.arch"),
-            _stage_list(reader, arch, "num_heads", f"{where}.arch"),
+            _positive(reader, arch, "embed", f"{where}.arch", MAX_CHANNELS),
+            _stage_list(reader, arch, "depths", f"{where}.arch", MAX_REPEATS),
+            _stage_list(reader, arch, "num_heads", f"{where}.arch", MAX_CHANNELS),
         )
 
     model_type, (embed, depths, num_heads) = _architecture(
@@ -209,8 +215,8 @@ def parse_swint(reader: ConfigReader, section: Mapping, where: str) -> SwinTSpec
         embed=embed,
         depths=depths,
         num_heads=num_heads,
-        patch_size=_positive(reader, section, "patch_size", where),
-        window_size=_positive(reader, section, "window_size", where),
+        patch_size=_positive(reader, section, "patch_size", where, MAX_KERNEL_SIZE),
+        window_size=_positive(reader, section, "window_size", where, MAX_KERNEL_SIZE),
         model_type=model_type,
     )
 
@@ -220,15 +226,17 @@ def _parse_decoder(reader: ConfigReader, section: Mapping, where: str) -> Decode
         return reader.required(section, key, where)
 
     spec = DecoderSpec(
-        in_channels=_positive(reader, section, "in_channels", where),
-        kernel_size=_positive(reader, section, "kernel_size", where),
+        in_channels=_positive(reader, section, "in_channels", where, MAX_CHANNELS),
+        kernel_size=_positive(reader, section, "kernel_size", where, MAX_KERNEL_SIZE),
         filters_rate=reader.number(value("filters_rate"), f"{where}.filters_rate"),
-        convs_per_block=_positive(reader, section, "convs_per_block", where),
+        convs_per_block=_positive(reader, section, "convs_per_block", where, MAX_REPEATS),
         up_interpolate=reader.boolean(value("up_interpolate"), f"{where}.up_interpolate"),
-        output_stride=reader.power_of_two(value("output_stride"), f"{where}.output_stride"),
-        max_stride=reader.power_of_two(value("max_stride"), f"{where}.max_stride"),
+        output_stride=reader.power_of_two(
+            value("output_stride"), f"{where}.output_stride", MAX_STRIDE
+        ),
+        max_stride=reader.power_of_two(value("max_stride"), f"{where}.max_stride", MAX_STRIDE),
         stem_patch_stride=reader.power_of_two(
-            value("stem_patch_stride"), f"{where}.stem_patch_stride"
+            value("stem_patch_stride"), f"{where}.stem_patch_stride", MAX_STRIDE
         ),
     )
     if spec.in_channels not in (1, 3):
@@ -264,17 +272,24 @@ def _architecture(
     return model_type, read_arch(reader.mapping(arch, f"{where}.arch"))
 
 
-def _positive(reader: ConfigReader, section: Mapping, key: str, where: str) -> int:
-    """The required positive integer `key` of `section`."""
-    return reader.integer(reader.required(section, key, where), f"{where}.{key}", minimum=1)
+def _positive(reader: ConfigReader, section: Mapping, key: str, where: str, most: int) -> int:
+    """The required positive integer `key` of `section`, at most `most`."""
+    value = reader.required(section, key, where)
+    return reader.integer(value, f"{where}.{key}", minimum=1, most=most)
 
 
-def _stage_list(reader: ConfigReader, arch: Mapping, key: str, where: str) -> tuple[int, ...]:
+def _stage_list(
+    reader: ConfigReader, arch: Mapping, key: str, where: str, most: int
+) -> tuple[int, ...]:
     values = reader.required(arch, key, where)
     if (
         not isinstance(values, list)
         or len(values) != STAGES
-        or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values)
+        or not all(
+            isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= most for v in values
+        )
     ):
-        raise reader.error(f"{where}.{key} is {values!r}; expected {STAGES} positive integers")
+        raise reader.error(
+            f"{where}.{key} is {values!r}; expected {STAGES} integers from 1 to {most}"
+        )
     return tuple(values)
