@@ -36,7 +36,7 @@ from typing import Any, Literal, TypeVar
 import attrs
 import yaml
 
-from sleap_live.engines.types import ModelInfo
+from sleap_live.engines.types import ModelInfo, Skeleton
 
 # An animal named like this is a tracker's track (`--tracking`); the pose files name
 # tracks the same way.
@@ -253,7 +253,7 @@ class Output:
 
     For a serial device: text written as UTF-8 (default ``"<rule> 1\\n"`` and
     ``"<rule> 0\\n"``); for OSC: the address, with the argument 1 or 0 (default
-    ``/<rule>``); ZeroMQ and callbacks get the event itself. None: nothing then.
+    ``/<rule>``); ZeroMQ and callbacks get the event itself. None: the default.
     """
 
     device: str
@@ -330,8 +330,8 @@ class Experiment:
 
 
 def load_experiment(path: str | Path) -> Experiment:
-    """The experiment in a YAML file, its shape checked (names against a model are
-    checked by `check_experiment`).
+    """The experiment in a YAML file, its shape checked (its names, against itself and
+    a model, are checked by `check_experiment`).
 
     Raises:
         ExperimentError: the file is unreadable or has mistakes, one line each.
@@ -360,15 +360,13 @@ def experiment_from_dict(data: object, *, source: str = "experiment") -> Experim
     experiment = reader.experiment(data)
     if reader.problems or experiment is None:
         raise ExperimentError(source, reader.problems or ["empty experiment"])
-    problems = _check_references(experiment)
-    if problems:
-        raise ExperimentError(source, problems)
     return experiment
 
 
 def check_experiment(
     experiment: Experiment,
-    info: ModelInfo,
+    info: ModelInfo | Skeleton,
+    class_names: Sequence[str] = (),
     *,
     tracked: bool | None = None,
     source: str = "experiment",
@@ -379,14 +377,21 @@ def check_experiment(
 
     Args:
         experiment: the experiment.
-        info: the model.
+        info: the model, or its skeleton (with `class_names`).
+        class_names: a multi-class model's identities, with a skeleton.
         tracked: whether the run tracks; None: not known (a ``track_N`` is accepted).
         source: what the error lines begin with (the file).
 
     Raises:
         ExperimentError: every mistake, one line each.
     """
-    problems = [*_check_references(experiment), *_check_names(experiment, info, tracked)]
+    skeleton = info.skeleton if isinstance(info, ModelInfo) else info
+    if isinstance(info, ModelInfo):
+        class_names = info.class_names
+    problems = [
+        *_check_references(experiment),
+        *_check_names(experiment, skeleton.node_names, tuple(class_names), tracked),
+    ]
     if problems:
         raise ExperimentError(source, problems)
 
@@ -434,8 +439,9 @@ def _check_references(experiment: Experiment) -> list[str]:
     return problems
 
 
-def _check_names(experiment: Experiment, info: ModelInfo, tracked: bool | None) -> list[str]:
-    nodes = info.skeleton.node_names
+def _check_names(
+    experiment: Experiment, nodes: Sequence[str], class_names: tuple[str, ...], tracked: bool | None
+) -> list[str]:
     problems: list[str] = []
     for rule in experiment.rules:
         where = f"rules.{rule.name}"
@@ -446,26 +452,26 @@ def _check_names(experiment: Experiment, info: ModelInfo, tracked: bool | None) 
                         f"{where}: unknown node {node!r} (the model's nodes: {', '.join(nodes)})"
                     )
         for animal in animals_named(rule.when):
-            problem = _animal_problem(animal, info, tracked)
+            problem = _animal_problem(animal, class_names, tracked)
             if problem is not None:
                 problems.append(f"{where}: {problem}")
     return problems
 
 
-def _animal_problem(animal: str, info: ModelInfo, tracked: bool | None) -> str | None:
-    if animal in info.class_names:
+def _animal_problem(animal: str, class_names: tuple[str, ...], tracked: bool | None) -> str | None:
+    if animal in class_names:
         return None
     if TRACK_NAME.match(animal):
-        if info.class_names:
+        if class_names:
             return (
                 f"unknown animal {animal!r}: this multi-class model names its animals "
-                f"{', '.join(info.class_names)}"
+                f"{', '.join(class_names)}"
             )
         if tracked is False:
             return f"animal {animal!r} is a track: run with tracking (--tracking)"
         return None
-    if info.class_names:
-        return f"unknown animal {animal!r} (the model's animals: {', '.join(info.class_names)})"
+    if class_names:
+        return f"unknown animal {animal!r} (the model's animals: {', '.join(class_names)})"
     return (
         f"unknown animal {animal!r}: this model has no identities; name tracks "
         "track_0, track_1, ... (with --tracking)"

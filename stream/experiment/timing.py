@@ -44,6 +44,8 @@ class Transition:
         frame_index: the frame it was decided on.
         time: that frame's experiment time (seconds).
         trial: the trial it is in (from 0); None without trials.
+        at_end: an offset because the run ended (`Timeline.finish`): the rule was on
+            up to and including its frame.
     """
 
     rule: int
@@ -51,6 +53,7 @@ class Transition:
     frame_index: int
     time: float
     trial: int | None
+    at_end: bool = False
 
 
 def trial_at(trials: Trials | None, time: float) -> int | None:
@@ -137,7 +140,7 @@ class Timeline:
             return []
         frame_index, time = self._last
         return [
-            self._off(number, state, frame_index, time)
+            attrs.evolve(self._off(number, state, frame_index, time), at_end=True)
             for number, state in enumerate(self._states)
             if state.on
         ]
