@@ -4,26 +4,48 @@
 and every rule's timing stepped, `Timeline`) for 10 rules on 10 tracked animals of
 a 5-node skeleton moving at random: p50 and p99 over many frames.
 
+``outputs``: from a pose leaving the engine (its record's ready time, when the emit
+stage writes it to the ring) to its onset's or offset's bytes being written, through
+the whole path a run takes: the ring, the experiment's thread (`ClosedLoop`), the
+device's queue and thread. A rule switching on every other frame, at `--rate` frames
+a second, drives each device in turn: serial through a pseudo-terminal pair (and
+the peer's own time of reading each byte, timestamped in a thread of its own), OSC
+and ZeroMQ on loopback. p50 and p99 of ready -> written (and -> read by the peer).
+
 Usage::
 
-    .venv/bin/python scripts/bench_experiment.py [--frames 20000]
+    .venv/bin/python scripts/bench_experiment.py [--frames 20000] [--transitions 1000]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
+import threading
 import time
 
 import numpy as np
 
 from sleap_live.engines.types import FramePoses, ModelInfo, Skeleton
+from sleap_live.stream.consumers import LatestFrame, PipelineRun
 from sleap_live.stream.experiment import (
     CompiledRules,
+    Experiment,
+    InRegion,
+    OscDevice,
+    Output,
+    Rectangle,
+    Rule,
+    SerialDevice,
     Timeline,
+    ZmqDevice,
     check_experiment,
     experiment_from_dict,
 )
+from sleap_live.stream.experiment.closed_loop import ClosedLoop
+from sleap_live.stream.ring import RingBuffer
+from sleap_live.stream.types import PoseRecord
 
 NODES = ("nose", "head", "body", "tail_base", "tail_tip")
 INFO = ModelInfo("bottomup", Skeleton(NODES), 1, None)
@@ -117,16 +139,109 @@ def bench_rules(frames: int) -> tuple[float, float]:
     return float(np.percentile(kept, 50)), float(np.percentile(kept, 99))
 
 
+def toggling(device: object) -> Experiment:
+    """One rule, on while the nose is in x 0..10, driving `device`."""
+    rule = Rule("toggle", InRegion("box", "nose"), outputs=(Output("dev", "1\n", "0\n"),))
+    return Experiment((rule,), {"box": Rectangle(0, 0, 10, 10)}, {"dev": device})  # type: ignore[dict-item]
+
+
+def bench_output(device: object, transitions: int, rate: float) -> tuple[list[float], list[float]]:
+    """Seconds from each transition's ready time to its bytes being written, and each
+    transition's ready time."""
+    info = ModelInfo("single_instance", Skeleton(("nose", "tail")), 1, None)
+    loop = ClosedLoop(toggling(device), simulate=False)
+    loop.bind(info, fps=rate, recorded_video=False, lossless=False, tracked=False)
+    ring = RingBuffer(256, 1, 2)
+    body = loop.start(PipelineRun(ring, info, LatestFrame(), lambda: None))  # type: ignore[arg-type]
+    thread = threading.Thread(target=body)
+    thread.start()
+    time.sleep(0.5)  # the device opens in its own thread
+    ids = np.full(1, -1, np.int32)
+    for index in range(transitions):
+        x = 5.0 if index % 2 else 50.0
+        points = np.asarray([[[x, 5.0], [x + 10, 5.0]]], np.float32)
+        poses = FramePoses(points, np.ones((1, 2), np.float32), np.ones(1, np.float32), ids)
+        now = time.monotonic()
+        ring.write(PoseRecord(index, now, now, "bench", poses))
+        time.sleep(1 / rate)
+    ring.close()
+    thread.join()
+    written = [
+        sent - entry.ready_time
+        for entry in loop.log.entries
+        for sent, _ in entry.sent.values()
+        if sent is not None
+    ]
+    return written, [entry.ready_time for entry in loop.log.entries]
+
+
+def pty_reader(peer: int, stamps: list[float]) -> threading.Thread:
+    """Timestamps each line the pseudo-terminal's peer reads (a thread of its own)."""
+
+    def read() -> None:
+        while True:
+            try:
+                data = os.read(peer, 64)
+            except OSError:
+                return
+            if not data:
+                return
+            stamps.extend([time.monotonic()] * data.count(b"\n"))
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    return thread
+
+
+def percentiles(seconds: list[float]) -> str:
+    ms = np.asarray(seconds) * 1000
+    return f"p50 {np.percentile(ms, 50):.3f} ms, p99 {np.percentile(ms, 99):.3f} ms (n={ms.size})"
+
+
+def bench_outputs(transitions: int, rate: float) -> None:
+    from pythonosc.dispatcher import Dispatcher
+    from pythonosc.osc_server import ThreadingOSCUDPServer
+
+    peer, port = os.openpty()
+    stamps: list[float] = []
+    pty_reader(peer, stamps)
+    written, ready = bench_output(SerialDevice(os.ttyname(port)), transitions, rate)
+    print(f"serial (pty), ready -> written: {percentiles(written)}")
+    time.sleep(0.2)
+    read = [stamp - at for stamp, at in zip(stamps, ready, strict=False)]
+    print(f"serial (pty), ready -> read by the peer: {percentiles(read)}")
+    os.close(port)
+    os.close(peer)
+
+    dispatcher = Dispatcher()
+    dispatcher.set_default_handler(lambda *_: None)
+    server = ThreadingOSCUDPServer(("127.0.0.1", 0), dispatcher)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    written, _ = bench_output(OscDevice("127.0.0.1", server.server_address[1]), transitions, rate)
+    print(f"OSC (loopback UDP), ready -> sent: {percentiles(written)}")
+    server.shutdown()
+    server.server_close()
+
+    written, _ = bench_output(ZmqDevice("tcp://127.0.0.1:*"), transitions, rate)
+    print(f"ZeroMQ (loopback TCP), ready -> queued: {percentiles(written)}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--frames", type=int, default=20000)
+    parser.add_argument("--frames", type=int, default=20000, help="frames for the rules")
+    parser.add_argument("--transitions", type=int, default=1000, help="per device")
+    parser.add_argument("--rate", type=float, default=200.0, help="frames a second")
+    parser.add_argument("--only", choices=("rules", "outputs"))
     args = parser.parse_args(argv)
-    print(f"machine: {platform.processor() or platform.machine()}, numpy {np.__version__}")
-    p50, p99 = bench_rules(args.frames)
-    print(
-        f"rules: 10 rules x 10 animals, {args.frames} frames: "
-        f"p50 {p50 * 1e6:.1f} us, p99 {p99 * 1e6:.1f} us a frame"
-    )
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs")
+    if args.only != "outputs":
+        p50, p99 = bench_rules(args.frames)
+        print(
+            f"rules: 10 rules x 10 animals, {args.frames} frames: "
+            f"p50 {p50 * 1e6:.1f} us, p99 {p99 * 1e6:.1f} us a frame"
+        )
+    if args.only != "rules":
+        bench_outputs(args.transitions, args.rate)
     return 0
 
 
