@@ -288,10 +288,15 @@ class ClosedLoop:
             subject=_subject(rule.when),
             at_end=transition.at_end,
         )
-        self.log.add(entry, len(rule.outputs))
-        for output in rule.outputs:
-            payload = output.onset if transition.kind == "onset" else output.offset
-            self._workers[output.device].submit(
+        sends = [
+            (output.device, output.onset if transition.kind == "onset" else output.offset)
+            for output in rule.outputs
+        ]
+        # An empty text sends nothing (an onset-only pulse, for example).
+        sends = [(device, payload) for device, payload in sends if payload != ""]
+        self.log.add(entry, len(sends))
+        for device, payload in sends:
+            self._workers[device].submit(
                 OutputMessage(
                     rule=rule.name,
                     kind=transition.kind,

@@ -253,7 +253,8 @@ class Output:
 
     For a serial device: text written as UTF-8 (default ``"<rule> 1\\n"`` and
     ``"<rule> 0\\n"``); for OSC: the address, with the argument 1 or 0 (default
-    ``/<rule>``); ZeroMQ and callbacks get the event itself. None: the default.
+    ``/<rule>``); ZeroMQ and callbacks get the event itself. None: the default; an
+    empty text: nothing is sent then.
     """
 
     device: str
