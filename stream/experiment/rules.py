@@ -205,24 +205,43 @@ class CompiledRules:
         selectors = np.asarray([s for k in kinds for s in k.selectors], np.int64)
         self._selectors = selectors[None, :]
         self._any_animal = (selectors == ANY_ANIMAL)[None, :]
+        self._named = not self._any_animal.all()
         low, high = np.asarray([b for k in kinds for b in k.bounds], np.float64).reshape(-1, 2).T
         self._low, self._high = low[None, :], high[None, :]
         self._has = tuple(bool(k.numbers) for k in kinds)
         table = regions.table(8)
-        self._regions = (table[0].astype(np.intp), *table[1:7], table[7].astype(bool))
+        is_rectangle = table[7].astype(bool)
+        self._regions = (
+            table[0].astype(np.intp),
+            table[1] + 1j * table[2],  # centres
+            table[3] + 1j * table[4],  # rotations into the region's axes
+            table[5],
+            table[6],
+            is_rectangle,
+            # Which shapes there are: the other's formula is skipped.
+            bool(is_rectangle.any()),
+            bool((~is_rectangle).any()),
+        )
         self._polygons = (polygons.table(1)[0].astype(np.intp), *_edges(polygon_edges))
         table = within.table(2).astype(np.intp)
         self._within = (table[0], table[1])
         table = pairs.table(3)
-        self._pairs = (table[0].astype(np.intp), table[1].astype(np.intp), table[2][None, :])
+        self._pairs = (
+            table[0].astype(np.intp),
+            table[1].astype(np.intp),
+            table[2][None, :],
+            (table[2] == ANY_ANIMAL)[None, :],
+        )
         table = angles.table(7)
         self._angles = (
             *table[:4].astype(np.intp),
-            table[4:6].T,
-            table[6].astype(bool)[:, None],
+            table[4] + 1j * table[5],  # the points
+            table[6].astype(bool),
         )
         self._speeds = speeds.table(1)[0].astype(np.intp)
         self._previous: tuple[np.ndarray, np.ndarray, float] | None = None
+        # "Not the same animal" masks for pairs, by number of animals.
+        self._others: dict[int, np.ndarray] = {}
 
     def _compile(self, condition: Condition) -> Tree:
         """The condition as a tree of leaf numbers (int) and (kind, children) tuples."""
@@ -244,16 +263,24 @@ class CompiledRules:
         points = np.asarray(poses.points, np.float64)
         ids = np.asarray(poses.identities)
         values = np.full(self.n_leaves, UNKNOWN, np.int8)
+        # Points as complex numbers x + iy (a view of the same memory): differences,
+        # lengths, rotations and angles each take one numpy call.
+        xy = np.ascontiguousarray(points).view(np.complex128)[..., 0]
         if points.shape[0] and self._columns.size:
-            feature = self._features(points, ids, time)
-            selected = (ids[:, None] == self._selectors) | self._any_animal
-            # NaN (cannot be judged) fails both comparisons.
-            truth = ((feature >= self._low) & (feature <= self._high) & selected).any(axis=0)
-            known = (~np.isnan(feature) & selected).any(axis=0)
-            values[self._columns] = truth.view(np.int8) - (~known).view(np.int8)
+            feature = self._features(points, xy, ids, time)
+            # NaN (cannot be judged) fails every comparison, itself included.
+            truth = (feature >= self._low) & (feature <= self._high)
+            known = feature == feature
+            if self._named:
+                selected = (ids[:, None] == self._selectors) | self._any_animal
+                truth &= selected
+                known &= selected
+            # TRUE (1) where some animal satisfies it, FALSE (0) where some can be
+            # judged, UNKNOWN (-1) where none can.
+            values[self._columns] = np.add(truth.any(axis=0), known.any(axis=0), dtype=np.int8) - 1
         for number, selector, nodes, template, tolerance in self._postures:
             values[number] = _posture(points, ids, selector, nodes, template, tolerance)
-        self._previous = (points, ids, time)
+        self._previous = (xy, ids, time)
         return values
 
     def evaluate(self, poses: FramePoses, time: float) -> list[int]:
@@ -261,70 +288,73 @@ class CompiledRules:
         values = self.leaf_values(poses, time).tolist()
         return [_combine(root, values) for root in self._roots]
 
-    def _features(self, points: np.ndarray, ids: np.ndarray, time: float) -> np.ndarray:
-        """(animals, columns): each vectorised leaf's feature for each animal."""
+    def _features(
+        self, points: np.ndarray, xy: np.ndarray, ids: np.ndarray, time: float
+    ) -> np.ndarray:
+        """(animals, columns): each vectorised leaf's feature for each animal; `xy` is
+        `points` as complex numbers."""
         parts: list[np.ndarray] = []
         has_regions, has_polygons, has_within, has_pairs, has_angles, has_speeds = self._has
         if has_regions:
-            nodes, cx, cy, cos, sin, scale_x, scale_y, is_rectangle = self._regions
-            xy = points[:, nodes]
-            dx, dy = xy[..., 0] - cx, xy[..., 1] - cy
-            # Into the region's own axes (rotated by -angle; y points down on screen),
-            # scaled so that its edge is at 1: a rectangle's is the larger coordinate.
-            u = (dx * cos - dy * sin) * scale_x
-            v = (dx * sin + dy * cos) * scale_y
-            parts.append(np.where(is_rectangle, np.maximum(np.abs(u), np.abs(v)), np.hypot(u, v)))
+            nodes, centres, turns, scale_x, scale_y, is_rectangle, rectangles, ellipses = (
+                self._regions
+            )
+            # Into each region's own axes, scaled so that its edge is at 1.
+            local = (xy[:, nodes] - centres) * turns
+            u, v = local.real * scale_x, local.imag * scale_y
+            if not ellipses:
+                parts.append(np.maximum(np.abs(u), np.abs(v)))
+            elif not rectangles:
+                parts.append(np.hypot(u, v))
+            else:
+                parts.append(
+                    np.where(is_rectangle, np.maximum(np.abs(u), np.abs(v)), np.hypot(u, v))
+                )
         if has_polygons:
             nodes, x0, y0, y1, slope = self._polygons
-            xy = points[:, nodes]
-            x, y = xy[..., 0, None], xy[..., 1, None]
+            at = points[:, nodes]
+            x, y = at[..., 0, None], at[..., 1, None]
             # Even-odd rule: edges crossed by a ray from the point towards +x.
             crossed = ((y0 > y) != (y1 > y)) & (x < x0 + (y - y0) * slope)
             # Plus 0 * (x + y): NaN where the node was not found.
             parts.append((crossed.sum(axis=-1) & 1) + 0 * (x + y)[..., 0])
         if has_within:
             start, end = self._within
-            step = points[:, start] - points[:, end]
-            parts.append(np.hypot(step[..., 0], step[..., 1]))
+            parts.append(np.abs(xy[:, start] - xy[:, end]))
         if has_pairs:
-            start, end, partners = self._pairs
-            a, b = points[:, start], points[:, end]
-            d = np.hypot(a[:, None, :, 0] - b[None, :, :, 0], a[:, None, :, 1] - b[None, :, :, 1])
-            valid = ((ids[:, None] == partners) | (partners == ANY_ANIMAL))[None, :, :]
-            valid = valid & ~np.eye(len(ids), dtype=bool)[:, :, None]
+            start, end, partners, any_partner = self._pairs
+            n = len(ids)
+            others = self._others.get(n)
+            if others is None:
+                others = self._others[n] = ~np.eye(n, dtype=bool)[:, :, None]
+            d = np.abs(xy[:, None, start] - xy[None, :, end])
+            valid = others & ((ids[:, None] == partners) | any_partner)[None]
             # The nearest partner that can be judged (fmin skips NaN; none: NaN).
             parts.append(np.fmin.reduce(np.where(valid, d, np.nan), axis=1))
         if has_angles:
-            start, end, ref0, ref1, target, is_point = self._angles
-            heading = points[:, end] - points[:, start]
-            second = np.where(
-                is_point, target - points[:, start], points[:, ref1] - points[:, ref0]
-            )
-            cross = heading[..., 0] * second[..., 1] - heading[..., 1] * second[..., 0]
-            dot = heading[..., 0] * second[..., 0] + heading[..., 1] * second[..., 1]
-            parts.append(np.abs(np.arctan2(cross, dot)))
+            start, end, ref0, ref1, targets, is_point = self._angles
+            origin = xy[:, start]
+            second = np.where(is_point, targets - origin, xy[:, ref1] - xy[:, ref0])
+            # The angle of second / heading, as the angle of second * conj(heading).
+            parts.append(np.abs(np.angle(second * np.conj(xy[:, end] - origin))))
         if has_speeds:
-            parts.append(self._speed(points, ids, self._speeds, time))
+            parts.append(self._speed(xy, ids, self._speeds, time))
         return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
 
-    def _speed(
-        self, points: np.ndarray, ids: np.ndarray, nodes: np.ndarray, time: float
-    ) -> np.ndarray:
+    def _speed(self, xy: np.ndarray, ids: np.ndarray, nodes: np.ndarray, time: float) -> np.ndarray:
         """(animals, speed leaves) px/s from the previous frame; NaN where unknown."""
-        speeds = np.full((points.shape[0], nodes.size), np.nan)
+        speeds = np.full((xy.shape[0], nodes.size), np.nan)
         if self._previous is None:
             return speeds
         before, before_ids, before_time = self._previous
         elapsed = time - before_time
         if not elapsed > 0 or before.shape[0] == 0:
             return speeds
-        if points.shape[0] == 1 and before.shape[0] == 1 and ids[0] == before_ids[0]:
-            match, found = np.zeros(1, np.intp), np.ones(1, bool)
-        else:
-            same = (ids[:, None] == before_ids[None, :]) & (ids[:, None] >= 0)
-            match, found = same.argmax(axis=1), same.any(axis=1)
-        step = points[:, nodes] - before[match][:, nodes]
-        speeds[found] = np.hypot(step[found, :, 0], step[found, :, 1]) / elapsed
+        if xy.shape[0] == 1 and before.shape[0] == 1 and ids[0] == before_ids[0]:
+            return np.abs(xy[:, nodes] - before[:, nodes]) / elapsed
+        same = (ids[:, None] == before_ids[None, :]) & (ids[:, None] >= 0)
+        match, found = same.argmax(axis=1), same.any(axis=1)
+        speeds[found] = np.abs(xy[found][:, nodes] - before[match[found]][:, nodes]) / elapsed
         return speeds
 
 

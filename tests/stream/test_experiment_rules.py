@@ -55,6 +55,8 @@ def values(when: dict, frames: list[FramePoses], *, info: ModelInfo = INFO, regi
 
 REGIONS = {
     "box": {"rectangle": [0, 0, 10, 10]},
+    # Long axis from lower left to upper right on screen (counter-clockwise from x).
+    "slant": {"ellipse": {"center": [50, 50], "radii": [10, 1], "angle": 45}},
     "oval": {"ellipse": {"center": [50, 50], "radii": [10, 2], "angle": 90}},
     "tri": {"polygon": [[0, 0], [20, 0], [0, 20]]},
 }
@@ -62,7 +64,12 @@ REGIONS = {
 
 @pytest.mark.parametrize(
     ("region", "inside", "outside"),
-    [("box", (5, 5), (11, 5)), ("oval", (50, 58), (58, 50)), ("tri", (4, 4), (15, 15))],
+    [
+        ("box", (5, 5), (11, 5)),
+        ("oval", (50, 58), (58, 50)),
+        ("slant", (55, 45), (55, 55)),
+        ("tri", (4, 4), (15, 15)),
+    ],
 )
 def test_a_region_is_true_while_the_node_is_in_it(region, inside, outside):
     when = {"in_region": {"region": region, "node": "nose"}}
