@@ -12,9 +12,14 @@ a second, drives each device in turn: serial through a pseudo-terminal pair (and
 the peer's own time of reading each byte, timestamped in a thread of its own), OSC
 and ZeroMQ on loopback. p50 and p99 of ready -> written (and -> read by the peer).
 
+``predict``: the forward predictor's error one frame ahead (30 fps) against the
+unpredicted pose (the frame before's points), on the bundled clips' ground truth and
+on sleap-nn's poses of them (tests/data/goldens), over a grid of its noise settings.
+
 Usage::
 
     .venv/bin/python scripts/bench_experiment.py [--frames 20000] [--transitions 1000]
+    .venv/bin/python scripts/bench_experiment.py --only predict
 """
 
 from __future__ import annotations
@@ -234,23 +239,70 @@ def bench_outputs(transitions: int, rate: float) -> None:
     print(f"ZeroMQ (loopback TCP), ready -> queued: {percentiles(written)}")
 
 
+def bench_predict() -> None:
+    from pathlib import Path
+
+    from sleap_live.stream.experiment.predict import (
+        DEFAULT_ACCELERATION,
+        DEFAULT_NOISE,
+        ForwardPredictor,
+    )
+
+    data = Path(__file__).resolve().parents[1] / "tests" / "data"
+    clips: dict[str, list[FramePoses]] = {}
+    for name in ("single", "multi_gray", "multi_rgb"):
+        truth = np.load(data / "ground_truth" / f"{name}.npz")["points"]
+        ids = np.arange(truth.shape[1], dtype=np.int32) if truth.shape[1] > 1 else [-1]
+        clips[f"ground truth {name}"] = [_poses(p, np.asarray(ids, np.int32)) for p in truth]
+    for name in ("single_instance", "multi_class_bottomup", "multi_class_topdown"):
+        golden = np.load(data / "goldens" / f"{name}.npz")
+        clips[f"sleap-nn {name}"] = [
+            _poses(golden["points"][i, :n], golden["track_ids"][i, :n].astype(np.int32))
+            for i, n in enumerate(golden["n_instances"])
+        ]
+    settings = [(DEFAULT_ACCELERATION, DEFAULT_NOISE)] + [
+        (q, r) for q in (3e4, 1e5, 1e6) for r in (1.0, 3.0)
+    ]
+    for acceleration, noise in settings:
+        print(f"acceleration {acceleration:g} px^2/s^3, noise {noise:g} px:")
+        for name, frames in clips.items():
+            predictor = ForwardPredictor(acceleration, noise)
+            for i, poses in enumerate(frames):
+                predictor.update(poses, i / 30)
+            error = predictor.error()
+            change = error.predicted / error.unpredicted - 1
+            print(
+                f"  {name}: {error.predicted:.2f} px predicted, {error.unpredicted:.2f} px "
+                f"unpredicted ({change:+.0%}), {error.points} points"
+            )
+
+
+def _poses(points: np.ndarray, ids: np.ndarray) -> FramePoses:
+    n, nodes = points.shape[:2]
+    return FramePoses(
+        points.astype(np.float32), np.ones((n, nodes), np.float32), np.ones(n, np.float32), ids
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frames", type=int, default=20000, help="frames for the rules")
     parser.add_argument("--transitions", type=int, default=1000, help="per device")
     parser.add_argument("--rate", type=float, default=200.0, help="frames a second")
-    parser.add_argument("--only", choices=("rules", "outputs"))
+    parser.add_argument("--only", choices=("rules", "outputs", "predict"))
     args = parser.parse_args(argv)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs")
-    if args.only != "outputs":
+    if args.only in (None, "rules"):
         p50, p99, cpu50, cpu99 = bench_rules(args.frames)
         print(
             f"rules: 10 rules x 10 animals, {args.frames} frames: wall p50 {p50 * 1e6:.1f} us, "
             f"p99 {p99 * 1e6:.1f} us; thread CPU p50 {cpu50 * 1e6:.1f} us, "
             f"p99 {cpu99 * 1e6:.1f} us a frame"
         )
-    if args.only != "rules":
+    if args.only in (None, "outputs"):
         bench_outputs(args.transitions, args.rate)
+    if args.only in (None, "predict"):
+        bench_predict()
     return 0
 
 

@@ -42,6 +42,7 @@ from sleap_live.stream.experiment.experiment import (
     leaves,
     load_experiment,
 )
+from sleap_live.stream.experiment.predict import ForwardPredictor, PredictionError
 from sleap_live.stream.experiment.rules import CompiledRules
 from sleap_live.stream.experiment.timing import Timeline, Transition
 from sleap_live.stream.ring import RingReader
@@ -64,6 +65,7 @@ class ClosedLoopStats:
         events: onsets and offsets.
         simulated: whether the devices were simulated.
         devices: each device's counts.
+        prediction: the forward prediction's error (`Experiment.predict`), else None.
     """
 
     frames: int
@@ -71,6 +73,7 @@ class ClosedLoopStats:
     events: int
     simulated: bool
     devices: tuple[DeviceStats, ...]
+    prediction: PredictionError | None = None
 
 
 def events_csv_path(output: Path) -> Path:
@@ -177,6 +180,7 @@ class ClosedLoop:
         self.log = EventLog(self._events_csv, overwrite=self._overwrite)
         self._rules = CompiledRules(self.experiment, self._info)
         self._timeline = Timeline(self.experiment)
+        self._predictor = ForwardPredictor() if self.experiment.predict else None
         for name, device in self.experiment.devices.items():
             link: DeviceLink
             if isinstance(device, CallbackDevice):
@@ -213,6 +217,7 @@ class ClosedLoop:
             events=len(self.log.entries),
             simulated=self._simulated,
             devices=tuple(worker.stats() for worker in self._workers.values()),
+            prediction=None if self._predictor is None else self._predictor.error(),
         )
 
     def finish(self) -> None:
@@ -255,7 +260,13 @@ class ClosedLoop:
     def decide(self, record: PoseRecord) -> list[Transition]:
         """Evaluate one record and send its transitions (the deciding thread's step)."""
         time = self._time_of(record)
-        values = self._rules.evaluate(record.poses, time)
+        poses = record.poses
+        if self._predictor is not None:
+            # To the moment of the decision: the capture-to-now latency measured on
+            # this record (the device's own sub-millisecond delay is not added).
+            self._predictor.update(poses, time)
+            poses = self._predictor.predict(poses, time + self._clock() - record.capture_time)
+        values = self._rules.evaluate(poses, time)
         transitions = self._timeline.step(values, record.frame_index, time)
         self._frames += 1
         if transitions:
