@@ -7,9 +7,11 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import av
 import sleap_io as sio
 
 from sleap_live import cli
+from sleap_live.stream.experiment.overlay import OFF_RULE, ON
 
 EXPORT = Path(__file__).parents[1] / "data" / "exports" / "single_instance"
 MULTI_CLASS = Path(__file__).parents[1] / "data" / "exports" / "multi_class_bottomup"
@@ -47,6 +49,13 @@ def test_a_rehearsal_logs_events_to_a_csv_and_the_slp(tmp_path, fake_loads, clip
     assert all(float(r["sent_time"]) >= float(r["decision_time"]) for r in rows)
     events = sio.load_slp(str(out), open_videos=False).events
     assert [(e.type.name, e.start_frame, e.end_frame) for e in events] == [("head_in_zone", 10, 21)]
+    # The overlay drawn from the .slp's events: the rule's square green in its bout.
+    overlay = tmp_path / "overlay.mkv"
+    render = ["render", str(out), "-o", str(overlay), "--codec", "ffv1", "--experiment"]
+    assert cli.main([*render, str(experiment)]) == 0
+    with av.open(str(overlay)) as container:
+        images = [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
+    assert tuple(images[15][6, 6]) == ON and tuple(images[5][6, 6]) == OFF_RULE
     # The log exists: a second run is refused before any work, unless --overwrite.
     out.unlink()
     assert cli.main(argv) != 0

@@ -320,3 +320,39 @@ def test_unreadable_files_are_one_line(tmp_path):
     bad.write_text("- a list\n")
     with pytest.raises(ExperimentError, match="expected a mapping"):
         load_experiment(bad)
+
+
+@pytest.mark.parametrize("region", ["box", "oval", "slant", "tri"])
+def test_a_drawn_outline_is_the_edge_the_rules_judge(region):
+    from sleap_live.stream.experiment.overlay import outline
+
+    experiment = experiment_from_dict(
+        {
+            "regions": REGIONS,
+            "rules": {"r": {"when": {"in_region": {"region": region, "node": "nose"}}}},
+        }
+    )
+    edge = outline(experiment.regions[region])
+    centre = edge.mean(axis=0)
+    rules = CompiledRules(experiment, INFO)
+    for scale, expected in ((0.97, TRUE), (1.03, FALSE)):
+        for x, y in centre + (edge - centre) * scale:
+            assert rules.evaluate(poses(animal(x, y)), 0.0) == [expected], (scale, x, y)
+
+
+def test_the_overlay_draws_regions_and_rule_states():
+    from sleap_live.stream.experiment.overlay import OFF_RULE, ON, ExperimentOverlay
+
+    experiment = experiment_from_dict(
+        {
+            "regions": REGIONS,
+            "rules": {"r": {"when": {"in_region": {"region": "box", "node": "nose"}}}},
+        }
+    )
+    overlay = ExperimentOverlay(experiment, {"r": [(3, 5)]})
+    frame = np.zeros((80, 80, 1), np.uint8)
+    off, on = overlay(frame, 2), overlay(frame, 4)
+    assert tuple(off[6, 6]) == OFF_RULE and tuple(on[6, 6]) == ON
+    assert tuple(on[5, 10]) == ON  # the box's right edge, on while its rule is
+    assert tuple(off[40, 50]) != (0, 0, 0)  # the oval (rx 10 turned upright): its top
+    assert frame.max() == 0  # drawn on a copy
