@@ -31,6 +31,7 @@ from sleap_live.stream.errors import ChannelClosed
 from sleap_live.stream.experiment.experiment import (
     CallbackDevice,
     Device,
+    GpioDevice,
     OscDevice,
     SerialDevice,
     ZmqDevice,
@@ -46,6 +47,7 @@ CLOSE_TIMEOUT = 2.0
 INSTALL_HINTS = {
     "serial": 'pip install "sleap-live[closed-loop]" (pyserial)',
     "osc": 'pip install "sleap-live[closed-loop]" (python-osc)',
+    "gpio": "pip install gpiozero (on the Raspberry Pi)",
 }
 
 
@@ -146,6 +148,31 @@ class OscLink:
             self._client._sock.close()
 
 
+class GpioLink:
+    """A GPIO pin (gpiozero): high while the rule is on. gpiozero picks the pin library
+    (or ``GPIOZERO_PIN_FACTORY=mock``, its stand-in for tests and rehearsals)."""
+
+    def __init__(self, device: GpioDevice) -> None:
+        self._device = device
+        self._output: Any = None
+
+    def open(self) -> None:
+        gpiozero = _import("gpiozero", "gpio")
+        self._output = gpiozero.DigitalOutputDevice(
+            self._device.pin, active_high=self._device.active_high, initial_value=False
+        )
+
+    def send(self, message: OutputMessage) -> None:
+        if message.state:
+            self._output.on()
+        else:
+            self._output.off()
+
+    def close(self) -> None:
+        if self._output is not None:
+            self._output.close()
+
+
 class ZmqLink:
     """The pose publisher's ZeroMQ socket (`Publisher`), bound at `ZmqDevice.endpoint`:
     each transition a message on the topic ``experiment/<rule>`` (`event_message`)."""
@@ -211,6 +238,8 @@ def link_for(device: Device) -> DeviceLink:
         return SerialLink(device)
     if isinstance(device, OscDevice):
         return OscLink(device)
+    if isinstance(device, GpioDevice):
+        return GpioLink(device)
     if isinstance(device, ZmqDevice):
         return ZmqLink(device)
     assert isinstance(device, CallbackDevice)

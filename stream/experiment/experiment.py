@@ -230,6 +230,16 @@ class OscDevice:
 
 
 @attrs.frozen
+class GpioDevice:
+    """A Raspberry Pi GPIO pin (gpiozero's `DigitalOutputDevice`): driven high (active)
+    at each onset and low at each offset. `pin` is as gpiozero names pins: 17,
+    ``"GPIO17"``, ``"BOARD11"``."""
+
+    pin: str | int
+    active_high: bool = True
+
+
+@attrs.frozen
 class ZmqDevice:
     """The ZeroMQ pose publisher's socket (`Publisher`): each onset and offset as a
     message on the topic ``experiment/<rule>``."""
@@ -244,7 +254,7 @@ class CallbackDevice:
     function: Callable[[Any], object] = attrs.field(eq=False)
 
 
-Device = SerialDevice | OscDevice | ZmqDevice | CallbackDevice
+Device = SerialDevice | OscDevice | GpioDevice | ZmqDevice | CallbackDevice
 
 
 @attrs.frozen
@@ -623,11 +633,11 @@ class _Reader:
         return Polygon(tuple(self.point(v, f"{where}[{i}]") for i, v in enumerate(spec)))
 
     def device(self, value: object, where: str) -> Device | None:
-        data = self.mapping(value, where, ("serial", "osc", "zmq"))
+        data = self.mapping(value, where, ("serial", "osc", "gpio", "zmq"))
         if data is None:
             return None
         if len(data) != 1:
-            self.fail(where, "give one of serial, osc, zmq")
+            self.fail(where, "give one of serial, osc, gpio, zmq")
             return None
         ((kind, spec),) = data.items()
         where = f"{where}.{kind}"
@@ -650,6 +660,23 @@ class _Reader:
             if port > 65535:
                 self.fail(f"{where}.port", f"must be at most 65535, got {port}")
             return OscDevice(self.text(fields.get("host", "127.0.0.1"), f"{where}.host"), port)
+        if kind == "gpio":
+            fields = self.mapping(spec, where, ("pin", "active_high"))
+            if fields is None:
+                return None
+            pin = fields.get("pin")
+            if isinstance(pin, bool) or not isinstance(pin, int | str) or pin == "":
+                self.fail(
+                    f"{where}.pin", f"expected a pin (17, GPIO17, BOARD11), got {_shown(pin)}"
+                )
+                pin = 0
+            active_high = fields.get("active_high", True)
+            if not isinstance(active_high, bool):
+                self.fail(
+                    f"{where}.active_high", f"expected true or false, got {_shown(active_high)}"
+                )
+                active_high = True
+            return GpioDevice(pin, active_high)
         fields = self.mapping(spec, where, ("endpoint",))
         if fields is None:
             return None

@@ -19,6 +19,7 @@ from sleap_live.engines.types import FramePoses, ModelInfo, Skeleton
 from sleap_live.stream.experiment import (
     CallbackDevice,
     Experiment,
+    GpioDevice,
     InRegion,
     OscDevice,
     Output,
@@ -282,3 +283,22 @@ def test_events_go_into_a_slp_as_sleap_io_events(tmp_path):
     ]
     assert float(events[0].metadata["onset_capture_time"]) == loop.log.entries[0].capture_time
     assert not list(Path(tmp_path).glob("*.partial"))
+
+
+def test_a_gpio_pin_is_high_while_the_rule_is_on(monkeypatch):
+    """gpiozero 2.0's mock pins (`GPIOZERO_PIN_FACTORY=mock`, its own stand-in for a
+    Raspberry Pi) record every state the pin was driven to."""
+    import gpiozero
+
+    monkeypatch.setenv("GPIOZERO_PIN_FACTORY", "mock")
+    monkeypatch.setattr(gpiozero.Device, "pin_factory", None)  # chosen again from the variable
+    loop = ClosedLoop(experiment({"led": GpioDevice(17)}, (Output("led"),)), simulate=False)
+    run_loop(loop)
+    worker = loop._workers["led"]
+    deadline = time.monotonic() + 5
+    while worker.stats().sent < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    states = [state.state for state in worker._link._output.pin.states]
+    finish(loop)
+    assert states == [False, True, False, True, False]
+    assert [e.sent["led"][1] for e in loop.log.entries] == [None] * 4

@@ -246,6 +246,8 @@ regions:
   blob: {circle: 3}
 devices:
   laser: {serial: {baudrate: fast}}
+  lamp: {gpio: {pin: true}}
+  both: {osc: {port: 9000}, zmq: {endpoint: "tcp://127.0.0.1:1"}}
 rules:
   a:
     when: {in_region: {region: nowhere, node: nose}}
@@ -268,6 +270,8 @@ rules:
         "regions.blob: unknown key 'circle'",
         "devices.laser.serial.port: expected a name",
         "devices.laser.serial.baudrate: expected a whole number",
+        "devices.lamp.gpio.pin: expected a pin (17, GPIO17, BOARD11), got True",
+        "devices.both: give one of serial, osc, gpio, zmq",
         "rules.a.hold: must be at least 0",
         "rules.b.when.distance: above (9) is over below (3)",
         "rules.c.when: unknown key 'wobble'",
