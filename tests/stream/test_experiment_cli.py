@@ -105,3 +105,25 @@ def test_experiment_check_exit_statuses(tmp_path, capsys):
     assert cli.main(["experiment", "check", str(tmp_path / "none.yaml"), "-m", str(EXPORT)]) == 1
     assert "No such file" in capsys.readouterr().out
     assert cli.main(["experiment", "check", str(experiment), "-m", str(tmp_path)]) == 2
+
+
+def test_a_rehearsal_decides_as_a_replay_at_the_videos_rate(tmp_path, fake_loads, clip):
+    """The same file on a recorded run (every frame, as fast as it goes) and on a replay
+    paced at 30 fps (a camera's live run): the same events, frame for frame, both
+    timed on the video's clock."""
+    experiment = tmp_path / "exp.yaml"
+    experiment.write_text(
+        "regions: {zone: {rectangle: [10, -1, 20, 100]}}\n"
+        "rules:\n"
+        "  held: {when: {in_region: {region: zone, node: head}}, hold: 0.03}\n"
+        "  moving: {when: {speed: {node: tail, above: 20, animal: left}}}\n"
+    )
+    logs = []
+    for command in ("run", "replay"):
+        out = tmp_path / f"{command}.slp"
+        argv = [command, str(clip), "-m", "m", "-q", "-o", str(out), "--experiment"]
+        assert cli.main([*argv, str(experiment)]) == 0
+        with open(tmp_path / f"{command}.events.csv") as file:
+            logs.append([(r["rule"], r["kind"], r["frame_index"]) for r in csv.DictReader(file)])
+    assert logs[0] == logs[1]
+    assert len(logs[0]) >= 4
