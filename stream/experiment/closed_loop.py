@@ -32,7 +32,12 @@ from sleap_live.stream.experiment.devices import (
     SimulatedLink,
     link_for,
 )
-from sleap_live.stream.experiment.events import EventEntry, EventLog, write_slp_events
+from sleap_live.stream.experiment.events import (
+    EventEntry,
+    EventLog,
+    write_nwb_events,
+    write_slp_events,
+)
 from sleap_live.stream.experiment.experiment import (
     CallbackDevice,
     Condition,
@@ -119,6 +124,7 @@ class ClosedLoop:
         self._overwrite = overwrite
         self._output: Path | None = None
         self._fps: float | None = None
+        self._source_fps: float | None = None
         self._clock: Clock = MONOTONIC
         self._lossless = False
         self._bound = False
@@ -161,6 +167,7 @@ class ClosedLoop:
         """
         check_experiment(self.experiment, info, tracked=tracked, source=self._source)
         self._info = info
+        self._source_fps = fps
         time = self.experiment.time
         self._fps = fps if time == "video" or (time == "auto" and recorded_video) else None
         if time == "video" and not fps:
@@ -221,15 +228,18 @@ class ClosedLoop:
         )
 
     def finish(self) -> None:
-        """Write the events into the .slp pose output (after the pipeline saved it);
-        idempotent. A failure is a warning: the CSV holds the log."""
-        if self._finished or self._output is None or self._output.suffix != ".slp":
+        """Write the events into a .slp or .nwb pose output (after the pipeline saved
+        it); idempotent. A failure is a warning: the CSV holds the log."""
+        if self._finished or self._output is None or self._output.suffix not in (".slp", ".nwb"):
             return
         self._finished = True
         if not self._output.exists() or not self.log.entries:
             return
         try:
-            write_slp_events(self._output, self.log.entries)
+            if self._output.suffix == ".slp":
+                write_slp_events(self._output, self.log.entries)
+            else:
+                write_nwb_events(self._output, self.log.entries, self._source_fps)
         except Exception as error:
             logger.warning(
                 "%s: the experiment's events could not be added (%s); they are in %s",

@@ -8,15 +8,17 @@ per device, the time its bytes were written. All times are on the pipeline's clo
 The log is journaled as a CSV (`EVENT_COLUMNS`, one row per transition and device,
 or one row with no device for a rule without outputs), each row written and flushed
 as soon as it is complete, so a kill loses at most the rows of the messages still
-in flight. When the run ends, the onset/offset pairs go into the .slp pose file as
-sleap-io events (`Labels.events`: a `PredictedEvent` per time a rule was on, its
-`EventType` named after the rule, the times in its metadata).
+in flight. When the run ends, the onset/offset pairs go into a .slp pose file as sleap-io events
+(`Labels.events`: a `PredictedEvent` per time a rule was on, its `EventType` named
+after the rule, the times in its metadata), or into an .nwb pose file as a
+`TimeIntervals` table (`NWB_TABLE`).
 """
 
 from __future__ import annotations
 
 import csv
 import logging
+import math
 import os
 import shutil
 import threading
@@ -154,6 +156,15 @@ def bouts(entries: list[EventEntry]) -> list[tuple[EventEntry, EventEntry | None
     return found
 
 
+def _end_frame(onset: EventEntry, offset: EventEntry | None) -> int:
+    """The last frame a bout was on (inclusive)."""
+    if offset is None:
+        return onset.frame_index
+    if offset.at_end:
+        return offset.frame_index
+    return max(onset.frame_index, offset.frame_index - 1)
+
+
 def sleap_events(entries: list[EventEntry], video: Any, tracks: list[Any]) -> list[Any]:
     """The log as sleap-io `PredictedEvent`s: one per bout of a rule, from its onset's
     frame to the last frame it was on, with an `EventType` per rule and the times in
@@ -164,12 +175,7 @@ def sleap_events(entries: list[EventEntry], video: Any, tracks: list[Any]) -> li
     by_name = {track.name: track for track in tracks}
     events = []
     for onset, offset in bouts(entries):
-        if offset is None:
-            end = onset.frame_index
-        elif offset.at_end:
-            end = offset.frame_index
-        else:
-            end = max(onset.frame_index, offset.frame_index - 1)
+        end = _end_frame(onset, offset)
         metadata: dict[str, str] = {}
         for entry in (onset, offset):
             if entry is None:
@@ -222,3 +228,70 @@ def write_slp_events(slp: Path, entries: list[EventEntry]) -> int:
     finally:
         partial.unlink(missing_ok=True)
     return len(events)
+
+
+# The NWB table of an experiment's bouts (`write_nwb_events`).
+NWB_TABLE = "experiment_events"
+
+
+def write_nwb_events(nwb: Path, entries: list[EventEntry], fps: float | None) -> int:
+    """Add the log's bouts to a finished .nwb pose file as a `TimeIntervals` table,
+    `NWB_TABLE` (a copy written and renamed into place); returns the rows written.
+
+    Each row is a time a rule was on: start and stop in seconds on the poses' clock
+    (frame index over `fps`, as the pose series are timed; the frame index without
+    one), the rule, its frames and trial, and the onset's and offset's capture,
+    ready, decision and first device's sent times (NaN where there is none).
+    """
+    import pynwb
+    from pynwb import NWBHDF5IO
+
+    TimeIntervals = pynwb.epoch.TimeIntervals
+
+    found = bouts(entries)
+    if not found:
+        return 0
+    rate = fps or 1.0
+    table = TimeIntervals(
+        name=NWB_TABLE, description="sleap-live experiment: when each rule was on"
+    )
+    columns = {
+        "rule": "the rule's name",
+        "start_frame": "the onset's frame",
+        "end_frame": "the last frame it was on",
+        "trial": "the trial (-1: none)",
+    }
+    times = ("capture_time", "ready_time", "decision_time", "sent_time")
+    for kind in ("onset", "offset"):
+        for name in times:
+            columns[f"{kind}_{name}"] = f"the {kind}'s {name.replace('_', ' ')} (s, NaN: none)"
+    for name, description in columns.items():
+        table.add_column(name=name, description=description)
+    for onset, offset in found:
+        end = _end_frame(onset, offset)
+        row: dict[str, Any] = {
+            "start_time": onset.frame_index / rate,
+            "stop_time": (end + 1) / rate,
+            "rule": onset.rule,
+            "start_frame": onset.frame_index,
+            "end_frame": end,
+            "trial": -1 if onset.trial is None else onset.trial,
+        }
+        for kind, entry in (("onset", onset), ("offset", offset)):
+            sent = [] if entry is None else [t for t, _ in entry.sent.values() if t is not None]
+            row[f"{kind}_capture_time"] = math.nan if entry is None else entry.capture_time
+            row[f"{kind}_ready_time"] = math.nan if entry is None else entry.ready_time
+            row[f"{kind}_decision_time"] = math.nan if entry is None else entry.decision_time
+            row[f"{kind}_sent_time"] = min(sent) if sent else math.nan
+        table.add_row(**row)
+    partial = nwb.with_name(nwb.name + ".events.partial")
+    shutil.copyfile(nwb, partial)
+    try:
+        with NWBHDF5IO(str(partial), "a") as io:
+            nwbfile = io.read()
+            nwbfile.add_time_intervals(table)
+            io.write(nwbfile)
+        os.replace(partial, nwb)
+    finally:
+        partial.unlink(missing_ok=True)
+    return len(found)

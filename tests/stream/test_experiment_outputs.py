@@ -302,3 +302,29 @@ def test_a_gpio_pin_is_high_while_the_rule_is_on(monkeypatch):
     finish(loop)
     assert states == [False, True, False, True, False]
     assert [e.sent["led"][1] for e in loop.log.entries] == [None] * 4
+
+
+def test_events_go_into_an_nwb_as_a_time_intervals_table(tmp_path):
+    import datetime
+
+    from pynwb import NWBHDF5IO, NWBFile
+
+    from sleap_live.stream.experiment.events import NWB_TABLE, write_nwb_events
+
+    loop = ClosedLoop(experiment({}, ()))
+    run_loop(loop)
+    finish(loop)
+    nwb = tmp_path / "poses.nwb"
+    start = datetime.datetime.now(datetime.timezone.utc)
+    with NWBHDF5IO(str(nwb), "w") as io:
+        io.write(NWBFile(session_description="poses", identifier="x", session_start_time=start))
+    assert write_nwb_events(nwb, loop.log.entries, fps=10.0) == 2
+    with NWBHDF5IO(str(nwb), "r") as io:
+        table = io.read().intervals[NWB_TABLE].to_dataframe()
+    # Times as the pose series are timed: frame index over the frame rate.
+    assert table[["start_time", "stop_time", "start_frame", "end_frame"]].values.tolist() == [
+        [0.2, 0.5, 2, 4],
+        [0.7, 0.9, 7, 8],
+    ]
+    assert list(table["rule"]) == ["zone", "zone"]
+    assert not list(tmp_path.glob("*.partial"))
