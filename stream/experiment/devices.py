@@ -32,6 +32,7 @@ from sleap_live.stream.experiment.experiment import (
     CallbackDevice,
     Device,
     GpioDevice,
+    NidaqDevice,
     OscDevice,
     SerialDevice,
     ZmqDevice,
@@ -47,7 +48,8 @@ CLOSE_TIMEOUT = 2.0
 INSTALL_HINTS = {
     "serial": 'pip install "sleap-live[closed-loop]" (pyserial)',
     "osc": 'pip install "sleap-live[closed-loop]" (python-osc)',
-    "gpio": "pip install gpiozero (on the Raspberry Pi)",
+    "gpio": 'pip install "sleap-live[closed-loop]" (gpiozero; on a Raspberry Pi)',
+    "nidaq": "pip install nidaqmx, and NI-DAQmx's driver (python -m nidaqmx installdriver)",
 }
 
 
@@ -173,6 +175,39 @@ class GpioLink:
             self._output.close()
 
 
+class NidaqLink:
+    """NI-DAQmx digital output lines (nidaqmx 1.x: a `Task` with one channel per line,
+    `task.write(state)` for all of them)."""
+
+    def __init__(self, device: NidaqDevice) -> None:
+        self._device = device
+        self._task: Any = None
+        self._lines = 0
+
+    def open(self) -> None:
+        nidaqmx = _import("nidaqmx", "nidaq")
+        constants = _import("nidaqmx.constants", "nidaq")
+        task = nidaqmx.Task()
+        try:
+            channel = task.do_channels.add_do_chan(
+                self._device.lines, line_grouping=constants.LineGrouping.CHAN_PER_LINE
+            )
+            self._lines = len(channel.channel_names) if channel.channel_names else 1
+            task.write([False] * self._lines if self._lines > 1 else False, auto_start=True)
+        except Exception:
+            task.close()
+            raise
+        self._task = task
+
+    def send(self, message: OutputMessage) -> None:
+        state = bool(message.state)
+        self._task.write([state] * self._lines if self._lines > 1 else state, auto_start=True)
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.close()
+
+
 class ZmqLink:
     """The pose publisher's ZeroMQ socket (`Publisher`), bound at `ZmqDevice.endpoint`:
     each transition a message on the topic ``experiment/<rule>`` (`event_message`)."""
@@ -240,6 +275,8 @@ def link_for(device: Device) -> DeviceLink:
         return OscLink(device)
     if isinstance(device, GpioDevice):
         return GpioLink(device)
+    if isinstance(device, NidaqDevice):
+        return NidaqLink(device)
     if isinstance(device, ZmqDevice):
         return ZmqLink(device)
     assert isinstance(device, CallbackDevice)

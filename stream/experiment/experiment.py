@@ -240,6 +240,15 @@ class GpioDevice:
 
 
 @attrs.frozen
+class NidaqDevice:
+    """National Instruments digital output lines (nidaqmx, with NI-DAQmx's driver): high
+    at each onset, low at each offset. `lines` as NI-DAQmx names them:
+    ``"Dev1/port0/line0"`` or ``"Dev1/port0/line0:3"`` (all driven alike)."""
+
+    lines: str
+
+
+@attrs.frozen
 class ZmqDevice:
     """The ZeroMQ pose publisher's socket (`Publisher`): each onset and offset as a
     message on the topic ``experiment/<rule>``."""
@@ -254,7 +263,7 @@ class CallbackDevice:
     function: Callable[[Any], object] = attrs.field(eq=False)
 
 
-Device = SerialDevice | OscDevice | GpioDevice | ZmqDevice | CallbackDevice
+Device = SerialDevice | OscDevice | GpioDevice | NidaqDevice | ZmqDevice | CallbackDevice
 
 
 @attrs.frozen
@@ -633,11 +642,11 @@ class _Reader:
         return Polygon(tuple(self.point(v, f"{where}[{i}]") for i, v in enumerate(spec)))
 
     def device(self, value: object, where: str) -> Device | None:
-        data = self.mapping(value, where, ("serial", "osc", "gpio", "zmq"))
+        data = self.mapping(value, where, ("serial", "osc", "gpio", "nidaq", "zmq"))
         if data is None:
             return None
         if len(data) != 1:
-            self.fail(where, "give one of serial, osc, gpio, zmq")
+            self.fail(where, "give one of serial, osc, gpio, nidaq, zmq")
             return None
         ((kind, spec),) = data.items()
         where = f"{where}.{kind}"
@@ -677,6 +686,11 @@ class _Reader:
                 )
                 active_high = True
             return GpioDevice(pin, active_high)
+        if kind == "nidaq":
+            fields = self.mapping(spec, where, ("lines",))
+            if fields is None:
+                return None
+            return NidaqDevice(self.text(fields.get("lines"), f"{where}.lines"))
         fields = self.mapping(spec, where, ("endpoint",))
         if fields is None:
             return None

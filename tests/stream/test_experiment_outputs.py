@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +23,7 @@ from sleap_live.stream.experiment import (
     Experiment,
     GpioDevice,
     InRegion,
+    NidaqDevice,
     OscDevice,
     Output,
     Rectangle,
@@ -328,3 +331,75 @@ def test_events_go_into_an_nwb_as_a_time_intervals_table(tmp_path):
     ]
     assert list(table["rule"]) == ["zone", "zone"]
     assert not list(tmp_path.glob("*.partial"))
+
+
+def fake_nidaqmx(writes: list) -> tuple[types.ModuleType, types.ModuleType]:
+    """A stand-in for nidaqmx 1.7.0, which needs NI-DAQmx's driver (none here): the calls
+    `NidaqLink` makes, as that version defines them: `nidaqmx.Task()`,
+    `task.do_channels.add_do_chan(lines, line_grouping=...)` returning a `DOChannel`
+    whose `channel_names` is the unflattened list of lines
+    (nidaqmx/task/collections/_do_channel_collection.py, task/channels/_channel.py),
+    `task.write(data, auto_start=...)` taking a scalar for one channel and a list of
+    one sample per channel for several (nidaqmx/task/_task.py), `task.close()`, and
+    `nidaqmx.constants.LineGrouping.CHAN_PER_LINE` (nidaqmx/constants.py)."""
+    import enum
+
+    constants = types.ModuleType("nidaqmx.constants")
+    constants.LineGrouping = enum.Enum(
+        "LineGrouping", {"CHAN_PER_LINE": 0, "CHAN_FOR_ALL_LINES": 1}
+    )
+
+    class Channel:
+        def __init__(self, lines: str) -> None:
+            # "Dev1/port0/line0:1" unflattens to line0 and line1.
+            base, _, span = lines.rpartition("line")
+            first, _, last = span.partition(":")
+            self.channel_names = [
+                f"{base}line{i}" for i in range(int(first), int(last or first) + 1)
+            ]
+
+    class Task:
+        def __init__(self) -> None:
+            self.do_channels = types.SimpleNamespace(add_do_chan=self._add)
+
+        def _add(self, lines, name_to_assign_to_lines="", line_grouping=None):
+            assert line_grouping is constants.LineGrouping.CHAN_PER_LINE
+            return Channel(lines)
+
+        def write(self, data, auto_start=None, timeout=10.0):
+            writes.append((data, auto_start))
+
+        def close(self) -> None:
+            writes.append("closed")
+
+    module = types.ModuleType("nidaqmx")
+    module.Task = Task
+    module.constants = constants
+    return module, constants
+
+
+def test_ni_daq_lines_follow_the_rule(monkeypatch):
+    writes: list = []
+    module, constants = fake_nidaqmx(writes)
+    monkeypatch.setitem(sys.modules, "nidaqmx", module)
+    monkeypatch.setitem(sys.modules, "nidaqmx.constants", constants)
+    devices = {"daq": NidaqDevice("Dev1/port0/line0:1")}
+    loop = ClosedLoop(experiment(devices, (Output("daq"),)), simulate=False)
+    run_loop(loop)
+    finish(loop)
+    low, high = ([False, False], True), ([True, True], True)
+    assert writes == [low, high, low, high, low, "closed"]
+
+
+def test_ni_daq_without_its_driver_is_reported_once(monkeypatch, caplog):
+    """No nidaqmx (or its driver) here: the device says what to install, once."""
+    monkeypatch.setitem(sys.modules, "nidaqmx", None)
+    loop = ClosedLoop(
+        experiment({"daq": NidaqDevice("Dev1/port0/line0")}, (Output("daq"),)), simulate=False
+    )
+    with caplog.at_level(logging.WARNING):
+        run_loop(loop)
+        finish(loop)
+    (stats,) = loop.stats().devices
+    assert "pip install nidaqmx" in stats.error and stats.dropped == 4
+    assert sum("daq" in r.getMessage() for r in caplog.records) == 1
