@@ -271,7 +271,7 @@ rules:
         "devices.laser.serial.port: expected a name",
         "devices.laser.serial.baudrate: expected a whole number",
         "devices.lamp.gpio.pin: expected a pin (17, GPIO17, BOARD11), got True",
-        "devices.both: give one of serial, osc, gpio, zmq",
+        "devices.both: give one of serial, osc, gpio, nidaq, zmq",
         "rules.a.hold: must be at least 0",
         "rules.b.when.distance: above (9) is over below (3)",
         "rules.c.when: unknown key 'wobble'",
