@@ -233,10 +233,14 @@ class CompiledRules:
             (table[2] == ANY_ANIMAL)[None, :],
         )
         table = angles.table(7)
+        is_point = table[6].astype(bool)
         self._angles = (
             *table[:4].astype(np.intp),
             table[4] + 1j * table[5],  # the points
-            table[6].astype(bool),
+            is_point,
+            # Which second directions there are: the other's is not computed.
+            bool(is_point.all()),
+            bool((~is_point).all()),
         )
         self._speeds = speeds.table(1)[0].astype(np.intp)
         self._previous: tuple[np.ndarray, np.ndarray, float] | None = None
@@ -332,9 +336,14 @@ class CompiledRules:
             # The nearest partner that can be judged (fmin skips NaN; none: NaN).
             parts.append(np.fmin.reduce(np.where(valid, d, np.nan), axis=1))
         if has_angles:
-            start, end, ref0, ref1, targets, is_point = self._angles
+            start, end, ref0, ref1, targets, is_point, points_only, references_only = self._angles
             origin = xy[:, start]
-            second = np.where(is_point, targets - origin, xy[:, ref1] - xy[:, ref0])
+            if points_only:
+                second = targets - origin
+            elif references_only:
+                second = xy[:, ref1] - xy[:, ref0]
+            else:
+                second = np.where(is_point, targets - origin, xy[:, ref1] - xy[:, ref0])
             # The angle of second / heading, as the angle of second * conj(heading).
             parts.append(np.abs(np.angle(second * np.conj(xy[:, end] - origin))))
         if has_speeds:

@@ -22,6 +22,7 @@ from sleap_live.stream.experiment import (
     load_experiment,
 )
 from sleap_live.stream.experiment.timing import trial_at
+from tests import script_modules
 
 NODES = ("nose", "head", "body", "tail_base", "tail_tip")
 INFO = ModelInfo("bottomup", Skeleton(NODES), 1, None)
@@ -360,3 +361,23 @@ def test_the_overlay_draws_regions_and_rule_states():
     assert tuple(on[5, 10]) == ON  # the box's right edge, on while its rule is
     assert tuple(off[40, 50]) != (0, 0, 0)  # the oval (rx 10 turned upright): its top
     assert frame.max() == 0  # drawn on a copy
+
+
+def test_rules_of_every_kind_together_decide_as_each_alone():
+    """The vectorised kinds share one feature array: each rule's value in a file of
+    many is its value alone."""
+    bench = script_modules.load("bench_experiment.py")
+    rules_data = bench.TEN_RULES
+    walk = bench.random_walk(40, 6, np.random.default_rng(1))
+    ids = np.arange(6, dtype=np.int32)
+    frames = [FramePoses(p, np.ones((6, 5), np.float32), np.ones(6, np.float32), ids) for p in walk]
+    together = CompiledRules(experiment_from_dict(rules_data), INFO)
+    alone = {
+        name: CompiledRules(
+            experiment_from_dict({"regions": rules_data["regions"], "rules": {name: rule}}), INFO
+        )
+        for name, rule in rules_data["rules"].items()
+    }
+    for i, frame in enumerate(frames):
+        expected = [rules.evaluate(frame, i / 30)[0] for rules in alone.values()]
+        assert together.evaluate(frame, i / 30) == expected, i
