@@ -143,8 +143,12 @@ def test_speed_needs_the_same_animal_in_the_frame_before():
         poses(animal(0, 0), animal(100, 0), ids=[3, 4]),
         poses(animal(100, 0), animal(10, 0), ids=[4, 3]),
     ]
+    # Then the same rows as the frame before: track 3 moves 10 px in 0.1 s.
+    tracked.append(poses(animal(100, 0), animal(20, 0), ids=[4, 3]))
     named = {"speed": {"node": "body", "above": 40, "animal": "track_3"}}
-    assert values(named, tracked) == [UNKNOWN, TRUE]
+    assert values(named, tracked) == [UNKNOWN, TRUE, TRUE]
+    slow = {"speed": {"node": "body", "below": 5, "animal": "track_4"}}
+    assert values(slow, tracked) == [UNKNOWN, TRUE, TRUE]
     # Untracked animals of a multi-animal model have no speed.
     two = [poses(animal(0, 0), animal(50, 50)), poses(animal(5, 0), animal(50, 50))]
     assert values(fast, two) == [UNKNOWN, UNKNOWN]
