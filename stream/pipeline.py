@@ -193,7 +193,7 @@ class Pipeline:
         experiment: a closed-loop experiment run on the tracked poses (an
             `Experiment`, its YAML file, or a `ClosedLoop` with its own options),
             off the inference thread (see `sleap_live.stream.experiment`): its
-            events go to a CSV beside the pose output and into a .slp output;
+            events go to a CSV beside the pose output and into a .slp or .nwb output;
             `pipeline.experiment` is its consumer. On a recorded video its devices
             are simulated unless the `ClosedLoop` says otherwise.
 

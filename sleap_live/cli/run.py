@@ -218,8 +218,8 @@ def _add_common_options(
         type=Path,
         metavar="FILE",
         help="run this closed-loop experiment (YAML, docs/closed-loop.md) on the tracked "
-        "poses: its rules' onsets and offsets go to its devices, to FILE's events CSV beside "
-        "-o (STEM.events.csv) and into a .slp output as events (default: none)",
+        "poses: its rules' onsets and offsets go to its devices, to an events CSV beside "
+        "-o (STEM.events.csv) and into a .slp or .nwb output (default: none)",
     )
     loop.add_argument(
         "--experiment-outputs",
