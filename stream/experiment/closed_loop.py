@@ -50,7 +50,7 @@ from sleap_live.stream.experiment.experiment import (
 from sleap_live.stream.experiment.predict import ForwardPredictor, PredictionError
 from sleap_live.stream.experiment.rules import CompiledRules
 from sleap_live.stream.experiment.timing import Timeline, Transition
-from sleap_live.stream.ring import RingReader
+from sleap_live.stream.ring import DEFAULT_STALL_TIMEOUT, RingReader
 from sleap_live.stream.stats import PipelineStats
 from sleap_live.stream.types import PoseRecord
 
@@ -200,7 +200,9 @@ class ClosedLoop:
         self._reader = run.ring.reader(
             from_oldest=self._lossless,
             lossless=self._lossless,
-            stall_timeout=None if self._lossless else 1.0,
+            # Deciding never waits on a device, so it keeps up; should it stall, the
+            # pipeline stops waiting for it as for any lossless consumer.
+            stall_timeout=DEFAULT_STALL_TIMEOUT,
             name="experiment",
         )
         return self._run
