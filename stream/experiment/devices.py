@@ -341,9 +341,11 @@ class DeviceWorker:
         except ChannelClosed:
             self._dropped(message)
 
-    def close(self, timeout: float = CLOSE_TIMEOUT) -> bool:
-        """Send what is queued (for at most `timeout` real seconds), then close the
-        link; False if the device's thread was still busy then (it is abandoned)."""
+    def close(self, timeout: float | None = None) -> bool:
+        """Send what is queued (for at most `timeout` real seconds, default
+        `CLOSE_TIMEOUT`), then close the link; False if the device's thread was still
+        busy then (it is abandoned)."""
+        timeout = CLOSE_TIMEOUT if timeout is None else timeout
         self._queue.close()
         self._thread.join(timeout)
         if self._thread.is_alive():

@@ -403,3 +403,35 @@ def test_ni_daq_without_its_driver_is_reported_once(monkeypatch, caplog):
     (stats,) = loop.stats().devices
     assert "pip install nidaqmx" in stats.error and stats.dropped == 4
     assert sum("daq" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_stalled_device_costs_a_pipeline_no_poses(fakes, clip, tmp_path, monkeypatch):
+    """A device that never returns, in a whole run: every frame is processed and saved,
+    the run ends (the device's thread abandoned), and the log holds every decision."""
+    from sleap_live.stream import OutputOptions, Pipeline, open_source
+    from sleap_live.stream.experiment import devices
+
+    monkeypatch.setattr(devices, "CLOSE_TIMEOUT", 0.2)
+    release = threading.Event()
+    rule = Rule("zone", InRegion("box", "head"), outputs=(Output("stuck"),))
+    stuck = CallbackDevice(lambda message: release.wait(30))
+    exp = Experiment((rule,), {"box": Rectangle(10, -1, 20, 100)}, {"stuck": stuck})
+    out = tmp_path / "poses.slp"
+    pipeline = Pipeline(
+        open_source(clip), fakes.FakeRunner(), outputs=OutputOptions(output=out), experiment=exp
+    )
+    try:
+        stats = pipeline.run()
+        loop = pipeline.experiment
+        assert loop is not None
+        (device,) = loop.stats().devices  # before the device is let go
+    finally:
+        release.set()
+    assert stats.frames_processed == 40 and out.exists()
+    assert loop.stats().frames == 40
+    assert device.sent == 0 and "abandoned" in device.error
+    # The fake's animals are in x 10..20 on frames 10-20, absent on every third frame.
+    assert [(e.kind, e.frame_index) for e in loop.log.entries][:2] == [
+        ("onset", 10),
+        ("offset", 12),
+    ]
