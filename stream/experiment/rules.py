@@ -344,8 +344,10 @@ class CompiledRules:
                 second = xy[:, ref1] - xy[:, ref0]
             else:
                 second = np.where(is_point, targets - origin, xy[:, ref1] - xy[:, ref0])
-            # The angle of second / heading, as the angle of second * conj(heading).
-            parts.append(np.abs(np.angle(second * np.conj(xy[:, end] - origin))))
+            # The angle of second / heading, as the angle of second * conj(heading)
+            # (arctan2 itself: np.angle's Python wrapper costs 3 us a call).
+            turn = second * np.conj(xy[:, end] - origin)
+            parts.append(np.abs(np.arctan2(turn.imag, turn.real)))
         if has_speeds:
             parts.append(self._speed(xy, ids, self._speeds, time))
         return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
