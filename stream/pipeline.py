@@ -42,10 +42,12 @@ Every timing decision is made on one injectable `Clock` (see `clock`).
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -94,6 +96,10 @@ from sleap_live.stream.stats import PipelineStats, StageMeters
 from sleap_live.stream.tracking.live import PoseTracking, check_model_for_tracking
 from sleap_live.stream.tracking.settings import TrackingSettings
 from sleap_live.stream.types import Frame, PoseRecord, TrackLabel
+
+if TYPE_CHECKING:
+    from sleap_live.stream.experiment.closed_loop import ClosedLoop
+    from sleap_live.stream.experiment.experiment import Experiment
 
 __all__ = ["DEFAULT_BATCH_SIZE", "POLICIES", "RECORDED_BACKGROUND_NICE", "Pipeline", "Policy"]
 
@@ -184,6 +190,12 @@ class Pipeline:
             the ring, callbacks, published messages, preview and every output
             (as ``track_N``). Its time per frame is in `stats`. None: untracked,
             as is a multi-class model, whose identities are its tracks already.
+        experiment: a closed-loop experiment run on the tracked poses (an
+            `Experiment`, its YAML file, or a `ClosedLoop` with its own options),
+            off the inference thread (see `sleap_live.stream.experiment`): its
+            events go to a CSV beside the pose output and into a .slp or .nwb output;
+            `pipeline.experiment` is its consumer. On a recorded video its devices
+            are simulated unless the `ClosedLoop` says otherwise.
 
     Raises:
         ValueError: an unknown policy, a batch size below 1 (or, with a
@@ -191,6 +203,8 @@ class Pipeline:
             flight would not fit in memory (`check_batch_memory`); a stop
             timeout that is not a positive number of seconds; `settings` with a
             runner; `tracking` with a multi-class model.
+        ExperimentError: an experiment naming nodes or animals the model lacks
+            (a ValueError, one line per mistake).
 
     Example:
         A closed loop on a camera is in ``scripts/closed_loop_example.py``.
@@ -216,6 +230,7 @@ class Pipeline:
         clock: Clock = MONOTONIC,
         stop_timeout: float | None = DEFAULT_STOP_TIMEOUT,
         tracking: TrackingSettings | None = None,
+        experiment: Experiment | ClosedLoop | str | os.PathLike[str] | None = None,
     ) -> None:
         self._sources: tuple[Source, ...] = (
             source.sources if isinstance(source, SourceGroup) else (source,)
@@ -277,6 +292,9 @@ class Pipeline:
             clock=clock,
         )
         self._attached: list[RingConsumer] = []
+        self.experiment: ClosedLoop | None = None
+        if experiment is not None:
+            self.experiment = self._closed_loop(experiment, source, policy, clock)
         # The newest frame, filled by the emit stage for attached consumers that take it.
         self._latest_frame = LatestFrame()
         self._outputs: OpenWriters | SourceWriters = OpenWriters({})
@@ -591,6 +609,41 @@ class Pipeline:
 
     # --------------------------------------------------------------------- stages
 
+    def _closed_loop(
+        self,
+        experiment: Experiment | ClosedLoop | str | os.PathLike[str],
+        source: Source | SourceGroup,
+        policy: Policy,
+        clock: Clock,
+    ) -> ClosedLoop:
+        """The experiment's consumer, checked against the model and attached."""
+        from sleap_live.stream.experiment.closed_loop import ClosedLoop
+        from sleap_live.stream.experiment.experiment import Experiment
+
+        if isinstance(source, SourceGroup):
+            raise ValueError("an experiment runs on one source, not a group of several")
+        loop = (
+            experiment
+            if isinstance(experiment, ClosedLoop)
+            else ClosedLoop(experiment if isinstance(experiment, Experiment) else Path(experiment))
+        )
+        try:
+            loop.bind(
+                self.runner.info,
+                fps=source.fps,
+                recorded_video=source.n_frames is not None and bool(source.fps),
+                lossless=policy == "recorded",
+                tracked=self._tracking is not None,
+                clock=clock,
+                output=self._output_options.output,
+            )
+        except ValueError:
+            if self._owns_runner:
+                self.runner.close()
+            raise
+        self._attached.append(loop)
+        return loop
+
     def _reader_of(self, source: Source) -> SourceReader:
         slots = self._slots
         return SourceReader(
@@ -759,6 +812,8 @@ class Pipeline:
             self._finished = True
         if not self._started:
             self._close_runner()  # no infer stage ran to close it
+        if self.experiment is not None:
+            self.experiment.finish()  # its events into the .slp, now saved
 
     def _close_runner(self) -> None:
         if self._owns_runner:

@@ -280,6 +280,15 @@ class Publisher:
             self._socket.send_multipart((topic, payload), flags=self._zmq.NOBLOCK)
             self.sent += 1
 
+    def send_map(self, topic: str, message: dict[str, Any]) -> None:
+        """Send ``[topic, msgpack map]`` of your own (an experiment's transitions, on
+        ``experiment/<rule>``); never waits, as `send`."""
+        payload = self._packb(message)
+        with self._lock:
+            if self._closed:
+                raise PublishError("the publisher was closed", endpoint=self.endpoint)
+            self._socket.send_multipart((topic.encode(), payload), flags=self._zmq.NOBLOCK)
+
     def poll_subscriptions(self, timeout: float = 0.0) -> int:
         """Take the subscription changes that arrived (at most
         `SUBSCRIPTION_CHANGES_PER_POLL`), waiting up to `timeout` (real seconds) for

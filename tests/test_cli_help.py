@@ -17,6 +17,7 @@ from sleap_live.cli import (
     bench,
     cameras,
     check,
+    experiment,
     export,
     recover,
     render,
@@ -36,6 +37,7 @@ SUMMARIES = {
     "render": render.SUMMARY,
     "track": track.SUMMARY,
     "serve-web": serve_web.SUMMARY,
+    "experiment": experiment.SUMMARY,
 }
 # Options every subcommand that loads a model has, defined once in sleap_live.cli.options,
 # and the verification options they share with `export`.

@@ -14,10 +14,11 @@ Commands::
     sleap-live check-tensorrt MODEL.onnx        (what TensorRT would refuse or change)
     sleap-live render POSES.slp -o overlay.mp4  (the poses drawn on their video)
     sleap-live track POSES.slp -o OUT.slp       (the poses tracked again, as sleap-nn)
+    sleap-live experiment check EXP.yaml -m MODEL   (a closed-loop experiment's file checked)
 
 One parser holds every subcommand (`run.py`, `cameras.py`, `export.py`, `bench.py`,
-`check.py`, `recover.py`, `render.py`, `track.py`, `serve_web.py`), built from the
-options they share (`options.py`, `tracking_options.py`).
+`check.py`, `recover.py`, `render.py`, `track.py`, `serve_web.py`, `experiment.py`), built
+from the options they share (`options.py`, `tracking_options.py`).
 `python -m sleap_live` is the same command.
 
 Exit status: 0 done, 1 a run failed or an input is missing or unusable, 2 bad arguments,
@@ -49,6 +50,7 @@ from sleap_live.cli import (
     bench,
     cameras,
     check,
+    experiment,
     export,
     recover,
     render,
@@ -59,6 +61,7 @@ from sleap_live.cli import (
 from sleap_live.cli.options import PROG, Parser, UsageError
 from sleap_live.engines.errors import EngineError
 from sleap_live.stream.errors import StreamError
+from sleap_live.stream.experiment.experiment import ExperimentError
 from sleap_live.stream.stages import STOP_SIGNALS
 
 __all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_TERMINATED", "EXIT_USAGE", "main", "parser"]
@@ -76,6 +79,7 @@ COMMANDS = (
     "render",
     "track",
     "serve-web",
+    "experiment",
 )
 
 
@@ -137,6 +141,10 @@ def _handle(args: argparse.Namespace, console: Console, interrupts: _Interrupts)
         return interrupts.status
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except ExperimentError as error:  # one line per mistake in the file
+        for problem in error.problems:
+            _fail(f"{error.source}: {problem}", EXIT_ERROR)
+        return EXIT_ERROR
     except (StreamError, EngineError, OSError) as error:
         return _fail(_one_line(error), EXIT_ERROR)
     except ValueError as error:  # arguments the parser cannot judge (e.g. -o vs --format)
@@ -160,6 +168,7 @@ def parser() -> argparse.ArgumentParser:
             f"  {PROG} check-tensorrt exported/model.onnx\n"
             f"  {PROG} render poses.slp -o overlay.mp4\n"
             f"  {PROG} track poses.slp -o tracked.slp   (sleap-nn's tracker on saved poses)\n"
+            f"  {PROG} experiment check exp.yaml -m MODEL_DIR   (a closed-loop experiment)\n"
             f"\n`{PROG} COMMAND -h` lists a command's options."
         ),
     )
@@ -173,6 +182,7 @@ def parser() -> argparse.ArgumentParser:
     render.add_parser(commands)
     track.add_parser(commands)
     serve_web.add_parser(commands)
+    experiment.add_parser(commands)
     return top
 
 

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from sleap_live.cli.options import PROG, UsageError, add_overwrite_option, count, positive_float
+from sleap_live.stream.experiment.overlay import ExperimentOverlay
 from sleap_live.stream.outputs.overlay import COLOR_SCHEMES, MARKER_SHAPES, PALETTES, OverlayStyle
 from sleap_live.stream.outputs.overlay_writer import CODECS, DEFAULT_CODEC
 from sleap_live.stream.outputs.render import render_slp
@@ -93,6 +94,14 @@ def add_parser(commands: Any) -> None:
         default=DEFAULT_CODEC,
         help="h264 (small, lossy) or ffv1 (lossless, larger; best in .mkv)",
     )
+    render.add_argument(
+        "--experiment",
+        type=Path,
+        metavar="FILE",
+        help="also draw this closed-loop experiment (docs/closed-loop.md): its regions "
+        "(green while a rule reading them is on) and a square per rule (green: on), the "
+        "rules' states from the .slp's events of its run (default: poses only)",
+    )
     add_overwrite_option(render, "VIDEO")
     render.set_defaults(handler=handle)
 
@@ -128,6 +137,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
                 codec=args.codec,
                 progress=advance,
                 overwrite=args.overwrite,
+                decorate=_experiment_overlay(args),
             )
         except KeyboardInterrupt:
             if written:
@@ -182,3 +192,17 @@ def _progress_bar(console: Console) -> Progress:
         transient=True,
         disable=not console.is_terminal,
     )
+
+
+def _experiment_overlay(args: argparse.Namespace) -> ExperimentOverlay | None:
+    """The drawing of --experiment, its rules' states from the .slp's events."""
+    if args.experiment is None:
+        return None
+    import sleap_io as sio
+
+    from sleap_live.stream.experiment import load_experiment
+    from sleap_live.stream.experiment.overlay import spans_of
+
+    experiment = load_experiment(args.experiment)
+    events = sio.load_slp(str(args.slp), open_videos=False).events
+    return ExperimentOverlay(experiment, spans_of(events))

@@ -45,6 +45,7 @@ from sleap_live.cli.tracking_options import add_tracking_options, tracking_setti
 from sleap_live.stream.batching import choose_policy
 from sleap_live.stream.dashboard import Dashboard, ProgressView, live_display
 from sleap_live.stream.errors import PreviewError, PublishError
+from sleap_live.stream.experiment.closed_loop import ClosedLoop, events_csv_path
 from sleap_live.stream.memory import check_batch_memory
 from sleap_live.stream.outputs.exports import check_suffix
 from sleap_live.stream.outputs.guard import check_outputs
@@ -211,6 +212,21 @@ def _add_common_options(
         "(tcp://127.0.0.1:5555, or ipc://PATH): one message per frame, the topic "
         "poses/SOURCE and a msgpack map; needs the publish extra (default: no publishing)",
     )
+    loop = parser.add_argument_group("closed loop")
+    loop.add_argument(
+        "--experiment",
+        type=Path,
+        metavar="FILE",
+        help="run this closed-loop experiment (YAML, docs/closed-loop.md) on the tracked "
+        "poses: its rules' onsets and offsets go to its devices, to an events CSV beside "
+        "-o (STEM.events.csv) and into a .slp or .nwb output (default: none)",
+    )
+    loop.add_argument(
+        "--experiment-outputs",
+        action="store_true",
+        help="on a recorded video, drive the experiment's devices (default: simulated there, "
+        "so a file rehearses the experiment; a camera, stream or replay drives them)",
+    )
     view = parser.add_argument_group("preview")
     view.add_argument(
         "--preview",
@@ -276,6 +292,8 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     """Runs `run` or `replay`; returns the exit status (errors propagate to `main`)."""
     if args.command == "run":
         if many.wants_many(args):
+            if args.experiment is not None:
+                raise UsageError("--experiment runs on one video, stream or camera")
             return many.handle(args, console)
         args.video = args.video[0] if args.video else None
     _check(args)
@@ -285,8 +303,15 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     output = args.output
     if output is None and video is not None:
         output = default_output(video)
+    closed_loop = _closed_loop(args)
+    events = None if closed_loop is None or output is None else events_csv_path(output)
     check_outputs(
-        {"-o": output, "--record": args.record, "--record-overlay": args.record_overlay},
+        {
+            "-o": output,
+            "--record": args.record,
+            "--record-overlay": args.record_overlay,
+            **({} if events is None else {"--experiment events": events}),
+        },
         {
             "VIDEO": [video],
             "-m": [Path(model) for model in args.models],
@@ -313,7 +338,9 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             _bind_publisher(args, console) as publisher,
             _bind_preview(args, console) as preview,
         ):
-            return _run(args, console, video, output, publisher, preview, claim, tracking)
+            return _run(
+                args, console, video, output, publisher, preview, claim, tracking, closed_loop
+            )
     finally:
         if claim is not None:
             claim.release()  # nothing once the run's writer took it
@@ -328,6 +355,7 @@ def _run(
     preview: PreviewServer | None,
     claim: JournalClaim | None,
     tracking: TrackingSettings | None,
+    closed_loop: ClosedLoop | None = None,
 ) -> int:
     # Opening reads the source's first data, which a stalled source never sends.
     timeout = args.read_timeout or default_read_timeout(args.fps)
@@ -369,6 +397,7 @@ def _run(
                     overwrite=args.overwrite,
                 ),
                 tracking=tracking,
+                experiment=closed_loop,
             )
             for consumer in (publisher, preview):
                 if consumer is not None:
@@ -391,6 +420,20 @@ def _run(
     if preview is not None and _holds(args, console):
         _hold_preview(preview, console)
     return 0
+
+
+def _closed_loop(args: argparse.Namespace) -> ClosedLoop | None:
+    """The experiment of --experiment, its file read and its shape checked before any
+    work (its names are checked against the model once it is loaded)."""
+    if args.experiment is None:
+        if args.experiment_outputs:
+            raise UsageError("--experiment-outputs applies with --experiment")
+        return None
+    return ClosedLoop(
+        args.experiment,
+        simulate=False if args.experiment_outputs else None,
+        overwrite=args.overwrite,
+    )
 
 
 def _endpoint(text: str) -> str:
@@ -622,6 +665,8 @@ def _summarise(pipeline: Pipeline, output: Path | None, console: Console) -> Non
         saved = [f"poses: none written to {output} (stopped before the pipeline started)"]
     for saying in saved:
         console.print(saying, highlight=False, soft_wrap=True, markup=False)
+    if pipeline.experiment is not None:
+        _summarise_experiment(pipeline.experiment, console)
     if stats.publish is not None:
         console.print(
             f"published: {stats.publish.sent} messages on {stats.publish.endpoint} "
@@ -629,3 +674,24 @@ def _summarise(pipeline: Pipeline, output: Path | None, console: Console) -> Non
             highlight=False,
             soft_wrap=True,
         )
+
+
+def _summarise_experiment(closed_loop: ClosedLoop, console: Console) -> None:
+    stats = closed_loop.stats()
+    where = "" if closed_loop.log.csv_path is None else f", logged to {closed_loop.log.csv_path}"
+    console.print(
+        f"experiment: {stats.events} onsets and offsets over {stats.frames} frames"
+        f"{' (devices simulated)' if stats.simulated else ''}{where}",
+        highlight=False,
+        soft_wrap=True,
+        markup=False,
+    )
+    for device in stats.devices:
+        if device.error is not None or device.dropped:
+            console.print(
+                f"experiment device {device.name}: {device.sent} sent, {device.dropped} not sent"
+                + ("" if device.error is None else f" ({device.error})"),
+                highlight=False,
+                soft_wrap=True,
+                markup=False,
+            )

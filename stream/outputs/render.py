@@ -57,6 +57,7 @@ def render_slp(
     codec: str = DEFAULT_CODEC,
     progress: Progress | None = None,
     overwrite: bool = False,
+    decorate: Callable[[np.ndarray, int], np.ndarray] | None = None,
 ) -> Rendered:
     """Draw the poses of `slp` on its video, frames `start` to `stop`, into `output`.
 
@@ -72,6 +73,8 @@ def render_slp(
         progress: told after each frame how many are written, of how many, and once
             more when the output is closed, with how many it holds (0: not written).
         overwrite: replace an existing `output` (`guard.claim_output`).
+        decorate: draws more on each frame (an RGB frame and its index in; the frame to
+            write out): an experiment's regions and rules (`ExperimentOverlay`).
 
     Raises:
         SourceNotFoundError: `slp` or its video is missing (naming each path tried).
@@ -107,7 +110,10 @@ def render_slp(
                 for frame in source:
                     labelled = frames.get(frame.index)
                     posed = labelled is not None and bool(labelled.instances)
-                    writer.write(_drawn(np.asarray(frame.image), labelled, skeleton, style, tracks))
+                    image = _drawn(np.asarray(frame.image), labelled, skeleton, style, tracks)
+                    if decorate is not None:
+                        image = decorate(image, frame.index)
+                    writer.write(image)
                     n_posed += posed
                     if progress is not None:
                         progress(writer.n_frames_written, total)

@@ -1,0 +1,310 @@
+"""Benchmarks of closed-loop experiments (docs/closed-loop.md, docs/benchmarks.md).
+
+``rules``: the time to decide one frame (every condition evaluated, `CompiledRules`,
+and every rule's timing stepped, `Timeline`) for 10 rules on 10 tracked animals of
+a 5-node skeleton moving at random: p50 and p99 over many frames.
+
+``outputs``: from a pose leaving the engine (its record's ready time, when the emit
+stage writes it to the ring) to its onset's or offset's bytes being written, through
+the whole path a run takes: the ring, the experiment's thread (`ClosedLoop`), the
+device's queue and thread. A rule switching on every other frame, at `--rate` frames
+a second, drives each device in turn: serial through a pseudo-terminal pair (and
+the peer's own time of reading each byte, timestamped in a thread of its own), OSC
+and ZeroMQ on loopback. p50 and p99 of ready -> written (and -> read by the peer).
+
+``predict``: the forward predictor's error one frame ahead (30 fps) against the
+unpredicted pose (the frame before's points), on the bundled clips' ground truth and
+on sleap-nn's poses of them (tests/data/goldens), over a grid of its noise settings.
+
+Usage::
+
+    .venv/bin/python scripts/bench_experiment.py [--frames 20000] [--transitions 1000]
+    .venv/bin/python scripts/bench_experiment.py --only predict
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import threading
+import time
+
+import numpy as np
+
+from sleap_live.engines.types import FramePoses, ModelInfo, Skeleton
+from sleap_live.stream.consumers import LatestFrame, PipelineRun
+from sleap_live.stream.experiment import (
+    CompiledRules,
+    Experiment,
+    InRegion,
+    OscDevice,
+    Output,
+    Rectangle,
+    Rule,
+    SerialDevice,
+    Timeline,
+    ZmqDevice,
+    check_experiment,
+    experiment_from_dict,
+)
+from sleap_live.stream.experiment.closed_loop import ClosedLoop
+from sleap_live.stream.ring import RingBuffer
+from sleap_live.stream.types import PoseRecord
+
+NODES = ("nose", "head", "body", "tail_base", "tail_tip")
+INFO = ModelInfo("bottomup", Skeleton(NODES), 1, None)
+
+# Ten rules, every kind of condition among them.
+TEN_RULES = {
+    "regions": {
+        "left": {"rectangle": [0, 0, 200, 480]},
+        "right": {"rectangle": [440, 0, 640, 480]},
+        "nest": {"ellipse": {"center": [320, 240], "radii": [60, 40], "angle": 30}},
+        "corner": {"polygon": [[0, 0], [120, 0], [0, 120]]},
+    },
+    "rules": {
+        "in_left": {"when": {"in_region": {"region": "left", "node": "nose"}}, "hold": 0.1},
+        "in_right": {"when": {"in_region": {"region": "right", "node": "nose", "animal": 3}}},
+        "in_nest": {"when": {"in_region": {"region": "nest", "node": "body"}}},
+        "in_corner": {"when": {"in_region": {"region": "corner", "node": "body"}}},
+        "stretched": {
+            "when": {
+                "distance": {"from": {"node": "nose"}, "to": {"node": "tail_tip"}, "above": 45}
+            }
+        },
+        "social": {
+            "when": {
+                "distance": {
+                    "from": {"node": "nose", "animal": 1},
+                    "to": {"node": "tail_base", "animal": "other"},
+                    "below": 20,
+                }
+            },
+            "refractory": 1.0,
+        },
+        "facing": {
+            "when": {"angle": {"from": "head", "to": "nose", "point": [320, 240], "below": 20}}
+        },
+        "head_turn": {
+            "when": {
+                "angle": {
+                    "from": "head",
+                    "to": "nose",
+                    "reference": ["tail_base", "body"],
+                    "above": 60,
+                }
+            }
+        },
+        "running": {"when": {"speed": {"node": "body", "above": 200}}, "max_triggers": 5},
+        "still_in_left": {
+            "when": {
+                "all": [
+                    {"in_region": {"region": "left", "node": "body"}},
+                    {"not": {"speed": {"node": "body", "above": 20}}},
+                ]
+            }
+        },
+    },
+}
+
+
+def random_walk(frames: int, animals: int, rng: np.random.Generator) -> np.ndarray:
+    """(frames, animals, 5, 2) chains of nodes 10 px apart wandering a 640x480 arena."""
+    centre = rng.uniform((50, 50), (590, 430), (animals, 2))
+    heading = rng.uniform(0, 2 * np.pi, animals)
+    out = np.empty((frames, animals, 5, 2), np.float32)
+    for f in range(frames):
+        heading += rng.normal(0, 0.2, animals)
+        step = np.stack([np.cos(heading), np.sin(heading)], axis=1)
+        centre = np.clip(centre + 3 * step, 20, (620, 460))
+        offsets = np.arange(5)[None, :, None] * -10 * step[:, None, :]
+        out[f] = centre[:, None, :] + offsets
+    out[rng.random(out.shape[:3]) < 0.02] = np.nan  # a few nodes not found
+    return out
+
+
+def bench_rules(frames: int) -> tuple[float, float, float, float]:
+    """p50 and p99 seconds to decide one frame of 10 rules on 10 animals, wall time and
+    this thread's CPU time (which a busy machine's other work does not inflate)."""
+    experiment = experiment_from_dict(TEN_RULES)
+    check_experiment(experiment, INFO)
+    rules = CompiledRules(experiment, INFO)
+    timeline = Timeline(experiment)
+    walk = random_walk(frames, 10, np.random.default_rng(0))
+    ids = np.arange(10, dtype=np.int32)
+    records = [
+        FramePoses(p, np.ones(p.shape[:2], np.float32), np.ones(10, np.float32), ids) for p in walk
+    ]
+    times = np.empty(frames)
+    cpu = np.empty(frames)
+    for i, poses in enumerate(records):
+        started, started_cpu = time.perf_counter(), time.thread_time()
+        timeline.step(rules.evaluate(poses, i / 30), i, i / 30)
+        cpu[i] = time.thread_time() - started_cpu
+        times[i] = time.perf_counter() - started
+    kept, kept_cpu = times[frames // 10 :], cpu[frames // 10 :]  # after warm-up
+    return (
+        float(np.percentile(kept, 50)),
+        float(np.percentile(kept, 99)),
+        float(np.percentile(kept_cpu, 50)),
+        float(np.percentile(kept_cpu, 99)),
+    )
+
+
+def toggling(device: object) -> Experiment:
+    """One rule, on while the nose is in x 0..10, driving `device`."""
+    rule = Rule("toggle", InRegion("box", "nose"), outputs=(Output("dev", "1\n", "0\n"),))
+    return Experiment((rule,), {"box": Rectangle(0, 0, 10, 10)}, {"dev": device})  # type: ignore[dict-item]
+
+
+def bench_output(device: object, transitions: int, rate: float) -> tuple[list[float], list[float]]:
+    """Seconds from each transition's ready time to its bytes being written, and each
+    transition's ready time."""
+    info = ModelInfo("single_instance", Skeleton(("nose", "tail")), 1, None)
+    loop = ClosedLoop(toggling(device), simulate=False)
+    loop.bind(info, fps=rate, recorded_video=False, lossless=False, tracked=False)
+    ring = RingBuffer(256, 1, 2)
+    body = loop.start(PipelineRun(ring, info, LatestFrame(), lambda: None))  # type: ignore[arg-type]
+    thread = threading.Thread(target=body)
+    thread.start()
+    time.sleep(0.5)  # the device opens in its own thread
+    ids = np.full(1, -1, np.int32)
+    for index in range(transitions):
+        x = 5.0 if index % 2 else 50.0
+        points = np.asarray([[[x, 5.0], [x + 10, 5.0]]], np.float32)
+        poses = FramePoses(points, np.ones((1, 2), np.float32), np.ones(1, np.float32), ids)
+        now = time.monotonic()
+        ring.write(PoseRecord(index, now, now, "bench", poses))
+        time.sleep(1 / rate)
+    ring.close()
+    thread.join()
+    written = [
+        sent - entry.ready_time
+        for entry in loop.log.entries
+        for sent, _ in entry.sent.values()
+        if sent is not None
+    ]
+    return written, [entry.ready_time for entry in loop.log.entries]
+
+
+def pty_reader(peer: int, stamps: list[float]) -> threading.Thread:
+    """Timestamps each line the pseudo-terminal's peer reads (a thread of its own)."""
+
+    def read() -> None:
+        while True:
+            try:
+                data = os.read(peer, 64)
+            except OSError:
+                return
+            if not data:
+                return
+            stamps.extend([time.monotonic()] * data.count(b"\n"))
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    return thread
+
+
+def percentiles(seconds: list[float]) -> str:
+    ms = np.asarray(seconds) * 1000
+    return f"p50 {np.percentile(ms, 50):.3f} ms, p99 {np.percentile(ms, 99):.3f} ms (n={ms.size})"
+
+
+def bench_outputs(transitions: int, rate: float) -> None:
+    from pythonosc.dispatcher import Dispatcher
+    from pythonosc.osc_server import ThreadingOSCUDPServer
+
+    peer, port = os.openpty()
+    stamps: list[float] = []
+    pty_reader(peer, stamps)
+    written, ready = bench_output(SerialDevice(os.ttyname(port)), transitions, rate)
+    print(f"serial (pty), ready -> written: {percentiles(written)}")
+    time.sleep(0.2)
+    read = [stamp - at for stamp, at in zip(stamps, ready, strict=False)]
+    print(f"serial (pty), ready -> read by the peer: {percentiles(read)}")
+    os.close(port)
+    os.close(peer)
+
+    dispatcher = Dispatcher()
+    dispatcher.set_default_handler(lambda *_: None)
+    server = ThreadingOSCUDPServer(("127.0.0.1", 0), dispatcher)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    written, _ = bench_output(OscDevice("127.0.0.1", server.server_address[1]), transitions, rate)
+    print(f"OSC (loopback UDP), ready -> sent: {percentiles(written)}")
+    server.shutdown()
+    server.server_close()
+
+    written, _ = bench_output(ZmqDevice("tcp://127.0.0.1:*"), transitions, rate)
+    print(f"ZeroMQ (loopback TCP), ready -> queued: {percentiles(written)}")
+
+
+def bench_predict() -> None:
+    from pathlib import Path
+
+    from sleap_live.stream.experiment.predict import (
+        DEFAULT_ACCELERATION,
+        DEFAULT_NOISE,
+        ForwardPredictor,
+    )
+
+    data = Path(__file__).resolve().parents[1] / "tests" / "data"
+    clips: dict[str, list[FramePoses]] = {}
+    for name in ("single", "multi_gray", "multi_rgb"):
+        truth = np.load(data / "ground_truth" / f"{name}.npz")["points"]
+        ids = np.arange(truth.shape[1], dtype=np.int32) if truth.shape[1] > 1 else [-1]
+        clips[f"ground truth {name}"] = [_poses(p, np.asarray(ids, np.int32)) for p in truth]
+    for name in ("single_instance", "multi_class_bottomup", "multi_class_topdown"):
+        golden = np.load(data / "goldens" / f"{name}.npz")
+        clips[f"sleap-nn {name}"] = [
+            _poses(golden["points"][i, :n], golden["track_ids"][i, :n].astype(np.int32))
+            for i, n in enumerate(golden["n_instances"])
+        ]
+    settings = [(DEFAULT_ACCELERATION, DEFAULT_NOISE)] + [
+        (q, r) for q in (3e4, 1e5, 1e6) for r in (1.0, 3.0)
+    ]
+    for acceleration, noise in settings:
+        print(f"acceleration {acceleration:g} px^2/s^3, noise {noise:g} px:")
+        for name, frames in clips.items():
+            predictor = ForwardPredictor(acceleration, noise)
+            for i, poses in enumerate(frames):
+                predictor.update(poses, i / 30)
+            error = predictor.error()
+            change = error.predicted / error.unpredicted - 1
+            print(
+                f"  {name}: {error.predicted:.2f} px predicted, {error.unpredicted:.2f} px "
+                f"unpredicted ({change:+.0%}), {error.points} points"
+            )
+
+
+def _poses(points: np.ndarray, ids: np.ndarray) -> FramePoses:
+    n, nodes = points.shape[:2]
+    return FramePoses(
+        points.astype(np.float32), np.ones((n, nodes), np.float32), np.ones(n, np.float32), ids
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--frames", type=int, default=20000, help="frames for the rules")
+    parser.add_argument("--transitions", type=int, default=1000, help="per device")
+    parser.add_argument("--rate", type=float, default=200.0, help="frames a second")
+    parser.add_argument("--only", choices=("rules", "outputs", "predict"))
+    args = parser.parse_args(argv)
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs")
+    if args.only in (None, "rules"):
+        p50, p99, cpu50, cpu99 = bench_rules(args.frames)
+        print(
+            f"rules: 10 rules x 10 animals, {args.frames} frames: wall p50 {p50 * 1e6:.1f} us, "
+            f"p99 {p99 * 1e6:.1f} us; thread CPU p50 {cpu50 * 1e6:.1f} us, "
+            f"p99 {cpu99 * 1e6:.1f} us a frame"
+        )
+    if args.only in (None, "outputs"):
+        bench_outputs(args.transitions, args.rate)
+    if args.only in (None, "predict"):
+        bench_predict()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,343 @@
+"""An experiment run on a pipeline's poses: `ClosedLoop`, a consumer of the ring.
+
+`Pipeline(..., experiment=...)` attaches one (or `pipeline.attach(ClosedLoop(...))`
+after `bind`). In a thread of its own it reads the tracked poses from the ring,
+evaluates the rules (`CompiledRules`), steps their timing (`Timeline`) and hands
+each onset and offset to the devices' threads (`DeviceWorker`) through queues that
+never wait, so neither a slow rule nor a slow device delays the poses. Under the
+``"recorded"`` policy it reads every record (losslessly: a rehearsal decides on
+every frame); under ``"live"`` it reads at its own pace and counts what it skipped.
+
+On a recorded video the devices are simulated unless asked for (`simulate`), so
+an experiment file can be tuned on a recording first; Python callbacks always run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import attrs
+
+from sleap_live.engines.types import ModelInfo
+from sleap_live.stream.clock import MONOTONIC, Clock
+from sleap_live.stream.consumers import PipelineRun
+from sleap_live.stream.experiment.devices import (
+    CallbackLink,
+    DeviceLink,
+    DeviceStats,
+    DeviceWorker,
+    OutputMessage,
+    SimulatedLink,
+    link_for,
+)
+from sleap_live.stream.experiment.events import (
+    EventEntry,
+    EventLog,
+    write_nwb_events,
+    write_slp_events,
+)
+from sleap_live.stream.experiment.experiment import (
+    CallbackDevice,
+    Condition,
+    Distance,
+    Experiment,
+    check_experiment,
+    leaves,
+    load_experiment,
+)
+from sleap_live.stream.experiment.predict import ForwardPredictor, PredictionError
+from sleap_live.stream.experiment.rules import CompiledRules
+from sleap_live.stream.experiment.timing import Timeline, Transition
+from sleap_live.stream.ring import DEFAULT_STALL_TIMEOUT, RingReader
+from sleap_live.stream.stats import PipelineStats
+from sleap_live.stream.types import PoseRecord
+
+logger = logging.getLogger(__name__)
+
+# Real seconds between two looks at whether the ring was closed.
+_POLL = 0.5
+
+
+@attrs.frozen
+class ClosedLoopStats:
+    """What an experiment did in a run.
+
+    Attributes:
+        frames: frames decided on.
+        skipped: frames never decided on (a live run's decisions falling behind).
+        events: onsets and offsets.
+        simulated: whether the devices were simulated.
+        devices: each device's counts.
+        prediction: the forward prediction's error (`Experiment.predict`), else None.
+    """
+
+    frames: int
+    skipped: int
+    events: int
+    simulated: bool
+    devices: tuple[DeviceStats, ...]
+    prediction: PredictionError | None = None
+
+
+def events_csv_path(output: Path) -> Path:
+    """The event log's CSV beside a pose output: ``poses.slp`` -> ``poses.events.csv``."""
+    return output.with_name(output.stem + ".events.csv")
+
+
+class ClosedLoop:
+    """An experiment attached to a pipeline (a `RingConsumer`).
+
+    Args:
+        experiment: the experiment, or its YAML file.
+        simulate: simulate the devices (no port opened, nothing sent: each message
+            is noted as sent when decided); None: simulated on a recorded video,
+            real on a camera, a stream or a replay.
+        events_csv: the event log's CSV; None: beside the pose output
+            (`events_csv_path`), or none without one.
+        overwrite: replace an existing CSV.
+        name: its stage's name (unique among a pipeline's attached consumers).
+
+    Attributes:
+        log: the event log (complete once the run has ended).
+    """
+
+    takes_frames = False
+
+    def __init__(
+        self,
+        experiment: Experiment | str | Path,
+        *,
+        simulate: bool | None = None,
+        events_csv: Path | None = None,
+        overwrite: bool = False,
+        name: str = "experiment",
+    ) -> None:
+        self.name = name
+        self._source = "experiment" if isinstance(experiment, Experiment) else str(experiment)
+        self.experiment = (
+            experiment if isinstance(experiment, Experiment) else load_experiment(experiment)
+        )
+        self._simulate = simulate
+        self._events_csv = events_csv
+        self._overwrite = overwrite
+        self._output: Path | None = None
+        self._fps: float | None = None
+        self._source_fps: float | None = None
+        self._clock: Clock = MONOTONIC
+        self._lossless = False
+        self._bound = False
+        self.log = EventLog()
+        self._workers: dict[str, DeviceWorker] = {}
+        self._reader: RingReader | None = None
+        self._frames = 0
+        self._simulated = False
+        self._first_capture: float | None = None
+        self._last: PoseRecord | None = None
+        self._finished = False
+
+    def bind(
+        self,
+        info: ModelInfo,
+        *,
+        fps: float | None,
+        recorded_video: bool,
+        lossless: bool,
+        tracked: bool,
+        clock: Clock = MONOTONIC,
+        output: Path | None = None,
+    ) -> None:
+        """Check the experiment against the run's model and take the run's settings
+        (`Pipeline` calls this when given ``experiment=``).
+
+        Args:
+            info: the model.
+            fps: the source's frame rate (video time is frame index over it).
+            recorded_video: the source is a file or a replay of one (fps and frame
+                count known): ``time: auto`` is video time, and (unless `simulate`
+                was given) a file run straight through simulates the devices.
+            lossless: decide on every frame (the ``"recorded"`` policy).
+            tracked: the run tracks its animals.
+            clock: the pipeline's clock.
+            output: the pose output (the CSV goes beside it, events into a .slp).
+
+        Raises:
+            ExperimentError: a node or animal the model does not have, one line each.
+        """
+        check_experiment(self.experiment, info, tracked=tracked, source=self._source)
+        self._info = info
+        self._source_fps = fps
+        time = self.experiment.time
+        self._fps = fps if time == "video" or (time == "auto" and recorded_video) else None
+        if time == "video" and not fps:
+            raise ValueError(f"{self._source}: time: video needs a source with a frame rate")
+        self._lossless = lossless
+        self._simulated = lossless if self._simulate is None else self._simulate
+        self._clock = clock
+        self._output = output
+        if self._events_csv is None and output is not None:
+            self._events_csv = events_csv_path(output)
+        self._bound = True
+
+    def start(self, run: PipelineRun) -> Callable[[], None]:
+        """Open the log and the devices' threads; returns the deciding thread's body."""
+        if not self._bound:
+            self.bind(run.info, fps=None, recorded_video=False, lossless=False, tracked=True)
+        self.log = EventLog(self._events_csv, overwrite=self._overwrite)
+        self._rules = CompiledRules(self.experiment, self._info)
+        self._timeline = Timeline(self.experiment)
+        self._predictor = ForwardPredictor() if self.experiment.predict else None
+        for name, device in self.experiment.devices.items():
+            link: DeviceLink
+            if isinstance(device, CallbackDevice):
+                link = CallbackLink(device.function)
+            else:
+                link = SimulatedLink() if self._simulated else link_for(device)
+            self._workers[name] = DeviceWorker(name, link, self._on_sent(name), self._clock)
+        for worker in self._workers.values():
+            worker.start()
+        self._reader = run.ring.reader(
+            from_oldest=self._lossless,
+            lossless=self._lossless,
+            # Deciding never waits on a device, so it keeps up; should it stall, the
+            # pipeline stops waiting for it as for any lossless consumer.
+            stall_timeout=DEFAULT_STALL_TIMEOUT,
+            name="experiment",
+        )
+        return self._run
+
+    def _on_sent(self, device: str) -> Callable[[OutputMessage, float | None, str | None], None]:
+        """What `device`'s thread calls with each message sent (or not): its log row."""
+
+        def sent(message: OutputMessage, time: float | None, error: str | None) -> None:
+            self.log.sent(message, device, time, error)
+
+        return sent
+
+    def report(self, stats: PipelineStats) -> PipelineStats:
+        """The pipeline's stats as they are (the experiment's are `stats()`)."""
+        return stats
+
+    def stats(self) -> ClosedLoopStats:
+        return ClosedLoopStats(
+            frames=self._frames,
+            skipped=0 if self._reader is None else self._reader.missed,
+            events=len(self.log.entries),
+            simulated=self._simulated,
+            devices=tuple(worker.stats() for worker in self._workers.values()),
+            prediction=None if self._predictor is None else self._predictor.error(),
+        )
+
+    def finish(self) -> None:
+        """Write the events into a .slp or .nwb pose output (after the pipeline saved
+        it); idempotent. A failure is a warning: the CSV holds the log."""
+        if self._finished or self._output is None or self._output.suffix not in (".slp", ".nwb"):
+            return
+        self._finished = True
+        if not self._output.exists() or not self.log.entries:
+            return
+        try:
+            if self._output.suffix == ".slp":
+                write_slp_events(self._output, self.log.entries)
+            else:
+                write_nwb_events(self._output, self.log.entries, self._source_fps)
+        except Exception as error:
+            logger.warning(
+                "%s: the experiment's events could not be added (%s); they are in %s",
+                self._output,
+                error,
+                self._events_csv,
+            )
+
+    def _run(self) -> None:
+        reader = self._reader
+        assert reader is not None
+        record: PoseRecord | None = None
+        try:
+            while True:
+                record = reader.wait_next(_POLL)
+                if record is None:
+                    if reader.done:
+                        break
+                    continue
+                self.decide(record)
+            for transition in self._timeline.finish():
+                self._dispatch(transition, None, self._clock())
+        finally:
+            for worker in self._workers.values():
+                worker.close()
+            self.log.close()
+
+    def decide(self, record: PoseRecord) -> list[Transition]:
+        """Evaluate one record and send its transitions (the deciding thread's step)."""
+        time = self._time_of(record)
+        poses = record.poses
+        if self._predictor is not None:
+            # To the moment of the decision: the capture-to-now latency measured on
+            # this record (the device's own sub-millisecond delay is not added).
+            self._predictor.update(poses, time)
+            poses = self._predictor.predict(poses, time + self._clock() - record.capture_time)
+        values = self._rules.evaluate(poses, time)
+        transitions = self._timeline.step(values, record.frame_index, time)
+        self._frames += 1
+        if transitions:
+            decided = self._clock()
+            for transition in transitions:
+                self._dispatch(transition, record, decided)
+        self._last = record
+        return transitions
+
+    def _time_of(self, record: PoseRecord) -> float:
+        if self._fps:
+            return record.frame_index / self._fps
+        if self._first_capture is None:
+            self._first_capture = record.capture_time
+        return record.capture_time - self._first_capture
+
+    def _dispatch(self, transition: Transition, record: PoseRecord | None, decided: float) -> None:
+        rule = self.experiment.rules[transition.rule]
+        source = record if record is not None else self._last
+        assert source is not None  # a transition comes after a record
+        entry = EventEntry(
+            number=len(self.log.entries),
+            rule=rule.name,
+            kind=transition.kind,
+            frame_index=transition.frame_index,
+            trial=transition.trial,
+            capture_time=source.capture_time,
+            ready_time=source.ready_time,
+            decision_time=decided,
+            subject=_subject(rule.when),
+            at_end=transition.at_end,
+        )
+        sends = [
+            (output.device, output.onset if transition.kind == "onset" else output.offset)
+            for output in rule.outputs
+        ]
+        # An empty text sends nothing (an onset-only pulse, for example).
+        sends = [(device, payload) for device, payload in sends if payload != ""]
+        self.log.add(entry, len(sends))
+        for device, payload in sends:
+            self._workers[device].submit(
+                OutputMessage(
+                    rule=rule.name,
+                    kind=transition.kind,
+                    frame_index=transition.frame_index,
+                    trial=transition.trial,
+                    capture_time=entry.capture_time,
+                    ready_time=entry.ready_time,
+                    decision_time=decided,
+                    payload=payload,
+                    event=entry.number,
+                )
+            )
+
+
+def _subject(condition: Condition) -> str | None:
+    """The one animal a condition names throughout, if it names exactly one."""
+    names: set[str | None] = set()
+    for leaf in leaves(condition):
+        names.add(leaf.start.animal if isinstance(leaf, Distance) else leaf.animal)
+    names.discard(None)
+    return names.pop() if len(names) == 1 else None
