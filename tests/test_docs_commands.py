@@ -24,12 +24,12 @@ from tests.docs_blocks import REPO, Block, blocks, pages, run_chains
 
 SHELL_BLOCKS = [block for page in pages() for block in blocks(page) if block.language == "bash"]
 # What a clone's root holds that the documented commands read.
-CLONE_DATA = ("tests/data/models", "tests/data/videos")
+CLONE_DATA = ("tests/data/models", "tests/data/videos", "docs/experiments")
 
 
 def clone_root(folder: Path) -> Path:
-    """`folder` laid out as a clone's root after the install block: the bundled models
-    and clips (linked, read only by the commands) and `out/`."""
+    """`folder` laid out as a clone's root after the install block: the bundled models,
+    clips and experiment files (linked, read only by the commands) and `out/`."""
     for data in CLONE_DATA:
         (folder / data).parent.mkdir(parents=True, exist_ok=True)
         (folder / data).symlink_to(REPO / data)
