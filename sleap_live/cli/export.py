@@ -37,21 +37,8 @@ SUMMARY = (
     "export model directories to ONNX, TorchScript, torch.export, OpenVINO, TensorRT, "
     "TFLite, Core ML, TensorFlow SavedModel, TF.js or a web page, verified"
 )
-# The default output's ending per format. TensorRT: an export directory (model.onnx,
-# and engines built on this machine's GPU); OpenVINO: IR (.xml + .bin); SavedModel and
-# TF.js: a folder.
-ENDINGS = {
-    "onnx": ".onnx",
-    "torchscript": ".pt",
-    "openvino": ".xml",
-    "tensorrt": "_tensorrt",
-    "web": "_web",
-    "pt2": ".pt2",
-    "tflite": ".tflite",
-    "coreml": ".mlpackage",
-    "saved_model": "_saved_model",
-    "tfjs": "_tfjs",
-}
+# The default output's ending per format (a folder's: tensorrt, web, saved_model, tfjs).
+ENDINGS = {row.argument: row.ending for row in FORMAT_TABLE}
 
 
 def add_parser(commands: Any) -> None:
