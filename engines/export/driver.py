@@ -98,7 +98,7 @@ class Job:
         onnx_bytes: the reference: the default-profile ONNX graph, verified against torch.
         metadata: the export's metadata (not verified yet).
         frames: the frames the format is made and checked on, fitted to the frame size
-            (none where `profile` is None).
+            (none where the format has neither a program nor a check).
         source: where they came from.
         extra: what the format's `needs` gave.
         options: what `export_model` was asked.
@@ -256,13 +256,14 @@ def export_with(
     check = format.check if options.verify else None
     if profile is None:
         metadata = attrs.evolve(embedded_metadata(onnx_bytes), format=format.name)
-        frames, source = np.empty((0, 0, 0, 0), np.uint8), ""
     else:
+        metadata = converted_metadata(onnx_bytes, format.name, profile, format.versions(extra))
+    frames, source = np.empty((0, 0, 0, 0), np.uint8), ""
+    if profile is not None or check is not None:
         # A format not run here is made on frames, not checked on them.
         searched = check is not None
         chosen = conversion_frames(model, searched, options.verify_frames, paths, format.synthetic)
         frames, source = fitted_frames(chosen.frames, options.size), chosen.source
-        metadata = converted_metadata(onnx_bytes, format.name, profile, format.versions(extra))
     job = Job(model, paths, profile, onnx_bytes, metadata, frames, source, extra, options)
     converted = format.convert(job)
     progress(f"{format.writing} {path}")
