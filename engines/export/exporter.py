@@ -20,7 +20,7 @@ import datetime
 import hashlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 import torch
@@ -70,6 +70,8 @@ from sleap_live.stream.outputs.guard import claim_output, resolve_output
 from sleap_live.stream.outputs.staging import staged_file
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from sleap_live.engines.export.formats import ExportOptions
 
 EXPORT_FORMATS = ("onnx", "torchscript")
@@ -88,20 +90,27 @@ def export_format(paths: Sequence[str | Path], output: str | Path, options: Expo
     )
 
 
+class TraceOptions(TypedDict, total=False):
+    """How `export_model_dirs`, `export_inference_model` and `export_onnx_bytes` trace
+    and verify (described in `export_inference_model`; the defaults are `_export`'s)."""
+
+    opset: int
+    verify: bool
+    verify_frames: Frames | None
+    note: Notify
+    profile: str
+    frame_size: tuple[int, int] | None
+
+
 def export_model_dirs(
     paths: Sequence[str | Path],
     output: str | Path,
     *,
     format: str = "onnx",
-    opset: int = DEFAULT_OPSET,
-    verify: bool = True,
-    verify_frames: Frames | None = None,
-    progress: Notify = quiet,
-    note: Notify = notice,
-    profile: str = DEFAULT_PROFILE,
-    frame_size: tuple[int, int] | None = None,
     settings: InferenceSettings | None = None,
+    progress: Notify = quiet,
     overwrite: bool = False,
+    **options: Unpack[TraceOptions],
 ) -> Path:
     """Builds the inference model of one or two sleap-nn model directories and exports it
     to ONNX or TorchScript (`export_model` with those formats).
@@ -112,27 +121,12 @@ def export_model_dirs(
         output: the file to write (`.onnx` or `.pt`), or a directory to write
             `model.onnx` / `model.pt` into.
         format: "onnx" or "torchscript".
-        opset: ONNX opset version.
-        verify: compare the export with the torch model on frames with animals
-            (see `export_inference_model`).
-        verify_frames: uint8 (N, H, W, C) candidate frames, searched for animals
-            (`sleap_live.engines.export.frames`); without them
-            the model directories' training labels are used, then synthetic frames
-            (see `sleap_live.engines.export.frames`).
-        progress: called with a short description of each step.
-        note: told, in one line, what the verification could not prove where the
-            model finds no animals in any frame at hand (see
-            `sleap_live.engines.export.frames`).
-        profile: "default" (any frame size, instance lists) or "tensorrt" (ONNX
-            only: float32 inside, one frame size, fixed instance slots; see
-            `sleap_live.engines.graph.base`).
-        frame_size: (height, width) of a "tensorrt" export; the verification
-            frames are cut or padded to it. By default, the verification frames'
-            own size (or the given frame's, unverified).
         settings: the inference settings built into the graph and recorded in
             its metadata (default: sleap-nn predict's; see
             `sleap_live.engines.settings`).
-        overwrite: replace an existing export (`guard.claim_output`).
+        progress, overwrite, **options: as for `export_inference_model`; the frames
+            searched for animals are, without `verify_frames`, the model directories'
+            training labels', then synthetic ones (`sleap_live.engines.export.frames`).
 
     Returns:
         The path of the exported model. Its metadata is embedded and also written
@@ -154,15 +148,10 @@ def export_model_dirs(
         model,
         output,
         format=format,
-        opset=opset,
-        verify=verify,
-        verify_frames=verify_frames,
         sources=paths,
         progress=progress,
-        note=note,
-        profile=profile,
-        frame_size=frame_size,
         overwrite=overwrite,
+        **options,
     )
 
 
@@ -171,15 +160,10 @@ def export_inference_model(
     output: str | Path,
     *,
     format: str = "onnx",
-    opset: int = DEFAULT_OPSET,
-    verify: bool = True,
-    verify_frames: Frames | None = None,
     sources: Sequence[str | Path] = (),
     progress: Notify = quiet,
-    note: Notify = notice,
-    profile: str = DEFAULT_PROFILE,
-    frame_size: tuple[int, int] | None = None,
     overwrite: bool = False,
+    **options: Unpack[TraceOptions],
 ) -> Path:
     """Exports an `InferenceModel` and embeds its metadata.
 
@@ -194,21 +178,25 @@ def export_inference_model(
         model: the torch inference model (moved to the CPU and put in eval mode).
         output: the file to write (`.onnx` or `.pt`), or a directory.
         format: "onnx" or "torchscript".
-        opset: ONNX opset version.
-        verify: check the export numerically.
-        verify_frames: uint8 (N, H, W, C) candidate frames (or batches of
-            them, all of one size); the default looks in the training labels of
-            `sources`, then uses synthetic frames.
         sources: model directories the model was built from, recorded with the
             sha256 of their training configs.
         progress: called with a short description of each step.
+        overwrite: replace an existing export (`guard.claim_output`).
+        opset: ONNX opset version (`DEFAULT_OPSET`).
+        verify: check the export numerically (default: yes).
+        verify_frames: uint8 (N, H, W, C) candidate frames (or batches of
+            them, all of one size); the default looks in the training labels of
+            `sources`, then uses synthetic frames.
         note: told, in one line, what the verification could not prove where the
             model finds no animals in any frame at hand (see
-            `sleap_live.engines.export.frames`).
-        profile: the graph's profile (see `export_model`); the model is put
-            back in its own afterwards.
-        frame_size: a "tensorrt" export's frame size (see `export_model`).
-        overwrite: replace an existing export (`guard.claim_output`).
+            `sleap_live.engines.export.frames`; default: stderr).
+        profile: the graph's profile: "default" (any frame size, instance lists) or
+            "tensorrt" (ONNX only: float32 inside, one frame size, fixed instance
+            slots; see `sleap_live.engines.graph.base`); the model is put back in
+            its own afterwards.
+        frame_size: (height, width) of a "tensorrt" export; the verification frames
+            are cut or padded to it. By default, the verification frames' own size
+            (or the given frame's, unverified).
 
     Returns:
         The path of the exported model.
@@ -218,9 +206,7 @@ def export_inference_model(
         ValueError: bad arguments (format, output suffix, frames).
     """
     path = _output_path(output, format, overwrite)
-    payload, metadata = _export(
-        model, format, opset, verify, verify_frames, sources, progress, note, profile, frame_size
-    )
+    payload, metadata = _export(model, format, sources, progress, **options)
     progress(f"writing {path}")
     path.parent.mkdir(parents=True, exist_ok=True)
     with staged_file(path, "the export") as staged:
@@ -235,14 +221,9 @@ def export_inference_model(
 def export_onnx_bytes(
     model: InferenceModel,
     *,
-    opset: int = DEFAULT_OPSET,
-    verify: bool = True,
-    verify_frames: Frames | None = None,
     sources: Sequence[str | Path] = (),
     progress: Notify = quiet,
-    note: Notify = notice,
-    profile: str = DEFAULT_PROFILE,
-    frame_size: tuple[int, int] | None = None,
+    **options: Unpack[TraceOptions],
 ) -> bytes:
     """Exports an `InferenceModel` to an in-memory ONNX model (metadata embedded).
 
@@ -252,9 +233,7 @@ def export_onnx_bytes(
     Raises:
         ExportError: the export failed or disagrees with the torch model.
     """
-    payload, _ = _export(
-        model, "onnx", opset, verify, verify_frames, sources, progress, note, profile, frame_size
-    )
+    payload, _ = _export(model, "onnx", sources, progress, **options)
     return payload
 
 
@@ -297,11 +276,12 @@ def export_specialised_onnx_bytes(
 def _export(
     model: InferenceModel,
     format: str,
-    opset: int,
-    verify: bool,
-    verify_frames: Frames | None,
     sources: Sequence[str | Path],
     progress: Notify,
+    *,
+    opset: int = DEFAULT_OPSET,
+    verify: bool = True,
+    verify_frames: Frames | None = None,
     note: Notify = notice,
     profile: str = DEFAULT_PROFILE,
     frame_size: tuple[int, int] | None = None,
