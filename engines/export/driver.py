@@ -240,7 +240,7 @@ def export_with(
     model_type = model.info.model_type
     reason = format.refuse(model)
     if reason is not None:
-        raise ModelConfigError(f"{', '.join(str(path) for path in paths)}: {reason}")
+        raise ModelConfigError(f"{', '.join(str(directory) for directory in paths)}: {reason}")
     profile = None if format.profile is None else format.profile(model_type)
     if profile == TENSORRT_PROFILE:
         check_slots(model_type, model.info.max_instances)
