@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from sleap_live.engines.errors import ExportError, ModelConfigError, ModelNotFoundError
-from sleap_live.engines.export._quiet import first_line
+from sleap_live.engines.export._quiet import first_line, loading
 from sleap_live.engines.export.driver import Check, ExportFile, ExportFormat, Job
 from sleap_live.engines.export.verify import Outputs
 from sleap_live.engines.graph.base import InferenceModel
@@ -91,12 +91,9 @@ def load_pt2(path: str | Path) -> torch.nn.Module:
     path = Path(path)
     if not path.is_file():
         raise ModelNotFoundError(f"{path}: no such .pt2 file")
-    try:
-        return torch.export.load(str(path)).module()
-    except Exception as error:  # a foreign or damaged archive raises many kinds
-        raise ModelConfigError(
-            f"{path}: not a torch.export archive ({first_line(error)})"
-        ) from error
+    with loading(path, "a torch.export archive"):
+        module = torch.export.load(str(path)).module()
+    return module
 
 
 def read_pt2_metadata(path: str | Path) -> ExportMetadata:

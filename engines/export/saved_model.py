@@ -43,7 +43,12 @@ from sleap_live.engines.errors import (
     ModelNotFoundError,
     RuntimeUnavailableError,
 )
-from sleap_live.engines.export._quiet import first_line, native_stderr_silenced, tracer_notes
+from sleap_live.engines.export._quiet import (
+    first_line,
+    loading,
+    native_stderr_silenced,
+    tracer_notes,
+)
 from sleap_live.engines.export.driver import (
     Check,
     ExportFolder,
@@ -185,12 +190,9 @@ def load_saved_model(path: str | Path) -> Any:
     if not path.is_dir():
         raise ModelNotFoundError(f"{path}: no such SavedModel folder")
     tf = import_tensorflow()
-    try:
-        return tf.saved_model.load(str(path)).signatures[SIGNATURE]
-    except Exception as error:  # a foreign or damaged folder raises many kinds
-        raise ModelConfigError(
-            f"{path}: not a SavedModel with a {SIGNATURE} signature ({first_line(error)})"
-        ) from error
+    with loading(path, f"a SavedModel with a {SIGNATURE} signature"):
+        signature = tf.saved_model.load(str(path)).signatures[SIGNATURE]
+    return signature
 
 
 def read_saved_model_metadata(path: str | Path) -> ExportMetadata:

@@ -91,3 +91,15 @@ def test_an_export_that_disagrees_is_refused_and_nothing_is_written(tmp_path):
     with pytest.raises(ExportError, match="the toy file differs from ONNX Runtime"):
         _toy(shift=5.0)([MODEL], tmp_path, options)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_foreign_file_is_refused_in_one_line(tmp_path):
+    from sleap_live.engines.export.pt2 import load_pt2
+
+    foreign = tmp_path / "model.pt2"
+    foreign.write_bytes(b"not a zip archive")
+    with pytest.raises(
+        ModelConfigError, match=r"model\.pt2: not a torch\.export archive \("
+    ) as error:
+        load_pt2(foreign)
+    assert len(str(error.value).splitlines()) == 1
