@@ -102,7 +102,10 @@ class FormatRow:
 
     Attributes:
         argument: the `--format` value.
-        exporter: "module:name" of its `Exporter` (imported when an export runs).
+        exporter: "module:name" of its `Exporter` in this package (imported when an
+            export runs).
+        frame_sizes: how many `--frame-size`s it takes: "none" (a graph of any frame
+            size), "one" (the size of its graph) or "many" (a graph each).
         writes: what the export writes, NAME being the model directories' names (a
             folder ends in "/").
         cpu: the runtime that runs it on a CPU ("-": none).
@@ -113,6 +116,7 @@ class FormatRow:
 
     argument: str
     exporter: str
+    frame_sizes: str
     writes: str
     cpu: str
     gpu: str
@@ -127,33 +131,31 @@ class FormatRow:
     def export(self) -> Exporter:
         """The format's exporter (imports its module)."""
         module, _, name = self.exporter.partition(":")
-        exporter: Exporter = getattr(importlib.import_module(module), name)
+        exporter: Exporter = getattr(importlib.import_module(f"{__package__}.{module}"), name)
         return exporter
 
 
-_EXPORT = "sleap_live.engines.export."
 # What `export --help` and docs/export-formats.md print, with FORMAT_NOTE under it.
 FORMAT_TABLE = (
-    FormatRow("onnx", _EXPORT + "exporter:export_format", "NAME.onnx", "ONNX Runtime",
+    FormatRow("onnx", "exporter:export_format", "none", "NAME.onnx", "ONNX Runtime",
               "ORT CUDA, TensorRT", "any frame size", "torch, fp32 rule"),
-    FormatRow("torchscript", _EXPORT + "exporter:export_format", "NAME.pt", "torch", "torch",
+    FormatRow("torchscript", "exporter:export_format", "none", "NAME.pt", "torch", "torch",
               "any frame size", "torch, fp32 rule"),
-    FormatRow("openvino", _EXPORT + "openvino:OPENVINO", "NAME.xml", "OpenVINO", "-",
+    FormatRow("openvino", "openvino:OPENVINO", "none", "NAME.xml", "OpenVINO", "-",
               "any frame size", "torch (as ONNX), fp32 rule"),
-    FormatRow("tensorrt", _EXPORT + "tensorrt:export_tensorrt", "NAME_tensorrt/", "-",
-              "TensorRT", "one size, slots", "on its GPU"),
-    FormatRow("web", _EXPORT + "web:WEB", "NAME_web/", "browser wasm", "WebGPU, opt-in*",
+    FormatRow("tensorrt", "tensorrt:export_tensorrt", "one", "NAME_tensorrt/", "-", "TensorRT",
+              "one size, slots", "on its GPU"),
+    FormatRow("web", "web:WEB", "many", "NAME_web/", "browser wasm", "WebGPU, opt-in*",
               "a graph per size, no BU/MC", "ORT, fp32 rule"),
-    FormatRow("pt2", _EXPORT + "pt2:PT2", "NAME.pt2", "torch", "torch",
+    FormatRow("pt2", "pt2:PT2", "one", "NAME.pt2", "torch", "torch",
               "one size, any batch, slots", "ORT, fp32 rule"),
-    FormatRow("tflite", _EXPORT + "tflite:TFLITE", "NAME.tflite", "LiteRT", "-",
+    FormatRow("tflite", "tflite:TFLITE", "one", "NAME.tflite", "LiteRT", "-",
               "one size, batch 1, slots, no TC", "LiteRT vs ORT, fp32 rule"),
-    FormatRow("coreml", _EXPORT + "coreml:COREML", "NAME.mlpackage", "-", "Core ML (macOS)",
+    FormatRow("coreml", "coreml:COREML", "one", "NAME.mlpackage", "-", "Core ML (macOS)",
               "one size, batch 1, float in, slots, no PAF", "coremltools checks; not run"),
-    FormatRow("saved_model", _EXPORT + "saved_model:SAVED_MODEL", "NAME_saved_model/",
-              "TensorFlow", "TensorFlow", "one size, batch 1, slots",
-              "TensorFlow vs ORT, fp32 rule"),
-    FormatRow("tfjs", _EXPORT + "tfjs:TFJS", "NAME_tfjs/", "TF.js (Node, browser)",
+    FormatRow("saved_model", "saved_model:SAVED_MODEL", "one", "NAME_saved_model/", "TensorFlow",
+              "TensorFlow", "one size, batch 1, slots", "TensorFlow vs ORT, fp32 rule"),
+    FormatRow("tfjs", "tfjs:TFJS", "one", "NAME_tfjs/", "TF.js (Node, browser)",
               "TF.js WebGL/WebGPU", "one size, batch 1, slots",
               "TF.js cpu (Node) vs ORT, fp32 rule"),
 )  # fmt: skip

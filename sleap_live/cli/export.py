@@ -30,7 +30,7 @@ from sleap_live.cli.options import (
     verify_options,
 )
 from sleap_live.engines.export import DEFAULT_OPSET, EXPORT_FORMATS
-from sleap_live.engines.export.formats import FORMAT_NOTE, FORMAT_TABLE
+from sleap_live.engines.export.formats import FORMAT_NOTE, FORMAT_TABLE, FORMATS
 from sleap_live.engines.load.metadata import DEFAULT_PROFILE, PROFILES
 
 SUMMARY = (
@@ -174,13 +174,13 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             device=args.device,
             notify=lambda line: console.print(escape(line), soft_wrap=True),
         )
-    elif args.format == "web":
+    elif FORMATS[args.format].frame_sizes == "many":
         options["frame_sizes"] = sizes
-    elif args.format in ("pt2", "tflite", "coreml", "saved_model", "tfjs"):
+    elif FORMATS[args.format].frame_sizes == "one":
         if len(sizes) > 1:
             raise UsageError(f"--format {args.format} holds one frame size: give --frame-size once")
         options["frame_size"] = sizes[0] if sizes else None
-    elif args.format in ("onnx", "torchscript"):
+    else:  # a graph of any size: the profile says which
         options["profile"] = args.profile
     output = args.output or default_output(args.model_dirs, ENDINGS[args.format])
     with console.status("exporting") as status:
