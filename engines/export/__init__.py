@@ -1,15 +1,20 @@
 """Export sleap-live inference models, verified on frames with animals.
 
 `export_model(models, output, format=...)` is the one public function, for every
-format `sleap-live export` offers (`formats`). The parts, one job each:
+format `sleap-live export` offers (`formats`: the one table of formats, each row naming
+its exporter). The parts, one job each:
 
 - `exporter`: the ONNX and TorchScript export of an inference model and its steps
   (its in-memory graphs are what `load_runner` runs model directories on);
+- `driver`: the steps every other format shares (output rule, loading, refusals,
+  slots, the reference ONNX graph, frames, metadata, staged save, verification), and
+  the `ExportFormat` record each of `pt2`, `tflite`, `coreml`, `saved_model`, `tfjs`,
+  `openvino` and `web` is;
 - `onnx`: tracing to ONNX and embedding the metadata;
 - `torchscript`: TorchScript tracing, saving, and loading exports to run;
 - `verify`: the numerical comparison of an export with its torch module;
 - `frames`: which frames the verification runs on;
-- `openvino`, `tensorrt*`: the OpenVINO IR and the TensorRT engines;
+- `tensorrt*`: the TensorRT engines;
 - `on_demand`, `tensorrt_on_demand`: exports and engines made while a model loads,
   kept in the export cache.
 

@@ -1,4 +1,5 @@
-"""Keeps the exporters quiet: native stdout (and stderr), and tracer warnings that say nothing.
+"""Keeps the exporters quiet: native stdout (and stderr), tracer warnings that say
+nothing, and errors in one line.
 
 What the tracer does say about the model (a Python value frozen from a shape,
 say) is collected, so an error can quote it when the export then fails to verify.
@@ -74,6 +75,22 @@ def _native_silenced(stream: Any, descriptor: int) -> Iterator[None]:
     finally:
         os.dup2(saved, descriptor)
         os.close(saved)
+
+
+@contextlib.contextmanager
+def loading(path: object, what: str) -> Iterator[None]:
+    """Any error while the export at `path` loads becomes one line: `path` is not `what`,
+    and why (a foreign or damaged file raises many kinds).
+
+    Raises:
+        ModelConfigError: the load failed.
+    """
+    from sleap_live.engines.errors import ModelConfigError
+
+    try:
+        yield
+    except Exception as error:
+        raise ModelConfigError(f"{path}: not {what} ({first_line(error)})") from error
 
 
 def first_line(error: BaseException) -> str:

@@ -28,37 +28,19 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from sleap_live.engines.errors import ExportError, ModelConfigError, RuntimeUnavailableError
+from sleap_live.engines.errors import ExportError, RuntimeUnavailableError
 from sleap_live.engines.export._quiet import first_line, tracer_notes
-from sleap_live.engines.export.exporter import (
-    Frames,
-    conversion_frames,
-    export_file,
-    export_onnx_bytes,
-    fitted_frames,
-)
-from sleap_live.engines.export.onnx import converted_metadata
+from sleap_live.engines.export.driver import ExportFile, ExportFormat, Job, tensorrt_profile
 from sleap_live.engines.graph.base import InferenceModel
-from sleap_live.engines.load.metadata import (
-    DEFAULT_OPSET,
-    TENSORRT_PROFILE,
-    sidecar_path,
-)
-from sleap_live.engines.notify import Notify
-from sleap_live.engines.settings import InferenceSettings, check_slots
-from sleap_live.stream.outputs.staging import staged_file
+from sleap_live.engines.load.metadata import TENSORRT_PROFILE
 
-FORMAT = "coreml"
-SUFFIX = ".mlpackage"
-FILE_NAME = "model.mlpackage"
 METADATA_KEY = "sleap_live"
 COREML_INSTALL_HINT = 'pip install "sleap-live[coreml]"'
 # Model types coremltools 9.0 cannot convert, and why (one line each).
@@ -70,90 +52,56 @@ REFUSED = {
 PREDICTION_NOT_RUN = "not run: Core ML predicts on macOS only"
 
 
-def export_coreml(
-    paths: Sequence[str | Path],
-    output: str | Path,
-    *,
-    opset: int = DEFAULT_OPSET,
-    verify: bool = True,
-    verify_frames: Frames | None = None,
-    progress: Notify | None = None,
-    settings: InferenceSettings | None = None,
-    frame_size: tuple[int, int] | None = None,
-    overwrite: bool = False,
-) -> Path:
-    """Exports one or two model directories to an `.mlpackage` (see the module's notes).
-
-    Args:
-        paths: a model directory, or a centroid and a centered-instance directory.
-        output: the `.mlpackage` to write, or a directory to write `model.mlpackage` into.
-        opset, verify, verify_frames, progress, settings, overwrite: as for `export_model`; the
-            ONNX export whose metadata the package carries is verified against torch.
-        frame_size: (height, width) the program runs (default: the verification
-            frames'; synthetic frames' without them).
-
-    Returns:
-        The path of the `.mlpackage`.
-
-    Raises:
-        ValueError: `output` ends in another suffix than `.mlpackage`.
-        ModelConfigError: a model type Core ML cannot hold (`REFUSED`), or a centroid
-            or top-down model without `max_instances`.
-        RuntimeUnavailableError: coremltools is not installed.
-        ExportError: coremltools fails on the model, or the saved package does not
-            declare the expected input and outputs.
-        ModelNotFoundError, CheckpointError: as for `export_model`.
-    """
-    from sleap_live.engines.graph.build import load_inference_model
-
-    path = export_file(
-        output, FILE_NAME, f"a Core ML export is a '{SUFFIX}' package", overwrite=overwrite
-    )
-    coremltools = import_coremltools()
-    notify = progress or (lambda _: None)
-    notify("loading model")
-    model = load_inference_model(paths, settings).cpu().eval()
+def _refuse(model: InferenceModel) -> str | None:
     model_type = model.info.model_type
-    if model_type in REFUSED:
-        sources = ", ".join(str(path) for path in paths)
-        raise ModelConfigError(
-            f"{sources}: a {model_type} model cannot be exported to Core ML: "
-            f"{REFUSED[model_type]}; use --format onnx"
-        )
-    # Every model type in the "tensorrt" profile: it turns the frames to float32 before
-    # anything else, and Core ML takes no shape of a uint8 tensor.
-    profile = TENSORRT_PROFILE
-    check_slots(model_type, model.info.max_instances)
-    onnx_bytes = export_onnx_bytes(
-        model,
-        opset=opset,
-        verify=verify,
-        verify_frames=verify_frames,
-        sources=paths,
-        progress=progress,
+    if model_type not in REFUSED:
+        return None
+    return (
+        f"a {model_type} model cannot be exported to Core ML: {REFUSED[model_type]}; "
+        "use --format onnx"
     )
-    # The package is checked by coremltools and its declared shapes, not on frames.
-    frames = conversion_frames(model, False, verify_frames, paths, 1).frames
-    example = fitted_frames(frames[:1], frame_size)
-    metadata = converted_metadata(
-        onnx_bytes,
-        FORMAT,
-        profile,
-        {"coremltools": coremltools.__version__, "torch": torch.__version__},
+
+
+def _convert_job(job: Job) -> Any:
+    metadata = job.metadata
+    job.options.progress(f"converting with coremltools for {job.size} frames")
+    return _convert(
+        job.extra,
+        job.model,
+        job.frames[:1],
+        TENSORRT_PROFILE,
+        metadata.input_name,
+        metadata.output_names,
     )
-    names = metadata.output_names
-    notify(f"converting with coremltools for {example.shape[1]}x{example.shape[2]} frames")
-    program = _convert(coremltools, model, example, profile, metadata.input_name, names)
+
+
+def _save(program: Any, path: Path, job: Job) -> Mapping[str, Any]:
+    """Saves a fresh package, which replaces an earlier one whole (saving merges into
+    one), and checks what it declares."""
+    metadata = job.metadata
     program.user_defined_metadata[METADATA_KEY] = metadata.to_json()
-    notify(f"writing {path}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # A fresh package, which replaces an earlier one whole (saving merges into one).
-    with staged_file(path, "the export") as staged:
-        program.save(str(staged))
-        check = check_package(staged, metadata.input_name, example.shape, names)
-        record = {**metadata.to_dict(), "coreml_check": check}
-        sidecar_path(staged).write_text(json.dumps(record, indent=1) + "\n")
-    return path
+    program.save(str(path))
+    shape = job.frames[:1].shape
+    return {"coreml_check": check_package(path, metadata.input_name, shape, metadata.output_names)}
+
+
+# Every model type in the "tensorrt" profile: it turns the frames to float32 before
+# anything else, and Core ML takes no shape of a uint8 tensor. `--frame-size` (default:
+# the verification frames', synthetic frames' without them) is the one frame size it
+# runs. The package is checked by coremltools and its declared shapes, not on frames.
+COREML = ExportFormat(
+    "coreml",
+    ExportFile("model.mlpackage", "a Core ML export is a '.mlpackage' package"),
+    _convert_job,
+    _save,
+    profile=tensorrt_profile,
+    needs=lambda options: import_coremltools(),
+    refuse=_refuse,
+    versions=lambda coremltools: {
+        "coremltools": coremltools.__version__,
+        "torch": torch.__version__,
+    },
+)
 
 
 def import_coremltools() -> Any:

@@ -20,7 +20,7 @@ import datetime
 import hashlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 import torch
@@ -64,13 +64,42 @@ from sleap_live.engines.load.metadata import (
     ExportMetadata,
     sidecar_path,
 )
-from sleap_live.engines.notify import Notify, notice
+from sleap_live.engines.notify import Notify, notice, quiet
 from sleap_live.engines.settings import InferenceSettings, check_slots
 from sleap_live.stream.outputs.guard import claim_output, resolve_output
 from sleap_live.stream.outputs.staging import staged_file
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from sleap_live.engines.export.formats import ExportOptions
+
 EXPORT_FORMATS = ("onnx", "torchscript")
 SUFFIXES = {"onnx": ".onnx", "torchscript": ".pt"}
+
+
+def export_format(paths: Sequence[str | Path], output: str | Path, options: ExportOptions) -> Path:
+    """`export_model` for "onnx" and "torchscript" (`export_model_dirs`)."""
+    return export_model_dirs(
+        paths,
+        output,
+        format=options.format,
+        profile=options.profile,
+        frame_size=options.size,
+        **options.onnx(),
+    )
+
+
+class TraceOptions(TypedDict, total=False):
+    """How `export_model_dirs`, `export_inference_model` and `export_onnx_bytes` trace
+    and verify (described in `export_inference_model`; the defaults are `_export`'s)."""
+
+    opset: int
+    verify: bool
+    verify_frames: Frames | None
+    note: Notify
+    profile: str
+    frame_size: tuple[int, int] | None
 
 
 def export_model_dirs(
@@ -78,15 +107,10 @@ def export_model_dirs(
     output: str | Path,
     *,
     format: str = "onnx",
-    opset: int = DEFAULT_OPSET,
-    verify: bool = True,
-    verify_frames: Frames | None = None,
-    progress: Notify | None = None,
-    note: Notify = notice,
-    profile: str = DEFAULT_PROFILE,
-    frame_size: tuple[int, int] | None = None,
     settings: InferenceSettings | None = None,
+    progress: Notify = quiet,
     overwrite: bool = False,
+    **options: Unpack[TraceOptions],
 ) -> Path:
     """Builds the inference model of one or two sleap-nn model directories and exports it
     to ONNX or TorchScript (`export_model` with those formats).
@@ -97,27 +121,12 @@ def export_model_dirs(
         output: the file to write (`.onnx` or `.pt`), or a directory to write
             `model.onnx` / `model.pt` into.
         format: "onnx" or "torchscript".
-        opset: ONNX opset version.
-        verify: compare the export with the torch model on frames with animals
-            (see `export_inference_model`).
-        verify_frames: uint8 (N, H, W, C) candidate frames, searched for animals
-            (`sleap_live.engines.export.frames`); without them
-            the model directories' training labels are used, then synthetic frames
-            (see `sleap_live.engines.export.frames`).
-        progress: called with a short description of each step.
-        note: told, in one line, what the verification could not prove where the
-            model finds no animals in any frame at hand (see
-            `sleap_live.engines.export.frames`).
-        profile: "default" (any frame size, instance lists) or "tensorrt" (ONNX
-            only: float32 inside, one frame size, fixed instance slots; see
-            `sleap_live.engines.graph.base`).
-        frame_size: (height, width) of a "tensorrt" export; the verification
-            frames are cut or padded to it. By default, the verification frames'
-            own size (or the given frame's, unverified).
         settings: the inference settings built into the graph and recorded in
             its metadata (default: sleap-nn predict's; see
             `sleap_live.engines.settings`).
-        overwrite: replace an existing export (`guard.claim_output`).
+        progress, overwrite, **options: as for `export_inference_model`; the frames
+            searched for animals are, without `verify_frames`, the model directories'
+            training labels', then synthetic ones (`sleap_live.engines.export.frames`).
 
     Returns:
         The path of the exported model. Its metadata is embedded and also written
@@ -133,21 +142,16 @@ def export_model_dirs(
     from sleap_live.engines.graph.build import load_inference_model
 
     _output_path(output, format, overwrite)
-    (progress or _ignore)("loading model")
+    progress("loading model")
     model = load_inference_model(paths, settings)
     return export_inference_model(
         model,
         output,
         format=format,
-        opset=opset,
-        verify=verify,
-        verify_frames=verify_frames,
         sources=paths,
         progress=progress,
-        note=note,
-        profile=profile,
-        frame_size=frame_size,
         overwrite=overwrite,
+        **options,
     )
 
 
@@ -156,15 +160,10 @@ def export_inference_model(
     output: str | Path,
     *,
     format: str = "onnx",
-    opset: int = DEFAULT_OPSET,
-    verify: bool = True,
-    verify_frames: Frames | None = None,
     sources: Sequence[str | Path] = (),
-    progress: Notify | None = None,
-    note: Notify = notice,
-    profile: str = DEFAULT_PROFILE,
-    frame_size: tuple[int, int] | None = None,
+    progress: Notify = quiet,
     overwrite: bool = False,
+    **options: Unpack[TraceOptions],
 ) -> Path:
     """Exports an `InferenceModel` and embeds its metadata.
 
@@ -179,21 +178,25 @@ def export_inference_model(
         model: the torch inference model (moved to the CPU and put in eval mode).
         output: the file to write (`.onnx` or `.pt`), or a directory.
         format: "onnx" or "torchscript".
-        opset: ONNX opset version.
-        verify: check the export numerically.
-        verify_frames: uint8 (N, H, W, C) candidate frames (or batches of
-            them, all of one size); the default looks in the training labels of
-            `sources`, then uses synthetic frames.
         sources: model directories the model was built from, recorded with the
             sha256 of their training configs.
         progress: called with a short description of each step.
+        overwrite: replace an existing export (`guard.claim_output`).
+        opset: ONNX opset version (`DEFAULT_OPSET`).
+        verify: check the export numerically (default: yes).
+        verify_frames: uint8 (N, H, W, C) candidate frames (or batches of
+            them, all of one size); the default looks in the training labels of
+            `sources`, then uses synthetic frames.
         note: told, in one line, what the verification could not prove where the
             model finds no animals in any frame at hand (see
-            `sleap_live.engines.export.frames`).
-        profile: the graph's profile (see `export_model`); the model is put
-            back in its own afterwards.
-        frame_size: a "tensorrt" export's frame size (see `export_model`).
-        overwrite: replace an existing export (`guard.claim_output`).
+            `sleap_live.engines.export.frames`; default: stderr).
+        profile: the graph's profile: "default" (any frame size, instance lists) or
+            "tensorrt" (ONNX only: float32 inside, one frame size, fixed instance
+            slots; see `sleap_live.engines.graph.base`); the model is put back in
+            its own afterwards.
+        frame_size: (height, width) of a "tensorrt" export; the verification frames
+            are cut or padded to it. By default, the verification frames' own size
+            (or the given frame's, unverified).
 
     Returns:
         The path of the exported model.
@@ -202,12 +205,9 @@ def export_inference_model(
         ExportError: the export failed or disagrees with the torch model.
         ValueError: bad arguments (format, output suffix, frames).
     """
-    notify = progress or _ignore
     path = _output_path(output, format, overwrite)
-    payload, metadata = _export(
-        model, format, opset, verify, verify_frames, sources, notify, note, profile, frame_size
-    )
-    notify(f"writing {path}")
+    payload, metadata = _export(model, format, sources, progress, **options)
+    progress(f"writing {path}")
     path.parent.mkdir(parents=True, exist_ok=True)
     with staged_file(path, "the export") as staged:
         if format == "onnx":
@@ -221,14 +221,9 @@ def export_inference_model(
 def export_onnx_bytes(
     model: InferenceModel,
     *,
-    opset: int = DEFAULT_OPSET,
-    verify: bool = True,
-    verify_frames: Frames | None = None,
     sources: Sequence[str | Path] = (),
-    progress: Notify | None = None,
-    note: Notify = notice,
-    profile: str = DEFAULT_PROFILE,
-    frame_size: tuple[int, int] | None = None,
+    progress: Notify = quiet,
+    **options: Unpack[TraceOptions],
 ) -> bytes:
     """Exports an `InferenceModel` to an in-memory ONNX model (metadata embedded).
 
@@ -238,10 +233,7 @@ def export_onnx_bytes(
     Raises:
         ExportError: the export failed or disagrees with the torch model.
     """
-    notify = progress or _ignore
-    payload, _ = _export(
-        model, "onnx", opset, verify, verify_frames, sources, notify, note, profile, frame_size
-    )
+    payload, _ = _export(model, "onnx", sources, progress, **options)
     return payload
 
 
@@ -251,7 +243,7 @@ def export_specialised_onnx_bytes(
     *,
     opset: int = DEFAULT_OPSET,
     sources: Sequence[str | Path] = (),
-    progress: Notify | None = None,
+    progress: Notify = quiet,
 ) -> bytes:
     """The default-profile graph of `model` for frames of one (height, width, channels).
 
@@ -271,9 +263,8 @@ def export_specialised_onnx_bytes(
         raise ValueError(f"frame_shape must be (height, width, 1 or 3), got {frame_shape}")
     previous_profile, previous_static = model.profile, model.static
     model = model.cpu().eval().set_profile(DEFAULT_PROFILE).set_static(True)
-    notify = progress or _ignore
     try:
-        notify(f"exporting to ONNX for {width}x{height}x{channels} frames")
+        progress(f"exporting to ONNX for {width}x{height}x{channels} frames")
         example = sample_frames(1, height, width, channels)
         payload, _ = trace_to_onnx(model, example, opset, dynamic_channels=False)
         metadata = _metadata(model, "onnx", opset, (channels,), sources, None, example)
@@ -285,11 +276,12 @@ def export_specialised_onnx_bytes(
 def _export(
     model: InferenceModel,
     format: str,
-    opset: int,
-    verify: bool,
-    verify_frames: Frames | None,
     sources: Sequence[str | Path],
-    notify: Notify,
+    progress: Notify,
+    *,
+    opset: int = DEFAULT_OPSET,
+    verify: bool = True,
+    verify_frames: Frames | None = None,
     note: Notify = notice,
     profile: str = DEFAULT_PROFILE,
     frame_size: tuple[int, int] | None = None,
@@ -303,7 +295,7 @@ def _export(
     model = model.cpu().eval().set_profile(profile)
     try:
         return _export_profiled(
-            model, format, opset, verify, verify_frames, sources, notify, note, frame_size
+            model, format, opset, verify, verify_frames, sources, progress, note, frame_size
         )
     finally:
         model.set_profile(previous)
@@ -316,7 +308,7 @@ def _export_profiled(
     verify: bool,
     verify_frames: Frames | None,
     sources: Sequence[str | Path],
-    notify: Notify,
+    progress: Notify,
     note: Notify,
     frame_size: tuple[int, int] | None,
 ) -> tuple[Any, ExportMetadata]:
@@ -326,10 +318,12 @@ def _export_profiled(
     verification: list[dict[str, Any]] | None = None
     if not verify:
         example = fitted_frames(_unverified_example(native, verify_frames), frame_size)
-        payload, _ = _trace(model, format, example, opset, dynamic_channels=False, notify=notify)
+        payload, _ = _trace(
+            model, format, example, opset, dynamic_channels=False, progress=progress
+        )
         input_channels: tuple[int, ...] = (native,)
     else:
-        notify("choosing verification frames: looking for animals")
+        progress("choosing verification frames: looking for animals")
 
         def detect(frames: np.ndarray) -> list[int]:
             fitted = fitted_frames(frames, frame_size) if fixed_shape else frames
@@ -344,7 +338,7 @@ def _export_profiled(
         def verified(exported: Exported) -> list[dict[str, Any]]:
             records = []
             for batch in batches:
-                notify(f"verifying on frames {tuple(batch.shape)}")
+                progress(f"verifying on frames {tuple(batch.shape)}")
                 records.append(
                     verify_batch(
                         model,
@@ -360,7 +354,7 @@ def _export_profiled(
         # the other. Else the graph takes either count if it converts the other
         # count's frames as torch does, which frames without animals cannot show.
         other = 1 if native == 3 else 3
-        other_frames = None if fixed_shape else _checking(notify, other, batches[-1])
+        other_frames = None if fixed_shape else _checking(progress, other, batches[-1])
         other_reference = (
             None if other_frames is None else other_channels_reference(model, other_frames)
         )
@@ -370,7 +364,7 @@ def _export_profiled(
             batches[0],
             opset,
             dynamic_channels=other_reference is not None,
-            notify=notify,
+            progress=progress,
         )
         verification = verified(exported)
         if (
@@ -382,9 +376,9 @@ def _export_profiled(
         else:
             input_channels = (native,)
             if other_reference is not None and format == "onnx":
-                notify("re-exporting with a fixed channel count")
+                progress("re-exporting with a fixed channel count")
                 payload, exported = _trace(
-                    model, format, batches[0], opset, dynamic_channels=False, notify=notify
+                    model, format, batches[0], opset, dynamic_channels=False, progress=progress
                 )
                 verification = verified(exported)
         example = batches[0]
@@ -424,8 +418,8 @@ def _metadata(
     )
 
 
-def _checking(notify: Notify, channels: int, frames: np.ndarray) -> np.ndarray:
-    notify(f"checking {channels}-channel input")
+def _checking(progress: Notify, channels: int, frames: np.ndarray) -> np.ndarray:
+    progress(f"checking {channels}-channel input")
     return convert_channels(frames, channels)
 
 
@@ -499,14 +493,14 @@ def _trace(
     opset: int,
     *,
     dynamic_channels: bool,
-    notify: Notify,
+    progress: Notify,
 ) -> tuple[Any, Exported]:
     """The raw export (ONNX bytes or traced module) and the same ready to verify."""
     if format == "onnx":
-        notify("exporting to ONNX")
+        progress("exporting to ONNX")
         onnx_bytes, notes = trace_to_onnx(model, example, opset, dynamic_channels=dynamic_channels)
         return onnx_bytes, onnx_exported(onnx_bytes, notes)
-    notify("tracing to TorchScript")
+    progress("tracing to TorchScript")
     traced, notes = trace_to_torchscript(model, example)
     return traced, torchscript_exported(traced, model, notes)
 
@@ -522,10 +516,6 @@ def _label(model: InferenceModel, sources: Sequence[str | Path]) -> str:
     """Names the model in errors: its type and the directories it came from."""
     names = f" ({', '.join(str(source) for source in sources)})" if sources else ""
     return f"the {model.info.model_type} model{names}"
-
-
-def _ignore(step: str) -> None:
-    del step
 
 
 def export_file(output: str | Path, file_name: str, what: str, *, overwrite: bool = False) -> Path:

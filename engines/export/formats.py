@@ -24,13 +24,18 @@ API export the same way:
 - "tfjs": a TF.js graph model folder (`model.json` and weights) converted from that
   SavedModel by tensorflowjs; see `sleap_live.engines.export.tfjs`.
 
-Each writes the export's metadata beside it (`<file>.json`). This module imports
-neither torch nor the format's library until an export runs.
+Each writes the export's metadata beside it (`<file>.json`). `FORMAT_TABLE` is the
+one list of formats: `export_model` looks the format's exporter up in it, and the
+command line's choices and default outputs and the docs' table come from it. A format
+is one module (most of them an `ExportFormat` the export driver runs, see
+`sleap_live.engines.export.driver`) and one row here. This module imports neither
+torch nor the format's library until an export runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import importlib
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,23 +44,70 @@ import attrs
 from sleap_live.engines.export.tensorrt import DEFAULT_BATCH_SIZE
 from sleap_live.engines.host.frames import Frames
 from sleap_live.engines.load.metadata import DEFAULT_OPSET, DEFAULT_PROFILE
-from sleap_live.engines.notify import Notify, notice
+from sleap_live.engines.notify import Notify, notice, quiet
 from sleap_live.engines.openmp import prefer_passive_wait
 from sleap_live.engines.settings import InferenceSettings
 
-EXPORT_FORMATS = (
-    "onnx", "torchscript", "openvino", "tensorrt", "web", "pt2", "tflite", "coreml",
-    "saved_model", "tfjs",
-)  # fmt: skip
+
+@attrs.frozen
+class ExportOptions:
+    """What `export_model` was asked (see it for each), handed whole to the format's
+    exporter, which takes what it needs.
+
+    Attributes:
+        format: the `--format` value.
+        frame_size: as given, each side an int (tensorrt: with the channels, if given).
+    """
+
+    format: str
+    opset: int = DEFAULT_OPSET
+    verify: bool = True
+    verify_frames: Frames | None = None
+    settings: InferenceSettings | None = None
+    progress: Notify = quiet
+    overwrite: bool = False
+    profile: str = DEFAULT_PROFILE
+    frame_size: tuple[int, ...] | None = None
+    frame_sizes: Sequence[tuple[int, int]] = ()
+    batch_size: int = DEFAULT_BATCH_SIZE
+    precision: str = "fp32"
+    device: str = "cuda:0"
+    notify: Notify = notice
+
+    @property
+    def size(self) -> tuple[int, int] | None:
+        """(height, width) of `frame_size`."""
+        return None if self.frame_size is None else (self.frame_size[0], self.frame_size[1])
+
+    def onnx(self) -> dict[str, Any]:
+        """What the ONNX export of the model directories (`export_model_dirs`) takes of these."""
+        return {
+            "opset": self.opset,
+            "verify": self.verify,
+            "verify_frames": self.verify_frames,
+            "settings": self.settings,
+            "progress": self.progress,
+            "overwrite": self.overwrite,
+        }
+
+
+# A format's exporter: the model directories, the output, the options; the export's path.
+Exporter = Callable[[Sequence[str | Path], str | Path, ExportOptions], Path]
 
 
 @attrs.frozen
 class FormatRow:
-    """One format in the table `sleap-live export --help` and the docs print.
+    """One format: its exporter, and its row in the table `sleap-live export --help`
+    and the docs print.
 
     Attributes:
         argument: the `--format` value.
-        writes: what the export writes, NAME being the model directories' names.
+        exporter: "module:name" of its `Exporter` in this package (imported when an
+            export runs).
+        frame_sizes: how many `--frame-size`s it takes: "none" (a graph of any frame
+            size), "one" (the size of its graph) or "many" (a graph each).
+        writes: what the export writes, NAME being the model directories' names (a
+            folder ends in "/").
         cpu: the runtime that runs it on a CPU ("-": none).
         gpu: the runtime that runs it on a GPU ("-": none).
         inside: what of the inference is inside the exported graph.
@@ -63,35 +115,52 @@ class FormatRow:
     """
 
     argument: str
+    exporter: str
+    frame_sizes: str
     writes: str
     cpu: str
     gpu: str
     inside: str
     verified: str
 
+    @property
+    def ending(self) -> str:
+        """The default output's ending after NAME (".onnx", "_web")."""
+        return self.writes.removeprefix("NAME").rstrip("/")
+
+    def export(self) -> Exporter:
+        """The format's exporter (imports its module)."""
+        module, _, name = self.exporter.partition(":")
+        exporter: Exporter = getattr(importlib.import_module(f"{__package__}.{module}"), name)
+        return exporter
+
 
 # What `export --help` and docs/export-formats.md print, with FORMAT_NOTE under it.
 FORMAT_TABLE = (
-    FormatRow("onnx", "NAME.onnx", "ONNX Runtime", "ORT CUDA, TensorRT", "any frame size",
-              "torch, fp32 rule"),
-    FormatRow("torchscript", "NAME.pt", "torch", "torch", "any frame size", "torch, fp32 rule"),
-    FormatRow("openvino", "NAME.xml", "OpenVINO", "-", "any frame size",
-              "torch (as ONNX), fp32 rule"),
-    FormatRow("tensorrt", "NAME_tensorrt/", "-", "TensorRT", "one size, slots",
-              "on its GPU"),
-    FormatRow("web", "NAME_web/", "browser wasm", "WebGPU, opt-in*", "a graph per size, no BU/MC",
-              "ORT, fp32 rule"),
-    FormatRow("pt2", "NAME.pt2", "torch", "torch", "one size, any batch, slots",
-              "ORT, fp32 rule"),
-    FormatRow("tflite", "NAME.tflite", "LiteRT", "-", "one size, batch 1, slots, no TC",
-              "LiteRT vs ORT, fp32 rule"),
-    FormatRow("coreml", "NAME.mlpackage", "-", "Core ML (macOS)",
+    FormatRow("onnx", "exporter:export_format", "none", "NAME.onnx", "ONNX Runtime",
+              "ORT CUDA, TensorRT", "any frame size", "torch, fp32 rule"),
+    FormatRow("torchscript", "exporter:export_format", "none", "NAME.pt", "torch", "torch",
+              "any frame size", "torch, fp32 rule"),
+    FormatRow("openvino", "openvino:OPENVINO", "none", "NAME.xml", "OpenVINO", "-",
+              "any frame size", "torch (as ONNX), fp32 rule"),
+    FormatRow("tensorrt", "tensorrt:export_tensorrt", "one", "NAME_tensorrt/", "-", "TensorRT",
+              "one size, slots", "on its GPU"),
+    FormatRow("web", "web:WEB", "many", "NAME_web/", "browser wasm", "WebGPU, opt-in*",
+              "a graph per size, no BU/MC", "ORT, fp32 rule"),
+    FormatRow("pt2", "pt2:PT2", "one", "NAME.pt2", "torch", "torch",
+              "one size, any batch, slots", "ORT, fp32 rule"),
+    FormatRow("tflite", "tflite:TFLITE", "one", "NAME.tflite", "LiteRT", "-",
+              "one size, batch 1, slots, no TC", "LiteRT vs ORT, fp32 rule"),
+    FormatRow("coreml", "coreml:COREML", "one", "NAME.mlpackage", "-", "Core ML (macOS)",
               "one size, batch 1, float in, slots, no PAF", "coremltools checks; not run"),
-    FormatRow("saved_model", "NAME_saved_model/", "TensorFlow", "TensorFlow",
-              "one size, batch 1, slots", "TensorFlow vs ORT, fp32 rule"),
-    FormatRow("tfjs", "NAME_tfjs/", "TF.js (Node, browser)", "TF.js WebGL/WebGPU",
-              "one size, batch 1, slots", "TF.js cpu (Node) vs ORT, fp32 rule"),
+    FormatRow("saved_model", "saved_model:SAVED_MODEL", "one", "NAME_saved_model/", "TensorFlow",
+              "TensorFlow", "one size, batch 1, slots", "TensorFlow vs ORT, fp32 rule"),
+    FormatRow("tfjs", "tfjs:TFJS", "one", "NAME_tfjs/", "TF.js (Node, browser)",
+              "TF.js WebGL/WebGPU", "one size, batch 1, slots",
+              "TF.js cpu (Node) vs ORT, fp32 rule"),
 )  # fmt: skip
+FORMATS = {row.argument: row for row in FORMAT_TABLE}
+EXPORT_FORMATS = tuple(FORMATS)
 FORMAT_NOTE = (
     "Every graph holds preprocessing, network, peaks and crops; bottom-up grouping and "
     "multi-class identities run on the host. slots: centroid and top-down models give "
@@ -118,7 +187,7 @@ def export_model(
     verify: bool = True,
     verify_frames: Frames | None = None,
     settings: InferenceSettings | None = None,
-    progress: Notify | None = None,
+    progress: Notify = quiet,
     profile: str = DEFAULT_PROFILE,
     frame_size: tuple[int, ...] | None = None,
     frame_sizes: Sequence[tuple[int, int]] = (),
@@ -182,62 +251,13 @@ def export_model(
             "saved_model" and "tfjs": a graph with an operation they have no
             TensorFlow form for).
     """
-    if format not in EXPORT_FORMATS:
+    if format not in FORMATS:
         raise ValueError(f"unknown export format {format!r} (expected one of {EXPORT_FORMATS})")
     prefer_passive_wait()  # before the exporter loads torch (see `sleap_live.engines.openmp`)
     paths = [models] if isinstance(models, (str, Path)) else list(models)
-    common: dict[str, Any] = {
-        "opset": opset,
-        "verify": verify,
-        "verify_frames": verify_frames,
-        "settings": settings,
-        "progress": progress,
-        "overwrite": overwrite,
-    }
-    if format == "tensorrt":
-        if frame_size is None:
-            raise ValueError("a TensorRT export needs frame_size (height, width[, channels])")
-        from sleap_live.engines.export.tensorrt import export_tensorrt
-
-        frame = tuple(frame_size)
-        return export_tensorrt(
-            paths, output, frame=frame, batch_size=batch_size, precision=precision,
-            device=device, notify=notify, **common,
-        )  # fmt: skip
-    if format == "web":
-        from sleap_live.engines.export.web import export_web
-
-        return export_web(paths, output, frame_sizes=frame_sizes, **common)
-    if format == "pt2":
-        from sleap_live.engines.export.pt2 import export_pt2
-
-        size = None if frame_size is None else (int(frame_size[0]), int(frame_size[1]))
-        return export_pt2(paths, output, frame_size=size, **common)
-    if format in ("saved_model", "tfjs"):
-        size = None if frame_size is None else (int(frame_size[0]), int(frame_size[1]))
-        if format == "saved_model":
-            from sleap_live.engines.export.saved_model import export_saved_model
-
-            return export_saved_model(paths, output, frame_size=size, **common)
-        from sleap_live.engines.export.tfjs import export_tfjs
-
-        return export_tfjs(paths, output, frame_size=size, **common)
-    if format in ("tflite", "coreml"):
-        size = None if frame_size is None else (int(frame_size[0]), int(frame_size[1]))
-        if format == "tflite":
-            from sleap_live.engines.export.tflite import export_tflite
-
-            return export_tflite(paths, output, frame_size=size, **common)
-        from sleap_live.engines.export.coreml import export_coreml
-
-        return export_coreml(paths, output, frame_size=size, **common)
-    if format == "openvino":
-        from sleap_live.engines.export.openvino import export_openvino
-
-        return export_openvino(paths, output, **common)
-    from sleap_live.engines.export.exporter import export_model_dirs
-
-    size = None if frame_size is None else (int(frame_size[0]), int(frame_size[1]))
-    return export_model_dirs(
-        paths, output, format=format, profile=profile, frame_size=size, **common
-    )
+    options = ExportOptions(
+        format, opset, verify, verify_frames, settings, progress, overwrite, profile,
+        None if frame_size is None else tuple(int(n) for n in frame_size),
+        frame_sizes, batch_size, precision, device, notify,
+    )  # fmt: skip
+    return FORMATS[format].export()(paths, output, options)

@@ -10,79 +10,31 @@ otherwise compress them to float16). The sleap-live metadata, with format
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-import attrs
-
-from sleap_live.engines.export.exporter import Frames, export_file, export_onnx_bytes
-from sleap_live.engines.export.onnx import embedded_metadata
-from sleap_live.engines.load.metadata import (
-    DEFAULT_OPSET,
-    METADATA_KEY,
-    sidecar_path,
-)
-from sleap_live.engines.notify import Notify
+from sleap_live.engines.export.driver import ExportFile, ExportFormat, Job
+from sleap_live.engines.load.metadata import METADATA_KEY
 from sleap_live.engines.optional import import_openvino
-from sleap_live.engines.settings import InferenceSettings
-from sleap_live.stream.outputs.staging import staged_file
-
-FORMAT = "openvino"
-SUFFIX = ".xml"
-FILE_NAME = "model.xml"
 
 
-def export_openvino(
-    paths: Sequence[str | Path],
-    output: str | Path,
-    *,
-    opset: int = DEFAULT_OPSET,
-    verify: bool = True,
-    verify_frames: Frames | None = None,
-    progress: Notify | None = None,
-    settings: InferenceSettings | None = None,
-    overwrite: bool = False,
-) -> Path:
-    """Exports one or two model directories to OpenVINO IR, verified as ONNX first.
+def _convert(job: Job) -> Any:
+    return job.extra.Core().read_model(job.onnx_bytes)
 
-    Args:
-        paths: a model directory, or a centroid and a centered-instance directory.
-        output: the `.xml` file to write (its `.bin` goes beside it), or a
-            directory to write `model.xml` into.
-        opset, verify, verify_frames, progress, settings, overwrite: as for `export_model`.
 
-    Returns:
-        The path of the `.xml` file.
+def _save(graph: Any, path: Path, job: Job) -> Mapping[str, Any]:
+    """Writes the IR: `path` (.xml) and its .bin beside it, float32 weights."""
+    graph.set_rt_info(job.metadata.to_json(), [METADATA_KEY])
+    job.extra.save_model(graph, str(path), compress_to_fp16=False)
+    return {}
 
-    Raises:
-        RuntimeUnavailableError: OpenVINO is not installed.
-        ValueError: `output` is a file whose suffix is not `.xml`.
-        ModelNotFoundError, ModelConfigError, CheckpointError, ExportError: as for
-            `export_model`.
-    """
-    from sleap_live.engines.graph.build import load_inference_model
 
-    ov = import_openvino()
-    path = export_file(
-        output, FILE_NAME, f"an OpenVINO export is an '{SUFFIX}' file", overwrite=overwrite
-    )
-    notify = progress or (lambda _: None)
-    notify("loading model")
-    model = load_inference_model(paths, settings)
-    onnx_bytes = export_onnx_bytes(
-        model,
-        opset=opset,
-        verify=verify,
-        verify_frames=verify_frames,
-        sources=paths,
-        progress=progress,
-    )
-    notify(f"writing {path}")
-    graph = ov.Core().read_model(onnx_bytes)
-    metadata = attrs.evolve(embedded_metadata(onnx_bytes), format=FORMAT)
-    graph.set_rt_info(metadata.to_json(), [METADATA_KEY])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with staged_file(path, "the export") as staged:  # model.xml, model.bin beside it
-        ov.save_model(graph, str(staged), compress_to_fp16=False)
-        sidecar_path(staged).write_text(metadata.to_json() + "\n")
-    return path
+OPENVINO = ExportFormat(
+    "openvino",
+    ExportFile("model.xml", "an OpenVINO export is an '.xml' file"),
+    _convert,
+    _save,
+    needs=lambda options: import_openvino(),
+    indent=2,
+)

@@ -26,137 +26,59 @@ its size; each check is recorded in the metadata.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-import attrs
 import numpy as np
 import torch
 
 from sleap_live.engines.errors import ExportError, ModelConfigError, ModelNotFoundError
-from sleap_live.engines.export._quiet import first_line
-from sleap_live.engines.export.exporter import (
-    Frames,
-    conversion_frames,
-    export_file,
-    export_onnx_bytes,
-    fitted_frames,
-)
-from sleap_live.engines.export.onnx import converted_metadata, onnx_exported
-from sleap_live.engines.export.verify import (
-    Outputs,
-    check_against_onnx_runtime,
-)
+from sleap_live.engines.export._quiet import first_line, loading
+from sleap_live.engines.export.driver import Check, ExportFile, ExportFormat, Job
+from sleap_live.engines.export.verify import Outputs
 from sleap_live.engines.graph.base import InferenceModel
-from sleap_live.engines.load.metadata import (
-    DEFAULT_OPSET,
-    DEFAULT_PROFILE,
-    TENSORRT_PROFILE,
-    ExportMetadata,
-    sidecar_path,
-)
-from sleap_live.engines.notify import Notify
-from sleap_live.engines.settings import SLOTTED_TYPES, InferenceSettings, check_slots
-from sleap_live.stream.outputs.staging import staged_file
+from sleap_live.engines.load.metadata import DEFAULT_PROFILE, TENSORRT_PROFILE, ExportMetadata
+from sleap_live.engines.settings import SLOTTED_TYPES
 
-FORMAT = "pt2"
-SUFFIX = ".pt2"
-FILE_NAME = "model.pt2"
 METADATA_FILE = "sleap_live.json"
 
 
-def export_pt2(
-    paths: Sequence[str | Path],
-    output: str | Path,
-    *,
-    opset: int = DEFAULT_OPSET,
-    verify: bool = True,
-    verify_frames: Frames | None = None,
-    progress: Notify | None = None,
-    settings: InferenceSettings | None = None,
-    frame_size: tuple[int, int] | None = None,
-    overwrite: bool = False,
-) -> Path:
-    """Exports one or two model directories to a `.pt2` program (see the module's notes).
+def _profile(model_type: str) -> str:
+    return TENSORRT_PROFILE if model_type in SLOTTED_TYPES else DEFAULT_PROFILE
 
-    Args:
-        paths: a model directory, or a centroid and a centered-instance directory.
-        output: the `.pt2` file to write, or a directory to write `model.pt2` into.
-        opset, verify, verify_frames, progress, settings, overwrite: as for `export_model`; the
-            ONNX export the program is checked against uses `opset`.
-        frame_size: (height, width) the program runs (default: the verification
-            frames'; synthetic frames' without verification or frames).
 
-    Returns:
-        The path of the `.pt2` file.
-
-    Raises:
-        ValueError: `output` is a file whose suffix is not `.pt2`.
-        ModelConfigError: a centroid or top-down model without `max_instances`.
-        ExportError: torch.export fails on the model, or the program's outputs differ
-            from ONNX Runtime's.
-        ModelNotFoundError, CheckpointError: as for `export_model`.
-    """
-    from sleap_live.engines.graph.build import load_inference_model
-
-    path = export_file(output, FILE_NAME, f"a pt2 export is a '{SUFFIX}' file", overwrite=overwrite)
-    notify = progress or (lambda _: None)
-    notify("loading model")
-    model = load_inference_model(paths, settings).cpu().eval()
-    model_type = model.info.model_type
-    profile = TENSORRT_PROFILE if model_type in SLOTTED_TYPES else DEFAULT_PROFILE
-    if profile == TENSORRT_PROFILE:
-        check_slots(model_type, model.info.max_instances)
-    onnx_bytes = export_onnx_bytes(
-        model,
-        opset=opset,
-        verify=verify,
-        verify_frames=verify_frames,
-        sources=paths,
-        progress=progress,
-    )
-    chosen = conversion_frames(model, verify, verify_frames, paths, 3)
-    frames, source = fitted_frames(chosen.frames, frame_size), chosen.source
-    notify(f"exporting with torch.export for {frames.shape[1]}x{frames.shape[2]} frames")
+def _convert(job: Job) -> torch.export.ExportedProgram:
+    job.options.progress(f"exporting with torch.export for {job.size} frames")
     # Two frames: torch.export takes an axis of size 1 for a constant.
-    program = _export_program(model, np.concatenate([frames[:1], frames[:1]]), profile)
-    metadata = converted_metadata(onnx_bytes, FORMAT, profile, {"torch": torch.__version__})
-    notify(f"writing {path}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with staged_file(path, "the export") as staged:
-        _save_verified(model, program, staged, metadata, verify, onnx_bytes, frames, source, notify)
-    return path
+    example = np.concatenate([job.frames[:1], job.frames[:1]])
+    return _export_program(job.model, example, job.profile or DEFAULT_PROFILE)
 
 
-def _save_verified(
-    model: InferenceModel,
-    program: torch.export.ExportedProgram,
-    path: Path,
-    metadata: ExportMetadata,
-    verify: bool,
-    onnx_bytes: bytes,
-    frames: np.ndarray,
-    source: str,
-    notify: Callable[[str], None],
-) -> None:
-    """Save `program` to `path`, verified against ONNX Runtime if `verify` (by `model`'s
-    comparison rule), and its sidecar."""
-    torch.export.save(program, str(path), extra_files={METADATA_FILE: metadata.to_json()})
-    if verify:
-        loaded = load_pt2(path)
-        reference = onnx_exported(onnx_bytes)
-        records = []
-        for batch in (frames[:1], frames[:3]):
-            notify(f"verifying on frames {tuple(batch.shape)} against ONNX Runtime")
-            outputs = run_pt2(loaded, batch, metadata.output_names)
-            records.append(
-                check_against_onnx_runtime(
-                    model, outputs, reference.run(batch), batch, source, export="the .pt2 program"
-                )
-            )
-        metadata = attrs.evolve(metadata, verification=tuple(records))
-        torch.export.save(program, str(path), extra_files={METADATA_FILE: metadata.to_json()})
-    sidecar_path(path).write_text(metadata.to_json() + "\n")
+def _save(program: torch.export.ExportedProgram, path: Path, job: Job) -> Mapping[str, Any]:
+    torch.export.save(program, str(path), extra_files={METADATA_FILE: job.metadata.to_json()})
+    return {}
+
+
+def _load(path: Path, job: Job) -> Callable[[np.ndarray], Outputs]:
+    module = load_pt2(path)
+    return lambda frames: run_pt2(module, frames, job.metadata.output_names)
+
+
+# The ONNX export the program is checked against uses `--opset`; `--frame-size` (default:
+# the verification frames', synthetic frames' without verification or frames) is the
+# one frame size it runs.
+PT2 = ExportFormat(
+    "pt2",
+    ExportFile("model.pt2", "a pt2 export is a '.pt2' file"),
+    _convert,
+    _save,
+    profile=_profile,
+    check=Check(_load, "the .pt2 program", batches=lambda frames: (frames[:1], frames[:3])),
+    synthetic=3,
+    indent=2,
+    resave=True,
+)
 
 
 def load_pt2(path: str | Path) -> torch.nn.Module:
@@ -169,12 +91,9 @@ def load_pt2(path: str | Path) -> torch.nn.Module:
     path = Path(path)
     if not path.is_file():
         raise ModelNotFoundError(f"{path}: no such .pt2 file")
-    try:
-        return torch.export.load(str(path)).module()
-    except Exception as error:  # a foreign or damaged archive raises many kinds
-        raise ModelConfigError(
-            f"{path}: not a torch.export archive ({first_line(error)})"
-        ) from error
+    with loading(path, "a torch.export archive"):
+        module = torch.export.load(str(path)).module()
+    return module
 
 
 def read_pt2_metadata(path: str | Path) -> ExportMetadata:

@@ -29,13 +29,11 @@ verification frames; the checks are recorded in the metadata.
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import attrs
 import numpy as np
 import torch
 
@@ -45,128 +43,27 @@ from sleap_live.engines.errors import (
     ModelNotFoundError,
     RuntimeUnavailableError,
 )
-from sleap_live.engines.export._quiet import first_line, native_stderr_silenced, tracer_notes
-from sleap_live.engines.export.exporter import (
-    Frames,
-    conversion_frames,
-    export_folder,
-    export_onnx_bytes,
-    fitted_frames,
+from sleap_live.engines.export._quiet import (
+    first_line,
+    loading,
+    native_stderr_silenced,
+    tracer_notes,
 )
-from sleap_live.engines.export.onnx import converted_metadata, onnx_exported
-from sleap_live.engines.export.verify import Outputs, check_against_onnx_runtime
+from sleap_live.engines.export.driver import (
+    Check,
+    ExportFolder,
+    ExportFormat,
+    Job,
+    tensorrt_profile,
+)
+from sleap_live.engines.export.verify import Outputs
 from sleap_live.engines.graph.base import InferenceModel
-from sleap_live.engines.load.metadata import (
-    DEFAULT_OPSET,
-    TENSORRT_PROFILE,
-    ExportMetadata,
-)
-from sleap_live.engines.notify import Notify
-from sleap_live.engines.settings import InferenceSettings, check_slots
-from sleap_live.stream.outputs.staging import staged_file
+from sleap_live.engines.load.metadata import TENSORRT_PROFILE, ExportMetadata
 
-FORMAT = "saved_model"
-FOLDER_ENDING = "_saved_model"
 METADATA_FILE = "sleap_live.json"
 SIGNATURE = "serving_default"
 INPUT_NAME = "frames"
 TENSORFLOW_INSTALL_HINT = 'pip install "sleap-live[saved-model]"'
-
-
-@attrs.frozen
-class Converted:
-    """The model's graph as TensorFlow operations, for one frame shape.
-
-    Attributes:
-        function: the `tf.function` of uint8 (1, H, W, C) frames, giving the outputs
-            as a dict by name.
-        metadata: the export's metadata (no verification yet).
-        onnx_bytes: the default-profile ONNX graph the export is checked against.
-        frames: the verification frames, fitted to the frame size.
-        source: where the frames came from.
-        model: the torch inference model it was converted from (what a check
-            against ONNX Runtime compares by).
-    """
-
-    function: Any
-    metadata: ExportMetadata
-    onnx_bytes: bytes
-    frames: np.ndarray
-    source: str
-    model: InferenceModel
-
-
-def export_saved_model(
-    paths: Sequence[str | Path],
-    output: str | Path,
-    *,
-    opset: int = DEFAULT_OPSET,
-    verify: bool = True,
-    verify_frames: Frames | None = None,
-    progress: Notify | None = None,
-    settings: InferenceSettings | None = None,
-    frame_size: tuple[int, int] | None = None,
-    overwrite: bool = False,
-) -> Path:
-    """Exports one or two model directories to a SavedModel folder (see the module's notes).
-
-    Args:
-        paths: a model directory, or a centroid and a centered-instance directory.
-        output: the folder to write the SavedModel into.
-        opset, verify, verify_frames, progress, settings, overwrite: as for `export_model`; the
-            ONNX export the SavedModel is checked against uses `opset`.
-        frame_size: (height, width) the SavedModel runs (default: the verification
-            frames'; synthetic frames' without verification or frames).
-
-    Returns:
-        The SavedModel folder.
-
-    Raises:
-        ValueError: `output` is a file, or a folder holding anything but an earlier
-            SavedModel export.
-        ModelConfigError: a network with an operation TensorFlow cannot hold here,
-            or a centroid or top-down model without `max_instances`.
-        RuntimeUnavailableError: TensorFlow is not installed.
-        ExportError: the conversion fails, or the SavedModel's outputs differ from
-            ONNX Runtime's.
-        ModelNotFoundError, CheckpointError: as for `export_model`.
-    """
-    path = export_folder(output, "a SavedModel export", is_saved_model_export, overwrite=overwrite)
-    tf = import_tensorflow()
-    notify = progress or (lambda _: None)
-    converted = convert_model(
-        paths, FORMAT, opset=opset, verify=verify, verify_frames=verify_frames,
-        progress=progress, settings=settings, frame_size=frame_size, int64_outputs=True,
-    )  # fmt: skip
-    notify(f"writing {path}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Made whole in a private folder, which replaces an earlier export's folder.
-    with staged_file(path, "the export") as staged:
-        save(tf, converted.function, staged)
-        _verify_and_record(tf, converted, staged, verify, notify)
-    return path
-
-
-def _verify_and_record(
-    tf: Any, converted: Converted, path: Path, verify: bool, notify: Callable[[str], None]
-) -> None:
-    """Check the SavedModel at `path` against ONNX Runtime if `verify`; write its metadata."""
-    metadata = converted.metadata
-    if verify:
-        frames = converted.frames
-        notify(f"verifying {len(frames)} frames in TensorFlow against ONNX Runtime")
-        outputs = run_saved_model(path, frames, metadata.output_names)
-        check = check_against_onnx_runtime(
-            converted.model,
-            outputs,
-            onnx_exported(converted.onnx_bytes).run(frames),
-            frames,
-            converted.source,
-            export="the SavedModel",
-            runtime=f"TensorFlow {tf.__version__}",
-        )
-        metadata = attrs.evolve(metadata, verification=(check,))
-    (path / METADATA_FILE).write_text(json.dumps(metadata.to_dict(), indent=1) + "\n")
 
 
 def is_saved_model_export(folder: Path) -> bool:
@@ -174,65 +71,39 @@ def is_saved_model_export(folder: Path) -> bool:
     return (folder / METADATA_FILE).is_file() and (folder / "saved_model.pb").is_file()
 
 
-def convert_model(
-    paths: Sequence[str | Path],
-    format: str,
-    *,
-    opset: int,
-    verify: bool,
-    verify_frames: Frames | None,
-    progress: Notify | None,
-    settings: InferenceSettings | None,
-    frame_size: tuple[int, int] | None,
-    int64_outputs: bool,
-) -> Converted:
-    """Loads the model, refuses what TensorFlow cannot hold here, exports it to ONNX
-    (the reference) and converts its static "tensorrt"-profile program to TensorFlow.
+def tf_versions(tf: Any) -> dict[str, str]:
+    """The converters' versions, for the metadata."""
+    return {"tensorflow": tf.__version__, "torch": torch.__version__}
+
+
+def tensorflow_function(job: Job, *, int64_outputs: bool) -> Any:
+    """The model's static "tensorrt"-profile program as a `tf.function` of uint8
+    (1, H, W, C) frames giving the outputs by name (what `--format saved_model` and
+    `tfjs` save); refuses a graph with operations TensorFlow cannot hold here.
 
     Raises:
-        as for `export_saved_model`.
+        ModelConfigError: such operations, named.
+        ExportError: the conversion failed.
     """
-    import tensorflow as tf
-
     from sleap_live.engines.export.tf_graph import (
         UnsupportedOperation,
         tf_function,
         unsupported_operations,
     )
-    from sleap_live.engines.graph.build import load_inference_model
 
-    notify = progress or (lambda _: None)
-    notify("loading model")
-    model = load_inference_model(paths, settings).cpu().eval()
-    model_type = model.info.model_type
-    check_slots(model_type, model.info.max_instances)
-    chosen = conversion_frames(model, verify, verify_frames, paths, 1)
-    frames, source = fitted_frames(chosen.frames, frame_size), chosen.source
-    notify(f"exporting with torch.export for {frames.shape[1]}x{frames.shape[2]} frames")
-    program = _program(model, frames[:1])
+    tf = import_tensorflow()
+    model_type, format = job.model.info.model_type, job.metadata.format
+    job.options.progress(f"exporting with torch.export for {job.size} frames")
+    program = _program(job.model, job.frames[:1])
     missing = unsupported_operations(program)
     if missing:
-        sources = ", ".join(str(path) for path in paths)
+        sources = ", ".join(str(path) for path in job.paths)
         raise ModelConfigError(
             f"{sources}: this {model_type} model cannot be exported to {format}: its graph has "
             f"operations with no TensorFlow form here ({', '.join(missing)}); use --format onnx"
         )
-    onnx_bytes = export_onnx_bytes(
-        model,
-        opset=opset,
-        verify=verify,
-        verify_frames=verify_frames,
-        sources=paths,
-        progress=progress,
-    )
-    metadata = converted_metadata(
-        onnx_bytes,
-        format,
-        TENSORRT_PROFILE,
-        {"tensorflow": tf.__version__, "torch": torch.__version__},
-    )
-    names = metadata.output_names
-    notify("converting to TensorFlow operations")
+    names = job.metadata.output_names
+    job.options.progress("converting to TensorFlow operations")
     try:
         outputs = tf_function(program, int64_outputs=int64_outputs)
 
@@ -249,7 +120,32 @@ def convert_model(
         raise ExportError(
             f"the {model_type} model could not be converted to TensorFlow: {first_line(error)}"
         ) from error
-    return Converted(function, metadata, onnx_bytes, frames, source, model)
+    return function
+
+
+def _save(function: Any, path: Path, job: Job) -> Mapping[str, Any]:
+    save(job.extra, function, path)
+    return {}
+
+
+def _load(path: Path, job: Job) -> Callable[[np.ndarray], Outputs]:
+    return lambda frames: run_saved_model(path, frames, job.metadata.output_names)
+
+
+# The ONNX export the SavedModel is checked against uses `--opset`; `--frame-size`
+# (default: the verification frames', synthetic frames' without verification or
+# frames) is the one frame size it runs.
+SAVED_MODEL = ExportFormat(
+    "saved_model",
+    ExportFolder("a SavedModel export", is_saved_model_export),
+    lambda job: tensorflow_function(job, int64_outputs=True),
+    _save,
+    profile=tensorrt_profile,
+    needs=lambda options: import_tensorflow(),
+    check=Check(_load, "the SavedModel", "TensorFlow", lambda tf: f"TensorFlow {tf.__version__}"),
+    versions=tf_versions,
+    metadata_file=lambda folder: folder / METADATA_FILE,
+)
 
 
 def save(tf: Any, function: Any, path: Path) -> None:
@@ -294,12 +190,9 @@ def load_saved_model(path: str | Path) -> Any:
     if not path.is_dir():
         raise ModelNotFoundError(f"{path}: no such SavedModel folder")
     tf = import_tensorflow()
-    try:
-        return tf.saved_model.load(str(path)).signatures[SIGNATURE]
-    except Exception as error:  # a foreign or damaged folder raises many kinds
-        raise ModelConfigError(
-            f"{path}: not a SavedModel with a {SIGNATURE} signature ({first_line(error)})"
-        ) from error
+    with loading(path, f"a SavedModel with a {SIGNATURE} signature"):
+        signature = tf.saved_model.load(str(path)).signatures[SIGNATURE]
+    return signature
 
 
 def read_saved_model_metadata(path: str | Path) -> ExportMetadata:

@@ -20,9 +20,10 @@ host without it.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sleap_live.engines.errors import RuntimeUnavailableError
 from sleap_live.engines.export.tensorrt_build import (
@@ -51,8 +52,10 @@ from sleap_live.engines.export.tensorrt_engine import (
     read_engine_file,
     write_engine_file,
 )
-from sleap_live.engines.notify import Notify, notice
 from sleap_live.engines.optional import GPU_INSTALL_HINT
+
+if TYPE_CHECKING:
+    from sleap_live.engines.export.formats import ExportOptions
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -115,17 +118,10 @@ def current_gpu(device: str = "cuda:0") -> GpuInfo:
 
 
 def export_tensorrt(
-    paths: list[str | Path],
-    output: str | Path,
-    *,
-    frame: tuple[int, ...],
-    batch_size: int = DEFAULT_BATCH_SIZE,
-    precision: str = "fp32",
-    device: str = "cuda:0",
-    notify: Notify = notice,
-    **export_options: Any,
+    paths: Sequence[str | Path], output: str | Path, options: ExportOptions
 ) -> Path:
-    """Exports model directories to `output/model.onnx` and builds its engine beside it.
+    """Exports model directories to `output/model.onnx` and builds its engine beside it
+    (`export_model` with format "tensorrt").
 
     Another GPU's engine for the same export can be added to the same directory by
     running the export there again; engines that are already current are kept.
@@ -133,38 +129,40 @@ def export_tensorrt(
     Args:
         paths: a model directory, or a centroid and a centered-instance directory.
         output: the export directory.
-        frame: (height, width) or (height, width, channels) of the stream's
-            frames; without channels, the model's own.
-        batch_size: the throughput profile's batch size.
-        precision: one of `PRECISIONS`.
-        device: the CUDA device to build on.
-        notify: told about rebuilds, one line each.
-        **export_options: for `export_model_dirs` (`opset`, `verify`, `verify_frames`,
-            `progress`, `settings`); the export is always of the "tensorrt" profile, at `frame`'s
-            size.
+        options: `frame_size` (height, width) or (height, width, channels) of the
+            stream's frames, without channels the model's own; `batch_size` (the
+            throughput profile's), `precision` (one of `PRECISIONS`), `device` (the
+            CUDA device to build on), `notify` (told about rebuilds, one line each),
+            and those of the ONNX export (`ExportOptions.onnx`), which is always of
+            the "tensorrt" profile, at `frame_size`.
 
     Returns:
         The engine file's path.
 
     Raises:
+        ValueError: no `frame_size`.
         RuntimeUnavailableError: TensorRT or a CUDA GPU is missing.
         ExportError: the ONNX export or the build failed.
     """
     from sleap_live.engines.export.exporter import export_model_dirs
 
+    if options.frame_size is None:
+        raise ValueError("a TensorRT export needs frame_size (height, width[, channels])")
     trt = import_tensorrt()
-    gpu = current_gpu(device)
-    height, width, *channels = (int(n) for n in frame)
+    gpu = current_gpu(options.device)
+    height, width, *channels = options.frame_size
     onnx_path = export_model_dirs(
         paths,
         Path(output) / "model.onnx",
         format="onnx",
         profile="tensorrt",
         frame_size=(height, width),
-        **export_options,
+        **options.onnx(),
     )
     model = read_onnx_model(onnx_path)
     shape = (height, width, channels[0] if channels else model.metadata.input_channels[0])
-    cache = EngineCache(onnx_path.parent, model, "model", trt, gpu, precision, notify=notify)
-    cache.engine(shape, batch_size)
-    return cache.path(cache.key(shape, batch_size))
+    cache = EngineCache(
+        onnx_path.parent, model, "model", trt, gpu, options.precision, notify=options.notify
+    )
+    cache.engine(shape, options.batch_size)
+    return cache.path(cache.key(shape, options.batch_size))

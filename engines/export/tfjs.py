@@ -43,7 +43,7 @@ import subprocess
 import sys
 import tempfile
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -54,7 +54,14 @@ import numpy as np
 from sleap_live.engines.cache import cache_root
 from sleap_live.engines.errors import ExportError, RuntimeUnavailableError
 from sleap_live.engines.export._quiet import first_line
-from sleap_live.engines.export.exporter import Frames, export_folder
+from sleap_live.engines.export.driver import (
+    Check,
+    ExportFolder,
+    ExportFormat,
+    Job,
+    tensorrt_profile,
+)
+from sleap_live.engines.export.formats import ExportOptions
 from sleap_live.engines.export.npm import npm_install
 from sleap_live.engines.export.npm_check import (
     Pinned,
@@ -62,23 +69,17 @@ from sleap_live.engines.export.npm_check import (
     untrusted_folders,
     untrusted_tree,
 )
-from sleap_live.engines.export.onnx import onnx_exported
 from sleap_live.engines.export.saved_model import (
     METADATA_FILE,
     SIGNATURE,
-    Converted,
-    convert_model,
     import_tensorflow,
     save,
+    tensorflow_function,
+    tf_versions,
 )
-from sleap_live.engines.export.verify import Outputs, check_against_onnx_runtime
-from sleap_live.engines.load.metadata import DEFAULT_OPSET
-from sleap_live.engines.notify import Notify
-from sleap_live.engines.settings import InferenceSettings
-from sleap_live.stream.outputs.staging import staged_file
+from sleap_live.engines.export.verify import Outputs
+from sleap_live.engines.notify import Notify, quiet
 
-FORMAT = "tfjs"
-FOLDER_ENDING = "_tfjs"
 MODEL_FILE = "model.json"
 TFJS_VERSION = "4.22.0"
 TFJS_PACKAGES = (
@@ -198,100 +199,74 @@ _STOOD_IN = (
 )
 
 
-def export_tfjs(
-    paths: Sequence[str | Path],
-    output: str | Path,
-    *,
-    opset: int = DEFAULT_OPSET,
-    verify: bool = True,
-    verify_frames: Frames | None = None,
-    progress: Notify | None = None,
-    settings: InferenceSettings | None = None,
-    frame_size: tuple[int, int] | None = None,
-    overwrite: bool = False,
-) -> Path:
-    """Exports one or two model directories to a TF.js folder (see the module's notes).
+@attrs.frozen
+class _Needs:
+    """TensorFlow, tensorflowjs' converter, and (to verify) the TF.js packages."""
 
-    Args:
-        paths: a model directory, or a centroid and a centered-instance directory.
-        output: the folder to write `model.json`, its weights and `sleap_live.json` into.
-        opset, verify, verify_frames, progress, settings, overwrite, frame_size: as for
-            `export_saved_model`.
+    tf: Any
+    convert_tf_saved_model: Any
+    node_modules: Path | None
 
-    Returns:
-        The export folder.
 
-    Raises:
-        ValueError: `output` is a file, or a folder holding anything but an earlier
-            TF.js export.
-        ModelConfigError: as for `export_saved_model`.
-        RuntimeUnavailableError: TensorFlow or tensorflowjs is not installed, or (to
-            verify) Node.js or the TF.js packages cannot be had.
-        ExportError: the conversion fails, or TF.js's outputs differ from ONNX Runtime's.
-        ModelNotFoundError, CheckpointError: as for `export_model`.
-    """
-    path = export_folder(output, "a TF.js export", is_tfjs_export, overwrite=overwrite)
+def _needs(options: ExportOptions) -> _Needs:
     tf = import_tensorflow()
     convert_tf_saved_model = import_tensorflowjs()
-    notify = progress or (lambda _: None)
-    node_modules = tfjs_node_modules(notify=notify) if verify else None
-    converted = convert_model(
-        paths, FORMAT, opset=opset, verify=verify, verify_frames=verify_frames,
-        progress=progress, settings=settings, frame_size=frame_size, int64_outputs=False,
-    )  # fmt: skip
-    notify(f"converting to TF.js into {path}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Made whole in a private folder, which replaces an earlier export's folder.
-    with staged_file(path, "the export") as staged, tempfile.TemporaryDirectory() as folder:
-        saved = Path(folder) / "saved_model"
-        save(tf, converted.function, saved)
-        staged.mkdir()
-        _convert_and_check(convert_tf_saved_model, saved, staged, converted, node_modules, notify)
-    return path
-
-
-def _convert_and_check(
-    convert_tf_saved_model: Any,
-    saved: Path,
-    path: Path,
-    converted: Converted,
-    node_modules: Path | None,
-    notify: Callable[[str], None],
-) -> None:
-    """Convert the SavedModel `saved` into the TF.js folder `path`, check it against
-    ONNX Runtime where `node_modules` is given, and write its metadata."""
-    try:
-        # The converter prints each weight file it writes.
-        with contextlib.redirect_stdout(io.StringIO()):
-            convert_tf_saved_model(
-                str(saved), str(path), signature_def=SIGNATURE, saved_model_tags="serve"
-            )
-    except Exception as error:  # the converter raises many kinds of errors
-        # Its message names the operations on the lines after the first.
-        reason = " ".join(str(error).split()) or type(error).__name__
-        raise ExportError(f"tensorflowjs could not convert the SavedModel: {reason}") from error
-    name_outputs(path / MODEL_FILE, converted.metadata.output_names)
-    metadata = attrs.evolve(
-        converted.metadata,
-        exporter={**(converted.metadata.exporter or {}), "tensorflowjs": _version("tensorflowjs")},
+    return _Needs(
+        tf,
+        convert_tf_saved_model,
+        tfjs_node_modules(notify=options.progress) if options.verify else None,
     )
-    if node_modules is not None:
-        frames = converted.frames
-        notify(f"verifying {len(frames)} frames in TF.js (Node) against ONNX Runtime")
-        # Node is another process: the folder by its name, not this process's descriptor.
-        folder = Path(os.path.realpath(path))
-        outputs = run_tfjs(folder, frames, metadata.output_names, node_modules)
-        check = check_against_onnx_runtime(
-            converted.model,
-            outputs,
-            onnx_exported(converted.onnx_bytes).run(frames),
-            frames,
-            converted.source,
-            export="the TF.js model",
-            runtime=f"TF.js {TFJS_VERSION}, cpu backend, Node {_node_version()}",
-        )
-        metadata = attrs.evolve(metadata, verification=(check,))
-    (path / METADATA_FILE).write_text(json.dumps(metadata.to_dict(), indent=1) + "\n")
+
+
+def _versions(needs: _Needs) -> dict[str, str]:
+    return {**tf_versions(needs.tf), "tensorflowjs": _version("tensorflowjs")}
+
+
+def _save(function: Any, path: Path, job: Job) -> Mapping[str, Any]:
+    """Saves `function` as a SavedModel in a temporary folder and converts that into
+    the TF.js folder `path`."""
+    with tempfile.TemporaryDirectory() as folder:
+        saved = Path(folder) / "saved_model"
+        save(job.extra.tf, function, saved)
+        path.mkdir()
+        try:
+            # The converter prints each weight file it writes.
+            with contextlib.redirect_stdout(io.StringIO()):
+                job.extra.convert_tf_saved_model(
+                    str(saved), str(path), signature_def=SIGNATURE, saved_model_tags="serve"
+                )
+        except Exception as error:  # the converter raises many kinds of errors
+            # Its message names the operations on the lines after the first.
+            reason = " ".join(str(error).split()) or type(error).__name__
+            raise ExportError(f"tensorflowjs could not convert the SavedModel: {reason}") from error
+    name_outputs(path / MODEL_FILE, job.metadata.output_names)
+    return {}
+
+
+def _runtime(needs: _Needs) -> str:
+    return f"TF.js {TFJS_VERSION}, cpu backend, Node {_node_version()}"
+
+
+def _load(path: Path, job: Job) -> Callable[[np.ndarray], Outputs]:
+    # Node is another process: the folder by its name, not this process's descriptor.
+    folder = Path(os.path.realpath(path))
+    names, modules = job.metadata.output_names, job.extra.node_modules
+    return lambda frames: run_tfjs(folder, frames, names, modules)
+
+
+# `--opset` and `--frame-size`: as for `--format saved_model`.
+TFJS = ExportFormat(
+    "tfjs",
+    ExportFolder("a TF.js export", lambda folder: is_tfjs_export(folder)),
+    lambda job: tensorflow_function(job, int64_outputs=False),
+    _save,
+    profile=tensorrt_profile,
+    needs=_needs,
+    check=Check(_load, "the TF.js model", "TF.js (Node)", _runtime),
+    versions=_versions,
+    writing="converting to TF.js into",
+    metadata_file=lambda folder: folder / METADATA_FILE,
+)
 
 
 def name_outputs(model_file: Path, names: Sequence[str]) -> None:
@@ -364,7 +339,7 @@ def import_tensorflowjs() -> Any:
     return convert_tf_saved_model
 
 
-def tfjs_node_modules(cache_dir: str | Path | None = None, notify: Notify | None = None) -> Path:
+def tfjs_node_modules(cache_dir: str | Path | None = None, notify: Notify = quiet) -> Path:
     """The node_modules folder holding `TFJS_PINS`, installed from npm if needed.
 
     `SLEAP_LIVE_TFJS_NODE_MODULES`, when set, names that folder and nothing is installed.
@@ -400,7 +375,7 @@ def tfjs_node_modules(cache_dir: str | Path | None = None, notify: Notify | None
         mismatch = packages_problem(modules, TFJS_PINS)
         if mismatch is None:
             return modules
-        (notify or (lambda _: None))(f"{prefix}: {mismatch}; installing it again")
+        notify(f"{prefix}: {mismatch}; installing it again")
         shutil.rmtree(prefix)
     npm_install(
         prefix,

@@ -28,151 +28,66 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import attrs
 import numpy as np
 import torch
 
-from sleap_live.engines.errors import ExportError, ModelConfigError, RuntimeUnavailableError
+from sleap_live.engines.errors import ExportError, RuntimeUnavailableError
 from sleap_live.engines.export._quiet import first_line, tracer_notes
-from sleap_live.engines.export.exporter import (
-    Frames,
-    conversion_frames,
-    export_file,
-    export_onnx_bytes,
-    fitted_frames,
-)
-from sleap_live.engines.export.onnx import converted_metadata, onnx_exported
-from sleap_live.engines.export.verify import (
-    Outputs,
-    check_against_onnx_runtime,
-)
+from sleap_live.engines.export.driver import Check, ExportFile, ExportFormat, Job, tensorrt_profile
+from sleap_live.engines.export.verify import Outputs
 from sleap_live.engines.graph.base import InferenceModel
-from sleap_live.engines.load.metadata import (
-    DEFAULT_OPSET,
-    TENSORRT_PROFILE,
-    ExportMetadata,
-    sidecar_path,
-)
-from sleap_live.engines.notify import Notify
-from sleap_live.engines.settings import InferenceSettings, check_slots
-from sleap_live.stream.outputs.staging import staged_file
+from sleap_live.engines.load.metadata import TENSORRT_PROFILE
 
-FORMAT = "tflite"
-SUFFIX = ".tflite"
-FILE_NAME = "model.tflite"
 TFLITE_INSTALL_HINT = 'pip install "sleap-live[tflite]"'
 
 
-def export_tflite(
-    paths: Sequence[str | Path],
-    output: str | Path,
-    *,
-    opset: int = DEFAULT_OPSET,
-    verify: bool = True,
-    verify_frames: Frames | None = None,
-    progress: Notify | None = None,
-    settings: InferenceSettings | None = None,
-    frame_size: tuple[int, int] | None = None,
-    overwrite: bool = False,
-) -> Path:
-    """Exports one or two model directories to a `.tflite` file (see the module's notes).
-
-    Args:
-        paths: a model directory, or a centroid and a centered-instance directory.
-        output: the `.tflite` file to write, or a directory to write `model.tflite` into.
-        opset, verify, verify_frames, progress, settings, overwrite: as for `export_model`; the
-            ONNX export the file is checked against uses `opset`.
-        frame_size: (height, width) the file runs (default: the verification
-            frames'; synthetic frames' without verification or frames).
-
-    Returns:
-        The path of the `.tflite` file.
-
-    Raises:
-        ValueError: `output` ends in another suffix than `.tflite`.
-        ModelConfigError: a network LiteRT cannot hold (`refusal`), or a centroid or
-            top-down model without `max_instances`.
-        RuntimeUnavailableError: litert-torch or ai-edge-litert is not installed.
-        ExportError: litert-torch fails on the model, or the file's outputs differ
-            from ONNX Runtime's.
-        ModelNotFoundError, CheckpointError: as for `export_model`.
-    """
-    from sleap_live.engines.graph.build import load_inference_model
-
-    path = export_file(
-        output, FILE_NAME, f"a TFLite export is a '{SUFFIX}' file", overwrite=overwrite
-    )
-    litert_torch = import_litert_torch()
-    notify = progress or (lambda _: None)
-    notify("loading model")
-    model = load_inference_model(paths, settings).cpu().eval()
-    model_type = model.info.model_type
+def _refuse(model: InferenceModel) -> str | None:
     reason = refusal(model)
-    if reason is not None:
-        names = ", ".join(str(path) for path in paths)
-        raise ModelConfigError(
-            f"{names}: this {model_type} model cannot be exported to TFLite: {reason}; "
-            "use --format onnx"
-        )
-    check_slots(model_type, model.info.max_instances)
-    onnx_bytes = export_onnx_bytes(
-        model,
-        opset=opset,
-        verify=verify,
-        verify_frames=verify_frames,
-        sources=paths,
-        progress=progress,
+    if reason is None:
+        return None
+    return (
+        f"this {model.info.model_type} model cannot be exported to TFLite: {reason}; "
+        "use --format onnx"
     )
-    chosen = conversion_frames(model, verify, verify_frames, paths, 1)
-    frames, source = fitted_frames(chosen.frames, frame_size), chosen.source
-    notify(f"converting with litert-torch for {frames.shape[1]}x{frames.shape[2]} frames")
-    converted = _convert(litert_torch, model, frames[:1])
-    metadata = converted_metadata(
-        onnx_bytes,
-        FORMAT,
-        TENSORRT_PROFILE,
-        {"litert-torch": _version("litert-torch"), "torch": torch.__version__},
-    )
-    notify(f"writing {path}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with staged_file(path, "the export") as staged:
-        converted.export(str(staged))
-        metadata = _verified(model, staged, metadata, verify, onnx_bytes, frames, source, notify)
-        sidecar_path(staged).write_text(json.dumps(metadata.to_dict(), indent=1) + "\n")
-    return path
 
 
-def _verified(
-    model: InferenceModel,
-    path: Path,
-    metadata: ExportMetadata,
-    verify: bool,
-    onnx_bytes: bytes,
-    frames: np.ndarray,
-    source: str,
-    notify: Callable[[str], None],
-) -> ExportMetadata:
-    """`metadata` with the check of the .tflite file at `path` against ONNX Runtime (by
-    `model`'s comparison rule)."""
-    if verify:
-        notify(f"verifying {len(frames)} frames in LiteRT against ONNX Runtime")
-        outputs = run_tflite(path, frames, metadata.output_names)
-        check = check_against_onnx_runtime(
-            model,
-            outputs,
-            onnx_exported(onnx_bytes).run(frames),
-            frames,
-            source,
-            export="the .tflite file",
-            runtime=f"LiteRT interpreter (ai-edge-litert {_version('ai-edge-litert')})",
-        )
-        metadata = attrs.evolve(metadata, verification=(check,))
-    return metadata
+def _convert_job(job: Job) -> Any:
+    job.options.progress(f"converting with litert-torch for {job.size} frames")
+    return _convert(job.extra, job.model, job.frames[:1])
+
+
+def _save(converted: Any, path: Path, job: Job) -> Mapping[str, Any]:
+    del job
+    converted.export(str(path))
+    return {}
+
+
+def _runtime(extra: Any) -> str:
+    return f"LiteRT interpreter (ai-edge-litert {_version('ai-edge-litert')})"
+
+
+def _load(path: Path, job: Job) -> Callable[[np.ndarray], Outputs]:
+    return lambda frames: run_tflite(path, frames, job.metadata.output_names)
+
+
+# The ONNX export the file is checked against uses `--opset`; `--frame-size` (default:
+# the verification frames', synthetic frames' without verification or frames) is the
+# one frame size it runs.
+TFLITE = ExportFormat(
+    "tflite",
+    ExportFile("model.tflite", "a TFLite export is a '.tflite' file"),
+    _convert_job,
+    _save,
+    profile=tensorrt_profile,
+    needs=lambda options: import_litert_torch(),
+    refuse=_refuse,
+    check=Check(_load, "the .tflite file", "LiteRT", _runtime),
+    versions=lambda extra: {"litert-torch": _version("litert-torch"), "torch": torch.__version__},
+)
 
 
 def refusal(model: InferenceModel) -> str | None:

@@ -33,7 +33,7 @@ the page, so those model types are refused.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -42,32 +42,21 @@ import attrs
 import numpy as np
 
 from sleap_live.engines.errors import ExportError
-from sleap_live.engines.export.exporter import (
-    Frames,
-    export_folder,
-    export_onnx_bytes,
-    export_specialised_onnx_bytes,
-    fitted_frames,
-)
+from sleap_live.engines.export.driver import ExportFolder, ExportFormat, Job
+from sleap_live.engines.export.exporter import export_specialised_onnx_bytes, fitted_frames
+from sleap_live.engines.export.formats import ExportOptions
 from sleap_live.engines.export.frames import verification_frames
-from sleap_live.engines.export.onnx import embedded_metadata, onnx_exported
+from sleap_live.engines.export.onnx import onnx_exported
 from sleap_live.engines.export.verify import compare, verdict
 from sleap_live.engines.export.web_runtime import (
     ONNXRUNTIME_WEB_VERSION,
     copy_runtime,
     onnxruntime_web_dist,
 )
+from sleap_live.engines.graph.base import InferenceModel
 from sleap_live.engines.host.frames import GRAY_WEIGHTS
-from sleap_live.engines.load.metadata import (
-    DEFAULT_OPSET,
-    ExportMetadata,
-    sidecar_path,
-)
-from sleap_live.engines.notify import Notify
-from sleap_live.engines.settings import InferenceSettings
-from sleap_live.stream.outputs.staging import staged_file
+from sleap_live.engines.load.metadata import ExportMetadata, sidecar_path
 
-FORMAT = "web"
 MODEL_FILE = "model.onnx"
 GRAPHS_FOLDER = "graphs"
 # Without --frame-size: the webcam sizes most often met (VGA, HD), and the size of the
@@ -81,74 +70,47 @@ RUNTIME_FOLDER = "ort"
 WEB_MODEL_TYPES = ("single_instance", "centroid", "topdown")
 
 
-def export_web(
-    paths: Sequence[str | Path],
-    output: str | Path,
-    *,
-    opset: int = DEFAULT_OPSET,
-    verify: bool = True,
-    verify_frames: Frames | None = None,
-    progress: Notify | None = None,
-    settings: InferenceSettings | None = None,
-    frame_sizes: Sequence[tuple[int, int]] = (),
-    overwrite: bool = False,
-) -> Path:
-    """Exports one or two model directories to a web folder (see the module's notes).
+@attrs.frozen
+class _Graphs:
+    """The graph of each frame size, and the record of its check."""
 
-    Args:
-        paths: a model directory, or a centroid and a centered-instance directory.
-        output: the folder to write; it must be empty, missing, or an earlier web
-            export (whose files are replaced).
-        opset, verify, verify_frames, progress, settings, overwrite: as for `export_model`.
-        frame_sizes: (height, width) of the frames the page will run on, one graph
-            each; default `DEFAULT_FRAME_SIZES` and the size of `verify_frames`.
+    sizes: list[tuple[int, int]]
+    graphs: dict[tuple[int, int], bytes]
+    checks: list[dict[str, Any]]
 
-    Returns:
-        The folder.
 
-    Raises:
-        ValueError: `output` is a file, or a folder holding other things.
-        ModelConfigError: a model type the page cannot decode (bottom-up, multi-class).
-        RuntimeUnavailableError: onnxruntime-web cannot be had (no npm, no network).
-        ModelNotFoundError, CheckpointError, ExportError: as for `export_model`.
-    """
-    from sleap_live.engines.errors import ModelConfigError
-    from sleap_live.engines.graph.build import load_inference_model
-
-    folder = _output_folder(output, overwrite)
-    notify = progress or (lambda _: None)
-    notify("loading model")
-    model = load_inference_model(paths, settings)
+def _refuse(model: InferenceModel) -> str | None:
     model_type = model.info.model_type
-    if model_type not in WEB_MODEL_TYPES:
-        names = ", ".join(str(path) for path in paths)
-        raise ModelConfigError(
-            f"{names}: a {model_type} model cannot run in the web page, which decodes "
-            f"instance lists only ({', '.join(WEB_MODEL_TYPES)}); its grouping runs on the "
-            "host (use --format onnx)"
-        )
-    notify(f"getting onnxruntime-web {ONNXRUNTIME_WEB_VERSION}")
-    dist = onnxruntime_web_dist(notify=notify)
-    onnx_bytes = export_onnx_bytes(
-        model,
-        opset=opset,
-        verify=verify,
-        verify_frames=verify_frames,
-        sources=paths,
-        progress=progress,
+    if model_type in WEB_MODEL_TYPES:
+        return None
+    return (
+        f"a {model_type} model cannot run in the web page, which decodes instance lists "
+        f"only ({', '.join(WEB_MODEL_TYPES)}); its grouping runs on the host (use --format onnx)"
     )
+
+
+def _needs(options: ExportOptions) -> Path:
+    options.progress(f"getting onnxruntime-web {ONNXRUNTIME_WEB_VERSION}")
+    return onnxruntime_web_dist(notify=options.progress)
+
+
+def _convert(job: Job) -> _Graphs:
+    """The graph of each frame size (`--frame-size`, repeatable; default
+    `DEFAULT_FRAME_SIZES` and the size of the verification frames), each checked
+    against the reference graph."""
+    model, options = job.model, job.options
     channels = model.info.input_channels
-    candidates = verification_frames(channels, verify_frames, paths).frames[:2]
-    given_size = None if verify_frames is None else candidates.shape[1:3]
-    sizes = _frame_sizes(frame_sizes, given_size)
-    reference = onnx_exported(onnx_bytes)
+    candidates = verification_frames(channels, options.verify_frames, job.paths).frames[:2]
+    given_size = None if options.verify_frames is None else candidates.shape[1:3]
+    sizes = _frame_sizes(options.frame_sizes, given_size)
+    reference = onnx_exported(job.onnx_bytes)
     graphs: dict[tuple[int, int], bytes] = {}
     checks = []
     for height, width in sizes:
-        notify(f"exporting the graph of {height}x{width} frames")
-        graph = export_specialised_onnx_bytes(model, (height, width, channels), opset=opset)
+        options.progress(f"exporting the graph of {height}x{width} frames")
+        graph = export_specialised_onnx_bytes(model, (height, width, channels), opset=options.opset)
         frames = fitted_frames(candidates, (height, width))
-        notify(f"checking the {height}x{width} graph against the default graph")
+        options.progress(f"checking the {height}x{width} graph against the default graph")
         expected, got = reference.run(frames), onnx_exported(graph).run(frames)
         agreement = compare(model, frames, expected, got)
         if not agreement.agrees:
@@ -157,24 +119,35 @@ def export_web(
             )
         checks.append({"frames": list(frames.shape), **verdict(agreement, expected, got)})
         graphs[(height, width)] = graph
-    notify(f"writing {folder}")
-    metadata = attrs.evolve(embedded_metadata(onnx_bytes), format=FORMAT)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    # Made whole in a private folder, which replaces an earlier export's folder.
-    with staged_file(folder, "the export") as staged:
-        staged.mkdir()
-        (staged / MODEL_FILE).write_bytes(onnx_bytes)
-        record = {**metadata.to_dict(), "web_graphs": checks}
-        sidecar_path(staged / MODEL_FILE).write_text(json.dumps(record, indent=1) + "\n")
-        (staged / GRAPHS_FOLDER).mkdir(exist_ok=True)
-        for (height, width), graph in graphs.items():
-            (staged / GRAPHS_FOLDER / f"{height}x{width}.onnx").write_bytes(graph)
-        (staged / "model.json").write_text(json.dumps(page_model(metadata, sizes), indent=1) + "\n")
-        page = resources.files("sleap_live.engines.export") / "web_page"
-        for name in PAGE_FILES:
-            (staged / name).write_bytes((page / name).read_bytes())
-        copy_runtime(dist, staged / RUNTIME_FOLDER)
-    return folder
+    return _Graphs(sizes, graphs, checks)
+
+
+def _save(made: _Graphs, folder: Path, job: Job) -> Mapping[str, Any]:
+    """Writes the folder (see the module's notes) but the reference graph's metadata,
+    whose file gets the size graphs' checks."""
+    folder.mkdir()
+    (folder / MODEL_FILE).write_bytes(job.onnx_bytes)
+    (folder / GRAPHS_FOLDER).mkdir(exist_ok=True)
+    for (height, width), graph in made.graphs.items():
+        (folder / GRAPHS_FOLDER / f"{height}x{width}.onnx").write_bytes(graph)
+    page_document = page_model(job.metadata, made.sizes)
+    (folder / "model.json").write_text(json.dumps(page_document, indent=1) + "\n")
+    page = resources.files("sleap_live.engines.export") / "web_page"
+    for name in PAGE_FILES:
+        (folder / name).write_bytes((page / name).read_bytes())
+    copy_runtime(job.extra, folder / RUNTIME_FOLDER)
+    return {"web_graphs": made.checks}
+
+
+WEB = ExportFormat(
+    "web",
+    ExportFolder("a web export", lambda folder: is_web_export(folder)),
+    _convert,
+    _save,
+    needs=_needs,
+    refuse=_refuse,
+    metadata_file=lambda folder: sidecar_path(folder / MODEL_FILE),
+)
 
 
 def page_model(metadata: ExportMetadata, sizes: Sequence[tuple[int, int]]) -> dict[str, Any]:
@@ -221,7 +194,3 @@ def _frame_sizes(
 def is_web_export(folder: Path) -> bool:
     """Whether `folder` holds a web export (`WEB_EXPORT_FILES`)."""
     return all((folder / name).is_file() for name in WEB_EXPORT_FILES)
-
-
-def _output_folder(output: str | Path, overwrite: bool) -> Path:
-    return export_folder(output, "a web export", is_web_export, overwrite=overwrite)

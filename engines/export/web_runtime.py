@@ -26,7 +26,7 @@ from sleap_live.engines.cache import cache_root
 from sleap_live.engines.errors import RuntimeUnavailableError
 from sleap_live.engines.export.npm import npm_install
 from sleap_live.engines.export.npm_check import file_sha256, untrusted_folders, untrusted_tree
-from sleap_live.engines.notify import Notify
+from sleap_live.engines.notify import Notify, quiet
 
 ONNXRUNTIME_WEB_VERSION = "1.31.1"
 RUNTIME_ENV = "SLEAP_LIVE_ONNXRUNTIME_WEB"
@@ -56,7 +56,7 @@ RUNTIME_SHA256 = {
 }
 
 
-def onnxruntime_web_dist(cache_dir: str | Path | None = None, notify: Notify | None = None) -> Path:
+def onnxruntime_web_dist(cache_dir: str | Path | None = None, notify: Notify = quiet) -> Path:
     """The folder holding onnxruntime-web's `RUNTIME_FILES`, installed from npm if needed.
 
     `SLEAP_LIVE_ONNXRUNTIME_WEB`, when set, names that folder and nothing is installed.
@@ -88,7 +88,7 @@ def onnxruntime_web_dist(cache_dir: str | Path | None = None, notify: Notify | N
         mismatch = _files_problem(dist)
         if mismatch is None:
             return dist
-        (notify or (lambda _: None))(f"{prefix}: {mismatch}; installing it again")
+        notify(f"{prefix}: {mismatch}; installing it again")
         shutil.rmtree(prefix)
     npm_install(
         prefix,

@@ -30,28 +30,15 @@ from sleap_live.cli.options import (
     verify_options,
 )
 from sleap_live.engines.export import DEFAULT_OPSET, EXPORT_FORMATS
-from sleap_live.engines.export.formats import FORMAT_NOTE, FORMAT_TABLE
+from sleap_live.engines.export.formats import FORMAT_NOTE, FORMAT_TABLE, FORMATS
 from sleap_live.engines.load.metadata import DEFAULT_PROFILE, PROFILES
 
 SUMMARY = (
     "export model directories to ONNX, TorchScript, torch.export, OpenVINO, TensorRT, "
     "TFLite, Core ML, TensorFlow SavedModel, TF.js or a web page, verified"
 )
-# The default output's ending per format. TensorRT: an export directory (model.onnx,
-# and engines built on this machine's GPU); OpenVINO: IR (.xml + .bin); SavedModel and
-# TF.js: a folder.
-ENDINGS = {
-    "onnx": ".onnx",
-    "torchscript": ".pt",
-    "openvino": ".xml",
-    "tensorrt": "_tensorrt",
-    "web": "_web",
-    "pt2": ".pt2",
-    "tflite": ".tflite",
-    "coreml": ".mlpackage",
-    "saved_model": "_saved_model",
-    "tfjs": "_tfjs",
-}
+# The default output's ending per format (a folder's: tensorrt, web, saved_model, tfjs).
+ENDINGS = {row.argument: row.ending for row in FORMAT_TABLE}
 
 
 def add_parser(commands: Any) -> None:
@@ -187,13 +174,13 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             device=args.device,
             notify=lambda line: console.print(escape(line), soft_wrap=True),
         )
-    elif args.format == "web":
+    elif FORMATS[args.format].frame_sizes == "many":
         options["frame_sizes"] = sizes
-    elif args.format in ("pt2", "tflite", "coreml", "saved_model", "tfjs"):
+    elif FORMATS[args.format].frame_sizes == "one":
         if len(sizes) > 1:
             raise UsageError(f"--format {args.format} holds one frame size: give --frame-size once")
         options["frame_size"] = sizes[0] if sizes else None
-    elif args.format in ("onnx", "torchscript"):
+    else:  # a graph of any size: the profile says which
         options["profile"] = args.profile
     output = args.output or default_output(args.model_dirs, ENDINGS[args.format])
     with console.status("exporting") as status:
