@@ -14,6 +14,7 @@ blocks, so the check's memory does not grow with the file.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -55,6 +56,49 @@ def check_slp_tables(path: Path, max_instances_per_frame: int | None = None) -> 
         raise
     except OSError:
         return
+
+
+def check_analysis_h5(path: Path, max_tracks: int) -> None:
+    """Refuses a SLEAP analysis HDF5 file whose `tracks` array holds more than
+    `max_tracks` tracks (instances a frame), before sleap-io reads the whole array.
+
+    The track axis is found as sleap-io 0.9.5 finds it (`sleap_io/io/analysis_h5.py`,
+    `read_labels`): the dataset's `dims` attribute, else the layout its `transpose`
+    attribute names (MATLAB's, track first, by default). A file that is not HDF5 or
+    has no 4-d `tracks` is left for sleap-io to refuse in its caller's words.
+
+    Raises:
+        PoseTableError: one line naming `path`, the array and its track count.
+    """
+    try:
+        with h5py.File(path, "r") as file:
+            tracks = file.get("tracks")
+            if not isinstance(tracks, h5py.Dataset) or tracks.ndim != 4:
+                return
+            axis = _track_axis(file, tracks)
+            if axis is not None and tracks.shape[axis] > max_tracks:
+                raise PoseTableError(
+                    f"{path}: its tracks array holds {tracks.shape[axis]} tracks, more than "
+                    f"the {max_tracks} instances a frame that are tracked"
+                )
+    except PoseTableError:
+        raise
+    except OSError:
+        return
+
+
+def _track_axis(file: h5py.File, tracks: h5py.Dataset) -> int | None:
+    """The axis of `tracks` that counts tracks, or None where the file does not say."""
+    dims = tracks.attrs.get("dims")
+    if dims is not None:
+        try:
+            names = json.loads(dims)
+        except (TypeError, ValueError):
+            return None
+        return names.index("track") if isinstance(names, list) and "track" in names else None
+    # sleap-io's "matlab" layout (track, xy, node, frame), or the old untransposed one
+    # (frame, node, xy, track).
+    return 0 if file.attrs.get("transpose", True) else 3
 
 
 def _table(file: h5py.File, name: str, fields: tuple[str, ...]) -> h5py.Dataset | None:

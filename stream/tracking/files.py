@@ -20,7 +20,7 @@ import sleap_io as sio
 from sleap_live.engines.types import FramePoses
 from sleap_live.stream.outputs.exports import check_suffix, save_labels, sidecars
 from sleap_live.stream.outputs.guard import claim_output, same_file
-from sleap_live.stream.outputs.slp_tables import check_slp_tables
+from sleap_live.stream.outputs.slp_tables import check_analysis_h5, check_slp_tables
 from sleap_live.stream.outputs.staging import StagedOutput
 from sleap_live.stream.tracking.live import new_tracker
 from sleap_live.stream.tracking.settings import TrackingSettings
@@ -175,6 +175,9 @@ def retrack_file(
     if poses.suffix.lower() == ".slp":
         # Offsets and instances per frame, before sleap-io trusts them.
         check_slp_tables(poses, MAX_INSTANCES_PER_FRAME)
+    elif poses.suffix.lower() == ".h5":
+        # Tracks (instances a frame), before sleap-io reads the whole array.
+        check_analysis_h5(poses, MAX_INSTANCES_PER_FRAME)
     try:
         labels = load(str(poses))
     except Exception as error:  # sleap-io raises many kinds on a file that is not its

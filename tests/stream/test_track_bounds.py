@@ -164,3 +164,25 @@ def test_scoring_memory_grows_with_the_instances_not_their_square(monkeypatch):
     # 1.6 MiB measured: the (n, tracks) cost matrices and a block's pair arrays; the
     # whole (n, tracks, window, nodes, 2) arrays took 22 MiB, growing as n squared.
     assert peak < 4 * 2**20, peak
+
+
+@pytest.mark.parametrize("transpose", [True, False])
+def test_an_analysis_file_of_too_many_tracks_is_refused_before_it_is_read(
+    tmp_path, capsys, transpose
+):
+    # 30,000 tracks of 100,000 frames claimed in a few kilobytes (a gzip dataset of
+    # its fill value): sleap-io reads the whole array, 96 GB, before any check.
+    labels = sio.load_slp(str(_poses(tmp_path / "few.slp", [2, 2])))
+    poses = tmp_path / "crowded.h5"
+    sio.save_analysis_h5(labels, str(poses))
+    with h5py.File(poses, "r+") as file:
+        del file["tracks"]
+        file.attrs["transpose"] = transpose
+        # sleap-io's layouts: track first (its default, MATLAB's), or last.
+        shape = (30_000, 2, 2, 100_000) if transpose else (100_000, 2, 2, 30_000)
+        file.create_dataset("tracks", shape=shape, dtype="f8", chunks=True, compression="gzip")
+    line = _refused(tmp_path, poses, capsys)
+    assert line == (
+        f"sleap-live: error: {poses}: its tracks array holds 30000 tracks, more than the "
+        f"{MAX_INSTANCES_PER_FRAME} instances a frame that are tracked"
+    )
