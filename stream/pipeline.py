@@ -88,7 +88,7 @@ from sleap_live.stream.runner import ModelOrRunner, as_runner
 from sleap_live.stream.slots import SourceSlots
 from sleap_live.stream.source_reader import SourceReader, watch_all
 from sleap_live.stream.sources import Source
-from sleap_live.stream.sources.group import SourceGroup
+from sleap_live.stream.sources.group import SourceGroup, as_group
 from sleap_live.stream.stages import StageThreads, signals_held
 from sleap_live.stream.stats import PipelineStats, StageMeters
 from sleap_live.stream.tracking.live import PoseTracking, check_model_for_tracking
@@ -217,10 +217,8 @@ class Pipeline:
         stop_timeout: float | None = DEFAULT_STOP_TIMEOUT,
         tracking: TrackingSettings | None = None,
     ) -> None:
-        self._sources: tuple[Source, ...] = (
-            source.sources if isinstance(source, SourceGroup) else (source,)
-        )
-        if isinstance(source, SourceGroup):
+        source = as_group(source)
+        if source.per_source:
             n_sources = len(source.sources)
             if batch_size is not None and batch_size != n_sources:
                 raise ValueError(
@@ -292,14 +290,14 @@ class Pipeline:
         self._slots: SourceSlots | None = None
         self._frames: Channel[Frame] | SourceSlots = frames
         self._batcher: Batcher | GroupBatcher
-        if isinstance(source, SourceGroup):
+        if source.per_source:
             self._slots = SourceSlots(source.source_ids, "latest" if policy == "live" else "block")
             self._frames = self._slots
             self._batcher = GroupBatcher(self._slots, policy, source.fps, clock)
         else:
             self._batcher = Batcher(frames, batch_size, policy, source.fps, clock)
         self._results: Channel[EngineResult] = Channel(2, "block")
-        self._readers = [self._reader_of(member) for member in self._sources]
+        self._readers = [self._reader_of(member) for member in source.sources]
 
         self._halt = threading.Event()
         # Set once the engine is warmed up (or the pipeline halts); capture waits for it.
@@ -338,7 +336,7 @@ class Pipeline:
             if self._tracking is not None:
                 settings["tracking"] = attrs.asdict(self._tracking.settings)
             tracked = self._tracking is not None
-            if isinstance(self._source, SourceGroup):
+            if self._source.per_source:
                 self._outputs = open_source_outputs(
                     self._output_options,
                     self._source,
@@ -350,7 +348,7 @@ class Pipeline:
             else:
                 self._outputs = open_outputs(
                     self._output_options,
-                    self._source,
+                    self._source.sources[0],
                     self.runner,
                     settings=settings,
                     clock=self._clock,
@@ -584,8 +582,8 @@ class Pipeline:
         if self._slots is not None:
             dropped = self._slots.dropped_by_source()
         else:
-            dropped = {self._sources[0].source_id: self._frames.stats().dropped}
-        for member in self._sources:
+            dropped = {self._source.sources[0].source_id: self._frames.stats().dropped}
+        for member in self._source.sources:
             dropped[member.source_id] += member.skipped
         return dropped
 

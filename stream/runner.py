@@ -21,7 +21,7 @@ from sleap_live.engines.load.dirs import refuse_unrun_models
 from sleap_live.engines.runners.base import Runner
 from sleap_live.stream.errors import SourceError
 from sleap_live.stream.sources import FileSource, Source
-from sleap_live.stream.sources.group import SourceGroup
+from sleap_live.stream.sources.group import SourceGroup, as_group
 
 ModelPaths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 ModelOrRunner = Runner | ModelPaths
@@ -91,8 +91,7 @@ def load_for_source(
 def source_video(source: Source | SourceGroup) -> Path | None:
     """The video file `source` (the first of a group) reads, or None (a camera, a
     network stream, an iterator): its `video_file`."""
-    first = source.sources[0] if isinstance(source, SourceGroup) else source
-    return first.video_file
+    return as_group(source).sources[0].video_file
 
 
 def verify_frames_of(source: Source | SourceGroup) -> DeferredFrames | None:
@@ -101,7 +100,7 @@ def verify_frames_of(source: Source | SourceGroup) -> DeferredFrames | None:
     video = source_video(source)
     if video is None:
         return None
-    first = source.sources[0] if isinstance(source, SourceGroup) else source
+    first = as_group(source).sources[0]
     return deferred_spread_frames(video, bit_depth=first.bit_depth, frame_shape=first.frame_shape)
 
 
