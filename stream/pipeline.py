@@ -41,6 +41,7 @@ Every timing decision is made on one injectable `Clock` (see `clock`).
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import time
@@ -55,12 +56,11 @@ from sleap_live.stream.batching import (
     DEFAULT_BATCH_SIZE,
     POLICIES,
     Batch,
-    Batcher,
-    GroupBatcher,
     Policy,
     StageTimes,
+    batches_channel,
     choose_policy,
-    policy_channels,
+    open_batcher,
 )
 from sleap_live.stream.channel import Channel
 from sleap_live.stream.clock import MONOTONIC, Clock
@@ -85,7 +85,6 @@ from sleap_live.stream.outputs.writers import (
 from sleap_live.stream.priority import RECORDED_BACKGROUND_NICE, apply_stage_priority
 from sleap_live.stream.ring import DEFAULT_STALL_TIMEOUT, RingBuffer
 from sleap_live.stream.runner import ModelOrRunner, as_runner
-from sleap_live.stream.slots import SourceSlots
 from sleap_live.stream.source_reader import SourceReader, watch_all
 from sleap_live.stream.sources import Source
 from sleap_live.stream.sources.group import SourceGroup, as_group
@@ -283,19 +282,12 @@ class Pipeline:
         self._meters = StageMeters(clock)
         self._engine = EngineStep(self.runner, clock, self._meters)
 
-        frames, self._batches = policy_channels(
-            policy, batch_size, lambda batch: self._meters.batch_dropped(batch.frames)
+        self._batches = batches_channel(
+            policy, lambda batch: self._meters.batch_dropped(batch.frames)
         )
-        # One source: the frames channel. Several: a slot each (see `slots`).
-        self._slots: SourceSlots | None = None
-        self._frames: Channel[Frame] | SourceSlots = frames
-        self._batcher: Batcher | GroupBatcher
-        if source.per_source:
-            self._slots = SourceSlots(source.source_ids, "latest" if policy == "live" else "block")
-            self._frames = self._slots
-            self._batcher = GroupBatcher(self._slots, policy, source.fps, clock)
-        else:
-            self._batcher = Batcher(frames, batch_size, policy, source.fps, clock)
+        # One source: a frames channel. Several: a slot each (see `slots`).
+        self._batcher = open_batcher(source, policy, batch_size, clock)
+        self._frames = self._batcher.frames
         self._results: Channel[EngineResult] = Channel(2, "block")
         self._readers = [self._reader_of(member) for member in source.sources]
 
@@ -579,10 +571,7 @@ class Pipeline:
     def _dropped_before_batching(self) -> dict[str, int]:
         """Frames dropped before the batcher took them, by source: replaced in the
         frames channel (or slots), or skipped by the source (a replay falling behind)."""
-        if self._slots is not None:
-            dropped = self._slots.dropped_by_source()
-        else:
-            dropped = {self._source.sources[0].source_id: self._frames.stats().dropped}
+        dropped = self._batcher.dropped_by_source()
         for member in self._source.sources:
             dropped[member.source_id] += member.skipped
         return dropped
@@ -590,14 +579,14 @@ class Pipeline:
     # --------------------------------------------------------------------- stages
 
     def _reader_of(self, source: Source) -> SourceReader:
-        slots = self._slots
+        name = "sleap-live capture reader"
         return SourceReader(
             source,
             self._frames,
             self._clock,
-            name="sleap-live capture reader" + ("" if slots is None else f" {source.source_id}"),
+            name=name + f" {source.source_id}" if self._source.per_source else name,
             on_frame=self._meters.frame_captured,
-            on_end=None if slots is None else lambda: slots.end(source.source_id),
+            on_end=functools.partial(self._batcher.end, source.source_id),
         )
 
     def _capture(self) -> None:
