@@ -75,13 +75,7 @@ from sleap_live.stream.engine_step import EngineResult, EngineStep
 from sleap_live.stream.errors import ChannelClosed, PipelineError
 from sleap_live.stream.memory import check_batch_memory
 from sleap_live.stream.outputs.provenance import with_models
-from sleap_live.stream.outputs.writers import (
-    OpenWriters,
-    OutputOptions,
-    SourceWriters,
-    open_outputs,
-    open_source_outputs,
-)
+from sleap_live.stream.outputs.writers import OpenWriters, OutputOptions, open_outputs
 from sleap_live.stream.priority import RECORDED_BACKGROUND_NICE, apply_stage_priority
 from sleap_live.stream.ring import DEFAULT_STALL_TIMEOUT, RingBuffer
 from sleap_live.stream.runner import ModelOrRunner, as_runner
@@ -276,7 +270,7 @@ class Pipeline:
         self._attached: list[RingConsumer] = []
         # The newest frame, filled by the emit stage for attached consumers that take it.
         self._latest_frame = LatestFrame()
-        self._outputs: OpenWriters | SourceWriters = OpenWriters({})
+        self._outputs: OpenWriters = OpenWriters({})
         self._warmup = warmup
         self._clock = clock
         self._meters = StageMeters(clock)
@@ -327,25 +321,14 @@ class Pipeline:
             settings: dict[str, Any] = {"policy": self.policy, "batch_size": self.batch_size}
             if self._tracking is not None:
                 settings["tracking"] = attrs.asdict(self._tracking.settings)
-            tracked = self._tracking is not None
-            if self._source.per_source:
-                self._outputs = open_source_outputs(
-                    self._output_options,
-                    self._source,
-                    self.runner,
-                    settings=settings,
-                    clock=self._clock,
-                    tracked=tracked,
-                )
-            else:
-                self._outputs = open_outputs(
-                    self._output_options,
-                    self._source.sources[0],
-                    self.runner,
-                    settings=settings,
-                    clock=self._clock,
-                    tracked=tracked,
-                )
+            self._outputs = open_outputs(
+                self._output_options,
+                self._source,
+                self.runner,
+                settings=settings,
+                clock=self._clock,
+                tracked=self._tracking is not None,
+            )
             self._started = True
             self._meters.start()
             # A Ctrl-C while the stages start lands once all of them run (as
@@ -540,7 +523,7 @@ class Pipeline:
         return self.records()
 
     @property
-    def outputs(self) -> OpenWriters | SourceWriters:
+    def outputs(self) -> OpenWriters:
         """The open writers (none before `start`); `outputs.describe()` says what each holds."""
         return self._outputs
 
