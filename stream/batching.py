@@ -1,5 +1,6 @@
 """Frames into engine batches: the policies and the channels each puts between capture,
-batcher and engine, the batcher's step, and the CUDA streams of batches on a GPU.
+batcher and engine, the batcher's step (frames of one source in order, or one frame of
+each source of a group), and the CUDA streams of batches on a GPU.
 
 Two policies decide what happens when a later stage is slower than capture:
 
@@ -23,6 +24,7 @@ runs, and no frame visits the host.
 
 from __future__ import annotations
 
+import abc
 import math
 from collections.abc import Callable
 from typing import Any, Literal
@@ -34,6 +36,7 @@ from sleap_live.stream.channel import Channel
 from sleap_live.stream.clock import Clock
 from sleap_live.stream.errors import ChannelClosed, ChannelEmpty, StreamError
 from sleap_live.stream.slots import SourceSlots
+from sleap_live.stream.sources.group import SourceGroup
 from sleap_live.stream.types import Frame
 
 Policy = Literal["live", "recorded"]
@@ -149,35 +152,83 @@ class Batch:
         return image.cpu().numpy()
 
 
-def policy_channels(
-    policy: str, batch_size: int, on_batch_dropped: Callable[[Batch], object]
-) -> tuple[Channel[Frame], Channel[Batch]]:
-    """The frames channel (capture -> batcher) and batches channel (batcher -> engine)."""
+def batches_channel(policy: str, on_dropped: Callable[[Batch], object]) -> Channel[Batch]:
+    """The batches channel (batcher -> engine): the newest batch live, two recorded."""
     if policy == "live":
-        return (
-            Channel(batch_size, "drop_oldest"),
-            Channel(1, "drop_oldest", on_drop=on_batch_dropped),
-        )
-    return Channel(2 * batch_size, "block"), Channel(2, "block")
+        return Channel(1, "drop_oldest", on_drop=on_dropped)
+    return Channel(2, "block")
 
 
 def frames_in_flight(policy: str, batch_size: int) -> int:
-    """Most frames a pipeline holds at once: both `policy_channels` full, one batch
-    being filled and one in the engine."""
+    """Most frames a pipeline holds at once: the frames channel (`open_batcher`) and
+    `batches_channel` full, one batch being filled and one in the engine."""
     frames, batches = (batch_size, 1) if policy == "live" else (2 * batch_size, 2)
     return frames + (batches + 2) * batch_size
 
 
-class Batcher:
-    """The batcher stage's step: a whole batch from its first frame.
+def open_batcher(group: SourceGroup, policy: str, batch_size: int, clock: Clock) -> Batcher:
+    """The batcher of a run on `group`, with the frames it batches: a slot per source
+    and a batch of one frame of each (`GroupBatcher`) where the group has `per_source`;
+    else a frames channel and a batch of up to `batch_size` frames in order
+    (`SequenceBatcher`), the channel's newest frames live, decoding two batches ahead
+    recorded."""
+    if group.per_source:
+        slots = SourceSlots(group.source_ids, "latest" if policy == "live" else "block")
+        return GroupBatcher(slots, policy, group.fps, clock)
+    frames: Channel[Frame] = (
+        Channel(batch_size, "drop_oldest") if policy == "live" else Channel(2 * batch_size, "block")
+    )
+    return SequenceBatcher(frames, group.source_id, batch_size, policy, group.fps, clock)
+
+
+class Batcher(abc.ABC):
+    """The batcher stage's step, a whole batch from its first frame, and the frames it
+    batches; two strategies (see `open_batcher`).
+
+    The first device frame makes the CUDA streams; host frames need none.
+
+    Attributes:
+        frames: where the source readers put frames and the batcher stage takes each
+            batch's first: a `Channel`, or `SourceSlots` (a slot per source).
+    """
+
+    def __init__(self, frames: Channel[Frame] | SourceSlots, clock: Clock) -> None:
+        self.frames = frames
+        self._clock = clock
+        self._streams: DeviceStreams | None = None
+
+    def batch(self, first: Frame) -> Batch:
+        """`first` and the frames that go with it, stacked.
+
+        Raises:
+            StreamError: a frame's size differs from the first's.
+        """
+        if self._streams is None:
+            self._streams = DeviceStreams.for_image(first.image)
+        return self._collect(first, self._streams)
+
+    @abc.abstractmethod
+    def _collect(self, first: Frame, streams: DeviceStreams | None) -> Batch: ...
+
+    @abc.abstractmethod
+    def end(self, source_id: str) -> None:
+        """`source_id`'s reader ends: its frames are no longer waited for."""
+
+    @abc.abstractmethod
+    def dropped_by_source(self) -> dict[str, int]:
+        """Frames a newer frame pushed out of `frames` before they were batched, by source."""
+
+
+class SequenceBatcher(Batcher):
+    """A batch of the frames of one source in order.
 
     Live batches wait for a full batch at most `batch_size` frame intervals after
     their first frame was captured; recorded ones are filled unless the channel
-    closes or no frame comes for `RECORDED_BATCH_WAIT` seconds. The first device
-    frame makes the CUDA streams; host frames need none.
+    closes or no frame comes for `RECORDED_BATCH_WAIT` seconds.
 
     Args:
-        frames: the frames channel the first frames came from.
+        frames: the frames channel the first frames come from.
+        source_id: the source whose frames come in.
         batch_size: most frames per batch.
         policy: ``"live"`` or ``"recorded"``.
         fps: the source's frame rate, None if unknown (live batches then fill).
@@ -185,23 +236,32 @@ class Batcher:
     """
 
     def __init__(
-        self, frames: Channel[Frame], batch_size: int, policy: str, fps: float | None, clock: Clock
+        self,
+        frames: Channel[Frame],
+        source_id: str,
+        batch_size: int,
+        policy: str,
+        fps: float | None,
+        clock: Clock,
     ) -> None:
-        self._frames = frames
+        super().__init__(frames, clock)
+        self._channel = frames
+        self._source_id = source_id
         self._batch_size = batch_size
         self._wait = batch_size / fps if policy == "live" and fps else None
         self._idle = None if policy == "live" else RECORDED_BATCH_WAIT
-        self._clock = clock
-        self._streams: DeviceStreams | None = None
 
-    def batch(self, first: Frame) -> Batch:
-        """`first` and the frames that follow it in time (see `collect_batch`)."""
-        if self._streams is None:
-            self._streams = DeviceStreams.for_image(first.image)
+    def _collect(self, first: Frame, streams: DeviceStreams | None) -> Batch:
         deadline = None if self._wait is None else first.timestamp + self._wait
         return collect_batch(
-            self._frames, first, self._batch_size, deadline, self._clock, self._streams, self._idle
+            self._channel, first, self._batch_size, deadline, self._clock, streams, self._idle
         )
+
+    def end(self, source_id: str) -> None:
+        """Nothing to do: the capture stage closes the channel once its one source ends."""
+
+    def dropped_by_source(self) -> dict[str, int]:
+        return {self._source_id: self._channel.stats().dropped}
 
 
 def collect_batch(
@@ -237,10 +297,9 @@ def collect_batch(
     return _stacked(group, clock, streams)
 
 
-class GroupBatcher:
-    """The batcher stage's step for several sources (`SourceSlots`): a batch holds
-    the first frame and the frame of each other source that comes next, in the
-    sources' order.
+class GroupBatcher(Batcher):
+    """A batch of the first frame and the frame of each other source that comes next,
+    in the sources' order.
 
     Live, the other sources' frames are waited for at most one frame interval after
     the first frame was captured (cameras running at one rate each deliver a frame
@@ -248,23 +307,19 @@ class GroupBatcher:
     has given one, ended, or none came for `RECORDED_BATCH_WAIT` seconds.
 
     Args:
-        slots: the frames' slots the first frames came from.
+        slots: the frames' slots the first frames come from.
         policy: ``"live"`` or ``"recorded"``.
         fps: the sources' (highest) frame rate, None if unknown.
         clock: the pipeline's clock.
     """
 
     def __init__(self, slots: SourceSlots, policy: str, fps: float | None, clock: Clock) -> None:
+        super().__init__(slots, clock)
         self._slots = slots
         self._order = {source: place for place, source in enumerate(slots.source_ids)}
         self._wait = (1.0 / fps if fps else math.inf) if policy == "live" else None
-        self._clock = clock
-        self._streams: DeviceStreams | None = None
 
-    def batch(self, first: Frame) -> Batch:
-        """`first` and at most one frame of every other source."""
-        if self._streams is None:
-            self._streams = DeviceStreams.for_image(first.image)
+    def _collect(self, first: Frame, streams: DeviceStreams | None) -> Batch:
         group = [first]
         taken = {first.source_id}
         while len(taken) < len(self._order):
@@ -279,7 +334,13 @@ class GroupBatcher:
             group.append(frame)
             taken.add(frame.source_id)
         group.sort(key=lambda frame: self._order[frame.source_id])
-        return _stacked(group, self._clock, self._streams)
+        return _stacked(group, self._clock, streams)
+
+    def end(self, source_id: str) -> None:
+        self._slots.end(source_id)
+
+    def dropped_by_source(self) -> dict[str, int]:
+        return self._slots.dropped_by_source()
 
 
 def _stacked(group: list[Frame], clock: Clock, streams: DeviceStreams | None) -> Batch:

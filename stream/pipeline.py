@@ -41,6 +41,7 @@ Every timing decision is made on one injectable `Clock` (see `clock`).
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import threading
@@ -57,12 +58,11 @@ from sleap_live.stream.batching import (
     DEFAULT_BATCH_SIZE,
     POLICIES,
     Batch,
-    Batcher,
-    GroupBatcher,
     Policy,
     StageTimes,
+    batches_channel,
     choose_policy,
-    policy_channels,
+    open_batcher,
 )
 from sleap_live.stream.channel import Channel
 from sleap_live.stream.clock import MONOTONIC, Clock
@@ -77,20 +77,13 @@ from sleap_live.stream.engine_step import EngineResult, EngineStep
 from sleap_live.stream.errors import ChannelClosed, PipelineError
 from sleap_live.stream.memory import check_batch_memory
 from sleap_live.stream.outputs.provenance import with_models
-from sleap_live.stream.outputs.writers import (
-    OpenWriters,
-    OutputOptions,
-    SourceWriters,
-    open_outputs,
-    open_source_outputs,
-)
+from sleap_live.stream.outputs.writers import OpenWriters, OutputOptions, open_outputs
 from sleap_live.stream.priority import RECORDED_BACKGROUND_NICE, apply_stage_priority
 from sleap_live.stream.ring import DEFAULT_STALL_TIMEOUT, RingBuffer
 from sleap_live.stream.runner import ModelOrRunner, as_runner
-from sleap_live.stream.slots import SourceSlots
 from sleap_live.stream.source_reader import SourceReader, watch_all
 from sleap_live.stream.sources import Source
-from sleap_live.stream.sources.group import SourceGroup
+from sleap_live.stream.sources.group import SourceGroup, as_group
 from sleap_live.stream.stages import StageThreads, signals_held
 from sleap_live.stream.stats import PipelineStats, StageMeters
 from sleap_live.stream.tracking.live import PoseTracking, check_model_for_tracking
@@ -232,10 +225,8 @@ class Pipeline:
         tracking: TrackingSettings | None = None,
         experiment: Experiment | ClosedLoop | str | os.PathLike[str] | None = None,
     ) -> None:
-        self._sources: tuple[Source, ...] = (
-            source.sources if isinstance(source, SourceGroup) else (source,)
-        )
-        if isinstance(source, SourceGroup):
+        source = as_group(source)
+        if source.per_source:
             n_sources = len(source.sources)
             if batch_size is not None and batch_size != n_sources:
                 raise ValueError(
@@ -297,27 +288,20 @@ class Pipeline:
             self.experiment = self._closed_loop(experiment, source, policy, clock)
         # The newest frame, filled by the emit stage for attached consumers that take it.
         self._latest_frame = LatestFrame()
-        self._outputs: OpenWriters | SourceWriters = OpenWriters({})
+        self._outputs: OpenWriters = OpenWriters({})
         self._warmup = warmup
         self._clock = clock
         self._meters = StageMeters(clock)
         self._engine = EngineStep(self.runner, clock, self._meters)
 
-        frames, self._batches = policy_channels(
-            policy, batch_size, lambda batch: self._meters.batch_dropped(batch.frames)
+        self._batches = batches_channel(
+            policy, lambda batch: self._meters.batch_dropped(batch.frames)
         )
-        # One source: the frames channel. Several: a slot each (see `slots`).
-        self._slots: SourceSlots | None = None
-        self._frames: Channel[Frame] | SourceSlots = frames
-        self._batcher: Batcher | GroupBatcher
-        if isinstance(source, SourceGroup):
-            self._slots = SourceSlots(source.source_ids, "latest" if policy == "live" else "block")
-            self._frames = self._slots
-            self._batcher = GroupBatcher(self._slots, policy, source.fps, clock)
-        else:
-            self._batcher = Batcher(frames, batch_size, policy, source.fps, clock)
+        # One source: a frames channel. Several: a slot each (see `slots`).
+        self._batcher = open_batcher(source, policy, batch_size, clock)
+        self._frames = self._batcher.frames
         self._results: Channel[EngineResult] = Channel(2, "block")
-        self._readers = [self._reader_of(member) for member in self._sources]
+        self._readers = [self._reader_of(member) for member in source.sources]
 
         self._halt = threading.Event()
         # Set once the engine is warmed up (or the pipeline halts); capture waits for it.
@@ -355,25 +339,14 @@ class Pipeline:
             settings: dict[str, Any] = {"policy": self.policy, "batch_size": self.batch_size}
             if self._tracking is not None:
                 settings["tracking"] = attrs.asdict(self._tracking.settings)
-            tracked = self._tracking is not None
-            if isinstance(self._source, SourceGroup):
-                self._outputs = open_source_outputs(
-                    self._output_options,
-                    self._source,
-                    self.runner,
-                    settings=settings,
-                    clock=self._clock,
-                    tracked=tracked,
-                )
-            else:
-                self._outputs = open_outputs(
-                    self._output_options,
-                    self._source,
-                    self.runner,
-                    settings=settings,
-                    clock=self._clock,
-                    tracked=tracked,
-                )
+            self._outputs = open_outputs(
+                self._output_options,
+                self._source,
+                self.runner,
+                settings=settings,
+                clock=self._clock,
+                tracked=self._tracking is not None,
+            )
             self._started = True
             self._meters.start()
             # A Ctrl-C while the stages start lands once all of them run (as
@@ -568,7 +541,7 @@ class Pipeline:
         return self.records()
 
     @property
-    def outputs(self) -> OpenWriters | SourceWriters:
+    def outputs(self) -> OpenWriters:
         """The open writers (none before `start`); `outputs.describe()` says what each holds."""
         return self._outputs
 
@@ -599,11 +572,8 @@ class Pipeline:
     def _dropped_before_batching(self) -> dict[str, int]:
         """Frames dropped before the batcher took them, by source: replaced in the
         frames channel (or slots), or skipped by the source (a replay falling behind)."""
-        if self._slots is not None:
-            dropped = self._slots.dropped_by_source()
-        else:
-            dropped = {self._sources[0].source_id: self._frames.stats().dropped}
-        for member in self._sources:
+        dropped = self._batcher.dropped_by_source()
+        for member in self._source.sources:
             dropped[member.source_id] += member.skipped
         return dropped
 
@@ -645,14 +615,14 @@ class Pipeline:
         return loop
 
     def _reader_of(self, source: Source) -> SourceReader:
-        slots = self._slots
+        name = "sleap-live capture reader"
         return SourceReader(
             source,
             self._frames,
             self._clock,
-            name="sleap-live capture reader" + ("" if slots is None else f" {source.source_id}"),
+            name=name + f" {source.source_id}" if self._source.per_source else name,
             on_frame=self._meters.frame_captured,
-            on_end=None if slots is None else lambda: slots.end(source.source_id),
+            on_end=functools.partial(self._batcher.end, source.source_id),
         )
 
     def _capture(self) -> None:

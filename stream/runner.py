@@ -21,7 +21,7 @@ from sleap_live.engines.load.dirs import refuse_unrun_models
 from sleap_live.engines.runners.base import Runner
 from sleap_live.stream.errors import SourceError
 from sleap_live.stream.sources import FileSource, Source
-from sleap_live.stream.sources.group import SourceGroup
+from sleap_live.stream.sources.group import SourceGroup, as_group
 
 ModelPaths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 ModelOrRunner = Runner | ModelPaths
@@ -61,7 +61,7 @@ def load_for_source(
 
     An export made on demand is verified on frames of the source's video file
     spread over its length (`spread_frames`), read at the source's bit depth
-    (`source_video`) only if something needs them (an export, the CPU engine
+    (`verify_frames_of`) only if something needs them (an export, the CPU engine
     choice, a precision check: not a warm start), among which the exporter picks
     those with animals; a camera, network stream or iterator has no such file,
     and its export is verified on the model's training-label frames
@@ -88,21 +88,16 @@ def load_for_source(
     return load_runner([os.fspath(path) for path in paths], **load_options)
 
 
-def source_video(source: Source | SourceGroup) -> Path | None:
-    """The video file `source` (the first of a group) reads, or None (a camera, a
-    network stream, an iterator): its `video_file`."""
-    first = source.sources[0] if isinstance(source, SourceGroup) else source
-    return first.video_file
-
-
 def verify_frames_of(source: Source | SourceGroup) -> DeferredFrames | None:
-    """Frames spread over `source`'s video (`source_video`, `deferred_spread_frames`)
-    at its bit depth, read when first needed, or None where it reads no video file."""
-    video = source_video(source)
-    if video is None:
+    """Frames spread over the video file `source` (the first of a group) reads, at its
+    bit depth, read when first needed (`deferred_spread_frames`); None where it reads
+    none (a camera, a network stream, an iterator: no `video_file`)."""
+    first = as_group(source).sources[0]
+    if first.video_file is None:
         return None
-    first = source.sources[0] if isinstance(source, SourceGroup) else source
-    return deferred_spread_frames(video, bit_depth=first.bit_depth, frame_shape=first.frame_shape)
+    return deferred_spread_frames(
+        first.video_file, bit_depth=first.bit_depth, frame_shape=first.frame_shape
+    )
 
 
 def deferred_spread_frames(

@@ -69,7 +69,7 @@ from sleap_live.stream.sources import (
     default_read_timeout,
     open_source,
 )
-from sleap_live.stream.sources.group import SourceGroup
+from sleap_live.stream.sources.group import SourceGroup, as_group
 from sleap_live.stream.tracking.settings import TrackingSettings
 
 RUN_SUMMARY = "run a model on a video file, or on a camera with --camera"
@@ -359,13 +359,12 @@ def _run(
 ) -> int:
     # Opening reads the source's first data, which a stalled source never sends.
     timeout = args.read_timeout or default_read_timeout(args.fps)
-    source: Source | SourceGroup
     if args.command == "run" and args.camera is not None:
-        source = open_cameras(args, timeout)
+        source = as_group(open_cameras(args, timeout))
     else:
-        source = open_within(lambda: _open(args), timeout, str(args.video))
+        source = as_group(open_within(lambda: _open(args), timeout, str(args.video)))
     with source:
-        if isinstance(source, SourceGroup) and claim is not None:
+        if source.per_source and claim is not None:
             # Each camera's poses go to a file of its own, journaled by its writer.
             claim.release()
             claim = None
@@ -405,8 +404,7 @@ def _run(
             if preview is not None:
                 _print_preview(preview, console)
             if not args.quiet:
-                first = source.sources[0] if isinstance(source, SourceGroup) else source
-                _print_path(first, runner, args.decoder, console)
+                _print_path(source.sources[0], runner, args.decoder, console)
                 if publisher is not None:
                     console.print(f"publishing poses on {publisher.endpoint}", highlight=False)
             try:
@@ -567,9 +565,10 @@ def _check(args: argparse.Namespace) -> None:
     check_camera_options(args)
 
 
-def _check_batch_size(args: argparse.Namespace, source: Source | SourceGroup) -> None:
-    """Whether --batch-size fits in memory, checked before the model loads."""
-    if args.batch_size is None or isinstance(source, SourceGroup):
+def _check_batch_size(args: argparse.Namespace, source: SourceGroup) -> None:
+    """Whether --batch-size fits in memory, checked before the model loads (several
+    cameras' batch holds one frame of each: `check_camera_options`)."""
+    if args.batch_size is None or source.per_source:
         return
     policy, batch_size = choose_policy(None, source.is_live, args.batch_size)
     try:

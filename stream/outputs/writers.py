@@ -14,7 +14,7 @@ from __future__ import annotations
 import csv
 import functools
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,7 @@ from sleap_live.stream.outputs.provenance import run_provenance
 from sleap_live.stream.outputs.slp import DEFAULT_SAVE_INTERVAL, JournalClaim, SlpWriter
 from sleap_live.stream.outputs.staging import StagedOutput
 from sleap_live.stream.sources import Source
-from sleap_live.stream.sources.group import SourceGroup, per_source_path
+from sleap_live.stream.sources.group import SourceGroup, as_group, per_source_path
 from sleap_live.stream.types import PoseRecord
 
 # Pose records are small, so the .slp writer's queue is deep: a journal append
@@ -477,18 +477,27 @@ class OutputOptions:
 
 
 class OpenWriters:
-    """Open outputs, each behind its own bounded queue.
+    """Open outputs, each behind its own bounded queue; with several sources, each
+    source's outputs take that source's records only.
 
     The owner runs every loop of `loops` in a thread of its own, feeds records and
     frames with `write`, and calls `close` once nothing more comes: each loop then
     drains its queue, closes its output and returns.
 
     Args:
-        outputs: each output with its queue, by name ("slp", "record", "overlay").
+        outputs: each output with its queue, by name ("slp", "record", "overlay"; with
+            several sources "slp camera:0", ...).
+        sources: the source whose records each output takes, by output name; an
+            output not named there takes every record.
     """
 
-    def __init__(self, outputs: Mapping[str, tuple[Channel[QueuedItem], Output]]):
+    def __init__(
+        self,
+        outputs: Mapping[str, tuple[Channel[QueuedItem], Output]],
+        sources: Mapping[str, str] | None = None,
+    ) -> None:
         self._outputs = dict(outputs)
+        self._sources = dict(sources or {})
 
     @property
     def loops(self) -> dict[str, Callable[[], None]]:
@@ -504,12 +513,15 @@ class OpenWriters:
         return any(output.takes_frames for _, output in self._outputs.values())
 
     def write(self, record: PoseRecord, image: np.ndarray | None) -> None:
-        """Queue a pose record, with its frame for the outputs that take frames.
+        """Queue a pose record, with its frame for the outputs that take frames, for the
+        outputs of the record's source.
 
         Waits while a queue is full. An output that already failed is skipped: its
         loop's error reaches the owner through that loop's thread.
         """
-        for queue, output in self._outputs.values():
+        for name, (queue, output) in self._outputs.items():
+            if self._sources.get(name, record.source_id) != record.source_id:
+                continue  # another source's output
             try:
                 queue.put((record, image if output.takes_frames else None))
             except ChannelClosed:
@@ -534,53 +546,9 @@ class OpenWriters:
             output.discard()
 
 
-class SourceWriters:
-    """The open writers of several sources: each source's records and frames go to
-    that source's own files; otherwise the same as `OpenWriters`.
-
-    Args:
-        by_source: each source's writers, by source id.
-    """
-
-    def __init__(self, by_source: Mapping[str, OpenWriters]) -> None:
-        self._by_source = dict(by_source)
-
-    @property
-    def loops(self) -> dict[str, Callable[[], None]]:
-        """One loop per writer, named "WRITER SOURCE" ("slp camera:0")."""
-        return {
-            f"{name} {source}": loop
-            for source, writers in self._by_source.items()
-            for name, loop in writers.loops.items()
-        }
-
-    @property
-    def takes_frames(self) -> bool:
-        """Whether any output uses the frames (else `write` may be given None)."""
-        return any(writers.takes_frames for writers in self._by_source.values())
-
-    def write(self, record: PoseRecord, image: np.ndarray | None) -> None:
-        """Queue a record and its frame for the outputs of the record's source."""
-        self._by_source[record.source_id].write(record, image)
-
-    def close(self) -> None:
-        for writers in self._by_source.values():
-            writers.close()
-
-    def depths(self) -> dict[str, int]:
-        return {
-            f"{name} {source}": depth
-            for source, writers in self._by_source.items()
-            for name, depth in writers.depths().items()
-        }
-
-    def describe(self) -> list[str]:
-        return [line for writers in self._by_source.values() for line in writers.describe()]
-
-
 def open_outputs(
     options: OutputOptions,
-    source: Source,
+    source: Source | SourceGroup,
     runner: Runner,
     *,
     settings: Mapping[str, Any] | None = None,
@@ -593,12 +561,43 @@ def open_outputs(
     not the other output, in a writable folder. Each is locked while it is open.
     The pose file's provenance is `provenance.run_provenance` of the run, with
     `settings` (the pipeline's) and `options.provenance`. `tracked`: the poses
-    carry a tracker's track ids (the overlay colours by track).
+    carry a tracker's track ids (the overlay colours by track). Each source of a
+    group of several (`SourceGroup.per_source`) has files of its own, named after
+    it (`OutputOptions.for_source`), and writers named "WRITER SOURCE" ("slp
+    camera:0"); the provenance then names every source of the run.
 
     Raises:
         ValueError, FileNotFoundError, OutputError: an output path is unusable
             (nothing is left open, nothing is overwritten).
     """
+    group = as_group(source)
+    if group.per_source:
+        settings = {**(settings or {}), "sources": list(group.source_ids)}
+    outputs: dict[str, tuple[Channel[QueuedItem], Output]] = {}
+    sources: dict[str, str] = {}
+    try:
+        for member in group.sources:
+            own = options.for_source(member.source_id) if group.per_source else options
+            for name, opened in _opened(own, member, runner, settings or {}, clock, tracked):
+                if group.per_source:
+                    name = f"{name} {member.source_id}"
+                    sources[name] = member.source_id
+                outputs[name] = opened
+    except BaseException:
+        OpenWriters(outputs).abandon()  # those opened before the one that failed
+        raise
+    return OpenWriters(outputs, sources)
+
+
+def _opened(
+    options: OutputOptions,
+    source: Source,
+    runner: Runner,
+    settings: Mapping[str, Any],
+    clock: Clock,
+    tracked: bool,
+) -> Iterator[tuple[str, tuple[Channel[QueuedItem], Output]]]:
+    """`open_outputs` of one source: each output with its queue, by name, as it opens."""
     source_file = Path(source.source_id)
     source_is_file = source_file.is_file()
     check_outputs(
@@ -619,91 +618,50 @@ def open_outputs(
         }
     # The poses link to the recording only where it is the best picture there is.
     links_recording = recording is not None and (recording["lossless"] or not source_is_file)
-    outputs: dict[str, tuple[Channel[QueuedItem], Output]] = {}
-    try:
-        if options.output is not None:
-            extra = {**options.provenance, "recording": recording}
-            slp = SlpWriter(
-                options.output,
-                info.skeleton,
-                video=options.record.resolve()
-                if links_recording and options.record
-                else source.source_id,
-                frame_shape=source.frame_shape,
-                fps=source.fps,
-                n_frames=None if links_recording else source.n_frames,
-                class_names=info.class_names,
-                renumber=links_recording,
-                save_interval=options.save_interval,
-                provenance=run_provenance(
-                    runner, source_id=source.source_id, settings=settings or {}, extra=extra
-                ),
-                clock=clock,
-                claim=options.claim,
-                tracked=tracked,
-                overwrite=options.overwrite,
-            )
-            outputs["slp"] = (Channel(SLP_QUEUE_CAPACITY), slp)
-        if options.record is not None:
-            recorder = VideoRecorder(
-                options.record,
-                source.fps or 30.0,
-                source.frame_shape,
-                codec=options.record_codec,
-                crf=options.record_quality,
-                overwrite=options.overwrite,
-            )
-            outputs["record"] = (Channel(RECORD_QUEUE_CAPACITY), recorder)
-        if options.record_overlay is not None:
-            overlay = OverlayRecorder(
-                options.record_overlay,
-                source.fps or 30.0,
-                source.frame_shape,
-                info.skeleton,
-                info.class_names,
-                tracked=tracked,
-                overwrite=options.overwrite,
-            )
-            outputs["overlay"] = (Channel(RECORD_QUEUE_CAPACITY), overlay)
-    except BaseException:
-        OpenWriters(outputs).abandon()  # those opened before the one that failed
-        raise
-    return OpenWriters(outputs)
-
-
-def open_source_outputs(
-    options: OutputOptions,
-    group: SourceGroup,
-    runner: Runner,
-    *,
-    settings: Mapping[str, Any] | None = None,
-    clock: Clock = MONOTONIC,
-    tracked: bool = False,
-) -> SourceWriters:
-    """`open_outputs` for each source of `group`, its files named after it
-    (`OutputOptions.for_source`); the provenance names every source of the run.
-
-    Raises:
-        ValueError, FileNotFoundError, OutputError: an output path is unusable (the
-            outputs opened before it are closed, none written).
-    """
-    opened: dict[str, OpenWriters] = {}
-    run_settings = {**(settings or {}), "sources": list(group.source_ids)}
-    try:
-        for source in group.sources:
-            opened[source.source_id] = open_outputs(
-                options.for_source(source.source_id),
-                source,
-                runner,
-                settings=run_settings,
-                clock=clock,
-                tracked=tracked,
-            )
-    except BaseException:
-        for writers in opened.values():
-            writers.abandon()
-        raise
-    return SourceWriters(opened)
+    if options.output is not None:
+        extra = {**options.provenance, "recording": recording}
+        slp = SlpWriter(
+            options.output,
+            info.skeleton,
+            video=options.record.resolve()
+            if links_recording and options.record
+            else source.source_id,
+            frame_shape=source.frame_shape,
+            fps=source.fps,
+            n_frames=None if links_recording else source.n_frames,
+            class_names=info.class_names,
+            renumber=links_recording,
+            save_interval=options.save_interval,
+            provenance=run_provenance(
+                runner, source_id=source.source_id, settings=settings, extra=extra
+            ),
+            clock=clock,
+            claim=options.claim,
+            tracked=tracked,
+            overwrite=options.overwrite,
+        )
+        yield "slp", (Channel(SLP_QUEUE_CAPACITY), slp)
+    if options.record is not None:
+        recorder = VideoRecorder(
+            options.record,
+            source.fps or 30.0,
+            source.frame_shape,
+            codec=options.record_codec,
+            crf=options.record_quality,
+            overwrite=options.overwrite,
+        )
+        yield "record", (Channel(RECORD_QUEUE_CAPACITY), recorder)
+    if options.record_overlay is not None:
+        overlay = OverlayRecorder(
+            options.record_overlay,
+            source.fps or 30.0,
+            source.frame_shape,
+            info.skeleton,
+            info.class_names,
+            tracked=tracked,
+            overwrite=options.overwrite,
+        )
+        yield "overlay", (Channel(RECORD_QUEUE_CAPACITY), overlay)
 
 
 def _drain(queue: Channel[QueuedItem], output: Output) -> None:

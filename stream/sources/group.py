@@ -1,10 +1,12 @@
-"""Several sources run as one: cameras filming one arena from several sides.
+"""The sources a pipeline runs: a group, of one source usually, or of several cameras
+filming one arena from several sides.
 
-A `SourceGroup` is what a pipeline takes for several sources at once. It only holds
-them: the pipeline reads each in a reader thread of its own (see `source_reader`),
-keeps the newest frame of each (see `slots`), and runs the newest frame of every
-source in one engine call. Every record keeps its source's id, and each source's
-poses go to files of its own (`per_source_path`).
+A pipeline runs every source as a `SourceGroup` (`as_group`). The group only holds
+them: the pipeline reads each in a reader thread of its own (see `source_reader`).
+A group of several (`per_source`) keeps the newest frame of each (see `slots`), runs
+the newest frame of every source in one engine call, and writes each source's poses
+to files of its own (`per_source_path`); a single source taken as a group of one is
+batched in order and keeps its outputs' names. Every record keeps its source's id.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 
 from sleap_live.stream.sources import Source
 
@@ -29,6 +30,16 @@ def per_source_path(path: Path, source_id: str) -> Path:
     """Where one source's part of an output goes: ``STEM.TAG.SUFFIX`` beside `path`
     (``session.slp`` -> ``session.camera-0.slp``)."""
     return path.with_name(f"{path.stem}.{source_tag(source_id)}{path.suffix}")
+
+
+def as_group(source: Source | SourceGroup) -> SourceGroup:
+    """What a pipeline runs: a group as it is; one source as a group of one, read and
+    written as that source alone (`per_source` False)."""
+    if isinstance(source, SourceGroup):
+        return source
+    group = SourceGroup([source])
+    group.per_source = False
+    return group
 
 
 class SourceGroup:
@@ -49,6 +60,9 @@ class SourceGroup:
         frame_shape: the sources' frame shape.
         n_frames: the frames of all sources together, None if any is unbounded.
         is_live: whether any source is live (then every frame slot keeps only the newest).
+        per_source: each source has a slot of its own in every batch, a batch holding
+            one frame of each, and files of its own; False only for one source taken
+            as a group of one (`as_group`).
 
     Raises:
         ValueError: no source, two with one id (or one file name tag), or two frame shapes.
@@ -83,6 +97,7 @@ class SourceGroup:
         counts = [source.n_frames for source in self.sources]
         self.n_frames = None if None in counts else sum(n for n in counts if n is not None)
         self.is_live = any(source.is_live for source in self.sources)
+        self.per_source = True
 
     @property
     def source_ids(self) -> tuple[str, ...]:
@@ -97,12 +112,7 @@ class SourceGroup:
     def __enter__(self) -> SourceGroup:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 

@@ -15,11 +15,11 @@ import pytest
 import sleap_io as sio
 
 from sleap_live.stream import OutputOptions
-from sleap_live.stream.batching import GroupBatcher
+from sleap_live.stream.batching import GroupBatcher, SequenceBatcher, open_batcher
 from sleap_live.stream.errors import ChannelClosed, ChannelEmpty, SourceError, SourceStalledError
 from sleap_live.stream.pipeline import Pipeline
 from sleap_live.stream.slots import SourceSlots
-from sleap_live.stream.sources.group import SourceGroup, per_source_path, source_tag
+from sleap_live.stream.sources.group import SourceGroup, as_group, per_source_path, source_tag
 from sleap_live.stream.types import Frame
 
 CAMERAS = ("camera:0", "camera:1")
@@ -118,6 +118,19 @@ def test_a_batch_never_waits_for_a_camera_that_ended(fakes):
     slots.end("camera:1")
     slots.put(frame(fakes, "camera:0", 0, 0.0))
     assert len(batcher.batch(slots.get(0)).frames) == 1
+
+
+def test_one_source_is_a_group_of_one_batched_in_order_and_a_group_a_slot_per_source(fakes):
+    clock = fakes.FakeClock()
+    source = fakes.FakeSource(source_id="camera:0")
+    one = as_group(source)
+    assert one.sources == (source,) and not one.per_source and as_group(one) is one
+    assert isinstance(open_batcher(one, "recorded", 8, clock), SequenceBatcher)
+    # A group the caller makes keeps a slot per source, even of one.
+    group = SourceGroup([source])
+    assert group.per_source and as_group(group) is group
+    batcher = open_batcher(group, "live", 1, clock)
+    assert isinstance(batcher, GroupBatcher) and isinstance(batcher.frames, SourceSlots)
 
 
 # --- the group ------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import threading
 import time
 from pathlib import Path
 
+import attrs
 import av
 import numpy as np
 import pytest
@@ -314,6 +315,21 @@ def test_any_output_is_fed_records_and_only_the_frames_it_takes():
     assert without.items == [(0, None), (1, None), (2, None)]
     assert with_frames.closed and without.closed
     assert outputs.describe() == ["3 records", "3 records"]
+
+
+def test_each_sources_outputs_take_that_sources_records_only():
+    outputs = {name: ListOutput(False) for name in ("slp a", "slp b", "every source")}
+    writers = writers_module.OpenWriters(
+        {name: (Channel(4), output) for name, output in outputs.items()},
+        {"slp a": "a", "slp b": "b"},
+    )
+    for index, source in enumerate("aba"):
+        writers.write(attrs.evolve(record(index, two_animals(index)), source_id=source), None)
+    writers.close()
+    for loop in writers.loops.values():
+        loop()
+    taken = {name: [index for index, _ in output.items] for name, output in outputs.items()}
+    assert taken == {"slp a": [0, 2], "slp b": [1], "every source": [0, 1, 2]}
 
 
 def test_abandoned_outputs_are_discarded_not_saved(tmp_path):
