@@ -582,7 +582,7 @@ class Pipeline:
     def _closed_loop(
         self,
         experiment: Experiment | ClosedLoop | str | os.PathLike[str],
-        source: Source | SourceGroup,
+        source: SourceGroup,
         policy: Policy,
         clock: Clock,
     ) -> ClosedLoop:
@@ -590,7 +590,7 @@ class Pipeline:
         from sleap_live.stream.experiment.closed_loop import ClosedLoop
         from sleap_live.stream.experiment.experiment import Experiment
 
-        if isinstance(source, SourceGroup):
+        if source.per_source:
             raise ValueError("an experiment runs on one source, not a group of several")
         loop = (
             experiment
