@@ -65,6 +65,7 @@ import numpy as np
 from sleap_live.engines.types import ModelInfo
 from sleap_live.stream.consumers import LatestFrame, PipelineRun
 from sleap_live.stream.errors import PreviewError
+from sleap_live.stream.loopback import is_loopback
 from sleap_live.stream.ring import RingBuffer
 from sleap_live.stream.stats import PipelineStats
 from sleap_live.stream.types import PoseRecord
@@ -261,11 +262,6 @@ def _number(value: float) -> float | None:
 
 def _point(x: float, y: float) -> list[float] | None:
     return None if math.isnan(x) or math.isnan(y) else [x, y]
-
-
-def is_loopback(host: str) -> bool:
-    """Whether only this machine can reach an address bound on `host`."""
-    return host in ("localhost", "::1", "[::1]") or host.startswith("127.")
 
 
 def served_hosts(host: str, port: int) -> frozenset[str]:
