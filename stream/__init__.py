@@ -1,4 +1,5 @@
-"""sleap-live stream: sources, the realtime pipeline, the ring buffer and the CLI."""
+"""sleap-live stream: sources, the realtime pipeline, the ring buffer, its consumers and
+the outputs (the command line is `sleap_live.cli`)."""
 
 from sleap_live.stream.clock import MONOTONIC, Clock
 from sleap_live.stream.consumers import PipelineRun, RingConsumer

@@ -244,15 +244,13 @@ def stats_message(stats: PipelineStats) -> dict[str, Any]:
 def skeleton_message(info: ModelInfo) -> dict[str, Any]:
     """What the page needs to draw the model's instances, in the colours of `sleap-live
     render` and overlay recordings (their default palette, by track or by instance)."""
-    from sleap_io.rendering.colors import PALETTES
-
-    from sleap_live.stream.outputs.overlay import DEFAULT_PALETTE
+    from sleap_live.engines.palette import palette_hex
 
     return {
         "nodes": list(info.skeleton.node_names),
         "edges": [list(edge) for edge in info.skeleton.edges],
         "tracks": list(info.class_names),
-        "palette": [f"#{r:02x}{g:02x}{b:02x}" for r, g, b in PALETTES[DEFAULT_PALETTE]],
+        "palette": palette_hex(),
     }
 
 
