@@ -49,7 +49,7 @@ from sleap_live.stream.memory import check_batch_memory
 from sleap_live.stream.outputs.exports import check_suffix
 from sleap_live.stream.outputs.guard import check_outputs
 from sleap_live.stream.outputs.provenance import model_records
-from sleap_live.stream.outputs.slp import JournalClaim
+from sleap_live.stream.outputs.recovery import JournalClaim
 from sleap_live.stream.outputs.writers import (
     DEFAULT_RECORD_CODEC,
     DEFAULT_SAVE_INTERVAL,

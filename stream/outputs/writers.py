@@ -32,7 +32,8 @@ from sleap_live.stream.outputs.exports import check_suffix, sidecars
 from sleap_live.stream.outputs.guard import OutputLock, check_outputs, claim_output
 from sleap_live.stream.outputs.overlay_recorder import OverlayRecorder
 from sleap_live.stream.outputs.provenance import run_provenance
-from sleap_live.stream.outputs.slp import DEFAULT_SAVE_INTERVAL, JournalClaim, SlpWriter
+from sleap_live.stream.outputs.recovery import JournalClaim
+from sleap_live.stream.outputs.slp import DEFAULT_SAVE_INTERVAL, SlpWriter
 from sleap_live.stream.outputs.staging import StagedOutput
 from sleap_live.stream.sources import Source
 from sleap_live.stream.sources.group import SourceGroup, per_source_path
