@@ -12,7 +12,9 @@ from sleap_live.stream.errors import (
     StreamError,
 )
 from sleap_live.stream.many import ManyResult, VideoResult, run_many
-from sleap_live.stream.outputs.writers import OutputOptions, SlpWriter, VideoRecorder
+from sleap_live.stream.outputs.options import OutputOptions
+from sleap_live.stream.outputs.recorder import VideoRecorder
+from sleap_live.stream.outputs.slp import SlpWriter
 from sleap_live.stream.pipeline import Pipeline
 from sleap_live.stream.publish import Publisher
 from sleap_live.stream.ring import RingBuffer, RingReader
