@@ -14,8 +14,8 @@ import attrs
 import av
 import numpy as np
 
-from sleap_live.stream.outputs.guard import OutputLock, claim_output
-from sleap_live.stream.outputs.staging import StagedOutput
+from sleap_live.stream.outputs.guard import claim_output
+from sleap_live.stream.outputs.overlay_writer import abandon, open_staged
 from sleap_live.stream.types import PoseRecord
 
 
@@ -205,20 +205,9 @@ class VideoRecorder:
         self.timestamps = timestamps_path(self.path)
         claim_output(self.path, "the recording", overwrite=overwrite)
         claim_output(self.timestamps, "the recording's timestamps", overwrite=overwrite)
-        self._staged = StagedOutput(self.path, "the recording")
-        try:
-            self._lock = OutputLock(self._staged.target, "the recording")
-        except BaseException:
-            self._staged.discard()
-            raise
-        try:
-            self._container = av.open(str(self._staged.file()), "w")
-        except ValueError:
-            self._abandon()
-            raise _not_a_video_format(self.path) from None
-        except BaseException:
-            self._abandon()
-            raise
+        self._staged, self._lock, self._container = open_staged(
+            self.path, "the recording", _not_a_video_format(self.path)
+        )
         try:
             stream = self._container.add_stream(chosen.encoder, rate=_as_fraction(fps))
             assert isinstance(stream, av.VideoStream)
@@ -240,7 +229,7 @@ class VideoRecorder:
             self._times_writer.writerow(TIMESTAMP_COLUMNS)
         except BaseException:
             self._container.close()
-            self._abandon()
+            abandon(self._staged, self._lock)
             raise
         self.quality = quality
         self.n_frames_written = 0
@@ -321,7 +310,7 @@ class VideoRecorder:
         except BaseException:
             self._container.close()
             self._times.close()
-            self._abandon()
+            abandon(self._staged, self._lock)
             raise
         self._lock.release()
         self.finished = True
@@ -336,14 +325,7 @@ class VideoRecorder:
             self._container.close()
         finally:
             self._times.close()
-            self._abandon()
-
-    def _abandon(self) -> None:
-        """Remove what was staged, and the lock's file where this recorder made it."""
-        self._staged.discard()
-        if self._lock.created and self._lock.fd is not None:
-            self._staged.target.unlink(missing_ok=True)
-        self._lock.release()
+            abandon(self._staged, self._lock)
 
     def describe(self) -> str:
         """What the recording holds, in one line."""
