@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from fractions import Fraction
 from pathlib import Path
-from typing import cast
+from typing import IO, cast
 
 import av
 import numpy as np
@@ -124,17 +124,8 @@ class OverlayWriter:
             self.discard()
             return
         self._closed = True
-        try:
-            for packet in self._stream.encode():
-                self._container.mux(packet)
-            self._container.close()
-            self._staged.commit()
-        except BaseException:
-            self._container.close()
-            abandon(self._staged, self._lock)
-            raise
+        finish_staged(self._staged, self._lock, self._stream, self._container)
         self.written = True
-        self._lock.release()
 
     def discard(self) -> None:
         """Stop without writing `path` (left as it was); idempotent."""
@@ -179,6 +170,33 @@ def open_staged(
     except BaseException:
         abandon(staged, lock)
         raise
+
+
+def finish_staged(
+    staged: StagedOutput,
+    lock: OutputLock,
+    stream: av.video.stream.VideoStream,
+    container: av.container.OutputContainer,
+    *names: str,
+    sidecar: IO[str] | None = None,
+) -> None:
+    """Encode the encoder's last frames, close the file (and `sidecar`, a file staged
+    beside it) and rename them into place (`names`: `StagedOutput.commit`), then
+    unlock; on an error nothing is renamed and what was staged is removed."""
+    try:
+        for packet in stream.encode():
+            container.mux(packet)
+        container.close()
+        if sidecar is not None:
+            sidecar.close()
+        staged.commit(*names)
+    except BaseException:
+        container.close()
+        if sidecar is not None:
+            sidecar.close()
+        abandon(staged, lock)
+        raise
+    lock.release()
 
 
 def abandon(staged: StagedOutput, lock: OutputLock) -> None:

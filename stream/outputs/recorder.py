@@ -15,7 +15,7 @@ import av
 import numpy as np
 
 from sleap_live.stream.outputs.guard import claim_output
-from sleap_live.stream.outputs.overlay_writer import abandon, open_staged
+from sleap_live.stream.outputs.overlay_writer import abandon, finish_staged, open_staged
 from sleap_live.stream.types import PoseRecord
 
 
@@ -68,25 +68,19 @@ class RecordCodec:
     options: Mapping[str, str] = attrs.field(factory=dict)
 
 
+def _lossy(encoder: str, quality: int, options: Mapping[str, str]) -> RecordCodec:
+    """An x264-family codec: yuv420p (even sizes), a CRF, the veryfast preset."""
+    yuv = ("yuv420p", "yuv420p")
+    return RecordCodec(
+        encoder, False, yuv, True, quality=quality, options={"preset": "veryfast", **options}
+    )
+
+
 # B-frames are off so every reader seeks frame-accurately and frames leave the
 # encoder without reordering delay.
 RECORD_CODECS: Mapping[str, RecordCodec] = {
-    "h264": RecordCodec(
-        "libx264",
-        False,
-        ("yuv420p", "yuv420p"),
-        True,
-        quality=18,
-        options={"preset": "veryfast", "bf": "0"},
-    ),
-    "h265": RecordCodec(
-        "libx265",
-        False,
-        ("yuv420p", "yuv420p"),
-        True,
-        quality=23,
-        options={"preset": "veryfast", "x265-params": "bframes=0:log-level=error"},
-    ),
+    "h264": _lossy("libx264", 18, {"bf": "0"}),
+    "h265": _lossy("libx265", 23, {"x265-params": "bframes=0:log-level=error"}),
     # FFV1 stores RGB as bgr0 and gray as gray: both exact, at any frame size.
     "ffv1": RecordCodec(
         "ffv1",
@@ -301,18 +295,10 @@ class VideoRecorder:
             self.discard()
             return
         self._closed = True
-        try:
-            for packet in self._stream.encode():
-                self._container.mux(packet)
-            self._container.close()
-            self._times.close()
-            self._staged.commit(self.timestamps.name, self.path.name)
-        except BaseException:
-            self._container.close()
-            self._times.close()
-            abandon(self._staged, self._lock)
-            raise
-        self._lock.release()
+        names = (self.timestamps.name, self.path.name)
+        finish_staged(
+            self._staged, self._lock, self._stream, self._container, *names, sidecar=self._times
+        )
         self.finished = True
 
     def discard(self) -> None:
