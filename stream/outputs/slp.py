@@ -21,15 +21,14 @@ import numpy as np
 from sleap_live.engines.types import FramePoses, Skeleton
 from sleap_live.stream.clock import MONOTONIC, Clock
 from sleap_live.stream.outputs.exports import SLOT_SUFFIXES, prepare_saver, slot_layout
-from sleap_live.stream.outputs.guard import OutputError, claim_output
+from sleap_live.stream.outputs.guard import OutputError
 from sleap_live.stream.outputs.journal import (
     FrameChunk,
     JournalHeader,
     JournalWriter,
     TrackLabels,
-    journal_path,
 )
-from sleap_live.stream.outputs.recovery import JournalClaim, lock_journal, write_slp_from_journal
+from sleap_live.stream.outputs.recovery import JournalClaim, write_slp_from_journal
 from sleap_live.stream.outputs.staging import remove_stale_staging
 from sleap_live.stream.types import PoseRecord
 
@@ -155,16 +154,13 @@ class SlpWriter:
             provenance=dict(provenance or {}),
             pid=os.getpid(),
         )
-        if claim is not None:
-            self._lock = claim.take(self.path)
-            self._target = claim.target
-            self.journal = claim.journal
-        else:
-            # Write through a symlink to its target, so the link survives the rename,
-            # unless another user could have planted it.
-            self._target = claim_output(self.path, "the pose output", overwrite=overwrite)
-            self.journal = journal_path(self._target)
-            self._lock = lock_journal(self.journal, self.path)
+        if claim is None:
+            claim = JournalClaim(self.path, overwrite=overwrite)
+        self._lock = claim.take(self.path)
+        # Written through a symlink to its target, so the link survives the rename,
+        # unless another user could have planted it (the claim's `claim_output`).
+        self._target = claim.target
+        self.journal = claim.journal
         try:
             remove_stale_staging(self._target)  # we hold the lock: their writer is gone
             assert self._lock.fd is not None
