@@ -1,4 +1,5 @@
-"""sleap-live stream: sources, the realtime pipeline, the ring buffer and the CLI."""
+"""sleap-live stream: sources, the realtime pipeline, the ring buffer, its consumers and
+the outputs (the command line is `sleap_live.cli`)."""
 
 from sleap_live.stream.clock import MONOTONIC, Clock
 from sleap_live.stream.consumers import PipelineRun, RingConsumer
@@ -11,7 +12,9 @@ from sleap_live.stream.errors import (
     StreamError,
 )
 from sleap_live.stream.many import ManyResult, VideoResult, run_many
-from sleap_live.stream.outputs.writers import OutputOptions, SlpWriter, VideoRecorder
+from sleap_live.stream.outputs.options import OutputOptions
+from sleap_live.stream.outputs.recorder import VideoRecorder
+from sleap_live.stream.outputs.slp import SlpWriter
 from sleap_live.stream.pipeline import Pipeline
 from sleap_live.stream.publish import Publisher
 from sleap_live.stream.ring import RingBuffer, RingReader

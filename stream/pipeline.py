@@ -76,8 +76,9 @@ from sleap_live.stream.consumers import (
 from sleap_live.stream.engine_step import EngineResult, EngineStep
 from sleap_live.stream.errors import ChannelClosed, PipelineError
 from sleap_live.stream.memory import check_batch_memory
+from sleap_live.stream.outputs.options import OutputOptions
 from sleap_live.stream.outputs.provenance import with_models
-from sleap_live.stream.outputs.writers import OpenWriters, OutputOptions, open_outputs
+from sleap_live.stream.outputs.writers import OpenWriters, open_outputs
 from sleap_live.stream.priority import RECORDED_BACKGROUND_NICE, apply_stage_priority
 from sleap_live.stream.ring import DEFAULT_STALL_TIMEOUT, RingBuffer
 from sleap_live.stream.runner import ModelOrRunner, as_runner

@@ -65,6 +65,7 @@ import numpy as np
 from sleap_live.engines.types import ModelInfo
 from sleap_live.stream.consumers import LatestFrame, PipelineRun
 from sleap_live.stream.errors import PreviewError
+from sleap_live.stream.loopback import is_loopback
 from sleap_live.stream.ring import RingBuffer
 from sleap_live.stream.stats import PipelineStats
 from sleap_live.stream.types import PoseRecord
@@ -243,15 +244,13 @@ def stats_message(stats: PipelineStats) -> dict[str, Any]:
 def skeleton_message(info: ModelInfo) -> dict[str, Any]:
     """What the page needs to draw the model's instances, in the colours of `sleap-live
     render` and overlay recordings (their default palette, by track or by instance)."""
-    from sleap_io.rendering.colors import PALETTES
-
-    from sleap_live.stream.outputs.overlay import DEFAULT_PALETTE
+    from sleap_live.engines.palette import palette_hex
 
     return {
         "nodes": list(info.skeleton.node_names),
         "edges": [list(edge) for edge in info.skeleton.edges],
         "tracks": list(info.class_names),
-        "palette": [f"#{r:02x}{g:02x}{b:02x}" for r, g, b in PALETTES[DEFAULT_PALETTE]],
+        "palette": palette_hex(),
     }
 
 
@@ -261,11 +260,6 @@ def _number(value: float) -> float | None:
 
 def _point(x: float, y: float) -> list[float] | None:
     return None if math.isnan(x) or math.isnan(y) else [x, y]
-
-
-def is_loopback(host: str) -> bool:
-    """Whether only this machine can reach an address bound on `host`."""
-    return host in ("localhost", "::1", "[::1]") or host.startswith("127.")
 
 
 def served_hosts(host: str, port: int) -> frozenset[str]:

@@ -65,6 +65,7 @@ import attrs
 from sleap_live.engines.types import ModelInfo
 from sleap_live.stream.consumers import PipelineRun
 from sleap_live.stream.errors import PublishError
+from sleap_live.stream.loopback import is_loopback
 from sleap_live.stream.ring import RingBuffer
 from sleap_live.stream.stats import PipelineStats, PublishStats
 from sleap_live.stream.types import PoseRecord
@@ -116,7 +117,9 @@ INSTALL_HINT = 'pip install "sleap-live[publish]"'
 ENDPOINT_FORMS = "tcp://HOST:PORT (e.g. tcp://127.0.0.1:5555) or ipc://PATH"
 
 _TCP_PORT = re.compile(r"^tcp://(?P<host>.+):(?P<port>\*|\d+)$")
-_LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]", "lo"})
+# ZeroMQ takes an interface's name where an address goes (zmq_tcp(7)): ``lo`` binds
+# the loopback interface only.
+_LOOPBACK_INTERFACE = "lo"
 
 
 def check_endpoint(endpoint: str) -> str:
@@ -143,11 +146,6 @@ def check_endpoint(endpoint: str) -> str:
     return endpoint
 
 
-def is_loopback(host: str) -> bool:
-    """Whether only this machine can reach a TCP endpoint bound on `host`."""
-    return host in _LOOPBACK_HOSTS or host.startswith("127.")
-
-
 def exposure_warning(endpoint: str) -> str | None:
     """A one-line warning when `endpoint` is a TCP endpoint other machines can reach
     (any host but loopback: ``tcp://*:PORT``, ``tcp://0.0.0.0:PORT``, an interface)
@@ -159,7 +157,7 @@ def exposure_warning(endpoint: str) -> str | None:
             "every user of this machine can receive the poses; ipc://PATH is its owner's only"
         )
     match = _TCP_PORT.match(endpoint)
-    if match is None or is_loopback(match["host"]):
+    if match is None or match["host"] == _LOOPBACK_INTERFACE or is_loopback(match["host"]):
         return None
     return (
         f"warning: --publish {endpoint} sends every pose, unencrypted and to anyone, to every "

@@ -152,9 +152,7 @@ WEB = ExportFormat(
 
 def page_model(metadata: ExportMetadata, sizes: Sequence[tuple[int, int]]) -> dict[str, Any]:
     """What the page reads from `model.json`: names, skeleton, colours and the input."""
-    from sleap_io.rendering.colors import PALETTES
-
-    from sleap_live.stream.outputs.overlay import DEFAULT_PALETTE
+    from sleap_live.engines.palette import palette_hex
 
     info = metadata.info
     names = [Path(str(source["path"])).name for source in metadata.sources]
@@ -163,7 +161,7 @@ def page_model(metadata: ExportMetadata, sizes: Sequence[tuple[int, int]]) -> di
         "model_type": info.model_type,
         "nodes": list(info.skeleton.node_names),
         "edges": [list(edge) for edge in info.skeleton.edges],
-        "palette": [f"#{r:02x}{g:02x}{b:02x}" for r, g, b in PALETTES[DEFAULT_PALETTE]],
+        "palette": palette_hex(),
         "input_name": metadata.input_name,
         # The size graphs take the model's own channel count; the page converts to it.
         "input_channels": info.input_channels,

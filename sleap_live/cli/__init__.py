@@ -240,7 +240,7 @@ class _Interrupts:
 def _hdf5_objects_open() -> bool:
     if "h5py" not in sys.modules:
         return False
-    from sleap_live.stream.outputs.slp import hdf5_objects_open
+    from sleap_live.stream.outputs.recovery import hdf5_objects_open
 
     return hdf5_objects_open() > 0
 

@@ -23,7 +23,7 @@ from rich.console import Console
 from sleap_live.engines.notify import Notify
 from sleap_live.engines.runners.base import Runner
 from sleap_live.engines.runners.devices import DEVICE_FORMS, is_device
-from sleap_live.engines.runners.load import COMPILE_MODES, ENGINES
+from sleap_live.engines.runners.load import COMPILE_MODES, ENGINES, load_runner
 from sleap_live.engines.settings import (
     DEFAULT_SETTINGS,
     LEGACY_POSTPROCESSES,
@@ -484,9 +484,6 @@ def load_model(
             **verify,
         }
         if isinstance(verify_on, Path) or verify_on is None:
-            # Looked up when called, so that tests can swap the loader for a fake.
-            from sleap_live.engines.runners.load import load_runner
-
             return load_runner(args.models, **options)
         return load_for_source(args.models, verify_on, **options)
 

@@ -40,7 +40,7 @@ def add_parser(commands: Any) -> None:
 
 def handle(args: argparse.Namespace, console: Console) -> int:
     """Runs `recover`; returns the exit status (errors propagate to `main`)."""
-    from sleap_live.stream.outputs.slp import recover_slp
+    from sleap_live.stream.outputs.recovery import recover_slp
 
     contents = recover_slp(args.file, overwrite=args.overwrite)
     slp = args.file

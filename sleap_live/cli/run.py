@@ -49,14 +49,11 @@ from sleap_live.stream.experiment.closed_loop import ClosedLoop, events_csv_path
 from sleap_live.stream.memory import check_batch_memory
 from sleap_live.stream.outputs.exports import check_suffix
 from sleap_live.stream.outputs.guard import check_outputs
+from sleap_live.stream.outputs.options import OutputOptions
 from sleap_live.stream.outputs.provenance import model_records
-from sleap_live.stream.outputs.slp import JournalClaim
-from sleap_live.stream.outputs.writers import (
-    DEFAULT_RECORD_CODEC,
-    DEFAULT_SAVE_INTERVAL,
-    RECORD_CODECS,
-    OutputOptions,
-)
+from sleap_live.stream.outputs.recorder import DEFAULT_RECORD_CODEC, RECORD_CODECS
+from sleap_live.stream.outputs.recovery import JournalClaim
+from sleap_live.stream.outputs.slp import DEFAULT_SAVE_INTERVAL
 from sleap_live.stream.pipeline import Pipeline
 from sleap_live.stream.preview import DEFAULT_HOST, DEFAULT_MAX_FPS, DEFAULT_PORT, PreviewServer
 from sleap_live.stream.preview import exposure_warning as preview_exposure_warning

@@ -37,6 +37,7 @@ from typing import Any
 import attrs
 
 from sleap_live.engines.errors import RuntimeUnavailableError
+from sleap_live.stream.loopback import is_loopback
 from sleap_live.stream.many.finish import OutputBytes, OutputsTo, collect, place
 from sleap_live.stream.many.local import (
     POLL_SECONDS,
@@ -48,7 +49,6 @@ from sleap_live.stream.many.local import (
 )
 from sleap_live.stream.many.videos import VideoJob
 from sleap_live.stream.many.worker import VideoResult, VideoWorker, WorkOptions, failed
-from sleap_live.stream.preview import is_loopback
 
 RAY_INSTALL_HINT = 'pip install "sleap-live[cluster]"'
 

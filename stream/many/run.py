@@ -26,7 +26,7 @@ from sleap_live.stream.many.videos import (
     plan_jobs,
 )
 from sleap_live.stream.many.worker import VideoResult, WorkOptions, failed, skipped
-from sleap_live.stream.outputs.writers import DEFAULT_SAVE_INTERVAL
+from sleap_live.stream.outputs.slp import DEFAULT_SAVE_INTERVAL
 from sleap_live.stream.tracking.settings import TrackingSettings
 
 # Videos in flight per worker: the next one decodes while the current one finishes.

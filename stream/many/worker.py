@@ -37,8 +37,9 @@ from sleap_live.stream.many.finish import (
 )
 from sleap_live.stream.many.videos import VideoJob
 from sleap_live.stream.outputs.guard import check_outputs
+from sleap_live.stream.outputs.options import OutputOptions
 from sleap_live.stream.outputs.provenance import model_records
-from sleap_live.stream.outputs.writers import DEFAULT_SAVE_INTERVAL, OutputOptions
+from sleap_live.stream.outputs.slp import DEFAULT_SAVE_INTERVAL
 from sleap_live.stream.pipeline import Pipeline
 from sleap_live.stream.runner import deferred_spread_frames
 from sleap_live.stream.sources import open_source

@@ -205,6 +205,16 @@ class OutputLock:
     what another process is writing. The lock is advisory, so it excludes other
     sleap-live runs, not other programs.
 
+    Why not `filelock`: the file locked is the output itself (a recording) or the
+    pose output's journal, which `SlpWriter` writes through `fd` for the whole run.
+    filelock 4.3 lends its descriptor only to an ``on_acquired`` callback, as
+    borrowed (3.30 and later; none before). filelock 3.12, which the test extra's
+    ``filelock>=3.12`` allows, opens the lock file with ``O_TRUNC`` and follows
+    links: it would empty an earlier run's journal, or the file a link points to.
+    And by default, where the file system has no ``flock``, 4.3 falls back to a soft
+    lock that writes its holder's PID into a file it created: the journal's first
+    bytes.
+
     Args:
         path: the file to lock.
         what: how the error names the output (e.g. "the pose output x.slp").

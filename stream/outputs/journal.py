@@ -5,7 +5,7 @@
 therefore costs the same at frame 100 and at frame 1,000,000 and memory holds
 only the frames since the last save. After a crash (SIGKILL, power loss) the
 journal holds every frame up to its last complete chunk, and
-`sleap-live recover NAME.slp` (`writers.recover_slp`) writes the .slp from it.
+`sleap-live recover NAME.slp` (`recovery.recover_slp`) writes the .slp from it.
 
 Layout: the 8-byte `MAGIC`, then records, each ``kind (1 byte) | payload length
 (uint32) | CRC-32 of the payload (uint32) | payload``, little-endian. The first

@@ -16,12 +16,12 @@ from sleap_io.rendering.colors import PaletteName
 from sleap_io.rendering.core import render_frame
 from sleap_io.rendering.shapes import MarkerShape
 
+from sleap_live.engines.palette import DEFAULT_PALETTE
+
 # "auto": by track when the poses have tracks, else by instance.
 COLOR_SCHEMES = ("auto", "track", "instance", "node")
 PALETTES: tuple[str, ...] = typing.get_args(PaletteName)
 MARKER_SHAPES: tuple[str, ...] = typing.get_args(MarkerShape)
-# One colour scheme everywhere poses are drawn: render, overlay recordings, the preview.
-DEFAULT_PALETTE = "standard"
 
 
 @attrs.frozen

@@ -3,7 +3,8 @@
 The video is encoded in a private folder beside the output and renamed onto the
 output only when it is finished (the output rule, `staging`), so a failed or
 cut-short render never leaves a broken file where a good one was. The output is
-locked (`OutputLock`) meanwhile.
+locked (`OutputLock`) meanwhile. `open_staged` and `abandon` do this for the
+recorder's videos too.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import os
 from fractions import Fraction
 from pathlib import Path
-from typing import cast
+from typing import IO, cast
 
 import av
 import numpy as np
@@ -69,23 +70,11 @@ class OverlayWriter:
         encoder, pixel_format, options = CODECS[codec]
         self._pad = pixel_format == "yuv420p" and (height % 2 or width % 2)
         claim_output(self.path, what, overwrite=overwrite)
-        self._staged = StagedOutput(self.path, what)
-        try:
-            self._lock = OutputLock(self._staged.target, what)
-        except BaseException:
-            self._staged.discard()
-            raise
-        try:
-            self._container = av.open(str(self._staged.file()), "w")
-        except ValueError:
-            self._abandon()
-            raise ValueError(
-                f"{self.path}: {self.path.suffix or 'a suffix-less name'} is not a video format "
-                "FFmpeg can write; use .mp4, .mkv or .avi"
-            ) from None
-        except BaseException:
-            self._abandon()
-            raise
+        not_a_video = ValueError(
+            f"{self.path}: {self.path.suffix or 'a suffix-less name'} is not a video format "
+            "FFmpeg can write; use .mp4, .mkv or .avi"
+        )
+        self._staged, self._lock, self._container = open_staged(self.path, what, not_a_video)
         try:
             rate = Fraction(fps).limit_denominator(1001)
             stream = cast(av.video.stream.VideoStream, self._container.add_stream(encoder, rate))
@@ -95,7 +84,7 @@ class OverlayWriter:
             stream.options = dict(options)
         except BaseException:
             self._container.close()
-            self._abandon()
+            abandon(self._staged, self._lock)
             raise
         self._stream = stream
         self.n_frames_written = 0
@@ -135,17 +124,8 @@ class OverlayWriter:
             self.discard()
             return
         self._closed = True
-        try:
-            for packet in self._stream.encode():
-                self._container.mux(packet)
-            self._container.close()
-            self._staged.commit()
-        except BaseException:
-            self._container.close()
-            self._abandon()
-            raise
+        finish_staged(self._staged, self._lock, self._stream, self._container)
         self.written = True
-        self._lock.release()
 
     def discard(self) -> None:
         """Stop without writing `path` (left as it was); idempotent."""
@@ -153,13 +133,7 @@ class OverlayWriter:
             return
         self._closed = True
         self._container.close()
-        self._abandon()
-
-    def _abandon(self) -> None:
-        self._staged.discard()
-        if self._lock.created and self._lock.fd is not None:
-            self._staged.target.unlink(missing_ok=True)
-        self._lock.release()
+        abandon(self._staged, self._lock)
 
     def __enter__(self) -> OverlayWriter:
         return self
@@ -170,3 +144,64 @@ class OverlayWriter:
             self.close()
         else:
             self.discard()
+
+
+def open_staged(
+    path: Path, what: str, not_a_video: ValueError
+) -> tuple[StagedOutput, OutputLock, av.container.OutputContainer]:
+    """Stage `path` (the output rule, `staging`), lock its target and open the staged
+    file for PyAV to write; nothing is left behind on failure.
+
+    Raises:
+        ValueError: `not_a_video`, where FFmpeg writes no format of `path`'s suffix.
+        OutputError: the output cannot be written or another run holds it.
+    """
+    staged = StagedOutput(path, what)
+    try:
+        lock = OutputLock(staged.target, what)
+    except BaseException:
+        staged.discard()
+        raise
+    try:
+        return staged, lock, av.open(str(staged.file()), "w")
+    except ValueError:
+        abandon(staged, lock)
+        raise not_a_video from None
+    except BaseException:
+        abandon(staged, lock)
+        raise
+
+
+def finish_staged(
+    staged: StagedOutput,
+    lock: OutputLock,
+    stream: av.video.stream.VideoStream,
+    container: av.container.OutputContainer,
+    *names: str,
+    sidecar: IO[str] | None = None,
+) -> None:
+    """Encode the encoder's last frames, close the file (and `sidecar`, a file staged
+    beside it) and rename them into place (`names`: `StagedOutput.commit`), then
+    unlock; on an error nothing is renamed and what was staged is removed."""
+    try:
+        for packet in stream.encode():
+            container.mux(packet)
+        container.close()
+        if sidecar is not None:
+            sidecar.close()
+        staged.commit(*names)
+    except BaseException:
+        container.close()
+        if sidecar is not None:
+            sidecar.close()
+        abandon(staged, lock)
+        raise
+    lock.release()
+
+
+def abandon(staged: StagedOutput, lock: OutputLock) -> None:
+    """Remove what was staged, and the lock's file where it was made for this video."""
+    staged.discard()
+    if lock.created and lock.fd is not None:
+        staged.target.unlink(missing_ok=True)
+    lock.release()

@@ -22,8 +22,9 @@ from sleap_live.engines.settings import InferenceSettings
 from sleap_live.stream import OutputOptions, Pipeline
 from sleap_live.stream.outputs.exports import CSV_COLUMNS, SUFFIXES
 from sleap_live.stream.outputs.journal import journal_path
-from sleap_live.stream.outputs.slp import SlpWriter, recover_slp
-from sleap_live.stream.outputs.writers import TIMESTAMP_COLUMNS, VideoRecorder, timestamps_path
+from sleap_live.stream.outputs.recorder import TIMESTAMP_COLUMNS, VideoRecorder, timestamps_path
+from sleap_live.stream.outputs.recovery import recover_slp
+from sleap_live.stream.outputs.slp import SlpWriter
 from sleap_live.stream.sources import FileSource
 from sleap_live.stream.types import PoseRecord
 from tests.committed import require

@@ -427,7 +427,7 @@ def test_links_planted_while_the_final_save_runs_are_never_written_through(
     # (where they may also swap the folders in it). The save is staged in a fresh
     # 0700 folder reached through its descriptor: nothing is written through a link,
     # the output is the run's own file.
-    from sleap_live.stream.outputs import slp as slp_module
+    from sleap_live.stream.outputs import recovery as slp_module
 
     user = other_user()
     victim = tmp_path / "victim.h5"  # root's 0600 file, which the other user cannot write

@@ -15,7 +15,8 @@ import sleap_io as sio
 from sleap_live import cli
 from sleap_live.stream.outputs.guard import OutputError
 from sleap_live.stream.outputs.journal import journal_path
-from sleap_live.stream.outputs.writers import OutputOptions, open_outputs
+from sleap_live.stream.outputs.options import OutputOptions
+from sleap_live.stream.outputs.writers import open_outputs
 from tests.committed import DATA, require
 from tests.stream.test_faults_journals import chunk, header, journal
 

@@ -18,8 +18,9 @@ from sleap_live.stream.channel import Channel
 from sleap_live.stream.outputs import writers as writers_module
 from sleap_live.stream.outputs.guard import OutputBusyError, OutputError
 from sleap_live.stream.outputs.journal import journal_path
-from sleap_live.stream.outputs.slp import MAX_CHUNK_FRAMES, SlpWriter, recover_slp
-from sleap_live.stream.outputs.writers import VideoRecorder
+from sleap_live.stream.outputs.recorder import VideoRecorder
+from sleap_live.stream.outputs.recovery import recover_slp
+from sleap_live.stream.outputs.slp import MAX_CHUNK_FRAMES, SlpWriter
 from sleap_live.stream.types import PoseRecord
 
 SKELETON = Skeleton(node_names=("head", "thorax", "tail"), edges=((0, 1), (1, 2)), name="fly")
