@@ -43,7 +43,9 @@ def test_a_lossless_run_stopped_early_does_not_call_its_read_ahead_dropped(fakes
     stats = fakes.pipeline_stats(
         running=False, frames_captured=42, frames_dropped=2, frames_with_instances=40
     )
-    pipeline = SimpleNamespace(stats=stats, outputs=SimpleNamespace(describe=lambda: []))
+    pipeline = SimpleNamespace(
+        stats=stats, outputs=SimpleNamespace(describe=lambda: []), experiment=None
+    )
     _summarise(pipeline, None, Console(stderr=True))
     line = " ".join(capsys.readouterr().err.split())
     assert "stopped with 2 frames decoded ahead, not processed" in line
