@@ -8,9 +8,10 @@ gives the same poses, since each runs every video alone through the same
 
 from __future__ import annotations
 
+import functools
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import attrs
@@ -254,51 +255,50 @@ def run_jobs(
     if report is not None:
         for result in done.values():
             report.finished(result)
+    run: Callable[[], list[VideoResult]]
     if cluster is not None:
         from sleap_live.stream.many.cluster import run_on_ray
 
         mode = f"Ray ({cluster})" + (
             ", outputs written by the driver" if outputs_to == "driver" else ""
         )
-        try:
-            results = run_on_ray(
-                todo,
-                options,
-                address=cluster,
-                workers=workers,
-                streams=streams,
-                retries=retries,
-                # A CUDA run: an actor per GPU, each given one by Ray.
-                gpus_per_worker=1.0 if options.device.startswith("cuda") else 0.0,
-                outputs_to=outputs_to,
-                deadline=deadline,
-                report=report,
-            )
-        except Interrupted as stopped:
-            done.update((result.index, result) for result in stopped.results)
-            return ManyResult(tuple(done[i] for i in sorted(done)), mode, stopped.interrupt)
+        run = functools.partial(
+            run_on_ray,
+            todo,
+            options,
+            address=cluster,
+            workers=workers,
+            streams=streams,
+            retries=retries,
+            # A CUDA run: an actor per GPU, each given one by Ray.
+            gpus_per_worker=1.0 if options.device.startswith("cuda") else 0.0,
+            outputs_to=outputs_to,
+            deadline=deadline,
+            report=report,
+        )
     elif workers is not None and workers > 1:
         mode = f"{workers} local workers"
-        try:
-            results = run_in_processes(
-                todo,
-                options,
-                workers=workers,
-                streams=streams,
-                retries=retries,
-                deadline=deadline,
-                report=report,
-            )
-        except Interrupted as stopped:
-            done.update((result.index, result) for result in stopped.results)
-            return ManyResult(tuple(done[i] for i in sorted(done)), mode, stopped.interrupt)
+        run = functools.partial(
+            run_in_processes,
+            todo,
+            options,
+            workers=workers,
+            streams=streams,
+            retries=retries,
+            deadline=deadline,
+            report=report,
+        )
     else:
         mode = "this process"
-        try:
-            results = run_here(todo, options, streams=streams, deadline=deadline, report=report)
-        except Interrupted as stopped:
-            done.update((result.index, result) for result in stopped.results)
-            return ManyResult(tuple(done[i] for i in sorted(done)), mode, stopped.interrupt)
+        run = functools.partial(
+            run_here, todo, options, streams=streams, deadline=deadline, report=report
+        )
+    try:
+        results = run()
+    except Interrupted as stopped:
+        # What finished, what stopped and what was left, for the table.
+        done.update((result.index, result) for result in stopped.results)
+        return ManyResult(tuple(done[i] for i in sorted(done)), mode, stopped.interrupt)
     done.update((result.index, result) for result in results)
     return ManyResult(tuple(done[index] for index in sorted(done)), mode)
 
