@@ -117,38 +117,18 @@ class CompiledRules:
                 region = experiment.regions[leaf.region]
                 selector = animal_identity(leaf.animal, info)
                 node = nodes[leaf.node]
-                if isinstance(region, Rectangle):
-                    half_w, half_h = (region.x1 - region.x0) / 2, (region.y1 - region.y0) / 2
-                    centre = (region.x0 + half_w, region.y0 + half_h)
-                    regions.add(
-                        number,
-                        selector,
-                        -math.inf,
-                        1.0,
-                        node,
-                        *centre,
-                        1,
-                        0,
-                        1 / half_w,
-                        1 / half_h,
-                        1,
-                    )
-                elif isinstance(region, Ellipse):
-                    turn = math.radians(region.angle)
-                    regions.add(
-                        number,
-                        selector,
-                        -math.inf,
-                        1.0,
-                        node,
-                        region.cx,
-                        region.cy,
-                        math.cos(turn),
-                        math.sin(turn),
-                        1 / region.rx,
-                        1 / region.ry,
-                        0,
-                    )
+                if isinstance(region, Rectangle | Ellipse):
+                    # A region's row: its centre, its axes' rotation, the inverse of
+                    # its half sizes, and whether it is a rectangle (an unrotated one).
+                    if isinstance(region, Rectangle):
+                        half_w, half_h = (region.x1 - region.x0) / 2, (region.y1 - region.y0) / 2
+                        axes = (region.x0 + half_w, region.y0 + half_h, 1.0, 0.0)
+                        row = (*axes, 1 / half_w, 1 / half_h, 1)
+                    else:
+                        turn = math.radians(region.angle)
+                        axes = (region.cx, region.cy, math.cos(turn), math.sin(turn))
+                        row = (*axes, 1 / region.rx, 1 / region.ry, 0)
+                    regions.add(number, selector, -math.inf, 1.0, node, *row)
                 else:
                     assert isinstance(region, Polygon)
                     polygons.add(number, selector, 0.5, math.inf, node)
