@@ -48,6 +48,7 @@ from torch import nn
 
 from sleap_live.engines.errors import CheckpointError, ModelConfigError
 from sleap_live.engines.graph.decoder_heads import match_channels
+from sleap_live.engines.load.checkpoint import check_weights_fit
 from sleap_live.engines.load.keras_h5 import hard_member, read_weight
 from sleap_live.engines.load.spec import HeadSpec, ModelSpec, UNetSpec
 
@@ -298,24 +299,19 @@ def load_legacy_network(spec: ModelSpec) -> LegacyNetwork:
         CheckpointError: the `.h5` file is unreadable, too small for the network the
             config describes, or does not match the config.
     """
-    # Sized on the meta device first (no memory): Keras stores every weight as 4
-    # uncompressed bytes (`keras_h5`), so a network the file cannot hold is a config
-    # that does not match it, refused before torch allocates it.
-    with torch.device("meta"):
-        weights = sum(p.numel() for p in LegacyNetwork(spec).parameters())
+    # Keras stores every weight as 4 uncompressed bytes (`keras_h5`), so a network the
+    # file cannot hold is a config that does not match it.
+    unet = spec.backbone
+    assert isinstance(unet, UNetSpec)
     path = spec.checkpoint_path
-    try:
-        file_bytes = path.stat().st_size
-    except OSError as e:
-        raise CheckpointError(f"{path}: cannot read ({e.strerror or e})") from None
-    if 4 * weights > file_bytes:
-        unet = spec.backbone
-        assert isinstance(unet, UNetSpec)
-        raise CheckpointError(
-            f"{spec.config_path}: model.backbone.unet (filters {unet.filters}, filters_rate "
-            f"{unet.filters_rate}, max_stride {unet.max_stride}) and the heads make "
-            f"{weights} float32 weights, more than the {file_bytes} bytes of {path.name} hold"
-        )
+    check_weights_fit(
+        lambda: LegacyNetwork(spec),
+        path,
+        4,
+        f"{spec.config_path}: model.backbone.unet (filters {unet.filters}, filters_rate "
+        f"{unet.filters_rate}, max_stride {unet.max_stride}) and the heads",
+        "float32 weights",
+    )
     network = LegacyNetwork(spec)
     network.load_keras_weights(path)
     return network.eval()

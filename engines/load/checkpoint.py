@@ -16,6 +16,7 @@ import copyreg
 import pickle
 import types
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -126,3 +127,42 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     ):
         raise CheckpointError(f"{path}: state_dict is not a mapping of names to tensors")
     return dict(state_dict)
+
+
+def check_weights_fit(
+    build: Callable[[], torch.nn.Module],
+    weights_file: Path,
+    bytes_per_weight: int,
+    described_by: str,
+    weight_name: str = "weights",
+) -> None:
+    """Refuses a config whose network `weights_file` cannot hold, before torch
+    allocates it (a crafted config's 60,000-channel UNet asks for 130 GB): `build`
+    makes the network on the meta device, which allocates nothing, and the file must
+    hold `bytes_per_weight` for each of its weights.
+
+    Args:
+        build: makes the network the config describes.
+        weights_file: the checkpoint or weights file.
+        bytes_per_weight: the fewest bytes the file stores a weight in.
+        described_by: what describes the network, for the message (the config's
+            path and section).
+        weight_name: what the message calls the weights (e.g. "float32 weights").
+
+    Raises:
+        ModelNotFoundError: `weights_file` does not exist.
+        CheckpointError: it cannot be read, or holds fewer bytes than the weights need.
+    """
+    try:
+        file_bytes = weights_file.stat().st_size
+    except FileNotFoundError:
+        raise ModelNotFoundError(f"{weights_file}: not found") from None
+    except OSError as e:
+        raise CheckpointError(f"{weights_file}: cannot read ({e.strerror or e})") from None
+    with torch.device("meta"):
+        weights = sum(p.numel() for p in build().parameters())
+    if bytes_per_weight * weights > file_bytes:
+        raise CheckpointError(
+            f"{described_by} make {weights} {weight_name}, more than the {file_bytes} bytes of "
+            f"{weights_file.name} hold"
+        )
