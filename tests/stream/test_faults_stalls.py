@@ -429,6 +429,7 @@ def test_cli_duration_ends_a_run_whose_camera_blocks(tmp_path):
         _, err = process.communicate(timeout=60)
     finally:
         process.kill()
+        process.wait()
     assert process.returncode == 0, err
     assert_saved_up_to_the_stall(out, err)
     assert "Traceback" not in err
@@ -442,6 +443,7 @@ def test_cli_ctrl_c_stops_a_run_whose_camera_blocks(tmp_path):
         _, err = process.communicate(timeout=60)
     finally:
         process.kill()
+        process.wait()
     assert process.returncode == 130, err
     assert_saved_up_to_the_stall(out, err)
     assert "Traceback" not in err
@@ -453,6 +455,7 @@ def test_cli_reports_a_stalled_camera_in_one_line_and_keeps_its_frames(tmp_path)
         _, err = process.communicate(timeout=60)
     finally:
         process.kill()
+        process.wait()
     assert process.returncode == 1, err
     [line] = err.strip().splitlines()
     assert line.startswith("sleap-live: error: camera:0: the source stalled: no frame for ")
@@ -490,12 +493,22 @@ def opening(stream: Path, *options: str) -> subprocess.Popen:
     )
 
 
+def has_open(pid: int, path: Path) -> bool:
+    """Whether process `pid` holds `path` open (False once it has exited)."""
+    target = os.path.realpath(path)
+    try:
+        return any(os.readlink(fd) == target for fd in Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:  # it exited, or closed a descriptor while this looked
+        return False
+
+
 def test_cli_reports_a_source_that_sends_nothing_once_opened(silent_stream, tmp_path):
     process = opening(silent_stream, "--read-timeout", "1", "-o", str(tmp_path / "out.slp"))
     try:
         _, err = process.communicate(timeout=60)
     finally:
         process.kill()
+        process.wait()
     assert process.returncode == 1, err
     assert err.strip() == (
         f"sleap-live: error: {silent_stream}: the source stalled: nothing read in the 1 s "
@@ -507,16 +520,13 @@ def test_cli_reports_a_source_that_sends_nothing_once_opened(silent_stream, tmp_
 def test_cli_ctrl_c_works_while_a_source_is_being_opened(silent_stream, tmp_path):
     # -o in a folder of its own: the run's journal would otherwise come and go in the
     # working directory (the repository), where another test's teardown may see it.
-    process = opening(silent_stream, "-o", str(tmp_path / "out.slp"))
+    # A read timeout no busy machine reaches: the default (5 s) once ended the run on
+    # its own, as a stall, before this test's poll saw the pipe open.
+    process = opening(silent_stream, "--read-timeout", "600", "-o", str(tmp_path / "out.slp"))
     try:
         # Wait until the run has the pipe open: it is then waiting for data.
-        fds = Path(f"/proc/{process.pid}/fd")
         give_up = time.monotonic() + 60
-        while not any(
-            os.path.realpath(fd) == os.path.realpath(silent_stream)
-            for fd in fds.glob("*")
-            if fd.is_symlink()
-        ):
+        while not has_open(process.pid, silent_stream):
             assert process.poll() is None, process.stderr.read()
             assert time.monotonic() < give_up, "the run never opened the stream"
             time.sleep(0.02)
@@ -524,6 +534,7 @@ def test_cli_ctrl_c_works_while_a_source_is_being_opened(silent_stream, tmp_path
         _, err = process.communicate(timeout=60)
     finally:
         process.kill()
+        process.wait()  # reaped: no zombie left for a later test in this worker
     assert process.returncode == 130, err
     assert "Traceback" not in err
 

@@ -45,21 +45,34 @@ def ray_session():
         yield warning
 
 
+def living_descendants() -> dict[int, tuple[str, str]]:
+    """This process and its living descendants: pid -> (name, command line). A child
+    another test in this worker left, exited or a zombie, is not Ray's and is left out."""
+    me = psutil.Process()
+    found = {}
+    for process in [me, *me.children(recursive=True)]:
+        try:
+            if process.status() != psutil.STATUS_ZOMBIE:
+                found[process.pid] = (process.name(), " ".join(process.cmdline()))
+        except psutil.Error:  # it exited while this looked
+            pass
+    return found
+
+
 def test_a_local_ray_cluster_listens_on_loopback_only(ray_session):
     # Issue #36: gcs_server, raylets, workers and the driver listened on every
     # interface, the runtime-env agent on the host's address, the dashboard was on.
     assert ray_session is None
-    me = psutil.Process()
-    ray_processes = {me.pid} | {child.pid for child in me.children(recursive=True)}
+    ray_processes = living_descendants()
     listening = [
-        (psutil.Process(c.pid).name(), c.laddr.ip)
+        (ray_processes[c.pid][0], c.laddr.ip)
         for c in psutil.net_connections(kind="inet")
         if c.pid in ray_processes and c.status == psutil.CONN_LISTEN
     ]
     names = {name for name, _ in listening}
     assert {"gcs_server", "raylet"} <= names, listening
     assert all(ip in ("127.0.0.1", "::ffff:127.0.0.1", "::1") for _, ip in listening), listening
-    commands = [" ".join(psutil.Process(pid).cmdline()) for pid in ray_processes]
+    commands = [command for _, command in ray_processes.values()]
     # Ray's head keeps a minimal dashboard process (usage stats), its web UI off.
     dashboards = [command for command in commands if "dashboard/dashboard.py" in command]
     assert all("--disable-frontend" in command for command in dashboards), dashboards
