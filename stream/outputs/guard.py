@@ -4,7 +4,7 @@
   inputs (the video, a model file, another output), compared by resolved path and
   by inode, so symlinks and hard links are caught too, and an output whose folder
   cannot be written.
-- `OutputLock`: an exclusive advisory lock (`flock`) on a file for the run's
+- `OutputLock`: an exclusive advisory lock (filelock's `flock`) on a file for the run's
   lifetime, so a second run writing the same output fails at once with a clear
   error instead of interleaving with the first.
 - Where the files are written before they are renamed into place: `staging`.
@@ -205,15 +205,12 @@ class OutputLock:
     what another process is writing. The lock is advisory, so it excludes other
     sleap-live runs, not other programs.
 
-    Why not `filelock`: the file locked is the output itself (a recording) or the
-    pose output's journal, which `SlpWriter` writes through `fd` for the whole run.
-    filelock 4.3 lends its descriptor only to an ``on_acquired`` callback, as
-    borrowed (3.30 and later; none before). filelock 3.12, which the test extra's
-    ``filelock>=3.12`` allows, opens the lock file with ``O_TRUNC`` and follows
-    links: it would empty an earlier run's journal, or the file a link points to.
-    And by default, where the file system has no ``flock``, 4.3 falls back to a soft
-    lock that writes its holder's PID into a file it created: the journal's first
-    bytes.
+    The lock is filelock's (`filelock.lock_descriptor`: ``flock`` of the whole file,
+    one byte's ``LockFileEx`` on Windows) on a descriptor opened here, not a
+    `filelock.FileLock`: the file locked is the output itself (a recording) or the
+    pose output's journal, which `SlpWriter` writes through `fd` for the whole run,
+    so it must be opened without truncation, never through a link, and never
+    replaced by a soft lock writing a PID into its first bytes.
 
     Args:
         path: the file to lock.
@@ -225,6 +222,9 @@ class OutputLock:
     """
 
     def __init__(self, path: Path, what: str) -> None:
+        # filelock takes ~60 ms to import: paid by a run that writes a file only.
+        from filelock import lock_descriptor
+
         self.path = path
         self.created = not path.exists()
         while True:
@@ -234,7 +234,7 @@ class OutputLock:
                 fd = os.open(path, flags | getattr(os, "O_BINARY", 0), 0o644)
             except OSError as error:
                 raise OutputError(f"{path}: cannot write {what}: {error.strerror}") from None
-            if not _try_lock(fd):
+            if not lock_descriptor(fd, blocking=False):
                 os.close(fd)
                 raise OutputBusyError(
                     f"{path}: {what} is being written by another sleap-live run; "
@@ -278,22 +278,3 @@ def _same_inode(fd: int, path: Path) -> bool:
         return False
     held = os.fstat(fd)
     return (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)
-
-
-def _try_lock(fd: int) -> bool:
-    """Take an exclusive lock on `fd` without waiting; False if another process holds one."""
-    if sys.platform == "win32":
-        import msvcrt
-
-        try:
-            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
-        except OSError:
-            return False
-        return True
-    import fcntl
-
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 import time
@@ -202,6 +203,25 @@ def test_a_second_writer_of_the_same_path_is_refused(tmp_path):
     first.close()
     assert len(sio.load_slp(str(tmp_path / "out.slp"), open_videos=False)) == 1
     writer(tmp_path, overwrite=True).close()  # free again once the first is done
+
+
+def test_the_journal_lock_is_filelocks_and_keeps_the_journal_intact(tmp_path):
+    from filelock import lock_descriptor, unlock_descriptor
+
+    journal = journal_path(tmp_path / "out.slp")
+    journal.write_bytes(b"SLJR")  # a header cut short: taken over, never truncated first
+    fd = os.open(journal, os.O_RDWR)
+    try:
+        assert lock_descriptor(fd, blocking=False)
+        with pytest.raises(OutputBusyError, match="being written by another sleap-live run"):
+            writer(tmp_path)
+        assert journal.read_bytes() == b"SLJR"
+        unlock_descriptor(fd)
+        first = writer(tmp_path)
+        assert not lock_descriptor(fd, blocking=False)  # the writer holds filelock's lock
+        first.discard()
+    finally:
+        os.close(fd)
 
 
 def test_an_earlier_runs_unrecovered_journal_is_never_overwritten(tmp_path):
