@@ -65,7 +65,7 @@ import numpy as np
 from sleap_live.engines.types import ModelInfo
 from sleap_live.stream.consumers import LatestFrame, PipelineRun
 from sleap_live.stream.errors import PreviewError
-from sleap_live.stream.loopback import is_loopback
+from sleap_live.stream.loopback import MAX_CONNECTIONS, WarnOnce, is_loopback
 from sleap_live.stream.ring import RingBuffer
 from sleap_live.stream.stats import PipelineStats
 from sleap_live.stream.types import PoseRecord
@@ -90,8 +90,6 @@ PAGE = "preview.html"
 # The skeleton drawing the web export's page uses too, inlined into the page where it
 # names the file.
 SKELETON_SCRIPT = "skeleton.js"
-# Connections served at once (pages, scripts): far below the usual 1,024 descriptors.
-MAX_CONNECTIONS = 64
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 # The figures of `PipelineStats` the page shows (those of the terminal dashboard).
@@ -346,7 +344,12 @@ class PreviewServer:
             token = secrets.token_urlsafe(16)
         self.token: str | None = token
         self._hosts = served_hosts(host, self.port)
-        self._refused = 0
+        self._refused = WarnOnce(
+            logger,
+            "the preview on %s serves %d connections at most; more are closed",
+            self.url,
+            MAX_CONNECTIONS,
+        )
         # Connections being served; only touched in the serving thread.
         self._connections = 0
         self._accept_failed = False
@@ -476,7 +479,7 @@ class PreviewServer:
             if self._connections < MAX_CONNECTIONS:
                 self._connections += 1
                 return _Counted(handlers(), self._connection_lost)
-            return _Refused(self._refuse_once)
+            return _Refused(self._refused)
 
         # A copy of the socket, as closing the server closes the socket it is given:
         # the address stays bound for `hold` until `close`.
@@ -508,16 +511,6 @@ class PreviewServer:
 
     def _connection_lost(self) -> None:
         self._connections -= 1
-
-    def _refuse_once(self) -> None:
-        """Log the first connection refused past `MAX_CONNECTIONS`, not each one."""
-        if self._refused == 0:
-            logger.warning(
-                "the preview on %s serves %d connections at most; more are closed",
-                self.url,
-                MAX_CONNECTIONS,
-            )
-        self._refused += 1
 
     async def _sample(self, snapshots: Snapshots) -> None:
         """Take a snapshot every interval while a page is connected, until the run ends;

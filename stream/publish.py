@@ -65,7 +65,7 @@ import attrs
 from sleap_live.engines.types import ModelInfo
 from sleap_live.stream.consumers import PipelineRun
 from sleap_live.stream.errors import PublishError
-from sleap_live.stream.loopback import is_loopback
+from sleap_live.stream.loopback import MAX_CONNECTIONS, WarnOnce, is_loopback
 from sleap_live.stream.ring import RingBuffer
 from sleap_live.stream.stats import PipelineStats, PublishStats
 from sleap_live.stream.types import PoseRecord
@@ -93,10 +93,6 @@ SUBSCRIPTION_CHANGES_PER_POLL = 64
 MAX_SUBSCRIPTION_BYTES = 1024
 # Subscription messages ZeroMQ queues per peer before it stops reading that peer.
 SUBSCRIPTION_QUEUE = 16
-# TCP connections kept (subscribers): one more is shut down as soon as it is
-# accepted, so that idle peers cannot take the descriptors the run's pose file
-# needs. Far below the usual 1,024 descriptors.
-MAX_CONNECTIONS = 64
 # Bytes one connection may send (its ZMTP greeting and handshake, about 100, then
 # its subscriptions, each a topic and a few bytes): a connection past it is shut
 # down. Subscribers send a few short topics ("poses/cam0"); ZeroMQ keeps every
@@ -433,14 +429,24 @@ class ConnectionLimit:
 
     def __init__(self, monitor: zmq.Socket[bytes], endpoint: str) -> None:
         self._monitor = monitor
-        self._endpoint = endpoint
         self._port = int(endpoint.rsplit(":", 1)[-1])
         self._stopping = threading.Event()
         # The descriptors of the connections kept (only this thread uses it).
         self._connections: set[int] = set()
-        self.refused = 0
+        self.refused = WarnOnce(
+            logger,
+            "the publisher on %s keeps %d connections at most; more are shut down",
+            endpoint,
+            MAX_CONNECTIONS,
+        )
         # Connections shut down for sending more than `MAX_PEER_BYTES`.
-        self.cut = 0
+        self.cut = WarnOnce(
+            logger,
+            "the publisher on %s shuts down connections that send more than %d bytes of "
+            "subscriptions",
+            endpoint,
+            MAX_PEER_BYTES,
+        )
         self._thread = threading.Thread(
             target=self._run, name="sleap-live publisher connections", daemon=True
         )
@@ -482,14 +488,7 @@ class ConnectionLimit:
                 continue
             self._connections.discard(fd)
             _shut_down(fd, self._port)
-            if self.cut == 0:
-                logger.warning(
-                    "the publisher on %s shuts down connections that send more than %d "
-                    "bytes of subscriptions",
-                    self._endpoint,
-                    MAX_PEER_BYTES,
-                )
-            self.cut += 1
+            self.cut()
 
     def _take(self, accepted: bool, fd: int) -> None:
         """Keep or shut down a connection ZeroMQ accepted; forget one that closed."""
@@ -499,13 +498,7 @@ class ConnectionLimit:
             self._connections.add(fd)
         else:
             _shut_down(fd, self._port)
-            if self.refused == 0:
-                logger.warning(
-                    "the publisher on %s keeps %d connections at most; more are shut down",
-                    self._endpoint,
-                    MAX_CONNECTIONS,
-                )
-            self.refused += 1
+            self.refused()
 
 
 def _bytes_received(fd: int, port: int) -> int | None:
