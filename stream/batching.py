@@ -35,7 +35,7 @@ import numpy as np
 from sleap_live.stream.channel import Channel
 from sleap_live.stream.clock import Clock
 from sleap_live.stream.errors import ChannelClosed, ChannelEmpty, StreamError
-from sleap_live.stream.slots import SourceSlots
+from sleap_live.stream.slots import SlotPolicy, SourceSlots
 from sleap_live.stream.sources.group import SourceGroup
 from sleap_live.stream.types import Frame
 
@@ -160,25 +160,24 @@ def batches_channel(policy: str, on_dropped: Callable[[Batch], object]) -> Chann
 
 
 def frames_in_flight(policy: str, batch_size: int) -> int:
-    """Most frames a pipeline holds at once: the frames channel (`open_batcher`) and
+    """Most frames a pipeline holds at once: the frames' slots (`open_batcher`) and
     `batches_channel` full, one batch being filled and one in the engine."""
     frames, batches = (batch_size, 1) if policy == "live" else (2 * batch_size, 2)
     return frames + (batches + 2) * batch_size
 
 
 def open_batcher(group: SourceGroup, policy: str, batch_size: int, clock: Clock) -> Batcher:
-    """The batcher of a run on `group`, with the frames it batches: a slot per source
-    and a batch of one frame of each (`GroupBatcher`) where the group has `per_source`;
-    else a frames channel and a batch of up to `batch_size` frames in order
-    (`SequenceBatcher`), the channel's newest frames live, decoding two batches ahead
-    recorded."""
+    """The batcher of a run on `group`, with the frames' slots it batches from, the
+    newest frames kept live, every frame recorded: a batch of one frame of each source
+    (`GroupBatcher`, a frame per slot) where the group has `per_source`; else a batch
+    of up to `batch_size` frames in order (`SequenceBatcher`), the one slot holding a
+    batch live, decoding two batches ahead recorded."""
+    slot_policy: SlotPolicy = "latest" if policy == "live" else "block"
     if group.per_source:
-        slots = SourceSlots(group.source_ids, "latest" if policy == "live" else "block")
-        return GroupBatcher(slots, policy, group.fps, clock)
-    frames: Channel[Frame] = (
-        Channel(batch_size, "drop_oldest") if policy == "live" else Channel(2 * batch_size, "block")
-    )
-    return SequenceBatcher(frames, group.source_id, batch_size, policy, group.fps, clock)
+        return GroupBatcher(SourceSlots(group.source_ids, slot_policy), policy, group.fps, clock)
+    depth = batch_size if policy == "live" else 2 * batch_size
+    frames = SourceSlots(group.source_ids, slot_policy, depth)
+    return SequenceBatcher(frames, batch_size, policy, group.fps, clock)
 
 
 class Batcher(abc.ABC):
@@ -188,11 +187,11 @@ class Batcher(abc.ABC):
     The first device frame makes the CUDA streams; host frames need none.
 
     Attributes:
-        frames: where the source readers put frames and the batcher stage takes each
-            batch's first: a `Channel`, or `SourceSlots` (a slot per source).
+        frames: the frames' slots (a slot per source) the source readers put frames
+            in and the batcher stage takes each batch's first from.
     """
 
-    def __init__(self, frames: Channel[Frame] | SourceSlots, clock: Clock) -> None:
+    def __init__(self, frames: SourceSlots, clock: Clock) -> None:
         self.frames = frames
         self._clock = clock
         self._streams: DeviceStreams | None = None
@@ -210,25 +209,24 @@ class Batcher(abc.ABC):
     @abc.abstractmethod
     def _collect(self, first: Frame, streams: DeviceStreams | None) -> Batch: ...
 
-    @abc.abstractmethod
     def end(self, source_id: str) -> None:
         """`source_id`'s reader ends: its frames are no longer waited for."""
+        self.frames.end(source_id)
 
-    @abc.abstractmethod
     def dropped_by_source(self) -> dict[str, int]:
         """Frames a newer frame pushed out of `frames` before they were batched, by source."""
+        return self.frames.dropped_by_source()
 
 
 class SequenceBatcher(Batcher):
     """A batch of the frames of one source in order.
 
     Live batches wait for a full batch at most `batch_size` frame intervals after
-    their first frame was captured; recorded ones are filled unless the channel
-    closes or no frame comes for `RECORDED_BATCH_WAIT` seconds.
+    their first frame was captured; recorded ones are filled unless the source ends,
+    the slots close, or no frame comes for `RECORDED_BATCH_WAIT` seconds.
 
     Args:
-        frames: the frames channel the first frames come from.
-        source_id: the source whose frames come in.
+        frames: the one source's slot the frames come from.
         batch_size: most frames per batch.
         policy: ``"live"`` or ``"recorded"``.
         fps: the source's frame rate, None if unknown (live batches then fill).
@@ -236,17 +234,9 @@ class SequenceBatcher(Batcher):
     """
 
     def __init__(
-        self,
-        frames: Channel[Frame],
-        source_id: str,
-        batch_size: int,
-        policy: str,
-        fps: float | None,
-        clock: Clock,
+        self, frames: SourceSlots, batch_size: int, policy: str, fps: float | None, clock: Clock
     ) -> None:
         super().__init__(frames, clock)
-        self._channel = frames
-        self._source_id = source_id
         self._batch_size = batch_size
         self._wait = batch_size / fps if policy == "live" and fps else None
         self._idle = None if policy == "live" else RECORDED_BATCH_WAIT
@@ -254,18 +244,12 @@ class SequenceBatcher(Batcher):
     def _collect(self, first: Frame, streams: DeviceStreams | None) -> Batch:
         deadline = None if self._wait is None else first.timestamp + self._wait
         return collect_batch(
-            self._channel, first, self._batch_size, deadline, self._clock, streams, self._idle
+            self.frames, first, self._batch_size, deadline, self._clock, streams, self._idle
         )
-
-    def end(self, source_id: str) -> None:
-        """Nothing to do: the capture stage closes the channel once its one source ends."""
-
-    def dropped_by_source(self) -> dict[str, int]:
-        return {self._source_id: self._channel.stats().dropped}
 
 
 def collect_batch(
-    frames: Channel[Frame],
+    frames: SourceSlots,
     first: Frame,
     batch_size: int,
     deadline: float | None,
@@ -275,7 +259,7 @@ def collect_batch(
 ) -> Batch:
     """`first` and up to `batch_size - 1` more frames, taken until `deadline` on `clock`.
 
-    With no deadline the batch is filled unless the channel closes or, with `idle`,
+    With no deadline the batch is filled unless the source ends, the slots close or, with `idle`,
     no frame comes for `idle` seconds on `clock`. With `streams` (device frames)
     the images are stacked on the copy stream.
 
@@ -315,7 +299,6 @@ class GroupBatcher(Batcher):
 
     def __init__(self, slots: SourceSlots, policy: str, fps: float | None, clock: Clock) -> None:
         super().__init__(slots, clock)
-        self._slots = slots
         self._order = {source: place for place, source in enumerate(slots.source_ids)}
         self._wait = (1.0 / fps if fps else math.inf) if policy == "live" else None
 
@@ -328,19 +311,13 @@ class GroupBatcher(Batcher):
             else:
                 deadline = first.timestamp + self._wait
             try:
-                frame = self._slots.get_by(deadline, self._clock, skip=taken)
+                frame = self.frames.get_by(deadline, self._clock, skip=taken)
             except (ChannelEmpty, ChannelClosed):
                 break
             group.append(frame)
             taken.add(frame.source_id)
         group.sort(key=lambda frame: self._order[frame.source_id])
         return _stacked(group, self._clock, streams)
-
-    def end(self, source_id: str) -> None:
-        self._slots.end(source_id)
-
-    def dropped_by_source(self) -> dict[str, int]:
-        return self._slots.dropped_by_source()
 
 
 def _stacked(group: list[Frame], clock: Clock, streams: DeviceStreams | None) -> Batch:

@@ -298,7 +298,7 @@ class Pipeline:
         self._batches = batches_channel(
             policy, lambda batch: self._meters.batch_dropped(batch.frames)
         )
-        # One source: a frames channel. Several: a slot each (see `slots`).
+        # The frames' slots, one per source (see `slots`).
         self._batcher = open_batcher(source, policy, batch_size, clock)
         self._frames = self._batcher.frames
         self._results: Channel[EngineResult] = Channel(2, "block")
@@ -572,7 +572,7 @@ class Pipeline:
 
     def _dropped_before_batching(self) -> dict[str, int]:
         """Frames dropped before the batcher took them, by source: replaced in the
-        frames channel (or slots), or skipped by the source (a replay falling behind)."""
+        frames' slots, or skipped by the source (a replay falling behind)."""
         dropped = self._batcher.dropped_by_source()
         for member in self._source.sources:
             dropped[member.source_id] += member.skipped

@@ -1,12 +1,14 @@
-"""The frames channel of a pipeline reading several sources: one slot per source.
+"""The frames channel of a pipeline: one slot per source of its group.
 
 With several cameras, a channel in arrival order would let a fast camera push a
 slow one's frames out, and hand the batcher two frames of one camera. Here each
-source has a slot of its own:
+source has a slot of its own, holding up to `depth` frames (one for a group of
+several: a batch takes one frame of each; a batch's worth or two for one source,
+whose batches are its frames in order):
 
-- ``"latest"`` (live): `put` never waits; a new frame replaces the one still waiting
-  in its source's slot, which is counted as dropped for that source. A batch then
-  holds the newest frame of each camera, which keeps latency near one frame interval.
+- ``"latest"`` (live): `put` never waits; a new frame pushes out the oldest one still
+  waiting in its source's slot, which is counted as dropped for that source. A batch
+  then holds the newest frames, which keeps latency near one frame interval.
 - ``"block"`` (recorded): `put` waits while its source's slot is full, so nothing is
   dropped and the sources advance together.
 
@@ -16,6 +18,7 @@ Closing is one-way: getters drain what is waiting, then get `ChannelClosed`.
 
 from __future__ import annotations
 
+import collections
 import math
 import threading
 import time
@@ -31,23 +34,30 @@ SlotPolicy = Literal["latest", "block"]
 
 
 class SourceSlots:
-    """One frame slot per source, between the source readers and the batcher.
+    """A frame slot per source, between the source readers and the batcher.
 
     Args:
-        source_ids: the sources whose frames come in.
+        source_ids: the sources whose frames come in. The slot of a single source
+            takes every frame its reader puts, whatever id the frame carries.
         policy: ``"latest"`` or ``"block"`` (see the module docstring).
+        depth: most frames waiting in each slot.
 
     Raises:
-        ValueError: no source, a repeated id, or an unknown policy.
+        ValueError: no source, a repeated id, an unknown policy, or a depth below 1.
     """
 
-    def __init__(self, source_ids: Sequence[str], policy: SlotPolicy) -> None:
+    def __init__(self, source_ids: Sequence[str], policy: SlotPolicy, depth: int = 1) -> None:
         if not source_ids or len(set(source_ids)) != len(source_ids):
             raise ValueError(f"source slots need distinct source ids, got {list(source_ids)}")
         if policy not in ("latest", "block"):
             raise ValueError(f"slot policy must be 'latest' or 'block', got {policy!r}")
+        if depth < 1:
+            raise ValueError(f"a slot holds at least one frame, got depth {depth}")
         self._policy = policy
-        self._slots: dict[str, Frame | None] = dict.fromkeys(source_ids)
+        self._depth_each = depth
+        self._slots: dict[str, collections.deque[Frame]] = {
+            source: collections.deque() for source in source_ids
+        }
         self._ended: set[str] = set()
         self._dropped = dict.fromkeys(source_ids, 0)
         self._lock = threading.Lock()
@@ -68,18 +78,20 @@ class SourceSlots:
             ChannelClosed: the slots are closed, including while waiting for room.
             KeyError: a frame of no source these slots hold.
         """
-        source = frame.source_id
+        source = frame.source_id if len(self._slots) > 1 else next(iter(self._slots))
         with self._changed:
             if source not in self._slots:
                 raise KeyError(f"{source}: not one of the sources {list(self._slots)}")
+            slot = self._slots[source]
             if self._policy == "block":
-                while self._slots[source] is not None and not self._closed:
+                while len(slot) >= self._depth_each and not self._closed:
                     self._changed.wait()
             if self._closed:
                 raise ChannelClosed("cannot put into closed source slots")
-            if self._slots[source] is not None:
+            if len(slot) >= self._depth_each:
+                slot.popleft()
                 self._dropped[source] += 1
-            self._slots[source] = frame
+            slot.append(frame)
             self._put_count += 1
             self._peak_depth = max(self._peak_depth, self._depth())
             self._changed.notify_all()
@@ -91,7 +103,8 @@ class SourceSlots:
             self._changed.notify_all()
 
     def get(self, timeout: float | None = None, *, skip: Collection[str] = ()) -> Frame:
-        """The oldest waiting frame (by capture time) of a source not in `skip`.
+        """The oldest waiting frame (by capture time) of a source not in `skip`; of
+        each source, its frames in the order put.
 
         Args:
             timeout: most real seconds to wait; None waits as long as needed.
@@ -106,13 +119,10 @@ class SourceSlots:
         with self._changed:
             while True:
                 waiting = [
-                    frame
-                    for source, frame in self._slots.items()
-                    if frame is not None and source not in skip
+                    slot for source, slot in self._slots.items() if slot and source not in skip
                 ]
                 if waiting:
-                    frame = min(waiting, key=lambda item: item.timestamp)
-                    self._slots[frame.source_id] = None
+                    frame = min(waiting, key=lambda slot: slot[0].timestamp).popleft()
                     self._get_count += 1
                     self._changed.notify_all()
                     return frame
@@ -151,12 +161,12 @@ class SourceSlots:
             return dict(self._dropped)
 
     def stats(self) -> ChannelStats:
-        """The counters, in a channel's terms (capacity: one frame per source)."""
+        """The counters, in a channel's terms (capacity: `depth` frames per source)."""
         with self._lock:
             return ChannelStats(
                 depth=self._depth(),
                 peak_depth=self._peak_depth,
-                capacity=len(self._slots),
+                capacity=self._depth_each * len(self._slots),
                 put_count=self._put_count,
                 get_count=self._get_count,
                 dropped=sum(self._dropped.values()),
@@ -175,7 +185,7 @@ class SourceSlots:
                     return
 
     def _depth(self) -> int:
-        return sum(frame is not None for frame in self._slots.values())
+        return sum(len(slot) for slot in self._slots.values())
 
     def _all_ended(self, skip: Collection[str]) -> bool:
         with self._lock:

@@ -97,8 +97,8 @@ def open_within(open_source: Callable[[], _SourceT], timeout: float, name: str) 
 
 
 class FrameSink(Protocol):
-    """Where a reader puts frames: the frames `Channel`, or `SourceSlots` for several
-    sources. `put` waits or drops by the sink's policy, and raises `ChannelClosed`
+    """Where a reader puts frames: the pipeline's `SourceSlots` (a `Channel` takes them
+    too). `put` waits or drops by the sink's policy, and raises `ChannelClosed`
     once the sink is closed."""
 
     def put(self, frame: Frame) -> None: ...

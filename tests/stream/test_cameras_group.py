@@ -79,6 +79,27 @@ def test_block_slots_make_a_camera_wait_for_its_slot(fakes):
     assert slots.dropped_by_source() == {"camera:0": 0, "camera:1": 0}
 
 
+def test_one_sources_slot_holds_its_depth_in_order_and_takes_any_frame_id(fakes):
+    live = SourceSlots(("camera:0",), "latest", depth=3)
+    for index in range(5):  # the frames channel of one source: its ids need not match
+        live.put(frame(fakes, "camera:0" if index % 2 else "other", index, 0.1 * index))
+    assert live.dropped_by_source() == {"camera:0": 2}
+    assert live.stats().depth == 3 and live.stats().capacity == 3
+    assert [live.get(0).index for _ in range(3)] == [2, 3, 4]
+    recorded = SourceSlots(("camera:0",), "block", depth=2)
+    recorded.put(frame(fakes, "camera:0", 0, 0.0))
+    recorded.put(frame(fakes, "camera:0", 1, 0.1))
+    third = threading.Thread(target=recorded.put, args=(frame(fakes, "camera:0", 2, 0.2),))
+    third.start()
+    fakes.wait_for(lambda: third.is_alive() and recorded.stats().put_count == 2, "a waiting put")
+    assert recorded.get(0).index == 0
+    third.join(fakes.HANG_TIMEOUT)
+    recorded.end("camera:0")
+    assert [f.index for f in recorded] == [1, 2]  # drained, then the ended source stops it
+    with pytest.raises(ValueError, match="at least one frame"):
+        SourceSlots(("camera:0",), "block", depth=0)
+
+
 def test_slots_refuse_repeated_ids_and_unknown_sources(fakes):
     with pytest.raises(ValueError, match="distinct source ids"):
         SourceSlots(("a", "a"), "latest")
@@ -126,6 +147,9 @@ def test_one_source_is_a_group_of_one_batched_in_order_and_a_group_a_slot_per_so
     one = as_group(source)
     assert one.sources == (source,) and not one.per_source and as_group(one) is one
     assert isinstance(open_batcher(one, "recorded", 8, clock), SequenceBatcher)
+    # One kind of frames channel: a slot per source, a batch deep live, two recorded.
+    assert open_batcher(one, "live", 4, clock).frames.stats().capacity == 4
+    assert open_batcher(one, "recorded", 8, clock).frames.stats().capacity == 16
     # A group the caller makes keeps a slot per source, even of one.
     group = SourceGroup([source])
     assert group.per_source and as_group(group) is group
