@@ -57,6 +57,28 @@ class ChannelStats:
     closed: bool
 
 
+@attrs.define
+class Counts:
+    """The counters a channel keeps under its lock (`Channel`, and the frames'
+    `slots.SourceSlots`): ``put == got + dropped + depth`` always holds."""
+
+    put: int = 0
+    got: int = 0
+    dropped: int = 0
+    peak_depth: int = 0
+
+    def added(self, depth: int) -> None:
+        """Count one item put, the channel now holding `depth`."""
+        self.put += 1
+        self.peak_depth = max(self.peak_depth, depth)
+
+    def snapshot(self, depth: int, capacity: int, closed: bool) -> ChannelStats:
+        """These counters with the channel's `depth`, `capacity` and `closed` now."""
+        return ChannelStats(
+            depth, self.peak_depth, capacity, self.put, self.got, self.dropped, closed
+        )
+
+
 class Channel(Generic[T]):
     """Bounded first-in first-out channel between threads.
 
@@ -100,10 +122,7 @@ class Channel(Generic[T]):
         self._not_empty = threading.Condition(self._lock)
         self._not_full = threading.Condition(self._lock)
         self._closed = False
-        self._peak_depth = 0
-        self._put_count = 0
-        self._get_count = 0
-        self._dropped = 0
+        self._counts = Counts()
 
     @property
     def capacity(self) -> int:
@@ -226,15 +245,7 @@ class Channel(Generic[T]):
     def stats(self) -> ChannelStats:
         """A consistent snapshot of the channel's counters."""
         with self._lock:
-            return ChannelStats(
-                depth=len(self._items),
-                peak_depth=self._peak_depth,
-                capacity=self._capacity,
-                put_count=self._put_count,
-                get_count=self._get_count,
-                dropped=self._dropped,
-                closed=self._closed,
-            )
+            return self._counts.snapshot(len(self._items), self._capacity, self._closed)
 
     def __iter__(self) -> Iterator[T]:
         """Yield items as they arrive until the channel is closed and drained."""
@@ -251,10 +262,9 @@ class Channel(Generic[T]):
         dropped: tuple[T] | tuple[()] = ()
         if len(self._items) >= self._capacity:
             dropped = (self._items.popleft(),)
-            self._dropped += 1
+            self._counts.dropped += 1
         self._items.append(item)
-        self._put_count += 1
-        self._peak_depth = max(self._peak_depth, len(self._items))
+        self._counts.added(len(self._items))
         self._not_empty.notify()
         return dropped
 
@@ -263,6 +273,6 @@ class Channel(Generic[T]):
         if not self._items:
             raise ChannelClosed("channel closed and drained")
         item = self._items.popleft()
-        self._get_count += 1
+        self._counts.got += 1
         self._not_full.notify()
         return item

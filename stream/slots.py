@@ -25,7 +25,7 @@ import time
 from collections.abc import Collection, Iterator, Sequence
 from typing import Literal
 
-from sleap_live.stream.channel import ChannelStats
+from sleap_live.stream.channel import ChannelStats, Counts
 from sleap_live.stream.clock import CLOCK_POLL, Clock
 from sleap_live.stream.errors import ChannelClosed, ChannelEmpty
 from sleap_live.stream.types import Frame
@@ -63,9 +63,7 @@ class SourceSlots:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._closed = False
-        self._peak_depth = 0
-        self._put_count = 0
-        self._get_count = 0
+        self._counts = Counts()
 
     @property
     def source_ids(self) -> tuple[str, ...]:
@@ -91,9 +89,9 @@ class SourceSlots:
             if len(slot) >= self._depth_each:
                 slot.popleft()
                 self._dropped[source] += 1
+                self._counts.dropped += 1
             slot.append(frame)
-            self._put_count += 1
-            self._peak_depth = max(self._peak_depth, self._depth())
+            self._counts.added(self._depth())
             self._changed.notify_all()
 
     def end(self, source_id: str) -> None:
@@ -123,7 +121,7 @@ class SourceSlots:
                 ]
                 if waiting:
                     frame = min(waiting, key=lambda slot: slot[0].timestamp).popleft()
-                    self._get_count += 1
+                    self._counts.got += 1
                     self._changed.notify_all()
                     return frame
                 if self._closed:
@@ -163,15 +161,8 @@ class SourceSlots:
     def stats(self) -> ChannelStats:
         """The counters, in a channel's terms (capacity: `depth` frames per source)."""
         with self._lock:
-            return ChannelStats(
-                depth=self._depth(),
-                peak_depth=self._peak_depth,
-                capacity=self._depth_each * len(self._slots),
-                put_count=self._put_count,
-                get_count=self._get_count,
-                dropped=sum(self._dropped.values()),
-                closed=self._closed,
-            )
+            capacity = self._depth_each * len(self._slots)
+            return self._counts.snapshot(self._depth(), capacity, self._closed)
 
     def __iter__(self) -> Iterator[Frame]:
         """Frames as they arrive, oldest first, until closed and drained."""
