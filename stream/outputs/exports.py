@@ -1,7 +1,8 @@
 """Pose files by suffix: the formats a run can write, and how each is saved.
 
-A run journals its poses (see `journal`) and, when it ends, writes the file its
-`-o` names from the journal in the format the suffix picks:
+A run journals its poses (see `journal`, one `Output` for every format: `slp`) and,
+when it ends, writes the file its `-o` names from the journal in the format the
+suffix picks, each a row of `FORMATS` (`PoseFormat`: its saver and what it needs):
 
 - ``.slp``: SLEAP labels (`sleap_io.save_slp`), with the run's provenance.
 - ``.h5``: SLEAP's analysis HDF5 (`sleap_io.save_analysis_h5`, as SLEAP exports
@@ -46,11 +47,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+import attrs
 import h5py
 import numpy as np
 import sleap_io as sio
-
-SUFFIXES = (".slp", ".h5", ".nwb", ".csv")
 
 # The columns of a CSV pose file before the per-node ones ("NODE.x", "NODE.y",
 # "NODE.score" for each node, in the skeleton's order). A frame processed with
@@ -73,14 +73,9 @@ def check_suffix(path: Path) -> None:
 # What a final save loads on its first use: sleap-io resolves its names and
 # loads its writers lazily (.slp's writer alone takes ~0.5 s, more on a busy
 # machine; .h5 brings pandas; NWB takes seconds). Loaded when the output opens
-# instead, so the final save, which a stop's timeout bounds, only writes.
+# instead (each format's `PoseFormat.modules`), so the final save, which a stop's
+# timeout bounds, only writes.
 _LABELS_NAMES = ("Labels", "LabeledFrame", "PredictedInstance", "Skeleton", "Track", "Video")
-_SAVER_MODULES: Mapping[str, tuple[str, ...]] = {
-    ".slp": ("sleap_io.io.main", "sleap_io.io.slp", "sleap_io.model.centroid"),
-    ".h5": ("sleap_io.io.main", "sleap_io.io.analysis_h5", "sleap_io.model.matching"),
-    ".nwb": ("sleap_live.stream.outputs.nwb",),
-    ".csv": (),
-}
 
 
 def prepare_saver(path: Path) -> None:
@@ -92,15 +87,16 @@ def prepare_saver(path: Path) -> None:
     check_suffix(path)
     for name in _LABELS_NAMES:
         getattr(sio, name)
-    for module in _SAVER_MODULES[path.suffix.lower()]:
+    for module in FORMATS[path.suffix.lower()].modules:
         importlib.import_module(module)
 
 
 def sidecars(path: Path) -> list[Path]:
     """Files written beside the pose file `path` besides its journal."""
-    if path.suffix.lower() == ".csv":
-        return [path.with_name(path.name + PROVENANCE_SIDECAR_SUFFIX)]
-    return []
+    known = FORMATS.get(path.suffix.lower())
+    if known is None or known.sidecar is None:
+        return []
+    return [path.with_name(path.name + known.sidecar)]
 
 
 def save_labels(labels: sio.Labels, path: Path, final: Path) -> None:
@@ -111,7 +107,7 @@ def save_labels(labels: sio.Labels, path: Path, final: Path) -> None:
     the names `sidecars(final)` gives, and renamed with it.
     """
     check_suffix(final)
-    _SAVERS[final.suffix.lower()](labels, path, final)
+    FORMATS[final.suffix.lower()].save(labels, path, final)
 
 
 def _save_slp(labels: sio.Labels, path: Path, final: Path) -> None:
@@ -175,12 +171,36 @@ def _save_csv(labels: sio.Labels, path: Path, final: Path) -> None:
         handle.write(_json(labels.provenance) + "\n")
 
 
-_SAVERS: Mapping[str, Callable[[sio.Labels, Path, Path], None]] = {
-    ".slp": _save_slp,
-    ".h5": _save_h5,
-    ".nwb": _save_nwb,
-    ".csv": _save_csv,
+@attrs.frozen
+class PoseFormat:
+    """A pose file format: its saver and what saving needs (a row of `FORMATS`).
+
+    Attributes:
+        save: writes the labels to the staged file (see `save_labels`).
+        modules: what the save imports on its first use, loaded by `prepare_saver`.
+        sidecar: the suffix of a file written beside it (``NAME.csv.provenance.json``).
+        slots: its layout holds every instance under a track (see `track_slots`).
+    """
+
+    save: Callable[[sio.Labels, Path, Path], None]
+    modules: tuple[str, ...] = ()
+    sidecar: str | None = None
+    slots: bool = False
+
+
+FORMATS: Mapping[str, PoseFormat] = {
+    ".slp": PoseFormat(
+        _save_slp, ("sleap_io.io.main", "sleap_io.io.slp", "sleap_io.model.centroid")
+    ),
+    ".h5": PoseFormat(
+        _save_h5,
+        ("sleap_io.io.main", "sleap_io.io.analysis_h5", "sleap_io.model.matching"),
+        slots=True,
+    ),
+    ".nwb": PoseFormat(_save_nwb, ("sleap_live.stream.outputs.nwb",), slots=True),
+    ".csv": PoseFormat(_save_csv, sidecar=PROVENANCE_SIDECAR_SUFFIX),
 }
+SUFFIXES = tuple(FORMATS)
 
 
 # How the .h5 and .nwb hold instances without a track (see the module's notes):
@@ -190,10 +210,6 @@ TrackSlots = Literal["tracks", "untracked", "by_place"]
 
 # The .nwb series of a run's untracked poses where one slot holds them (sleap-io's name).
 UNTRACKED_TRACK = "untracked"
-
-
-# The formats whose layout holds every instance under a track (see `track_slots`).
-SLOT_SUFFIXES = (".h5", ".nwb")
 
 
 def slot_layout(most_untracked: int, any_tracked: bool) -> TrackSlots:

@@ -20,7 +20,7 @@ import numpy as np
 
 from sleap_live.engines.types import FramePoses, Skeleton
 from sleap_live.stream.clock import MONOTONIC, Clock
-from sleap_live.stream.outputs.exports import SLOT_SUFFIXES, prepare_saver, slot_layout
+from sleap_live.stream.outputs.exports import FORMATS, prepare_saver, slot_layout
 from sleap_live.stream.outputs.guard import OutputError
 from sleap_live.stream.outputs.journal import (
     FrameChunk,
@@ -333,7 +333,7 @@ class SlpWriter:
         )
 
     def _slots_note(self) -> str:
-        if self.path.suffix.lower() not in SLOT_SUFFIXES:
+        if not FORMATS[self.path.suffix.lower()].slots:
             return ""
         if slot_layout(self._most_untracked, self._any_tracked) != "by_place":
             return ""

@@ -149,6 +149,15 @@ def reference(runner, tmp_path_factory):
     return sio.load_file(str(path))
 
 
+def test_each_pose_format_is_one_row_of_the_format_table():
+    from sleap_live.stream.outputs.exports import FORMATS, sidecars
+
+    assert SUFFIXES == tuple(FORMATS) == (".slp", ".h5", ".nwb", ".csv")
+    assert [suffix for suffix, row in FORMATS.items() if row.slots] == [".h5", ".nwb"]
+    assert sidecars(Path("a.CSV")) == [Path("a.CSV.provenance.json")]
+    assert sidecars(Path("a.slp")) == sidecars(Path("a.mp4")) == []
+
+
 def test_slp_holds_every_frame_and_the_provenance(reference):
     assert [frame.frame_idx for frame in reference] == list(range(N_FRAMES))
     assert sum(len(frame) for frame in reference) > N_FRAMES  # several animals per frame
