@@ -17,7 +17,6 @@ All waiting happens on `threading.Condition`s, so `close` wakes every blocked ca
 from __future__ import annotations
 
 import collections
-import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,7 +24,6 @@ from typing import Generic, Literal, TypeVar
 
 import attrs
 
-from sleap_live.stream.clock import CLOCK_POLL, Clock
 from sleap_live.stream.errors import ChannelClosed, ChannelEmpty, ChannelFull
 
 T = TypeVar("T")
@@ -198,27 +196,6 @@ class Channel(Generic[T]):
                     raise ChannelEmpty(f"channel empty after waiting {timeout} s")
                 self._not_empty.wait(remaining)
             return self._pop()
-
-    def get_by(self, deadline: float, clock: Clock) -> T:
-        """Take the oldest item, waiting until `clock` shows `deadline` at most.
-
-        For waits that are timing decisions (a stalled source, a batch's wait) rather
-        than bounds on blocking: the wait is on the pipeline's clock, in real slices
-        of at most `CLOCK_POLL` seconds, so a clock moved by another thread (a
-        test's fake clock) is noticed. An infinite deadline waits as `get()` does.
-
-        Raises:
-            ChannelClosed: if the channel is closed and drained.
-            ChannelEmpty: if `clock` reached `deadline` with the channel open and empty.
-        """
-        if math.isinf(deadline):
-            return self.get()
-        while (remaining := deadline - clock()) > 0:
-            try:
-                return self.get(min(remaining, CLOCK_POLL))
-            except ChannelEmpty:
-                continue
-        return self.get_nowait()
 
     def get_nowait(self) -> T:
         """Take the oldest item without waiting.
