@@ -35,6 +35,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from sleap_live.engines.engine_table import BF16, FP32
 from sleap_live.engines.errors import (
     EngineError,
     ModelConfigError,
@@ -58,9 +59,9 @@ from sleap_live.engines.types import FramePoses, ModelInfo
 
 LOG = logging.getLogger("sleap_live.engines.runners")
 
-# User-facing precision names (TensorRT's spelling) and OpenVINO's hint for each.
-PRECISIONS = {"fp32": "f32", "bf16": "bf16"}
-DEFAULT_PRECISION = "fp32"
+# OpenVINO's hint for each of the engine table's precisions of engine "openvino".
+PRECISIONS = {FP32: "f32", BF16: "bf16"}
+DEFAULT_PRECISION = FP32
 # Where the metadata sits in an OpenVINO model's rt_info: an IR's own copy, then
 # the ONNX `metadata_props` the ONNX frontend keeps.
 IR_METADATA_PATH = [METADATA_KEY]

@@ -20,10 +20,11 @@ from typing import Any, NoReturn
 import attrs
 from rich.console import Console
 
+from sleap_live.engines.engine_table import CLI_PRECISIONS, ENGINES, engines_taking
 from sleap_live.engines.notify import Notify
 from sleap_live.engines.runners.base import Runner
 from sleap_live.engines.runners.devices import DEVICE_FORMS, is_device
-from sleap_live.engines.runners.load import COMPILE_MODES, ENGINES, load_runner
+from sleap_live.engines.runners.load import COMPILE_MODES, load_runner
 from sleap_live.engines.settings import (
     DEFAULT_SETTINGS,
     LEGACY_POSTPROCESSES,
@@ -34,13 +35,6 @@ from sleap_live.stream.sources import DECODERS, Source, is_url
 from sleap_live.stream.sources.group import SourceGroup
 
 PROG = "sleap-live"
-# `--precision`: fp32, bf16 with --engine openvino
-# (`sleap_live.engines.runners.openvino.PRECISIONS`, written here so that building
-# the parser does not import the runner), int8 with ONNX Runtime on the CPU
-# (`sleap_live.engines.runners.int8`).
-PRECISIONS = ("fp32", "bf16", "int8")
-# The engines that take each reduced precision.
-PRECISION_ENGINES = {"bf16": ("openvino",), "int8": ("onnx", "auto")}
 # What the verification options mean to commands other than `export`.
 IN_MEMORY_EXPORT = (
     "A model directory that runs with ONNX Runtime is exported in memory first and "
@@ -131,7 +125,7 @@ def add_model_options(
     )
     model.add_argument(
         "--precision",
-        choices=PRECISIONS,
+        choices=CLI_PRECISIONS,
         help="fp32; bf16 with --engine openvino on CPUs that have it; int8 with --engine onnx "
         "or auto on the CPU: the networks quantised by ONNX Runtime (pre/postprocessing stay "
         "fp32), calibrated on the verification frames (else the training labels' frames) and "
@@ -171,7 +165,7 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
     """
     options: dict[str, Any] = {}
     if args.precision is not None:
-        engines = PRECISION_ENGINES.get(args.precision, ("openvino", "onnx", "auto"))
+        engines = engines_taking(args.precision)
         if args.engine not in engines:
             raise UsageError(
                 f"--precision {args.precision} is an option of --engine {' or '.join(engines)}"
