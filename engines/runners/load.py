@@ -24,9 +24,11 @@ that fails or does not verify is an `ExportError`, not a quiet switch to torch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import attrs
 
 from sleap_live.engines import engine_table
 from sleap_live.engines.cache import cache_root
@@ -44,7 +46,7 @@ from sleap_live.engines.runners.constructors import Request
 from sleap_live.engines.runners.devices import DEVICE_FORMS, is_device
 from sleap_live.engines.settings import InferenceSettings
 
-__all__ = ["COMPILE_MODES", "ENGINES", "ENGINE_SUFFIXES", "RUNNERS", "load_runner"]
+__all__ = ["COMPILE_MODES", "ENGINES", "ENGINE_SUFFIXES", "RUNNERS", "LoadOptions", "load_runner"]
 
 # The models ONNX Runtime runs at int8 (`sleap_live.engines.runners.int8`).
 INT8_KINDS = (".onnx", "model directories")
@@ -118,8 +120,9 @@ def load_runner(
         ExportError: an export that fails or does not verify; the message says to
             run with `--engine torch` or skip the verification instead.
     """
+    LoadOptions(engine, device, threads, cache, cache_dir, settings, options)  # checks them
     models = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
-    _check(models, engine, device, options)
+    _check_models(models)
     prefer_passive_wait()  # before any engine loads torch (see `sleap_live.engines.openmp`)
     root = cache_root(cache_dir) if cache else None
     request = Request(models, engine, device, threads, root, progress or quiet, settings, options)
@@ -132,17 +135,59 @@ def load_runner(
     return runner
 
 
-def _check(models: list[Path], name: str, device: str, options: dict[str, Any]) -> None:
-    row = engine_table.engine(name)
-    if not is_device(device):
-        raise ValueError(f"unknown device {device!r} (expected {DEVICE_FORMS})")
+@attrs.frozen
+class LoadOptions:
+    """How a model is loaded: `load_runner`'s arguments bar the model paths and the
+    progress callback, in one frozen record checked when it is made.
+
+    The command line builds one from its options, `run_many` from its arguments,
+    and it travels unchanged (it pickles) to every worker process and Ray actor,
+    which load with `load_runner(paths, **options.arguments())`.
+
+    Attributes:
+        engine, device, threads, cache, cache_dir, settings: `load_runner`'s.
+        options: its other options (`**options`: the engine's, from the engine
+            table, and the in-memory export's).
+
+    Raises:
+        ValueError: an unknown engine or device.
+        TypeError: an option the engine does not take.
+    """
+
+    engine: str = "auto"
+    device: str = "auto"
+    threads: int | None = None
+    cache: bool = True
+    cache_dir: str | Path | None = None
+    settings: InferenceSettings | None = None
+    options: Mapping[str, Any] = attrs.field(factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        row = engine_table.engine(self.engine)
+        if not is_device(self.device):
+            raise ValueError(f"unknown device {self.device!r} (expected {DEVICE_FORMS})")
+        unknown = set(self.options) - {*EXPORT_OPTIONS, *row.options}
+        if unknown:
+            raise TypeError(f"load_runner got unknown options {sorted(unknown)}")
+
+    def arguments(self) -> dict[str, Any]:
+        """`load_runner`'s keyword arguments."""
+        return {
+            "engine": self.engine,
+            "device": self.device,
+            "threads": self.threads,
+            "cache": self.cache,
+            "cache_dir": self.cache_dir,
+            "settings": self.settings,
+            **self.options,
+        }
+
+
+def _check_models(models: list[Path]) -> None:
     if not 1 <= len(models) <= 2:
         raise ValueError(
             f"give one model, or two model directories for top-down; got {len(models)} paths"
         )
-    unknown = set(options) - {*EXPORT_OPTIONS, *row.options}
-    if unknown:
-        raise TypeError(f"load_runner got unknown options {sorted(unknown)}")
     for path in models:
         if not path.exists():
             raise ModelNotFoundError(f"{path}: no such model file or directory")

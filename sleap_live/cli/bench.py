@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sleap_live.cli.bench_plot import check_plot_option, write_plot
+from sleap_live.cli.loading import load_model
 from sleap_live.cli.options import (
     IN_MEMORY_EXPORT,
     add_cache_options,
@@ -21,7 +22,6 @@ from sleap_live.cli.options import (
     add_verify_options,
     check_models,
     count,
-    load_model,
     positive_float,
     positive_int,
 )

@@ -22,6 +22,7 @@ from sleap_live.cli.camera_options import (
     check_camera_options,
     open_cameras,
 )
+from sleap_live.cli.loading import load_model
 from sleap_live.cli.options import (
     IN_MEMORY_EXPORT,
     PROG,
@@ -32,12 +33,9 @@ from sleap_live.cli.options import (
     add_model_options,
     add_verify_options,
     bit_depth,
-    centroid_only_line,
     check_models,
     count,
     frame_rate,
-    load_model,
-    path_line,
     seconds,
     video_or_url,
 )
@@ -533,6 +531,24 @@ def _print_path(source: Source, runner: Any, decoder: str, console: Console) -> 
     centroid_only = centroid_only_line(runner)
     if centroid_only is not None:
         console.print(centroid_only, highlight=False, soft_wrap=True)
+
+
+def path_line(source: Source, runner: Any) -> str:
+    """The processing path, in one line: ``path: pyav decode -> OnnxRunner on cpu``."""
+    return f"path: {source.decoder} decode -> {type(runner).__name__} on {runner.device}"
+
+
+def centroid_only_line(runner: Any) -> str | None:
+    """One line when the model is a centroid model alone (a top-down pair given without
+    its centered-instance model): its poses are one point per animal. None otherwise."""
+    info = runner.info
+    if info.model_type != "centroid":
+        return None
+    node = ", ".join(info.skeleton.node_names)
+    return (
+        f"a centroid model alone: one point per animal ({node}), no body parts; for whole "
+        "poses give its centered-instance model too (a second -m)"
+    )
 
 
 def _check(args: argparse.Namespace) -> None:
