@@ -14,6 +14,7 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+import attrs
 from rich.console import Console
 
 from sleap_live.cli import many
@@ -314,14 +315,24 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         },
         overwrite=args.overwrite,
     )
-    # A bad recording path or codec is refused here, before any work.
-    OutputOptions(
-        output,
-        args.record,
-        None,
-        args.record_codec,
-        args.record_quality,
+    # Built once, here: a bad recording path or codec is refused before any work.
+    outputs = OutputOptions(
+        output=output,
+        record=args.record,
+        save_interval=args.save_interval,
+        record_codec=args.record_codec,
+        record_quality=args.record_quality,
+        provenance={
+            "models": model_records(args.models),
+            "command": args.command,
+            "options": {
+                name: str(value) if isinstance(value, Path) else value
+                for name, value in vars(args).items()
+                if name not in ("handler", "command")
+            },
+        },
         record_overlay=args.record_overlay,
+        overwrite=args.overwrite,
     )
     # The pose output's journal is opened (and locked) before any server binds: a
     # journal that cannot be opened fails the run with no server started, and its
@@ -334,7 +345,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             _bind_preview(args, console) as preview,
         ):
             return _run(
-                args, console, video, output, publisher, preview, claim, tracking, closed_loop
+                args, console, video, outputs, publisher, preview, claim, tracking, closed_loop
             )
     finally:
         if claim is not None:
@@ -345,7 +356,7 @@ def _run(
     args: argparse.Namespace,
     console: Console,
     video: Path | None,
-    output: Path | None,
+    outputs: OutputOptions,
     publisher: Publisher | None,
     preview: PreviewServer | None,
     claim: JournalClaim | None,
@@ -371,25 +382,7 @@ def _run(
                 source,
                 runner,
                 batch_size=args.batch_size,
-                outputs=OutputOptions(
-                    output=output,
-                    record=args.record,
-                    save_interval=args.save_interval,
-                    record_codec=args.record_codec,
-                    record_quality=args.record_quality,
-                    provenance={
-                        "models": model_records(args.models),
-                        "command": args.command,
-                        "options": {
-                            name: str(value) if isinstance(value, Path) else value
-                            for name, value in vars(args).items()
-                            if name not in ("handler", "command")
-                        },
-                    },
-                    record_overlay=args.record_overlay,
-                    claim=claim,
-                    overwrite=args.overwrite,
-                ),
+                outputs=attrs.evolve(outputs, claim=claim),
                 tracking=tracking,
                 experiment=closed_loop,
             )
@@ -405,9 +398,9 @@ def _run(
             try:
                 _process(pipeline, args, console)
             except KeyboardInterrupt:
-                _summarise(pipeline, output, console)
+                _summarise(pipeline, outputs.output, console)
                 raise
-            _summarise(pipeline, output, console)
+            _summarise(pipeline, outputs.output, console)
         finally:
             runner.close()
     if preview is not None and _holds(args, console):
