@@ -13,7 +13,6 @@ import contextlib
 import glob
 import os
 from pathlib import Path
-from typing import Any
 
 import attrs
 from rich.console import Console
@@ -25,6 +24,7 @@ from sleap_live.cli.options import (
     UsageError,
     check_models,
     positive_int,
+    run_provenance,
 )
 from sleap_live.cli.tracking_options import tracking_settings
 from sleap_live.stream.dashboard import live_display
@@ -33,7 +33,6 @@ from sleap_live.stream.many.finish import OUTPUTS_TO
 from sleap_live.stream.many.run import DEFAULT_RETRIES, DEFAULT_STREAMS, run_jobs, with_threads
 from sleap_live.stream.many.videos import DEFAULT_NAME_PATTERN, escaped, find_videos, plan_jobs
 from sleap_live.stream.many.worker import WorkOptions
-from sleap_live.stream.outputs.provenance import model_records
 
 # The options of a single run that cannot apply over many videos, and why. Each
 # names one file, one endpoint or one live source, or serves one run's poses as they
@@ -175,11 +174,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         read_timeout=args.read_timeout,
         save_interval=args.save_interval,
         tracking=tracking_settings(args),
-        provenance={
-            "models": model_records(args.models),
-            "command": "run",
-            "options": _options_record(args),
-        },
+        provenance=run_provenance(args),
     )
     cores = os.cpu_count() or 1
     if args.cluster is None and workers is not None and workers > cores:
@@ -248,17 +243,3 @@ def _check(args: argparse.Namespace) -> None:
     preview_options = (args.preview_port, args.preview_host, args.preview_hold)
     if any(option is not None for option in preview_options):
         raise UsageError("--preview-port, --preview-host and --preview-hold apply with --preview")
-
-
-def _options_record(args: argparse.Namespace) -> dict[str, Any]:
-    """The command line's options, as JSON values, for the outputs' provenance."""
-    record: dict[str, Any] = {}
-    for name, value in vars(args).items():
-        if name in ("handler", "command"):
-            continue
-        if isinstance(value, Path):
-            value = os.fspath(value)
-        elif isinstance(value, list):
-            value = [os.fspath(item) if isinstance(item, Path) else item for item in value]
-        record[name] = value
-    return record

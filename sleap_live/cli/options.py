@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -26,6 +27,7 @@ from sleap_live.engines.settings import (
     LEGACY_POSTPROCESSES,
     InferenceSettings,
 )
+from sleap_live.stream.outputs.provenance import model_records
 from sleap_live.stream.sources import DECODERS, is_url
 
 PROG = "sleap-live"
@@ -386,6 +388,21 @@ def check_models(args: argparse.Namespace) -> None:
     """Raises `UsageError` unless -m was given once, or twice (top-down)."""
     if len(args.models) > 2:
         raise UsageError("give -m once, or twice for a top-down model")
+
+
+def run_provenance(args: argparse.Namespace) -> dict[str, Any]:
+    """What a run's outputs record of the command: the models (`model_records`), the
+    command, and its options as JSON values."""
+    options: dict[str, Any] = {}
+    for name, value in vars(args).items():
+        if name in ("handler", "command"):
+            continue
+        if isinstance(value, Path):
+            value = os.fspath(value)
+        elif isinstance(value, list):
+            value = [os.fspath(item) if isinstance(item, Path) else item for item in value]
+        options[name] = value
+    return {"models": model_records(args.models), "command": args.command, "options": options}
 
 
 def add_overwrite_option(parser: argparse.ArgumentParser, what: str) -> None:

@@ -37,6 +37,7 @@ from sleap_live.cli.options import (
     check_models,
     count,
     frame_rate,
+    run_provenance,
     seconds,
     video_or_url,
 )
@@ -49,7 +50,6 @@ from sleap_live.stream.memory import check_batch_memory
 from sleap_live.stream.outputs.exports import check_suffix
 from sleap_live.stream.outputs.guard import check_outputs
 from sleap_live.stream.outputs.options import OutputOptions
-from sleap_live.stream.outputs.provenance import model_records
 from sleap_live.stream.outputs.recorder import DEFAULT_RECORD_CODEC, RECORD_CODECS
 from sleap_live.stream.outputs.recovery import JournalClaim
 from sleap_live.stream.outputs.slp import DEFAULT_SAVE_INTERVAL
@@ -322,15 +322,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         save_interval=args.save_interval,
         record_codec=args.record_codec,
         record_quality=args.record_quality,
-        provenance={
-            "models": model_records(args.models),
-            "command": args.command,
-            "options": {
-                name: str(value) if isinstance(value, Path) else value
-                for name, value in vars(args).items()
-                if name not in ("handler", "command")
-            },
-        },
+        provenance=run_provenance(args),
         record_overlay=args.record_overlay,
         overwrite=args.overwrite,
     )
