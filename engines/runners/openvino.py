@@ -157,7 +157,7 @@ class OpenVINORunner:
             compared (`precision_check`).
         cache_dir: OpenVINO's compiled-model cache (`CACHE_DIR`), so a later
             start skips most of the compilation; None compiles every time.
-        notice: where the bf16 comparison line goes.
+        notify: where the bf16 comparison line goes.
 
     Attributes:
         info, metadata, device ("cpu"), precision.
@@ -179,7 +179,7 @@ class OpenVINORunner:
         threads: int | None = None,
         check_frames: np.ndarray | DeferredFrames | None = None,
         cache_dir: str | Path | None = None,
-        notice: Notify = LOG.warning,
+        notify: Notify = LOG.warning,
     ) -> None:
         if precision not in PRECISIONS:
             raise ValueError(
@@ -219,7 +219,7 @@ class OpenVINORunner:
             assert check_frames is not None
             reference = _compile(core, graph, DEFAULT_PRECISION, config).create_infer_request()
             self.precision_check = self._compare(reference, np.asarray(given_frames(check_frames)))
-            notice(self.precision_check.line())
+            notify(self.precision_check.line())
 
     def run(self, frames: Any, *, stream: Any = None) -> list[FramePoses]:
         """Poses for each frame of a uint8 (B, H, W, C) batch (numpy or CPU tensor).
