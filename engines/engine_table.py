@@ -15,6 +15,8 @@ FP32 = "fp32"
 BF16 = "bf16"
 FP16 = "fp16"
 INT8 = "int8"
+# Options of the in-memory ONNX export of model directories, which every engine takes.
+EXPORT_OPTIONS = ("opset", "verify", "verify_frames")
 # Options of the GPU runners (torch and ONNX Runtime on CUDA).
 GPU_OPTIONS = ("stream", "cuda_graphs", "execution_provider")
 # The kinds of model (`load_runner`'s `RUNNERS` rows) each engine runs, in words.
@@ -33,7 +35,7 @@ class Engine:
     Attributes:
         name: the `engine=` value (`--engine`).
         options: `load_runner` options it takes besides an on-demand export's
-            (`sleap_live.engines.export.on_demand.EXPORT_OPTIONS`).
+            (`EXPORT_OPTIONS`).
         precisions: the `precision=` values it takes (the first is its default).
         cli_precisions: those `--precision` offers with it (TensorRT's fp16 is
             the Python API's only).

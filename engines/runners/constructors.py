@@ -12,9 +12,8 @@ from typing import Any
 
 import attrs
 
-from sleap_live.engines.engine_table import GPU_OPTIONS
+from sleap_live.engines.engine_table import EXPORT_OPTIONS, GPU_OPTIONS
 from sleap_live.engines.errors import ModelConfigError
-from sleap_live.engines.export.on_demand import EXPORT_OPTIONS
 from sleap_live.engines.export.tensorrt import ENGINE_SUFFIXES
 from sleap_live.engines.notify import Notify, notice
 from sleap_live.engines.runners import devices

@@ -24,18 +24,16 @@ that fails or does not verify is an `ExportError`, not a quiet switch to torch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
-
-import attrs
 
 from sleap_live.engines import engine_table
 from sleap_live.engines.cache import cache_root
 from sleap_live.engines.engine_table import ENGINES, FP32, INT8
 from sleap_live.engines.errors import ModelNotFoundError
-from sleap_live.engines.export.on_demand import EXPORT_OPTIONS
 from sleap_live.engines.export.tensorrt import ENGINE_SUFFIXES
+from sleap_live.engines.load_options import LoadOptions
 from sleap_live.engines.notify import Notify, quiet
 from sleap_live.engines.openmp import prefer_passive_wait
 from sleap_live.engines.runners import constructors as make
@@ -43,10 +41,9 @@ from sleap_live.engines.runners import devices
 from sleap_live.engines.runners.base import Runner
 from sleap_live.engines.runners.compile_modes import COMPILE_MODES
 from sleap_live.engines.runners.constructors import Request
-from sleap_live.engines.runners.devices import DEVICE_FORMS, is_device
 from sleap_live.engines.settings import InferenceSettings
 
-__all__ = ["COMPILE_MODES", "ENGINES", "ENGINE_SUFFIXES", "RUNNERS", "LoadOptions", "load_runner"]
+__all__ = ["COMPILE_MODES", "ENGINES", "ENGINE_SUFFIXES", "RUNNERS", "load_runner"]
 
 # The models ONNX Runtime runs at int8 (`sleap_live.engines.runners.int8`).
 INT8_KINDS = (".onnx", "model directories")
@@ -133,54 +130,6 @@ def load_runner(
     if settings is not None:
         make.run_with(runner, settings, ", ".join(map(str, models)))
     return runner
-
-
-@attrs.frozen
-class LoadOptions:
-    """How a model is loaded: `load_runner`'s arguments bar the model paths and the
-    progress callback, in one frozen record checked when it is made.
-
-    The command line builds one from its options, `run_many` from its arguments,
-    and it travels unchanged (it pickles) to every worker process and Ray actor,
-    which load with `load_runner(paths, **options.arguments())`.
-
-    Attributes:
-        engine, device, threads, cache, cache_dir, settings: `load_runner`'s.
-        options: its other options (`**options`: the engine's, from the engine
-            table, and the in-memory export's).
-
-    Raises:
-        ValueError: an unknown engine or device.
-        TypeError: an option the engine does not take.
-    """
-
-    engine: str = "auto"
-    device: str = "auto"
-    threads: int | None = None
-    cache: bool = True
-    cache_dir: str | Path | None = None
-    settings: InferenceSettings | None = None
-    options: Mapping[str, Any] = attrs.field(factory=dict)
-
-    def __attrs_post_init__(self) -> None:
-        row = engine_table.engine(self.engine)
-        if not is_device(self.device):
-            raise ValueError(f"unknown device {self.device!r} (expected {DEVICE_FORMS})")
-        unknown = set(self.options) - {*EXPORT_OPTIONS, *row.options}
-        if unknown:
-            raise TypeError(f"load_runner got unknown options {sorted(unknown)}")
-
-    def arguments(self) -> dict[str, Any]:
-        """`load_runner`'s keyword arguments."""
-        return {
-            "engine": self.engine,
-            "device": self.device,
-            "threads": self.threads,
-            "cache": self.cache,
-            "cache_dir": self.cache_dir,
-            "settings": self.settings,
-            **self.options,
-        }
 
 
 def _check_models(models: list[Path]) -> None:

@@ -16,9 +16,10 @@ from typing import Any
 from rich.console import Console
 
 from sleap_live.cli.options import engine_options, inference_settings
+from sleap_live.engines.load_options import LoadOptions
 from sleap_live.engines.notify import Notify
 from sleap_live.engines.runners.base import Runner
-from sleap_live.engines.runners.load import LoadOptions, load_runner
+from sleap_live.engines.runners.load import load_runner
 from sleap_live.stream.runner import deferred_spread_frames, load_for_source
 from sleap_live.stream.sources import Source
 from sleap_live.stream.sources.group import SourceGroup

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import attrs
 
-from sleap_live.engines.runners.load import LoadOptions
+from sleap_live.engines.load_options import LoadOptions
 from sleap_live.stream.many.finish import OUTPUTS_TO, OutputsTo
 from sleap_live.stream.many.local import Interrupted, Reporter, run_here, run_in_processes
 from sleap_live.stream.many.videos import (

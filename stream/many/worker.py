@@ -25,8 +25,8 @@ import attrs
 
 from sleap_live.engines.errors import EngineError
 from sleap_live.engines.load.metadata import ExportMetadata
+from sleap_live.engines.load_options import LoadOptions
 from sleap_live.engines.runners.base import Runner
-from sleap_live.engines.runners.load import LoadOptions, load_runner
 from sleap_live.engines.types import FramePoses, ModelInfo
 from sleap_live.stream.errors import StreamError
 from sleap_live.stream.many.finish import (
@@ -303,6 +303,9 @@ class VideoWorker:
         with self._loading:
             if self._runner is not None:
                 return self._runner, False
+            # Imported here: the runners import the exporters, which import the stream.
+            from sleap_live.engines.runners.load import load_runner
+
             options = self.options
             verify: dict[str, Any] = {}
             if options.load.options.get("verify", True):

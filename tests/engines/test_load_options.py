@@ -11,7 +11,7 @@ import pytest
 from sleap_live.cli import main
 from sleap_live.cli.loading import load_options
 from sleap_live.engines import InferenceSettings
-from sleap_live.engines.runners.load import LoadOptions
+from sleap_live.engines.load_options import LoadOptions
 from sleap_live.stream.many.run import with_threads
 
 
