@@ -58,12 +58,6 @@ class LoadOptions:
 
     def arguments(self) -> dict[str, Any]:
         """`load_runner`'s keyword arguments."""
-        return {
-            "engine": self.engine,
-            "device": self.device,
-            "threads": self.threads,
-            "cache": self.cache,
-            "cache_dir": self.cache_dir,
-            "settings": self.settings,
-            **self.options,
-        }
+        fields = attrs.asdict(self, recurse=False)
+        options = fields.pop("options")
+        return {**fields, **options}

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sleap_live.cli.bench_plot import check_plot_option, write_plot
-from sleap_live.cli.loading import load_model
+from sleap_live.cli.loading import load_runner_for
 from sleap_live.cli.options import (
     IN_MEMORY_EXPORT,
     add_cache_options,
@@ -121,7 +121,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         {"VIDEO": [args.video], "-m": [Path(model) for model in args.models]},
         overwrite=args.overwrite,
     )
-    runner = load_model(args, console, args.video)
+    runner = load_runner_for(args, console, args.video)
     try:
         figures = run_bench(
             runner,

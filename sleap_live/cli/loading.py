@@ -1,7 +1,7 @@
 """How the commands load their model from the parsed options (`options` parses them).
 
 `load_options` builds the one `LoadOptions` record a command's options describe:
-`run` and `bench` load with it here (`load_model`), a run over many videos hands
+`run` and `bench` load with it here (`load_runner_for`), a run over many videos hands
 it to every worker (`many`).
 """
 
@@ -29,7 +29,7 @@ def load_options(args: argparse.Namespace) -> LoadOptions:
     """The `LoadOptions` of a parser with `add_model_options`, `add_cache_options`,
     `add_verify_options` and `add_inference_options`: the engine, device, cache,
     inference settings, engine options and whether to verify (the frames to verify
-    on are the caller's: `load_model`, or each worker's video).
+    on are the caller's: `load_runner_for`, or each worker's video).
 
     Raises:
         UsageError: an engine option with an engine that does not take it
@@ -75,7 +75,7 @@ def loading_status(console: Console, *, quiet: bool = False) -> Iterator[Notify]
             status.stop()
 
 
-def load_model(
+def load_runner_for(
     args: argparse.Namespace,
     console: Console,
     verify_on: Source | SourceGroup | Path | None,

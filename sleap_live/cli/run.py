@@ -23,7 +23,7 @@ from sleap_live.cli.camera_options import (
     check_camera_options,
     open_cameras,
 )
-from sleap_live.cli.loading import load_model
+from sleap_live.cli.loading import load_runner_for
 from sleap_live.cli.options import (
     IN_MEMORY_EXPORT,
     PROG,
@@ -368,7 +368,7 @@ def _run(
             claim = None
         _check_batch_size(args, source)
         # Loaded as `Pipeline` loads model paths: verified on the source's video.
-        runner = load_model(args, console, source, quiet=args.quiet)
+        runner = load_runner_for(args, console, source, quiet=args.quiet)
         try:
             pipeline = Pipeline(
                 source,
