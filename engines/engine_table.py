@@ -1,6 +1,6 @@
 """The engine table: each engine's options, precisions, devices and kinds of model.
 
-`load_runner` validates its arguments against it, the command line takes its
+`LoadOptions` (so `load_runner`) checks its arguments against it, the command line takes its
 `--engine` and `--precision` choices (and refuses a precision an engine does not
 take) from it, and the docs' engine table is written from it (`markdown`), so the
 three cannot disagree. A module of plain records: building the parser imports no
