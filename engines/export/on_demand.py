@@ -160,7 +160,7 @@ class SpecialisedGraphExports:
 
     Args:
         paths: the model directories.
-        export_options: the general graph's export options (`EXPORT_OPTIONS`).
+        export_options: the general graph's export options (`engine_table.EXPORT_OPTIONS`).
         cache: the export cache, or None not to cache.
         progress: told what a slow step is doing.
         settings: the inference settings the graphs are built with (in their key).
