@@ -37,6 +37,7 @@ __all__ = [
     "HeadSpec",
     "InferenceSettings",
     "InputMismatchError",
+    "LoadOptions",
     "ModelConfigError",
     "ModelInfo",
     "ModelNotFoundError",
@@ -55,6 +56,7 @@ __all__ = [
 
 _LAZY = {
     "load_runner": "sleap_live.engines.runners.load",
+    "LoadOptions": "sleap_live.engines.load_options",
     "load_inference_model": "sleap_live.engines.graph.build",
     "export_model": "sleap_live.engines.export",
 }

@@ -1,7 +1,10 @@
 """How engines tell the user what a slow step is doing or what went wrong on the way.
 
-`Notify` is every such callback's type, one line of text in; `notice` is the
-default, that line on stderr.
+`Notify` is every such callback's type, one line of text in. A parameter that
+takes one has one of two names: `progress`, told what a slow step is doing (for a
+status line; default `quiet`), and `notify`, told a notice the user should see (a
+rebuilt cache entry, a graph kept; default `notice`, that line on stderr, or the
+module's logger where the engine reports through logging).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ import numpy as np
 import sleap_io as sio
 from fixtures import media
 
-from sleap_live import run_many
+from sleap_live import LoadOptions, run_many
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = ROOT / "tests" / "data" / "exports" / "single_instance"
@@ -71,10 +71,8 @@ def run_layout(layout: str, clips: Path, model: Path, out: Path, engine: str) ->
         output_dir=out,
         workers=workers,
         streams=streams,
-        threads=threads,
         cluster="local" if on_ray else None,
-        engine=engine,
-        device="cpu",
+        load=LoadOptions(engine=engine, device="cpu", threads=threads),
     )
     wall = time.perf_counter() - started
     frames = sum(result.frames for result in run.results)

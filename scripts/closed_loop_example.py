@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 
-from sleap_live import Pipeline, PoseRecord, open_source
+from sleap_live import LoadOptions, Pipeline, PoseRecord, open_source
 
 
 class RegionTrigger:
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     trigger = RegionTrigger(args.node, min_x=0.6 * source.frame_shape[1])
     # The models load as `sleap-live run` loads them (an export checked against torch
     # on the video's frames with animals), and close with the pipeline.
-    with Pipeline(source, args.models, device=args.device) as pipeline:
+    with Pipeline(source, args.models, load=LoadOptions(device=args.device)) as pipeline:
         pipeline.on_poses(trigger, on_skip=trigger.skipped)
         newest = pipeline.ring.reader()
         deadline = time.monotonic() + args.seconds

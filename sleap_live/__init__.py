@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         FramePoses,
         InferenceSettings,
         InputMismatchError,
+        LoadOptions,
         ModelConfigError,
         ModelInfo,
         ModelNotFoundError,
@@ -97,6 +98,7 @@ _ORIGINS = {
     "InferenceSettings": "sleap_live.engines",
     "export_model": "sleap_live.engines",
     "load_runner": "sleap_live.engines",
+    "LoadOptions": "sleap_live.engines",
     "Runner": "sleap_live.engines.runners.base",
     # Errors: every one a sleap-live command reports in one line.
     "EngineError": "sleap_live.engines",

@@ -44,12 +44,13 @@ import os
 import resource
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from sleap_live.engines.notify import Notify, quiet
 from sleap_live.stream.batching import STAGES, StageTimes
 from sleap_live.stream.errors import SourceError
 from sleap_live.stream.pipeline import Pipeline
@@ -372,7 +373,7 @@ def run_bench(
     loops: int | None = None,
     live_fps: float = 30.0,
     soak_frames: int = 20_000,
-    progress: Callable[[str], None] | None = None,
+    progress: Notify = quiet,
     decoder: str = "pyav",
 ) -> dict[str, Any]:
     """Every measurement of the module docstring, with one runner.
@@ -387,14 +388,13 @@ def run_bench(
             `MIN_STEADY_FRAMES`).
         live_fps: replay rate of the live run.
         soak_frames: frames of the soak run (0 skips it).
-        progress: called with a line saying what is measured next.
+        progress: told, in one line, what is measured next.
         decoder: what decodes the recorded runs (see `open_file`).
 
     Returns:
         A JSON-ready dict: the run's settings, then "engine", "recorded", "live" and,
         unless skipped, "soak" (see the `bench_*` functions).
     """
-    say = progress or (lambda line: None)
     decoded = decode_all(video, frames)
     limit = len(decoded)
     loops = loops or -(-MIN_STEADY_FRAMES // limit)
@@ -410,17 +410,17 @@ def run_bench(
     started = time.perf_counter()
     warm_up(runner, decoded, batch_size)
     first_fps = limit / max(time.perf_counter() - started, 1e-9)
-    say(plan(limit, loops, repeats, batch_size, live_fps, soak_frames, first_fps))
-    say(
+    progress(plan(limit, loops, repeats, batch_size, live_fps, soak_frames, first_fps))
+    progress(
         f"engine only and recorded pipeline: {limit} frames x {loops} loops,"
         f" batch {batch_size}, {repeats} runs each ..."
     )
     results["engine"], results["recorded"] = bench_throughput(
         runner, video, decoded, batch_size, repeats=repeats, loops=loops, decoder=decoder, warm=True
     )
-    say(f"live replay at {live_fps:g} fps ...")
+    progress(f"live replay at {live_fps:g} fps ...")
     results["live"] = bench_live(runner, video, live_fps, limit)
     if soak_frames:
-        say(f"soak: {soak_frames} frames ...")
+        progress(f"soak: {soak_frames} frames ...")
         results["soak"] = bench_soak(runner, decoded, soak_frames, batch_size)
     return results

@@ -52,8 +52,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from sleap_live.engines.load_options import LoadOptions
 from sleap_live.engines.runners.base import Runner
-from sleap_live.engines.settings import InferenceSettings
 from sleap_live.stream.batching import (
     DEFAULT_BATCH_SIZE,
     POLICIES,
@@ -158,12 +158,9 @@ class Pipeline:
             recording, and provenance entries (the model paths are there already
             when `model_or_runner` is paths; add ``{"models":
             provenance.model_records(paths)}`` with a runner). None: nothing.
-        engine: runtime used when loading models from paths ("auto", "torch", "onnx").
-        device: device used when loading models from paths ("auto", "cpu", "cuda", ...).
-        settings: the inference settings models loaded from paths run with (see
-            `load_runner`; default: a model directory's are sleap-nn predict's, an
-            export's are those it was exported with). A runner passed in runs
-            with its own: give them to `load_runner` instead.
+        load: how model paths are loaded (`LoadOptions`: the engine, device,
+            inference settings, ... of `load_runner`; None: its defaults). A runner
+            passed in is loaded already: give them to `load_runner` instead.
         warmup: run the engine once on a blank batch before capture starts, so
             one-time initialisation neither delays nor drops the first frames nor
             shows up in the latency statistics.
@@ -195,7 +192,7 @@ class Pipeline:
         ValueError: an unknown policy, a batch size below 1 (or, with a
             `SourceGroup`, other than its number of sources), or one whose frames in
             flight would not fit in memory (`check_batch_memory`); a stop
-            timeout that is not a positive number of seconds; `settings` with a
+            timeout that is not a positive number of seconds; `load` with a
             runner; `tracking` with a multi-class model.
         ExperimentError: an experiment naming nodes or animals the model lacks
             (a ValueError, one line per mistake).
@@ -217,9 +214,7 @@ class Pipeline:
         policy: Policy | None = None,
         ring_capacity: int = DEFAULT_RING_CAPACITY,
         outputs: OutputOptions | None = None,
-        engine: str = "auto",
-        device: str = "auto",
-        settings: InferenceSettings | None = None,
+        load: LoadOptions | None = None,
         warmup: bool = True,
         clock: Clock = MONOTONIC,
         stop_timeout: float | None = DEFAULT_STOP_TIMEOUT,
@@ -236,10 +231,10 @@ class Pipeline:
                 )
             batch_size = n_sources
         policy, batch_size = choose_policy(policy, source.is_live, batch_size)
-        if settings is not None and isinstance(model_or_runner, Runner):
+        if load is not None and isinstance(model_or_runner, Runner):
             raise ValueError(
-                "settings apply to a model the pipeline loads; a runner runs with its own "
-                "(load it with load_runner(..., settings=...))"
+                "load options apply to a model the pipeline loads; a runner is loaded "
+                "already (give them to load_runner)"
             )
         outputs = outputs if outputs is not None else OutputOptions()
         self._output_options = attrs.evolve(
@@ -260,9 +255,7 @@ class Pipeline:
         self.runner, self._owns_runner = as_runner(
             model_or_runner,
             source,
-            engine=engine,
-            device=device,
-            **({} if settings is None else {"settings": settings}),
+            **(load or LoadOptions()).arguments(),
         )
         info = self.runner.info
         self._tracking: PoseTracking | None = None

@@ -15,6 +15,7 @@ FRONT_DOOR = [
     "FramePoses",
     "InferenceSettings",
     "InputMismatchError",
+    "LoadOptions",
     "ManyResult",
     "ModelConfigError",
     "ModelInfo",

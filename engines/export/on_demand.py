@@ -36,8 +36,6 @@ from sleap_live.engines.load.spec import TRAINING_CONFIG
 from sleap_live.engines.notify import Notify, notice
 from sleap_live.engines.settings import InferenceSettings
 
-# Options of the in-memory ONNX export of model directories.
-EXPORT_OPTIONS = ("opset", "verify", "verify_frames")
 # (height, width, channels) of the frames a graph is specialised to.
 FrameShape = tuple[int, int, int]
 FIRST_EXPORT = "exporting model (first run, cached for next time)"
@@ -162,7 +160,7 @@ class SpecialisedGraphExports:
 
     Args:
         paths: the model directories.
-        export_options: the general graph's export options (`EXPORT_OPTIONS`).
+        export_options: the general graph's export options (`engine_table.EXPORT_OPTIONS`).
         cache: the export cache, or None not to cache.
         progress: told what a slow step is doing.
         settings: the inference settings the graphs are built with (in their key).

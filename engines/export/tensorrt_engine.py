@@ -20,11 +20,12 @@ from typing import Any
 
 import attrs
 
+from sleap_live.engines import engine_table
 from sleap_live.engines.errors import ModelConfigError, ModelNotFoundError
 from sleap_live.engines.load.metadata import ExportMetadata
 from sleap_live.stream.outputs.staging import staged_file
 
-PRECISIONS = ("fp32", "fp16")
+PRECISIONS = engine_table.engine("tensorrt").precisions
 MAGIC = b"sleap-live tensorrt engine\n"
 HEADER_SCHEMA = "sleap-live/tensorrt-engine"
 HEADER_VERSION = 1

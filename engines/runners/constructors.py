@@ -12,16 +12,14 @@ from typing import Any
 
 import attrs
 
+from sleap_live.engines.engine_table import EXPORT_OPTIONS, GPU_OPTIONS
 from sleap_live.engines.errors import ModelConfigError
-from sleap_live.engines.export.on_demand import EXPORT_OPTIONS
 from sleap_live.engines.export.tensorrt import ENGINE_SUFFIXES
 from sleap_live.engines.notify import Notify, notice
 from sleap_live.engines.runners import devices
 from sleap_live.engines.runners.base import Runner
 from sleap_live.engines.runners.cpu_runners import CpuRunners
 from sleap_live.engines.settings import InferenceSettings, check_exported_settings, with_settings
-
-GPU_OPTIONS = ("stream", "cuda_graphs", "execution_provider")
 
 
 @attrs.frozen

@@ -102,7 +102,7 @@ def choose_cpu_runner(
     frames: np.ndarray | DeferredFrames | None,
     threads: int | None,
     cache_dir: Path | None,
-    notice: Notify = LOG.warning,
+    notify: Notify = LOG.warning,
 ) -> OnnxRuntimeRunner | OpenVINORunner:
     """The runner auto picks on the CPU (see the module docstring).
 
@@ -113,20 +113,20 @@ def choose_cpu_runner(
             read only when the choice is not cached.
         threads: the thread count both runners were given (part of the key).
         cache_dir: sleap-live's cache directory; None measures without keeping it.
-        notice: where the one-line choice goes.
+        notify: where the one-line choice goes.
     """
     pinned = os.environ.get(ENGINE_ENV)
     if pinned is not None and pinned not in NAMES:
         raise ValueError(f"{ENGINE_ENV}={pinned!r}: expected one of {', '.join(NAMES)}")
     if pinned == OPENVINO:
-        notice(CpuChoice(OPENVINO, None, None, (), f"pinned by {ENGINE_ENV}").line())
+        notify(CpuChoice(OPENVINO, None, None, (), f"pinned by {ENGINE_ENV}").line())
         return openvino_runner()
     if pinned == ONNX or not openvino_installed():
         return onnx_runner()
     onnx = onnx_runner()
     if frames is None:
         choice = CpuChoice(ONNX, None, None, (), "no verification frames to time OpenVINO on")
-        notice(choice.line())
+        notify(choice.line())
         return onnx
     frame_shape = (
         frames.frame_shape
@@ -140,7 +140,7 @@ def choose_cpu_runner(
     )
     cached = _cached(path, frame_shape)
     if cached is not None:
-        notice(cached.line())
+        notify(cached.line())
         if cached.engine == ONNX:
             return onnx
         onnx.close()
@@ -148,7 +148,7 @@ def choose_cpu_runner(
     try:
         openvino = openvino_runner()
     except ModelConfigError as error:
-        notice(CpuChoice(ONNX, None, None, (), f"OpenVINO cannot run this graph: {error}").line())
+        notify(CpuChoice(ONNX, None, None, (), f"OpenVINO cannot run this graph: {error}").line())
         return onnx
     runners: dict[str, OnnxRuntimeRunner | OpenVINORunner] = {ONNX: onnx, OPENVINO: openvino}
     frames = np.asarray(given_frames(frames))
@@ -159,7 +159,7 @@ def choose_cpu_runner(
     )
     if path is not None:
         _store(path, choice)
-    notice(choice.line())
+    notify(choice.line())
     for name, runner in runners.items():
         if name != engine:
             runner.close()

@@ -9,9 +9,9 @@ from typing import Any
 
 import attrs
 
+from sleap_live.engines.engine_table import INT8
 from sleap_live.engines.runners.base import Runner
 from sleap_live.engines.runners.devices import onnx_device
-from sleap_live.engines.runners.precisions import INT8
 from sleap_live.engines.runners.specialise import SpecialisedGraphs
 
 # OpenVINO's compiled models go in this folder of the cache root.

@@ -252,7 +252,7 @@ class GraphedForward:
             input's shape (a fixed-shape graph's), every shape is captured.
         capture: captures a graph (`capture_cuda_graph`; tests pass a stand-in).
         max_graphs: graphs kept; the least recently used is dropped beyond it.
-        notice: where the one-line notice goes.
+        notify: where the one-line notice goes.
     """
 
     def __init__(
@@ -263,13 +263,13 @@ class GraphedForward:
         *,
         capture: Capture = capture_cuda_graph,
         max_graphs: int = DEFAULT_MAX_GRAPHS,
-        notice: Notify = LOG.warning,
+        notify: Notify = LOG.warning,
     ) -> None:
         self._forward = forward
         self._output_names = tuple(output_names)
         self._output_axes = None if output_axes is None else dict(output_axes)
         self._graphs = GraphCache(capture, max_graphs)
-        self._notice = notice
+        self._notify = notify
         self.eager_reason: str | None = None
 
     @property
@@ -308,7 +308,7 @@ class GraphedForward:
                 reason = f"capture failed ({type(error).__name__}: {error})".replace("\n", " ")
         if reason is not None:
             self.eager_reason = reason
-            self._notice(f"CUDA graphs off, running eagerly: {reason}")
+            self._notify(f"CUDA graphs off, running eagerly: {reason}")
         return outputs
 
 

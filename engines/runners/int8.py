@@ -41,6 +41,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from sleap_live.engines.engine_table import FP32, INT8
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.export.frames import verification_frames
 from sleap_live.engines.export.quantise import (
@@ -55,7 +56,6 @@ from sleap_live.engines.load.export_cache import ExportCache
 from sleap_live.engines.notify import Notify, notice
 from sleap_live.engines.runners.cpu_choice import measure
 from sleap_live.engines.runners.onnx import OnnxRunner
-from sleap_live.engines.runners.precisions import FP32, INT8
 
 # Frames with animals kept for calibration and the check.
 CALIBRATION_FRAMES = 16

@@ -1,20 +1,11 @@
 """`load_runner`: one entry point from whatever model the user has to a `Runner`.
 
 The kind of model given picks its runner's constructor (`RUNNERS`, in
-`sleap_live.engines.runners.constructors`), and each kind runs on these engines
-("auto" picks the first):
+`sleap_live.engines.runners.constructors`); which engines run each kind, and the
+options, precisions and devices of each, are the engine table's
+(`sleap_live.engines.engine_table`).
 
-| model given                                | engines                              |
-| ------------------------------------------ | ------------------------------------ |
-| model directories (1, or 2 for top-down)   | onnx*, torch, openvino, tensorrt,    |
-|                                            | torch-compile                        |
-| sleap-live `.onnx` export                  | onnx*, openvino, tensorrt            |
-| sleap-live `.pt` (TorchScript) export      | torch                                |
-| OpenVINO IR `.xml`                         | openvino                             |
-| `sleap-nn export` directory                | onnx                                 |
-| TensorRT engine file (`.engine`/`.plan`)   | tensorrt                             |
-
-*"auto" runs ONNX Runtime on the CPU (or OpenVINO where it measured faster, see
+"auto" runs ONNX Runtime on the CPU (or OpenVINO where it measured faster, see
 `runners.cpu_choice`) and on a GPU with onnxruntime-gpu, torch on a GPU otherwise.
 Model directories run with ONNX Runtime are exported first, verified on the frames
 of `verify_frames` in which the torch model finds animals (with a one-line note
@@ -37,32 +28,23 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from sleap_live.engines import engine_table
 from sleap_live.engines.cache import cache_root
+from sleap_live.engines.engine_table import ENGINES, FP32, INT8
 from sleap_live.engines.errors import ModelNotFoundError
-from sleap_live.engines.export.on_demand import EXPORT_OPTIONS
 from sleap_live.engines.export.tensorrt import ENGINE_SUFFIXES
+from sleap_live.engines.load_options import LoadOptions
 from sleap_live.engines.notify import Notify, quiet
 from sleap_live.engines.openmp import prefer_passive_wait
 from sleap_live.engines.runners import constructors as make
 from sleap_live.engines.runners import devices
 from sleap_live.engines.runners.base import Runner
 from sleap_live.engines.runners.compile_modes import COMPILE_MODES
-from sleap_live.engines.runners.constructors import GPU_OPTIONS, Request
-from sleap_live.engines.runners.devices import DEVICE_FORMS, is_device
-from sleap_live.engines.runners.precisions import FP32, INT8, ONNX_PRECISIONS
+from sleap_live.engines.runners.constructors import Request
 from sleap_live.engines.settings import InferenceSettings
 
 __all__ = ["COMPILE_MODES", "ENGINES", "ENGINE_SUFFIXES", "RUNNERS", "load_runner"]
 
-ENGINES = ("auto", "torch", "onnx", "openvino", "tensorrt", "torch-compile")
-# Options each engine takes besides `EXPORT_OPTIONS` (the GPU runners' by default).
-ENGINE_OPTIONS = {
-    "tensorrt": ("frame_size", "batch_size", "precision", "engine_cache", "stream"),
-    "openvino": ("precision",),
-    "torch-compile": ("compile_mode", "stream"),
-    "onnx": (*GPU_OPTIONS, "precision", "keep_int8"),
-    "auto": (*GPU_OPTIONS, "precision", "keep_int8"),
-}
 # The models ONNX Runtime runs at int8 (`sleap_live.engines.runners.int8`).
 INT8_KINDS = (".onnx", "model directories")
 
@@ -135,8 +117,9 @@ def load_runner(
         ExportError: an export that fails or does not verify; the message says to
             run with `--engine torch` or skip the verification instead.
     """
+    LoadOptions(engine, device, threads, cache, cache_dir, settings, options)  # checks them
     models = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
-    _check(models, engine, device, options)
+    _check_models(models)
     prefer_passive_wait()  # before any engine loads torch (see `sleap_live.engines.openmp`)
     root = cache_root(cache_dir) if cache else None
     request = Request(models, engine, device, threads, root, progress or quiet, settings, options)
@@ -149,18 +132,11 @@ def load_runner(
     return runner
 
 
-def _check(models: list[Path], engine: str, device: str, options: dict[str, Any]) -> None:
-    if engine not in ENGINES:
-        raise ValueError(f"unknown engine {engine!r} (expected one of {ENGINES})")
-    if not is_device(device):
-        raise ValueError(f"unknown device {device!r} (expected {DEVICE_FORMS})")
+def _check_models(models: list[Path]) -> None:
     if not 1 <= len(models) <= 2:
         raise ValueError(
             f"give one model, or two model directories for top-down; got {len(models)} paths"
         )
-    unknown = set(options) - {*EXPORT_OPTIONS, *ENGINE_OPTIONS.get(engine, GPU_OPTIONS)}
-    if unknown:
-        raise TypeError(f"load_runner got unknown options {sorted(unknown)}")
     for path in models:
         if not path.exists():
             raise ModelNotFoundError(f"{path}: no such model file or directory")
@@ -170,10 +146,11 @@ def _check_onnx_precision(request: Request, kind: str) -> None:
     """Engines "auto" and "onnx" take precision "fp32", or "int8" for a sleap-live
     `.onnx` export or model directories on the CPU."""
     precision = request.options.get("precision", FP32)
-    if precision not in ONNX_PRECISIONS:
+    precisions = engine_table.engine("onnx").precisions
+    if precision not in precisions:
         raise ValueError(
             f"precision {precision!r} with engine {request.engine!r}: ONNX Runtime runs "
-            f"{' or '.join(ONNX_PRECISIONS)} (bf16 runs with engine 'openvino', fp16 with "
+            f"{' or '.join(precisions)} (bf16 runs with engine 'openvino', fp16 with "
             "'tensorrt')"
         )
     if precision != INT8:

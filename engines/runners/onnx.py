@@ -184,9 +184,9 @@ class OnnxRunner:
             else:
                 self._io = BoundIO.for_device(session, self.device, axes)
         self._session: Any = session
-        self._shapes: SpecialisedSessions | None = None
+        self._specialised_sessions: SpecialisedSessions | None = None
         if specialised is not None:
-            self._shapes = SpecialisedSessions(
+            self._specialised_sessions = SpecialisedSessions(
                 session,
                 specialised,
                 lambda graph: create_session(graph, providers, intra_op_threads=intra_op_threads),
@@ -195,9 +195,9 @@ class OnnxRunner:
 
     def session_for(self, frame_shape: tuple[int, int, int]) -> Any:
         """The ONNX Runtime session that runs frames of (height, width, channels)."""
-        if self._shapes is None:
+        if self._specialised_sessions is None:
             return self._session
-        return self._shapes.session_for(frame_shape)
+        return self._specialised_sessions.session_for(frame_shape)
 
     def run(self, frames: Any, *, stream: Any = None) -> list[FramePoses]:
         """Poses for each frame of a uint8 (B, H, W, C) batch.
@@ -217,8 +217,8 @@ class OnnxRunner:
         if self._io is None:
             if stream is not None and not isinstance(frames, np.ndarray):
                 stream.synchronize()
-            if self._shapes is not None:
-                outputs = self._shapes.run(as_numpy(frames))
+            if self._specialised_sessions is not None:
+                outputs = self._specialised_sessions.run(as_numpy(frames))
             else:
                 values = self._session.run(None, {self._input_name: as_numpy(frames)})
                 outputs = dict(zip(self._output_names, values, strict=True))
@@ -234,7 +234,7 @@ class OnnxRunner:
         """Releases the session and its buffers; idempotent."""
         self._io = None
         self._session = None
-        self._shapes = None
+        self._specialised_sessions = None
 
 
 def _torch_stream(device: str, stream: Any) -> Any:

@@ -35,6 +35,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from sleap_live.engines.engine_table import BF16, FP32
 from sleap_live.engines.errors import (
     EngineError,
     ModelConfigError,
@@ -58,9 +59,9 @@ from sleap_live.engines.types import FramePoses, ModelInfo
 
 LOG = logging.getLogger("sleap_live.engines.runners")
 
-# User-facing precision names (TensorRT's spelling) and OpenVINO's hint for each.
-PRECISIONS = {"fp32": "f32", "bf16": "bf16"}
-DEFAULT_PRECISION = "fp32"
+# OpenVINO's hint for each of the engine table's precisions of engine "openvino".
+PRECISIONS = {FP32: "f32", BF16: "bf16"}
+DEFAULT_PRECISION = FP32
 # Where the metadata sits in an OpenVINO model's rt_info: an IR's own copy, then
 # the ONNX `metadata_props` the ONNX frontend keeps.
 IR_METADATA_PATH = [METADATA_KEY]
@@ -156,7 +157,7 @@ class OpenVINORunner:
             compared (`precision_check`).
         cache_dir: OpenVINO's compiled-model cache (`CACHE_DIR`), so a later
             start skips most of the compilation; None compiles every time.
-        notice: where the bf16 comparison line goes.
+        notify: where the bf16 comparison line goes.
 
     Attributes:
         info, metadata, device ("cpu"), precision.
@@ -178,7 +179,7 @@ class OpenVINORunner:
         threads: int | None = None,
         check_frames: np.ndarray | DeferredFrames | None = None,
         cache_dir: str | Path | None = None,
-        notice: Notify = LOG.warning,
+        notify: Notify = LOG.warning,
     ) -> None:
         if precision not in PRECISIONS:
             raise ValueError(
@@ -218,7 +219,7 @@ class OpenVINORunner:
             assert check_frames is not None
             reference = _compile(core, graph, DEFAULT_PRECISION, config).create_infer_request()
             self.precision_check = self._compare(reference, np.asarray(given_frames(check_frames)))
-            notice(self.precision_check.line())
+            notify(self.precision_check.line())
 
     def run(self, frames: Any, *, stream: Any = None) -> list[FramePoses]:
         """Poses for each frame of a uint8 (B, H, W, C) batch (numpy or CPU tensor).

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sleap_live.cli.bench_plot import check_plot_option, write_plot
+from sleap_live.cli.loading import load_runner_for
 from sleap_live.cli.options import (
     IN_MEMORY_EXPORT,
     add_cache_options,
@@ -21,7 +22,6 @@ from sleap_live.cli.options import (
     add_verify_options,
     check_models,
     count,
-    load_model,
     positive_float,
     positive_int,
 )
@@ -121,7 +121,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         {"VIDEO": [args.video], "-m": [Path(model) for model in args.models]},
         overwrite=args.overwrite,
     )
-    runner = load_model(args, console, args.video)
+    runner = load_runner_for(args, console, args.video)
     try:
         figures = run_bench(
             runner,

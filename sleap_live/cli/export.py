@@ -19,6 +19,7 @@ from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
+from sleap_live.cli.loading import verify_options
 from sleap_live.cli.options import (
     PROG,
     UsageError,
@@ -27,7 +28,6 @@ from sleap_live.cli.options import (
     add_verify_options,
     inference_settings,
     positive_int,
-    verify_options,
 )
 from sleap_live.engines.export import DEFAULT_OPSET, EXPORT_FORMATS
 from sleap_live.engines.export.formats import FORMAT_NOTE, FORMAT_TABLE, FORMATS

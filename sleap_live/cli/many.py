@@ -13,28 +13,26 @@ import contextlib
 import glob
 import os
 from pathlib import Path
-from typing import Any
 
+import attrs
 from rich.console import Console
 
 from sleap_live.cli.camera_options import check_camera_options
+from sleap_live.cli.loading import load_options
 from sleap_live.cli.options import (
     PROG,
     UsageError,
-    cache_options,
     check_models,
-    engine_options,
-    inference_settings,
     positive_int,
+    run_provenance,
 )
 from sleap_live.cli.tracking_options import tracking_settings
 from sleap_live.stream.dashboard import live_display
 from sleap_live.stream.many.display import ManyProgress, describe, summary_table
 from sleap_live.stream.many.finish import OUTPUTS_TO
-from sleap_live.stream.many.run import DEFAULT_RETRIES, DEFAULT_STREAMS, default_threads, run_jobs
+from sleap_live.stream.many.run import DEFAULT_RETRIES, DEFAULT_STREAMS, run_jobs, with_threads
 from sleap_live.stream.many.videos import DEFAULT_NAME_PATTERN, escaped, find_videos, plan_jobs
 from sleap_live.stream.many.worker import WorkOptions
-from sleap_live.stream.outputs.provenance import model_records
 
 # The options of a single run that cannot apply over many videos, and why. Each
 # names one file, one endpoint or one live source, or serves one run's poses as they
@@ -166,27 +164,17 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     workers = args.workers
     options = WorkOptions(
         models=tuple(os.fspath(Path(model).absolute()) for model in args.models),
-        engine=args.engine,
-        device=args.device,
-        threads=args.threads
-        if args.threads is not None
-        else default_threads(workers, args.cluster),
+        load=with_threads(
+            attrs.evolve(load_options(args), threads=args.threads), workers, args.cluster
+        ),
         batch_size=args.batch_size,
-        settings=inference_settings(args),
-        verify=args.verify,
         verify_video=None if args.verify_video is None else os.fspath(args.verify_video),
         decoder=args.decoder,
         bit_depth=args.bit_depth,
         read_timeout=args.read_timeout,
         save_interval=args.save_interval,
-        load_options=engine_options(args),
         tracking=tracking_settings(args),
-        provenance={
-            "models": model_records(args.models),
-            "command": "run",
-            "options": _options_record(args),
-        },
-        **_cache(args),
+        provenance=run_provenance(args),
     )
     cores = os.cpu_count() or 1
     if args.cluster is None and workers is not None and workers > cores:
@@ -255,23 +243,3 @@ def _check(args: argparse.Namespace) -> None:
     preview_options = (args.preview_port, args.preview_host, args.preview_hold)
     if any(option is not None for option in preview_options):
         raise UsageError("--preview-port, --preview-host and --preview-hold apply with --preview")
-
-
-def _cache(args: argparse.Namespace) -> dict[str, Any]:
-    options = cache_options(args)
-    folder = options["cache_dir"]
-    return {"cache": options["cache"], "cache_dir": None if folder is None else os.fspath(folder)}
-
-
-def _options_record(args: argparse.Namespace) -> dict[str, Any]:
-    """The command line's options, as JSON values, for the outputs' provenance."""
-    record: dict[str, Any] = {}
-    for name, value in vars(args).items():
-        if name in ("handler", "command"):
-            continue
-        if isinstance(value, Path):
-            value = os.fspath(value)
-        elif isinstance(value, list):
-            value = [os.fspath(item) if isinstance(item, Path) else item for item in value]
-        record[name] = value
-    return record

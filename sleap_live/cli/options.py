@@ -11,36 +11,26 @@ documented the same way everywhere.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
-from collections.abc import Callable, Iterator
+import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
 import attrs
-from rich.console import Console
 
-from sleap_live.engines.notify import Notify
-from sleap_live.engines.runners.base import Runner
+from sleap_live.engines.engine_table import CLI_PRECISIONS, ENGINES, engines_taking
+from sleap_live.engines.runners.compile_modes import COMPILE_MODES
 from sleap_live.engines.runners.devices import DEVICE_FORMS, is_device
-from sleap_live.engines.runners.load import COMPILE_MODES, ENGINES, load_runner
 from sleap_live.engines.settings import (
     DEFAULT_SETTINGS,
     LEGACY_POSTPROCESSES,
     InferenceSettings,
 )
-from sleap_live.stream.runner import deferred_spread_frames, load_for_source
-from sleap_live.stream.sources import DECODERS, Source, is_url
-from sleap_live.stream.sources.group import SourceGroup
+from sleap_live.stream.outputs.provenance import model_records
+from sleap_live.stream.sources import DECODERS, is_url
 
 PROG = "sleap-live"
-# `--precision`: fp32, bf16 with --engine openvino
-# (`sleap_live.engines.runners.openvino.PRECISIONS`, written here so that building
-# the parser does not import the runner), int8 with ONNX Runtime on the CPU
-# (`sleap_live.engines.runners.int8`).
-PRECISIONS = ("fp32", "bf16", "int8")
-# The engines that take each reduced precision.
-PRECISION_ENGINES = {"bf16": ("openvino",), "int8": ("onnx", "auto")}
 # What the verification options mean to commands other than `export`.
 IN_MEMORY_EXPORT = (
     "A model directory that runs with ONNX Runtime is exported in memory first and "
@@ -131,7 +121,7 @@ def add_model_options(
     )
     model.add_argument(
         "--precision",
-        choices=PRECISIONS,
+        choices=CLI_PRECISIONS,
         help="fp32; bf16 with --engine openvino on CPUs that have it; int8 with --engine onnx "
         "or auto on the CPU: the networks quantised by ONNX Runtime (pre/postprocessing stay "
         "fp32), calibrated on the verification frames (else the training labels' frames) and "
@@ -171,7 +161,7 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
     """
     options: dict[str, Any] = {}
     if args.precision is not None:
-        engines = PRECISION_ENGINES.get(args.precision, ("openvino", "onnx", "auto"))
+        engines = engines_taking(args.precision)
         if args.engine not in engines:
             raise UsageError(
                 f"--precision {args.precision} is an option of --engine {' or '.join(engines)}"
@@ -339,24 +329,6 @@ def add_decoder_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def path_line(source: Source, runner: Any) -> str:
-    """The processing path, in one line: ``path: pyav decode -> OnnxRunner on cpu``."""
-    return f"path: {source.decoder} decode -> {type(runner).__name__} on {runner.device}"
-
-
-def centroid_only_line(runner: Any) -> str | None:
-    """One line when the model is a centroid model alone (a top-down pair given without
-    its centered-instance model): its poses are one point per animal. None otherwise."""
-    info = runner.info
-    if info.model_type != "centroid":
-        return None
-    node = ", ".join(info.skeleton.node_names)
-    return (
-        f"a centroid model alone: one point per animal ({node}), no body parts; for whole "
-        "poses give its centered-instance model too (a second -m)"
-    )
-
-
 def add_verify_options(
     parser: argparse.ArgumentParser, *, frames_default: str, description: str | None = None
 ) -> None:
@@ -412,103 +384,25 @@ def add_cache_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def cache_options(args: argparse.Namespace) -> dict[str, Any]:
-    """`cache` and `cache_dir` for `load_runner`, from a parser with `add_cache_options`."""
-    return {"cache": args.cache, "cache_dir": args.cache_dir}
-
-
-@contextlib.contextmanager
-def loading_status(console: Console, *, quiet: bool = False) -> Iterator[Notify]:
-    """A `progress` callback for `load_runner` that shows its steps as one status line.
-
-    On a terminal the line is a spinner that shows the latest step from the first
-    step on (nothing shows when loading needs no slow step) and goes when loading
-    ends; elsewhere (a log, a pipe) each step is printed as a line. `quiet` shows
-    nothing.
-    """
-    status: Any = None
-
-    def show(step: str) -> None:
-        nonlocal status
-        if quiet:
-            return
-        if not console.is_terminal:
-            console.print(step, highlight=False, soft_wrap=True, markup=False)
-        elif status is None:
-            status = console.status(step)
-            status.start()
-        else:
-            status.update(step)
-
-    try:
-        yield show
-    finally:
-        if status is not None:
-            status.stop()
-
-
-def load_model(
-    args: argparse.Namespace,
-    console: Console,
-    verify_on: Source | SourceGroup | Path | None,
-    *,
-    quiet: bool = False,
-) -> Runner:
-    """The runner for `-m`, loaded with the shared model, engine, cache and verification
-    options, its slow steps shown as one status line (`loading_status`).
-
-    Args:
-        args: parsed options of a parser with `add_model_options`, `add_cache_options`,
-            `add_verify_options` and `add_inference_options`.
-        console: where the status line goes.
-        verify_on: what an export is verified on without --verify-video: the source
-            the command runs on, loaded as `Pipeline` loads (`load_for_source`), or a
-            video file's frames spread over its length; None: the training labels' frames.
-        quiet: show no status line.
-
-    Raises:
-        SourceNotFoundError, SourceError: a video to verify on is missing,
-            unreadable or empty.
-    """
-    verify = verify_options(args)
-    if isinstance(verify_on, Path) and verify.get("verify") and "verify_frames" not in verify:
-        verify["verify_frames"] = deferred_spread_frames(verify_on)
-    with loading_status(console, quiet=quiet) as progress:
-        options = {
-            "engine": args.engine,
-            "device": args.device,
-            "progress": progress,
-            "settings": inference_settings(args),
-            **cache_options(args),
-            **engine_options(args),
-            **verify,
-        }
-        if isinstance(verify_on, Path) or verify_on is None:
-            return load_runner(args.models, **options)
-        return load_for_source(args.models, verify_on, **options)
-
-
-def verify_options(args: argparse.Namespace) -> dict[str, Any]:
-    """`verify`, and `verify_frames` from --verify-video, for `export_model` or
-    `load_runner`; without --verify-video the caller chooses the frames.
-
-    Args:
-        args: parsed options of a parser with `add_verify_options`.
-
-    Raises:
-        SourceNotFoundError, SourceError: the video is missing, unreadable or empty.
-    """
-    if not args.verify:
-        return {"verify": False}
-    if args.verify_video is not None:
-        return {"verify": True, "verify_frames": deferred_spread_frames(args.verify_video)}
-    return {"verify": True}
-
-
 def check_models(args: argparse.Namespace) -> None:
     """Raises `UsageError` unless -m was given once, or twice (top-down)."""
     if len(args.models) > 2:
         raise UsageError("give -m once, or twice for a top-down model")
+
+
+def run_provenance(args: argparse.Namespace) -> dict[str, Any]:
+    """What a run's outputs record of the command: the models (`model_records`), the
+    command, and its options as JSON values."""
+    options: dict[str, Any] = {}
+    for name, value in vars(args).items():
+        if name in ("handler", "command"):
+            continue
+        if isinstance(value, Path):
+            value = os.fspath(value)
+        elif isinstance(value, list):
+            value = [os.fspath(item) if isinstance(item, Path) else item for item in value]
+        options[name] = value
+    return {"models": model_records(args.models), "command": args.command, "options": options}
 
 
 def add_overwrite_option(parser: argparse.ArgumentParser, what: str) -> None:

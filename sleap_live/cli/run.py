@@ -14,6 +14,7 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+import attrs
 from rich.console import Console
 
 from sleap_live.cli import many
@@ -22,6 +23,7 @@ from sleap_live.cli.camera_options import (
     check_camera_options,
     open_cameras,
 )
+from sleap_live.cli.loading import load_runner_for
 from sleap_live.cli.options import (
     IN_MEMORY_EXPORT,
     PROG,
@@ -32,12 +34,10 @@ from sleap_live.cli.options import (
     add_model_options,
     add_verify_options,
     bit_depth,
-    centroid_only_line,
     check_models,
     count,
     frame_rate,
-    load_model,
-    path_line,
+    run_provenance,
     seconds,
     video_or_url,
 )
@@ -50,7 +50,6 @@ from sleap_live.stream.memory import check_batch_memory
 from sleap_live.stream.outputs.exports import check_suffix
 from sleap_live.stream.outputs.guard import check_outputs
 from sleap_live.stream.outputs.options import OutputOptions
-from sleap_live.stream.outputs.provenance import model_records
 from sleap_live.stream.outputs.recorder import DEFAULT_RECORD_CODEC, RECORD_CODECS
 from sleap_live.stream.outputs.recovery import JournalClaim
 from sleap_live.stream.outputs.slp import DEFAULT_SAVE_INTERVAL
@@ -316,14 +315,16 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         },
         overwrite=args.overwrite,
     )
-    # A bad recording path or codec is refused here, before any work.
-    OutputOptions(
-        output,
-        args.record,
-        None,
-        args.record_codec,
-        args.record_quality,
+    # Built once, here: a bad recording path or codec is refused before any work.
+    outputs = OutputOptions(
+        output=output,
+        record=args.record,
+        save_interval=args.save_interval,
+        record_codec=args.record_codec,
+        record_quality=args.record_quality,
+        provenance=run_provenance(args),
         record_overlay=args.record_overlay,
+        overwrite=args.overwrite,
     )
     # The pose output's journal is opened (and locked) before any server binds: a
     # journal that cannot be opened fails the run with no server started, and its
@@ -336,7 +337,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             _bind_preview(args, console) as preview,
         ):
             return _run(
-                args, console, video, output, publisher, preview, claim, tracking, closed_loop
+                args, console, video, outputs, publisher, preview, claim, tracking, closed_loop
             )
     finally:
         if claim is not None:
@@ -347,7 +348,7 @@ def _run(
     args: argparse.Namespace,
     console: Console,
     video: Path | None,
-    output: Path | None,
+    outputs: OutputOptions,
     publisher: Publisher | None,
     preview: PreviewServer | None,
     claim: JournalClaim | None,
@@ -367,31 +368,13 @@ def _run(
             claim = None
         _check_batch_size(args, source)
         # Loaded as `Pipeline` loads model paths: verified on the source's video.
-        runner = load_model(args, console, source, quiet=args.quiet)
+        runner = load_runner_for(args, console, source, quiet=args.quiet)
         try:
             pipeline = Pipeline(
                 source,
                 runner,
                 batch_size=args.batch_size,
-                outputs=OutputOptions(
-                    output=output,
-                    record=args.record,
-                    save_interval=args.save_interval,
-                    record_codec=args.record_codec,
-                    record_quality=args.record_quality,
-                    provenance={
-                        "models": model_records(args.models),
-                        "command": args.command,
-                        "options": {
-                            name: str(value) if isinstance(value, Path) else value
-                            for name, value in vars(args).items()
-                            if name not in ("handler", "command")
-                        },
-                    },
-                    record_overlay=args.record_overlay,
-                    claim=claim,
-                    overwrite=args.overwrite,
-                ),
+                outputs=attrs.evolve(outputs, claim=claim),
                 tracking=tracking,
                 experiment=closed_loop,
             )
@@ -407,9 +390,9 @@ def _run(
             try:
                 _process(pipeline, args, console)
             except KeyboardInterrupt:
-                _summarise(pipeline, output, console)
+                _summarise(pipeline, outputs.output, console)
                 raise
-            _summarise(pipeline, output, console)
+            _summarise(pipeline, outputs.output, console)
         finally:
             runner.close()
     if preview is not None and _holds(args, console):
@@ -533,6 +516,24 @@ def _print_path(source: Source, runner: Any, decoder: str, console: Console) -> 
     centroid_only = centroid_only_line(runner)
     if centroid_only is not None:
         console.print(centroid_only, highlight=False, soft_wrap=True)
+
+
+def path_line(source: Source, runner: Any) -> str:
+    """The processing path, in one line: ``path: pyav decode -> OnnxRunner on cpu``."""
+    return f"path: {source.decoder} decode -> {type(runner).__name__} on {runner.device}"
+
+
+def centroid_only_line(runner: Any) -> str | None:
+    """One line when the model is a centroid model alone (a top-down pair given without
+    its centered-instance model): its poses are one point per animal. None otherwise."""
+    info = runner.info
+    if info.model_type != "centroid":
+        return None
+    node = ", ".join(info.skeleton.node_names)
+    return (
+        f"a centroid model alone: one point per animal ({node}), no body parts; for whole "
+        "poses give its centered-instance model too (a second -m)"
+    )
 
 
 def _check(args: argparse.Namespace) -> None:

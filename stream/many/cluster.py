@@ -147,7 +147,7 @@ def run_on_ray(
             `gpus_per_worker`, hold).
         streams: videos in flight per actor.
         retries: restarts of a lost actor, and re-runs of each task it had in flight.
-        cpus_per_worker: CPUs Ray reserves for each actor (default: `options.threads`,
+        cpus_per_worker: CPUs Ray reserves for each actor (default: `options.load.threads`,
             else 1).
         gpus_per_worker: GPUs Ray reserves for each actor (1: an actor per GPU).
         outputs_to: "worker": each actor writes its outputs to the output folder
@@ -163,7 +163,7 @@ def run_on_ray(
     """
     ray = import_ray(local=address == "local")
     report = report or NoReport()
-    cpus = float(cpus_per_worker or options.threads or 1)
+    cpus = float(cpus_per_worker or options.load.threads or 1)
     with contextlib.ExitStack() as session:
         if not ray.is_initialized():
             if address == "local":

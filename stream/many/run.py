@@ -16,7 +16,7 @@ from pathlib import Path
 
 import attrs
 
-from sleap_live.engines.settings import InferenceSettings
+from sleap_live.engines.load_options import LoadOptions
 from sleap_live.stream.many.finish import OUTPUTS_TO, OutputsTo
 from sleap_live.stream.many.local import Interrupted, Reporter, run_here, run_in_processes
 from sleap_live.stream.many.videos import (
@@ -68,15 +68,18 @@ class ManyResult:
         return not self.failed
 
 
-def default_threads(workers: int | None, cluster: str | None = None) -> int | None:
-    """Engine threads per worker: on Ray 1 (an actor per CPU); locally each worker's
-    share of this machine's cores, so together they use each core once; None for one
-    worker in this process (the engine's default, a thread per core)."""
+def with_threads(load: LoadOptions, workers: int | None, cluster: str | None) -> LoadOptions:
+    """`load` with its engine threads per worker where it gives none: on Ray 1 (an
+    actor per CPU); locally each worker's share of this machine's cores, so together
+    they use each core once; None for one worker in this process (the engine's
+    default, a thread per core)."""
+    if load.threads is not None:
+        return load
     if cluster is not None:
-        return 1
+        return attrs.evolve(load, threads=1)
     if workers is None or workers <= 1:
-        return None
-    return max(1, (os.cpu_count() or 1) // workers)
+        return load
+    return attrs.evolve(load, threads=max(1, (os.cpu_count() or 1) // workers))
 
 
 def run_many(
@@ -88,17 +91,11 @@ def run_many(
     overwrite: bool = False,
     workers: int | None = None,
     streams: int = DEFAULT_STREAMS,
-    threads: int | None = None,
     cluster: str | None = None,
     retries: int = DEFAULT_RETRIES,
     outputs_to: OutputsTo = "worker",
-    engine: str = "auto",
-    device: str = "auto",
+    load: LoadOptions | None = None,
     batch_size: int | None = None,
-    settings: InferenceSettings | None = None,
-    cache: bool = True,
-    cache_dir: str | os.PathLike[str] | None = None,
-    verify: bool = True,
     decoder: str = "pyav",
     bit_depth: int | None = None,
     read_timeout: float | None = None,
@@ -130,9 +127,6 @@ def run_many(
             cluster holds: an actor per `threads` CPUs, or with a ``cuda`` device
             an actor per GPU).
         streams: videos in flight per worker, sharing its engine.
-        threads: engine CPU threads per worker (default: each local worker's share
-            of the cores; one worker in this process: the engine's default; on Ray: 1,
-            an actor per CPU).
         cluster: None (this machine), "local" (Ray started here) or
             "ray://HOST:PORT" (a Ray cluster); needs the `cluster` extra.
         retries: further attempts at a video whose worker process was lost.
@@ -140,9 +134,11 @@ def run_many(
             worker, to `output_dir`, which every machine must see at the same path)
             or "driver" (each Ray worker returns its outputs' bytes and this process
             writes them, under the same rules: hidden until complete, resumable).
-        engine, device, batch_size, settings, cache, cache_dir, verify, decoder,
-            bit_depth, read_timeout, save_interval: as for `Pipeline`,
-            `load_runner` and `open_source`.
+        load: how each worker loads the model (`LoadOptions`, default: its
+            defaults); threads None there gives each worker its share
+            (`with_threads`).
+        batch_size, decoder, bit_depth, read_timeout, save_interval: as for
+            `Pipeline` and `open_source`.
         tracking: track ids with these settings (None: none); each video is tracked
             on its own by the worker that runs it, with the ids a run over that
             video alone gives.
@@ -175,14 +171,8 @@ def run_many(
     )
     options = WorkOptions(
         models=tuple(os.fspath(Path(path).absolute()) for path in model_paths),
-        engine=engine,
-        device=device,
-        threads=threads if threads is not None else default_threads(workers, cluster),
+        load=with_threads(load or LoadOptions(), workers, cluster),
         batch_size=batch_size,
-        settings=settings,
-        cache=cache,
-        cache_dir=None if cache_dir is None else os.fspath(cache_dir),
-        verify=verify,
         decoder=decoder,
         bit_depth=bit_depth,
         read_timeout=read_timeout,
@@ -271,7 +261,7 @@ def run_jobs(
             streams=streams,
             retries=retries,
             # A CUDA run: an actor per GPU, each given one by Ray.
-            gpus_per_worker=1.0 if options.device.startswith("cuda") else 0.0,
+            gpus_per_worker=1.0 if options.load.device.startswith("cuda") else 0.0,
             outputs_to=outputs_to,
             deadline=deadline,
             report=report,

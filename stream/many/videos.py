@@ -22,11 +22,12 @@ import json
 import os
 import stat
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import attrs
 
+from sleap_live.engines.notify import Notify
 from sleap_live.stream.errors import StreamError
 from sleap_live.stream.outputs.exports import (
     CSV_COLUMNS,
@@ -91,7 +92,7 @@ def _print_to_stderr(line: str) -> None:
 
 
 def find_videos(
-    inputs: Iterable[str | os.PathLike[str]], notify: Callable[[str], None] = _print_to_stderr
+    inputs: Iterable[str | os.PathLike[str]], notify: Notify = _print_to_stderr
 ) -> list[Path]:
     """The video files `inputs` name, in order, each once.
 
@@ -181,9 +182,7 @@ def _loops(path: Path) -> bool:
     return False
 
 
-def _is_video_in(
-    member: Path, folder: Path, notify: Callable[[str], None], *, by_suffix: bool
-) -> bool:
+def _is_video_in(member: Path, folder: Path, notify: Notify, *, by_suffix: bool) -> bool:
     """Whether `member` (found in `folder`) is a video to take. Says why not, in one
     line, for a FIFO, socket or device, and for a link that loops, dangles or leads
     to a folder out of `folder`, whatever their names; a link to a file is taken as

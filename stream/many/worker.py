@@ -25,8 +25,8 @@ import attrs
 
 from sleap_live.engines.errors import EngineError
 from sleap_live.engines.load.metadata import ExportMetadata
+from sleap_live.engines.load_options import LoadOptions
 from sleap_live.engines.runners.base import Runner
-from sleap_live.engines.settings import InferenceSettings
 from sleap_live.engines.types import FramePoses, ModelInfo
 from sleap_live.stream.errors import StreamError
 from sleap_live.stream.many.finish import (
@@ -70,19 +70,16 @@ class WorkOptions:
 
     Attributes:
         models: the model paths (one, or two for top-down), as `load_runner` takes.
-        engine, device: `load_runner`'s.
-        threads: CPU threads per engine call (None: the engine's default, a thread
-            per core); local workers and Ray actors are given their share.
+        load: how the model is loaded (`LoadOptions`; its ``verify`` option, default
+            True, checks an export made on demand against torch). Its threads are
+            each engine call's (None: the engine's default, a thread per core);
+            local workers and Ray actors are given their share.
         batch_size: frames per engine call (None: the recorded policy's, 8).
-        settings: the inference settings (None: the model's).
-        cache, cache_dir: the export cache (`load_runner`'s).
-        verify: check an export made on demand against torch.
         verify_video: verify on this video's frames (None: the first video's).
         decoder: what decodes the videos ("pyav", "nvdec", "auto").
         bit_depth: bits per sample the videos use (None: their pixel format's).
         read_timeout: seconds without a frame after which a video has stalled.
         save_interval: seconds between saves to the unfinished output's journal.
-        load_options: `load_runner`'s engine options (`precision`, `compile_mode`).
         provenance: entries added to every output's provenance.
         tracking: the tracker's settings (None: no tracking); each video is tracked
             on its own, from its first frame, by the worker that runs it, so its ids
@@ -90,20 +87,13 @@ class WorkOptions:
     """
 
     models: tuple[str, ...]
-    engine: str = "auto"
-    device: str = "auto"
-    threads: int | None = None
+    load: LoadOptions = attrs.field(factory=LoadOptions)
     batch_size: int | None = None
-    settings: InferenceSettings | None = None
-    cache: bool = True
-    cache_dir: str | None = None
-    verify: bool = True
     verify_video: str | None = None
     decoder: str = "pyav"
     bit_depth: int | None = None
     read_timeout: float | None = None
     save_interval: float | None = DEFAULT_SAVE_INTERVAL
-    load_options: Mapping[str, Any] = attrs.field(factory=dict)
     provenance: Mapping[str, Any] = attrs.field(factory=dict)
     tracking: TrackingSettings | None = None
 
@@ -263,7 +253,8 @@ class VideoWorker:
             {"the output": unfinished},
             {"VIDEO": [job.video], "-m": [Path(model) for model in options.models]},
         )
-        gpu = options.device if options.device.startswith("cuda") else None
+        device = options.load.device
+        gpu = device if device.startswith("cuda") else None
         source = open_source(
             job.video,
             camera=False,
@@ -312,26 +303,17 @@ class VideoWorker:
         with self._loading:
             if self._runner is not None:
                 return self._runner, False
+            # Imported here: the runners import the exporters, which import the stream.
             from sleap_live.engines.runners.load import load_runner
 
             options = self.options
-            verify: dict[str, Any] = {"verify": options.verify}
-            if options.verify:
+            verify: dict[str, Any] = {}
+            if options.load.options.get("verify", True):
                 frames_of = Path(options.verify_video or video)
                 verify["verify_frames"] = deferred_spread_frames(
                     frames_of, bit_depth=options.bit_depth
                 )
-            runner = load_runner(
-                list(options.models),
-                engine=options.engine,
-                device=options.device,
-                threads=options.threads,
-                cache=options.cache,
-                cache_dir=options.cache_dir,
-                settings=options.settings,
-                **options.load_options,
-                **verify,
-            )
+            runner = load_runner(list(options.models), **options.load.arguments(), **verify)
             self._runner = SharedRunner(runner)
             return self._runner, True
 

@@ -489,7 +489,7 @@ def test_loading_status_is_one_line_on_a_terminal_and_a_line_per_step_elsewhere(
 
     from rich.console import Console
 
-    from sleap_live.cli.options import loading_status
+    from sleap_live.cli.loading import loading_status
 
     steps = [f"{HEADLINE}: exporting to ONNX", f"{HEADLINE}: verifying on frames (2, 8, 8, 1)"]
     log = io.StringIO()

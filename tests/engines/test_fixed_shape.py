@@ -218,7 +218,7 @@ def test_a_failed_capture_says_eager_in_the_status(fake_networks):
 
     notices = []
     graphed = GraphedForward(
-        graphs, graphs.output_names, None, capture=capture, notice=notices.append
+        graphs, graphs.output_names, None, capture=capture, notify=notices.append
     )
     with torch.inference_mode():
         graphed(fake_networks.blob_frames(BLOBS, **FRAMES))

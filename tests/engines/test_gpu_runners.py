@@ -202,7 +202,7 @@ def test_graphed_forward_captures_per_shape_after_an_eager_run_and_replays():
         BOTTOMUP_AXES,
         capture=captures,
         max_graphs=2,
-        notice=notices.append,
+        notify=notices.append,
     )
     small = torch.from_numpy(sample_frames(2, 8, 8, 1, seed=1))
     first = graphed(small)
@@ -229,7 +229,7 @@ def test_instance_lists_run_eagerly_after_one_notice(toy, toy_models):
         toy.output_names,
         output_axes(toy.info.model_type),
         capture=captures,
-        notice=notices.append,
+        notify=notices.append,
     )
     frames = sample_frames(2, 64, 80, 3, seed=3)
     with torch.inference_mode():
@@ -251,7 +251,7 @@ def test_a_failed_capture_turns_graphs_off_with_a_notice():
         BOTTOMUP_NAMES,
         BOTTOMUP_AXES,
         capture=Captures(fail=RuntimeError("operation not permitted when stream is capturing")),
-        notice=notices.append,
+        notify=notices.append,
     )
     frames = torch.zeros(1, 4, 4, 1, dtype=torch.uint8)
     graphed(frames)

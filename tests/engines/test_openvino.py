@@ -152,7 +152,7 @@ def test_bf16_only_when_asked_and_its_error_is_printed(topdown_ir, tmp_path):
         return
     lines: list[str] = []
     runner = OpenVINORunner(
-        path, precision="bf16", check_frames=frames[:VERIFY_FRAMES], notice=lines.append
+        path, precision="bf16", check_frames=frames[:VERIFY_FRAMES], notify=lines.append
     )
     check = runner.precision_check
     assert check is not None and check.frames == VERIFY_FRAMES
@@ -236,7 +236,7 @@ def test_auto_choice_is_measured_once_cached_and_printed(monkeypatch, tmp_path, 
         frames=frames,
         threads=1,
         cache_dir=tmp_path,
-        notice=lines.append,
+        notify=lines.append,
     )
     assert chosen.name == "openvino" and [r.closed for r in made] == [True, False]
     assert "engine auto: OpenVINO on the CPU: 9.0 ms" in lines[-1] and "measured now" in lines[-1]
@@ -252,7 +252,7 @@ def test_auto_choice_is_measured_once_cached_and_printed(monkeypatch, tmp_path, 
         frames=frames[:1],
         threads=1,
         cache_dir=tmp_path,
-        notice=lines.append,
+        notify=lines.append,
     )
     assert again.name == "openvino" and len(made) == 4 and made[2].closed
     assert "cached" in lines[-1]
@@ -269,7 +269,7 @@ def test_auto_choice_is_measured_once_cached_and_printed(monkeypatch, tmp_path, 
         frames=frames,
         threads=1,
         cache_dir=tmp_path,
-        notice=lines.append,
+        notify=lines.append,
     )
     assert kept.name == "onnx" and "engine auto: ONNX Runtime" in lines[-1]
     # No frames: ONNX Runtime, saying why.
@@ -280,7 +280,7 @@ def test_auto_choice_is_measured_once_cached_and_printed(monkeypatch, tmp_path, 
         frames=None,
         threads=1,
         cache_dir=tmp_path,
-        notice=lines.append,
+        notify=lines.append,
     )
     assert plain.name == "onnx" and "no verification frames" in lines[-1]
 
@@ -301,7 +301,7 @@ def test_auto_measures_top_down_graphs_like_any_other(monkeypatch, model_type):
         frames=np.zeros((2, 8, 8, 1), np.uint8),
         threads=1,
         cache_dir=None,
-        notice=lines.append,
+        notify=lines.append,
     )
     assert chosen is openvino and onnx.closed and "measured now" in lines[-1]
 
@@ -324,7 +324,7 @@ def test_auto_keeps_onnx_runtime_where_openvino_cannot_compile_the_graph(monkeyp
         frames=np.zeros((2, 8, 8, 1), np.uint8),
         threads=1,
         cache_dir=None,
-        notice=lines.append,
+        notify=lines.append,
     )
     assert chosen is onnx and not onnx.closed
     assert "ONNX Runtime" in lines[-1] and "OpenVINO cannot run this graph" in lines[-1]
@@ -342,7 +342,7 @@ def test_the_environment_pins_auto_without_measuring(monkeypatch):
             frames=np.zeros((2, 8, 8, 1), np.uint8),
             threads=1,
             cache_dir=None,
-            notice=lambda line: None,
+            notify=lambda line: None,
         )
 
     monkeypatch.setenv(cpu_choice.ENGINE_ENV, "openvino")

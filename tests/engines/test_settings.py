@@ -17,6 +17,7 @@ from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.host.grouping import ClassMapGrouper, PafGrouper
 from sleap_live.engines.load.export_cache import cache_key
 from sleap_live.engines.load.metadata import info_from_dict, info_to_dict
+from sleap_live.engines.load_options import LoadOptions
 from sleap_live.engines.runners.load import load_runner
 from sleap_live.engines.settings import (
     DEFAULT_SETTINGS,
@@ -339,8 +340,10 @@ def test_a_pipeline_gives_settings_to_the_model_it_loads_not_to_a_runner(monkeyp
 
     monkeypatch.setattr(runners_load, "load_runner", load)
     with FileSource(video, stop=2) as source:
-        pipeline = Pipeline(source, str(MODELS / "single_instance"), settings=settings)
+        pipeline = Pipeline(
+            source, str(MODELS / "single_instance"), load=LoadOptions(settings=settings)
+        )
         assert loaded["settings"] == settings and pipeline.runner.info.settings == settings
         pipeline.run()
     with FileSource(video, stop=2) as source, pytest.raises(ValueError, match="load_runner"):
-        Pipeline(source, pipeline.runner, settings=settings)
+        Pipeline(source, pipeline.runner, load=LoadOptions(settings=settings))

@@ -36,7 +36,7 @@ def fakes() -> ModuleType:
 def fake_loads(monkeypatch, fakes) -> list:
     """Every model load gives a fake runner: the runners made, in order (still empty
     after a command means it loaded no model, so it did no work)."""
-    from sleap_live.cli import options as cli_options
+    from sleap_live.cli import loading as cli_loading
     from sleap_live.engines.runners import load as runners_load
 
     made: list = []
@@ -47,7 +47,7 @@ def fake_loads(monkeypatch, fakes) -> list:
 
     # The command line's own loading, and `load_for_source`'s (which looks it up
     # in `runners.load` when called).
-    monkeypatch.setattr(cli_options, "load_runner", load)
+    monkeypatch.setattr(cli_loading, "load_runner", load)
     monkeypatch.setattr(runners_load, "load_runner", load)
     return made
 

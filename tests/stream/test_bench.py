@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from sleap_live import cli
-from sleap_live.cli import options as engines_api
+from sleap_live.cli import loading as engines_api
 from sleap_live.stream import bench
 from sleap_live.stream.errors import SourceError
 from tests.committed import require

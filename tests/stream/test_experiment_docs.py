@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import sleap_io as sio
 
+from sleap_live import LoadOptions
 from sleap_live.stream import OutputOptions, Pipeline, open_source
 from sleap_live.stream.experiment.closed_loop import ClosedLoop
 
@@ -47,8 +48,7 @@ def single_run(tmp_path_factory) -> tuple[Pipeline, ClosedLoop, Path]:
     pipeline = Pipeline(
         open_source(DATA / "videos" / "single.mkv", stop=151),
         DATA / "exports" / "single_instance",
-        engine="onnx",
-        device="cpu",
+        load=LoadOptions(engine="onnx", device="cpu"),
         outputs=OutputOptions(output=out),
         experiment=EXPERIMENTS / "laser.yaml",
     )
@@ -65,8 +65,7 @@ def social_run(tmp_path_factory) -> tuple[Pipeline, Path]:
     pipeline = Pipeline(
         open_source(DATA / "videos" / "multi_rgb.mp4", stop=40),
         DATA / "exports" / "multi_class_bottomup",
-        engine="onnx",
-        device="cpu",
+        load=LoadOptions(engine="onnx", device="cpu"),
         outputs=OutputOptions(output=out),
         experiment=EXPERIMENTS / "social.yaml",
     )

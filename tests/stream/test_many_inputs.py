@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from sleap_live import run_many
+from sleap_live import LoadOptions, run_many
 from sleap_live.cli import main
 from sleap_live.stream.many.videos import VideoListError, escaped, find_videos
 from tests.stream.many_videos import MODEL, corrupt_video, cut_clips
+
+ONNX_CPU = LoadOptions(engine="onnx", device="cpu")
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -115,7 +117,7 @@ def test_resume_refuses_an_output_that_is_no_pose_file_of_its_video(tmp_path, pl
     output = tmp_path / "clip.predictions.slp"
     says = plant(output)
     before = sorted(os.listdir(tmp_path))
-    run = run_many([video], MODEL, output_dir=tmp_path, engine="onnx", device="cpu")
+    run = run_many([video], MODEL, output_dir=tmp_path, load=ONNX_CPU)
     (result,) = run.results
     assert result.status == "failed" and not run.ok
     assert result.error is not None and says in result.error and str(output) in result.error
@@ -127,17 +129,17 @@ def test_resume_with_overwrite_redoes_a_video_whose_output_is_garbage(tmp_path):
     (video,) = cut_clips(tmp_path / "videos", {"clip": (0, 2)})
     output = tmp_path / "clip.predictions.slp"
     _garbage(output)
-    run = run_many([video], MODEL, output_dir=tmp_path, engine="onnx", device="cpu", overwrite=True)
+    run = run_many([video], MODEL, output_dir=tmp_path, load=ONNX_CPU, overwrite=True)
     assert [result.status for result in run.results] == ["done"]
-    again = run_many([video], MODEL, output_dir=tmp_path, engine="onnx", device="cpu")
+    again = run_many([video], MODEL, output_dir=tmp_path, load=ONNX_CPU)
     assert [result.status for result in again.results] == ["skipped"]
 
 
 def test_resume_refuses_the_poses_of_another_video(tmp_path):
     one, two = cut_clips(tmp_path / "videos", {"one": (0, 2), "two": (2, 2)})
-    run_many([one], MODEL, output_dir=tmp_path, engine="onnx", device="cpu")
+    run_many([one], MODEL, output_dir=tmp_path, load=ONNX_CPU)
     (tmp_path / "one.predictions.slp").rename(tmp_path / "two.predictions.slp")
-    run = run_many([two], MODEL, output_dir=tmp_path, engine="onnx", device="cpu")
+    run = run_many([two], MODEL, output_dir=tmp_path, load=ONNX_CPU)
     (result,) = run.results
     assert result.status == "failed"
     assert result.error is not None and "holds the poses of another video" in result.error

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sleap_live import run_many
+from sleap_live import LoadOptions, run_many
 from sleap_live.cli import main
 from sleap_live.stream.many.finish import unfinished_files, unfinished_path
 from sleap_live.stream.many.videos import VideoListError, find_videos, plan_jobs
@@ -33,7 +33,7 @@ from tests.stream.many_videos import (
 )
 
 CLIPS = {"a": (0, 6), "b": (40, 4), "c": (90, 30)}
-ENGINE = {"engine": "onnx", "device": "cpu", "threads": 1}
+ENGINE = {"load": LoadOptions(engine="onnx", device="cpu", threads=1)}
 # Two clips of the multi-animal video, and a tracker setting other than the default,
 # so the settings are seen to reach the workers.
 TRACKED_CLIPS = {"early": (0, 10), "late": (60, 10)}

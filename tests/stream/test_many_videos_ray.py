@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sleap_live import run_many
+from sleap_live import LoadOptions, run_many
 from sleap_live.stream.many import cluster
 from sleap_live.stream.many.finish import unfinished_files, unfinished_path
 from sleap_live.stream.outputs.journal import journal_path
@@ -33,7 +33,7 @@ from tests.stream.many_videos import (
 ray = cluster.import_ray(local=True)
 
 CLIPS = {"a": (0, 6), "b": (50, 4), "c": (100, 30)}
-ENGINE = {"engine": "onnx", "device": "cpu", "threads": 1}
+ENGINE = {"load": LoadOptions(engine="onnx", device="cpu", threads=1)}
 
 
 @pytest.fixture(scope="module")

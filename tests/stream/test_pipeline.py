@@ -13,6 +13,7 @@ import pytest
 import sleap_io as sio
 
 from sleap_live.engines.errors import InputMismatchError
+from sleap_live.engines.load_options import LoadOptions
 from sleap_live.engines.runners import load as engines_api
 from sleap_live.stream import OutputOptions
 from sleap_live.stream.errors import PipelineError, SourceError
@@ -443,12 +444,12 @@ def test_invalid_arguments(fakes):
 def test_model_paths_are_loaded_and_the_runner_closed_at_the_end(fakes, monkeypatch):
     loaded = []
 
-    def load(paths, *, engine, device):
+    def load(paths, *, engine, device, **options):
         loaded.append((paths, engine, device, fakes.FakeRunner()))
         return loaded[-1][-1]
 
     monkeypatch.setattr(engines_api, "load_runner", load)
-    pipeline = Pipeline(fakes.FakeSource(5), "models/single", engine="onnx", device="cpu")
+    pipeline = Pipeline(fakes.FakeSource(5), "models/single", load=LoadOptions("onnx", "cpu"))
     assert pipeline.run().frames_processed == 5
     [(paths, engine, device, runner)] = loaded
     assert (paths, engine, device) == (["models/single"], "onnx", "cpu")
