@@ -24,6 +24,7 @@ rules on 10 animals to tens of microseconds a frame (scripts/bench_experiment.py
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import TypeAlias
 
@@ -68,9 +69,9 @@ def animal_identity(name: str | None, info: ModelInfo) -> int:
     return int(match.group(1))
 
 
-# A table column a feature's difference reads: an int is a node's column (this
-# frame's nodes first, then the frame before's), a complex a column holding that
-# constant (a region's centre, a point, zero) in every row.
+# A table column a difference reads: an int is a node's column (this frame's nodes
+# first, then the frame before's), a complex a column holding that constant (a
+# region's centre, a point, zero) in every row.
 Place: TypeAlias = "int | complex"
 # table[:, plus] - table[:, minus]: one difference a feature is made from.
 Difference: TypeAlias = tuple[Place, Place]
@@ -80,8 +81,9 @@ _NOTHING: Difference = (0j, 0j)
 @attrs.frozen
 class _Column:
     """One vectorised leaf: its number in compile order, the animal it selects, the
-    bounds on its feature, the two differences its feature is made from, and its kind's
-    parameters (a region's rotation and scale, a pair's partner, a polygon's vertices)."""
+    bounds on its feature, the two differences its feature is made from (a pair's:
+    its two nodes, each minus zero), and its kind's parameters (a region's rotation
+    and scale, a pair's partner, a polygon's vertices)."""
 
     leaf: int
     selector: int
@@ -97,34 +99,51 @@ class _Column:
 
 @attrs.frozen(eq=False)
 class _Animals:
-    """What depends only on a frame's identities (kept while they stay the same): each
-    column's lower bound, NaN for an animal the column does not select; a pair's
-    partners, 0 or NaN (the same animal, another identity); and the table the frame's
-    points are written into (its constant columns filled once)."""
+    """What depends only on a frame's identities (kept while they stay the same).
+
+    Attributes:
+        key: the identities' dtype and bytes.
+        ids: the identities.
+        tracked: every animal has an identity (>= 0).
+        table: (animals, table columns) complex: each animal's nodes, the frame
+            before's, the constants and a NaN (its constant columns filled once).
+        index: (2, differences, animals) positions in the flattened table of each
+            difference's two ends for each animal: the static differences, then a
+            pair's (partner, animal) rows, whose partner end is the NaN where that
+            animal is no partner (itself, another identity).
+        low: (columns, animals) each column's lower bound; NaN for an animal the
+            column does not select.
+        high: (columns, animals) its upper bound.
+        scales: (regions, 2 * animals) each region's x and y scale, per animal.
+    """
 
     key: tuple[str, bytes]
     ids: np.ndarray
     tracked: bool
-    low: np.ndarray
-    partners: np.ndarray
     table: np.ndarray
+    index: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    scales: np.ndarray
 
 
 class CompiledRules:
     """An experiment's conditions, compiled against a model, evaluated frame by frame.
 
-    Each leaf of a vectorised kind is a column of one (animals, columns) feature
-    array: a region's normalised radius (1 at its edge), a polygon's crossing
-    parity, a distance, an angle, a speed; NaN where the animal cannot be judged.
-    Every feature is made from two differences of columns of a frame's table (each
-    animal's points as complex numbers x + iy, the frame before's aligned to them
-    for speeds, and constants), gathered for every column by one index array: a
+    Each leaf of a vectorised kind is a row of one (columns, animals) feature array:
+    a region's normalised radius (1 at its edge), a polygon's crossing parity, a
+    distance, an angle, a speed; NaN where the animal cannot be judged. Every feature
+    is made from differences of a frame's table (each animal's points as complex
+    numbers x + iy, the frame before's aligned to them for speeds, and constants),
+    all gathered by one `take` of precomputed positions and one subtraction: a
     region's is the node minus its centre, a distance's its two ends, an angle's its
-    heading and second direction. Columns of a kind sit side by side, so each kind's
-    formula is a few numpy calls on a slice; one comparison with the bounds and one
-    reduction over the animals then give every leaf's value. Postures are fitted
-    leaf by leaf. (Numpy's cost here is its calls, a microsecond or more each, not
-    their arithmetic on a few hundred numbers: scripts/bench_experiment.py.)
+    heading and second direction, a polygon edge's the node minus the edge's ends, a
+    pair's one animal's node minus each partner's. Rows of a kind are contiguous, so
+    each kind's formula is a few numpy calls on a block (numpy's cost here is its
+    calls, a microsecond each on contiguous blocks and several times that on strided
+    or broadcast ones, not their arithmetic on a few hundred numbers:
+    scripts/bench_experiment.py); one comparison with the bounds and one reduction
+    over the animals then give every leaf's value. Postures are fitted leaf by leaf.
 
     It keeps the previous frame's poses (for `Speed`), so give it every frame of one
     source, in order.
@@ -139,7 +158,7 @@ class CompiledRules:
         self._n_nodes = len(nodes)
         leaves: list[Leaf] = []
         roots = [_compile(rule.when, leaves) for rule in experiment.rules]
-        # Columns by kind, in the order their slices take.
+        # Columns by kind, in the order their blocks take.
         kinds: dict[str, list[_Column]] = {
             kind: [] for kind in ("box", "round", "speed", "angle", "pair", "polygon")
         }
@@ -151,7 +170,7 @@ class CompiledRules:
                 kind, column = _column(number, leaf, experiment, info, nodes)
                 kinds[kind].append(column)
         columns = [column for kind in kinds.values() for column in kind]
-        # Leaves renumbered: columns first, in slice order, then postures, so that
+        # Leaves renumbered: columns first, in block order, then postures, so that
         # the reduction's values are the first leaves' values as they come.
         order = [column.leaf for column in columns] + [number for number, _ in postures]
         renumber = {old: new for new, old in enumerate(order)}
@@ -164,40 +183,69 @@ class CompiledRules:
         )
         self._regions = slice(0, self._speeds.stop)
 
-        # The table: the frame's nodes, the frame before's (with speeds), constants.
+        # The static differences, in blocks: each region's, distance's and speed's;
+        # each angle's heading, then its second direction; each polygon edge's node
+        # minus its start (x0 + i y0), then minus i y1 (edge-major: edge e of every
+        # polygon, then edge e + 1).
+        angles, polygons = kinds["angle"], kinds["polygon"]
+        x0, y0, y1, slope = _edges([c.vertices for c in polygons])
+        edge_rows: list[Difference] = []
+        for y in (y0, y1):
+            for e in range(x0.shape[1]):
+                for q, column in enumerate(polygons):
+                    corner = complex(x0[q, e], y0[q, e]) if y is y0 else complex(0, y1[q, e])
+                    edge_rows.append((column.first[0], corner))
+        rows = (
+            [c.first for c in columns[self._regions]]
+            + [c.first for c in angles]
+            + [c.second for c in angles]
+            + edge_rows
+        )
+        edges = len(edge_rows) // 2
+        blocks = np.cumsum([self._regions.stop, len(angles), len(angles), edges, edges]).tolist()
+        self._headings, self._seconds, self._below_start, self._below_end = (
+            slice(start, end) for start, end in itertools.pairwise(blocks)
+        )
+        self._n_static = blocks[-1]
+        self._slope = slope.T.reshape(-1, 1)
+        self._x0 = x0.T.reshape(-1, 1)
+        self._n_edges = x0.shape[1]
+
+        # The table's columns: the frame's nodes, the frame before's (with speeds),
+        # the constants, a NaN.
         self._has_speeds = bool(kinds["speed"])
         node_columns = self._n_nodes * (2 if self._has_speeds else 1)
-        differences = [(column.first, column.second) for column in columns]
         constants = sorted(
-            {p for pair in differences for d in pair for p in d if isinstance(p, complex)},
+            {p for d in rows for p in d if isinstance(p, complex)} | {0j},
             key=lambda c: (c.real, c.imag),
         )
-        self._constants = np.asarray(constants, np.complex128)
         places = {c: node_columns + i for i, c in enumerate(constants)}
+        self._constants = np.asarray([*constants, complex(math.nan, math.nan)], np.complex128)
+        self._nan = node_columns + len(constants)
+        self._width = node_columns + self._constants.size
 
         def place(at: Place) -> int:
             return places[at] if isinstance(at, complex) else at
 
-        # (2, 2, columns): [plus | minus][first | second].
-        self._gather = np.asarray(
-            [[[place(d[k][end]) for d in differences] for k in (0, 1)] for end in (0, 1)],
-            np.intp,
-        ).reshape(2, 2, -1)
+        # (2, static differences): [plus | minus] table columns.
+        self._static = np.asarray([[place(d[end]) for d in rows] for end in (0, 1)], np.intp)
+        pairs = columns[self._pairs]
+        # Each pair's two nodes (a pair's differences are its nodes minus zero).
+        self._pair_nodes = [(c.first[0], c.second[0]) for c in pairs]
+        partners = np.asarray([c.partner for c in pairs], np.int64)
+        self._partners = partners[:, None, None]
+        self._any_partner = (partners == ANY_ANIMAL)[:, None, None]
         regions = columns[self._regions]
-        self._turns = np.asarray([c.turn for c in regions], np.complex128)
-        self._scales = np.asarray([c.scale for c in regions], np.float64).reshape(-1)
+        self._turns = np.asarray([c.turn for c in regions], np.complex128)[:, None]
+        self._scales = np.asarray([c.scale for c in regions], np.float64).reshape(-1, 1, 2)
         # Multiplications by 1 skipped.
         self._turned = bool((self._turns != 1).any())
         self._scaled = bool((self._scales != 1).any())
         selectors = np.asarray([c.selector for c in columns], np.int64)
-        self._selectors = selectors[None, :]
-        self._any_animal = (selectors == ANY_ANIMAL)[None, :]
-        self._low = np.asarray([[c.low for c in columns]], np.float64)
-        self._high = np.asarray([[c.high for c in columns]], np.float64)
-        partners = np.asarray([c.partner for c in columns[self._pairs]], np.int64)
-        self._partners = partners[None, :]
-        self._any_partner = (partners == ANY_ANIMAL)[None, :]
-        self._edges = _edges([c.vertices for c in columns[self._polygons]])
+        self._selectors = selectors[:, None]
+        self._any_animal = (selectors == ANY_ANIMAL)[:, None]
+        self._low = np.asarray([c.low for c in columns], np.float64)[:, None]
+        self._high = np.asarray([c.high for c in columns], np.float64)[:, None]
         self._postures = [
             (
                 animal_identity(leaf.animal, info),
@@ -231,7 +279,7 @@ class CompiledRules:
         table.view(np.float64)[:, : 2 * self._n_nodes] = points.reshape(n, 2 * self._n_nodes)
         self._previous = (animals, time)
         if n and self._n_columns:
-            best = np.fmax.reduce(self._decisions(table, animals, elapsed), axis=0).tolist()
+            best = np.fmax.reduce(self._decisions(animals, elapsed), axis=1).tolist()
             # The best margin over the animals: >= 0 some animal satisfies it, < 0 some
             # can be judged, NaN none can.
             values = [TRUE if v >= 0 else FALSE if v == v else UNKNOWN for v in best]
@@ -251,65 +299,59 @@ class CompiledRules:
             for root in self._roots
         ]
 
-    def _decisions(self, table: np.ndarray, animals: _Animals, elapsed: float | None) -> np.ndarray:
-        """(animals, columns): how far inside its bounds each column's feature is for
+    def _decisions(self, animals: _Animals, elapsed: float | None) -> np.ndarray:
+        """(columns, animals): how far inside its bounds each column's feature is for
         each animal (>= 0 inside; NaN where it cannot be judged or is not selected)."""
-        n = table.shape[0]
-        # take: C order, and several times faster than table[:, gather] here.
-        plus_minus = table.take(self._gather, axis=1)
-        both = plus_minus[:, 0] - plus_minus[:, 1]
-        first, second = both[:, 0], both[:, 1]
-        feature = np.empty((n, self._n_columns))
+        n = animals.table.shape[0]
+        ends = animals.table.reshape(-1).take(animals.index)
+        differences = ends[0] - ends[1]
+        feature = np.empty((self._n_columns, n))
         regions = self._regions
         if regions.stop:
-            local = first[:, regions]
+            local = differences[regions]
             if self._turned:
                 # Into each region's own axes (turns 1: distances and speeds).
                 local = local * self._turns
             if self._scaled:
                 # Scaled so that a region's edge is at 1.
-                uv = local.view(np.float64) * self._scales
-                local = uv.view(np.complex128)
+                local = (local.view(np.float64) * animals.scales).view(np.complex128)
             boxes = self._boxes
             if boxes.stop:
-                size = np.abs(local[:, boxes].view(np.float64))
-                np.maximum(size[:, 0::2], size[:, 1::2], out=feature[:, boxes])
+                box = local[boxes]
+                np.maximum(np.abs(box.real), np.abs(box.imag), out=feature[boxes])
             rounds = slice(boxes.stop, regions.stop)
-            np.abs(local[:, rounds], out=feature[:, rounds])
+            np.abs(local[rounds], out=feature[rounds])
             if elapsed is not None:
-                speeds = feature[:, self._speeds]
+                speeds = feature[self._speeds]
                 np.divide(speeds, elapsed, out=speeds)
         angles = self._angles
         if angles.stop > angles.start:
             # The angle of second / heading, as the angle of second * conj(heading)
             # (arctan2 itself: np.angle's Python wrapper costs 3 us a call).
-            turn = second[:, angles] * np.conjugate(first[:, angles])
-            at = feature[:, angles]
+            turn = differences[self._seconds] * np.conjugate(differences[self._headings])
+            at = feature[angles]
             np.arctan2(turn.imag, turn.real, out=at)
             np.abs(at, out=at)
         pairs = self._pairs
         if pairs.stop > pairs.start:
-            d = np.abs(first[:, None, pairs] - second[None, :, pairs])
-            # The nearest partner that can be judged (fmin skips NaN; none: NaN).
-            d += animals.partners
-            np.fmin.reduce(d, axis=1, out=feature[:, pairs])
+            # (pair, partner, animal) distances, NaN where the partner is not one; the
+            # nearest partner that can be judged (fmin skips NaN; none: NaN).
+            d = np.abs(differences[self._n_static :]).reshape(-1, n, n)
+            np.fmin.reduce(d, axis=1, out=feature[pairs])
         polygons = self._polygons
         if polygons.stop > polygons.start:
-            x0, sides, y0, slope = self._edges
-            at = first[:, polygons]
-            x, y = at.real[..., None], at.imag[..., None]
-            # Even-odd rule: edges crossed by a ray from the point towards +x.
-            crossed = np.less(x, x0 + (y - y0) * slope)
-            above = sides > y[..., None]
-            crossed &= above[:, :, 0] != above[:, :, 1]
-            # Plus 0 * (x + y): NaN where the node was not found.
-            np.add(
-                np.logical_xor.reduce(crossed, axis=-1),
-                (at.real + at.imag) * 0,
-                out=feature[:, polygons],
-            )
+            # Even-odd rule: edges crossed by a ray from the node towards +x, those
+            # with one end above the node and one not (y < y0 is y - y0 < 0)...
+            start, end = differences[self._below_start], differences[self._below_end]
+            crossed = np.less(start.imag, 0) != np.less(end.imag, 0)
+            # ... and the node left of the edge (x < x0 + (y - y0) dx/dy).
+            crossed &= np.less(end.real, start.imag * self._slope + self._x0)
+            parity = np.logical_xor.reduce(crossed.reshape(self._n_edges, -1, n), axis=0)
+            # Plus 0 * (x + y - y1): NaN where the node was not found.
+            first = end[: polygons.stop - polygons.start]
+            np.add(parity, (first.real + first.imag) * 0, out=feature[polygons])
         # NaN (cannot be judged, or an animal not selected) propagates through both.
-        return np.minimum(feature - animals.low, self._high - feature)
+        return np.minimum(feature - animals.low, animals.high - feature)
 
     def _animals_of(self, ids: np.ndarray) -> _Animals:
         """The identities' `_Animals`, made again only when they change."""
@@ -317,22 +359,36 @@ class CompiledRules:
         kept = self._animals
         if kept is not None and kept.key == key:
             return kept
-        n = ids.shape[0]
-        selected = (ids[:, None] == self._selectors) | self._any_animal
-        partners = (
-            ~np.eye(n, dtype=bool)[:, :, None]
-            & ((ids[:, None] == self._partners) | self._any_partner)[None]
+        n, width = ids.shape[0], self._width
+        row = np.arange(n) * width
+        static = self._static[:, :, None] + row
+        # [pair, partner, animal]: another animal, of the pair's partner's identity.
+        partner = ~np.eye(n, dtype=bool)[None] & (
+            (ids[None, :, None] == self._partners) | self._any_partner
         )
-        node_columns = self._n_nodes * (2 if self._has_speeds else 1)
-        table = np.empty((n, node_columns + self._constants.size), np.complex128)
-        table[:, node_columns:] = self._constants
+        pair_ends = [
+            np.stack(
+                (
+                    np.broadcast_to(row + start, (n, n)),
+                    np.where(partner[p], (row + end)[:, None], self._nan),
+                )
+            )
+            for p, (start, end) in enumerate(self._pair_nodes)
+        ]
+        index = np.concatenate([static, *pair_ends], axis=1).astype(np.intp)
+        table = np.empty((n, width), np.complex128)
+        table[:, 2 * self._n_nodes if self._has_speeds else self._n_nodes :] = self._constants
+        selected = (ids[None, :] == self._selectors) | self._any_animal
         self._animals = _Animals(
             key,
             ids.copy(),
             bool(n and ids.min() >= 0),
-            np.where(selected, self._low, np.nan),
-            np.where(partners, 0.0, np.nan),
             table,
+            index,
+            np.where(selected, self._low, np.nan),
+            np.repeat(self._high, n, axis=1),
+            # [region, animal, x | y]: each animal's u and v scaled.
+            np.repeat(self._scales, n, axis=1).reshape(len(self._scales), 2 * n),
         )
         return self._animals
 
@@ -461,9 +517,9 @@ def _centred(template: list[tuple[float, float]]) -> np.ndarray:
 def _edges(
     polygons: list[np.ndarray | None],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(polygons, edges) x0, y0 and dx/dy of every edge, and (polygons, 2, edges) its
-    ends' y, padded with edges that no ray crosses (both ends the first vertex)."""
-    width = max((len(p) for p in polygons if p is not None), default=1)
+    """(polygons, edges) x0, y0, y1 and dx/dy of every edge, padded with edges that no
+    ray crosses (both ends the first vertex); (0, 0) arrays without polygons."""
+    width = max((len(p) for p in polygons if p is not None), default=0)
     shape = (len(polygons), width)
     x0, y0, y1, slope = (np.zeros(shape) for _ in range(4))
     for i, vertices in enumerate(polygons):
@@ -475,7 +531,7 @@ def _edges(
         rise = end[:, 1] - start[:, 1]
         # A horizontal edge is never crossed; its slope is never read.
         slope[i, :n] = np.divide(end[:, 0] - start[:, 0], rise, out=np.zeros(n), where=rise != 0)
-    return x0, np.stack((y0, y1), axis=1), y0, slope
+    return x0, y0, y1, slope
 
 
 def _combine(node: Tree, values: list[int]) -> int:
