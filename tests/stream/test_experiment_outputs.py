@@ -507,3 +507,41 @@ def test_a_full_serial_port_hands_the_rest_to_the_devices_thread_in_order():
     assert worker.close(timeout=2.0)
     os.close(peer)
     os.close(port)
+
+
+def test_a_port_that_goes_away_under_the_deciding_thread_is_reported_once(caplog):
+    peer, port = os.openpty()
+    loop = ClosedLoop(
+        experiment({"laser": SerialDevice(os.ttyname(port))}, (Output("laser", "1\n", "0\n"),)),
+        simulate=False,
+    )
+    loop.bind(INFO, fps=10.0, recorded_video=True, lossless=False, tracked=False)
+
+    class Run:  # the parts of `PipelineRun` a closed loop reads
+        from sleap_live.stream.ring import RingBuffer
+
+        ring = RingBuffer(8, 1, 2)
+        info = INFO
+
+    loop.start(Run())  # type: ignore[arg-type]
+    worker = loop._workers["laser"]
+    deadline = time.monotonic() + 5
+    while not worker._opened and time.monotonic() < deadline:
+        time.sleep(0.001)
+    for index in range(5):  # the onset at frame 2 and the offset at 5 written at once
+        loop.decide(record(index))
+    assert os.read(peer, 64) == b"1\n"
+    os.close(peer)  # the device goes away
+    with caplog.at_level(logging.WARNING):
+        for index in range(5, 10):
+            loop.decide(record(index))
+        finish(loop)
+    os.close(port)
+    warnings = [r.getMessage() for r in caplog.records if "laser" in r.getMessage()]
+    assert len(warnings) == 1 and "failed" in warnings[0], warnings
+    sent = [e.sent["laser"] for e in loop.log.entries]
+    assert sent[0][0] is not None and sent[0][1] is None
+    # The three transitions after it: none sent, each with the one error.
+    assert [s[0] for s in sent[1:]] == [None] * 3 and all(s[1] for s in sent[1:])
+    stats = worker.stats()
+    assert (stats.sent, stats.dropped) == (1, 3) and stats.error is not None
