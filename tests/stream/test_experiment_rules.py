@@ -407,3 +407,16 @@ def test_decisions_are_those_of_the_recorded_implementation():
             data["identities"][start:end],
         )
         assert rules.evaluate(poses, float(data["times"][i])) == data["decisions"][i].tolist(), i
+
+
+def test_the_benchmark_times_each_kind_of_condition():
+    bench = script_modules.load("bench_experiment.py")
+    costs = bench.bench_kinds(20)
+    assert list(costs) == [
+        "all 10 rules",
+        *(f"without the {kind}" for kind in bench.KINDS),
+        "one rectangle rule",
+    ]
+    assert all(seconds > 0 for seconds in costs.values())
+    # Every rule a kind names is one of the 10.
+    assert {n for names in bench.KINDS.values() for n in names} <= set(bench.TEN_RULES["rules"])
