@@ -4,6 +4,10 @@
 and every rule's timing stepped, `Timeline`) for 10 rules on 10 tracked animals of
 a 5-node skeleton moving at random: p50 and p99 over many frames.
 
+``--kinds`` adds what each kind of condition costs: the same 10 rules without the
+rules of that kind (their thread-CPU p50 against all 10's, frame by frame in turn),
+and one rectangle rule alone.
+
 ``outputs``: from a pose leaving the engine (its record's ready time, when the emit
 stage writes it to the ring) to its onset's or offset's bytes being written, through
 the whole path a run takes: the ring, the experiment's thread (`ClosedLoop`), the
@@ -152,6 +156,43 @@ def bench_rules(frames: int) -> tuple[float, float, float, float]:
     )
 
 
+# The rules of each kind of condition (--kinds).
+KINDS = {
+    "polygon": ("in_corner",),
+    "speed": ("running", "still_in_left"),
+    "angle": ("facing", "head_turn"),
+    "distance between animals": ("social",),
+}
+
+
+def bench_kinds(frames: int) -> dict[str, float]:
+    """Thread-CPU p50 seconds to decide a frame of the 10 rules, of the 10 without each
+    kind's rules, and of one rectangle rule; the variants decide each frame in turn,
+    so a change in the machine's load falls on all of them alike."""
+    subsets = {"all 10 rules": tuple(TEN_RULES["rules"])}
+    for kind, names in KINDS.items():
+        subsets[f"without the {kind}"] = tuple(n for n in TEN_RULES["rules"] if n not in names)
+    subsets["one rectangle rule"] = ("in_left",)
+    walk = random_walk(frames, 10, np.random.default_rng(0))
+    ids = np.arange(10, dtype=np.int32)
+    records = [
+        FramePoses(p, np.ones(p.shape[:2], np.float32), np.ones(10, np.float32), ids) for p in walk
+    ]
+    deciders = []
+    for names in subsets.values():
+        rules = {n: TEN_RULES["rules"][n] for n in names}
+        experiment = experiment_from_dict({"regions": TEN_RULES["regions"], "rules": rules})
+        deciders.append((CompiledRules(experiment, INFO), Timeline(experiment)))
+    cpu = np.empty((len(deciders), frames))
+    for i, poses in enumerate(records):
+        for k, (rules, timeline) in enumerate(deciders):
+            started = time.thread_time()
+            timeline.step(rules.evaluate(poses, i / 30), i, i / 30)
+            cpu[k, i] = time.thread_time() - started
+    kept = cpu[:, frames // 10 :]
+    return {name: float(np.percentile(row, 50)) for name, row in zip(subsets, kept, strict=True)}
+
+
 def toggling(device: object) -> Experiment:
     """One rule, on while the nose is in x 0..10, driving `device`."""
     rule = Rule("toggle", InRegion("box", "nose"), outputs=(Output("dev", "1\n", "0\n"),))
@@ -290,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--transitions", type=int, default=1000, help="per device")
     parser.add_argument("--rate", type=float, default=200.0, help="frames a second")
     parser.add_argument("--only", choices=("rules", "outputs", "predict"))
+    parser.add_argument("--kinds", action="store_true", help="also each kind's cost (rules)")
     args = parser.parse_args(argv)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs")
     if args.only in (None, "rules"):
@@ -299,6 +341,9 @@ def main(argv: list[str] | None = None) -> int:
             f"p99 {p99 * 1e6:.1f} us; thread CPU p50 {cpu50 * 1e6:.1f} us, "
             f"p99 {cpu99 * 1e6:.1f} us a frame"
         )
+        if args.kinds:
+            for name, p50 in bench_kinds(min(args.frames, 5000)).items():
+                print(f"  {name}: thread CPU p50 {p50 * 1e6:.1f} us")
     if args.only in (None, "outputs"):
         bench_outputs(args.transitions, args.rate)
     if args.only in (None, "predict"):

@@ -3,8 +3,10 @@
 `Pipeline(..., experiment=...)` attaches one (or `pipeline.attach(ClosedLoop(...))`
 after `bind`). In a thread of its own it reads the tracked poses from the ring,
 evaluates the rules (`CompiledRules`), steps their timing (`Timeline`) and hands
-each onset and offset to the devices' threads (`DeviceWorker`) through queues that
-never wait, so neither a slow rule nor a slow device delays the poses. Under the
+each onset and offset to the devices (`DeviceWorker`): written at once where that
+cannot wait (an idle serial port), else through a queue to the device's thread
+that never waits, so neither a slow rule nor a slow device delays the poses. The
+bytes go first; the event log's rows follow. Under the
 ``"recorded"`` policy it reads every record (losslessly: a rehearsal decides on
 every frame); under ``"live"`` it reads at its own pace and counts what it skipped.
 
@@ -186,6 +188,20 @@ class ClosedLoop:
             self.bind(run.info, fps=None, recorded_video=False, lossless=False, tracked=True)
         self.log = EventLog(self._events_csv, overwrite=self._overwrite)
         self._rules = CompiledRules(self.experiment, self._info)
+        # Per rule: the animal it names, and its (device, text) sends at an onset and
+        # at an offset (an empty text sends nothing: an onset-only pulse, say).
+        self._subjects = [_subject(rule.when) for rule in self.experiment.rules]
+        self._sends = [
+            {
+                kind: [
+                    (o.device, text)
+                    for o in rule.outputs
+                    if (text := o.onset if kind == "onset" else o.offset) != ""
+                ]
+                for kind in ("onset", "offset")
+            }
+            for rule in self.experiment.rules
+        ]
         self._timeline = Timeline(self.experiment)
         self._predictor = ForwardPredictor() if self.experiment.predict else None
         for name, device in self.experiment.devices.items():
@@ -299,8 +315,28 @@ class ClosedLoop:
         rule = self.experiment.rules[transition.rule]
         source = record if record is not None else self._last
         assert source is not None  # a transition comes after a record
+        number = len(self.log.entries)  # only this thread adds entries
+        messages = [
+            (
+                device,
+                OutputMessage(
+                    rule=rule.name,
+                    kind=transition.kind,
+                    frame_index=transition.frame_index,
+                    trial=transition.trial,
+                    capture_time=source.capture_time,
+                    ready_time=source.ready_time,
+                    decision_time=decided,
+                    payload=payload,
+                    event=number,
+                ),
+            )
+            for device, payload in self._sends[transition.rule][transition.kind]
+        ]
+        # The bytes first, where they can go now; the log's rows after.
+        sent = [self._workers[device].send_now(message) for device, message in messages]
         entry = EventEntry(
-            number=len(self.log.entries),
+            number=number,
             rule=rule.name,
             kind=transition.kind,
             frame_index=transition.frame_index,
@@ -308,30 +344,15 @@ class ClosedLoop:
             capture_time=source.capture_time,
             ready_time=source.ready_time,
             decision_time=decided,
-            subject=_subject(rule.when),
+            subject=self._subjects[transition.rule],
             at_end=transition.at_end,
         )
-        sends = [
-            (output.device, output.onset if transition.kind == "onset" else output.offset)
-            for output in rule.outputs
-        ]
-        # An empty text sends nothing (an onset-only pulse, for example).
-        sends = [(device, payload) for device, payload in sends if payload != ""]
-        self.log.add(entry, len(sends))
-        for device, payload in sends:
-            self._workers[device].submit(
-                OutputMessage(
-                    rule=rule.name,
-                    kind=transition.kind,
-                    frame_index=transition.frame_index,
-                    trial=transition.trial,
-                    capture_time=entry.capture_time,
-                    ready_time=entry.ready_time,
-                    decision_time=decided,
-                    payload=payload,
-                    event=entry.number,
-                )
-            )
+        self.log.add(entry, len(messages))
+        for (device, message), time in zip(messages, sent, strict=True):
+            if time is None:
+                self._workers[device].submit(message)
+            else:
+                self.log.sent(message, device, time, None)
 
 
 def _subject(condition: Condition) -> str | None:

@@ -14,11 +14,18 @@ to send is reported once (a warning naming the device and the error, and
 `DeviceStats.error`); its later messages are dropped and counted, and the run goes
 on. The time each message's bytes were handed to the operating system is reported
 to `on_sent`, for the event log.
+
+A link that can write without waiting (`SendsNow`: a serial port, its descriptor
+non-blocking) is written to from the experiment's thread itself when its device is
+idle (nothing queued or being sent): the bytes leave within microseconds of the
+decision, without waking the device's thread, and a write that would wait goes to
+the device's thread as any other message.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -101,12 +108,29 @@ class DeviceLink(Protocol):
         ...
 
 
+class SendsNow(Protocol):
+    """A link that can also write without waiting, from any thread."""
+
+    def try_send(self, message: OutputMessage) -> bool:
+        """Write as much of the message as the device takes now, never waiting; True
+        when all of it was written. False: give the message to `send`, which writes
+        what is left of it."""
+        ...
+
+
 class SerialLink:
-    """Text lines to a serial port (pyserial's `serial_for_url`, so ``loop://`` works)."""
+    """Text lines to a serial port (pyserial's `serial_for_url`, so ``loop://`` works).
+
+    On a POSIX port (pyserial opens its descriptor non-blocking) `try_send` writes
+    with one ``os.write``; pyserial's own `write` follows each write with a
+    ``select`` for its write timeout."""
 
     def __init__(self, device: SerialDevice) -> None:
         self._device = device
         self._port: Any = None
+        self._fd: int | None = None
+        # What a partial `try_send` left of its message, for `send` to finish.
+        self._rest = b""
 
     def open(self) -> None:
         serial = _import("serial", "serial")
@@ -115,14 +139,27 @@ class SerialLink:
             baudrate=self._device.baudrate,
             write_timeout=self._device.write_timeout,
         )
+        # serialposix.Serial.fileno; other backends (loop://, Windows) have none.
+        fileno = getattr(self._port, "fileno", None)
+        fd = fileno() if fileno is not None else None
+        self._fd = fd if fd is not None and not os.get_blocking(fd) else None
+
+    def try_send(self, message: OutputMessage) -> bool:
+        if self._fd is None:
+            return False
+        data = _line(message)
+        try:
+            written = os.write(self._fd, data)
+        except BlockingIOError:
+            return False
+        self._rest = data[written:]
+        return not self._rest
 
     def send(self, message: OutputMessage) -> None:
-        text = message.payload
-        if text is None:
-            text = f"{message.rule} {message.state}\n"
-        written = self._port.write(text.encode())
-        if written != len(text.encode()):
-            raise OSError(f"wrote {written} of {len(text.encode())} bytes")
+        data, self._rest = (self._rest or _line(message)), b""
+        written = self._port.write(data)
+        if written != len(data):
+            raise OSError(f"wrote {written} of {len(data)} bytes")
 
     def close(self) -> None:
         if self._port is not None:
@@ -262,6 +299,12 @@ class SimulatedLink:
         pass
 
 
+def _line(message: OutputMessage) -> bytes:
+    """A serial message's bytes: its payload, or ``"<rule> <state>\\n"``."""
+    text = message.payload
+    return (text if text is not None else f"{message.rule} {message.state}\n").encode()
+
+
 def event_message(message: OutputMessage) -> dict[str, Any]:
     """The map a ZeroMQ transition message holds."""
     return attrs.asdict(message)
@@ -322,10 +365,15 @@ class DeviceWorker:
         self._link = link
         self._on_sent = on_sent
         self._clock = clock
-        self._queue: Channel[OutputMessage] = Channel(QUEUE, "drop_oldest", on_drop=self._dropped)
+        self._queue: Channel[OutputMessage] = Channel(QUEUE, "drop_oldest", on_drop=self._settled)
+        self._try_send: Callable[[OutputMessage], bool] | None = getattr(link, "try_send", None)
         self._error: str | None = None
         self._sent = 0
         self._lost = 0
+        # Messages submitted and not yet sent or dropped; only `submit` (the
+        # experiment's thread) adds to it, so that thread never sees 0 too early.
+        self._pending = 0
+        self._opened = False
         self._lock = threading.Lock()
         self._thread = threading.Thread(
             target=self._run, name=f"sleap-live experiment device {name}", daemon=True
@@ -334,12 +382,36 @@ class DeviceWorker:
     def start(self) -> None:
         self._thread.start()
 
+    def send_now(self, message: OutputMessage) -> float | None:
+        """Write the message in the calling thread if that cannot wait: the link can
+        (`SendsNow`), it is open and has not failed, and nothing of this device is
+        queued or being sent (which keeps the messages in order). Never waits.
+
+        Returns:
+            The time its bytes were written; None: `submit` it (a write that failed
+            is reported once, and the submitted message dropped).
+        """
+        if self._try_send is None or not self._opened or self._pending or self._error:
+            return None
+        try:
+            if not self._try_send(message):
+                return None
+        except Exception as error:
+            self._fail(f"failed: {_describe(error)}")
+            return None
+        sent = self._clock()
+        with self._lock:
+            self._sent += 1
+        return sent
+
     def submit(self, message: OutputMessage) -> None:
-        """Queue a message; never waits."""
+        """Queue a message for the device's thread; never waits."""
+        with self._lock:
+            self._pending += 1
         try:
             self._queue.put_nowait(message)
         except ChannelClosed:
-            self._dropped(message)
+            self._settled(message)
 
     def close(self, timeout: float | None = None) -> bool:
         """Send what is queued (for at most `timeout` real seconds, default
@@ -360,22 +432,24 @@ class DeviceWorker:
     def _run(self) -> None:
         try:
             self._link.open()
+            self._opened = True
         except Exception as error:
             self._fail(f"cannot open: {_describe(error)}")
         try:
             for message in self._queue:
                 if self._error is not None:
-                    self._dropped(message)
+                    self._settled(message)
                     continue
                 try:
                     self._link.send(message)
                 except Exception as error:
                     self._fail(f"failed: {_describe(error)}")
-                    self._dropped(message)
+                    self._settled(message)
                     continue
                 sent = self._clock()
                 with self._lock:
                     self._sent += 1
+                    self._pending -= 1
                 self._on_sent(message, sent, None)
         finally:
             try:
@@ -383,9 +457,11 @@ class DeviceWorker:
             except Exception as error:
                 logger.warning("experiment device %s: closing failed: %s", self.name, error)
 
-    def _dropped(self, message: OutputMessage) -> None:
+    def _settled(self, message: OutputMessage) -> None:
+        """A submitted message dropped (the device fell behind, or has failed)."""
         with self._lock:
             self._lost += 1
+            self._pending -= 1
         self._on_sent(message, None, self._error or "dropped: the device fell behind")
 
     def _fail(self, problem: str) -> None:

@@ -24,9 +24,11 @@ rules on 10 animals to tens of microseconds a frame (scripts/bench_experiment.py
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import TypeAlias
 
+import attrs
 import numpy as np
 
 from sleap_live.engines.types import FramePoses, ModelInfo
@@ -43,6 +45,7 @@ from sleap_live.stream.experiment.experiment import (
     Leaf,
     Not,
     Polygon,
+    Posture,
     Rectangle,
     Speed,
 )
@@ -66,35 +69,89 @@ def animal_identity(name: str | None, info: ModelInfo) -> int:
     return int(match.group(1))
 
 
-class _Columns:
-    """Leaves of one kind evaluated per animal: their leaf numbers, animal selectors,
-    bounds on the kind's feature, and the kind's own parameters (one row per leaf)."""
+# A table column a difference reads: an int is a node's column (this frame's nodes
+# first, then the frame before's), a complex a column holding that constant (a
+# region's centre, a point, zero) in every row.
+Place: TypeAlias = "int | complex"
+# table[:, plus] - table[:, minus]: one difference a feature is made from.
+Difference: TypeAlias = tuple[Place, Place]
+_NOTHING: Difference = (0j, 0j)
 
-    def __init__(self) -> None:
-        self.numbers: list[int] = []
-        self.selectors: list[int] = []
-        self.bounds: list[tuple[float, float]] = []
-        self.rows: list[tuple[float, ...]] = []
 
-    def add(self, number: int, selector: int, low: float, high: float, *row: float) -> None:
-        self.numbers.append(number)
-        self.selectors.append(selector)
-        self.bounds.append((low, high))
-        self.rows.append(row)
+@attrs.frozen
+class _Column:
+    """One vectorised leaf: its number in compile order, the animal it selects, the
+    bounds on its feature, the two differences its feature is made from (a pair's:
+    its two nodes, each minus zero), and its kind's parameters (a region's rotation
+    and scale, a pair's partner, a polygon's vertices)."""
 
-    def table(self, width: int) -> np.ndarray:
-        """The parameters as a (width, leaves) array."""
-        return np.asarray(self.rows, np.float64).reshape(-1, width).T
+    leaf: int
+    selector: int
+    low: float
+    high: float
+    first: Difference
+    second: Difference = _NOTHING
+    turn: complex = 1 + 0j
+    scale: tuple[float, float] = (1.0, 1.0)
+    partner: int = ANY_ANIMAL
+    vertices: np.ndarray | None = attrs.field(default=None, eq=False)
+
+
+@attrs.frozen(eq=False)
+class _Animals:
+    """What depends only on a frame's identities (kept while they stay the same).
+
+    Attributes:
+        key: the identities' dtype and bytes.
+        ids: the identities.
+        tracked: every animal has an identity (>= 0).
+        table: (animals, table columns) complex: each animal's nodes, the frame
+            before's, the constants and a NaN (its constant columns filled once).
+        index: (2, differences, animals) positions in the flattened table of each
+            difference's two ends for each animal: the static differences, then a
+            pair's (partner, animal) rows, whose partner end is the NaN where that
+            animal is no partner (itself, another identity).
+        low: (columns, animals) each column's lower bound; NaN for an animal the
+            column does not select.
+        high: (columns, animals) its upper bound.
+        scales: (regions, 2 * animals) each region's x and y scale, per animal.
+        turns: (regions, animals) each region's rotation, per animal.
+        slope, x0: (polygon edges, animals) each edge's dx/dy and x0, per animal.
+
+    The per-column constants are repeated for every animal: numpy broadcasting a
+    (rows, 1) array costs 2-3x a call on two arrays of the same shape at this size.
+    """
+
+    key: tuple[str, bytes]
+    ids: np.ndarray
+    tracked: bool
+    table: np.ndarray
+    index: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    scales: np.ndarray
+    turns: np.ndarray
+    slope: np.ndarray
+    x0: np.ndarray
 
 
 class CompiledRules:
     """An experiment's conditions, compiled against a model, evaluated frame by frame.
 
-    Each leaf of a vectorised kind is a column of one (animals, columns) feature
-    array: a region's normalised radius (1 at its edge), a polygon's crossing
-    parity, a distance, an angle, a speed; NaN where the animal cannot be judged.
-    One comparison with every column's bounds and one reduction over the selected
-    animals then give every leaf's value. Postures are fitted leaf by leaf.
+    Each leaf of a vectorised kind is a row of one (columns, animals) feature array:
+    a region's normalised radius (1 at its edge), a polygon's crossing parity, a
+    distance, an angle, a speed; NaN where the animal cannot be judged. Every feature
+    is made from differences of a frame's table (each animal's points as complex
+    numbers x + iy, the frame before's aligned to them for speeds, and constants),
+    all gathered by one `take` of precomputed positions and one subtraction: a
+    region's is the node minus its centre, a distance's its two ends, an angle's its
+    heading and second direction, a polygon edge's the node minus the edge's ends, a
+    pair's one animal's node minus each partner's. Rows of a kind are contiguous, so
+    each kind's formula is a few numpy calls on a block (numpy's cost here is its
+    calls, a microsecond each on contiguous blocks and several times that on strided
+    or broadcast ones, not their arithmetic on a few hundred numbers:
+    scripts/bench_experiment.py); one comparison with the bounds and one reduction
+    over the animals then give every leaf's value. Postures are fitted leaf by leaf.
 
     It keeps the previous frame's poses (for `Speed`), so give it every frame of one
     source, in order.
@@ -106,265 +163,391 @@ class CompiledRules:
 
     def __init__(self, experiment: Experiment, info: ModelInfo) -> None:
         nodes = {name: i for i, name in enumerate(info.skeleton.node_names)}
-        self._leaves: list[Leaf] = []
-        self._roots: list[Tree] = [self._compile(rule.when) for rule in experiment.rules]
-        self.n_leaves = len(self._leaves)
-        regions, polygons, within, pairs, angles, speeds = (_Columns() for _ in range(6))
-        polygon_edges: list[np.ndarray] = []
-        self._postures: list[tuple[int, int, np.ndarray, np.ndarray, float]] = []
-        for number, leaf in enumerate(self._leaves):
-            if isinstance(leaf, InRegion):
-                region = experiment.regions[leaf.region]
-                selector = animal_identity(leaf.animal, info)
-                node = nodes[leaf.node]
-                if isinstance(region, Rectangle | Ellipse):
-                    # A region's row: its centre, its axes' rotation, the inverse of
-                    # its half sizes, and whether it is a rectangle (an unrotated one).
-                    if isinstance(region, Rectangle):
-                        half_w, half_h = (region.x1 - region.x0) / 2, (region.y1 - region.y0) / 2
-                        axes = (region.x0 + half_w, region.y0 + half_h, 1.0, 0.0)
-                        row = (*axes, 1 / half_w, 1 / half_h, 1)
-                    else:
-                        turn = math.radians(region.angle)
-                        axes = (region.cx, region.cy, math.cos(turn), math.sin(turn))
-                        row = (*axes, 1 / region.rx, 1 / region.ry, 0)
-                    regions.add(number, selector, -math.inf, 1.0, node, *row)
-                else:
-                    assert isinstance(region, Polygon)
-                    polygons.add(number, selector, 0.5, math.inf, node)
-                    polygon_edges.append(np.asarray(region.vertices, np.float64))
-            elif isinstance(leaf, Distance):
-                start, end = nodes[leaf.start.node], nodes[leaf.end.node]
-                selector = animal_identity(leaf.start.animal, info)
-                if leaf.end.animal == "same":
-                    within.add(number, selector, leaf.above, leaf.below, start, end)
-                else:
-                    partner = (
-                        ANY_ANIMAL
-                        if leaf.end.animal == "other"
-                        else animal_identity(leaf.end.animal, info)
-                    )
-                    pairs.add(number, selector, leaf.above, leaf.below, start, end, partner)
-            elif isinstance(leaf, Angle):
-                ref = leaf.reference
-                point = leaf.point or (0.0, 0.0)
-                angles.add(
-                    number,
-                    animal_identity(leaf.animal, info),
-                    math.radians(leaf.above),
-                    math.radians(leaf.below),
-                    nodes[leaf.start],
-                    nodes[leaf.end],
-                    nodes[ref[0]] if ref else 0,
-                    nodes[ref[1]] if ref else 0,
-                    *point,
-                    leaf.point is not None,
-                )
-            elif isinstance(leaf, Speed):
-                speeds.add(
-                    number,
-                    animal_identity(leaf.animal, info),
-                    leaf.above,
-                    leaf.below,
-                    nodes[leaf.node],
-                )
+        self._n_nodes = len(nodes)
+        leaves: list[Leaf] = []
+        roots = [_compile(rule.when, leaves) for rule in experiment.rules]
+        # Columns by kind, in the order their blocks take.
+        kinds: dict[str, list[_Column]] = {
+            kind: [] for kind in ("box", "round", "speed", "angle", "pair", "polygon")
+        }
+        postures: list[tuple[int, Posture]] = []
+        for number, leaf in enumerate(leaves):
+            if isinstance(leaf, Posture):
+                postures.append((number, leaf))
             else:
-                template = np.asarray([xy for _, xy in leaf.template], np.float64)
-                self._postures.append(
-                    (
-                        number,
-                        animal_identity(leaf.animal, info),
-                        np.asarray([nodes[node] for node, _ in leaf.template]),
-                        template - template.mean(axis=0),
-                        leaf.tolerance,
-                    )
-                )
-        kinds = (regions, polygons, within, pairs, angles, speeds)
-        # Every column, in kind order: its leaf, selector and bounds.
-        self._columns = np.asarray([n for k in kinds for n in k.numbers], np.intp)
-        selectors = np.asarray([s for k in kinds for s in k.selectors], np.int64)
-        self._selectors = selectors[None, :]
-        self._any_animal = (selectors == ANY_ANIMAL)[None, :]
-        self._named = not self._any_animal.all()
-        low, high = np.asarray([b for k in kinds for b in k.bounds], np.float64).reshape(-1, 2).T
-        self._low, self._high = low[None, :], high[None, :]
-        self._has = tuple(bool(k.numbers) for k in kinds)
-        table = regions.table(8)
-        is_rectangle = table[7].astype(bool)
-        self._regions = (
-            table[0].astype(np.intp),
-            table[1] + 1j * table[2],  # centres
-            table[3] + 1j * table[4],  # rotations into the region's axes
-            table[5],
-            table[6],
-            is_rectangle,
-            # Which shapes there are: the other's formula is skipped.
-            bool(is_rectangle.any()),
-            bool((~is_rectangle).any()),
+                kind, column = _column(number, leaf, experiment, info, nodes)
+                kinds[kind].append(column)
+        columns = [column for kind in kinds.values() for column in kind]
+        # Leaves renumbered: columns first, in block order, then postures, so that
+        # the reduction's values are the first leaves' values as they come.
+        order = [column.leaf for column in columns] + [number for number, _ in postures]
+        renumber = {old: new for new, old in enumerate(order)}
+        self._roots = [_renumbered(root, renumber) for root in roots]
+        self.n_leaves = len(leaves)
+        self._n_columns = len(columns)
+        ends = np.cumsum([len(kind) for kind in kinds.values()]).tolist()
+        self._boxes, self._rounds, self._speeds, self._angles, self._pairs, self._polygons = (
+            slice(start, end) for start, end in zip([0, *ends[:-1]], ends, strict=True)
         )
-        self._polygons = (polygons.table(1)[0].astype(np.intp), *_edges(polygon_edges))
-        table = within.table(2).astype(np.intp)
-        self._within = (table[0], table[1])
-        table = pairs.table(3)
-        self._pairs = (
-            table[0].astype(np.intp),
-            table[1].astype(np.intp),
-            table[2][None, :],
-            (table[2] == ANY_ANIMAL)[None, :],
-        )
-        table = angles.table(7)
-        is_point = table[6].astype(bool)
-        self._angles = (
-            *table[:4].astype(np.intp),
-            table[4] + 1j * table[5],  # the points
-            is_point,
-            # Which second directions there are: the other's is not computed.
-            bool(is_point.all()),
-            bool((~is_point).all()),
-        )
-        self._speeds = speeds.table(1)[0].astype(np.intp)
-        self._previous: tuple[np.ndarray, np.ndarray, float] | None = None
-        # "Not the same animal" masks for pairs, by number of animals.
-        self._others: dict[int, np.ndarray] = {}
+        self._regions = slice(0, self._speeds.stop)
 
-    def _compile(self, condition: Condition) -> Tree:
-        """The condition as a tree of leaf numbers (int) and (kind, children) tuples."""
-        if isinstance(condition, All | AnyOf):
-            kind = "all" if isinstance(condition, All) else "any"
-            return (kind, [self._compile(child) for child in condition.conditions])
-        if isinstance(condition, Not):
-            return ("not", [self._compile(condition.condition)])
-        self._leaves.append(condition)
-        return len(self._leaves) - 1
+        # The static differences, in blocks: each region's, distance's and speed's;
+        # each angle's heading, then its second direction; each polygon edge's node
+        # minus its start (x0 + i y0), then minus i y1 (edge-major: edge e of every
+        # polygon, then edge e + 1).
+        angles, polygons = kinds["angle"], kinds["polygon"]
+        x0, y0, y1, slope = _edges([c.vertices for c in polygons])
+        edge_rows: list[Difference] = []
+        for y in (y0, y1):
+            for e in range(x0.shape[1]):
+                for q, column in enumerate(polygons):
+                    corner = complex(x0[q, e], y0[q, e]) if y is y0 else complex(0, y1[q, e])
+                    edge_rows.append((column.first[0], corner))
+        rows = (
+            [c.first for c in columns[self._regions]]
+            + [c.first for c in angles]
+            + [c.second for c in angles]
+            + edge_rows
+        )
+        edges = len(edge_rows) // 2
+        blocks = np.cumsum([self._regions.stop, len(angles), len(angles), edges, edges]).tolist()
+        self._headings, self._seconds, self._below_start, self._below_end = (
+            slice(start, end) for start, end in itertools.pairwise(blocks)
+        )
+        self._n_static = blocks[-1]
+        self._slope = slope.T.reshape(-1, 1)
+        self._x0 = x0.T.reshape(-1, 1)
+        self._n_edges = x0.shape[1]
 
-    def leaf_values(self, poses: FramePoses, time: float) -> np.ndarray:
-        """Each leaf's value on this frame (`TRUE`, `FALSE`, `UNKNOWN`), as int8.
+        # The table's columns: the frame's nodes, the frame before's (with speeds),
+        # the constants, a NaN.
+        self._has_speeds = bool(kinds["speed"])
+        node_columns = self._n_nodes * (2 if self._has_speeds else 1)
+        constants = sorted(
+            {p for d in rows for p in d if isinstance(p, complex)} | {0j},
+            key=lambda c: (c.real, c.imag),
+        )
+        places = {c: node_columns + i for i, c in enumerate(constants)}
+        self._constants = np.asarray([*constants, complex(math.nan, math.nan)], np.complex128)
+        self._nan = node_columns + len(constants)
+        self._width = node_columns + self._constants.size
+
+        def place(at: Place) -> int:
+            return places[at] if isinstance(at, complex) else at
+
+        # (2, static differences): [plus | minus] table columns.
+        self._static = np.asarray([[place(d[end]) for d in rows] for end in (0, 1)], np.intp)
+        pairs = columns[self._pairs]
+        # Each pair's two nodes (a pair's differences are its nodes minus zero).
+        self._pair_nodes = [(c.first[0], c.second[0]) for c in pairs]
+        partners = np.asarray([c.partner for c in pairs], np.int64)
+        self._partners = partners[:, None, None]
+        self._any_partner = (partners == ANY_ANIMAL)[:, None, None]
+        regions = columns[self._regions]
+        self._turns = np.asarray([c.turn for c in regions], np.complex128)[:, None]
+        self._scales = np.asarray([c.scale for c in regions], np.float64).reshape(-1, 1, 2)
+        # Multiplications by 1 skipped.
+        self._turned = bool((self._turns != 1).any())
+        self._scaled = bool((self._scales != 1).any())
+        selectors = np.asarray([c.selector for c in columns], np.int64)
+        self._selectors = selectors[:, None]
+        self._any_animal = (selectors == ANY_ANIMAL)[:, None]
+        self._low = np.asarray([c.low for c in columns], np.float64)[:, None]
+        self._high = np.asarray([c.high for c in columns], np.float64)[:, None]
+        self._postures = [
+            (
+                animal_identity(leaf.animal, info),
+                np.asarray([nodes[node] for node, _ in leaf.template]),
+                _centred([xy for _, xy in leaf.template]),
+                leaf.tolerance,
+            )
+            for _, leaf in postures
+        ]
+        self._animals: _Animals | None = None
+        # The frame before: its animals (its nodes are the first columns of their
+        # table until the next frame of the same animals is written) and time.
+        self._previous: tuple[_Animals, float] | None = None
+
+    def leaf_values(self, poses: FramePoses, time: float) -> list[int]:
+        """Each leaf's value on this frame (`TRUE`, `FALSE`, `UNKNOWN`), leaves numbered
+        columns first (as the compiled rules refer to them).
 
         Args:
             poses: the frame's poses.
             time: the frame's time in seconds (for `Speed`).
         """
-        points = np.asarray(poses.points, np.float64)
-        ids = np.asarray(poses.identities)
-        values = np.full(self.n_leaves, UNKNOWN, np.int8)
-        # Points as complex numbers x + iy (a view of the same memory): differences,
-        # lengths, rotations and angles each take one numpy call.
-        xy = np.ascontiguousarray(points).view(np.complex128)[..., 0]
-        if points.shape[0] and self._columns.size:
-            feature = self._features(points, xy, ids, time)
-            # NaN (cannot be judged) fails every comparison, itself included.
-            truth = (feature >= self._low) & (feature <= self._high)
-            known = feature == feature
-            if self._named:
-                selected = (ids[:, None] == self._selectors) | self._any_animal
-                truth &= selected
-                known &= selected
-            # TRUE (1) where some animal satisfies it, FALSE (0) where some can be
-            # judged, UNKNOWN (-1) where none can.
-            values[self._columns] = np.add(truth.any(axis=0), known.any(axis=0), dtype=np.int8) - 1
-        for number, selector, nodes, template, tolerance in self._postures:
-            values[number] = _posture(points, ids, selector, nodes, template, tolerance)
-        self._previous = (xy, ids, time)
+        points = poses.points
+        n = points.shape[0]
+        animals = self._animals_of(np.asarray(poses.identities))
+        table = animals.table
+        # The frame before's nodes first: they may sit where this frame's go.
+        elapsed = self._before(animals, time) if self._has_speeds else None
+        # Points as complex numbers x + iy: differences, lengths, rotations and angles
+        # each take one numpy call. float32 points are exact in float64.
+        table.view(np.float64)[:, : 2 * self._n_nodes] = points.reshape(n, 2 * self._n_nodes)
+        self._previous = (animals, time)
+        if n and self._n_columns:
+            best = np.fmax.reduce(self._decisions(animals, elapsed), axis=1).tolist()
+            # The best margin over the animals: >= 0 some animal satisfies it, < 0 some
+            # can be judged, NaN none can.
+            values = [TRUE if v >= 0 else FALSE if v == v else UNKNOWN for v in best]
+        else:
+            values = [UNKNOWN] * self._n_columns
+        if self._postures:
+            points64 = np.asarray(points, np.float64)
+            for selector, nodes, template, tolerance in self._postures:
+                values.append(_posture(points64, animals.ids, selector, nodes, template, tolerance))
         return values
 
     def evaluate(self, poses: FramePoses, time: float) -> list[int]:
         """Each rule's condition on this frame: `TRUE`, `FALSE` or `UNKNOWN`."""
-        values = self.leaf_values(poses, time).tolist()
-        return [_combine(root, values) for root in self._roots]
+        values = self.leaf_values(poses, time)
+        return [
+            values[root] if isinstance(root, int) else _combine(root, values)
+            for root in self._roots
+        ]
 
-    def _features(
-        self, points: np.ndarray, xy: np.ndarray, ids: np.ndarray, time: float
-    ) -> np.ndarray:
-        """(animals, columns): each vectorised leaf's feature for each animal; `xy` is
-        `points` as complex numbers."""
-        parts: list[np.ndarray] = []
-        has_regions, has_polygons, has_within, has_pairs, has_angles, has_speeds = self._has
-        if has_regions:
-            nodes, centres, turns, scale_x, scale_y, is_rectangle, rectangles, ellipses = (
-                self._regions
-            )
-            # Into each region's own axes, scaled so that its edge is at 1.
-            local = (xy[:, nodes] - centres) * turns
-            u, v = local.real * scale_x, local.imag * scale_y
-            if not ellipses:
-                parts.append(np.maximum(np.abs(u), np.abs(v)))
-            elif not rectangles:
-                parts.append(np.hypot(u, v))
-            else:
-                parts.append(
-                    np.where(is_rectangle, np.maximum(np.abs(u), np.abs(v)), np.hypot(u, v))
-                )
-        if has_polygons:
-            nodes, x0, y0, y1, slope = self._polygons
-            at = points[:, nodes]
-            x, y = at[..., 0, None], at[..., 1, None]
-            # Even-odd rule: edges crossed by a ray from the point towards +x.
-            crossed = ((y0 > y) != (y1 > y)) & (x < x0 + (y - y0) * slope)
-            # Plus 0 * (x + y): NaN where the node was not found.
-            parts.append((crossed.sum(axis=-1) & 1) + 0 * (x + y)[..., 0])
-        if has_within:
-            start, end = self._within
-            parts.append(np.abs(xy[:, start] - xy[:, end]))
-        if has_pairs:
-            start, end, partners, any_partner = self._pairs
-            n = len(ids)
-            others = self._others.get(n)
-            if others is None:
-                others = self._others[n] = ~np.eye(n, dtype=bool)[:, :, None]
-            d = np.abs(xy[:, None, start] - xy[None, :, end])
-            valid = others & ((ids[:, None] == partners) | any_partner)[None]
-            # The nearest partner that can be judged (fmin skips NaN; none: NaN).
-            parts.append(np.fmin.reduce(np.where(valid, d, np.nan), axis=1))
-        if has_angles:
-            start, end, ref0, ref1, targets, is_point, points_only, references_only = self._angles
-            origin = xy[:, start]
-            if points_only:
-                second = targets - origin
-            elif references_only:
-                second = xy[:, ref1] - xy[:, ref0]
-            else:
-                second = np.where(is_point, targets - origin, xy[:, ref1] - xy[:, ref0])
+    def _decisions(self, animals: _Animals, elapsed: float | None) -> np.ndarray:
+        """(columns, animals): how far inside its bounds each column's feature is for
+        each animal (>= 0 inside; NaN where it cannot be judged or is not selected)."""
+        n = animals.table.shape[0]
+        ends = animals.table.reshape(-1).take(animals.index)
+        differences = ends[0] - ends[1]
+        feature = np.empty((self._n_columns, n))
+        regions = self._regions
+        if regions.stop:
+            local = differences[regions]
+            if self._turned:
+                # Into each region's own axes (turns 1: distances and speeds).
+                local = local * animals.turns
+            if self._scaled:
+                # Scaled so that a region's edge is at 1.
+                local = (local.view(np.float64) * animals.scales).view(np.complex128)
+            boxes = self._boxes
+            if boxes.stop:
+                box = local[boxes]
+                np.maximum(np.abs(box.real), np.abs(box.imag), out=feature[boxes])
+            rounds = slice(boxes.stop, regions.stop)
+            np.abs(local[rounds], out=feature[rounds])
+            if elapsed is not None:
+                speeds = feature[self._speeds]
+                np.divide(speeds, elapsed, out=speeds)
+        angles = self._angles
+        if angles.stop > angles.start:
             # The angle of second / heading, as the angle of second * conj(heading)
             # (arctan2 itself: np.angle's Python wrapper costs 3 us a call).
-            turn = second * np.conj(xy[:, end] - origin)
-            parts.append(np.abs(np.arctan2(turn.imag, turn.real)))
-        if has_speeds:
-            parts.append(self._speed(xy, ids, self._speeds, time))
-        return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
+            turn = differences[self._seconds] * np.conjugate(differences[self._headings])
+            at = feature[angles]
+            np.arctan2(turn.imag, turn.real, out=at)
+            np.abs(at, out=at)
+        pairs = self._pairs
+        if pairs.stop > pairs.start:
+            # (pair, partner, animal) distances, NaN where the partner is not one; the
+            # nearest partner that can be judged (fmin skips NaN; none: NaN).
+            d = np.abs(differences[self._n_static :]).reshape(-1, n, n)
+            np.fmin.reduce(d, axis=1, out=feature[pairs])
+        polygons = self._polygons
+        if polygons.stop > polygons.start:
+            # Each edge row's node minus (x0 + i y0), then minus i y1, as contiguous
+            # planes of real and imaginary parts (a numpy call on the strided .real of
+            # a complex array costs 3x one on a contiguous array).
+            edges = differences[self._below_start.start : self._below_end.stop]
+            plane = np.ascontiguousarray(
+                edges.view(np.float64).reshape(len(edges), n, 2).transpose(2, 0, 1)
+            )
+            half = len(edges) // 2
+            # Even-odd rule: the edges crossed by a ray from the node towards +x, in
+            # floats so that a node not found (NaN) makes the count NaN. An edge has
+            # one end above the node and one not: heaviside(y - y0, 1) is 0 exactly
+            # when y < y0, so their difference is +-1, else 0...
+            above = np.heaviside(plane[1], 1.0)
+            crossed = above[:half] - above[half:]
+            # ... and the node left of it: x < x0 + (y - y0) dx/dy, 1 where the gap is
+            # above 0 (heaviside(gap, 0)), 0 where not.
+            gap = plane[1, :half] * animals.slope
+            gap += animals.x0
+            gap -= plane[0, half:]
+            crossed *= np.heaviside(gap, 0.0)
+            # The count's parity (-1 counts as 1).
+            count = np.add.reduce(crossed.reshape(self._n_edges, -1, n), axis=0)
+            np.remainder(count, 2.0, out=feature[polygons])
+        # NaN (cannot be judged, or an animal not selected) propagates through both.
+        return np.minimum(feature - animals.low, animals.high - feature)
 
-    def _speed(self, xy: np.ndarray, ids: np.ndarray, nodes: np.ndarray, time: float) -> np.ndarray:
-        """(animals, speed leaves) px/s from the previous frame; NaN where unknown."""
-        speeds = np.full((xy.shape[0], nodes.size), np.nan)
-        if self._previous is None:
-            return speeds
-        before, before_ids, before_time = self._previous
+    def _animals_of(self, ids: np.ndarray) -> _Animals:
+        """The identities' `_Animals`, made again only when they change."""
+        key = (ids.dtype.str, ids.tobytes())
+        kept = self._animals
+        if kept is not None and kept.key == key:
+            return kept
+        n, width = ids.shape[0], self._width
+        row = np.arange(n) * width
+        static = self._static[:, :, None] + row
+        # [pair, partner, animal]: another animal, of the pair's partner's identity.
+        partner = ~np.eye(n, dtype=bool)[None] & (
+            (ids[None, :, None] == self._partners) | self._any_partner
+        )
+        pair_ends = [
+            np.stack(
+                (
+                    np.broadcast_to(row + start, (n, n)),
+                    np.where(partner[p], (row + end)[:, None], self._nan),
+                )
+            )
+            for p, (start, end) in enumerate(self._pair_nodes)
+        ]
+        index = np.concatenate([static, *pair_ends], axis=1).astype(np.intp)
+        table = np.empty((n, width), np.complex128)
+        table[:, 2 * self._n_nodes if self._has_speeds else self._n_nodes :] = self._constants
+        selected = (ids[None, :] == self._selectors) | self._any_animal
+        self._animals = _Animals(
+            key,
+            ids.copy(),
+            bool(n and ids.min() >= 0),
+            table,
+            index,
+            np.where(selected, self._low, np.nan),
+            np.repeat(self._high, n, axis=1),
+            # [region, animal, x | y]: each animal's u and v scaled.
+            np.repeat(self._scales, n, axis=1).reshape(len(self._scales), 2 * n),
+            np.repeat(self._turns, n, axis=1),
+            np.repeat(self._slope, n, axis=1),
+            np.repeat(self._x0, n, axis=1),
+        )
+        return self._animals
+
+    def _before(self, animals: _Animals, time: float) -> float | None:
+        """Writes the frame before's nodes into the table's second block, in this
+        frame's rows (NaN where it has no such animal); the seconds since it, None
+        without one (the block all NaN)."""
+        nodes = self._n_nodes
+        before = animals.table[:, nodes : 2 * nodes]
+        previous = self._previous
+        if previous is None:
+            before[...] = np.nan
+            return None
+        before_animals, before_time = previous
         elapsed = time - before_time
-        if not elapsed > 0 or before.shape[0] == 0:
-            return speeds
-        if xy.shape[0] == 1 and before.shape[0] == 1 and ids[0] == before_ids[0]:
-            return np.abs(xy[:, nodes] - before[:, nodes]) / elapsed
-        if (
-            ids.shape == before_ids.shape
-            and ids.size
-            and (ids == before_ids).all()
-            and ids.min() >= 0
+        ids, before_ids = animals.ids, before_animals.ids
+        if not elapsed > 0 or before_ids.shape[0] == 0:
+            before[...] = np.nan
+            return None
+        # Its nodes: the first block of its table, not yet overwritten.
+        last = before_animals.table[:, :nodes]
+        if (ids.shape[0] == 1 and before_ids.shape[0] == 1 and ids[0] == before_ids[0]) or (
+            before_animals is animals and animals.tracked
         ):
             # The same tracks in the same rows as the frame before (a tracker's usual
-            # order): no matching needed.
-            return np.abs(xy[:, nodes] - before[:, nodes]) / elapsed
+            # order), or the one animal: no matching needed.
+            before[...] = last
+            return elapsed
         same = (ids[:, None] == before_ids[None, :]) & (ids[:, None] >= 0)
         match, found = same.argmax(axis=1), same.any(axis=1)
-        speeds[found] = np.abs(xy[found][:, nodes] - before[match[found]][:, nodes]) / elapsed
-        return speeds
+        before[...] = np.nan
+        before[found] = last[match[found]]
+        return elapsed
 
 
-def _edges(polygons: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _column(
+    number: int, leaf: Leaf, experiment: Experiment, info: ModelInfo, nodes: dict[str, int]
+) -> tuple[str, _Column]:
+    """A vectorised leaf's kind (its slice) and column."""
+    if isinstance(leaf, InRegion):
+        region = experiment.regions[leaf.region]
+        selector = animal_identity(leaf.animal, info)
+        # The node minus the region's centre.
+        node = nodes[leaf.node]
+        if isinstance(region, Rectangle):
+            half_w, half_h = (region.x1 - region.x0) / 2, (region.y1 - region.y0) / 2
+            centre = complex(region.x0 + half_w, region.y0 + half_h)
+            scale = (1 / half_w, 1 / half_h)
+            return "box", _Column(number, selector, -math.inf, 1.0, (node, centre), scale=scale)
+        if isinstance(region, Ellipse):
+            turn = math.radians(region.angle)
+            return "round", _Column(
+                number,
+                selector,
+                -math.inf,
+                1.0,
+                (node, complex(region.cx, region.cy)),
+                turn=complex(math.cos(turn), math.sin(turn)),
+                scale=(1 / region.rx, 1 / region.ry),
+            )
+        assert isinstance(region, Polygon)
+        vertices = np.asarray(region.vertices, np.float64)
+        return "polygon", _Column(number, selector, 0.5, math.inf, (node, 0j), vertices=vertices)
+    if isinstance(leaf, Distance):
+        start, end = nodes[leaf.start.node], nodes[leaf.end.node]
+        selector = animal_identity(leaf.start.animal, info)
+        if leaf.end.animal == "same":
+            return "round", _Column(number, selector, leaf.above, leaf.below, (start, end))
+        partner = (
+            ANY_ANIMAL if leaf.end.animal == "other" else animal_identity(leaf.end.animal, info)
+        )
+        return "pair", _Column(
+            number, selector, leaf.above, leaf.below, (start, 0j), (end, 0j), partner=partner
+        )
+    if isinstance(leaf, Angle):
+        start, end = nodes[leaf.start], nodes[leaf.end]
+        if leaf.point is not None:
+            # From the start node to the point.
+            second: Difference = (complex(*leaf.point), start)
+        else:
+            assert leaf.reference is not None
+            second = (nodes[leaf.reference[1]], nodes[leaf.reference[0]])
+        return "angle", _Column(
+            number,
+            animal_identity(leaf.animal, info),
+            math.radians(leaf.above),
+            math.radians(leaf.below),
+            (end, start),
+            second,
+        )
+    assert isinstance(leaf, Speed)
+    node = nodes[leaf.node]
+    # The node minus the frame before's (the table's second block).
+    return "speed", _Column(
+        number,
+        animal_identity(leaf.animal, info),
+        leaf.above,
+        leaf.below,
+        (node, len(nodes) + node),
+    )
+
+
+def _compile(condition: Condition, leaves: list[Leaf]) -> Tree:
+    """The condition as a tree of leaf numbers (int) and (kind, children) tuples."""
+    if isinstance(condition, All | AnyOf):
+        kind = "all" if isinstance(condition, All) else "any"
+        return (kind, [_compile(child, leaves) for child in condition.conditions])
+    if isinstance(condition, Not):
+        return ("not", [_compile(condition.condition, leaves)])
+    leaves.append(condition)
+    return len(leaves) - 1
+
+
+def _renumbered(tree: Tree, numbers: dict[int, int]) -> Tree:
+    if isinstance(tree, int):
+        return numbers[tree]
+    kind, children = tree
+    return (kind, [_renumbered(child, numbers) for child in children])
+
+
+def _centred(template: list[tuple[float, float]]) -> np.ndarray:
+    points = np.asarray(template, np.float64)
+    return points - points.mean(axis=0)
+
+
+def _edges(
+    polygons: list[np.ndarray | None],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(polygons, edges) x0, y0, y1 and dx/dy of every edge, padded with edges that no
-    ray crosses (both ends the first vertex)."""
-    width = max((len(p) for p in polygons), default=1)
+    ray crosses (both ends the first vertex); (0, 0) arrays without polygons."""
+    width = max((len(p) for p in polygons if p is not None), default=0)
     shape = (len(polygons), width)
     x0, y0, y1, slope = (np.zeros(shape) for _ in range(4))
     for i, vertices in enumerate(polygons):
+        assert vertices is not None
         start, end = vertices, np.roll(vertices, -1, axis=0)
         n = len(vertices)
         x0[i], y0[i], y1[i] = vertices[0, 0], vertices[0, 1], vertices[0, 1]

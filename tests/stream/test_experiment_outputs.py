@@ -435,3 +435,113 @@ def test_a_stalled_device_costs_a_pipeline_no_poses(fakes, clip, tmp_path, monke
         ("onset", 10),
         ("offset", 12),
     ]
+
+
+def _opened_worker(port: int, sent: list) -> DeviceWorker:
+    worker = DeviceWorker(
+        "laser",
+        SerialLink(SerialDevice(os.ttyname(port))),
+        lambda message, when, error: sent.append((message.payload, when, error)),
+    )
+    worker.start()
+    deadline = time.monotonic() + 5
+    while not worker._opened and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return worker
+
+
+def test_an_idle_serial_port_is_written_from_the_deciding_thread():
+    peer, port = os.openpty()
+    os.set_blocking(peer, False)
+    sent: list = []
+    worker = _opened_worker(port, sent)
+    message = OutputMessage("zone", "onset", 0, None, 0.0, 0.0, 0.0, "1\n", 0)
+    before = time.monotonic()
+    written = worker.send_now(message)
+    # The bytes are at the peer when it returns, without the device's thread.
+    assert written is not None and before <= written <= time.monotonic()
+    assert os.read(peer, 64) == b"1\n"
+    assert worker.stats().sent == 1 and sent == []  # its row is the caller's to log
+    assert worker.close(timeout=2.0)
+    os.close(peer)
+    os.close(port)
+
+
+def test_a_full_serial_port_hands_the_rest_to_the_devices_thread_in_order():
+    peer, port = os.openpty()
+    sent: list = []
+    worker = _opened_worker(port, sent)
+    # Fill the terminal's buffer, then let one byte out: a long line can only be
+    # written in part without waiting.
+    filler = os.open(os.ttyname(port), os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    stuffed = 0
+    try:
+        while True:
+            stuffed += os.write(filler, b"x" * 256)
+    except BlockingIOError:
+        pass
+    os.close(filler)
+    received = os.read(peer, 1)
+    lines = ["0" * 60000 + "\n", "1\n", "2\n"]
+    messages = [
+        OutputMessage("zone", "onset", i, None, 0.0, 0.0, 0.0, line, i)
+        for i, line in enumerate(lines)
+    ]
+    assert worker.send_now(messages[0]) is None
+    worker.submit(messages[0])
+    # A message with the device's thread: the next waits its turn (order kept).
+    assert worker.send_now(messages[1]) is None
+    worker.submit(messages[1])
+    expected = stuffed + len(lines[0]) + len(lines[1])
+    deadline = time.monotonic() + 10
+    while len(received) < expected and time.monotonic() < deadline:
+        received += os.read(peer, 65536)
+    while len(sent) < 2 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    # Idle again: written at once, after the others.
+    assert worker.send_now(messages[2]) is not None
+    received += os.read(peer, 64)
+    # Every line whole, once, in order (the partly written one finished by the thread).
+    assert received.replace(b"x", b"") == "".join(lines).encode()
+    assert [(payload, error) for payload, _, error in sent] == [(lines[0], None), (lines[1], None)]
+    assert worker.close(timeout=2.0)
+    os.close(peer)
+    os.close(port)
+
+
+def test_a_port_that_goes_away_under_the_deciding_thread_is_reported_once(caplog):
+    peer, port = os.openpty()
+    loop = ClosedLoop(
+        experiment({"laser": SerialDevice(os.ttyname(port))}, (Output("laser", "1\n", "0\n"),)),
+        simulate=False,
+    )
+    loop.bind(INFO, fps=10.0, recorded_video=True, lossless=False, tracked=False)
+
+    class Run:  # the parts of `PipelineRun` a closed loop reads
+        from sleap_live.stream.ring import RingBuffer
+
+        ring = RingBuffer(8, 1, 2)
+        info = INFO
+
+    loop.start(Run())  # type: ignore[arg-type]
+    worker = loop._workers["laser"]
+    deadline = time.monotonic() + 5
+    while not worker._opened and time.monotonic() < deadline:
+        time.sleep(0.001)
+    for index in range(5):  # the onset at frame 2 and the offset at 5 written at once
+        loop.decide(record(index))
+    assert os.read(peer, 64) == b"1\n"
+    os.close(peer)  # the device goes away
+    with caplog.at_level(logging.WARNING):
+        for index in range(5, 10):
+            loop.decide(record(index))
+        finish(loop)
+    os.close(port)
+    warnings = [r.getMessage() for r in caplog.records if "laser" in r.getMessage()]
+    assert len(warnings) == 1 and "failed" in warnings[0], warnings
+    sent = [e.sent["laser"] for e in loop.log.entries]
+    assert sent[0][0] is not None and sent[0][1] is None
+    # The three transitions after it: none sent, each with the one error.
+    assert [s[0] for s in sent[1:]] == [None] * 3 and all(s[1] for s in sent[1:])
+    stats = worker.stats()
+    assert (stats.sent, stats.dropped) == (1, 3) and stats.error is not None

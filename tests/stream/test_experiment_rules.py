@@ -385,3 +385,38 @@ def test_rules_of_every_kind_together_decide_as_each_alone():
     for i, frame in enumerate(frames):
         expected = [rules.evaluate(frame, i / 30)[0] for rules in alone.values()]
         assert together.evaluate(frame, i / 30) == expected, i
+
+
+def test_decisions_are_those_of_the_recorded_implementation():
+    """400 random frames (NaN nodes, absent animals, reordered rows, untracked, empty
+    and single-animal frames, a repeated time) and the decisions the first numpy
+    `CompiledRules` (commit 8a3b0fa) made on them: scripts/make_rules_fixture.py."""
+    import json
+    from pathlib import Path
+
+    data = np.load(Path(__file__).parents[1] / "data" / "experiment" / "rules_decisions.npz")
+    fixture = script_modules.load("make_rules_fixture.py")
+    rules = CompiledRules(experiment_from_dict(json.loads(str(data["experiment"]))), fixture.INFO)
+    ends = np.cumsum(data["counts"])
+    for i, (start, end) in enumerate(zip(ends - data["counts"], ends, strict=True)):
+        n = end - start
+        poses = FramePoses(
+            data["points"][start:end],
+            np.ones((n, 5), np.float32),
+            np.ones(n, np.float32),
+            data["identities"][start:end],
+        )
+        assert rules.evaluate(poses, float(data["times"][i])) == data["decisions"][i].tolist(), i
+
+
+def test_the_benchmark_times_each_kind_of_condition():
+    bench = script_modules.load("bench_experiment.py")
+    costs = bench.bench_kinds(20)
+    assert list(costs) == [
+        "all 10 rules",
+        *(f"without the {kind}" for kind in bench.KINDS),
+        "one rectangle rule",
+    ]
+    assert all(seconds > 0 for seconds in costs.values())
+    # Every rule a kind names is one of the 10.
+    assert {n for names in bench.KINDS.values() for n in names} <= set(bench.TEN_RULES["rules"])
