@@ -43,7 +43,7 @@ import subprocess
 import sys
 import tempfile
 import types
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -222,7 +222,7 @@ def _versions(needs: _Needs) -> dict[str, str]:
     return {**tf_versions(needs.tf), "tensorflowjs": _version("tensorflowjs")}
 
 
-def _save(function: Any, path: Path, job: Job) -> Mapping[str, Any]:
+def _save(function: Any, path: Path, job: Job) -> None:
     """Saves `function` as a SavedModel in a temporary folder and converts that into
     the TF.js folder `path`."""
     with tempfile.TemporaryDirectory() as folder:
@@ -240,7 +240,6 @@ def _save(function: Any, path: Path, job: Job) -> Mapping[str, Any]:
             reason = " ".join(str(error).split()) or type(error).__name__
             raise ExportError(f"tensorflowjs could not convert the SavedModel: {reason}") from error
     name_outputs(path / MODEL_FILE, job.metadata.output_names)
-    return {}
 
 
 def _runtime(needs: _Needs) -> str:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,12 +60,6 @@ def _convert_job(job: Job) -> Any:
     return _convert(job.extra, job.model, job.frames[:1])
 
 
-def _save(converted: Any, path: Path, job: Job) -> Mapping[str, Any]:
-    del job
-    converted.export(str(path))
-    return {}
-
-
 def _runtime(extra: Any) -> str:
     return f"LiteRT interpreter (ai-edge-litert {_version('ai-edge-litert')})"
 
@@ -81,7 +75,7 @@ TFLITE = ExportFormat(
     "tflite",
     ExportFile("model.tflite", "a TFLite export is a '.tflite' file"),
     _convert_job,
-    _save,
+    lambda converted, path, job: converted.export(str(path)),
     profile=tensorrt_profile,
     needs=lambda options: import_litert_torch(),
     refuse=_refuse,
