@@ -157,16 +157,8 @@ def div_mode(node: torch.fx.Node, a: Any, b: Any, rounding_mode: str | None = No
     return tf.where(quotient < 0, tf.math.ceil(quotient), tf.math.floor(quotient))
 
 
-def permute(node: torch.fx.Node, x: Any, dims: Sequence[int]) -> Any:
-    return tf.transpose(x, [dim_of(x, d) for d in dims])
-
-
 def reshape(node: torch.fx.Node, x: Any, *args: Any, **kwargs: Any) -> Any:
     return tf.reshape(x, out_shape(node))
-
-
-def expand(node: torch.fx.Node, x: Any, *args: Any, **kwargs: Any) -> Any:
-    return tf.broadcast_to(x, out_shape(node))
 
 
 def unsqueeze(node: torch.fx.Node, x: Any, dim: int) -> Any:
@@ -221,10 +213,6 @@ def reduce(function: Callable[..., Any]) -> Op:
         return function(x, axis=axes_of(x, dim), keepdims=keepdim)
 
     return op
-
-
-def any_(node: torch.fx.Node, x: Any) -> Any:
-    return tf.reduce_any(as_tensor(x, tf.bool))
 
 
 def norm(
@@ -504,20 +492,8 @@ def layer_norm(
     return out, mean, rstd
 
 
-def softmax(node: torch.fx.Node, x: Any, dim: int, half_to_float: bool = False) -> Any:
-    return tf.nn.softmax(x, axis=dim_of(x, dim))
-
-
 def bitwise_not(node: torch.fx.Node, x: Any) -> Any:
     return tf.logical_not(x) if x.dtype == tf.bool else tf.bitwise.invert(x)
-
-
-def assertion(node: torch.fx.Node, *args: Any, **kwargs: Any) -> None:
-    return None
-
-
-def getitem(node: torch.fx.Node, value: Any, index: int) -> Any:
-    return value[index]
 
 
 def comparisons() -> dict[Any, Op]:
@@ -541,16 +517,16 @@ def comparisons() -> dict[Any, Op]:
 # Every ATen operation a program may hold that has a TensorFlow form here.
 OPS: Mapping[Any, Op] = MappingProxyType(
     {
-        aten._assert_tensor_metadata.default: assertion,
-        operator.getitem: getitem,
+        aten._assert_tensor_metadata.default: lambda node, *args, **kwargs: None,
+        operator.getitem: lambda node, value, index: value[index],
         aten._to_copy.default: cast,
         aten.clone.default: identity,
         aten.alias.default: identity,
-        aten.permute.default: permute,
+        aten.permute.default: lambda node, x, dims: tf.transpose(x, [dim_of(x, d) for d in dims]),
         aten.view.default: reshape,
         aten._unsafe_view.default: reshape,
         aten.reshape.default: reshape,
-        aten.expand.default: expand,
+        aten.expand.default: lambda node, x, *args, **kw: tf.broadcast_to(x, out_shape(node)),
         aten.unsqueeze.default: unsqueeze,
         aten.squeeze.dim: reshape,
         aten.squeeze.dims: reshape,
@@ -587,7 +563,7 @@ OPS: Mapping[Any, Op] = MappingProxyType(
         aten.amin.default: reduce(tf.reduce_min),
         aten.mean.dim: reduce(tf.reduce_mean),
         aten.sum.dim_IntList: reduce(tf.reduce_sum),
-        aten.any.default: any_,
+        aten.any.default: lambda node, x: tf.reduce_any(as_tensor(x, tf.bool)),
         aten.linalg_vector_norm.default: norm,
         aten.argmax.default: argmax,
         aten.topk.default: topk,
@@ -601,7 +577,7 @@ OPS: Mapping[Any, Op] = MappingProxyType(
         aten.upsample_bilinear2d.vec: bilinear,
         aten.addmm.default: addmm,
         aten.mm.default: lambda node, a, b: tf.linalg.matmul(a, b),
-        aten._softmax.default: softmax,
+        aten._softmax.default: lambda node, x, dim, half: tf.nn.softmax(x, axis=dim_of(x, dim)),
         aten.gelu.default: gelu,
         aten.native_layer_norm.default: layer_norm,
         aten.bmm.default: lambda node, a, b: tf.linalg.matmul(a, b),
