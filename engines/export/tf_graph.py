@@ -14,8 +14,7 @@ Integers: torch's int64 values (indices, counts) are int32 inside (TF.js has no
 int64); the outputs are cast back to torch's dtypes unless `int64_outputs` is off.
 
 An operation without a TensorFlow form here raises `UnsupportedOperation`, which
-names it: the exporters refuse the model in one line. Imports TensorFlow (`tf_ops`): the
-exporters import this module only when they build a graph.
+names it: the exporters refuse the model in one line. Imports TensorFlow (`tf_ops`).
 """
 
 from __future__ import annotations

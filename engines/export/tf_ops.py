@@ -6,7 +6,8 @@ shape) and the operation's arguments, TensorFlow tensors where torch's were tens
 An operation is one function (or a factory's form) and one row of `OPS`;
 tests/engines/test_tf_graph.py runs each row against torch on an example of its own.
 
-Imports TensorFlow, as `tf_graph` does, which imports it.
+Imports TensorFlow (so does `tf_graph`, through this module): the exporters import
+them only when they build a graph.
 """
 
 from __future__ import annotations
