@@ -45,6 +45,7 @@ import tempfile
 import types
 from collections.abc import Callable, Sequence
 from importlib import resources
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -219,7 +220,7 @@ def _needs(options: ExportOptions) -> _Needs:
 
 
 def _versions(needs: _Needs) -> dict[str, str]:
-    return {**tf_versions(needs.tf), "tensorflowjs": _version("tensorflowjs")}
+    return {**tf_versions(needs.tf), "tensorflowjs": version("tensorflowjs")}
 
 
 def _save(function: Any, path: Path, job: Job) -> None:
@@ -448,9 +449,3 @@ def _check_modules(modules: Path, origin: str) -> None:
 def _node_version() -> str:
     done = subprocess.run(["node", "--version"], capture_output=True, text=True, check=False)
     return done.stdout.strip().lstrip("v") or "unknown"
-
-
-def _version(distribution: str) -> str:
-    from importlib.metadata import version
-
-    return version(distribution)

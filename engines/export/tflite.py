@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import io
 from collections.abc import Callable, Sequence
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,7 @@ def _convert_job(job: Job) -> Any:
 
 
 def _runtime(extra: Any) -> str:
-    return f"LiteRT interpreter (ai-edge-litert {_version('ai-edge-litert')})"
+    return f"LiteRT interpreter (ai-edge-litert {version('ai-edge-litert')})"
 
 
 def _load(path: Path, job: Job) -> Callable[[np.ndarray], Outputs]:
@@ -80,7 +81,7 @@ TFLITE = ExportFormat(
     needs=lambda options: import_litert_torch(),
     refuse=_refuse,
     check=Check(_load, "the .tflite file", "LiteRT", _runtime),
-    versions=lambda extra: {"litert-torch": _version("litert-torch"), "torch": torch.__version__},
+    versions=lambda extra: {"litert-torch": version("litert-torch"), "torch": torch.__version__},
 )
 
 
@@ -138,9 +139,3 @@ def _convert(litert_torch: Any, model: InferenceModel, example: np.ndarray) -> A
         raise ExportError(
             f"litert-torch could not convert the {model.info.model_type} model: {first_line(error)}"
         ) from error
-
-
-def _version(distribution: str) -> str:
-    from importlib.metadata import version
-
-    return version(distribution)
