@@ -14,6 +14,8 @@ its exporter). The parts, one job each:
 - `torchscript`: TorchScript tracing, saving, and loading exports to run;
 - `verify`: the numerical comparison of an export with its torch module;
 - `frames`: which frames the verification runs on;
+- `tf_graph`, `tf_ops`: a torch.export program as TensorFlow operations, one form per
+  ATen operation (`saved_model`, `tfjs`);
 - `tensorrt*`: the TensorRT engines;
 - `on_demand`, `tensorrt_on_demand`: exports and engines made while a model loads,
   kept in the export cache.

@@ -127,12 +127,10 @@ def tensorrt_profile(model_type: str) -> str:
     return TENSORRT_PROFILE
 
 
-def _nothing(options: ExportOptions) -> None:
-    del options
-
-
-def _accepted(model: InferenceModel) -> None:
-    del model
+def _none(anything: Any) -> None:
+    """The default of a step a format leaves out: nothing needed, nothing refused, no
+    runtime to name."""
+    del anything
 
 
 def _torch_only(extra: Any) -> dict[str, str]:
@@ -140,10 +138,6 @@ def _torch_only(extra: Any) -> dict[str, str]:
 
     del extra
     return {"torch": torch.__version__}
-
-
-def _no_runtime(extra: Any) -> None:
-    del extra
 
 
 def _whole(frames: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -166,7 +160,7 @@ class Check:
     load: Callable[[Path, Job], Callable[[np.ndarray], Outputs]]
     export: str
     runs_in: str = ""
-    runtime: Callable[[Any], str | None] = _no_runtime
+    runtime: Callable[[Any], str | None] = _none
     batches: Callable[[np.ndarray], tuple[np.ndarray, ...]] = _whole
 
 
@@ -179,7 +173,7 @@ class ExportFormat:
         output: the output rule: one file or a folder.
         convert: the model in the format, in memory.
         save: writes what `convert` made at the staged path; returns entries the
-            metadata file gets beside the metadata ("coreml_check").
+            metadata file gets beside the metadata ("coreml_check"), or None.
         profile: the profile of the format's program by model type; None: the format
             takes the reference ONNX graph as it is (no program, frames, slots).
         needs: what the format needs (its converter, its runtime), checked before the
@@ -199,10 +193,10 @@ class ExportFormat:
     name: str
     output: ExportFile | ExportFolder
     convert: Callable[[Job], Any]
-    save: Callable[[Any, Path, Job], Mapping[str, Any]]
+    save: Callable[[Any, Path, Job], Mapping[str, Any] | None]
     profile: Callable[[str], str] | None = None
-    needs: Callable[[ExportOptions], Any] = _nothing
-    refuse: Callable[[InferenceModel], str | None] = _accepted
+    needs: Callable[[ExportOptions], Any] = _none
+    refuse: Callable[[InferenceModel], str | None] = _none
     check: Check | None = None
     versions: Callable[[Any], dict[str, str]] = _torch_only
     synthetic: int = 1
@@ -275,7 +269,7 @@ def export_with(
             metadata = attrs.evolve(metadata, verification=_checked(check, staged, job))
             if format.resave:
                 format.save(converted, staged, attrs.evolve(job, metadata=metadata))
-        document = {**metadata.to_dict(), **record}
+        document = {**metadata.to_dict(), **(record or {})}
         format.metadata_file(staged).write_text(json.dumps(document, indent=format.indent) + "\n")
     return path
 

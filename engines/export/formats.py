@@ -1,35 +1,12 @@
 """`export_model`: model directories to a file of any format `sleap-live export` offers.
 
 One function for every format, so that the command line, scripts and the Python
-API export the same way:
-
-- "onnx": a verified ONNX graph (`.onnx`), any frame size (or, with
-  `profile="tensorrt"`, one `frame_size`); see `sleap_live.engines.export.exporter`;
-- "torchscript": a verified TorchScript module (`.pt`);
-- "openvino": the verified ONNX graph as OpenVINO IR (`.xml` + `.bin`);
-  see `sleap_live.engines.export.openvino`;
-- "tensorrt": a directory with the "tensorrt" profile ONNX graph for one
-  `frame_size` and its engine built on this machine's GPU; see
-  `sleap_live.engines.export.tensorrt`;
-- "web": a static folder (page, ONNX graph, onnxruntime-web) that runs the model
-  in a browser; see `sleap_live.engines.export.web`;
-- "pt2": a `torch.export` program (`.pt2`, `torch.export.load`); see
-  `sleap_live.engines.export.pt2`;
-- "tflite": a LiteRT (TFLite) flatbuffer (`.tflite`) converted by litert-torch; see
-  `sleap_live.engines.export.tflite`;
-- "coreml": a Core ML program (`.mlpackage`) converted by coremltools; see
-  `sleap_live.engines.export.coreml`;
-- "saved_model": a TensorFlow SavedModel folder of plain TensorFlow operations; see
-  `sleap_live.engines.export.saved_model`;
-- "tfjs": a TF.js graph model folder (`model.json` and weights) converted from that
-  SavedModel by tensorflowjs; see `sleap_live.engines.export.tfjs`.
-
-Each writes the export's metadata beside it (`<file>.json`). `FORMAT_TABLE` is the
-one list of formats: `export_model` looks the format's exporter up in it, and the
-command line's choices and default outputs and the docs' table come from it. A format
-is one module (most of them an `ExportFormat` the export driver runs, see
-`sleap_live.engines.export.driver`) and one row here. This module imports neither
-torch nor the format's library until an export runs.
+API export the same way. `FORMAT_TABLE` is the one list of formats: `export_model`
+looks the format's exporter up in it, and the command line's choices and default
+outputs and the docs' table come from it. A format is one module (most of them an
+`ExportFormat` the export driver runs, see `sleap_live.engines.export.driver`; its
+docstring says what it writes and how it is checked) and one row here. This module
+imports neither torch nor the format's library until an export runs.
 """
 
 from __future__ import annotations

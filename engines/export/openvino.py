@@ -10,7 +10,6 @@ otherwise compress them to float16). The sleap-live metadata, with format
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +22,10 @@ def _convert(job: Job) -> Any:
     return job.extra.Core().read_model(job.onnx_bytes)
 
 
-def _save(graph: Any, path: Path, job: Job) -> Mapping[str, Any]:
+def _save(graph: Any, path: Path, job: Job) -> None:
     """Writes the IR: `path` (.xml) and its .bin beside it, float32 weights."""
     graph.set_rt_info(job.metadata.to_json(), [METADATA_KEY])
     job.extra.save_model(graph, str(path), compress_to_fp16=False)
-    return {}
 
 
 OPENVINO = ExportFormat(

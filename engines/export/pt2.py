@@ -26,9 +26,8 @@ its size; each check is recorded in the metadata.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -55,9 +54,8 @@ def _convert(job: Job) -> torch.export.ExportedProgram:
     return _export_program(job.model, example, job.profile or DEFAULT_PROFILE)
 
 
-def _save(program: torch.export.ExportedProgram, path: Path, job: Job) -> Mapping[str, Any]:
+def _save(program: torch.export.ExportedProgram, path: Path, job: Job) -> None:
     torch.export.save(program, str(path), extra_files={METADATA_FILE: job.metadata.to_json()})
-    return {}
 
 
 def _load(path: Path, job: Job) -> Callable[[np.ndarray], Outputs]:

@@ -30,7 +30,7 @@ verification frames; the checks are recorded in the metadata.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -123,9 +123,8 @@ def tensorflow_function(job: Job, *, int64_outputs: bool) -> Any:
     return function
 
 
-def _save(function: Any, path: Path, job: Job) -> Mapping[str, Any]:
+def _save(function: Any, path: Path, job: Job) -> None:
     save(job.extra, function, path)
-    return {}
 
 
 def _load(path: Path, job: Job) -> Callable[[np.ndarray], Outputs]:

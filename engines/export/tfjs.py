@@ -43,8 +43,9 @@ import subprocess
 import sys
 import tempfile
 import types
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -219,10 +220,10 @@ def _needs(options: ExportOptions) -> _Needs:
 
 
 def _versions(needs: _Needs) -> dict[str, str]:
-    return {**tf_versions(needs.tf), "tensorflowjs": _version("tensorflowjs")}
+    return {**tf_versions(needs.tf), "tensorflowjs": version("tensorflowjs")}
 
 
-def _save(function: Any, path: Path, job: Job) -> Mapping[str, Any]:
+def _save(function: Any, path: Path, job: Job) -> None:
     """Saves `function` as a SavedModel in a temporary folder and converts that into
     the TF.js folder `path`."""
     with tempfile.TemporaryDirectory() as folder:
@@ -240,7 +241,6 @@ def _save(function: Any, path: Path, job: Job) -> Mapping[str, Any]:
             reason = " ".join(str(error).split()) or type(error).__name__
             raise ExportError(f"tensorflowjs could not convert the SavedModel: {reason}") from error
     name_outputs(path / MODEL_FILE, job.metadata.output_names)
-    return {}
 
 
 def _runtime(needs: _Needs) -> str:
@@ -449,9 +449,3 @@ def _check_modules(modules: Path, origin: str) -> None:
 def _node_version() -> str:
     done = subprocess.run(["node", "--version"], capture_output=True, text=True, check=False)
     return done.stdout.strip().lstrip("v") or "unknown"
-
-
-def _version(distribution: str) -> str:
-    from importlib.metadata import version
-
-    return version(distribution)

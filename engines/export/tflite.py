@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import contextlib
 import io
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -60,14 +61,8 @@ def _convert_job(job: Job) -> Any:
     return _convert(job.extra, job.model, job.frames[:1])
 
 
-def _save(converted: Any, path: Path, job: Job) -> Mapping[str, Any]:
-    del job
-    converted.export(str(path))
-    return {}
-
-
 def _runtime(extra: Any) -> str:
-    return f"LiteRT interpreter (ai-edge-litert {_version('ai-edge-litert')})"
+    return f"LiteRT interpreter (ai-edge-litert {version('ai-edge-litert')})"
 
 
 def _load(path: Path, job: Job) -> Callable[[np.ndarray], Outputs]:
@@ -81,12 +76,12 @@ TFLITE = ExportFormat(
     "tflite",
     ExportFile("model.tflite", "a TFLite export is a '.tflite' file"),
     _convert_job,
-    _save,
+    lambda converted, path, job: converted.export(str(path)),
     profile=tensorrt_profile,
     needs=lambda options: import_litert_torch(),
     refuse=_refuse,
     check=Check(_load, "the .tflite file", "LiteRT", _runtime),
-    versions=lambda extra: {"litert-torch": _version("litert-torch"), "torch": torch.__version__},
+    versions=lambda extra: {"litert-torch": version("litert-torch"), "torch": torch.__version__},
 )
 
 
@@ -144,9 +139,3 @@ def _convert(litert_torch: Any, model: InferenceModel, example: np.ndarray) -> A
         raise ExportError(
             f"litert-torch could not convert the {model.info.model_type} model: {first_line(error)}"
         ) from error
-
-
-def _version(distribution: str) -> str:
-    from importlib.metadata import version
-
-    return version(distribution)
