@@ -9,16 +9,23 @@ predict`'s golden in test_parity.py (`tiled_single_instance`).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
+import sleap_io as sio
 import torch
 
+from sleap_live import cli
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.graph.preprocess import PreprocessConfig
 from sleap_live.engines.graph.single_instance import SingleInstanceModel
 from sleap_live.engines.graph.tiling import TileGeometry, importance_window, tile_origins
 from sleap_live.engines.load.metadata import TENSORRT_PROFILE
 from sleap_live.engines.types import Skeleton
+from sleap_live.stream import OutputOptions, Pipeline, open_source
+from tests.committed import require
+from tests.engines import goldens
 
 SKELETON = Skeleton(("head", "thorax", "tail"))
 
@@ -143,3 +150,41 @@ def test_tiled_model_from_spec_runs_at_the_frames_own_size(fake_networks):
     assert model.tiling == TileGeometry(64, 16, 0.25, 2, 16, blend="pyramid")
     with pytest.raises(ModelConfigError, match="a tiled model has no tensorrt profile"):
         model.set_profile(TENSORRT_PROFILE)
+
+
+def _slp_poses(path: Path) -> list[dict[str, np.ndarray]]:
+    """Per video frame, the poses of a .slp sleap-live wrote."""
+    labels = sio.load_slp(str(path), open_videos=False)
+    poses = []
+    for frame in labels:
+        values = [instance.numpy(scores=True) for instance in frame.instances]
+        poses.append(
+            {
+                "points": np.stack([v[:, :2] for v in values]).astype(np.float32),
+                "point_scores": np.stack([v[:, 2] for v in values]).astype(np.float32),
+                "instance_scores": np.array([i.score for i in frame.instances], np.float32),
+                "identities": np.full(len(values), -1, np.int32),
+            }
+        )
+    return poses
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("warm_export_cache")
+def test_run_and_the_pipeline_match_sleap_nn_predicts_tiled_golden(tmp_path):
+    # The export is the warm cache's (verified on the video's spread frames, as `run`
+    # verifies); `sleap-live run` and `Pipeline` run it on the whole 168 x 200 video,
+    # more than twice the 64 px tiles each way.
+    models, video, golden_path, _ = goldens.case_paths("tiled_single_instance")
+    require(*models, video, golden_path)
+    golden = dict(np.load(golden_path))
+    bound = goldens.bound_of(tuple(models))
+    cli_out, api_out = tmp_path / "cli.slp", tmp_path / "api.slp"
+    assert cli.main(["run", str(video), "-m", str(models[0]), "-o", str(cli_out), "-q"]) == 0
+    with open_source(video) as source:
+        Pipeline(source, str(models[0]), outputs=OutputOptions(output=api_out)).run()
+    for out in (cli_out, api_out):
+        poses = _slp_poses(out)
+        assert len(poses) == len(golden["frame_indices"])
+        agreement = goldens.agreement(poses, golden, bound)
+        assert agreement.points == 5 * len(poses) and agreement.agrees, agreement.summary()
