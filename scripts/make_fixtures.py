@@ -84,16 +84,23 @@ GOLDENS = {
     "swint_single_instance": (["swint_single_instance"], "single", None),
     "swint_topdown": (["swint_centroid", "swint_centered_instance"], "multi_gray", None),
     "swint_bottomup": (["swint_bottomup"], "multi_gray", None),
+    # 64 px tiles: the 168 x 200 frames are more than twice the model's input each way.
+    "tiled_single_instance": (["tiled_single_instance"], "single", None),
 }
-# The ConvNeXt and Swin goldens have no sleap-nn export golden.
+# The ConvNeXt and Swin goldens have no sleap-nn export golden; nor has the tiled one:
+# sleap-nn 0.3.5 refuses tiled predict on an export (`_build_tiled_layer`: "tiled
+# export deferred").
 BACKBONE_GOLDENS = {name for name in GOLDENS if name.startswith(("convnext_", "swint_"))}
+UNEXPORTED_GOLDENS = BACKBONE_GOLDENS | {"tiled_single_instance"}
 # The goldens whose .slp the tests read (tracking from sleap-nn's predictions, the
 # renderer); the others keep only their .npz (the GPU machine's payload).
 SLP_KEPT = {"topdown", "bottomup", "multi_class_topdown"}
 # Exports: one per golden, of the same model dirs. Input size = the test frames padded to
 # max_stride 16: the exported graphs do not pad, and their traced resizes and crop grids
 # are frozen at this size.
-EXPORTS = {name: models for name, (models, _, _) in GOLDENS.items() if name not in BACKBONE_GOLDENS}
+EXPORTS = {
+    name: models for name, (models, _, _) in GOLDENS.items() if name not in UNEXPORTED_GOLDENS
+}
 EXPORT_HEIGHT, EXPORT_WIDTH = 176, 208
 
 

@@ -5,14 +5,21 @@ Reproduces sleap-nn predict on a single-instance model: preprocessing
 confidence map with integral refinement, and the coordinate ladder
 `grid * output_stride / input_scale / eff_scale`. The instance score is the sum
 of the found nodes' peak values, as sleap-nn reports it (`np.nansum`).
+
+A model trained for tiled inference (`TilingSpec`) runs as sleap-nn's `TiledLayer`
+does: the frame at its own size (no size matcher), scaled and padded to the output
+stride, run as overlapping tiles whose maps are stitched (`graph.tiling`), then the
+same peaks and ladder with an `eff_scale` of 1.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import torch
 
+from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.graph.base import InferenceModel
 from sleap_live.engines.graph.legacy_network import OFFSETS_HEAD
 from sleap_live.engines.graph.legacy_peaks import learned_offsets, sleap1_grid_to_image
@@ -30,6 +37,8 @@ from sleap_live.engines.graph.preprocess import (
     frame_values_input,
     frames_to_nchw,
 )
+from sleap_live.engines.graph.tiling import TileGeometry, importance_window, tiled_confmaps
+from sleap_live.engines.load.metadata import TENSORRT_PROFILE
 from sleap_live.engines.load.spec import ModelSpec, check_model_type
 from sleap_live.engines.types import ModelInfo, Skeleton
 
@@ -55,6 +64,8 @@ class SingleInstanceModel(InferenceModel):
         sleap1: place peaks as SLEAP 1.x did (`legacy_peaks`): with the network's
             `OffsetRefinementHead` output where it has one, and SLEAP 1.x's
             coordinate ladder.
+        tiling: run frames as tiles of this geometry (`preprocess` then has no
+            size matcher and pads to the output stride), or None.
     """
 
     def __init__(
@@ -68,9 +79,13 @@ class SingleInstanceModel(InferenceModel):
         refine: bool = True,
         patch_size: int = DEFAULT_PATCH_SIZE,
         sleap1: bool = False,
+        tiling: TileGeometry | None = None,
     ) -> None:
         super().__init__()
         self.sleap1 = sleap1
+        self.tiling = tiling
+        if tiling is not None:
+            self.register_buffer("window", importance_window(tiling), persistent=False)
         self.network = network
         self.preprocess = preprocess
         self.frame_preprocess = preprocess
@@ -101,14 +116,43 @@ class SingleInstanceModel(InferenceModel):
             ModelConfigError: `spec` is not a single-instance model.
         """
         check_model_type(spec, "single_instance")
+        preprocess = PreprocessConfig.from_spec(spec)
+        output_stride = spec.head(SINGLE_INSTANCE_HEAD).output_stride
+        tiling = spec.preprocess.tiling
+        geometry = None
+        if tiling is not None:
+            geometry = TileGeometry(
+                tile_size=tiling.tile_size,
+                overlap=tiling.overlap,
+                min_overlap_fraction=tiling.min_overlap_fraction,
+                output_stride=output_stride,
+                max_stride=spec.max_stride,
+                blend=tiling.blend,
+                sigma_scale=tiling.sigma_scale,
+            )
+            # sleap-nn's tiled predict skips the size matcher and pads the whole frame
+            # only to the output stride; each tile is a multiple of max_stride.
+            preprocess = attrs.evolve(
+                preprocess, max_height=None, max_width=None, max_stride=output_stride
+            )
         return cls(
             load_model_network(spec) if network is None else network,
-            PreprocessConfig.from_spec(spec),
+            preprocess,
             spec.skeleton,
-            spec.head(SINGLE_INSTANCE_HEAD).output_stride,
+            output_stride,
             sleap1=spec.sleap1,
+            tiling=geometry,
             **options,
         )
+
+    def set_profile(self, profile: str) -> SingleInstanceModel:
+        if self.tiling is not None and profile == TENSORRT_PROFILE:
+            raise ModelConfigError(
+                "a tiled model has no tensorrt profile: its tile count follows the frame "
+                "size, which that profile fixes; export the default profile"
+            )
+        super().set_profile(profile)
+        return self
 
     def peak_cells_px(self) -> tuple[float, ...]:
         return (self.output_stride / self.preprocess.scale,)
@@ -120,8 +164,14 @@ class SingleInstanceModel(InferenceModel):
             image, eff_scale = frame_input(
                 frames_to_nchw(frames), self.preprocess, static=self.static
             )
-        heads = self.network(image)
-        confmaps = heads[SINGLE_INSTANCE_HEAD]
+        if self.tiling is not None:
+            confmaps = tiled_confmaps(
+                image, self.network, SINGLE_INSTANCE_HEAD, self.tiling, self.window
+            )
+            heads = {SINGLE_INSTANCE_HEAD: confmaps}
+        else:
+            heads = self.network(image)
+            confmaps = heads[SINGLE_INSTANCE_HEAD]
         if self.sleap1:
             offsets = heads.get(OFFSETS_HEAD)
             refine = self.refine and offsets is None

@@ -24,6 +24,10 @@ MAX_CHANNELS = 65536
 #   block, 1 stack): each module is built before the weights file can bound it.
 MAX_KERNEL_SIZE = 64
 MAX_REPEATS = 64
+# - A tiling's tile is one network input; sleap-nn sizes it from the animals
+#   (`compute_suggested_tile_size`), hundreds of pixels. 16384 (a 1 GB float32
+#   grey input) is above any camera's frame, where tiling would be pointless.
+MAX_TILE_SIZE = 16384
 
 
 class ConfigReader:

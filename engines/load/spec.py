@@ -163,6 +163,26 @@ class HeadSpec:
 
 
 @attrs.frozen
+class TilingSpec:
+    """Tiled inference the model was trained for (`data_config.preprocessing.tiling`
+    with `enabled: true`): frames are run as overlapping square tiles, merged.
+
+    Attributes:
+        tile_size: side of the square tiles, in (scaled) input pixels.
+        overlap: requested overlap of neighbouring tiles, in pixels.
+        min_overlap_fraction: the overlap is at least this fraction of a tile.
+        blend: importance window merging overlaps ("gaussian", "pyramid", "constant").
+        sigma_scale: the Gaussian window's standard deviation per tile side.
+    """
+
+    tile_size: int
+    overlap: int
+    min_overlap_fraction: float = 0.25
+    blend: str = "gaussian"
+    sigma_scale: float = 0.125
+
+
+@attrs.frozen
 class PreprocessSpec:
     """Input preprocessing the model was trained with (`data_config.preprocessing`).
 
@@ -173,6 +193,7 @@ class PreprocessSpec:
         max_height: frames are letterboxed to this height, if set.
         max_width: frames are letterboxed to this width, if set.
         crop_size: side of the square instance crop (crop models only), else None.
+        tiling: the tiling of a model trained for tiled inference, else None.
     """
 
     ensure_rgb: bool = False
@@ -181,6 +202,7 @@ class PreprocessSpec:
     max_height: int | None = None
     max_width: int | None = None
     crop_size: int | None = None
+    tiling: TilingSpec | None = None
 
 
 @attrs.frozen

@@ -32,7 +32,12 @@ refused with a `ModelConfigError` naming it, its value and the file:
   ground-truth centroids from labels; on video the centroids are the centroid
   model's peaks, so they change no pose and sleap-live keeps nothing of them.
 - `crop_mode` must be "fixed": "bbox" crops need a box detector.
-- `tiling.enabled` must be false: tiled inference is not implemented.
+- `tiling.enabled` true (tiled inference) only on a single-instance model, the one
+  pose model type sleap-nn tiles (`check_tiling`; its predict tiles no other); its
+  geometry is read into a `TilingSpec` and checked as `check_tiling` checks it
+  (`tile_size` a multiple of the backbone's and the head's strides, up to
+  `MAX_TILE_SIZE`; `0 <= overlap < tile_size`; a known `blend`). A tiled model
+  runs at the frame's own size: its `max_height` and `max_width` are not used.
 - `class_output` must be "track" (what sleap-live reports); "identity" also stamps
   a `sio.Identity` on each instance, which sleap-live does not write.
 - `ensure_rgb` and `ensure_grayscale` cannot both be true (sleap-nn refuses it).
@@ -43,10 +48,12 @@ not read: predict does not read them either.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import attrs
 import yaml
 
 try:  # PyYAML's safe loader on libyaml, where PyYAML was built with it: about 5x
@@ -63,6 +70,7 @@ from sleap_live.engines.load.config_reader import (
     MAX_KERNEL_SIZE,
     MAX_REPEATS,
     MAX_STRIDE,
+    MAX_TILE_SIZE,
     ConfigReader,
     check_unet_channels,
 )
@@ -75,6 +83,7 @@ from sleap_live.engines.load.spec import (
     HeadSpec,
     ModelSpec,
     PreprocessSpec,
+    TilingSpec,
     UNetSpec,
 )
 from sleap_live.engines.types import Skeleton
@@ -159,6 +168,9 @@ def parse_training_config(config: Any, model_dir: Path) -> ModelSpec:
         reader, reader.section(model_config, "model_config", "head_configs"), skeleton
     )
     preprocess = _parse_preprocess(reader, data_config, model_type)
+    tiling = _parse_tiling(reader, data_config, model_type, backbone, heads)
+    if tiling is not None:
+        preprocess = attrs.evolve(preprocess, tiling=tiling)
 
     anchor_name = next((h.anchor_part for h in heads if h.anchor_part is not None), None)
     anchor_index = None
@@ -451,8 +463,6 @@ def _parse_preprocess(
     crop_size = reader.optional(section, "crop_size", where, int, None)
     # "bbox" crops resize a box detector's boxes; sleap-live has no box detector.
     reader.supported(section, "crop_mode", where, ("fixed",))
-    tiling = reader.optional(section, "tiling", where, Mapping, {})
-    reader.supported(tiling, "enabled", f"{where}.tiling", (False,))
     ensure_rgb = reader.boolean(
         reader.optional(section, "ensure_rgb", where, bool, False), f"{where}.ensure_rgb"
     )
@@ -477,4 +487,65 @@ def _parse_preprocess(
         max_height=max_height,
         max_width=max_width,
         crop_size=crop_size,
+    )
+
+
+# sleap-nn's importance windows (`TilingConfig.blend`).
+TILING_BLENDS = ("gaussian", "pyramid", "constant")
+
+
+def _parse_tiling(
+    reader: ConfigReader,
+    data_config: Mapping,
+    model_type: str,
+    backbone: BackboneSpec,
+    heads: tuple[HeadSpec, ...],
+) -> TilingSpec | None:
+    """The tiling of a model trained for tiled inference, checked as sleap-nn's
+    `check_tiling` checks it; None when tiling is off."""
+    where = "data_config.preprocessing.tiling"
+    section = reader.optional(data_config, "preprocessing", "data_config", Mapping, {})
+    tiling = reader.optional(section, "tiling", "data_config.preprocessing", Mapping, {})
+    enabled = reader.optional(tiling, "enabled", where, bool, False)
+    if not enabled:
+        return None
+    if model_type != "single_instance":
+        raise reader.error(
+            f"{where}.enabled is true on a {model_type} model; sleap-nn tiles only "
+            "single-instance pose models (sleap-live does not run its tiled segmentation)"
+        )
+    tile_size = reader.optional(tiling, "tile_size", where, int, None)
+    overlap = reader.optional(tiling, "overlap", where, int, None)
+    if tile_size is None or overlap is None:
+        raise reader.error(
+            f"{where}.tile_size or overlap is null; sleap-nn train writes the tiling "
+            "geometry here and predict cannot tile without it"
+        )
+    tile_size = reader.integer(tile_size, f"{where}.tile_size", minimum=1, most=MAX_TILE_SIZE)
+    output_stride = min(head.output_stride for head in heads)
+    divisor = math.lcm(backbone.max_stride, output_stride)
+    if tile_size % divisor:
+        raise reader.error(
+            f"{where}.tile_size {tile_size} is not a multiple of {divisor} (the backbone's "
+            f"max_stride {backbone.max_stride} and the output stride {output_stride})"
+        )
+    overlap = reader.integer(overlap, f"{where}.overlap", minimum=0)
+    if overlap >= tile_size:
+        raise reader.error(
+            f"{where}.overlap {overlap} is not below tile_size {tile_size} "
+            "(a tile must advance; sleap-nn refuses it too)"
+        )
+    fraction = reader.optional(tiling, "min_overlap_fraction", where, (int, float), 0.25)
+    if isinstance(fraction, bool) or not 0 <= fraction <= 1:
+        raise reader.error(f"{where}.min_overlap_fraction is {fraction!r}; expected 0 to 1")
+    reader.supported(tiling, "blend", where, TILING_BLENDS)
+    sigma_scale = reader.optional(tiling, "sigma_scale", where, (int, float), 0.125)
+    if isinstance(sigma_scale, bool) or not 0 < sigma_scale <= 1:
+        raise reader.error(f"{where}.sigma_scale is {sigma_scale!r}; expected above 0, up to 1")
+    return TilingSpec(
+        tile_size=tile_size,
+        overlap=overlap,
+        min_overlap_fraction=float(fraction),
+        blend=tiling.get("blend") or "gaussian",
+        sigma_scale=float(sigma_scale),
     )

@@ -39,6 +39,8 @@ CASES: dict[str, tuple[tuple[str, ...], str, str]] = {
         "multi_rgb.npz",
     ),
     "multi_class_bottomup": (("multi_class_bottomup",), "multi_rgb.mp4", "multi_rgb.npz"),
+    # Tiled inference: 64 px tiles, the 168 x 200 frames more than twice that each way.
+    "tiled_single_instance": (("tiled_single_instance",), "single.mkv", "single.npz"),
 }
 
 # The ConvNeXt and Swin fixtures' goldens (scripts/make_fixtures.py GOLDENS), compared

@@ -14,6 +14,7 @@ from sleap_live.engines.load.spec import (
     TRAINING_CONFIG,
     ModelSpec,
     PreprocessSpec,
+    TilingSpec,
     UNetSpec,
 )
 from sleap_live.engines.load.training_config import read_training_config
@@ -266,18 +267,67 @@ def assert_refused(tmp_path: Path, config: dict, message: str) -> None:
     assert str(e.value) == f"{tmp_path / TRAINING_CONFIG}: {message}"
 
 
-def test_tiling_disabled_is_accepted_and_enabled_refused(tmp_path):
+def test_tiling_is_read_on_single_instance_models(tmp_path):
     config = training_config("single_instance")
     tiling = config["data_config"]["preprocessing"]["tiling"]
-    parse(tmp_path, config)
-    tiling["enabled"] = True
+    assert parse(tmp_path, config).preprocess.tiling is None
+    config["data_config"]["preprocessing"]["tiling"] = None
+    assert parse(tmp_path, config).preprocess.tiling is None
+    config["data_config"]["preprocessing"]["tiling"] = tiling
+    # As sleap-nn train writes it: the geometry reconciled by its `check_tiling`.
+    tiling |= {"enabled": True, "tile_size": 256, "overlap": 64, "min_overlap_fraction": 0.25,
+               "blend": "pyramid", "sigma_scale": 0.2, "tile_batch_size": None}  # fmt: skip
+    assert parse(tmp_path, config).preprocess.tiling == TilingSpec(256, 64, 0.25, "pyramid", 0.2)
+
+
+TILING = "data_config.preprocessing.tiling"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"tile_size": None},
+            f"{TILING}.tile_size or overlap is null; sleap-nn train writes "
+            "the tiling geometry here and predict cannot tile without it",
+        ),
+        (
+            {"tile_size": 200},
+            f"{TILING}.tile_size 200 is not a multiple of 16 (the backbone's "
+            "max_stride 16 and the output stride 2)",
+        ),
+        (
+            {"overlap": 256},
+            f"{TILING}.overlap 256 is not below tile_size 256 (a tile must "
+            "advance; sleap-nn refuses it too)",
+        ),
+        ({"overlap": -2}, f"{TILING}.overlap is -2; expected an integer >= 0"),
+        (
+            {"blend": "cosine"},
+            f"{TILING}.blend 'cosine' is not supported (supported: gaussian, pyramid, constant)",
+        ),
+        ({"sigma_scale": 0}, f"{TILING}.sigma_scale is 0; expected above 0, up to 1"),
+        ({"min_overlap_fraction": 1.5}, f"{TILING}.min_overlap_fraction is 1.5; expected 0 to 1"),
+        ({"tile_size": 32768}, f"{TILING}.tile_size is 32768; at most 16384 is run"),
+    ],
+)
+def test_bad_tiling_is_refused_in_one_line(tmp_path, change, message):
+    config = training_config("single_instance")
+    config["data_config"]["preprocessing"]["tiling"] = {
+        "enabled": True, "tile_size": 256, "overlap": 64} | change  # fmt: skip
+    assert_refused(tmp_path, config, message)
+
+
+def test_tiling_of_other_model_types_is_refused(tmp_path):
+    config = training_config("centroid")
+    config["data_config"]["preprocessing"]["tiling"] = {
+        "enabled": True, "tile_size": 256, "overlap": 64}  # fmt: skip
     assert_refused(
         tmp_path,
         config,
-        "data_config.preprocessing.tiling.enabled true is not supported (supported: false)",
+        f"{TILING}.enabled is true on a centroid model; sleap-nn tiles only "
+        "single-instance pose models (sleap-live does not run its tiled segmentation)",
     )
-    config["data_config"]["preprocessing"]["tiling"] = None
-    parse(tmp_path, config)
 
 
 @pytest.mark.parametrize("model_type", ["centered_instance", "multi_class_topdown"])
