@@ -84,6 +84,9 @@ GOLDENS = {
     "swint_single_instance": (["swint_single_instance"], "single", None),
     "swint_topdown": (["swint_centroid", "swint_centered_instance"], "multi_gray", None),
     "swint_bottomup": (["swint_bottomup"], "multi_gray", None),
+    # A box detector in place of the centroid model (`configs.BBOX_MODELS`).
+    "bbox_topdown": (["bbox_centernet", "centered_instance"], "multi_gray", None),
+    "bbox_centernet": (["bbox_centernet"], "multi_gray", None),
 }
 # The ConvNeXt and Swin goldens have no sleap-nn export golden.
 BACKBONE_GOLDENS = {name for name in GOLDENS if name.startswith(("convnext_", "swint_"))}
@@ -93,7 +96,15 @@ SLP_KEPT = {"topdown", "bottomup", "multi_class_topdown"}
 # Exports: one per golden, of the same model dirs. Input size = the test frames padded to
 # max_stride 16: the exported graphs do not pad, and their traced resizes and crop grids
 # are frozen at this size.
-EXPORTS = {name: models for name, (models, _, _) in GOLDENS.items() if name not in BACKBONE_GOLDENS}
+# Goldens with boxes: a detector alone (`DETECTOR_GOLDENS`, boxes only) and seeding a
+# top-down pair. No export golden: sleap-nn exports no detector-seeded pair.
+DETECTOR_GOLDENS = {"bbox_centernet"}
+BOX_GOLDENS = {"bbox_topdown"} | DETECTOR_GOLDENS
+EXPORTS = {
+    name: models
+    for name, (models, _, _) in GOLDENS.items()
+    if name not in BACKBONE_GOLDENS | BOX_GOLDENS
+}
 EXPORT_HEIGHT, EXPORT_WIDTH = 176, 208
 
 
@@ -319,14 +330,22 @@ def make_goldens(out: Path, repo: Path, only: list[str] | None) -> dict:
         run = [str(SNN_BIN / cmd[0]), *cmd[1:]]
         seconds = run_logged(run, goldens_dir / f"{name}.log", cwd=repo)
         (goldens_dir / f"{name}.log").unlink()
-        arrays = goldens.predictions_to_arrays(repo / slp, TEST_FRAMES)
+        if name in BOX_GOLDENS:
+            # A detector's boxes, and for a detector-seeded top-down pair its poses too.
+            arrays = goldens.boxes_to_arrays(repo / slp, TEST_FRAMES)
+            if name not in DETECTOR_GOLDENS:
+                arrays |= goldens.predictions_to_arrays(repo / slp, TEST_FRAMES)
+        else:
+            arrays = goldens.predictions_to_arrays(repo / slp, TEST_FRAMES)
         np.savez_compressed(goldens_dir / f"{name}.npz", **arrays)
         if name not in SLP_KEPT:
             (repo / slp).unlink()
         report[name] = {
             "command": " ".join(cmd),
             "seconds": round(seconds, 1),
-            "instances_per_frame": np.bincount(arrays["n_instances"]).tolist(),
+            "instances_per_frame": np.bincount(
+                arrays["n_boxes" if name in DETECTOR_GOLDENS else "n_instances"]
+            ).tolist(),
         }
         print(f"[predict] {name}: {report[name]}", flush=True)
     return report
@@ -438,8 +457,8 @@ def score_goldens(out: Path) -> dict:
     report = {}
     for name, (_, dataset, nodes) in GOLDENS.items():
         path = out / "goldens" / f"{name}.npz"
-        if not path.exists():
-            continue
+        if not path.exists() or name in DETECTOR_GOLDENS:
+            continue  # a detector's boxes have no points to score
         with np.load(path) as pred_file, np.load(out / "ground_truth" / f"{dataset}.npz") as gt:
             pred = dict(pred_file)
             report[name] = goldens.score_against_truth(
@@ -477,6 +496,9 @@ def main() -> None:
                 work / "runs",
                 out / "models",
                 args.only,
+            ),
+            **train_models(
+                configs.BBOX_MODELS, work / "train_data", work / "runs", out / "models", args.only
             ),
         },
         "predict": lambda: make_goldens(out, repo, args.only),

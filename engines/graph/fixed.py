@@ -41,6 +41,7 @@ import torch
 
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.graph.base import InferenceModel
+from sleap_live.engines.graph.box_topdown import BoxTopDownModel
 from sleap_live.engines.graph.centroid import CentroidModel
 from sleap_live.engines.graph.preprocess import frame_channels
 from sleap_live.engines.graph.topdown import TopDownModel
@@ -146,10 +147,15 @@ def fixed_input_channels(model: InferenceModel) -> tuple[int, ...]:
             trace: one whose frames it cannot take
             (`sleap_live.engines.graph.preprocess.frame_channels`), or a top-down
             model whose centroid model has `ensure_grayscale` (it crops the RGB
-            frames, see `TopDownModel`).
+            frames, see `TopDownModel`), or one seeded by a box detector.
     """
     if model.info.model_type not in _CENTROID_TYPES:
         return (1, 3)
+    if isinstance(model, BoxTopDownModel):
+        raise ModelConfigError(
+            "a top-down model seeded by a box detector has no fixed-shape graph (its "
+            "instance slots are not built); run it with the onnx, openvino or torch engine"
+        )
     if isinstance(model, TopDownModel) and model.frame_preprocess.ensure_grayscale:
         raise ModelConfigError(
             "a top-down model whose centroid model has ensure_grayscale crops the RGB "
