@@ -18,7 +18,8 @@ Reproduces sleap-nn 0.3.5's detector-seeded top-down predictor
 Instances come out frame by frame, highest box score first, scored by their box's
 score; their outputs are a top-down model's (`INSTANCE_OUTPUTS`). Models trained
 on box-scaled crops (`crop_mode: bbox`) are refused when their config is read.
-The TensorRT profile is not built for a box detector.
+The TensorRT profile (`max_instances` slots per frame) crops every slot: the
+frame's first `max_instances` valid boxes, highest score first.
 """
 
 from __future__ import annotations
@@ -32,9 +33,17 @@ from sleap_live.engines.graph.base import InferenceModel
 from sleap_live.engines.graph.boxes import CENTER_HEAD, CenterNetStage, box_centres
 from sleap_live.engines.graph.networks import load_model_network
 from sleap_live.engines.graph.peaks import DEFAULT_PATCH_SIZE, DEFAULT_PEAK_THRESHOLD
-from sleap_live.engines.graph.preprocess import PreprocessConfig, frames_to_nchw, sizematch
+from sleap_live.engines.graph.preprocess import (
+    PreprocessConfig,
+    frame_values,
+    frames_to_nchw,
+    size_matched_values,
+    sizematch,
+)
+from sleap_live.engines.graph.resize import static_size
 from sleap_live.engines.graph.topdown import INSTANCE_HEAD, TopDownModel
 from sleap_live.engines.load.spec import ModelSpec, check_model_type
+from sleap_live.engines.settings import check_slots
 from sleap_live.engines.types import ModelInfo, Skeleton
 
 
@@ -96,6 +105,9 @@ class BoxTopDownModel(TopDownModel):
         )
         self.crop_max_height = crop_max_height
         self.crop_max_width = crop_max_width
+        # The TensorRT profile's slots per frame (`fixed.FixedShapeModel` sets it
+        # for its trace); the detector keeps its own `max_detections`.
+        self.max_instances = max_instances
         self._set_instance_stage(
             instance_network,
             instance_preprocess,
@@ -161,10 +173,7 @@ class BoxTopDownModel(TopDownModel):
 
     def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if self.tensorrt_profile:
-            raise ModelConfigError(
-                "a top-down model seeded by a box detector has no tensorrt profile; export "
-                "the default profile"
-            )
+            return self._slots_forward(frames)
         raw = frames_to_nchw(frames)
         boxes, scores, _, valid = self.detector(raw, self.static)
         instance_frame, slot = torch.nonzero(valid).unbind(1)
@@ -180,3 +189,39 @@ class BoxTopDownModel(TopDownModel):
             sized.permute(0, 2, 3, 1), instance_frame, centres, eff_scale
         )
         return instance_frame, points, point_scores, values
+
+    def _slots_forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The TensorRT profile: the first `max_instances` boxes' slots are all cropped.
+
+        Raises:
+            ModelConfigError: no `max_instances`, or a detector with channel
+                coercion (sleap-nn crops the frames as decoded, which this graph
+                does not take).
+        """
+        check_slots(self.model_type, self.max_instances)
+        assert self.max_instances is not None
+        preprocess = self.detector.preprocess
+        if preprocess.ensure_rgb or preprocess.ensure_grayscale:
+            raise ModelConfigError(
+                "a top-down model whose box detector has ensure_rgb or ensure_grayscale "
+                "crops the frames as decoded, which the tensorrt profile does not take; "
+                "export the default profile"
+            )
+        raw = frame_values(frames)
+        boxes, values, valid = self.detector.slots(raw, self.max_instances)
+        centres = torch.where(valid[..., None], box_centres(boxes), 0.0)
+        if self.crop_max_height is None and self.crop_max_width is None:
+            sized, eff_scale = raw, torch.ones(1, dtype=torch.float32, device=raw.device)
+        else:
+            crop_frames = PreprocessConfig(
+                in_channels=static_size(raw, 1),
+                max_height=self.crop_max_height,
+                max_width=self.crop_max_width,
+            )
+            sized, eff_scale = size_matched_values(raw, crop_frames)
+        instance_frame = torch.arange(valid.shape[0], device=valid.device)
+        instance_frame = instance_frame.repeat_interleave(self.max_instances)
+        points, scores, heads = self._instances(
+            sized.permute(0, 2, 3, 1), instance_frame, centres.reshape(-1, 2), eff_scale
+        )
+        return self._slotted(valid, values, points, scores, heads)

@@ -33,9 +33,11 @@ import torch.nn.functional as F
 from sleap_live.engines.graph.preprocess import (
     PreprocessConfig,
     network_input,
+    network_input_values,
     size_matched_frames,
+    size_matched_values,
 )
-from sleap_live.engines.graph.resize import size_of
+from sleap_live.engines.graph.resize import size_of, static_size
 
 CENTER_HEAD = "BBoxCenterHead"
 SIZE_HEAD = "BBoxSizeHead"
@@ -108,6 +110,60 @@ class CenterNetStage(torch.nn.Module):
         boxes = boxes / eff_scale
         boxes, on_frame = clip_boxes(boxes, size_of(frames, 2), size_of(frames, 3))
         return boxes, scores, classes, valid & on_frame
+
+    def slots(self, frames: torch.Tensor, slots: int) -> tuple[torch.Tensor, ...]:
+        """`forward` for the TensorRT profile: float32 (B, C, H, W) frame values in.
+
+        Returns:
+            `(boxes, scores, valid)`: the frame's first `slots` detections, highest
+            score first, in (B, slots, 4) frame pixels and (B, slots) scores (0 in
+            empty slots), and (B, slots) which slots hold one.
+        """
+        sized, eff_scale = size_matched_values(frames, self.preprocess)
+        image = network_input_values(sized, self.preprocess)
+        heads = self.network(image)
+        shape = torch.tensor([static_size(image, 2), static_size(image, 3)])
+        boxes, scores, _, valid = decode_centernet(
+            heads[CENTER_HEAD],
+            heads[SIZE_HEAD],
+            heads[OFFSET_HEAD],
+            self.output_stride,
+            self.max_detections,
+            self.threshold,
+            shape[:1],
+            shape[1:],
+        )
+        if self.preprocess.scale != 1.0:
+            boxes = boxes / self.preprocess.scale
+        frame = torch.tensor([static_size(frames, 2), static_size(frames, 3)])
+        boxes, on_frame = clip_boxes(boxes / eff_scale, frame[:1], frame[1:])
+        return first_slots(boxes, scores, valid & on_frame, slots)
+
+
+def first_slots(
+    boxes: torch.Tensor, scores: torch.Tensor, valid: torch.Tensor, slots: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The first `slots` valid detections of each frame, in order, without a scatter.
+
+    A detection can be invalid between valid ones (a box with no area on the
+    frame), so slot j takes the detection whose running count of valid ones is j.
+
+    Returns:
+        `(boxes, scores, valid)`: (B, slots, 4), (B, slots) (0 in empty slots) and
+        (B, slots) bool.
+    """
+    rank = torch.cumsum(valid.to(torch.int64), dim=1) - 1
+    wanted = torch.arange(slots, device=valid.device)
+    hit = valid[:, None, :] & (rank[:, None, :] == wanted[None, :, None])  # (B, S, K)
+    # The one hit of each slot (ArgMax over float: TensorRT has no integer ArgMax).
+    index = hit.to(torch.float32).argmax(dim=2)
+    filled = hit.any(dim=2)
+    picked = boxes.gather(1, index[..., None].expand(-1, -1, 4))
+    return (
+        torch.where(filled[..., None], picked, 0.0),
+        torch.where(filled, scores.gather(1, index), 0.0),
+        filled,
+    )
 
 
 def decode_centernet(

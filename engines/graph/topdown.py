@@ -250,6 +250,19 @@ class TopDownModel(InferenceModel):
         points, scores, heads = self._instances(
             crop_frames, instance_frame, centroids.reshape(-1, 2), eff_scale
         )
+        return self._slotted(valid, values, points, scores, heads)
+
+    def _slotted(
+        self,
+        valid: torch.Tensor,
+        values: torch.Tensor,
+        points: torch.Tensor,
+        scores: torch.Tensor,
+        heads: dict[str, torch.Tensor],
+    ) -> tuple[torch.Tensor, ...]:
+        """The TensorRT profile's outputs: every instance output in (B, slots, ...),
+        NaN in the slots `valid` (B, slots) says are empty."""
+        slots = static_size(valid, 1)
         nan = float("nan")
         slotted = []
         for output in (points, scores, *self._extra_outputs(heads)):

@@ -2,8 +2,9 @@
 
 The detector seeds the centered-instance model's crops in place of a centroid model
 (`sleap_live.engines.graph.box_topdown`). Its ONNX graph, from the warm export cache,
-run by the Python API and by `sleap-live run`, gives sleap-nn's poses on the whole
-test video (goldens `BOX_CASES`, made by scripts/make_fixtures.py): the same
+run by ONNX Runtime and OpenVINO through the Python API and by `sleap-live run`, and
+its TensorRT-profile graph give sleap-nn's poses on the whole test video (goldens
+`BOX_CASES`, made by scripts/make_fixtures.py): the same
 instances on at least 99.9 % of frames, points within 1e-3 px at the median and
 0.05 px at the 99th percentile, and the comparison rule of the other model types
 (`sleap_live.engines.host.agreement`).
@@ -15,18 +16,24 @@ from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 
+import attrs
 import numpy as np
+import onnx
 import pytest
 import sleap_io as sio
 import torch
 
 from sleap_live import cli
 from sleap_live.engines.errors import ModelConfigError
+from sleap_live.engines.export.check_tensorrt import MATRIX, check_tensorrt
+from sleap_live.engines.export.exporter import export_onnx_bytes
 from sleap_live.engines.graph.box_topdown import BoxTopDownModel
 from sleap_live.engines.graph.build import load_inference_model
 from sleap_live.engines.graph.fixed import BatchShape, FixedShapeModel
 from sleap_live.engines.host.agreement import compare_poses
 from sleap_live.engines.runners.load import load_runner
+from sleap_live.engines.runners.onnx import OnnxRunner
+from sleap_live.engines.settings import InferenceSettings
 from sleap_live.stream.sources import FileSource
 from tests.committed import require
 from tests.engines import goldens
@@ -48,7 +55,8 @@ def _frames(video: Path) -> np.ndarray:
 
 
 def _poses(models: Sequence[Path], engine: str, frames: np.ndarray) -> list[dict[str, np.ndarray]]:
-    options = {"verify_frames": frames[:VERIFY_FRAMES]} if engine == "onnx" else {}
+    exported = engine in ("onnx", "openvino")
+    options = {"verify_frames": frames[:VERIFY_FRAMES]} if exported else {}
     runner = load_runner([str(m) for m in models], engine=engine, device="cpu", **options)
     try:
         return [
@@ -66,10 +74,10 @@ def _poses(models: Sequence[Path], engine: str, frames: np.ndarray) -> list[dict
 
 
 @cache
-def _onnx_poses(name: str) -> tuple[dict[str, np.ndarray], ...]:
+def _exported_poses(name: str, engine: str = "onnx") -> tuple[dict[str, np.ndarray], ...]:
     models, video, golden, _ = goldens.case_paths(name)
     require(*models, video, golden)
-    return tuple(_poses(models, "onnx", _frames(video)))
+    return tuple(_poses(models, engine, _frames(video)))
 
 
 def _assert_matches_golden(name: str, poses: Sequence[dict[str, np.ndarray]], label: str) -> None:
@@ -88,10 +96,11 @@ def _assert_matches_golden(name: str, poses: Sequence[dict[str, np.ndarray]], la
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(goldens.BOX_CASES))
-def test_onnx_graph_matches_sleap_nn_predict(name):
+@pytest.mark.parametrize("engine", ["onnx", "openvino"])
+def test_onnx_graph_matches_sleap_nn_predict(engine, name):
     model = load_inference_model(goldens.case_paths(name)[0])
     assert isinstance(model, BoxTopDownModel) and model.info.model_type == "topdown"
-    _assert_matches_golden(name, _onnx_poses(name), f"{name} (onnx)")
+    _assert_matches_golden(name, _exported_poses(name, engine), f"{name} ({engine})")
 
 
 @pytest.mark.slow
@@ -101,7 +110,7 @@ def test_torch_module_agrees_with_the_onnx_graph(name):
     torch_poses = _poses(models, "torch", _frames(video)[:TORCH_FRAMES])
     agreement = compare_poses(
         goldens.frame_poses(torch_poses),
-        goldens.frame_poses(_onnx_poses(name)[:TORCH_FRAMES]),
+        goldens.frame_poses(_exported_poses(name)[:TORCH_FRAMES]),
         goldens.bound_of(tuple(models)),
     )
     print(f"{name}: {agreement.summary()}")
@@ -137,12 +146,57 @@ def test_sleap_live_run_writes_sleap_nns_poses(name, tmp_path):
     _assert_matches_golden(name, poses, f"{name} (sleap-live run)")
 
 
-def test_no_fixed_shape_graph_for_a_box_detector_pair():
+# The tensorrt profile's slots per frame: far more than the fixtures' two animals, so
+# it never binds and the poses are sleap-nn's (whose detector keeps 100 boxes).
+SLOTS = InferenceSettings(max_instances=20)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(goldens.BOX_CASES))
+def test_tensorrt_profile_matches_sleap_nn_predict(name):
+    models, video, _, _ = goldens.case_paths(name)
+    require(*models, video)
+    frames = _frames(video)
+    model = load_inference_model(models, SLOTS)
+    graph = export_onnx_bytes(
+        model, verify_frames=frames[:VERIFY_FRAMES], sources=models, profile="tensorrt"
+    )
+    findings = check_tensorrt(onnx.load_from_string(graph))
+    assert not [f for f in findings if f.source == MATRIX or "importer" in f.reason]
+    runner = OnnxRunner(graph)
+    try:
+        poses = [
+            {
+                "points": pose.points,
+                "point_scores": pose.point_scores,
+                "instance_scores": pose.instance_scores,
+                "identities": pose.identities,
+            }
+            for start in range(0, len(frames), BATCH)
+            for pose in runner.run(frames[start : start + BATCH])
+        ]
+    finally:
+        runner.close()
+    _assert_matches_golden(name, poses, f"{name} (tensorrt profile, onnxruntime)")
+
+
+def test_the_fixed_shape_graph_keeps_the_first_boxes_and_refuses_channel_coercion():
     models = goldens.case_paths("bbox_topdown")[0]
     require(*models)
     model = load_inference_model(models)
-    with pytest.raises(ModelConfigError, match="seeded by a box detector has no fixed-shape"):
-        FixedShapeModel(model, BatchShape(1, 168, 200, 1))
+    frames = torch.from_numpy(_frames(goldens.case_paths("bbox_topdown")[1])[:2])
+    graph = FixedShapeModel(model, BatchShape.of(frames))
+    with torch.inference_mode():
+        valid, points, _, scores = (t.numpy() for t in graph(frames))
+    # max_instances unset: the default slots, the two boxes in the first two.
+    assert valid.shape == (2, 8) and valid[:, :2].all() and not valid[:, 2:].any()
+    with torch.inference_mode():
+        _, eager_points, _, eager_scores = (t.numpy() for t in model(frames))
+    np.testing.assert_allclose(points[valid], eager_points, atol=1e-4)
+    np.testing.assert_allclose(scores[valid], eager_scores, atol=1e-6)
+    model.frame_preprocess = attrs.evolve(model.frame_preprocess, ensure_grayscale=True)
+    with pytest.raises(ModelConfigError, match="box detector has ensure_rgb or ensure_grayscale"):
+        FixedShapeModel(model, BatchShape.of(frames))
 
 
 # sleap-nn predict's boxes from the detector alone (golden `bbox_centernet`), against
