@@ -87,6 +87,11 @@ GOLDENS = {
     # A box detector in place of the centroid model (`configs.BBOX_MODELS`).
     "bbox_topdown": (["bbox_centernet", "centered_instance"], "multi_gray", None),
     "bbox_centernet": (["bbox_centernet"], "multi_gray", None),
+    "bbox_multi_class_topdown": (
+        ["bbox_centernet_rgb", "multi_class_topdown"],
+        "multi_rgb",
+        None,
+    ),
 }
 # The ConvNeXt and Swin goldens have no sleap-nn export golden.
 BACKBONE_GOLDENS = {name for name in GOLDENS if name.startswith(("convnext_", "swint_"))}
@@ -99,7 +104,7 @@ SLP_KEPT = {"topdown", "bottomup", "multi_class_topdown"}
 # Goldens with boxes: a detector alone (`DETECTOR_GOLDENS`, boxes only) and seeding a
 # top-down pair. No export golden: sleap-nn exports no detector-seeded pair.
 DETECTOR_GOLDENS = {"bbox_centernet"}
-BOX_GOLDENS = {"bbox_topdown"} | DETECTOR_GOLDENS
+BOX_GOLDENS = {"bbox_topdown", "bbox_multi_class_topdown"} | DETECTOR_GOLDENS
 EXPORTS = {
     name: models
     for name, (models, _, _) in GOLDENS.items()

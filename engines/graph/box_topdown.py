@@ -24,8 +24,10 @@ frame's first `max_instances` valid boxes, highest score first.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+import attrs
 import torch
 
 from sleap_live.engines.errors import ModelConfigError
@@ -41,7 +43,8 @@ from sleap_live.engines.graph.preprocess import (
     sizematch,
 )
 from sleap_live.engines.graph.resize import static_size
-from sleap_live.engines.graph.topdown import INSTANCE_HEAD, TopDownModel
+from sleap_live.engines.graph.topdown import INSTANCE_HEAD, MultiClassTopDownModel, TopDownModel
+from sleap_live.engines.host.outputs import KEEP_UNCLASSIFIED
 from sleap_live.engines.load.spec import ModelSpec, check_model_type
 from sleap_live.engines.settings import check_slots
 from sleap_live.engines.types import ModelInfo, Skeleton
@@ -49,7 +52,7 @@ from sleap_live.engines.types import ModelInfo, Skeleton
 
 class BoxTopDownModel(TopDownModel):
     """A `bbox_centernet` detector + centered-instance pair, uint8 frames to
-    `INSTANCE_OUTPUTS`.
+    `INSTANCE_OUTPUTS` (`BoxMultiClassTopDownModel`: a multi-class top-down model).
 
     Args:
         detector_network: module with the detector's three heads.
@@ -146,11 +149,11 @@ class BoxTopDownModel(TopDownModel):
                 1.x model.
         """
         check_model_type(detector, "bbox_centernet")
-        check_model_type(instance, "centered_instance")
+        check_model_type(instance, cls._instance_type())
         if instance.legacy is not None:
             raise ModelConfigError(
-                f"{instance.path}: a SLEAP 1.x centered-instance model does not pair with a "
-                "sleap-nn box detector"
+                f"{instance.path}: a SLEAP 1.x {instance.model_type} model does not pair with "
+                "a sleap-nn box detector"
             )
         if instance.preprocess.crop_size is None:
             raise ModelConfigError(f"{instance.config_path}: the model has no crop size")
@@ -165,6 +168,7 @@ class BoxTopDownModel(TopDownModel):
             instance.preprocess.crop_size,
             crop_max_height=instance.preprocess.max_height,
             crop_max_width=instance.preprocess.max_width,
+            **cls._spec_options(instance),
             **options,
         )
 
@@ -185,10 +189,10 @@ class BoxTopDownModel(TopDownModel):
             sized, eff_scale = sizematch(
                 raw, self.crop_max_height, self.crop_max_width, static=self.static
             )
-        points, point_scores, _ = self._instances(
+        points, point_scores, heads = self._instances(
             sized.permute(0, 2, 3, 1), instance_frame, centres, eff_scale
         )
-        return instance_frame, points, point_scores, values
+        return (instance_frame, points, point_scores, values, *self._extra_outputs(heads))
 
     def _slots_forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The TensorRT profile: the first `max_instances` boxes' slots are all cropped.
@@ -225,3 +229,23 @@ class BoxTopDownModel(TopDownModel):
             sized.permute(0, 2, 3, 1), instance_frame, centres.reshape(-1, 2), eff_scale
         )
         return self._slotted(valid, values, points, scores, heads)
+
+
+class BoxMultiClassTopDownModel(BoxTopDownModel, MultiClassTopDownModel):
+    """A `bbox_centernet` detector + multi-class top-down pair.
+
+    Outputs `MULTI_CLASS_TOPDOWN_OUTPUTS` as `MultiClassTopDownModel` does (its
+    class vectors, identities assigned per frame on the host); takes
+    `BoxTopDownModel`'s arguments plus `class_names`.
+    """
+
+    model_type = "multi_class_topdown"
+
+    def __init__(self, *args: Any, class_names: Sequence[str], **options: Any) -> None:
+        if not class_names:
+            raise ValueError("a multi-class top-down model needs at least one class name")
+        BoxTopDownModel.__init__(self, *args, **options)
+        # sleap-nn keeps the crops no class was assigned to, with no identity.
+        self.info = attrs.evolve(
+            self.info, class_names=tuple(class_names), postprocess={KEEP_UNCLASSIFIED: True}
+        )

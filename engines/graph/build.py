@@ -11,7 +11,7 @@ import attrs
 from sleap_live.engines.errors import ModelConfigError, UnsupportedModelError
 from sleap_live.engines.graph.base import InferenceModel
 from sleap_live.engines.graph.bottomup import BottomUpModel, MultiClassBottomUpModel
-from sleap_live.engines.graph.box_topdown import BoxTopDownModel
+from sleap_live.engines.graph.box_topdown import BoxMultiClassTopDownModel, BoxTopDownModel
 from sleap_live.engines.graph.centroid import CentroidModel
 from sleap_live.engines.graph.single_instance import SingleInstanceModel
 from sleap_live.engines.graph.topdown import MultiClassTopDownModel, TopDownModel
@@ -28,8 +28,8 @@ def load_inference_model(
     Args:
         paths: a single-instance, centroid, bottom-up or multi-class bottom-up
             directory; or a centroid directory and a centered-instance or
-            multi-class top-down directory, or a `bbox_centernet` detector and a
-            centered-instance directory, in any order.
+            multi-class top-down directory, or a `bbox_centernet` detector and one
+            of those two, in any order.
         settings: the inference settings (default: sleap-nn predict's); they are
             recorded in the model's `info.settings`.
 
@@ -93,20 +93,26 @@ def _built(paths: str | Path | Sequence[str | Path], settings: InferenceSettings
 def _box_topdown(
     dirs: list[Path], specs: list[ModelSpec], settings: InferenceSettings
 ) -> InferenceModel:
-    """A box detector and a centered-instance model, in either order.
+    """A box detector and a centered-instance or multi-class top-down model, in
+    either order.
 
     Raises:
-        ModelConfigError: the other directory is not a centered-instance model.
+        ModelConfigError: the other directory is neither.
     """
     types = [spec.model_type for spec in specs]
     detector = next(i for i, kind in enumerate(types) if kind in BOX_MODEL_TYPES)
     instance = specs[1 - detector]
-    if instance.model_type != "centered_instance":
+    pairs: dict[str, type[BoxTopDownModel]] = {
+        "centered_instance": BoxTopDownModel,
+        "multi_class_topdown": BoxMultiClassTopDownModel,
+    }
+    if instance.model_type not in pairs:
         raise ModelConfigError(
             f"{dirs[1 - detector]}: a {instance.model_type} model; a box detector "
-            f"({dirs[detector]}) runs as the first stage of a centered-instance model"
+            f"({dirs[detector]}) runs as the first stage of a centered-instance or "
+            "multi-class top-down model"
         )
-    return BoxTopDownModel.from_box_specs(
+    return pairs[instance.model_type].from_box_specs(
         specs[detector], instance, **_options("topdown", settings)
     )
 

@@ -80,18 +80,25 @@ def _exported_poses(name: str, engine: str = "onnx") -> tuple[dict[str, np.ndarr
     return tuple(_poses(models, engine, _frames(video)))
 
 
+@cache
+def _class_names(name: str) -> tuple[str, ...]:
+    return load_inference_model(goldens.case_paths(name)[0]).info.class_names
+
+
 def _assert_matches_golden(name: str, poses: Sequence[dict[str, np.ndarray]], label: str) -> None:
     models, _, golden_path, _ = goldens.case_paths(name)
     golden = dict(np.load(golden_path))
     assert len(poses) == len(golden["frame_indices"])
-    comparison = goldens.compare(poses, golden)
-    agreement = goldens.agreement(poses, golden, goldens.bound_of(tuple(models)))
+    classes = _class_names(name)
+    comparison = goldens.compare(poses, golden, classes)
+    agreement = goldens.agreement(poses, golden, goldens.bound_of(tuple(models)), classes)
     print(f"{label}: {comparison.summary()}; {agreement.summary()}")
     same = 1 - len(comparison.count_mismatches) / comparison.frames
     assert same >= SAME_INSTANCES, comparison.summary()
     assert np.median(comparison.point_errors) <= MEDIAN_PX, comparison.summary()
     assert np.percentile(comparison.point_errors, 99) <= P99_PX, comparison.summary()
     assert agreement.points > 0 and agreement.agrees, agreement.summary()
+    assert comparison.identity_agreement == 1.0, comparison.summary()
 
 
 @pytest.mark.slow
@@ -99,7 +106,8 @@ def _assert_matches_golden(name: str, poses: Sequence[dict[str, np.ndarray]], la
 @pytest.mark.parametrize("engine", ["onnx", "openvino"])
 def test_onnx_graph_matches_sleap_nn_predict(engine, name):
     model = load_inference_model(goldens.case_paths(name)[0])
-    assert isinstance(model, BoxTopDownModel) and model.info.model_type == "topdown"
+    assert isinstance(model, BoxTopDownModel)
+    assert model.info.model_type == name.removeprefix("bbox_")
     _assert_matches_golden(name, _exported_poses(name, engine), f"{name} ({engine})")
 
 
@@ -141,7 +149,10 @@ def test_sleap_live_run_writes_sleap_nns_poses(name, tmp_path):
             "points": np.stack([v[:, :2] for v in values]).astype(np.float32),
             "point_scores": np.stack([v[:, 2] for v in values]).astype(np.float32),
             "instance_scores": np.array([i.score for i in instances], np.float32),
-            "identities": np.full(len(instances), -1, np.int32),
+            "identities": np.array(
+                [_class_names(name).index(i.track.name) if i.track else -1 for i in instances],
+                np.int32,
+            ),
         }
     _assert_matches_golden(name, poses, f"{name} (sleap-live run)")
 
