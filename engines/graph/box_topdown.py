@@ -3,7 +3,8 @@
 Reproduces sleap-nn 0.3.5's detector-seeded top-down predictor
 (`inference/predictor.py` `_attach_bbox_stage`, `inference/layers/bbox.py`
 `BBoxStageLayer`, `inference/layers/topdown.py` `TopDownLayer.predict`) for a
-`bbox_centernet` detector and a centered-instance model trained on fixed crops:
+`bbox_centernet` detector and a centered-instance or multi-class top-down model
+trained on fixed crops:
 
 1. The detector (`sleap_live.engines.graph.boxes`) finds each frame's boxes in
    frame pixels; each box's centre stands in for a centroid and its score for
@@ -13,10 +14,11 @@ Reproduces sleap-nn 0.3.5's detector-seeded top-down predictor
    model's training config alone), and crops of its crop size are cut around the
    centres times that size matcher's scale, as for a centroid
    (`sleap_live.engines.graph.crops`).
-3. The centered-instance stage is `TopDownModel`'s.
+3. The centered-instance stage is `TopDownModel`'s (`MultiClassTopDownModel`'s,
+   with its class vectors, for `BoxMultiClassTopDownModel`).
 
 Instances come out frame by frame, highest box score first, scored by their box's
-score; their outputs are a top-down model's (`INSTANCE_OUTPUTS`). Models trained
+score; their outputs are those of the top-down model of the same instance model. Models trained
 on box-scaled crops (`crop_mode: bbox`) are refused when their config is read.
 The TensorRT profile (`max_instances` slots per frame) crops every slot: the
 frame's first `max_instances` valid boxes, highest score first.
