@@ -28,6 +28,7 @@ from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.export.check_tensorrt import MATRIX, check_tensorrt
 from sleap_live.engines.export.exporter import export_onnx_bytes
 from sleap_live.engines.graph.box_topdown import BoxTopDownModel
+from sleap_live.engines.graph.boxes import first_slots
 from sleap_live.engines.graph.build import load_inference_model
 from sleap_live.engines.graph.fixed import BatchShape, FixedShapeModel
 from sleap_live.engines.host.agreement import compare_poses
@@ -246,3 +247,30 @@ def test_detector_stage_gives_sleap_nns_boxes():
     print(f"boxes: same count on {same}/{len(frames)} frames, max {error.max():.3g} px")
     assert same / len(frames) >= SAME_INSTANCES
     assert error.max() <= BOX_PX
+
+
+def test_first_slots_skip_a_box_with_no_area_between_valid_ones():
+    boxes = torch.arange(2 * 4 * 4, dtype=torch.float32).reshape(2, 4, 4)
+    scores = torch.tensor([[0.9, 0.8, 0.7, 0.6], [0.5, 0.4, 0.3, 0.2]])
+    # Frame 0: the second detection was clipped to nothing; frame 1 has one box.
+    valid = torch.tensor([[True, False, True, True], [True, False, False, False]])
+    picked, picked_scores, filled = first_slots(boxes, scores, valid, 3)
+    assert filled.tolist() == [[True, True, True], [True, False, False]]
+    expected = torch.tensor([[0.9, 0.7, 0.6], [0.5, 0.0, 0.0]])
+    assert torch.equal(picked_scores, expected)
+    assert torch.equal(picked[0], boxes[0, [0, 2, 3]])
+    assert torch.equal(picked[1, 0], boxes[1, 0]) and not picked[1, 1:].any()
+    # Fewer slots than valid boxes: the first ones, in order.
+    assert torch.equal(first_slots(boxes, scores, valid, 1)[1], scores[:, :1])
+
+
+def test_a_detector_pairs_only_with_a_crop_model(tmp_path):
+    detector = goldens.DATA / "models" / "bbox_centernet"
+    other = goldens.DATA / "models" / "bottomup"
+    require(detector / "best.ckpt", other / "best.ckpt")
+    with pytest.raises(ModelConfigError) as error:
+        load_inference_model([other, detector])
+    assert str(error.value) == (
+        f"{other}: a bottomup model; a box detector ({detector}) runs as the first stage "
+        "of a centered-instance or multi-class top-down model"
+    )
