@@ -86,6 +86,14 @@ GOLDENS = {
     "swint_bottomup": (["swint_bottomup"], "multi_gray", None),
     # 64 px tiles: the 168 x 200 frames are more than twice the model's input each way.
     "tiled_single_instance": (["tiled_single_instance"], "single", None),
+    # A box detector in place of the centroid model (`configs.BBOX_MODELS`).
+    "bbox_topdown": (["bbox_centernet", "centered_instance"], "multi_gray", None),
+    "bbox_centernet": (["bbox_centernet"], "multi_gray", None),
+    "bbox_multi_class_topdown": (
+        ["bbox_centernet_rgb", "multi_class_topdown"],
+        "multi_rgb",
+        None,
+    ),
 }
 # The ConvNeXt and Swin goldens have no sleap-nn export golden; nor has the tiled one:
 # sleap-nn 0.3.5 refuses tiled predict on an export (`_build_tiled_layer`: "tiled
@@ -95,11 +103,17 @@ UNEXPORTED_GOLDENS = BACKBONE_GOLDENS | {"tiled_single_instance"}
 # The goldens whose .slp the tests read (tracking from sleap-nn's predictions, the
 # renderer); the others keep only their .npz (the GPU machine's payload).
 SLP_KEPT = {"topdown", "bottomup", "multi_class_topdown"}
+# Goldens with boxes: a detector alone (`DETECTOR_GOLDENS`, boxes only) and seeding a
+# top-down pair. No export golden: sleap-nn exports no detector-seeded pair.
+DETECTOR_GOLDENS = {"bbox_centernet"}
+BOX_GOLDENS = {"bbox_topdown", "bbox_multi_class_topdown"} | DETECTOR_GOLDENS
 # Exports: one per golden, of the same model dirs. Input size = the test frames padded to
 # max_stride 16: the exported graphs do not pad, and their traced resizes and crop grids
 # are frozen at this size.
 EXPORTS = {
-    name: models for name, (models, _, _) in GOLDENS.items() if name not in UNEXPORTED_GOLDENS
+    name: models
+    for name, (models, _, _) in GOLDENS.items()
+    if name not in UNEXPORTED_GOLDENS | BOX_GOLDENS
 }
 EXPORT_HEIGHT, EXPORT_WIDTH = 176, 208
 
@@ -326,14 +340,22 @@ def make_goldens(out: Path, repo: Path, only: list[str] | None) -> dict:
         run = [str(SNN_BIN / cmd[0]), *cmd[1:]]
         seconds = run_logged(run, goldens_dir / f"{name}.log", cwd=repo)
         (goldens_dir / f"{name}.log").unlink()
-        arrays = goldens.predictions_to_arrays(repo / slp, TEST_FRAMES)
+        if name in BOX_GOLDENS:
+            # A detector's boxes, and for a detector-seeded top-down pair its poses too.
+            arrays = goldens.boxes_to_arrays(repo / slp, TEST_FRAMES)
+            if name not in DETECTOR_GOLDENS:
+                arrays |= goldens.predictions_to_arrays(repo / slp, TEST_FRAMES)
+        else:
+            arrays = goldens.predictions_to_arrays(repo / slp, TEST_FRAMES)
         np.savez_compressed(goldens_dir / f"{name}.npz", **arrays)
         if name not in SLP_KEPT:
             (repo / slp).unlink()
         report[name] = {
             "command": " ".join(cmd),
             "seconds": round(seconds, 1),
-            "instances_per_frame": np.bincount(arrays["n_instances"]).tolist(),
+            "instances_per_frame": np.bincount(
+                arrays["n_boxes" if name in DETECTOR_GOLDENS else "n_instances"]
+            ).tolist(),
         }
         print(f"[predict] {name}: {report[name]}", flush=True)
     return report
@@ -445,8 +467,8 @@ def score_goldens(out: Path) -> dict:
     report = {}
     for name, (_, dataset, nodes) in GOLDENS.items():
         path = out / "goldens" / f"{name}.npz"
-        if not path.exists():
-            continue
+        if not path.exists() or name in DETECTOR_GOLDENS:
+            continue  # a detector's boxes have no points to score
         with np.load(path) as pred_file, np.load(out / "ground_truth" / f"{dataset}.npz") as gt:
             pred = dict(pred_file)
             report[name] = goldens.score_against_truth(
@@ -484,6 +506,9 @@ def main() -> None:
                 work / "runs",
                 out / "models",
                 args.only,
+            ),
+            **train_models(
+                configs.BBOX_MODELS, work / "train_data", work / "runs", out / "models", args.only
             ),
         },
         "predict": lambda: make_goldens(out, repo, args.only),

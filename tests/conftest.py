@@ -97,7 +97,7 @@ def warm_export_cache(shared_cache_dir: Path, tmp_path_factory: pytest.TempPathF
     warmed = run_folder / "export_cache_warmed"
     with FileLock(run_folder / "export_cache_warming.lock"):
         if not warmed.exists():
-            for name in goldens.CASES:
+            for name in (*goldens.CASES, *goldens.BOX_CASES):
                 models, video, _, _ = goldens.case_paths(name)
                 runner = load_runner(
                     models,

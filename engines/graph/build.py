@@ -8,14 +8,15 @@ from typing import Any
 
 import attrs
 
-from sleap_live.engines.errors import ModelConfigError
+from sleap_live.engines.errors import ModelConfigError, UnsupportedModelError
 from sleap_live.engines.graph.base import InferenceModel
 from sleap_live.engines.graph.bottomup import BottomUpModel, MultiClassBottomUpModel
+from sleap_live.engines.graph.box_topdown import BoxMultiClassTopDownModel, BoxTopDownModel
 from sleap_live.engines.graph.centroid import CentroidModel
 from sleap_live.engines.graph.single_instance import SingleInstanceModel
 from sleap_live.engines.graph.topdown import MultiClassTopDownModel, TopDownModel
 from sleap_live.engines.load.dirs import read_model_dir
-from sleap_live.engines.load.spec import ModelSpec
+from sleap_live.engines.load.spec import BOX_MODEL_TYPES, ModelSpec
 from sleap_live.engines.settings import LEGACY_SLEAP1, InferenceSettings
 
 
@@ -27,7 +28,8 @@ def load_inference_model(
     Args:
         paths: a single-instance, centroid, bottom-up or multi-class bottom-up
             directory; or a centroid directory and a centered-instance or
-            multi-class top-down directory, in any order.
+            multi-class top-down directory, or a `bbox_centernet` detector and one
+            of those two, in any order.
         settings: the inference settings (default: sleap-nn predict's); they are
             recorded in the model's `info.settings`.
 
@@ -58,10 +60,18 @@ def _built(paths: str | Path | Sequence[str | Path], settings: InferenceSettings
         }
         if spec.model_type in single:
             return single[spec.model_type].from_spec(spec, **_options(spec.model_type, settings))
+        if spec.model_type in BOX_MODEL_TYPES:
+            raise UnsupportedModelError(
+                f"{dirs[0]}: a box detector ({spec.model_type}) alone; sleap-live runs it "
+                "only as the first stage of a top-down model: give its centered-instance "
+                "model directory too"
+            )
         raise ModelConfigError(
             f"{dirs[0]}: a {spec.model_type} model runs on crops around centroids; "
             "give its centroid model directory too"
         )
+    if len(specs) == 2 and any(kind in BOX_MODEL_TYPES for kind in types):
+        return _box_topdown(dirs, specs, settings)
     pairs: dict[str, type[TopDownModel]] = {
         "centered_instance": TopDownModel,
         "multi_class_topdown": MultiClassTopDownModel,
@@ -77,6 +87,33 @@ def _built(paths: str | Path | Sequence[str | Path], settings: InferenceSettings
     raise ModelConfigError(
         f"{listed}: two directories must be a centroid model and a centered-instance "
         "or multi-class top-down model"
+    )
+
+
+def _box_topdown(
+    dirs: list[Path], specs: list[ModelSpec], settings: InferenceSettings
+) -> InferenceModel:
+    """A box detector and a centered-instance or multi-class top-down model, in
+    either order.
+
+    Raises:
+        ModelConfigError: the other directory is neither.
+    """
+    types = [spec.model_type for spec in specs]
+    detector = next(i for i, kind in enumerate(types) if kind in BOX_MODEL_TYPES)
+    instance = specs[1 - detector]
+    pairs: dict[str, type[BoxTopDownModel]] = {
+        "centered_instance": BoxTopDownModel,
+        "multi_class_topdown": BoxMultiClassTopDownModel,
+    }
+    if instance.model_type not in pairs:
+        raise ModelConfigError(
+            f"{dirs[1 - detector]}: a {instance.model_type} model; a box detector "
+            f"({dirs[detector]}) runs as the first stage of a centered-instance or "
+            "multi-class top-down model"
+        )
+    return pairs[instance.model_type].from_box_specs(
+        specs[detector], instance, **_options("topdown", settings)
     )
 
 

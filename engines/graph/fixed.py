@@ -41,7 +41,8 @@ import torch
 
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.graph.base import InferenceModel
-from sleap_live.engines.graph.centroid import CentroidModel
+from sleap_live.engines.graph.box_topdown import BoxTopDownModel
+from sleap_live.engines.graph.centroid import CentroidModel, CentroidStage
 from sleap_live.engines.graph.preprocess import frame_channels
 from sleap_live.engines.graph.topdown import TopDownModel
 from sleap_live.engines.host.outputs import output_names
@@ -146,10 +147,18 @@ def fixed_input_channels(model: InferenceModel) -> tuple[int, ...]:
             trace: one whose frames it cannot take
             (`sleap_live.engines.graph.preprocess.frame_channels`), or a top-down
             model whose centroid model has `ensure_grayscale` (it crops the RGB
-            frames, see `TopDownModel`).
+            frames, see `TopDownModel`), or one seeded by a box detector with
+            channel coercion.
     """
     if model.info.model_type not in _CENTROID_TYPES:
         return (1, 3)
+    if isinstance(model, BoxTopDownModel) and (
+        model.frame_preprocess.ensure_rgb or model.frame_preprocess.ensure_grayscale
+    ):
+        raise ModelConfigError(
+            "a top-down model whose box detector has ensure_rgb or ensure_grayscale crops "
+            "the frames as decoded, which its fixed-shape graph does not take"
+        )
     if isinstance(model, TopDownModel) and model.frame_preprocess.ensure_grayscale:
         raise ModelConfigError(
             "a top-down model whose centroid model has ensure_grayscale crops the RGB "
@@ -176,7 +185,12 @@ def _traced(
     slots: int | None,
 ) -> torch.fx.GraphModule:
     """`model`'s branch-free `profile`, static, traced on zero frames of `shape` on `device`."""
-    stage = model.stage if isinstance(model, (CentroidModel, TopDownModel)) else None
+    # What holds the slot count: a box-seeded model itself, a centroid stage's stage.
+    stage: CentroidStage | BoxTopDownModel | None = None
+    if isinstance(model, BoxTopDownModel):
+        stage = model
+    elif isinstance(model, (CentroidModel, TopDownModel)):
+        stage = model.stage
     max_instances = None if stage is None else stage.max_instances
     example = torch.zeros(shape.as_tuple(), dtype=torch.uint8, device=device)
     try:

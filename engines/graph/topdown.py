@@ -119,8 +119,6 @@ class TopDownModel(InferenceModel):
         instance_sleap1: bool = False,
     ) -> None:
         super().__init__()
-        if crop_size < 1:
-            raise ValueError(f"crop_size must be >= 1, got {crop_size}")
         self.frame_preprocess = centroid_preprocess
         self.stage = CentroidStage(
             centroid_network,
@@ -132,6 +130,38 @@ class TopDownModel(InferenceModel):
             patch_size,
             centroid_sleap1,
         )
+        self._set_instance_stage(
+            instance_network,
+            instance_preprocess,
+            instance_stride,
+            crop_size,
+            peak_threshold,
+            refine,
+            patch_size,
+            instance_sleap1,
+        )
+        self.info = ModelInfo(
+            model_type=self.model_type,
+            skeleton=skeleton,
+            input_channels=centroid_preprocess.in_channels,
+            max_instances=max_instances,
+            peak_threshold=peak_threshold,
+        )
+
+    def _set_instance_stage(
+        self,
+        instance_network: torch.nn.Module,
+        instance_preprocess: PreprocessConfig,
+        instance_stride: int,
+        crop_size: int,
+        peak_threshold: float,
+        refine: bool,
+        patch_size: int,
+        instance_sleap1: bool,
+    ) -> None:
+        """Keeps what `_instances` needs: the centered-instance stage's settings."""
+        if crop_size < 1:
+            raise ValueError(f"crop_size must be >= 1, got {crop_size}")
         self.instance_sleap1 = instance_sleap1
         self.instance_network = instance_network
         self.instance_preprocess = instance_preprocess
@@ -140,13 +170,6 @@ class TopDownModel(InferenceModel):
         self.peak_threshold = peak_threshold
         self.refine = refine
         self.patch_size = patch_size
-        self.info = ModelInfo(
-            model_type=self.model_type,
-            skeleton=skeleton,
-            input_channels=centroid_preprocess.in_channels,
-            max_instances=max_instances,
-            peak_threshold=peak_threshold,
-        )
 
     @classmethod
     def from_specs(
@@ -227,6 +250,19 @@ class TopDownModel(InferenceModel):
         points, scores, heads = self._instances(
             crop_frames, instance_frame, centroids.reshape(-1, 2), eff_scale
         )
+        return self._slotted(valid, values, points, scores, heads)
+
+    def _slotted(
+        self,
+        valid: torch.Tensor,
+        values: torch.Tensor,
+        points: torch.Tensor,
+        scores: torch.Tensor,
+        heads: dict[str, torch.Tensor],
+    ) -> tuple[torch.Tensor, ...]:
+        """The TensorRT profile's outputs: every instance output in (B, slots, ...),
+        NaN in the slots `valid` (B, slots) says are empty."""
+        slots = static_size(valid, 1)
         nan = float("nan")
         slotted = []
         for output in (points, scores, *self._extra_outputs(heads)):

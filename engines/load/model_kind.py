@@ -1,14 +1,16 @@
 """The kinds of sleap-nn model sleap-live does not run, told apart before any work.
 
 sleap-nn 0.3.5 trains kinds beside its pose models (`config/model_config.py`'s
-`HeadConfig` and `BackboneConfig`): box detectors (`bbox_centernet`, `bbox_ssd`),
+`HeadConfig` and `BackboneConfig`): box detectors (`bbox_centernet`, which
+sleap-live runs from its training directory as the first stage of a top-down
+model, and `bbox_ssd`, whose anchors and NMS it does not rebuild yet),
 an `embedding` (re-identification) type, segmentation models
 (`bottomup_segmentation`, `centered_instance_segmentation`,
 `semantic_segmentation`), and `pretrained` backbones, image encoders from the
 Hugging Face Hub (hierarchical ones and plain ViTs such as DINOv2, CLIP or SigLIP;
-`timm/...` ids through transformers). None of them is a pose model sleap-live can
-rebuild: the detectors, embeddings and masks have no place in its outputs, and a
-pretrained encoder's code and weights come from the internet.
+`timm/...` ids through transformers). sleap-live does not run these: the
+embeddings and masks have no place in its outputs, and a pretrained encoder's
+code and weights come from the internet.
 
 `refuse_unrun_kind` reads only the config's head and backbone keys and refuses such
 a model, or one of a type it does not know, with one line naming the folder, what
@@ -26,12 +28,16 @@ from sleap_live.engines.load.spec import MODEL_HEADS
 
 # sleap-nn 0.3.5's model types sleap-live does not run: what each one is.
 UNRUN_MODEL_TYPES: Mapping[str, str] = {
-    "bbox_centernet": "a box detector (bbox_centernet)",
     "bbox_ssd": "a box detector (bbox_ssd)",
     "embedding": "an embedding (re-identification) model",
     "bottomup_segmentation": "a segmentation model (bottomup_segmentation)",
     "centered_instance_segmentation": "a segmentation model (centered_instance_segmentation)",
     "semantic_segmentation": "a segmentation model (semantic_segmentation)",
+}
+# sleap-nn exports of the detectors sleap-live runs from training directories only.
+UNRUN_EXPORT_TYPES: Mapping[str, str] = {
+    **UNRUN_MODEL_TYPES,
+    "bbox_centernet": "a box detector (bbox_centernet)",
 }
 RUN_BACKBONES = ("unet", "convnext", "swint")
 # sleap-nn reads `timm/...` model ids through transformers' timm wrapper.

@@ -43,7 +43,22 @@ MODEL_HEADS: Mapping[str, tuple[tuple[str, str], ...]] = {
         ("confmaps", "CenteredInstanceConfmapsHead"),
         ("class_vectors", "ClassVectorsHead"),
     ),
+    # sleap-nn 0.3.5's CenterNet box detector (`architectures/model.py` `get_head`):
+    # a per-category centre heatmap, box width and height in grid cells, sub-cell
+    # centre offsets, all three required and at one stride.
+    "bbox_centernet": (
+        ("center", "BBoxCenterHead"),
+        ("size", "BBoxSizeHead"),
+        ("offset", "BBoxOffsetHead"),
+    ),
 }
+
+# Model types that find boxes, not poses; one can stand in for a top-down model's
+# centroid model.
+BOX_MODEL_TYPES = ("bbox_centernet",)
+# sleap-nn's category of a detector trained on boxes without one
+# (`config/model_config.py` `DEFAULT_BBOX_CATEGORY`).
+DEFAULT_BOX_CATEGORY = "object"
 
 # Model types whose input is a crop around one instance.
 CROP_MODEL_TYPES = ("centered_instance", "multi_class_topdown")
@@ -119,7 +134,8 @@ class HeadSpec:
         part_names: one channel per part for confidence map heads.
         edges: (source, destination) part names of a PAF head, two channels each.
         edge_indices: `edges` as indices into the confidence map head's parts.
-        classes: one channel (or vector entry) per class for class heads.
+        classes: one channel (or vector entry) per class for class heads, and per
+            box category for a box detector's centre heatmap.
         anchor_part: node the instance crops are centered on, if any.
         use_sigmoid_activation: centroid heads trained for a focal loss end in a
             sigmoid.
@@ -148,7 +164,9 @@ class HeadSpec:
             return 1
         if self.name == "PartAffinityFieldsHead":
             return 2 * len(self.edges)
-        if self.name in ("ClassMapsHead", "ClassVectorsHead"):
+        if self.name in ("BBoxSizeHead", "BBoxOffsetHead"):
+            return 2
+        if self.name in ("ClassMapsHead", "ClassVectorsHead", "BBoxCenterHead"):
             return len(self.classes)
         return len(self.part_names)
 
@@ -157,7 +175,9 @@ class HeadSpec:
         """Activation ending the head: "identity", "sigmoid" or "softmax"."""
         if self.name == "ClassVectorsHead":
             return "softmax"
-        if self.name == "ClassMapsHead" or self.use_sigmoid_activation:
+        # sleap-nn's detector module ends the centre head in a sigmoid
+        # (`BBoxCenterNetLightningModule._decoder_inputs`).
+        if self.name in ("ClassMapsHead", "BBoxCenterHead") or self.use_sigmoid_activation:
             return "sigmoid"
         return "identity"
 

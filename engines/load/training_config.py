@@ -8,7 +8,7 @@ sleap-nn's predict derives them:
 
 - The model type is the first non-null entry of `model_config.head_configs` and the
   backbone the first non-null entry of `model_config.backbone_config`, in file order.
-  Kinds sleap-live does not run (box detectors, embedding and segmentation models,
+  Kinds sleap-live does not run (`bbox_ssd` detectors, embedding and segmentation models,
   pretrained and unknown backbones, unknown types) are refused first, by
   `sleap_live.engines.load.model_kind`. ConvNeXt and Swin backbones are read by
   `sleap_live.engines.load.backbone_specs`.
@@ -31,7 +31,7 @@ refused with a `ModelConfigError` naming it, its value and the file:
   method only with an `anchor_part`). sleap-nn predict uses them only to compute
   ground-truth centroids from labels; on video the centroids are the centroid
   model's peaks, so they change no pose and sleap-live keeps nothing of them.
-- `crop_mode` must be "fixed": "bbox" crops need a box detector.
+- `crop_mode` must be "fixed": "bbox" crops (resized boxes) are not implemented.
 - `tiling.enabled` true (tiled inference) only on a single-instance model, the one
   pose model type sleap-nn tiles (`check_tiling`; its predict tiles no other); its
   geometry is read into a `TilingSpec` and checked as `check_tiling` checks it
@@ -76,7 +76,9 @@ from sleap_live.engines.load.config_reader import (
 )
 from sleap_live.engines.load.model_kind import refuse_unrun_kind
 from sleap_live.engines.load.spec import (
+    BOX_MODEL_TYPES,
     CROP_MODEL_TYPES,
+    DEFAULT_BOX_CATEGORY,
     MODEL_HEADS,
     TRAINING_CONFIG,
     BackboneSpec,
@@ -181,7 +183,8 @@ def parse_training_config(config: Any, model_dir: Path) -> ModelSpec:
             )
         anchor_index = skeleton.node_names.index(anchor_name)
 
-    class_names = next((h.classes for h in heads if h.classes), ())
+    # Identity classes; a detector's box categories stay on its centre head.
+    class_names = next((h.classes for h in heads if h.classes and h.name != "BBoxCenterHead"), ())
     version = root.get("sleap_nn_version")
     return ModelSpec(
         path=Path(model_dir),
@@ -309,6 +312,15 @@ def _parse_heads(
     for key, name in MODEL_HEADS[model_type]:
         leaf = reader.section(head_config, where, key)
         heads.append(_parse_head(reader, leaf, f"{where}.{key}", key, name, skeleton, heads))
+    if model_type in BOX_MODEL_TYPES:
+        # The decoder reads the size and offset maps at the centre map's cells.
+        strides = {head.output_stride for head in heads}
+        if len(strides) > 1:
+            raise reader.error(
+                f"{where}: the center, size and offset output_strides differ "
+                f"({', '.join(str(head.output_stride) for head in heads)}); sleap-nn's "
+                "decoder needs them equal"
+            )
     return model_type, tuple(heads)
 
 
@@ -351,6 +363,16 @@ def _parse_head(
             output_stride=output_stride,
             classes=_classes(reader, leaf, where),
         )
+    if name == "BBoxCenterHead":
+        categories = _string_list(reader, leaf.get("categories"), f"{where}.categories")
+        return HeadSpec(
+            name=name,
+            config_key=key,
+            output_stride=output_stride,
+            classes=categories or (DEFAULT_BOX_CATEGORY,),
+        )
+    if name in ("BBoxSizeHead", "BBoxOffsetHead"):
+        return HeadSpec(name=name, config_key=key, output_stride=output_stride)
     if name == "PartAffinityFieldsHead":
         part_names = previous[0].part_names
         edges = _edges(reader, leaf, where, skeleton)
@@ -461,7 +483,8 @@ def _parse_preprocess(
         if size is not None:
             reader.integer(size, f"{where}.{key}", minimum=1)
     crop_size = reader.optional(section, "crop_size", where, int, None)
-    # "bbox" crops resize a box detector's boxes; sleap-live has no box detector.
+    # "bbox" crops resize a box detector's boxes (sleap-nn's `BBoxCropSpec`), which
+    # sleap-live does not; its box detectors seed fixed-size crops at box centres.
     reader.supported(section, "crop_mode", where, ("fixed",))
     ensure_rgb = reader.boolean(
         reader.optional(section, "ensure_rgb", where, bool, False), f"{where}.ensure_rgb"

@@ -72,7 +72,7 @@ from sleap_live.engines.load.metadata import (
     check_info,
     check_skeleton,
 )
-from sleap_live.engines.load.model_kind import UNRUN_MODEL_TYPES
+from sleap_live.engines.load.model_kind import UNRUN_EXPORT_TYPES
 from sleap_live.engines.load.spec import ModelSpec
 from sleap_live.engines.load.training_config import parse_training_config, read_yaml
 from sleap_live.engines.runners.base import begin_run
@@ -278,9 +278,9 @@ class SleapNNExportRunner:
 
 
 def _frame_model_spec(export_dir: Path, sleap_nn_type: str) -> ModelSpec:
-    if sleap_nn_type in UNRUN_MODEL_TYPES:
+    if sleap_nn_type in UNRUN_EXPORT_TYPES:
         raise UnsupportedModelError(
-            f"{export_dir}: {UNRUN_MODEL_TYPES[sleap_nn_type]} (a sleap-nn export); "
+            f"{export_dir}: {UNRUN_EXPORT_TYPES[sleap_nn_type]} (a sleap-nn export); "
             "sleap-live does not run it"
         )
     if sleap_nn_type not in SLEAP_NN_MODEL_TYPES:

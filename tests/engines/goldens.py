@@ -63,6 +63,19 @@ BACKBONE_CASES: dict[str, tuple[tuple[str, ...], str, str]] = {
     "swint_bottomup": (("swint_bottomup",), "multi_gray.mkv", "multi_gray.npz"),
 }
 
+# Box detectors' goldens (scripts/make_fixtures.py GOLDENS): a `bbox_centernet` detector
+# seeding a centered-instance or multi-class top-down model's crops, compared by
+# test_box_models.py. Apart from
+# `CASES`: their graphs have no TensorRT profile and sleap-nn exports no such pair.
+BOX_CASES: dict[str, tuple[tuple[str, ...], str, str]] = {
+    "bbox_topdown": (("bbox_centernet", "centered_instance"), "multi_gray.mkv", "multi_gray.npz"),
+    "bbox_multi_class_topdown": (
+        ("bbox_centernet_rgb", "multi_class_topdown"),
+        "multi_rgb.mp4",
+        "multi_rgb.npz",
+    ),
+}
+
 # Of the goldens of non-default inference settings (scripts/fixtures/goldens.py
 # SETTINGS_CASES), those whose first sleap-nn batch differs (see below).
 FIRST_BATCH_DIFFERS_SETTINGS = {"settings_bottomup"}
@@ -84,7 +97,7 @@ def compared_frames(name: str, n_frames: int) -> range:
 
 def case_paths(name: str) -> tuple[list[Path], Path, Path, Path]:
     """Model dirs, video, golden .npz and ground truth .npz of one case."""
-    models, video, truth = {**CASES, **BACKBONE_CASES}[name]
+    models, video, truth = {**CASES, **BACKBONE_CASES, **BOX_CASES}[name]
     return (
         [DATA / "models" / m for m in models],
         DATA / "videos" / video,

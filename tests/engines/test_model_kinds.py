@@ -28,7 +28,6 @@ MODELS = goldens.DATA / "models"
 
 # folder -> what the one line says the model is
 KINDS = {
-    "bbox_centernet": "a box detector (bbox_centernet)",
     "bbox_ssd": "a box detector (bbox_ssd)",
     "embedding": "an embedding (re-identification) model",
     "segmentation": "a segmentation model (bottomup_segmentation)",
@@ -51,9 +50,7 @@ def test_each_kind_is_named_in_one_line_before_the_checkpoint(folder):
     assert isinstance(error.value, ModelConfigError)
 
 
-@pytest.mark.parametrize(
-    ("folder", "paired"), [("bbox_centernet", False), ("vit_pretrained", True)]
-)
+@pytest.mark.parametrize(("folder", "paired"), [("bbox_ssd", False), ("vit_pretrained", True)])
 def test_the_command_line_refuses_it_alone_or_in_a_pair(folder, paired, tmp_path, capsys):
     path = UNRUN / folder
     video = goldens.DATA / "videos" / "single.mkv"
@@ -75,7 +72,7 @@ def test_pose_models_on_run_backbones_are_not_flagged():
     assert unrun_kind(["not", "a", "config"]) is None
 
 
-@pytest.mark.parametrize("model_type", ["bbox_centernet", "embedding"])
+@pytest.mark.parametrize("model_type", ["bbox_centernet", "bbox_ssd", "embedding"])
 def test_a_sleap_nn_export_of_such_a_kind_is_refused_too(model_type, tmp_path):
     source = goldens.DATA / "exports" / "single_instance"
     require(source / "export_metadata.json")
@@ -84,5 +81,24 @@ def test_a_sleap_nn_export_of_such_a_kind_is_refused_too(model_type, tmp_path):
     (folder / "export_metadata.json").write_text(json.dumps({**document, "model_type": model_type}))
     with pytest.raises(UnsupportedModelError) as error:
         load_runner(folder, device="cpu")
-    what = unrun_kinds.UNRUN_MODEL_TYPES[model_type]
+    what = unrun_kinds.UNRUN_EXPORT_TYPES[model_type]
     assert str(error.value) == f"{folder}: {what} (a sleap-nn export); sleap-live does not run it"
+
+
+def test_a_box_detector_runs_from_its_config_and_alone_is_refused_in_one_line(tmp_path, capsys):
+    # bbox_centernet runs as a top-down model's first stage (test_box_models.py); its
+    # config is no longer refused, and the detector alone is, naming the folder.
+    assert unrun_kind(read_yaml(UNRUN / "bbox_centernet" / "training_config.yaml")) is None
+    path = MODELS / "bbox_centernet"
+    require(path / "best.ckpt")
+    video = goldens.DATA / "videos" / "multi_gray.mkv"
+    output = tmp_path / "boxes.slp"
+    status = cli.main(["run", str(video), "-m", str(path), "-o", str(output), "-q"])
+    assert status != 0
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [
+        f"sleap-live: error: {path}: a box detector (bbox_centernet) alone; sleap-live runs "
+        "it only as the first stage of a top-down model: give its centered-instance model "
+        "directory too"
+    ]
+    assert not output.exists()

@@ -68,6 +68,20 @@ HEADS = {
             "output_stride": 16,
         },
     },
+    # sleap-nn 0.3.5's CenterNet box detector, as `sleap-nn train` writes it.
+    "bbox_centernet": {
+        "center": {
+            "categories": ["mouse"],
+            "sigma": None,
+            "min_overlap": 0.7,
+            "output_stride": 4,
+            "loss_weight": 1.0,
+            "focal_alpha": 2.0,
+            "focal_beta": 4.0,
+        },
+        "size": {"output_stride": 4, "loss_weight": 0.1},
+        "offset": {"output_stride": 4, "loss_weight": 1.0},
+    },
 }
 HEAD_ORDER = (
     "single_instance",
@@ -465,13 +479,32 @@ def test_unknown_backbone_and_no_backbone(tmp_path):
 def test_unknown_head_type(tmp_path):
     config = training_config("single_instance")
     config["model_config"]["head_configs"] = {
-        "bbox_centernet": {"center": {"output_stride": 4}},
+        "bbox_ssd": {"ssd": {"output_strides": [8, 16]}},
         "single_instance": HEADS["single_instance"],
     }
-    with pytest.raises(UnsupportedModelError, match="a box detector \\(bbox_centernet\\)"):
+    with pytest.raises(UnsupportedModelError, match="a box detector \\(bbox_ssd\\)"):
         parse(tmp_path, config)
     config["model_config"]["head_configs"] = {"single_instance": None}
     with pytest.raises(ModelConfigError, match="has no head set"):
+        parse(tmp_path, config)
+
+
+def test_a_box_detectors_three_heads_at_one_stride(tmp_path):
+    spec = parse(tmp_path, training_config("bbox_centernet", crop_size=None))
+    center, size, offset = spec.heads
+    assert (center.name, center.classes, center.n_channels, center.activation) == (
+        "BBoxCenterHead",
+        ("mouse",),
+        1,
+        "sigmoid",
+    )
+    assert (size.n_channels, offset.n_channels, size.activation) == (2, 2, "identity")
+    assert spec.class_names == ()  # box categories are not identities
+    config = training_config("bbox_centernet", crop_size=None)
+    config["model_config"]["head_configs"]["bbox_centernet"]["center"]["categories"] = None
+    assert parse(tmp_path, config).heads[0].classes == ("object",)  # sleap-nn's default
+    config["model_config"]["head_configs"]["bbox_centernet"]["size"]["output_stride"] = 8
+    with pytest.raises(ModelConfigError, match="center, size and offset output_strides differ"):
         parse(tmp_path, config)
 
 

@@ -1,0 +1,253 @@
+"""Top-down inference seeded by a box detector instead of a centroid model.
+
+Reproduces sleap-nn 0.3.5's detector-seeded top-down predictor
+(`inference/predictor.py` `_attach_bbox_stage`, `inference/layers/bbox.py`
+`BBoxStageLayer`, `inference/layers/topdown.py` `TopDownLayer.predict`) for a
+`bbox_centernet` detector and a centered-instance or multi-class top-down model
+trained on fixed crops:
+
+1. The detector (`sleap_live.engines.graph.boxes`) finds each frame's boxes in
+   frame pixels; each box's centre stands in for a centroid and its score for
+   the centroid's confidence.
+2. The frames, with their own channels, are size-matched to the centered-instance
+   model's `max_height` and `max_width` (sleap-nn's `crop_max_hw`, from that
+   model's training config alone), and crops of its crop size are cut around the
+   centres times that size matcher's scale, as for a centroid
+   (`sleap_live.engines.graph.crops`).
+3. The centered-instance stage is `TopDownModel`'s (`MultiClassTopDownModel`'s,
+   with its class vectors, for `BoxMultiClassTopDownModel`).
+
+Instances come out frame by frame, highest box score first, scored by their box's
+score; their outputs are those of the top-down model of the same instance model. Models trained
+on box-scaled crops (`crop_mode: bbox`) are refused when their config is read.
+The TensorRT profile (`max_instances` slots per frame) crops every slot: the
+frame's first `max_instances` valid boxes, highest score first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import torch
+
+from sleap_live.engines.errors import ModelConfigError
+from sleap_live.engines.graph.base import InferenceModel
+from sleap_live.engines.graph.boxes import CENTER_HEAD, CenterNetStage, box_centres
+from sleap_live.engines.graph.networks import load_model_network
+from sleap_live.engines.graph.peaks import DEFAULT_PATCH_SIZE, DEFAULT_PEAK_THRESHOLD
+from sleap_live.engines.graph.preprocess import (
+    PreprocessConfig,
+    frame_values,
+    frames_to_nchw,
+    size_matched_values,
+    sizematch,
+)
+from sleap_live.engines.graph.resize import static_size
+from sleap_live.engines.graph.topdown import INSTANCE_HEAD, MultiClassTopDownModel, TopDownModel
+from sleap_live.engines.host.outputs import KEEP_UNCLASSIFIED
+from sleap_live.engines.load.spec import ModelSpec, check_model_type
+from sleap_live.engines.settings import check_slots
+from sleap_live.engines.types import ModelInfo, Skeleton
+
+
+class BoxTopDownModel(TopDownModel):
+    """A `bbox_centernet` detector + centered-instance pair, uint8 frames to
+    `INSTANCE_OUTPUTS` (`BoxMultiClassTopDownModel`: a multi-class top-down model).
+
+    Args:
+        detector_network: module with the detector's three heads.
+        instance_network: module with a `CenteredInstanceConfmapsHead` output.
+        detector_preprocess: frame preprocessing for the detector.
+        instance_preprocess: crop preprocessing for the instance model; only its
+            `in_channels`, `max_stride` and `scale` apply.
+        skeleton: the instance model's skeleton.
+        detector_stride: stride of the detector's maps.
+        instance_stride: stride of the instance confidence maps.
+        crop_size: side of the square crops.
+        crop_max_height, crop_max_width: the size matcher the crops are cut after
+            (the instance model's `max_height` and `max_width`).
+        max_instances: most boxes per frame; None: sleap-nn's 100.
+        peak_threshold: threshold of the instance stage, and of the detector's
+            scores unless `centroid_peak_threshold` is given (sleap-nn's first
+            stage threshold).
+        centroid_peak_threshold: threshold of the detector's scores.
+        refine: integral refinement of the instance stage.
+        patch_size: integral refinement window.
+    """
+
+    model_type = "topdown"
+
+    def __init__(
+        self,
+        detector_network: torch.nn.Module,
+        instance_network: torch.nn.Module,
+        detector_preprocess: PreprocessConfig,
+        instance_preprocess: PreprocessConfig,
+        skeleton: Skeleton,
+        detector_stride: int,
+        instance_stride: int,
+        crop_size: int,
+        *,
+        crop_max_height: int | None = None,
+        crop_max_width: int | None = None,
+        max_instances: int | None = None,
+        peak_threshold: float = DEFAULT_PEAK_THRESHOLD,
+        centroid_peak_threshold: float | None = None,
+        refine: bool = True,
+        patch_size: int = DEFAULT_PATCH_SIZE,
+    ) -> None:
+        # `TopDownModel.__init__` builds a centroid stage; this model has a detector.
+        InferenceModel.__init__(self)
+        self.frame_preprocess = detector_preprocess
+        self.detector = CenterNetStage(
+            detector_network,
+            detector_preprocess,
+            detector_stride,
+            max_instances,
+            peak_threshold if centroid_peak_threshold is None else centroid_peak_threshold,
+        )
+        self.crop_max_height = crop_max_height
+        self.crop_max_width = crop_max_width
+        # The TensorRT profile's slots per frame (`fixed.FixedShapeModel` sets it
+        # for its trace); the detector keeps its own `max_detections`.
+        self.max_instances = max_instances
+        self._set_instance_stage(
+            instance_network,
+            instance_preprocess,
+            instance_stride,
+            crop_size,
+            peak_threshold,
+            refine,
+            patch_size,
+            instance_sleap1=False,
+        )
+        self.info = ModelInfo(
+            model_type=self.model_type,
+            skeleton=skeleton,
+            input_channels=detector_preprocess.in_channels,
+            max_instances=max_instances,
+            peak_threshold=peak_threshold,
+        )
+
+    @classmethod
+    def from_box_specs(
+        cls,
+        detector: ModelSpec,
+        instance: ModelSpec,
+        detector_network: torch.nn.Module | None = None,
+        instance_network: torch.nn.Module | None = None,
+        **options: Any,
+    ) -> BoxTopDownModel:
+        """The pair sleap-nn predict builds from a detector and an instance directory.
+
+        Each model keeps its own preprocessing; the crops' size matcher is the
+        instance model's.
+
+        Raises:
+            ModelConfigError: the directories are not a `bbox_centernet` detector
+                and a centered-instance model, or the instance model is a SLEAP
+                1.x model.
+        """
+        check_model_type(detector, "bbox_centernet")
+        check_model_type(instance, cls._instance_type())
+        if instance.legacy is not None:
+            raise ModelConfigError(
+                f"{instance.path}: a SLEAP 1.x {instance.model_type} model does not pair with "
+                "a sleap-nn box detector"
+            )
+        if instance.preprocess.crop_size is None:
+            raise ModelConfigError(f"{instance.config_path}: the model has no crop size")
+        return cls(
+            load_model_network(detector) if detector_network is None else detector_network,
+            load_model_network(instance) if instance_network is None else instance_network,
+            PreprocessConfig.from_spec(detector),
+            PreprocessConfig.from_spec(instance),
+            instance.skeleton,
+            detector.head(CENTER_HEAD).output_stride,
+            instance.head(INSTANCE_HEAD).output_stride,
+            instance.preprocess.crop_size,
+            crop_max_height=instance.preprocess.max_height,
+            crop_max_width=instance.preprocess.max_width,
+            **cls._spec_options(instance),
+            **options,
+        )
+
+    def peak_cells_px(self) -> tuple[float, ...]:
+        return (self.detector.cell_px, self.instance_stride / self.instance_preprocess.scale)
+
+    def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if self.tensorrt_profile:
+            return self._slots_forward(frames)
+        raw = frames_to_nchw(frames)
+        boxes, scores, _, valid = self.detector(raw, self.static)
+        instance_frame, slot = torch.nonzero(valid).unbind(1)
+        centres = box_centres(boxes[instance_frame, slot])
+        values = scores[instance_frame, slot]
+        if self.crop_max_height is None and self.crop_max_width is None:
+            sized, eff_scale = raw, torch.ones(1, dtype=torch.float32, device=raw.device)
+        else:
+            sized, eff_scale = sizematch(
+                raw, self.crop_max_height, self.crop_max_width, static=self.static
+            )
+        points, point_scores, heads = self._instances(
+            sized.permute(0, 2, 3, 1), instance_frame, centres, eff_scale
+        )
+        return (instance_frame, points, point_scores, values, *self._extra_outputs(heads))
+
+    def _slots_forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The TensorRT profile: the first `max_instances` boxes' slots are all cropped.
+
+        Raises:
+            ModelConfigError: no `max_instances`, or a detector with channel
+                coercion (sleap-nn crops the frames as decoded, which this graph
+                does not take).
+        """
+        check_slots(self.model_type, self.max_instances)
+        assert self.max_instances is not None
+        preprocess = self.detector.preprocess
+        if preprocess.ensure_rgb or preprocess.ensure_grayscale:
+            raise ModelConfigError(
+                "a top-down model whose box detector has ensure_rgb or ensure_grayscale "
+                "crops the frames as decoded, which the tensorrt profile does not take; "
+                "export the default profile"
+            )
+        raw = frame_values(frames)
+        boxes, values, valid = self.detector.slots(raw, self.max_instances)
+        centres = torch.where(valid[..., None], box_centres(boxes), 0.0)
+        if self.crop_max_height is None and self.crop_max_width is None:
+            sized, eff_scale = raw, torch.ones(1, dtype=torch.float32, device=raw.device)
+        else:
+            crop_frames = PreprocessConfig(
+                in_channels=static_size(raw, 1),
+                max_height=self.crop_max_height,
+                max_width=self.crop_max_width,
+            )
+            sized, eff_scale = size_matched_values(raw, crop_frames)
+        instance_frame = torch.arange(valid.shape[0], device=valid.device)
+        instance_frame = instance_frame.repeat_interleave(self.max_instances)
+        points, scores, heads = self._instances(
+            sized.permute(0, 2, 3, 1), instance_frame, centres.reshape(-1, 2), eff_scale
+        )
+        return self._slotted(valid, values, points, scores, heads)
+
+
+class BoxMultiClassTopDownModel(BoxTopDownModel, MultiClassTopDownModel):
+    """A `bbox_centernet` detector + multi-class top-down pair.
+
+    Outputs `MULTI_CLASS_TOPDOWN_OUTPUTS` as `MultiClassTopDownModel` does (its
+    class vectors, identities assigned per frame on the host); takes
+    `BoxTopDownModel`'s arguments plus `class_names`.
+    """
+
+    model_type = "multi_class_topdown"
+
+    def __init__(self, *args: Any, class_names: Sequence[str], **options: Any) -> None:
+        if not class_names:
+            raise ValueError("a multi-class top-down model needs at least one class name")
+        BoxTopDownModel.__init__(self, *args, **options)
+        # sleap-nn keeps the crops no class was assigned to, with no identity.
+        self.info = attrs.evolve(
+            self.info, class_names=tuple(class_names), postprocess={KEEP_UNCLASSIFIED: True}
+        )
