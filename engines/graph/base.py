@@ -16,7 +16,7 @@ that (no float64, no uint8 inside), sizes fixed by the frames it is traced on, a
 `max_instances` slots per frame with a validity mask (`INSTANCE_SLOTS` layout).
 Both give the same poses.
 
-A default-profile model can also be traced `static` (`set_static`): the frame
+A default-profile model can also be traced specialised (`set_static`): the frame
 size and channel count of the trace are frozen into the graph, so that every
 pass that would not change the image at that size is left out (see
 `sleap_live.engines.graph.preprocess.frame_input`). Such a graph takes frames
@@ -25,7 +25,7 @@ of that one shape (any batch size) and gives the same numbers as the dynamic one
 A TensorRT-profile model can also compute `branch_free` (`set_branch_free`): no
 branch of the graph reads a value the device computed, so the graph runs without
 waiting for the device, as CUDA graphs and `torch.export`/`torch.compile`'s whole
-graphs need (`sleap_live.engines.graph.fixed`); same numbers.
+graphs need (`sleap_live.engines.graph.specialised`); same numbers.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class InferenceModel(torch.nn.Module):
     # How the model's first stage preprocesses frames.
     frame_preprocess: PreprocessConfig
     profile: str = DEFAULT_PROFILE
-    # Trace with the frame shape frozen (see the module docstring).
+    # Trace specialised: the frame shape frozen (see the module docstring).
     static: bool = False
     # Select on the device where the graph would branch on a value (see the module docstring).
     branch_free: bool = False

@@ -112,9 +112,9 @@ class CentroidStage(torch.nn.Module):
         """The frame pixels one cell of the centroid confidence map spans."""
         return self.output_stride / self.preprocess.scale
 
-    def forward(self, frames: torch.Tensor, static: bool = False) -> tuple[torch.Tensor, ...]:
-        sized, eff_scale = size_matched_frames(frames, self.preprocess, static=static)
-        image = network_input(sized, self.preprocess, static=static)
+    def forward(self, frames: torch.Tensor, specialised: bool = False) -> tuple[torch.Tensor, ...]:
+        sized, eff_scale = size_matched_frames(frames, self.preprocess, specialised=specialised)
+        image = network_input(sized, self.preprocess, specialised=specialised)
         confmaps, offsets = self._heads(image)
         refine = self.refine and offsets is None
         instance_frame, points, values = top_local_peaks(

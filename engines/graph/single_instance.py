@@ -118,7 +118,7 @@ class SingleInstanceModel(InferenceModel):
             image, eff_scale = frame_values_input(frame_values(frames), self.preprocess)
         else:
             image, eff_scale = frame_input(
-                frames_to_nchw(frames), self.preprocess, static=self.static
+                frames_to_nchw(frames), self.preprocess, specialised=self.static
             )
         heads = self.network(image)
         confmaps = heads[SINGLE_INSTANCE_HEAD]
