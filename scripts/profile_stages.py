@@ -21,7 +21,7 @@ into a temporary folder. Every figure is milliseconds per frame, on the same fra
 
 The graph is exported in memory (`export_onnx_bytes`, verified on the clip's first
 frames) and run with sleap-live's session options, one thread per physical core.
-`--static` profiles the graph specialised to the clip's frame shape instead (what the
+`--specialised` profiles the graph specialised to the clip's frame shape instead (what the
 CPU runner runs, `export_specialised_onnx_bytes`), and the engine runs it too, once it gave
 the dynamic graph's outputs bit for bit.
 The profiler's own overhead makes its total a little larger than the session's; its
@@ -250,12 +250,12 @@ def profile(
     video: Path,
     n_frames: int,
     batch_size: int,
-    static: bool = False,
+    specialised: bool = False,
     verify: bool = True,
 ) -> dict[str, Any]:
     """Every figure of the module docstring, as a JSON-ready dict."""
     results: dict[str, Any] = {"models": [str(p) for p in paths], "video": str(video)}
-    results["graph"] = "specialised to the frame shape" if static else "dynamic"
+    results["graph"] = "specialised to the frame shape" if specialised else "dynamic"
     frames, channels = decoded_frames(video, n_frames)
     n = len(frames)
     results["frames"], results["batch_size"] = n, batch_size
@@ -289,7 +289,7 @@ def profile(
         )
         converted = convert_channels(images, graph_channels[0])
     onnx_bytes, specialised = dynamic, None
-    if static:
+    if specialised:
         # Specialised to the frames the graph is given: after any host conversion.
         shape = (int(converted.shape[1]), int(converted.shape[2]), int(converted.shape[3]))
         onnx_bytes = export_specialised_onnx_bytes(model, shape, sources=paths)
@@ -372,7 +372,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument(
-        "--static", action="store_true", help="the graph specialised to the clip's frame shape"
+        "--specialised", action="store_true", help="the graph specialised to the clip's frame shape"
     )
     parser.add_argument(
         "--no-verify", action="store_true", help="skip the export's check against torch"
@@ -392,7 +392,7 @@ def main() -> None:
             if not video.is_file():
                 parser.error(f"{video}: no such file")
         results = profile(
-            paths, video, args.frames, args.batch_size, args.static, not args.no_verify
+            paths, video, args.frames, args.batch_size, args.specialised, not args.no_verify
         )
     print(report(results))
     if args.json is not None:

@@ -78,6 +78,7 @@ from sleap_live.stream.errors import ChannelClosed, PipelineError
 from sleap_live.stream.memory import check_batch_memory
 from sleap_live.stream.outputs.options import OutputOptions
 from sleap_live.stream.outputs.provenance import with_models
+from sleap_live.stream.outputs.recovery import JournalClaim
 from sleap_live.stream.outputs.writers import OpenWriters, open_outputs
 from sleap_live.stream.priority import RECORDED_BACKGROUND_NICE, apply_stage_priority
 from sleap_live.stream.ring import DEFAULT_STALL_TIMEOUT, RingBuffer
@@ -158,6 +159,10 @@ class Pipeline:
             recording, and provenance entries (the model paths are there already
             when `model_or_runner` is paths; add ``{"models":
             provenance.model_records(paths)}`` with a runner). None: nothing.
+        claim: the pose output's journal, claimed before the run (`JournalClaim`,
+            as `sleap-live run` claims it before any server binds), which its
+            writer takes; None: the writer opens it. The caller releases it
+            (nothing once the writer took it).
         load: how model paths are loaded (`LoadOptions`: the engine, device,
             inference settings, ... of `load_runner`; None: its defaults). A runner
             passed in is loaded already: give them to `load_runner` instead.
@@ -214,6 +219,7 @@ class Pipeline:
         policy: Policy | None = None,
         ring_capacity: int = DEFAULT_RING_CAPACITY,
         outputs: OutputOptions | None = None,
+        claim: JournalClaim | None = None,
         load: LoadOptions | None = None,
         warmup: bool = True,
         clock: Clock = MONOTONIC,
@@ -243,6 +249,7 @@ class Pipeline:
             if outputs.output is not None
             else {},
         )
+        self._claim = claim
         check_batch_memory(policy, batch_size, source.frame_shape)
         if stop_timeout is not None and (math.isnan(stop_timeout) or stop_timeout <= 0):
             raise ValueError(
@@ -340,6 +347,7 @@ class Pipeline:
                 settings=settings,
                 clock=self._clock,
                 tracked=self._tracking is not None,
+                claim=self._claim,
             )
             self._started = True
             self._meters.start()

@@ -1,7 +1,7 @@
 """`sleap-live export --format coreml`: the inference model as a Core ML program
 (`.mlpackage`), converted by coremltools.
 
-coremltools converts a TorchScript trace of the model, static and branch-free as
+coremltools converts a TorchScript trace of the model, specialised and branch-free as
 `--format pt2` takes it (one frame size, frozen as `--frame-size` or the
 verification frames' size; one frame per call), in the "tensorrt" profile for every
 model type (it turns the frames to float32 before anything else: Core ML takes no
@@ -162,7 +162,7 @@ def _convert(
     input_name: str,
     names: Sequence[str],
 ) -> Any:
-    """`model` in `profile`, static and branch-free, traced on `example` and converted;
+    """`model` in `profile`, specialised and branch-free, traced on `example` and converted;
     the model is put back as it was afterwards."""
     try:
         frames = torch.from_numpy(example).float()

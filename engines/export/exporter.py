@@ -247,7 +247,7 @@ def export_specialised_onnx_bytes(
 ) -> bytes:
     """The default-profile graph of `model` for frames of one (height, width, channels).
 
-    Traced `static` (`InferenceModel.set_static`): the frame shape is frozen into
+    Traced specialised (`InferenceModel.set_specialised`): the frame shape is frozen into
     the graph and the passes that would not change the image at that shape are
     left out; the batch axis stays dynamic. It is not compared with the torch
     model here: it computes the dynamic graph's numbers, and `OnnxRunner` checks
@@ -261,15 +261,15 @@ def export_specialised_onnx_bytes(
     height, width, channels = frame_shape
     if height < 1 or width < 1 or channels not in (1, 3):
         raise ValueError(f"frame_shape must be (height, width, 1 or 3), got {frame_shape}")
-    previous_profile, previous_static = model.profile, model.static
-    model = model.cpu().eval().set_profile(DEFAULT_PROFILE).set_static(True)
+    previous_profile, previous_specialised = model.profile, model.specialised
+    model = model.cpu().eval().set_profile(DEFAULT_PROFILE).set_specialised(True)
     try:
         progress(f"exporting to ONNX for {width}x{height}x{channels} frames")
         example = sample_frames(1, height, width, channels)
         payload, _ = trace_to_onnx(model, example, opset, dynamic_channels=False)
         metadata = _metadata(model, "onnx", opset, (channels,), sources, None, example)
     finally:
-        model.set_profile(previous_profile).set_static(previous_static)
+        model.set_profile(previous_profile).set_specialised(previous_specialised)
     return embed_metadata(payload, metadata)
 
 

@@ -44,7 +44,7 @@ def trace_to_onnx(
 ) -> tuple[bytes, tuple[str, ...]]:
     """Traces `model` on `example` frames to an ONNX graph.
 
-    A `static` model (`InferenceModel.set_static`) gives a graph for the
+    A specialised model (`InferenceModel.set_specialised`) gives a graph for the
     example's height, width and channel count, with only the batch axis dynamic.
 
     Returns:
@@ -55,7 +55,7 @@ def trace_to_onnx(
             TorchScript instead).
     """
     input_axes = {0: BATCH_AXIS}
-    if not (model.tensorrt_profile or model.static):
+    if not (model.tensorrt_profile or model.specialised):
         input_axes |= {1: "height", 2: "width"}
         if dynamic_channels:
             input_axes[3] = "channels"

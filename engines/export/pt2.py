@@ -117,7 +117,7 @@ def run_pt2(module: torch.nn.Module, frames: np.ndarray, names: Sequence[str]) -
 def _export_program(
     model: InferenceModel, example: np.ndarray, profile: str
 ) -> torch.export.ExportedProgram:
-    """`model` in `profile`, static and branch-free, exported for any batch of `example`'s
+    """`model` in `profile`, specialised and branch-free, exported for any batch of `example`'s
     frame shape; the model is put back as it was afterwards."""
     batch = torch.export.Dim("batch", min=1, max=1024)
     try:

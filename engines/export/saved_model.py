@@ -1,7 +1,7 @@
 """`sleap-live export --format saved_model`: the inference model as a TensorFlow
 SavedModel, its operations written by `sleap_live.engines.export.tf_graph`.
 
-The model is exported by torch.export, static and branch-free as `--format tflite`
+The model is exported by torch.export, specialised and branch-free as `--format tflite`
 takes it: one frame size (`--frame-size`, default the verification frames' size),
 one frame per call, the "tensorrt" profile for every model type (float32 inside;
 centroid and top-down models give `max_instances` fixed slots per frame, read as
@@ -221,7 +221,7 @@ def run_saved_model(path: str | Path, frames: np.ndarray, names: Sequence[str]) 
 
 
 def _program(model: InferenceModel, example: np.ndarray) -> torch.export.ExportedProgram:
-    """`model` in the "tensorrt" profile, static and branch-free, exported for frames of
+    """`model` in the "tensorrt" profile, specialised and branch-free, exported for frames of
     `example`'s shape in core ATen; the model is put back as it was afterwards."""
     from sleap_live.engines.export.tf_graph import core_program
 

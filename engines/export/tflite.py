@@ -1,7 +1,7 @@
 """`sleap-live export --format tflite`: the inference model as a LiteRT (TFLite)
 flatbuffer, converted from torch by litert-torch.
 
-litert-torch converts a torch.export program of the model, static and branch-free
+litert-torch converts a torch.export program of the model, specialised and branch-free
 as `--format pt2` takes it, for one frame size (`--frame-size`, default the
 verification frames' size) and one frame per call, in the "tensorrt" profile for
 every model type: LiteRT has no uint8 padding, and that profile turns the frames to
@@ -124,7 +124,7 @@ def run_tflite(path: str | Path, frames: np.ndarray, names: Sequence[str]) -> Ou
 
 
 def _convert(litert_torch: Any, model: InferenceModel, example: np.ndarray) -> Any:
-    """`model` in the "tensorrt" profile, static and branch-free, converted for frames
+    """`model` in the "tensorrt" profile, specialised and branch-free, converted for frames
     of `example`'s shape; the model is put back as it was afterwards."""
     try:
         # litert-torch prints its progress to stdout, and the tracer warns to no purpose.

@@ -16,7 +16,7 @@ that (no float64, no uint8 inside), sizes fixed by the frames it is traced on, a
 `max_instances` slots per frame with a validity mask (`INSTANCE_SLOTS` layout).
 Both give the same poses.
 
-A default-profile model can also be traced `static` (`set_static`): the frame
+A default-profile model can also be traced specialised (`set_specialised`): the frame
 size and channel count of the trace are frozen into the graph, so that every
 pass that would not change the image at that size is left out (see
 `sleap_live.engines.graph.preprocess.frame_input`). Such a graph takes frames
@@ -25,7 +25,7 @@ of that one shape (any batch size) and gives the same numbers as the dynamic one
 A TensorRT-profile model can also compute `branch_free` (`set_branch_free`): no
 branch of the graph reads a value the device computed, so the graph runs without
 waiting for the device, as CUDA graphs and `torch.export`/`torch.compile`'s whole
-graphs need (`sleap_live.engines.graph.fixed`); same numbers.
+graphs need (`sleap_live.engines.graph.specialised`); same numbers.
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ class InferenceModel(torch.nn.Module):
     # How the model's first stage preprocesses frames.
     frame_preprocess: PreprocessConfig
     profile: str = DEFAULT_PROFILE
-    # Trace with the frame shape frozen (see the module docstring).
-    static: bool = False
+    # Trace specialised: the frame shape frozen (see the module docstring).
+    specialised: bool = False
     # Select on the device where the graph would branch on a value (see the module docstring).
     branch_free: bool = False
 
@@ -83,9 +83,9 @@ class InferenceModel(torch.nn.Module):
         self.profile = profile
         return self
 
-    def set_static(self, static: bool) -> InferenceModel:
+    def set_specialised(self, specialised: bool) -> InferenceModel:
         """Traces with the frame shape frozen (True) or dynamic from now on; returns the model."""
-        self.static = static
+        self.specialised = specialised
         return self
 
     def set_branch_free(self, branch_free: bool) -> InferenceModel:
@@ -98,14 +98,14 @@ class InferenceModel(torch.nn.Module):
 
     @contextlib.contextmanager
     def whole_graph(self, profile: str) -> Iterator[InferenceModel]:
-        """The model computing `profile`, static and branch-free inside the block: one
+        """The model computing `profile`, specialised and branch-free inside the block: one
         whole graph, as `torch.export` and the converters built on tracing take it.
-        Its profile, static and branch-free settings are put back afterwards."""
-        previous = self.profile, self.static, self.branch_free
+        Its profile, specialised and branch-free settings are put back afterwards."""
+        previous = self.profile, self.specialised, self.branch_free
         try:
-            yield self.set_profile(profile).set_static(True).set_branch_free(True)
+            yield self.set_profile(profile).set_specialised(True).set_branch_free(True)
         finally:
-            self.set_profile(previous[0]).set_static(previous[1]).set_branch_free(previous[2])
+            self.set_profile(previous[0]).set_specialised(previous[1]).set_branch_free(previous[2])
 
     def peak_cells_px(self) -> tuple[float, ...]:
         """The frame pixels one confidence-map cell spans, for each stage whose peaks

@@ -161,7 +161,7 @@ class _BottomUpBase(InferenceModel):
         if self.tensorrt_profile:
             image, eff_scale = frame_values_input(frame_values(frames), self.preprocess.config)
         else:
-            image, eff_scale = self.preprocess(frames_to_nchw(frames), self.static)
+            image, eff_scale = self.preprocess(frames_to_nchw(frames), self.specialised)
         heads = self.network(image)
         offsets = heads.get(OFFSETS_HEAD) if self.sleap1 else None
         points, values, valid = top_peaks_per_channel(

@@ -110,7 +110,7 @@ class BoxTopDownModel(TopDownModel):
         )
         self.crop_max_height = crop_max_height
         self.crop_max_width = crop_max_width
-        # The TensorRT profile's slots per frame (`fixed.FixedShapeModel` sets it
+        # The TensorRT profile's slots per frame (`specialised.SpecialisedModel` sets it
         # for its trace); the detector keeps its own `max_detections`.
         self.max_instances = max_instances
         self._set_instance_stage(
@@ -181,7 +181,7 @@ class BoxTopDownModel(TopDownModel):
         if self.tensorrt_profile:
             return self._slots_forward(frames)
         raw = frames_to_nchw(frames)
-        boxes, scores, _, valid = self.detector(raw, self.static)
+        boxes, scores, _, valid = self.detector(raw, self.specialised)
         instance_frame, slot = torch.nonzero(valid).unbind(1)
         centres = box_centres(boxes[instance_frame, slot])
         values = scores[instance_frame, slot]
@@ -189,7 +189,7 @@ class BoxTopDownModel(TopDownModel):
             sized, eff_scale = raw, torch.ones(1, dtype=torch.float32, device=raw.device)
         else:
             sized, eff_scale = sizematch(
-                raw, self.crop_max_height, self.crop_max_width, static=self.static
+                raw, self.crop_max_height, self.crop_max_width, specialised=self.specialised
             )
         points, point_scores, heads = self._instances(
             sized.permute(0, 2, 3, 1), instance_frame, centres, eff_scale

@@ -89,9 +89,9 @@ class CenterNetStage(torch.nn.Module):
         """The frame pixels one cell of the maps spans."""
         return self.output_stride / self.preprocess.scale
 
-    def forward(self, frames: torch.Tensor, static: bool = False) -> tuple[torch.Tensor, ...]:
-        sized, eff_scale = size_matched_frames(frames, self.preprocess, static=static)
-        image = network_input(sized, self.preprocess, static=static)
+    def forward(self, frames: torch.Tensor, specialised: bool = False) -> tuple[torch.Tensor, ...]:
+        sized, eff_scale = size_matched_frames(frames, self.preprocess, specialised=specialised)
+        image = network_input(sized, self.preprocess, specialised=specialised)
         heads = self.network(image)
         boxes, scores, classes, valid = decode_centernet(
             heads[CENTER_HEAD],

@@ -57,7 +57,7 @@ class CentroidStage(torch.nn.Module):
     """Frames to centroids: preprocessing, centroid network, local peaks.
 
     `forward` takes uint8 (B, C, H, W) frames (and whether their shape is
-    frozen into the graph, see `InferenceModel.set_static`) and returns `(sized, eff_scale,
+    frozen into the graph, see `InferenceModel.set_specialised`) and returns `(sized, eff_scale,
     instance_frame, centroids, values)`: the channel-coerced, size-matched uint8
     frames, the size matcher's scale ((1,) float32), and per centroid its
     frame (M,) int64, frame-pixel xy (M, 2) float32 and confidence (M,) float32.
@@ -112,9 +112,9 @@ class CentroidStage(torch.nn.Module):
         """The frame pixels one cell of the centroid confidence map spans."""
         return self.output_stride / self.preprocess.scale
 
-    def forward(self, frames: torch.Tensor, static: bool = False) -> tuple[torch.Tensor, ...]:
-        sized, eff_scale = size_matched_frames(frames, self.preprocess, static=static)
-        image = network_input(sized, self.preprocess, static=static)
+    def forward(self, frames: torch.Tensor, specialised: bool = False) -> tuple[torch.Tensor, ...]:
+        sized, eff_scale = size_matched_frames(frames, self.preprocess, specialised=specialised)
+        image = network_input(sized, self.preprocess, specialised=specialised)
         confmaps, offsets = self._heads(image)
         refine = self.refine and offsets is None
         instance_frame, points, values = top_local_peaks(
@@ -252,5 +252,7 @@ class CentroidModel(InferenceModel):
             centroids = torch.where(valid[..., None], centroids, float("nan"))
             values = torch.where(valid, values, float("nan"))
             return valid, centroids[:, :, None], values[..., None], values
-        _, _, instance_frame, centroids, values = self.stage(frames_to_nchw(frames), self.static)
+        _, _, instance_frame, centroids, values = self.stage(
+            frames_to_nchw(frames), self.specialised
+        )
         return instance_frame, centroids[:, None], values[:, None], values

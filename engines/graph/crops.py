@@ -12,7 +12,7 @@ use the same window arithmetic in sleap-nn (`make_centered_bboxes` followed by
 - pixels outside the image read as 0.
 
 The window is gathered with integer indices, so it exports to ONNX with a
-data-dependent number of windows. A static graph (image sizes frozen at trace
+data-dependent number of windows. A specialised graph (image sizes frozen at trace
 time) pads the images with a window's size of zeros on every side instead, and
 gathers whole rows and then columns: no mask, and no gather of single pixels.
 """
@@ -81,7 +81,7 @@ def gather_windows(
     height: int,
     width: int,
     *,
-    static: bool = False,
+    specialised: bool = False,
 ) -> torch.Tensor:
     """Cuts a (height, width) window from an image for each origin.
 
@@ -91,13 +91,13 @@ def gather_windows(
         origins: (n, 2) int64 xy of each window's top-left pixel.
         height: window height.
         width: window width.
-        static: trace with the images' height, width and channels frozen
+        specialised: trace with the images' height, width and channels frozen
             (`_gather_padded`); the same windows.
 
     Returns:
         (n, height, width, C) windows in `images`' dtype; pixels outside the image are 0.
     """
-    if static:
+    if specialised:
         return _gather_padded(images, sample_inds, origins, height, width)
     image_height, image_width = images.shape[1], images.shape[2]
     rows = origins[:, 1:2] + torch.arange(height, device=origins.device)  # (n, height)
@@ -161,7 +161,7 @@ def crop_centered(
     height: int,
     width: int,
     *,
-    static: bool = False,
+    specialised: bool = False,
 ) -> torch.Tensor:
     """sleap-nn's crop around each center: `gather_windows` at `window_origins`.
 
@@ -171,10 +171,10 @@ def crop_centered(
         centers: (n, 2) float32 xy in the images' pixels.
         height: crop height.
         width: crop width.
-        static: see `gather_windows`.
+        specialised: see `gather_windows`.
 
     Returns:
         (n, height, width, C) crops.
     """
     origins = window_origins(centers, height, width)
-    return gather_windows(images, sample_inds, origins, height, width, static=static)
+    return gather_windows(images, sample_inds, origins, height, width, specialised=specialised)

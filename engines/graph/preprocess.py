@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from sleap_live.engines.errors import InputMismatchError, ModelConfigError
 from sleap_live.engines.graph.resize import (
     as_scalar,
-    resize_static_values,
+    resize_specialised_values,
     resize_uint8,
     resize_values,
     size_of,
@@ -170,45 +170,47 @@ def _as_three_channels(image: torch.Tensor) -> torch.Tensor:
 
 
 def _to_grey(
-    image: torch.Tensor, convert: Callable[[torch.Tensor], torch.Tensor], static: bool
+    image: torch.Tensor, convert: Callable[[torch.Tensor], torch.Tensor], specialised: bool
 ) -> torch.Tensor:
     """`convert(rgb)` for 3-channel images, the image itself for 1-channel ones.
 
-    Eager mode and `static` graphs pick the branch; a dynamic traced graph
+    Eager mode and `specialised` graphs pick the branch; a dynamic traced graph
     computes both and selects on the channel count, so its channel axis stays
     dynamic.
     """
-    channels = static_size(image, 1) if static else image.shape[1]
+    channels = static_size(image, 1) if specialised else image.shape[1]
     if isinstance(channels, int):  # eager; under tracing shapes are tensors
         return image if channels == 1 else convert(image)
     return torch.where(size_of(image, 1) == 3, convert(_as_three_channels(image)), image[:, :1])
 
 
 def ensure_channels(
-    image: torch.Tensor, ensure_rgb: bool, ensure_grayscale: bool, *, static: bool = False
+    image: torch.Tensor, ensure_rgb: bool, ensure_grayscale: bool, *, specialised: bool = False
 ) -> torch.Tensor:
     """sleap-nn's `ensure_rgb` / `ensure_grayscale` on uint8 (B, C, H, W) frames.
 
     Grey to RGB repeats the channel; RGB to grey is torchvision's luma truncated
-    to uint8 (so white becomes 254, as in sleap-nn). `static`: see `frame_input`.
+    to uint8 (so white becomes 254, as in sleap-nn). `specialised`: see `frame_input`.
     """
     if ensure_rgb:
         return _as_three_channels(image)
     if ensure_grayscale:
-        return _to_grey(image, lambda rgb: luma(rgb).to(torch.uint8), static)
+        return _to_grey(image, lambda rgb: luma(rgb).to(torch.uint8), specialised)
     return image
 
 
-def match_channels(image: torch.Tensor, in_channels: int, *, static: bool = False) -> torch.Tensor:
+def match_channels(
+    image: torch.Tensor, in_channels: int, *, specialised: bool = False
+) -> torch.Tensor:
     """The network's own channel conversion on normalised float input.
 
     sleap-nn's model repeats a grey channel for a 3-channel network and converts
-    RGB with the luma weights (no rounding) for a 1-channel one. `static`: see
+    RGB with the luma weights (no rounding) for a 1-channel one. `specialised`: see
     `frame_input`.
     """
     if in_channels == 3:
         return _as_three_channels(image)
-    return _to_grey(image, luma, static)
+    return _to_grey(image, luma, specialised)
 
 
 def pad_bottom_right(
@@ -219,21 +221,21 @@ def pad_bottom_right(
 
 
 def sizematch(
-    image: torch.Tensor, max_height: int | None, max_width: int | None, *, static: bool = False
+    image: torch.Tensor, max_height: int | None, max_width: int | None, *, specialised: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """sleap-nn's size matcher: letterbox-resize into (max_height, max_width).
 
     The frame is scaled by `min(max_height / H, max_width / W)` (up or down), its
     size rounded half-to-even in float64 as Python's `round` does, resized, and
     padded bottom/right. A missing maximum means the frame's own size.
-    `static`: see `frame_input`.
+    `specialised`: see `frame_input`.
 
     Returns:
         `(image, eff_scale)`: the uint8 letterboxed images and the scale factor,
         (1,) float32 (sleap-nn divides coordinates by it).
     """
-    if static:
-        return _sizematch_static(image, max_height, max_width)
+    if specialised:
+        return _sizematch_specialised(image, max_height, max_width)
     height, width = size_of(image, 2), size_of(image, 3)
     target_height = height if max_height is None else torch.full_like(height, max_height)
     target_width = width if max_width is None else torch.full_like(width, max_width)
@@ -247,7 +249,7 @@ def sizematch(
     return padded, eff_scale.float()
 
 
-def _sizematch_static(
+def _sizematch_specialised(
     image: torch.Tensor, max_height: int | None, max_width: int | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`sizematch` with the frame size frozen: the same float64 arithmetic in Python."""
@@ -257,48 +259,48 @@ def _sizematch_static(
     # Python floats are float64 and `round` rounds half to even, as torch does.
     eff_scale = min(target_height / height, target_width / width)
     fit_height, fit_width = round(height * eff_scale), round(width * eff_scale)
-    resized = resize_uint8(image, fit_height, fit_width, static=True)
-    padded = _pad_static(resized, target_height - fit_height, target_width - fit_width)
+    resized = resize_uint8(image, fit_height, fit_width, specialised=True)
+    padded = _pad_specialised(resized, target_height - fit_height, target_width - fit_width)
     return padded, torch.tensor([eff_scale], dtype=torch.float32, device=image.device)
 
 
-def _pad_static(image: torch.Tensor, pad_height: int, pad_width: int) -> torch.Tensor:
+def _pad_specialised(image: torch.Tensor, pad_height: int, pad_width: int) -> torch.Tensor:
     """Zero-pads bottom/right by int amounts; no pass at all when both are 0."""
     if pad_height == 0 and pad_width == 0:
         return image
     return F.pad(image, (0, pad_width, 0, pad_height))
 
 
-def rescale(image: torch.Tensor, scale: float, *, static: bool = False) -> torch.Tensor:
+def rescale(image: torch.Tensor, scale: float, *, specialised: bool = False) -> torch.Tensor:
     """sleap-nn's input scaling: resize to `int(H * scale) x int(W * scale)`.
 
-    `static`: see `frame_input`; a static resize returns float32 holding the uint8
-    values (`resize_static_values`), which `pad_to_stride` and `normalize` take as
+    `specialised`: see `frame_input`; a specialised resize returns float32 holding the uint8
+    values (`resize_specialised_values`), which `pad_to_stride` and `normalize` take as
     they are.
     """
     if scale == 1.0:
         return image
-    if static:
+    if specialised:
         height = math.floor(static_size(image, 2) * scale)
         width = math.floor(static_size(image, 3) * scale)
         if (height, width) == (static_size(image, 2), static_size(image, 3)):
             return image
-        return resize_static_values(image, height, width)
+        return resize_specialised_values(image, height, width)
     height = torch.floor(size_of(image, 2).double() * scale).long()
     width = torch.floor(size_of(image, 3).double() * scale).long()
     return resize_uint8(image, height, width)
 
 
-def pad_to_stride(image: torch.Tensor, stride: int, *, static: bool = False) -> torch.Tensor:
+def pad_to_stride(image: torch.Tensor, stride: int, *, specialised: bool = False) -> torch.Tensor:
     """Zero-pads bottom/right so height and width are multiples of `stride`.
 
-    `static`: see `frame_input`.
+    `specialised`: see `frame_input`.
     """
     if stride == 1:
         return image
-    if static:
+    if specialised:
         height, width = static_size(image, 2), static_size(image, 3)
-        return _pad_static(image, -height % stride, -width % stride)
+        return _pad_specialised(image, -height % stride, -width % stride)
     height, width = size_of(image, 2), size_of(image, 3)
     return pad_bottom_right(
         image, (stride - height % stride) % stride, (stride - width % stride) % stride
@@ -321,48 +323,50 @@ def normalize(image: torch.Tensor) -> torch.Tensor:
 
 
 def network_input(
-    image: torch.Tensor, config: PreprocessConfig, *, static: bool = False
+    image: torch.Tensor, config: PreprocessConfig, *, specialised: bool = False
 ) -> torch.Tensor:
     """Scale, pad, normalise and match channels of uint8 (B, C, H, W) images.
 
     These are the steps after the size matcher; top-down crops take only these.
-    `static`: see `frame_input`.
+    `specialised`: see `frame_input`.
     """
     if config.sleap1_resize:
         image = sleap1_rescale(normalize(image), config.scale)
-        image = pad_to_stride(image, config.max_stride, static=static)
-        return match_channels(image, config.in_channels, static=static)
-    image = rescale(image, config.scale, static=static)
-    image = pad_to_stride(image, config.max_stride, static=static)
-    return match_channels(normalize(image), config.in_channels, static=static)
+        image = pad_to_stride(image, config.max_stride, specialised=specialised)
+        return match_channels(image, config.in_channels, specialised=specialised)
+    image = rescale(image, config.scale, specialised=specialised)
+    image = pad_to_stride(image, config.max_stride, specialised=specialised)
+    return match_channels(normalize(image), config.in_channels, specialised=specialised)
 
 
 def size_matched_frames(
-    frames: torch.Tensor, config: PreprocessConfig, *, static: bool = False
+    frames: torch.Tensor, config: PreprocessConfig, *, specialised: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Channel coercion and size matching of uint8 (B, C, H, W) frames.
 
-    `static`: see `frame_input`.
+    `specialised`: see `frame_input`.
 
     Returns:
         `(frames, eff_scale)`: uint8 frames as the model's stages see them, and
         the size matcher's scale, (1,) float32 (1 without a size matcher).
     """
-    frames = ensure_channels(frames, config.ensure_rgb, config.ensure_grayscale, static=static)
+    frames = ensure_channels(
+        frames, config.ensure_rgb, config.ensure_grayscale, specialised=specialised
+    )
     if not config.sizematched:
         return frames, torch.ones(1, dtype=torch.float32, device=frames.device)
-    return sizematch(frames, config.max_height, config.max_width, static=static)
+    return sizematch(frames, config.max_height, config.max_width, specialised=specialised)
 
 
 def frame_input(
-    frames: torch.Tensor, config: PreprocessConfig, *, static: bool = False
+    frames: torch.Tensor, config: PreprocessConfig, *, specialised: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The whole preprocessing of uint8 (B, C, H, W) frames for one model.
 
     Args:
         frames: uint8 (B, C, H, W).
         config: the model's preprocessing.
-        static: trace with the frames' height, width and channel count frozen
+        specialised: trace with the frames' height, width and channel count frozen
             into the graph (a graph specialised to one frame shape): every size
             is a Python int, so a resize or padding that would not change the
             image (the size matcher at the training frame size, a scale of 1,
@@ -374,8 +378,8 @@ def frame_input(
         `(input, eff_scale)`: the float32 network input and the size matcher's
         scale, (1,) float32.
     """
-    frames, eff_scale = size_matched_frames(frames, config, static=static)
-    return network_input(frames, config, static=static), eff_scale
+    frames, eff_scale = size_matched_frames(frames, config, specialised=specialised)
+    return network_input(frames, config, specialised=specialised), eff_scale
 
 
 def frame_channels(config: PreprocessConfig) -> int:
@@ -487,6 +491,6 @@ class Preprocessor(torch.nn.Module):
         self.config = config
 
     def forward(
-        self, frames: torch.Tensor, static: bool = False
+        self, frames: torch.Tensor, specialised: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        return frame_input(frames, self.config, static=static)
+        return frame_input(frames, self.config, specialised=specialised)

@@ -9,7 +9,7 @@ export to ONNX), with its weight tables computed in float64 from the dynamic
 sizes as torch computes them. Sizes are derived from tensor shapes, never from
 Python ints frozen at trace time, so an exported graph accepts any frame size.
 
-A static graph (sizes frozen at trace time) shrinks an axis by a whole factor
+A specialised graph (sizes frozen at trace time) shrinks an axis by a whole factor
 (`in = factor * out`, e.g. an input scale of 0.5 on an even size) without any
 gather or transpose: torch's taps then repeat every `factor` pixels, so the pass
 is a matrix product of blocks of consecutive pixels (`WholeFactorPass`), in
@@ -150,19 +150,19 @@ def resize_uint8_exportable(
     height: int | torch.Tensor,
     width: int | torch.Tensor,
     *,
-    static: bool = False,
+    specialised: bool = False,
 ) -> torch.Tensor:
     """`resize_uint8` from gathers and exact float32 sums, which export to ONNX.
 
     A pass whose size does not change has a single unit weight per output and
-    passes its input through. With `static` (int `height` and `width`, the
+    passes its input through. With `specialised` (int `height` and `width`, the
     image's size frozen into the graph), such a pass is left out, and a pass
     that shrinks its axis by a whole factor is a `WholeFactorPass`.
     """
-    if static:
+    if specialised:
         if not isinstance(height, int) or not isinstance(width, int):
-            raise TypeError("a static resize takes int sizes")
-        return _as_dtype(_resize_static(image, height, width), torch.uint8)
+            raise TypeError("a specialised resize takes int sizes")
+        return _as_dtype(_resize_specialised(image, height, width), torch.uint8)
     batch, channels = image.shape[0], image.shape[1]
     in_height, in_width = size_of(image, 2), size_of(image, 3)
     columns = image.permute(3, 0, 1, 2).reshape(image.shape[3], -1)  # (W, B*C*H)
@@ -175,8 +175,8 @@ def resize_uint8_exportable(
     return rows.reshape(rows.shape[0], batch, channels, resized.shape[0]).permute(1, 2, 0, 3)
 
 
-def resize_static_values(image: torch.Tensor, height: int, width: int) -> torch.Tensor:
-    """A static `resize_uint8_exportable` whose result is float32 holding the uint8 values.
+def resize_specialised_values(image: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """A specialised `resize_uint8_exportable` whose result is float32 holding the uint8 values.
 
     A caller that normalises next takes the values as they are, without a cast
     back to uint8 and another to float32.
@@ -186,10 +186,10 @@ def resize_static_values(image: torch.Tensor, height: int, width: int) -> torch.
         height: output height.
         width: output width.
     """
-    return _as_dtype(_resize_static(image, height, width), torch.float32)
+    return _as_dtype(_resize_specialised(image, height, width), torch.float32)
 
 
-def _resize_static(image: torch.Tensor, height: int, width: int) -> torch.Tensor:
+def _resize_specialised(image: torch.Tensor, height: int, width: int) -> torch.Tensor:
     """Width, then height, each pass only if it resizes; uint8 or float32 values out.
 
     Whole-factor passes (`WholeFactorPass`) run on float32 values (the uint8
@@ -219,7 +219,7 @@ def _as_dtype(image: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 @attrs.frozen(eq=False)
 class WholeFactorPass:
-    """One static resize pass that shrinks its axis by a whole factor, as matrix products.
+    """One specialised resize pass that shrinks its axis by a whole factor, as matrix products.
 
     With `in = factor * out`, every output `i` takes the same weights (the
     kernel) at the same offsets from input `factor * i`, except a few outputs at
@@ -434,7 +434,7 @@ def _contract(image: torch.Tensor, weights: torch.Tensor, axis: int) -> torch.Te
 
 
 def _resize_width(image: torch.Tensor, in_width: torch.Tensor, width: int) -> torch.Tensor:
-    """The horizontal pass of a static `resize_uint8_exportable`."""
+    """The horizontal pass of a specialised `resize_uint8_exportable`."""
     batch, channels, height = image.shape[0], image.shape[1], image.shape[2]
     in_size = static_size(image, 3)
     columns = image.permute(3, 0, 1, 2).reshape(in_size, batch * channels * height)
@@ -443,7 +443,7 @@ def _resize_width(image: torch.Tensor, in_width: torch.Tensor, width: int) -> to
 
 
 def _resize_height(image: torch.Tensor, in_height: torch.Tensor, height: int) -> torch.Tensor:
-    """The vertical pass of a static `resize_uint8_exportable`."""
+    """The vertical pass of a specialised `resize_uint8_exportable`."""
     batch, channels, width = image.shape[0], image.shape[1], image.shape[3]
     in_size = static_size(image, 2)
     rows = image.permute(2, 0, 1, 3).reshape(in_size, batch * channels * width)
@@ -456,7 +456,7 @@ def resize_uint8(
     height: int | torch.Tensor,
     width: int | torch.Tensor,
     *,
-    static: bool = False,
+    specialised: bool = False,
 ) -> torch.Tensor:
     """Antialiased bilinear resize of uint8 (B, C, H, W) images, exactly as torch does it.
 
@@ -470,11 +470,11 @@ def resize_uint8(
         image: uint8 (B, C, H, W).
         height: output height, an int or a (1,) int64 tensor.
         width: output width, an int or a (1,) int64 tensor.
-        static: int sizes and the image's own size frozen into a traced graph;
+        specialised: int sizes and the image's own size frozen into a traced graph;
             passes that keep their axis's size are left out.
     """
     if torch.jit.is_tracing() or image.device.type != "cpu":
-        return resize_uint8_exportable(image, height, width, static=static)
+        return resize_uint8_exportable(image, height, width, specialised=specialised)
     size = (int(height), int(width))
     if size == tuple(image.shape[2:]):
         return image

@@ -162,7 +162,7 @@ class SingleInstanceModel(InferenceModel):
             image, eff_scale = frame_values_input(frame_values(frames), self.preprocess)
         else:
             image, eff_scale = frame_input(
-                frames_to_nchw(frames), self.preprocess, static=self.static
+                frames_to_nchw(frames), self.preprocess, specialised=self.specialised
             )
         if self.tiling is not None:
             confmaps = tiled_confmaps(

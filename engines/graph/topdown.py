@@ -235,7 +235,7 @@ class TopDownModel(InferenceModel):
         if self.tensorrt_profile:
             return self._slots_forward(frames)
         raw = frames_to_nchw(frames)
-        sized, eff_scale, instance_frame, centroids, values = self.stage(raw, self.static)
+        sized, eff_scale, instance_frame, centroids, values = self.stage(raw, self.specialised)
         crop_frames = self._crop_source(frames, raw, sized)
         points, scores, heads = self._instances(crop_frames, instance_frame, centroids, eff_scale)
         return (instance_frame, points, scores, values, *self._extra_outputs(heads))
@@ -295,13 +295,13 @@ class TopDownModel(InferenceModel):
             sized_centroids,
             self.crop_size,
             self.crop_size,
-            static=self.static,
+            specialised=self.specialised,
         )
         crops = crops.permute(0, 3, 1, 2)
         if self.tensorrt_profile:
             heads = self.instance_network(network_input_values(crops, self.instance_preprocess))
         else:
-            image = network_input(crops, self.instance_preprocess, static=self.static)
+            image = network_input(crops, self.instance_preprocess, specialised=self.specialised)
             heads = self.instance_network(image)
         points, scores = global_peaks(
             heads[INSTANCE_HEAD], self.peak_threshold, self.refine, self.patch_size
@@ -324,7 +324,7 @@ class TopDownModel(InferenceModel):
         if self.tensorrt_profile:
             image = network_input_values(crops, self.instance_preprocess)
         else:
-            image = network_input(crops, self.instance_preprocess, static=self.static)
+            image = network_input(crops, self.instance_preprocess, specialised=self.specialised)
         heads = self.instance_network(image)
         offsets = heads.get(OFFSETS_HEAD)
         points, scores = global_peaks(
@@ -366,7 +366,9 @@ class TopDownModel(InferenceModel):
             return frames
         if self.tensorrt_profile or not (preprocess.ensure_rgb or preprocess.ensure_grayscale):
             return sized.permute(0, 2, 3, 1)
-        sized = sizematch(raw, preprocess.max_height, preprocess.max_width, static=self.static)[0]
+        sized = sizematch(
+            raw, preprocess.max_height, preprocess.max_width, specialised=self.specialised
+        )[0]
         return sized.permute(0, 2, 3, 1)
 
 

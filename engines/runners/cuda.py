@@ -12,8 +12,8 @@ which is how the host logic is tested without a GPU:
   arrays handed out are never overwritten by a later run;
 - `GraphedForward` runs a model through CUDA graphs captured per input shape (a
   bounded number kept), when the output contract says every output's shape is
-  fixed by the input's, or the forward is a fixed-shape graph's
-  (`sleap_live.engines.graph.fixed`); otherwise it runs eagerly, after a one-line
+  fixed by the input's, or the forward is a specialised graph's
+  (`sleap_live.engines.graph.specialised`); otherwise it runs eagerly, after a one-line
   notice, and says so in its `status`.
 
 Notices go to the `sleap_live.engines.runners` logger; with logging left
@@ -249,7 +249,7 @@ class GraphedForward:
         output_names: its outputs' names, in order.
         output_axes: the output contract's axes of each output (see
             `data_dependent_output`); None: the forward's outputs are fixed by its
-            input's shape (a fixed-shape graph's), every shape is captured.
+            input's shape (a specialised graph's), every shape is captured.
         capture: captures a graph (`capture_cuda_graph`; tests pass a stand-in).
         max_graphs: graphs kept; the least recently used is dropped beyond it.
         notify: where the one-line notice goes.

@@ -14,7 +14,7 @@ cache, and on the CPU each
 frame shape gets a graph specialised to it (`sleap_live.engines.export.on_demand`);
 TensorRT engines are built for each frame size and cached
 (`sleap_live.engines.export.tensorrt_on_demand`); torch-compile compiles each batch
-shape's fixed-shape graph with inductor and keeps its caches
+shape's specialised graph with inductor and keeps its caches
 (`sleap_live.engines.runners.torch_compile`). Every artifact goes under one
 cache root (`sleap_live.engines.cache.cache_root`; `cache=False` keeps nothing).
 "auto" picks the engine before anything is loaded and never changes it: an export

@@ -104,12 +104,12 @@ class SpecialisedSessions:
         outputs = _run(self._dynamic, frames)
         self._chosen[shape] = self._dynamic
         if len(self._chosen) <= self._max_shapes:
-            static = self._checked_static(shape, frames, outputs)
-            if static is not None:
-                self._chosen[shape] = static
+            specialised = self._checked_specialised(shape, frames, outputs)
+            if specialised is not None:
+                self._chosen[shape] = specialised
         return outputs
 
-    def _checked_static(self, shape: FrameShape, frames: np.ndarray, expected: Outputs) -> Any:
+    def _checked_specialised(self, shape: FrameShape, frames: np.ndarray, expected: Outputs) -> Any:
         """The specialised graph's session for `shape` if it has one that matches `expected`."""
         size = f"{shape[1]}x{shape[0]}x{shape[2]} frames"
         try:

@@ -11,12 +11,12 @@ to one run, or to the runner, else a stream of the runner's own on its device:
 never the legacy default stream), ordered after what the caller queued on its
 current stream; outputs come back through pinned buffers after one
 synchronisation. With `cuda_graphs=True` the model runs as
-fixed-shape graphs (`sleap_live.engines.graph.fixed`: one per batch shape, traced
+specialised graphs (`sleap_live.engines.graph.specialised`: one per batch shape, traced
 at its first batch, with no host round trip), each captured in a CUDA graph (see
 `sleap_live.engines.runners.cuda.GraphedForward`: warm-up on a side stream,
 thread-local capture) and replayed; `status` says what runs. A batch in which a
 frame fills every centroid slot of a model that keeps every centroid runs on the
-model itself (see `FixedShapeModel.may_have_dropped`). A TorchScript export is
+model itself (see `SpecialisedModel.may_have_dropped`). A TorchScript export is
 captured as it is, when its outputs are fixed-size (bottom-up; instance lists are
 not, and run eagerly after a one-line notice).
 """
@@ -33,11 +33,11 @@ import torch
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.export.torchscript import LoadedTorchScript
 from sleap_live.engines.graph.base import InferenceModel
-from sleap_live.engines.graph.fixed import (
+from sleap_live.engines.graph.specialised import (
     BatchShape,
-    FixedShapeModel,
-    fixed_input_channels,
-    fixed_output_names,
+    SpecialisedModel,
+    specialised_input_channels,
+    specialised_output_names,
 )
 from sleap_live.engines.host.outputs import output_axes
 from sleap_live.engines.host.postprocess import decode
@@ -75,7 +75,7 @@ class TorchRunner:
             take both; a TorchScript export records what it takes.
         stream: CUDA only: the `torch.cuda.Stream` runs queue their work on
             (None: a stream of the runner's own on its device).
-        cuda_graphs: CUDA only: capture the model's fixed-shape graph of each
+        cuda_graphs: CUDA only: capture the model's specialised graph of each
             batch shape in a CUDA graph after a warm-up run, and replay it (see
             the module docstring).
         max_graphs: CUDA graphs kept; the least recently used shape's is dropped.
@@ -117,7 +117,7 @@ class TorchRunner:
         self._model: InferenceModel | None = model.to(target).eval()
         cuda = target.type == "cuda"
         self._stream = torch.cuda.Stream(target) if cuda and stream is None else stream
-        self._fixed: FixedShapeGraphs | None = None
+        self._specialised: SpecialisedModels | None = None
         self._graphed: GraphedForward | None = None
         self._eager_reason: str | None = None  # why cuda_graphs=True runs eagerly
         if cuda_graphs and isinstance(model, LoadedTorchScript):
@@ -127,16 +127,20 @@ class TorchRunner:
             )
         elif cuda_graphs:
             try:
-                self._input_channels = fixed_input_channels(model)
+                self._input_channels = specialised_input_channels(model)
             except ModelConfigError as error:
-                self._eager_reason = f"no fixed-shape graph ({error})"
+                self._eager_reason = f"no specialised graph ({error})"
                 LOG.warning("CUDA graphs off, running eagerly: %s", self._eager_reason)
             else:
-                self._fixed = FixedShapeGraphs(self._model, target, max_graphs)
-                self._output_names = self._fixed.output_names
-                # Every output of a fixed-shape graph is fixed by the batch's shape.
+                self._specialised = SpecialisedModels(self._model, target, max_graphs)
+                self._output_names = self._specialised.output_names
+                # Every output of a specialised graph is fixed by the batch's shape.
                 self._graphed = GraphedForward(
-                    self._fixed, self._output_names, None, capture=capture, max_graphs=max_graphs
+                    self._specialised,
+                    self._output_names,
+                    None,
+                    capture=capture,
+                    max_graphs=max_graphs,
                 )
         self._staging = HostStaging(pin=True) if cuda else None
         self._copies = HostCopies(pin=True) if cuda else None
@@ -157,9 +161,9 @@ class TorchRunner:
         frames, batch_size = begin_run(self, self._model, frames, self._input_channels)
         forward = cast(Forward, self._model if self._graphed is None else self._graphed)
         arrays = self._run(forward, frames, stream)
-        if self._fixed is not None and self._fixed.may_have_dropped(frames, arrays):
+        if self._specialised is not None and self._specialised.may_have_dropped(frames, arrays):
             assert self._model is not None
-            self._fixed.eager_batches += 1
+            self._specialised.eager_batches += 1
             arrays = self._run(cast(Forward, self._model), frames, stream, eager=True)
         return decode(self.info, arrays, batch_size)
 
@@ -169,11 +173,11 @@ class TorchRunner:
         if self._graphed is None:
             reason = self._eager_reason
             return "eager" if reason is None else f"eager (CUDA graphs off: {reason})"
-        if self._fixed is None:
+        if self._specialised is None:
             return f"TorchScript export: {self._graphed.status}"
-        eager = self._fixed.eager_batches
+        eager = self._specialised.eager_batches
         rerun = f"; {eager} batches rerun eagerly (every centroid slot full)" if eager else ""
-        return f"fixed-shape graphs: {self._graphed.status}{rerun}"
+        return f"specialised graphs: {self._graphed.status}{rerun}"
 
     def _run(
         self, forward: Forward, frames: Any, stream: Any, *, eager: bool = False
@@ -217,11 +221,11 @@ class TorchRunner:
         """Drops the model, its CUDA graphs and buffers (and their device memory); idempotent."""
         self._model = None
         self._graphed = None
-        self._fixed = None
+        self._specialised = None
 
 
-class FixedShapeGraphs:
-    """A model's fixed-shape graph of each batch shape, traced at its first batch.
+class SpecialisedModels:
+    """A model's specialised graph of each batch shape, traced at its first batch.
 
     Called with a batch, runs that batch shape's graph (the forward
     `GraphedForward` captures). At most `max_graphs` are kept, the least recently
@@ -236,18 +240,18 @@ class FixedShapeGraphs:
         self._model = model
         self._device = device
         self._max_graphs = max_graphs
-        self._graphs: OrderedDict[BatchShape, FixedShapeModel] = OrderedDict()
-        self.output_names = fixed_output_names(model)
+        self._graphs: OrderedDict[BatchShape, SpecialisedModel] = OrderedDict()
+        self.output_names = specialised_output_names(model)
         self.eager_batches = 0
 
     def __call__(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return self.graph_for(BatchShape.of(frames))(frames)
 
-    def graph_for(self, shape: BatchShape) -> FixedShapeModel:
+    def graph_for(self, shape: BatchShape) -> SpecialisedModel:
         """The graph of `shape`, traced now if it is not held."""
         graph = self._graphs.get(shape)
         if graph is None:
-            graph = FixedShapeModel(self._model, shape, self._device)
+            graph = SpecialisedModel(self._model, shape, self._device)
             self._graphs[shape] = graph
             while len(self._graphs) > self._max_graphs:
                 self._graphs.popitem(last=False)
@@ -255,7 +259,7 @@ class FixedShapeGraphs:
         return graph
 
     def may_have_dropped(self, frames: Any, outputs: dict[str, np.ndarray]) -> bool:
-        """Whether the batch's graph may have lost centroids (see `FixedShapeModel`)."""
+        """Whether the batch's graph may have lost centroids (see `SpecialisedModel`)."""
         return self.graph_for(BatchShape.of(frames)).may_have_dropped(outputs)
 
 

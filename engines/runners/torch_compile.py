@@ -1,7 +1,7 @@
-"""The torch.compile engine: each batch shape's fixed-shape graph compiled by inductor.
+"""The torch.compile engine: each batch shape's specialised graph compiled by inductor.
 
-`TorchCompileRunner` runs an inference model as fixed-shape graphs
-(`sleap_live.engines.graph.fixed`), one per frame shape and batch size, each
+`TorchCompileRunner` runs an inference model as specialised graphs
+(`sleap_live.engines.graph.specialised`), one per frame shape and batch size, each
 compiled whole by `torch.compile` (inductor, `fullgraph=True`, static shapes)
 the first time a batch of its shape comes, with a one-line status while it
 compiles. A batch smaller than one compiled for its frame shape (the last batch of
@@ -38,7 +38,11 @@ import numpy as np
 import torch
 
 from sleap_live.engines.graph.base import InferenceModel
-from sleap_live.engines.graph.fixed import BatchShape, FixedShapeModel, fixed_input_channels
+from sleap_live.engines.graph.specialised import (
+    BatchShape,
+    SpecialisedModel,
+    specialised_input_channels,
+)
 from sleap_live.engines.host.postprocess import decode
 from sleap_live.engines.load.metadata import ExportMetadata
 from sleap_live.engines.notify import Notify, notice, quiet
@@ -58,14 +62,14 @@ INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 
 @attrs.frozen(eq=False)
 class CompiledGraph:
-    """One batch shape's fixed-shape graph and its compiled forward."""
+    """One batch shape's specialised graph and its compiled forward."""
 
-    fixed: FixedShapeModel
+    specialised: SpecialisedModel
     forward: Any
 
 
 class TorchCompileRunner:
-    """Runs an inference model as fixed-shape graphs compiled by `torch.compile`.
+    """Runs an inference model as specialised graphs compiled by `torch.compile`.
 
     Args:
         model: the inference model; moved to `device` and put in eval mode.
@@ -90,7 +94,7 @@ class TorchCompileRunner:
     Raises:
         RuntimeUnavailableError: a CUDA device without a CUDA GPU, or an unknown device.
         ValueError: an unknown mode, a CUDA-graph mode or a stream on the CPU.
-        ModelConfigError: a model with no fixed-shape graph (see `fixed_input_channels`).
+        ModelConfigError: a model with no specialised graph (see `specialised_input_channels`).
     """
 
     def __init__(
@@ -128,7 +132,7 @@ class TorchCompileRunner:
         self.mode = mode
         self.eager_batches = 0
         self._target = target
-        self._channels = fixed_input_channels(model)
+        self._channels = specialised_input_channels(model)
         self._model: InferenceModel | None = model.to(target).eval()
         self._progress = progress
         self._notify = notify
@@ -161,12 +165,12 @@ class TorchCompileRunner:
             refuse_stream(self, stream)
         tensor = torch.as_tensor(frames)
         graph = self._graph_for(BatchShape.of(tensor))
-        padding = graph.fixed.shape.batch - batch
+        padding = graph.specialised.shape.batch - batch
         if self._target.type == "cuda":
             arrays = self._run_on_cuda(graph, tensor, padding, stream)
         else:
             arrays = _host_arrays(graph, _padded(tensor.cpu(), padding), batch)
-        if graph.fixed.may_have_dropped(arrays):
+        if graph.specialised.may_have_dropped(arrays):
             arrays = self._run_eagerly(tensor)
         return decode(self.info, arrays, batch)
 
@@ -206,12 +210,12 @@ class TorchCompileRunner:
         if self.mode in CUDA_GRAPH_MODES:
             ready_cuda_graph_trees()
         with inductor_cache(self._cache_dir):
-            fixed = FixedShapeModel(self._model, shape, self._target)
-            forward = torch.compile(fixed, mode=self.mode, fullgraph=True, dynamic=False)
+            specialised = SpecialisedModel(self._model, shape, self._target)
+            forward = torch.compile(specialised, mode=self.mode, fullgraph=True, dynamic=False)
             example = torch.zeros(shape.as_tuple(), dtype=torch.uint8, device=self._target)
             with torch.inference_mode():
                 forward(example)  # compiles now, while the status says so
-        return CompiledGraph(fixed, forward)
+        return CompiledGraph(specialised, forward)
 
     def _run_on_cuda(
         self, graph: CompiledGraph, tensor: torch.Tensor, padding: int, stream: Any
@@ -309,5 +313,5 @@ def _host_arrays(graph: CompiledGraph, frames: torch.Tensor, batch: int) -> dict
         outputs = graph.forward(frames)
     return {
         name: output[:batch].cpu().numpy()
-        for name, output in zip(graph.fixed.output_names, outputs, strict=True)
+        for name, output in zip(graph.specialised.output_names, outputs, strict=True)
     }

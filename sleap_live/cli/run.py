@@ -14,7 +14,6 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-import attrs
 from rich.console import Console
 
 from sleap_live.cli import many
@@ -374,7 +373,8 @@ def _run(
                 source,
                 runner,
                 batch_size=args.batch_size,
-                outputs=attrs.evolve(outputs, claim=claim),
+                outputs=outputs,
+                claim=claim,
                 tracking=tracking,
                 experiment=closed_loop,
             )

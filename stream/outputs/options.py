@@ -15,7 +15,6 @@ from sleap_live.stream.outputs.recorder import (
     check_recording_path,
     timestamps_path,
 )
-from sleap_live.stream.outputs.recovery import JournalClaim
 from sleap_live.stream.outputs.slp import DEFAULT_SAVE_INTERVAL
 from sleap_live.stream.sources.group import per_source_path
 
@@ -40,9 +39,6 @@ class OutputOptions:
             ``models``: `provenance.model_records` of the model paths).
         record_overlay: video file for the processed frames with their poses drawn
             (`OverlayRecorder`), or None.
-        claim: `output`'s journal, claimed before the run (`JournalClaim`), which
-            its writer then writes into; None: the writer opens it. Dropped by
-            `for_source` (each source's file has a journal of its own).
         overwrite: replace outputs that exist (``--overwrite``); without it an
             existing output is refused before any work (`guard.claim_output`).
 
@@ -60,7 +56,6 @@ class OutputOptions:
     record_overlay: Path | None = attrs.field(
         default=None, converter=attrs.converters.optional(Path)
     )
-    claim: JournalClaim | None = attrs.field(default=None, eq=False, repr=False)
     overwrite: bool = False
 
     def __attrs_post_init__(self) -> None:
@@ -84,7 +79,6 @@ class OutputOptions:
             output=own(self.output),
             record=own(self.record),
             record_overlay=own(self.record_overlay),
-            claim=None,
         )
 
     def paths(self) -> dict[str, Path | None]:

@@ -65,7 +65,7 @@ class JournalClaim:
     work: a journal that cannot be opened (another run's, an earlier run's
     unrecovered frames, a folder it cannot write) then fails the run before any
     server has started, and the journal's descriptor is the run's whatever peers
-    connect. The `SlpWriter` given the claim (through `OutputOptions.claim`)
+    connect. The `SlpWriter` given the claim (through `Pipeline`'s `claim`)
     writes into that journal; `release` gives up a claim no writer took, removing
     the journal it created, so a run that stops first (a server's address in use)
     leaves nothing behind.

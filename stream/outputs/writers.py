@@ -28,6 +28,7 @@ from sleap_live.stream.outputs.options import OutputOptions
 from sleap_live.stream.outputs.overlay_recorder import OverlayRecorder
 from sleap_live.stream.outputs.provenance import run_provenance
 from sleap_live.stream.outputs.recorder import RECORD_CODECS, VideoRecorder, timestamps_path
+from sleap_live.stream.outputs.recovery import JournalClaim
 from sleap_live.stream.outputs.slp import SlpWriter
 from sleap_live.stream.sources import Source
 from sleap_live.stream.sources.group import SourceGroup, as_group
@@ -123,6 +124,7 @@ def open_outputs(
     settings: Mapping[str, Any] | None = None,
     clock: Clock = MONOTONIC,
     tracked: bool = False,
+    claim: JournalClaim | None = None,
 ) -> OpenWriters:
     """Open the writers `options` ask for, for poses of `runner`'s model on `source`.
 
@@ -133,7 +135,9 @@ def open_outputs(
     carry a tracker's track ids (the overlay colours by track). Each source of a
     group of several (`SourceGroup.per_source`) has files of its own, named after
     it (`OutputOptions.for_source`), and writers named "WRITER SOURCE" ("slp
-    camera:0"); the provenance then names every source of the run.
+    camera:0"); the provenance then names every source of the run. `claim`: the
+    pose output's journal, claimed before the run (`JournalClaim`), which its
+    writer takes; None: the writer opens it (as each source of several does).
 
     Raises:
         ValueError, FileNotFoundError, OutputError: an output path is unusable
@@ -147,7 +151,11 @@ def open_outputs(
     try:
         for member in group.sources:
             own = options.for_source(member.source_id) if group.per_source else options
-            for name, opened in _opened(own, member, runner, settings or {}, clock, tracked):
+            # Each source's file of several has a journal of its own, opened by its writer.
+            own_claim = None if group.per_source else claim
+            for name, opened in _opened(
+                own, member, runner, settings or {}, clock, tracked, own_claim
+            ):
                 if group.per_source:
                     name = f"{name} {member.source_id}"
                     sources[name] = member.source_id
@@ -165,6 +173,7 @@ def _opened(
     settings: Mapping[str, Any],
     clock: Clock,
     tracked: bool,
+    claim: JournalClaim | None,
 ) -> Iterator[tuple[str, tuple[Channel[QueuedItem], Output]]]:
     """`open_outputs` of one source: each output with its queue, by name, as it opens."""
     source_file = Path(source.source_id)
@@ -205,7 +214,7 @@ def _opened(
                 runner, source_id=source.source_id, settings=settings, extra=extra
             ),
             clock=clock,
-            claim=options.claim,
+            claim=claim,
             tracked=tracked,
             overwrite=options.overwrite,
         )

@@ -30,7 +30,7 @@ from sleap_live.engines.export.exporter import export_onnx_bytes
 from sleap_live.engines.graph.box_topdown import BoxTopDownModel
 from sleap_live.engines.graph.boxes import first_slots
 from sleap_live.engines.graph.build import load_inference_model
-from sleap_live.engines.graph.fixed import BatchShape, FixedShapeModel
+from sleap_live.engines.graph.specialised import BatchShape, SpecialisedModel
 from sleap_live.engines.host.agreement import compare_poses
 from sleap_live.engines.runners.load import load_runner
 from sleap_live.engines.runners.onnx import OnnxRunner
@@ -199,7 +199,7 @@ def test_the_fixed_shape_graph_keeps_the_first_boxes_and_refuses_channel_coercio
     require(*models)
     model = load_inference_model(models)
     frames = torch.from_numpy(_frames(goldens.case_paths("bbox_topdown")[1])[:2])
-    graph = FixedShapeModel(model, BatchShape.of(frames))
+    graph = SpecialisedModel(model, BatchShape.of(frames))
     with torch.inference_mode():
         valid, points, _, scores = (t.numpy() for t in graph(frames))
     # max_instances unset: the default slots, the two boxes in the first two.
@@ -210,7 +210,7 @@ def test_the_fixed_shape_graph_keeps_the_first_boxes_and_refuses_channel_coercio
     np.testing.assert_allclose(scores[valid], eager_scores, atol=1e-6)
     model.frame_preprocess = attrs.evolve(model.frame_preprocess, ensure_grayscale=True)
     with pytest.raises(ModelConfigError, match="box detector has ensure_rgb or ensure_grayscale"):
-        FixedShapeModel(model, BatchShape.of(frames))
+        SpecialisedModel(model, BatchShape.of(frames))
 
 
 # sleap-nn predict's boxes from the detector alone (golden `bbox_centernet`), against

@@ -60,9 +60,9 @@ ORIGINS = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("static", [False, True])
+@pytest.mark.parametrize("specialised", [False, True])
 @pytest.mark.parametrize("channels", [1, 3])
-def test_gather_windows_matches_slicing_with_zero_padding(channels, static):
+def test_gather_windows_matches_slicing_with_zero_padding(channels, specialised):
     rng = np.random.default_rng(0)
     images = rng.integers(1, 256, (3, 20, 30, channels), dtype=np.uint8)
     origins = np.array(ORIGINS)
@@ -73,7 +73,7 @@ def test_gather_windows_matches_slicing_with_zero_padding(channels, static):
         torch.from_numpy(origins),
         9,
         10,
-        static=static,
+        specialised=specialised,
     )
     assert got.dtype == torch.uint8
     np.testing.assert_array_equal(
@@ -81,8 +81,8 @@ def test_gather_windows_matches_slicing_with_zero_padding(channels, static):
     )
 
 
-@pytest.mark.parametrize("static", [False, True])
-def test_gather_windows_of_no_windows(static):
+@pytest.mark.parametrize("specialised", [False, True])
+def test_gather_windows_of_no_windows(specialised):
     images = torch.zeros((2, 10, 10, 1), dtype=torch.uint8)
     got = crops.gather_windows(
         images,
@@ -90,13 +90,13 @@ def test_gather_windows_of_no_windows(static):
         torch.zeros((0, 2), dtype=torch.int64),
         4,
         4,
-        static=static,
+        specialised=specialised,
     )
     assert got.shape == (0, 4, 4, 1)
 
 
 def test_static_windows_are_the_same_in_onnx_runtime():
-    """The static gather, exported, gives the dynamic one's windows, whatever the count."""
+    """The specialised gather, exported, gives the dynamic one's windows, whatever the count."""
     rng = np.random.default_rng(1)
     images = rng.integers(0, 256, (2, 40, 50, 1), dtype=np.uint8)
     origins = rng.integers(-80, 90, (25, 2)).astype(np.int64)
@@ -104,7 +104,7 @@ def test_static_windows_are_the_same_in_onnx_runtime():
 
     class Gather(torch.nn.Module):
         def forward(self, images, sample_inds, origins):
-            return crops.gather_windows(images, sample_inds, origins, 16, 12, static=True)
+            return crops.gather_windows(images, sample_inds, origins, 16, 12, specialised=True)
 
     buffer = io.BytesIO()
     example = (

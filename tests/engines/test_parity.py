@@ -12,7 +12,7 @@ OpenVINO alike) and its poses reused by every comparison below.
   (a close call another summation order decides the other way) counted.
 - The ONNX graph agrees with the torch module (`torch`) it was exported from by the
   same rule, and is no less accurate than sleap-nn against the synthetic ground truth.
-- torch.compile (`torch-compile`: each batch shape's fixed-shape graph compiled by
+- torch.compile (`torch-compile`: each batch shape's specialised graph compiled by
   inductor) meets ONNX Runtime's bounds against sleap-nn on the first
   `COMPILE_FRAMES` frames of every model type: one batch, since each model type's
   compilation alone takes most of a minute of CPU (single instance, the cheapest to

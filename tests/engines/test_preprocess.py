@@ -143,7 +143,7 @@ def _whole_factor_cases(count: int, seed: int) -> list[tuple[int, int, int, int]
 
 
 class TestWholeFactorPass:
-    """A static resize by a whole factor is block matrix products: torch's numbers exactly."""
+    """A specialised resize by a whole factor is block matrix products: torch's numbers exactly."""
 
     @pytest.mark.parametrize(
         ("in_size", "out_size", "planned"),
@@ -161,13 +161,13 @@ class TestWholeFactorPass:
     def test_plans_and_exactness(self, in_size, out_size, planned):
         assert (resize.WholeFactorPass.plan(in_size[1], out_size[1]) is not None) == planned
         image = _random_frames((2, 1, *in_size), seed=in_size[1])
-        got = resize.resize_uint8_exportable(image, *out_size, static=True)
+        got = resize.resize_uint8_exportable(image, *out_size, specialised=True)
         assert torch.equal(got, _torch_resize(image, *out_size))
 
     def test_random_sizes_and_frames_equal_torch(self):
         for index, (in_h, in_w, out_h, out_w) in enumerate(_whole_factor_cases(60, seed=3)):
             image = _random_frames((2, 1 + 2 * (index % 2), in_h, in_w), seed=index)
-            got = resize.resize_uint8_exportable(image, out_h, out_w, static=True)
+            got = resize.resize_uint8_exportable(image, out_h, out_w, specialised=True)
             assert torch.equal(got, _torch_resize(image, out_h, out_w)), (in_h, in_w, out_h, out_w)
 
     def test_extreme_frames_equal_torch(self):
@@ -175,7 +175,7 @@ class TestWholeFactorPass:
         image = torch.full((1, 1, 96, 130), 255, dtype=torch.uint8)
         checker = ((torch.arange(96)[:, None] + torch.arange(130)) % 2 * 255).to(torch.uint8)
         for frames in (image, checker[None, None]):
-            got = resize.resize_uint8_exportable(frames, 48, 65, static=True)
+            got = resize.resize_uint8_exportable(frames, 48, 65, specialised=True)
             assert torch.equal(got, _torch_resize(frames, 48, 65))
 
     def test_onnx_runtime_gives_the_same_numbers_without_a_gather(self):
@@ -184,7 +184,7 @@ class TestWholeFactorPass:
 
         class Halve(torch.nn.Module):
             def forward(self, image):
-                return resize.resize_uint8(image, 60, 66, static=True)
+                return resize.resize_uint8(image, 60, 66, specialised=True)
 
         model = _onnx_of(Halve(), _random_frames((1, 1, 120, 132)), {0: "batch"})
         session = ort.InferenceSession(model, session_options(), providers=["CPUExecutionProvider"])

@@ -108,31 +108,31 @@ SHAPES = {
 def test_a_static_graph_gives_the_dynamic_graphs_outputs_bit_for_bit(model, shape):
     inference_model, dynamic = model
     frames = blob_frames(*shape)
-    static = export_specialised_onnx_bytes(inference_model, shape)
-    expected, got = outputs(dynamic, frames), outputs(static, frames)
+    specialised = export_specialised_onnx_bytes(inference_model, shape)
+    expected, got = outputs(dynamic, frames), outputs(specialised, frames)
     assert differing_output(expected, got) is None
     # Another batch size runs on the same graph.
-    assert differing_output(outputs(dynamic, frames[:1]), outputs(static, frames[:1])) is None
+    assert differing_output(outputs(dynamic, frames[:1]), outputs(specialised, frames[:1])) is None
 
 
 def test_a_static_graph_takes_only_its_frame_shape(model):
     inference_model, _ = model
-    static = session(export_specialised_onnx_bytes(inference_model, (*TRAINING_SIZE, 1)))
-    (graph_input,) = static.get_inputs()
+    specialised = session(export_specialised_onnx_bytes(inference_model, (*TRAINING_SIZE, 1)))
+    (graph_input,) = specialised.get_inputs()
     assert graph_input.shape[1:] == [*TRAINING_SIZE, 1]
     with pytest.raises(Exception, match="invalid dimensions"):
-        static.run(None, {"frames": blob_frames(170, 200)})
+        specialised.run(None, {"frames": blob_frames(170, 200)})
 
 
 def test_identity_passes_are_left_out_at_the_training_size():
     inference_model = load_inference_model(SINGLE)  # size matcher only, scale 1
     dynamic = export_onnx_bytes(inference_model, verify=False)
-    static = export_specialised_onnx_bytes(inference_model, (*TRAINING_SIZE, 1))
+    specialised = export_specialised_onnx_bytes(inference_model, (*TRAINING_SIZE, 1))
     # The exact resize is two MatMuls (one per axis); at the training size it is not there.
     assert op_count(dynamic, "MatMul") == 2
-    assert op_count(static, "MatMul") == 0
-    assert op_count(static, "Pad") < op_count(dynamic, "Pad")
-    assert len(onnx.load_from_string(static).graph.node) < len(
+    assert op_count(specialised, "MatMul") == 0
+    assert op_count(specialised, "Pad") < op_count(dynamic, "Pad")
+    assert len(onnx.load_from_string(specialised).graph.node) < len(
         onnx.load_from_string(dynamic).graph.node
     )
     # At another size the size matcher resizes.
@@ -206,21 +206,21 @@ POINTS = {"points": np.array([[1.5, np.nan]], np.float32), "instance_frame": np.
 
 def sessions_with(static_values, graphs=None):
     dynamic = FakeSession(POINTS)
-    static = FakeSession(static_values)
-    graphs = graphs or FakeGraphs({(4, 5, 1): b"static"})
+    specialised = FakeSession(static_values)
+    graphs = graphs or FakeGraphs({(4, 5, 1): b"specialised"})
     notes: list[str] = []
-    made = {b"static": static}
+    made = {b"specialised": specialised}
     shapes = SpecialisedSessions(dynamic, graphs, made.__getitem__, notes.append)
-    return shapes, dynamic, static, graphs, notes
+    return shapes, dynamic, specialised, graphs, notes
 
 
 def test_a_static_graph_runs_once_it_matched_the_dynamic_one():
-    shapes, dynamic, static, graphs, notes = sessions_with(dict(POINTS))
+    shapes, dynamic, specialised, graphs, notes = sessions_with(dict(POINTS))
     frames = np.zeros((2, 4, 5, 1), np.uint8)
     for _ in range(3):
         assert differing_output(POINTS, shapes.run(frames)) is None
-    assert (dynamic.runs, static.runs) == (1, 3)
-    assert shapes.session_for((4, 5, 1)) is static
+    assert (dynamic.runs, specialised.runs) == (1, 3)
+    assert shapes.session_for((4, 5, 1)) is specialised
     assert graphs.asked == [(4, 5, 1)] and notes == [] and graphs.rejected == []
 
 
@@ -234,11 +234,11 @@ def test_a_static_graph_runs_once_it_matched_the_dynamic_one():
     ],
 )
 def test_a_static_graph_that_differs_by_a_bit_is_rejected(values):
-    shapes, dynamic, static, graphs, notes = sessions_with(values)
+    shapes, dynamic, specialised, graphs, notes = sessions_with(values)
     frames = np.zeros((1, 4, 5, 1), np.uint8)
     for _ in range(2):
         assert differing_output(POINTS, shapes.run(frames)) is None
-    assert dynamic.runs == 2 and static.runs == 1
+    assert dynamic.runs == 2 and specialised.runs == 1
     assert shapes.session_for((4, 5, 1)) is dynamic
     assert len(graphs.rejected) == 1 and len(notes) == 1
     assert "5x4x1 frames is not used" in notes[0]
@@ -246,11 +246,11 @@ def test_a_static_graph_that_differs_by_a_bit_is_rejected(values):
 
 def test_shapes_without_a_static_graph_run_the_dynamic_one():
     failing = FakeGraphs({(4, 5, 1): ExportError("the export failed")})
-    shapes, dynamic, static, _, notes = sessions_with(dict(POINTS), failing)
+    shapes, dynamic, specialised, _, notes = sessions_with(dict(POINTS), failing)
     shapes.run(np.zeros((1, 4, 5, 1), np.uint8))
     shapes.run(np.zeros((1, 4, 5, 1), np.uint8))
     shapes.run(np.zeros((1, 6, 5, 1), np.uint8))  # no graph for this shape: None
-    assert static.runs == 0 and dynamic.runs == 3
+    assert specialised.runs == 0 and dynamic.runs == 3
     assert failing.asked == [(4, 5, 1), (6, 5, 1)]
     assert notes == [
         "no graph specialised to 5x4x1 frames (the export failed); running the dynamic graph"
@@ -269,7 +269,7 @@ def test_the_cache_keys_static_graphs_by_frame_shape(tmp_path):
         "opset": DEFAULT_OPSET,
         "static_frame_shape": [168, 200, 1],
     }
-    # The dynamic graph's verification does not make another static graph; the opset does.
+    # The dynamic graph's verification does not make another specialised graph; the opset does.
     verified = SpecialisedGraphExports(SINGLE, {"verify": True}, cache, lambda step: None)
     assert verified.key((168, 200, 1)) == keys[(168, 200, 1)]
     opset = SpecialisedGraphExports(SINGLE, {"opset": 18}, cache, lambda step: None)
@@ -300,9 +300,9 @@ def test_load_runner_runs_the_frames_shape_on_a_checked_static_graph(tmp_path):
     assert any(step.startswith("specialising the model to 200x168x1 frames") for step in steps)
     dynamic = runner.session_for((999, 999, 1))
     poses = runner.run(frames)
-    static = runner.session_for((*TRAINING_SIZE, 1))
-    assert static is not dynamic
-    assert static.get_inputs()[0].shape[1:] == [*TRAINING_SIZE, 1]
+    specialised = runner.session_for((*TRAINING_SIZE, 1))
+    assert specialised is not dynamic
+    assert specialised.get_inputs()[0].shape[1:] == [*TRAINING_SIZE, 1]
     assert sum(len(pose.instance_scores) for pose in poses) > 0
     # Other sizes still run, on the dynamic graph or their own.
     assert len(runner.run(blob_frames(171, 203))) == 3
@@ -325,6 +325,6 @@ def test_a_static_graph_exports_when_its_trace_finds_no_animal():
         inference_model.instance_preprocess, scale=0.5
     )
     inference_model.stage.peak_threshold = 2.0  # confidence maps never reach it
-    static = export_specialised_onnx_bytes(inference_model, (*TRAINING_SIZE, 1))
-    got = outputs(static, blob_frames(*TRAINING_SIZE))
+    specialised = export_specialised_onnx_bytes(inference_model, (*TRAINING_SIZE, 1))
+    got = outputs(specialised, blob_frames(*TRAINING_SIZE))
     assert len(got["instance_frame"]) == 0 and got["points"].shape == (0, 5, 2)

@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 import torch
 
-from sleap_live.engines.graph.fixed import DEFAULT_SLOTS, BatchShape
+from sleap_live.engines.graph.specialised import DEFAULT_SLOTS, BatchShape
 from sleap_live.engines.runners.load import load_runner
 from sleap_live.engines.runners.torch import TorchRunner
 from sleap_live.engines.runners.torch_compile import INDUCTOR_CACHE_ENV, TorchCompileRunner
 from tests.engines import goldens
-from tests.engines.test_fixed_shape import BLOBS, FRAMES, _model
+from tests.engines.test_specialised_model import BLOBS, FRAMES, _model
 
 
 def _same_poses(got, want) -> None:

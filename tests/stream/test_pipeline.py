@@ -7,6 +7,7 @@ import sys
 import threading
 import time
 
+import attrs
 import av
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from sleap_live.engines.load_options import LoadOptions
 from sleap_live.engines.runners import load as engines_api
 from sleap_live.stream import OutputOptions
 from sleap_live.stream.errors import PipelineError, SourceError
+from sleap_live.stream.outputs.recovery import JournalClaim
 from sleap_live.stream.pipeline import Pipeline
 from sleap_live.stream.priority import RECORDED_BACKGROUND_NICE
 
@@ -326,6 +328,20 @@ def test_file_output_links_to_the_source_with_source_frame_indices(fakes, tmp_pa
     assert labels.provenance["model_type"] == "multi_class_topdown"
     second = labels[5].instances
     assert len(second) == 2 and second[1].track.name == "right"
+
+
+def test_a_claimed_journal_is_the_one_the_pose_writer_takes(fakes, tmp_path):
+    # The claim travels beside the options (a plain value, compared and copied freely).
+    out = tmp_path / "out.slp"
+    claim = JournalClaim(out)
+    options = OutputOptions(output=out)
+    assert options == OutputOptions(output=out) and "claim" not in attrs.fields_dict(OutputOptions)
+    Pipeline(fakes.FakeSource(10), fakes.FakeRunner(), outputs=options, claim=claim).run()
+    with pytest.raises(ValueError, match="taken or released already"):
+        claim.take(out)
+    claim.release()  # nothing: the writer took it
+    assert len(sio.load_slp(str(out), open_videos=False)) == 10
+    assert not claim.journal.exists()
 
 
 def test_engine_failure_is_reraised_as_pipeline_error_after_saving_finished_frames(fakes, tmp_path):

@@ -25,17 +25,11 @@ from PIL import Image
 
 from sleap_live import cli
 from sleap_live.engines.export import web as web_export
-from sleap_live.stream import OutputOptions, Pipeline
+from sleap_live.stream import OutputOptions, Pipeline, preview_messages
 from sleap_live.stream import preview as preview_module
 from sleap_live.stream.errors import PreviewError
-from sleap_live.stream.preview import (
-    LatestFrame,
-    PreviewServer,
-    Snapshots,
-    encode_jpeg,
-    host_image,
-    stats_message,
-)
+from sleap_live.stream.preview import LatestFrame, PreviewServer
+from sleap_live.stream.preview_messages import Snapshots, encode_jpeg, host_image, stats_message
 from sleap_live.stream.ring import RingBuffer
 from sleap_live.stream.stats import PipelineStats
 from sleap_live.stream.types import PoseRecord
@@ -170,7 +164,7 @@ def test_the_endpoints_serve_the_page_the_poses_the_frame_and_the_stats(fakes):
             "nodes": ["head", "tail"],
             "edges": [[0, 1]],
             "tracks": ["left", "right"],
-            "palette": preview_module.skeleton_message(fakes.INFO)["palette"],
+            "palette": preview_messages.skeleton_message(fakes.INFO)["palette"],
         }
         # While the source hangs the figures stand still: they are the pipeline's.
         assert snapshot["stats"] == stats_message(pipeline.stats) | {
@@ -250,14 +244,14 @@ def test_a_page_leaving_mid_run_costs_the_run_nothing(fakes, tmp_path):
 def test_a_stuck_encoder_never_holds_up_the_engine(fakes, monkeypatch):
     """The preview's encoding blocks (a page is connected): every frame is still processed."""
     encoding, release = threading.Event(), threading.Event()
-    encode = preview_module.encode_jpeg
+    encode = preview_messages.encode_jpeg
 
-    def stuck(image, quality=preview_module.JPEG_QUALITY):
+    def stuck(image, quality=preview_messages.JPEG_QUALITY):
         encoding.set()
         release.wait(PATIENCE)
         return encode(image, quality)
 
-    monkeypatch.setattr(preview_module, "encode_jpeg", stuck)
+    monkeypatch.setattr(preview_messages, "encode_jpeg", stuck)
     source, server, pipeline = held_run(fakes, hang_at=1)
     with pipeline:
         page = threading.Thread(target=asyncio.run, args=(watch(server.url),), daemon=True)
@@ -274,7 +268,7 @@ def test_a_stuck_encoder_never_holds_up_the_engine(fakes, monkeypatch):
 def test_a_page_that_stops_reading_cannot_hold_up_the_end_of_the_run(fakes, monkeypatch):
     """A client that never reads: the sends to it block once the socket's buffers are full
     (1 MB "frames" fill them in a few sends); the run still ends, and the preview with it."""
-    monkeypatch.setattr(preview_module, "encode_jpeg", lambda image, quality=80: bytes(1 << 20))
+    monkeypatch.setattr(preview_messages, "encode_jpeg", lambda image, quality=80: bytes(1 << 20))
     source, server, pipeline = held_run(fakes, n_frames=60, hang_at=None)
     source.decode_delay = 0.02
     with pipeline, socket.create_connection(("127.0.0.1", server.port)) as stuck:
@@ -291,7 +285,7 @@ def test_a_failing_preview_is_logged_and_the_run_goes_on(fakes, monkeypatch, cap
     def broken(image, quality=80):
         raise RuntimeError("encoder broke")
 
-    monkeypatch.setattr(preview_module, "encode_jpeg", broken)
+    monkeypatch.setattr(preview_messages, "encode_jpeg", broken)
     _, _, pipeline = held_run(fakes, hang_at=None)
     with caplog.at_level(logging.ERROR, logger="sleap_live.stream.preview"), pipeline:
         assert pipeline.join(PATIENCE)
@@ -657,7 +651,7 @@ def test_the_page_draws_in_the_colours_of_render_and_overlays(fakes):
 
     from sleap_live.stream.outputs.overlay import OverlayStyle
 
-    message = preview_module.skeleton_message(fakes.INFO)
+    message = preview_messages.skeleton_message(fakes.INFO)
     expected = [f"#{r:02x}{g:02x}{b:02x}" for r, g, b in PALETTES[OverlayStyle().palette]]
     assert message["palette"] == expected
     script = (Path(preview_module.__file__).parent / "preview.html").read_text()

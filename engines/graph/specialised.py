@@ -1,4 +1,4 @@
-"""Fixed-shape graphs: an inference model traced once for one batch shape, with no host round trip.
+"""Specialised graphs: an inference model traced once for one batch shape, with no host round trip.
 
 CUDA graphs and whole-graph compilers (`torch.compile(fullgraph=True)`,
 `torch.export(strict=True)`) need a forward whose every shape is known before it
@@ -8,12 +8,12 @@ computed value (a synchronisation). An inference model's own forward does both:
 its default profile sizes its resizes from the frames' shape on every call and
 lists as many instances as it finds.
 
-`FixedShapeModel` is the model traced once by `torch.export` for one `BatchShape`,
-on the device it will run on, static (`set_static`: sizes frozen, passes that
+`SpecialisedModel` is the model traced once by `torch.export` for one `BatchShape`,
+on the device it will run on, specialised (`set_specialised`: sizes frozen, passes that
 change nothing at that size left out) and branch-free (`set_branch_free`). The
 trace runs every piece of Python arithmetic (resize tables, crop offsets, padding
 sizes) once and keeps the tensors it made as constants of the traced graph,
-already on that device (`FixedShapeModel` moves any the trace left on the host,
+already on that device (`SpecialisedModel` moves any the trace left on the host,
 and the resize makes its tables on the frames' device), with no copy between
 devices inside; what is left is a fixed sequence of tensor operations on the
 frames. Single-instance and bottom-up models have fixed-size outputs in their
@@ -73,7 +73,7 @@ class BatchShape:
         return (self.batch, self.height, self.width, self.channels)
 
 
-class FixedShapeModel(torch.fx.GraphModule):
+class SpecialisedModel(torch.fx.GraphModule):
     """An inference model traced for frames of one `BatchShape`, capturable as it is.
 
     Args:
@@ -86,12 +86,12 @@ class FixedShapeModel(torch.fx.GraphModule):
     Attributes:
         shape: the frames' shape.
         slots: instance slots per frame of a centroid-stage model (None for the others).
-        output_names: the outputs' names, in order (`fixed_output_names`: the
+        output_names: the outputs' names, in order (`specialised_output_names`: the
             "instance_slots" layout for a centroid-stage model, the default
             layout otherwise).
 
     Raises:
-        ModelConfigError: a model `fixed_input_channels` refuses.
+        ModelConfigError: a model `specialised_input_channels` refuses.
     """
 
     def __init__(
@@ -101,13 +101,13 @@ class FixedShapeModel(torch.fx.GraphModule):
         device: torch.device | str | None = None,
     ) -> None:
         target = torch.device(device) if device is not None else _device_of(model)
-        fixed_input_channels(model)  # refuses the models it cannot trace
+        specialised_input_channels(model)  # refuses the models it cannot trace
         model_type = model.info.model_type
         slots = _slots(model) if model_type in _CENTROID_TYPES else None
-        traced = _traced(model, shape, target, _fixed_profile(model_type), slots)
+        traced = _traced(model, shape, target, _specialised_profile(model_type), slots)
         # The traced graph itself, not a module that calls it: a trace of this module
         # then finds the graph's constants where the graph keeps them.
-        super().__init__(traced, traced.graph, class_name="FixedShapeModel")
+        super().__init__(traced, traced.graph, class_name="SpecialisedModel")
         # Every constant on `device`: the trace keeps some where it made them (a table
         # from numpy is made on the host first), and one left on the CPU would be
         # copied to the device on every call, which CUDA graph capture refuses.
@@ -115,7 +115,7 @@ class FixedShapeModel(torch.fx.GraphModule):
         self.shape = shape
         self.slots = slots
         self._every_centroid = slots is not None and model.info.max_instances is None
-        self.output_names = fixed_output_names(model)
+        self.output_names = specialised_output_names(model)
 
     def may_have_dropped(self, outputs: Mapping[str, np.ndarray]) -> bool:
         """Whether some frame filled every slot of a model that keeps every centroid.
@@ -128,19 +128,19 @@ class FixedShapeModel(torch.fx.GraphModule):
         return bool(np.asarray(outputs["instance_valid"]).all(axis=1).any())
 
 
-def fixed_output_names(model: InferenceModel) -> tuple[str, ...]:
-    """The outputs' names of `model`'s fixed-shape graphs, in order."""
+def specialised_output_names(model: InferenceModel) -> tuple[str, ...]:
+    """The outputs' names of `model`'s specialised graphs, in order."""
     model_type = model.info.model_type
-    return output_names(model_type, OUTPUT_LAYOUTS[_fixed_profile(model_type)])
+    return output_names(model_type, OUTPUT_LAYOUTS[_specialised_profile(model_type)])
 
 
-def _fixed_profile(model_type: str) -> str:
+def _specialised_profile(model_type: str) -> str:
     """The profile traced: the TensorRT profile's slots where a centroid stage lists instances."""
     return TENSORRT_PROFILE if model_type in _CENTROID_TYPES else DEFAULT_PROFILE
 
 
-def fixed_input_channels(model: InferenceModel) -> tuple[int, ...]:
-    """The frames' channel counts `model`'s fixed-shape graphs take; others are converted first.
+def specialised_input_channels(model: InferenceModel) -> tuple[int, ...]:
+    """The frames' channel counts `model`'s specialised graphs take; others are converted first.
 
     Raises:
         ModelConfigError: a centroid-stage model whose TensorRT profile it cannot
@@ -162,7 +162,7 @@ def fixed_input_channels(model: InferenceModel) -> tuple[int, ...]:
     if isinstance(model, TopDownModel) and model.frame_preprocess.ensure_grayscale:
         raise ModelConfigError(
             "a top-down model whose centroid model has ensure_grayscale crops the RGB "
-            "frames, which its fixed-shape graph does not take"
+            "frames, which its specialised graph does not take"
         )
     return (frame_channels(model.frame_preprocess),)
 
@@ -184,7 +184,8 @@ def _traced(
     profile: str,
     slots: int | None,
 ) -> torch.fx.GraphModule:
-    """`model`'s branch-free `profile`, static, traced on zero frames of `shape` on `device`."""
+    """`model`'s branch-free `profile`, specialised, traced on zero frames of `shape`
+    on `device`."""
     # What holds the slot count: a box-seeded model itself, a centroid stage's stage.
     stage: CentroidStage | BoxTopDownModel | None = None
     if isinstance(model, BoxTopDownModel):

@@ -1,11 +1,11 @@
-"""Fixed-shape graphs (engines/graph/fixed.py): whole graphs with no host round trip.
+"""Specialised graphs (engines/graph/specialised.py): whole graphs with no host round trip.
 
 Also what the torch runner's CUDA-graph path does with them on the CPU, with stand-ins
-for `torch.cuda`: each batch shape's fixed-shape graph is what gets captured, warmed
+for `torch.cuda`: each batch shape's specialised graph is what gets captured, warmed
 up on a side stream and captured in thread-local mode, and its `status` says when it
 runs eagerly instead.
 
-For every model type the fixed-shape module passes `torch.export(strict=True)` and
+For every model type the specialised model passes `torch.export(strict=True)` and
 `torch.compile(fullgraph=True)` (each fails on a graph break: a branch on a computed
 value, `nonzero`, `item`, a tensor made from Python values at run time), and its
 poses, its export's and its compiled form's are the eager model's. Stand-in networks
@@ -24,14 +24,14 @@ import torch
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.graph.bottomup import BottomUpModel, MultiClassBottomUpModel
 from sleap_live.engines.graph.centroid import CentroidModel
-from sleap_live.engines.graph.fixed import (
-    DEFAULT_SLOTS,
-    BatchShape,
-    FixedShapeModel,
-    fixed_input_channels,
-)
 from sleap_live.engines.graph.preprocess import PreprocessConfig
 from sleap_live.engines.graph.single_instance import SingleInstanceModel
+from sleap_live.engines.graph.specialised import (
+    DEFAULT_SLOTS,
+    BatchShape,
+    SpecialisedModel,
+    specialised_input_channels,
+)
 from sleap_live.engines.graph.topdown import MultiClassTopDownModel, TopDownModel
 from sleap_live.engines.host.postprocess import decode
 from sleap_live.engines.load.metadata import DEFAULT_PROFILE
@@ -40,7 +40,7 @@ from sleap_live.engines.runners.cuda import (
     GraphedForward,
     capture_cuda_graph,
 )
-from sleap_live.engines.runners.torch import FixedShapeGraphs
+from sleap_live.engines.runners.torch import SpecialisedModels
 from sleap_live.engines.types import Skeleton
 from tests.engines.fake_cuda import StandInGraph
 
@@ -114,13 +114,13 @@ def _assert_same_poses(info, expected, got, batch: int) -> None:
 
 
 @pytest.mark.parametrize("model_type", MODEL_TYPES)
-def test_fixed_shape_graph_exports_strict_as_one_graph(fake_networks, model_type):
+def test_specialised_graph_exports_strict_as_one_graph(fake_networks, model_type):
     options = {"max_instances": 3} if model_type in ("centroid", "topdown") else {}
     model = _model(fake_networks, model_type, **options).eval()
     frames = fake_networks.blob_frames(BLOBS, **FRAMES)
     with torch.inference_mode():
         eager = _named(model.output_names, model(frames))
-    fixed = FixedShapeModel(model, BatchShape.of(frames))
+    fixed = SpecialisedModel(model, BatchShape.of(frames))
     # The trace leaves the model as it was.
     assert (model.profile, model.branch_free) == (DEFAULT_PROFILE, False)
 
@@ -148,14 +148,14 @@ _DEVICE_COPIES = ("aten._to_copy", "aten.to.", "aten.copy.", "aten._copy_from")
 
 
 @pytest.mark.parametrize("model_type", MODEL_TYPES)
-def test_fixed_shape_graphs_hold_no_host_constants_or_device_copies(fake_networks, model_type):
+def test_specialised_graphs_hold_no_host_constants_or_device_copies(fake_networks, model_type):
     # What CUDA graphs capture, traced for a device without one: on "meta". A constant
     # left on the CPU, or a copy to the device inside the graph, would copy from pageable
     # host memory on every call, which synchronises the stream; capture refuses that, and
     # the runner falls back to eager with those copies blocking every batch.
     options = {"max_instances": 3} if model_type in ("centroid", "topdown") else {}
     model = _model(fake_networks, model_type, **options).eval().to("meta")
-    fixed = FixedShapeModel(model, MIXED_FRAMES, "meta")
+    fixed = SpecialisedModel(model, MIXED_FRAMES, "meta")
     on_host = [name for name, tensor in fixed.state_dict().items() if tensor.device.type != "meta"]
     assert not on_host, f"constants on the host: {on_host}"
     copies = [
@@ -172,7 +172,7 @@ def test_centroids_beyond_the_default_slots_are_flagged(fake_networks):
     model = _model(fake_networks, "topdown").eval()  # max_instances None: every centroid
     many = [[(8 + 9 * (i % 8), 10 + 20 * (i // 8), 0.9) for i in range(DEFAULT_SLOTS + 1)]]
     frames = fake_networks.blob_frames(many, **FRAMES)
-    fixed = FixedShapeModel(model, BatchShape.of(frames))
+    fixed = SpecialisedModel(model, BatchShape.of(frames))
     assert fixed.slots == DEFAULT_SLOTS
     with torch.inference_mode():
         full = _named(fixed.output_names, fixed(frames))
@@ -181,12 +181,12 @@ def test_centroids_beyond_the_default_slots_are_flagged(fake_networks):
     assert not fixed.may_have_dropped(few)
 
 
-# --- CUDA graphs of fixed-shape graphs (the torch runner's `cuda_graphs=True`) ----------
+# --- CUDA graphs of specialised graphs (the torch runner's `cuda_graphs=True`) ----------
 
 
-def test_cuda_graphs_capture_each_batch_shapes_fixed_shape_graph(fake_networks):
+def test_cuda_graphs_capture_each_batch_shapes_specialised_graph(fake_networks):
     model = _model(fake_networks, "topdown").eval()  # instance lists in its own profile
-    graphs = FixedShapeGraphs(model, torch.device("cpu"), max_graphs=2)
+    graphs = SpecialisedModels(model, torch.device("cpu"), max_graphs=2)
     captured = []
 
     def capture(forward, example):
@@ -201,7 +201,7 @@ def test_cuda_graphs_capture_each_batch_shapes_fixed_shape_graph(fake_networks):
         eager = _named(model.output_names, model(frames))
     # What was captured is the batch shape's traced graph, at that shape.
     assert len(captured) == 1 and captured[0].forward is graphs
-    assert isinstance(graphs.graph_for(BatchShape.of(frames)), FixedShapeModel)
+    assert isinstance(graphs.graph_for(BatchShape.of(frames)), SpecialisedModel)
     assert captured[0].input.shape == frames.shape and captured[0].replays == 1
     assert graphed.eager_reason is None
     assert graphed.status == "CUDA graphs (1 captured, one per input shape)"
@@ -211,7 +211,7 @@ def test_cuda_graphs_capture_each_batch_shapes_fixed_shape_graph(fake_networks):
 
 def test_a_failed_capture_says_eager_in_the_status(fake_networks):
     model = _model(fake_networks, "single_instance").eval()
-    graphs = FixedShapeGraphs(model, torch.device("cpu"), max_graphs=2)
+    graphs = SpecialisedModels(model, torch.device("cpu"), max_graphs=2)
 
     def capture(forward, example):
         raise RuntimeError("operation not permitted when stream is capturing")
@@ -288,7 +288,7 @@ def test_capture_warms_up_on_a_side_stream_and_captures_thread_local(monkeypatch
     assert graph.input.shape == (1, 2, 2, 1)
 
 
-def test_a_top_down_model_that_crops_rgb_frames_has_no_fixed_shape_graph(fake_networks):
+def test_a_top_down_model_that_crops_rgb_frames_has_no_specialised_graph(fake_networks):
     sampled = fake_networks.SampledNetwork
     model = TopDownModel(
         sampled({"CentroidConfmapsHead": 1}, stride=2),
@@ -301,6 +301,6 @@ def test_a_top_down_model_that_crops_rgb_frames_has_no_fixed_shape_graph(fake_ne
         16,
     )
     with pytest.raises(ModelConfigError, match="ensure_grayscale crops the RGB frames"):
-        fixed_input_channels(model)
+        specialised_input_channels(model)
     with pytest.raises(ModelConfigError, match="ensure_grayscale"):
-        FixedShapeModel(model, BatchShape(1, 32, 32, 3))
+        SpecialisedModel(model, BatchShape(1, 32, 32, 3))
