@@ -273,7 +273,10 @@ def test_missing_video_and_camera_are_one_line_and_exit_1(tmp_path, fake_engine,
     assert fake_engine == []
 
 
-def test_corrupt_video_is_one_line_and_exit_1(tmp_path, fake_engine, capsys):
+def test_corrupt_video_is_one_line_and_exit_1(tmp_path, fake_engine, capsys, monkeypatch):
+    # No -o: the default output's journal is claimed in the working directory before
+    # the video is read, so the run goes in a folder of its own.
+    monkeypatch.chdir(tmp_path)
     corrupt = tmp_path / "corrupt.mp4"
     corrupt.write_bytes(b"\x00garbage" * 500)
     assert cli.main([str(corrupt), "-m", "m"]) == 1
