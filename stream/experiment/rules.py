@@ -106,8 +106,8 @@ class _Animals:
     good part of one: scripts/bench_experiment.py).
 
     Attributes:
-        key: the identities' dtype and bytes.
-        ids: the identities.
+        key: the identities' bytes.
+        ids: the identities (a copy, of their dtype).
         tracked: every animal has an identity (>= 0).
         table: (slots, animals, table columns) complex: each animal's nodes, the
             constants and a NaN. With speeds there are two slots that swap each
@@ -135,7 +135,7 @@ class _Animals:
     def __init__(self, rules: CompiledRules, ids: np.ndarray) -> None:
         n, width, nodes = ids.shape[0], rules._width, rules._n_nodes
         slots = 2 if rules._has_speeds else 1
-        self.key = (ids.dtype.str, ids.tobytes())
+        self.key = ids.tobytes()
         self.ids = ids.copy()
         self.tracked = bool(n and ids.min() >= 0)
         self.table = np.empty((slots, n, width), np.complex128)
@@ -478,7 +478,7 @@ class CompiledRules:
     def _animals_of(self, ids: np.ndarray) -> _Animals:
         """The identities' `_Animals`, made again only when they change."""
         kept = self._animals
-        if kept is not None and kept.key == (ids.dtype.str, ids.tobytes()):
+        if kept is not None and kept.key == ids.tobytes() and kept.ids.dtype == ids.dtype:
             return kept
         self._animals = _Animals(self, ids)
         return self._animals
@@ -494,16 +494,16 @@ class CompiledRules:
             return 0, None
         before_animals, before_time, before_slot = previous
         slot = 1 - before_slot if before_animals is animals else 0
-        before = animals.table[1 - slot, :, :nodes]
         elapsed = time - before_time
         ids, before_ids = animals.ids, before_animals.ids
-        if not elapsed > 0 or before_ids.shape[0] == 0:
-            before[...] = np.nan
-            return slot, None
-        if before_animals is animals and (animals.tracked or ids.shape[0] == 1):
+        if elapsed > 0 and before_animals is animals and (animals.tracked or ids.shape[0] == 1):
             # The same tracks in the same rows as the frame before (a tracker's usual
             # order), or the one animal: its nodes are already in the other slot.
             return slot, elapsed
+        before = animals.table[1 - slot, :, :nodes]
+        if not elapsed > 0 or before_ids.shape[0] == 0:
+            before[...] = np.nan
+            return slot, None
         last = before_animals.table[before_slot, :, :nodes]
         if ids.shape[0] == 1 and before_ids.shape[0] == 1 and ids[0] == before_ids[0]:
             before[...] = last
