@@ -17,9 +17,10 @@ when some animal satisfies A and some (maybe another) satisfies B; name the anim
 in both to require the same one. What a rule does with UNKNOWN is its `missing`
 setting (see `timing`).
 
-Leaves of one kind are evaluated together (one numpy expression for every region of
-a shape, every within-animal distance, every angle and every speed), which keeps 10
-rules on 10 animals to tens of microseconds a frame (scripts/bench_experiment.py).
+Leaves of one kind are evaluated together (one numpy call for the lengths of every
+region and within-animal distance, a few for every angle, speed, pair or polygon),
+which keeps 10 rules on 10 animals to about 40 microseconds a frame
+(scripts/bench_experiment.py).
 """
 
 from __future__ import annotations
@@ -97,61 +98,155 @@ class _Column:
     vertices: np.ndarray | None = attrs.field(default=None, eq=False)
 
 
-@attrs.frozen(eq=False)
 class _Animals:
-    """What depends only on a frame's identities (kept while they stay the same).
+    """What depends only on a frame's identities (made again only when they change):
+    the tables a frame's points are written to, the positions each difference reads,
+    the bounds, and every array a frame's numpy calls write to, with their views taken
+    once, so that a frame is a fixed run of numpy calls on preallocated arrays (at ten
+    animals a numpy call costs about a microsecond, and a slice or a new array a
+    good part of one: scripts/bench_experiment.py).
 
     Attributes:
-        key: the identities' dtype and bytes.
-        ids: the identities.
+        key: the identities' bytes.
+        ids: the identities (a copy, of their dtype).
         tracked: every animal has an identity (>= 0).
-        table: (animals, table columns) complex: each animal's nodes, the frame
-            before's, the constants and a NaN (its constant columns filled once).
-        index: (2, differences, animals) positions in the flattened table of each
-            difference's two ends for each animal: the static differences, then a
-            pair's (partner, animal) rows, whose partner end is the NaN where that
-            animal is no partner (itself, another identity).
-        low: (columns, animals) each column's lower bound; NaN for an animal the
-            column does not select.
-        high: (columns, animals) its upper bound.
-        scales: (regions, 2 * animals) each region's x and y scale, per animal.
-        turns: (regions, animals) each region's rotation, per animal.
-        slope, x0: (polygon edges, animals) each edge's dx/dy and x0, per animal.
+        table: (slots, animals, table columns) complex: each animal's nodes, the
+            constants and a NaN. With speeds there are two slots that swap each
+            frame: a frame's nodes are written to one and the frame before's read
+            from the other.
+        nodes: per slot, its nodes as an (animals, nodes, 2) float view.
+        index: per slot, (2, differences, animals) positions in the flattened table
+            of each difference's two ends for each animal: the static differences,
+            then a pair's (partner, animal) rows, whose partner end is the NaN where
+            that animal is no partner (itself, another identity).
+        differences: (differences, animals) complex, and views of its blocks.
+        feature: (rows, animals) float: each box's second axis (`CompiledRules`),
+            then each column's feature; views of its blocks.
+        low, high: (rows, animals) each row's bounds; low NaN for an animal the
+            row's column does not select.
+        margin, spare: (rows, animals) how far inside its bounds each row is.
+        turns, scales: each turned row's rotation and each scaled row's x and y
+            scale (as its float view), repeated for every animal.
+        slope, x0: (polygon edges, animals) each edge's dx/dy and x0.
 
-    The per-column constants are repeated for every animal: numpy broadcasting a
+    The per-row constants are repeated for every animal: numpy broadcasting a
     (rows, 1) array costs 2-3x a call on two arrays of the same shape at this size.
     """
 
-    key: tuple[str, bytes]
-    ids: np.ndarray
-    tracked: bool
-    table: np.ndarray
-    index: np.ndarray
-    low: np.ndarray
-    high: np.ndarray
-    scales: np.ndarray
-    turns: np.ndarray
-    slope: np.ndarray
-    x0: np.ndarray
+    def __init__(self, rules: CompiledRules, ids: np.ndarray) -> None:
+        n, width, nodes = ids.shape[0], rules._width, rules._n_nodes
+        slots = 2 if rules._has_speeds else 1
+        self.key = ids.tobytes()
+        self.ids = ids.copy()
+        self.tracked = bool(n and ids.min() >= 0)
+        self.table = np.empty((slots, n, width), np.complex128)
+        self.table[:, :, nodes:] = rules._constants
+        self.flat = self.table.reshape(-1)
+        self.nodes = [
+            self.table[slot, :, :nodes].view(np.float64).reshape(n, nodes, 2)
+            for slot in range(slots)
+        ]
+        row = np.arange(n) * width
+        # [pair, partner, animal]: another animal, of the pair's partner's identity.
+        partner = ~np.eye(n, dtype=bool)[None] & (
+            (ids[None, :, None] == rules._partners) | rules._any_partner
+        )
+        pair_ends = [
+            np.stack(
+                (
+                    np.broadcast_to(row + start, (n, n)),
+                    np.where(partner[p], (row + end)[:, None], rules._nan),
+                )
+            )
+            for p, (start, end) in enumerate(rules._pair_nodes)
+        ]
+        self.index = []
+        for slot in range(slots):
+            # A column of the frame before reads the other slot.
+            at = np.where(rules._other, 1 - slot, slot) * (n * width) + rules._static
+            ends = [at[:, :, None] + row, *(slot * n * width + e for e in pair_ends)]
+            self.index.append(np.concatenate(ends, axis=1).astype(np.intp))
+        layout = rules._layout
+        d = self.differences = np.empty((self.index[0].shape[1], n), np.complex128)
+        self.turned = d[: layout.turned]
+        self.scaled = self.turned.view(np.float64)
+        self.lengths = d[: layout.lengths]
+        self.headings, self.seconds = d[layout.headings], d[layout.seconds]
+        self.edges = d[layout.below_start.start : layout.below_end.stop].imag
+        self.below_start = d[layout.below_start].imag
+        self.node_x = d[layout.below_end].real
+        self.pair_differences = d[layout.n_static :]
+        rows = rules._n_boxes + rules._n_columns
+        f = self.feature = np.empty((rows, n))
+        self.feature_lengths = f[: layout.lengths]
+        offset = rules._n_boxes
+        self.speeds, self.angles, self.pairs, self.polygons = (
+            f[offset + s.start : offset + s.stop]
+            for s in (rules._speeds, rules._angles, rules._pairs, rules._polygons)
+        )
+        self.turn = np.empty((rules._angles.stop - rules._angles.start, n), np.complex128)
+        pairs = len(rules._pair_nodes)
+        self.pair_distances = np.empty((pairs * n, n))
+        self.pair_distances3 = self.pair_distances.reshape(pairs, n, n)
+        edges = layout.below_start.stop - layout.below_start.start
+        self.above = np.empty((2 * edges, n))
+        self.above_start, self.above_end = self.above[:edges], self.above[edges:]
+        self.crossed = np.empty((edges, n))
+        polygons = rules._polygons.stop - rules._polygons.start
+        self.crossed3 = self.crossed.reshape(rules._n_edges, polygons, n)
+        self.gap = np.empty((edges, n))
+        self.slope = np.repeat(rules._slope, n, axis=1)
+        self.x0 = np.repeat(rules._x0, n, axis=1)
+        self.turns = np.repeat(rules._turns, n, axis=1)
+        # [row, animal, x | y]: each animal's u and v scaled.
+        self.scales = np.repeat(rules._scales, n, axis=1).reshape(len(rules._scales), 2 * n)
+        selected = (ids[None, :] == rules._selectors) | rules._any_animal
+        self.low = np.where(selected, rules._low, np.nan)
+        self.high = np.repeat(rules._high, n, axis=1)
+        self.margin = np.empty((rows, n))
+        self.spare = np.empty((rows, n))
+        self.first_axis = self.margin[offset : 2 * offset]
+        self.second_axis = self.margin[:offset]
+        self.columns = self.margin[offset:]
+
+
+@attrs.frozen
+class _Layout:
+    """Where each block of the differences lies: the rows turned and scaled (every
+    box's second axis, every box's first, every ellipse and within-animal distance),
+    those whose lengths are features (those and the speeds), each angle's heading and
+    second direction, each polygon edge's node minus its start and minus i y1, and
+    the number of static rows (a pair's rows follow)."""
+
+    turned: int
+    lengths: int
+    headings: slice
+    seconds: slice
+    below_start: slice
+    below_end: slice
+    n_static: int
 
 
 class CompiledRules:
     """An experiment's conditions, compiled against a model, evaluated frame by frame.
 
-    Each leaf of a vectorised kind is a row of one (columns, animals) feature array:
-    a region's normalised radius (1 at its edge), a polygon's crossing parity, a
-    distance, an angle, a speed; NaN where the animal cannot be judged. Every feature
-    is made from differences of a frame's table (each animal's points as complex
-    numbers x + iy, the frame before's aligned to them for speeds, and constants),
-    all gathered by one `take` of precomputed positions and one subtraction: a
-    region's is the node minus its centre, a distance's its two ends, an angle's its
-    heading and second direction, a polygon edge's the node minus the edge's ends, a
-    pair's one animal's node minus each partner's. Rows of a kind are contiguous, so
-    each kind's formula is a few numpy calls on a block (numpy's cost here is its
-    calls, a microsecond each on contiguous blocks and several times that on strided
-    or broadcast ones, not their arithmetic on a few hundred numbers:
-    scripts/bench_experiment.py); one comparison with the bounds and one reduction
-    over the animals then give every leaf's value. Postures are fitted leaf by leaf.
+    Each leaf of a vectorised kind is a row of one (rows, animals) feature array: a
+    region's normalised radius (1 at its edge; a rectangle's is two rows, one per
+    axis), a polygon's crossing parity, a distance, an angle, a speed; NaN where the
+    animal cannot be judged. Every feature is made from differences of a frame's
+    table (each animal's points as complex numbers x + iy, the frame before's in a
+    second slot for speeds, and constants), all gathered by one `take` of
+    precomputed positions and one subtraction: a region's is the node minus its
+    centre, a distance's its two ends, an angle's its heading and second direction,
+    a polygon edge's the node minus the edge's ends, a pair's one animal's node minus
+    each partner's. Regions and distances are then turned and scaled (a rectangle's
+    second axis turned by -i, so that every region is one length) and their lengths
+    taken in one call; each other kind is a few calls on its block. One comparison
+    with the bounds and one reduction over the animals then give every leaf's value.
+    Every array a frame writes is preallocated per set of identities, so a frame is a
+    fixed run of numpy calls (numpy's cost here is its calls, about a microsecond
+    each, not their arithmetic on a few hundred numbers: scripts/bench_experiment.py).
+    Postures are fitted leaf by leaf.
 
     It keeps the previous frame's poses (for `Speed`), so give it every frame of one
     source, in order.
@@ -186,16 +281,19 @@ class CompiledRules:
         self.n_leaves = len(leaves)
         self._n_columns = len(columns)
         ends = np.cumsum([len(kind) for kind in kinds.values()]).tolist()
-        self._boxes, self._rounds, self._speeds, self._angles, self._pairs, self._polygons = (
+        _, self._rounds, self._speeds, self._angles, self._pairs, self._polygons = (
             slice(start, end) for start, end in zip([0, *ends[:-1]], ends, strict=True)
         )
-        self._regions = slice(0, self._speeds.stop)
+        boxes, angles, polygons = kinds["box"], kinds["angle"], kinds["polygon"]
+        self._n_boxes = len(boxes)
+        # The feature rows: each box's second axis (its v), then the columns.
+        rows = boxes + columns
+        turned = rows[: self._rounds.stop + len(boxes)]
 
-        # The static differences, in blocks: each region's, distance's and speed's;
-        # each angle's heading, then its second direction; each polygon edge's node
-        # minus its start (x0 + i y0), then minus i y1 (edge-major: edge e of every
-        # polygon, then edge e + 1).
-        angles, polygons = kinds["angle"], kinds["polygon"]
+        # The static differences, in blocks: the turned rows', each speed's; each
+        # angle's heading, then its second direction; each polygon edge's node minus
+        # its start (x0 + i y0), then minus i y1 (edge-major: edge e of every polygon,
+        # then edge e + 1).
         x0, y0, y1, slope = _edges([c.vertices for c in polygons])
         edge_rows: list[Difference] = []
         for y in (y0, y1):
@@ -203,57 +301,75 @@ class CompiledRules:
                 for q, column in enumerate(polygons):
                     corner = complex(x0[q, e], y0[q, e]) if y is y0 else complex(0, y1[q, e])
                     edge_rows.append((column.first[0], corner))
-        rows = (
-            [c.first for c in columns[self._regions]]
+        differences = (
+            [c.first for c in turned]
+            + [c.first for c in kinds["speed"]]
             + [c.first for c in angles]
             + [c.second for c in angles]
             + edge_rows
         )
         edges = len(edge_rows) // 2
-        blocks = np.cumsum([self._regions.stop, len(angles), len(angles), edges, edges]).tolist()
-        self._headings, self._seconds, self._below_start, self._below_end = (
+        lengths = len(turned) + len(kinds["speed"])
+        blocks = np.cumsum([lengths, len(angles), len(angles), edges, edges]).tolist()
+        headings, seconds, below_start, below_end = (
             slice(start, end) for start, end in itertools.pairwise(blocks)
         )
-        self._n_static = blocks[-1]
+        self._layout = _Layout(
+            len(turned), lengths, headings, seconds, below_start, below_end, blocks[-1]
+        )
         self._slope = slope.T.reshape(-1, 1)
         self._x0 = x0.T.reshape(-1, 1)
         self._n_edges = x0.shape[1]
 
-        # The table's columns: the frame's nodes, the frame before's (with speeds),
-        # the constants, a NaN.
+        # The table's columns: the frame's nodes, the constants, a NaN; a column of the
+        # frame before (a node's number + nodes) reads the other slot.
         self._has_speeds = bool(kinds["speed"])
-        node_columns = self._n_nodes * (2 if self._has_speeds else 1)
         constants = sorted(
-            {p for d in rows for p in d if isinstance(p, complex)} | {0j},
+            {p for d in differences for p in d if isinstance(p, complex)} | {0j},
             key=lambda c: (c.real, c.imag),
         )
-        places = {c: node_columns + i for i, c in enumerate(constants)}
+        places = {c: self._n_nodes + i for i, c in enumerate(constants)}
         self._constants = np.asarray([*constants, complex(math.nan, math.nan)], np.complex128)
-        self._nan = node_columns + len(constants)
-        self._width = node_columns + self._constants.size
+        self._nan = self._n_nodes + len(constants)
+        self._width = self._n_nodes + self._constants.size
 
         def place(at: Place) -> int:
-            return places[at] if isinstance(at, complex) else at
+            return places[at] if isinstance(at, complex) else at % self._n_nodes
 
-        # (2, static differences): [plus | minus] table columns.
-        self._static = np.asarray([[place(d[end]) for d in rows] for end in (0, 1)], np.intp)
+        # (2, static differences): [plus | minus] table columns, and whether each
+        # reads the frame before.
+        ends_of = [[d[end] for d in differences] for end in (0, 1)]
+        self._static = np.asarray([[place(p) for p in end] for end in ends_of], np.intp)
+        self._other = np.asarray(
+            [[isinstance(p, int) and p >= self._n_nodes for p in end] for end in ends_of]
+        ).reshape(2, -1)
         pairs = columns[self._pairs]
         # Each pair's two nodes (a pair's differences are its nodes minus zero).
         self._pair_nodes = [(c.first[0], c.second[0]) for c in pairs]
         partners = np.asarray([c.partner for c in pairs], np.int64)
         self._partners = partners[:, None, None]
         self._any_partner = (partners == ANY_ANIMAL)[:, None, None]
-        regions = columns[self._regions]
-        self._turns = np.asarray([c.turn for c in regions], np.complex128)[:, None]
-        self._scales = np.asarray([c.scale for c in regions], np.float64).reshape(-1, 1, 2)
+        # A box's second axis (v) is its difference turned by -i, its first (u) not;
+        # each keeps one scale and drops the other axis (times 0), so that its length
+        # is |u| or |v| exactly.
+        n_boxes = len(boxes)
+        self._turns = np.asarray(
+            [-1j] * n_boxes + [c.turn for c in turned[n_boxes:]], np.complex128
+        )[:, None]
+        self._scales = np.asarray(
+            [(c.scale[1], 0.0) for c in boxes]
+            + [(c.scale[0], 0.0) for c in boxes]
+            + [c.scale for c in turned[2 * n_boxes :]],
+            np.float64,
+        ).reshape(-1, 1, 2)
         # Multiplications by 1 skipped.
         self._turned = bool((self._turns != 1).any())
         self._scaled = bool((self._scales != 1).any())
-        selectors = np.asarray([c.selector for c in columns], np.int64)
+        selectors = np.asarray([c.selector for c in rows], np.int64)
         self._selectors = selectors[:, None]
         self._any_animal = (selectors == ANY_ANIMAL)[:, None]
-        self._low = np.asarray([c.low for c in columns], np.float64)[:, None]
-        self._high = np.asarray([c.high for c in columns], np.float64)[:, None]
+        self._low = np.asarray([c.low for c in rows], np.float64)[:, None]
+        self._high = np.asarray([c.high for c in rows], np.float64)[:, None]
         self._postures = [
             (
                 animal_identity(leaf.animal, info),
@@ -264,9 +380,9 @@ class CompiledRules:
             for _, leaf in postures
         ]
         self._animals: _Animals | None = None
-        # The frame before: its animals (its nodes are the first columns of their
-        # table until the next frame of the same animals is written) and time.
-        self._previous: tuple[_Animals, float] | None = None
+        # The frame before: its animals, time and the slot of their table holding its
+        # nodes (until the frame after next of the same animals is written).
+        self._previous: tuple[_Animals, float, int] | None = None
 
     def leaf_values(self, poses: FramePoses, time: float) -> list[int]:
         """Each leaf's value on this frame (`TRUE`, `FALSE`, `UNKNOWN`), leaves numbered
@@ -277,17 +393,14 @@ class CompiledRules:
             time: the frame's time in seconds (for `Speed`).
         """
         points = poses.points
-        n = points.shape[0]
         animals = self._animals_of(np.asarray(poses.identities))
-        table = animals.table
-        # The frame before's nodes first: they may sit where this frame's go.
-        elapsed = self._before(animals, time) if self._has_speeds else None
+        slot, elapsed = self._before(animals, time) if self._has_speeds else (0, None)
         # Points as complex numbers x + iy: differences, lengths, rotations and angles
         # each take one numpy call. float32 points are exact in float64.
-        table.view(np.float64)[:, : 2 * self._n_nodes] = points.reshape(n, 2 * self._n_nodes)
-        self._previous = (animals, time)
-        if n and self._n_columns:
-            best = np.fmax.reduce(self._decisions(animals, elapsed), axis=1).tolist()
+        np.copyto(animals.nodes[slot], points)
+        self._previous = (animals, time, slot)
+        if points.shape[0] and self._n_columns:
+            best = self._decisions(animals, slot, elapsed)
             # The best margin over the animals: >= 0 some animal satisfies it, < 0 some
             # can be judged, NaN none can.
             values = [TRUE if v >= 0 else FALSE if v == v else UNKNOWN for v in best]
@@ -307,145 +420,102 @@ class CompiledRules:
             for root in self._roots
         ]
 
-    def _decisions(self, animals: _Animals, elapsed: float | None) -> np.ndarray:
-        """(columns, animals): how far inside its bounds each column's feature is for
-        each animal (>= 0 inside; NaN where it cannot be judged or is not selected)."""
-        n = animals.table.shape[0]
-        ends = animals.table.reshape(-1).take(animals.index)
-        differences = ends[0] - ends[1]
-        feature = np.empty((self._n_columns, n))
-        regions = self._regions
-        if regions.stop:
-            local = differences[regions]
-            if self._turned:
-                # Into each region's own axes (turns 1: distances and speeds).
-                local = local * animals.turns
-            if self._scaled:
-                # Scaled so that a region's edge is at 1.
-                local = (local.view(np.float64) * animals.scales).view(np.complex128)
-            boxes = self._boxes
-            if boxes.stop:
-                box = local[boxes]
-                np.maximum(np.abs(box.real), np.abs(box.imag), out=feature[boxes])
-            rounds = slice(boxes.stop, regions.stop)
-            np.abs(local[rounds], out=feature[rounds])
+    def _decisions(self, an: _Animals, slot: int, elapsed: float | None) -> list[float]:
+        """Each column's best margin over the animals: how far inside its bounds its
+        feature is (>= 0 inside; NaN where no selected animal can be judged)."""
+        ends = an.flat.take(an.index[slot])
+        np.subtract(ends[0], ends[1], out=an.differences)
+        if self._turned:
+            # Into each region's own axes (turns 1: distances).
+            np.multiply(an.turned, an.turns, out=an.turned)
+        if self._scaled:
+            # Scaled so that a region's edge is at 1.
+            np.multiply(an.scaled, an.scales, out=an.scaled)
+        if self._layout.lengths:
+            np.abs(an.lengths, out=an.feature_lengths)
             if elapsed is not None:
-                speeds = feature[self._speeds]
-                np.divide(speeds, elapsed, out=speeds)
-        angles = self._angles
-        if angles.stop > angles.start:
+                np.divide(an.speeds, elapsed, out=an.speeds)
+        if self._angles.stop > self._angles.start:
             # The angle of second / heading, as the angle of second * conj(heading)
             # (arctan2 itself: np.angle's Python wrapper costs 3 us a call).
-            turn = differences[self._seconds] * np.conjugate(differences[self._headings])
-            at = feature[angles]
-            np.arctan2(turn.imag, turn.real, out=at)
-            np.abs(at, out=at)
-        pairs = self._pairs
-        if pairs.stop > pairs.start:
+            turn = an.turn
+            np.conjugate(an.headings, out=turn)
+            np.multiply(an.seconds, turn, out=turn)
+            np.arctan2(turn.imag, turn.real, out=an.angles)
+            np.abs(an.angles, out=an.angles)
+        if self._pairs.stop > self._pairs.start:
             # (pair, partner, animal) distances, NaN where the partner is not one; the
             # nearest partner that can be judged (fmin skips NaN; none: NaN).
-            d = np.abs(differences[self._n_static :]).reshape(-1, n, n)
-            np.fmin.reduce(d, axis=1, out=feature[pairs])
-        polygons = self._polygons
-        if polygons.stop > polygons.start:
-            # Each edge row's node minus (x0 + i y0), then minus i y1, as contiguous
-            # planes of real and imaginary parts (a numpy call on the strided .real of
-            # a complex array costs 3x one on a contiguous array).
-            edges = differences[self._below_start.start : self._below_end.stop]
-            plane = np.ascontiguousarray(
-                edges.view(np.float64).reshape(len(edges), n, 2).transpose(2, 0, 1)
-            )
-            half = len(edges) // 2
+            np.abs(an.pair_differences, out=an.pair_distances)
+            np.fmin.reduce(an.pair_distances3, axis=1, out=an.pairs)
+        if self._polygons.stop > self._polygons.start:
             # Even-odd rule: the edges crossed by a ray from the node towards +x, in
             # floats so that a node not found (NaN) makes the count NaN. An edge has
             # one end above the node and one not: heaviside(y - y0, 1) is 0 exactly
             # when y < y0, so their difference is +-1, else 0...
-            above = np.heaviside(plane[1], 1.0)
-            crossed = above[:half] - above[half:]
+            np.heaviside(an.edges, 1.0, out=an.above)
+            np.subtract(an.above_start, an.above_end, out=an.crossed)
             # ... and the node left of it: x < x0 + (y - y0) dx/dy, 1 where the gap is
             # above 0 (heaviside(gap, 0)), 0 where not.
-            gap = plane[1, :half] * animals.slope
-            gap += animals.x0
-            gap -= plane[0, half:]
-            crossed *= np.heaviside(gap, 0.0)
+            gap = an.gap
+            np.multiply(an.below_start, an.slope, out=gap)
+            np.add(gap, an.x0, out=gap)
+            np.subtract(gap, an.node_x, out=gap)
+            np.heaviside(gap, 0.0, out=gap)
+            np.multiply(an.crossed, gap, out=an.crossed)
             # The count's parity (-1 counts as 1).
-            count = np.add.reduce(crossed.reshape(self._n_edges, -1, n), axis=0)
-            np.remainder(count, 2.0, out=feature[polygons])
+            np.add.reduce(an.crossed3, axis=0, out=an.polygons)
+            np.remainder(an.polygons, 2.0, out=an.polygons)
         # NaN (cannot be judged, or an animal not selected) propagates through both.
-        return np.minimum(feature - animals.low, animals.high - feature)
+        np.subtract(an.feature, an.low, out=an.margin)
+        np.subtract(an.high, an.feature, out=an.spare)
+        np.minimum(an.margin, an.spare, out=an.margin)
+        if self._n_boxes:
+            # A box holds a node inside on both axes.
+            np.minimum(an.first_axis, an.second_axis, out=an.first_axis)
+        result: list[float] = np.fmax.reduce(an.columns, axis=1).tolist()
+        return result
 
     def _animals_of(self, ids: np.ndarray) -> _Animals:
         """The identities' `_Animals`, made again only when they change."""
-        key = (ids.dtype.str, ids.tobytes())
         kept = self._animals
-        if kept is not None and kept.key == key:
+        if kept is not None and kept.key == ids.tobytes() and kept.ids.dtype == ids.dtype:
             return kept
-        n, width = ids.shape[0], self._width
-        row = np.arange(n) * width
-        static = self._static[:, :, None] + row
-        # [pair, partner, animal]: another animal, of the pair's partner's identity.
-        partner = ~np.eye(n, dtype=bool)[None] & (
-            (ids[None, :, None] == self._partners) | self._any_partner
-        )
-        pair_ends = [
-            np.stack(
-                (
-                    np.broadcast_to(row + start, (n, n)),
-                    np.where(partner[p], (row + end)[:, None], self._nan),
-                )
-            )
-            for p, (start, end) in enumerate(self._pair_nodes)
-        ]
-        index = np.concatenate([static, *pair_ends], axis=1).astype(np.intp)
-        table = np.empty((n, width), np.complex128)
-        table[:, 2 * self._n_nodes if self._has_speeds else self._n_nodes :] = self._constants
-        selected = (ids[None, :] == self._selectors) | self._any_animal
-        self._animals = _Animals(
-            key,
-            ids.copy(),
-            bool(n and ids.min() >= 0),
-            table,
-            index,
-            np.where(selected, self._low, np.nan),
-            np.repeat(self._high, n, axis=1),
-            # [region, animal, x | y]: each animal's u and v scaled.
-            np.repeat(self._scales, n, axis=1).reshape(len(self._scales), 2 * n),
-            np.repeat(self._turns, n, axis=1),
-            np.repeat(self._slope, n, axis=1),
-            np.repeat(self._x0, n, axis=1),
-        )
+        self._animals = _Animals(self, ids)
         return self._animals
 
-    def _before(self, animals: _Animals, time: float) -> float | None:
-        """Writes the frame before's nodes into the table's second block, in this
-        frame's rows (NaN where it has no such animal); the seconds since it, None
-        without one (the block all NaN)."""
+    def _before(self, animals: _Animals, time: float) -> tuple[int, float | None]:
+        """The slot of the table this frame's nodes go to, its other slot holding the
+        frame before's nodes in this frame's rows (NaN where it has no such animal),
+        and the seconds since it (None without one, the other slot all NaN)."""
         nodes = self._n_nodes
-        before = animals.table[:, nodes : 2 * nodes]
         previous = self._previous
         if previous is None:
-            before[...] = np.nan
-            return None
-        before_animals, before_time = previous
+            animals.table[1, :, :nodes] = np.nan
+            return 0, None
+        before_animals, before_time, before_slot = previous
+        slot = 1 - before_slot if before_animals is animals else 0
         elapsed = time - before_time
         ids, before_ids = animals.ids, before_animals.ids
+        if elapsed > 0 and before_animals is animals and (animals.tracked or ids.shape[0] == 1):
+            # The same tracks in the same rows as the frame before (a tracker's usual
+            # order), or the one animal: its nodes are already in the other slot.
+            return slot, elapsed
+        before = animals.table[1 - slot, :, :nodes]
         if not elapsed > 0 or before_ids.shape[0] == 0:
             before[...] = np.nan
-            return None
-        # Its nodes: the first block of its table, not yet overwritten.
-        last = before_animals.table[:, :nodes]
-        if (ids.shape[0] == 1 and before_ids.shape[0] == 1 and ids[0] == before_ids[0]) or (
-            before_animals is animals and animals.tracked
-        ):
-            # The same tracks in the same rows as the frame before (a tracker's usual
-            # order), or the one animal: no matching needed.
+            return slot, None
+        last = before_animals.table[before_slot, :, :nodes]
+        if ids.shape[0] == 1 and before_ids.shape[0] == 1 and ids[0] == before_ids[0]:
             before[...] = last
-            return elapsed
+            return slot, elapsed
         same = (ids[:, None] == before_ids[None, :]) & (ids[:, None] >= 0)
         match, found = same.argmax(axis=1), same.any(axis=1)
-        before[...] = np.nan
-        before[found] = last[match[found]]
-        return elapsed
+        # A copy first: `last` may be the slot being written.
+        taken = last[match]
+        taken[~found] = np.nan
+        before[...] = taken
+        return slot, elapsed
 
 
 def _column(

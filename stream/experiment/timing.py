@@ -113,6 +113,9 @@ class Timeline:
             state.counted_true = counted
             if not counted:
                 state.true_since = None
+                if not state.on:
+                    # Off and staying off (most rules on most frames).
+                    continue
             elif state.true_since is None:
                 state.true_since = time
             if state.on:

@@ -154,6 +154,20 @@ def test_speed_needs_the_same_animal_in_the_frame_before():
     assert values(fast, two) == [UNKNOWN, UNKNOWN]
 
 
+def test_speed_frame_after_frame_in_the_same_rows():
+    """The same rows frame after frame (each read against the one before, however many
+    in a row), with an untracked animal among tracked ones: only tracks have speeds."""
+    fast = {"speed": {"node": "body", "above": 40}}
+    xs = [0, 10, 10, 30, 30, 30]  # 100, 0, 200, 0, 0 px/s
+    tracked = [poses(animal(x, 0), animal(50, 50), ids=[3, 4]) for x in xs]
+    assert values(fast, tracked) == [UNKNOWN, TRUE, FALSE, TRUE, FALSE, FALSE]
+    # The untracked animal runs (100 px a frame) and has no speed; track 3's decides.
+    mixed = [poses(animal(x, 0), animal(100 * i, 50), ids=[3, -1]) for i, x in enumerate(xs)]
+    assert values(fast, mixed) == [UNKNOWN, TRUE, FALSE, TRUE, FALSE, FALSE]
+    untracked = [poses(animal(x, 0), animal(50, 50)) for x in xs]
+    assert values(fast, untracked) == [UNKNOWN] * len(xs)
+
+
 def test_posture_matches_after_any_translation_and_rotation():
     straight = {
         "posture": {
