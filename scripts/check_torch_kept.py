@@ -79,9 +79,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     venv.create(WORK_DIR / "venv", with_pip=True)
     python = WORK_DIR / "venv" / "bin" / "python"
     bare = installed_versions(python)
-    # --no-compile: byte-compiling torch's modules is most of its install's time, and
-    # nothing here imports them.
-    pip(python, "install", "-q", "--no-deps", "--no-compile", torch)
+    # uv (the test extra's, as scripts/gpu_payload.py's rehearsal) puts torch there, not
+    # pip: pip keeps no download cache on this machine and fetched the 555 MB wheel in
+    # every run; uv links it from its cache and compiles nothing (nothing here imports
+    # torch). pip itself answers the question below.
+    install = [sys.executable, "-m", "uv", "pip", "install", "--quiet", "--no-deps"]
+    subprocess.run([*install, "--python", str(python), torch], check=True)
     built = time.perf_counter()
     # What the torch install put there (torch), not the venv's own pip and setuptools:
     # with --no-deps torch's own requirements (setuptools>=77 for 2.14) are left for the

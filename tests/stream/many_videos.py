@@ -99,9 +99,11 @@ def in_background(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Fu
     return future
 
 
-def writer_pid_once_saving(output: Path, timeout: float = 60.0) -> int:
+def writer_pid_once_saving(output: Path, timeout: float = 300.0) -> int:
     """The process writing `output`'s unfinished journal, once it has saved frames
-    (so a kill lands mid-video)."""
+    (so a kill lands mid-video). The wait ends as soon as it has; its bound is for a
+    busy machine: at load average 10 to 18 both Ray tests saw no frame within 60 s
+    (Ray's start, each actor's imports and model load), and failed."""
     journal = journal_path(unfinished_path(output))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
