@@ -16,6 +16,10 @@ Three tools run it, on the same clip and machine:
   written by `sleap-nn export` at the clip's frame size (not timed);
 - sleap-live:     `sleap-live run` with its default engine.
 
+A model that sleap-nn cannot run from its own export (`Case.no_export` says why: a
+tiled model, a box detector seeding a top-down pair) has no sleap-nn onnx run; its
+table row says why, and its bar is sleap-nn's torch predict.
+
 Measured for each:
 
 - **whole process**: the command timed end to end, once (interpreter start-up, model
@@ -43,7 +47,9 @@ the table says so and their poses are still compared with sleap-nn's.
 Each tool keeps its own default batch size unless `--batch-size` sets both. The table
 is printed; `--json` writes every figure, `--markdown FILE` writes the table with the
 machine, versions and date between this script's markers in FILE (added at its end
-when they are not there; nothing else in the file changes), `--plot PNG` a chart.
+when they are not there; nothing else in the file changes; `--section NAME` uses
+markers of that name instead, so a run of some models leaves the main table alone),
+`--plot PNG` a chart.
 """
 
 from __future__ import annotations
@@ -98,16 +104,22 @@ NETWORK_ROUNDS = 7
 TOOLS = ("sleap-nn torch", "sleap-nn onnx", "sleap-live")
 MARK_START = "<!-- bench_vs_sleap_nn: start -->"
 MARK_END = "<!-- bench_vs_sleap_nn: end -->"
+# Why sleap-nn 0.3.5 runs these kinds from no export of its own (docs/models.md).
+TILED_NO_EXPORT = (
+    'sleap-nn 0.3.5 runs no tiled model from an export (its tiled layer: "tiled export deferred")'
+)
+BOX_NO_EXPORT = "sleap-nn 0.3.5 exports no box-detector-seeded top-down pair"
 
 # Run in sleap-nn's venv: its predictor on the clip, one untimed pass, then one timed.
 SLEAP_NN_WARM = textwrap.dedent(
     """
     import json, sys, time
     from sleap_nn.inference.predictor import Predictor
-    clip, export_dir, batch, models = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+    clip, export_dir, batch, runtimes = sys.argv[1:5]
+    models = sys.argv[5:]
     options = {"device": "cpu", **({"batch_size": int(batch)} if batch else {})}
     results = {}
-    for runtime in ("torch", "onnx"):
+    for runtime in runtimes.split(","):
         if runtime == "torch":
             predictor = Predictor.from_model_paths(models, **options)
         else:
@@ -145,6 +157,10 @@ class Case:
         models: the model directories, as `-m` takes them.
         video: a test video to loop (fixtures), or None.
         scene: a lab scene to render (`fixtures.lab`), or None.
+        no_export: why sleap-nn cannot run the model from its own export (then no
+            sleap-nn onnx run), or "" where it can.
+        networks_alone: whether `scripts/bench_prepost.py` times the model's networks
+            as the engine runs them (not a tiled model's: it runs the whole frame).
     """
 
     name: str
@@ -152,14 +168,20 @@ class Case:
     models: tuple[Path, ...]
     video: Path | None = None
     scene: str | None = None
+    no_export: str = ""
+    networks_alone: bool = True
 
     def trained(self) -> bool:
         return all((path / "best.ckpt").is_file() for path in self.models)
 
+    def tools(self) -> tuple[str, ...]:
+        """The tools run on this case: all but sleap-nn onnx where it has no export."""
+        return tuple(tool for tool in TOOLS if not (self.no_export and tool == "sleap-nn onnx"))
 
-def _fixture(name: str, model_type: str, models: tuple[str, ...], video: str) -> Case:
+
+def _fixture(name: str, model_type: str, models: tuple[str, ...], video: str, **extra: Any) -> Case:
     paths = tuple(DATA / "models" / m for m in models)
-    return Case(f"{name}_fixture", model_type, paths, video=DATA / "videos" / video)
+    return Case(f"{name}_fixture", model_type, paths, video=DATA / "videos" / video, **extra)
 
 
 FIXTURES = (
@@ -174,6 +196,30 @@ FIXTURES = (
     ),
     _fixture(
         "multi_class_bottomup", "multi_class_bottomup", ("multi_class_bottomup",), "multi_rgb.mp4"
+    ),
+    # sleap-nn 0.3.5's new kinds that its own export cannot run (the goldens'
+    # fixtures, scripts/make_fixtures.py GOLDENS).
+    _fixture(
+        "tiled_single_instance",
+        "single_instance",
+        ("tiled_single_instance",),
+        "single.mkv",
+        no_export=TILED_NO_EXPORT,
+        networks_alone=False,
+    ),
+    _fixture(
+        "bbox_topdown",
+        "topdown",
+        ("bbox_centernet", "centered_instance"),
+        "multi_gray.mkv",
+        no_export=BOX_NO_EXPORT,
+    ),
+    _fixture(
+        "bbox_multi_class_topdown",
+        "multi_class_topdown",
+        ("bbox_centernet_rgb", "multi_class_topdown"),
+        "multi_rgb.mp4",
+        no_export=BOX_NO_EXPORT,
     ),
 )
 CASES = FIXTURES + tuple(
@@ -249,7 +295,7 @@ def whole_process(
     sleap_nn: Path,
     case: Case,
     clip: Path,
-    export: Path,
+    export: Path | None,
     folder: Path,
     batch: int | None,
     verify: bool = True,
@@ -268,7 +314,8 @@ def whole_process(
         "sleap-live": live,
     }
     results = {}
-    for tool, command in commands.items():
+    for tool in case.tools():
+        command = commands[tool]
         slp = folder / f"{case.name}_{tool.replace(' ', '_')}.slp"
         seconds = run_logged([*command, "-o", str(slp)], slp.with_suffix(".log"))
         results[tool] = {"whole_s": seconds, "slp": slp}
@@ -276,10 +323,11 @@ def whole_process(
 
 
 def sleap_nn_warm(
-    sleap_nn: Path, case: Case, clip: Path, export: Path, batch: int | None
+    sleap_nn: Path, case: Case, clip: Path, export: Path | None, batch: int | None
 ) -> dict[str, dict[str, float]]:
-    command = [str(sleap_nn / "python"), "-c", SLEAP_NN_WARM, str(clip), str(export)]
-    command += [str(batch or ""), *map(str, case.models)]
+    runtimes = [tool.removeprefix("sleap-nn ") for tool in case.tools() if tool != "sleap-live"]
+    command = [str(sleap_nn / "python"), "-c", SLEAP_NN_WARM, str(clip), str(export or "")]
+    command += [str(batch or ""), ",".join(runtimes), *map(str, case.models)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
@@ -322,7 +370,9 @@ def sleap_live_warm(
             "verified": verify,
             "engine_fps": engine["fps"],
             "warm_fps": recorded["fps"],
-            "networks_ms": networks_ms(case, runner, frames[: batch or LIVE_BATCH]),
+            "networks_ms": networks_ms(case, runner, frames[: batch or LIVE_BATCH])
+            if case.networks_alone
+            else None,
             "frames": frames,
         }
     finally:
@@ -402,8 +452,10 @@ def bench_case(case: Case, args: argparse.Namespace, folder: Path, say: Any) -> 
     say(f"{case.name}: clip of {args.frames} frames ...")
     clip = make_clip(case, args.frames, folder)
     height, width, channels = frame_shape(clip)
-    say(f"{case.name}: sleap-nn export at {height}x{width} ...")
-    export = sleap_nn_export(args.sleap_nn, case, clip, folder)
+    export = None
+    if not case.no_export:
+        say(f"{case.name}: sleap-nn export at {height}x{width} ...")
+        export = sleap_nn_export(args.sleap_nn, case, clip, folder)
     verify = case.name not in (args.unverified or ())
     say(f"{case.name}: sleap-live warm (engine only, recorded pipeline) ...")
     live = sleap_live_warm(case, clip, folder, args.batch_size, verify)
@@ -431,6 +483,7 @@ def bench_case(case: Case, args: argparse.Namespace, folder: Path, say: Any) -> 
         "clip": "H.264 (lab scene)" if case.scene else "lossless (looped test video)",
         "same_pixels": pixels,
         "runs": runs,
+        **({"no_export": case.no_export} if case.no_export else {}),
     }
 
 
@@ -475,11 +528,13 @@ def rows(results: list[dict[str, Any]]) -> list[list[str]]:
     out = []
     for result in results:
         runs = result["runs"]
-        torch_fps, onnx_fps = (
-            runs["sleap-nn torch"]["whole_fps"],
-            runs["sleap-nn onnx"]["whole_fps"],
-        )
+        torch_fps = runs["sleap-nn torch"]["whole_fps"]
+        onnx_fps = runs.get("sleap-nn onnx", {}).get("whole_fps")
         for tool in TOOLS:
+            if tool not in runs:  # sleap-nn onnx, on a model it has no export of
+                reason = f"{tool}: not run, {result.get('no_export', 'no export')}"
+                out.append([result["model"], result["frame"], reason, *[""] * 13])
+                continue
             run = runs[tool]
             agree = run.get("agreement")
             unverified = "" if run.get("verified", True) else ", unverified"
@@ -492,7 +547,7 @@ def rows(results: list[dict[str, Any]]) -> list[list[str]]:
                     _fmt(run["whole_s"]),
                     _fmt(run["whole_fps"]),
                     _fmt(run["whole_fps"] / torch_fps, 2),
-                    _fmt(run["whole_fps"] / onnx_fps, 2),
+                    _fmt(run["whole_fps"] / onnx_fps if onnx_fps else None, 2),
                     _fmt(run.get("warm_fps")),
                     _fmt(run.get("engine_fps")),
                     _fmt(over_networks(run, result.get("frames")), 2),
@@ -544,11 +599,22 @@ COLUMNS = (
 )
 
 
-def markdown(results: list[dict[str, Any]], env: dict[str, Any]) -> str:
+def markers(section: str | None) -> tuple[str, str]:
+    """The start and end markers of the main table, or of the section named `section`."""
+    if section is None:
+        return MARK_START, MARK_END
+    return (
+        f"<!-- bench_vs_sleap_nn {section}: start -->",
+        f"<!-- bench_vs_sleap_nn {section}: end -->",
+    )
+
+
+def markdown(results: list[dict[str, Any]], env: dict[str, Any], section: str | None = None) -> str:
     """The section `--markdown` writes: the run's setting, then the table."""
     live, snn = env["sleap-live"], env["sleap-nn"]
+    start, end = markers(section)
     lines = [
-        MARK_START,
+        start,
         f"Measured {env['date']} on {env['cpu']}, {env['cores']} cores ({env['system']}, "
         f"Python {env['python']}); load average {env['load_average_start'][0]:.1f} at the "
         f"start and {env['load_average_end'][0]:.1f} at the end"
@@ -561,21 +627,23 @@ def markdown(results: list[dict[str, Any]], env: dict[str, Any]) -> str:
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "|".join("---" if i < 3 else "---:" for i in range(len(COLUMNS))) + "|",
         *("| " + " | ".join(row) + " |" for row in rows(results)),
-        MARK_END,
+        end,
     ]
     return "\n".join(lines) + "\n"
 
 
-def write_markdown(path: Path, section: str) -> None:
-    """Puts `section` between the markers in `path` (appended when they are not there)."""
+def write_markdown(path: Path, section: str, name: str | None = None) -> None:
+    """Puts `section` between the markers (`markers(name)`) in `path` (appended when
+    they are not there)."""
+    mark_start, mark_end = markers(name)
     text = path.read_text() if path.exists() else ""
-    start, end = text.find(MARK_START), text.find(MARK_END)
+    start, end = text.find(mark_start), text.find(mark_end)
     if (start < 0) != (end < 0) or end < start:
         raise SystemExit(f"--markdown: {path} has one of the markers without the other")
     if start < 0:
         text = text + ("\n" if text and not text.endswith("\n") else "") + section
     else:
-        text = text[:start] + section + text[end + len(MARK_END) + 1 :]
+        text = text[:start] + section + text[end + len(mark_end) + 1 :]
     path.write_text(text)
 
 
@@ -593,7 +661,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
         axes, ("whole_fps", "warm_fps"), ("whole process", "warm, in-process"), strict=True
     ):
         for i, tool in enumerate(TOOLS):
-            values = [r["runs"][tool].get(key) or 0 for r in results]
+            values = [r["runs"].get(tool, {}).get(key) or 0 for r in results]
             ax.bar(np.arange(len(results)) + (i - 1) * width, values, width, label=tool)
         ax.set_xticks(np.arange(len(results)), names, fontsize=8)
         ax.set_ylabel("frames / s")
@@ -619,6 +687,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, help="for every tool (default: each its own)")
     parser.add_argument("--json", type=Path, help="write every figure here")
     parser.add_argument("--markdown", type=Path, help="write the table's section into this file")
+    parser.add_argument(
+        "--section",
+        metavar="NAME",
+        help="with --markdown: between markers of this name, not the main table's",
+    )
     parser.add_argument("--plot", type=Path, help="write a chart here (PNG, needs matplotlib)")
     parser.add_argument(
         "--no-warm", action="store_true", help="leave out sleap-nn's in-process (warm) runs"
@@ -634,6 +707,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--sleap-nn: {args.sleap_nn} has no sleap-nn command")
     if args.frames < 1 or (args.batch_size is not None and args.batch_size < 1):
         parser.error("--frames and --batch-size take a positive number")
+    if args.section and not args.markdown:
+        parser.error("--section names markers in the --markdown file: give --markdown too")
     cases = pick_cases(args.models)
     unknown = sorted(set(args.unverified or ()) - {case.name for case in cases})
     if unknown:
@@ -669,7 +744,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps({"environment": env, "results": results}, indent=2))
     if args.markdown:
-        write_markdown(args.markdown, markdown(results, env))
+        write_markdown(args.markdown, markdown(results, env, args.section), args.section)
     if args.plot:
         plot(results, args.plot)
     for failure in failures:

@@ -215,3 +215,76 @@ def test_the_table_gives_sleap_lives_whole_process_over_its_networks_alone():
         bench._fmt(None),
         "1.15",
     ]
+
+
+NEW_KINDS = ("tiled_single_instance_fixture", "bbox_topdown_fixture")
+NEW_KINDS += ("bbox_multi_class_topdown_fixture",)
+
+
+def test_the_kinds_sleap_nn_cannot_export_are_benchmarked_without_its_onnx_run():
+    cases = bench.pick_cases(list(NEW_KINDS))
+    assert all(case.trained() and case.no_export for case in cases)
+    assert [case.tools() for case in cases] == [("sleap-nn torch", "sleap-live")] * 3
+    assert [case.models[0].name for case in cases] == [
+        "tiled_single_instance",
+        "bbox_centernet",
+        "bbox_centernet_rgb",
+    ]
+    # The networks-alone floor runs whole frames: not what a tiled engine runs.
+    assert [case.networks_alone for case in cases] == [False, True, True]
+    exported = bench.pick_cases(["topdown_fixture"])[0]
+    assert exported.tools() == bench.TOOLS and not exported.no_export
+
+
+def test_a_model_without_sleap_nns_export_runs_no_export_and_no_onnx_predict(tmp_path, monkeypatch):
+    commands = []
+    monkeypatch.setattr(bench, "run_logged", lambda command, log: commands.append(command) or 1.0)
+    case = bench.pick_cases(["bbox_topdown_fixture"])[0]
+    results = bench.whole_process(tmp_path, case, tmp_path / "c.mkv", None, tmp_path, None)
+    assert set(results) == {"sleap-nn torch", "sleap-live"}
+    assert not any("onnx" in command for command in commands)
+
+    ran = []
+
+    def run(command, **kwargs):
+        ran.append(command)
+        return bench.subprocess.CompletedProcess(command, 0, 'RESULT {"torch": {}}\n', "")
+
+    monkeypatch.setattr(bench.subprocess, "run", run)
+    assert bench.sleap_nn_warm(tmp_path, case, tmp_path / "c.mkv", None, None) == {"torch": {}}
+    # clip, export folder (none), batch size (default), runtimes, models
+    assert ran[0][3:7] == [str(tmp_path / "c.mkv"), "", "", "torch"]
+
+
+def test_the_table_says_why_sleap_nn_onnx_was_not_run_and_compares_with_torch():
+    runs = {
+        "sleap-nn torch": {"whole_s": 100.0, "whole_fps": 2.0},
+        "sleap-live": {"whole_s": 20.0, "whole_fps": 10.0, "engine": "OnnxRunner"},
+    }
+    pixels = {"frames": 1, "identical": 1, "max_levels": 0}
+    result = {"model": "m", "frame": "8x8x1", "runs": runs, "same_pixels": pixels}
+    result["no_export"] = bench.BOX_NO_EXPORT
+    table = bench.rows([result])
+    assert len(table) == 3 and all(len(row) == len(bench.COLUMNS) for row in table)
+    assert table[1][2] == f"sleap-nn onnx: not run, {bench.BOX_NO_EXPORT}"
+    assert set(table[1][3:]) == {""}
+    torch_ratio = bench.COLUMNS.index("x torch predict")
+    onnx_ratio = bench.COLUMNS.index("x onnx predict")
+    assert [table[2][torch_ratio], table[2][onnx_ratio]] == ["5.00", ""]
+
+
+def test_a_named_section_leaves_the_main_table_alone(tmp_path):
+    page = tmp_path / "benchmarks.md"
+    main_table = f"{bench.MARK_START}\n| main |\n{bench.MARK_END}\n"
+    page.write_text("# Benchmarks\n" + main_table)
+    start, end = bench.markers("new-kinds")
+    bench.write_markdown(page, f"{start}\n| a |\n{end}\n", "new-kinds")
+    bench.write_markdown(page, f"{start}\n| b |\n{end}\n", "new-kinds")
+    assert page.read_text() == "# Benchmarks\n" + main_table + f"{start}\n| b |\n{end}\n"
+
+
+def test_section_without_markdown_is_refused(tmp_path, capsys):
+    argv = ["--sleap-nn", str(_fake_sleap_nn(tmp_path)), "--section", "new-kinds"]
+    with pytest.raises(SystemExit):
+        bench.main(argv)
+    assert "--section names markers in the --markdown file" in capsys.readouterr().err
