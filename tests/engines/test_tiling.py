@@ -23,7 +23,6 @@ from sleap_live.engines.graph.single_instance import SingleInstanceModel
 from sleap_live.engines.graph.tiling import TileGeometry, importance_window, tile_origins
 from sleap_live.engines.load.metadata import TENSORRT_PROFILE
 from sleap_live.engines.types import Skeleton
-from sleap_live.stream import OutputOptions, Pipeline, open_source
 from tests.committed import require
 from tests.engines import goldens
 
@@ -171,20 +170,17 @@ def _slp_poses(path: Path) -> list[dict[str, np.ndarray]]:
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("warm_export_cache")
-def test_run_and_the_pipeline_match_sleap_nn_predicts_tiled_golden(tmp_path):
+def test_run_matches_sleap_nn_predicts_tiled_golden(tmp_path):
     # The export is the warm cache's (verified on the video's spread frames, as `run`
-    # verifies); `sleap-live run` and `Pipeline` run it on the whole 168 x 200 video,
-    # more than twice the 64 px tiles each way.
+    # verifies); `sleap-live run` (the Pipeline API underneath) runs it on the whole
+    # 168 x 200 video, more than twice the 64 px tiles each way.
     models, video, golden_path, _ = goldens.case_paths("tiled_single_instance")
     require(*models, video, golden_path)
     golden = dict(np.load(golden_path))
     bound = goldens.bound_of(tuple(models))
-    cli_out, api_out = tmp_path / "cli.slp", tmp_path / "api.slp"
-    assert cli.main(["run", str(video), "-m", str(models[0]), "-o", str(cli_out), "-q"]) == 0
-    with open_source(video) as source:
-        Pipeline(source, str(models[0]), outputs=OutputOptions(output=api_out)).run()
-    for out in (cli_out, api_out):
-        poses = _slp_poses(out)
-        assert len(poses) == len(golden["frame_indices"])
-        agreement = goldens.agreement(poses, golden, bound)
-        assert agreement.points == 5 * len(poses) and agreement.agrees, agreement.summary()
+    out = tmp_path / "cli.slp"
+    assert cli.main(["run", str(video), "-m", str(models[0]), "-o", str(out), "-q"]) == 0
+    poses = _slp_poses(out)
+    assert len(poses) == len(golden["frame_indices"])
+    agreement = goldens.agreement(poses, golden, bound)
+    assert agreement.points == 5 * len(poses) and agreement.agrees, agreement.summary()
