@@ -16,10 +16,11 @@ on. The time each message's bytes were handed to the operating system is reporte
 to `on_sent`, for the event log.
 
 A link that can write without waiting (`SendsNow`: a serial port, its descriptor
-non-blocking) is written to from the experiment's thread itself when its device is
-idle (nothing queued or being sent): the bytes leave within microseconds of the
-decision, without waking the device's thread, and a write that would wait goes to
-the device's thread as any other message.
+non-blocking; OSC's UDP socket; the ZeroMQ publisher, which never waits) is written
+to from the experiment's thread itself when its device is idle (nothing queued or
+being sent): the bytes leave within microseconds of the decision, without waking the
+device's thread, and a write that would wait goes to the device's thread as any
+other message.
 """
 
 from __future__ import annotations
@@ -178,6 +179,15 @@ class OscLink:
         udp_client = _import("pythonosc.udp_client", "osc")
         self._client = udp_client.SimpleUDPClient(self._device.host, self._device.port)
 
+    def try_send(self, message: OutputMessage) -> bool:
+        # python-osc's UDPClient socket is non-blocking, and a datagram goes whole or
+        # not at all: a full send buffer is the one "not now".
+        try:
+            self.send(message)
+        except BlockingIOError:
+            return False
+        return True
+
     def send(self, message: OutputMessage) -> None:
         address = message.payload or f"/{message.rule}"
         self._client.send_message(address, [message.state, message.frame_index])
@@ -252,11 +262,24 @@ class ZmqLink:
     def __init__(self, device: ZmqDevice) -> None:
         self._device = device
         self._publisher: Any = None
+        self._again: type[Exception] = Exception
 
     def open(self) -> None:
+        import zmq  # the publisher's own dependency
+
         from sleap_live.stream.publish import Publisher
 
         self._publisher = Publisher(self._device.endpoint)
+        self._again = zmq.Again
+
+    def try_send(self, message: OutputMessage) -> bool:
+        # `send_map` never waits (NOBLOCK, under the publisher's lock); a full queue
+        # raises zmq.Again, which the device's thread's `send` meets again and reports.
+        try:
+            self.send(message)
+        except self._again:
+            return False
+        return True
 
     def send(self, message: OutputMessage) -> None:
         self._publisher.send_map(f"experiment/{message.rule}", event_message(message))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 import threading
 import time
@@ -32,7 +33,13 @@ from sleap_live.stream.experiment import (
     ZmqDevice,
 )
 from sleap_live.stream.experiment.closed_loop import ClosedLoop
-from sleap_live.stream.experiment.devices import DeviceWorker, OutputMessage, SerialLink
+from sleap_live.stream.experiment.devices import (
+    DeviceWorker,
+    OscLink,
+    OutputMessage,
+    SerialLink,
+    ZmqLink,
+)
 from sleap_live.stream.experiment.events import EVENT_COLUMNS, write_slp_events
 from sleap_live.stream.types import PoseRecord
 
@@ -545,3 +552,50 @@ def test_a_port_that_goes_away_under_the_deciding_thread_is_reported_once(caplog
     assert [s[0] for s in sent[1:]] == [None] * 3 and all(s[1] for s in sent[1:])
     stats = worker.stats()
     assert (stats.sent, stats.dropped) == (1, 3) and stats.error is not None
+
+
+def _idle_worker(name: str, link) -> DeviceWorker:
+    worker = DeviceWorker(name, link, lambda message, when, error: None)
+    worker.start()
+    deadline = time.monotonic() + 5
+    while not worker._opened and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return worker
+
+
+def test_an_idle_osc_link_is_written_from_the_deciding_thread():
+    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    peer.bind(("127.0.0.1", 0))
+    peer.settimeout(5)
+    worker = _idle_worker("bonsai", OscLink(OscDevice("127.0.0.1", peer.getsockname()[1])))
+    try:
+        message = OutputMessage("zone", "onset", 3, None, 0.0, 0.0, 0.0, "/laser", 0)
+        assert worker.send_now(message) is not None
+        datagram = peer.recv(512)  # sent before send_now returned
+        assert datagram.startswith(b"/laser\x00") and worker.stats().sent == 1
+    finally:
+        assert worker.close(timeout=2.0)
+        peer.close()
+
+
+def test_an_idle_zeromq_link_is_written_from_the_deciding_thread():
+    import msgpack
+    import zmq
+
+    link = ZmqLink(ZmqDevice("tcp://127.0.0.1:*"))
+    worker = _idle_worker("pub", link)
+    context = zmq.Context()
+    subscriber = context.socket(zmq.SUB)
+    try:
+        subscriber.connect(link._publisher.endpoint)
+        subscriber.setsockopt(zmq.SUBSCRIBE, b"experiment/")
+        assert link._publisher.wait_for_subscribers(1, timeout=5)
+        message = OutputMessage("zone", "offset", 4, None, 0.0, 0.0, 0.0, None, 0)
+        assert worker.send_now(message) is not None and worker.stats().sent == 1
+        assert subscriber.poll(5000)
+        topic, payload = subscriber.recv_multipart()
+        assert topic == b"experiment/zone" and msgpack.unpackb(payload)["frame_index"] == 4
+    finally:
+        subscriber.close(0)
+        context.term()
+        assert worker.close(timeout=2.0)
