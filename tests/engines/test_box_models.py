@@ -59,6 +59,11 @@ def _poses(models: Sequence[Path], engine: str, frames: np.ndarray) -> list[dict
     exported = engine in ("onnx", "openvino")
     options = {"verify_frames": frames[:VERIFY_FRAMES]} if exported else {}
     runner = load_runner([str(m) for m in models], engine=engine, device="cpu", **options)
+    return _run(runner, frames)
+
+
+def _run(runner, frames: np.ndarray) -> list[dict[str, np.ndarray]]:
+    """The runner's poses of `frames`, in batches; the runner closed after."""
     try:
         return [
             {
@@ -179,20 +184,7 @@ def test_tensorrt_profile_matches_sleap_nn_predict(name):
     )
     findings = check_tensorrt(onnx.load_from_string(graph))
     assert not [f for f in findings if f.source == MATRIX or "importer" in f.reason]
-    runner = OnnxRunner(graph)
-    try:
-        poses = [
-            {
-                "points": pose.points,
-                "point_scores": pose.point_scores,
-                "instance_scores": pose.instance_scores,
-                "identities": pose.identities,
-            }
-            for start in range(0, len(frames), BATCH)
-            for pose in runner.run(frames[start : start + BATCH])
-        ]
-    finally:
-        runner.close()
+    poses = _run(OnnxRunner(graph), frames)
     _assert_matches_golden(name, poses, f"{name} (tensorrt profile, onnxruntime)")
 
 

@@ -445,11 +445,16 @@ def test_a_stalled_device_costs_a_pipeline_no_poses(fakes, clip, tmp_path, monke
 
 
 def _opened_worker(port: int, sent: list) -> DeviceWorker:
-    worker = DeviceWorker(
+    return _idle_worker(
         "laser",
         SerialLink(SerialDevice(os.ttyname(port))),
         lambda message, when, error: sent.append((message.payload, when, error)),
     )
+
+
+def _idle_worker(name: str, link, on_sent=lambda message, when, error: None) -> DeviceWorker:
+    """A started device worker whose link is open."""
+    worker = DeviceWorker(name, link, on_sent)
     worker.start()
     deadline = time.monotonic() + 5
     while not worker._opened and time.monotonic() < deadline:
@@ -552,15 +557,6 @@ def test_a_port_that_goes_away_under_the_deciding_thread_is_reported_once(caplog
     assert [s[0] for s in sent[1:]] == [None] * 3 and all(s[1] for s in sent[1:])
     stats = worker.stats()
     assert (stats.sent, stats.dropped) == (1, 3) and stats.error is not None
-
-
-def _idle_worker(name: str, link) -> DeviceWorker:
-    worker = DeviceWorker(name, link, lambda message, when, error: None)
-    worker.start()
-    deadline = time.monotonic() + 5
-    while not worker._opened and time.monotonic() < deadline:
-        time.sleep(0.001)
-    return worker
 
 
 def test_an_idle_osc_link_is_written_from_the_deciding_thread():
