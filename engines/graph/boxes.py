@@ -92,6 +92,22 @@ class CenterNetStage(torch.nn.Module):
     def forward(self, frames: torch.Tensor, specialised: bool = False) -> tuple[torch.Tensor, ...]:
         sized, eff_scale = size_matched_frames(frames, self.preprocess, specialised=specialised)
         image = network_input(sized, self.preprocess, specialised=specialised)
+        return self._frame_boxes(
+            image,
+            eff_scale,
+            (size_of(image, 2), size_of(image, 3)),
+            (size_of(frames, 2), size_of(frames, 3)),
+        )
+
+    def _frame_boxes(
+        self,
+        image: torch.Tensor,
+        eff_scale: torch.Tensor,
+        image_size: tuple[torch.Tensor, torch.Tensor],
+        frame_size: tuple[torch.Tensor, torch.Tensor],
+    ) -> tuple[torch.Tensor, ...]:
+        """The network's boxes on `image`, decoded, in frame pixels and clipped to a
+        frame of `frame_size`: `(boxes, scores, classes, valid)`."""
         heads = self.network(image)
         boxes, scores, classes, valid = decode_centernet(
             heads[CENTER_HEAD],
@@ -100,15 +116,13 @@ class CenterNetStage(torch.nn.Module):
             self.output_stride,
             self.max_detections,
             self.threshold,
-            size_of(image, 2),
-            size_of(image, 3),
+            *image_size,
         )
         # Model input to frame pixels: sleap-nn's `undo_input_scale` (skipped at
         # scale 1) and `undo_eff_scale` (dividing by 1 changes nothing).
         if self.preprocess.scale != 1.0:
             boxes = boxes / self.preprocess.scale
-        boxes = boxes / eff_scale
-        boxes, on_frame = clip_boxes(boxes, size_of(frames, 2), size_of(frames, 3))
+        boxes, on_frame = clip_boxes(boxes / eff_scale, *frame_size)
         return boxes, scores, classes, valid & on_frame
 
     def slots(self, frames: torch.Tensor, slots: int) -> tuple[torch.Tensor, ...]:
@@ -121,23 +135,12 @@ class CenterNetStage(torch.nn.Module):
         """
         sized, eff_scale = size_matched_values(frames, self.preprocess)
         image = network_input_values(sized, self.preprocess)
-        heads = self.network(image)
         shape = torch.tensor([static_size(image, 2), static_size(image, 3)])
-        boxes, scores, _, valid = decode_centernet(
-            heads[CENTER_HEAD],
-            heads[SIZE_HEAD],
-            heads[OFFSET_HEAD],
-            self.output_stride,
-            self.max_detections,
-            self.threshold,
-            shape[:1],
-            shape[1:],
-        )
-        if self.preprocess.scale != 1.0:
-            boxes = boxes / self.preprocess.scale
         frame = torch.tensor([static_size(frames, 2), static_size(frames, 3)])
-        boxes, on_frame = clip_boxes(boxes / eff_scale, frame[:1], frame[1:])
-        return first_slots(boxes, scores, valid & on_frame, slots)
+        boxes, scores, _, valid = self._frame_boxes(
+            image, eff_scale, (shape[:1], shape[1:]), (frame[:1], frame[1:])
+        )
+        return first_slots(boxes, scores, valid, slots)
 
 
 def first_slots(
