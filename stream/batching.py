@@ -27,7 +27,7 @@ from __future__ import annotations
 import abc
 import math
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import attrs
 import numpy as np
@@ -40,7 +40,7 @@ from sleap_live.stream.sources.group import SourceGroup
 from sleap_live.stream.types import Frame
 
 Policy = Literal["live", "recorded"]
-POLICIES: tuple[str, ...] = ("live", "recorded")
+POLICIES: tuple[str, ...] = get_args(Policy)
 
 # Live: one frame per batch is the lowest latency. Recorded: 8 is the batch size
 # sleap-nn exports engines for by default (its `--max-batch-size`), so exported

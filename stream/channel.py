@@ -20,7 +20,7 @@ import collections
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Generic, Literal, TypeVar
+from typing import Generic, Literal, TypeVar, get_args
 
 import attrs
 
@@ -29,7 +29,6 @@ from sleap_live.stream.errors import ChannelClosed, ChannelEmpty, ChannelFull
 T = TypeVar("T")
 
 Policy = Literal["block", "drop_oldest"]
-POLICIES: tuple[str, ...] = ("block", "drop_oldest")
 
 
 @attrs.frozen
@@ -108,8 +107,8 @@ class Channel(Generic[T]):
             raise TypeError(f"capacity must be an int, got {type(capacity).__name__}")
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, got {capacity}")
-        if policy not in POLICIES:
-            raise ValueError(f"policy must be one of {', '.join(POLICIES)}; got {policy!r}")
+        if policy not in get_args(Policy):
+            raise ValueError(f"policy must be one of {', '.join(get_args(Policy))}; got {policy!r}")
         if on_drop is not None and policy == "block":
             raise ValueError('on_drop needs policy="drop_oldest"; a blocking channel never drops')
         self._capacity = capacity

@@ -30,7 +30,13 @@ from sleap_live.cli.tracking_options import tracking_settings
 from sleap_live.stream.dashboard import live_display
 from sleap_live.stream.many.display import ManyProgress, describe, summary_table
 from sleap_live.stream.many.finish import OUTPUTS_TO
-from sleap_live.stream.many.run import DEFAULT_RETRIES, DEFAULT_STREAMS, run_jobs, with_threads
+from sleap_live.stream.many.run import (
+    DEFAULT_RETRIES,
+    DEFAULT_STREAMS,
+    ManySettings,
+    run_jobs,
+    with_threads,
+)
 from sleap_live.stream.many.videos import DEFAULT_NAME_PATTERN, escaped, find_videos, plan_jobs
 from sleap_live.stream.many.worker import WorkOptions
 
@@ -186,9 +192,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     progress = ManyProgress(len(jobs), console, prog=PROG)
     display = contextlib.nullcontext() if args.quiet else live_display(progress, console)
     with display:
-        run = run_jobs(
-            jobs,
-            options,
+        settings = ManySettings(
             overwrite=bool(args.overwrite),
             workers=workers,
             streams=args.streams or DEFAULT_STREAMS,
@@ -196,8 +200,8 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             retries=DEFAULT_RETRIES if args.retries is None else args.retries,
             outputs_to=args.outputs_to or "worker",
             duration=args.duration,
-            report=progress,
         )
+        run = run_jobs(jobs, options, settings, progress)
     if not args.quiet:
         # The table is the command's result: on stdout (the progress is on stderr).
         Console().print(summary_table(run))

@@ -130,7 +130,6 @@ def run_on_ray(
     workers: int | None = None,
     streams: int = 1,
     retries: int = 2,
-    cpus_per_worker: float | None = None,
     gpus_per_worker: float = 0.0,
     outputs_to: OutputsTo = "worker",
     deadline: float | None = None,
@@ -141,14 +140,12 @@ def run_on_ray(
     Args:
         jobs: the videos to process.
         options: how each actor loads the model and runs a video (its `threads` is
-            the actor's CPU share when `cpus_per_worker` is not given).
+            the actor's CPU share).
         address: "local", "auto" or "ray://HOST:PORT" (see the module docstring).
         workers: actors (default: as many as the cluster's CPUs, or GPUs with
             `gpus_per_worker`, hold).
         streams: videos in flight per actor.
         retries: restarts of a lost actor, and re-runs of each task it had in flight.
-        cpus_per_worker: CPUs Ray reserves for each actor (default: `options.load.threads`,
-            else 1).
         gpus_per_worker: GPUs Ray reserves for each actor (1: an actor per GPU).
         outputs_to: "worker": each actor writes its outputs to the output folder
             (which its machine must see at the same path); "driver": each actor
@@ -163,7 +160,7 @@ def run_on_ray(
     """
     ray = import_ray(local=address == "local")
     report = report or NoReport()
-    cpus = float(cpus_per_worker or options.load.threads or 1)
+    cpus = float(options.load.threads or 1)
     with contextlib.ExitStack() as session:
         if not ray.is_initialized():
             if address == "local":

@@ -22,7 +22,7 @@ import stat
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 import attrs
 
@@ -34,7 +34,7 @@ from sleap_live.stream.outputs.staging import stale_staging
 # Who writes each output into the output folder: "worker", the process that ran the
 # video, or "driver", the process that started the run, from bytes the worker returns.
 OutputsTo = Literal["worker", "driver"]
-OUTPUTS_TO: tuple[OutputsTo, ...] = ("worker", "driver")
+OUTPUTS_TO: tuple[OutputsTo, ...] = get_args(OutputsTo)
 
 
 @attrs.frozen

@@ -82,6 +82,43 @@ def with_threads(load: LoadOptions, workers: int | None, cluster: str | None) ->
     return attrs.evolve(load, threads=max(1, (os.cpu_count() or 1) // workers))
 
 
+@attrs.frozen
+class ManySettings:
+    """How a many-videos run goes about its videos: `run_many`'s arguments of the
+    same names, checked when made.
+
+    Raises:
+        ValueError: a count below 1, negative retries or duration, an unknown
+            `outputs_to`, or "driver" without `cluster`.
+    """
+
+    overwrite: bool = False
+    workers: int | None = None
+    streams: int = DEFAULT_STREAMS
+    cluster: str | None = None
+    retries: int = DEFAULT_RETRIES
+    outputs_to: OutputsTo = "worker"
+    duration: float | None = None
+
+    def __attrs_post_init__(self) -> None:
+        for name, value in (("workers", self.workers or 1), ("streams", self.streams)):
+            if value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
+        if self.retries < 0:
+            raise ValueError(f"retries must be 0 or more, got {self.retries}")
+        if self.duration is not None and self.duration < 0:
+            raise ValueError(f"duration must be 0 or more seconds, got {self.duration}")
+        if self.outputs_to not in OUTPUTS_TO:
+            raise ValueError(
+                f"outputs_to must be one of {', '.join(OUTPUTS_TO)}, got {self.outputs_to!r}"
+            )
+        if self.outputs_to == "driver" and self.cluster is None:
+            raise ValueError(
+                "outputs to the driver apply with a Ray cluster; without one the workers "
+                "write to this machine's output folder already"
+            )
+
+
 def run_many(
     videos: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
     models: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
@@ -150,18 +187,10 @@ def run_many(
     Raises:
         VideoListError: `videos` names no video, a bad name pattern or output
             folder, or two videos that would write one output.
-        ValueError: a count below 1, a negative duration, or outputs_to="driver"
-            without `cluster`.
+        ValueError: as `ManySettings`.
         RuntimeUnavailableError: `cluster` without Ray installed.
     """
-    for name, value in (("workers", workers or 1), ("streams", streams)):
-        if value < 1:
-            raise ValueError(f"{name} must be at least 1, got {value}")
-    if retries < 0:
-        raise ValueError(f"retries must be 0 or more, got {retries}")
-    if duration is not None and duration < 0:
-        raise ValueError(f"duration must be 0 or more seconds, got {duration}")
-    check_outputs_to(outputs_to, cluster)
+    settings = ManySettings(overwrite, workers, streams, cluster, retries, outputs_to, duration)
     given = [videos] if isinstance(videos, str | os.PathLike) else list(videos)
     model_paths = [models] if isinstance(models, str | os.PathLike) else list(models)
     jobs = plan_jobs(
@@ -179,56 +208,23 @@ def run_many(
         save_interval=save_interval,
         tracking=tracking,
     )
-    run = run_jobs(
-        jobs,
-        options,
-        overwrite=overwrite,
-        workers=workers,
-        streams=streams,
-        cluster=cluster,
-        retries=retries,
-        outputs_to=outputs_to,
-        duration=duration,
-        report=report,
-    )
+    run = run_jobs(jobs, options, settings, report)
     if run.interrupted is not None:
         raise run.interrupted
     return run
 
 
-def check_outputs_to(outputs_to: str, cluster: str | None) -> None:
-    """Refuse an unknown `outputs_to`, and "driver" without a cluster.
-
-    Raises:
-        ValueError: one line saying which.
-    """
-    if outputs_to not in OUTPUTS_TO:
-        raise ValueError(f"outputs_to must be one of {', '.join(OUTPUTS_TO)}, got {outputs_to!r}")
-    if outputs_to == "driver" and cluster is None:
-        raise ValueError(
-            "outputs to the driver apply with a Ray cluster; without one the workers "
-            "write to this machine's output folder already"
-        )
-
-
 def run_jobs(
     jobs: Sequence[VideoJob],
     options: WorkOptions,
-    *,
-    overwrite: bool = False,
-    workers: int | None = None,
-    streams: int = DEFAULT_STREAMS,
-    cluster: str | None = None,
-    retries: int = DEFAULT_RETRIES,
-    outputs_to: OutputsTo = "worker",
-    duration: float | None = None,
+    settings: ManySettings,
     report: Reporter | None = None,
 ) -> ManyResult:
-    """`run_many` on planned jobs (`plan_jobs`) and worker options; a run in this
-    process, in local workers or on Ray stopped by Ctrl-C returns what it did, with
-    `ManyResult.interrupted`."""
-    check_outputs_to(outputs_to, cluster)
-    deadline = None if duration is None else time.monotonic() + duration
+    """`run_many` on planned jobs (`plan_jobs`), worker options and run settings; a
+    run in this process, in local workers or on Ray stopped by Ctrl-C returns what
+    it did, with `ManyResult.interrupted`."""
+    overwrite, workers, cluster = settings.overwrite, settings.workers, settings.cluster
+    deadline = None if settings.duration is None else time.monotonic() + settings.duration
     # Absolute paths: worker processes and Ray actors may run in other folders.
     jobs = [
         attrs.evolve(job, video=job.video.absolute(), output=job.output.absolute()) for job in jobs
@@ -250,7 +246,7 @@ def run_jobs(
         from sleap_live.stream.many.cluster import run_on_ray
 
         mode = f"Ray ({cluster})" + (
-            ", outputs written by the driver" if outputs_to == "driver" else ""
+            ", outputs written by the driver" if settings.outputs_to == "driver" else ""
         )
         run = functools.partial(
             run_on_ray,
@@ -258,11 +254,11 @@ def run_jobs(
             options,
             address=cluster,
             workers=workers,
-            streams=streams,
-            retries=retries,
+            streams=settings.streams,
+            retries=settings.retries,
             # A CUDA run: an actor per GPU, each given one by Ray.
             gpus_per_worker=1.0 if options.load.device.startswith("cuda") else 0.0,
-            outputs_to=outputs_to,
+            outputs_to=settings.outputs_to,
             deadline=deadline,
             report=report,
         )
@@ -273,15 +269,15 @@ def run_jobs(
             todo,
             options,
             workers=workers,
-            streams=streams,
-            retries=retries,
+            streams=settings.streams,
+            retries=settings.retries,
             deadline=deadline,
             report=report,
         )
     else:
         mode = "this process"
         run = functools.partial(
-            run_here, todo, options, streams=streams, deadline=deadline, report=report
+            run_here, todo, options, streams=settings.streams, deadline=deadline, report=report
         )
     try:
         results = run()
