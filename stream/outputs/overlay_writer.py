@@ -3,8 +3,8 @@
 The video is encoded in a private folder beside the output and renamed onto the
 output only when it is finished (the output rule, `staging`), so a failed or
 cut-short render never leaves a broken file where a good one was. The output is
-locked (`OutputLock`) meanwhile. `open_staged` and `abandon` do this for the
-recorder's videos too.
+locked (`OutputLock`) meanwhile. `StagedVideo` does this for the recorder's
+videos too.
 """
 
 from __future__ import annotations
@@ -68,29 +68,27 @@ class OverlayWriter:
             raise ValueError(f"{self.path}: frame size must be positive, got {size!r}")
         self.size = (height, width)
         encoder, pixel_format, options = CODECS[codec]
-        self._pad = pixel_format == "yuv420p" and (height % 2 or width % 2)
         claim_output(self.path, what, overwrite=overwrite)
         not_a_video = ValueError(
             f"{self.path}: {self.path.suffix or 'a suffix-less name'} is not a video format "
             "FFmpeg can write; use .mp4, .mkv or .avi"
         )
-        self._staged, self._lock, self._container = open_staged(self.path, what, not_a_video)
-        try:
-            rate = Fraction(fps).limit_denominator(1001)
-            stream = cast(av.video.stream.VideoStream, self._container.add_stream(encoder, rate))
-            stream.width = width + width % 2 if self._pad else width
-            stream.height = height + height % 2 if self._pad else height
-            stream.pix_fmt = pixel_format
-            stream.options = dict(options)
-        except BaseException:
-            self._container.close()
-            abandon(self._staged, self._lock)
-            raise
-        self._stream = stream
-        self.n_frames_written = 0
+        self._video = StagedVideo(
+            self.path,
+            what,
+            not_a_video,
+            encoder,
+            fps,
+            (height, width),
+            pixel_format,
+            dict(options),
+        )
         # True once the finished video is at `path`.
         self.written = False
-        self._closed = False
+
+    @property
+    def n_frames_written(self) -> int:
+        return self._video.n_frames
 
     def write(self, image: np.ndarray) -> None:
         """Encode one (H, W, 3) uint8 RGB frame.
@@ -98,42 +96,26 @@ class OverlayWriter:
         Raises:
             ValueError: the writer is closed or the frame has another shape.
         """
-        if self._closed:
+        if self._video.closed:
             raise ValueError(f"{self.path}: write() after close()")
         if image.shape != (*self.size, 3) or image.dtype != np.uint8:
             raise ValueError(
                 f"{self.path}: frame is {image.dtype} {image.shape}, expected uint8 "
                 f"{(*self.size, 3)}"
             )
-        if self._pad:
-            image = np.pad(image, ((0, self.size[0] % 2), (0, self.size[1] % 2), (0, 0)))
-        frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), "rgb24")
-        frame.pts = self.n_frames_written
-        for packet in self._stream.encode(frame):
-            self._container.mux(packet)
-        self.n_frames_written += 1
+        self._video.encode(image, "rgb24")
 
     def close(self) -> None:
         """Flush the encoder and move the finished video onto `path`; idempotent.
 
         Without frames, or on an error, nothing is written and `path` is left as it was.
         """
-        if self._closed:
-            return
-        if not self.n_frames_written:
-            self.discard()
-            return
-        self._closed = True
-        finish_staged(self._staged, self._lock, self._stream, self._container)
-        self.written = True
+        if self._video.finish():
+            self.written = True
 
     def discard(self) -> None:
         """Stop without writing `path` (left as it was); idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        self._container.close()
-        abandon(self._staged, self._lock)
+        self._video.abandon()
 
     def __enter__(self) -> OverlayWriter:
         return self
@@ -146,62 +128,123 @@ class OverlayWriter:
             self.discard()
 
 
-def open_staged(
-    path: Path, what: str, not_a_video: ValueError
-) -> tuple[StagedOutput, OutputLock, av.container.OutputContainer]:
-    """Stage `path` (the output rule, `staging`), lock its target and open the staged
-    file for PyAV to write; nothing is left behind on failure.
+class StagedVideo:
+    """A video encoded into a staged file (the output rule, `staging`) under its
+    output's lock, renamed into place by `finish`; what both the overlay writer and
+    the recorder write with.
+
+    An odd height or width of a yuv420p video is padded with one black row or column
+    at the bottom or right, which leaves coordinates unchanged.
+
+    Args:
+        path: the output; `what` names it in errors.
+        not_a_video: raised where FFmpeg writes no format of `path`'s suffix.
+        encoder, pixel_format, options: the FFmpeg encoder, its stored pixel format
+            and its options.
+        fps: the frame rate stored (as an exact fraction: 29.97 -> 30000/1001).
+        size: (height, width) of the frames.
 
     Raises:
-        ValueError: `not_a_video`, where FFmpeg writes no format of `path`'s suffix.
+        ValueError: `not_a_video`.
         OutputError: the output cannot be written or another run holds it.
     """
-    staged = StagedOutput(path, what)
-    try:
-        lock = OutputLock(staged.target, what)
-    except BaseException:
-        staged.discard()
-        raise
-    try:
-        return staged, lock, av.open(str(staged.file()), "w")
-    except ValueError:
-        abandon(staged, lock)
-        raise not_a_video from None
-    except BaseException:
-        abandon(staged, lock)
-        raise
 
+    def __init__(
+        self,
+        path: Path,
+        what: str,
+        not_a_video: ValueError,
+        encoder: str,
+        fps: float,
+        size: tuple[int, int],
+        pixel_format: str,
+        options: dict[str, object],
+    ) -> None:
+        height, width = size
+        pad_rows, pad_columns = (height % 2, width % 2) if pixel_format == "yuv420p" else (0, 0)
+        self._pad = ((0, pad_rows), (0, pad_columns), (0, 0)) if pad_rows or pad_columns else None
+        self.staged = StagedOutput(path, what)
+        try:
+            self._lock = OutputLock(self.staged.target, what)
+        except BaseException:
+            self.staged.discard()
+            raise
+        self.closed = False
+        self.n_frames = 0
+        self.sidecar: IO[str] | None = None
+        try:
+            self._container = av.open(str(self.staged.file()), "w")
+        except ValueError:
+            self._unlock()
+            raise not_a_video from None
+        except BaseException:
+            self._unlock()
+            raise
+        try:
+            rate = Fraction(fps).limit_denominator(1001)
+            stream = cast(av.video.stream.VideoStream, self._container.add_stream(encoder, rate))
+            stream.width = width + pad_columns
+            stream.height = height + pad_rows
+            stream.pix_fmt = pixel_format
+            stream.options = options
+        except BaseException:
+            self.abandon()
+            raise
+        self._stream = stream
 
-def finish_staged(
-    staged: StagedOutput,
-    lock: OutputLock,
-    stream: av.video.stream.VideoStream,
-    container: av.container.OutputContainer,
-    *names: str,
-    sidecar: IO[str] | None = None,
-) -> None:
-    """Encode the encoder's last frames, close the file (and `sidecar`, a file staged
-    beside it) and rename them into place (`names`: `StagedOutput.commit`), then
-    unlock; on an error nothing is renamed and what was staged is removed."""
-    try:
-        for packet in stream.encode():
-            container.mux(packet)
-        container.close()
-        if sidecar is not None:
-            sidecar.close()
-        staged.commit(*names)
-    except BaseException:
-        container.close()
-        if sidecar is not None:
-            sidecar.close()
-        abandon(staged, lock)
-        raise
-    lock.release()
+    def encode(self, image: np.ndarray, pixel_format: str) -> None:
+        """Encode one (H, W, C) uint8 frame as the next; ``"gray"`` takes channel 0."""
+        if self._pad is not None:
+            image = np.pad(image, self._pad)
+        plane = image[..., 0] if pixel_format == "gray" else image
+        frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(plane), pixel_format)
+        frame.pts = self.n_frames
+        for packet in self._stream.encode(frame):
+            self._container.mux(packet)
+        self.n_frames += 1
 
+    def finish(self, *names: str) -> bool:
+        """Encode the encoder's last frames, close the file (and `sidecar`, a file
+        staged beside it) and rename them into place (`names`: `StagedOutput.commit`),
+        then unlock; whether it was written. Without frames nothing is (`abandon`);
+        on an error nothing is renamed and what was staged is removed. Idempotent."""
+        if self.closed:
+            return False
+        if not self.n_frames:
+            self.abandon()
+            return False
+        self.closed = True
+        try:
+            for packet in self._stream.encode():
+                self._container.mux(packet)
+            self._container.close()
+            if self.sidecar is not None:
+                self.sidecar.close()
+            self.staged.commit(*names)
+        except BaseException:
+            self._container.close()
+            if self.sidecar is not None:
+                self.sidecar.close()
+            self._unlock()
+            raise
+        self._lock.release()
+        return True
 
-def abandon(staged: StagedOutput, lock: OutputLock) -> None:
-    """Remove what was staged, and the lock's file where it was made for this video."""
-    staged.discard()
-    if lock.created and lock.fd is not None:
-        staged.target.unlink(missing_ok=True)
-    lock.release()
+    def abandon(self) -> None:
+        """Stop without renaming anything into place; idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self._container.close()
+        finally:
+            if self.sidecar is not None:
+                self.sidecar.close()
+            self._unlock()
+
+    def _unlock(self) -> None:
+        """Remove what was staged, and the lock's file where it was made for this video."""
+        self.staged.discard()
+        if self._lock.created and self._lock.fd is not None:
+            self.staged.target.unlink(missing_ok=True)
+        self._lock.release()

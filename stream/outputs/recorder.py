@@ -7,7 +7,6 @@ import csv
 import functools
 import os
 from collections.abc import Mapping
-from fractions import Fraction
 from pathlib import Path
 
 import attrs
@@ -15,7 +14,7 @@ import av
 import numpy as np
 
 from sleap_live.stream.outputs.guard import claim_output
-from sleap_live.stream.outputs.overlay_writer import abandon, finish_staged, open_staged
+from sleap_live.stream.outputs.overlay_writer import StagedVideo
 from sleap_live.stream.types import PoseRecord
 
 
@@ -53,7 +52,6 @@ class RecordCodec:
         encoder: FFmpeg encoder name.
         lossless: whether decoded frames equal the frames written, bit for bit.
         pixel_formats: the stored pixel format for RGB and for grayscale frames.
-        even_size: the codec needs even width and height (chroma subsampling).
         containers: file suffixes whose containers take the codec.
         quality: default CRF, or None where the codec takes no quality setting.
         options: encoder options besides the quality.
@@ -62,7 +60,6 @@ class RecordCodec:
     encoder: str
     lossless: bool
     pixel_formats: tuple[str, str]
-    even_size: bool
     containers: frozenset[str] | None = None
     quality: int | None = None
     options: Mapping[str, str] = attrs.field(factory=dict)
@@ -72,7 +69,7 @@ def _lossy(encoder: str, quality: int, options: Mapping[str, str]) -> RecordCode
     """An x264-family codec: yuv420p (even sizes), a CRF, the veryfast preset."""
     yuv = ("yuv420p", "yuv420p")
     return RecordCodec(
-        encoder, False, yuv, True, quality=quality, options={"preset": "veryfast", **options}
+        encoder, False, yuv, quality=quality, options={"preset": "veryfast", **options}
     )
 
 
@@ -86,7 +83,6 @@ RECORD_CODECS: Mapping[str, RecordCodec] = {
         "ffv1",
         True,
         ("bgr0", "gray"),
-        False,
         frozenset({"mkv", "avi", "nut"}),
         options={"level": "3", "slicecrc": "1"},
     ),
@@ -193,42 +189,37 @@ class VideoRecorder:
         self.lossless = chosen.lossless
         self.frame_shape = tuple(int(v) for v in frame_shape)
         height, width, channels = self.frame_shape
-        pad_rows, pad_columns = (height % 2, width % 2) if chosen.even_size else (0, 0)
-        self._pad = ((0, pad_rows), (0, pad_columns), (0, 0))
         self._pixel_format = "rgb24" if channels == 3 else "gray"
         self.timestamps = timestamps_path(self.path)
         claim_output(self.path, "the recording", overwrite=overwrite)
         claim_output(self.timestamps, "the recording's timestamps", overwrite=overwrite)
-        self._staged, self._lock, self._container = open_staged(
-            self.path, "the recording", _not_a_video_format(self.path)
+        options: dict[str, object] = dict(chosen.options)
+        if preset is not None:
+            options["preset"] = preset
+        quality = crf if crf is not None else chosen.quality
+        if quality is not None:
+            options["crf"] = str(quality)
+        self._video = StagedVideo(
+            self.path,
+            "the recording",
+            _not_a_video_format(self.path),
+            chosen.encoder,
+            fps,
+            (height, width),
+            chosen.pixel_formats[0 if channels == 3 else 1],
+            options,
         )
         try:
-            stream = self._container.add_stream(chosen.encoder, rate=_as_fraction(fps))
-            assert isinstance(stream, av.VideoStream)
-            self._stream = stream
-            self._stream.width = width + pad_columns
-            self._stream.height = height + pad_rows
-            self._stream.pix_fmt = chosen.pixel_formats[0 if channels == 3 else 1]
-            options: dict[str, object] = dict(chosen.options)
-            if preset is not None:
-                options["preset"] = preset
-            quality = crf if crf is not None else chosen.quality
-            if quality is not None:
-                options["crf"] = str(quality)
-            self._stream.options = options
-            self._times = open(
-                self._staged.file(self.timestamps.name), "w", newline="", encoding="utf-8"
+            self._video.sidecar = self._times = open(
+                self._video.staged.file(self.timestamps.name), "w", newline="", encoding="utf-8"
             )
             self._times_writer = csv.writer(self._times)
             self._times_writer.writerow(TIMESTAMP_COLUMNS)
         except BaseException:
-            self._container.close()
-            abandon(self._staged, self._lock)
+            self._video.abandon()
             raise
         self.quality = quality
-        self.n_frames_written = 0
         self.finished = False
-        self._closed = False
 
     takes_frames = True
 
@@ -255,28 +246,22 @@ class VideoRecorder:
         Raises:
             ValueError: the recorder is closed or the frame has another shape.
         """
-        if self._closed:
+        if self._video.closed:
             raise ValueError(f"{self.path}: encode() after close()")
         if image.shape != self.frame_shape or image.dtype != np.uint8:
             raise ValueError(
                 f"{self.path}: frame is {image.dtype} {image.shape}, recorder expects "
                 f"uint8 {self.frame_shape}"
             )
-        if any(after for _, after in self._pad):
-            image = np.pad(image, self._pad)
-        plane = image if self._pixel_format == "rgb24" else image[..., 0]
-        frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(plane), self._pixel_format)
-        frame.pts = self.n_frames_written
-        for packet in self._stream.encode(frame):
-            self._container.mux(packet)
+        index = self._video.n_frames
+        self._video.encode(image, self._pixel_format)
         self._times_writer.writerow(
             (
-                self.n_frames_written,
+                index,
                 "" if source_frame_index is None else source_frame_index,
                 "" if capture_time is None else repr(float(capture_time)),
             )
         )
-        self.n_frames_written += 1
 
     def seconds_until_due(self) -> float | None:
         """None: every frame is encoded as it comes, nothing waits to be saved."""
@@ -289,48 +274,31 @@ class VideoRecorder:
         """Flush the encoder, finish the file and rename it and its timestamps into
         place (the video last); idempotent. Without frames, or on an error, nothing
         is renamed: an earlier recording at `path` stays."""
-        if self._closed:
-            return
-        if not self.n_frames_written:
-            self.discard()
-            return
-        self._closed = True
-        names = (self.timestamps.name, self.path.name)
-        finish_staged(
-            self._staged, self._lock, self._stream, self._container, *names, sidecar=self._times
-        )
-        self.finished = True
+        if self._video.finish(self.timestamps.name, self.path.name):
+            self.finished = True
 
     def discard(self) -> None:
         """Stop without finishing the recording: nothing is renamed into place, so an
         earlier recording at `path` (and its timestamps) stays as it was; idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self._container.close()
-        finally:
-            self._times.close()
-            abandon(self._staged, self._lock)
+        self._video.abandon()
 
     def describe(self) -> str:
         """What the recording holds, in one line."""
         if self.finished:
             return f"recording: {self.path} ({self.n_frames_written} frames)"
-        if self._closed:
+        if self._video.closed:
             return f"recording: {self.path} not written ({self.n_frames_written} frames)"
         return (
             f"recording: {self.path} is unfinished ({self.n_frames_written} frames encoded); "
             "it may not play"
         )
 
+    @property
+    def n_frames_written(self) -> int:
+        return self._video.n_frames
+
     def __enter__(self) -> VideoRecorder:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def _as_fraction(fps: float) -> Fraction:
-    """A frame rate as an exact fraction (29.97 -> 30000/1001) for the stream time base."""
-    return Fraction(fps).limit_denominator(1001)

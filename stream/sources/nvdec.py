@@ -458,6 +458,14 @@ def open_file(
         info = probe(path)
         choice = choose_decoder(decoder, info)
         report(choice, decoder)
+    # What both decoders' sources are given.
+    common: dict[str, Any] = {
+        "start": start,
+        "stop": stop,
+        "source_id": source_id,
+        "clock": clock,
+        "read_timeout": read_timeout,
+    }
     source: SourceBase | None = None
     if choice.decoder == "nvdec":
         check_bit_depth(bit_depth)
@@ -467,29 +475,12 @@ def open_file(
                 "decodes this video to; use the pyav decoder"
             )
         try:
-            source = NvdecSource(
-                path,
-                start=start,
-                stop=stop,
-                source_id=source_id,
-                clock=clock,
-                device=device,
-                info=info,
-                read_timeout=read_timeout,
-            )
+            source = NvdecSource(path, device=device, info=info, **common)
         except NvdecStartError as error:
             choice = _pyav_instead(error)
             report(choice, decoder)
     if source is None:
-        source = FileSource(
-            path,
-            start=start,
-            stop=stop,
-            source_id=source_id,
-            clock=clock,
-            bit_depth=bit_depth,
-            read_timeout=read_timeout,
-        )
+        source = FileSource(path, bit_depth=bit_depth, **common)
     source.decoder = choice.decoder
     source.decoder_notice = choice.notice
     return source
