@@ -1,14 +1,12 @@
-"""NV12 frames, as NVDEC decodes them, to gray or RGB images in torch.
+"""NV12 frames, as NVDEC decodes them, to RGB images in torch (gray content: their
+red plane, as `FileSource` hands it out).
 
 The results are bit-identical to what `FileSource` gets from PyAV for the same
-frame: ``frame.to_ndarray(format="gray")`` or ``format="rgb24"`` on an NV12 frame,
+frame: ``frame.to_ndarray(format="rgb24")`` on an NV12 frame,
 which runs FFmpeg's swscale with PyAV's defaults (bilinear, no accurate rounding,
 the frame's own colour matrix and range tags). What swscale does there, measured
 against it exhaustively (tests/stream/test_nv12.py):
 
-- **gray** from limited-range luma: Y in 15-bit fixed point (``Y << 7``), swscale's
-  limited-to-full range expansion ``(min(v, 30189) * 19077 - 39057361) >> 14``, then
-  ``(v + 64) >> 7`` to 8 bits. From full-range (JPEG) luma, Y unchanged.
 - **rgb24**: chroma is not interpolated across a row (both pixels of a pair take
   their chroma sample) but is interpolated down the columns, with MPEG-2 siting:
   luma row ``r`` mixes its chroma row ``r // 2`` with weight 3/4 and the row above
@@ -153,20 +151,6 @@ def reproducible(width: int, height: int, matrix: str, channels: int) -> str | N
     if channels == 1 and matrix != "bt601":
         return f"gray from {matrix} frames (FFmpeg converts them to BT.601 luma)"
     return None
-
-
-def nv12_to_gray(luma: torch.Tensor, full_range: bool = False) -> torch.Tensor:
-    """(H, W, 1) uint8 gray image from 8-bit luma (H, W), as swscale's nv12 -> gray
-    for frames tagged BT.601 or untagged (see `reproducible`)."""
-    if full_range:
-        return luma.to(torch.uint8).unsqueeze(-1).contiguous()
-    return _limited_to_full(luma.to(torch.int32) << 7).unsqueeze(-1)
-
-
-def _limited_to_full(luma15: torch.Tensor) -> torch.Tensor:
-    """swscale's lumRangeToJpeg on 15-bit luma, then its rounding to 8 bits."""
-    expanded = (luma15.clamp(max=30189) * 19077 - 39057361) >> 14
-    return ((expanded + 64) >> 7).clamp(0, 255).to(torch.uint8)
 
 
 def nv12_to_rgb(luma: torch.Tensor, chroma: torch.Tensor, tables: YuvTables) -> torch.Tensor:
