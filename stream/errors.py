@@ -55,3 +55,8 @@ class PublishError(StreamError, OSError):
 class PreviewError(StreamError, OSError):
     """The browser preview cannot be served: aiohttp or Pillow is missing, or its address
     cannot be bound (port in use, no such interface)."""
+
+
+def one_line(error: BaseException | None) -> str:
+    """The error's message on one line (its lines joined), for a table or a log line."""
+    return " ".join(line.strip() for line in str(error).splitlines() if line.strip())

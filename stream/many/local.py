@@ -230,8 +230,8 @@ def run_in_processes(
         pool.append(worker)
         return worker
 
-    def hand_out(worker: _Worker) -> None:
-        while queue and len(worker.in_flight) < streams and not past(deadline):
+    def hand_out(worker: _Worker, most: int = streams) -> None:
+        while queue and len(worker.in_flight) < most and not past(deadline):
             job, attempt = queue.pop()
             worker.in_flight[job.index] = (job, attempt)
             report.started(job)
@@ -252,12 +252,6 @@ def run_in_processes(
                 results[job.index] = result
                 report.finished(result)
 
-    def hand_one(worker: _Worker) -> None:
-        job, attempt = queue.pop()
-        worker.in_flight[job.index] = (job, attempt)
-        report.started(job)
-        worker.connection.send(("job", job, attempt))
-
     # Until a worker has sent a result, the model may still be loading (exporting
     # into the cache, measuring an `auto` engine): one worker, one video.
     ready = False
@@ -276,7 +270,7 @@ def run_in_processes(
                 for worker in pool:
                     hand_out(worker)
             elif queue and not pool:
-                hand_one(start_worker())
+                hand_out(start_worker(), most=1)
             for worker, message in _messages(pool, POLL_SECONDS):
                 if message is None:
                     lost(worker)

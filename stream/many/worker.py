@@ -28,7 +28,7 @@ from sleap_live.engines.load.metadata import ExportMetadata
 from sleap_live.engines.load_options import LoadOptions
 from sleap_live.engines.runners.base import Runner
 from sleap_live.engines.types import FramePoses, ModelInfo
-from sleap_live.stream.errors import StreamError
+from sleap_live.stream.errors import StreamError, one_line
 from sleap_live.stream.many.finish import (
     discard_unfinished,
     finish,
@@ -210,7 +210,7 @@ class VideoWorker:
         except OSError as busy:
             # Another run is writing this output (or its folder is unwritable): its
             # files are not this attempt's to remove.
-            return failed(job, _one_line(busy), attempt)
+            return failed(job, one_line(busy), attempt)
         frames = instances = 0
         error: str | None = None
         status: Status = "done"
@@ -219,10 +219,10 @@ class VideoWorker:
             finish(job.output)
         except VideoStopped as stopped:
             self._clean(job)
-            status, frames, error = "stopped", stopped.frames, _one_line(stopped)
+            status, frames, error = "stopped", stopped.frames, one_line(stopped)
         except (StreamError, EngineError, OSError, ValueError) as caught:
             self._clean(job)
-            status, error = "failed", _one_line(caught)
+            status, error = "failed", one_line(caught)
         return attrs.evolve(
             result_of(job, status),
             frames=frames,
@@ -324,7 +324,3 @@ class VideoWorker:
                 path.unlink()
             except OSError:
                 pass
-
-
-def _one_line(error: BaseException) -> str:
-    return " ".join(line.strip() for line in str(error).splitlines() if line.strip())

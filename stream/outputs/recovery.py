@@ -24,6 +24,7 @@ import numpy as np
 import sleap_io as sio
 
 from sleap_live.engines.types import Skeleton
+from sleap_live.stream.errors import one_line
 from sleap_live.stream.outputs.exports import save_labels, sidecars
 from sleap_live.stream.outputs.guard import (
     OutputError,
@@ -273,7 +274,7 @@ def _save_collecting_failures(labels: sio.Labels, partial: Path, slp: Path) -> l
 
     def collect_unraisable(unraisable: Any) -> None:
         if _raised_in_h5py(unraisable.exc_traceback):
-            failures.append(_one_line(unraisable.exc_value))
+            failures.append(one_line(unraisable.exc_value))
         else:
             previous_unraisable(unraisable)
 
@@ -282,7 +283,7 @@ def _save_collecting_failures(labels: sio.Labels, partial: Path, slp: Path) -> l
     ) -> None:
         # h5py's finalisers print their error through the except hook first.
         if _raised_in_h5py(trace):
-            failures.append(_one_line(error))
+            failures.append(one_line(error))
         else:
             previous_except(kind, error, trace)
 
@@ -295,7 +296,7 @@ def _save_collecting_failures(labels: sio.Labels, partial: Path, slp: Path) -> l
         except Exception as error:
             # Kept as text, its frames cleared: they hold h5py objects, which must
             # be finalised now, not whenever the error is let go.
-            failures.insert(0, _one_line(error))
+            failures.insert(0, one_line(error))
             traceback.clear_frames(error.__traceback__)
         if failures or hdf5_objects_open() > open_before:
             # Finalise the save's h5py objects while the hooks collect. Only then: a
@@ -328,10 +329,6 @@ def _raised_in_h5py(trace: TracebackType | None) -> bool:
             return True
         trace = trace.tb_next
     return False
-
-
-def _one_line(error: BaseException | None) -> str:
-    return " ".join(line.strip() for line in str(error).splitlines() if line.strip())
 
 
 def _track(tracks: dict[int, sio.Track], identity: int) -> sio.Track | None:

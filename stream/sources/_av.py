@@ -120,3 +120,16 @@ def rate_of(stream: av.video.stream.VideoStream) -> float | None:
     """Frames per second the stream declares, or None if it declares none."""
     rate = stream.average_rate or stream.guessed_rate
     return float(rate) if rate else None
+
+
+def check_size(
+    frame: av.VideoFrame, shape: tuple[int, int, int], name: str, index: int, opened: str
+) -> None:
+    """Raise `SourceError` where frame `index` of `name` is not the size `opened`
+    (e.g. "the camera opened") at, `shape`: resolution changes are not supported."""
+    height, width, _ = shape
+    if (frame.height, frame.width) != (height, width):
+        raise SourceError(
+            f"{name}: frame {index} is {frame.width}x{frame.height} but {opened} "
+            f"at {width}x{height}; resolution changes are not supported"
+        )

@@ -204,21 +204,13 @@ class CameraSource(SourceBase):
                     continue
                 consecutive_errors = 0
                 for frame in frames:
-                    self._check_size(frame, index)
+                    _av.check_size(frame, self.frame_shape, self.device, index, "the camera opened")
                     yield Frame(index, captured, self.source_id, self._to_image(frame))
                     index += 1
         except av.error.FFmpegError as error:
             raise SourceError(
                 f"{self.device}: camera stopped after {index} frames: {_av.reason(error)}"
             ) from error
-
-    def _check_size(self, frame: av.VideoFrame, index: int) -> None:
-        height, width, _ = self.frame_shape
-        if (frame.height, frame.width) != (height, width):
-            raise SourceError(
-                f"{self.device}: frame {index} is {frame.width}x{frame.height} but the "
-                f"camera opened at {width}x{height}; resolution changes are not supported"
-            )
 
     def _release(self) -> None:
         self._container.close()

@@ -14,7 +14,7 @@ function that queries one node (Linux), and the function that runs FFmpeg's list
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -259,17 +259,8 @@ _DSHOW_ENTRY = re.compile(r'^"(.+)"(?: \((video|audio|none)\))?$')
 
 def avfoundation_cameras(lines: Iterable[str]) -> list[CameraDevice]:
     """The video devices in avfoundation's listing (``[N] NAME`` under its video heading)."""
-    cameras = []
-    in_video = False
-    for line in lines:
-        text = line.strip()
-        if text.endswith("devices:"):
-            in_video = "video" in text
-            continue
-        match = _AVFOUNDATION_ENTRY.match(text)
-        if in_video and match:
-            cameras.append(CameraDevice(match[1], match[2], "avfoundation"))
-    return cameras
+    entries = _entries(lines, lambda text: text.endswith("devices:"), _AVFOUNDATION_ENTRY)
+    return [CameraDevice(m[1], m[2], "avfoundation") for m, in_video in entries if in_video]
 
 
 def dshow_cameras(lines: Iterable[str]) -> list[CameraDevice]:
@@ -278,17 +269,26 @@ def dshow_cameras(lines: Iterable[str]) -> list[CameraDevice]:
     FFmpeg 4.4 and later tag each device ``"NAME" (video)``; earlier versions list
     them under a "DirectShow video devices" heading.
     """
-    cameras = []
+    entries = _entries(lines, lambda text: text.startswith("DirectShow"), _DSHOW_ENTRY)
+    return [
+        CameraDevice(f"video={m[1]}", m[1], "dshow")
+        for m, in_video in entries
+        if m[2] == "video" or (m[2] is None and in_video)
+    ]
+
+
+def _entries(
+    lines: Iterable[str], heading: Callable[[str], bool], entry: re.Pattern[str]
+) -> Iterator[tuple[re.Match[str], bool]]:
+    """Each line of a device listing that `entry` matches, and whether it stands under
+    a video heading (the last line `heading` picks out names video)."""
     in_video = False
     for line in lines:
         text = line.strip()
-        if text.startswith("DirectShow"):
+        if heading(text):
             in_video = "video" in text
-            continue
-        match = _DSHOW_ENTRY.match(text)
-        if match and (match[2] == "video" or (match[2] is None and in_video)):
-            cameras.append(CameraDevice(f"video={match[1]}", match[1], "dshow"))
-    return cameras
+        elif match := entry.match(text):
+            yield match, in_video
 
 
 def describe_cameras(cameras: Sequence[CameraDevice]) -> list[str]:

@@ -163,7 +163,7 @@ class FileSource(SourceBase):
             if self._stop_index is not None and index >= self._stop_index:
                 return
             if index >= self._start:
-                self._check_size(frame, index)
+                _av.check_size(frame, self.frame_shape, str(self.path), index, "the video started")
                 yield Frame(index, captured, self.source_id, self._image(frame))
             last_index = index
             index += 1
@@ -256,14 +256,6 @@ class FileSource(SourceBase):
         rate = self._stream.average_rate or self._stream.guessed_rate
         assert rate is not None, "the stream declares no frame rate"
         return Fraction(rate)
-
-    def _check_size(self, frame: av.VideoFrame, index: int) -> None:
-        height, width, _ = self.frame_shape
-        if (frame.height, frame.width) != (height, width):
-            raise SourceError(
-                f"{self.path}: frame {index} is {frame.width}x{frame.height} but the video "
-                f"started at {width}x{height}; resolution changes are not supported"
-            )
 
     def _release(self) -> None:
         self._container.close()
