@@ -60,3 +60,11 @@ class PreviewError(StreamError, OSError):
 def one_line(error: BaseException | None) -> str:
     """The error's message on one line (its lines joined), for a table or a log line."""
     return " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+
+
+def first_line(error: BaseException) -> str:
+    """The error's first line, or its type's name where it has no message: what
+    PyNvVideoCodec and Ray follow it with (pages of advice, a remote traceback) is
+    left out."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__

@@ -84,7 +84,6 @@ class Snapshots:
         ring: the pipeline's ring buffer, where the poses are read.
         frames: the slot the emit stage fills.
         get_stats: the pipeline's current stats.
-        quality: JPEG quality, 1 to 95.
     """
 
     def __init__(
@@ -92,12 +91,10 @@ class Snapshots:
         ring: RingBuffer,
         frames: LatestFrame,
         get_stats: Callable[[], PipelineStats],
-        quality: int = JPEG_QUALITY,
     ) -> None:
         self._ring = ring
         self._frames = frames
         self._get_stats = get_stats
-        self._quality = quality
         self._tick = 0
         self._frame: dict[str, Any] | None = None
         self._jpeg: bytes | None = None
@@ -114,7 +111,7 @@ class Snapshots:
             # A record overwritten since (a ring's worth of frames later) waits for the next.
             if record is not None:
                 pixels = host_image(image)
-                self._jpeg = encode_jpeg(pixels, self._quality)
+                self._jpeg = encode_jpeg(pixels)
                 self._frame = frame_message(sequence, record, pixels.shape)
         self._tick += 1
         return Snapshot(self._tick, stats, self._frame, self._jpeg, finished)
@@ -132,13 +129,13 @@ def host_image(image: Any) -> np.ndarray:
     return np.asarray(image.cpu().numpy())
 
 
-def encode_jpeg(image: np.ndarray, quality: int = JPEG_QUALITY) -> bytes:
-    """JPEG of an (H, W, 1) gray or (H, W, 3) RGB uint8 image."""
+def encode_jpeg(image: np.ndarray) -> bytes:
+    """JPEG (`JPEG_QUALITY`) of an (H, W, 1) gray or (H, W, 3) RGB uint8 image."""
     from PIL import Image
 
     pixels = image[:, :, 0] if image.shape[2] == 1 else image
     buffer = io.BytesIO()
-    Image.fromarray(np.ascontiguousarray(pixels)).save(buffer, "JPEG", quality=quality)
+    Image.fromarray(np.ascontiguousarray(pixels)).save(buffer, "JPEG", quality=JPEG_QUALITY)
     return buffer.getvalue()
 
 

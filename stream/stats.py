@@ -312,7 +312,6 @@ class StageMeters:
         frames_dropped: Mapping[str, int],
         queue_depths: Mapping[str, int],
         consumers: Sequence[ConsumerStats],
-        publish: PublishStats | None = None,
     ) -> PipelineStats:
         """The stats record; `frames_dropped` adds the frames dropped outside these
         meters, by source id (every source of the pipeline, 0 where none)."""
@@ -350,7 +349,6 @@ class StageMeters:
             instances_last_frame=self.instances_last_frame,
             frames_with_instances=self.frames_with_instances,
             consumers=tuple(consumers),
-            publish=publish,
             dropped_by_source={
                 source: outside + self._lost_by_source.get(source, 0)
                 for source, outside in frames_dropped.items()

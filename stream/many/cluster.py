@@ -37,6 +37,7 @@ from typing import Any
 import attrs
 
 from sleap_live.engines.errors import RuntimeUnavailableError
+from sleap_live.stream.errors import first_line
 from sleap_live.stream.loopback import is_loopback
 from sleap_live.stream.many.finish import OutputBytes, OutputsTo, collect, place
 from sleap_live.stream.many.local import (
@@ -319,9 +320,9 @@ def _dispatch(
                     result = ray.get(ref)
             except ray.exceptions.RayActorError as error:
                 dead.add(slot)
-                result = failed(job, f"its Ray worker was lost: {_first_line(error)}")
+                result = failed(job, f"its Ray worker was lost: {first_line(error)}")
             except ray.exceptions.RayError as error:
-                result = failed(job, _first_line(error))
+                result = failed(job, first_line(error))
             results[job.index] = result
             report.finished(result)
 
@@ -369,10 +370,5 @@ def _placed(job: VideoJob, result: VideoResult, files: OutputBytes | None) -> Vi
     try:
         redone = place(job.output, files)
     except OSError as error:
-        return attrs.evolve(result, status="failed", error=_first_line(error))
+        return attrs.evolve(result, status="failed", error=first_line(error))
     return attrs.evolve(result, redone=result.redone or redone)
-
-
-def _first_line(error: BaseException) -> str:
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return lines[0] if lines else type(error).__name__

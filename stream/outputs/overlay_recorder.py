@@ -40,7 +40,6 @@ class OverlayRecorder:
         skeleton: the model's skeleton.
         class_names: the model's identity names (multi-class models), else empty.
         tracked: the poses carry a tracker's track ids (coloured by track).
-        style: how poses are drawn; "auto" colours by identity when there are classes.
         codec: a key of `overlay_writer.CODECS`.
         overwrite: replace an existing `path` (`guard.claim_output`).
 
@@ -58,7 +57,6 @@ class OverlayRecorder:
         class_names: tuple[str, ...] = (),
         *,
         tracked: bool = False,
-        style: OverlayStyle | None = None,
         codec: str = DEFAULT_CODEC,
         overwrite: bool = False,
     ) -> None:
@@ -67,7 +65,7 @@ class OverlayRecorder:
         # Colours: one per class, or (tracked) a fixed cycle of track colours; the
         # last one is for instances without a track.
         self._n_colours = TRACK_COLOURS if tracked and not class_names else len(class_names) + 1
-        self._style = (style or OverlayStyle()).resolved(has_tracks=bool(class_names) or tracked)
+        self._style = OverlayStyle().resolved(has_tracks=bool(class_names) or tracked)
         height, width = int(frame_shape[0]), int(frame_shape[1])
         self._writer = OverlayWriter(
             self.path,

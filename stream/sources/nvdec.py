@@ -27,7 +27,7 @@ from typing import Any
 import attrs
 
 from sleap_live.stream.clock import MONOTONIC, Clock
-from sleap_live.stream.errors import SourceError, SourceNotFoundError
+from sleap_live.stream.errors import SourceError, SourceNotFoundError, first_line
 from sleap_live.stream.sources import _av
 from sleap_live.stream.sources._base import SourceBase
 from sleap_live.stream.sources._depth import check_bit_depth
@@ -253,7 +253,7 @@ class NvdecSource(SourceBase):
                 self.stream = torch.cuda.Stream(self.device)
         except (RuntimeError, AssertionError) as error:  # no GPU, no driver, CUDA errors
             raise NvdecStartError(
-                f"{path}: NVDEC cannot start on {self.device}: {_one_line(error)}"
+                f"{path}: NVDEC cannot start on {self.device}: {first_line(error)}"
             ) from error
         self._decoder = _open_decoder(self.path, self.device, self.stream, start)
 
@@ -366,7 +366,7 @@ def _indexed(device: Any) -> Any:
         try:
             return torch.device("cuda", torch.cuda.current_device())
         except (RuntimeError, AssertionError) as error:
-            raise NvdecStartError(f"NVDEC cannot start: {_one_line(error)}") from error
+            raise NvdecStartError(f"NVDEC cannot start: {first_line(error)}") from error
     return device
 
 
@@ -390,21 +390,15 @@ def import_pynvvideocodec() -> Any:
         import PyNvVideoCodec as nvc  # type: ignore[import-not-found,import-untyped,unused-ignore]
     except ImportError as error:
         raise NvdecStartError(
-            f"PyNvVideoCodec cannot be imported ({_one_line(error)}; {INSTALL_HINT})"
+            f"PyNvVideoCodec cannot be imported ({first_line(error)}; {INSTALL_HINT})"
         ) from error
     except Exception as error:  # RuntimeError, OSError: the driver's libraries are missing
         raise NvdecStartError(
-            f"PyNvVideoCodec cannot start ({type(error).__name__}: {_one_line(error)}); "
+            f"PyNvVideoCodec cannot start ({type(error).__name__}: {first_line(error)}); "
             "it needs the NVIDIA driver's video libraries (in a container: "
             "NVIDIA_DRIVER_CAPABILITIES=compute,utility,video)"
         ) from error
     return nvc
-
-
-def _one_line(error: BaseException) -> str:
-    """The error's first line: PyNvVideoCodec 2.2 follows it with pages of advice."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return lines[0] if lines else type(error).__name__
 
 
 def _open_decoder(path: Path, device: Any, stream: Any, start: int) -> Any:
@@ -422,7 +416,7 @@ def _open_decoder(path: Path, device: Any, stream: Any, start: int) -> Any:
             start_frame=start,
         )
     except Exception as error:  # PyNvVideoCodec raises RuntimeError and its own types
-        raise NvdecStartError(f"{path}: NVDEC cannot open it: {_one_line(error)}") from error
+        raise NvdecStartError(f"{path}: NVDEC cannot open it: {first_line(error)}") from error
 
 
 def open_file(
