@@ -9,7 +9,7 @@ user writes with these methods.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import numpy as np
 
@@ -50,3 +50,30 @@ class Output(Protocol):
     def describe(self) -> str:
         """What the output holds now, in one line (never more than is on disk)."""
         ...
+
+
+_EncodedT = TypeVar("_EncodedT", bound="EncodedOutput")
+
+
+class EncodedOutput:
+    """What the recorders (`VideoRecorder`, `OverlayRecorder`) share as outputs: they
+    take frames and encode each as it comes, so nothing waits to be saved; leaving
+    ``with`` closes them."""
+
+    takes_frames = True
+
+    def seconds_until_due(self) -> float | None:
+        """None: every frame is encoded as it comes, nothing waits to be saved."""
+        return None
+
+    def flush(self) -> None:
+        """Nothing to do: frames are encoded as they come."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _EncodedT) -> _EncodedT:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from sleap_live.engines.types import Skeleton
+from sleap_live.stream.outputs.base import EncodedOutput
 from sleap_live.stream.outputs.overlay import OverlayStyle, SkeletonLayout, draw_poses
 from sleap_live.stream.outputs.overlay_writer import DEFAULT_CODEC, OverlayWriter
 from sleap_live.stream.types import PoseRecord
@@ -25,7 +26,7 @@ from sleap_live.stream.types import PoseRecord
 TRACK_COLOURS = 11
 
 
-class OverlayRecorder:
+class OverlayRecorder(EncodedOutput):
     """Draws each frame's poses and encodes the result, one output frame per `write()`.
 
     Frame k of the recording is the k-th pose record, as with `VideoRecorder`. The
@@ -77,8 +78,6 @@ class OverlayRecorder:
         )
         self.finished = False
 
-    takes_frames = True
-
     @property
     def n_frames_written(self) -> int:
         return self._writer.n_frames_written
@@ -111,13 +110,6 @@ class OverlayRecorder:
             )
         self._writer.write(image)
 
-    def seconds_until_due(self) -> float | None:
-        """None: every frame is encoded as it comes, nothing waits to be saved."""
-        return None
-
-    def flush(self) -> None:
-        """Nothing to do: frames are encoded as they come."""
-
     def close(self) -> None:
         """Finish the video and move it into place; idempotent."""
         self._writer.close()
@@ -132,9 +124,3 @@ class OverlayRecorder:
         if self.finished:
             return f"overlay recording: {self.path} ({self.n_frames_written} frames)"
         return f"overlay recording: {self.path} not written ({self.n_frames_written} frames drawn)"
-
-    def __enter__(self) -> OverlayRecorder:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()

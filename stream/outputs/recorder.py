@@ -13,6 +13,7 @@ import attrs
 import av
 import numpy as np
 
+from sleap_live.stream.outputs.base import EncodedOutput
 from sleap_live.stream.outputs.guard import claim_output
 from sleap_live.stream.outputs.overlay_writer import StagedVideo
 from sleap_live.stream.types import PoseRecord
@@ -118,7 +119,7 @@ def check_record_codec(path: Path, codec: str, quality: int | None) -> None:
         )
 
 
-class VideoRecorder:
+class VideoRecorder(EncodedOutput):
     """Encodes frames to a video file with PyAV, one output frame per `encode()`.
 
     As an `Output` of a pipeline, `write(record, image)` encodes the record's frame.
@@ -221,8 +222,6 @@ class VideoRecorder:
         self.quality = quality
         self.finished = False
 
-    takes_frames = True
-
     def write(self, record: PoseRecord, image: np.ndarray | None) -> None:
         """Encode `image`, the frame of `record`, noting its index and capture time.
 
@@ -263,13 +262,6 @@ class VideoRecorder:
             )
         )
 
-    def seconds_until_due(self) -> float | None:
-        """None: every frame is encoded as it comes, nothing waits to be saved."""
-        return None
-
-    def flush(self) -> None:
-        """Nothing to do: frames are encoded as they come."""
-
     def close(self) -> None:
         """Flush the encoder, finish the file and rename it and its timestamps into
         place (the video last); idempotent. Without frames, or on an error, nothing
@@ -296,9 +288,3 @@ class VideoRecorder:
     @property
     def n_frames_written(self) -> int:
         return self._video.n_frames
-
-    def __enter__(self) -> VideoRecorder:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
