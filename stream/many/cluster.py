@@ -172,10 +172,36 @@ def run_on_ray(
                 with _signal_handlers_kept():
                     ray.init(address=address, log_to_driver=False)
                 session.callback(ray.shutdown)
-        return _run_in_session(
-            ray, jobs, options, cpus, gpus_per_worker, workers, streams, retries,
-            outputs_to, deadline, report,
-        )  # fmt: skip
+        if workers is None:
+            resources = ray.cluster_resources()
+            room = (
+                resources.get("GPU", 0) / gpus_per_worker
+                if gpus_per_worker
+                else resources.get("CPU", 0) / cpus
+            )
+            workers = int(room)
+        if workers < 1:
+            raise ValueError(
+                f"the Ray cluster has room for no worker of {cpus:g} CPUs and "
+                f"{gpus_per_worker:g} GPUs (it has {ray.cluster_resources()})"
+            )
+        actor_class = ray.remote(
+            num_cpus=cpus,
+            num_gpus=gpus_per_worker,
+            max_restarts=retries,
+            max_task_retries=retries,
+            # One thread more than the videos it is handed: `stop` runs beside them.
+            max_concurrency=streams + 1,
+        )(RayVideoWorker)
+        actors: list[Any] = []
+        try:
+            return _dispatch(
+                ray, actor_class, actors, jobs, options, workers, streams, outputs_to, deadline,
+                report,
+            )  # fmt: skip
+        finally:
+            for actor in actors:
+                ray.kill(actor, no_restart=True)
 
 
 @contextlib.contextmanager
@@ -225,50 +251,6 @@ def ray_exposure_warning(address: str) -> str:
         f"reach (Ray was imported with {RAY_LOOPBACK_ENV} unset or 1); only Ray's token "
         f"authentication guards it; {RAY_LOOPBACK_ENV}=0 keeps it on this machine"
     )
-
-
-def _run_in_session(
-    ray: Any,
-    jobs: Sequence[VideoJob],
-    options: WorkOptions,
-    cpus: float,
-    gpus_per_worker: float,
-    workers: int | None,
-    streams: int,
-    retries: int,
-    outputs_to: OutputsTo,
-    deadline: float | None,
-    report: Reporter,
-) -> list[VideoResult]:
-    actors: list[Any] = []
-    try:
-        if workers is None:
-            resources = ray.cluster_resources()
-            room = (
-                resources.get("GPU", 0) / gpus_per_worker
-                if gpus_per_worker
-                else resources.get("CPU", 0) / cpus
-            )
-            workers = int(room)
-        if workers < 1:
-            raise ValueError(
-                f"the Ray cluster has room for no worker of {cpus:g} CPUs and "
-                f"{gpus_per_worker:g} GPUs (it has {ray.cluster_resources()})"
-            )
-        actor_class = ray.remote(
-            num_cpus=cpus,
-            num_gpus=gpus_per_worker,
-            max_restarts=retries,
-            max_task_retries=retries,
-            # One thread more than the videos it is handed: `stop` runs beside them.
-            max_concurrency=streams + 1,
-        )(RayVideoWorker)
-        return _dispatch(
-            ray, actor_class, actors, jobs, options, workers, streams, outputs_to, deadline, report
-        )
-    finally:
-        for actor in actors:
-            ray.kill(actor, no_restart=True)
 
 
 def _dispatch(

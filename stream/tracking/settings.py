@@ -64,17 +64,6 @@ def _unit_or_none(instance: object, attribute: attrs.Attribute[Any], value: Any)
         )
 
 
-def _at_least_or_none(minimum: int) -> Validator:
-    def check(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-        if value is not None and value < minimum:
-            raise ValueError(
-                f"tracking: {attribute.name.replace('_', '-')} must be at least {minimum}, "
-                f"got {value!r}"
-            )
-
-    return check
-
-
 @attrs.frozen
 class MotParameters:
     """A MOT tracker's options, resolved: sleap-nn's "animal" preset for it with
@@ -178,8 +167,10 @@ CLASSIC_OPTIONS = (
 )
 
 
-def _at_least(minimum: float) -> Validator:
+def _at_least(minimum: float, *, or_none: bool = False) -> Validator:
     def check(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if or_none and value is None:
+            return
         if value < minimum:
             raise ValueError(
                 f"tracking: {attribute.name.replace('_', '-')} must be at least {minimum}, "
@@ -247,8 +238,8 @@ class TrackingSettings:
         default="hungarian", validator=_one_of(MATCHING_METHODS)
     )
     max_tracks: int | None = attrs.field(default=None)
-    track_buffer: int | None = attrs.field(default=None, validator=_at_least_or_none(0))
-    min_hits: int | None = attrs.field(default=None, validator=_at_least_or_none(1))
+    track_buffer: int | None = attrs.field(default=None, validator=_at_least(0, or_none=True))
+    min_hits: int | None = attrs.field(default=None, validator=_at_least(1, or_none=True))
     track_high_threshold: float | None = attrs.field(default=None, validator=_unit_or_none)
     track_low_threshold: float | None = attrs.field(default=None, validator=_unit_or_none)
     new_track_threshold: float | None = attrs.field(default=None, validator=_unit_or_none)
