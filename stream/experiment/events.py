@@ -27,7 +27,7 @@ from typing import IO, Any
 
 import attrs
 
-from sleap_live.stream.experiment.devices import OutputMessage
+from sleap_live.stream.experiment.devices import Decision, OutputMessage
 
 logger = logging.getLogger(__name__)
 
@@ -46,32 +46,18 @@ EVENT_COLUMNS = (
 )
 
 
-@attrs.define
-class EventEntry:
-    """One transition of one rule.
+@attrs.frozen
+class EventEntry(Decision):
+    """One transition of one rule (a `Decision`, and):
 
     Attributes:
         number: its position in the log.
-        rule: the rule's name.
-        kind: ``"onset"`` or ``"offset"``.
-        frame_index: the frame it was decided on.
-        trial: its trial, or None.
-        capture_time: the frame's capture time.
-        ready_time: when the frame's poses left the engine.
-        decision_time: when the rule decided.
         subject: the animal the rule names, if it names one.
         at_end: an offset because the run ended (the rule was on up to its frame).
         sent: per device, when its bytes were written (None: not sent) and why not.
     """
 
     number: int
-    rule: str
-    kind: str
-    frame_index: int
-    trial: int | None
-    capture_time: float
-    ready_time: float
-    decision_time: float
     subject: str | None = None
     at_end: bool = False
     sent: dict[str, tuple[float | None, str | None]] = attrs.field(factory=dict)
