@@ -2,7 +2,8 @@
 
 ``rules``: the time to decide one frame (every condition evaluated, `CompiledRules`,
 and every rule's timing stepped, `Timeline`) for 10 rules on 10 tracked animals of
-a 5-node skeleton moving at random: p50 and p99 over many frames.
+a 5-node skeleton moving at random: p50 and p99 over many frames; then the same with
+the animals' rows in a new order every frame (a tracker's output order changing).
 
 ``--kinds`` adds what each kind of condition costs: the same 10 rules without the
 rules of that kind (their thread-CPU p50 against all 10's, frame by frame in turn),
@@ -128,17 +129,21 @@ def random_walk(frames: int, animals: int, rng: np.random.Generator) -> np.ndarr
     return out
 
 
-def bench_rules(frames: int) -> tuple[float, float, float, float]:
+def bench_rules(frames: int, reordered: bool = False) -> tuple[float, float, float, float]:
     """p50 and p99 seconds to decide one frame of 10 rules on 10 animals, wall time and
-    this thread's CPU time (which a busy machine's other work does not inflate)."""
+    this thread's CPU time (which a busy machine's other work does not inflate);
+    `reordered`: the animals' rows in a new random order every frame."""
     experiment = experiment_from_dict(TEN_RULES)
     check_experiment(experiment, INFO)
     rules = CompiledRules(experiment, INFO)
     timeline = Timeline(experiment)
-    walk = random_walk(frames, 10, np.random.default_rng(0))
+    rng = np.random.default_rng(0)
+    walk = random_walk(frames, 10, rng)
     ids = np.arange(10, dtype=np.int32)
+    orders = [rng.permutation(10) if reordered else ids for _ in walk]
     records = [
-        FramePoses(p, np.ones(p.shape[:2], np.float32), np.ones(10, np.float32), ids) for p in walk
+        FramePoses(p[o], np.ones(p.shape[:2], np.float32), np.ones(10, np.float32), ids[o])
+        for p, o in zip(walk, orders, strict=True)
     ]
     times = np.empty(frames)
     cpu = np.empty(frames)
@@ -335,12 +340,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs")
     if args.only in (None, "rules"):
-        p50, p99, cpu50, cpu99 = bench_rules(args.frames)
-        print(
-            f"rules: 10 rules x 10 animals, {args.frames} frames: wall p50 {p50 * 1e6:.1f} us, "
-            f"p99 {p99 * 1e6:.1f} us; thread CPU p50 {cpu50 * 1e6:.1f} us, "
-            f"p99 {cpu99 * 1e6:.1f} us a frame"
-        )
+        for reordered, rows in ((False, ""), (True, ", rows in a new order every frame")):
+            p50, p99, cpu50, cpu99 = bench_rules(args.frames, reordered)
+            print(
+                f"rules: 10 rules x 10 animals{rows}, {args.frames} frames: wall p50 "
+                f"{p50 * 1e6:.1f} us, p99 {p99 * 1e6:.1f} us; thread CPU p50 "
+                f"{cpu50 * 1e6:.1f} us, p99 {cpu99 * 1e6:.1f} us a frame"
+            )
         if args.kinds:
             for name, p50 in bench_kinds(min(args.frames, 5000)).items():
                 print(f"  {name}: thread CPU p50 {p50 * 1e6:.1f} us")
