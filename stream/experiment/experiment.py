@@ -610,11 +610,12 @@ class _Reader:
         return {name: item for name, item in found.items() if item is not None}
 
     def one_of(
-        self, value: object, where: str, kinds: tuple[str, ...]
-    ) -> tuple[str, object, str] | None:
-        """A mapping of exactly one of `kinds` to its spec: the kind, the spec and where
-        the spec is; None (with the mistake noted) otherwise."""
-        data = self.mapping(value, where, kinds)
+        self, value: object, where: str, kinds: Mapping[str, Sequence[str] | None]
+    ) -> tuple[str, Any, str] | None:
+        """A mapping of exactly one of `kinds` to its spec (itself a mapping of the keys
+        `kinds` gives, where it gives some): the kind, the spec and where the spec is;
+        None (with the mistake noted) otherwise."""
+        data = self.mapping(value, where, tuple(kinds))
         if data is None:
             return None
         if len(data) != 1:
@@ -623,10 +624,18 @@ class _Reader:
         ((kind, spec),) = data.items()
         if kind not in kinds:  # noted by `mapping`
             return None
-        return kind, spec, f"{where}.{kind}"
+        where = f"{where}.{kind}"
+        keys = kinds[kind]
+        if keys is not None and (spec := self.mapping(spec, where, keys)) is None:
+            return None
+        return kind, spec, where
 
     def region(self, value: object, where: str) -> Region | None:
-        chosen = self.one_of(value, where, ("rectangle", "ellipse", "polygon"))
+        chosen = self.one_of(
+            value,
+            where,
+            {"rectangle": None, "ellipse": ("center", "radii", "angle"), "polygon": None},
+        )
         if chosen is None:
             return None
         kind, spec, where = chosen
@@ -639,14 +648,11 @@ class _Reader:
                 self.fail(where, "needs x0 < x1 and y0 < y1")
             return Rectangle(x0, y0, x1, y1)
         if kind == "ellipse":
-            fields = self.mapping(spec, where, ("center", "radii", "angle"))
-            if fields is None:
-                return None
-            cx, cy = self.point(fields.get("center"), f"{where}.center")
-            rx, ry = self.point(fields.get("radii"), f"{where}.radii")
+            cx, cy = self.point(spec.get("center"), f"{where}.center")
+            rx, ry = self.point(spec.get("radii"), f"{where}.radii")
             if rx <= 0 or ry <= 0:
                 self.fail(f"{where}.radii", "must be positive")
-            angle = self.number(fields.get("angle", 0.0), f"{where}.angle")
+            angle = self.number(spec.get("angle", 0.0), f"{where}.angle")
             return Ellipse(cx, cy, rx, ry, angle)
         if not isinstance(spec, list) or len(spec) < 3:
             self.fail(where, f"expected at least 3 points [x, y], got {_shown(spec)}")
@@ -654,13 +660,10 @@ class _Reader:
         return Polygon(tuple(self.point(v, f"{where}[{i}]") for i, v in enumerate(spec)))
 
     def device(self, value: object, where: str) -> Device | None:
-        chosen = self.one_of(value, where, tuple(_DEVICE_KEYS))
+        chosen = self.one_of(value, where, _DEVICE_KEYS)
         if chosen is None:
             return None
-        kind, spec, where = chosen
-        fields = self.mapping(spec, where, _DEVICE_KEYS[kind])
-        if fields is None:
-            return None
+        kind, fields, where = chosen
         if kind == "serial":
             return SerialDevice(
                 self.text(fields.get("port"), f"{where}.port"),
@@ -756,7 +759,7 @@ class _Reader:
         return Output(self.text(data.get("device"), f"{where}.device"), *messages)
 
     def condition(self, value: object, where: str) -> Condition | None:
-        chosen = self.one_of(value, where, (*_LEAF_KEYS, "all", "any", "not"))
+        chosen = self.one_of(value, where, {**_LEAF_KEYS, "all": None, "any": None, "not": None})
         if chosen is None:
             return None
         kind, spec, where = chosen
@@ -774,10 +777,7 @@ class _Reader:
             return None if child is None else Not(child)
         return self.leaf(kind, spec, where)
 
-    def leaf(self, kind: str, spec: object, where: str) -> Leaf | None:
-        data = self.mapping(spec, where, _LEAF_KEYS[kind])
-        if data is None:
-            return None
+    def leaf(self, kind: str, data: dict[str, Any], where: str) -> Leaf | None:
         if kind == "in_region":
             return InRegion(
                 self.text(data.get("region"), f"{where}.region"),
