@@ -223,20 +223,17 @@ class OscLink:
             message.state,
             message.frame_index,
         )
-        if not -(2**31) <= frame < 2**31:  # python-osc sends it as an int64 ("h")
-            return bytes(self._encoded(address, state, frame))
         head = self._heads.get((address, state))
-        if head is None:
-            # Everything but the last argument, a big-endian int32.
-            head = self._heads[address, state] = self._encoded(address, state, 0)[:-4]
+        int32 = frame.bit_length() <= 31  # python-osc's test (a larger one goes as an int64)
+        if head is None or not int32:
+            builder = self._builder(address)
+            builder.add_arg(state)
+            builder.add_arg(frame)
+            datagram: bytes = builder.build().dgram
+            if int32:  # all but the frame index, a big-endian int32, kept
+                self._heads[address, state] = datagram[:-4]
+            return datagram
         return head + frame.to_bytes(4, "big", signed=True)
-
-    def _encoded(self, address: str, state: int, frame: int) -> bytes:
-        builder = self._builder(address)
-        builder.add_arg(state)
-        builder.add_arg(frame)
-        encoded: bytes = builder.build().dgram
-        return encoded
 
 
 class GpioLink:
