@@ -46,6 +46,10 @@ EVENT_COLUMNS = (
 )
 
 
+# A `Decision`'s times, as the .slp events' metadata and the NWB table name them.
+_TIMES = ("capture_time", "ready_time", "decision_time")
+
+
 @attrs.frozen
 class EventEntry(Decision):
     """One transition of one rule (a `Decision`, and):
@@ -114,9 +118,7 @@ class EventLog:
                 entry.kind,
                 entry.frame_index,
                 "" if entry.trial is None else entry.trial,
-                repr(entry.capture_time),
-                repr(entry.ready_time),
-                repr(entry.decision_time),
+                *(repr(getattr(entry, name)) for name in _TIMES),
                 device,
                 "" if time is None else repr(time),
                 "" if time is None else f"{(time - entry.capture_time) * 1000:.3f}",
@@ -166,14 +168,9 @@ def sleap_events(entries: list[EventEntry], video: Any, tracks: list[Any]) -> li
         for entry in (onset, offset):
             if entry is None:
                 continue
-            metadata.update(
-                {
-                    f"{entry.kind}_frame": str(entry.frame_index),
-                    f"{entry.kind}_capture_time": repr(entry.capture_time),
-                    f"{entry.kind}_ready_time": repr(entry.ready_time),
-                    f"{entry.kind}_decision_time": repr(entry.decision_time),
-                }
-            )
+            metadata[f"{entry.kind}_frame"] = str(entry.frame_index)
+            for name in _TIMES:
+                metadata[f"{entry.kind}_{name}"] = repr(getattr(entry, name))
             for device, (time, _) in entry.sent.items():
                 if time is not None:
                     metadata[f"{entry.kind}_sent_time_{device}"] = repr(time)
@@ -247,9 +244,8 @@ def write_nwb_events(nwb: Path, entries: list[EventEntry], fps: float | None) ->
         "end_frame": "the last frame it was on",
         "trial": "the trial (-1: none)",
     }
-    times = ("capture_time", "ready_time", "decision_time", "sent_time")
     for kind in ("onset", "offset"):
-        for name in times:
+        for name in (*_TIMES, "sent_time"):
             columns[f"{kind}_{name}"] = f"the {kind}'s {name.replace('_', ' ')} (s, NaN: none)"
     for name, description in columns.items():
         table.add_column(name=name, description=description)
@@ -265,9 +261,8 @@ def write_nwb_events(nwb: Path, entries: list[EventEntry], fps: float | None) ->
         }
         for kind, entry in (("onset", onset), ("offset", offset)):
             sent = [] if entry is None else [t for t, _ in entry.sent.values() if t is not None]
-            row[f"{kind}_capture_time"] = math.nan if entry is None else entry.capture_time
-            row[f"{kind}_ready_time"] = math.nan if entry is None else entry.ready_time
-            row[f"{kind}_decision_time"] = math.nan if entry is None else entry.decision_time
+            for name in _TIMES:
+                row[f"{kind}_{name}"] = math.nan if entry is None else getattr(entry, name)
             row[f"{kind}_sent_time"] = min(sent) if sent else math.nan
         table.add_row(**row)
     partial = nwb.with_name(nwb.name + ".events.partial")
