@@ -16,12 +16,14 @@ after the rule, the times in its metadata), or into an .nwb pose file as a
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import logging
 import math
 import os
 import shutil
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -202,14 +204,9 @@ def write_slp_events(slp: Path, entries: list[EventEntry]) -> int:
     if not events:
         return 0
     types = list({id(event.type): event.type for event in events}.values())
-    partial = slp.with_name(slp.name + ".events.partial")
-    shutil.copyfile(slp, partial)
-    try:
+    with _rewritten(slp) as partial:
         write_event_types(str(partial), types)
         write_events(str(partial), events, labels.videos, types, labels.tracks, labels.identities)
-        os.replace(partial, slp)
-    finally:
-        partial.unlink(missing_ok=True)
     return len(events)
 
 
@@ -265,14 +262,21 @@ def write_nwb_events(nwb: Path, entries: list[EventEntry], fps: float | None) ->
                 row[f"{kind}_{name}"] = math.nan if entry is None else getattr(entry, name)
             row[f"{kind}_sent_time"] = min(sent) if sent else math.nan
         table.add_row(**row)
-    partial = nwb.with_name(nwb.name + ".events.partial")
-    shutil.copyfile(nwb, partial)
+    with _rewritten(nwb) as partial, NWBHDF5IO(str(partial), "a") as io:
+        nwbfile = io.read()
+        nwbfile.add_time_intervals(table)
+        io.write(nwbfile)
+    return len(found)
+
+
+@contextlib.contextmanager
+def _rewritten(path: Path) -> Iterator[Path]:
+    """A copy of `path` to change, renamed into its place once changed (so the file is
+    whole whatever happens)."""
+    partial = path.with_name(path.name + ".events.partial")
+    shutil.copyfile(path, partial)
     try:
-        with NWBHDF5IO(str(partial), "a") as io:
-            nwbfile = io.read()
-            nwbfile.add_time_intervals(table)
-            io.write(nwbfile)
-        os.replace(partial, nwb)
+        yield partial
+        os.replace(partial, path)
     finally:
         partial.unlink(missing_ok=True)
-    return len(found)
