@@ -2,7 +2,8 @@
 
 ``rules``: the time to decide one frame (every condition evaluated, `CompiledRules`,
 and every rule's timing stepped, `Timeline`) for 10 rules on 10 tracked animals of
-a 5-node skeleton moving at random: p50 and p99 over many frames.
+a 5-node skeleton moving at random: p50 and p99 over many frames; then the same with
+the animals' rows in a new order every frame (a tracker's output order changing).
 
 ``--kinds`` adds what each kind of condition costs: the same 10 rules without the
 rules of that kind (their thread-CPU p50 against all 10's, frame by frame in turn),
@@ -12,9 +13,9 @@ and one rectangle rule alone.
 stage writes it to the ring) to its onset's or offset's bytes being written, through
 the whole path a run takes: the ring, the experiment's thread (`ClosedLoop`), the
 device's queue and thread. A rule switching on every other frame, at `--rate` frames
-a second, drives each device in turn: serial through a pseudo-terminal pair (and
-the peer's own time of reading each byte, timestamped in a thread of its own), OSC
-and ZeroMQ on loopback. p50 and p99 of ready -> written (and -> read by the peer).
+a second, drives each device in turn: serial through a pseudo-terminal pair and OSC
+on loopback, each read by a peer process that timestamps each line or datagram, and
+ZeroMQ on loopback. p50 and p99 of ready -> written (and -> read by the peer).
 
 ``predict``: the forward predictor's error one frame ahead (30 fps) against the
 unpredicted pose (the frame before's points), on the bundled clips' ground truth and
@@ -31,6 +32,9 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -128,17 +132,21 @@ def random_walk(frames: int, animals: int, rng: np.random.Generator) -> np.ndarr
     return out
 
 
-def bench_rules(frames: int) -> tuple[float, float, float, float]:
+def bench_rules(frames: int, reordered: bool = False) -> tuple[float, float, float, float]:
     """p50 and p99 seconds to decide one frame of 10 rules on 10 animals, wall time and
-    this thread's CPU time (which a busy machine's other work does not inflate)."""
+    this thread's CPU time (which a busy machine's other work does not inflate);
+    `reordered`: the animals' rows in a new random order every frame."""
     experiment = experiment_from_dict(TEN_RULES)
     check_experiment(experiment, INFO)
     rules = CompiledRules(experiment, INFO)
     timeline = Timeline(experiment)
-    walk = random_walk(frames, 10, np.random.default_rng(0))
+    rng = np.random.default_rng(0)
+    walk = random_walk(frames, 10, rng)
     ids = np.arange(10, dtype=np.int32)
+    orders = [rng.permutation(10) if reordered else ids for _ in walk]
     records = [
-        FramePoses(p, np.ones(p.shape[:2], np.float32), np.ones(10, np.float32), ids) for p in walk
+        FramePoses(p[o], np.ones(p.shape[:2], np.float32), np.ones(10, np.float32), ids[o])
+        for p, o in zip(walk, orders, strict=True)
     ]
     times = np.empty(frames)
     cpu = np.empty(frames)
@@ -229,22 +237,47 @@ def bench_output(device: object, transitions: int, rate: float) -> tuple[list[fl
     return written, [entry.ready_time for entry in loop.log.entries]
 
 
-def pty_reader(peer: int, stamps: list[float]) -> threading.Thread:
-    """Timestamps each line the pseudo-terminal's peer reads (a thread of its own)."""
+# The peer, a process of its own (as a device's reader is; a thread here would take
+# the interpreter's lock from the experiment's thread as each write woke it): reads
+# from a pseudo-terminal's master ("pty FD") or a UDP socket it binds ("udp", its
+# port printed first, until a datagram "stop"), and prints the time it read each
+# line or datagram.
+PEER = """
+import os, socket, sys, time
+stamps = []
+if sys.argv[1] == "pty":
+    print(flush=True)
+    while True:
+        try:
+            data = os.read(int(sys.argv[2]), 64)
+        except OSError:
+            break
+        if not data:
+            break
+        stamps.extend([time.monotonic()] * data.count(b"\\n"))
+else:
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    print(udp.getsockname()[1], flush=True)
+    while udp.recv(512) != b"stop":
+        stamps.append(time.monotonic())
+print(" ".join(map(repr, stamps)))
+"""
 
-    def read() -> None:
-        while True:
-            try:
-                data = os.read(peer, 64)
-            except OSError:
-                return
-            if not data:
-                return
-            stamps.extend([time.monotonic()] * data.count(b"\n"))
 
-    thread = threading.Thread(target=read, daemon=True)
-    thread.start()
-    return thread
+def peer(*args: str, pass_fds: tuple[int, ...] = ()) -> tuple[subprocess.Popen[str], str]:
+    """The peer process, started, and the first line it printed."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", PEER, *args], stdout=subprocess.PIPE, text=True, pass_fds=pass_fds
+    )
+    assert child.stdout is not None
+    return child, child.stdout.readline().strip()
+
+
+def peer_read(child: subprocess.Popen[str], ready: list[float]) -> list[float]:
+    """Seconds from each transition's ready time to the peer reading it."""
+    out, _ = child.communicate(timeout=30)
+    return [stamp - at for stamp, at in zip(map(float, out.split()), ready, strict=False)]
 
 
 def percentiles(seconds: list[float]) -> str:
@@ -253,28 +286,20 @@ def percentiles(seconds: list[float]) -> str:
 
 
 def bench_outputs(transitions: int, rate: float) -> None:
-    from pythonosc.dispatcher import Dispatcher
-    from pythonosc.osc_server import ThreadingOSCUDPServer
-
-    peer, port = os.openpty()
-    stamps: list[float] = []
-    pty_reader(peer, stamps)
+    master, port = os.openpty()
+    child, _ = peer("pty", str(master), pass_fds=(master,))
     written, ready = bench_output(SerialDevice(os.ttyname(port)), transitions, rate)
+    os.close(port)  # the peer's read ends
     print(f"serial (pty), ready -> written: {percentiles(written)}")
-    time.sleep(0.2)
-    read = [stamp - at for stamp, at in zip(stamps, ready, strict=False)]
-    print(f"serial (pty), ready -> read by the peer: {percentiles(read)}")
-    os.close(port)
-    os.close(peer)
+    print(f"serial (pty), ready -> read by the peer: {percentiles(peer_read(child, ready))}")
+    os.close(master)
 
-    dispatcher = Dispatcher()
-    dispatcher.set_default_handler(lambda *_: None)
-    server = ThreadingOSCUDPServer(("127.0.0.1", 0), dispatcher)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    written, _ = bench_output(OscDevice("127.0.0.1", server.server_address[1]), transitions, rate)
+    child, udp_port = peer("udp")
+    written, ready = bench_output(OscDevice("127.0.0.1", int(udp_port)), transitions, rate)
     print(f"OSC (loopback UDP), ready -> sent: {percentiles(written)}")
-    server.shutdown()
-    server.server_close()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+        udp.sendto(b"stop", ("127.0.0.1", int(udp_port)))
+    print(f"OSC (loopback UDP), ready -> read by the peer: {percentiles(peer_read(child, ready))}")
 
     written, _ = bench_output(ZmqDevice("tcp://127.0.0.1:*"), transitions, rate)
     print(f"ZeroMQ (loopback TCP), ready -> queued: {percentiles(written)}")
@@ -335,12 +360,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs")
     if args.only in (None, "rules"):
-        p50, p99, cpu50, cpu99 = bench_rules(args.frames)
-        print(
-            f"rules: 10 rules x 10 animals, {args.frames} frames: wall p50 {p50 * 1e6:.1f} us, "
-            f"p99 {p99 * 1e6:.1f} us; thread CPU p50 {cpu50 * 1e6:.1f} us, "
-            f"p99 {cpu99 * 1e6:.1f} us a frame"
-        )
+        for reordered, rows in ((False, ""), (True, ", rows in a new order every frame")):
+            p50, p99, cpu50, cpu99 = bench_rules(args.frames, reordered)
+            print(
+                f"rules: 10 rules x 10 animals{rows}, {args.frames} frames: wall p50 "
+                f"{p50 * 1e6:.1f} us, p99 {p99 * 1e6:.1f} us; thread CPU p50 "
+                f"{cpu50 * 1e6:.1f} us, p99 {cpu99 * 1e6:.1f} us a frame"
+            )
         if args.kinds:
             for name, p50 in bench_kinds(min(args.frames, 5000)).items():
                 print(f"  {name}: thread CPU p50 {p50 * 1e6:.1f} us")

@@ -147,9 +147,11 @@ class RingBuffer:
         self._identities = np.full(shape, -1, np.int32)
         # Serialises writers (and close) without ever being taken by readers.
         self._write_lock = threading.Lock()
-        # Guards the count, the lossless readers and the flags below.
+        # Guards the count, the lossless readers, the sleepers and the flags below.
         self._lock = threading.Lock()
-        self._published = threading.Condition(self._lock)  # a record was written, or closed
+        # The wake-up locks of readers waiting for a record (`RingReader._sleep`):
+        # released when one is written, or the ring closed.
+        self._sleepers: list[threading.Lock] = []
         self._room = threading.Condition(self._lock)  # a lossless reader moved on
         self._lossless: set[RingReader] = set()
         self._waits_for_readers = True
@@ -222,17 +224,18 @@ class RingBuffer:
             self._ready_time[slot] = record.ready_time
             self._n_instances[slot] = n_kept
             self._points[slot, :n_kept] = poses.points[:n_kept]
-            self._points[slot, n_kept:] = np.nan
             self._point_scores[slot, :n_kept] = poses.point_scores[:n_kept]
-            self._point_scores[slot, n_kept:] = np.nan
             self._instance_scores[slot, :n_kept] = poses.instance_scores[:n_kept]
-            self._instance_scores[slot, n_kept:] = np.nan
             self._identities[slot, :n_kept] = poses.identities[:n_kept]
-            self._identities[slot, n_kept:] = -1
+            if n_kept < self._max_instances:  # (a numpy call costs a microsecond)
+                self._points[slot, n_kept:] = np.nan
+                self._point_scores[slot, n_kept:] = np.nan
+                self._instance_scores[slot, n_kept:] = np.nan
+                self._identities[slot, n_kept:] = -1
             self._sequence[slot] = sequence
-            with self._published:
+            with self._lock:
                 self._written = sequence + 1
-                self._published.notify_all()
+                self._wake_readers()
         return sequence
 
     def stop_waiting(self) -> None:
@@ -252,9 +255,9 @@ class RingBuffer:
         and `RingReader.wait_next` returns None.
         """
         self.stop_waiting()
-        with self._write_lock, self._published:
+        with self._write_lock, self._lock:
             self._closed = True
-            self._published.notify_all()
+            self._wake_readers()
 
     def reader(
         self,
@@ -324,6 +327,12 @@ class RingBuffer:
                 closed=self._closed,
             )
 
+    def _wake_readers(self) -> None:
+        """Release every waiting reader's wake-up lock (holding `_lock`)."""
+        for sleeper in self._sleepers:
+            sleeper.release()
+        self._sleepers.clear()
+
     def _holding_back(self, sequence: int) -> list[RingReader]:
         """Lossless readers that still need the record writing `sequence` would overwrite."""
         if not self._waits_for_readers:
@@ -360,13 +369,13 @@ class RingBuffer:
     def _check_shapes(self, record: PoseRecord) -> None:
         poses, n_nodes = record.poses, self._n_nodes
         n = poses.n_instances
-        expected = {
-            "points": (n, n_nodes, 2),
-            "point_scores": (n, n_nodes),
-            "instance_scores": (n,),
-            "identities": (n,),
-        }
-        for name, shape in expected.items():
+        expected = (
+            ("points", (n, n_nodes, 2)),
+            ("point_scores", (n, n_nodes)),
+            ("instance_scores", (n,)),
+            ("identities", (n,)),
+        )
+        for name, shape in expected:
             actual = getattr(poses, name).shape
             if actual != shape:
                 raise ValueError(
@@ -404,6 +413,9 @@ class RingReader:
         self.stall_timeout = stall_timeout
         self.name = name
         self._stalled = False
+        # Held but while the writer wakes this reader (`_sleep`).
+        self._wake = threading.Lock()
+        self._wake.acquire()
         # Placed under the ring's lock, so a waiting writer sees a lossless reader
         # and its position together.
         with ring._lock:
@@ -473,15 +485,14 @@ class RingReader:
             closed and this reader has consumed everything (see `done`).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        published = self._ring._published
+        ring = self._ring
         while True:
-            with published:
-                while self._position >= self._ring.written and not self._ring.closed:
-                    remaining = None if deadline is None else deadline - time.monotonic()
-                    if remaining is not None and remaining <= 0:
-                        return None
-                    published.wait(remaining)
-                written = self._ring.written
+            while self._position >= ring._written and not ring._closed:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return None
+                self._sleep(remaining)
+            written = ring._written
             if self._position >= written:
                 return None
             record = self._next_record(written)
@@ -507,6 +518,25 @@ class RingReader:
         """Yield records in order, waiting for new ones, until the ring is closed and drained."""
         while (record := self.wait_next()) is not None:
             yield record
+
+    def _sleep(self, timeout: float | None) -> None:
+        """Wait up to `timeout` real seconds (None: no limit) for a record to be
+        written or the ring closed, on this reader's own lock: the writer releases
+        it, one C call each side (a `threading.Condition` makes a lock per wait and
+        runs a few dozen lines of Python each side, on the way to the poses' decision)."""
+        ring = self._ring
+        with ring._lock:
+            if self._position < ring._written or ring._closed:
+                return
+            ring._sleepers.append(self._wake)
+        if self._wake.acquire(timeout=-1 if timeout is None else timeout):
+            return
+        with ring._lock:
+            if self._wake in ring._sleepers:
+                ring._sleepers.remove(self._wake)
+            else:
+                # Released after the wait timed out: locked again for the next one.
+                self._wake.acquire(blocking=False)
 
     def _next_record(self, written: int) -> PoseRecord | None:
         """Copy the record at the cursor and advance; None (and counted) if overwritten."""

@@ -188,20 +188,8 @@ class ClosedLoop:
             self.bind(run.info, fps=None, recorded_video=False, lossless=False, tracked=True)
         self.log = EventLog(self._events_csv, overwrite=self._overwrite)
         self._rules = CompiledRules(self.experiment, self._info)
-        # Per rule: the animal it names, and its (device, text) sends at an onset and
-        # at an offset (an empty text sends nothing: an onset-only pulse, say).
+        # Per rule, the animal it names.
         self._subjects = [_subject(rule.when) for rule in self.experiment.rules]
-        self._sends = [
-            {
-                kind: [
-                    (o.device, text)
-                    for o in rule.outputs
-                    if (text := o.onset if kind == "onset" else o.offset) != ""
-                ]
-                for kind in ("onset", "offset")
-            }
-            for rule in self.experiment.rules
-        ]
         self._timeline = Timeline(self.experiment)
         self._predictor = ForwardPredictor() if self.experiment.predict else None
         for name, device in self.experiment.devices.items():
@@ -213,6 +201,19 @@ class ClosedLoop:
             self._workers[name] = DeviceWorker(name, link, self._on_sent(name), self._clock)
         for worker in self._workers.values():
             worker.start()
+        # Per rule, its (device's worker, text) sends at an onset and at an offset (an
+        # empty text sends nothing: an onset-only pulse, say).
+        self._sends = [
+            {
+                kind: [
+                    (self._workers[o.device], text)
+                    for o in rule.outputs
+                    if (text := o.onset if kind == "onset" else o.offset) != ""
+                ]
+                for kind in ("onset", "offset")
+            }
+            for rule in self.experiment.rules
+        ]
         self._reader = run.ring.reader(
             from_oldest=self._lossless,
             lossless=self._lossless,
@@ -312,47 +313,32 @@ class ClosedLoop:
         return record.capture_time - self._first_capture
 
     def _dispatch(self, transition: Transition, record: PoseRecord | None, decided: float) -> None:
-        rule = self.experiment.rules[transition.rule]
         source = record if record is not None else self._last
         assert source is not None  # a transition comes after a record
         number = len(self.log.entries)  # only this thread adds entries
-        messages = [
-            (
-                device,
-                OutputMessage(
-                    rule=rule.name,
-                    kind=transition.kind,
-                    frame_index=transition.frame_index,
-                    trial=transition.trial,
-                    capture_time=source.capture_time,
-                    ready_time=source.ready_time,
-                    decision_time=decided,
-                    payload=payload,
-                    event=number,
-                ),
-            )
-            for device, payload in self._sends[transition.rule][transition.kind]
-        ]
-        # The bytes first, where they can go now; the log's rows after.
-        sent = [self._workers[device].send_now(message) for device, message in messages]
-        entry = EventEntry(
-            number=number,
-            rule=rule.name,
-            kind=transition.kind,
-            frame_index=transition.frame_index,
-            trial=transition.trial,
-            capture_time=source.capture_time,
-            ready_time=source.ready_time,
-            decision_time=decided,
-            subject=self._subjects[transition.rule],
-            at_end=transition.at_end,
+        # The `Decision`'s fields, which each message and the log's entry start with.
+        decision = (
+            self.experiment.rules[transition.rule].name,
+            transition.kind,
+            transition.frame_index,
+            transition.trial,
+            source.capture_time,
+            source.ready_time,
+            decided,
         )
-        self.log.add(entry, len(messages))
-        for (device, message), time in zip(messages, sent, strict=True):
+        # The bytes first, where they can go now; the log's rows after.
+        sends = [
+            (worker, message, worker.send_now(message))
+            for worker, payload in self._sends[transition.rule][transition.kind]
+            for message in (OutputMessage(*decision, payload, number),)
+        ]
+        subject = self._subjects[transition.rule]
+        self.log.add(EventEntry(*decision, number, subject, transition.at_end), len(sends))
+        for worker, message, time in sends:
             if time is None:
-                self._workers[device].submit(message)
+                worker.submit(message)
             else:
-                self.log.sent(message, device, time, None)
+                self.log.sent(message, worker.name, time, None)
 
 
 def _subject(condition: Condition) -> str | None:

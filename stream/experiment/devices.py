@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -62,8 +63,9 @@ INSTALL_HINTS = {
 
 
 @attrs.frozen
-class OutputMessage:
-    """One onset or offset of a rule, for one device.
+class Decision:
+    """One onset or offset of a rule, with its times (what its device messages and
+    its event log entry share).
 
     Attributes:
         rule: the rule's name.
@@ -73,8 +75,6 @@ class OutputMessage:
         capture_time: that frame's capture time (the pipeline's clock).
         ready_time: when its poses left the engine (the pipeline's clock).
         decision_time: when the rule decided (the pipeline's clock).
-        payload: the serial text or OSC address (`Output`); None: the default.
-        event: the event log's number of this transition.
     """
 
     rule: str
@@ -84,13 +84,24 @@ class OutputMessage:
     capture_time: float
     ready_time: float
     decision_time: float
-    payload: str | None
-    event: int
 
     @property
     def state(self) -> int:
         """1 at an onset, 0 at an offset."""
         return 1 if self.kind == "onset" else 0
+
+
+@attrs.frozen
+class OutputMessage(Decision):
+    """One onset or offset of a rule, for one device (a `Decision`, and):
+
+    Attributes:
+        payload: the serial text or OSC address (`Output`); None: the default.
+        event: the event log's number of this transition.
+    """
+
+    payload: str | None
+    event: int
 
 
 class DeviceLink(Protocol):
@@ -169,19 +180,29 @@ class SerialLink:
 
 class OscLink:
     """An OSC message per transition over UDP: the address (default ``/<rule>``) with
-    the arguments state (1 or 0) and frame index."""
+    the arguments state (1 or 0) and frame index.
+
+    Each (address, state)'s bytes up to the frame index are encoded once (python-osc's
+    builder), so a send is one concatenation and one ``sendto`` on a non-blocking
+    socket (a datagram goes whole or not at all: a full send buffer is the one "not
+    now"), to the address resolved when opened."""
 
     def __init__(self, device: OscDevice) -> None:
         self._device = device
-        self._client: Any = None
+        self._socket: socket.socket | None = None
+        self._address: Any = None
+        self._builder: Any = None
+        self._heads: dict[tuple[str, int], bytes] = {}
 
     def open(self) -> None:
-        udp_client = _import("pythonosc.udp_client", "osc")
-        self._client = udp_client.SimpleUDPClient(self._device.host, self._device.port)
+        self._builder = _import("pythonosc.osc_message_builder", "osc").OscMessageBuilder
+        family, kind, _, _, self._address = socket.getaddrinfo(
+            self._device.host, self._device.port, type=socket.SOCK_DGRAM
+        )[0]
+        self._socket = socket.socket(family, kind)
+        self._socket.setblocking(False)
 
     def try_send(self, message: OutputMessage) -> bool:
-        # python-osc's UDPClient socket is non-blocking, and a datagram goes whole or
-        # not at all: a full send buffer is the one "not now".
         try:
             self.send(message)
         except BlockingIOError:
@@ -189,12 +210,30 @@ class OscLink:
         return True
 
     def send(self, message: OutputMessage) -> None:
-        address = message.payload or f"/{message.rule}"
-        self._client.send_message(address, [message.state, message.frame_index])
+        assert self._socket is not None
+        self._socket.sendto(self._datagram(message), self._address)
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client._sock.close()
+        if self._socket is not None:
+            self._socket.close()
+
+    def _datagram(self, message: OutputMessage) -> bytes:
+        address, state, frame = (
+            message.payload or f"/{message.rule}",
+            message.state,
+            message.frame_index,
+        )
+        head = self._heads.get((address, state))
+        int32 = frame.bit_length() <= 31  # python-osc's test (a larger one goes as an int64)
+        if head is None or not int32:
+            builder = self._builder(address)
+            builder.add_arg(state)
+            builder.add_arg(frame)
+            datagram: bytes = builder.build().dgram
+            if int32:  # all but the frame index, a big-endian int32, kept
+                self._heads[address, state] = datagram[:-4]
+            return datagram
+        return head + frame.to_bytes(4, "big", signed=True)
 
 
 class GpioLink:
@@ -329,8 +368,8 @@ def _line(message: OutputMessage) -> bytes:
 
 
 def event_message(message: OutputMessage) -> dict[str, Any]:
-    """The map a ZeroMQ transition message holds."""
-    return attrs.asdict(message)
+    """The map a ZeroMQ transition message holds: its fields by name."""
+    return {field: getattr(message, field) for field in _MESSAGE_FIELDS}
 
 
 def link_for(device: Device) -> DeviceLink:
@@ -347,6 +386,10 @@ def link_for(device: Device) -> DeviceLink:
         return ZmqLink(device)
     assert isinstance(device, CallbackDevice)
     return CallbackLink(device.function)
+
+
+# `event_message`'s keys (attrs.asdict walks each value for nested records, slowly).
+_MESSAGE_FIELDS = tuple(field.name for field in attrs.fields(OutputMessage))
 
 
 @attrs.frozen

@@ -16,18 +16,20 @@ after the rule, the times in its metadata), or into an .nwb pose file as a
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import logging
 import math
 import os
 import shutil
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
 import attrs
 
-from sleap_live.stream.experiment.devices import OutputMessage
+from sleap_live.stream.experiment.devices import Decision, OutputMessage
 
 logger = logging.getLogger(__name__)
 
@@ -46,32 +48,22 @@ EVENT_COLUMNS = (
 )
 
 
-@attrs.define
-class EventEntry:
-    """One transition of one rule.
+# A `Decision`'s times, as the .slp events' metadata and the NWB table name them.
+_TIMES = ("capture_time", "ready_time", "decision_time")
+
+
+@attrs.frozen
+class EventEntry(Decision):
+    """One transition of one rule (a `Decision`, and):
 
     Attributes:
         number: its position in the log.
-        rule: the rule's name.
-        kind: ``"onset"`` or ``"offset"``.
-        frame_index: the frame it was decided on.
-        trial: its trial, or None.
-        capture_time: the frame's capture time.
-        ready_time: when the frame's poses left the engine.
-        decision_time: when the rule decided.
         subject: the animal the rule names, if it names one.
         at_end: an offset because the run ended (the rule was on up to its frame).
         sent: per device, when its bytes were written (None: not sent) and why not.
     """
 
     number: int
-    rule: str
-    kind: str
-    frame_index: int
-    trial: int | None
-    capture_time: float
-    ready_time: float
-    decision_time: float
     subject: str | None = None
     at_end: bool = False
     sent: dict[str, tuple[float | None, str | None]] = attrs.field(factory=dict)
@@ -128,9 +120,7 @@ class EventLog:
                 entry.kind,
                 entry.frame_index,
                 "" if entry.trial is None else entry.trial,
-                repr(entry.capture_time),
-                repr(entry.ready_time),
-                repr(entry.decision_time),
+                *(repr(getattr(entry, name)) for name in _TIMES),
                 device,
                 "" if time is None else repr(time),
                 "" if time is None else f"{(time - entry.capture_time) * 1000:.3f}",
@@ -180,14 +170,9 @@ def sleap_events(entries: list[EventEntry], video: Any, tracks: list[Any]) -> li
         for entry in (onset, offset):
             if entry is None:
                 continue
-            metadata.update(
-                {
-                    f"{entry.kind}_frame": str(entry.frame_index),
-                    f"{entry.kind}_capture_time": repr(entry.capture_time),
-                    f"{entry.kind}_ready_time": repr(entry.ready_time),
-                    f"{entry.kind}_decision_time": repr(entry.decision_time),
-                }
-            )
+            metadata[f"{entry.kind}_frame"] = str(entry.frame_index)
+            for name in _TIMES:
+                metadata[f"{entry.kind}_{name}"] = repr(getattr(entry, name))
             for device, (time, _) in entry.sent.items():
                 if time is not None:
                     metadata[f"{entry.kind}_sent_time_{device}"] = repr(time)
@@ -219,14 +204,9 @@ def write_slp_events(slp: Path, entries: list[EventEntry]) -> int:
     if not events:
         return 0
     types = list({id(event.type): event.type for event in events}.values())
-    partial = slp.with_name(slp.name + ".events.partial")
-    shutil.copyfile(slp, partial)
-    try:
+    with _rewritten(slp) as partial:
         write_event_types(str(partial), types)
         write_events(str(partial), events, labels.videos, types, labels.tracks, labels.identities)
-        os.replace(partial, slp)
-    finally:
-        partial.unlink(missing_ok=True)
     return len(events)
 
 
@@ -261,9 +241,8 @@ def write_nwb_events(nwb: Path, entries: list[EventEntry], fps: float | None) ->
         "end_frame": "the last frame it was on",
         "trial": "the trial (-1: none)",
     }
-    times = ("capture_time", "ready_time", "decision_time", "sent_time")
     for kind in ("onset", "offset"):
-        for name in times:
+        for name in (*_TIMES, "sent_time"):
             columns[f"{kind}_{name}"] = f"the {kind}'s {name.replace('_', ' ')} (s, NaN: none)"
     for name, description in columns.items():
         table.add_column(name=name, description=description)
@@ -279,19 +258,25 @@ def write_nwb_events(nwb: Path, entries: list[EventEntry], fps: float | None) ->
         }
         for kind, entry in (("onset", onset), ("offset", offset)):
             sent = [] if entry is None else [t for t, _ in entry.sent.values() if t is not None]
-            row[f"{kind}_capture_time"] = math.nan if entry is None else entry.capture_time
-            row[f"{kind}_ready_time"] = math.nan if entry is None else entry.ready_time
-            row[f"{kind}_decision_time"] = math.nan if entry is None else entry.decision_time
+            for name in _TIMES:
+                row[f"{kind}_{name}"] = math.nan if entry is None else getattr(entry, name)
             row[f"{kind}_sent_time"] = min(sent) if sent else math.nan
         table.add_row(**row)
-    partial = nwb.with_name(nwb.name + ".events.partial")
-    shutil.copyfile(nwb, partial)
+    with _rewritten(nwb) as partial, NWBHDF5IO(str(partial), "a") as io:
+        nwbfile = io.read()
+        nwbfile.add_time_intervals(table)
+        io.write(nwbfile)
+    return len(found)
+
+
+@contextlib.contextmanager
+def _rewritten(path: Path) -> Iterator[Path]:
+    """A copy of `path` to change, renamed into its place once changed (so the file is
+    whole whatever happens)."""
+    partial = path.with_name(path.name + ".events.partial")
+    shutil.copyfile(path, partial)
     try:
-        with NWBHDF5IO(str(partial), "a") as io:
-            nwbfile = io.read()
-            nwbfile.add_time_intervals(table)
-            io.write(nwbfile)
-        os.replace(partial, nwb)
+        yield partial
+        os.replace(partial, path)
     finally:
         partial.unlink(missing_ok=True)
-    return len(found)

@@ -609,15 +609,36 @@ class _Reader:
         found = {str(name): read(item, f"{where}.{name}") for name, item in value.items()}
         return {name: item for name, item in found.items() if item is not None}
 
-    def region(self, value: object, where: str) -> Region | None:
-        data = self.mapping(value, where, ("rectangle", "ellipse", "polygon"))
+    def one_of(
+        self, value: object, where: str, kinds: Mapping[str, Sequence[str] | None]
+    ) -> tuple[str, Any, str] | None:
+        """A mapping of exactly one of `kinds` to its spec (itself a mapping of the keys
+        `kinds` gives, where it gives some): the kind, the spec and where the spec is;
+        None (with the mistake noted) otherwise."""
+        data = self.mapping(value, where, tuple(kinds))
         if data is None:
             return None
         if len(data) != 1:
-            self.fail(where, "give one of rectangle, ellipse, polygon")
+            self.fail(where, f"give one of {', '.join(kinds)}")
             return None
         ((kind, spec),) = data.items()
+        if kind not in kinds:  # noted by `mapping`
+            return None
         where = f"{where}.{kind}"
+        keys = kinds[kind]
+        if keys is not None and (spec := self.mapping(spec, where, keys)) is None:
+            return None
+        return kind, spec, where
+
+    def region(self, value: object, where: str) -> Region | None:
+        chosen = self.one_of(
+            value,
+            where,
+            {"rectangle": None, "ellipse": ("center", "radii", "angle"), "polygon": None},
+        )
+        if chosen is None:
+            return None
+        kind, spec, where = chosen
         if kind == "rectangle":
             if not isinstance(spec, list) or len(spec) != 4:
                 self.fail(where, f"expected [x0, y0, x1, y1], got {_shown(spec)}")
@@ -627,14 +648,11 @@ class _Reader:
                 self.fail(where, "needs x0 < x1 and y0 < y1")
             return Rectangle(x0, y0, x1, y1)
         if kind == "ellipse":
-            fields = self.mapping(spec, where, ("center", "radii", "angle"))
-            if fields is None:
-                return None
-            cx, cy = self.point(fields.get("center"), f"{where}.center")
-            rx, ry = self.point(fields.get("radii"), f"{where}.radii")
+            cx, cy = self.point(spec.get("center"), f"{where}.center")
+            rx, ry = self.point(spec.get("radii"), f"{where}.radii")
             if rx <= 0 or ry <= 0:
                 self.fail(f"{where}.radii", "must be positive")
-            angle = self.number(fields.get("angle", 0.0), f"{where}.angle")
+            angle = self.number(spec.get("angle", 0.0), f"{where}.angle")
             return Ellipse(cx, cy, rx, ry, angle)
         if not isinstance(spec, list) or len(spec) < 3:
             self.fail(where, f"expected at least 3 points [x, y], got {_shown(spec)}")
@@ -642,18 +660,11 @@ class _Reader:
         return Polygon(tuple(self.point(v, f"{where}[{i}]") for i, v in enumerate(spec)))
 
     def device(self, value: object, where: str) -> Device | None:
-        data = self.mapping(value, where, ("serial", "osc", "gpio", "nidaq", "zmq"))
-        if data is None:
+        chosen = self.one_of(value, where, _DEVICE_KEYS)
+        if chosen is None:
             return None
-        if len(data) != 1:
-            self.fail(where, "give one of serial, osc, gpio, nidaq, zmq")
-            return None
-        ((kind, spec),) = data.items()
-        where = f"{where}.{kind}"
+        kind, fields, where = chosen
         if kind == "serial":
-            fields = self.mapping(spec, where, ("port", "baudrate", "write_timeout"))
-            if fields is None:
-                return None
             return SerialDevice(
                 self.text(fields.get("port"), f"{where}.port"),
                 self.integer(fields.get("baudrate", 115200), f"{where}.baudrate", minimum=1),
@@ -662,17 +673,11 @@ class _Reader:
                 ),
             )
         if kind == "osc":
-            fields = self.mapping(spec, where, ("host", "port"))
-            if fields is None:
-                return None
             port = self.integer(fields.get("port"), f"{where}.port", minimum=1)
             if port > 65535:
                 self.fail(f"{where}.port", f"must be at most 65535, got {port}")
             return OscDevice(self.text(fields.get("host", "127.0.0.1"), f"{where}.host"), port)
         if kind == "gpio":
-            fields = self.mapping(spec, where, ("pin", "active_high"))
-            if fields is None:
-                return None
             pin = fields.get("pin")
             if isinstance(pin, bool) or not isinstance(pin, int | str) or pin == "":
                 self.fail(
@@ -687,13 +692,7 @@ class _Reader:
                 active_high = True
             return GpioDevice(pin, active_high)
         if kind == "nidaq":
-            fields = self.mapping(spec, where, ("lines",))
-            if fields is None:
-                return None
             return NidaqDevice(self.text(fields.get("lines"), f"{where}.lines"))
-        fields = self.mapping(spec, where, ("endpoint",))
-        if fields is None:
-            return None
         return ZmqDevice(self.text(fields.get("endpoint"), f"{where}.endpoint"))
 
     def trials(self, value: object) -> Trials | None:
@@ -760,15 +759,10 @@ class _Reader:
         return Output(self.text(data.get("device"), f"{where}.device"), *messages)
 
     def condition(self, value: object, where: str) -> Condition | None:
-        kinds = ("in_region", "distance", "angle", "speed", "posture", "all", "any", "not")
-        data = self.mapping(value, where, kinds)
-        if data is None:
+        chosen = self.one_of(value, where, {**_LEAF_KEYS, "all": None, "any": None, "not": None})
+        if chosen is None:
             return None
-        if len(data) != 1:
-            self.fail(where, f"give exactly one of {', '.join(kinds)}")
-            return None
-        ((kind, spec),) = data.items()
-        where = f"{where}.{kind}"
+        kind, spec, where = chosen
         if kind in ("all", "any"):
             if not isinstance(spec, list) or not spec:
                 self.fail(where, f"expected a list of conditions, got {_shown(spec)}")
@@ -783,21 +777,14 @@ class _Reader:
             return None if child is None else Not(child)
         return self.leaf(kind, spec, where)
 
-    def leaf(self, kind: str, spec: object, where: str) -> Leaf | None:
-        bounds = ("below", "above")
+    def leaf(self, kind: str, data: dict[str, Any], where: str) -> Leaf | None:
         if kind == "in_region":
-            data = self.mapping(spec, where, ("region", "node", "animal"))
-            if data is None:
-                return None
             return InRegion(
                 self.text(data.get("region"), f"{where}.region"),
                 self.text(data.get("node"), f"{where}.node"),
                 self.animal(data.get("animal"), f"{where}.animal"),
             )
         if kind == "distance":
-            data = self.mapping(spec, where, ("from", "to", *bounds))
-            if data is None:
-                return None
             start = self.node_of(data.get("from"), f"{where}.from", end=False)
             end = self.node_of(data.get("to"), f"{where}.to", end=True)
             below, above = self.bounds(data, where)
@@ -805,10 +792,6 @@ class _Reader:
                 self.fail(where, "from and to name the same animal: leave to.animal out")
             return Distance(start, end, below, above)
         if kind == "angle":
-            keys = ("from", "to", "point", "reference", "animal", *bounds)
-            data = self.mapping(spec, where, keys)
-            if data is None:
-                return None
             point = (
                 None if data.get("point") is None else self.point(data["point"], f"{where}.point")
             )
@@ -836,9 +819,6 @@ class _Reader:
                 self.animal(data.get("animal"), f"{where}.animal"),
             )
         if kind == "speed":
-            data = self.mapping(spec, where, ("node", "animal", *bounds))
-            if data is None:
-                return None
             below, above = self.bounds(data, where)
             return Speed(
                 self.text(data.get("node"), f"{where}.node"),
@@ -846,9 +826,6 @@ class _Reader:
                 above,
                 self.animal(data.get("animal"), f"{where}.animal"),
             )
-        data = self.mapping(spec, where, ("template", "tolerance", "animal"))
-        if data is None:
-            return None
         template = data.get("template")
         if not isinstance(template, dict) or len(template) < 2:
             self.fail(
@@ -890,6 +867,24 @@ class _Reader:
         if isinstance(value, int) and not isinstance(value, bool):
             return f"track_{value}"
         return self.text(value, where)
+
+
+# Each kind of device's keys, and each kind of leaf condition's.
+_DEVICE_KEYS = {
+    "serial": ("port", "baudrate", "write_timeout"),
+    "osc": ("host", "port"),
+    "gpio": ("pin", "active_high"),
+    "nidaq": ("lines",),
+    "zmq": ("endpoint",),
+}
+_BOUNDS = ("below", "above")
+_LEAF_KEYS = {
+    "in_region": ("region", "node", "animal"),
+    "distance": ("from", "to", *_BOUNDS),
+    "angle": ("from", "to", "point", "reference", "animal", *_BOUNDS),
+    "speed": ("node", "animal", *_BOUNDS),
+    "posture": ("template", "tolerance", "animal"),
+}
 
 
 def _shown(value: object) -> str:

@@ -380,6 +380,10 @@ class CompiledRules:
             for _, leaf in postures
         ]
         self._animals: _Animals | None = None
+        # The last identities (as bytes) taken in another order than they came, and
+        # that order (`_animals_of`).
+        self._order_key: bytes | None = None
+        self._order: np.ndarray | None = None
         # The frame before: its animals, time and the slot of their table holding its
         # nodes (until the frame after next of the same animals is written).
         self._previous: tuple[_Animals, float, int] | None = None
@@ -393,11 +397,15 @@ class CompiledRules:
             time: the frame's time in seconds (for `Speed`).
         """
         points = poses.points
-        animals = self._animals_of(np.asarray(poses.identities))
+        ids = np.asarray(poses.identities)
+        animals, order = self._animals_of(ids)
         slot, elapsed = self._before(animals, time) if self._has_speeds else (0, None)
         # Points as complex numbers x + iy: differences, lengths, rotations and angles
         # each take one numpy call. float32 points are exact in float64.
-        np.copyto(animals.nodes[slot], points)
+        if order is None:
+            np.copyto(animals.nodes[slot], points)
+        else:
+            np.copyto(animals.nodes[slot], points[order])
         self._previous = (animals, time, slot)
         if points.shape[0] and self._n_columns:
             best = self._decisions(animals, slot, elapsed)
@@ -409,7 +417,7 @@ class CompiledRules:
         if self._postures:
             points64 = np.asarray(points, np.float64)
             for selector, nodes, template, tolerance in self._postures:
-                values.append(_posture(points64, animals.ids, selector, nodes, template, tolerance))
+                values.append(_posture(points64, ids, selector, nodes, template, tolerance))
         return values
 
     def evaluate(self, poses: FramePoses, time: float) -> list[int]:
@@ -476,13 +484,33 @@ class CompiledRules:
         result: list[float] = np.fmax.reduce(an.columns, axis=1).tolist()
         return result
 
-    def _animals_of(self, ids: np.ndarray) -> _Animals:
-        """The identities' `_Animals`, made again only when they change."""
+    def _animals_of(self, ids: np.ndarray) -> tuple[_Animals, np.ndarray | None]:
+        """The identities' `_Animals`, made again only when they change, and the order
+        their rows are taken in (None: as they come).
+
+        Distinct identities (tracks, classes) are taken in increasing order, so that
+        a frame listing the same animals in another order reuses its tables (a new
+        order costs an argsort; decisions do not depend on the rows' order).
+        """
         kept = self._animals
-        if kept is not None and kept.key == ids.tobytes() and kept.ids.dtype == ids.dtype:
-            return kept
-        self._animals = _Animals(self, ids)
-        return self._animals
+        key = ids.tobytes()
+        if kept is not None and kept.ids.dtype == ids.dtype:
+            if key == kept.key:
+                return kept, None
+            if key == self._order_key:
+                return kept, self._order
+        order: np.ndarray | None = None
+        if ids.shape[0] > 1 and ids.min() >= 0:
+            order = np.argsort(ids, kind="stable")
+            ordered = ids[order]
+            if (ordered[1:] == ordered[:-1]).any():
+                order = None  # an identity twice: the rows as they come
+            else:
+                ids = ordered
+        if kept is None or kept.key != ids.tobytes() or kept.ids.dtype != ids.dtype:
+            kept = self._animals = _Animals(self, ids)
+        self._order_key, self._order = (None, None) if order is None else (key, order)
+        return kept, order
 
     def _before(self, animals: _Animals, time: float) -> tuple[int, float | None]:
         """The slot of the table this frame's nodes go to, its other slot holding the

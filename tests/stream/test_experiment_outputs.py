@@ -574,6 +574,23 @@ def test_an_idle_osc_link_is_written_from_the_deciding_thread():
         peer.close()
 
 
+def test_osc_datagrams_are_python_osc_messages():
+    from pythonosc.osc_message_builder import OscMessageBuilder
+
+    link = OscLink(OscDevice("127.0.0.1", 9))
+    link.open()
+    try:
+        for frame in (0, 5, 2**31 - 1, 2**31, -3, -(2**31), 3):  # the int64s too, and again
+            for payload, kind in ((None, "onset"), ("/laser", "offset"), ("/laser", "onset")):
+                message = OutputMessage("zone", kind, frame, None, 0.0, 0.0, 0.0, payload, 0)
+                builder = OscMessageBuilder(payload or "/zone")
+                builder.add_arg(message.state)
+                builder.add_arg(frame)
+                assert link._datagram(message) == builder.build().dgram, (frame, payload)
+    finally:
+        link.close()
+
+
 def test_an_idle_zeromq_link_is_written_from_the_deciding_thread():
     import msgpack
     import zmq
