@@ -66,8 +66,7 @@ from sleap_live.engines.load.metadata import (
 )
 from sleap_live.engines.notify import Notify, notice, quiet
 from sleap_live.engines.settings import InferenceSettings, check_slots
-from sleap_live.stream.outputs.guard import claim_output, resolve_output
-from sleap_live.stream.outputs.staging import staged_file
+from sleap_live.output_rule import claim_output, resolve_output, staged_file
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -181,7 +180,7 @@ def export_inference_model(
         sources: model directories the model was built from, recorded with the
             sha256 of their training configs.
         progress: called with a short description of each step.
-        overwrite: replace an existing export (`guard.claim_output`).
+        overwrite: replace an existing export (`output_rule.claim_output`).
         opset: ONNX opset version (`DEFAULT_OPSET`).
         verify: check the export numerically (default: yes).
         verify_frames: uint8 (N, H, W, C) candidate frames (or batches of

@@ -206,7 +206,7 @@ def export_model(
         notify: "tensorrt": told about engines rebuilt and files not written.
         overwrite: replace an existing export at `output` (a "tensorrt" export
             folder, to add another GPU's engine, too); without it an existing
-            one is refused before any work (`guard.claim_output`).
+            one is refused before any work (`output_rule.claim_output`).
 
     Returns:
         The path of the export (for "tensorrt", of the engine file).

@@ -14,7 +14,7 @@ import attrs
 import av
 import numpy as np
 
-from sleap_live.stream.outputs.guard import claim_output
+from sleap_live.output_rule import claim_output
 from sleap_live.stream.outputs.overlay_writer import abandon, finish_staged, open_staged
 from sleap_live.stream.types import PoseRecord
 

@@ -11,7 +11,7 @@ import pytest
 from sleap_live import cli
 from sleap_live.engines.export import exporter
 from sleap_live.engines.export.exporter import export_inference_model
-from sleap_live.stream.outputs.guard import OutputError
+from sleap_live.output_rule import OutputError
 from tests.committed import DATA
 from tests.users import as_user, other_user
 
