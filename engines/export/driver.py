@@ -40,7 +40,7 @@ from sleap_live.engines.export.exporter import (
     conversion_frames,
     export_file,
     export_folder,
-    export_onnx_bytes,
+    export_graph,
     fitted_frames,
 )
 from sleap_live.engines.export.formats import ExportOptions
@@ -239,7 +239,7 @@ def export_with(
     if profile == TENSORRT_PROFILE:
         check_slots(model_type, model.info.max_instances)
     extra = format.needs(options)
-    onnx_bytes = export_onnx_bytes(
+    onnx_bytes = export_graph(
         model,
         opset=options.opset,
         verify=options.verify,
