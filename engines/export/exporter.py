@@ -111,11 +111,7 @@ def export_traced(paths: Sequence[str | Path], output: str | Path, options: Expo
         sources=paths,
         progress=options.progress,
         overwrite=options.overwrite,
-        opset=options.opset,
-        verify=options.verify,
-        verify_frames=options.verify_frames,
-        profile=options.profile,
-        frame_size=options.size,
+        **options.trace(),
     )
 
 
@@ -208,8 +204,8 @@ def export_graph(
         ExportError: the export failed or disagrees with the torch model.
         ValueError: bad arguments (format, output suffix, frames, frame shape).
     """
-    if output is None and format != "onnx":
-        raise ValueError(f"a {format} export is written to a file: give an output")
+    if output is None and format == "torchscript":
+        raise ValueError("a TorchScript export is written to a file: give an output")
     path = None if output is None else _output_path(output, format, overwrite)
     previous_profile, previous_specialised = model.profile, model.specialised
     try:

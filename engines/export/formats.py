@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -54,6 +55,17 @@ class ExportOptions:
     def size(self) -> tuple[int, int] | None:
         """(height, width) of `frame_size`."""
         return None if self.frame_size is None else (self.frame_size[0], self.frame_size[1])
+
+    def trace(self) -> dict[str, Any]:
+        """How the ONNX or TorchScript export (`exporter.export_graph`) traces and
+        verifies, of these."""
+        return {
+            "opset": self.opset,
+            "verify": self.verify,
+            "verify_frames": self.verify_frames,
+            "profile": self.profile,
+            "frame_size": self.size,
+        }
 
 
 # A format's exporter: the model directories, the output, the options; the export's path.
