@@ -469,7 +469,7 @@ def _rank_in_node(channels: np.ndarray) -> np.ndarray:
 def check_models(report: Report, goldens: Path, options: dict, onnx: bool) -> None:
     import sleap_io as sio
 
-    from sleap_live.engines.export.exporter import export_onnx_bytes
+    from sleap_live.engines.export.exporter import export_graph
     from sleap_live.engines.load.training_config import read_training_config
 
     cases = {
@@ -485,7 +485,7 @@ def check_models(report: Report, goldens: Path, options: dict, onnx: bool) -> No
         spec = read_training_config(model_dir)
         model_options = options if model_class is BottomUpModel else {}
         model = model_class.from_spec(spec, **model_options).eval()
-        run = _onnx_run(export_onnx_bytes(model), model) if onnx else _torch_run(model)
+        run = _onnx_run(export_graph(model), model) if onnx else _torch_run(model)
         grouper = grouper_class.from_info(model.info)
         golden = np.load(golden_path)
         track_names = list(golden["track_names"])

@@ -309,11 +309,11 @@ def _onnx_runner(model, check_frames: list[np.ndarray]) -> Callable[[np.ndarray]
 
     import onnxruntime as ort
 
-    from sleap_live.engines.export.exporter import export_inference_model
+    from sleap_live.engines.export.exporter import export_graph
     from sleap_live.engines.ort_options import session_options
 
     with tempfile.TemporaryDirectory() as directory:
-        path = export_inference_model(model, directory, format="onnx", verify_frames=check_frames)
+        path = export_graph(model, directory, format="onnx", verify_frames=check_frames)
         options = session_options()
         options.intra_op_num_threads = 1
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])

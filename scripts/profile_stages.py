@@ -19,10 +19,10 @@ into a temporary folder. Every figure is milliseconds per frame, on the same fra
 - the whole engine (`runner.run`) and the recorded pipeline decoding the file
   (`stream.bench.bench_recorded`), with the time the pipeline's stages were busy.
 
-The graph is exported in memory (`export_onnx_bytes`, verified on the clip's first
+The graph is exported in memory (`export_graph`, verified on the clip's first
 frames) and run with sleap-live's session options, one thread per physical core.
 `--specialised` profiles the graph specialised to the clip's frame shape instead (what the
-CPU runner runs, `export_specialised_onnx_bytes`), and the engine runs it too, once it gave
+CPU runner runs, `export_graph`), and the engine runs it too, once it gave
 the dynamic graph's outputs bit for bit.
 The profiler's own overhead makes its total a little larger than the session's; its
 stage shares are what it is for.
@@ -46,7 +46,7 @@ import onnx
 import onnxruntime as ort
 from fixtures import lab
 
-from sleap_live.engines.export.exporter import export_onnx_bytes, export_specialised_onnx_bytes
+from sleap_live.engines.export.exporter import export_graph
 from sleap_live.engines.graph.build import load_inference_model
 from sleap_live.engines.host.frames import convert_channels
 from sleap_live.engines.host.postprocess import decode
@@ -275,7 +275,7 @@ def profile(
     )
 
     model = load_inference_model(paths)
-    dynamic = export_onnx_bytes(model, verify=verify, verify_frames=images[:8], sources=paths)
+    dynamic = export_graph(model, verify=verify, verify_frames=images[:8], sources=paths)
     graph_channels = OnnxRunner(dynamic).metadata.input_channels
     converted = images
     if channels not in graph_channels:
@@ -292,7 +292,7 @@ def profile(
     if specialised:
         # Specialised to the frames the graph is given: after any host conversion.
         shape = (int(converted.shape[1]), int(converted.shape[2]), int(converted.shape[3]))
-        onnx_bytes = export_specialised_onnx_bytes(model, shape, sources=paths)
+        onnx_bytes = export_graph(model, frame_shape=shape, sources=paths)
         specialised = OneShape(shape, onnx_bytes)
     runner = OnnxRunner(dynamic, specialised=specialised)
     inputs = batches(converted, batch_size)

@@ -187,19 +187,13 @@ def test_importing_the_engines_changes_nothing_in_the_process():
     assert result.stdout.split() == ["True", "False"], result.stderr
 
 
-# What the engines still take from the stream: the writing of a finished file
-# (staging) and the refusal of outputs that are inputs (guard), both used by the
-# exporters; nothing else may run upward.
-ENGINES_FROM_STREAM = {"sleap_live.stream.outputs.staging", "sleap_live.stream.outputs.guard"}
-
-
-def test_the_engines_import_nothing_else_from_the_stream():
+def test_the_engines_import_nothing_from_the_stream():
     edges = graph(module_level=False)
     upward = sorted(
         f"{name} -> {target}"
         for name, targets in edges.items()
         if name.startswith("sleap_live.engines")
         for target in targets
-        if target.startswith("sleap_live.stream") and target not in ENGINES_FROM_STREAM
+        if target.startswith("sleap_live.stream")
     )
     assert upward == []

@@ -4,7 +4,7 @@ shares, done once, and the record (`ExportFormat`) by which a format plugs into 
 The steps, in order:
 
 1. the output rule: the file or folder the export writes is claimed (`ExportFile`,
-   `ExportFolder`; `guard.claim_output`), before any work;
+   `ExportFolder`; `output_rule.claim_output`), before any work;
 2. loading the model directories;
 3. what the format refuses (`ExportFormat.refuse`), in one line naming them;
 4. the slots: a "tensorrt"-profile program of a centroid or top-down model needs
@@ -16,7 +16,7 @@ The steps, in order:
 8. the metadata: the reference's, for the format (and, for a converted program, its
    profile's outputs);
 9. the format's own steps: `convert` in memory, then `save` into the staged output
-   (`staging.staged_file`);
+   (`output_rule.staged_file`);
 10. the verification: the saved export, loaded back (`Check.load`), against
     ONNX Runtime on the reference graph, each check recorded in the metadata, which
     is written last.
@@ -40,7 +40,7 @@ from sleap_live.engines.export.exporter import (
     conversion_frames,
     export_file,
     export_folder,
-    export_onnx_bytes,
+    export_graph,
     fitted_frames,
 )
 from sleap_live.engines.export.formats import ExportOptions
@@ -49,7 +49,7 @@ from sleap_live.engines.export.verify import Outputs, check_against_onnx_runtime
 from sleap_live.engines.graph.base import InferenceModel
 from sleap_live.engines.load.metadata import TENSORRT_PROFILE, ExportMetadata, sidecar_path
 from sleap_live.engines.settings import check_slots
-from sleap_live.stream.outputs.staging import staged_file
+from sleap_live.output_rule import staged_file
 
 
 @attrs.frozen
@@ -239,7 +239,7 @@ def export_with(
     if profile == TENSORRT_PROFILE:
         check_slots(model_type, model.info.max_instances)
     extra = format.needs(options)
-    onnx_bytes = export_onnx_bytes(
+    onnx_bytes = export_graph(
         model,
         opset=options.opset,
         verify=options.verify,

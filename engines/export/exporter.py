@@ -20,7 +20,7 @@ import datetime
 import hashlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict, overload
 
 import numpy as np
 import torch
@@ -65,9 +65,8 @@ from sleap_live.engines.load.metadata import (
     sidecar_path,
 )
 from sleap_live.engines.notify import Notify, notice, quiet
-from sleap_live.engines.settings import InferenceSettings, check_slots
-from sleap_live.stream.outputs.guard import claim_output, resolve_output
-from sleap_live.stream.outputs.staging import staged_file
+from sleap_live.engines.settings import check_slots
+from sleap_live.output_rule import claim_output, resolve_output, staged_file
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -78,21 +77,9 @@ EXPORT_FORMATS = ("onnx", "torchscript")
 SUFFIXES = {"onnx": ".onnx", "torchscript": ".pt"}
 
 
-def export_format(paths: Sequence[str | Path], output: str | Path, options: ExportOptions) -> Path:
-    """`export_model` for "onnx" and "torchscript" (`export_model_dirs`)."""
-    return export_model_dirs(
-        paths,
-        output,
-        format=options.format,
-        profile=options.profile,
-        frame_size=options.size,
-        **options.onnx(),
-    )
-
-
 class TraceOptions(TypedDict, total=False):
-    """How `export_model_dirs`, `export_inference_model` and `export_onnx_bytes` trace
-    and verify (described in `export_inference_model`; the defaults are `_export`'s)."""
+    """How `export_graph` traces and verifies (described there; the defaults are
+    `_export`'s)."""
 
     opset: int
     verify: bool
@@ -100,62 +87,49 @@ class TraceOptions(TypedDict, total=False):
     note: Notify
     profile: str
     frame_size: tuple[int, int] | None
+    frame_shape: tuple[int, int, int] | None
 
 
-def export_model_dirs(
-    paths: Sequence[str | Path],
-    output: str | Path,
-    *,
-    format: str = "onnx",
-    settings: InferenceSettings | None = None,
-    progress: Notify = quiet,
-    overwrite: bool = False,
-    **options: Unpack[TraceOptions],
-) -> Path:
-    """Builds the inference model of one or two sleap-nn model directories and exports it
-    to ONNX or TorchScript (`export_model` with those formats).
-
-    Args:
-        paths: a model directory, or a centroid and a centered-instance directory
-            (in any order) for a top-down model.
-        output: the file to write (`.onnx` or `.pt`), or a directory to write
-            `model.onnx` / `model.pt` into.
-        format: "onnx" or "torchscript".
-        settings: the inference settings built into the graph and recorded in
-            its metadata (default: sleap-nn predict's; see
-            `sleap_live.engines.settings`).
-        progress, overwrite, **options: as for `export_inference_model`; the frames
-            searched for animals are, without `verify_frames`, the model directories'
-            training labels', then synthetic ones (`sleap_live.engines.export.frames`).
-
-    Returns:
-        The path of the exported model. Its metadata is embedded and also written
-        to `<file>.json`.
+def export_traced(paths: Sequence[str | Path], output: str | Path, options: ExportOptions) -> Path:
+    """`export_model` for "onnx" and "torchscript": the model directories' inference
+    model traced by `export_graph` (the frames searched for animals are, without
+    `verify_frames`, the directories' training labels', then synthetic ones).
 
     Raises:
-        ValueError: unknown format, an output file whose suffix does not fit it,
-            or malformed `verify_frames`.
         ModelNotFoundError, ModelConfigError, CheckpointError: the model
             directories cannot be loaded.
-        ExportError: the export failed or does not match the torch model.
+        ValueError, ExportError: as for `export_graph`.
     """
     from sleap_live.engines.graph.build import load_inference_model
 
-    _output_path(output, format, overwrite)
-    progress("loading model")
-    model = load_inference_model(paths, settings)
-    return export_inference_model(
-        model,
+    _output_path(output, options.format, options.overwrite)  # before any work
+    options.progress("loading model")
+    return export_graph(
+        load_inference_model(paths, options.settings),
         output,
-        format=format,
+        format=options.format,
         sources=paths,
-        progress=progress,
-        overwrite=overwrite,
-        **options,
+        progress=options.progress,
+        overwrite=options.overwrite,
+        **options.trace(),
     )
 
 
-def export_inference_model(
+@overload
+def export_graph(
+    model: InferenceModel,
+    output: None = None,
+    *,
+    format: str = "onnx",
+    sources: Sequence[str | Path] = (),
+    progress: Notify = quiet,
+    overwrite: bool = False,
+    **options: Unpack[TraceOptions],
+) -> bytes: ...
+
+
+@overload
+def export_graph(
     model: InferenceModel,
     output: str | Path,
     *,
@@ -164,8 +138,22 @@ def export_inference_model(
     progress: Notify = quiet,
     overwrite: bool = False,
     **options: Unpack[TraceOptions],
-) -> Path:
-    """Exports an `InferenceModel` and embeds its metadata.
+) -> Path: ...
+
+
+def export_graph(
+    model: InferenceModel,
+    output: str | Path | None = None,
+    *,
+    format: str = "onnx",
+    sources: Sequence[str | Path] = (),
+    progress: Notify = quiet,
+    overwrite: bool = False,
+    **options: Unpack[TraceOptions],
+) -> bytes | Path:
+    """Exports an `InferenceModel` with its metadata embedded: to the file `output`
+    (its metadata also written to `<file>.json`), or, without `output`, to an
+    in-memory ONNX model (`OnnxRunner` takes the bytes directly).
 
     With `verify`, the export and the torch module run on two check batches made
     from the verification frames (two sizes, one odd; two batch sizes); every
@@ -174,14 +162,24 @@ def export_inference_model(
     The records (shapes, detections per frame, frame source, largest
     differences) go into the metadata's "verification" field.
 
+    With `frame_shape`, the default-profile graph for frames of that one (height,
+    width, channels), traced specialised (`InferenceModel.set_specialised`): the
+    frame shape is frozen into the graph and the passes that would not change the
+    image at that shape are left out; the batch axis stays dynamic. It is not
+    compared with the torch model here (`verify`, `verify_frames`, `note`,
+    `profile` and `frame_size` do not apply): it computes the dynamic graph's
+    numbers, and `OnnxRunner` checks that it does, bit for bit, on the first batch
+    it runs (see `sleap_live.engines.runners.specialise`).
+
     Args:
         model: the torch inference model (moved to the CPU and put in eval mode).
-        output: the file to write (`.onnx` or `.pt`), or a directory.
-        format: "onnx" or "torchscript".
+        output: the file to write (`.onnx` or `.pt`), or a directory to write
+            `model.onnx` / `model.pt` into; None: ONNX bytes, nothing written.
+        format: "onnx" or "torchscript" (written to a file only).
         sources: model directories the model was built from, recorded with the
             sha256 of their training configs.
         progress: called with a short description of each step.
-        overwrite: replace an existing export (`guard.claim_output`).
+        overwrite: replace an existing export (`output_rule.claim_output`).
         opset: ONNX opset version (`DEFAULT_OPSET`).
         verify: check the export numerically (default: yes).
         verify_frames: uint8 (N, H, W, C) candidate frames (or batches of
@@ -197,16 +195,25 @@ def export_inference_model(
         frame_size: (height, width) of a "tensorrt" export; the verification frames
             are cut or padded to it. By default, the verification frames' own size
             (or the given frame's, unverified).
+        frame_shape: (height, width, channels) of a specialised graph (see above).
 
     Returns:
-        The path of the exported model.
+        The path of the exported model, or the ONNX bytes without `output`.
 
     Raises:
         ExportError: the export failed or disagrees with the torch model.
-        ValueError: bad arguments (format, output suffix, frames).
+        ValueError: bad arguments (format, output suffix, frames, frame shape).
     """
-    path = _output_path(output, format, overwrite)
-    payload, metadata = _export(model, format, sources, progress, **options)
+    if output is None and format == "torchscript":
+        raise ValueError("a TorchScript export is written to a file: give an output")
+    path = None if output is None else _output_path(output, format, overwrite)
+    previous_profile, previous_specialised = model.profile, model.specialised
+    try:
+        payload, metadata = _export(model.cpu().eval(), format, sources, progress, **options)
+    finally:
+        model.set_profile(previous_profile).set_specialised(previous_specialised)
+    if path is None:
+        return payload
     progress(f"writing {path}")
     path.parent.mkdir(parents=True, exist_ok=True)
     with staged_file(path, "the export") as staged:
@@ -216,61 +223,6 @@ def export_inference_model(
             save_torchscript(payload, staged, metadata)
         sidecar_path(staged).write_text(metadata.to_json() + "\n")
     return path
-
-
-def export_onnx_bytes(
-    model: InferenceModel,
-    *,
-    sources: Sequence[str | Path] = (),
-    progress: Notify = quiet,
-    **options: Unpack[TraceOptions],
-) -> bytes:
-    """Exports an `InferenceModel` to an in-memory ONNX model (metadata embedded).
-
-    Same steps and arguments as `export_inference_model`, without writing files;
-    `OnnxRunner` takes the bytes directly.
-
-    Raises:
-        ExportError: the export failed or disagrees with the torch model.
-    """
-    payload, _ = _export(model, "onnx", sources, progress, **options)
-    return payload
-
-
-def export_specialised_onnx_bytes(
-    model: InferenceModel,
-    frame_shape: tuple[int, int, int],
-    *,
-    opset: int = DEFAULT_OPSET,
-    sources: Sequence[str | Path] = (),
-    progress: Notify = quiet,
-) -> bytes:
-    """The default-profile graph of `model` for frames of one (height, width, channels).
-
-    Traced specialised (`InferenceModel.set_specialised`): the frame shape is frozen into
-    the graph and the passes that would not change the image at that shape are
-    left out; the batch axis stays dynamic. It is not compared with the torch
-    model here: it computes the dynamic graph's numbers, and `OnnxRunner` checks
-    that it does, bit for bit, on the first batch it runs (see
-    `sleap_live.engines.runners.specialise`).
-
-    Raises:
-        ExportError: the export failed.
-        ValueError: a frame shape that is not (height >= 1, width >= 1, 1 or 3).
-    """
-    height, width, channels = frame_shape
-    if height < 1 or width < 1 or channels not in (1, 3):
-        raise ValueError(f"frame_shape must be (height, width, 1 or 3), got {frame_shape}")
-    previous_profile, previous_specialised = model.profile, model.specialised
-    model = model.cpu().eval().set_profile(DEFAULT_PROFILE).set_specialised(True)
-    try:
-        progress(f"exporting to ONNX for {width}x{height}x{channels} frames")
-        example = sample_frames(1, height, width, channels)
-        payload, _ = trace_to_onnx(model, example, opset, dynamic_channels=False)
-        metadata = _metadata(model, "onnx", opset, (channels,), sources, None, example)
-    finally:
-        model.set_profile(previous_profile).set_specialised(previous_specialised)
-    return embed_metadata(payload, metadata)
 
 
 def _export(
@@ -285,33 +237,29 @@ def _export(
     note: Notify = notice,
     profile: str = DEFAULT_PROFILE,
     frame_size: tuple[int, int] | None = None,
+    frame_shape: tuple[int, int, int] | None = None,
 ) -> tuple[Any, ExportMetadata]:
-    """The export (ONNX bytes with metadata, or a traced module) and its metadata."""
+    """The export (ONNX bytes with metadata, or a traced module) and its metadata; the
+    model is left in the export's profile (`export_graph` puts it back)."""
+    if format not in EXPORT_FORMATS:
+        raise ValueError(f"unknown export format {format!r} (expected one of {EXPORT_FORMATS})")
+    if frame_shape is not None:
+        height, width, channels = frame_shape
+        if height < 1 or width < 1 or channels not in (1, 3):
+            raise ValueError(f"frame_shape must be (height, width, 1 or 3), got {frame_shape}")
+        if format != "onnx":
+            raise ValueError(f"a graph specialised to a frame shape is ONNX, not {format}")
+        model.set_profile(DEFAULT_PROFILE).set_specialised(True)
+        progress(f"exporting to ONNX for {width}x{height}x{channels} frames")
+        example = sample_frames(1, height, width, channels)
+        payload, _ = trace_to_onnx(model, example, opset, dynamic_channels=False)
+        metadata = _metadata(model, format, opset, (channels,), sources, None, example)
+        return embed_metadata(payload, metadata), metadata
     if profile == TENSORRT_PROFILE and format != "onnx":
         raise ValueError(f"the {profile} profile exports to ONNX only, not {format}")
     if profile == TENSORRT_PROFILE:
         check_slots(model.info.model_type, model.info.max_instances)
-    previous = model.profile
-    model = model.cpu().eval().set_profile(profile)
-    try:
-        return _export_profiled(
-            model, format, opset, verify, verify_frames, sources, progress, note, frame_size
-        )
-    finally:
-        model.set_profile(previous)
-
-
-def _export_profiled(
-    model: InferenceModel,
-    format: str,
-    opset: int,
-    verify: bool,
-    verify_frames: Frames | None,
-    sources: Sequence[str | Path],
-    progress: Notify,
-    note: Notify,
-    frame_size: tuple[int, int] | None,
-) -> tuple[Any, ExportMetadata]:
+    model.set_profile(profile)
     fixed_shape = model.tensorrt_profile
     native = frame_channels(model.frame_preprocess) if fixed_shape else model.info.input_channels
     label = _label(model, sources)

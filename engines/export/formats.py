@@ -56,15 +56,15 @@ class ExportOptions:
         """(height, width) of `frame_size`."""
         return None if self.frame_size is None else (self.frame_size[0], self.frame_size[1])
 
-    def onnx(self) -> dict[str, Any]:
-        """What the ONNX export of the model directories (`export_model_dirs`) takes of these."""
+    def trace(self) -> dict[str, Any]:
+        """How the ONNX or TorchScript export (`exporter.export_graph`) traces and
+        verifies, of these."""
         return {
             "opset": self.opset,
             "verify": self.verify,
             "verify_frames": self.verify_frames,
-            "settings": self.settings,
-            "progress": self.progress,
-            "overwrite": self.overwrite,
+            "profile": self.profile,
+            "frame_size": self.size,
         }
 
 
@@ -112,30 +112,26 @@ class FormatRow:
         return exporter
 
 
+def _rows(table: str) -> tuple[FormatRow, ...]:
+    """The rows of a table written a line a row, its cells `FormatRow`'s fields in
+    order, between " | "."""
+    lines = table.strip().splitlines()
+    return tuple(FormatRow(*(cell.strip() for cell in line.split(" | "))) for line in lines)
+
+
 # What `export --help` and docs/export-formats.md print, with FORMAT_NOTE under it.
-FORMAT_TABLE = (
-    FormatRow("onnx", "exporter:export_format", "none", "NAME.onnx", "ONNX Runtime",
-              "ORT CUDA, TensorRT", "any frame size", "torch, fp32 rule"),
-    FormatRow("torchscript", "exporter:export_format", "none", "NAME.pt", "torch", "torch",
-              "any frame size", "torch, fp32 rule"),
-    FormatRow("openvino", "openvino:OPENVINO", "none", "NAME.xml", "OpenVINO", "-",
-              "any frame size", "torch (as ONNX), fp32 rule"),
-    FormatRow("tensorrt", "tensorrt:export_tensorrt", "one", "NAME_tensorrt/", "-", "TensorRT",
-              "one size, slots", "on its GPU"),
-    FormatRow("web", "web:WEB", "many", "NAME_web/", "browser wasm", "WebGPU, opt-in*",
-              "a graph per size, no BU/MC", "ORT, fp32 rule"),
-    FormatRow("pt2", "pt2:PT2", "one", "NAME.pt2", "torch", "torch",
-              "one size, any batch, slots", "ORT, fp32 rule"),
-    FormatRow("tflite", "tflite:TFLITE", "one", "NAME.tflite", "LiteRT", "-",
-              "one size, batch 1, slots, no TC", "LiteRT vs ORT, fp32 rule"),
-    FormatRow("coreml", "coreml:COREML", "one", "NAME.mlpackage", "-", "Core ML (macOS)",
-              "one size, batch 1, float in, slots, no PAF", "coremltools checks; not run"),
-    FormatRow("saved_model", "saved_model:SAVED_MODEL", "one", "NAME_saved_model/", "TensorFlow",
-              "TensorFlow", "one size, batch 1, slots", "TensorFlow vs ORT, fp32 rule"),
-    FormatRow("tfjs", "tfjs:TFJS", "one", "NAME_tfjs/", "TF.js (Node, browser)",
-              "TF.js WebGL/WebGPU", "one size, batch 1, slots",
-              "TF.js cpu (Node) vs ORT, fp32 rule"),
-)  # fmt: skip
+FORMAT_TABLE = _rows("""
+onnx        | exporter:export_traced   | none | NAME.onnx         | ONNX Runtime          | ORT CUDA, TensorRT | any frame size                             | torch, fp32 rule
+torchscript | exporter:export_traced   | none | NAME.pt           | torch                 | torch              | any frame size                             | torch, fp32 rule
+openvino    | openvino:OPENVINO        | none | NAME.xml          | OpenVINO              | -                  | any frame size                             | torch (as ONNX), fp32 rule
+tensorrt    | tensorrt:export_tensorrt | one  | NAME_tensorrt/    | -                     | TensorRT           | one size, slots                            | on its GPU
+web         | web:WEB                  | many | NAME_web/         | browser wasm          | WebGPU, opt-in*    | a graph per size, no BU/MC                 | ORT, fp32 rule
+pt2         | pt2:PT2                  | one  | NAME.pt2          | torch                 | torch              | one size, any batch, slots                 | ORT, fp32 rule
+tflite      | tflite:TFLITE            | one  | NAME.tflite       | LiteRT                | -                  | one size, batch 1, slots, no TC            | LiteRT vs ORT, fp32 rule
+coreml      | coreml:COREML            | one  | NAME.mlpackage    | -                     | Core ML (macOS)    | one size, batch 1, float in, slots, no PAF | coremltools checks; not run
+saved_model | saved_model:SAVED_MODEL  | one  | NAME_saved_model/ | TensorFlow            | TensorFlow         | one size, batch 1, slots                   | TensorFlow vs ORT, fp32 rule
+tfjs        | tfjs:TFJS                | one  | NAME_tfjs/        | TF.js (Node, browser) | TF.js WebGL/WebGPU | one size, batch 1, slots                   | TF.js cpu (Node) vs ORT, fp32 rule
+""")  # noqa: E501
 FORMATS = {row.argument: row for row in FORMAT_TABLE}
 EXPORT_FORMATS = tuple(FORMATS)
 FORMAT_NOTE = (
@@ -206,7 +202,7 @@ def export_model(
         notify: "tensorrt": told about engines rebuilt and files not written.
         overwrite: replace an existing export at `output` (a "tensorrt" export
             folder, to add another GPU's engine, too); without it an existing
-            one is refused before any work (`guard.claim_output`).
+            one is refused before any work (`output_rule.claim_output`).
 
     Returns:
         The path of the export (for "tensorrt", of the engine file).

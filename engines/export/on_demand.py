@@ -96,7 +96,7 @@ def general_graph_key(
     paths: Sequence[Path], export_options: dict[str, Any], settings: InferenceSettings
 ) -> CacheKey | None:
     """The cache key of the model directories' general (dynamic) graph. It is verified
-    unless told otherwise (`export_onnx_bytes`), so `verify=True` given keys the same
+    unless told otherwise (`export_graph`), so `verify=True` given keys the same
     entry as `verify` left out."""
     return cache_key(paths, {"verify": True, **export_options}, settings=settings)
 
@@ -110,12 +110,12 @@ def exported_onnx(
 ) -> bytes:
     """The model directories' in-memory ONNX export, each step told to `progress`."""
     progress(f"{headline}: loading the torch model")
-    from sleap_live.engines.export.exporter import export_onnx_bytes
+    from sleap_live.engines.export.exporter import export_graph
     from sleap_live.engines.graph.build import load_inference_model
 
     model = load_inference_model(paths, settings)
     try:
-        return export_onnx_bytes(
+        return export_graph(
             model,
             sources=paths,
             progress=lambda step: progress(f"{headline}: {step}"),
@@ -233,7 +233,7 @@ class SpecialisedGraphExports:
             self._cache.remove(key)
 
     def _exported(self, shape: FrameShape, key: CacheKey | None) -> bytes:
-        from sleap_live.engines.export.exporter import export_specialised_onnx_bytes
+        from sleap_live.engines.export.exporter import export_graph
         from sleap_live.engines.graph.build import load_inference_model
 
         height, width, channels = shape
@@ -241,9 +241,9 @@ class SpecialisedGraphExports:
         if self._model is None:
             self._progress(f"{headline}: loading the torch model")
             self._model = load_inference_model(self._paths, self._settings)
-        graph = export_specialised_onnx_bytes(
+        graph = export_graph(
             self._model,
-            shape,
+            frame_shape=shape,
             sources=self._paths,
             progress=lambda step: self._progress(f"{headline}: {step}"),
             **self._options,

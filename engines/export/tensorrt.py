@@ -25,6 +25,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+import attrs
+
 from sleap_live.engines.errors import RuntimeUnavailableError
 from sleap_live.engines.export.tensorrt_build import (
     DEFAULT_WORKSPACE_BYTES,
@@ -133,8 +135,8 @@ def export_tensorrt(
             stream's frames, without channels the model's own; `batch_size` (the
             throughput profile's), `precision` (one of `PRECISIONS`), `device` (the
             CUDA device to build on), `notify` (told about rebuilds, one line each),
-            and those of the ONNX export (`ExportOptions.onnx`), which is always of
-            the "tensorrt" profile, at `frame_size`.
+            and those of the ONNX export (`export_traced`), which is always of the
+            "tensorrt" profile, at `frame_size`.
 
     Returns:
         The engine file's path.
@@ -144,21 +146,15 @@ def export_tensorrt(
         RuntimeUnavailableError: TensorRT or a CUDA GPU is missing.
         ExportError: the ONNX export or the build failed.
     """
-    from sleap_live.engines.export.exporter import export_model_dirs
+    from sleap_live.engines.export.exporter import export_traced
 
     if options.frame_size is None:
         raise ValueError("a TensorRT export needs frame_size (height, width[, channels])")
     trt = import_tensorrt()
     gpu = current_gpu(options.device)
     height, width, *channels = options.frame_size
-    onnx_path = export_model_dirs(
-        paths,
-        Path(output) / "model.onnx",
-        format="onnx",
-        profile="tensorrt",
-        frame_size=(height, width),
-        **options.onnx(),
-    )
+    onnx_options = attrs.evolve(options, format="onnx", profile="tensorrt")
+    onnx_path = export_traced(paths, Path(output) / "model.onnx", onnx_options)
     model = read_onnx_model(onnx_path)
     shape = (height, width, channels[0] if channels else model.metadata.input_channels[0])
     cache = EngineCache(

@@ -25,7 +25,7 @@ from sleap_live.engines.errors import ExportError, ModelConfigError, ModelNotFou
 from sleap_live.engines.export.tensorrt_engine import EngineFile, EngineKey
 from sleap_live.engines.load.metadata import METADATA_KEY, ExportMetadata
 from sleap_live.engines.notify import Notify, notice
-from sleap_live.stream.outputs.staging import staged_file
+from sleap_live.output_rule import staged_file
 
 DEFAULT_WORKSPACE_BYTES = 4 << 30
 

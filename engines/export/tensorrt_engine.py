@@ -23,7 +23,7 @@ import attrs
 from sleap_live.engines import engine_table
 from sleap_live.engines.errors import ModelConfigError, ModelNotFoundError
 from sleap_live.engines.load.metadata import ExportMetadata
-from sleap_live.stream.outputs.staging import staged_file
+from sleap_live.output_rule import staged_file
 
 PRECISIONS = engine_table.engine("tensorrt").precisions
 MAGIC = b"sleap-live tensorrt engine\n"
@@ -196,7 +196,7 @@ def read_engine_file(path: str | Path) -> EngineFile:
 
 def write_engine_file(path: str | Path, engine: EngineFile) -> Path:
     """Writes `engine` atomically (a reader never sees half a file), by the output
-    rule (`staging`).
+    rule (`output_rule`).
 
     Raises:
         OutputError: the rule refuses `path` (another user's link).

@@ -105,10 +105,10 @@ def tensorrt_onnx_bytes(
     model: Any, paths: list[Path], frame: FrameShape, export_options: dict[str, Any]
 ) -> bytes:
     """The in-memory "tensorrt" profile export of model directories for one frame size."""
-    from sleap_live.engines.export.exporter import export_onnx_bytes
+    from sleap_live.engines.export.exporter import export_graph
 
     try:
-        return export_onnx_bytes(
+        return export_graph(
             model, sources=paths, profile="tensorrt", frame_size=frame[:2], **export_options
         )
     except ExportError as error:

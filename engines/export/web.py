@@ -2,7 +2,7 @@
 
 onnxruntime-web's wasm build has no float64 kernels, and the default graph computes
 its frame-size arithmetic and resize weights in float64 (for any frame size). The
-graph of one frame size (`export_specialised_onnx_bytes`: the shape frozen, the
+graph of one frame size (`export_graph` with a `frame_shape`: the shape frozen, the
 passes that leave the image unchanged at it left out) has no float64 left when it
 takes the model's own channel count, and computes the default graph's numbers. So
 the page runs one such graph per frame size the export is made for, and converts
@@ -43,7 +43,7 @@ import numpy as np
 
 from sleap_live.engines.errors import ExportError
 from sleap_live.engines.export.driver import ExportFolder, ExportFormat, Job
-from sleap_live.engines.export.exporter import export_specialised_onnx_bytes, fitted_frames
+from sleap_live.engines.export.exporter import export_graph, fitted_frames
 from sleap_live.engines.export.formats import ExportOptions
 from sleap_live.engines.export.frames import verification_frames
 from sleap_live.engines.export.onnx import onnx_exported
@@ -108,7 +108,7 @@ def _convert(job: Job) -> _Graphs:
     checks = []
     for height, width in sizes:
         options.progress(f"exporting the graph of {height}x{width} frames")
-        graph = export_specialised_onnx_bytes(model, (height, width, channels), opset=options.opset)
+        graph = export_graph(model, frame_shape=(height, width, channels), opset=options.opset)
         frames = fitted_frames(candidates, (height, width))
         options.progress(f"checking the {height}x{width} graph against the default graph")
         expected, got = reference.run(frames), onnx_exported(graph).run(frames)

@@ -25,8 +25,8 @@ grouping sees them in and decides ties and instance order by.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import torch
 
@@ -112,6 +112,9 @@ def top_peaks_per_channel(
         points = refine_peaks(cms, map_inds, points.reshape(-1, 2), patch_size)
         points = points.reshape(batch, channels, max_peaks, 2)
     return torch.where(valid.unsqueeze(-1), points, 0.0), values, valid
+
+
+Model = TypeVar("Model", bound=InferenceModel)
 
 
 class _BottomUpBase(InferenceModel):
@@ -282,17 +285,8 @@ class BottomUpModel(_BottomUpBase):
             ModelConfigError: `spec` is not a bottom-up model.
         """
         check_model_type(spec, "bottomup")
-        confmaps, pafs = spec.head(CONFMAPS_HEAD), spec.head(PAFS_HEAD)
-        return cls(
-            load_model_network(spec) if network is None else network,
-            PreprocessConfig.from_spec(spec),
-            spec.skeleton,
-            pafs.edge_indices,
-            confmaps.output_stride,
-            pafs.output_stride,
-            sleap1=spec.sleap1,
-            **options,
-        )
+        pafs = spec.head(PAFS_HEAD)
+        return _from_spec(cls, spec, network, pafs.edge_indices, pafs.output_stride, options)
 
     def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
         heads, points, values, valid, eff_scale = self._heads_and_peaks(frames)
@@ -382,17 +376,8 @@ class MultiClassBottomUpModel(_BottomUpBase):
             ModelConfigError: `spec` is not a multi-class bottom-up model.
         """
         check_model_type(spec, "multi_class_bottomup")
-        confmaps, class_maps = spec.head(CONFMAPS_HEAD), spec.head(CLASS_MAPS_HEAD)
-        return cls(
-            load_model_network(spec) if network is None else network,
-            PreprocessConfig.from_spec(spec),
-            spec.skeleton,
-            class_maps.classes,
-            confmaps.output_stride,
-            class_maps.output_stride,
-            sleap1=spec.sleap1,
-            **options,
-        )
+        class_maps = spec.head(CLASS_MAPS_HEAD)
+        return _from_spec(cls, spec, network, class_maps.classes, class_maps.output_stride, options)
 
     def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
         heads, points, values, valid, eff_scale = self._heads_and_peaks(frames)
@@ -415,3 +400,26 @@ class MultiClassBottomUpModel(_BottomUpBase):
             valid,
             torch.where(valid.unsqueeze(-1), probs, nan),
         )
+
+
+def _from_spec(
+    model: Callable[..., Model],
+    spec: ModelSpec,
+    network: torch.nn.Module | None,
+    head: Any,
+    head_stride: int,
+    options: dict[str, Any],
+) -> Model:
+    """A bottom-up model of `spec`: its network (by default loaded from the
+    checkpoint), preprocessing, skeleton, what its second head gives (`head`: the
+    PAF edges or the classes), the confidence maps' and that head's strides."""
+    return model(
+        load_model_network(spec) if network is None else network,
+        PreprocessConfig.from_spec(spec),
+        spec.skeleton,
+        head,
+        spec.head(CONFMAPS_HEAD).output_stride,
+        head_stride,
+        sleap1=spec.sleap1,
+        **options,
+    )

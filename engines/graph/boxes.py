@@ -32,9 +32,8 @@ import torch.nn.functional as F
 
 from sleap_live.engines.graph.preprocess import (
     PreprocessConfig,
-    network_input,
+    frame_input,
     network_input_values,
-    size_matched_frames,
     size_matched_values,
 )
 from sleap_live.engines.graph.resize import size_of, static_size
@@ -90,8 +89,7 @@ class CenterNetStage(torch.nn.Module):
         return self.output_stride / self.preprocess.scale
 
     def forward(self, frames: torch.Tensor, specialised: bool = False) -> tuple[torch.Tensor, ...]:
-        sized, eff_scale = size_matched_frames(frames, self.preprocess, specialised=specialised)
-        image = network_input(sized, self.preprocess, specialised=specialised)
+        image, eff_scale = frame_input(frames, self.preprocess, specialised=specialised)
         return self._frame_boxes(
             image,
             eff_scale,

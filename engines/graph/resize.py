@@ -204,11 +204,7 @@ def _resize_specialised(image: torch.Tensor, height: int, width: int) -> torch.T
             image = plan.apply(_as_dtype(image, torch.float32), axis)
             continue
         image = _as_dtype(image, torch.uint8)
-        in_tensor = _as_size(in_size, image.device)
-        if axis == 3:
-            image = _resize_width(image, in_tensor, size)
-        else:
-            image = _resize_height(image, in_tensor, size)
+        image = _resize_axis(image, axis, _as_size(in_size, image.device), size)
     return image
 
 
@@ -433,22 +429,14 @@ def _contract(image: torch.Tensor, weights: torch.Tensor, axis: int) -> torch.Te
     return torch.matmul(weights.T, image)
 
 
-def _resize_width(image: torch.Tensor, in_width: torch.Tensor, width: int) -> torch.Tensor:
-    """The horizontal pass of a specialised `resize_uint8_exportable`."""
-    batch, channels, height = image.shape[0], image.shape[1], image.shape[2]
-    in_size = static_size(image, 3)
-    columns = image.permute(3, 0, 1, 2).reshape(in_size, batch * channels * height)
-    columns = _resize_leading_axis(columns, in_width, _as_size(width, image.device))
-    return columns.reshape(width, batch, channels, height).permute(1, 2, 3, 0)
-
-
-def _resize_height(image: torch.Tensor, in_height: torch.Tensor, height: int) -> torch.Tensor:
-    """The vertical pass of a specialised `resize_uint8_exportable`."""
-    batch, channels, width = image.shape[0], image.shape[1], image.shape[3]
-    in_size = static_size(image, 2)
-    rows = image.permute(2, 0, 1, 3).reshape(in_size, batch * channels * width)
-    rows = _resize_leading_axis(rows, in_height, _as_size(height, image.device))
-    return rows.reshape(height, batch, channels, width).permute(1, 2, 0, 3)
+def _resize_axis(image: torch.Tensor, axis: int, in_size: torch.Tensor, size: int) -> torch.Tensor:
+    """A pass of a specialised `resize_uint8_exportable` along `axis` (3: the width,
+    2: the height): that axis moved first, resized, and moved back."""
+    order = (axis, *(dim for dim in range(4) if dim != axis))
+    rest = [image.shape[dim] for dim in order[1:]]
+    lines = image.permute(*order).reshape(static_size(image, axis), rest[0] * rest[1] * rest[2])
+    lines = _resize_leading_axis(lines, in_size, _as_size(size, image.device))
+    return lines.reshape(size, *rest).permute(*(order.index(dim) for dim in range(4)))
 
 
 def resize_uint8(

@@ -94,11 +94,7 @@ class SingleInstanceModel(InferenceModel):
         self.refine = refine
         self.patch_size = patch_size
         self.info = ModelInfo(
-            model_type="single_instance",
-            skeleton=skeleton,
-            input_channels=preprocess.in_channels,
-            max_instances=1,
-            peak_threshold=peak_threshold,
+            "single_instance", skeleton, preprocess.in_channels, 1, peak_threshold=peak_threshold
         )
 
     @classmethod

@@ -195,20 +195,16 @@ def _classified_only(poses: FramePoses) -> FramePoses:
     )
 
 
-def decode_bottomup(
+def decode_grouped(
     info: ModelInfo, outputs: Mapping[str, np.ndarray], batch_size: int
 ) -> list[FramePoses]:
-    """Per-frame poses from `BOTTOMUP_OUTPUTS`, grouped with PAFs (`PafGrouper`)."""
+    """Per-frame poses of a bottom-up model's outputs, grouped on the host: with PAFs
+    (`PafGrouper`, `BOTTOMUP_OUTPUTS`) or one per class (`ClassMapGrouper`,
+    `MULTI_CLASS_BOTTOMUP_OUTPUTS`)."""
     del batch_size
-    _instance_arrays(outputs, BOTTOMUP_OUTPUTS)
-    return PafGrouper.from_info(info).group_batch(outputs)
-
-
-def decode_multi_class_bottomup(
-    info: ModelInfo, outputs: Mapping[str, np.ndarray], batch_size: int
-) -> list[FramePoses]:
-    """Per-frame poses from `MULTI_CLASS_BOTTOMUP_OUTPUTS`, one per class (`ClassMapGrouper`)."""
-    del batch_size
+    if info.model_type == "bottomup":
+        _instance_arrays(outputs, BOTTOMUP_OUTPUTS)
+        return PafGrouper.from_info(info).group_batch(outputs)
     _instance_arrays(outputs, MULTI_CLASS_BOTTOMUP_OUTPUTS)
     return ClassMapGrouper.from_info(info).group_batch(outputs)
 
@@ -219,7 +215,7 @@ DECODERS: Mapping[str, Decoder] = MappingProxyType(
         "centroid": decode_instances,
         "topdown": decode_instances,
         "multi_class_topdown": decode_multi_class_instances,
-        "bottomup": decode_bottomup,
-        "multi_class_bottomup": decode_multi_class_bottomup,
+        "bottomup": decode_grouped,
+        "multi_class_bottomup": decode_grouped,
     }
 )

@@ -52,6 +52,7 @@ from sleap_live.engines.load.spec import (
     ModelSpec,
     PreprocessSpec,
     UNetSpec,
+    spec_of,
 )
 from sleap_live.engines.types import Skeleton
 
@@ -204,22 +205,14 @@ def read_legacy_config(model_dir: Path) -> ModelSpec:
         scale=input_scaling,
         crop_size=int(crop_size) if crop_size else None,
     )
-    anchor_name = heads[0].anchor_part
-    anchor = None
-    if anchor_name is not None:
-        if anchor_name not in skeleton.node_names:
-            raise ModelConfigError(f"{config_path}: anchor_part {anchor_name!r} is not a node")
-        anchor = skeleton.node_names.index(anchor_name)
-    return ModelSpec(
+    return spec_of(
+        config_path,
+        heads,
+        skeleton,
         path=model_dir,
         model_type=model_type,
-        skeleton=skeleton,
         backbone=backbone_spec,
-        heads=heads,
         preprocess=preprocess,
-        class_names=next((head.classes for head in heads if head.classes), ()),
-        anchor_part=anchor,
-        anchor_part_name=anchor_name,
         legacy=LegacySpec(
             weights_path=weights_path, offset_heads=offset_heads, input_scaling=input_scaling
         ),

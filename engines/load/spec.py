@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -305,6 +306,34 @@ class ModelSpec:
     @property
     def head_names(self) -> tuple[str, ...]:
         return tuple(head.name for head in self.heads)
+
+
+def spec_of(
+    config_path: Path, heads: tuple[HeadSpec, ...], skeleton: Skeleton, **fields: Any
+) -> ModelSpec:
+    """The `ModelSpec` of a parsed config: `fields`, and what the heads give: the
+    identity classes (a detector's box categories stay on its centre head) and the
+    anchor node (the first head's `anchor_part` that is set, by name and index).
+
+    Raises:
+        ModelConfigError: the anchor part is not a skeleton node.
+    """
+    anchor_name = next((head.anchor_part for head in heads if head.anchor_part is not None), None)
+    if anchor_name is not None and anchor_name not in skeleton.node_names:
+        raise ModelConfigError(
+            f"{config_path}: anchor_part {anchor_name!r} is not a skeleton node "
+            f"{list(skeleton.node_names)}"
+        )
+    return ModelSpec(
+        skeleton=skeleton,
+        heads=heads,
+        class_names=next(
+            (head.classes for head in heads if head.classes and head.name != "BBoxCenterHead"), ()
+        ),
+        anchor_part=None if anchor_name is None else skeleton.node_names.index(anchor_name),
+        anchor_part_name=anchor_name,
+        **fields,
+    )
 
 
 def check_model_type(spec: ModelSpec, expected: str) -> None:

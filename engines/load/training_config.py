@@ -87,6 +87,7 @@ from sleap_live.engines.load.spec import (
     PreprocessSpec,
     TilingSpec,
     UNetSpec,
+    spec_of,
 )
 from sleap_live.engines.types import Skeleton
 
@@ -174,28 +175,15 @@ def parse_training_config(config: Any, model_dir: Path) -> ModelSpec:
     if tiling is not None:
         preprocess = attrs.evolve(preprocess, tiling=tiling)
 
-    anchor_name = next((h.anchor_part for h in heads if h.anchor_part is not None), None)
-    anchor_index = None
-    if anchor_name is not None:
-        if anchor_name not in skeleton.node_names:
-            raise reader.error(
-                f"anchor_part {anchor_name!r} is not a skeleton node {list(skeleton.node_names)}"
-            )
-        anchor_index = skeleton.node_names.index(anchor_name)
-
-    # Identity classes; a detector's box categories stay on its centre head.
-    class_names = next((h.classes for h in heads if h.classes and h.name != "BBoxCenterHead"), ())
     version = root.get("sleap_nn_version")
-    return ModelSpec(
+    return spec_of(
+        reader.path,
+        heads,
+        skeleton,
         path=Path(model_dir),
         model_type=model_type,
-        skeleton=skeleton,
         backbone=backbone,
-        heads=heads,
         preprocess=preprocess,
-        class_names=class_names,
-        anchor_part=anchor_index,
-        anchor_part_name=anchor_name,
         sleap_nn_version=str(version) if version is not None else None,
     )
 

@@ -5,7 +5,7 @@ are computed while it runs, and the passes that would not change the image at
 the size it is given (the size matcher at the training frame size, a scale of 1,
 a size already a multiple of the stride, a channel conversion the frames do not
 need) run anyway. A specialised graph
-(`sleap_live.engines.export.exporter.export_specialised_onnx_bytes`)
+(`sleap_live.engines.export.exporter.export_graph` with a `frame_shape`)
 is made for one (height, width, channels) and leaves them out.
 
 `SpecialisedSessions` runs each frame shape on its own specialised graph, where one is to

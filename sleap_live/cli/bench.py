@@ -25,10 +25,10 @@ from sleap_live.cli.options import (
     positive_float,
     positive_int,
 )
+from sleap_live.output_rule import staged_file
 from sleap_live.stream.batching import STAGES
 from sleap_live.stream.bench import MIN_STEADY_FRAMES, faster_than_engine, run_bench
 from sleap_live.stream.outputs.guard import check_outputs
-from sleap_live.stream.outputs.staging import staged_file
 
 SUMMARY = "measure what the pipeline costs on top of the engine, on this machine"
 

@@ -406,7 +406,7 @@ def run_provenance(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def add_overwrite_option(parser: argparse.ArgumentParser, what: str) -> None:
-    """``--overwrite``: the flag every command that writes takes (`guard.claim_output`)."""
+    """``--overwrite``: the flag every command that writes takes (`output_rule.claim_output`)."""
     parser.add_argument(
         "--overwrite",
         action="store_true",

@@ -26,10 +26,10 @@ from typing import Literal, get_args
 
 import attrs
 
+from sleap_live.output_rule import OutputError, resolve_output, stale_staging
 from sleap_live.stream.outputs.exports import sidecars
-from sleap_live.stream.outputs.guard import OutputError, OutputLock, resolve_output
+from sleap_live.stream.outputs.guard import OutputLock
 from sleap_live.stream.outputs.journal import journal_path
-from sleap_live.stream.outputs.staging import stale_staging
 
 # Who writes each output into the output folder: "worker", the process that ran the
 # video, or "driver", the process that started the run, from bytes the worker returns.

@@ -17,8 +17,8 @@ from typing import IO, cast
 import av
 import numpy as np
 
-from sleap_live.stream.outputs.guard import OutputLock, claim_output
-from sleap_live.stream.outputs.staging import StagedOutput
+from sleap_live.output_rule import StagedOutput, claim_output
+from sleap_live.stream.outputs.guard import OutputLock
 
 # Codec name -> (FFmpeg encoder, pixel format, encoder options). H.264 without
 # B-frames so every reader seeks frame-accurately; FFV1 stores RGB exactly.

@@ -13,8 +13,8 @@ import attrs
 import av
 import numpy as np
 
+from sleap_live.output_rule import claim_output
 from sleap_live.stream.outputs.base import EncodedOutput
-from sleap_live.stream.outputs.guard import claim_output
 from sleap_live.stream.outputs.overlay_writer import StagedVideo
 from sleap_live.stream.types import PoseRecord
 

@@ -24,14 +24,16 @@ import numpy as np
 import sleap_io as sio
 
 from sleap_live.engines.types import Skeleton
-from sleap_live.stream.errors import one_line
-from sleap_live.stream.outputs.exports import save_labels, sidecars
-from sleap_live.stream.outputs.guard import (
+from sleap_live.output_rule import (
     OutputError,
-    OutputLock,
+    StagedOutput,
     claim_output,
+    remove_stale_staging,
     resolve_output,
 )
+from sleap_live.stream.errors import one_line
+from sleap_live.stream.outputs.exports import save_labels, sidecars
+from sleap_live.stream.outputs.guard import OutputLock
 from sleap_live.stream.outputs.journal import (
     JOURNAL_SUFFIX,
     MAGIC,
@@ -43,7 +45,6 @@ from sleap_live.stream.outputs.journal import (
     read_journal,
     scan_journal,
 )
-from sleap_live.stream.outputs.staging import StagedOutput, remove_stale_staging
 
 # One final save at a time in the process (the pose outputs of several sources
 # close in threads of their own): `_save_checked` counts the HDF5 objects a save

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from sleap_live.engines.types import FramePoses, Skeleton
+from sleap_live.output_rule import OutputError, remove_stale_staging
 from sleap_live.stream.clock import MONOTONIC, Clock
 from sleap_live.stream.outputs.exports import FORMATS, prepare_saver, slot_layout
-from sleap_live.stream.outputs.guard import OutputError
 from sleap_live.stream.outputs.journal import (
     FrameChunk,
     JournalHeader,
@@ -29,7 +29,6 @@ from sleap_live.stream.outputs.journal import (
     TrackLabels,
 )
 from sleap_live.stream.outputs.recovery import JournalClaim, write_slp_from_journal
-from sleap_live.stream.outputs.staging import remove_stale_staging
 from sleap_live.stream.types import PoseRecord
 
 # Seconds of finished frames a kill may cost: the .slp writer appends what it

@@ -18,10 +18,10 @@ import numpy as np
 import sleap_io as sio
 
 from sleap_live.engines.types import FramePoses
+from sleap_live.output_rule import StagedOutput, claim_output
 from sleap_live.stream.outputs.exports import check_suffix, save_labels, sidecars
-from sleap_live.stream.outputs.guard import claim_output, same_file
+from sleap_live.stream.outputs.guard import same_file
 from sleap_live.stream.outputs.slp_tables import check_analysis_h5, check_slp_tables
-from sleap_live.stream.outputs.staging import StagedOutput
 from sleap_live.stream.tracking.live import new_tracker
 from sleap_live.stream.tracking.settings import TrackingSettings
 

@@ -361,7 +361,7 @@ def test_from_spec_reads_strides_edges_and_classes():
 
 def test_onnx_export_matches_torch_at_two_frame_sizes(tmp_path):
     onnxruntime = pytest.importorskip("onnxruntime")
-    from sleap_live.engines.export.exporter import export_inference_model
+    from sleap_live.engines.export.exporter import export_graph
 
     model = BottomUpModel(
         ToyNetwork(1, 4, 3),
@@ -372,7 +372,7 @@ def test_onnx_export_matches_torch_at_two_frame_sizes(tmp_path):
         STRIDE,
         max_peaks_per_node=6,
     )
-    path = export_inference_model(model, tmp_path / "bottomup.onnx")
+    path = export_graph(model, tmp_path / "bottomup.onnx")
     session = onnxruntime.InferenceSession(
         str(path), session_options(), providers=["CPUExecutionProvider"]
     )
@@ -396,7 +396,7 @@ def test_onnx_export_matches_torch_at_two_frame_sizes(tmp_path):
 
 def test_multi_class_onnx_export_verifies(tmp_path):
     pytest.importorskip("onnxruntime")
-    from sleap_live.engines.export.exporter import export_inference_model
+    from sleap_live.engines.export.exporter import export_graph
     from sleap_live.engines.load.metadata import read_onnx_metadata
 
     model = MultiClassBottomUpModel(
@@ -408,7 +408,7 @@ def test_multi_class_onnx_export_verifies(tmp_path):
         STRIDE,
         max_peaks_per_node=4,
     )
-    metadata = read_onnx_metadata(export_inference_model(model, tmp_path / "mc.onnx"))
+    metadata = read_onnx_metadata(export_graph(model, tmp_path / "mc.onnx"))
 
     assert metadata.output_names == model.output_names
     assert len(metadata.verification) == 2

@@ -26,7 +26,7 @@ import torch
 from sleap_live import cli
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.export.check_tensorrt import MATRIX, check_tensorrt
-from sleap_live.engines.export.exporter import export_onnx_bytes
+from sleap_live.engines.export.exporter import export_graph
 from sleap_live.engines.graph.box_topdown import BoxTopDownModel
 from sleap_live.engines.graph.boxes import first_slots
 from sleap_live.engines.graph.build import load_inference_model
@@ -179,7 +179,7 @@ def test_tensorrt_profile_matches_sleap_nn_predict(name):
     require(*models, video)
     frames = _frames(video)
     model = load_inference_model(models, SLOTS)
-    graph = export_onnx_bytes(
+    graph = export_graph(
         model, verify_frames=frames[:VERIFY_FRAMES], sources=models, profile="tensorrt"
     )
     findings = check_tensorrt(onnx.load_from_string(graph))

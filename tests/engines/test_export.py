@@ -18,8 +18,7 @@ from sleap_live.engines.errors import ExportError, ModelConfigError, ModelNotFou
 from sleap_live.engines.export import export_model
 from sleap_live.engines.export.exporter import (
     export_file,
-    export_inference_model,
-    export_onnx_bytes,
+    export_graph,
 )
 from sleap_live.engines.export.frames import check_batches, sample_frames, verification_frames
 from sleap_live.engines.export.torchscript import load_torchscript, read_torchscript_metadata
@@ -71,7 +70,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 @pytest.fixture(scope="module")
 def toy_onnx(tmp_path_factory, toy_models):
     model = toy_models.ToyInstanceModel()
-    path = export_inference_model(model, tmp_path_factory.mktemp("onnx"))
+    path = export_graph(model, tmp_path_factory.mktemp("onnx"))
     return model, path
 
 
@@ -147,7 +146,7 @@ def test_onnx_export_runs_in_bare_onnxruntime_without_sleap_live(toy_onnx, tmp_p
 
 def test_torchscript_export_round_trips_with_metadata(tmp_path, toy_models):
     model = toy_models.ToyInstanceModel(input_channels=1)
-    path = export_inference_model(model, tmp_path / "toy.pt", format="torchscript")
+    path = export_graph(model, tmp_path / "toy.pt", format="torchscript")
     assert path == tmp_path / "toy.pt"
     metadata = read_torchscript_metadata(path)
     assert metadata.info == model.info
@@ -167,7 +166,7 @@ def test_verification_catches_shapes_frozen_by_tracing(tmp_path, toy_models):
         with pytest.raises(
             ExportError, match=r"differs from the torch model on 3×263×357×3"
         ) as error:
-            export_inference_model(toy_models.FrozenSizeModel(), tmp_path, format=format)
+            export_graph(toy_models.FrozenSizeModel(), tmp_path, format=format)
         assert "points" in str(error.value)
         assert "Converting a tensor to a Python float" in str(error.value)
     assert not list(tmp_path.iterdir())
@@ -176,7 +175,7 @@ def test_verification_catches_shapes_frozen_by_tracing(tmp_path, toy_models):
 def test_unverified_export_skips_the_comparison_and_takes_only_its_own_channels(
     tmp_path, toy_models
 ):
-    path = export_inference_model(toy_models.FrozenSizeModel(), tmp_path, verify=False)
+    path = export_graph(toy_models.FrozenSizeModel(), tmp_path, verify=False)
     metadata = read_onnx_metadata(path)
     assert metadata.verification is None
     assert metadata.input_channels == (3,)
@@ -186,7 +185,7 @@ def test_unverified_export_skips_the_comparison_and_takes_only_its_own_channels(
 
 def test_graph_that_cannot_convert_channels_gets_a_fixed_channel_input(tmp_path, toy_models):
     model = toy_models.BranchingChannelsModel(input_channels=1)
-    path = export_inference_model(model, tmp_path, verify_frames=sample_frames(3, 64, 80, 1))
+    path = export_graph(model, tmp_path, verify_frames=sample_frames(3, 64, 80, 1))
     metadata = read_onnx_metadata(path)
     assert metadata.input_channels == (1,)
     (frames,) = onnx.load(str(path)).graph.input
@@ -201,9 +200,9 @@ def test_graph_that_cannot_convert_channels_gets_a_fixed_channel_input(tmp_path,
 
 def test_onnx_export_of_an_unsupported_operator_is_one_clear_error(tmp_path, toy_models, capfd):
     with pytest.raises(ExportError, match=r"_upsample_bilinear2d_aa.*try --format torchscript"):
-        export_inference_model(toy_models.AntialiasedModel(), tmp_path)
+        export_graph(toy_models.AntialiasedModel(), tmp_path)
     assert "graph" not in capfd.readouterr().out
-    path = export_inference_model(toy_models.AntialiasedModel(), tmp_path, format="torchscript")
+    path = export_graph(toy_models.AntialiasedModel(), tmp_path, format="torchscript")
     assert read_torchscript_metadata(path).input_channels == (1, 3)
 
 
@@ -211,7 +210,7 @@ def test_sources_are_recorded_with_their_training_config_hash(tmp_path, toy_mode
     model_dir = tmp_path / "centroid"
     model_dir.mkdir()
     (model_dir / "training_config.yaml").write_text("model_config: {}\n")
-    path = export_inference_model(
+    path = export_graph(
         toy_models.ToyInstanceModel(), tmp_path / "out.onnx", verify=False, sources=[model_dir]
     )
     (source,) = read_onnx_metadata(path).sources
@@ -225,19 +224,19 @@ def test_sources_are_recorded_with_their_training_config_hash(tmp_path, toy_mode
 def test_bad_arguments_are_rejected(tmp_path, toy_models):
     model = toy_models.ToyInstanceModel()
     with pytest.raises(ValueError, match="unknown export format 'tensorrt'"):
-        export_inference_model(model, tmp_path, format="tensorrt")
+        export_graph(model, tmp_path, format="tensorrt")
     with pytest.raises(ValueError, match=r"torchscript exports are written to '\.pt' files"):
-        export_inference_model(model, tmp_path / "m.onnx", format="torchscript")
+        export_graph(model, tmp_path / "m.onnx", format="torchscript")
     with pytest.raises(ValueError, match="expected uint8"):
-        export_inference_model(model, tmp_path, verify_frames=np.zeros((1, 8, 8, 3), np.float32))
+        export_graph(model, tmp_path, verify_frames=np.zeros((1, 8, 8, 3), np.float32))
     with pytest.raises(ValueError, match="frames of one size"):
-        export_inference_model(
+        export_graph(
             model,
             tmp_path,
             verify_frames=[sample_frames(1, 40, 40, 3), sample_frames(1, 41, 40, 3)],
         )
     with pytest.raises(ValueError, match="no frames given"):
-        export_inference_model(model, tmp_path, verify_frames=np.zeros((0, 8, 8, 3), np.uint8))
+        export_graph(model, tmp_path, verify_frames=np.zeros((0, 8, 8, 3), np.uint8))
     assert not list(tmp_path.iterdir())
 
 
@@ -337,7 +336,7 @@ def test_given_frames_without_animals_are_passed_over(tmp_path, toy_models):
     frames = sample_frames(4, 64, 80, 3, seed=3)
     frames[1] = 0  # nothing to find: the check runs on the other three
     notes: list[str] = []
-    path = export_inference_model(
+    path = export_graph(
         model, tmp_path, verify_frames=frames, sources=[tmp_path / "toy"], note=notes.append
     )
     checks = read_onnx_metadata(path).verification
@@ -350,7 +349,7 @@ def test_given_frames_without_animals_are_passed_over(tmp_path, toy_models):
 def test_synthetic_frames_without_detections_verify_with_a_one_line_note(toy_models):
     blind = toy_models.ToyInstanceModel(threshold=2.0)  # brightness never exceeds 1
     notes: list[str] = []
-    export_onnx_bytes(blind, note=notes.append)
+    export_graph(blind, note=notes.append)
     [note] = notes
     assert note.startswith("verified the export of the topdown model on 5 frames without animals")
     assert "(none in the 5 looked at, from synthetic frames, as there are no training" in note
@@ -416,7 +415,7 @@ def labelled_model_dir(tmp_path):
 
 
 def test_without_frames_the_training_labels_of_the_model_dir_are_used(labelled_model_dir):
-    onnx_bytes = export_onnx_bytes(
+    onnx_bytes = export_graph(
         load_inference_model(labelled_model_dir), sources=[labelled_model_dir]
     )
     metadata = ExportMetadata.from_json(
@@ -442,7 +441,7 @@ def test_training_labels_whose_video_is_gone_leave_synthetic_frames(labelled_mod
     labels.videos[0].replace_filename(str(labelled_model_dir / "gone.mkv"), open=False)
     labels.save(str(labelled_model_dir / "labels_gt.val.0.slp"))
     notes: list[str] = []
-    onnx_bytes = export_onnx_bytes(
+    onnx_bytes = export_graph(
         load_inference_model(labelled_model_dir), sources=[labelled_model_dir], note=notes.append
     )
     metadata = ExportMetadata.from_json(
@@ -458,7 +457,7 @@ def test_training_labels_whose_video_is_gone_leave_synthetic_frames(labelled_mod
 def test_unreadable_training_labels_are_one_clear_error(tmp_path, toy_models):
     (tmp_path / "labels_gt.train.0.slp").write_bytes(b"not hdf5")
     with pytest.raises(ExportError, match=r"labels_gt\.train\.0\.slp: cannot read these"):
-        export_onnx_bytes(toy_models.ToyInstanceModel(), sources=[tmp_path])
+        export_graph(toy_models.ToyInstanceModel(), sources=[tmp_path])
 
 
 # ------------------------------------------------- errors are errors, not answers
@@ -491,7 +490,7 @@ def test_a_runtime_exception_during_verification_is_an_export_error(monkeypatch,
 
     _exported_with(monkeypatch, failing)
     with pytest.raises(ExportError, match=r"fails on 2×240×320×3 frames .*: kernel fault") as error:
-        export_onnx_bytes(toy_models.ToyInstanceModel())
+        export_graph(toy_models.ToyInstanceModel())
     assert error.value.__cause__ is fault
 
 
@@ -502,7 +501,7 @@ def test_only_a_refusal_of_the_other_channel_count_means_fixed_channels(monkeypa
         return run(frames)
 
     _exported_with(monkeypatch, refuses_gray)
-    onnx_bytes = export_onnx_bytes(toy_models.ToyInstanceModel())
+    onnx_bytes = export_graph(toy_models.ToyInstanceModel())
     (frames,) = onnx.load_from_string(onnx_bytes).graph.input
     assert frames.type.tensor_type.shape.dim[3].dim_value == 3
 
@@ -515,7 +514,7 @@ def test_only_a_refusal_of_the_other_channel_count_means_fixed_channels(monkeypa
 
     _exported_with(monkeypatch, crashes_on_gray)
     with pytest.raises(ExportError, match="raised on 1-channel frames: exporter bug") as error:
-        export_onnx_bytes(toy_models.ToyInstanceModel())
+        export_graph(toy_models.ToyInstanceModel())
     assert error.value.__cause__ is bug
 
 

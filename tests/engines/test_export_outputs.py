@@ -10,8 +10,8 @@ import pytest
 
 from sleap_live import cli
 from sleap_live.engines.export import exporter
-from sleap_live.engines.export.exporter import export_inference_model
-from sleap_live.stream.outputs.guard import OutputError
+from sleap_live.engines.export.exporter import export_graph
+from sleap_live.output_rule import OutputError
 from tests.committed import DATA
 from tests.users import as_user, other_user
 
@@ -61,7 +61,7 @@ def test_a_link_planted_while_exporting_is_never_written_through(
     monkeypatch.setattr(exporter, "_export", export_then_plant)
     model = toy_models.ToyInstanceModel(input_channels=1)
     with pytest.raises(OutputError, match="owned by another user"):
-        export_inference_model(model, link, format=format, verify=False)
+        export_graph(model, link, format=format, verify=False)
     assert victim.read_text() == "secret\n"
     assert sorted(p.name for p in shared_folder.iterdir()) == [name]  # nothing left behind
 
@@ -71,7 +71,7 @@ def test_an_export_is_written_in_a_private_folder_and_keeps_the_mode(tmp_path, t
     out.write_bytes(b"an earlier export")
     out.chmod(0o600)
     model = toy_models.ToyInstanceModel(input_channels=1)
-    assert export_inference_model(model, out, verify=False, overwrite=True) == out
+    assert export_graph(model, out, verify=False, overwrite=True) == out
     assert out.stat().st_mode & 0o777 == 0o600 and out.stat().st_size > 1000
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "m.onnx.json"]
     assert os.geteuid() == out.stat().st_uid

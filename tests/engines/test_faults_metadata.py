@@ -17,7 +17,7 @@ import pytest
 
 from sleap_live import cli
 from sleap_live.engines.errors import ModelConfigError
-from sleap_live.engines.export.exporter import export_inference_model
+from sleap_live.engines.export.exporter import export_graph
 from sleap_live.engines.load.metadata import METADATA_KEY
 from sleap_live.engines.runners.load import load_runner
 
@@ -27,7 +27,7 @@ DATA = Path(__file__).parents[1] / "data"
 @pytest.fixture(scope="module")
 def toy_export(toy_models, tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("toy")
-    return export_inference_model(toy_models.ToyInstanceModel(), folder / "toy.onnx", verify=False)
+    return export_graph(toy_models.ToyInstanceModel(), folder / "toy.onnx", verify=False)
 
 
 def edited_onnx(source: Path, target: Path, edit) -> Path:

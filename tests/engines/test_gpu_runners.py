@@ -21,7 +21,7 @@ import torch
 from packaging.requirements import Requirement
 
 from sleap_live.engines.errors import RuntimeUnavailableError
-from sleap_live.engines.export.exporter import export_onnx_bytes
+from sleap_live.engines.export.exporter import export_graph
 from sleap_live.engines.export.frames import sample_frames
 from sleap_live.engines.graph.build import load_inference_model
 from sleap_live.engines.host.frames import convert_channels
@@ -73,7 +73,7 @@ def bottomup_model():
 
 @pytest.fixture(scope="module")
 def bottomup_onnx(bottomup_model):
-    return export_onnx_bytes(bottomup_model, verify=False)
+    return export_graph(bottomup_model, verify=False)
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +83,7 @@ def toy(toy_models):
 
 @pytest.fixture(scope="module")
 def toy_onnx(toy):
-    return export_onnx_bytes(toy, verify=False)
+    return export_graph(toy, verify=False)
 
 
 @pytest.fixture(scope="module")

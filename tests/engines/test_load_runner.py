@@ -18,7 +18,7 @@ from sleap_live.engines.errors import (
     RuntimeUnavailableError,
 )
 from sleap_live.engines.export import export_model
-from sleap_live.engines.export.exporter import export_inference_model
+from sleap_live.engines.export.exporter import export_graph
 from sleap_live.engines.export.frames import sample_frames
 from sleap_live.engines.export.torchscript import read_torchscript_metadata
 from sleap_live.engines.graph.build import load_inference_model
@@ -37,8 +37,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def exports(toy_models, tmp_path_factory):
     model = toy_models.ToyInstanceModel()
     folder = tmp_path_factory.mktemp("exports")
-    onnx_path = export_inference_model(model, folder / "toy.onnx", verify=False)
-    pt_path = export_inference_model(model, folder / "toy.pt", format="torchscript", verify=False)
+    onnx_path = export_graph(model, folder / "toy.onnx", verify=False)
+    pt_path = export_graph(model, folder / "toy.pt", format="torchscript", verify=False)
     return model, onnx_path, pt_path
 
 

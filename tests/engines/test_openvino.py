@@ -363,9 +363,9 @@ def test_measure_times_every_runner_alike():
 
 @pytest.fixture(scope="module")
 def toy_onnx(toy_models) -> bytes:
-    from sleap_live.engines.export.exporter import export_onnx_bytes
+    from sleap_live.engines.export.exporter import export_graph
 
-    return export_onnx_bytes(toy_models.ToyInstanceModel(), verify=False)
+    return export_graph(toy_models.ToyInstanceModel(), verify=False)
 
 
 def test_toy_export_runs_alike_in_openvino_and_onnx_runtime(toy_onnx):

@@ -17,7 +17,7 @@ from sleap_live.engines.errors import (
     ModelNotFoundError,
     RuntimeUnavailableError,
 )
-from sleap_live.engines.export.exporter import export_inference_model, export_onnx_bytes
+from sleap_live.engines.export.exporter import export_graph
 from sleap_live.engines.export.frames import sample_frames
 from sleap_live.engines.export.torchscript import load_torchscript
 from sleap_live.engines.graph.build import load_inference_model
@@ -50,7 +50,7 @@ def toy(toy_models):
 
 @pytest.fixture(scope="module")
 def toy_onnx(toy, tmp_path_factory):
-    return export_inference_model(toy, tmp_path_factory.mktemp("onnx"), verify=False)
+    return export_graph(toy, tmp_path_factory.mktemp("onnx"), verify=False)
 
 
 def assert_same_poses(got, want, atol=1e-3):
@@ -101,7 +101,7 @@ def test_runners_take_torch_tensors(toy, toy_onnx):
 
 def test_onnx_runner_runs_in_memory_exports(toy):
     frames = sample_frames(1, 80, 96, 3, seed=8)
-    runner = OnnxRunner(export_onnx_bytes(toy))
+    runner = OnnxRunner(export_graph(toy))
     assert runner.metadata.input_channels == (1, 3)
     assert_same_poses(runner.run(frames), TorchRunner(toy).run(frames))
 
@@ -117,13 +117,13 @@ def test_onnx_session_is_tuned_for_one_caller(toy_onnx):
 
 def test_frames_the_graph_cannot_convert_are_converted_on_the_host(toy_models, tmp_path):
     model = toy_models.BranchingChannelsModel(input_channels=1)
-    path = export_inference_model(model, tmp_path, verify_frames=sample_frames(3, 64, 80, 1))
+    path = export_graph(model, tmp_path, verify_frames=sample_frames(3, 64, 80, 1))
     frames = sample_frames(2, 100, 120, 3, seed=3)
     gray = convert_channels(frames, 1)
     expected = TorchRunner(model).run(gray)
     assert_same_poses(OnnxRunner(path).run(frames), expected)
     traced = load_torchscript(
-        export_inference_model(model, tmp_path / "m.pt", format="torchscript", verify=False)
+        export_graph(model, tmp_path / "m.pt", format="torchscript", verify=False)
     )
     runner = TorchRunner(traced, input_channels=traced.metadata.input_channels)
     assert_same_poses(runner.run(frames), expected, atol=0)
@@ -231,7 +231,7 @@ def bottomup_onnx():
     # This project's own export of the fixture bottom-up model, as `load_runner` makes it.
     model_dir = DATA / "models" / "bottomup"
     require(model_dir / "best.ckpt")
-    return export_onnx_bytes(load_inference_model([model_dir]), verify=False)
+    return export_graph(load_inference_model([model_dir]), verify=False)
 
 
 def test_io_binding_preallocates_the_outputs_of_a_bottom_up_export(bottomup_onnx):

@@ -17,7 +17,7 @@ import onnxruntime as ort
 import pytest
 
 from sleap_live.engines.errors import ExportError
-from sleap_live.engines.export.exporter import export_onnx_bytes, export_specialised_onnx_bytes
+from sleap_live.engines.export.exporter import export_graph
 from sleap_live.engines.export.frames import sample_frames
 from sleap_live.engines.export.on_demand import SpecialisedGraphExports
 from sleap_live.engines.export.onnx import trace_to_onnx
@@ -108,7 +108,7 @@ SHAPES = {
 def test_a_static_graph_gives_the_dynamic_graphs_outputs_bit_for_bit(model, shape):
     inference_model, dynamic = model
     frames = blob_frames(*shape)
-    specialised = export_specialised_onnx_bytes(inference_model, shape)
+    specialised = export_graph(inference_model, frame_shape=shape)
     expected, got = outputs(dynamic, frames), outputs(specialised, frames)
     assert differing_output(expected, got) is None
     # Another batch size runs on the same graph.
@@ -117,7 +117,7 @@ def test_a_static_graph_gives_the_dynamic_graphs_outputs_bit_for_bit(model, shap
 
 def test_a_static_graph_takes_only_its_frame_shape(model):
     inference_model, _ = model
-    specialised = session(export_specialised_onnx_bytes(inference_model, (*TRAINING_SIZE, 1)))
+    specialised = session(export_graph(inference_model, frame_shape=(*TRAINING_SIZE, 1)))
     (graph_input,) = specialised.get_inputs()
     assert graph_input.shape[1:] == [*TRAINING_SIZE, 1]
     with pytest.raises(Exception, match="invalid dimensions"):
@@ -126,8 +126,8 @@ def test_a_static_graph_takes_only_its_frame_shape(model):
 
 def test_identity_passes_are_left_out_at_the_training_size():
     inference_model = load_inference_model(SINGLE)  # size matcher only, scale 1
-    dynamic = export_onnx_bytes(inference_model, verify=False)
-    specialised = export_specialised_onnx_bytes(inference_model, (*TRAINING_SIZE, 1))
+    dynamic = export_graph(inference_model, verify=False)
+    specialised = export_graph(inference_model, frame_shape=(*TRAINING_SIZE, 1))
     # The exact resize is two MatMuls (one per axis); at the training size it is not there.
     assert op_count(dynamic, "MatMul") == 2
     assert op_count(specialised, "MatMul") == 0
@@ -136,19 +136,19 @@ def test_identity_passes_are_left_out_at_the_training_size():
         onnx.load_from_string(dynamic).graph.node
     )
     # At another size the size matcher resizes.
-    other = export_specialised_onnx_bytes(inference_model, (168, 300, 1))
+    other = export_graph(inference_model, frame_shape=(168, 300, 1))
     assert op_count(other, "MatMul") == 2
 
 
 def test_a_resize_by_a_whole_factor_is_matrix_products_without_gathers():
     inference_model = load_inference_model(SINGLE)  # size matcher only, scale 1
-    at_size = export_specialised_onnx_bytes(inference_model, (*TRAINING_SIZE, 1))
-    halved = export_specialised_onnx_bytes(inference_model, (336, 400, 1))
+    at_size = export_graph(inference_model, frame_shape=(*TRAINING_SIZE, 1))
+    halved = export_graph(inference_model, frame_shape=(336, 400, 1))
     # One Gemm for the width and one MatMul for the height, over whole rows.
     assert op_count(halved, "Gather") == op_count(at_size, "Gather")
     assert op_count(halved, "Gemm") == op_count(at_size, "Gemm") + 1
     # 300 columns to 200 is not a whole factor: the general pass, which gathers.
-    other = export_specialised_onnx_bytes(inference_model, (168, 300, 1))
+    other = export_graph(inference_model, frame_shape=(168, 300, 1))
     assert op_count(other, "Gather") > op_count(at_size, "Gather")
 
 
@@ -156,7 +156,7 @@ def test_bad_frame_shapes_are_refused():
     inference_model = load_inference_model(SINGLE)
     for shape in [(0, 10, 1), (10, 10, 2)]:
         with pytest.raises(ValueError, match="frame_shape"):
-            export_specialised_onnx_bytes(inference_model, shape)
+            export_graph(inference_model, frame_shape=shape)
 
 
 # --- the runner's choice -----------------------------------------------------------
@@ -325,6 +325,6 @@ def test_a_static_graph_exports_when_its_trace_finds_no_animal():
         inference_model.instance_preprocess, scale=0.5
     )
     inference_model.stage.peak_threshold = 2.0  # confidence maps never reach it
-    specialised = export_specialised_onnx_bytes(inference_model, (*TRAINING_SIZE, 1))
+    specialised = export_graph(inference_model, frame_shape=(*TRAINING_SIZE, 1))
     got = outputs(specialised, blob_frames(*TRAINING_SIZE))
     assert len(got["instance_frame"]) == 0 and got["points"].shape == (0, 5, 2)

@@ -883,13 +883,13 @@ def test_cli_export_tensorrt_writes_the_onnx_and_its_engine(
 
     exported = []
 
-    def export_model(paths, output, **options):
+    def export_model(paths, output, options):
         exported.append(options)
         Path(output).parent.mkdir(parents=True, exist_ok=True)
         Path(output).write_bytes(clean_onnx())
         return Path(output)
 
-    monkeypatch.setattr(exporter, "export_model_dirs", export_model)
+    monkeypatch.setattr(exporter, "export_traced", export_model)
     argv = ["export", "m", "-f", "tensorrt", "--no-verify", "-o", str(tmp_path / "out")]
     assert cli.main(argv) == 2
     assert "needs --frame-size HxW" in capsys.readouterr().err
@@ -897,7 +897,7 @@ def test_cli_export_tensorrt_writes_the_onnx_and_its_engine(
     (engine,) = (tmp_path / "out").glob("*.engine")
     assert engine.name.endswith(".fp32.24x32x1-b2.engine") and engine.name.startswith("model.")
     assert read_engine_file(engine).metadata.info.model_type == "topdown"
-    assert exported[0]["verify"] is False
+    assert exported[0].verify is False
     assert cli.main([*argv, "--frame-size", "24by32"]) == 2
 
 
@@ -921,7 +921,7 @@ def _has_tensorrt() -> bool:
     not (torch.cuda.is_available() and _has_tensorrt()), reason="needs TensorRT and a CUDA GPU"
 )
 def test_real_engine_matches_onnx_runtime_on_a_fixture_model(tmp_path):
-    from sleap_live.engines.export.exporter import export_onnx_bytes
+    from sleap_live.engines.export.exporter import export_graph
     from sleap_live.engines.export.frames import sample_frames
     from sleap_live.engines.graph.build import load_inference_model
     from sleap_live.engines.runners.onnx import OnnxRunner
@@ -936,7 +936,7 @@ def test_real_engine_matches_onnx_runtime_on_a_fixture_model(tmp_path):
         batch_size=4,
         verify=False,
     )
-    onnx_bytes = export_onnx_bytes(
+    onnx_bytes = export_graph(
         load_inference_model([model_dir]), profile="tensorrt", frame_size=(64, 80), verify=False
     )
     reference = OnnxRunner(onnx_bytes).run(batch)

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from sleap_live.engines import export_model
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.export.check_tensorrt import check_tensorrt
-from sleap_live.engines.export.exporter import export_onnx_bytes
+from sleap_live.engines.export.exporter import export_graph
 from sleap_live.engines.graph.build import load_inference_model
 from sleap_live.engines.graph.resize import _resize_tables, resize_tables, resize_values
 from sleap_live.engines.host.agreement import compare_poses
@@ -82,7 +82,7 @@ SLOTS = InferenceSettings(max_instances=20)
 def _export(name: str, frames: np.ndarray, profile: str, verify: bool = True) -> bytes:
     models, _, _, _ = goldens.case_paths(name)
     model = load_inference_model(models, SLOTS)
-    return export_onnx_bytes(
+    return export_graph(
         model,
         verify=verify,
         verify_frames=frames[:VERIFY_FRAMES],
@@ -243,7 +243,7 @@ def test_tensorrt_profile_of_centroids_needs_max_instances(model_type):
     model = load_inference_model([MODELS / name for name in EXPORTS[model_type]])
     assert model.info.max_instances is None
     with pytest.raises(ModelConfigError, match=r"give max_instances \(--max-instances N"):
-        export_onnx_bytes(model, verify=False, profile="tensorrt")
+        export_graph(model, verify=False, profile="tensorrt")
     assert model.profile == "default"
 
 
@@ -251,7 +251,7 @@ def test_tensorrt_profile_is_onnx_only_and_restores_the_models_profile():
     model = load_inference_model([MODELS / "single_instance"])
     with pytest.raises(ValueError, match="ONNX only"):
         export_model([MODELS / "single_instance"], "x.pt", format="torchscript", profile="tensorrt")
-    export_onnx_bytes(model, verify=False, profile="tensorrt")
+    export_graph(model, verify=False, profile="tensorrt")
     assert model.profile == "default"
     with pytest.raises(ValueError, match="unknown profile"):
         model.set_profile("fast")
@@ -259,7 +259,7 @@ def test_tensorrt_profile_is_onnx_only_and_restores_the_models_profile():
 
 def test_metadata_records_the_profile_and_reads_old_documents():
     model = load_inference_model([MODELS / "single_instance"])
-    document = onnx.load_from_string(export_onnx_bytes(model, verify=False, profile="tensorrt"))
+    document = onnx.load_from_string(export_graph(model, verify=False, profile="tensorrt"))
     (prop,) = document.metadata_props
     metadata = ExportMetadata.from_json(prop.value)
     assert metadata.profile == "tensorrt"

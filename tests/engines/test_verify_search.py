@@ -20,7 +20,7 @@ import sleap_io as sio
 from sleap_live import cli
 from sleap_live.engines.errors import ExportError
 from sleap_live.engines.export import exporter, frames
-from sleap_live.engines.export.exporter import export_onnx_bytes
+from sleap_live.engines.export.exporter import export_graph
 from sleap_live.engines.export.frames import VerificationFrames, with_animals
 from sleap_live.engines.export.verify import Exported
 from sleap_live.engines.graph.build import load_inference_model
@@ -254,17 +254,17 @@ def test_a_graph_that_disagrees_with_torch_is_still_refused(monkeypatch, toy_mod
     # On frames with animals: every value is compared.
     changed(lambda value: value + 1)
     with pytest.raises(ExportError, match=r"differs from the torch model .*: \d+ real disagree"):
-        export_onnx_bytes(toy_models.ToyInstanceModel(), note=lambda line: None)
+        export_graph(toy_models.ToyInstanceModel(), note=lambda line: None)
     # Without animals the instance lists are empty, but their shapes still count.
     changed(lambda value: value[None])
     blind = toy_models.ToyInstanceModel(threshold=2.0)
     with pytest.raises(ExportError, match="has shape"):
-        export_onnx_bytes(blind, note=lambda line: None)
+        export_graph(blind, note=lambda line: None)
 
 
 def test_the_multi_class_pair_exports_on_the_late_clip_from_its_animals(late_clip):
     models, _, _, _ = goldens.case_paths(CASE)
     model = load_inference_model(models)
     notes: list[str] = []
-    export_onnx_bytes(model, verify_frames=spread_frames(late_clip), note=notes.append)
+    export_graph(model, verify_frames=spread_frames(late_clip), note=notes.append)
     assert notes == []

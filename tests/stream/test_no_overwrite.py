@@ -13,7 +13,7 @@ import pytest
 import sleap_io as sio
 
 from sleap_live import cli
-from sleap_live.stream.outputs.guard import OutputError
+from sleap_live.output_rule import OutputError
 from sleap_live.stream.outputs.journal import journal_path
 from sleap_live.stream.outputs.options import OutputOptions
 from sleap_live.stream.outputs.writers import open_outputs

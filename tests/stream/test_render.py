@@ -12,7 +12,7 @@ import sleap_io as sio
 from sleap_io.rendering.colors import get_palette
 
 from sleap_live import cli
-from sleap_live.stream.outputs.guard import OutputError
+from sleap_live.output_rule import OutputError
 from sleap_live.stream.outputs.overlay import OverlayStyle
 from sleap_live.stream.outputs.overlay_writer import OverlayWriter
 from sleap_live.stream.outputs.render import render_slp

@@ -1,4 +1,4 @@
-"""The output rule's staging (`stream/outputs/staging.py`): what is written where,
+"""The output rule's staging (`sleap_live/output_rule.py`): what is written where,
 and what is left after a failure (issue #36)."""
 
 from __future__ import annotations
@@ -7,8 +7,7 @@ import os
 
 import pytest
 
-from sleap_live.stream.outputs.guard import OutputError
-from sleap_live.stream.outputs.staging import staged_file
+from sleap_live.output_rule import OutputError, staged_file
 from tests.users import as_user, other_user
 
 

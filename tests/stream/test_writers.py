@@ -15,9 +15,10 @@ import pytest
 import sleap_io as sio
 
 from sleap_live.engines.types import FramePoses, Skeleton
+from sleap_live.output_rule import OutputError
 from sleap_live.stream.channel import Channel
 from sleap_live.stream.outputs import writers as writers_module
-from sleap_live.stream.outputs.guard import OutputBusyError, OutputError
+from sleap_live.stream.outputs.guard import OutputBusyError
 from sleap_live.stream.outputs.journal import journal_path
 from sleap_live.stream.outputs.recorder import VideoRecorder
 from sleap_live.stream.outputs.recovery import recover_slp

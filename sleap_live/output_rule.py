@@ -1,21 +1,24 @@
-"""The one output rule every command that writes follows: `StagedOutput`.
+"""The output rule every writer follows, in both layers (the exporters, the stream's
+writers): an output is claimed before the work and written whole into place.
 
 An output (a pose file, a video, an exported model, an export folder) is
 
-1. claimed before the writer's work (`guard.claim_output`, where every rule
-   about whether an output may be written lives) and resolved here
-   (`guard.resolve_output`): not followed through a link another user could
-   have planted (`guard.check_links`);
+1. claimed before the writer's work (`claim_output`, where every rule about
+   whether an output may be written lives) and resolved (`resolve_output`): not
+   followed through a link another user could have planted (`check_links`);
 2. written into a fresh private folder (mode 0700, made with ``mkdir``, which
    never follows a link) beside the file it resolves to, pinned by descriptor
    together with that file's folder: nobody else can plant a link in it, and a
    library that writes by name (HDF5, FFmpeg, torch, TensorFlow) is given the
    folder through its descriptor (``/proc/self/fd/N`` on Linux), so renaming
-   folders around it cannot redirect the writes;
+   folders around it cannot redirect the writes (`StagedOutput`, `staged_file`);
 3. renamed into place, by descriptor, from the private folder into the pinned
    folder. A rename replaces a link at the destination instead of following it,
    and the output's path is checked again at that moment: a link planted or
    changed since the claim refuses the rename, nothing written through it.
+
+It imports nothing of the package: the engines (the lower layer) and the stream
+both import it.
 """
 
 from __future__ import annotations
@@ -32,7 +35,124 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 
-from sleap_live.stream.outputs.guard import OutputError, resolve_output
+
+class OutputError(OSError):
+    """An output path would destroy data or cannot be written; nothing was written."""
+
+
+def check_links(path: Path, what: str) -> None:
+    """Refuse to write `path` through a link another user could have planted.
+
+    Every symbolic link resolving `path` follows is checked: one in a
+    world-writable sticky folder (``/tmp``, a shared drop folder) is followed only
+    if this user or the folder's owner owns it (as ``fs.protected_symlinks=1``
+    does). Once a link was followed, the file it ends at, if it exists, must be
+    this user's, and its folder, where the journal and temporary files are
+    written beside it, this user's or root's.
+
+    Args:
+        path: the output path as given.
+        what: how the error names the output (e.g. "-o").
+
+    Raises:
+        OutputError: one line naming `path`, the link and the owner.
+    """
+    if sys.platform == "win32":
+        return  # no owners to compare; creating links there takes a privilege
+    links = followed_links(path)
+    if not links:
+        return
+    user = os.geteuid()
+    for link in links:
+        folder = link.parent.stat()
+        shared = folder.st_mode & stat.S_ISVTX and folder.st_mode & stat.S_IWOTH
+        owner = link.lstat().st_uid
+        if shared and owner not in (user, folder.st_uid):
+            raise OutputError(
+                f"{path}: {what} goes through the link {link}, owned by another user "
+                f"(uid {owner}) in the shared folder {link.parent}; not followed, "
+                "give the file's own path"
+            )
+    target = Path(os.path.realpath(path))
+    # A folder of root's (macOS's /private/tmp, behind /tmp) is no other user's.
+    for checked, kind, owners in ((target, "file", {user}), (target.parent, "folder", {user, 0})):
+        try:
+            owner = checked.stat().st_uid
+        except FileNotFoundError:
+            continue
+        if owner not in owners:
+            raise OutputError(
+                f"{path}: {what} is a link to the {kind} {checked}, owned by another user "
+                f"(uid {owner}); not followed, give the file's own path"
+            )
+
+
+def claim_output(path: Path, what: str, *, overwrite: bool = False) -> Path:
+    """Apply the output rule to `path` before any work; the file it resolves to.
+
+    Every writer claims its output here (`check_outputs` for `run`, `render` and
+    many videos; the pose writer, `recover`, `track`, every export), so a rule
+    about whether an output may be written at all, added here, holds for every
+    command. The rules: an existing output is replaced only when asked
+    (`overwrite`, the commands' ``--overwrite``), as ffmpeg without ``-y``; and
+    the link rule (`resolve_output`), which alone is checked again at the rename.
+
+    Args:
+        path: the output as given.
+        what: how errors name the output (e.g. "-o").
+        overwrite: replace an existing output (an empty folder is no output).
+
+    Raises:
+        OutputError: one line naming `path` and why it is not written.
+    """
+    target = resolve_output(path, what)
+    if not overwrite and _holds_output(target):
+        raise OutputError(f"{path}: {what} exists; give --overwrite to replace it, or another path")
+    return target
+
+
+def _holds_output(target: Path) -> bool:
+    """Whether the resolved output `target` holds something a write would replace:
+    a file, or a folder with anything in it (a link to nothing yet holds nothing)."""
+    if target.is_dir():
+        return any(target.iterdir())
+    return target.exists()
+
+
+def resolve_output(path: Path, what: str) -> Path:
+    """The file `path` resolves to, not through a link another user could have
+    planted (`check_links`): checked at the claim and again at the moment the
+    output's files are renamed into place (`StagedOutput`).
+
+    Raises:
+        OutputError: one line naming `path`, the link and its owner.
+    """
+    check_links(path, what)
+    return Path(os.path.realpath(path))
+
+
+def followed_links(path: Path) -> list[Path]:
+    """The symbolic links resolving `path` follows, in order (at most 40, as Linux)."""
+    links: list[Path] = []
+    start = path if path.is_absolute() else Path.cwd() / path
+    current = Path(start.anchor)
+    pending = list(reversed(start.parts[1:]))
+    while pending and len(links) < 40:
+        part = pending.pop()
+        if part == "..":
+            current = current.parent
+            continue
+        candidate = current / part
+        if not candidate.is_symlink():
+            current = candidate
+            continue
+        links.append(candidate)
+        target = Path(os.readlink(candidate))
+        if target.is_absolute():
+            current = Path(target.anchor)
+        pending.extend(reversed(target.parts[1:] if target.is_absolute() else target.parts))
+    return links
+
 
 # The private folders' names end in this (see `stale_staging`).
 STAGING_SUFFIX = ".partial"
