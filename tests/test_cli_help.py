@@ -13,32 +13,9 @@ from pathlib import Path
 import pytest
 
 from sleap_live import cli
-from sleap_live.cli import (
-    bench,
-    cameras,
-    check,
-    experiment,
-    export,
-    recover,
-    render,
-    run,
-    serve_web,
-    track,
-)
+from sleap_live.cli import run
+from sleap_live.cli.options import SUMMARIES
 
-SUMMARIES = {
-    "run": run.RUN_SUMMARY,
-    "replay": run.REPLAY_SUMMARY,
-    "cameras": cameras.SUMMARY,
-    "export": export.SUMMARY,
-    "bench": bench.SUMMARY,
-    "check-tensorrt": check.SUMMARY,
-    "recover": recover.SUMMARY,
-    "render": render.SUMMARY,
-    "track": track.SUMMARY,
-    "serve-web": serve_web.SUMMARY,
-    "experiment": experiment.SUMMARY,
-}
 # Options every subcommand that loads a model has, defined once in sleap_live.cli.options,
 # and the verification options they share with `export`.
 MODEL_COMMANDS = ("run", "replay", "bench")

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import os
 import signal
 import sys
@@ -46,41 +47,31 @@ from types import FrameType
 
 from rich.console import Console
 
-from sleap_live.cli import (
-    bench,
-    cameras,
-    check,
-    experiment,
-    export,
-    recover,
-    render,
-    run,
-    serve_web,
-    track,
-)
-from sleap_live.cli.options import PROG, Parser, UsageError
+from sleap_live.cli.options import PROG, SUMMARIES, Parser, UsageError
 from sleap_live.engines.errors import EngineError
 from sleap_live.stream.errors import StreamError
-from sleap_live.stream.experiment.experiment import ExperimentError
 from sleap_live.stream.stages import STOP_SIGNALS
 
 __all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_TERMINATED", "EXIT_USAGE", "main", "parser"]
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED, EXIT_TERMINATED = 128 + signal.SIGINT, 128 + signal.SIGTERM
-COMMANDS = (
-    "run",
-    "replay",
-    "cameras",
-    "export",
-    "bench",
-    "check-tensorrt",
-    "recover",
-    "render",
-    "track",
-    "serve-web",
-    "experiment",
-)
+# Each command and the module of `sleap_live.cli` that adds its parser (`add_parser`,
+# with the other commands of the module) and runs it.
+_MODULES = {
+    "run": "run",
+    "replay": "run",
+    "cameras": "cameras",
+    "export": "export",
+    "bench": "bench",
+    "check-tensorrt": "check",
+    "recover": "recover",
+    "render": "render",
+    "track": "track",
+    "serve-web": "serve_web",
+    "experiment": "experiment",
+}
+COMMANDS = tuple(_MODULES)
 
 
 class Terminated(KeyboardInterrupt):
@@ -107,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = ["run", *argv]
     console = Console(stderr=True)
     try:
-        args = parser().parse_args(argv)
+        args = parser(argv[0] if argv else None).parse_args(argv)
     except UsageError as error:
         return _fail(str(error), EXIT_USAGE)
     except SystemExit as done:  # --help
@@ -141,18 +132,28 @@ def _handle(args: argparse.Namespace, console: Console, interrupts: _Interrupts)
         return interrupts.status
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
-    except ExperimentError as error:  # one line per mistake in the file
-        for problem in error.problems:
-            _fail(f"{error.source}: {problem}", EXIT_ERROR)
-        return EXIT_ERROR
     except (StreamError, EngineError, OSError) as error:
         return _fail(_one_line(error), EXIT_ERROR)
-    except ValueError as error:  # arguments the parser cannot judge (e.g. -o vs --format)
+    except ValueError as error:
+        from sleap_live.stream.experiment.experiment import ExperimentError
+
+        if isinstance(error, ExperimentError):  # one line per mistake in the file
+            for problem in error.problems:
+                _fail(f"{error.source}: {problem}", EXIT_ERROR)
+            return EXIT_ERROR
+        # Arguments the parser cannot judge (e.g. -o vs --format).
         return _fail(_one_line(error), EXIT_USAGE)
 
 
-def parser() -> argparse.ArgumentParser:
-    """The whole command line: every subcommand with its options."""
+def parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line: every subcommand with its options.
+
+    Args:
+        command: build the options of this command alone (and of the others its module
+            adds; `main`: the command it runs), the others with their summaries only,
+            so that a command imports what its own options need and nothing for the
+            others'; None: every command's options.
+    """
     top = Parser(
         prog=PROG,
         description="Realtime pose estimation with sleap-nn models.",
@@ -173,16 +174,13 @@ def parser() -> argparse.ArgumentParser:
         ),
     )
     commands = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    run.add_parsers(commands)
-    cameras.add_parser(commands)
-    export.add_parser(commands)
-    bench.add_parser(commands)
-    check.add_parser(commands)
-    recover.add_parser(commands)
-    render.add_parser(commands)
-    track.add_parser(commands)
-    serve_web.add_parser(commands)
-    experiment.add_parser(commands)
+    built: set[str] = set()
+    for name, module in _MODULES.items():
+        if command is not None and module != _MODULES.get(command):
+            commands.add_parser(name, help=SUMMARIES[name])
+        elif module not in built:
+            importlib.import_module(f"sleap_live.cli.{module}").add_parser(commands)
+            built.add(module)
     return top
 
 

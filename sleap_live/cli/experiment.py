@@ -15,18 +15,18 @@ from typing import Any
 
 from rich.console import Console
 
-from sleap_live.cli.options import PROG
+from sleap_live.cli.options import PROG, add_command
 from sleap_live.engines.types import Skeleton
 
-SUMMARY = "check an experiment file against a model's skeleton (one line per mistake)"
 EXIT_OK, EXIT_MISTAKES, EXIT_MODEL = 0, 1, 2
 
 
 def add_parser(commands: Any) -> None:
     """Adds `experiment` (with `check`) to the subcommands of the top-level parser."""
-    parser = commands.add_parser(
+    parser = add_command(
+        commands,
         "experiment",
-        help=SUMMARY,
+        handle,
         description="Closed-loop experiments (docs/closed-loop.md): rules on tracked poses "
         f"declared in a YAML file, run with `{PROG} run ... --experiment FILE`.",
     )
@@ -57,7 +57,6 @@ def add_parser(commands: Any) -> None:
         help="the run will track its animals: rules may name tracks (default: a track "
         "name is refused for a model without identities)",
     )
-    check.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:

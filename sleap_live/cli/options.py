@@ -18,17 +18,14 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import attrs
+from rich.console import Console
 
 from sleap_live.engines.engine_table import CLI_PRECISIONS, ENGINES, engines_taking
-from sleap_live.engines.runners.compile_modes import COMPILE_MODES
-from sleap_live.engines.runners.devices import DEVICE_FORMS, is_device
 from sleap_live.engines.settings import (
     DEFAULT_SETTINGS,
     LEGACY_POSTPROCESSES,
     InferenceSettings,
 )
-from sleap_live.stream.outputs.provenance import model_records
-from sleap_live.stream.sources import DECODERS, is_url
 
 PROG = "sleap-live"
 # What the verification options mean to commands other than `export`.
@@ -41,6 +38,26 @@ IN_MEMORY_EXPORT = (
 MAX_BATCH_SIZE = 1024
 MAX_SECONDS = 365 * 24 * 3600
 MAX_FPS = 10_000
+
+
+# Each command's one-line summary: what the top-level `-h` lists.
+SUMMARIES = {
+    "run": "run a model on a video file, or on a camera with --camera",
+    "replay": "replay a video file at its frame rate, as if it were a camera",
+    "cameras": "list the cameras of this machine and their modes (pixel formats, sizes, rates)",
+    "export": "export model directories to ONNX, TorchScript, torch.export, OpenVINO, TensorRT, "
+    "TFLite, Core ML, TensorFlow SavedModel, TF.js or a web page, verified",
+    "bench": "measure what the pipeline costs on top of the engine, on this machine",
+    "check-tensorrt": "list what TensorRT's ONNX importer would refuse or silently change in "
+    "a graph",
+    "recover": "write the pose file of a run that was killed before it could, from its journal",
+    "render": "draw the poses of a .slp on its video and write the result as a new video",
+    "track": "track the poses of a pose file again (sleap-nn's tracker) and write a new file",
+    "serve-web": "serve a web export (export --format web) on 127.0.0.1, to open in a browser",
+    "experiment": "check an experiment file against a model's skeleton (one line per mistake)",
+}
+# What runs a command: its parsed arguments and the console, to the exit status.
+Handler = Callable[[argparse.Namespace, Console], int]
 
 
 class UsageError(Exception):
@@ -87,6 +104,23 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+def add_command(
+    commands: Any,
+    name: str,
+    handler: Handler,
+    *,
+    description: str,
+    epilog: str | None = None,
+) -> argparse.ArgumentParser:
+    """Adds command `name` (its summary from `SUMMARIES`) to the top-level parser's
+    subcommands; `handler` runs it. Returns the command's parser, to add its options."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        name, help=SUMMARIES[name], description=description, epilog=epilog
+    )
+    parser.set_defaults(handler=handler)
+    return parser
+
+
 def add_model_options(
     parser: argparse.ArgumentParser, *, batch_size: int | None, batch_size_help: str
 ) -> None:
@@ -97,6 +131,9 @@ def add_model_options(
         batch_size: the default of `--batch-size` (None: the pipeline's, per policy).
         batch_size_help: its help text, saying the default where it is None.
     """
+    from sleap_live.engines.runners.compile_modes import COMPILE_MODES
+    from sleap_live.engines.runners.devices import DEVICE_FORMS
+
     model = parser.add_argument_group("model")
     model.add_argument(
         "-m",
@@ -319,6 +356,8 @@ def inference_settings(args: argparse.Namespace) -> InferenceSettings | None:
 
 def add_decoder_option(parser: argparse.ArgumentParser) -> None:
     """`--decoder`: what decodes a video file (PyAV on the CPU, or NVDEC on the GPU)."""
+    from sleap_live.stream.sources import DECODERS
+
     parser.add_argument(
         "--decoder",
         choices=DECODERS,
@@ -393,6 +432,8 @@ def check_models(args: argparse.Namespace) -> None:
 def run_provenance(args: argparse.Namespace) -> dict[str, Any]:
     """What a run's outputs record of the command: the models (`model_records`), the
     command, and its options as JSON values."""
+    from sleap_live.stream.outputs.provenance import model_records
+
     options: dict[str, Any] = {}
     for name, value in vars(args).items():
         if name in ("handler", "command"):
@@ -437,6 +478,8 @@ def bounded_batch_size(text: str) -> int:
 def video_or_url(text: str) -> Path | str:
     """argparse type: a video file's path, or a stream URL kept as written (as a path
     its ``//`` would fold to ``/``)."""
+    from sleap_live.stream.sources import is_url
+
     try:
         return text if is_url(text) else Path(text)
     except ValueError as error:  # a URL of a scheme that is not a stream
@@ -491,6 +534,8 @@ def _at_most(value: float, maximum: float, unit: str) -> float:
 
 def device(text: str) -> str:
     """argparse type: where the model runs, one of `DEVICE_FORMS`."""
+    from sleap_live.engines.runners.devices import DEVICE_FORMS, is_device
+
     if not is_device(text):
         raise argparse.ArgumentTypeError(f"expected {DEVICE_FORMS}, got {text!r}")
     return text

@@ -13,20 +13,26 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from sleap_live.cli.options import PROG, UsageError, add_overwrite_option, count, positive_float
+from sleap_live.cli.options import (
+    PROG,
+    UsageError,
+    add_command,
+    add_overwrite_option,
+    count,
+    positive_float,
+)
 from sleap_live.stream.experiment.overlay import ExperimentOverlay
 from sleap_live.stream.outputs.overlay import COLOR_SCHEMES, MARKER_SHAPES, PALETTES, OverlayStyle
 from sleap_live.stream.outputs.overlay_writer import CODECS, DEFAULT_CODEC
 from sleap_live.stream.outputs.render import render_slp
 
-SUMMARY = "draw the poses of a .slp on its video and write the result as a new video"
-
 
 def add_parser(commands: Any) -> None:
     """Adds `render` to the subcommands of the top-level parser."""
-    render = commands.add_parser(
+    render = add_command(
+        commands,
         "render",
-        help=SUMMARY,
+        handle,
         description="Draw the skeleton of every instance in POSES.slp on the video it was "
         "predicted from and write every frame of the range, with or without poses, to a new "
         "video: frame k of the output is frame START + k of the video. Nothing is written "
@@ -103,7 +109,6 @@ def add_parser(commands: Any) -> None:
         "rules' states from the .slp's events of its run (default: poses only)",
     )
     add_overwrite_option(render, "VIDEO")
-    render.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:

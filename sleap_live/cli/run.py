@@ -28,6 +28,7 @@ from sleap_live.cli.options import (
     PROG,
     UsageError,
     add_cache_options,
+    add_command,
     add_decoder_option,
     add_inference_options,
     add_model_options,
@@ -67,9 +68,6 @@ from sleap_live.stream.sources import (
 from sleap_live.stream.sources.group import SourceGroup, as_group
 from sleap_live.stream.tracking.settings import TrackingSettings
 
-RUN_SUMMARY = "run a model on a video file, or on a camera with --camera"
-REPLAY_SUMMARY = "replay a video file at its frame rate, as if it were a camera"
-
 OUTPUT_FORMATS_HELP = (
     ". The suffix picks the format: .slp (SLEAP), .h5 (SLEAP analysis HDF5), .nwb (NWB, "
     "ndx-pose) or .csv (a row per frame and instance). Poses are saved while the run lasts "
@@ -78,11 +76,12 @@ OUTPUT_FORMATS_HELP = (
 )
 
 
-def add_parsers(commands: Any) -> None:
+def add_parser(commands: Any) -> None:
     """Adds `run` and `replay` to the subcommands of the top-level parser."""
-    run = commands.add_parser(
+    run = add_command(
+        commands,
         "run",
-        help=RUN_SUMMARY,
+        handle,
         description="Run a model on a video file or a camera. A file runs losslessly, in "
         "batches, with a progress bar; a camera runs live (the newest frames first, dropping "
         "what the engine cannot keep up with) with a dashboard. Ctrl-C or SIGTERM stops "
@@ -110,11 +109,11 @@ def add_parsers(commands: Any) -> None:
     add_camera_options(run)
     add_tracking_options(run)
     many.add_many_options(run)
-    run.set_defaults(handler=handle)
 
-    replay = commands.add_parser(
+    replay = add_command(
+        commands,
         "replay",
-        help=REPLAY_SUMMARY,
+        handle,
         description="Replay a video file at its frame rate as if it were a camera: the live "
         "policy, batch 1 and a dashboard, to try live mode without a camera.",
     )
@@ -130,7 +129,6 @@ def add_parsers(commands: Any) -> None:
         "--fps", type=frame_rate, help="replay rate (default: the video's frame rate)"
     )
     add_tracking_options(replay)
-    replay.set_defaults(handler=handle)
 
 
 def _add_common_options(

@@ -29,14 +29,13 @@ from typing import Any
 
 from rich.console import Console
 
-from sleap_live.cli.options import PROG
+from sleap_live.cli.options import PROG, add_command
 from sleap_live.stream.preview import refusal, served_hosts
 
 # Connections served at once, and seconds a connection may sit idle.
 MAX_CONNECTIONS = 64
 IDLE_SECONDS = 10.0
 
-SUMMARY = "serve a web export (export --format web) on 127.0.0.1, to open in a browser"
 HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 TYPES = {
@@ -50,9 +49,10 @@ TYPES = {
 
 def add_parser(commands: Any) -> None:
     """Adds `serve-web` to the subcommands of the top-level parser."""
-    serve = commands.add_parser(
+    serve = add_command(
+        commands,
         "serve-web",
-        help=SUMMARY,
+        handle,
         description="Serve the folder of `export --format web` on 127.0.0.1 (this machine "
         "only) and print the address to open. The page runs the model in the browser on "
         "onnxruntime-web's wasm (DIR/?backend=webgpu tries WebGPU, not verified), on the "
@@ -68,7 +68,6 @@ def add_parser(commands: Any) -> None:
         default=DEFAULT_PORT,
         help="port on 127.0.0.1; 0 takes a free one",
     )
-    serve.set_defaults(handler=handle)
 
 
 class WebExportServer(http.server.ThreadingHTTPServer):
