@@ -66,6 +66,18 @@ def test_help_lists_every_subcommand_with_its_summary(capsys, monkeypatch):
     assert any("sleap-live --camera 0 -m" in line for line in lines)
 
 
+def test_help_imports_nothing_heavy():
+    """`sleap-live -h` builds every command's summary, not its options: it loads none
+    of the libraries the commands run on (each command imports its own when it runs)."""
+    code = (
+        "import sys; from sleap_live.cli import main; assert main(['-h']) == 0;"
+        "heavy = ('sleap_io', 'h5py', 'onnxruntime', 'torch', 'av', 'numpy');"
+        "print(sorted(name for name in heavy if name in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.splitlines()[-1:] == ["[]"], result.stdout + result.stderr
+
+
 @pytest.mark.parametrize("name", sorted(SUMMARIES))
 def test_every_option_has_help_that_shows_its_default(name):
     parser = subcommands()[name]

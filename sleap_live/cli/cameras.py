@@ -8,7 +8,6 @@ from typing import Any
 from rich.console import Console
 
 from sleap_live.cli.options import PROG, add_command
-from sleap_live.stream.sources import devices
 
 
 def add_parser(commands: Any) -> None:
@@ -36,6 +35,8 @@ def add_parser(commands: Any) -> None:
 
 def handle(args: argparse.Namespace, console: Console) -> int:
     """Runs `cameras`; the listing goes to stdout. Returns the exit status."""
+    from sleap_live.stream.sources import devices
+
     found = devices.list_cameras(args.backend)
     if not found:
         print("no cameras found")

@@ -11,12 +11,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from sleap_live.cli.options import PROG, add_command
-from sleap_live.engines.types import Skeleton
+
+if TYPE_CHECKING:
+    from sleap_live.engines.types import Skeleton
 
 EXIT_OK, EXIT_MISTAKES, EXIT_MODEL = 0, 1, 2
 
@@ -97,6 +99,7 @@ def model_names(models: list[Path]) -> tuple[Skeleton, tuple[str, ...]]:
         read_model_dir,
     )
     from sleap_live.engines.load.metadata import read_onnx_info
+    from sleap_live.engines.types import Skeleton
 
     pairs: list[tuple[Skeleton, tuple[str, ...]]] = []
     for model in models:

@@ -19,7 +19,6 @@ from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
-from sleap_live.cli.loading import verify_options
 from sleap_live.cli.options import (
     PROG,
     UsageError,
@@ -148,6 +147,8 @@ def _format_rows() -> list[tuple[str, ...]]:
 
 def handle(args: argparse.Namespace, console: Console) -> int:
     """Exports, then prints the model type and the verification table (stderr)."""
+    from sleap_live.cli.loading import verify_options
+
     if len(args.model_dirs) > 2:
         raise UsageError("give one model directory, or two for a top-down model")
     # How the export is verified, and the inference settings built into it.

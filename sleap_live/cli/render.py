@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -21,10 +21,11 @@ from sleap_live.cli.options import (
     count,
     positive_float,
 )
-from sleap_live.stream.experiment.overlay import ExperimentOverlay
 from sleap_live.stream.outputs.overlay import COLOR_SCHEMES, MARKER_SHAPES, PALETTES, OverlayStyle
 from sleap_live.stream.outputs.overlay_writer import CODECS, DEFAULT_CODEC
-from sleap_live.stream.outputs.render import render_slp
+
+if TYPE_CHECKING:
+    from sleap_live.stream.experiment.overlay import ExperimentOverlay
 
 
 def add_parser(commands: Any) -> None:
@@ -113,6 +114,8 @@ def add_parser(commands: Any) -> None:
 
 def handle(args: argparse.Namespace, console: Console) -> int:
     """Runs `render`; returns the exit status (errors propagate to `main`)."""
+    from sleap_live.stream.outputs.render import render_slp
+
     start, stop = _range(args)
     output = args.output or Path(f"{args.slp.stem}.overlay.mp4")
     style = OverlayStyle(
@@ -206,7 +209,7 @@ def _experiment_overlay(args: argparse.Namespace) -> ExperimentOverlay | None:
     import sleap_io as sio
 
     from sleap_live.stream.experiment import load_experiment
-    from sleap_live.stream.experiment.overlay import spans_of
+    from sleap_live.stream.experiment.overlay import ExperimentOverlay, spans_of
 
     experiment = load_experiment(args.experiment)
     events = sio.load_slp(str(args.slp), open_videos=False).events

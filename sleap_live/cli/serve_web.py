@@ -30,7 +30,6 @@ from typing import Any
 from rich.console import Console
 
 from sleap_live.cli.options import PROG, add_command
-from sleap_live.stream.preview import refusal, served_hosts
 
 # Connections served at once, and seconds a connection may sit idle.
 MAX_CONNECTIONS = 64
@@ -79,6 +78,8 @@ class WebExportServer(http.server.ThreadingHTTPServer):
     """
 
     def __init__(self, port: int, handler: Callable[..., WebExportHandler]) -> None:
+        from sleap_live.stream.preview import served_hosts
+
         super().__init__((HOST, port), handler)
         self.hosts = served_hosts(HOST, self.server_address[1])
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
@@ -108,6 +109,8 @@ class WebExportHandler(http.server.SimpleHTTPRequestHandler):
     timeout = IDLE_SECONDS
 
     def send_head(self) -> Any:
+        from sleap_live.stream.preview import refusal
+
         reason = refusal(
             self.headers.get("Host"), self.headers.get("Origin"), self.server.hosts, False
         )

@@ -15,7 +15,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from sleap_live.cli.options import PROG, add_command, add_overwrite_option
 from sleap_live.cli.tracking_options import add_tracking_options, settings_from
-from sleap_live.stream.tracking.files import retrack_file
 
 
 def add_parser(commands: Any) -> None:
@@ -49,6 +48,8 @@ def add_parser(commands: Any) -> None:
 
 def handle(args: argparse.Namespace, console: Console) -> int:
     """Runs `track`; returns the exit status (errors propagate to `main`)."""
+    from sleap_live.stream.tracking.files import retrack_file
+
     settings = settings_from(args)
     output = args.output or Path(f"{args.poses.stem}.tracked.slp")
     with Progress(
