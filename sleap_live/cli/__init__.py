@@ -1,24 +1,13 @@
 """`sleap-live`: run, replay, export and benchmark pose models from the terminal.
 
-Commands::
+`sleap-live -h` lists the commands, with an example of each (`parser`'s epilog);
+`run` may be left out (`sleap-live --camera 0 -m MODEL`).
 
-    sleap-live run VIDEO -m MODEL [-m MODEL2] [-o out.slp] [--batch-size N] ...
-    sleap-live run --camera 0 -m MODEL [--width W --height H --fps F] [--duration S]
-    sleap-live --camera 0 -m MODEL ...          (`run` may be left out)
-    sleap-live replay VIDEO --fps 30 -m MODEL   (a file paced like a camera)
-    sleap-live cameras                          (the cameras and their modes)
-    sleap-live export MODEL_DIR [MODEL_DIR2] -o OUT [--format onnx|torchscript|web|pt2|...]
-    sleap-live serve-web DIR                    (a web export, served on 127.0.0.1)
-    sleap-live bench VIDEO -m MODEL [--json bench.json]
-    sleap-live recover FILE.slp                 (the .slp of a killed run, from its journal)
-    sleap-live check-tensorrt MODEL.onnx        (what TensorRT would refuse or change)
-    sleap-live render POSES.slp -o overlay.mp4  (the poses drawn on their video)
-    sleap-live track POSES.slp -o OUT.slp       (the poses tracked again, as sleap-nn)
-    sleap-live experiment check EXP.yaml -m MODEL   (a closed-loop experiment's file checked)
-
-One parser holds every subcommand (`run.py`, `cameras.py`, `export.py`, `bench.py`,
-`check.py`, `recover.py`, `render.py`, `track.py`, `serve_web.py`, `experiment.py`), built
-from the options they share (`options.py`, `tracking_options.py`).
+One parser holds every subcommand, each added by its module (`run.py`, `cameras.py`,
+`export.py`, `bench.py`, `check.py`, `recover.py`, `render.py`, `track.py`,
+`serve_web.py`, `experiment.py`) from the options they share (`options.py`,
+`tracking_options.py`); a command's module is imported only to run it or to build its
+options, so each command loads what it needs alone.
 `python -m sleap_live` is the same command.
 
 Exit status: 0 done, 1 a run failed or an input is missing or unusable, 2 bad arguments,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from sleap_live.cli.options import PROG, add_command
+from sleap_live.cli.options import PROG, add_command, add_model_argument
 
 if TYPE_CHECKING:
     from sleap_live.engines.types import Skeleton
@@ -43,15 +43,10 @@ def add_parser(commands: Any) -> None:
         "model cannot be read.",
     )
     check.add_argument("file", type=Path, metavar="FILE", help="the experiment (YAML)")
-    check.add_argument(
-        "-m",
-        "--model",
-        dest="models",
-        action="append",
-        required=True,
-        metavar="MODEL",
-        help="model directory, export folder or .onnx the experiment will run with; "
-        "repeat for a top-down pair",
+    add_model_argument(
+        check,
+        "model directory, export folder or .onnx the experiment will run with; repeat for "
+        "a top-down pair",
     )
     check.add_argument(
         "--tracking",

@@ -135,14 +135,9 @@ def add_model_options(
     from sleap_live.engines.runners.devices import DEVICE_FORMS
 
     model = parser.add_argument_group("model")
-    model.add_argument(
-        "-m",
-        "--model",
-        dest="models",
-        action="append",
-        required=True,
-        metavar="MODEL",
-        help="model directory, sleap-live .onnx/.pt export or sleap-nn export directory; "
+    add_model_argument(
+        model,
+        "model directory, sleap-live .onnx/.pt export or sleap-nn export directory; "
         "give -m twice for top-down (centroid + centered instance)",
     )
     model.add_argument(
@@ -185,6 +180,24 @@ def add_model_options(
         default=batch_size,
         metavar="N",
         help=batch_size_help,
+    )
+
+
+def add_model_argument(parser: Any, help: str) -> None:
+    """`-m/--model MODEL`, required and repeated for a top-down pair (`args.models`).
+
+    Args:
+        parser: the subcommand's parser, or a group of it.
+        help: what MODEL may be, for this command.
+    """
+    parser.add_argument(
+        "-m",
+        "--model",
+        dest="models",
+        action="append",
+        required=True,
+        metavar="MODEL",
+        help=help,
     )
 
 
