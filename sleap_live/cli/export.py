@@ -28,6 +28,7 @@ from sleap_live.cli.options import (
     add_verify_options,
     inference_settings,
     positive_int,
+    say,
 )
 from sleap_live.engines.export import DEFAULT_OPSET, EXPORT_FORMATS
 from sleap_live.engines.export.formats import FORMAT_NOTE, FORMAT_TABLE, FORMATS
@@ -201,7 +202,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             soft_wrap=True,
         )
     if args.format == "web":
-        console.print(web_sizes(path), soft_wrap=True, highlight=False, markup=False)
+        say(console, web_sizes(path))
         console.print(f"open it in a browser: {PROG} serve-web {escape(str(path))}", soft_wrap=True)
     return exit_status
 

@@ -25,6 +25,7 @@ from sleap_live.cli.options import (
     check_models,
     positive_int,
     run_provenance,
+    say,
 )
 from sleap_live.cli.tracking_options import tracking_settings
 from sleap_live.stream.dashboard import live_display
@@ -156,7 +157,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     jobs = plan_jobs(
         find_videos(
             args.video,
-            lambda line: console.print(line, highlight=False, markup=False, soft_wrap=True),
+            lambda line: say(console, line),
         ),
         pattern=args.name_pattern or DEFAULT_NAME_PATTERN,
         output_dir=args.output_dir,
@@ -203,12 +204,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         Console().print(summary_table(run))
     for result in run.failed:
         # A line each on stderr, with --quiet too, for logs and scripts.
-        console.print(
-            f"{escaped(result.video)}: {describe(result)}",
-            highlight=False,
-            markup=False,
-            soft_wrap=True,
-        )
+        say(console, f"{escaped(result.video)}: {describe(result)}")
     if run.left:
         why = "interrupted" if run.interrupted else f"--duration {args.duration:g} s was up"
         console.print(

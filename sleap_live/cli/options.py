@@ -121,6 +121,12 @@ def add_command(
     return parser
 
 
+def say(console: Console, text: str) -> None:
+    """Prints `text` as it is: no markup, no highlighting, never wrapped (a line holds
+    paths and messages, which may hold brackets and run past the terminal's width)."""
+    console.print(text, highlight=False, markup=False, soft_wrap=True)
+
+
 def add_model_options(
     parser: argparse.ArgumentParser, *, batch_size: int | None, batch_size_help: str
 ) -> None:

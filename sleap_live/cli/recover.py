@@ -14,7 +14,7 @@ from typing import Any
 
 from rich.console import Console
 
-from sleap_live.cli.options import PROG, add_command, add_overwrite_option
+from sleap_live.cli.options import PROG, add_command, add_overwrite_option, say
 
 
 def add_parser(commands: Any) -> None:
@@ -47,5 +47,5 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     line = f"{slp}: recovered {contents.n_frames} frames"
     if contents.torn_bytes:
         line += f" (the save the crash cut short, {contents.torn_bytes} bytes, was dropped)"
-    console.print(line, highlight=False, soft_wrap=True, markup=False)
+    say(console, line)
     return 0

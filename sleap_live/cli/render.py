@@ -20,6 +20,7 @@ from sleap_live.cli.options import (
     add_overwrite_option,
     count,
     positive_float,
+    say,
 )
 from sleap_live.stream.outputs.overlay import COLOR_SCHEMES, MARKER_SHAPES, PALETTES, OverlayStyle
 from sleap_live.stream.outputs.overlay_writer import CODECS, DEFAULT_CODEC
@@ -149,21 +150,17 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             )
         except KeyboardInterrupt:
             if written:
-                console.print(
+                say(
+                    console,
                     f"{output}: interrupted; kept the {written} frames drawn so far "
                     f"({start} to {start + written - 1})",
-                    highlight=False,
-                    soft_wrap=True,
-                    markup=False,
                 )
             raise
     last = rendered.start + rendered.n_frames - 1
-    console.print(
+    say(
+        console,
         f"{rendered.output}: {rendered.n_frames} frames ({rendered.start} to {last} of "
         f"{rendered.video}), {rendered.n_posed} with poses",
-        highlight=False,
-        soft_wrap=True,
-        markup=False,
     )
     return 0
 

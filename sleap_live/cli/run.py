@@ -38,6 +38,7 @@ from sleap_live.cli.options import (
     count,
     frame_rate,
     run_provenance,
+    say,
     seconds,
     video_or_url,
 )
@@ -659,7 +660,7 @@ def _summarise(pipeline: Pipeline, output: Path | None, console: Console) -> Non
     if not saved and output is not None:
         saved = [f"poses: none written to {output} (stopped before the pipeline started)"]
     for saying in saved:
-        console.print(saying, highlight=False, soft_wrap=True, markup=False)
+        say(console, saying)
     if pipeline.experiment is not None:
         _summarise_experiment(pipeline.experiment, console)
     if stats.publish is not None:
@@ -674,19 +675,15 @@ def _summarise(pipeline: Pipeline, output: Path | None, console: Console) -> Non
 def _summarise_experiment(closed_loop: ClosedLoop, console: Console) -> None:
     stats = closed_loop.stats()
     where = "" if closed_loop.log.csv_path is None else f", logged to {closed_loop.log.csv_path}"
-    console.print(
+    say(
+        console,
         f"experiment: {stats.events} onsets and offsets over {stats.frames} frames"
         f"{' (devices simulated)' if stats.simulated else ''}{where}",
-        highlight=False,
-        soft_wrap=True,
-        markup=False,
     )
     for device in stats.devices:
         if device.error is not None or device.dropped:
-            console.print(
+            say(
+                console,
                 f"experiment device {device.name}: {device.sent} sent, {device.dropped} not sent"
                 + ("" if device.error is None else f" ({device.error})"),
-                highlight=False,
-                soft_wrap=True,
-                markup=False,
             )

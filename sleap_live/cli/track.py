@@ -13,7 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from sleap_live.cli.options import PROG, add_command, add_overwrite_option
+from sleap_live.cli.options import PROG, add_command, add_overwrite_option, say
 from sleap_live.cli.tracking_options import add_tracking_options, settings_from
 
 
@@ -68,11 +68,9 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             progress=lambda done, total: bar.update(task, completed=done, total=total),
             overwrite=args.overwrite,
         )
-    console.print(
+    say(
+        console,
         f"{output}: {summary.instances} instances in {summary.frames} frames on "
         f"{summary.tracks} tracks",
-        highlight=False,
-        soft_wrap=True,
-        markup=False,
     )
     return 0
