@@ -578,21 +578,14 @@ def _open(args: argparse.Namespace) -> Source:
     depth, timeout = args.bit_depth, args.read_timeout
     # NVDEC decodes on the GPU the engine runs on (`--device cuda:N`).
     gpu = args.device if args.device.startswith("cuda") else None
-    if args.command == "replay":
-        return open_source(
-            args.video,
-            replay=True,
-            fps=args.fps,
-            decoder=args.decoder,
-            device=gpu,
-            bit_depth=depth,
-            read_timeout=timeout,
-        )
-    if isinstance(args.video, str):
+    if isinstance(args.video, str):  # a stream URL (`_check` refused one to replay)
         return open_source(args.video, bit_depth=depth, read_timeout=timeout)
+    replay = args.command == "replay"
     return open_source(
         args.video,
         camera=False,
+        replay=replay,
+        fps=args.fps if replay else None,  # run's --fps is a camera's
         decoder=args.decoder,
         device=gpu,
         bit_depth=depth,
