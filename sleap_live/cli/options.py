@@ -251,7 +251,7 @@ def add_inference_options(parser: argparse.ArgumentParser) -> None:
 
     def add(name: str, parse: Callable[[str], Any], metavar: str, help: str) -> None:
         group.add_argument(
-            f"--{name.replace('_', '-')}",
+            flag(name),
             dest=name,
             type=_setting(name, parse),
             metavar=metavar,
@@ -473,6 +473,11 @@ def add_overwrite_option(parser: argparse.ArgumentParser, what: str) -> None:
         help=f"replace {what} if it exists, once the new one is written (default: refuse "
         "an existing output before any work)",
     )
+
+
+def flag(dest: str) -> str:
+    """The option of an argparse destination: ``--max-tracks`` for ``max_tracks``."""
+    return f"--{dest.replace('_', '-')}"
 
 
 def positive_int(text: str) -> int:
