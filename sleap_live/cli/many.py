@@ -23,6 +23,7 @@ from sleap_live.cli.options import (
     PROG,
     UsageError,
     check_models,
+    check_preview_options,
     positive_int,
     run_provenance,
     say,
@@ -236,6 +237,4 @@ def _check(args: argparse.Namespace) -> None:
     # --camera and --preview (refused above), never silently ignored.
     check_models(args)
     check_camera_options(args)
-    preview_options = (args.preview_port, args.preview_host, args.preview_hold)
-    if any(option is not None for option in preview_options):
-        raise UsageError("--preview-port, --preview-host and --preview-hold apply with --preview")
+    check_preview_options(args)

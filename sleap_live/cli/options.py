@@ -448,6 +448,14 @@ def check_models(args: argparse.Namespace) -> None:
         raise UsageError("give -m once, or twice for a top-down model")
 
 
+def check_preview_options(args: argparse.Namespace) -> None:
+    """Raises `UsageError` for `run`'s --preview-port, --preview-host or --preview-hold
+    without --preview (never silently ignored)."""
+    preview_options = (args.preview_port, args.preview_host, args.preview_hold)
+    if not args.preview and any(option is not None for option in preview_options):
+        raise UsageError("--preview-port, --preview-host and --preview-hold apply with --preview")
+
+
 def run_provenance(args: argparse.Namespace) -> dict[str, Any]:
     """What a run's outputs record of the command: the models (`model_records`), the
     command, and its options as JSON values."""

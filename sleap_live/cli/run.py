@@ -35,6 +35,7 @@ from sleap_live.cli.options import (
     add_verify_options,
     bit_depth,
     check_models,
+    check_preview_options,
     count,
     frame_rate,
     run_provenance,
@@ -537,9 +538,7 @@ def centroid_only_line(runner: Any) -> str | None:
 
 def _check(args: argparse.Namespace) -> None:
     check_models(args)
-    preview_options = (args.preview_port, args.preview_host, args.preview_hold)
-    if not args.preview and any(option is not None for option in preview_options):
-        raise UsageError("--preview-port, --preview-host and --preview-hold apply with --preview")
+    check_preview_options(args)
     if args.output is not None:
         try:
             check_suffix(args.output)
