@@ -9,8 +9,9 @@ torch's OpenMP threads to sleep rather than spin when idle before it loads torch
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from sleap_live import _lazy_names
 
 if TYPE_CHECKING:
     from sleap_live.engines.errors import (
@@ -99,17 +100,12 @@ _TORCH = {
     "export_model": "sleap_live.engines.export",
 }
 
+_import, __dir__ = _lazy_names(__name__, {**_ORIGINS, **_TORCH})
+
 
 def __getattr__(name: str) -> Any:
     if name in _TORCH:
         from sleap_live.engines.openmp import prefer_passive_wait
 
         prefer_passive_wait()  # before the module imported loads torch
-        return getattr(importlib.import_module(_TORCH[name]), name)
-    if name in _ORIGINS:
-        return getattr(importlib.import_module(_ORIGINS[name]), name)
-    raise AttributeError(f"module 'sleap_live.engines' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*__all__, *globals()})
+    return _import(name)

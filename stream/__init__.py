@@ -5,13 +5,11 @@ Each name below is imported from its module on first use, so importing one part 
 stream (`sleap_live.stream.errors`, say) does not load them all (sleap_io, h5py, aiohttp).
 """
 
-# The type checker's imports below are the lazy names' declarations, used by no code here.
-# ruff: noqa: F401
-
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from sleap_live import _lazy_names
 
 if TYPE_CHECKING:
     from sleap_live.stream.clock import MONOTONIC, Clock
@@ -37,47 +35,64 @@ if TYPE_CHECKING:
     from sleap_live.stream.tracking import TrackingSettings
     from sleap_live.stream.types import Frame, PoseRecord
 
-# Each public name and the module it comes from.
+__all__ = [
+    "MONOTONIC",
+    "Clock",
+    "ConsumerStats",
+    "Frame",
+    "ManyResult",
+    "OutputOptions",
+    "Pipeline",
+    "PipelineError",
+    "PipelineRun",
+    "PipelineStats",
+    "PoseRecord",
+    "PublishError",
+    "PublishStats",
+    "Publisher",
+    "RingBuffer",
+    "RingConsumer",
+    "RingReader",
+    "SlpWriter",
+    "SourceError",
+    "SourceGroup",
+    "SourceNotFoundError",
+    "SourceStalledError",
+    "StreamError",
+    "TrackingSettings",
+    "VideoRecorder",
+    "VideoResult",
+    "open_source",
+    "run_many",
+]
+
+# The modules of the public names.
 _ORIGINS = {
-    "MONOTONIC": "sleap_live.stream.clock",
-    "Clock": "sleap_live.stream.clock",
-    "ConsumerStats": "sleap_live.stream.stats",
-    "Frame": "sleap_live.stream.types",
-    "ManyResult": "sleap_live.stream.many",
+    **dict.fromkeys(("MONOTONIC", "Clock"), "sleap_live.stream.clock"),
+    **dict.fromkeys(("PipelineRun", "RingConsumer"), "sleap_live.stream.consumers"),
+    **dict.fromkeys(
+        (
+            "PipelineError",
+            "PublishError",
+            "SourceError",
+            "SourceNotFoundError",
+            "SourceStalledError",
+            "StreamError",
+        ),
+        "sleap_live.stream.errors",
+    ),
+    **dict.fromkeys(("ManyResult", "VideoResult", "run_many"), "sleap_live.stream.many"),
+    **dict.fromkeys(("RingBuffer", "RingReader"), "sleap_live.stream.ring"),
+    **dict.fromkeys(("ConsumerStats", "PipelineStats", "PublishStats"), "sleap_live.stream.stats"),
+    **dict.fromkeys(("Frame", "PoseRecord"), "sleap_live.stream.types"),
     "OutputOptions": "sleap_live.stream.outputs.options",
-    "Pipeline": "sleap_live.stream.pipeline",
-    "PipelineError": "sleap_live.stream.errors",
-    "PipelineRun": "sleap_live.stream.consumers",
-    "PipelineStats": "sleap_live.stream.stats",
-    "PoseRecord": "sleap_live.stream.types",
-    "PublishError": "sleap_live.stream.errors",
-    "PublishStats": "sleap_live.stream.stats",
-    "Publisher": "sleap_live.stream.publish",
-    "RingBuffer": "sleap_live.stream.ring",
-    "RingConsumer": "sleap_live.stream.consumers",
-    "RingReader": "sleap_live.stream.ring",
-    "SlpWriter": "sleap_live.stream.outputs.slp",
-    "SourceError": "sleap_live.stream.errors",
-    "SourceGroup": "sleap_live.stream.sources.group",
-    "SourceNotFoundError": "sleap_live.stream.errors",
-    "SourceStalledError": "sleap_live.stream.errors",
-    "StreamError": "sleap_live.stream.errors",
-    "TrackingSettings": "sleap_live.stream.tracking",
     "VideoRecorder": "sleap_live.stream.outputs.recorder",
-    "VideoResult": "sleap_live.stream.many",
+    "SlpWriter": "sleap_live.stream.outputs.slp",
+    "Pipeline": "sleap_live.stream.pipeline",
+    "Publisher": "sleap_live.stream.publish",
     "open_source": "sleap_live.stream.sources",
-    "run_many": "sleap_live.stream.many",
+    "SourceGroup": "sleap_live.stream.sources.group",
+    "TrackingSettings": "sleap_live.stream.tracking",
 }
 
-__all__ = list(_ORIGINS)
-
-
-def __getattr__(name: str) -> Any:
-    origin = _ORIGINS.get(name)
-    if origin is None:
-        raise AttributeError(f"module 'sleap_live.stream' has no attribute {name!r}")
-    return getattr(importlib.import_module(origin), name)
-
-
-def __dir__() -> list[str]:
-    return sorted({*__all__, *globals()})
+__getattr__, __dir__ = _lazy_names(__name__, _ORIGINS)
