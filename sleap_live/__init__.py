@@ -27,6 +27,8 @@ model is built).
 from __future__ import annotations
 
 import importlib
+import sys
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -119,12 +121,29 @@ _ORIGINS = {
 __all__ = sorted(_ORIGINS)
 
 
-def __getattr__(name: str) -> Any:
-    origin = _ORIGINS.get(name)
-    if origin is None:
-        raise AttributeError(f"module 'sleap_live' has no attribute {name!r}")
-    return getattr(importlib.import_module(origin), name)
+def _lazy_names(
+    package: str, origins: Mapping[str, str]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """The module `__getattr__` and `__dir__` (PEP 562) of `package`, whose public names
+    are the keys of `origins`, each imported from the module its value names on first
+    use: importing the package, or any one module of it, loads nothing else. This
+    package, `sleap_live.engines` and `sleap_live.stream` use it.
+
+    `__dir__` lists those names and the package's dunders (`__doc__`, `__all__`, ...),
+    not the helpers it holds.
+    """
+
+    def getattr_(name: str) -> Any:
+        origin = origins.get(name)
+        if origin is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(origin), name)
+
+    def dir_() -> list[str]:
+        dunders = (name for name in vars(sys.modules[package]) if name.startswith("__"))
+        return sorted({*origins, *dunders})
+
+    return getattr_, dir_
 
 
-def __dir__() -> list[str]:
-    return sorted({*__all__, *(name for name in globals() if name.startswith("__"))})
+__getattr__, __dir__ = _lazy_names(__name__, _ORIGINS)

@@ -13,32 +13,9 @@ from pathlib import Path
 import pytest
 
 from sleap_live import cli
-from sleap_live.cli import (
-    bench,
-    cameras,
-    check,
-    experiment,
-    export,
-    recover,
-    render,
-    run,
-    serve_web,
-    track,
-)
+from sleap_live.cli import run
+from sleap_live.cli.options import SUMMARIES
 
-SUMMARIES = {
-    "run": run.RUN_SUMMARY,
-    "replay": run.REPLAY_SUMMARY,
-    "cameras": cameras.SUMMARY,
-    "export": export.SUMMARY,
-    "bench": bench.SUMMARY,
-    "check-tensorrt": check.SUMMARY,
-    "recover": recover.SUMMARY,
-    "render": render.SUMMARY,
-    "track": track.SUMMARY,
-    "serve-web": serve_web.SUMMARY,
-    "experiment": experiment.SUMMARY,
-}
 # Options every subcommand that loads a model has, defined once in sleap_live.cli.options,
 # and the verification options they share with `export`.
 MODEL_COMMANDS = ("run", "replay", "bench")
@@ -87,6 +64,18 @@ def test_help_lists_every_subcommand_with_its_summary(capsys, monkeypatch):
         assert f" {name} {' '.join(summary.split())} " in f" {words} ", (name, lines)
     # The camera form is shown, since `run` may be left out.
     assert any("sleap-live --camera 0 -m" in line for line in lines)
+
+
+def test_help_imports_nothing_heavy():
+    """`sleap-live -h` builds every command's summary, not its options: it loads none
+    of the libraries the commands run on (each command imports its own when it runs)."""
+    code = (
+        "import sys; from sleap_live.cli import main; assert main(['-h']) == 0;"
+        "heavy = ('sleap_io', 'h5py', 'onnxruntime', 'torch', 'av', 'numpy');"
+        "print(sorted(name for name in heavy if name in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.splitlines()[-1:] == ["[]"], result.stdout + result.stderr
 
 
 @pytest.mark.parametrize("name", sorted(SUMMARIES))

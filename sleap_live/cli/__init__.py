@@ -1,24 +1,13 @@
 """`sleap-live`: run, replay, export and benchmark pose models from the terminal.
 
-Commands::
+`sleap-live -h` lists the commands, with an example of each (`parser`'s epilog);
+`run` may be left out (`sleap-live --camera 0 -m MODEL`).
 
-    sleap-live run VIDEO -m MODEL [-m MODEL2] [-o out.slp] [--batch-size N] ...
-    sleap-live run --camera 0 -m MODEL [--width W --height H --fps F] [--duration S]
-    sleap-live --camera 0 -m MODEL ...          (`run` may be left out)
-    sleap-live replay VIDEO --fps 30 -m MODEL   (a file paced like a camera)
-    sleap-live cameras                          (the cameras and their modes)
-    sleap-live export MODEL_DIR [MODEL_DIR2] -o OUT [--format onnx|torchscript|web|pt2|...]
-    sleap-live serve-web DIR                    (a web export, served on 127.0.0.1)
-    sleap-live bench VIDEO -m MODEL [--json bench.json]
-    sleap-live recover FILE.slp                 (the .slp of a killed run, from its journal)
-    sleap-live check-tensorrt MODEL.onnx        (what TensorRT would refuse or change)
-    sleap-live render POSES.slp -o overlay.mp4  (the poses drawn on their video)
-    sleap-live track POSES.slp -o OUT.slp       (the poses tracked again, as sleap-nn)
-    sleap-live experiment check EXP.yaml -m MODEL   (a closed-loop experiment's file checked)
-
-One parser holds every subcommand (`run.py`, `cameras.py`, `export.py`, `bench.py`,
-`check.py`, `recover.py`, `render.py`, `track.py`, `serve_web.py`, `experiment.py`), built
-from the options they share (`options.py`, `tracking_options.py`).
+One parser holds every subcommand, each added by its module (`run.py`, `cameras.py`,
+`export.py`, `bench.py`, `check.py`, `recover.py`, `render.py`, `track.py`,
+`serve_web.py`, `experiment.py`) from the options they share (`options.py`,
+`tracking_options.py`); a command's module is imported only to run it or to build its
+options, so each command loads what it needs alone.
 `python -m sleap_live` is the same command.
 
 Exit status: 0 done, 1 a run failed or an input is missing or unusable, 2 bad arguments,
@@ -38,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import os
 import signal
 import sys
@@ -46,41 +36,31 @@ from types import FrameType
 
 from rich.console import Console
 
-from sleap_live.cli import (
-    bench,
-    cameras,
-    check,
-    experiment,
-    export,
-    recover,
-    render,
-    run,
-    serve_web,
-    track,
-)
-from sleap_live.cli.options import PROG, Parser, UsageError
+from sleap_live.cli.options import PROG, SUMMARIES, Parser, UsageError
 from sleap_live.engines.errors import EngineError
 from sleap_live.stream.errors import StreamError
-from sleap_live.stream.experiment.experiment import ExperimentError
 from sleap_live.stream.stages import STOP_SIGNALS
 
 __all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_TERMINATED", "EXIT_USAGE", "main", "parser"]
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED, EXIT_TERMINATED = 128 + signal.SIGINT, 128 + signal.SIGTERM
-COMMANDS = (
-    "run",
-    "replay",
-    "cameras",
-    "export",
-    "bench",
-    "check-tensorrt",
-    "recover",
-    "render",
-    "track",
-    "serve-web",
-    "experiment",
-)
+# Each command and the module of `sleap_live.cli` that adds its parser (`add_parser`,
+# with the other commands of the module) and runs it.
+_MODULES = {
+    "run": "run",
+    "replay": "run",
+    "cameras": "cameras",
+    "export": "export",
+    "bench": "bench",
+    "check-tensorrt": "check",
+    "recover": "recover",
+    "render": "render",
+    "track": "track",
+    "serve-web": "serve_web",
+    "experiment": "experiment",
+}
+COMMANDS = tuple(_MODULES)
 
 
 class Terminated(KeyboardInterrupt):
@@ -107,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = ["run", *argv]
     console = Console(stderr=True)
     try:
-        args = parser().parse_args(argv)
+        args = parser(argv[0] if argv else None).parse_args(argv)
     except UsageError as error:
         return _fail(str(error), EXIT_USAGE)
     except SystemExit as done:  # --help
@@ -141,18 +121,28 @@ def _handle(args: argparse.Namespace, console: Console, interrupts: _Interrupts)
         return interrupts.status
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
-    except ExperimentError as error:  # one line per mistake in the file
-        for problem in error.problems:
-            _fail(f"{error.source}: {problem}", EXIT_ERROR)
-        return EXIT_ERROR
     except (StreamError, EngineError, OSError) as error:
         return _fail(_one_line(error), EXIT_ERROR)
-    except ValueError as error:  # arguments the parser cannot judge (e.g. -o vs --format)
+    except ValueError as error:
+        from sleap_live.stream.experiment.experiment import ExperimentError
+
+        if isinstance(error, ExperimentError):  # one line per mistake in the file
+            for problem in error.problems:
+                _fail(f"{error.source}: {problem}", EXIT_ERROR)
+            return EXIT_ERROR
+        # Arguments the parser cannot judge (e.g. -o vs --format).
         return _fail(_one_line(error), EXIT_USAGE)
 
 
-def parser() -> argparse.ArgumentParser:
-    """The whole command line: every subcommand with its options."""
+def parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line: every subcommand with its options.
+
+    Args:
+        command: build the options of this command alone (and of the others its module
+            adds; `main`: the command it runs), the others with their summaries only,
+            so that a command imports what its own options need and nothing for the
+            others'; None: every command's options.
+    """
     top = Parser(
         prog=PROG,
         description="Realtime pose estimation with sleap-nn models.",
@@ -173,16 +163,13 @@ def parser() -> argparse.ArgumentParser:
         ),
     )
     commands = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    run.add_parsers(commands)
-    cameras.add_parser(commands)
-    export.add_parser(commands)
-    bench.add_parser(commands)
-    check.add_parser(commands)
-    recover.add_parser(commands)
-    render.add_parser(commands)
-    track.add_parser(commands)
-    serve_web.add_parser(commands)
-    experiment.add_parser(commands)
+    built: set[str] = set()
+    for name, module in _MODULES.items():
+        if command is not None and module != _MODULES.get(command):
+            commands.add_parser(name, help=SUMMARIES[name])
+        elif module not in built:
+            importlib.import_module(f"sleap_live.cli.{module}").add_parser(commands)
+            built.add(module)
     return top
 
 

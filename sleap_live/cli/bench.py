@@ -15,6 +15,7 @@ from sleap_live.cli.loading import load_runner_for
 from sleap_live.cli.options import (
     IN_MEMORY_EXPORT,
     add_cache_options,
+    add_command,
     add_decoder_option,
     add_inference_options,
     add_model_options,
@@ -30,14 +31,13 @@ from sleap_live.stream.batching import STAGES
 from sleap_live.stream.bench import MIN_STEADY_FRAMES, faster_than_engine, run_bench
 from sleap_live.stream.outputs.guard import check_outputs
 
-SUMMARY = "measure what the pipeline costs on top of the engine, on this machine"
-
 
 def add_parser(commands: Any) -> None:
     """Adds `bench` to the subcommands of the top-level parser."""
-    parser = commands.add_parser(
+    parser = add_command(
+        commands,
         "bench",
-        help=SUMMARY,
+        handle,
         description="Measure, with one loaded model: the engine alone on decoded frames; the "
         "recorded pipeline decoding the file (alternating with the engine, medians of "
         "--repeats runs); a live replay's capture-to-pose latency; and resident memory over "
@@ -104,7 +104,6 @@ def add_parser(commands: Any) -> None:
         "(default: none)",
     )
     add_overwrite_option(parser, "the --json and --plot files")
-    parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from sleap_live.cli.options import PROG, UsageError, frame_rate, positive_int
+from sleap_live.cli.options import PROG, UsageError, flag, frame_rate, positive_int
 from sleap_live.stream.errors import SourceError
 from sleap_live.stream.source_reader import open_within
 from sleap_live.stream.sources import Source, is_url, open_source
@@ -121,7 +121,7 @@ def check_camera_options(args: argparse.Namespace) -> None:
     cameras: list[str] = args.camera or []
     if not cameras:
         given = [
-            f"--{name.replace('_', '-')}"
+            flag(name)
             for name in ("width", "height", "fps", "camera_option", "camera_control")
             if getattr(args, name)
         ]
@@ -133,11 +133,11 @@ def check_camera_options(args: argparse.Namespace) -> None:
         raise UsageError(f"--camera {repeated[0]} is given twice; give each camera once")
     if (args.width is None) != (args.height is None):
         raise UsageError("give --width and --height together")
-    for flag, given in (("option", args.camera_option), ("control", args.camera_control)):
+    for kind, given in (("option", args.camera_option), ("control", args.camera_control)):
         for option in map(parse_camera_option, given or []):
             if option.camera is not None and option.camera not in cameras:
                 raise UsageError(
-                    f"--camera-{flag} {option.camera}:{option.key}={option.value}: "
+                    f"--camera-{kind} {option.camera}:{option.key}={option.value}: "
                     f"{option.camera} is not a --camera of this run ({', '.join(cameras)})"
                 )
     if len(cameras) > 1 and args.batch_size is not None and args.batch_size != len(cameras):

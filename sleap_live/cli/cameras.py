@@ -7,17 +7,15 @@ from typing import Any
 
 from rich.console import Console
 
-from sleap_live.cli.options import PROG
-from sleap_live.stream.sources import devices
-
-SUMMARY = "list the cameras of this machine and their modes (pixel formats, sizes, rates)"
+from sleap_live.cli.options import PROG, add_command
 
 
 def add_parser(commands: Any) -> None:
     """Adds `cameras` to the subcommands of the top-level parser."""
-    cameras = commands.add_parser(
+    cameras = add_command(
+        commands,
         "cameras",
-        help=SUMMARY,
+        handle,
         description="List the capture devices: on Linux every V4L2 node that captures video "
         "(/dev/videoN) with its pixel formats, frame sizes and frame rates; on macOS "
         "(avfoundation) and Windows (dshow) the devices FFmpeg finds, by the name --camera "
@@ -33,11 +31,12 @@ def add_parser(commands: Any) -> None:
         help="FFmpeg input device to list (default: this platform's: v4l2 on Linux, "
         "avfoundation on macOS, dshow on Windows)",
     )
-    cameras.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
     """Runs `cameras`; the listing goes to stdout. Returns the exit status."""
+    from sleap_live.stream.sources import devices
+
     found = devices.list_cameras(args.backend)
     if not found:
         print("no cameras found")

@@ -15,16 +15,15 @@ from typing import Any
 
 from rich.console import Console
 
-from sleap_live.cli.options import PROG
-
-SUMMARY = "list what TensorRT's ONNX importer would refuse or silently change in a graph"
+from sleap_live.cli.options import PROG, add_command
 
 
 def add_parser(commands: Any) -> None:
     """Adds `check-tensorrt` to the subcommands of the top-level parser."""
-    parser = commands.add_parser(
+    parser = add_command(
+        commands,
         "check-tensorrt",
-        help=SUMMARY,
+        handle,
         description="Read an ONNX graph and report, node by node, what TensorRT 10's ONNX "
         "importer refuses or silently changes: element types it does not take inside a "
         "network (uint8, float64, bool where an op excludes it), unsupported operators, "
@@ -32,7 +31,6 @@ def add_parser(commands: Any) -> None:
         "rule's source). Exit status: 0 clean, 1 findings, 2 the file is missing or not ONNX.",
     )
     parser.add_argument("model", type=Path, metavar="MODEL.onnx", help="the ONNX graph to check")
-    parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:

@@ -11,22 +11,24 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from sleap_live.cli.options import PROG
-from sleap_live.engines.types import Skeleton
+from sleap_live.cli.options import PROG, add_command, add_model_argument
 
-SUMMARY = "check an experiment file against a model's skeleton (one line per mistake)"
+if TYPE_CHECKING:
+    from sleap_live.engines.types import Skeleton
+
 EXIT_OK, EXIT_MISTAKES, EXIT_MODEL = 0, 1, 2
 
 
 def add_parser(commands: Any) -> None:
     """Adds `experiment` (with `check`) to the subcommands of the top-level parser."""
-    parser = commands.add_parser(
+    parser = add_command(
+        commands,
         "experiment",
-        help=SUMMARY,
+        handle,
         description="Closed-loop experiments (docs/closed-loop.md): rules on tracked poses "
         f"declared in a YAML file, run with `{PROG} run ... --experiment FILE`.",
     )
@@ -41,15 +43,10 @@ def add_parser(commands: Any) -> None:
         "model cannot be read.",
     )
     check.add_argument("file", type=Path, metavar="FILE", help="the experiment (YAML)")
-    check.add_argument(
-        "-m",
-        "--model",
-        dest="models",
-        action="append",
-        required=True,
-        metavar="MODEL",
-        help="model directory, export folder or .onnx the experiment will run with; "
-        "repeat for a top-down pair",
+    add_model_argument(
+        check,
+        "model directory, export folder or .onnx the experiment will run with; repeat for "
+        "a top-down pair",
     )
     check.add_argument(
         "--tracking",
@@ -57,7 +54,6 @@ def add_parser(commands: Any) -> None:
         help="the run will track its animals: rules may name tracks (default: a track "
         "name is refused for a model without identities)",
     )
-    check.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
@@ -98,6 +94,7 @@ def model_names(models: list[Path]) -> tuple[Skeleton, tuple[str, ...]]:
         read_model_dir,
     )
     from sleap_live.engines.load.metadata import read_onnx_info
+    from sleap_live.engines.types import Skeleton
 
     pairs: list[tuple[Skeleton, tuple[str, ...]]] = []
     for model in models:

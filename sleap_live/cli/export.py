@@ -19,33 +19,31 @@ from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
-from sleap_live.cli.loading import verify_options
 from sleap_live.cli.options import (
     PROG,
     UsageError,
+    add_command,
     add_inference_options,
     add_overwrite_option,
     add_verify_options,
     inference_settings,
     positive_int,
+    say,
 )
 from sleap_live.engines.export import DEFAULT_OPSET, EXPORT_FORMATS
 from sleap_live.engines.export.formats import FORMAT_NOTE, FORMAT_TABLE, FORMATS
 from sleap_live.engines.load.metadata import DEFAULT_PROFILE, PROFILES
 
-SUMMARY = (
-    "export model directories to ONNX, TorchScript, torch.export, OpenVINO, TensorRT, "
-    "TFLite, Core ML, TensorFlow SavedModel, TF.js or a web page, verified"
-)
 # The default output's ending per format (a folder's: tensorrt, web, saved_model, tfjs).
 ENDINGS = {row.argument: row.ending for row in FORMAT_TABLE}
 
 
 def add_parser(commands: Any) -> None:
     """Adds `export` to the subcommands of the top-level parser."""
-    parser = commands.add_parser(
+    parser = add_command(
+        commands,
         "export",
-        help=SUMMARY,
+        handle,
         description="Export one sleap-nn model directory, or a centroid and a "
         "centered-instance directory (top-down), to one self-contained graph: uint8 "
         "frames in, peaks or instances out. Unless --no-verify, the export is compared "
@@ -117,7 +115,6 @@ def add_parser(commands: Any) -> None:
     )
     engine.add_argument("--device", default="cuda:0", help="the GPU to build on")
     add_overwrite_option(parser, "the export")
-    parser.set_defaults(handler=handle)
 
 
 FORMAT_COLUMNS = ("format", "writes", "CPU", "GPU", "graph", "verified against")
@@ -151,6 +148,8 @@ def _format_rows() -> list[tuple[str, ...]]:
 
 def handle(args: argparse.Namespace, console: Console) -> int:
     """Exports, then prints the model type and the verification table (stderr)."""
+    from sleap_live.cli.loading import verify_options
+
     if len(args.model_dirs) > 2:
         raise UsageError("give one model directory, or two for a top-down model")
     # How the export is verified, and the inference settings built into it.
@@ -203,7 +202,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             soft_wrap=True,
         )
     if args.format == "web":
-        console.print(web_sizes(path), soft_wrap=True, highlight=False, markup=False)
+        say(console, web_sizes(path))
         console.print(f"open it in a browser: {PROG} serve-web {escape(str(path))}", soft_wrap=True)
     return exit_status
 

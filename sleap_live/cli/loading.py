@@ -15,7 +15,7 @@ from typing import Any
 
 from rich.console import Console
 
-from sleap_live.cli.options import engine_options, inference_settings
+from sleap_live.cli.options import engine_options, inference_settings, say
 from sleap_live.engines.load_options import LoadOptions
 from sleap_live.engines.notify import Notify
 from sleap_live.engines.runners.base import Runner
@@ -61,7 +61,7 @@ def loading_status(console: Console, *, quiet: bool = False) -> Iterator[Notify]
         if quiet:
             return
         if not console.is_terminal:
-            console.print(step, highlight=False, soft_wrap=True, markup=False)
+            say(console, step)
         elif status is None:
             status = console.status(step)
             status.start()

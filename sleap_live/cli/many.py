@@ -23,8 +23,10 @@ from sleap_live.cli.options import (
     PROG,
     UsageError,
     check_models,
+    check_preview_options,
     positive_int,
     run_provenance,
+    say,
 )
 from sleap_live.cli.tracking_options import tracking_settings
 from sleap_live.stream.dashboard import live_display
@@ -162,7 +164,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     jobs = plan_jobs(
         find_videos(
             args.video,
-            lambda line: console.print(line, highlight=False, markup=False, soft_wrap=True),
+            lambda line: say(console, line),
         ),
         pattern=args.name_pattern or DEFAULT_NAME_PATTERN,
         output_dir=args.output_dir,
@@ -207,12 +209,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         Console().print(summary_table(run))
     for result in run.failed:
         # A line each on stderr, with --quiet too, for logs and scripts.
-        console.print(
-            f"{escaped(result.video)}: {describe(result)}",
-            highlight=False,
-            markup=False,
-            soft_wrap=True,
-        )
+        say(console, f"{escaped(result.video)}: {describe(result)}")
     if run.left:
         why = "interrupted" if run.interrupted else f"--duration {args.duration:g} s was up"
         console.print(
@@ -244,6 +241,4 @@ def _check(args: argparse.Namespace) -> None:
     # --camera and --preview (refused above), never silently ignored.
     check_models(args)
     check_camera_options(args)
-    preview_options = (args.preview_port, args.preview_host, args.preview_hold)
-    if any(option is not None for option in preview_options):
-        raise UsageError("--preview-port, --preview-host and --preview-hold apply with --preview")
+    check_preview_options(args)

@@ -18,17 +18,14 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import attrs
+from rich.console import Console
 
 from sleap_live.engines.engine_table import CLI_PRECISIONS, ENGINES, engines_taking
-from sleap_live.engines.runners.compile_modes import COMPILE_MODES
-from sleap_live.engines.runners.devices import DEVICE_FORMS, is_device
 from sleap_live.engines.settings import (
     DEFAULT_SETTINGS,
     LEGACY_POSTPROCESSES,
     InferenceSettings,
 )
-from sleap_live.stream.outputs.provenance import model_records
-from sleap_live.stream.sources import DECODERS, is_url
 
 PROG = "sleap-live"
 # What the verification options mean to commands other than `export`.
@@ -41,6 +38,26 @@ IN_MEMORY_EXPORT = (
 MAX_BATCH_SIZE = 1024
 MAX_SECONDS = 365 * 24 * 3600
 MAX_FPS = 10_000
+
+
+# Each command's one-line summary: what the top-level `-h` lists.
+SUMMARIES = {
+    "run": "run a model on a video file, or on a camera with --camera",
+    "replay": "replay a video file at its frame rate, as if it were a camera",
+    "cameras": "list the cameras of this machine and their modes (pixel formats, sizes, rates)",
+    "export": "export model directories to ONNX, TorchScript, torch.export, OpenVINO, TensorRT, "
+    "TFLite, Core ML, TensorFlow SavedModel, TF.js or a web page, verified",
+    "bench": "measure what the pipeline costs on top of the engine, on this machine",
+    "check-tensorrt": "list what TensorRT's ONNX importer would refuse or silently change in "
+    "a graph",
+    "recover": "write the pose file of a run that was killed before it could, from its journal",
+    "render": "draw the poses of a .slp on its video and write the result as a new video",
+    "track": "track the poses of a pose file again (sleap-nn's tracker) and write a new file",
+    "serve-web": "serve a web export (export --format web) on 127.0.0.1, to open in a browser",
+    "experiment": "check an experiment file against a model's skeleton (one line per mistake)",
+}
+# What runs a command: its parsed arguments and the console, to the exit status.
+Handler = Callable[[argparse.Namespace, Console], int]
 
 
 class UsageError(Exception):
@@ -87,6 +104,29 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+def add_command(
+    commands: Any,
+    name: str,
+    handler: Handler,
+    *,
+    description: str,
+    epilog: str | None = None,
+) -> argparse.ArgumentParser:
+    """Adds command `name` (its summary from `SUMMARIES`) to the top-level parser's
+    subcommands; `handler` runs it. Returns the command's parser, to add its options."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        name, help=SUMMARIES[name], description=description, epilog=epilog
+    )
+    parser.set_defaults(handler=handler)
+    return parser
+
+
+def say(console: Console, text: str) -> None:
+    """Prints `text` as it is: no markup, no highlighting, never wrapped (a line holds
+    paths and messages, which may hold brackets and run past the terminal's width)."""
+    console.print(text, highlight=False, markup=False, soft_wrap=True)
+
+
 def add_model_options(
     parser: argparse.ArgumentParser, *, batch_size: int | None, batch_size_help: str
 ) -> None:
@@ -97,15 +137,13 @@ def add_model_options(
         batch_size: the default of `--batch-size` (None: the pipeline's, per policy).
         batch_size_help: its help text, saying the default where it is None.
     """
+    from sleap_live.engines.runners.compile_modes import COMPILE_MODES
+    from sleap_live.engines.runners.devices import DEVICE_FORMS
+
     model = parser.add_argument_group("model")
-    model.add_argument(
-        "-m",
-        "--model",
-        dest="models",
-        action="append",
-        required=True,
-        metavar="MODEL",
-        help="model directory, sleap-live .onnx/.pt export or sleap-nn export directory; "
+    add_model_argument(
+        model,
+        "model directory, sleap-live .onnx/.pt export or sleap-nn export directory; "
         "give -m twice for top-down (centroid + centered instance)",
     )
     model.add_argument(
@@ -148,6 +186,24 @@ def add_model_options(
         default=batch_size,
         metavar="N",
         help=batch_size_help,
+    )
+
+
+def add_model_argument(parser: Any, help: str) -> None:
+    """`-m/--model MODEL`, required and repeated for a top-down pair (`args.models`).
+
+    Args:
+        parser: the subcommand's parser, or a group of it.
+        help: what MODEL may be, for this command.
+    """
+    parser.add_argument(
+        "-m",
+        "--model",
+        dest="models",
+        action="append",
+        required=True,
+        metavar="MODEL",
+        help=help,
     )
 
 
@@ -195,7 +251,7 @@ def add_inference_options(parser: argparse.ArgumentParser) -> None:
 
     def add(name: str, parse: Callable[[str], Any], metavar: str, help: str) -> None:
         group.add_argument(
-            f"--{name.replace('_', '-')}",
+            flag(name),
             dest=name,
             type=_setting(name, parse),
             metavar=metavar,
@@ -319,6 +375,8 @@ def inference_settings(args: argparse.Namespace) -> InferenceSettings | None:
 
 def add_decoder_option(parser: argparse.ArgumentParser) -> None:
     """`--decoder`: what decodes a video file (PyAV on the CPU, or NVDEC on the GPU)."""
+    from sleap_live.stream.sources import DECODERS
+
     parser.add_argument(
         "--decoder",
         choices=DECODERS,
@@ -390,9 +448,19 @@ def check_models(args: argparse.Namespace) -> None:
         raise UsageError("give -m once, or twice for a top-down model")
 
 
+def check_preview_options(args: argparse.Namespace) -> None:
+    """Raises `UsageError` for `run`'s --preview-port, --preview-host or --preview-hold
+    without --preview (never silently ignored)."""
+    preview_options = (args.preview_port, args.preview_host, args.preview_hold)
+    if not args.preview and any(option is not None for option in preview_options):
+        raise UsageError("--preview-port, --preview-host and --preview-hold apply with --preview")
+
+
 def run_provenance(args: argparse.Namespace) -> dict[str, Any]:
     """What a run's outputs record of the command: the models (`model_records`), the
     command, and its options as JSON values."""
+    from sleap_live.stream.outputs.provenance import model_records
+
     options: dict[str, Any] = {}
     for name, value in vars(args).items():
         if name in ("handler", "command"):
@@ -413,6 +481,11 @@ def add_overwrite_option(parser: argparse.ArgumentParser, what: str) -> None:
         help=f"replace {what} if it exists, once the new one is written (default: refuse "
         "an existing output before any work)",
     )
+
+
+def flag(dest: str) -> str:
+    """The option of an argparse destination: ``--max-tracks`` for ``max_tracks``."""
+    return f"--{dest.replace('_', '-')}"
 
 
 def positive_int(text: str) -> int:
@@ -437,6 +510,8 @@ def bounded_batch_size(text: str) -> int:
 def video_or_url(text: str) -> Path | str:
     """argparse type: a video file's path, or a stream URL kept as written (as a path
     its ``//`` would fold to ``/``)."""
+    from sleap_live.stream.sources import is_url
+
     try:
         return text if is_url(text) else Path(text)
     except ValueError as error:  # a URL of a scheme that is not a stream
@@ -491,6 +566,8 @@ def _at_most(value: float, maximum: float, unit: str) -> float:
 
 def device(text: str) -> str:
     """argparse type: where the model runs, one of `DEVICE_FORMS`."""
+    from sleap_live.engines.runners.devices import DEVICE_FORMS, is_device
+
     if not is_device(text):
         raise argparse.ArgumentTypeError(f"expected {DEVICE_FORMS}, got {text!r}")
     return text

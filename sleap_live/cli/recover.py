@@ -14,16 +14,15 @@ from typing import Any
 
 from rich.console import Console
 
-from sleap_live.cli.options import PROG, add_overwrite_option
-
-SUMMARY = "write the pose file of a run that was killed before it could, from its journal"
+from sleap_live.cli.options import PROG, add_command, add_overwrite_option, say
 
 
 def add_parser(commands: Any) -> None:
     """Adds `recover` to the subcommands of the top-level parser."""
-    recover = commands.add_parser(
+    recover = add_command(
+        commands,
         "recover",
-        help=SUMMARY,
+        handle,
         description="A run saves its finished frames every few seconds (--save-interval) to "
         "a journal beside its pose output, FILE.journal, and writes FILE from it when it "
         "ends. After a kill, a crash or a power cut, this writes FILE (.slp, .h5, .nwb or "
@@ -35,7 +34,6 @@ def add_parser(commands: Any) -> None:
         "file", type=Path, metavar="FILE", help="the pose output (or its .journal)"
     )
     add_overwrite_option(recover, "FILE")
-    recover.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
@@ -49,5 +47,5 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     line = f"{slp}: recovered {contents.n_frames} frames"
     if contents.torn_bytes:
         line += f" (the save the crash cut short, {contents.torn_bytes} bytes, was dropped)"
-    console.print(line, highlight=False, soft_wrap=True, markup=False)
+    say(console, line)
     return 0

@@ -8,25 +8,33 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from sleap_live.cli.options import PROG, UsageError, add_overwrite_option, count, positive_float
-from sleap_live.stream.experiment.overlay import ExperimentOverlay
+from sleap_live.cli.options import (
+    PROG,
+    UsageError,
+    add_command,
+    add_overwrite_option,
+    count,
+    positive_float,
+    say,
+)
 from sleap_live.stream.outputs.overlay import COLOR_SCHEMES, MARKER_SHAPES, PALETTES, OverlayStyle
 from sleap_live.stream.outputs.overlay_writer import CODECS, DEFAULT_CODEC
-from sleap_live.stream.outputs.render import render_slp
 
-SUMMARY = "draw the poses of a .slp on its video and write the result as a new video"
+if TYPE_CHECKING:
+    from sleap_live.stream.experiment.overlay import ExperimentOverlay
 
 
 def add_parser(commands: Any) -> None:
     """Adds `render` to the subcommands of the top-level parser."""
-    render = commands.add_parser(
+    render = add_command(
+        commands,
         "render",
-        help=SUMMARY,
+        handle,
         description="Draw the skeleton of every instance in POSES.slp on the video it was "
         "predicted from and write every frame of the range, with or without poses, to a new "
         "video: frame k of the output is frame START + k of the video. Nothing is written "
@@ -103,11 +111,12 @@ def add_parser(commands: Any) -> None:
         "rules' states from the .slp's events of its run (default: poses only)",
     )
     add_overwrite_option(render, "VIDEO")
-    render.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
     """Runs `render`; returns the exit status (errors propagate to `main`)."""
+    from sleap_live.stream.outputs.render import render_slp
+
     start, stop = _range(args)
     output = args.output or Path(f"{args.slp.stem}.overlay.mp4")
     style = OverlayStyle(
@@ -141,21 +150,17 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             )
         except KeyboardInterrupt:
             if written:
-                console.print(
+                say(
+                    console,
                     f"{output}: interrupted; kept the {written} frames drawn so far "
                     f"({start} to {start + written - 1})",
-                    highlight=False,
-                    soft_wrap=True,
-                    markup=False,
                 )
             raise
     last = rendered.start + rendered.n_frames - 1
-    console.print(
+    say(
+        console,
         f"{rendered.output}: {rendered.n_frames} frames ({rendered.start} to {last} of "
         f"{rendered.video}), {rendered.n_posed} with poses",
-        highlight=False,
-        soft_wrap=True,
-        markup=False,
     )
     return 0
 
@@ -201,7 +206,7 @@ def _experiment_overlay(args: argparse.Namespace) -> ExperimentOverlay | None:
     import sleap_io as sio
 
     from sleap_live.stream.experiment import load_experiment
-    from sleap_live.stream.experiment.overlay import spans_of
+    from sleap_live.stream.experiment.overlay import ExperimentOverlay, spans_of
 
     experiment = load_experiment(args.experiment)
     events = sio.load_slp(str(args.slp), open_videos=False).events

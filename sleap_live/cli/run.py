@@ -28,15 +28,18 @@ from sleap_live.cli.options import (
     PROG,
     UsageError,
     add_cache_options,
+    add_command,
     add_decoder_option,
     add_inference_options,
     add_model_options,
     add_verify_options,
     bit_depth,
     check_models,
+    check_preview_options,
     count,
     frame_rate,
     run_provenance,
+    say,
     seconds,
     video_or_url,
 )
@@ -67,9 +70,6 @@ from sleap_live.stream.sources import (
 from sleap_live.stream.sources.group import SourceGroup, as_group
 from sleap_live.stream.tracking.settings import TrackingSettings
 
-RUN_SUMMARY = "run a model on a video file, or on a camera with --camera"
-REPLAY_SUMMARY = "replay a video file at its frame rate, as if it were a camera"
-
 OUTPUT_FORMATS_HELP = (
     ". The suffix picks the format: .slp (SLEAP), .h5 (SLEAP analysis HDF5), .nwb (NWB, "
     "ndx-pose) or .csv (a row per frame and instance). Poses are saved while the run lasts "
@@ -78,11 +78,12 @@ OUTPUT_FORMATS_HELP = (
 )
 
 
-def add_parsers(commands: Any) -> None:
+def add_parser(commands: Any) -> None:
     """Adds `run` and `replay` to the subcommands of the top-level parser."""
-    run = commands.add_parser(
+    run = add_command(
+        commands,
         "run",
-        help=RUN_SUMMARY,
+        handle,
         description="Run a model on a video file or a camera. A file runs losslessly, in "
         "batches, with a progress bar; a camera runs live (the newest frames first, dropping "
         "what the engine cannot keep up with) with a dashboard. Ctrl-C or SIGTERM stops "
@@ -110,11 +111,11 @@ def add_parsers(commands: Any) -> None:
     add_camera_options(run)
     add_tracking_options(run)
     many.add_many_options(run)
-    run.set_defaults(handler=handle)
 
-    replay = commands.add_parser(
+    replay = add_command(
+        commands,
         "replay",
-        help=REPLAY_SUMMARY,
+        handle,
         description="Replay a video file at its frame rate as if it were a camera: the live "
         "policy, batch 1 and a dashboard, to try live mode without a camera.",
     )
@@ -130,7 +131,6 @@ def add_parsers(commands: Any) -> None:
         "--fps", type=frame_rate, help="replay rate (default: the video's frame rate)"
     )
     add_tracking_options(replay)
-    replay.set_defaults(handler=handle)
 
 
 def _add_common_options(
@@ -538,9 +538,7 @@ def centroid_only_line(runner: Any) -> str | None:
 
 def _check(args: argparse.Namespace) -> None:
     check_models(args)
-    preview_options = (args.preview_port, args.preview_host, args.preview_hold)
-    if not args.preview and any(option is not None for option in preview_options):
-        raise UsageError("--preview-port, --preview-host and --preview-hold apply with --preview")
+    check_preview_options(args)
     if args.output is not None:
         try:
             check_suffix(args.output)
@@ -579,21 +577,14 @@ def _open(args: argparse.Namespace) -> Source:
     depth, timeout = args.bit_depth, args.read_timeout
     # NVDEC decodes on the GPU the engine runs on (`--device cuda:N`).
     gpu = args.device if args.device.startswith("cuda") else None
-    if args.command == "replay":
-        return open_source(
-            args.video,
-            replay=True,
-            fps=args.fps,
-            decoder=args.decoder,
-            device=gpu,
-            bit_depth=depth,
-            read_timeout=timeout,
-        )
-    if isinstance(args.video, str):
+    if isinstance(args.video, str):  # a stream URL (`_check` refused one to replay)
         return open_source(args.video, bit_depth=depth, read_timeout=timeout)
+    replay = args.command == "replay"
     return open_source(
         args.video,
         camera=False,
+        replay=replay,
+        fps=args.fps if replay else None,  # run's --fps is a camera's
         decoder=args.decoder,
         device=gpu,
         bit_depth=depth,
@@ -661,7 +652,7 @@ def _summarise(pipeline: Pipeline, output: Path | None, console: Console) -> Non
     if not saved and output is not None:
         saved = [f"poses: none written to {output} (stopped before the pipeline started)"]
     for saying in saved:
-        console.print(saying, highlight=False, soft_wrap=True, markup=False)
+        say(console, saying)
     if pipeline.experiment is not None:
         _summarise_experiment(pipeline.experiment, console)
     if stats.publish is not None:
@@ -676,19 +667,15 @@ def _summarise(pipeline: Pipeline, output: Path | None, console: Console) -> Non
 def _summarise_experiment(closed_loop: ClosedLoop, console: Console) -> None:
     stats = closed_loop.stats()
     where = "" if closed_loop.log.csv_path is None else f", logged to {closed_loop.log.csv_path}"
-    console.print(
+    say(
+        console,
         f"experiment: {stats.events} onsets and offsets over {stats.frames} frames"
         f"{' (devices simulated)' if stats.simulated else ''}{where}",
-        highlight=False,
-        soft_wrap=True,
-        markup=False,
     )
     for device in stats.devices:
         if device.error is not None or device.dropped:
-            console.print(
+            say(
+                console,
                 f"experiment device {device.name}: {device.sent} sent, {device.dropped} not sent"
                 + ("" if device.error is None else f" ({device.error})"),
-                highlight=False,
-                soft_wrap=True,
-                markup=False,
             )

@@ -29,14 +29,12 @@ from typing import Any
 
 from rich.console import Console
 
-from sleap_live.cli.options import PROG
-from sleap_live.stream.preview import refusal, served_hosts
+from sleap_live.cli.options import PROG, add_command
 
 # Connections served at once, and seconds a connection may sit idle.
 MAX_CONNECTIONS = 64
 IDLE_SECONDS = 10.0
 
-SUMMARY = "serve a web export (export --format web) on 127.0.0.1, to open in a browser"
 HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 TYPES = {
@@ -50,9 +48,10 @@ TYPES = {
 
 def add_parser(commands: Any) -> None:
     """Adds `serve-web` to the subcommands of the top-level parser."""
-    serve = commands.add_parser(
+    serve = add_command(
+        commands,
         "serve-web",
-        help=SUMMARY,
+        handle,
         description="Serve the folder of `export --format web` on 127.0.0.1 (this machine "
         "only) and print the address to open. The page runs the model in the browser on "
         "onnxruntime-web's wasm (DIR/?backend=webgpu tries WebGPU, not verified), on the "
@@ -68,7 +67,6 @@ def add_parser(commands: Any) -> None:
         default=DEFAULT_PORT,
         help="port on 127.0.0.1; 0 takes a free one",
     )
-    serve.set_defaults(handler=handle)
 
 
 class WebExportServer(http.server.ThreadingHTTPServer):
@@ -80,6 +78,8 @@ class WebExportServer(http.server.ThreadingHTTPServer):
     """
 
     def __init__(self, port: int, handler: Callable[..., WebExportHandler]) -> None:
+        from sleap_live.stream.preview import served_hosts
+
         super().__init__((HOST, port), handler)
         self.hosts = served_hosts(HOST, self.server_address[1])
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
@@ -109,6 +109,8 @@ class WebExportHandler(http.server.SimpleHTTPRequestHandler):
     timeout = IDLE_SECONDS
 
     def send_head(self) -> Any:
+        from sleap_live.stream.preview import refusal
+
         reason = refusal(
             self.headers.get("Host"), self.headers.get("Origin"), self.server.hosts, False
         )

@@ -13,18 +13,16 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from sleap_live.cli.options import PROG, add_overwrite_option
+from sleap_live.cli.options import PROG, add_command, add_overwrite_option, say
 from sleap_live.cli.tracking_options import add_tracking_options, settings_from
-from sleap_live.stream.tracking.files import retrack_file
-
-SUMMARY = "track the poses of a pose file again (sleap-nn's tracker) and write a new file"
 
 
 def add_parser(commands: Any) -> None:
     """Adds `track` to the subcommands of the top-level parser."""
-    track = commands.add_parser(
+    track = add_command(
+        commands,
         "track",
-        help=SUMMARY,
+        handle,
         description="Give every predicted instance of POSES a track, frame by frame in "
         "order, with the tracker and options `run --tracking` uses (sleap-nn's names and "
         "defaults); the tracks it had are replaced, hand-labelled instances kept. The "
@@ -46,11 +44,12 @@ def add_parser(commands: Any) -> None:
     )
     add_overwrite_option(track, "OUT")
     add_tracking_options(track, always=True)
-    track.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
     """Runs `track`; returns the exit status (errors propagate to `main`)."""
+    from sleap_live.stream.tracking.files import retrack_file
+
     settings = settings_from(args)
     output = args.output or Path(f"{args.poses.stem}.tracked.slp")
     with Progress(
@@ -69,11 +68,9 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             progress=lambda done, total: bar.update(task, completed=done, total=total),
             overwrite=args.overwrite,
         )
-    console.print(
+    say(
+        console,
         f"{output}: {summary.instances} instances in {summary.frames} frames on "
         f"{summary.tracks} tracks",
-        highlight=False,
-        soft_wrap=True,
-        markup=False,
     )
     return 0

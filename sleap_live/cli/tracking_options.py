@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from sleap_live.cli.options import UsageError, count, positive_float, positive_int
+from sleap_live.cli.options import UsageError, count, flag, positive_float, positive_int
 from sleap_live.stream.tracking.settings import (
     CANDIDATES_METHODS,
     FEATURES,
@@ -187,7 +187,7 @@ def add_tracking_options(parser: argparse.ArgumentParser, *, always: bool = Fals
     )
     for unbuilt in _UNBUILT:
         group.add_argument(
-            f"--{unbuilt.replace('_', '-')}",
+            flag(unbuilt),
             action="store_true",
             help="sleap-nn's option; not built into sleap-live (refused)",
         )
@@ -200,8 +200,8 @@ def tracking_settings(args: argparse.Namespace) -> TrackingSettings | None:
         UsageError: a tracking option without ``--tracking``, or see `settings_from`.
     """
     if not args.tracking:
-        named = [_flag(dest) for dest in _FIELDS if getattr(args, dest) is not None]
-        named += [_flag(dest) for dest in _UNBUILT if getattr(args, dest)]
+        named = [flag(dest) for dest in _FIELDS if getattr(args, dest) is not None]
+        named += [flag(dest) for dest in _UNBUILT if getattr(args, dest)]
         if named:
             raise UsageError(f"{', '.join(named)} only applies with --tracking")
         return None
@@ -215,7 +215,7 @@ def settings_from(args: argparse.Namespace) -> TrackingSettings:
         UsageError: an option sleap-live does not run, or values sleap-nn's tracker
             cannot take together.
     """
-    unbuilt = [_flag(name) for name in _UNBUILT if getattr(args, name)]
+    unbuilt = [flag(name) for name in _UNBUILT if getattr(args, name)]
     if unbuilt:
         raise UsageError(str(refuse_unbuilt(unbuilt[0])))
     given = {field: getattr(args, dest) for dest, field in _FIELDS.items()}
@@ -234,7 +234,3 @@ def _unit(text: str) -> float:
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text}")
     return value
-
-
-def _flag(dest: str) -> str:
-    return f"--{dest.replace('_', '-')}"
