@@ -104,7 +104,7 @@ def finish(output: Path) -> None:
     """Move the unfinished output (and its sidecars) to `output`, atomically.
 
     The sidecars go first and the pose file last, so an output that exists has
-    its sidecars. The output rule (`guard.resolve_output`) is applied again at
+    its sidecars. The output rule (`output_rule.resolve_output`) is applied again at
     the rename: a link planted at `output` meanwhile is not followed.
 
     Raises:
@@ -190,7 +190,7 @@ def _check_own_file(path: Path) -> None:
 
 
 def _remove(path: Path) -> None:
-    """Remove a file, or a killed writer's private folder (`staging.stale_staging`)."""
+    """Remove a file, or a killed writer's private folder (`output_rule.stale_staging`)."""
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
     else:

@@ -102,7 +102,7 @@ def sidecars(path: Path) -> list[Path]:
 def save_labels(labels: sio.Labels, path: Path, final: Path) -> None:
     """Write `labels` to `path` in the format `final`'s suffix picks.
 
-    `path` is the file staged in a private folder (`staging.StagedOutput`) that
+    `path` is the file staged in a private folder (`output_rule.StagedOutput`) that
     is renamed to `final` once complete; the sidecars are staged beside it under
     the names `sidecars(final)` gives, and renamed with it.
     """

@@ -40,7 +40,7 @@ class OutputOptions:
         record_overlay: video file for the processed frames with their poses drawn
             (`OverlayRecorder`), or None.
         overwrite: replace outputs that exist (``--overwrite``); without it an
-            existing output is refused before any work (`guard.claim_output`).
+            existing output is refused before any work (`output_rule.claim_output`).
 
     Raises:
         ValueError: an unknown pose suffix, codec, or a quality the codec cannot

@@ -42,7 +42,7 @@ class OverlayRecorder(EncodedOutput):
         class_names: the model's identity names (multi-class models), else empty.
         tracked: the poses carry a tracker's track ids (coloured by track).
         codec: a key of `overlay_writer.CODECS`.
-        overwrite: replace an existing `path` (`guard.claim_output`).
+        overwrite: replace an existing `path` (`output_rule.claim_output`).
 
     Raises:
         ValueError: bad fps, frame shape, codec or suffix.

@@ -1,7 +1,7 @@
 """Overlay videos written with PyAV: RGB frames in, H.264 or lossless FFV1 out.
 
 The video is encoded in a private folder beside the output and renamed onto the
-output only when it is finished (the output rule, `staging`), so a failed or
+output only when it is finished (the output rule, `output_rule`), so a failed or
 cut-short render never leaves a broken file where a good one was. The output is
 locked (`OutputLock`) meanwhile. `StagedVideo` does this for the recorder's
 videos too.
@@ -41,7 +41,7 @@ class OverlayWriter:
         size: (height, width) of the frames.
         codec: a key of `CODECS`.
         what: how errors name the output (e.g. "the overlay video").
-        overwrite: replace an existing `path` (`guard.claim_output`).
+        overwrite: replace an existing `path` (`output_rule.claim_output`).
 
     Raises:
         ValueError: bad fps, size, codec, or a suffix FFmpeg cannot write.
@@ -129,7 +129,7 @@ class OverlayWriter:
 
 
 class StagedVideo:
-    """A video encoded into a staged file (the output rule, `staging`) under its
+    """A video encoded into a staged file (the output rule, `output_rule`) under its
     output's lock, renamed into place by `finish`; what both the overlay writer and
     the recorder write with.
 

@@ -134,7 +134,7 @@ class VideoRecorder(EncodedOutput):
     and its capture time in seconds on the source's clock), written as frames come.
 
     Both are written in a private folder beside `path` and renamed into place when
-    the recorder closes (the output rule, `staging`), which the pipeline does however
+    the recorder closes (the output rule, `output_rule`), which the pipeline does however
     the run ends: until then an earlier recording at `path` is untouched, and a
     discarded (failed) recording never replaces it. A killed process leaves them in
     that hidden folder (``.NAME.PID.HEX.partial``).
@@ -153,7 +153,7 @@ class VideoRecorder(EncodedOutput):
         crf: constant rate factor of a lossy codec (0 best, 51 worst); None: the
             codec's default.
         preset: x264/x265 speed preset; faster presets keep up with faster cameras.
-        overwrite: replace an existing `path` (`guard.claim_output`).
+        overwrite: replace an existing `path` (`output_rule.claim_output`).
 
     Raises:
         ValueError: bad fps, frame shape, codec, quality or suffix.

@@ -74,7 +74,7 @@ class JournalClaim:
 
     Args:
         path: the pose output (.slp, .h5, .nwb or .csv).
-        overwrite: replace an existing `path` (`guard.claim_output`).
+        overwrite: replace an existing `path` (`output_rule.claim_output`).
 
     Raises:
         OutputError: as `SlpWriter` for its journal; `path` exists (not `overwrite`).
@@ -125,7 +125,7 @@ def recover_slp(path: str | os.PathLike[str], *, overwrite: bool = False) -> Jou
 
     Args:
         path: the pose file (or its ``.journal``).
-        overwrite: replace the pose file if it exists (`guard.claim_output`).
+        overwrite: replace the pose file if it exists (`output_rule.claim_output`).
 
     Returns:
         What the journal held (frames saved, torn bytes dropped).
@@ -190,7 +190,7 @@ def check_journal_video(video: str, journal: Path) -> None:
 
 
 def write_slp_from_journal(journal: Path, slp: Path) -> int:
-    """Write the pose file `slp` from `journal` by the output rule (`staging`):
+    """Write the pose file `slp` from `journal` by the output rule (`output_rule`):
     staged in a private folder, renamed into place; returns frames.
 
     The format is `slp`'s suffix's (see `exports`).

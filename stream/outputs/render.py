@@ -72,7 +72,7 @@ def render_slp(
         codec: a key of `overlay_writer.CODECS`.
         progress: told after each frame how many are written, of how many, and once
             more when the output is closed, with how many it holds (0: not written).
-        overwrite: replace an existing `output` (`guard.claim_output`).
+        overwrite: replace an existing `output` (`output_rule.claim_output`).
         decorate: draws more on each frame (an RGB frame and its index in; the frame to
             write out): an experiment's regions and rules (`ExperimentOverlay`).
 

@@ -75,7 +75,7 @@ class SlpWriter:
     The journal is locked for the writer's lifetime, so a second writer of the
     same `path` fails at once. A symlinked `path` keeps its link: the file it
     points to is written, unless the link could be another user's
-    (`guard.check_links`). A rewritten file keeps its mode.
+    (`output_rule.check_links`). A rewritten file keeps its mode.
 
     Args:
         path: the pose file to write: .slp, .h5, .nwb or .csv (`exports.SUFFIXES`).
@@ -100,7 +100,7 @@ class SlpWriter:
             earlier frames: the writer keeps where the last `LABELLED_FRAMES`
             frames' instances are (a few MB at most). Untracked, it keeps nothing of
             the frames it saved.
-        overwrite: replace an existing `path` (`guard.claim_output`); a `claim`
+        overwrite: replace an existing `path` (`output_rule.claim_output`); a `claim`
             was made with its own.
 
     Raises:
