@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import pickle
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -133,6 +136,35 @@ def demo_export_cache(shared_cache_dir: Path, tmp_path_factory: pytest.TempPathF
                 load_for_source(models, source, cache_dir=shared_cache_dir).close()
             warmed.touch()
     return shared_cache_dir
+
+
+@pytest.fixture(scope="session")
+def once_per_run(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Callable[[str, Callable[[], Any]], Any]:
+    """`once_per_run(key, compute)`: `compute()`'s value, made by the first test of
+    the whole run to ask for `key` and read back (pickled) by every later one, in any
+    xdist worker: a session fixture or `functools.cache` is made once per worker, and
+    under `--dist worksteal` the tests sharing a dear result (a whole video's poses, a
+    CLI run) land in different workers. `key` names everything the value depends on."""
+    from filelock import FileLock
+
+    folder = _run_folder(tmp_path_factory) / "once_per_run"
+    folder.mkdir(exist_ok=True)
+    values: dict[str, Any] = {}
+
+    def once(key: str, compute: Callable[[], Any]) -> Any:
+        if key not in values:
+            path = folder / f"{key}.pickle"
+            with FileLock(folder / f"{key}.lock"):
+                if path.exists():
+                    values[key] = pickle.loads(path.read_bytes())
+                else:
+                    values[key] = compute()
+                    path.write_bytes(pickle.dumps(values[key]))
+        return values[key]
+
+    return once
 
 
 def _run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -96,26 +96,26 @@ def onnx_export(tmp_path_factory, warm_export_cache):
 
 
 @pytest.fixture(scope="session")
-def poses_with_torch(onnx_export, clip, tmp_path_factory):
-    """name -> the poses `python -m sleap_live run` writes with torch importable."""
+def poses_with_torch(onnx_export, clip, tmp_path_factory, once_per_run):
+    """name -> the poses `python -m sleap_live run` writes with torch importable, run
+    once for the whole test run (its xdist workers too)."""
     folder = tmp_path_factory.mktemp("with_torch")
 
-    @functools.cache
-    def poses(name: str) -> Poses:
+    def run(name: str) -> Poses:
         output = folder / f"{name}.slp"
         _python(["-m", "sleap_live", *_run_args(clip, onnx_export(name), output)], cwd=folder)
         return _read_slp(output)
 
-    return poses
+    return lambda name: once_per_run(f"torch_free-with_torch-{name}", lambda: run(name))
 
 
 @pytest.fixture(scope="session")
-def run_without_torch(onnx_export, clip, tmp_path_factory):
+def run_without_torch(onnx_export, clip, tmp_path_factory, once_per_run):
     """name -> (stderr, poses) of `python -m sleap_live run` on the default device with
-    torch unimportable, run once per session for every test that looks at it."""
+    torch unimportable, run once for the whole test run (its xdist workers too) for
+    every test that looks at it."""
     folder = tmp_path_factory.mktemp("without_torch")
 
-    @functools.cache
     def run(name: str) -> tuple[str, Poses]:
         output = folder / f"{name}.slp"
         stderr = _python(
@@ -125,7 +125,7 @@ def run_without_torch(onnx_export, clip, tmp_path_factory):
         )
         return stderr, _read_slp(output)
 
-    return run
+    return lambda name: once_per_run(f"torch_free-without_torch-{name}", lambda: run(name))
 
 
 def _run_args(video: Path, model: Path, output: Path, *options: str) -> list[str]:

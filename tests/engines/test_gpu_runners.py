@@ -53,7 +53,7 @@ from sleap_live.engines.runners.onnx_session import (
 from sleap_live.engines.runners.torch import TorchRunner
 from sleap_live.stream.sources import FileSource
 from tests.committed import require
-from tests.engines import fake_cuda
+from tests.engines import fake_cuda, goldens
 from tests.engines.fake_cuda import StandInGraph
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -72,8 +72,10 @@ def bottomup_model():
 
 
 @pytest.fixture(scope="module")
-def bottomup_onnx(bottomup_model):
-    return export_graph(bottomup_model, verify=False)
+def bottomup_onnx(warm_export_cache):
+    # The bottom-up fixture model's export, as `load_runner` makes it (the suite's warm
+    # export cache holds it).
+    return goldens.warm_export("bottomup", warm_export_cache)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,6 @@ from sleap_live.engines.errors import (
 from sleap_live.engines.export.exporter import export_graph
 from sleap_live.engines.export.frames import sample_frames
 from sleap_live.engines.export.torchscript import load_torchscript
-from sleap_live.engines.graph.build import load_inference_model
 from sleap_live.engines.graph.preprocess import ensure_channels
 from sleap_live.engines.host.frames import check_frames, convert_channels
 from sleap_live.engines.host.outputs import output_axes
@@ -34,6 +33,7 @@ from sleap_live.engines.runners.onnx import (
 from sleap_live.engines.runners.torch import TorchRunner
 from sleap_live.stream.sources import FileSource
 from tests.committed import require
+from tests.engines import goldens
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -227,11 +227,11 @@ def test_io_binding_matches_session_run_and_never_reuses_results(toy_onnx):
 
 
 @pytest.fixture(scope="module")
-def bottomup_onnx():
-    # This project's own export of the fixture bottom-up model, as `load_runner` makes it.
-    model_dir = DATA / "models" / "bottomup"
-    require(model_dir / "best.ckpt")
-    return export_graph(load_inference_model([model_dir]), verify=False)
+def bottomup_onnx(warm_export_cache):
+    # This project's own export of the fixture bottom-up model, as `load_runner` makes it
+    # (the suite's warm export cache holds it).
+    require(DATA / "models" / "bottomup" / "best.ckpt")
+    return goldens.warm_export("bottomup", warm_export_cache)
 
 
 def test_io_binding_preallocates_the_outputs_of_a_bottom_up_export(bottomup_onnx):

@@ -543,6 +543,7 @@ def require_real_run(name: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(REAL_RUNS))
+@pytest.mark.usefixtures("warm_export_cache")  # the run loads the suite's export, not its own
 def test_real_model_end_to_end_matches_ground_truth(name, tmp_path):
     """`sleap-live run` with a trained model: every frame, poses within a few pixels."""
     require_real_run(name)

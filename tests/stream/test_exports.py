@@ -128,14 +128,17 @@ def assert_same_poses(got, expected, *, instance_scores: bool = True) -> None:
 
 
 @pytest.fixture(scope="module")
-def runner(tmp_path_factory):
+def runner(warm_export_cache):
     require(VIDEO, MODEL)
     with FileSource(VIDEO, stop=5) as source:
         frames = np.stack([f.image for f in source])
-    # A module's fixture is made before each test's own cache folder is set: give it one.
-    cache = tmp_path_factory.mktemp("sleap_live_cache")
+    # The bottom-up fixture case's export on this video, made once for the suite.
     loaded = load_runner(
-        [str(MODEL)], engine="onnx", device="cpu", verify_frames=frames, cache_dir=cache
+        [str(MODEL)],
+        engine="onnx",
+        device="cpu",
+        verify_frames=frames,
+        cache_dir=warm_export_cache,
     )
     yield loaded
     loaded.close()
