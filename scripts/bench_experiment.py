@@ -10,9 +10,10 @@ rules of that kind (their thread-CPU p50 against all 10's, frame by frame in tur
 and one rectangle rule alone.
 
 ``outputs``: from a pose leaving the engine (its record's ready time, when the emit
-stage writes it to the ring) to its onset's or offset's bytes being written, through
-the whole path a run takes: the ring, the experiment's thread (`ClosedLoop`), the
-device's queue and thread. A rule switching on every other frame, at `--rate` frames
+stage has its poses) to its onset's or offset's bytes being written, through the
+whole path a run takes: the decision in the emit stage (`ClosedLoop.decide`, before
+the record goes to the ring) and the device's link, or its queue and thread when a
+write would wait. A rule switching on every other frame, at `--rate` frames
 a second, drives each device in turn: serial through a pseudo-terminal pair and OSC
 on loopback, each read by a peer process that timestamps each line or datagram, and
 ZeroMQ on loopback. p50 and p99 of ready -> written (and -> read by the peer).
@@ -35,13 +36,11 @@ import platform
 import socket
 import subprocess
 import sys
-import threading
 import time
 
 import numpy as np
 
 from sleap_live.engines.types import FramePoses, ModelInfo, Skeleton
-from sleap_live.stream.consumers import LatestFrame, PipelineRun
 from sleap_live.stream.experiment import (
     CompiledRules,
     Experiment,
@@ -214,9 +213,7 @@ def bench_output(device: object, transitions: int, rate: float) -> tuple[list[fl
     loop = ClosedLoop(toggling(device), simulate=False)
     loop.bind(info, fps=rate, recorded_video=False, lossless=False, tracked=False)
     ring = RingBuffer(256, 1, 2)
-    body = loop.start(PipelineRun(ring, info, LatestFrame(), lambda: None))  # type: ignore[arg-type]
-    thread = threading.Thread(target=body)
-    thread.start()
+    loop.open()
     time.sleep(0.5)  # the device opens in its own thread
     ids = np.full(1, -1, np.int32)
     for index in range(transitions):
@@ -224,10 +221,12 @@ def bench_output(device: object, transitions: int, rate: float) -> tuple[list[fl
         points = np.asarray([[[x, 5.0], [x + 10, 5.0]]], np.float32)
         poses = FramePoses(points, np.ones((1, 2), np.float32), np.ones(1, np.float32), ids)
         now = time.monotonic()
-        ring.write(PoseRecord(index, now, now, "bench", poses))
+        record = PoseRecord(index, now, now, "bench", poses)
+        loop.decide(record)  # as the emit stage does, then the ring
+        ring.write(record)
         time.sleep(1 / rate)
     ring.close()
-    thread.join()
+    loop.close()
     written = [
         sent - entry.ready_time
         for entry in loop.log.entries

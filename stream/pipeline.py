@@ -188,10 +188,11 @@ class Pipeline:
             as is a multi-class model, whose identities are its tracks already.
         experiment: a closed-loop experiment run on the tracked poses (an
             `Experiment`, its YAML file, or a `ClosedLoop` with its own options),
-            off the inference thread (see `sleap_live.stream.experiment`): its
-            events go to a CSV beside the pose output and into a .slp or .nwb output;
-            `pipeline.experiment` is its consumer. On a recorded video its devices
-            are simulated unless the `ClosedLoop` says otherwise.
+            decided in the emit stage as each frame's poses are ready, its devices
+            written off the inference thread (see `sleap_live.stream.experiment`):
+            its events go to a CSV beside the pose output and into a .slp or .nwb
+            output; `pipeline.experiment` is the `ClosedLoop`. On a recorded video
+            its devices are simulated unless the `ClosedLoop` says otherwise.
 
     Raises:
         ValueError: an unknown policy, a batch size below 1 (or, with a
@@ -340,15 +341,22 @@ class Pipeline:
             settings: dict[str, Any] = {"policy": self.policy, "batch_size": self.batch_size}
             if self._tracking is not None:
                 settings["tracking"] = attrs.asdict(self._tracking.settings)
-            self._outputs = open_outputs(
-                self._output_options,
-                self._source,
-                self.runner,
-                settings=settings,
-                clock=self._clock,
-                tracked=self._tracking is not None,
-                claim=self._claim,
-            )
+            if self.experiment is not None:
+                self.experiment.open()
+            try:
+                self._outputs = open_outputs(
+                    self._output_options,
+                    self._source,
+                    self.runner,
+                    settings=settings,
+                    clock=self._clock,
+                    tracked=self._tracking is not None,
+                    claim=self._claim,
+                )
+            except BaseException:
+                if self.experiment is not None:
+                    self.experiment.close()  # its devices' threads and its log
+                raise
             self._started = True
             self._meters.start()
             # A Ctrl-C while the stages start lands once all of them run (as
@@ -588,7 +596,7 @@ class Pipeline:
         policy: Policy,
         clock: Clock,
     ) -> ClosedLoop:
-        """The experiment's consumer, checked against the model and attached."""
+        """The experiment, checked against the model and bound to the run."""
         from sleap_live.stream.experiment.closed_loop import ClosedLoop
         from sleap_live.stream.experiment.experiment import Experiment
 
@@ -613,7 +621,6 @@ class Pipeline:
             if self._owns_runner:
                 self.runner.close()
             raise
-        self._attached.append(loop)
         return loop
 
     def _reader_of(self, source: Source) -> SourceReader:
@@ -689,6 +696,7 @@ class Pipeline:
         # to attached consumers only when one takes them.
         frames_on_host = self._outputs.takes_frames
         latest_frame = self._latest_frame if any(c.takes_frames for c in self._attached) else None
+        experiment = self.experiment
         try:
             for result in self._results:
                 started = self._clock()
@@ -711,6 +719,10 @@ class Pipeline:
                         poses=poses,
                         late_labels=late_labels,
                     )
+                    if experiment is not None:
+                        # Decided here, before the ring: no thread between the poses
+                        # and the device's bytes.
+                        experiment.decide(record)
                     sequence = self.ring.write(record)  # waits for lossless consumers
                     self._meters.record_emitted(record)
                     image = result.batch.image(position, on_host=frames_on_host)
@@ -725,7 +737,11 @@ class Pipeline:
         finally:
             self._meters.stop()
             self.ring.close()
-            self._outputs.close()
+            try:
+                self._outputs.close()
+            finally:
+                if experiment is not None:
+                    experiment.close()
 
     # -------------------------------------------------------------------- helpers
 

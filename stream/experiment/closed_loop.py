@@ -1,14 +1,16 @@
-"""An experiment run on a pipeline's poses: `ClosedLoop`, a consumer of the ring.
+"""An experiment run on a pipeline's poses: `ClosedLoop`.
 
-`Pipeline(..., experiment=...)` attaches one (or `pipeline.attach(ClosedLoop(...))`
-after `bind`). In a thread of its own it reads the tracked poses from the ring,
-evaluates the rules (`CompiledRules`), steps their timing (`Timeline`) and hands
-each onset and offset to the devices (`DeviceWorker`): written at once where that
-cannot wait (an idle serial port), else through a queue to the device's thread
-that never waits, so neither a slow rule nor a slow device delays the poses. The
-bytes go first; the event log's rows follow. Under the
-``"recorded"`` policy it reads every record (losslessly: a rehearsal decides on
-every frame); under ``"live"`` it reads at its own pace and counts what it skipped.
+`Pipeline(..., experiment=...)` runs one in its emit stage: each record is decided
+(`decide`: the rules evaluated by `CompiledRules`, their timing stepped by
+`Timeline`) as soon as its poses are ready, before they go to the ring, with no
+hand-off to another thread on the way from the poses to the bytes. Each onset and
+offset goes to the devices (`DeviceWorker`): written at once where that cannot wait
+(an idle serial port, a datagram socket), else through a queue to the device's
+thread, so a slow device never delays the poses. The bytes go first; the event
+log's rows follow. More experiments can join a run as attached consumers
+(`pipeline.attach(ClosedLoop(...))` after `bind`), each deciding in a thread of its
+own from its ring reader: every record under the ``"recorded"`` policy, at its own
+pace (counting what it skipped) under ``"live"``.
 
 On a recorded video the devices are simulated unless asked for (`simulate`), so
 an experiment file can be tuned on a recording first; Python callbacks always run.
@@ -182,10 +184,8 @@ class ClosedLoop:
             self._events_csv = events_csv_path(output)
         self._bound = True
 
-    def start(self, run: PipelineRun) -> Callable[[], None]:
-        """Open the log and the devices' threads; returns the deciding thread's body."""
-        if not self._bound:
-            self.bind(run.info, fps=None, recorded_video=False, lossless=False, tracked=True)
+    def open(self) -> None:
+        """Open the log and start the devices' threads (the pipeline's start)."""
         self.log = EventLog(self._events_csv, overwrite=self._overwrite)
         self._rules = CompiledRules(self.experiment, self._info)
         # Per rule, the animal it names.
@@ -214,13 +214,31 @@ class ClosedLoop:
             }
             for rule in self.experiment.rules
         ]
+
+    def close(self) -> None:
+        """Send the offsets of the rules still on, send what the devices have queued,
+        close them and the log (the end of the run's records)."""
+        try:
+            for transition in self._timeline.finish():
+                self._dispatch(transition, None, self._clock())
+        finally:
+            for worker in self._workers.values():
+                worker.close()
+            self.log.close()
+
+    def start(self, run: PipelineRun) -> Callable[[], None]:
+        """As an attached consumer: `open`, and the deciding thread's body, which
+        decides each record its ring reader gives."""
+        if not self._bound:
+            self.bind(run.info, fps=None, recorded_video=False, lossless=False, tracked=True)
+        self.open()
         self._reader = run.ring.reader(
             from_oldest=self._lossless,
             lossless=self._lossless,
             # Deciding never waits on a device, so it keeps up; should it stall, the
             # pipeline stops waiting for it as for any lossless consumer.
             stall_timeout=DEFAULT_STALL_TIMEOUT,
-            name="experiment",
+            name=self.name,
         )
         return self._run
 
@@ -270,7 +288,6 @@ class ClosedLoop:
     def _run(self) -> None:
         reader = self._reader
         assert reader is not None
-        record: PoseRecord | None = None
         try:
             while True:
                 record = reader.wait_next(_POLL)
@@ -279,15 +296,12 @@ class ClosedLoop:
                         break
                     continue
                 self.decide(record)
-            for transition in self._timeline.finish():
-                self._dispatch(transition, None, self._clock())
         finally:
-            for worker in self._workers.values():
-                worker.close()
-            self.log.close()
+            self.close()
 
     def decide(self, record: PoseRecord) -> list[Transition]:
-        """Evaluate one record and send its transitions (the deciding thread's step)."""
+        """Evaluate one record and send its transitions (in the emit stage, or an
+        attached consumer's thread)."""
         time = self._time_of(record)
         poses = record.poses
         if self._predictor is not None:

@@ -6,10 +6,10 @@ Bonsai's Osc package), the ZeroMQ publisher's socket (`Publisher`), a Python
 callback, or a simulated device that only notes the time (a rehearsal on a
 recorded video).
 
-A `DeviceWorker` owns one link: the experiment's thread hands it messages through a
-bounded channel that never waits (the oldest waiting message is dropped when the
-device falls behind, and counted), so a slow or stalled device never delays the
-decisions, and the decisions never delay the poses. A link that fails to open or
+A `DeviceWorker` owns one link: the deciding thread (the pipeline's emit stage)
+hands it messages through a bounded channel that never waits (the oldest waiting
+message is dropped when the device falls behind, and counted), so a slow or stalled
+device never delays the decisions or the poses. A link that fails to open or
 to send is reported once (a warning naming the device and the error, and
 `DeviceStats.error`); its later messages are dropped and counted, and the run goes
 on. The time each message's bytes were handed to the operating system is reported
@@ -17,7 +17,7 @@ to `on_sent`, for the event log.
 
 A link that can write without waiting (`SendsNow`: a serial port, its descriptor
 non-blocking; OSC's UDP socket; the ZeroMQ publisher, which never waits) is written
-to from the experiment's thread itself when its device is idle (nothing queued or
+to from the deciding thread itself when its device is idle (nothing queued or
 being sent): the bytes leave within microseconds of the decision, without waking the
 device's thread, and a write that would wait goes to the device's thread as any
 other message.
@@ -437,7 +437,7 @@ class DeviceWorker:
         self._sent = 0
         self._lost = 0
         # Messages submitted and not yet sent or dropped; only `submit` (the
-        # experiment's thread) adds to it, so that thread never sees 0 too early.
+        # deciding thread) adds to it, so that thread never sees 0 too early.
         self._pending = 0
         self._opened = False
         self._lock = threading.Lock()
