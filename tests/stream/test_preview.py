@@ -386,15 +386,19 @@ def test_a_camera_run_takes_preview(fake_loads, capsys):
         (["--preview", "--preview-port", "70000"], "must be 0 to 65535, got 70000"),
     ],
 )
-def test_preview_options_are_checked(options, says, clip, fake_loads, capsys):
-    assert cli.main(["replay", str(clip), "-m", "m", *options]) == 2
+def test_preview_options_are_checked(options, says, clip, fake_loads, tmp_path, capsys):
+    # An output of its own: the default one, in the working directory, is the repository.
+    out = str(tmp_path / "poses.slp")
+    assert cli.main(["replay", str(clip), "-m", "m", "-o", out, *options]) == 2
     assert says in error_line(capsys)
     assert not fake_loads
 
 
-def test_preview_without_the_extra_names_it(clip, fake_loads, monkeypatch, capsys):
+def test_preview_without_the_extra_names_it(clip, fake_loads, monkeypatch, tmp_path, capsys):
     monkeypatch.setitem(sys.modules, "aiohttp", None)
-    assert cli.main(["replay", str(clip), "-m", "m", "--preview", "--preview-port", "0"]) == 1
+    out = str(tmp_path / "poses.slp")  # the default output's journal would go to the repository
+    argv = ["replay", str(clip), "-m", "m", "-o", out, "--preview", "--preview-port", "0"]
+    assert cli.main(argv) == 1
     assert error_line(capsys) == (
         "sleap-live: error: --preview: the preview needs aiohttp and Pillow (aiohttp is "
         'missing): pip install "sleap-live[preview]"'
