@@ -488,23 +488,29 @@ def flag(dest: str) -> str:
     return f"--{dest.replace('_', '-')}"
 
 
-def positive_int(text: str) -> int:
-    """argparse type: a whole number of at least 1."""
-    return _whole_number(text, minimum=1)
+def whole_number(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    """argparse type: a whole number from `minimum` to `maximum` (None: no upper bound)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum}, got {value}")
+        return value
+
+    return parse
 
 
-def count(text: str) -> int:
-    """argparse type: a whole number of at least 0."""
-    return _whole_number(text, minimum=0)
-
-
-def bounded_batch_size(text: str) -> int:
-    """argparse type: frames per engine call, 1 to `MAX_BATCH_SIZE`.
-
-    Whether the frames in flight fit in memory is checked once the frame size is
-    known (`sleap_live.stream.memory.check_batch_memory`).
-    """
-    return _whole_number(text, minimum=1, maximum=MAX_BATCH_SIZE)
+positive_int = whole_number(1)
+count = whole_number(0)
+# Frames per engine call. Whether the frames in flight fit in memory is checked once
+# the frame size is known (`sleap_live.stream.memory.check_batch_memory`).
+bounded_batch_size = whole_number(1, MAX_BATCH_SIZE)
+bit_depth = whole_number(8, 16)  # bits per sample a video's data uses
 
 
 def video_or_url(text: str) -> Path | str:
@@ -516,23 +522,6 @@ def video_or_url(text: str) -> Path | str:
         return text if is_url(text) else Path(text)
     except ValueError as error:  # a URL of a scheme that is not a stream
         raise argparse.ArgumentTypeError(str(error)) from None
-
-
-def bit_depth(text: str) -> int:
-    """argparse type: bits per sample a video's data uses, 8 to 16."""
-    return _whole_number(text, minimum=8, maximum=16)
-
-
-def _whole_number(text: str, *, minimum: int, maximum: int | None = None) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < minimum:
-        raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
-    if maximum is not None and value > maximum:
-        raise argparse.ArgumentTypeError(f"must be at most {maximum}, got {value}")
-    return value
 
 
 def positive_float(text: str) -> float:

@@ -42,6 +42,7 @@ from sleap_live.cli.options import (
     say,
     seconds,
     video_or_url,
+    whole_number,
 )
 from sleap_live.cli.tracking_options import add_tracking_options, tracking_settings
 from sleap_live.stream.batching import choose_policy
@@ -173,7 +174,7 @@ def _add_common_options(
     )
     out.add_argument(
         "--record-quality",
-        type=_crf,
+        type=whole_number(0, 51),
         metavar="CRF",
         help="CRF of a lossy --record-codec, 0 (best) to 51 (default: 18 for h264, 23 for h265)",
     )
@@ -273,14 +274,6 @@ def _add_common_options(
         action="store_true",
         help="no progress bar or dashboard (default: show them)",
     )
-
-
-def _crf(text: str) -> int:
-    """argparse type: a constant rate factor, 0 to 51."""
-    value = count(text)
-    if value > 51:
-        raise argparse.ArgumentTypeError(f"must be at most 51, got {value}")
-    return value
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
@@ -508,32 +501,23 @@ def _hold_preview(preview: PreviewServer, console: Console) -> None:
 
 
 def _print_path(source: Source, runner: Any, decoder: str, console: Console) -> None:
-    """The path line, after the fallback notice under --decoder auto (with --decoder
-    nvdec the notice is a logged warning, shown already)."""
+    """The path line (``path: pyav decode -> OnnxRunner on cpu``), after the fallback
+    notice under --decoder auto (with --decoder nvdec the notice is a logged warning,
+    shown already); and a line when the model is a centroid model alone (a top-down
+    pair given without its centered-instance model): its poses are one point per animal."""
     if source.decoder_notice is not None and decoder == "auto":
         console.print(source.decoder_notice, highlight=False, soft_wrap=True)
-    console.print(path_line(source, runner), highlight=False, soft_wrap=True)
-    centroid_only = centroid_only_line(runner)
-    if centroid_only is not None:
-        console.print(centroid_only, highlight=False, soft_wrap=True)
-
-
-def path_line(source: Source, runner: Any) -> str:
-    """The processing path, in one line: ``path: pyav decode -> OnnxRunner on cpu``."""
-    return f"path: {source.decoder} decode -> {type(runner).__name__} on {runner.device}"
-
-
-def centroid_only_line(runner: Any) -> str | None:
-    """One line when the model is a centroid model alone (a top-down pair given without
-    its centered-instance model): its poses are one point per animal. None otherwise."""
+    path = f"path: {source.decoder} decode -> {type(runner).__name__} on {runner.device}"
+    console.print(path, highlight=False, soft_wrap=True)
     info = runner.info
-    if info.model_type != "centroid":
-        return None
-    node = ", ".join(info.skeleton.node_names)
-    return (
-        f"a centroid model alone: one point per animal ({node}), no body parts; for whole "
-        "poses give its centered-instance model too (a second -m)"
-    )
+    if info.model_type == "centroid":
+        node = ", ".join(info.skeleton.node_names)
+        console.print(
+            f"a centroid model alone: one point per animal ({node}), no body parts; for whole "
+            "poses give its centered-instance model too (a second -m)",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _check(args: argparse.Namespace) -> None:
