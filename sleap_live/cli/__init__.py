@@ -45,22 +45,14 @@ __all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_TERMINATED", "EXIT_USAGE", "m
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED, EXIT_TERMINATED = 128 + signal.SIGINT, 128 + signal.SIGTERM
-# Each command and the module of `sleap_live.cli` that adds its parser (`add_parser`,
-# with the other commands of the module) and runs it.
-_MODULES = {
-    "run": "run",
-    "replay": "run",
-    "cameras": "cameras",
-    "export": "export",
-    "bench": "bench",
-    "check-tensorrt": "check",
-    "recover": "recover",
-    "render": "render",
-    "track": "track",
-    "serve-web": "serve_web",
-    "experiment": "experiment",
-}
-COMMANDS = tuple(_MODULES)
+COMMANDS = tuple(SUMMARIES)
+
+
+def _module(command: str) -> str:
+    """The module of `sleap_live.cli` that adds `command`'s parser (`add_parser`, with
+    the other commands of the module) and runs it: named after the command, but for
+    `replay` (in `run`) and `check-tensorrt` (`check`)."""
+    return {"replay": "run", "check-tensorrt": "check"}.get(command, command.replace("-", "_"))
 
 
 class Terminated(KeyboardInterrupt):
@@ -164,8 +156,9 @@ def parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     commands = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
     built: set[str] = set()
-    for name, module in _MODULES.items():
-        if command is not None and module != _MODULES.get(command):
+    for name in COMMANDS:
+        module = _module(name)
+        if command is not None and module != _module(command):
             commands.add_parser(name, help=SUMMARIES[name])
         elif module not in built:
             importlib.import_module(f"sleap_live.cli.{module}").add_parser(commands)
@@ -175,8 +168,7 @@ def parser(command: str | None = None) -> argparse.ArgumentParser:
 
 class _Interrupts:
     """The stopping signals (`STOP_SIGNALS`) for one command: the first stops it, the
-    second says what
-    is still being done, the third leaves at once (`ForcedExit`).
+    second says what is still being done, the third leaves at once (`ForcedExit`).
 
     Attributes:
         first: the first signal received, or None.
@@ -188,8 +180,7 @@ class _Interrupts:
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
-        signals = STOP_SIGNALS
-        previous = {signum: signal.signal(signum, self._handle) for signum in signals}
+        previous = {signum: signal.signal(signum, self._handle) for signum in STOP_SIGNALS}
         try:
             yield
         finally:
@@ -197,7 +188,7 @@ class _Interrupts:
             # that signal's status and its outputs saved. Interpreter shutdown puts
             # back the default action of any signal with a Python handler, which would
             # turn one more signal into a death by it; an ignored signal stays ignored.
-            late = previous if self.first is None else dict.fromkeys(signals, signal.SIG_IGN)
+            late = previous if self.first is None else dict.fromkeys(STOP_SIGNALS, signal.SIG_IGN)
             for signum, handler in late.items():
                 signal.signal(signum, handler)
 
