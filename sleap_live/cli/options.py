@@ -15,7 +15,7 @@ import math
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import attrs
 from rich.console import Console
@@ -26,6 +26,9 @@ from sleap_live.engines.settings import (
     LEGACY_POSTPROCESSES,
     InferenceSettings,
 )
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, ProgressColumn
 
 PROG = "sleap-live"
 # What the verification options mean to commands other than `export`.
@@ -471,6 +474,32 @@ def run_provenance(args: argparse.Namespace) -> dict[str, Any]:
             value = [os.fspath(item) if isinstance(item, Path) else item for item in value]
         options[name] = value
     return {"models": model_records(args.models), "command": args.command, "options": options}
+
+
+def add_output_option(parser: Any, metavar: str | None, help: str) -> None:
+    """``-o/--output PATH``: where a command writes; `help` says its default."""
+    parser.add_argument("-o", "--output", type=Path, metavar=metavar, help=help)
+
+
+def add_experiment_option(parser: Any, help: str) -> None:
+    """``--experiment FILE``: a closed-loop experiment (docs/closed-loop.md) to run or draw."""
+    parser.add_argument("--experiment", type=Path, metavar="FILE", help=help)
+
+
+def progress_bar(console: Console, *columns: ProgressColumn) -> Progress:
+    """A progress bar on a terminal, gone when it ends (nothing in a log or a pipe): the
+    task's description, the bar, done of total, then `columns`."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        *columns,
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    )
 
 
 def add_overwrite_option(parser: argparse.ArgumentParser, what: str) -> None:

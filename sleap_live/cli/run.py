@@ -30,8 +30,10 @@ from sleap_live.cli.options import (
     add_cache_options,
     add_command,
     add_decoder_option,
+    add_experiment_option,
     add_inference_options,
     add_model_options,
+    add_output_option,
     add_verify_options,
     bit_depth,
     check_models,
@@ -153,9 +155,7 @@ def _add_common_options(
     add_verify_options(parser, frames_default=frames_default, description=IN_MEMORY_EXPORT)
     add_cache_options(parser)
     out = parser.add_argument_group("outputs")
-    out.add_argument(
-        "-o", "--output", type=Path, metavar="FILE", help=output_help + OUTPUT_FORMATS_HELP
-    )
+    add_output_option(out, "FILE", output_help + OUTPUT_FORMATS_HELP)
     out.add_argument(
         "--record",
         type=Path,
@@ -209,11 +209,9 @@ def _add_common_options(
         "poses/SOURCE and a msgpack map; needs the publish extra (default: no publishing)",
     )
     loop = parser.add_argument_group("closed loop")
-    loop.add_argument(
-        "--experiment",
-        type=Path,
-        metavar="FILE",
-        help="run this closed-loop experiment (YAML, docs/closed-loop.md) on the tracked "
+    add_experiment_option(
+        loop,
+        "run this closed-loop experiment (YAML, docs/closed-loop.md) on the tracked "
         "poses: its rules' onsets and offsets go to its devices, to an events CSV beside "
         "-o (STEM.events.csv) and into a .slp or .nwb output (default: none)",
     )
@@ -375,7 +373,13 @@ def _run(
                 if consumer is not None:
                     pipeline.attach(consumer)
             if preview is not None:
-                _print_preview(preview, console)
+                # Once the model is ready (a page opened earlier would show nothing for
+                # as long as the model loads); even with --quiet: without it a page on a
+                # free port cannot be found.
+                console.print(f"preview on {preview.url}", highlight=False)
+                if preview.exposed:
+                    warning = preview_exposure_warning(preview.url)
+                    console.print(warning, highlight=False, soft_wrap=True)
             if not args.quiet:
                 _print_path(source.sources[0], runner, args.decoder, console)
                 if publisher is not None:
@@ -388,8 +392,17 @@ def _run(
             _summarise(pipeline, outputs.output, console)
         finally:
             runner.close()
-    if preview is not None and _holds(args, console):
-        _hold_preview(preview, console)
+    # The ended run's last frame and figures, served until Ctrl-C; not by a preview
+    # that failed during the run (and said so then).
+    if preview is not None and _holds(args, console) and preview.can_hold:
+        console.print(
+            f"the run ended; the preview on {preview.url} shows its last frame and figures "
+            "until Ctrl-C",
+            highlight=False,
+            soft_wrap=True,
+        )
+        with contextlib.suppress(KeyboardInterrupt):
+            preview.hold()
     return 0
 
 
@@ -474,30 +487,6 @@ def _holds(args: argparse.Namespace, console: Console) -> bool:
     """Whether the preview shows the run's last frame until Ctrl-C once the source ends:
     --preview-hold, else where someone is at a terminal to press it."""
     return console.is_terminal if args.preview_hold is None else args.preview_hold
-
-
-def _print_preview(preview: PreviewServer, console: Console) -> None:
-    """The preview's address, once the model is ready (a page opened earlier would
-    show nothing for as long as the model loads), and its exposure warning.
-
-    Printed even with --quiet: without it a page on a free port cannot be found."""
-    console.print(f"preview on {preview.url}", highlight=False)
-    if preview.exposed:
-        console.print(preview_exposure_warning(preview.url), highlight=False, soft_wrap=True)
-
-
-def _hold_preview(preview: PreviewServer, console: Console) -> None:
-    """Serve the ended run's last frame and figures until Ctrl-C."""
-    if not preview.can_hold:
-        return  # it failed during the run, and said so then
-    console.print(
-        f"the run ended; the preview on {preview.url} shows its last frame and figures "
-        "until Ctrl-C",
-        highlight=False,
-        soft_wrap=True,
-    )
-    with contextlib.suppress(KeyboardInterrupt):
-        preview.hold()
 
 
 def _print_path(source: Source, runner: Any, decoder: str, console: Console) -> None:
