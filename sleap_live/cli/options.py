@@ -136,7 +136,6 @@ def add_model_options(
     """`-m/--model` (once, or twice for top-down), `--engine`, `--device`, `--batch-size`.
 
     Args:
-        parser: the subcommand's parser.
         batch_size: the default of `--batch-size` (None: the pipeline's, per policy).
         batch_size_help: its help text, saying the default where it is None.
     """
@@ -253,13 +252,7 @@ def add_inference_options(parser: argparse.ArgumentParser) -> None:
     default = DEFAULT_SETTINGS
 
     def add(name: str, parse: Callable[[str], Any], metavar: str, help: str) -> None:
-        group.add_argument(
-            flag(name),
-            dest=name,
-            type=_setting(name, parse),
-            metavar=metavar,
-            help=help,
-        )
+        group.add_argument(flag(name), type=_setting(name, parse), metavar=metavar, help=help)
 
     add(
         "peak_threshold",
@@ -283,13 +276,11 @@ def add_inference_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--integral-refinement",
-        dest="integral_refinement",
         choices=("integral", "none"),
         help="sub-pixel refinement of peaks (default: integral)",
     )
     group.add_argument(
         "--legacy-postprocess",
-        dest="legacy_postprocess",
         choices=LEGACY_POSTPROCESSES,
         help="SLEAP 1.x models: peaks as SLEAP 1.x found them (its offset-refinement head "
         "where the model has one) or as sleap-nn predict does (integral refinement) "
@@ -399,7 +390,6 @@ def add_verify_options(
     in memory when it runs with ONNX Runtime, and check it the same way.
 
     Args:
-        parser: the subcommand's parser.
         frames_default: what the check runs on without --verify-video, in words.
         description: shown under the group's title.
     """

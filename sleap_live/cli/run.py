@@ -288,7 +288,9 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     video = args.video if isinstance(args.video, Path) else None
     output = args.output
     if output is None and video is not None:
-        output = default_output(video)
+        # In the working directory, not beside the video (whose folder may be
+        # read-only, shared, or a camera's upload folder).
+        output = Path.cwd() / f"{video.stem}.predictions.slp"
     closed_loop = _closed_loop(args)
     events = None if closed_loop is None or output is None else events_csv_path(output)
     check_outputs(
@@ -326,9 +328,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             _bind_publisher(args, console) as publisher,
             _bind_preview(args, console) as preview,
         ):
-            return _run(
-                args, console, video, outputs, publisher, preview, claim, tracking, closed_loop
-            )
+            return _run(args, console, outputs, publisher, preview, claim, tracking, closed_loop)
     finally:
         if claim is not None:
             claim.release()  # nothing once the run's writer took it
@@ -337,7 +337,6 @@ def handle(args: argparse.Namespace, console: Console) -> int:
 def _run(
     args: argparse.Namespace,
     console: Console,
-    video: Path | None,
     outputs: OutputOptions,
     publisher: Publisher | None,
     preview: PreviewServer | None,
@@ -448,12 +447,6 @@ def _bind_publisher(
         # Printed even with --quiet, as the preview's address is.
         console.print(warning, highlight=False, soft_wrap=True)
     return publisher
-
-
-def default_output(video: Path) -> Path:
-    """Where a video's poses go without -o: the working directory, not beside the
-    video (whose folder may be read-only, shared, or a camera's upload folder)."""
-    return Path.cwd() / f"{video.stem}.predictions.slp"
 
 
 def _port(text: str) -> int:
