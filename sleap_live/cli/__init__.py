@@ -36,7 +36,7 @@ from types import FrameType
 
 from rich.console import Console
 
-from sleap_live.cli.options import PROG, SUMMARIES, Parser, UsageError
+from sleap_live.cli.options import PROG, SUMMARIES, Parser, UsageError, fail
 from sleap_live.engines.errors import EngineError
 from sleap_live.stream.errors import StreamError
 from sleap_live.stream.stages import STOP_SIGNALS
@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser(argv[0] if argv else None).parse_args(argv)
     except UsageError as error:
-        return _fail(str(error), EXIT_USAGE)
+        return fail(str(error), EXIT_USAGE)
     except SystemExit as done:  # --help
         return int(done.code or 0)
     interrupts = _Interrupts()
@@ -108,22 +108,22 @@ def _handle(args: argparse.Namespace, console: Console, interrupts: _Interrupts)
         sys.stderr.flush()
         os._exit(interrupts.status)
     except UsageError as error:
-        return _fail(str(error), EXIT_USAGE)
+        return fail(str(error), EXIT_USAGE)
     except Terminated:
         return interrupts.status
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except (StreamError, EngineError, OSError) as error:
-        return _fail(_one_line(error), EXIT_ERROR)
+        return fail(_one_line(error), EXIT_ERROR)
     except ValueError as error:
         from sleap_live.stream.experiment.experiment import ExperimentError
 
         if isinstance(error, ExperimentError):  # one line per mistake in the file
             for problem in error.problems:
-                _fail(f"{error.source}: {problem}", EXIT_ERROR)
+                fail(f"{error.source}: {problem}", EXIT_ERROR)
             return EXIT_ERROR
         # Arguments the parser cannot judge (e.g. -o vs --format).
-        return _fail(_one_line(error), EXIT_USAGE)
+        return fail(_one_line(error), EXIT_USAGE)
 
 
 def parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -221,11 +221,6 @@ def _hdf5_objects_open() -> bool:
     from sleap_live.stream.outputs.recovery import hdf5_objects_open
 
     return hdf5_objects_open() > 0
-
-
-def _fail(message: str, status: int) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
-    return status
 
 
 def _one_line(error: BaseException) -> str:

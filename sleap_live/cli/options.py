@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -122,6 +123,12 @@ def add_command(
     )
     parser.set_defaults(handler=handler)
     return parser
+
+
+def fail(message: str, status: int) -> int:
+    """Says `message` as the command line's one-line error, on stderr; returns `status`."""
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return status
 
 
 def say(console: Console, text: str) -> None:
