@@ -99,10 +99,8 @@ def add_parser(commands: Any) -> None:
         action="append",
         metavar="HxW",
         help="frame size the engine (pt2, tflite, coreml, saved_model, tfjs: the program) runs "
-        "at (default: "
-        "that of --verify-video's frames); "
-        "web: a frame size the page runs, repeatable (default: 480x640, 720x1280 and that "
-        "of --verify-video's frames)",
+        "at (default: that of --verify-video's frames); web: a frame size the page runs, "
+        "repeatable (default: 480x640, 720x1280 and that of --verify-video's frames)",
     )
     engine.add_argument(
         "--batch-size", type=positive_int, default=8, metavar="N", help="largest batch"
