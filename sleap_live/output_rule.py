@@ -23,6 +23,7 @@ both import it.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import glob
 import os
@@ -31,9 +32,7 @@ import shutil
 import stat
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from types import TracebackType
 
 
 class OutputError(OSError):
@@ -106,17 +105,10 @@ def claim_output(path: Path, what: str, *, overwrite: bool = False) -> Path:
         OutputError: one line naming `path` and why it is not written.
     """
     target = resolve_output(path, what)
-    if not overwrite and _holds_output(target):
+    # An empty folder, or a link to nothing yet, holds no output to replace.
+    if not overwrite and (any(target.iterdir()) if target.is_dir() else target.exists()):
         raise OutputError(f"{path}: {what} exists; give --overwrite to replace it, or another path")
     return target
-
-
-def _holds_output(target: Path) -> bool:
-    """Whether the resolved output `target` holds something a write would replace:
-    a file, or a folder with anything in it (a link to nothing yet holds nothing)."""
-    if target.is_dir():
-        return any(target.iterdir())
-    return target.exists()
 
 
 def resolve_output(path: Path, what: str) -> Path:
@@ -158,9 +150,10 @@ def followed_links(path: Path) -> list[Path]:
 STAGING_SUFFIX = ".partial"
 
 _DIRECTORY = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
-class StagedOutput:
+class StagedOutput(contextlib.AbstractContextManager["StagedOutput"]):
     """A claimed output and the private folder its files are written in first.
 
     Use as a context manager: leaving it without `commit` (an error, a kill)
@@ -184,15 +177,15 @@ class StagedOutput:
             self._parent_fd = _open_folder(self.target.parent)
             self.name = self._make_private_folder()
             # Never through a link: the name was made by this process a moment ago.
-            self._fd = os.open(
-                self.name, _DIRECTORY | getattr(os, "O_NOFOLLOW", 0), dir_fd=self._parent_fd
-            )
+            self._fd = os.open(self.name, _DIRECTORY | _NOFOLLOW, dir_fd=self._parent_fd)
         except OSError as error:
             self.discard()
             raise OutputError(
                 f"{self.path}: cannot write {what} in {self.target.parent}: {error.strerror}"
             ) from None
-        self.folder = _by_descriptor(self._fd, self.target.parent / self.name)
+        # Named through its descriptor where the system can (Linux).
+        linux = sys.platform.startswith("linux")
+        self.folder = Path(f"/proc/self/fd/{self._fd}") if linux else self.target.parent / self.name
 
     def file(self, name: str | None = None) -> Path:
         """Where to write the staged file `name` (default: the output's own name,
@@ -213,7 +206,11 @@ class StagedOutput:
             OSError: a rename failed.
         """
         assert self._fd is not None and self._parent_fd is not None
-        self._check_unchanged()
+        if resolve_output(self.path, self.what) != self.target:
+            raise OutputError(
+                f"{self.path}: {self.what} leads to another file than when the run "
+                f"started ({self.target}): a link was planted or changed; not written"
+            )
         if not names:
             staged = sorted(os.listdir(self._fd))
             names = (*(n for n in staged if n != self.target.name), self.target.name)
@@ -221,7 +218,7 @@ class StagedOutput:
             if stat.S_ISDIR(os.stat(name, dir_fd=self._fd, follow_symlinks=False).st_mode):
                 self._replace_folder(name)
                 continue
-            fd = os.open(name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0), dir_fd=self._fd)
+            fd = os.open(name, os.O_RDONLY | _NOFOLLOW, dir_fd=self._fd)
             try:
                 _keep_mode(fd, name, self._parent_fd)
                 os.fsync(fd)
@@ -240,7 +237,7 @@ class StagedOutput:
         if before is not None:
             if not stat.S_ISDIR(before.st_mode):
                 raise OutputError(f"{self.path}: {self.what} is a folder, and {name} is not one")
-            folder = os.open(name, _DIRECTORY | getattr(os, "O_NOFOLLOW", 0), dir_fd=self._fd)
+            folder = os.open(name, _DIRECTORY | _NOFOLLOW, dir_fd=self._fd)
             try:
                 os.fchmod(folder, stat.S_IMODE(before.st_mode))
             finally:
@@ -253,48 +250,28 @@ class StagedOutput:
     def discard(self) -> None:
         """Remove the private folder and what was staged in it; idempotent."""
         if self._parent_fd is not None and self._fd is not None:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 _remove_tree(self.name, self._parent_fd)
-            except FileNotFoundError:
-                pass
-        self._close()
-
-    def _close(self) -> None:
         for fd in (self._fd, self._parent_fd):
             if fd is not None:
                 os.close(fd)
         self._fd = self._parent_fd = None
 
-    def _make_private_folder(self, ending: str = STAGING_SUFFIX) -> str:
+    def _make_private_folder(self) -> str:
         assert self._parent_fd is not None
         while True:
-            name = f".{self.target.name}.{os.getpid()}.{secrets.token_hex(4)}{ending}"
+            name = f".{self.target.name}.{os.getpid()}.{secrets.token_hex(4)}{STAGING_SUFFIX}"
             try:
                 os.mkdir(name, 0o700, dir_fd=self._parent_fd)
             except FileExistsError:
                 continue  # planted, or another of ours: another name
             return name
 
-    def _check_unchanged(self) -> None:
-        if resolve_output(self.path, self.what) != self.target:
-            raise OutputError(
-                f"{self.path}: {self.what} leads to another file than when the run "
-                f"started ({self.target}): a link was planted or changed; not written"
-            )
-
-    def __enter__(self) -> StagedOutput:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.discard()
 
 
-@contextmanager
+@contextlib.contextmanager
 def staged_file(path: str | os.PathLike[str], what: str) -> Iterator[Path]:
     """Write one output by the output rule: yields where to write it (a file, or a
     folder to make there) and its sidecars (beside it), all renamed into place
@@ -339,7 +316,7 @@ def _open_folder(path: Path) -> int:
 def _remove_tree(name: str, parent_fd: int) -> None:
     """Remove the folder `name` of `parent_fd` and all in it, never through a link
     (``shutil.rmtree``'s ``dir_fd`` needs Python 3.11)."""
-    fd = os.open(name, _DIRECTORY | getattr(os, "O_NOFOLLOW", 0), dir_fd=parent_fd)
+    fd = os.open(name, _DIRECTORY | _NOFOLLOW, dir_fd=parent_fd)
     try:
         for entry in list(os.scandir(fd)):
             if entry.is_dir(follow_symlinks=False):
@@ -349,13 +326,6 @@ def _remove_tree(name: str, parent_fd: int) -> None:
     finally:
         os.close(fd)
     os.rmdir(name, dir_fd=parent_fd)
-
-
-def _by_descriptor(fd: int, path: Path) -> Path:
-    """`path`, named through the descriptor `fd` where the system can (Linux)."""
-    if sys.platform.startswith("linux"):
-        return Path(f"/proc/self/fd/{fd}")
-    return path
 
 
 def _keep_mode(fd: int, name: str, parent_fd: int) -> None:

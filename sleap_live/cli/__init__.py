@@ -36,7 +36,7 @@ from types import FrameType
 
 from rich.console import Console
 
-from sleap_live.cli.options import PROG, SUMMARIES, Parser, UsageError
+from sleap_live.cli.options import PROG, SUMMARIES, Parser, UsageError, fail
 from sleap_live.engines.errors import EngineError
 from sleap_live.stream.errors import StreamError
 from sleap_live.stream.stages import STOP_SIGNALS
@@ -45,22 +45,14 @@ __all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_TERMINATED", "EXIT_USAGE", "m
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED, EXIT_TERMINATED = 128 + signal.SIGINT, 128 + signal.SIGTERM
-# Each command and the module of `sleap_live.cli` that adds its parser (`add_parser`,
-# with the other commands of the module) and runs it.
-_MODULES = {
-    "run": "run",
-    "replay": "run",
-    "cameras": "cameras",
-    "export": "export",
-    "bench": "bench",
-    "check-tensorrt": "check",
-    "recover": "recover",
-    "render": "render",
-    "track": "track",
-    "serve-web": "serve_web",
-    "experiment": "experiment",
-}
-COMMANDS = tuple(_MODULES)
+COMMANDS = tuple(SUMMARIES)
+
+
+def _module(command: str) -> str:
+    """The module of `sleap_live.cli` that adds `command`'s parser (`add_parser`, with
+    the other commands of the module) and runs it: named after the command, but for
+    `replay` (in `run`) and `check-tensorrt` (`check`)."""
+    return {"replay": "run", "check-tensorrt": "check"}.get(command, command.replace("-", "_"))
 
 
 class Terminated(KeyboardInterrupt):
@@ -89,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser(argv[0] if argv else None).parse_args(argv)
     except UsageError as error:
-        return _fail(str(error), EXIT_USAGE)
+        return fail(str(error), EXIT_USAGE)
     except SystemExit as done:  # --help
         return int(done.code or 0)
     interrupts = _Interrupts()
@@ -116,22 +108,22 @@ def _handle(args: argparse.Namespace, console: Console, interrupts: _Interrupts)
         sys.stderr.flush()
         os._exit(interrupts.status)
     except UsageError as error:
-        return _fail(str(error), EXIT_USAGE)
+        return fail(str(error), EXIT_USAGE)
     except Terminated:
         return interrupts.status
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except (StreamError, EngineError, OSError) as error:
-        return _fail(_one_line(error), EXIT_ERROR)
+        return fail(_one_line(error), EXIT_ERROR)
     except ValueError as error:
         from sleap_live.stream.experiment.experiment import ExperimentError
 
         if isinstance(error, ExperimentError):  # one line per mistake in the file
             for problem in error.problems:
-                _fail(f"{error.source}: {problem}", EXIT_ERROR)
+                fail(f"{error.source}: {problem}", EXIT_ERROR)
             return EXIT_ERROR
         # Arguments the parser cannot judge (e.g. -o vs --format).
-        return _fail(_one_line(error), EXIT_USAGE)
+        return fail(_one_line(error), EXIT_USAGE)
 
 
 def parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -164,8 +156,9 @@ def parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     commands = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
     built: set[str] = set()
-    for name, module in _MODULES.items():
-        if command is not None and module != _MODULES.get(command):
+    for name in COMMANDS:
+        module = _module(name)
+        if command is not None and module != _module(command):
             commands.add_parser(name, help=SUMMARIES[name])
         elif module not in built:
             importlib.import_module(f"sleap_live.cli.{module}").add_parser(commands)
@@ -175,8 +168,7 @@ def parser(command: str | None = None) -> argparse.ArgumentParser:
 
 class _Interrupts:
     """The stopping signals (`STOP_SIGNALS`) for one command: the first stops it, the
-    second says what
-    is still being done, the third leaves at once (`ForcedExit`).
+    second says what is still being done, the third leaves at once (`ForcedExit`).
 
     Attributes:
         first: the first signal received, or None.
@@ -188,8 +180,7 @@ class _Interrupts:
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
-        signals = STOP_SIGNALS
-        previous = {signum: signal.signal(signum, self._handle) for signum in signals}
+        previous = {signum: signal.signal(signum, self._handle) for signum in STOP_SIGNALS}
         try:
             yield
         finally:
@@ -197,7 +188,7 @@ class _Interrupts:
             # that signal's status and its outputs saved. Interpreter shutdown puts
             # back the default action of any signal with a Python handler, which would
             # turn one more signal into a death by it; an ignored signal stays ignored.
-            late = previous if self.first is None else dict.fromkeys(signals, signal.SIG_IGN)
+            late = previous if self.first is None else dict.fromkeys(STOP_SIGNALS, signal.SIG_IGN)
             for signum, handler in late.items():
                 signal.signal(signum, handler)
 
@@ -230,11 +221,6 @@ def _hdf5_objects_open() -> bool:
     from sleap_live.stream.outputs.recovery import hdf5_objects_open
 
     return hdf5_objects_open() > 0
-
-
-def _fail(message: str, status: int) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
-    return status
 
 
 def _one_line(error: BaseException) -> str:

@@ -86,15 +86,12 @@ def add_camera_options(run: argparse.ArgumentParser) -> None:
         "poses and recordings go to files of its own, -o session.slp giving "
         "session.camera-0.slp (default: none)",
     )
-    camera.add_argument(
-        "--width", type=positive_int, help="requested frame width (default: the camera's)"
-    )
-    camera.add_argument(
-        "--height", type=positive_int, help="requested frame height (default: the camera's)"
-    )
-    camera.add_argument(
-        "--fps", type=frame_rate, help="requested frame rate (default: the camera's)"
-    )
+    for option, parse, what in (
+        ("--width", positive_int, "frame width"),
+        ("--height", positive_int, "frame height"),
+        ("--fps", frame_rate, "frame rate"),
+    ):
+        camera.add_argument(option, type=parse, help=f"requested {what} (default: the camera's)")
     camera.add_argument(
         "--camera-option",
         type=camera_option,
@@ -154,11 +151,6 @@ def options_for(camera: str, given: Sequence[CameraOption]) -> dict[str, str]:
     return options
 
 
-def camera_name(camera: str) -> str:
-    """A --camera value as its source id: ``camera:N`` for an index, else as given."""
-    return f"camera:{camera}" if camera.isdigit() else camera
-
-
 def open_cameras(
     args: argparse.Namespace,
     timeout: float,
@@ -167,7 +159,6 @@ def open_cameras(
     """The --camera sources, each opened within `timeout` seconds; several as a group.
 
     Args:
-        args: the parsed options.
         timeout: most seconds one camera may take to open.
         open_one: opens one camera from its --camera value (default: `open_camera`).
 
@@ -179,9 +170,9 @@ def open_cameras(
     opened: list[Source] = []
     try:
         for camera in args.camera:
-            opened.append(
-                open_within(functools.partial(opener, camera), timeout, camera_name(camera))
-            )
+            # Named by its source id: camera:N for an index, else as given.
+            name = f"camera:{camera}" if camera.isdigit() else camera
+            opened.append(open_within(functools.partial(opener, camera), timeout, name))
         if len(opened) == 1:
             return opened[0]
         try:

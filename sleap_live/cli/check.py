@@ -15,7 +15,7 @@ from typing import Any
 
 from rich.console import Console
 
-from sleap_live.cli.options import PROG, add_command
+from sleap_live.cli.options import PROG, add_command, fail
 
 
 def add_parser(commands: Any) -> None:
@@ -48,8 +48,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     try:
         findings = check_tensorrt(args.model)
     except (ModelNotFoundError, UnreadableGraphError) as error:
-        print(f"{PROG}: error: {error}", file=sys.stderr)
-        return EXIT_UNREADABLE
+        return fail(str(error), EXIT_UNREADABLE)
     print(format_findings(findings))
     if findings:
         # After the findings, on stderr: stdout stays one finding a line.

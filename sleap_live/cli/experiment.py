@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from sleap_live.cli.options import PROG, add_command, add_model_argument
+from sleap_live.cli.options import PROG, add_command, add_model_argument, fail
 
 if TYPE_CHECKING:
     from sleap_live.engines.types import Skeleton
@@ -65,8 +65,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     try:
         skeleton, class_names = model_names([Path(model) for model in args.models])
     except (EngineError, OSError) as error:
-        print(f"{PROG}: error: {error}", file=sys.stderr)
-        return EXIT_MODEL
+        return fail(str(error), EXIT_MODEL)
     try:
         experiment = load_experiment(args.file)
         check_experiment(

@@ -24,6 +24,7 @@ from sleap_live.cli.options import (
     UsageError,
     add_command,
     add_inference_options,
+    add_output_option,
     add_overwrite_option,
     add_verify_options,
     inference_settings,
@@ -59,11 +60,10 @@ def add_parser(commands: Any) -> None:
         metavar="MODEL_DIR",
         help="model directory; give a centroid and a centered-instance directory for top-down",
     )
-    parser.add_argument(
-        "-o",
-        "--output",
-        type=Path,
-        help="output file, or a directory to write model.onnx / model.pt into "
+    add_output_option(
+        parser,
+        None,
+        "output file, or a directory to write model.onnx / model.pt into "
         "(default: NAME.onnx in the working directory, NAME being the model directories' "
         "names joined by '+'; .pt for torchscript, .xml for openvino); for tensorrt, "
         "saved_model, tfjs and web, a directory (default: NAME_tensorrt, NAME_saved_model, "
@@ -99,10 +99,8 @@ def add_parser(commands: Any) -> None:
         action="append",
         metavar="HxW",
         help="frame size the engine (pt2, tflite, coreml, saved_model, tfjs: the program) runs "
-        "at (default: "
-        "that of --verify-video's frames); "
-        "web: a frame size the page runs, repeatable (default: 480x640, 720x1280 and that "
-        "of --verify-video's frames)",
+        "at (default: that of --verify-video's frames); web: a frame size the page runs, "
+        "repeatable (default: 480x640, 720x1280 and that of --verify-video's frames)",
     )
     engine.add_argument(
         "--batch-size", type=positive_int, default=8, metavar="N", help="largest batch"
@@ -192,7 +190,13 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             overwrite=args.overwrite,
             **options,
         )
-    exit_status = _report(console, path, _metadata(path, args.format))
+    metadata = _metadata(path, args.format)
+    console.print(
+        f"exported [bold]{metadata.info.model_type}[/bold] model to {escape(str(path))}",
+        soft_wrap=True,
+    )
+    if metadata.verification:
+        print_wide(console, verification_table(metadata.verification))
     if args.format == "coreml":
         from sleap_live.engines.export.coreml import PREDICTION_NOT_RUN
 
@@ -204,7 +208,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     if args.format == "web":
         say(console, web_sizes(path))
         console.print(f"open it in a browser: {PROG} serve-web {escape(str(path))}", soft_wrap=True)
-    return exit_status
+    return 0
 
 
 def web_sizes(folder: Path) -> str:
@@ -242,17 +246,6 @@ def default_output(model_dirs: list[str], ending: str) -> Path:
     (a model folder is an input, and may be read-only or shared)."""
     name = "+".join(Path(model_dir).resolve().name for model_dir in model_dirs)
     return Path.cwd() / f"{name}{ending}"
-
-
-def _report(console: Console, path: Path, metadata: Any) -> int:
-    """Says what was exported where, and the verification table (stderr); exit status 0."""
-    console.print(
-        f"exported [bold]{metadata.info.model_type}[/bold] model to {escape(str(path))}",
-        soft_wrap=True,
-    )
-    if metadata.verification:
-        print_wide(console, verification_table(metadata.verification))
-    return 0
 
 
 def frame_size(text: str) -> tuple[int, int]:

@@ -86,12 +86,9 @@ def load_runner_for(
     one status line (`loading_status`).
 
     Args:
-        args: parsed options, as `load_options` takes them.
-        console: where the status line goes.
         verify_on: what an export is verified on without --verify-video: the source
             the command runs on, loaded as `Pipeline` loads (`load_for_source`), or a
             video file's frames spread over its length; None: the training labels' frames.
-        quiet: show no status line.
 
     Raises:
         SourceNotFoundError, SourceError: a video to verify on is missing,

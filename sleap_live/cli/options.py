@@ -13,9 +13,10 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import attrs
 from rich.console import Console
@@ -26,6 +27,9 @@ from sleap_live.engines.settings import (
     LEGACY_POSTPROCESSES,
     InferenceSettings,
 )
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, ProgressColumn
 
 PROG = "sleap-live"
 # What the verification options mean to commands other than `export`.
@@ -121,6 +125,12 @@ def add_command(
     return parser
 
 
+def fail(message: str, status: int) -> int:
+    """Says `message` as the command line's one-line error, on stderr; returns `status`."""
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return status
+
+
 def say(console: Console, text: str) -> None:
     """Prints `text` as it is: no markup, no highlighting, never wrapped (a line holds
     paths and messages, which may hold brackets and run past the terminal's width)."""
@@ -133,7 +143,6 @@ def add_model_options(
     """`-m/--model` (once, or twice for top-down), `--engine`, `--device`, `--batch-size`.
 
     Args:
-        parser: the subcommand's parser.
         batch_size: the default of `--batch-size` (None: the pipeline's, per policy).
         batch_size_help: its help text, saying the default where it is None.
     """
@@ -250,13 +259,7 @@ def add_inference_options(parser: argparse.ArgumentParser) -> None:
     default = DEFAULT_SETTINGS
 
     def add(name: str, parse: Callable[[str], Any], metavar: str, help: str) -> None:
-        group.add_argument(
-            flag(name),
-            dest=name,
-            type=_setting(name, parse),
-            metavar=metavar,
-            help=help,
-        )
+        group.add_argument(flag(name), type=_setting(name, parse), metavar=metavar, help=help)
 
     add(
         "peak_threshold",
@@ -280,13 +283,11 @@ def add_inference_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--integral-refinement",
-        dest="integral_refinement",
         choices=("integral", "none"),
         help="sub-pixel refinement of peaks (default: integral)",
     )
     group.add_argument(
         "--legacy-postprocess",
-        dest="legacy_postprocess",
         choices=LEGACY_POSTPROCESSES,
         help="SLEAP 1.x models: peaks as SLEAP 1.x found them (its offset-refinement head "
         "where the model has one) or as sleap-nn predict does (integral refinement) "
@@ -396,7 +397,6 @@ def add_verify_options(
     in memory when it runs with ONNX Runtime, and check it the same way.
 
     Args:
-        parser: the subcommand's parser.
         frames_default: what the check runs on without --verify-video, in words.
         description: shown under the group's title.
     """
@@ -473,6 +473,32 @@ def run_provenance(args: argparse.Namespace) -> dict[str, Any]:
     return {"models": model_records(args.models), "command": args.command, "options": options}
 
 
+def add_output_option(parser: Any, metavar: str | None, help: str) -> None:
+    """``-o/--output PATH``: where a command writes; `help` says its default."""
+    parser.add_argument("-o", "--output", type=Path, metavar=metavar, help=help)
+
+
+def add_experiment_option(parser: Any, help: str) -> None:
+    """``--experiment FILE``: a closed-loop experiment (docs/closed-loop.md) to run or draw."""
+    parser.add_argument("--experiment", type=Path, metavar="FILE", help=help)
+
+
+def progress_bar(console: Console, *columns: ProgressColumn) -> Progress:
+    """A progress bar on a terminal, gone when it ends (nothing in a log or a pipe): the
+    task's description, the bar, done of total, then `columns`."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        *columns,
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    )
+
+
 def add_overwrite_option(parser: argparse.ArgumentParser, what: str) -> None:
     """``--overwrite``: the flag every command that writes takes (`output_rule.claim_output`)."""
     parser.add_argument(
@@ -488,23 +514,29 @@ def flag(dest: str) -> str:
     return f"--{dest.replace('_', '-')}"
 
 
-def positive_int(text: str) -> int:
-    """argparse type: a whole number of at least 1."""
-    return _whole_number(text, minimum=1)
+def whole_number(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    """argparse type: a whole number from `minimum` to `maximum` (None: no upper bound)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum}, got {value}")
+        return value
+
+    return parse
 
 
-def count(text: str) -> int:
-    """argparse type: a whole number of at least 0."""
-    return _whole_number(text, minimum=0)
-
-
-def bounded_batch_size(text: str) -> int:
-    """argparse type: frames per engine call, 1 to `MAX_BATCH_SIZE`.
-
-    Whether the frames in flight fit in memory is checked once the frame size is
-    known (`sleap_live.stream.memory.check_batch_memory`).
-    """
-    return _whole_number(text, minimum=1, maximum=MAX_BATCH_SIZE)
+positive_int = whole_number(1)
+count = whole_number(0)
+# Frames per engine call. Whether the frames in flight fit in memory is checked once
+# the frame size is known (`sleap_live.stream.memory.check_batch_memory`).
+bounded_batch_size = whole_number(1, MAX_BATCH_SIZE)
+bit_depth = whole_number(8, 16)  # bits per sample a video's data uses
 
 
 def video_or_url(text: str) -> Path | str:
@@ -516,23 +548,6 @@ def video_or_url(text: str) -> Path | str:
         return text if is_url(text) else Path(text)
     except ValueError as error:  # a URL of a scheme that is not a stream
         raise argparse.ArgumentTypeError(str(error)) from None
-
-
-def bit_depth(text: str) -> int:
-    """argparse type: bits per sample a video's data uses, 8 to 16."""
-    return _whole_number(text, minimum=8, maximum=16)
-
-
-def _whole_number(text: str, *, minimum: int, maximum: int | None = None) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < minimum:
-        raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
-    if maximum is not None and value > maximum:
-        raise argparse.ArgumentTypeError(f"must be at most {maximum}, got {value}")
-    return value
 
 
 def positive_float(text: str) -> float:

@@ -41,9 +41,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     from sleap_live.stream.outputs.recovery import recover_slp
 
     contents = recover_slp(args.file, overwrite=args.overwrite)
-    slp = args.file
-    if slp.name.endswith(".journal"):
-        slp = slp.with_name(slp.name[: -len(".journal")])
+    slp = args.file.with_name(args.file.name.removesuffix(".journal"))
     line = f"{slp}: recovered {contents.n_frames} frames"
     if contents.torn_bytes:
         line += f" (the save the crash cut short, {contents.torn_bytes} bytes, was dropped)"

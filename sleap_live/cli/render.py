@@ -11,15 +11,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import TimeRemainingColumn
 
 from sleap_live.cli.options import (
     PROG,
     UsageError,
     add_command,
+    add_experiment_option,
+    add_output_option,
     add_overwrite_option,
     count,
     positive_float,
+    progress_bar,
     say,
 )
 from sleap_live.stream.outputs.overlay import COLOR_SCHEMES, MARKER_SHAPES, PALETTES, OverlayStyle
@@ -47,12 +50,10 @@ def add_parser(commands: Any) -> None:
         ),
     )
     render.add_argument("slp", type=Path, metavar="POSES.slp", help="the poses to draw")
-    render.add_argument(
-        "-o",
-        "--output",
-        type=Path,
-        metavar="VIDEO",
-        help="the video to write, .mp4, .mkv or .avi "
+    add_output_option(
+        render,
+        "VIDEO",
+        "the video to write, .mp4, .mkv or .avi "
         "(default: POSES.overlay.mp4 in the working directory)",
     )
     render.add_argument(
@@ -102,11 +103,9 @@ def add_parser(commands: Any) -> None:
         default=DEFAULT_CODEC,
         help="h264 (small, lossy) or ffv1 (lossless, larger; best in .mkv)",
     )
-    render.add_argument(
-        "--experiment",
-        type=Path,
-        metavar="FILE",
-        help="also draw this closed-loop experiment (docs/closed-loop.md): its regions "
+    add_experiment_option(
+        render,
+        "also draw this closed-loop experiment (docs/closed-loop.md): its regions "
         "(green while a rule reading them is on) and a square per rule (green: on), the "
         "rules' states from the .slp's events of its run (default: poses only)",
     )
@@ -127,7 +126,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         line_width=args.line_width,
     )
     written = 0
-    with _progress_bar(console) as bar:
+    with progress_bar(console, TimeRemainingColumn()) as bar:
         task = bar.add_task(f"rendering {output}", total=None)
 
         def advance(done: int, total: int | None) -> None:
@@ -185,18 +184,6 @@ def _frame_range(text: str) -> tuple[int, int | None]:
     start = count(first) if first.strip() else 0
     stop = count(last) if last.strip() else None
     return start, stop
-
-
-def _progress_bar(console: Console) -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        transient=True,
-        disable=not console.is_terminal,
-    )
 
 
 def _experiment_overlay(args: argparse.Namespace) -> ExperimentOverlay | None:

@@ -30,8 +30,10 @@ from sleap_live.cli.options import (
     add_cache_options,
     add_command,
     add_decoder_option,
+    add_experiment_option,
     add_inference_options,
     add_model_options,
+    add_output_option,
     add_verify_options,
     bit_depth,
     check_models,
@@ -42,6 +44,7 @@ from sleap_live.cli.options import (
     say,
     seconds,
     video_or_url,
+    whole_number,
 )
 from sleap_live.cli.tracking_options import add_tracking_options, tracking_settings
 from sleap_live.stream.batching import choose_policy
@@ -152,9 +155,7 @@ def _add_common_options(
     add_verify_options(parser, frames_default=frames_default, description=IN_MEMORY_EXPORT)
     add_cache_options(parser)
     out = parser.add_argument_group("outputs")
-    out.add_argument(
-        "-o", "--output", type=Path, metavar="FILE", help=output_help + OUTPUT_FORMATS_HELP
-    )
+    add_output_option(out, "FILE", output_help + OUTPUT_FORMATS_HELP)
     out.add_argument(
         "--record",
         type=Path,
@@ -173,7 +174,7 @@ def _add_common_options(
     )
     out.add_argument(
         "--record-quality",
-        type=_crf,
+        type=whole_number(0, 51),
         metavar="CRF",
         help="CRF of a lossy --record-codec, 0 (best) to 51 (default: 18 for h264, 23 for h265)",
     )
@@ -208,11 +209,9 @@ def _add_common_options(
         "poses/SOURCE and a msgpack map; needs the publish extra (default: no publishing)",
     )
     loop = parser.add_argument_group("closed loop")
-    loop.add_argument(
-        "--experiment",
-        type=Path,
-        metavar="FILE",
-        help="run this closed-loop experiment (YAML, docs/closed-loop.md) on the tracked "
+    add_experiment_option(
+        loop,
+        "run this closed-loop experiment (YAML, docs/closed-loop.md) on the tracked "
         "poses: its rules' onsets and offsets go to its devices, to an events CSV beside "
         "-o (STEM.events.csv) and into a .slp or .nwb output (default: none)",
     )
@@ -275,14 +274,6 @@ def _add_common_options(
     )
 
 
-def _crf(text: str) -> int:
-    """argparse type: a constant rate factor, 0 to 51."""
-    value = count(text)
-    if value > 51:
-        raise argparse.ArgumentTypeError(f"must be at most 51, got {value}")
-    return value
-
-
 def handle(args: argparse.Namespace, console: Console) -> int:
     """Runs `run` or `replay`; returns the exit status (errors propagate to `main`)."""
     if args.command == "run":
@@ -297,7 +288,9 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     video = args.video if isinstance(args.video, Path) else None
     output = args.output
     if output is None and video is not None:
-        output = default_output(video)
+        # In the working directory, not beside the video (whose folder may be
+        # read-only, shared, or a camera's upload folder).
+        output = Path.cwd() / f"{video.stem}.predictions.slp"
     closed_loop = _closed_loop(args)
     events = None if closed_loop is None or output is None else events_csv_path(output)
     check_outputs(
@@ -335,9 +328,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             _bind_publisher(args, console) as publisher,
             _bind_preview(args, console) as preview,
         ):
-            return _run(
-                args, console, video, outputs, publisher, preview, claim, tracking, closed_loop
-            )
+            return _run(args, console, outputs, publisher, preview, claim, tracking, closed_loop)
     finally:
         if claim is not None:
             claim.release()  # nothing once the run's writer took it
@@ -346,7 +337,6 @@ def handle(args: argparse.Namespace, console: Console) -> int:
 def _run(
     args: argparse.Namespace,
     console: Console,
-    video: Path | None,
     outputs: OutputOptions,
     publisher: Publisher | None,
     preview: PreviewServer | None,
@@ -382,7 +372,13 @@ def _run(
                 if consumer is not None:
                     pipeline.attach(consumer)
             if preview is not None:
-                _print_preview(preview, console)
+                # Once the model is ready (a page opened earlier would show nothing for
+                # as long as the model loads); even with --quiet: without it a page on a
+                # free port cannot be found.
+                console.print(f"preview on {preview.url}", highlight=False)
+                if preview.exposed:
+                    warning = preview_exposure_warning(preview.url)
+                    console.print(warning, highlight=False, soft_wrap=True)
             if not args.quiet:
                 _print_path(source.sources[0], runner, args.decoder, console)
                 if publisher is not None:
@@ -395,8 +391,17 @@ def _run(
             _summarise(pipeline, outputs.output, console)
         finally:
             runner.close()
-    if preview is not None and _holds(args, console):
-        _hold_preview(preview, console)
+    # The ended run's last frame and figures, served until Ctrl-C; not by a preview
+    # that failed during the run (and said so then).
+    if preview is not None and _holds(args, console) and preview.can_hold:
+        console.print(
+            f"the run ended; the preview on {preview.url} shows its last frame and figures "
+            "until Ctrl-C",
+            highlight=False,
+            soft_wrap=True,
+        )
+        with contextlib.suppress(KeyboardInterrupt):
+            preview.hold()
     return 0
 
 
@@ -444,12 +449,6 @@ def _bind_publisher(
     return publisher
 
 
-def default_output(video: Path) -> Path:
-    """Where a video's poses go without -o: the working directory, not beside the
-    video (whose folder may be read-only, shared, or a camera's upload folder)."""
-    return Path.cwd() / f"{video.stem}.predictions.slp"
-
-
 def _port(text: str) -> int:
     """argparse type: a TCP port, 0 (any free one) to 65535."""
     value = count(text)
@@ -483,57 +482,24 @@ def _holds(args: argparse.Namespace, console: Console) -> bool:
     return console.is_terminal if args.preview_hold is None else args.preview_hold
 
 
-def _print_preview(preview: PreviewServer, console: Console) -> None:
-    """The preview's address, once the model is ready (a page opened earlier would
-    show nothing for as long as the model loads), and its exposure warning.
-
-    Printed even with --quiet: without it a page on a free port cannot be found."""
-    console.print(f"preview on {preview.url}", highlight=False)
-    if preview.exposed:
-        console.print(preview_exposure_warning(preview.url), highlight=False, soft_wrap=True)
-
-
-def _hold_preview(preview: PreviewServer, console: Console) -> None:
-    """Serve the ended run's last frame and figures until Ctrl-C."""
-    if not preview.can_hold:
-        return  # it failed during the run, and said so then
-    console.print(
-        f"the run ended; the preview on {preview.url} shows its last frame and figures "
-        "until Ctrl-C",
-        highlight=False,
-        soft_wrap=True,
-    )
-    with contextlib.suppress(KeyboardInterrupt):
-        preview.hold()
-
-
 def _print_path(source: Source, runner: Any, decoder: str, console: Console) -> None:
-    """The path line, after the fallback notice under --decoder auto (with --decoder
-    nvdec the notice is a logged warning, shown already)."""
+    """The path line (``path: pyav decode -> OnnxRunner on cpu``), after the fallback
+    notice under --decoder auto (with --decoder nvdec the notice is a logged warning,
+    shown already); and a line when the model is a centroid model alone (a top-down
+    pair given without its centered-instance model): its poses are one point per animal."""
     if source.decoder_notice is not None and decoder == "auto":
         console.print(source.decoder_notice, highlight=False, soft_wrap=True)
-    console.print(path_line(source, runner), highlight=False, soft_wrap=True)
-    centroid_only = centroid_only_line(runner)
-    if centroid_only is not None:
-        console.print(centroid_only, highlight=False, soft_wrap=True)
-
-
-def path_line(source: Source, runner: Any) -> str:
-    """The processing path, in one line: ``path: pyav decode -> OnnxRunner on cpu``."""
-    return f"path: {source.decoder} decode -> {type(runner).__name__} on {runner.device}"
-
-
-def centroid_only_line(runner: Any) -> str | None:
-    """One line when the model is a centroid model alone (a top-down pair given without
-    its centered-instance model): its poses are one point per animal. None otherwise."""
+    path = f"path: {source.decoder} decode -> {type(runner).__name__} on {runner.device}"
+    console.print(path, highlight=False, soft_wrap=True)
     info = runner.info
-    if info.model_type != "centroid":
-        return None
-    node = ", ".join(info.skeleton.node_names)
-    return (
-        f"a centroid model alone: one point per animal ({node}), no body parts; for whole "
-        "poses give its centered-instance model too (a second -m)"
-    )
+    if info.model_type == "centroid":
+        node = ", ".join(info.skeleton.node_names)
+        console.print(
+            f"a centroid model alone: one point per animal ({node}), no body parts; for whole "
+            "poses give its centered-instance model too (a second -m)",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _check(args: argparse.Namespace) -> None:

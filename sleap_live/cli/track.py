@@ -11,9 +11,15 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from sleap_live.cli.options import PROG, add_command, add_overwrite_option, say
+from sleap_live.cli.options import (
+    PROG,
+    add_command,
+    add_output_option,
+    add_overwrite_option,
+    progress_bar,
+    say,
+)
 from sleap_live.cli.tracking_options import add_tracking_options, settings_from
 
 
@@ -35,12 +41,8 @@ def add_parser(commands: Any) -> None:
         ),
     )
     track.add_argument("poses", type=Path, metavar="POSES", help="the pose file to track")
-    track.add_argument(
-        "-o",
-        "--output",
-        type=Path,
-        metavar="OUT",
-        help="the tracked poses (default: POSES.tracked.slp in the working directory)",
+    add_output_option(
+        track, "OUT", "the tracked poses (default: POSES.tracked.slp in the working directory)"
     )
     add_overwrite_option(track, "OUT")
     add_tracking_options(track, always=True)
@@ -52,14 +54,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
 
     settings = settings_from(args)
     output = args.output or Path(f"{args.poses.stem}.tracked.slp")
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        console=console,
-        transient=True,
-        disable=not console.is_terminal,
-    ) as bar:
+    with progress_bar(console) as bar:
         task = bar.add_task(f"tracking {args.poses}", total=None)
         summary = retrack_file(
             args.poses,

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 
+import attrs
+
 from sleap_live.cli.options import UsageError, count, flag, positive_float, positive_int
 from sleap_live.stream.tracking.settings import (
     CANDIDATES_METHODS,
@@ -26,26 +28,11 @@ from sleap_live.stream.tracking.settings import (
     refuse_unbuilt,
 )
 
-# Option (dest) -> `TrackingSettings` field.
+# Option (dest) -> `TrackingSettings` field: the same name, but for sleap-nn's
+# --tracking-window-size.
 _FIELDS = {
-    "tracker": "tracker",
-    "tracking_window_size": "window_size",
-    "min_new_track_points": "min_new_track_points",
-    "candidates_method": "candidates_method",
-    "min_match_points": "min_match_points",
-    "features": "features",
-    "scoring_method": "scoring_method",
-    "scoring_reduction": "scoring_reduction",
-    "robust_best_instance": "robust_best_instance",
-    "oks_stddev": "oks_stddev",
-    "track_matching_method": "track_matching_method",
-    "max_tracks": "max_tracks",
-    "track_buffer": "track_buffer",
-    "min_hits": "min_hits",
-    "track_high_threshold": "track_high_threshold",
-    "track_low_threshold": "track_low_threshold",
-    "new_track_threshold": "new_track_threshold",
-    "min_match_similarity": "min_match_similarity",
+    "tracking_window_size" if field == "window_size" else field: field
+    for field in attrs.fields_dict(TrackingSettings)
 }
 _UNBUILT = ("use_flow", "use_kalman")
 
