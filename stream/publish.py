@@ -345,13 +345,8 @@ class Publisher:
 
 
 def pose_message(record: PoseRecord, sequence: int, info: ModelInfo) -> dict[str, Any]:
-    """The map one pose record is published as (its layout is in docs/outputs.md).
-
-    Args:
-        record: the poses of one frame.
-        sequence: the record's number among the run's records, from 0.
-        info: the model, for node and track names.
-    """
+    """The map one pose record is published as (its layout is in docs/outputs.md);
+    `sequence` is the record's number among the run's records, from 0."""
     poses = record.poses
     return {
         "version": MESSAGE_VERSION,
@@ -374,11 +369,6 @@ class PosePublishing:
 
     Create it before the first record is written, so that it starts at the first;
     run `run` in a thread of its own.
-
-    Args:
-        publisher: where the messages go.
-        ring: the pipeline's ring buffer.
-        info: the model the poses come from.
     """
 
     def __init__(self, publisher: Publisher, ring: RingBuffer, info: ModelInfo) -> None:
