@@ -139,7 +139,6 @@ class Channel(Generic[T]):
         """Add an item, waiting for room under the ``"block"`` policy.
 
         Args:
-            item: anything.
             timeout: most seconds to wait for room; None waits as long as needed.
                 Ignored by ``"drop_oldest"``, which never waits.
 
