@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from sleap_live.stream.pipeline import Pipeline
     from sleap_live.stream.publish import Publisher
     from sleap_live.stream.ring import RingBuffer, RingReader
-    from sleap_live.stream.sources import open_source
+    from sleap_live.stream.sources import SourceOptions, open_source
     from sleap_live.stream.sources.group import SourceGroup
     from sleap_live.stream.stats import ConsumerStats, PipelineStats, PublishStats
     from sleap_live.stream.tracking import TrackingSettings
@@ -57,6 +57,7 @@ __all__ = [
     "SourceError",
     "SourceGroup",
     "SourceNotFoundError",
+    "SourceOptions",
     "SourceStalledError",
     "StreamError",
     "TrackingSettings",
@@ -90,7 +91,7 @@ _ORIGINS = {
     "SlpWriter": "sleap_live.stream.outputs.slp",
     "Pipeline": "sleap_live.stream.pipeline",
     "Publisher": "sleap_live.stream.publish",
-    "open_source": "sleap_live.stream.sources",
+    **dict.fromkeys(("SourceOptions", "open_source"), "sleap_live.stream.sources"),
     "SourceGroup": "sleap_live.stream.sources.group",
     "TrackingSettings": "sleap_live.stream.tracking",
 }

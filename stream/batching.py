@@ -230,7 +230,6 @@ class SequenceBatcher(Batcher):
         batch_size: most frames per batch.
         policy: ``"live"`` or ``"recorded"``.
         fps: the source's frame rate, None if unknown (live batches then fill).
-        clock: the pipeline's clock.
     """
 
     def __init__(
@@ -294,7 +293,6 @@ class GroupBatcher(Batcher):
         slots: the frames' slots the first frames come from.
         policy: ``"live"`` or ``"recorded"``.
         fps: the sources' (highest) frame rate, None if unknown.
-        clock: the pipeline's clock.
     """
 
     def __init__(self, slots: SourceSlots, policy: str, fps: float | None, clock: Clock) -> None:

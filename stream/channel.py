@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import collections
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Generic, Literal, TypeVar, get_args
 
@@ -140,7 +139,6 @@ class Channel(Generic[T]):
         """Add an item, waiting for room under the ``"block"`` policy.
 
         Args:
-            item: anything.
             timeout: most seconds to wait for room; None waits as long as needed.
                 Ignored by ``"drop_oldest"``, which never waits.
 
@@ -148,16 +146,13 @@ class Channel(Generic[T]):
             ChannelClosed: if the channel is closed, including while waiting.
             ChannelFull: if the timeout passed with the channel still full.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
         with self._not_full:
-            if self._policy == "block":
-                while len(self._items) >= self._capacity and not self._closed:
-                    remaining = None if deadline is None else deadline - time.monotonic()
-                    if remaining is not None and remaining <= 0:
-                        raise ChannelFull(
-                            f"channel full ({self._capacity} items) after waiting {timeout} s"
-                        )
-                    self._not_full.wait(remaining)
+            if self._policy == "block" and not self._not_full.wait_for(
+                lambda: len(self._items) < self._capacity or self._closed, timeout
+            ):
+                raise ChannelFull(
+                    f"channel full ({self._capacity} items) after waiting {timeout} s"
+                )
             dropped = self._append(item)
         if dropped and self._on_drop is not None:
             self._on_drop(dropped[0])
@@ -187,13 +182,9 @@ class Channel(Generic[T]):
             ChannelClosed: if the channel is closed and drained.
             ChannelEmpty: if the timeout passed with the channel open and empty.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
         with self._not_empty:
-            while not self._items and not self._closed:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise ChannelEmpty(f"channel empty after waiting {timeout} s")
-                self._not_empty.wait(remaining)
+            if not self._not_empty.wait_for(lambda: self._items or self._closed, timeout):
+                raise ChannelEmpty(f"channel empty after waiting {timeout} s")
             return self._pop()
 
     def get_nowait(self) -> T:

@@ -30,13 +30,8 @@ class EngineResult:
 
 
 class EngineStep:
-    """Runs batches through one runner, stamping `batch.times.engine` and the meters.
-
-    Args:
-        runner: the pipeline's runner.
-        clock: the pipeline's clock, for the engine times.
-        meters: told how long each engine call took.
-    """
+    """Runs batches through one runner, stamping `batch.times.engine` (on the
+    pipeline's clock) and telling the meters how long each engine call took."""
 
     def __init__(self, runner: Runner, clock: Clock, meters: StageMeters) -> None:
         self._runner = runner

@@ -217,7 +217,8 @@ class Publisher:
         except (lib.ZMQError, OSError) as error:
             self._socket.close(linger=0)
             self._context.term()
-            raise PublishError(_bind_failure(error), endpoint=endpoint) from None
+            reason = _BIND_REASONS.get(error.errno or 0, f"cannot bind: {error.strerror}")
+            raise PublishError(reason, endpoint=endpoint) from None
         self.endpoint: str = (
             endpoint
             if self._ipc_file is not None
@@ -265,22 +266,17 @@ class Publisher:
 
     def send(self, record: PoseRecord, sequence: int, info: ModelInfo) -> None:
         """Send one record as ``[topic, msgpack map]`` (see `pose_message`); never waits."""
-        topic = f"{TOPIC_PREFIX}/{record.source_id}".encode()
-        payload = self._packb(pose_message(record, sequence, info))
-        with self._lock:
-            if self._closed:
-                raise PublishError("the publisher was closed", endpoint=self.endpoint)
-            # A publish socket never blocks: at the high-water mark ZeroMQ drops instead.
-            self._socket.send_multipart((topic, payload), flags=self._zmq.NOBLOCK)
-            self.sent += 1
+        self.send_map(f"{TOPIC_PREFIX}/{record.source_id}", pose_message(record, sequence, info))
+        self.sent += 1  # only the publishing stage sends records
 
     def send_map(self, topic: str, message: dict[str, Any]) -> None:
         """Send ``[topic, msgpack map]`` of your own (an experiment's transitions, on
-        ``experiment/<rule>``); never waits, as `send`."""
+        ``experiment/<rule>``); never waits."""
         payload = self._packb(message)
         with self._lock:
             if self._closed:
                 raise PublishError("the publisher was closed", endpoint=self.endpoint)
+            # A publish socket never blocks: at the high-water mark ZeroMQ drops instead.
             self._socket.send_multipart((topic.encode(), payload), flags=self._zmq.NOBLOCK)
 
     def poll_subscriptions(self, timeout: float = 0.0) -> int:
@@ -345,13 +341,8 @@ class Publisher:
 
 
 def pose_message(record: PoseRecord, sequence: int, info: ModelInfo) -> dict[str, Any]:
-    """The map one pose record is published as (its layout is in docs/outputs.md).
-
-    Args:
-        record: the poses of one frame.
-        sequence: the record's number among the run's records, from 0.
-        info: the model, for node and track names.
-    """
+    """The map one pose record is published as (its layout is in docs/outputs.md);
+    `sequence` is the record's number among the run's records, from 0."""
     poses = record.poses
     return {
         "version": MESSAGE_VERSION,
@@ -374,11 +365,6 @@ class PosePublishing:
 
     Create it before the first record is written, so that it starts at the first;
     run `run` in a thread of its own.
-
-    Args:
-        publisher: where the messages go.
-        ring: the pipeline's ring buffer.
-        info: the model the poses come from.
     """
 
     def __init__(self, publisher: Publisher, ring: RingBuffer, info: ModelInfo) -> None:
@@ -630,7 +616,3 @@ _BIND_REASONS = {
     errno.EPERM: "permission denied (a socket of another user's is there)",
     errno.EEXIST: "a file that is not a socket is there (it is left alone)",
 }
-
-
-def _bind_failure(error: zmq.ZMQError | OSError) -> str:
-    return _BIND_REASONS.get(error.errno or 0, f"cannot bind: {error.strerror}")

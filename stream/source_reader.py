@@ -52,7 +52,6 @@ def open_within(open_source: Callable[[], _SourceT], timeout: float, name: str) 
     the caller gave up is closed by the opening thread.
 
     Args:
-        open_source: opens the source.
         timeout: most real seconds to wait (opening happens before any clock runs).
         name: the source, as the error names it.
 
@@ -112,7 +111,6 @@ class SourceReader:
         frames: the channel (or slots) each frame is put on (waiting for room if it
             blocks).
         clock: the clock read timeouts are measured on (the pipeline's).
-        name: the reader thread's name.
         on_frame: called in the reader thread after each frame is put.
         on_end: called in the reader thread once it reads no more, whatever the reason.
 

@@ -13,7 +13,6 @@ import contextlib
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
@@ -89,14 +88,10 @@ class StageThreads:
     def wait(self, timeout: float | None = None, *, but: Collection[str] = ()) -> bool:
         """Wait for every stage (but those in `but`) to finish; False if `timeout`
         (real seconds) passed first."""
-        deadline = None if timeout is None else time.monotonic() + timeout
         with self._changed:
-            while any(stage not in but for stage in self._running):
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return False
-                self._changed.wait(remaining)
-        return True
+            return self._changed.wait_for(
+                lambda: all(stage in but for stage in self._running), timeout
+            )
 
     def abandon(self, stages: Collection[str]) -> None:
         """Stop waiting for `stages`: their daemon threads run on, no longer counted."""

@@ -9,7 +9,7 @@ Both sides may be on different threads; each meter guards its own state.
 from __future__ import annotations
 
 import threading
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 
 import attrs
@@ -236,7 +236,7 @@ class StageMeters:
         self.batch_frames_dropped = 0
         self.frames_discarded = 0
         # Frames of each source these meters counted as dropped or discarded.
-        self._lost_by_source: dict[str, int] = {}
+        self._lost_by_source: Counter[str] = Counter()
         self.instances_last_frame = 0
         self.frames_with_instances = 0
         self._capture_rate = RateMeter(clock=clock)
@@ -267,16 +267,12 @@ class StageMeters:
     def batch_dropped(self, frames: Sequence[Frame]) -> None:
         """A live batch of these frames was replaced by a newer one before the engine."""
         self.batch_frames_dropped += len(frames)
-        self._count_lost(frames)
+        self._lost_by_source.update(frame.source_id for frame in frames)
 
     def discarded(self, frames: Sequence[Frame]) -> None:
         """These captured frames were let go by a stopping pipeline, unprocessed."""
         self.frames_discarded += len(frames)
-        self._count_lost(frames)
-
-    def _count_lost(self, frames: Sequence[Frame]) -> None:
-        for frame in frames:
-            self._lost_by_source[frame.source_id] = self._lost_by_source.get(frame.source_id, 0) + 1
+        self._lost_by_source.update(frame.source_id for frame in frames)
 
     def engine_ran(self, seconds: float) -> None:
         self._engine_latency.add(seconds)
@@ -350,7 +346,7 @@ class StageMeters:
             frames_with_instances=self.frames_with_instances,
             consumers=tuple(consumers),
             dropped_by_source={
-                source: outside + self._lost_by_source.get(source, 0)
+                source: outside + self._lost_by_source[source]
                 for source, outside in frames_dropped.items()
             },
             tracking_p50=tracking[0],

@@ -41,6 +41,7 @@ from sleap_live.stream.many.run import (
 )
 from sleap_live.stream.many.videos import DEFAULT_NAME_PATTERN, escaped, find_videos, plan_jobs
 from sleap_live.stream.many.worker import WorkOptions
+from sleap_live.stream.sources import SourceOptions
 
 # The options of a single run that cannot apply over many videos, and why. Each
 # names one file, one endpoint or one live source, or serves one run's poses as they
@@ -177,9 +178,9 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         ),
         batch_size=args.batch_size,
         verify_video=None if args.verify_video is None else os.fspath(args.verify_video),
-        decoder=args.decoder,
-        bit_depth=args.bit_depth,
-        read_timeout=args.read_timeout,
+        source=SourceOptions(
+            decoder=args.decoder, bit_depth=args.bit_depth, read_timeout=args.read_timeout
+        ),
         save_interval=args.save_interval,
         tracking=tracking_settings(args),
         provenance=run_provenance(args),

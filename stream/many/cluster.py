@@ -139,7 +139,6 @@ def run_on_ray(
     """Process `jobs` on Ray; results in job order.
 
     Args:
-        jobs: the videos to process.
         options: how each actor loads the model and runs a video (its `threads` is
             the actor's CPU share).
         address: "local", "auto" or "ray://HOST:PORT" (see the module docstring).
@@ -215,7 +214,6 @@ def local_ray(ray: Any, **options: Any) -> Iterator[str | None]:
     the shared ``/tmp/ray``.
 
     Args:
-        ray: the `ray` module.
         **options: more `ray.init` arguments (``num_cpus``).
     """
     folder = tempfile.mkdtemp(prefix="sleap-live-ray-")

@@ -198,7 +198,6 @@ def run_in_processes(
     exporting it, and an `--engine auto` choice measured by the first is theirs.
 
     Args:
-        jobs: the videos to process.
         options: how each worker loads the model and runs a video.
         workers: worker processes (at least 1).
         streams: videos in flight per worker.

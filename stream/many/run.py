@@ -28,6 +28,7 @@ from sleap_live.stream.many.videos import (
 )
 from sleap_live.stream.many.worker import VideoResult, WorkOptions, failed, skipped
 from sleap_live.stream.outputs.slp import DEFAULT_SAVE_INTERVAL
+from sleap_live.stream.sources import SourceOptions
 from sleap_live.stream.tracking.settings import TrackingSettings
 
 # Videos in flight per worker: the next one decodes while the current one finishes.
@@ -133,9 +134,7 @@ def run_many(
     outputs_to: OutputsTo = "worker",
     load: LoadOptions | None = None,
     batch_size: int | None = None,
-    decoder: str = "pyav",
-    bit_depth: int | None = None,
-    read_timeout: float | None = None,
+    source: SourceOptions | None = None,
     save_interval: float | None = DEFAULT_SAVE_INTERVAL,
     tracking: TrackingSettings | None = None,
     duration: float | None = None,
@@ -174,8 +173,9 @@ def run_many(
         load: how each worker loads the model (`LoadOptions`, default: its
             defaults); threads None there gives each worker its share
             (`with_threads`).
-        batch_size, decoder, bit_depth, read_timeout, save_interval: as for
-            `Pipeline` and `open_source`.
+        batch_size, save_interval: as for `Pipeline`.
+        source: how each video is read (`open_source`'s options, such as its
+            ``decoder``, ``bit_depth`` and ``read_timeout``).
         tracking: track ids with these settings (None: none); each video is tracked
             on its own by the worker that runs it, with the ids a run over that
             video alone gives.
@@ -202,9 +202,7 @@ def run_many(
         models=tuple(os.fspath(Path(path).absolute()) for path in model_paths),
         load=with_threads(load or LoadOptions(), workers, cluster),
         batch_size=batch_size,
-        decoder=decoder,
-        bit_depth=bit_depth,
-        read_timeout=read_timeout,
+        source=source or SourceOptions(),
         save_interval=save_interval,
         tracking=tracking,
     )

@@ -42,7 +42,7 @@ from sleap_live.stream.outputs.provenance import model_records
 from sleap_live.stream.outputs.slp import DEFAULT_SAVE_INTERVAL
 from sleap_live.stream.pipeline import Pipeline
 from sleap_live.stream.runner import deferred_spread_frames
-from sleap_live.stream.sources import open_source
+from sleap_live.stream.sources import SourceOptions, open_source
 from sleap_live.stream.tracking.settings import TrackingSettings
 
 Status = Literal["done", "skipped", "failed", "left", "stopped"]
@@ -76,9 +76,9 @@ class WorkOptions:
             local workers and Ray actors are given their share.
         batch_size: frames per engine call (None: the recorded policy's, 8).
         verify_video: verify on this video's frames (None: the first video's).
-        decoder: what decodes the videos ("pyav", "nvdec", "auto").
-        bit_depth: bits per sample the videos use (None: their pixel format's).
-        read_timeout: seconds without a frame after which a video has stalled.
+        source: how each video is read (`open_source`'s options: its decoder, bit
+            depth, read timeout); each is read as a file, its NVDEC decoding on the
+            model's CUDA device.
         save_interval: seconds between saves to the unfinished output's journal.
         provenance: entries added to every output's provenance.
         tracking: the tracker's settings (None: no tracking); each video is tracked
@@ -90,9 +90,7 @@ class WorkOptions:
     load: LoadOptions = attrs.field(factory=LoadOptions)
     batch_size: int | None = None
     verify_video: str | None = None
-    decoder: str = "pyav"
-    bit_depth: int | None = None
-    read_timeout: float | None = None
+    source: SourceOptions = attrs.field(factory=SourceOptions)
     save_interval: float | None = DEFAULT_SAVE_INTERVAL
     provenance: Mapping[str, Any] = attrs.field(factory=dict)
     tracking: TrackingSettings | None = None
@@ -255,15 +253,7 @@ class VideoWorker:
         )
         device = options.load.device
         gpu = device if device.startswith("cuda") else None
-        source = open_source(
-            job.video,
-            camera=False,
-            decoder=options.decoder,
-            device=gpu,
-            bit_depth=options.bit_depth,
-            read_timeout=options.read_timeout,
-        )
-        with source:
+        with open_source(job.video, options.source, camera=False, device=gpu) as source:
             runner, loaded_now = self._runner_for(job.video)
             if self._stopping.is_set():  # stopped while the model loaded
                 raise VideoStopped(f"{job.video}: stopped before its first frame")
@@ -311,7 +301,7 @@ class VideoWorker:
             if options.load.options.get("verify", True):
                 frames_of = Path(options.verify_video or video)
                 verify["verify_frames"] = deferred_spread_frames(
-                    frames_of, bit_depth=options.bit_depth
+                    frames_of, bit_depth=options.source.bit_depth
                 )
             runner = load_runner(list(options.models), **options.load.arguments(), **verify)
             self._runner = SharedRunner(runner)

@@ -87,7 +87,6 @@ class OutputLock:
     replaced by a soft lock writing a PID into its first bytes.
 
     Args:
-        path: the file to lock.
         what: how the error names the output (e.g. "the pose output x.slp").
 
     Raises:

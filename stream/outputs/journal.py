@@ -89,22 +89,7 @@ class JournalHeader:
     pid: int
 
     def to_bytes(self) -> bytes:
-        return json.dumps(
-            {
-                "skeleton": {
-                    "node_names": list(self.skeleton.node_names),
-                    "edges": [list(edge) for edge in self.skeleton.edges],
-                    "name": self.skeleton.name,
-                },
-                "class_names": list(self.class_names),
-                "video": self.video,
-                "frame_shape": list(self.frame_shape),
-                "fps": self.fps,
-                "n_frames": self.n_frames,
-                "provenance": self.provenance,
-                "pid": self.pid,
-            }
-        ).encode()
+        return json.dumps(attrs.asdict(self)).encode()
 
     @classmethod
     def from_bytes(cls, data: bytes, origin: str = "journal") -> JournalHeader:

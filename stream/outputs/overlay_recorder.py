@@ -38,7 +38,6 @@ class OverlayRecorder(EncodedOutput):
         path: the video to write (.mp4, .mkv, .avi).
         fps: frame rate stored in the file.
         frame_shape: (height, width, channels) of the frames, channels 1 or 3.
-        skeleton: the model's skeleton.
         class_names: the model's identity names (multi-class models), else empty.
         tracked: the poses carry a tracker's track ids (coloured by track).
         codec: a key of `overlay_writer.CODECS`.

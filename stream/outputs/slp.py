@@ -79,7 +79,6 @@ class SlpWriter:
 
     Args:
         path: the pose file to write: .slp, .h5, .nwb or .csv (`exports.SUFFIXES`).
-        skeleton: the model's skeleton.
         video: the video the poses belong to: a file path (it need not be
             readable now; the .slp links to it) or a name for a live source.
         frame_shape: (height, width, channels) of the frames.

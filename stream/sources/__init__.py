@@ -14,6 +14,8 @@ from pathlib import Path
 from types import MappingProxyType, TracebackType
 from typing import Any, Protocol, cast, runtime_checkable
 
+import attrs
+
 from sleap_live.stream.clock import Clock
 from sleap_live.stream.sources._base import READ_TIMEOUT_MARGIN, default_read_timeout
 from sleap_live.stream.sources.camera import CameraSource
@@ -36,6 +38,7 @@ __all__ = [
     "NvdecSource",
     "ReplaySource",
     "Source",
+    "SourceOptions",
     "default_read_timeout",
     "is_url",
     "open_source",
@@ -143,48 +146,14 @@ class Source(Protocol):
     ) -> None: ...
 
 
-def open_source(
-    spec: str | os.PathLike[str] | int | Iterable[Any] | Callable[[], Any],
-    *,
-    camera: bool | None = None,
-    replay: bool = False,
-    fps: float | None = None,
-    width: int | None = None,
-    height: int | None = None,
-    start: int | None = None,
-    stop: int | None = None,
-    input_format: str | None = None,
-    backend: str | None = None,
-    options: Mapping[str, str] | None = None,
-    controls: Mapping[str, str] | None = None,
-    drop_late: bool | None = None,
-    live: bool | None = None,
-    copy: bool | None = None,
-    source_id: str | None = None,
-    clock: Clock | None = None,
-    decoder: str | None = None,
-    device: str | None = None,
-    bit_depth: int | None = None,
-    read_timeout: float | None = None,
-) -> Source:
-    """Open the source ``spec`` describes.
-
-    Kinds, decided once from ``spec``:
-
-    - a video file path (str or `os.PathLike`) -> `FileSource`, or `ReplaySource`
-      with ``replay=True``;
-    - a str URL of one of `URL_SCHEMES` (``"rtsp://..."``, ``"http://..."``) ->
-      `NetworkSource`, a live stream read like a camera (unless ``camera=True``);
-    - an int, ``"camera:N"`` or ``"camera:<device>"`` -> `CameraSource`; with
-      ``camera=True`` any str is a device string (``"/dev/video2"``,
-      ``"video=Logitech BRIO"``); with ``camera=False`` a str is always a file;
-    - an iterable of frames, or a zero-argument callable -> `IteratorSource`.
+@attrs.frozen(kw_only=True)
+class SourceOptions:
+    """What `open_source` takes besides ``spec``: how to read the source.
 
     Options left at None keep each source's default. An option the chosen kind does
-    not take is an error rather than silently ignored.
+    not take is an error rather than silently ignored (`open_source`).
 
-    Args:
-        spec: what to read (see above).
+    Attributes:
         camera: force (True) or forbid (False) reading ``spec`` as a camera.
         replay: pace a video file at its frame rate (or ``fps``) like a camera.
         fps: camera frame rate to request, replay rate, or an iterator's nominal rate.
@@ -218,6 +187,49 @@ def open_source(
             source stops and reports it stalled (`SourceStalledError`), having
             processed every frame before; default: the source's frame interval plus
             5 s (`default_read_timeout`); ``math.inf`` waits for ever.
+    """
+
+    camera: bool | None = None
+    replay: bool = False
+    fps: float | None = None
+    width: int | None = None
+    height: int | None = None
+    start: int | None = None
+    stop: int | None = None
+    input_format: str | None = None
+    backend: str | None = None
+    options: Mapping[str, str] | None = None
+    controls: Mapping[str, str] | None = None
+    drop_late: bool | None = None
+    live: bool | None = None
+    copy: bool | None = None
+    source_id: str | None = None
+    clock: Clock | None = None
+    decoder: str | None = None
+    device: str | None = None
+    bit_depth: int | None = None
+    read_timeout: float | None = None
+
+
+def open_source(
+    spec: str | os.PathLike[str] | int | Iterable[Any] | Callable[[], Any],
+    options: SourceOptions | None = None,
+    /,
+    **given: Any,
+) -> Source:
+    """Open the source ``spec`` describes, read as `options` and the `SourceOptions`
+    fields ``given`` by name (``open_source("clip.mp4", replay=True)``) say.
+
+    Kinds, decided once from ``spec``:
+
+    - a video file path (str or `os.PathLike`) -> `FileSource`, or `ReplaySource`
+      with ``replay=True``;
+    - a str URL of one of `URL_SCHEMES` (``"rtsp://..."``, ``"http://..."``) ->
+      `NetworkSource`, a live stream read like a camera (unless ``camera=True``);
+    - an int, ``"camera:N"`` or ``"camera:<device>"`` -> `CameraSource`; with
+      ``camera=True`` any str is a device string (``"/dev/video2"``,
+      ``"video=Logitech BRIO"``); with ``camera=False`` a str is always a file;
+    - an iterable of frames, or a zero-argument callable -> `IteratorSource`.
 
     Returns:
         The opened source; use it in a ``with`` block or call ``close()``.
@@ -225,35 +237,18 @@ def open_source(
     Raises:
         ValueError: if ``spec`` is none of the supported kinds, or an option does not
             apply to its kind.
+        TypeError: a name ``given`` that is no `SourceOptions` field.
         SourceNotFoundError: if the file or camera does not exist.
         SourceError: if it exists but cannot be opened.
     """
-    kind = _kind_of(spec, camera, replay)
-    given: dict[str, Any] = {
+    chosen = SourceOptions(**given) if options is None else attrs.evolve(options, **given)
+    kind = _kind_of(spec, chosen.camera, chosen.replay)
+    kwargs = {
         name: value
-        for name, value in {
-            "fps": fps,
-            "width": width,
-            "height": height,
-            "start": start,
-            "stop": stop,
-            "input_format": input_format,
-            "backend": backend,
-            "options": options,
-            "controls": controls,
-            "drop_late": drop_late,
-            "live": live,
-            "copy": copy,
-            "source_id": source_id,
-            "clock": clock,
-            "decoder": decoder,
-            "device": device,
-            "bit_depth": bit_depth,
-            "read_timeout": read_timeout,
-        }.items()
-        if value is not None
+        for name, value in attrs.asdict(chosen, recurse=False).items()
+        if value is not None and name not in ("camera", "replay")
     }
-    unsupported = sorted(set(given) - _OPTIONS[kind])
+    unsupported = sorted(set(kwargs) - _OPTIONS[kind])
     if unsupported:
         raise ValueError(
             f"option{'s' if len(unsupported) > 1 else ''} {', '.join(unsupported)} "
@@ -261,14 +256,14 @@ def open_source(
         )
     # `_kind_of` has narrowed `spec` to what each kind takes.
     if kind == "camera":
-        return CameraSource(_camera_device(cast("int | str | os.PathLike[str]", spec)), **given)
+        return CameraSource(_camera_device(cast("int | str | os.PathLike[str]", spec)), **kwargs)
     if kind == "file":
-        return open_file(cast("str | os.PathLike[str]", spec), **given)
+        return open_file(cast("str | os.PathLike[str]", spec), **kwargs)
     if kind == "replay":
-        return ReplaySource(cast("str | os.PathLike[str]", spec), **given)
+        return ReplaySource(cast("str | os.PathLike[str]", spec), **kwargs)
     if kind == "network":
-        return NetworkSource(cast("str", spec), **given)
-    return IteratorSource(cast("Iterable[Any] | Callable[[], Any]", spec), **given)
+        return NetworkSource(cast("str", spec), **kwargs)
+    return IteratorSource(cast("Iterable[Any] | Callable[[], Any]", spec), **kwargs)
 
 
 def _kind_of(spec: Any, camera: bool | None, replay: bool) -> str:

@@ -48,25 +48,7 @@ class SourceBase(abc.ABC):
     there), released exactly once by whichever comes first: the end of iteration, or
     `close`. A source is read once: iterating it a second time raises.
 
-    Attributes:
-        source_id: name stamped on every frame.
-        fps: frames per second, or None if unknown.
-        frame_shape: (height, width, channels) of every frame's image, channels 1
-            (gray) or 3 (RGB).
-        n_frames: frames the source will yield, or None if unknown or unbounded.
-        is_live: True if frames arrive on their own clock (cameras, paced replay),
-            so a consumer that falls behind should drop frames rather than wait.
-        decoder: what decodes the frames: ``"pyav"`` (CPU), ``"nvdec"`` (GPU), or
-            ``"none"`` for frames handed over already decoded (iterators).
-        decoder_notice: why a GPU decoder asked for was not used, or None.
-        bit_depth: bits per sample of the data scaled to 8 (given, or the pixel
-            format's); None for frames handed over already 8-bit (iterators).
-        skipped: frames the source itself skipped (a replay falling behind its
-            rate); a pipeline adds them to its dropped frames.
-        video_file: the video file the frames are decoded from (a file or a
-            replay of one); None for cameras, network streams and iterators.
-        read_timeout: most seconds a frame may take to arrive before a pipeline
-            reading the source reports it stalled (see `default_read_timeout`).
+    Its attributes are those `sources.Source` describes.
     """
 
     source_id: str

@@ -45,7 +45,6 @@ class FileSource(SourceBase):
         n_frames: frames in the requested range, from the frame count the header
             declares or, when it declares none (e.g. Matroska), estimated from its
             duration and frame rate; None if neither is known.
-        bit_depth: the bits per sample scaled to 8 (given, or the pixel format's).
 
     Args:
         path: the video file.

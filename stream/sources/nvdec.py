@@ -329,7 +329,6 @@ class ReusedBuffers:
     is reused after the others, as before: valid until `len(buffers)` more frames.
 
     Args:
-        buffers: the device buffers.
         wait: makes the source's stream wait for an event.
     """
 

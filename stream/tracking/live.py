@@ -61,11 +61,7 @@ class TrackedPoses:
 
 
 class PoseTracking:
-    """Track ids for each source's frames, in the order they are emitted.
-
-    Args:
-        settings: the tracker's options.
-    """
+    """Track ids for each source's frames, in the order they are emitted."""
 
     def __init__(self, settings: TrackingSettings) -> None:
         self.settings = settings
