@@ -33,11 +33,7 @@ from sleap_live.engines.export.frames import (
     verification_frames,
     with_animals,
 )
-from sleap_live.engines.export.onnx import (
-    embed_metadata,
-    onnx_exported,
-    trace_to_onnx,
-)
+from sleap_live.engines.export.onnx import embed_metadata, onnx_exported, trace_to_onnx
 from sleap_live.engines.export.torchscript import (
     save_torchscript,
     torchscript_exported,
@@ -262,10 +258,16 @@ def _export(
     model.set_profile(profile)
     fixed_shape = model.tensorrt_profile
     native = frame_channels(model.frame_preprocess) if fixed_shape else model.info.input_channels
-    label = _label(model, sources)
+    # Names the model in errors: its type and the directories it came from.
+    names = f" ({', '.join(str(source) for source in sources)})" if sources else ""
+    label = f"the {model.info.model_type} model{names}"
     verification: list[dict[str, Any]] | None = None
     if not verify:
-        example = fitted_frames(_unverified_example(native, verify_frames), frame_size)
+        if verify_frames is None:
+            example = sample_frames(1, *SYNTHETIC_SIZE, native)
+        else:
+            example = verification_frames(native, verify_frames).frames[:1]
+        example = fitted_frames(example, frame_size)
         payload, _ = _trace(
             model, format, example, opset, dynamic_channels=False, progress=progress
         )
@@ -302,7 +304,10 @@ def _export(
         # the other. Else the graph takes either count if it converts the other
         # count's frames as torch does, which frames without animals cannot show.
         other = 1 if native == 3 else 3
-        other_frames = None if fixed_shape else _checking(progress, other, batches[-1])
+        other_frames = None
+        if not fixed_shape:
+            progress(f"checking {other}-channel input")
+            other_frames = convert_channels(batches[-1], other)
         other_reference = (
             None if other_frames is None else other_channels_reference(model, other_frames)
         )
@@ -364,11 +369,6 @@ def _metadata(
         profile=model.profile,
         tensorrt=_tensorrt_record(example, input_channels[0]) if model.tensorrt_profile else None,
     )
-
-
-def _checking(progress: Notify, channels: int, frames: np.ndarray) -> np.ndarray:
-    progress(f"checking {channels}-channel input")
-    return convert_channels(frames, channels)
 
 
 def conversion_frames(
@@ -451,19 +451,6 @@ def _trace(
     progress("tracing to TorchScript")
     traced, notes = trace_to_torchscript(model, example)
     return traced, torchscript_exported(traced, model, notes)
-
-
-def _unverified_example(channels: int, verify_frames: Frames | None) -> np.ndarray:
-    """The trace input of an unverified export: a given frame, else a synthetic one."""
-    if verify_frames is None:
-        return sample_frames(1, *SYNTHETIC_SIZE, channels)
-    return verification_frames(channels, verify_frames).frames[:1]
-
-
-def _label(model: InferenceModel, sources: Sequence[str | Path]) -> str:
-    """Names the model in errors: its type and the directories it came from."""
-    names = f" ({', '.join(str(source) for source in sources)})" if sources else ""
-    return f"the {model.info.model_type} model{names}"
 
 
 def export_file(output: str | Path, file_name: str, what: str, *, overwrite: bool = False) -> Path:

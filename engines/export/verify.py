@@ -26,7 +26,7 @@ Two kinds of check:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -196,7 +196,8 @@ def verify_batch(
     shape = "×".join(str(n) for n in frames.shape)
     reference = torch_outputs(model, frames)
     detections = detections_per_frame(reference, len(frames))
-    hint = _tracer_hint(exported.tracer_notes)
+    notes = exported.tracer_notes
+    hint = f"; the tracer warned: {' | '.join(notes)}" if notes else ""
     try:
         actual = exported.run(frames)
     except Exception as error:  # every runtime error here is a failed export
@@ -253,7 +254,3 @@ def takes_channels(
             f"the export raised on {frames.shape[3]}-channel frames: {first_line(error)}"
         ) from error
     return compare(model, frames, reference, actual).agrees
-
-
-def _tracer_hint(notes: Sequence[str]) -> str:
-    return f"; the tracer warned: {' | '.join(notes)}" if notes else ""

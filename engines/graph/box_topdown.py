@@ -26,10 +26,8 @@ frame's first `max_instances` valid boxes, highest score first.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-import attrs
 import torch
 
 from sleap_live.engines.errors import ModelConfigError
@@ -46,7 +44,6 @@ from sleap_live.engines.graph.preprocess import (
 )
 from sleap_live.engines.graph.resize import static_size
 from sleap_live.engines.graph.topdown import INSTANCE_HEAD, MultiClassTopDownModel, TopDownModel
-from sleap_live.engines.host.outputs import KEEP_UNCLASSIFIED
 from sleap_live.engines.load.spec import ModelSpec, check_model_type
 from sleap_live.engines.settings import check_slots
 from sleap_live.engines.types import ModelInfo, Skeleton
@@ -185,12 +182,7 @@ class BoxTopDownModel(TopDownModel):
         instance_frame, slot = torch.nonzero(valid).unbind(1)
         centres = box_centres(boxes[instance_frame, slot])
         values = scores[instance_frame, slot]
-        if self.crop_max_height is None and self.crop_max_width is None:
-            sized, eff_scale = raw, torch.ones(1, dtype=torch.float32, device=raw.device)
-        else:
-            sized, eff_scale = sizematch(
-                raw, self.crop_max_height, self.crop_max_width, specialised=self.specialised
-            )
+        sized, eff_scale = self._crop_frames(raw)
         points, point_scores, heads = self._instances(
             sized.permute(0, 2, 3, 1), instance_frame, centres, eff_scale
         )
@@ -216,15 +208,7 @@ class BoxTopDownModel(TopDownModel):
         raw = frame_values(frames)
         boxes, values, valid = self.detector.slots(raw, self.max_instances)
         centres = torch.where(valid[..., None], box_centres(boxes), 0.0)
-        if self.crop_max_height is None and self.crop_max_width is None:
-            sized, eff_scale = raw, torch.ones(1, dtype=torch.float32, device=raw.device)
-        else:
-            crop_frames = PreprocessConfig(
-                in_channels=static_size(raw, 1),
-                max_height=self.crop_max_height,
-                max_width=self.crop_max_width,
-            )
-            sized, eff_scale = size_matched_values(raw, crop_frames)
+        sized, eff_scale = self._crop_frames(raw)
         instance_frame = torch.arange(valid.shape[0], device=valid.device)
         instance_frame = instance_frame.repeat_interleave(self.max_instances)
         points, scores, heads = self._instances(
@@ -232,22 +216,28 @@ class BoxTopDownModel(TopDownModel):
         )
         return self._slotted(valid, values, points, scores, heads)
 
+    def _crop_frames(self, raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The frames the crops are cut from, size-matched to the instance model's
+        `max_height` and `max_width`, and that size matcher's scale."""
+        if self.crop_max_height is None and self.crop_max_width is None:
+            return raw, torch.ones(1, dtype=torch.float32, device=raw.device)
+        if not self.tensorrt_profile:
+            return sizematch(
+                raw, self.crop_max_height, self.crop_max_width, specialised=self.specialised
+            )
+        crop_frames = PreprocessConfig(
+            in_channels=static_size(raw, 1),
+            max_height=self.crop_max_height,
+            max_width=self.crop_max_width,
+        )
+        return size_matched_values(raw, crop_frames)
 
-class BoxMultiClassTopDownModel(BoxTopDownModel, MultiClassTopDownModel):
+
+class BoxMultiClassTopDownModel(MultiClassTopDownModel, BoxTopDownModel):
     """A `bbox_centernet` detector + multi-class top-down pair.
 
     Outputs `MULTI_CLASS_TOPDOWN_OUTPUTS` as `MultiClassTopDownModel` does (its
-    class vectors, identities assigned per frame on the host); takes
-    `BoxTopDownModel`'s arguments plus `class_names`.
+    class vectors, identities assigned per frame on the host, the crops no class
+    was assigned to kept, as sleap-nn keeps them); takes `BoxTopDownModel`'s
+    arguments plus `class_names`.
     """
-
-    model_type = "multi_class_topdown"
-
-    def __init__(self, *args: Any, class_names: Sequence[str], **options: Any) -> None:
-        if not class_names:
-            raise ValueError("a multi-class top-down model needs at least one class name")
-        BoxTopDownModel.__init__(self, *args, **options)
-        # sleap-nn keeps the crops no class was assigned to, with no identity.
-        self.info = attrs.evolve(
-            self.info, class_names=tuple(class_names), postprocess={KEEP_UNCLASSIFIED: True}
-        )

@@ -297,12 +297,7 @@ class TopDownModel(InferenceModel):
             self.crop_size,
             specialised=self.specialised,
         )
-        crops = crops.permute(0, 3, 1, 2)
-        if self.tensorrt_profile:
-            heads = self.instance_network(network_input_values(crops, self.instance_preprocess))
-        else:
-            image = network_input(crops, self.instance_preprocess, specialised=self.specialised)
-            heads = self.instance_network(image)
+        heads = self._instance_heads(crops)
         points, scores = global_peaks(
             heads[INSTANCE_HEAD], self.peak_threshold, self.refine, self.patch_size
         )
@@ -319,13 +314,9 @@ class TopDownModel(InferenceModel):
     ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """`_instances` as SLEAP 1.x's `FindInstancePeaks` computes them."""
         size = self.crop_size
-        crops = sleap1_crops(crop_frames, instance_frame, sized_centroids, size)
-        crops = crops.permute(0, 3, 1, 2)
-        if self.tensorrt_profile:
-            image = network_input_values(crops, self.instance_preprocess)
-        else:
-            image = network_input(crops, self.instance_preprocess, specialised=self.specialised)
-        heads = self.instance_network(image)
+        heads = self._instance_heads(
+            sleap1_crops(crop_frames, instance_frame, sized_centroids, size)
+        )
         offsets = heads.get(OFFSETS_HEAD)
         points, scores = global_peaks(
             heads[INSTANCE_HEAD],
@@ -339,6 +330,15 @@ class TopDownModel(InferenceModel):
         points = sleap1_grid_to_image(points, self.instance_stride, scale)
         origin = (sized_centroids - size / 2) / scale
         return (points + origin[:, None]) / eff_scale, scores, heads
+
+    def _instance_heads(self, crops: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The instance network's heads on (n, h, w, C) crops."""
+        crops = crops.permute(0, 3, 1, 2)
+        if self.tensorrt_profile:
+            image = network_input_values(crops, self.instance_preprocess)
+        else:
+            image = network_input(crops, self.instance_preprocess, specialised=self.specialised)
+        return self.instance_network(image)
 
     def _extra_outputs(self, heads: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
         return ()

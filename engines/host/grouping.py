@@ -157,12 +157,8 @@ class PafGrouper:
 
     def group_batch(self, outputs: Mapping[str, np.ndarray]) -> list[FramePoses]:
         """Instances of every frame of a batch of `BOTTOMUP_OUTPUTS`."""
-        return [
-            self.group(peaks, peak_scores, peak_valid, line_scores)
-            for peaks, peak_scores, peak_valid, line_scores in zip(
-                *(np.asarray(outputs[name]) for name in BOTTOMUP_OUTPUTS), strict=True
-            )
-        ]
+        arrays = (np.asarray(outputs[name]) for name in BOTTOMUP_OUTPUTS)
+        return [self.group(*frame) for frame in zip(*arrays, strict=True)]
 
     def group(
         self,
@@ -360,13 +356,8 @@ class ClassMapGrouper:
 
     def group_batch(self, outputs: Mapping[str, np.ndarray]) -> list[FramePoses]:
         """Instances of every frame of a batch of `MULTI_CLASS_BOTTOMUP_OUTPUTS`."""
-        return [
-            self.group(peaks, peak_scores, peak_valid, class_probs)
-            for peaks, peak_scores, peak_valid, class_probs in zip(
-                *(np.asarray(outputs[name]) for name in MULTI_CLASS_BOTTOMUP_OUTPUTS),
-                strict=True,
-            )
-        ]
+        arrays = (np.asarray(outputs[name]) for name in MULTI_CLASS_BOTTOMUP_OUTPUTS)
+        return [self.group(*frame) for frame in zip(*arrays, strict=True)]
 
     def group(
         self,

@@ -20,7 +20,6 @@ file Keras wrote.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ import h5py
 import numpy as np
 
 from sleap_live.engines.errors import CheckpointError
-from sleap_live.engines.load.metadata import json_depth
+from sleap_live.engines.load.metadata import bounded_json_object
 
 # The Keras `model_config` of the committed SLEAP 1.x models is 7 to 23 KB and nests
 # 8 levels deep (tests/data/legacy_models); a UNet has 2 layers per convolution
@@ -53,24 +52,13 @@ def read_model_config(file: h5py.File, path: Path) -> Mapping[str, Any]:
         text = text.decode("utf-8", errors="replace")
     if not isinstance(text, str):
         raise CheckpointError(f"{path}: model_config is not a JSON string")
-    if len(text) > MAX_MODEL_CONFIG_BYTES:
-        raise CheckpointError(
-            f"{path}: model_config is {len(text)} characters, more than the "
-            f"{MAX_MODEL_CONFIG_BYTES} allowed"
-        )
-    depth = json_depth(text)
-    if depth > MAX_MODEL_CONFIG_DEPTH:
-        raise CheckpointError(
-            f"{path}: model_config nests {depth} levels deep, more than the "
-            f"{MAX_MODEL_CONFIG_DEPTH} allowed"
-        )
-    try:
-        config = json.loads(text)
-    except ValueError as error:  # JSONDecodeError, or an integer of too many digits
-        raise CheckpointError(f"{path}: model_config is not valid JSON ({error})") from None
-    if not isinstance(config, dict):
-        raise CheckpointError(f"{path}: model_config is not a JSON object")
-    return config
+    return bounded_json_object(
+        text,
+        f"{path}: model_config",
+        MAX_MODEL_CONFIG_BYTES,
+        MAX_MODEL_CONFIG_DEPTH,
+        CheckpointError,
+    )
 
 
 def hard_member(group: h5py.Group, name: str, path: Path, where: str) -> Any:

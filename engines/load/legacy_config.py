@@ -26,7 +26,6 @@ Facts taken from SLEAP 1.4's source (`sleap/nn/config`, `sleap/nn/model.py`,
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -42,7 +41,7 @@ from sleap_live.engines.load.config_reader import (
     check_unet_channels,
 )
 from sleap_live.engines.load.keras_h5 import read_model_config
-from sleap_live.engines.load.metadata import MAX_CLASSES, MAX_EDGES, MAX_NODES, json_depth
+from sleap_live.engines.load.metadata import MAX_CLASSES, MAX_EDGES, MAX_NODES, bounded_json_object
 from sleap_live.engines.load.spec import (
     CROP_MODEL_TYPES,
     LEGACY_TRAINING_CONFIG,
@@ -226,24 +225,9 @@ def _read_json(path: Path) -> dict[str, Any]:
             text = file.read(MAX_CONFIG_BYTES + 1)
     except OSError as e:
         raise ModelConfigError(f"{path}: cannot read: {e.strerror or e}") from e
-    if len(text) > MAX_CONFIG_BYTES:
-        raise ModelConfigError(
-            f"{path}: more than {MAX_CONFIG_BYTES} bytes; not a SLEAP 1.x training config"
-        )
-    depth = json_depth(text)
-    if depth > MAX_CONFIG_DEPTH:
-        raise ModelConfigError(
-            f"{path}: nests {depth} levels deep, more than the {MAX_CONFIG_DEPTH} allowed; "
-            "not a SLEAP 1.x training config"
-        )
-    try:
-        config = json.loads(text)
-    # ValueError beyond JSONDecodeError: an integer of more digits than Python converts.
-    except (ValueError, UnicodeDecodeError, RecursionError) as e:
-        raise ModelConfigError(f"{path}: not a valid JSON training config ({e})") from None
-    if not isinstance(config, dict):
-        raise ModelConfigError(f"{path}: not a JSON object")
-    return config
+    return bounded_json_object(
+        text, f"{path}: the training config", MAX_CONFIG_BYTES, MAX_CONFIG_DEPTH, ModelConfigError
+    )
 
 
 def _whole(reader: ConfigReader, value: Any, where: str, most: int) -> int:

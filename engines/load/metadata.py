@@ -210,28 +210,39 @@ class ExportMetadata:
             ModelConfigError: one line naming `origin`: too large, too deep, not JSON,
                 or not export metadata (see `from_dict`).
         """
-        if len(text) > MAX_METADATA_BYTES:
-            raise ModelConfigError(
-                f"{origin}: export metadata is {len(text)} bytes, more than the "
-                f"{MAX_METADATA_BYTES} any export writes"
-            )
-        depth = json_depth(text)
-        if depth > MAX_METADATA_DEPTH:
-            raise ModelConfigError(
-                f"{origin}: export metadata nests {depth} levels deep, more than the "
-                f"{MAX_METADATA_DEPTH} any export writes"
-            )
-        try:
-            document = json.loads(text)
-        # ValueError beyond JSONDecodeError: an integer of more digits than Python
-        # converts (4,300 by default, `sys.set_int_max_str_digits`).
-        except (ValueError, UnicodeDecodeError) as error:
-            raise ModelConfigError(
-                f"{origin}: export metadata is not valid JSON ({error})"
-            ) from error
-        if not isinstance(document, dict):
-            raise ModelConfigError(f"{origin}: export metadata is not a JSON object")
+        document = bounded_json_object(
+            text,
+            f"{origin}: export metadata",
+            MAX_METADATA_BYTES,
+            MAX_METADATA_DEPTH,
+            ModelConfigError,
+        )
         return cls.from_dict(document, origin)
+
+
+def bounded_json_object(
+    text: str | bytes, what: str, max_size: int, max_depth: int, error: type[Exception]
+) -> dict[str, Any]:
+    """The JSON object of `text`, its size and nesting depth bounded before it is parsed.
+
+    Raises:
+        error: one line starting with `what`: too large, too deep, not JSON, or not an
+            object.
+    """
+    if len(text) > max_size:
+        raise error(f"{what} is more than {max_size} bytes")
+    depth = json_depth(text)
+    if depth > max_depth:
+        raise error(f"{what} nests {depth} levels deep, more than the {max_depth} allowed")
+    try:
+        document = json.loads(text)
+    # ValueError (UnicodeDecodeError among them) beyond JSONDecodeError: an integer
+    # of more digits than Python converts (4,300 by default, `sys.set_int_max_str_digits`).
+    except ValueError as problem:
+        raise error(f"{what} is not valid JSON ({problem})") from None
+    if not isinstance(document, dict):
+        raise error(f"{what} is not a JSON object")
+    return document
 
 
 def json_depth(text: str | bytes) -> int:

@@ -324,11 +324,10 @@ def _parse_head(
     output_stride = reader.power_of_two(
         reader.required(leaf, "output_stride", where), f"{where}.output_stride"
     )
+    head = HeadSpec(name=name, config_key=key, output_stride=output_stride)
     if name == "ClassVectorsHead":
-        return HeadSpec(
-            name=name,
-            config_key=key,
-            output_stride=output_stride,
+        return attrs.evolve(
+            head,
             classes=_classes(reader, leaf, where),
             num_fc_layers=reader.integer(
                 reader.optional(leaf, "num_fc_layers", where, int, 1),
@@ -345,22 +344,12 @@ def _parse_head(
             ),
         )
     if name == "ClassMapsHead":
-        return HeadSpec(
-            name=name,
-            config_key=key,
-            output_stride=output_stride,
-            classes=_classes(reader, leaf, where),
-        )
+        return attrs.evolve(head, classes=_classes(reader, leaf, where))
     if name == "BBoxCenterHead":
         categories = _string_list(reader, leaf.get("categories"), f"{where}.categories")
-        return HeadSpec(
-            name=name,
-            config_key=key,
-            output_stride=output_stride,
-            classes=categories or (DEFAULT_BOX_CATEGORY,),
-        )
+        return attrs.evolve(head, classes=categories or (DEFAULT_BOX_CATEGORY,))
     if name in ("BBoxSizeHead", "BBoxOffsetHead"):
-        return HeadSpec(name=name, config_key=key, output_stride=output_stride)
+        return head
     if name == "PartAffinityFieldsHead":
         part_names = previous[0].part_names
         edges = _edges(reader, leaf, where, skeleton)
@@ -368,10 +357,8 @@ def _parse_head(
             for end in edge:
                 if end not in part_names:
                     raise reader.error(f"{where}.edges names {end!r}, which is not a part")
-        return HeadSpec(
-            name=name,
-            config_key=key,
-            output_stride=output_stride,
+        return attrs.evolve(
+            head,
             edges=edges,
             edge_indices=tuple((part_names.index(s), part_names.index(d)) for s, d in edges),
         )
@@ -383,10 +370,8 @@ def _parse_head(
     if name in ("CentroidConfmapsHead", "CenteredInstanceConfmapsHead"):
         anchor_part = reader.optional(leaf, "anchor_part", where, str, None)
         _check_centroid_method(reader, leaf, where, anchor_part)
-    return HeadSpec(
-        name=name,
-        config_key=key,
-        output_stride=output_stride,
+    return attrs.evolve(
+        head,
         part_names=part_names,
         anchor_part=anchor_part,
         use_sigmoid_activation=reader.boolean(

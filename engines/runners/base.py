@@ -77,16 +77,11 @@ def begin_run(
         raise EngineError(f"this {type(runner).__name__} is closed")
     batch_size, _, _, count = check_frames(frames)
     if count not in channels:
-        if _off_host(frames):
+        if getattr(getattr(frames, "device", None), "type", "cpu") != "cpu":  # a GPU tensor
             frames = _convert_on_device(frames, channels[0])
         else:
             frames = convert_channels(as_numpy(frames), channels[0])
     return frames, batch_size
-
-
-def _off_host(frames: Any) -> bool:
-    device = getattr(frames, "device", None)
-    return device is not None and getattr(device, "type", "cpu") != "cpu"
 
 
 def _convert_on_device(frames: Any, channels: int) -> Any:
