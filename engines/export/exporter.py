@@ -33,7 +33,11 @@ from sleap_live.engines.export.frames import (
     verification_frames,
     with_animals,
 )
-from sleap_live.engines.export.onnx import embed_metadata, onnx_exported, trace_to_onnx
+from sleap_live.engines.export.onnx import (
+    embed_metadata,
+    onnx_exported,
+    trace_to_onnx,
+)
 from sleap_live.engines.export.torchscript import (
     save_torchscript,
     torchscript_exported,

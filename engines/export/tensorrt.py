@@ -36,7 +36,10 @@ from sleap_live.engines.export.tensorrt_build import (
     model_hash,
     read_onnx_model,
 )
-from sleap_live.engines.export.tensorrt_cache import EngineCache, timing_cache_name
+from sleap_live.engines.export.tensorrt_cache import (
+    EngineCache,
+    timing_cache_name,
+)
 from sleap_live.engines.export.tensorrt_engine import (
     HEADER_SCHEMA,
     HEADER_VERSION,

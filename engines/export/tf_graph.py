@@ -26,7 +26,13 @@ import numpy as np
 import tensorflow as tf
 import torch
 
-from sleap_live.engines.export.tf_ops import OPS, Op, UnsupportedOperation, np_dtype, tf_dtype
+from sleap_live.engines.export.tf_ops import (
+    OPS,
+    Op,
+    UnsupportedOperation,
+    np_dtype,
+    tf_dtype,
+)
 
 
 def core_program(model: torch.nn.Module, example: torch.Tensor) -> torch.export.ExportedProgram:

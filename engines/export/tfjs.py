@@ -326,7 +326,9 @@ def import_tensorflowjs() -> Any:
     if "jax.experimental.jax2tf" in stood_in:
         sys.modules["jax.experimental"].jax2tf = sys.modules["jax.experimental.jax2tf"]  # type: ignore[attr-defined]
     try:
-        from tensorflowjs.converters.tf_saved_model_conversion_v2 import convert_tf_saved_model
+        from tensorflowjs.converters.tf_saved_model_conversion_v2 import (
+            convert_tf_saved_model,
+        )
     except ImportError as error:
         raise RuntimeUnavailableError(
             f"tensorflowjs is not installed ({first_line(error)}); {TFJS_INSTALL_HINT}"

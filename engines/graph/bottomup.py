@@ -52,7 +52,10 @@ from sleap_live.engines.graph.preprocess import (
     frames_to_nchw,
 )
 from sleap_live.engines.graph.resize import size_of
-from sleap_live.engines.host.grouping import ClassMapGrouper, PafGrouper
+from sleap_live.engines.host.grouping import (
+    ClassMapGrouper,
+    PafGrouper,
+)
 from sleap_live.engines.load.spec import ModelSpec, check_model_type
 from sleap_live.engines.types import ModelInfo, Skeleton
 

@@ -31,7 +31,11 @@ from types import MappingProxyType
 import numpy as np
 
 from sleap_live.engines.errors import ModelConfigError
-from sleap_live.engines.host.grouping import ClassMapGrouper, PafGrouper, linear_sum_assignment
+from sleap_live.engines.host.grouping import (
+    ClassMapGrouper,
+    PafGrouper,
+    linear_sum_assignment,
+)
 from sleap_live.engines.host.outputs import (
     BOTTOMUP_OUTPUTS,
     INSTANCE_OUTPUTS,

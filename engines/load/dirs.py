@@ -19,7 +19,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sleap_live.engines.errors import ExportedModelDirError, ModelConfigError, ModelNotFoundError
+from sleap_live.engines.errors import (
+    ExportedModelDirError,
+    ModelConfigError,
+    ModelNotFoundError,
+)
 from sleap_live.engines.load.legacy_config import is_legacy_model_dir, read_legacy_config
 from sleap_live.engines.load.model_kind import refuse_unrun_kind
 from sleap_live.engines.load.spec import (

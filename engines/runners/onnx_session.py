@@ -14,7 +14,11 @@ from typing import Any
 import numpy as np
 
 from sleap_live.engines.cache import cache_root
-from sleap_live.engines.errors import ModelConfigError, ModelNotFoundError, RuntimeUnavailableError
+from sleap_live.engines.errors import (
+    ModelConfigError,
+    ModelNotFoundError,
+    RuntimeUnavailableError,
+)
 from sleap_live.engines.host.outputs import BATCH_AXIS, INSTANCE_AXIS
 from sleap_live.engines.optional import GPU_INSTALL_HINT, ORT_INSTALL_HINT
 from sleap_live.engines.ort_options import session_options

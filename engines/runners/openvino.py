@@ -43,7 +43,12 @@ from sleap_live.engines.errors import (
     RuntimeUnavailableError,
 )
 from sleap_live.engines.host.compare import pose_difference
-from sleap_live.engines.host.frames import DeferredFrames, as_numpy, convert_channels, given_frames
+from sleap_live.engines.host.frames import (
+    DeferredFrames,
+    as_numpy,
+    convert_channels,
+    given_frames,
+)
 from sleap_live.engines.host.outputs import INSTANCE_AXIS, INSTANCE_LIST, output_spec
 from sleap_live.engines.host.postprocess import decode
 from sleap_live.engines.load.metadata import METADATA_KEY, ExportMetadata
