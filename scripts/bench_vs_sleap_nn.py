@@ -347,7 +347,12 @@ def same_pixels(sleap_nn: Path, clip: Path, frames: np.ndarray, folder: Path) ->
         raise SystemExit(f"sleap-io could not read {clip} in sleap-nn's venv: {tail}")
     theirs = np.load(out)
     out.unlink()
-    ours = frames[:count]
+    return pixel_check(frames[:count], theirs)
+
+
+def pixel_check(ours: np.ndarray, theirs: np.ndarray) -> dict[str, Any]:
+    """`same_pixels`' comparison of two stacks of frames, `ours` sleap-live's."""
+    count = len(ours)
     if theirs.shape != ours.shape:
         return {"frames": count, "identical": 0, "shapes": [list(ours.shape), list(theirs.shape)]}
     levels = np.abs(ours.astype(np.int16) - theirs.astype(np.int16)).reshape(count, -1).max(1)

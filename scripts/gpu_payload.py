@@ -208,12 +208,23 @@ def build_payload(target: Path = PAYLOAD_DIR) -> bool:
     return fits
 
 
-def fetch_stripped(target: Path, python: str) -> None:
+def fetch_stripped(target: Path, python: str, repacked: Path | None = None) -> None:
     """The listed wheels for `python` in `target`, stripped and repacked; each printed
-    with its size."""
+    with its size.
+
+    A wheel of the same file name in `repacked` (a folder this function filled, for
+    another Python) is the same wheel stripped alike: it is copied rather than repacked
+    again. PyAV's abi3 wheel and the pure-Python ones serve 3.11 and 3.12 alike, and
+    LZMA took about a minute of one core for PyAV's alone.
+    """
     wheels = download(requirements(), target, python)
     for wheel in wheels:
-        saved = repack_wheel(wheel, STRIP.get(distribution(wheel), ()))
+        done = repacked / wheel.name if repacked is not None else None
+        if done is not None and done.is_file():
+            saved = wheel.stat().st_size - done.stat().st_size
+            shutil.copyfile(done, wheel)
+        else:
+            saved = repack_wheel(wheel, STRIP.get(distribution(wheel), ()))
         note = f" ({mib(saved)} less, stripped and repacked)" if saved > 0 else ""
         print(f"  {wheel.name}: {mib(wheel.stat().st_size)}{note}", flush=True)
 
@@ -244,7 +255,7 @@ def rehearse(folder: Path = REHEARSAL_DIR, expect_gpu: bool = False) -> int:
     here = f"{sys.version_info.major}.{sys.version_info.minor}"
     payload = folder / f"payload-{here}"
     print(f"rehearsal payload (Python {here}):", flush=True)
-    fetch_stripped(payload, here)
+    fetch_stripped(payload, here, repacked=PAYLOAD_DIR)
     python = rehearsal_venv(folder)
     print(f"rehearsal venv ready in {time.perf_counter() - started:.0f} s", flush=True)
     command = [

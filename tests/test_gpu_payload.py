@@ -1,5 +1,5 @@
 """scripts/gpu_payload.py's pure parts: the wheel list, the size check against the GPU
-machine's 64 MiB, and the stripping of a wheel. The download and the rehearsal itself
+machine's 64 MiB, the stripping of a wheel and its reuse. The download and the rehearsal itself
 run in CI as a step of their own (.ci/run), not here."""
 
 from __future__ import annotations
@@ -50,6 +50,27 @@ def test_repack_wheel_drops_files_and_their_record_lines_and_compresses_with_lzm
         ]
         kept = archive.read("pynvvideocodec-2.2.4.dist-info/RECORD").decode()
     assert kept == "PyNvVideoCodec/__init__.py,sha256=x,1\n"
+
+
+def test_a_wheel_already_repacked_for_another_python_is_copied_not_repacked(tmp_path, monkeypatch):
+    def wheel(folder, name, text):
+        folder.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(folder / name, "w") as archive:
+            archive.writestr("a.py", text)
+        return folder / name
+
+    shared, own = "av-18.1.0-cp311-abi3-x.whl", "pynvvideocodec-2.2.4-cp311-cp311-x.whl"
+    done = wheel(tmp_path / "payload", shared, "repacked for 3.12")
+    target = tmp_path / "payload-3.11"
+
+    def download(wanted, folder, python):
+        return [wheel(folder, shared, "as published"), wheel(folder, own, "x" * 5000)]
+
+    monkeypatch.setattr(payload, "download", download)
+    payload.fetch_stripped(target, "3.11", repacked=tmp_path / "payload")
+    assert (target / shared).read_bytes() == done.read_bytes()
+    with zipfile.ZipFile(target / own) as archive:  # no 3.12 form of it: repacked here
+        assert {item.compress_type for item in archive.infolist()} == {zipfile.ZIP_LZMA}
 
 
 def test_the_gpu_machines_command_expects_a_gpu():
