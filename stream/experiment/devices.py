@@ -25,6 +25,7 @@ other message.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import socket
@@ -344,21 +345,13 @@ class CallbackLink:
         pass
 
 
-class SimulatedLink:
+class SimulatedLink(CallbackLink):
     """A device that is not there: each message is noted as sent when it is taken (a
     rehearsal on a recorded video)."""
 
     def __init__(self) -> None:
         self.messages: list[OutputMessage] = []
-
-    def open(self) -> None:
-        pass
-
-    def send(self, message: OutputMessage) -> None:
-        self.messages.append(message)
-
-    def close(self) -> None:
-        pass
+        super().__init__(self.messages.append)
 
 
 def _line(message: OutputMessage) -> bytes:
@@ -544,8 +537,6 @@ class DeviceWorker:
 
 
 def _import(module: str, kind: str) -> Any:
-    import importlib
-
     try:
         return importlib.import_module(module)
     except ImportError:

@@ -33,14 +33,9 @@ from sleap_live.stream.experiment.devices import Decision, OutputMessage
 
 logger = logging.getLogger(__name__)
 
+# A `Decision`'s fields, then one device's send.
 EVENT_COLUMNS = (
-    "rule",
-    "kind",
-    "frame_index",
-    "trial",
-    "capture_time",
-    "ready_time",
-    "decision_time",
+    *(field.name for field in attrs.fields(Decision)),
     "device",
     "sent_time",
     "capture_to_sent_ms",
@@ -97,7 +92,7 @@ class EventLog:
                 self._row(entry, "", None, None)
 
     def sent(
-        self, message: OutputMessage, device: str, time: float | None, error: str | None
+        self, device: str, message: OutputMessage, time: float | None, error: str | None
     ) -> None:
         """A device sent (or could not send) a transition's message: its row."""
         with self._lock:
