@@ -219,11 +219,8 @@ class OscLink:
             self._socket.close()
 
     def _datagram(self, message: OutputMessage) -> bytes:
-        address, state, frame = (
-            message.payload or f"/{message.rule}",
-            message.state,
-            message.frame_index,
-        )
+        address = message.payload or f"/{message.rule}"
+        state, frame = message.state, message.frame_index
         head = self._heads.get((address, state))
         int32 = frame.bit_length() <= 31  # python-osc's test (a larger one goes as an int64)
         if head is None or not int32:

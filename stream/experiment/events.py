@@ -127,17 +127,16 @@ class EventLog:
 
 def bouts(entries: list[EventEntry]) -> list[tuple[EventEntry, EventEntry | None]]:
     """Each onset with the offset that ended it (None: still on), in onset order."""
-    open_onsets: dict[str, EventEntry] = {}
+    # Each rule's onset still on, as its position in `found`.
+    open_onsets: dict[str, int] = {}
     found: list[tuple[EventEntry, EventEntry | None]] = []
-    index: dict[int, int] = {}
     for entry in entries:
         if entry.kind == "onset":
-            open_onsets[entry.rule] = entry
-            index[entry.number] = len(found)
+            open_onsets[entry.rule] = len(found)
             found.append((entry, None))
         elif entry.rule in open_onsets:
-            onset = open_onsets.pop(entry.rule)
-            found[index[onset.number]] = (onset, entry)
+            at = open_onsets.pop(entry.rule)
+            found[at] = (found[at][0], entry)
     return found
 
 

@@ -556,6 +556,15 @@ class _Reader:
             return ""
         return value
 
+    def choice(self, value: object, where: str, options: Sequence[object], default: object) -> Any:
+        """The option `value` is (a bool only as a bool), else `default` (the mistake noted)."""
+        for option in options:
+            if value == option and isinstance(value, bool) == isinstance(option, bool):
+                return option
+        *most, last = (str(option).lower() for option in options)
+        self.fail(where, f"expected {', '.join(most)} or {last}, got {_shown(value)}")
+        return default
+
     def point(self, value: object, where: str) -> tuple[float, float]:
         if not isinstance(value, list | tuple) or len(value) != 2:
             self.fail(where, f"expected a point [x, y], got {_shown(value)}")
@@ -573,14 +582,8 @@ class _Reader:
         regions: dict[str, Region] = self.named(top.get("regions", {}), "regions", self.region)
         devices: dict[str, Device] = self.named(top.get("devices", {}), "devices", self.device)
         trials = None if top.get("trials") is None else self.trials(top["trials"])
-        time = top.get("time", "auto")
-        if time not in ("auto", "video", "capture"):
-            self.fail("time", f"expected auto, video or capture, got {_shown(time)}")
-            time = "auto"
-        predict = top.get("predict", False)
-        if not isinstance(predict, bool):
-            self.fail("predict", f"expected true or false, got {_shown(predict)}")
-            predict = False
+        time = self.choice(top.get("time", "auto"), "time", ("auto", "video", "capture"), "auto")
+        predict = self.choice(top.get("predict", False), "predict", (True, False), False)
         rules_data = top.get("rules")
         rules: list[Rule] = []
         if not isinstance(rules_data, dict) or not rules_data:
@@ -685,12 +688,9 @@ class _Reader:
                 )
                 pin = 0
             active_high = fields.get("active_high", True)
-            if not isinstance(active_high, bool):
-                self.fail(
-                    f"{where}.active_high", f"expected true or false, got {_shown(active_high)}"
-                )
-                active_high = True
-            return GpioDevice(pin, active_high)
+            return GpioDevice(
+                pin, self.choice(active_high, f"{where}.active_high", (True, False), True)
+            )
         if kind == "nidaq":
             return NidaqDevice(self.text(fields.get("lines"), f"{where}.lines"))
         return ZmqDevice(self.text(fields.get("endpoint"), f"{where}.endpoint"))
@@ -717,10 +717,9 @@ class _Reader:
             self.fail(where, "needs a condition (when:)")
             return None
         when = self.condition(data["when"], f"{where}.when")
-        missing = data.get("missing", "off")
-        if missing not in ("off", "keep"):
-            self.fail(f"{where}.missing", f"expected off or keep, got {_shown(missing)}")
-            missing = "off"
+        missing = self.choice(
+            data.get("missing", "off"), f"{where}.missing", ("off", "keep"), "off"
+        )
         max_triggers = data.get("max_triggers")
         outputs_data = data.get("outputs", [])
         outputs: list[Output] = []
