@@ -282,13 +282,7 @@ class RingBuffer:
         Raises:
             ValueError: `stall_timeout` is not None or a positive, finite number.
         """
-        return RingReader(
-            self,
-            from_oldest=from_oldest,
-            lossless=lossless,
-            stall_timeout=check_stall_timeout(stall_timeout),
-            name=name,
-        )
+        return RingReader(self, from_oldest, lossless, check_stall_timeout(stall_timeout), name)
 
     def read(self, sequence: int) -> PoseRecord | None:
         """A copy of record ``sequence``, or None if it is not (or no longer) in the ring."""
@@ -402,11 +396,10 @@ class RingReader:
     def __init__(
         self,
         ring: RingBuffer,
-        *,
-        from_oldest: bool = False,
-        lossless: bool = False,
-        stall_timeout: float | None = DEFAULT_STALL_TIMEOUT,
-        name: str = "ring reader",
+        from_oldest: bool,
+        lossless: bool,
+        stall_timeout: float | None,
+        name: str,
     ) -> None:
         self._ring = ring
         self.missed = 0

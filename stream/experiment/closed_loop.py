@@ -155,7 +155,6 @@ class ClosedLoop:
         (`Pipeline` calls this when given ``experiment=``).
 
         Args:
-            info: the model.
             fps: the source's frame rate (video time is frame index over it).
             recorded_video: the source is a file or a replay of one (fps and frame
                 count known): ``time: auto`` is video time, and (unless `simulate`

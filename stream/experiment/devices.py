@@ -404,7 +404,6 @@ class DeviceWorker:
 
     Args:
         name: the device's name (in warnings and stats).
-        link: its connection.
         on_sent: called in the device's thread with each message and the time its
             bytes were written (None: not sent) and the error, if any.
         clock: what the sent times are read on (the pipeline's clock).

@@ -396,7 +396,6 @@ def check_experiment(
     tracking).
 
     Args:
-        experiment: the experiment.
         info: the model, or its skeleton (with `class_names`).
         class_names: a multi-class model's identities, with a skeleton.
         tracked: whether the run tracks; None: not known (a ``track_N`` is accepted).
@@ -532,12 +531,10 @@ class _Reader:
                 self.fail(where, f"unknown key {key!r} (expected: {', '.join(keys)})")
         return value
 
-    def number(
-        self, value: object, where: str, *, minimum: float | None = None, default: float = 0.0
-    ) -> float:
+    def number(self, value: object, where: str, *, minimum: float | None = None) -> float:
         if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
             self.fail(where, f"expected a number, got {_shown(value)}")
-            return default
+            return 0.0
         if minimum is not None and value < minimum:
             self.fail(where, f"must be at least {minimum:g}, got {value:g}")
         return float(value)

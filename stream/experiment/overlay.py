@@ -64,7 +64,6 @@ class ExperimentOverlay:
     """Draws an experiment's regions and its rules' states on frames.
 
     Args:
-        experiment: the experiment.
         spans: each rule's spans of frames it was on (inclusive), by rule name.
     """
 

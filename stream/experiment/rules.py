@@ -392,7 +392,6 @@ class CompiledRules:
         columns first (as the compiled rules refer to them).
 
         Args:
-            poses: the frame's poses.
             time: the frame's time in seconds (for `Speed`).
         """
         points = poses.points
