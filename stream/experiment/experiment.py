@@ -582,16 +582,12 @@ class _Reader:
         time = self.choice(top.get("time", "auto"), "time", ("auto", "video", "capture"), "auto")
         predict = self.choice(top.get("predict", False), "predict", (True, False), False)
         rules_data = top.get("rules")
-        rules: list[Rule] = []
         if not isinstance(rules_data, dict) or not rules_data:
             self.fail("rules", f"expected a mapping of named rules, got {_shown(rules_data)}")
-        else:
-            for name, value in rules_data.items():
-                rule = self.rule(str(name), value)
-                if rule is not None:
-                    rules.append(rule)
+            rules_data = {}
+        rules = [self.rule(str(name), value) for name, value in rules_data.items()]
         return Experiment(
-            rules=tuple(rules),
+            rules=tuple(rule for rule in rules if rule is not None),
             regions=regions,
             devices=devices,
             trials=trials,
@@ -719,14 +715,12 @@ class _Reader:
         )
         max_triggers = data.get("max_triggers")
         outputs_data = data.get("outputs", [])
-        outputs: list[Output] = []
         if not isinstance(outputs_data, list):
             self.fail(f"{where}.outputs", f"expected a list, got {_shown(outputs_data)}")
-        else:
-            for i, item in enumerate(outputs_data):
-                output = self.output(item, f"{where}.outputs[{i}]")
-                if output is not None:
-                    outputs.append(output)
+            outputs_data = []
+        outputs = [
+            self.output(item, f"{where}.outputs[{i}]") for i, item in enumerate(outputs_data)
+        ]
         if when is None:
             return None
         return Rule(
@@ -738,7 +732,7 @@ class _Reader:
             if max_triggers is None
             else self.integer(max_triggers, f"{where}.max_triggers", minimum=1),
             missing=missing,
-            outputs=tuple(outputs),
+            outputs=tuple(output for output in outputs if output is not None),
         )
 
     def output(self, value: object, where: str) -> Output | None:
