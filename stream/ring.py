@@ -40,7 +40,7 @@ import attrs
 import numpy as np
 
 from sleap_live.engines.types import FramePoses
-from sleap_live.stream.clock import MONOTONIC, Clock
+from sleap_live.stream.clock import CLOCK_POLL, MONOTONIC, Clock
 from sleap_live.stream.types import PoseRecord
 
 logger = logging.getLogger(__name__)
@@ -49,10 +49,6 @@ logger = logging.getLogger(__name__)
 # detached: far longer than any healthy consumer takes per record, short enough that
 # a stuck one costs a few seconds of waiting, not the session.
 DEFAULT_STALL_TIMEOUT = 5.0
-
-# Longest real wait between two looks at the clock while the writer waits: a test's
-# fake clock moves without waking the writer.
-_CLOCK_RECHECK = 0.1
 
 
 @attrs.frozen
@@ -358,7 +354,7 @@ class RingBuffer:
             if stalled:
                 continue
             left = min(timeouts) - waited if timeouts else None
-            self._room.wait(None if left is None else min(left, _CLOCK_RECHECK))
+            self._room.wait(None if left is None else min(left, CLOCK_POLL))
 
     def _check_shapes(self, record: PoseRecord) -> None:
         poses, n_nodes = record.poses, self._n_nodes
