@@ -15,7 +15,7 @@ to send is reported once (a warning naming the device and the error, and
 on. The time each message's bytes were handed to the operating system is reported
 to `on_sent`, for the event log.
 
-A link that can write without waiting (`SendsNow`: a serial port, its descriptor
+A link that can write without waiting (`try_send`: a serial port, its descriptor
 non-blocking; OSC's UDP socket; the ZeroMQ publisher, which never waits) is written
 to from the deciding thread itself when its device is idle (nothing queued or
 being sent): the bytes leave within microseconds of the decision, without waking the
@@ -106,7 +106,13 @@ class OutputMessage(Decision):
 
 
 class DeviceLink(Protocol):
-    """A device's connection: opened, sent to and closed in the device's own thread."""
+    """A device's connection: opened, sent to and closed in the device's own thread.
+
+    A link that can also write without waiting, from any thread, has a method
+    ``try_send(message) -> bool``: it writes as much of the message as the device
+    takes now, never waiting; True when all of it was written. False: give the
+    message to `send`, which writes what is left of it.
+    """
 
     def open(self) -> None:
         """Connect. Raises OSError (or any exception) when the device is unreachable."""
@@ -118,16 +124,6 @@ class DeviceLink(Protocol):
 
     def close(self) -> None:
         """Disconnect; idempotent."""
-        ...
-
-
-class SendsNow(Protocol):
-    """A link that can also write without waiting, from any thread."""
-
-    def try_send(self, message: OutputMessage) -> bool:
-        """Write as much of the message as the device takes now, never waiting; True
-        when all of it was written. False: give the message to `send`, which writes
-        what is left of it."""
         ...
 
 
@@ -439,7 +435,7 @@ class DeviceWorker:
 
     def send_now(self, message: OutputMessage) -> float | None:
         """Write the message in the calling thread if that cannot wait: the link can
-        (`SendsNow`), it is open and has not failed, and nothing of this device is
+        (`try_send`), it is open and has not failed, and nothing of this device is
         queued or being sent (which keeps the messages in order). Never waits.
 
         Returns:
