@@ -53,7 +53,7 @@ from sleap_live.stream.experiment.experiment import (
 from sleap_live.stream.experiment.predict import ForwardPredictor, PredictionError
 from sleap_live.stream.experiment.rules import CompiledRules
 from sleap_live.stream.experiment.timing import Timeline, Transition
-from sleap_live.stream.ring import DEFAULT_STALL_TIMEOUT, RingReader
+from sleap_live.stream.ring import RingReader
 from sleap_live.stream.stats import PipelineStats
 from sleap_live.stream.types import PoseRecord
 
@@ -229,13 +229,11 @@ class ClosedLoop:
         if not self._bound:
             self.bind(run.info, fps=None, recorded_video=False, lossless=False, tracked=True)
         self.open()
+        # The default stall timeout: deciding never waits on a device, so it keeps
+        # up; should it stall, the pipeline stops waiting for it as for any lossless
+        # consumer.
         self._reader = run.ring.reader(
-            from_oldest=self._lossless,
-            lossless=self._lossless,
-            # Deciding never waits on a device, so it keeps up; should it stall, the
-            # pipeline stops waiting for it as for any lossless consumer.
-            stall_timeout=DEFAULT_STALL_TIMEOUT,
-            name=self.name,
+            from_oldest=self._lossless, lossless=self._lossless, name=self.name
         )
         return self._run
 
