@@ -31,30 +31,20 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 import attrs
 
 from sleap_live.engines.types import ModelInfo
-from sleap_live.stream.clock import MONOTONIC, Clock
+from sleap_live.stream.clock import CLOCK_POLL, MONOTONIC, Clock
 from sleap_live.stream.errors import PipelineError
-from sleap_live.stream.ring import (
-    DEFAULT_STALL_TIMEOUT,
-    RingBuffer,
-    RingReader,
-    check_stall_timeout,
-)
+from sleap_live.stream.ring import DEFAULT_STALL_TIMEOUT, RingBuffer, RingReader
 from sleap_live.stream.stats import ConsumerStats, PipelineStats
 from sleap_live.stream.types import PoseRecord
 
 logger = logging.getLogger(__name__)
 
 OnError = Literal["detach", "stop"]
-ON_ERROR: tuple[OnError, ...] = ("detach", "stop")
-
-# Longest real wait between two looks at the clock while draining: a test's fake
-# clock moves without waking the wait.
-_CLOCK_RECHECK = 0.1
 
 
 class LatestFrame:
@@ -257,10 +247,9 @@ class Consumers:
             ValueError: `on_error` is not "detach" or "stop", or `stall_timeout` is
                 not None or a positive, finite number of seconds.
         """
-        if on_error not in ON_ERROR:
+        if on_error not in get_args(OnError):
             raise ValueError(f"on_error must be 'detach' or 'stop', got {on_error!r}")
         checked: OnError = "stop" if on_error == "stop" else "detach"
-        stall_timeout = check_stall_timeout(stall_timeout)
         name = getattr(callback, "__qualname__", type(callback).__name__)
         stages = {c.stage for c in self._callbacks}
         stage, n = f"consumer {name}", 1
@@ -319,7 +308,7 @@ class Consumers:
                 left = None if deadline is None else deadline - time.monotonic()
                 if not waited_for or (left is not None and left <= 0):
                     break
-                self._changed.wait(_CLOCK_RECHECK if left is None else min(left, _CLOCK_RECHECK))
+                self._changed.wait(CLOCK_POLL if left is None else min(left, CLOCK_POLL))
         given_up = [c for c in busy if give_up_at_timeout or c not in waited_for]
         for consumer in given_up:
             consumer.abandoned = True

@@ -40,7 +40,7 @@ import attrs
 import numpy as np
 
 from sleap_live.engines.types import FramePoses
-from sleap_live.stream.clock import MONOTONIC, Clock
+from sleap_live.stream.clock import CLOCK_POLL, MONOTONIC, Clock
 from sleap_live.stream.types import PoseRecord
 
 logger = logging.getLogger(__name__)
@@ -49,10 +49,6 @@ logger = logging.getLogger(__name__)
 # detached: far longer than any healthy consumer takes per record, short enough that
 # a stuck one costs a few seconds of waiting, not the session.
 DEFAULT_STALL_TIMEOUT = 5.0
-
-# Longest real wait between two looks at the clock while the writer waits: a test's
-# fake clock moves without waking the writer.
-_CLOCK_RECHECK = 0.1
 
 
 @attrs.frozen
@@ -282,13 +278,7 @@ class RingBuffer:
         Raises:
             ValueError: `stall_timeout` is not None or a positive, finite number.
         """
-        return RingReader(
-            self,
-            from_oldest=from_oldest,
-            lossless=lossless,
-            stall_timeout=check_stall_timeout(stall_timeout),
-            name=name,
-        )
+        return RingReader(self, from_oldest, lossless, check_stall_timeout(stall_timeout), name)
 
     def read(self, sequence: int) -> PoseRecord | None:
         """A copy of record ``sequence``, or None if it is not (or no longer) in the ring."""
@@ -364,7 +354,7 @@ class RingBuffer:
             if stalled:
                 continue
             left = min(timeouts) - waited if timeouts else None
-            self._room.wait(None if left is None else min(left, _CLOCK_RECHECK))
+            self._room.wait(None if left is None else min(left, CLOCK_POLL))
 
     def _check_shapes(self, record: PoseRecord) -> None:
         poses, n_nodes = record.poses, self._n_nodes
@@ -402,11 +392,10 @@ class RingReader:
     def __init__(
         self,
         ring: RingBuffer,
-        *,
-        from_oldest: bool = False,
-        lossless: bool = False,
-        stall_timeout: float | None = DEFAULT_STALL_TIMEOUT,
-        name: str = "ring reader",
+        from_oldest: bool,
+        lossless: bool,
+        stall_timeout: float | None,
+        name: str,
     ) -> None:
         self._ring = ring
         self.missed = 0

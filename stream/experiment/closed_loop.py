@@ -18,6 +18,7 @@ an experiment file can be tuned on a recording first; Python callbacks always ru
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -28,8 +29,6 @@ from sleap_live.engines.types import ModelInfo
 from sleap_live.stream.clock import MONOTONIC, Clock
 from sleap_live.stream.consumers import PipelineRun
 from sleap_live.stream.experiment.devices import (
-    CallbackLink,
-    DeviceLink,
     DeviceStats,
     DeviceWorker,
     OutputMessage,
@@ -54,7 +53,7 @@ from sleap_live.stream.experiment.experiment import (
 from sleap_live.stream.experiment.predict import ForwardPredictor, PredictionError
 from sleap_live.stream.experiment.rules import CompiledRules
 from sleap_live.stream.experiment.timing import Timeline, Transition
-from sleap_live.stream.ring import DEFAULT_STALL_TIMEOUT, RingReader
+from sleap_live.stream.ring import RingReader
 from sleap_live.stream.stats import PipelineStats
 from sleap_live.stream.types import PoseRecord
 
@@ -156,7 +155,6 @@ class ClosedLoop:
         (`Pipeline` calls this when given ``experiment=``).
 
         Args:
-            info: the model.
             fps: the source's frame rate (video time is frame index over it).
             recorded_video: the source is a file or a replay of one (fps and frame
                 count known): ``time: auto`` is video time, and (unless `simulate`
@@ -193,12 +191,11 @@ class ClosedLoop:
         self._timeline = Timeline(self.experiment)
         self._predictor = ForwardPredictor() if self.experiment.predict else None
         for name, device in self.experiment.devices.items():
-            link: DeviceLink
-            if isinstance(device, CallbackDevice):
-                link = CallbackLink(device.function)
-            else:
-                link = SimulatedLink() if self._simulated else link_for(device)
-            self._workers[name] = DeviceWorker(name, link, self._on_sent(name), self._clock)
+            real = not self._simulated or isinstance(device, CallbackDevice)
+            link = link_for(device) if real else SimulatedLink()
+            # Each message sent (or not) by `name`'s thread: its log row.
+            on_sent = functools.partial(self.log.sent, name)
+            self._workers[name] = DeviceWorker(name, link, on_sent, self._clock)
         for worker in self._workers.values():
             worker.start()
         # Per rule, its (device's worker, text) sends at an onset and at an offset (an
@@ -232,23 +229,13 @@ class ClosedLoop:
         if not self._bound:
             self.bind(run.info, fps=None, recorded_video=False, lossless=False, tracked=True)
         self.open()
+        # The default stall timeout: deciding never waits on a device, so it keeps
+        # up; should it stall, the pipeline stops waiting for it as for any lossless
+        # consumer.
         self._reader = run.ring.reader(
-            from_oldest=self._lossless,
-            lossless=self._lossless,
-            # Deciding never waits on a device, so it keeps up; should it stall, the
-            # pipeline stops waiting for it as for any lossless consumer.
-            stall_timeout=DEFAULT_STALL_TIMEOUT,
-            name=self.name,
+            from_oldest=self._lossless, lossless=self._lossless, name=self.name
         )
         return self._run
-
-    def _on_sent(self, device: str) -> Callable[[OutputMessage, float | None, str | None], None]:
-        """What `device`'s thread calls with each message sent (or not): its log row."""
-
-        def sent(message: OutputMessage, time: float | None, error: str | None) -> None:
-            self.log.sent(message, device, time, error)
-
-        return sent
 
     def report(self, stats: PipelineStats) -> PipelineStats:
         """The pipeline's stats as they are (the experiment's are `stats()`)."""
@@ -352,7 +339,7 @@ class ClosedLoop:
             if time is None:
                 worker.submit(message)
             else:
-                self.log.sent(message, worker.name, time, None)
+                self.log.sent(worker.name, message, time, None)
 
 
 def _subject(condition: Condition) -> str | None:

@@ -15,7 +15,7 @@ to send is reported once (a warning naming the device and the error, and
 on. The time each message's bytes were handed to the operating system is reported
 to `on_sent`, for the event log.
 
-A link that can write without waiting (`SendsNow`: a serial port, its descriptor
+A link that can write without waiting (`try_send`: a serial port, its descriptor
 non-blocking; OSC's UDP socket; the ZeroMQ publisher, which never waits) is written
 to from the deciding thread itself when its device is idle (nothing queued or
 being sent): the bytes leave within microseconds of the decision, without waking the
@@ -25,6 +25,7 @@ other message.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import socket
@@ -105,7 +106,13 @@ class OutputMessage(Decision):
 
 
 class DeviceLink(Protocol):
-    """A device's connection: opened, sent to and closed in the device's own thread."""
+    """A device's connection: opened, sent to and closed in the device's own thread.
+
+    A link that can also write without waiting, from any thread, has a method
+    ``try_send(message) -> bool``: it writes as much of the message as the device
+    takes now, never waiting; True when all of it was written. False: give the
+    message to `send`, which writes what is left of it.
+    """
 
     def open(self) -> None:
         """Connect. Raises OSError (or any exception) when the device is unreachable."""
@@ -117,16 +124,6 @@ class DeviceLink(Protocol):
 
     def close(self) -> None:
         """Disconnect; idempotent."""
-        ...
-
-
-class SendsNow(Protocol):
-    """A link that can also write without waiting, from any thread."""
-
-    def try_send(self, message: OutputMessage) -> bool:
-        """Write as much of the message as the device takes now, never waiting; True
-        when all of it was written. False: give the message to `send`, which writes
-        what is left of it."""
         ...
 
 
@@ -218,11 +215,8 @@ class OscLink:
             self._socket.close()
 
     def _datagram(self, message: OutputMessage) -> bytes:
-        address, state, frame = (
-            message.payload or f"/{message.rule}",
-            message.state,
-            message.frame_index,
-        )
+        address = message.payload or f"/{message.rule}"
+        state, frame = message.state, message.frame_index
         head = self._heads.get((address, state))
         int32 = frame.bit_length() <= 31  # python-osc's test (a larger one goes as an int64)
         if head is None or not int32:
@@ -344,21 +338,13 @@ class CallbackLink:
         pass
 
 
-class SimulatedLink:
+class SimulatedLink(CallbackLink):
     """A device that is not there: each message is noted as sent when it is taken (a
     rehearsal on a recorded video)."""
 
     def __init__(self) -> None:
         self.messages: list[OutputMessage] = []
-
-    def open(self) -> None:
-        pass
-
-    def send(self, message: OutputMessage) -> None:
-        self.messages.append(message)
-
-    def close(self) -> None:
-        pass
+        super().__init__(self.messages.append)
 
 
 def _line(message: OutputMessage) -> bytes:
@@ -414,7 +400,6 @@ class DeviceWorker:
 
     Args:
         name: the device's name (in warnings and stats).
-        link: its connection.
         on_sent: called in the device's thread with each message and the time its
             bytes were written (None: not sent) and the error, if any.
         clock: what the sent times are read on (the pipeline's clock).
@@ -450,7 +435,7 @@ class DeviceWorker:
 
     def send_now(self, message: OutputMessage) -> float | None:
         """Write the message in the calling thread if that cannot wait: the link can
-        (`SendsNow`), it is open and has not failed, and nothing of this device is
+        (`try_send`), it is open and has not failed, and nothing of this device is
         queued or being sent (which keeps the messages in order). Never waits.
 
         Returns:
@@ -544,8 +529,6 @@ class DeviceWorker:
 
 
 def _import(module: str, kind: str) -> Any:
-    import importlib
-
     try:
         return importlib.import_module(module)
     except ImportError:

@@ -33,14 +33,9 @@ from sleap_live.stream.experiment.devices import Decision, OutputMessage
 
 logger = logging.getLogger(__name__)
 
+# A `Decision`'s fields, then one device's send.
 EVENT_COLUMNS = (
-    "rule",
-    "kind",
-    "frame_index",
-    "trial",
-    "capture_time",
-    "ready_time",
-    "decision_time",
+    *(field.name for field in attrs.fields(Decision)),
     "device",
     "sent_time",
     "capture_to_sent_ms",
@@ -97,7 +92,7 @@ class EventLog:
                 self._row(entry, "", None, None)
 
     def sent(
-        self, message: OutputMessage, device: str, time: float | None, error: str | None
+        self, device: str, message: OutputMessage, time: float | None, error: str | None
     ) -> None:
         """A device sent (or could not send) a transition's message: its row."""
         with self._lock:
@@ -132,17 +127,16 @@ class EventLog:
 
 def bouts(entries: list[EventEntry]) -> list[tuple[EventEntry, EventEntry | None]]:
     """Each onset with the offset that ended it (None: still on), in onset order."""
-    open_onsets: dict[str, EventEntry] = {}
+    # Each rule's onset still on, as its position in `found`.
+    open_onsets: dict[str, int] = {}
     found: list[tuple[EventEntry, EventEntry | None]] = []
-    index: dict[int, int] = {}
     for entry in entries:
         if entry.kind == "onset":
-            open_onsets[entry.rule] = entry
-            index[entry.number] = len(found)
+            open_onsets[entry.rule] = len(found)
             found.append((entry, None))
         elif entry.rule in open_onsets:
-            onset = open_onsets.pop(entry.rule)
-            found[index[onset.number]] = (onset, entry)
+            at = open_onsets.pop(entry.rule)
+            found[at] = (found[at][0], entry)
     return found
 
 

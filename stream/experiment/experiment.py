@@ -396,7 +396,6 @@ def check_experiment(
     tracking).
 
     Args:
-        experiment: the experiment.
         info: the model, or its skeleton (with `class_names`).
         class_names: a multi-class model's identities, with a skeleton.
         tracked: whether the run tracks; None: not known (a ``track_N`` is accepted).
@@ -532,12 +531,10 @@ class _Reader:
                 self.fail(where, f"unknown key {key!r} (expected: {', '.join(keys)})")
         return value
 
-    def number(
-        self, value: object, where: str, *, minimum: float | None = None, default: float = 0.0
-    ) -> float:
+    def number(self, value: object, where: str, *, minimum: float | None = None) -> float:
         if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
             self.fail(where, f"expected a number, got {_shown(value)}")
-            return default
+            return 0.0
         if minimum is not None and value < minimum:
             self.fail(where, f"must be at least {minimum:g}, got {value:g}")
         return float(value)
@@ -556,6 +553,15 @@ class _Reader:
             return ""
         return value
 
+    def choice(self, value: object, where: str, options: Sequence[object], default: object) -> Any:
+        """The option `value` is (a bool only as a bool), else `default` (the mistake noted)."""
+        for option in options:
+            if value == option and isinstance(value, bool) == isinstance(option, bool):
+                return option
+        *most, last = (str(option).lower() for option in options)
+        self.fail(where, f"expected {', '.join(most)} or {last}, got {_shown(value)}")
+        return default
+
     def point(self, value: object, where: str) -> tuple[float, float]:
         if not isinstance(value, list | tuple) or len(value) != 2:
             self.fail(where, f"expected a point [x, y], got {_shown(value)}")
@@ -573,25 +579,15 @@ class _Reader:
         regions: dict[str, Region] = self.named(top.get("regions", {}), "regions", self.region)
         devices: dict[str, Device] = self.named(top.get("devices", {}), "devices", self.device)
         trials = None if top.get("trials") is None else self.trials(top["trials"])
-        time = top.get("time", "auto")
-        if time not in ("auto", "video", "capture"):
-            self.fail("time", f"expected auto, video or capture, got {_shown(time)}")
-            time = "auto"
-        predict = top.get("predict", False)
-        if not isinstance(predict, bool):
-            self.fail("predict", f"expected true or false, got {_shown(predict)}")
-            predict = False
+        time = self.choice(top.get("time", "auto"), "time", ("auto", "video", "capture"), "auto")
+        predict = self.choice(top.get("predict", False), "predict", (True, False), False)
         rules_data = top.get("rules")
-        rules: list[Rule] = []
         if not isinstance(rules_data, dict) or not rules_data:
             self.fail("rules", f"expected a mapping of named rules, got {_shown(rules_data)}")
-        else:
-            for name, value in rules_data.items():
-                rule = self.rule(str(name), value)
-                if rule is not None:
-                    rules.append(rule)
+            rules_data = {}
+        rules = [self.rule(str(name), value) for name, value in rules_data.items()]
         return Experiment(
-            rules=tuple(rules),
+            rules=tuple(rule for rule in rules if rule is not None),
             regions=regions,
             devices=devices,
             trials=trials,
@@ -685,12 +681,9 @@ class _Reader:
                 )
                 pin = 0
             active_high = fields.get("active_high", True)
-            if not isinstance(active_high, bool):
-                self.fail(
-                    f"{where}.active_high", f"expected true or false, got {_shown(active_high)}"
-                )
-                active_high = True
-            return GpioDevice(pin, active_high)
+            return GpioDevice(
+                pin, self.choice(active_high, f"{where}.active_high", (True, False), True)
+            )
         if kind == "nidaq":
             return NidaqDevice(self.text(fields.get("lines"), f"{where}.lines"))
         return ZmqDevice(self.text(fields.get("endpoint"), f"{where}.endpoint"))
@@ -717,20 +710,17 @@ class _Reader:
             self.fail(where, "needs a condition (when:)")
             return None
         when = self.condition(data["when"], f"{where}.when")
-        missing = data.get("missing", "off")
-        if missing not in ("off", "keep"):
-            self.fail(f"{where}.missing", f"expected off or keep, got {_shown(missing)}")
-            missing = "off"
+        missing = self.choice(
+            data.get("missing", "off"), f"{where}.missing", ("off", "keep"), "off"
+        )
         max_triggers = data.get("max_triggers")
         outputs_data = data.get("outputs", [])
-        outputs: list[Output] = []
         if not isinstance(outputs_data, list):
             self.fail(f"{where}.outputs", f"expected a list, got {_shown(outputs_data)}")
-        else:
-            for i, item in enumerate(outputs_data):
-                output = self.output(item, f"{where}.outputs[{i}]")
-                if output is not None:
-                    outputs.append(output)
+            outputs_data = []
+        outputs = [
+            self.output(item, f"{where}.outputs[{i}]") for i, item in enumerate(outputs_data)
+        ]
         if when is None:
             return None
         return Rule(
@@ -742,7 +732,7 @@ class _Reader:
             if max_triggers is None
             else self.integer(max_triggers, f"{where}.max_triggers", minimum=1),
             missing=missing,
-            outputs=tuple(outputs),
+            outputs=tuple(output for output in outputs if output is not None),
         )
 
     def output(self, value: object, where: str) -> Output | None:

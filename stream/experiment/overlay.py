@@ -35,13 +35,8 @@ SQUARE, GAP = 8, 4
 def outline(region: Region) -> np.ndarray:
     """(points, 2) xy points along the region's edge, about half a pixel apart."""
     if isinstance(region, Rectangle):
-        corners = [
-            (region.x0, region.y0),
-            (region.x1, region.y0),
-            (region.x1, region.y1),
-            (region.x0, region.y1),
-        ]
-        return _along(np.asarray(corners, np.float64))
+        x0, y0, x1, y1 = region.x0, region.y0, region.x1, region.y1
+        return _along(np.asarray([(x0, y0), (x1, y0), (x1, y1), (x0, y1)], np.float64))
     if isinstance(region, Polygon):
         return _along(np.asarray(region.vertices, np.float64))
     assert isinstance(region, Ellipse)
@@ -69,7 +64,6 @@ class ExperimentOverlay:
     """Draws an experiment's regions and its rules' states on frames.
 
     Args:
-        experiment: the experiment.
         spans: each rule's spans of frames it was on (inclusive), by rule name.
     """
 

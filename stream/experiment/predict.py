@@ -142,8 +142,7 @@ class ForwardPredictor:
         slot = self._slots.get(key)
         if slot is None:
             slot = self._slots[key] = len(self._slots)
-            grow = len(self._slots) - len(self._time)
-            if grow > 0 or self._position.shape[1] != nodes:
+            if len(self._slots) > len(self._time) or self._position.shape[1] != nodes:
                 self._grow(len(self._slots), nodes)
         return slot
 

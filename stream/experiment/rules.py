@@ -278,7 +278,6 @@ class CompiledRules:
         order = [column.leaf for column in columns] + [number for number, _ in postures]
         renumber = {old: new for new, old in enumerate(order)}
         self._roots = [_renumbered(root, renumber) for root in roots]
-        self.n_leaves = len(leaves)
         self._n_columns = len(columns)
         ends = np.cumsum([len(kind) for kind in kinds.values()]).tolist()
         _, self._rounds, self._speeds, self._angles, self._pairs, self._polygons = (
@@ -393,7 +392,6 @@ class CompiledRules:
         columns first (as the compiled rules refer to them).
 
         Args:
-            poses: the frame's poses.
             time: the frame's time in seconds (for `Speed`).
         """
         points = poses.points
@@ -550,9 +548,10 @@ def _column(
     number: int, leaf: Leaf, experiment: Experiment, info: ModelInfo, nodes: dict[str, int]
 ) -> tuple[str, _Column]:
     """A vectorised leaf's kind (its slice) and column."""
+    animal = leaf.start.animal if isinstance(leaf, Distance) else leaf.animal
+    selector = animal_identity(animal, info)
     if isinstance(leaf, InRegion):
         region = experiment.regions[leaf.region]
-        selector = animal_identity(leaf.animal, info)
         # The node minus the region's centre.
         node = nodes[leaf.node]
         if isinstance(region, Rectangle):
@@ -576,7 +575,6 @@ def _column(
         return "polygon", _Column(number, selector, 0.5, math.inf, (node, 0j), vertices=vertices)
     if isinstance(leaf, Distance):
         start, end = nodes[leaf.start.node], nodes[leaf.end.node]
-        selector = animal_identity(leaf.start.animal, info)
         if leaf.end.animal == "same":
             return "round", _Column(number, selector, leaf.above, leaf.below, (start, end))
         partner = (
@@ -595,7 +593,7 @@ def _column(
             second = (nodes[leaf.reference[1]], nodes[leaf.reference[0]])
         return "angle", _Column(
             number,
-            animal_identity(leaf.animal, info),
+            selector,
             math.radians(leaf.above),
             math.radians(leaf.below),
             (end, start),
@@ -604,13 +602,7 @@ def _column(
     assert isinstance(leaf, Speed)
     node = nodes[leaf.node]
     # The node minus the frame before's (the table's second block).
-    return "speed", _Column(
-        number,
-        animal_identity(leaf.animal, info),
-        leaf.above,
-        leaf.below,
-        (node, len(nodes) + node),
-    )
+    return "speed", _Column(number, selector, leaf.above, leaf.below, (node, len(nodes) + node))
 
 
 def _compile(condition: Condition, leaves: list[Leaf]) -> Tree:
@@ -668,16 +660,6 @@ def _combine(node: Tree, values: list[int]) -> int:
     return TRUE if TRUE in parts else UNKNOWN if UNKNOWN in parts else FALSE
 
 
-def _selected(ids: np.ndarray, selector: int) -> np.ndarray:
-    return np.ones(ids.shape, bool) if selector == ANY_ANIMAL else ids == selector
-
-
-def _verdict(satisfied: np.ndarray, known: np.ndarray) -> int:
-    if (satisfied & known).any():
-        return TRUE
-    return FALSE if known.any() else UNKNOWN
-
-
 def _posture(
     points: np.ndarray,
     ids: np.ndarray,
@@ -687,7 +669,7 @@ def _posture(
     tolerance: float,
 ) -> int:
     """Root-mean-square distance to the template after the best rigid fit (2-D Kabsch)."""
-    xy = points[_selected(ids, selector)][:, nodes]
+    xy = (points if selector == ANY_ANIMAL else points[ids == selector])[:, nodes]
     centred = xy - xy.mean(axis=1, keepdims=True)
     # The rotation taking each pose onto the template: angle of sum(conj(p) * t).
     dot = (centred * template).sum(axis=(1, 2))
@@ -697,4 +679,7 @@ def _posture(
     x = centred[..., 0] * cos - centred[..., 1] * sin
     y = centred[..., 0] * sin + centred[..., 1] * cos
     rms = np.sqrt(((x - template[:, 0]) ** 2 + (y - template[:, 1]) ** 2).mean(axis=1))
-    return _verdict(rms <= tolerance, ~np.isnan(rms))
+    known = ~np.isnan(rms)
+    if ((rms <= tolerance) & known).any():
+        return TRUE
+    return FALSE if known.any() else UNKNOWN

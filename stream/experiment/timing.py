@@ -81,11 +81,7 @@ class _RuleState:
 
 
 class Timeline:
-    """Every rule's state through a run; `step` once per frame, in order.
-
-    Args:
-        experiment: the rules and trials.
-    """
+    """Every rule's state through a run; `step` once per frame, in order."""
 
     def __init__(self, experiment: Experiment) -> None:
         self._rules: tuple[Rule, ...] = experiment.rules
