@@ -32,9 +32,11 @@ from sleap_live.engines.graph.boxes import first_slots
 from sleap_live.engines.graph.build import load_inference_model
 from sleap_live.engines.graph.specialised import BatchShape, SpecialisedModel
 from sleap_live.engines.host.agreement import compare_poses
+from sleap_live.engines.host.postprocess import box_category
 from sleap_live.engines.runners.load import load_runner
 from sleap_live.engines.runners.onnx import OnnxRunner
 from sleap_live.engines.settings import InferenceSettings
+from sleap_live.stream.runner import first_frames
 from sleap_live.stream.sources import FileSource
 from tests.committed import require
 from tests.engines import goldens
@@ -240,6 +242,43 @@ def test_detector_stage_gives_sleap_nns_boxes():
     error = np.concatenate(errors)
     print(f"boxes: same count on {same}/{len(frames)} frames, max {error.max():.3g} px")
     assert same / len(frames) >= SAME_INSTANCES
+    assert error.max() <= BOX_PX
+
+
+@pytest.mark.slow
+def test_the_detector_alone_gives_sleap_nns_boxes_through_onnx_runtime():
+    # The detector directory alone, exported and verified as `sleap-live run` loads
+    # it, run by ONNX Runtime and decoded on the host: sleap-nn predict's boxes.
+    models, video, _, _ = goldens.case_paths("bbox_topdown")
+    golden_path = goldens.DATA / "goldens" / "bbox_centernet.npz"
+    require(models[0], video, golden_path)
+    golden = dict(np.load(golden_path))
+    runner = load_runner(models[:1], engine="onnx", device="cpu", verify_frames=first_frames(video))
+    info = runner.info
+    frames = _frames(video)
+    try:
+        found = [
+            p.boxes for s in range(0, len(frames), BATCH) for p in runner.run(frames[s : s + BATCH])
+        ]
+    finally:
+        runner.close()
+    assert info.model_type == "bbox" and len(found) == len(golden["n_boxes"])
+    names = list(golden["category_names"])
+    errors, same = [], 0
+    for f, boxes in enumerate(found):
+        assert boxes is not None
+        n = int(golden["n_boxes"][f])
+        if boxes.n_boxes != n:
+            continue
+        same += 1
+        # Highest score first in both.
+        errors.append(np.abs(boxes.boxes - golden["boxes"][f, :n]).ravel())
+        np.testing.assert_allclose(boxes.scores, golden["box_scores"][f, :n], rtol=0, atol=1e-5)
+        categories = [box_category(info, int(c)) or "" for c in boxes.categories]
+        assert categories == [names[c] for c in golden["box_categories"][f, :n]]
+    error = np.concatenate(errors)
+    print(f"boxes (detector alone): same count on {same}/{len(found)}, max {error.max():.3g} px")
+    assert same / len(found) >= SAME_INSTANCES
     assert error.max() <= BOX_PX
 
 
