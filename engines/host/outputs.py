@@ -57,6 +57,8 @@ from types import MappingProxyType
 import attrs
 import numpy as np
 
+from sleap_live.engines.load.spec import DEFAULT_BOX_CATEGORY
+
 # A graph's outputs by name, as a runtime hands them to the host.
 GraphOutputs = Mapping[str, np.ndarray]
 
@@ -170,3 +172,13 @@ def output_axes(model_type: str, layout: str = INSTANCE_LIST) -> dict[str, tuple
     """Axis names of each output of a `model_type` graph with `layout` (none if unknown)."""
     by_type = SLOT_OUTPUTS_BY_MODEL_TYPE if layout == INSTANCE_SLOTS else OUTPUTS_BY_MODEL_TYPE
     return {name: output_spec(name, layout).axes for name in by_type.get(model_type, ())}
+
+
+def box_category(categories: tuple[str, ...], index: int) -> str | None:
+    """The category sleap-nn writes for a box of category `index` of a detector with
+    `categories` (`ModelInfo.class_names`): its name, or None for a detector trained
+    without categories (sleap-nn's one `DEFAULT_BOX_CATEGORY`, which
+    `Outputs.to_bboxes` leaves unset)."""
+    if categories == (DEFAULT_BOX_CATEGORY,):
+        return None
+    return categories[index]

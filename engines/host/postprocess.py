@@ -47,7 +47,6 @@ from sleap_live.engines.host.outputs import (
     KEEP_UNCLASSIFIED,
     MULTI_CLASS_BOTTOMUP_OUTPUTS,
 )
-from sleap_live.engines.load.spec import DEFAULT_BOX_CATEGORY
 from sleap_live.engines.types import FrameBoxes, FramePoses, ModelInfo
 
 # Instance outputs that the slot layout holds per (frame, slot).
@@ -232,15 +231,6 @@ def decode_boxes(
         )
         for frame in range(batch_size)
     ]
-
-
-def box_category(info: ModelInfo, index: int) -> str | None:
-    """The category sleap-nn writes for a box of category `index`: its name, or None
-    for a detector trained without categories (sleap-nn's one `DEFAULT_BOX_CATEGORY`,
-    which `Outputs.to_bboxes` leaves unset)."""
-    if info.class_names == (DEFAULT_BOX_CATEGORY,):
-        return None
-    return info.class_names[index]
 
 
 DECODERS: Mapping[str, Decoder] = MappingProxyType(
