@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from sleap_live.engines.load_options import LoadOptions
     from sleap_live.engines.runners.load import load_runner
     from sleap_live.engines.settings import InferenceSettings
-    from sleap_live.engines.types import MODEL_TYPES, FramePoses, ModelInfo, Skeleton
+    from sleap_live.engines.types import MODEL_TYPES, FrameBoxes, FramePoses, ModelInfo, Skeleton
 
 __all__ = [
     "MODEL_TYPES",
@@ -43,6 +43,7 @@ __all__ = [
     "EngineError",
     "ExportError",
     "ExportedModelDirError",
+    "FrameBoxes",
     "FramePoses",
     "HeadSpec",
     "InferenceSettings",
@@ -80,7 +81,8 @@ _ORIGINS = {
         "sleap_live.engines.errors",
     ),
     **dict.fromkeys(
-        ("MODEL_TYPES", "FramePoses", "ModelInfo", "Skeleton"), "sleap_live.engines.types"
+        ("MODEL_TYPES", "FrameBoxes", "FramePoses", "ModelInfo", "Skeleton"),
+        "sleap_live.engines.types",
     ),
     **dict.fromkeys(
         ("HeadSpec", "ModelSpec", "PreprocessSpec", "UNetSpec"), "sleap_live.engines.load.spec"

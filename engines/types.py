@@ -18,6 +18,7 @@ MODEL_TYPES = (
     "bottomup",
     "multi_class_topdown",
     "multi_class_bottomup",
+    "bbox",
 )
 
 
@@ -47,7 +48,8 @@ class ModelInfo:
         input_channels: channels the network was trained on (1 or 3). Frames with
             the other count are converted inside the inference model.
         max_instances: most instances reported per frame; None: no limit.
-        class_names: identity names for multi-class models, else empty.
+        class_names: identity names for multi-class models, a box detector's
+            categories (index order), else empty.
         peak_threshold: confidence map threshold used for peaks.
         postprocess: host-side settings the runner's decoding step needs (for
             example PAF grouping thresholds); JSON-serialisable values only.
@@ -70,6 +72,25 @@ CENTROID_SKELETON = Skeleton(node_names=("centroid",), name="centroid")
 
 
 @attrs.frozen(eq=False)
+class FrameBoxes:
+    """Boxes a detector found in one frame, highest score first.
+
+    Attributes:
+        boxes: (boxes, 4) float32 x1, y1, x2, y2 in frame pixels.
+        scores: (boxes,) float32.
+        categories: (boxes,) int32 index into the model's `ModelInfo.class_names`.
+    """
+
+    boxes: np.ndarray
+    scores: np.ndarray
+    categories: np.ndarray
+
+    @property
+    def n_boxes(self) -> int:
+        return int(self.boxes.shape[0])
+
+
+@attrs.frozen(eq=False)
 class FramePoses:
     """Poses of every instance found in one frame.
 
@@ -81,12 +102,15 @@ class FramePoses:
         identities: (instances,) int32 track of each instance: a multi-class model's
             class index (its identities are its tracks), or the tracker's track id
             when the pipeline tracks (`sleap_live.stream.tracking`); -1 for none.
+        boxes: a box detector's boxes (its frames have no instances); None for
+            pose models.
     """
 
     points: np.ndarray
     point_scores: np.ndarray
     instance_scores: np.ndarray
     identities: np.ndarray
+    boxes: FrameBoxes | None = None
 
     @property
     def n_instances(self) -> int:

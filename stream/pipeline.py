@@ -276,7 +276,11 @@ class Pipeline:
                 raise
             self._tracking = PoseTracking(tracking)
         instances = UNCAPPED_RING_INSTANCES if info.max_instances is None else info.max_instances
-        self.ring = RingBuffer(ring_capacity, instances, info.skeleton.n_nodes, clock=clock)
+        # A box detector's boxes per frame: its slots (`ModelInfo.max_instances`).
+        boxes = instances if info.model_type == "bbox" else 0
+        self.ring = RingBuffer(
+            ring_capacity, instances, info.skeleton.n_nodes, max_boxes=boxes, clock=clock
+        )
         self._consumers = Consumers(
             self.ring,
             lossless_by_default=policy == "recorded",

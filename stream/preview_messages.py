@@ -141,7 +141,8 @@ def encode_jpeg(image: np.ndarray) -> bytes:
 
 def frame_message(sequence: int, record: PoseRecord, shape: tuple[int, ...]) -> dict[str, Any]:
     """A frame's poses for the page: per instance its points (null where missing),
-    score and track (identity; -1 for none)."""
+    score and track (identity; -1 for none); a box detector's boxes (x1, y1, x2, y2
+    and score each)."""
     poses = record.poses
     instances = [
         {
@@ -151,6 +152,7 @@ def frame_message(sequence: int, record: PoseRecord, shape: tuple[int, ...]) -> 
         }
         for i in range(poses.n_instances)
     ]
+    boxes = poses.boxes
     return {
         "sequence": sequence,
         "frame_index": record.frame_index,
@@ -158,6 +160,12 @@ def frame_message(sequence: int, record: PoseRecord, shape: tuple[int, ...]) -> 
         "height": int(shape[0]),
         "width": int(shape[1]),
         "instances": instances,
+        "boxes": []
+        if boxes is None
+        else [
+            {"xyxy": box, "score": score}
+            for box, score in zip(boxes.boxes.tolist(), boxes.scores.tolist(), strict=True)
+        ],
     }
 
 

@@ -344,7 +344,9 @@ def pose_message(record: PoseRecord, sequence: int, info: ModelInfo) -> dict[str
     """The map one pose record is published as (its layout is in docs/outputs.md);
     `sequence` is the record's number among the run's records, from 0."""
     poses = record.poses
-    return {
+    boxes = poses.boxes
+    detector = info.model_type == "bbox"
+    message = {
         "version": MESSAGE_VERSION,
         "sequence": sequence,
         "source_id": record.source_id,
@@ -352,12 +354,21 @@ def pose_message(record: PoseRecord, sequence: int, info: ModelInfo) -> dict[str
         "capture_time": record.capture_time,
         "ready_time": record.ready_time,
         "node_names": list(info.skeleton.node_names),
-        "track_names": list(info.class_names),
+        # A box detector's class names are its box categories, not identities.
+        "track_names": [] if detector else list(info.class_names),
         "points": poses.points.tolist(),
         "point_scores": poses.point_scores.tolist(),
         "instance_scores": poses.instance_scores.tolist(),
         "track_ids": poses.identities.tolist(),
     }
+    if boxes is not None:
+        message |= {
+            "boxes": boxes.boxes.tolist(),
+            "box_scores": boxes.scores.tolist(),
+            "box_categories": boxes.categories.tolist(),
+            "category_names": list(info.class_names),
+        }
+    return message
 
 
 class PosePublishing:

@@ -39,7 +39,7 @@ from collections.abc import Iterator
 import attrs
 import numpy as np
 
-from sleap_live.engines.types import FramePoses
+from sleap_live.engines.types import FrameBoxes, FramePoses
 from sleap_live.stream.clock import CLOCK_POLL, MONOTONIC, Clock
 from sleap_live.stream.types import PoseRecord
 
@@ -116,6 +116,8 @@ class RingBuffer:
         max_instances: instances stored per record; extra ones are dropped (the
             first ``max_instances`` are kept) and counted in `stats`.
         n_nodes: nodes per instance; every written record must have this many.
+        max_boxes: boxes stored per record (a box detector's `FramePoses.boxes`);
+            0 stores none, and records read back have `boxes` None.
         clock: what lossless readers' stall timeouts are measured on.
 
     Raises:
@@ -124,7 +126,13 @@ class RingBuffer:
     """
 
     def __init__(
-        self, capacity: int, max_instances: int, n_nodes: int, *, clock: Clock = MONOTONIC
+        self,
+        capacity: int,
+        max_instances: int,
+        n_nodes: int,
+        *,
+        max_boxes: int = 0,
+        clock: Clock = MONOTONIC,
     ) -> None:
         self._clock = clock
         self._capacity = _positive_int("capacity", capacity)
@@ -141,6 +149,11 @@ class RingBuffer:
         self._instance_scores = np.full(shape, np.nan, np.float32)
         self._n_instances = np.zeros(capacity, np.int32)
         self._identities = np.full(shape, -1, np.int32)
+        self._max_boxes = max_boxes
+        self._boxes = np.full((capacity, max_boxes, 4), np.nan, np.float32)
+        self._box_scores = np.full((capacity, max_boxes), np.nan, np.float32)
+        self._box_categories = np.full((capacity, max_boxes), -1, np.int32)
+        self._n_boxes = np.full(capacity, -1, np.int32)  # -1: the record had no boxes
         # Serialises writers (and close) without ever being taken by readers.
         self._write_lock = threading.Lock()
         # Guards the count, the lossless readers, the sleepers and the flags below.
@@ -228,11 +241,32 @@ class RingBuffer:
                 self._point_scores[slot, n_kept:] = np.nan
                 self._instance_scores[slot, n_kept:] = np.nan
                 self._identities[slot, n_kept:] = -1
+            if self._max_boxes:
+                self._write_boxes(slot, poses.boxes)
             self._sequence[slot] = sequence
             with self._lock:
                 self._written = sequence + 1
                 self._wake_readers()
         return sequence
+
+    def _write_boxes(self, slot: int, boxes: FrameBoxes | None) -> None:
+        """Copies a record's boxes (the first `max_boxes`, as a detector has no more)."""
+        n = -1 if boxes is None else min(boxes.n_boxes, self._max_boxes)
+        self._n_boxes[slot] = n
+        if boxes is not None:
+            self._boxes[slot, :n] = boxes.boxes[:n]
+            self._box_scores[slot, :n] = boxes.scores[:n]
+            self._box_categories[slot, :n] = boxes.categories[:n]
+
+    def _read_boxes(self, slot: int) -> FrameBoxes | None:
+        n = int(self._n_boxes[slot])
+        if n < 0:
+            return None
+        return FrameBoxes(
+            boxes=self._boxes[slot, :n].copy(),
+            scores=self._box_scores[slot, :n].copy(),
+            categories=self._box_categories[slot, :n].copy(),
+        )
 
     def stop_waiting(self) -> None:
         """Make `write` stop waiting for lossless readers, now and from now on. Idempotent.
@@ -293,6 +327,7 @@ class RingBuffer:
             point_scores=self._point_scores[slot, :n_kept].copy(),
             instance_scores=self._instance_scores[slot, :n_kept].copy(),
             identities=self._identities[slot, :n_kept].copy(),
+            boxes=self._read_boxes(slot) if self._max_boxes else None,
         )
         record = PoseRecord(
             frame_index=int(self._frame_index[slot]),

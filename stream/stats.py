@@ -185,7 +185,8 @@ class PipelineStats:
         tracking_p99: 99th percentile of the same.
         tracks: tracks started so far (every source together); 0 without tracking.
         frames_with_instances: frames processed in which the model found any
-            instance (none over a whole run: the model may not fit the video).
+            instance, or a box detector any box (none over a whole run: the model
+            may not fit the video).
     """
 
     policy: str
@@ -287,7 +288,10 @@ class StageMeters:
         self._process_rate.add()
         self._latency.add(record.latency)
         self.instances_last_frame = record.poses.n_instances
-        self.frames_with_instances += record.poses.n_instances > 0
+        boxes = record.poses.boxes
+        self.frames_with_instances += record.poses.n_instances > 0 or (
+            boxes is not None and boxes.n_boxes > 0
+        )
 
     def batch_emitted(self, times: StageTimes) -> None:
         """A batch's records are out: its stage times join the timeline while it has room."""

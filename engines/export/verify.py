@@ -70,10 +70,12 @@ def detections_per_frame(outputs: Mapping[str, np.ndarray], batch: int) -> list[
     """How many animals the model found in each frame of a batch.
 
     Instance outputs (either layout): instances with at least one node found. Bottom-up
-    outputs: valid peaks (of any node), since grouping happens on the host.
+    outputs: valid peaks (of any node), since grouping happens on the host. A box
+    detector's: its boxes.
     """
-    if "peak_valid" in outputs:
-        return [int(count) for count in outputs["peak_valid"].reshape(batch, -1).sum(axis=1)]
+    for slots in ("peak_valid", "box_valid"):
+        if slots in outputs:
+            return [int(count) for count in outputs[slots].reshape(batch, -1).sum(axis=1)]
     outputs = instance_list(outputs)
     found = ~np.isnan(outputs["points"][..., 0]).all(axis=-1)
     frames = outputs["instance_frame"][found]

@@ -83,9 +83,10 @@ def _refuse(model: InferenceModel) -> str | None:
     model_type = model.info.model_type
     if model_type in WEB_MODEL_TYPES:
         return None
+    why = "the page draws no boxes" if model_type == "bbox" else "its grouping runs on the host"
     return (
         f"a {model_type} model cannot run in the web page, which decodes instance lists "
-        f"only ({', '.join(WEB_MODEL_TYPES)}); its grouping runs on the host (use --format onnx)"
+        f"only ({', '.join(WEB_MODEL_TYPES)}); {why} (use --format onnx)"
     )
 
 

@@ -123,21 +123,24 @@ class CenterNetStage(torch.nn.Module):
         boxes, on_frame = clip_boxes(boxes / eff_scale, *frame_size)
         return boxes, scores, classes, valid & on_frame
 
+    def values(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """`forward` for the TensorRT profile: float32 (B, C, H, W) frame values in,
+        the same `(boxes, scores, classes, valid)` out."""
+        sized, eff_scale = size_matched_values(frames, self.preprocess)
+        image = network_input_values(sized, self.preprocess)
+        shape = torch.tensor([static_size(image, 2), static_size(image, 3)])
+        frame = torch.tensor([static_size(frames, 2), static_size(frames, 3)])
+        return self._frame_boxes(image, eff_scale, (shape[:1], shape[1:]), (frame[:1], frame[1:]))
+
     def slots(self, frames: torch.Tensor, slots: int) -> tuple[torch.Tensor, ...]:
-        """`forward` for the TensorRT profile: float32 (B, C, H, W) frame values in.
+        """`values`' first `slots` detections of each frame.
 
         Returns:
             `(boxes, scores, valid)`: the frame's first `slots` detections, highest
             score first, in (B, slots, 4) frame pixels and (B, slots) scores (0 in
             empty slots), and (B, slots) which slots hold one.
         """
-        sized, eff_scale = size_matched_values(frames, self.preprocess)
-        image = network_input_values(sized, self.preprocess)
-        shape = torch.tensor([static_size(image, 2), static_size(image, 3)])
-        frame = torch.tensor([static_size(frames, 2), static_size(frames, 3)])
-        boxes, scores, _, valid = self._frame_boxes(
-            image, eff_scale, (shape[:1], shape[1:]), (frame[:1], frame[1:])
-        )
+        boxes, scores, _, valid = self.values(frames)
         return first_slots(boxes, scores, valid, slots)
 
 

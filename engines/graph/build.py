@@ -8,11 +8,12 @@ from typing import Any
 
 import attrs
 
-from sleap_live.engines.errors import ModelConfigError, UnsupportedModelError
+from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.graph.base import InferenceModel
 from sleap_live.engines.graph.bottomup import BottomUpModel, MultiClassBottomUpModel
 from sleap_live.engines.graph.box_topdown import BoxMultiClassTopDownModel, BoxTopDownModel
 from sleap_live.engines.graph.centroid import CentroidModel
+from sleap_live.engines.graph.detector import BoxDetectorModel
 from sleap_live.engines.graph.single_instance import SingleInstanceModel
 from sleap_live.engines.graph.topdown import MultiClassTopDownModel, TopDownModel
 from sleap_live.engines.load.dirs import read_model_dir
@@ -26,10 +27,10 @@ def load_inference_model(
     """The torch inference model of one or two trained sleap-nn model directories.
 
     Args:
-        paths: a single-instance, centroid, bottom-up or multi-class bottom-up
-            directory; or a centroid directory and a centered-instance or
-            multi-class top-down directory, or a `bbox_centernet` detector and one
-            of those two, in any order.
+        paths: a single-instance, centroid, bottom-up, multi-class bottom-up or
+            `bbox_centernet` box detector directory; or a centroid directory and a
+            centered-instance or multi-class top-down directory, or a
+            `bbox_centernet` detector and one of those two, in any order.
         settings: the inference settings (default: sleap-nn predict's); they are
             recorded in the model's `info.settings`.
 
@@ -61,11 +62,7 @@ def _built(paths: str | Path | Sequence[str | Path], settings: InferenceSettings
         if spec.model_type in single:
             return single[spec.model_type].from_spec(spec, **_options(spec.model_type, settings))
         if spec.model_type in BOX_MODEL_TYPES:
-            raise UnsupportedModelError(
-                f"{dirs[0]}: a box detector ({spec.model_type}) alone; sleap-live runs it "
-                "only as the first stage of a top-down model: give its centered-instance "
-                "model directory too"
-            )
+            return BoxDetectorModel.from_spec(spec, **_options("bbox", settings))
         raise ModelConfigError(
             f"{dirs[0]}: a {spec.model_type} model runs on crops around centroids; "
             "give its centroid model directory too"
@@ -133,6 +130,8 @@ def _options(model_type: str, settings: InferenceSettings) -> dict[str, Any]:
     }
     if model_type == "single_instance":
         return {**peaks, "peak_threshold": settings.peak_threshold}
+    if model_type == "bbox":
+        return {"peak_threshold": settings.peak_threshold, "max_instances": settings.max_instances}
     if model_type == "centroid":
         return {
             **peaks,

@@ -40,7 +40,7 @@ from sleap_live.engines.host.outputs import (
     output_spec,
 )
 from sleap_live.engines.host.postprocess import decode
-from sleap_live.engines.types import FramePoses, ModelInfo
+from sleap_live.engines.types import FrameBoxes, FramePoses, ModelInfo
 
 # float32's unit roundoff: the largest relative error of one rounding.
 UNIT_ROUNDOFF = 2.0**-24
@@ -52,8 +52,8 @@ MAX_TIE_FRACTION = 0.01
 
 NOISE, NEAR_TIES, DISAGREEMENT = "noise", "near-ties", "disagreement"
 # Outputs in frame pixels, and outputs that must be equal: the rest are scores.
-PIXEL_OUTPUTS = ("points", "peaks")
-EXACT_OUTPUTS = ("instance_frame", "peak_valid", "instance_valid")
+PIXEL_OUTPUTS = ("points", "peaks", "boxes")
+EXACT_OUTPUTS = ("instance_frame", "peak_valid", "instance_valid", "box_valid")
 
 
 @attrs.frozen
@@ -159,6 +159,8 @@ def compare_poses(
         rows, columns = pair_instances(want.points, got.points)
         for a, b in zip(rows, columns, strict=True):
             tally.instance(index, want, int(a), got, int(b))
+        if want.boxes is not None and got.boxes is not None:
+            tally.boxes(index, want.boxes, got.boxes)
     return tally.result()
 
 
@@ -306,6 +308,33 @@ class _Tally:
                 f"{where}: identity {int(got.identities[b])}, not {int(want.identities[a])}"
             )
         self.ties.extend(tied)
+
+    def boxes(self, frame: int, want: FrameBoxes, got: FrameBoxes) -> None:
+        """A box detector's boxes of one frame, in order (highest score first): each
+        corner is a point. Boxes past the other side's count are near-ties if their
+        scores are at the threshold (the lowest, so they come last)."""
+        where = f"frame {frame}"
+        n = min(want.n_boxes, got.n_boxes)
+        extra = (want if want.n_boxes > n else got).scores[n:].astype(np.float64)
+        if extra.size:
+            near = np.abs(extra - self.bound.peak_threshold) <= self.bound.tie_margin
+            if not near.all():
+                self.disagree(f"{where}: {got.n_boxes} boxes, not {want.n_boxes}")
+                return
+            self.ties.append(f"{where}: {extra.size} box(es) at the threshold on one side only")
+        corners_a = want.boxes[:n].astype(np.float64).reshape(-1, 2)
+        corners_b = got.boxes[:n].astype(np.float64).reshape(-1, 2)
+        self.points += len(corners_a)
+        distance = np.linalg.norm(corners_a - corners_b, axis=-1)
+        if np.any(distance > self.bound.point_limit(corners_a)):
+            self.disagree(f"{where}: a box corner moved {float(distance.max()):.3g} px")
+        self.max_point = max(self.max_point, float(distance.max(initial=0.0)))
+        relative = _relative(want.scores[:n], got.scores[:n])
+        if np.any(relative > self.bound.scores):
+            self.disagree(f"{where}: box scores differ by {float(relative.max()):.3g}")
+        self.max_score = max(self.max_score, float(relative.max(initial=0.0)))
+        if not np.array_equal(want.categories[:n], got.categories[:n]):
+            self.disagree(f"{where}: box categories differ")
 
     def result(self) -> Agreement:
         allowed = max(1, int(MAX_TIE_FRACTION * self.points))

@@ -27,6 +27,16 @@ Bottom-up outputs, per frame, K peak slots per node:
 - multi-class bottom-up has ``class_probs`` (B, nodes, K, classes) float32, class
   map values at each peak, instead of ``line_scores``.
 
+Box-detector outputs, per frame, K = `max_detections` box slots (the same in
+both layouts), highest score first:
+
+- ``box_valid`` (B, K) bool: which slots hold a box (a box clipped to nothing on
+  the frame leaves its slot empty between filled ones);
+- ``boxes`` (B, K, 4) float32: x1, y1, x2, y2 in frame pixels, NaN in empty slots;
+- ``box_scores`` (B, K) float32: NaN in empty slots;
+- ``box_categories`` (B, K) int32: index into `ModelInfo.class_names`, -1 in
+  empty slots.
+
 The TensorRT profile's graphs (`LAYOUTS`: "instance_slots") replace the instance
 list with `max_instances` fixed slots per frame, so every output's shape is known
 before the run (preallocated buffers, CUDA graphs); bottom-up outputs are the same
@@ -47,6 +57,8 @@ from types import MappingProxyType
 import attrs
 import numpy as np
 
+from sleap_live.engines.load.spec import DEFAULT_BOX_CATEGORY
+
 # A graph's outputs by name, as a runtime hands them to the host.
 GraphOutputs = Mapping[str, np.ndarray]
 
@@ -54,6 +66,7 @@ INSTANCE_OUTPUTS = ("instance_frame", "points", "point_scores", "instance_scores
 MULTI_CLASS_TOPDOWN_OUTPUTS = (*INSTANCE_OUTPUTS, "class_scores")
 BOTTOMUP_OUTPUTS = ("peaks", "peak_scores", "peak_valid", "line_scores")
 MULTI_CLASS_BOTTOMUP_OUTPUTS = ("peaks", "peak_scores", "peak_valid", "class_probs")
+BOX_OUTPUTS = ("box_valid", "boxes", "box_scores", "box_categories")
 # `ModelInfo.postprocess` key of a multi-class top-down model: whether instances
 # no class was assigned to are reported (sleap-nn, the default) or dropped, the
 # rest ordered by class (SLEAP 1.x).
@@ -101,6 +114,10 @@ _LIST_SPECS = {
         OutputSpec("peak_valid", "bool", ("batch", "nodes", "peak_slots")),
         OutputSpec("line_scores", "float32", ("batch", "edges", "peak_slots", "peak_slots")),
         OutputSpec("class_probs", "float32", ("batch", "nodes", "peak_slots", "classes")),
+        OutputSpec("box_valid", "bool", (BATCH_AXIS, "box_slots")),
+        OutputSpec("boxes", "float32", (BATCH_AXIS, "box_slots", "xyxy")),
+        OutputSpec("box_scores", "float32", (BATCH_AXIS, "box_slots")),
+        OutputSpec("box_categories", "int32", (BATCH_AXIS, "box_slots")),
     )
 }
 _SLOT_SPECS = _LIST_SPECS | {
@@ -124,6 +141,7 @@ OUTPUTS_BY_MODEL_TYPE: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "multi_class_topdown": MULTI_CLASS_TOPDOWN_OUTPUTS,
         "bottomup": BOTTOMUP_OUTPUTS,
         "multi_class_bottomup": MULTI_CLASS_BOTTOMUP_OUTPUTS,
+        "bbox": BOX_OUTPUTS,
     }
 )
 
@@ -154,3 +172,13 @@ def output_axes(model_type: str, layout: str = INSTANCE_LIST) -> dict[str, tuple
     """Axis names of each output of a `model_type` graph with `layout` (none if unknown)."""
     by_type = SLOT_OUTPUTS_BY_MODEL_TYPE if layout == INSTANCE_SLOTS else OUTPUTS_BY_MODEL_TYPE
     return {name: output_spec(name, layout).axes for name in by_type.get(model_type, ())}
+
+
+def box_category(categories: tuple[str, ...], index: int) -> str | None:
+    """The category sleap-nn writes for a box of category `index` of a detector with
+    `categories` (`ModelInfo.class_names`): its name, or None for a detector trained
+    without categories (sleap-nn's one `DEFAULT_BOX_CATEGORY`, which
+    `Outputs.to_bboxes` leaves unset)."""
+    if categories == (DEFAULT_BOX_CATEGORY,):
+        return None
+    return categories[index]

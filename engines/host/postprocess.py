@@ -16,6 +16,9 @@ Bottom-up models hand over K peak slots per node plus PAF line scores or class
 probabilities (`BOTTOMUP_OUTPUTS`, `MULTI_CLASS_BOTTOMUP_OUTPUTS`); they are
 grouped into instances by `sleap_live.engines.host.grouping`.
 
+A box detector's slots (`BOX_OUTPUTS`) become each frame's `FrameBoxes`, the
+filled slots in their order (highest score first), with no instances.
+
 Multi-class top-down assigns identities per frame as sleap-nn does: Hungarian
 matching (`scipy.optimize.linear_sum_assignment`) of the frame's instances to
 classes on the negated class probabilities. Every instance of the frame takes
@@ -28,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
+import attrs
 import numpy as np
 
 from sleap_live.engines.errors import ModelConfigError
@@ -38,11 +42,12 @@ from sleap_live.engines.host.grouping import (
 )
 from sleap_live.engines.host.outputs import (
     BOTTOMUP_OUTPUTS,
+    BOX_OUTPUTS,
     INSTANCE_OUTPUTS,
     KEEP_UNCLASSIFIED,
     MULTI_CLASS_BOTTOMUP_OUTPUTS,
 )
-from sleap_live.engines.types import FramePoses, ModelInfo
+from sleap_live.engines.types import FrameBoxes, FramePoses, ModelInfo
 
 # Instance outputs that the slot layout holds per (frame, slot).
 _SLOTTED = ("points", "point_scores", "instance_scores", "class_scores")
@@ -209,6 +214,25 @@ def decode_grouped(
     return ClassMapGrouper.from_info(info).group_batch(outputs)
 
 
+def decode_boxes(
+    info: ModelInfo, outputs: Mapping[str, np.ndarray], batch_size: int
+) -> list[FramePoses]:
+    """Per-frame boxes of a box detector's slots (`BOX_OUTPUTS`), no instances."""
+    valid, boxes, scores, categories = _instance_arrays(outputs, BOX_OUTPUTS)
+    empty = FramePoses.empty(info.skeleton.n_nodes)
+    return [
+        attrs.evolve(
+            empty,
+            boxes=FrameBoxes(
+                boxes=boxes[frame][valid[frame]].astype(np.float32, copy=False),
+                scores=scores[frame][valid[frame]].astype(np.float32, copy=False),
+                categories=categories[frame][valid[frame]].astype(np.int32, copy=False),
+            ),
+        )
+        for frame in range(batch_size)
+    ]
+
+
 DECODERS: Mapping[str, Decoder] = MappingProxyType(
     {
         "single_instance": decode_instances,
@@ -217,5 +241,6 @@ DECODERS: Mapping[str, Decoder] = MappingProxyType(
         "multi_class_topdown": decode_multi_class_instances,
         "bottomup": decode_grouped,
         "multi_class_bottomup": decode_grouped,
+        "bbox": decode_boxes,
     }
 )

@@ -10,8 +10,9 @@ journal holds every frame up to its last complete chunk, and
 Layout: the 8-byte `MAGIC`, then records, each ``kind (1 byte) | payload length
 (uint32) | CRC-32 of the payload (uint32) | payload``, little-endian. The first
 record is the header (kind ``H``, UTF-8 JSON: skeleton, video, frame shape, ...);
-every later one a chunk of frames (kind ``F``, see `FrameChunk.to_bytes`) or track
-labels for instances of earlier chunks (kind ``L``, see `TrackLabels`: a MOT
+every later one a chunk of frames (kind ``F``, see `FrameChunk.to_bytes`), the
+boxes of the chunk just before (kind ``B``, see `BoxChunk`: a box detector's), or
+track labels for instances of earlier chunks (kind ``L``, see `TrackLabels`: a MOT
 tracker's detections labelled once their track was confirmed). A record cut short
 or failing its CRC ends the journal: a kill mid-write costs that record only,
 never an earlier one.
@@ -38,7 +39,8 @@ MAGIC = b"SLJRNL01"
 JOURNAL_SUFFIX = ".journal"
 _RECORD = struct.Struct("<cII")
 _CHUNK = struct.Struct("<III")  # frames, instances, nodes
-_HEADER, _FRAMES, _LABELS = b"H", b"F", b"L"
+_BOX_CHUNK = struct.Struct("<II")  # frames, boxes
+_HEADER, _FRAMES, _BOXES, _LABELS = b"H", b"F", b"B", b"L"
 _LABEL_COUNT = struct.Struct("<I")
 
 # Bounds a journal's values must keep, far above any run's, so a crafted or
@@ -77,6 +79,8 @@ class JournalHeader:
         n_frames: frames in the video, if known; else the highest index written + 1.
         provenance: extra metadata for the .slp (JSON values).
         pid: the process that wrote the journal.
+        box_categories: a box detector's categories (`ModelInfo.class_names`), which
+            its boxes' `BoxChunk.categories` index; empty for pose models.
     """
 
     skeleton: Skeleton
@@ -87,6 +91,7 @@ class JournalHeader:
     n_frames: int | None
     provenance: dict[str, Any]
     pid: int
+    box_categories: tuple[str, ...] = ()
 
     def to_bytes(self) -> bytes:
         return json.dumps(attrs.asdict(self)).encode()
@@ -142,6 +147,9 @@ class JournalHeader:
             n_frames=n_frames,
             provenance=dict(_field(origin, "provenance", fields.get("provenance"), dict)),
             pid=_field(origin, "pid", fields.get("pid"), int),
+            box_categories=_strings(
+                origin, "box_categories", fields.get("box_categories", []), MAX_CLASSES
+            ),
         )
 
 
@@ -247,6 +255,72 @@ class FrameChunk:
 
 
 @attrs.frozen(eq=False)
+class BoxChunk:
+    """A box detector's boxes of the frames of the `FrameChunk` written just before.
+
+    Attributes:
+        counts: (F,) int32 boxes in each of that chunk's frames; they sum to N.
+        boxes: (N, 4) float32 x1, y1, x2, y2 in frame pixels, each frame's highest
+            score first.
+        scores: (N,) float32.
+        categories: (N,) int32 index into `JournalHeader.box_categories`.
+    """
+
+    counts: np.ndarray
+    boxes: np.ndarray
+    scores: np.ndarray
+    categories: np.ndarray
+
+    def frames(self) -> Iterator[slice]:
+        """The slice of each frame's boxes, in order."""
+        ends = np.cumsum(self.counts)
+        for end, count in zip(ends.tolist(), self.counts.tolist(), strict=True):
+            yield slice(end - count, end)
+
+    def to_bytes(self) -> bytes:
+        return b"".join(
+            (
+                _BOX_CHUNK.pack(self.counts.shape[0], self.boxes.shape[0]),
+                self.counts.astype("<i4").tobytes(),
+                self.boxes.astype("<f4").tobytes(),
+                self.scores.astype("<f4").tobytes(),
+                self.categories.astype("<i4").tobytes(),
+            )
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes, header: JournalHeader, origin: str = "journal") -> BoxChunk:
+        """Parses `to_bytes`, checking it against `header`.
+
+        Raises:
+            JournalError: one line naming `origin`: the sizes do not match the bytes,
+                the counts do not add up, or a category is not one of the header's.
+        """
+        if len(data) < _BOX_CHUNK.size:
+            raise JournalError(f"{origin}: a chunk of boxes is cut short ({len(data)} bytes)")
+        n_frames, n_boxes = _BOX_CHUNK.unpack_from(data)
+        if len(data) != _BOX_CHUNK.size + n_frames * 4 + n_boxes * 24:
+            raise JournalError(
+                f"{origin}: a chunk says {n_frames} frames and {n_boxes} boxes but holds "
+                f"{len(data)} bytes"
+            )
+        offset = _BOX_CHUNK.size
+        counts = np.frombuffer(data, "<i4", n_frames, offset)
+        offset += n_frames * 4
+        boxes = np.frombuffer(data, "<f4", n_boxes * 4, offset).reshape(n_boxes, 4)
+        scores = np.frombuffer(data, "<f4", n_boxes, offset + n_boxes * 16)
+        categories = np.frombuffer(data, "<i4", n_boxes, offset + n_boxes * 20)
+        if (counts < 0).any() or int(counts.sum(dtype=np.int64)) != n_boxes:
+            raise JournalError(f"{origin}: a chunk's box counts do not add up to {n_boxes}")
+        if n_boxes and (categories.min() < 0 or categories.max() >= len(header.box_categories)):
+            raise JournalError(
+                f"{origin}: a box's category is not one of the journal's "
+                f"{len(header.box_categories)}"
+            )
+        return cls(counts, boxes, scores, categories)
+
+
+@attrs.frozen(eq=False)
 class TrackLabels:
     """Tracks given late to instances of frames already in the journal.
 
@@ -314,10 +388,18 @@ class JournalWriter:
         _write_all(fd, MAGIC + _frame(_HEADER, header.to_bytes()))
         os.fsync(fd)
 
-    def append(self, chunk: FrameChunk | None, labels: TrackLabels | None = None) -> None:
-        """Write one chunk of frames and labels for earlier chunks' instances (either
-        may be None) and wait until they are on disk."""
+    def append(
+        self,
+        chunk: FrameChunk | None,
+        labels: TrackLabels | None = None,
+        boxes: BoxChunk | None = None,
+    ) -> None:
+        """Write one chunk of frames, its frames' boxes, and labels for earlier
+        chunks' instances (any may be None; boxes only with a chunk) and wait until
+        they are on disk."""
         data = b"" if chunk is None else _frame(_FRAMES, chunk.to_bytes())
+        if boxes is not None:
+            data += _frame(_BOXES, boxes.to_bytes())
         if labels is not None:
             data += _frame(_LABELS, labels.to_bytes())
         _write_all(self._fd, data)
@@ -341,9 +423,12 @@ class JournalContents:
     torn_bytes: int
 
 
-def read_journal(path: Path) -> tuple[JournalHeader, Iterator[FrameChunk | TrackLabels]]:
+def read_journal(
+    path: Path,
+) -> tuple[JournalHeader, Iterator[FrameChunk | BoxChunk | TrackLabels]]:
     """The header of the journal at `path` and an iterator over its complete records:
-    chunks of frames, and track labels for instances of the chunks before them.
+    chunks of frames, the boxes of the chunk just before, and track labels for
+    instances of the chunks before them.
 
     Records are read one at a time, so memory holds one chunk, not the journal.
 
@@ -391,11 +476,13 @@ def _open(path: Path) -> tuple[BinaryIO, JournalHeader]:
 
 def _chunks(
     handle: BinaryIO, header: JournalHeader, origin: str
-) -> Iterator[FrameChunk | TrackLabels]:
+) -> Iterator[FrameChunk | BoxChunk | TrackLabels]:
     with handle:
         while (record := _read_record(handle)) is not None:
             if record[0] == _FRAMES:
                 yield FrameChunk.from_bytes(record[1], header, origin)
+            elif record[0] == _BOXES:
+                yield BoxChunk.from_bytes(record[1], header, origin)
             elif record[0] == _LABELS:
                 yield TrackLabels.from_bytes(record[1], origin)
 
@@ -427,7 +514,7 @@ def _read_record(handle: BinaryIO) -> tuple[bytes, bytes] | None:
         return None
     kind, length, crc = _RECORD.unpack(head)
     payload = handle.read(length)
-    known = (_HEADER, _FRAMES, _LABELS)
+    known = (_HEADER, _FRAMES, _BOXES, _LABELS)
     if len(payload) < length or zlib.crc32(payload) != crc or kind not in known:
         return None
     return kind, payload

@@ -1,6 +1,8 @@
-"""Poses drawn on frames: the skeleton's edges and nodes, coloured per track, instance or node.
+"""Poses drawn on frames: the skeleton's edges and nodes, coloured per track, instance or node;
+a box detector's boxes as rectangles with their scores.
 
-Drawing is sleap-io's (`sleap_io.rendering.core.render_frame`, on skia); this module
+Drawing is sleap-io's (`sleap_io.rendering.core.render_frame` and
+`sleap_io.rendering.draw_bboxes`, on skia); this module
 holds the style a user picks and turns one frame's poses into the arguments it takes.
 Both `sleap-live render` (a .slp on its video) and live overlay recordings use it.
 """
@@ -12,11 +14,14 @@ from collections.abc import Sequence
 
 import attrs
 import numpy as np
-from sleap_io.rendering.colors import PaletteName
+from sleap_io import BoundingBox, PredictedBoundingBox
+from sleap_io.rendering import draw_bboxes
+from sleap_io.rendering.colors import PaletteName, get_palette
 from sleap_io.rendering.core import render_frame
 from sleap_io.rendering.shapes import MarkerShape
 
 from sleap_live.engines.palette import DEFAULT_PALETTE
+from sleap_live.engines.types import FrameBoxes
 
 # "auto": by track when the poses have tracks, else by instance.
 COLOR_SCHEMES = ("auto", "track", "instance", "node")
@@ -99,3 +104,24 @@ def draw_poses(
         n_tracks=n_tracks,
     )
     return np.ascontiguousarray(drawn)
+
+
+def draw_boxes(image: np.ndarray, boxes: Sequence[BoundingBox], style: OverlayStyle) -> np.ndarray:
+    """A copy of `image` (H, W, 1 or 3 uint8) as RGB with `boxes` drawn (a predicted
+    box with its score), coloured by their place in the frame (a box detector's
+    boxes have no tracks)."""
+    drawn = np.repeat(image, 3, axis=2) if image.shape[2] == 1 else image.copy()
+    if not boxes:
+        return drawn
+    colors = get_palette(style.palette, len(boxes))
+    return np.ascontiguousarray(
+        draw_bboxes(drawn, list(boxes), colors=colors, line_width=round(style.line_width))
+    )
+
+
+def predicted_boxes(boxes: FrameBoxes) -> list[PredictedBoundingBox]:
+    """A frame's boxes as sleap-io's, with their scores (categories are not drawn)."""
+    return [
+        PredictedBoundingBox(*(float(v) for v in box), score=float(score))
+        for box, score in zip(boxes.boxes, boxes.scores, strict=True)
+    ]

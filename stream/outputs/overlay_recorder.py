@@ -17,7 +17,13 @@ import numpy as np
 
 from sleap_live.engines.types import Skeleton
 from sleap_live.stream.outputs.base import EncodedOutput
-from sleap_live.stream.outputs.overlay import OverlayStyle, SkeletonLayout, draw_poses
+from sleap_live.stream.outputs.overlay import (
+    OverlayStyle,
+    SkeletonLayout,
+    draw_boxes,
+    draw_poses,
+    predicted_boxes,
+)
 from sleap_live.stream.outputs.overlay_writer import DEFAULT_CODEC, OverlayWriter
 from sleap_live.stream.types import PoseRecord
 
@@ -107,6 +113,8 @@ class OverlayRecorder(EncodedOutput):
                 track_indices=identities,
                 n_tracks=self._n_colours,
             )
+        if poses.boxes is not None:
+            image = draw_boxes(image, predicted_boxes(poses.boxes), self._style)
         self._writer.write(image)
 
     def close(self) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import sleap_io as sio
 
+from sleap_live.engines.host.outputs import box_category
 from sleap_live.engines.types import Skeleton
 from sleap_live.output_rule import (
     OutputError,
@@ -37,6 +38,7 @@ from sleap_live.stream.outputs.guard import OutputLock
 from sleap_live.stream.outputs.journal import (
     JOURNAL_SUFFIX,
     MAGIC,
+    BoxChunk,
     JournalContents,
     JournalError,
     JournalTornError,
@@ -208,7 +210,15 @@ def write_slp_from_journal(journal: Path, slp: Path) -> int:
     frames: list[sio.LabeledFrame] = []
     by_index: dict[int, sio.LabeledFrame] = {}
     last_index = -1
+    # The frames of the last chunk of frames, which a chunk of boxes belongs to.
+    chunk_frames: list[sio.LabeledFrame] = []
     for chunk in chunks:
+        if isinstance(chunk, BoxChunk):
+            for labelled, rows in zip(chunk_frames, chunk.frames(), strict=False):
+                labelled.bboxes = [
+                    _box(chunk, i, header.box_categories) for i in range(rows.start, rows.stop)
+                ]
+            continue
         if isinstance(chunk, TrackLabels):
             for frame_index, row, track_id in zip(
                 chunk.frame_indices.tolist(),
@@ -234,6 +244,7 @@ def write_slp_from_journal(journal: Path, slp: Path) -> int:
             frames.append(sio.LabeledFrame(video=video, frame_idx=frame_index, instances=instances))
             by_index[frame_index] = frames[-1]
             last_index = max(last_index, frame_index)
+        chunk_frames = frames[-chunk.n_frames :] if chunk.n_frames else []
     n_frames = header.n_frames if header.n_frames is not None else last_index + 1
     video.backend_metadata["shape"] = (n_frames, *header.frame_shape)
     labels = sio.Labels(
@@ -343,6 +354,19 @@ def _track(tracks: dict[int, sio.Track], identity: int) -> sio.Track | None:
     if track is None:
         track = tracks[identity] = sio.Track(name=f"track_{identity}")
     return track
+
+
+def _box(chunk: BoxChunk, i: int, categories: tuple[str, ...]) -> sio.PredictedBoundingBox:
+    """Box `i` of `chunk` as sleap-nn writes it (`Outputs.to_bboxes`)."""
+    x1, y1, x2, y2 = chunk.boxes[i].astype(np.float64).tolist()
+    return sio.PredictedBoundingBox(
+        x1,
+        y1,
+        x2,
+        y2,
+        score=float(chunk.scores[i]),
+        category=box_category(categories, int(chunk.categories[i])),
+    )
 
 
 def _finite(value: Any) -> Any:

@@ -18,7 +18,12 @@ import numpy as np
 
 from sleap_live.stream.errors import SourceError, SourceNotFoundError
 from sleap_live.stream.outputs.guard import check_outputs
-from sleap_live.stream.outputs.overlay import OverlayStyle, SkeletonLayout, draw_poses
+from sleap_live.stream.outputs.overlay import (
+    OverlayStyle,
+    SkeletonLayout,
+    draw_boxes,
+    draw_poses,
+)
 from sleap_live.stream.outputs.overlay_writer import DEFAULT_CODEC, OverlayWriter
 from sleap_live.stream.outputs.slp_tables import PoseTableError, check_slp_tables
 from sleap_live.stream.sources import FileSource
@@ -109,7 +114,7 @@ def render_slp(
             with writer:
                 for frame in source:
                     labelled = frames.get(frame.index)
-                    posed = labelled is not None and bool(labelled.instances)
+                    posed = labelled is not None and bool(labelled.instances or labelled.bboxes)
                     image = _drawn(np.asarray(frame.image), labelled, skeleton, style, tracks)
                     if decorate is not None:
                         image = decorate(image, frame.index)
@@ -132,7 +137,10 @@ def _drawn(
     style: OverlayStyle,
     tracks: dict[int, int],
 ) -> np.ndarray:
-    """`image` as RGB with the instances of `labelled` (a LabeledFrame or None) drawn."""
+    """`image` as RGB with the instances of `labelled` (a LabeledFrame or None) drawn,
+    or its boxes (a box detector's)."""
+    if labelled is not None and labelled.bboxes:
+        image = draw_boxes(image, labelled.bboxes, style)
     if labelled is None or not labelled.instances:
         return np.repeat(image, 3, axis=2) if image.shape[2] == 1 else image
     instances = labelled.instances

@@ -18,11 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from sleap_live.engines.types import FramePoses, Skeleton
+from sleap_live.engines.types import FrameBoxes, FramePoses, Skeleton
 from sleap_live.output_rule import OutputError, remove_stale_staging
 from sleap_live.stream.clock import MONOTONIC, Clock
 from sleap_live.stream.outputs.exports import FORMATS, prepare_saver, slot_layout
 from sleap_live.stream.outputs.journal import (
+    BoxChunk,
     FrameChunk,
     JournalHeader,
     JournalWriter,
@@ -86,6 +87,9 @@ class SlpWriter:
         n_frames: frames in the video, if known; otherwise the highest frame index
             written plus one.
         class_names: identity names of a multi-class model (one track each).
+        box_categories: a box detector's categories (`ModelInfo.class_names`);
+            its records' `FramePoses.boxes` are written as sleap-io
+            `PredictedBoundingBox`es in `LabeledFrame.bboxes`, as sleap-nn writes them.
         renumber: number labeled frames 0, 1, 2, ... in the order written, to
             match a recording of exactly the processed frames; otherwise use
             `PoseRecord.frame_index`.
@@ -122,6 +126,7 @@ class SlpWriter:
         fps: float | None = None,
         n_frames: int | None = None,
         class_names: tuple[str, ...] = (),
+        box_categories: tuple[str, ...] = (),
         renumber: bool = False,
         save_interval: float | None = DEFAULT_SAVE_INTERVAL,
         provenance: Mapping[str, Any] | None = None,
@@ -151,6 +156,7 @@ class SlpWriter:
             n_frames=n_frames,
             provenance=dict(provenance or {}),
             pid=os.getpid(),
+            box_categories=tuple(box_categories),
         )
         if claim is None:
             claim = JournalClaim(self.path, overwrite=overwrite)
@@ -214,6 +220,7 @@ class SlpWriter:
             point_scores=np.array(poses.point_scores[found], np.float32),
             instance_scores=np.array(poses.instance_scores[found], np.float32),
             identities=np.array(poses.identities[found], np.int32),
+            boxes=None if poses.boxes is None else _copied(poses.boxes),
         )
         self._pending.append((frame_index, kept))
         # Counted as written: an instance relabelled later (a MOT track's first
@@ -276,7 +283,7 @@ class SlpWriter:
             instance_scores=np.concatenate([p.instance_scores for p in poses]),
             identities=np.concatenate([p.identities for p in poses]),
         )
-        self._journal.append(chunk, labels)
+        self._journal.append(chunk, labels, _box_chunk(poses))
         self.n_frames_saved += chunk.n_frames
         self._pending.clear()
         self._pending_position.clear()
@@ -345,3 +352,25 @@ class SlpWriter:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _copied(boxes: FrameBoxes) -> FrameBoxes:
+    """`boxes` with arrays of their own (a ring-buffer view may be passed)."""
+    return FrameBoxes(
+        boxes=np.array(boxes.boxes, np.float32),
+        scores=np.array(boxes.scores, np.float32),
+        categories=np.array(boxes.categories, np.int32),
+    )
+
+
+def _box_chunk(poses: tuple[FramePoses, ...]) -> BoxChunk | None:
+    """The boxes of a chunk's frames (a box detector's); None where none has any."""
+    found = [p.boxes for p in poses if p.boxes is not None]
+    if not found:
+        return None
+    return BoxChunk(
+        counts=np.array([0 if p.boxes is None else p.boxes.n_boxes for p in poses], np.int32),
+        boxes=np.concatenate([b.boxes for b in found]).reshape(-1, 4),
+        scores=np.concatenate([b.scores for b in found]),
+        categories=np.concatenate([b.categories for b in found]),
+    )

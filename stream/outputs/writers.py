@@ -184,6 +184,13 @@ def _opened(
         overwrite=options.overwrite,
     )
     info = runner.info
+    boxes_only = info.model_type == "bbox"
+    if boxes_only and options.output is not None and options.output.suffix.lower() != ".slp":
+        # The analysis HDF5, CSV and NWB files are pose tables with no place for boxes.
+        raise ValueError(
+            f"{options.output}: a box detector's boxes are written to .slp only "
+            "(sleap-io PredictedBoundingBox)"
+        )
     recording: dict[str, Any] | None = None
     if options.record is not None:
         lossless = RECORD_CODECS[options.record_codec].lossless
@@ -207,7 +214,9 @@ def _opened(
             frame_shape=source.frame_shape,
             fps=source.fps,
             n_frames=None if links_recording else source.n_frames,
-            class_names=info.class_names,
+            # A detector's class names are its box categories, not identities.
+            class_names=() if boxes_only else info.class_names,
+            box_categories=info.class_names if boxes_only else (),
             renumber=links_recording,
             save_interval=options.save_interval,
             provenance=run_provenance(

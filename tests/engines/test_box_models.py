@@ -32,9 +32,11 @@ from sleap_live.engines.graph.boxes import first_slots
 from sleap_live.engines.graph.build import load_inference_model
 from sleap_live.engines.graph.specialised import BatchShape, SpecialisedModel
 from sleap_live.engines.host.agreement import compare_poses
+from sleap_live.engines.host.outputs import box_category
 from sleap_live.engines.runners.load import load_runner
 from sleap_live.engines.runners.onnx import OnnxRunner
 from sleap_live.engines.settings import InferenceSettings
+from sleap_live.stream.runner import first_frames
 from sleap_live.stream.sources import FileSource
 from tests.committed import require
 from tests.engines import goldens
@@ -241,6 +243,81 @@ def test_detector_stage_gives_sleap_nns_boxes():
     print(f"boxes: same count on {same}/{len(frames)} frames, max {error.max():.3g} px")
     assert same / len(frames) >= SAME_INSTANCES
     assert error.max() <= BOX_PX
+
+
+# A frame's boxes as the golden holds them: (n, 4) xyxy, (n,) scores, the
+# categories' names ("" where sleap-nn leaves the category unset).
+FrameBoxRows = tuple[np.ndarray, np.ndarray, list[str]]
+
+
+def _assert_sleap_nns_boxes(found: Sequence[FrameBoxRows], label: str) -> None:
+    """`found` against sleap-nn predict's boxes from the detector alone: the same
+    count on at least 99.9 % of frames, corners within `BOX_PX`, scores and
+    categories equal, highest score first in both."""
+    golden = dict(np.load(goldens.DATA / "goldens" / "bbox_centernet.npz"))
+    assert len(found) == len(golden["n_boxes"])
+    names = list(golden["category_names"])
+    errors, same = [], 0
+    for f, (boxes, scores, categories) in enumerate(found):
+        n = int(golden["n_boxes"][f])
+        if len(boxes) != n:
+            continue
+        same += 1
+        errors.append(np.abs(boxes - golden["boxes"][f, :n]).ravel())
+        np.testing.assert_allclose(scores, golden["box_scores"][f, :n], rtol=0, atol=1e-5)
+        assert categories == [names[c] for c in golden["box_categories"][f, :n]]
+    error = np.concatenate(errors)
+    print(f"{label}: same box count on {same}/{len(found)} frames, max {error.max():.3g} px")
+    assert same / len(found) >= SAME_INSTANCES
+    assert error.max() <= BOX_PX
+
+
+@pytest.mark.slow
+def test_the_detector_alone_gives_sleap_nns_boxes_through_onnx_runtime():
+    # The detector directory alone, exported and verified as `sleap-live run` loads
+    # it, run by ONNX Runtime and decoded on the host.
+    models, video, _, _ = goldens.case_paths("bbox_topdown")
+    require(models[0], video, goldens.DATA / "goldens" / "bbox_centernet.npz")
+    runner = load_runner(models[:1], engine="onnx", device="cpu", verify_frames=first_frames(video))
+    frames = _frames(video)
+    try:
+        poses = [p for s in range(0, len(frames), BATCH) for p in runner.run(frames[s : s + BATCH])]
+    finally:
+        runner.close()
+    assert runner.info.model_type == "bbox"
+    found = []
+    for pose in poses:
+        assert pose.boxes is not None and pose.n_instances == 0
+        names = [box_category(runner.info.class_names, int(c)) or "" for c in pose.boxes.categories]
+        found.append((pose.boxes.boxes, pose.boxes.scores, names))
+    _assert_sleap_nns_boxes(found, "detector alone (onnx)")
+
+
+@pytest.mark.slow
+def test_sleap_live_run_writes_sleap_nns_boxes(tmp_path, capsys):
+    # The detector alone through the whole command: sleap-io PredictedBoundingBoxes
+    # in LabeledFrame.bboxes, as sleap-nn writes them (category unset for "object").
+    models, video, _, _ = goldens.case_paths("bbox_topdown")
+    require(models[0], video, goldens.DATA / "goldens" / "bbox_centernet.npz")
+    out = tmp_path / "boxes.slp"
+    argv = ["run", str(video), "-m", str(models[0]), "-o", str(out), "--device", "cpu", "-q"]
+    assert cli.main(argv) == 0
+    labels = sio.load_slp(str(out), open_videos=False)
+    found: list[FrameBoxRows] = [(np.zeros((0, 4)), np.zeros(0), [])] * len(_frames(video))
+    for frame in labels:
+        assert not frame.instances
+        found[frame.frame_idx] = (
+            np.array([box.xyxy for box in frame.bboxes], np.float32).reshape(-1, 4),
+            np.array([box.score for box in frame.bboxes], np.float32),
+            [box.category.name if box.category else "" for box in frame.bboxes],
+        )
+    _assert_sleap_nns_boxes(found, "detector alone (sleap-live run)")
+    wrong = tmp_path / "boxes.csv"
+    assert cli.main([*argv[:4], "-o", str(wrong), "--device", "cpu", "-q"]) != 0
+    assert "written to .slp only" in capsys.readouterr().err and not wrong.exists()
+    tracked = tmp_path / "tracked.slp"
+    assert cli.main([*argv[:4], "-o", str(tracked), "--tracking", "--device", "cpu", "-q"]) != 0
+    assert "boxes are not tracked" in capsys.readouterr().err and not tracked.exists()
 
 
 def test_first_slots_skip_a_box_with_no_area_between_valid_ones():

@@ -15,6 +15,7 @@ import pytest
 
 from sleap_live import cli
 from sleap_live.engines.errors import ModelConfigError, UnsupportedModelError
+from sleap_live.engines.graph.build import load_inference_model
 from sleap_live.engines.load import model_kind as unrun_kinds
 from sleap_live.engines.load.dirs import read_model_dir
 from sleap_live.engines.load.model_kind import unrun_kind
@@ -85,20 +86,11 @@ def test_a_sleap_nn_export_of_such_a_kind_is_refused_too(model_type, tmp_path):
     assert str(error.value) == f"{folder}: {what} (a sleap-nn export); sleap-live does not run it"
 
 
-def test_a_box_detector_runs_from_its_config_and_alone_is_refused_in_one_line(tmp_path, capsys):
-    # bbox_centernet runs as a top-down model's first stage (test_box_models.py); its
-    # config is no longer refused, and the detector alone is, naming the folder.
+def test_a_box_detector_runs_from_its_config_alone():
+    # bbox_centernet runs alone (boxes, test_box_models.py) and as a top-down model's
+    # first stage; its config is no longer refused.
     assert unrun_kind(read_yaml(UNRUN / "bbox_centernet" / "training_config.yaml")) is None
     path = MODELS / "bbox_centernet"
     require(path / "best.ckpt")
-    video = goldens.DATA / "videos" / "multi_gray.mkv"
-    output = tmp_path / "boxes.slp"
-    status = cli.main(["run", str(video), "-m", str(path), "-o", str(output), "-q"])
-    assert status != 0
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert lines == [
-        f"sleap-live: error: {path}: a box detector (bbox_centernet) alone; sleap-live runs "
-        "it only as the first stage of a top-down model: give its centered-instance model "
-        "directory too"
-    ]
-    assert not output.exists()
+    model = load_inference_model(path)
+    assert model.info.model_type == "bbox" and model.info.class_names == ("object",)

@@ -57,11 +57,30 @@ def chunk(
     )
 
 
-def journal(out: Path, head: bytes, *chunks: bytes) -> Path:
+def box_chunk(categories=(0, 0, 0)) -> bytes:
+    """The boxes of a 3-frame chunk: one per frame, of the given categories."""
+    n = len(categories)
+    return b"".join(
+        (
+            struct.pack("<II", 3, n),
+            np.array([1, 1, 1] if n == 3 else [n, 0, 0], "<i4").tobytes(),
+            np.tile(np.array([1, 2, 3, 4], "<f4"), (n, 1)).tobytes(),
+            np.full(n, 0.5, "<f4").tobytes(),
+            np.array(categories, "<i4").tobytes(),
+        )
+    )
+
+
+def journal(out: Path, head: bytes, *chunks: bytes, boxes: bytes | None = None) -> Path:
+    """A journal of `chunks` of frames; `boxes`, a chunk of boxes, after the first."""
+
     def record(kind: bytes, payload: bytes) -> bytes:
         return struct.pack("<cII", kind, len(payload), zlib.crc32(payload)) + payload
 
-    body = record(b"H", head) + b"".join(record(b"F", c) for c in chunks)
+    records = [record(b"F", c) for c in chunks]
+    if boxes is not None:
+        records.insert(1, record(b"B", boxes))
+    body = record(b"H", head) + b"".join(records)
     journal_path(out).write_bytes(MAGIC + body)
     return journal_path(out)
 
@@ -85,6 +104,20 @@ def test_a_valid_journal_is_recovered(clip, tmp_path, capsys):
     moved = tmp_path / "moved.slp"
     journal(moved, header(str(tmp_path / "gone.mkv")), chunk())
     assert cli.main(["recover", str(moved)]) == 0
+
+
+def test_a_box_detectors_boxes_are_recovered_and_a_wrong_category_refused(clip, tmp_path, capsys):
+    out = tmp_path / "out.slp"
+    journal(out, header(str(clip), box_categories=["mouse"]), chunk(), boxes=box_chunk())
+    assert cli.main(["recover", str(out)]) == 0
+    labels = sio.load_slp(str(out), open_videos=False)
+    boxes = [box for frame in labels for box in frame.bboxes]
+    assert [box.xyxy for box in boxes] == [(1, 2, 3, 4)] * 3
+    assert {box.category.name for box in boxes} == {"mouse"} and not labels.tracks
+    capsys.readouterr()
+    wrong = tmp_path / "wrong.slp"
+    journal(wrong, header(str(clip), box_categories=["mouse"]), chunk(), boxes=box_chunk((0, 1)))
+    assert "a box's category is not one of the journal's 1" in refused(wrong, capsys)
 
 
 def test_a_chunk_that_claims_more_than_it_holds(clip, tmp_path, capsys):

@@ -23,6 +23,7 @@ import time
 import warnings
 from pathlib import Path
 
+import attrs
 import msgpack
 import numpy as np
 import pytest
@@ -31,7 +32,7 @@ from rich.console import Console
 
 from sleap_live import cli
 from sleap_live.engines.runners.load import load_runner
-from sleap_live.engines.types import FramePoses, ModelInfo, Skeleton
+from sleap_live.engines.types import FrameBoxes, FramePoses, ModelInfo, Skeleton
 from sleap_live.stream import (
     OutputOptions,
     Pipeline,
@@ -175,6 +176,21 @@ def test_a_frame_without_instances_has_empty_lists(fakes):
         [],
         [],
     ]
+
+
+def test_a_box_detectors_message_carries_its_boxes(fakes):
+    boxes = FrameBoxes(
+        boxes=np.array([[1, 2, 3, 4]], np.float32),
+        scores=np.array([0.5], np.float32),
+        categories=np.array([0], np.int32),
+    )
+    info = attrs.evolve(fakes.INFO, model_type="bbox", class_names=("mouse",))
+    record = PoseRecord(0, 1.0, 2.0, "cam0", attrs.evolve(FramePoses.empty(2), boxes=boxes))
+    message = msgpack.unpackb(msgpack.packb(pose_message(record, 0, info)))
+    assert set(message) == KEYS | {"boxes", "box_scores", "box_categories", "category_names"}
+    assert message["boxes"] == [[1, 2, 3, 4]] and message["box_scores"] == [0.5]
+    assert message["box_categories"] == [0] and message["category_names"] == ["mouse"]
+    assert message["track_names"] == [] and message["points"] == []
 
 
 # ------------------------------------------------------------------ the endpoint

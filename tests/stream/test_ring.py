@@ -6,10 +6,11 @@ import sys
 import threading
 import time
 
+import attrs
 import numpy as np
 import pytest
 
-from sleap_live.engines.types import FramePoses
+from sleap_live.engines.types import FrameBoxes, FramePoses
 from sleap_live.stream.ring import RingBatch, RingBuffer, RingStats
 from sleap_live.stream.types import PoseRecord
 
@@ -62,6 +63,28 @@ def test_write_rejects_wrong_node_count():
     ring = RingBuffer(4, MAX_INSTANCES, N_NODES + 1)
     with pytest.raises(ValueError, match=r"poses of frame 2 have points of shape \(2, 3, 2\)"):
         ring.write(make_record(2))
+
+
+def test_a_box_detectors_boxes_are_kept_with_room_for_them():
+    boxes = FrameBoxes(
+        boxes=np.arange(8, dtype=np.float32).reshape(2, 4),
+        scores=np.array([0.9, 0.5], np.float32),
+        categories=np.array([1, 0], np.int32),
+    )
+    record = make_record(0)
+    record = attrs.evolve(record, poses=attrs.evolve(record.poses, boxes=boxes))
+    ring = RingBuffer(4, MAX_INSTANCES, N_NODES, max_boxes=3)
+    ring.write(record)
+    ring.write(make_record(1))
+    kept = ring.read(0)
+    assert kept is not None and kept.poses.boxes is not None
+    for name in ("boxes", "scores", "categories"):
+        assert np.array_equal(getattr(kept.poses.boxes, name), getattr(boxes, name))
+    # A record without boxes reads back without; a ring without room keeps none.
+    assert ring.read(1).poses.boxes is None
+    plain = RingBuffer(4, MAX_INSTANCES, N_NODES)
+    plain.write(record)
+    assert plain.read(0).poses.boxes is None
 
 
 def test_reader_returns_copies_in_order():
