@@ -214,37 +214,6 @@ def test_the_fixed_shape_graph_keeps_the_first_boxes_and_refuses_channel_coercio
 BOX_PX = 1e-3
 
 
-@pytest.mark.slow
-def test_detector_stage_gives_sleap_nns_boxes():
-    models, video, _, _ = goldens.case_paths("bbox_topdown")
-    golden_path = goldens.DATA / "goldens" / "bbox_centernet.npz"
-    require(*models, video, golden_path)
-    golden = dict(np.load(golden_path))
-    model = load_inference_model(models)
-    assert isinstance(model, BoxTopDownModel)
-    frames = torch.from_numpy(_frames(video))
-    with torch.inference_mode():
-        batches = [
-            model.detector(frames[start : start + BATCH].permute(0, 3, 1, 2))
-            for start in range(0, len(frames), BATCH)
-        ]
-    boxes, scores, _, valid = (torch.cat(parts).numpy() for parts in zip(*batches, strict=True))
-    errors, same = [], 0
-    for f in range(len(frames)):
-        n = int(golden["n_boxes"][f])
-        ours, ours_scores = boxes[f][valid[f]], scores[f][valid[f]]
-        if len(ours) != n:
-            continue
-        same += 1
-        # Highest score first in both.
-        errors.append(np.abs(ours - golden["boxes"][f, :n]).ravel())
-        np.testing.assert_allclose(ours_scores, golden["box_scores"][f, :n], atol=1e-5)
-    error = np.concatenate(errors)
-    print(f"boxes: same count on {same}/{len(frames)} frames, max {error.max():.3g} px")
-    assert same / len(frames) >= SAME_INSTANCES
-    assert error.max() <= BOX_PX
-
-
 # A frame's boxes as the golden holds them: (n, 4) xyxy, (n,) scores, the
 # categories' names ("" where sleap-nn leaves the category unset).
 FrameBoxRows = tuple[np.ndarray, np.ndarray, list[str]]
