@@ -51,11 +51,9 @@ def bare(frame: av.VideoFrame) -> av.VideoFrame:
     when converting back; NVDEC's planes come with no tags but those the source
     passes on (colour matrix and range, set by `tagged`).
     """
-    copy = av.VideoFrame(frame.width, frame.height, "nv12")
-    for source, target in zip(frame.planes, copy.planes, strict=True):
-        assert source.line_size == target.line_size
-        target.update(bytes(source))
-    return copy
+    # The pixels alone: the planes' padding differs between PyAV releases (18.1.1 pads
+    # a new frame's rows less than swscale's output).
+    return av.VideoFrame.from_ndarray(frame.to_ndarray(), format="nv12")
 
 
 def tagged(frame: av.VideoFrame, colorspace: int, color_range: int) -> av.VideoFrame:
