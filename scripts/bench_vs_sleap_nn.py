@@ -34,7 +34,10 @@ Measured for each:
 - **pose agreement** with `sleap-nn predict` torch's .slp, frame by frame: instances
   matched (Hungarian on mean point distance; matched / the larger count), frames
   with the same instance count, the median, 99th percentile and largest distance of
-  matched points, how many are over 1 px, and the frames that differ most;
+  matched points, how many are over 1 px, and the frames that differ most. A box
+  detector alone writes boxes (`LabeledFrame.bboxes`), no poses: its boxes are compared
+  the same way, each as the two points of its corners (instances: boxes; distances:
+  a corner's);
 - **same pixels**: the first `PIXEL_FRAMES` frames as sleap-live decodes them and as
   sleap-io (sleap-nn's reader) does, in sleap-nn's venv: frames identical and the
   largest difference in levels. Agreement is only a test of inference when they are.
@@ -65,6 +68,7 @@ import tempfile
 import textwrap
 import time
 from dataclasses import dataclass
+from functools import partial
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -73,10 +77,12 @@ import numpy as np
 import sleap_io as sio
 from bench_prepost import networks_alone, timed
 from fixtures import media
+from fixtures.goldens import boxes_to_arrays
 from rich.console import Console
 from rich.table import Table
 from scipy.optimize import linear_sum_assignment
 
+from sleap_live.engines.load.spec import BOX_MODEL_TYPES
 from sleap_live.engines.runners.load import load_runner
 from sleap_live.stream.bench import bench_throughput, decode_all
 
@@ -197,6 +203,8 @@ FIXTURES = (
     _fixture(
         "multi_class_bottomup", "multi_class_bottomup", ("multi_class_bottomup",), "multi_rgb.mp4"
     ),
+    # sleap-nn 0.3.5's box detector alone: boxes, no poses (golden `bbox_centernet`).
+    _fixture("bbox_centernet", "bbox_centernet", ("bbox_centernet",), "multi_gray.mkv"),
     # sleap-nn 0.3.5's new kinds that its own export cannot run (the goldens'
     # fixtures, scripts/make_fixtures.py GOLDENS).
     _fixture(
@@ -410,6 +418,17 @@ def read_poses(slp: Path) -> dict[int, np.ndarray]:
     return poses
 
 
+def read_boxes(slp: Path, n_frames: int) -> dict[int, np.ndarray]:
+    """Frame index -> (boxes, 2, 2): each box of the .slp's first video as the points of
+    its top-left and bottom-right corners, for `agreement`."""
+    arrays = boxes_to_arrays(slp, n_frames)
+    return {
+        index: arrays["boxes"][index, :count].reshape(count, 2, 2)
+        for index, count in enumerate(arrays["n_boxes"].tolist())
+        if count
+    }
+
+
 def agreement(reference: dict[int, np.ndarray], other: dict[int, np.ndarray]) -> dict[str, Any]:
     """How `other`'s poses match `reference`'s, frame by frame (see the module docstring)."""
     matched = largest = same_count = 0
@@ -475,7 +494,10 @@ def bench_case(case: Case, args: argparse.Namespace, folder: Path, say: Any) -> 
     runs["sleap-live"].update(live)
     for runtime, figures in warm.items():
         runs[f"sleap-nn {runtime}"]["warm_fps"] = figures["frames"] / figures["seconds"]
-    poses = {tool: read_poses(run.pop("slp")) for tool, run in runs.items()}
+    read = read_poses
+    if case.model_type in BOX_MODEL_TYPES:  # a detector alone: boxes, no poses
+        read = partial(read_boxes, n_frames=args.frames)
+    poses = {tool: read(run.pop("slp")) for tool, run in runs.items()}
     for tool, run in runs.items():
         run["whole_fps"] = args.frames / run["whole_s"]
         if tool != "sleap-nn torch":

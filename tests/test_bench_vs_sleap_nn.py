@@ -119,8 +119,39 @@ def test_every_fixture_model_type_is_benchmarked():
         "single_instance",
         "multi_class_topdown",
         "multi_class_bottomup",
+        "bbox_centernet",
     }
     assert all(case.trained() for case in bench.FIXTURES)
+
+
+def test_a_detector_alones_boxes_are_compared_as_their_corners(tmp_path):
+    # Two .slp files of boxes as sleap-nn and sleap-live write them (LabeledFrame.bboxes,
+    # no instances): one box 0.5 px lower in the second, frame 2 with a box fewer.
+    video = bench.sio.Video(filename=str(tmp_path / "clip.mkv"))
+
+    def write(name, frames):
+        labeled = [
+            bench.sio.LabeledFrame(
+                video=video,
+                frame_idx=index,
+                bboxes=[bench.sio.PredictedBoundingBox(*box, score=0.9) for box in boxes],
+            )
+            for index, boxes in frames.items()
+        ]
+        path = tmp_path / name
+        bench.sio.save_slp(bench.sio.Labels(labeled_frames=labeled, videos=[video]), str(path))
+        return bench.read_boxes(path, 4)
+
+    both = [(10, 20, 30, 40), (50, 60, 70, 80)]
+    reference = write("torch.slp", {0: both, 2: both})
+    other = write("live.slp", {0: [(50, 60.5, 70, 80.5), both[0]], 2: both[:1]})
+    assert sorted(reference) == [0, 2] and reference[0].shape == (2, 2, 2)
+    np.testing.assert_array_equal(reference[0][1], [[50, 60], [70, 80]])
+    result = bench.agreement(reference, other)
+    assert result["frames_same_count"] == 1 and result["frames_counts_differ"] == [2]
+    assert result["instances_matched"] == pytest.approx(3 / 4)
+    assert result["points"] == 6 and result["max_px"] == pytest.approx(0.5)
+    assert bench.pick_cases(["bbox_centernet_fixture"])[0].tools() == bench.TOOLS
 
 
 def test_a_model_that_fails_is_reported_and_the_others_go_on(tmp_path, monkeypatch, capsys):
