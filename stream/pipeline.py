@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from sleap_live.engines.load.dirs import finds_boxes_only
 from sleap_live.engines.load_options import LoadOptions
 from sleap_live.engines.runners.base import Runner
 from sleap_live.stream.batching import (
@@ -79,16 +80,20 @@ from sleap_live.stream.memory import check_batch_memory
 from sleap_live.stream.outputs.options import OutputOptions
 from sleap_live.stream.outputs.provenance import with_models
 from sleap_live.stream.outputs.recovery import JournalClaim
-from sleap_live.stream.outputs.writers import OpenWriters, open_outputs
+from sleap_live.stream.outputs.writers import OpenWriters, check_box_output, open_outputs
 from sleap_live.stream.priority import RECORDED_BACKGROUND_NICE, apply_stage_priority
 from sleap_live.stream.ring import DEFAULT_STALL_TIMEOUT, RingBuffer
-from sleap_live.stream.runner import ModelOrRunner, as_runner
+from sleap_live.stream.runner import ModelOrRunner, ModelPaths, as_runner
 from sleap_live.stream.source_reader import SourceReader, watch_all
 from sleap_live.stream.sources import Source
 from sleap_live.stream.sources.group import SourceGroup, as_group
 from sleap_live.stream.stages import StageThreads, signals_held
 from sleap_live.stream.stats import PipelineStats, StageMeters
-from sleap_live.stream.tracking.live import PoseTracking, check_model_for_tracking
+from sleap_live.stream.tracking.live import (
+    BOXES_UNTRACKED,
+    PoseTracking,
+    check_model_for_tracking,
+)
 from sleap_live.stream.tracking.settings import TrackingSettings
 from sleap_live.stream.types import Frame, PoseRecord, TrackLabel
 
@@ -257,6 +262,10 @@ class Pipeline:
                 f"stop_timeout must be a positive number of seconds, got {stop_timeout}"
             )
         self.stop_timeout = stop_timeout
+        if not isinstance(model_or_runner, Runner):
+            check_box_detector_run(
+                model_or_runner, tracked=tracking is not None, output=outputs.output
+            )
         self._source = source
         self.policy: Policy = policy
         self.batch_size = batch_size
@@ -817,3 +826,15 @@ class Pipeline:
 def _frames_of(batches: Channel[Batch]) -> list[Frame]:
     """Every frame of the batches left in a closed channel (draining it)."""
     return [frame for batch in batches for frame in batch.frames]
+
+
+def check_box_detector_run(models: ModelPaths, *, tracked: bool, output: Path | None) -> None:
+    """Raises `ValueError` for what a box detector alone does not do (tracking, an
+    output other than .slp), told from its config or metadata before it loads
+    (`finds_boxes_only`); other models pass."""
+    paths = [models] if isinstance(models, str | os.PathLike) else list(models)
+    if not finds_boxes_only(paths):
+        return
+    if tracked:
+        raise ValueError(BOXES_UNTRACKED)
+    check_box_output(output)

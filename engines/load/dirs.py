@@ -25,8 +25,10 @@ from sleap_live.engines.errors import (
     ModelNotFoundError,
 )
 from sleap_live.engines.load.legacy_config import is_legacy_model_dir, read_legacy_config
-from sleap_live.engines.load.model_kind import refuse_unrun_kind
+from sleap_live.engines.load.metadata import ExportMetadata, read_onnx_info, sidecar_path
+from sleap_live.engines.load.model_kind import head_type, refuse_unrun_kind
 from sleap_live.engines.load.spec import (
+    BOX_MODEL_TYPES,
     CHECKPOINT,
     LEGACY_TRAINING_CONFIG,
     TRAINING_CONFIG,
@@ -118,6 +120,28 @@ def refuse_unrun_models(paths: Sequence[str | os.PathLike[str]]) -> None:
         elif is_legacy_model_dir(folder):
             # Its whole config, bounds included: nothing is hashed or built first.
             read_legacy_config(folder)
+
+
+def finds_boxes_only(paths: Sequence[str | os.PathLike[str]]) -> bool:
+    """Whether `paths` name a box detector alone (boxes, no poses), told before it
+    loads: from a trained directory's config, or a sleap-live export's metadata (in
+    the `.onnx`, or the JSON beside another format's file). False for anything else
+    or anything unreadable, which the loader then names."""
+    if len(paths) != 1:
+        return False
+    path = Path(paths[0])
+    folder = path if path.is_dir() else path.parent
+    try:
+        if path.suffix == ".onnx" and path.is_file():
+            return read_onnx_info(path).model_type == "bbox"
+        if sidecar_path(path).is_file():
+            text = sidecar_path(path).read_text()
+            return ExportMetadata.from_json(text, str(path)).info.model_type == "bbox"
+        if (folder / TRAINING_CONFIG).is_file() and not is_sleap_nn_export_dir(folder):
+            return head_type(read_yaml(folder / TRAINING_CONFIG)) in BOX_MODEL_TYPES
+    except (OSError, ValueError):  # the loader names the problem
+        return False
+    return False
 
 
 def is_sleap_nn_export_dir(path: Path) -> bool:

@@ -53,12 +53,11 @@ def unrun_kind(config: Any) -> str | None:
     model_config = config.get("model_config") if isinstance(config, Mapping) else None
     if not isinstance(model_config, Mapping):
         return None
-    heads = model_config.get("head_configs")
-    if isinstance(heads, Mapping):
-        model_type = next((k for k, v in heads.items() if v is not None), None)
+    model_type = head_type(config)
+    if model_type is not None:
         if model_type in UNRUN_MODEL_TYPES:
-            return UNRUN_MODEL_TYPES[str(model_type)]
-        if model_type is not None and model_type not in MODEL_HEADS:
+            return UNRUN_MODEL_TYPES[model_type]
+        if model_type not in MODEL_HEADS:
             return f"a model of a type sleap-live does not know ({model_type!r})"
     backbones = model_config.get("backbone_config")
     if isinstance(backbones, Mapping):
@@ -68,6 +67,16 @@ def unrun_kind(config: Any) -> str | None:
         if backbone is not None and backbone not in RUN_BACKBONES:
             return f"a model on a backbone sleap-live does not know ({backbone!r})"
     return None
+
+
+def head_type(config: Any) -> str | None:
+    """The model type of a loaded training config: its first head's key in
+    `model_config.head_configs`; None for a config too malformed to tell."""
+    model_config = config.get("model_config") if isinstance(config, Mapping) else None
+    heads = model_config.get("head_configs") if isinstance(model_config, Mapping) else None
+    if not isinstance(heads, Mapping):
+        return None
+    return next((str(k) for k, v in heads.items() if v is not None), None)
 
 
 def refuse_unrun_kind(config: Any, model_dir: Path) -> None:

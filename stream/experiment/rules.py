@@ -20,7 +20,10 @@ setting (see `timing`).
 Leaves of one kind are evaluated together (one numpy call for the lengths of every
 region and within-animal distance, a few for every angle, speed, pair or polygon),
 which keeps 10 rules on 10 animals to about 40 microseconds a frame
-(scripts/bench_experiment.py).
+(scripts/bench_experiment.py). A frame with few numbers to compute (a rule or two on
+one or two animals) is decided by the same operations on Python floats instead:
+there numpy's cost per call is most of the time, the more so on a thread that has
+just woken.
 """
 
 from __future__ import annotations
@@ -56,6 +59,12 @@ TRUE, FALSE, UNKNOWN = 1, 0, -1
 Tree: TypeAlias = "int | tuple[str, list[Tree]]"
 # A selector for any animal; named animals select their identity (>= 0).
 ANY_ANIMAL = -2
+# The most differences and feature values a frame may have for its rules to be
+# decided on Python floats rather than by numpy calls (a rectangle on one animal: 2
+# and 2; ten rules on ten animals: 440). Measured on a 2-core AMD EPYC (AVX2), the
+# two cost about the same at 30 to 40, a thread that has just woken included
+# (scripts/bench_experiment.py); below, Python is faster.
+SCALAR_NUMBERS = 32
 
 
 def animal_identity(name: str | None, info: ModelInfo) -> int:
@@ -208,6 +217,12 @@ class _Animals:
         self.first_axis = self.margin[offset : 2 * offset]
         self.second_axis = self.margin[:offset]
         self.columns = self.margin[offset:]
+        # Few enough numbers that Python floats beat numpy's cost per call
+        # (`CompiledRules._scalar_decisions`), and the same as Python numbers for it.
+        self.scalar = self.differences.size + rows * n <= SCALAR_NUMBERS
+        self.n = n
+        self.ends = [(ends[0].ravel().tolist(), ends[1].ravel().tolist()) for ends in self.index]
+        self.bounds = list(zip(self.low.ravel().tolist(), self.high.ravel().tolist(), strict=True))
 
 
 @attrs.frozen
@@ -364,6 +379,13 @@ class CompiledRules:
         # Multiplications by 1 skipped.
         self._turned = bool((self._turns != 1).any())
         self._scaled = bool((self._scales != 1).any())
+        self._turn_list: list[complex] = self._turns.ravel().tolist()
+        self._scale_list: list[tuple[float, float]] = [
+            (x, y) for x, y in self._scales.reshape(-1, 2).tolist()
+        ]
+        self._edge_list: list[tuple[float, float]] = list(
+            zip(self._slope.ravel().tolist(), self._x0.ravel().tolist(), strict=True)
+        )
         selectors = np.asarray([c.selector for c in rows], np.int64)
         self._selectors = selectors[:, None]
         self._any_animal = (selectors == ANY_ANIMAL)[:, None]
@@ -406,7 +428,10 @@ class CompiledRules:
             np.copyto(animals.nodes[slot], points[order])
         self._previous = (animals, time, slot)
         if points.shape[0] and self._n_columns:
-            best = self._decisions(animals, slot, elapsed)
+            if animals.scalar:
+                best = self._scalar_decisions(animals, slot, elapsed)
+            else:
+                best = self._decisions(animals, slot, elapsed)
             # The best margin over the animals: >= 0 some animal satisfies it, < 0 some
             # can be judged, NaN none can.
             values = [TRUE if v >= 0 else FALSE if v == v else UNKNOWN for v in best]
@@ -480,6 +505,70 @@ class CompiledRules:
             # A box holds a node inside on both axes.
             np.minimum(an.first_axis, an.second_axis, out=an.first_axis)
         result: list[float] = np.fmax.reduce(an.columns, axis=1).tolist()
+        return result
+
+    def _scalar_decisions(self, an: _Animals, slot: int, elapsed: float | None) -> list[float]:
+        """`_decisions` in Python numbers, the same operations in the same order (the
+        same margins; tests/stream/test_experiment_rules.py holds both paths to the
+        recorded decisions)."""
+        n, layout = an.n, self._layout
+        flat = an.flat.tolist()
+        plus, minus = an.ends[slot]
+        d = [flat[i] - flat[j] for i, j in zip(plus, minus, strict=True)]
+        feature: list[float] = []
+        for row in range(layout.turned):
+            turn, (sx, sy) = self._turn_list[row], self._scale_list[row]
+            for z in d[row * n : (row + 1) * n]:
+                if self._turned:
+                    z = z * turn
+                if self._scaled:
+                    z = complex(z.real * sx, z.imag * sy)
+                feature.append(abs(z))
+        speeds = d[layout.turned * n : layout.lengths * n]
+        if elapsed is None:
+            feature += [abs(z) for z in speeds]
+        else:
+            feature += [abs(z) / elapsed for z in speeds]
+        headings = d[layout.headings.start * n : layout.headings.stop * n]
+        seconds = d[layout.seconds.start * n : layout.seconds.stop * n]
+        for heading, second in zip(headings, seconds, strict=True):
+            turned = second * heading.conjugate()
+            feature.append(abs(math.atan2(turned.imag, turned.real)))
+        pairs = d[layout.n_static * n :]
+        for pair in range(len(self._pair_nodes)):
+            rows = pairs[pair * n * n : (pair + 1) * n * n]
+            for animal in range(n):
+                # The nearest partner that can be judged (numpy's fmin skips NaN).
+                found = [abs(z) for z in rows[animal::n]]
+                judged = [distance for distance in found if distance == distance]
+                feature.append(min(judged) if judged else math.nan)
+        n_polygons = self._polygons.stop - self._polygons.start
+        if n_polygons:
+            # As `_decisions`: the even-odd count of the edges crossed towards +x.
+            starts = d[layout.below_start.start * n : layout.below_start.stop * n]
+            ends = d[layout.below_end.start * n : layout.below_end.stop * n]
+            counts = [0.0] * (n_polygons * n)
+            for k, (start, end) in enumerate(zip(starts, ends, strict=True)):
+                slope, x0 = self._edge_list[k // n]
+                crossed = _heaviside(start.imag, 1.0) - _heaviside(end.imag, 1.0)
+                gap = _heaviside(start.imag * slope + x0 - end.real, 0.0)
+                counts[k % (n_polygons * n)] += crossed * gap
+            feature += [count % 2.0 for count in counts]
+        margins = []
+        for value, (low, high) in zip(feature, an.bounds, strict=True):
+            margin, spare = value - low, high - value
+            # numpy's minimum: NaN if either is.
+            margins.append(margin if margin <= spare or margin != margin else spare)
+        boxes = self._n_boxes * n
+        for k in range(boxes):
+            first, second = margins[boxes + k], margins[k]
+            if not first <= second and first == first:
+                margins[boxes + k] = second
+        result = []
+        for column in range(self._n_columns):
+            # numpy's fmax over the animals: NaN only if every one is.
+            judged = [m for m in margins[boxes + column * n : boxes + (column + 1) * n] if m == m]
+            result.append(max(judged) if judged else math.nan)
         return result
 
     def _animals_of(self, ids: np.ndarray) -> tuple[_Animals, np.ndarray | None]:
@@ -683,3 +772,8 @@ def _posture(
     if ((rms <= tolerance) & known).any():
         return TRUE
     return FALSE if known.any() else UNKNOWN
+
+
+def _heaviside(x: float, at_zero: float) -> float:
+    """numpy's heaviside: 0 below 0, `at_zero` at 0, 1 above, NaN for NaN."""
+    return 1.0 if x > 0 else at_zero if x == 0 else 0.0 if x < 0 else math.nan

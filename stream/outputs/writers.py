@@ -116,6 +116,17 @@ class OpenWriters:
             output.discard()
 
 
+def check_box_output(output: Path | None) -> None:
+    """Raises `ValueError` unless a box detector's `output` is a .slp (or none)."""
+    if output is not None and output.suffix.lower() != ".slp":
+        # The analysis HDF5, CSV and NWB files are pose tables with no place for boxes
+        # (a box top-down model's poses are written there, its boxes to .slp only).
+        raise ValueError(
+            f"{output}: a box detector's boxes are written to .slp only "
+            "(sleap-io PredictedBoundingBox)"
+        )
+
+
 def open_outputs(
     options: OutputOptions,
     source: Source | SourceGroup,
@@ -185,13 +196,8 @@ def _opened(
     )
     info = runner.info
     boxes_only = info.model_type == "bbox"
-    if boxes_only and options.output is not None and options.output.suffix.lower() != ".slp":
-        # The analysis HDF5, CSV and NWB files are pose tables with no place for boxes
-        # (a box top-down model's poses are written there, its boxes to .slp only).
-        raise ValueError(
-            f"{options.output}: a box detector's boxes are written to .slp only "
-            "(sleap-io PredictedBoundingBox)"
-        )
+    if boxes_only:
+        check_box_output(options.output)
     recording: dict[str, Any] | None = None
     if options.record is not None:
         lossless = RECORD_CODECS[options.record_codec].lossless

@@ -21,16 +21,16 @@ from sleap_live.stream.tracking.settings import TrackingSettings
 from sleap_live.stream.types import TrackLabel
 
 MULTI_CLASS_TYPES = ("multi_class_topdown", "multi_class_bottomup")
+BOXES_UNTRACKED = (
+    "tracking: a box detector's boxes are not tracked (sleap-nn neither); run it without --tracking"
+)
 
 
 def check_model_for_tracking(info: ModelInfo) -> None:
     """Raises `ValueError` if `info`'s poses already carry tracks (a multi-class model),
     or it finds boxes, not poses (a box detector: sleap-nn refuses to track one too)."""
     if info.model_type == "bbox":
-        raise ValueError(
-            "tracking: a box detector's boxes are not tracked (sleap-nn neither); "
-            "run it without --tracking"
-        )
+        raise ValueError(BOXES_UNTRACKED)
     if info.model_type in MULTI_CLASS_TYPES:
         raise ValueError(
             f"tracking: a {info.model_type} model's identities are its tracks "

@@ -35,6 +35,7 @@ from sleap_live.engines.graph.build import load_inference_model
 from sleap_live.engines.graph.specialised import BatchShape, SpecialisedModel
 from sleap_live.engines.host.agreement import compare_poses
 from sleap_live.engines.host.outputs import box_category
+from sleap_live.engines.load.dirs import finds_boxes_only
 from sleap_live.engines.runners.load import load_runner
 from sleap_live.engines.runners.onnx import OnnxRunner
 from sleap_live.engines.settings import InferenceSettings
@@ -276,7 +277,7 @@ def _assert_sleap_nns_boxes(
 
 
 @pytest.mark.slow
-def test_the_detector_alone_gives_sleap_nns_boxes_through_onnx_runtime():
+def test_the_detector_alone_gives_sleap_nns_boxes_through_onnx_runtime(shared_cache_dir):
     # The detector directory alone, exported and verified as `sleap-live run` loads
     # it, run by ONNX Runtime and decoded on the host.
     models, video, _, _ = goldens.case_paths("bbox_topdown")
@@ -294,6 +295,11 @@ def test_the_detector_alone_gives_sleap_nns_boxes_through_onnx_runtime():
         names = [box_category(runner.info.class_names, int(c)) or "" for c in pose.boxes.categories]
         found.append((pose.boxes.boxes, pose.boxes.scores, names))
     _assert_sleap_nns_boxes(found, "detector alone (onnx)")
+    # Told apart before loading (a detector's refusals come first): its directory and
+    # its cached export are a detector alone; the pose model and the pair are not.
+    assert finds_boxes_only(models[:1])
+    assert any(finds_boxes_only([graph]) for graph in shared_cache_dir.rglob("*.onnx"))
+    assert not finds_boxes_only(models[1:]) and not finds_boxes_only(models)
 
 
 @pytest.mark.slow
@@ -316,12 +322,18 @@ def test_sleap_live_run_writes_sleap_nns_boxes(tmp_path, capsys):
             list(boxes["box_categories"]),
         )
     _assert_sleap_nns_boxes(found, "detector alone (sleap-live run)")
+    # Refused from the detector's config before any work: no export is made.
+    cache = ["--cache-dir", str(tmp_path / "cache"), "--device", "cpu", "-q"]
     wrong = tmp_path / "boxes.csv"
-    assert cli.main([*argv[:4], "-o", str(wrong), "--device", "cpu", "-q"]) != 0
+    assert cli.main([*argv[:4], "-o", str(wrong), *cache]) != 0
     assert "written to .slp only" in capsys.readouterr().err and not wrong.exists()
     tracked = tmp_path / "tracked.slp"
-    assert cli.main([*argv[:4], "-o", str(tracked), "--tracking", "--device", "cpu", "-q"]) != 0
+    assert cli.main([*argv[:4], "-o", str(tracked), "--tracking", *cache]) != 0
     assert "boxes are not tracked" in capsys.readouterr().err and not tracked.exists()
+    many = [*argv[:2], str(video), *argv[2:4], "--name-pattern", "{stem}.h5", *cache]
+    assert cli.main(many) != 0
+    assert "written to .slp only" in capsys.readouterr().err
+    assert not (tmp_path / "cache").exists()
 
 
 def test_first_slots_skip_a_box_with_no_area_between_valid_ones():

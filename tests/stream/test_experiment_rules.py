@@ -21,6 +21,7 @@ from sleap_live.stream.experiment import (
     experiment_from_dict,
     load_experiment,
 )
+from sleap_live.stream.experiment import rules as rules_module
 from sleap_live.stream.experiment.timing import trial_at
 from tests import script_modules
 
@@ -401,12 +402,16 @@ def test_rules_of_every_kind_together_decide_as_each_alone():
         assert together.evaluate(frame, i / 30) == expected, i
 
 
-def test_decisions_are_those_of_the_recorded_implementation():
+@pytest.mark.parametrize("scalar_numbers", [0, 10**6], ids=["numpy", "python"])
+def test_decisions_are_those_of_the_recorded_implementation(scalar_numbers, monkeypatch):
     """400 random frames (NaN nodes, absent animals, reordered rows, untracked, empty
     and single-animal frames, a repeated time) and the decisions the first numpy
-    `CompiledRules` (commit 8a3b0fa) made on them: scripts/make_rules_fixture.py."""
+    `CompiledRules` (commit 8a3b0fa) made on them: scripts/make_rules_fixture.py.
+    Both ways of deciding a frame (numpy calls, Python numbers) give them."""
     import json
     from pathlib import Path
+
+    monkeypatch.setattr(rules_module, "SCALAR_NUMBERS", scalar_numbers)
 
     data = np.load(Path(__file__).parents[1] / "data" / "experiment" / "rules_decisions.npz")
     fixture = script_modules.load("make_rules_fixture.py")
