@@ -50,6 +50,9 @@ class ModelInfo:
         max_instances: most instances reported per frame; None: no limit.
         class_names: identity names for multi-class models, a box detector's
             categories (index order), else empty.
+        box_categories: a box top-down model's detector categories (index
+            order), whose graph also outputs the boxes that seeded its crops
+            (`BOX_OUTPUTS`); empty for every other model.
         peak_threshold: confidence map threshold used for peaks.
         postprocess: host-side settings the runner's decoding step needs (for
             example PAF grouping thresholds); JSON-serialisable values only.
@@ -65,6 +68,14 @@ class ModelInfo:
     peak_threshold: float = 0.2
     postprocess: Mapping[str, Any] = attrs.field(factory=dict, eq=False)
     settings: InferenceSettings | None = None
+    box_categories: tuple[str, ...] = ()
+
+    @property
+    def detector_categories(self) -> tuple[str, ...]:
+        """The categories of the model's box detector, which `FrameBoxes.categories`
+        index: a detector alone's `class_names`, a box top-down model's
+        `box_categories`; empty for a model that finds no boxes."""
+        return self.class_names if self.model_type == "bbox" else self.box_categories
 
 
 # sleap-io's one-node skeleton for centroids of multi-node models.
@@ -78,7 +89,8 @@ class FrameBoxes:
     Attributes:
         boxes: (boxes, 4) float32 x1, y1, x2, y2 in frame pixels.
         scores: (boxes,) float32.
-        categories: (boxes,) int32 index into the model's `ModelInfo.class_names`.
+        categories: (boxes,) int32 index into the model's
+            `ModelInfo.detector_categories`.
     """
 
     boxes: np.ndarray
@@ -102,8 +114,10 @@ class FramePoses:
         identities: (instances,) int32 track of each instance: a multi-class model's
             class index (its identities are its tracks), or the tracker's track id
             when the pipeline tracks (`sleap_live.stream.tracking`); -1 for none.
-        boxes: a box detector's boxes (its frames have no instances); None for
-            pose models.
+        boxes: a box detector's boxes: alone (its frames have no instances), or
+            the ones that seeded a box top-down model's crops, one per crop
+            (instances with no node found are dropped, their boxes kept, as
+            sleap-nn writes them); None for the other models.
     """
 
     points: np.ndarray

@@ -285,8 +285,9 @@ class Pipeline:
                 raise
             self._tracking = PoseTracking(tracking)
         instances = UNCAPPED_RING_INSTANCES if info.max_instances is None else info.max_instances
-        # A box detector's boxes per frame: its slots (`ModelInfo.max_instances`).
-        boxes = instances if info.model_type == "bbox" else 0
+        # A box detector's boxes per frame: its slots (`ModelInfo.max_instances`); a box
+        # top-down model's, one per crop: as many as the instances kept.
+        boxes = instances if info.detector_categories else 0
         self.ring = RingBuffer(
             ring_capacity, instances, info.skeleton.n_nodes, max_boxes=boxes, clock=clock
         )

@@ -366,7 +366,7 @@ def pose_message(record: PoseRecord, sequence: int, info: ModelInfo) -> dict[str
             "boxes": boxes.boxes.tolist(),
             "box_scores": boxes.scores.tolist(),
             "box_categories": boxes.categories.tolist(),
-            "category_names": list(info.class_names),
+            "category_names": list(info.detector_categories),
         }
     return message
 

@@ -158,6 +158,10 @@ def converted_metadata(
         exporter=exporter,
         verification=None,
         profile=profile,
-        output_names=output_names(reference.info.model_type, OUTPUT_LAYOUTS[profile]),
+        output_names=output_names(
+            reference.info.model_type,
+            OUTPUT_LAYOUTS[profile],
+            boxes=bool(reference.info.box_categories),
+        ),
         tensorrt=None,
     )

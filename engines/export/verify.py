@@ -71,11 +71,11 @@ def detections_per_frame(outputs: Mapping[str, np.ndarray], batch: int) -> list[
 
     Instance outputs (either layout): instances with at least one node found. Bottom-up
     outputs: valid peaks (of any node), since grouping happens on the host. A box
-    detector's: its boxes.
+    detector's alone: its boxes (a box top-down model's: its instances).
     """
-    for slots in ("peak_valid", "box_valid"):
-        if slots in outputs:
-            return [int(count) for count in outputs[slots].reshape(batch, -1).sum(axis=1)]
+    if "points" not in outputs:
+        slots = outputs["peak_valid" if "peak_valid" in outputs else "box_valid"]
+        return [int(count) for count in slots.reshape(batch, -1).sum(axis=1)]
     outputs = instance_list(outputs)
     found = ~np.isnan(outputs["points"][..., 0]).all(axis=-1)
     frames = outputs["instance_frame"][found]

@@ -65,7 +65,9 @@ class InferenceModel(torch.nn.Module):
     @property
     def output_names(self) -> tuple[str, ...]:
         """The outputs' names, in order, for the model type and profile."""
-        return output_names(self.info.model_type, OUTPUT_LAYOUTS[self.profile])
+        return output_names(
+            self.info.model_type, OUTPUT_LAYOUTS[self.profile], boxes=bool(self.info.box_categories)
+        )
 
     @property
     def tensorrt_profile(self) -> bool:

@@ -22,17 +22,24 @@ score; their outputs are those of the top-down model of the same instance model.
 on box-scaled crops (`crop_mode: bbox`) are refused when their config is read.
 The TensorRT profile (`max_instances` slots per frame) crops every slot: the
 frame's first `max_instances` valid boxes, highest score first.
+
+The graph also outputs the boxes that seeded the crops (`BOX_OUTPUTS`, after the
+instance outputs): sleap-nn 0.3.5 writes every detection that seeded a crop
+(`TopDownLayer.predict` keeps `pred_bboxes` where the centroid was valid) beside
+the instances in `LabeledFrame.bboxes`, whether or not its instance found a
+node, with its detector score and category, in frame pixels.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.graph.base import InferenceModel
-from sleap_live.engines.graph.boxes import CENTER_HEAD, CenterNetStage, box_centres
+from sleap_live.engines.graph.boxes import CENTER_HEAD, CenterNetStage, box_centres, box_outputs
 from sleap_live.engines.graph.networks import load_model_network
 from sleap_live.engines.graph.peaks import DEFAULT_PATCH_SIZE, DEFAULT_PEAK_THRESHOLD
 from sleap_live.engines.graph.preprocess import (
@@ -51,7 +58,8 @@ from sleap_live.engines.types import ModelInfo, Skeleton
 
 class BoxTopDownModel(TopDownModel):
     """A `bbox_centernet` detector + centered-instance pair, uint8 frames to
-    `INSTANCE_OUTPUTS` (`BoxMultiClassTopDownModel`: a multi-class top-down model).
+    `INSTANCE_OUTPUTS` (`BoxMultiClassTopDownModel`: a multi-class top-down model's)
+    and the detector's `BOX_OUTPUTS`.
 
     Args:
         detector_network: module with the detector's three heads.
@@ -63,6 +71,7 @@ class BoxTopDownModel(TopDownModel):
         detector_stride: stride of the detector's maps.
         instance_stride: stride of the instance confidence maps.
         crop_size: side of the square crops.
+        box_categories: the detector's categories, in channel order.
         crop_max_height, crop_max_width: the size matcher the crops are cut after
             (the instance model's `max_height` and `max_width`).
         max_instances: most boxes per frame; None: sleap-nn's 100.
@@ -86,6 +95,7 @@ class BoxTopDownModel(TopDownModel):
         detector_stride: int,
         instance_stride: int,
         crop_size: int,
+        box_categories: Sequence[str],
         *,
         crop_max_height: int | None = None,
         crop_max_width: int | None = None,
@@ -126,6 +136,7 @@ class BoxTopDownModel(TopDownModel):
             input_channels=detector_preprocess.in_channels,
             max_instances=max_instances,
             peak_threshold=peak_threshold,
+            box_categories=tuple(box_categories),
         )
 
     @classmethod
@@ -165,6 +176,7 @@ class BoxTopDownModel(TopDownModel):
             detector.head(CENTER_HEAD).output_stride,
             instance.head(INSTANCE_HEAD).output_stride,
             instance.preprocess.crop_size,
+            detector.head(CENTER_HEAD).classes,
             crop_max_height=instance.preprocess.max_height,
             crop_max_width=instance.preprocess.max_width,
             **cls._spec_options(instance),
@@ -178,7 +190,7 @@ class BoxTopDownModel(TopDownModel):
         if self.tensorrt_profile:
             return self._slots_forward(frames)
         raw = frames_to_nchw(frames)
-        boxes, scores, _, valid = self.detector(raw, self.specialised)
+        boxes, scores, classes, valid = self.detector(raw, self.specialised)
         instance_frame, slot = torch.nonzero(valid).unbind(1)
         centres = box_centres(boxes[instance_frame, slot])
         values = scores[instance_frame, slot]
@@ -186,7 +198,14 @@ class BoxTopDownModel(TopDownModel):
         points, point_scores, heads = self._instances(
             sized.permute(0, 2, 3, 1), instance_frame, centres, eff_scale
         )
-        return (instance_frame, points, point_scores, values, *self._extra_outputs(heads))
+        return (
+            instance_frame,
+            points,
+            point_scores,
+            values,
+            *self._extra_outputs(heads),
+            *box_outputs(boxes, scores, classes, valid),
+        )
 
     def _slots_forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The TensorRT profile: the first `max_instances` boxes' slots are all cropped.
@@ -206,7 +225,7 @@ class BoxTopDownModel(TopDownModel):
                 "export the default profile"
             )
         raw = frame_values(frames)
-        boxes, values, valid = self.detector.slots(raw, self.max_instances)
+        boxes, values, classes, valid = self.detector.slots(raw, self.max_instances)
         centres = torch.where(valid[..., None], box_centres(boxes), 0.0)
         sized, eff_scale = self._crop_frames(raw)
         instance_frame = torch.arange(valid.shape[0], device=valid.device)
@@ -214,7 +233,8 @@ class BoxTopDownModel(TopDownModel):
         points, scores, heads = self._instances(
             sized.permute(0, 2, 3, 1), instance_frame, centres.reshape(-1, 2), eff_scale
         )
-        return self._slotted(valid, values, points, scores, heads)
+        slotted = self._slotted(valid, values, points, scores, heads)
+        return (*slotted, *box_outputs(boxes, values, classes, valid))
 
     def _crop_frames(self, raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The frames the crops are cut from, size-matched to the instance model's
@@ -238,6 +258,7 @@ class BoxMultiClassTopDownModel(MultiClassTopDownModel, BoxTopDownModel):
 
     Outputs `MULTI_CLASS_TOPDOWN_OUTPUTS` as `MultiClassTopDownModel` does (its
     class vectors, identities assigned per frame on the host, the crops no class
-    was assigned to kept, as sleap-nn keeps them); takes `BoxTopDownModel`'s
+    was assigned to kept, as sleap-nn keeps them), then the detector's
+    `BOX_OUTPUTS`; takes `BoxTopDownModel`'s
     arguments plus `class_names`.
     """

@@ -136,12 +136,16 @@ class CenterNetStage(torch.nn.Module):
         """`values`' first `slots` detections of each frame.
 
         Returns:
-            `(boxes, scores, valid)`: the frame's first `slots` detections, highest
-            score first, in (B, slots, 4) frame pixels and (B, slots) scores (0 in
-            empty slots), and (B, slots) which slots hold one.
+            `(boxes, scores, classes, valid)`: the frame's first `slots` detections,
+            highest score first, in (B, slots, 4) frame pixels, (B, slots) scores
+            and (B, slots) int64 categories (0 in empty slots), and (B, slots)
+            which slots hold one.
         """
-        boxes, scores, _, valid = self.values(frames)
-        return first_slots(boxes, scores, valid, slots)
+        boxes, scores, classes, valid = self.values(frames)
+        # The categories ride along as a fifth column (float32 holds them exactly).
+        rows = torch.cat([boxes, classes[..., None].to(boxes.dtype)], dim=-1)
+        picked, scores, filled = first_slots(rows, scores, valid, slots)
+        return picked[..., :4], scores, picked[..., 4].to(torch.int64), filled
 
 
 def first_slots(
@@ -152,8 +156,11 @@ def first_slots(
     A detection can be invalid between valid ones (a box with no area on the
     frame), so slot j takes the detection whose running count of valid ones is j.
 
+    Args:
+        boxes: (B, K, C) a row per detection (C = 4: its corners).
+
     Returns:
-        `(boxes, scores, valid)`: (B, slots, 4), (B, slots) (0 in empty slots) and
+        `(boxes, scores, valid)`: (B, slots, C), (B, slots) (0 in empty slots) and
         (B, slots) bool.
     """
     rank = torch.cumsum(valid.to(torch.int64), dim=1) - 1
@@ -162,7 +169,7 @@ def first_slots(
     # The one hit of each slot (ArgMax over float: TensorRT has no integer ArgMax).
     index = hit.to(torch.float32).argmax(dim=2)
     filled = hit.any(dim=2)
-    picked = boxes.gather(1, index[..., None].expand(-1, -1, 4))
+    picked = boxes.gather(1, index[..., None].expand(-1, -1, static_size(boxes, 2)))
     return (
         torch.where(filled[..., None], picked, 0.0),
         torch.where(filled, scores.gather(1, index), 0.0),
@@ -257,6 +264,19 @@ def clip_boxes(
     )
     has_area = (clipped[..., 2] > clipped[..., 0]) & (clipped[..., 3] > clipped[..., 1])
     return clipped, has_area
+
+
+def box_outputs(
+    boxes: torch.Tensor, scores: torch.Tensor, classes: torch.Tensor, valid: torch.Tensor
+) -> tuple[torch.Tensor, ...]:
+    """Detection slots as `BOX_OUTPUTS`: the empty slots NaN (category -1), as
+    sleap-nn pads them."""
+    return (
+        valid,
+        torch.where(valid[..., None], boxes, float("nan")),
+        torch.where(valid, scores, float("nan")),
+        torch.where(valid, classes, -1).to(torch.int32),
+    )
 
 
 def box_centres(boxes: torch.Tensor) -> torch.Tensor:

@@ -131,7 +131,11 @@ class SpecialisedModel(torch.fx.GraphModule):
 def specialised_output_names(model: InferenceModel) -> tuple[str, ...]:
     """The outputs' names of `model`'s specialised graphs, in order."""
     model_type = model.info.model_type
-    return output_names(model_type, OUTPUT_LAYOUTS[_specialised_profile(model_type)])
+    return output_names(
+        model_type,
+        OUTPUT_LAYOUTS[_specialised_profile(model_type)],
+        boxes=bool(model.info.box_categories),
+    )
 
 
 def _specialised_profile(model_type: str) -> str:

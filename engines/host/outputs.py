@@ -28,14 +28,16 @@ Bottom-up outputs, per frame, K peak slots per node:
   map values at each peak, instead of ``line_scores``.
 
 Box-detector outputs, per frame, K = `max_detections` box slots (the same in
-both layouts), highest score first:
+both layouts), highest score first; a box top-down model's graph outputs them
+after its instance outputs, the valid slots in the order of the frame's crops
+(one crop per valid slot; the TensorRT profile's K its `max_instances`):
 
 - ``box_valid`` (B, K) bool: which slots hold a box (a box clipped to nothing on
   the frame leaves its slot empty between filled ones);
 - ``boxes`` (B, K, 4) float32: x1, y1, x2, y2 in frame pixels, NaN in empty slots;
 - ``box_scores`` (B, K) float32: NaN in empty slots;
-- ``box_categories`` (B, K) int32: index into `ModelInfo.class_names`, -1 in
-  empty slots.
+- ``box_categories`` (B, K) int32: index into `ModelInfo.detector_categories`,
+  -1 in empty slots.
 
 The TensorRT profile's graphs (`LAYOUTS`: "instance_slots") replace the instance
 list with `max_instances` fixed slots per frame, so every output's shape is known
@@ -162,21 +164,32 @@ def output_spec(name: str, layout: str = INSTANCE_LIST) -> OutputSpec:
     return _SPECS[layout][name]
 
 
-def output_names(model_type: str, layout: str = INSTANCE_LIST) -> tuple[str, ...]:
-    """The outputs, in order, of a `model_type` graph with `layout`; KeyError if unknown."""
+def output_names(
+    model_type: str, layout: str = INSTANCE_LIST, *, boxes: bool = False
+) -> tuple[str, ...]:
+    """The outputs, in order, of a `model_type` graph with `layout`; KeyError if unknown.
+
+    `boxes`: a top-down model seeded by a box detector (`ModelInfo.box_categories`),
+    whose graph also outputs the boxes that seeded its crops (`BOX_OUTPUTS`), last.
+    """
     by_type = SLOT_OUTPUTS_BY_MODEL_TYPE if layout == INSTANCE_SLOTS else OUTPUTS_BY_MODEL_TYPE
-    return by_type[model_type]
+    return (*by_type[model_type], *BOX_OUTPUTS) if boxes else by_type[model_type]
 
 
-def output_axes(model_type: str, layout: str = INSTANCE_LIST) -> dict[str, tuple[str, ...]]:
-    """Axis names of each output of a `model_type` graph with `layout` (none if unknown)."""
+def output_axes(
+    model_type: str, layout: str = INSTANCE_LIST, *, boxes: bool = False
+) -> dict[str, tuple[str, ...]]:
+    """Axis names of each output of `output_names`' graph (none if the type is unknown)."""
     by_type = SLOT_OUTPUTS_BY_MODEL_TYPE if layout == INSTANCE_SLOTS else OUTPUTS_BY_MODEL_TYPE
-    return {name: output_spec(name, layout).axes for name in by_type.get(model_type, ())}
+    if model_type not in by_type:
+        return {}
+    names = output_names(model_type, layout, boxes=boxes)
+    return {name: output_spec(name, layout).axes for name in names}
 
 
 def box_category(categories: tuple[str, ...], index: int) -> str | None:
     """The category sleap-nn writes for a box of category `index` of a detector with
-    `categories` (`ModelInfo.class_names`): its name, or None for a detector trained
+    `categories` (`ModelInfo.detector_categories`): its name, or None for a detector trained
     without categories (sleap-nn's one `DEFAULT_BOX_CATEGORY`, which
     `Outputs.to_bboxes` leaves unset)."""
     if categories == (DEFAULT_BOX_CATEGORY,):

@@ -17,7 +17,10 @@ probabilities (`BOTTOMUP_OUTPUTS`, `MULTI_CLASS_BOTTOMUP_OUTPUTS`); they are
 grouped into instances by `sleap_live.engines.host.grouping`.
 
 A box detector's slots (`BOX_OUTPUTS`) become each frame's `FrameBoxes`, the
-filled slots in their order (highest score first), with no instances.
+filled slots in their order (highest score first), with no instances. A box
+top-down model's graph hands out the same slots after its instance outputs: the
+boxes that seeded its crops go beside its poses (`FramePoses.boxes`), all of
+them, as sleap-nn writes them, including those whose instance found no node.
 
 Multi-class top-down assigns identities per frame as sleap-nn does: Hungarian
 matching (`scipy.optimize.linear_sum_assignment`) of the frame's instances to
@@ -76,7 +79,11 @@ def decode(info: ModelInfo, outputs: Mapping[str, np.ndarray], batch_size: int) 
             f"cannot decode outputs of a {info.model_type!r} model; "
             f"decodable model types: {', '.join(DECODERS)}"
         )
-    return decoder(info, outputs, batch_size)
+    poses = decoder(info, outputs, batch_size)
+    if not info.box_categories:
+        return poses
+    boxes = frame_boxes(outputs, batch_size)
+    return [attrs.evolve(frame, boxes=b) for frame, b in zip(poses, boxes, strict=True)]
 
 
 def instance_list(outputs: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
@@ -98,7 +105,10 @@ def instance_list(outputs: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]
 def _instance_arrays(
     outputs: Mapping[str, np.ndarray], names: tuple[str, ...]
 ) -> tuple[np.ndarray, ...]:
-    outputs = instance_list(outputs)
+    return _arrays(instance_list(outputs), names)
+
+
+def _arrays(outputs: Mapping[str, np.ndarray], names: tuple[str, ...]) -> tuple[np.ndarray, ...]:
     missing = [name for name in names if name not in outputs]
     if missing:
         raise ModelConfigError(
@@ -218,16 +228,18 @@ def decode_boxes(
     info: ModelInfo, outputs: Mapping[str, np.ndarray], batch_size: int
 ) -> list[FramePoses]:
     """Per-frame boxes of a box detector's slots (`BOX_OUTPUTS`), no instances."""
-    valid, boxes, scores, categories = _instance_arrays(outputs, BOX_OUTPUTS)
     empty = FramePoses.empty(info.skeleton.n_nodes)
+    return [attrs.evolve(empty, boxes=boxes) for boxes in frame_boxes(outputs, batch_size)]
+
+
+def frame_boxes(outputs: Mapping[str, np.ndarray], batch_size: int) -> list[FrameBoxes]:
+    """Each frame's filled box slots of `BOX_OUTPUTS`, in their order."""
+    valid, boxes, scores, categories = _arrays(outputs, BOX_OUTPUTS)
     return [
-        attrs.evolve(
-            empty,
-            boxes=FrameBoxes(
-                boxes=boxes[frame][valid[frame]].astype(np.float32, copy=False),
-                scores=scores[frame][valid[frame]].astype(np.float32, copy=False),
-                categories=categories[frame][valid[frame]].astype(np.int32, copy=False),
-            ),
+        FrameBoxes(
+            boxes=boxes[frame][valid[frame]].astype(np.float32, copy=False),
+            scores=scores[frame][valid[frame]].astype(np.float32, copy=False),
+            categories=categories[frame][valid[frame]].astype(np.int32, copy=False),
         )
         for frame in range(batch_size)
     ]

@@ -17,7 +17,8 @@ Schema (version 1)::
                 "edges": [[0, 1], ...]}, "input_channels": 1 | 3,
                 "max_instances": ... | null, "class_names": [...],
                 "peak_threshold": ..., "postprocess": {...},
-                "settings": {"peak_threshold": 0.2, ...} | absent},
+                "settings": {"peak_threshold": 0.2, ...} | absent,
+                "box_categories": [...] | absent},
       "input": {"name": "frames", "dtype": "uint8", "layout": "NHWC",
                 "channels": [1, 3]},
       "outputs": ["instance_frame", "points", "point_scores", "instance_scores"],
@@ -32,7 +33,9 @@ Schema (version 1)::
 
 `model.settings` (`sleap_live.engines.settings.InferenceSettings`, absent in
 older files) are the inference settings the graph was built with; `max_instances`
-is null where the graph keeps every instance it finds.
+is null where the graph keeps every instance it finds. `model.box_categories`
+(a box top-down model's only) names its detector's categories; its graph also
+outputs the boxes that seeded the crops.
 
 `profile` (absent in older files: "default") says how the graph was built. The
 default graph takes any frame size and lists the instances it finds; the
@@ -285,6 +288,8 @@ def info_to_dict(info: ModelInfo) -> dict[str, Any]:
         "peak_threshold": info.peak_threshold,
         "postprocess": dict(info.postprocess),
         **({} if info.settings is None else {"settings": info.settings.to_dict()}),
+        # Only where there are some: the other models' records stay as they were.
+        **({"box_categories": list(info.box_categories)} if info.box_categories else {}),
     }
 
 
@@ -302,6 +307,7 @@ def info_from_dict(document: Mapping[str, Any], origin: str = "metadata") -> Mod
             ("skeleton.node_names", skeleton["node_names"], MAX_NODES),
             ("skeleton.edges", skeleton["edges"], MAX_EDGES),
             ("class_names", document.get("class_names", ()), MAX_CLASSES),
+            ("box_categories", document.get("box_categories", ()), MAX_CLASSES),
         ):
             if len(values) > most:
                 raise ModelConfigError(
@@ -320,6 +326,7 @@ def info_from_dict(document: Mapping[str, Any], origin: str = "metadata") -> Mod
             peak_threshold=float(document.get("peak_threshold", 0.2)),
             postprocess=dict(document.get("postprocess", {})),
             settings=None if settings is None else InferenceSettings.from_dict(settings, origin),
+            box_categories=tuple(str(name) for name in document.get("box_categories", ())),
         )
     except ModelConfigError:
         raise

@@ -171,7 +171,9 @@ class OnnxRunner:
         (graph_input,) = session.get_inputs()
         self._input_name = graph_input.name
         self._output_names = [output.name for output in session.get_outputs()]
-        axes = output_axes(self.info.model_type, metadata.output_layout)
+        axes = output_axes(
+            self.info.model_type, metadata.output_layout, boxes=bool(self.info.box_categories)
+        )
         graph_outputs = [(output.name, output.shape) for output in session.get_outputs()]
         check_graph_sizes(self.info, graph_outputs, axes, origin)
         shapes = OutputShapes.of_session(session, axes)

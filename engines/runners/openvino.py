@@ -19,8 +19,9 @@ the second network on that crop batch; on a batch without animals the crop batch
 is empty, and OpenVINO's CPU plugin refuses an empty batch ("... batch_size ...
 > 0") and stops the inference. An empty crop batch means no frame of the batch
 holds an instance, so the runner answers it on the host: every instance-list
-output with no instances (`_NoInstances`), which is what the graph returns on
-ONNX Runtime. Batches with any animal run in the graph as always.
+output with no instances, and a box top-down model's box slots all empty
+(`_NoInstances`), which is what the graph returns on ONNX Runtime. Batches with
+any animal run in the graph as always.
 
 Only `openvino`, numpy and scipy are needed; torch is never imported.
 """
@@ -49,7 +50,7 @@ from sleap_live.engines.host.frames import (
     convert_channels,
     given_frames,
 )
-from sleap_live.engines.host.outputs import INSTANCE_AXIS, INSTANCE_LIST, output_spec
+from sleap_live.engines.host.outputs import BATCH_AXIS, INSTANCE_AXIS, INSTANCE_LIST, output_spec
 from sleap_live.engines.host.postprocess import decode
 from sleap_live.engines.load.metadata import METADATA_KEY, ExportMetadata
 from sleap_live.engines.notify import Notify
@@ -115,8 +116,9 @@ class _NoInstances:
     """The instance-list outputs of a batch in which nothing was found.
 
     Attributes:
-        shapes: each output's name, dtype and shape with the instance axis 0 (every
-            other axis of an instance-list output is sized in the graph).
+        shapes: each output's name, dtype and shape with the instance axis 0, or
+            the batch axis -1 (a box top-down model's box slots, all empty: False,
+            zeros the host never reads); every other axis is sized in the graph.
     """
 
     shapes: tuple[tuple[str, str, tuple[int, ...]], ...]
@@ -135,13 +137,18 @@ class _NoInstances:
                 if axis == INSTANCE_AXIS or not size.is_static:
                     return None
                 sizes.append(size.get_length())
-            if spec.axes[0] != INSTANCE_AXIS:
+            if spec.axes[0] == BATCH_AXIS:
+                sizes[0] = -1
+            elif spec.axes[0] != INSTANCE_AXIS:
                 return None
             shapes.append((name, spec.dtype, tuple(sizes)))
         return cls(tuple(shapes))
 
-    def outputs(self) -> dict[str, np.ndarray]:
-        return {name: np.zeros(shape, dtype) for name, dtype, shape in self.shapes}
+    def outputs(self, batch_size: int) -> dict[str, np.ndarray]:
+        return {
+            name: np.zeros((batch_size if shape[0] < 0 else 0, *shape[1:]), dtype)
+            for name, dtype, shape in self.shapes
+        }
 
 
 class OpenVINORunner:
@@ -252,7 +259,7 @@ class OpenVINORunner:
                     "not size its outputs' node axes); run it with --engine onnx"
                 ) from error
             # The crop batch was empty: no frame of this batch holds an animal.
-            return decode(self.info, self._no_instances.outputs(), batch_size)
+            return decode(self.info, self._no_instances.outputs(batch_size), batch_size)
         values = results.to_tuple()
         outputs = {name: values[index] for name, index in self._outputs}
         return decode(self.info, outputs, batch_size)

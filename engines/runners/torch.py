@@ -265,4 +265,7 @@ class SpecialisedModels:
 
 def model_output_axes(model: InferenceModel) -> dict[str, tuple[str, ...]]:
     """The output contract's axes of each of the model's outputs, in its profile's layout."""
-    return output_axes(model.info.model_type, OUTPUT_LAYOUTS[model.profile])
+    info = model.info
+    return output_axes(
+        info.model_type, OUTPUT_LAYOUTS[model.profile], boxes=bool(info.box_categories)
+    )

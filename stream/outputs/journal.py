@@ -79,8 +79,8 @@ class JournalHeader:
         n_frames: frames in the video, if known; else the highest index written + 1.
         provenance: extra metadata for the .slp (JSON values).
         pid: the process that wrote the journal.
-        box_categories: a box detector's categories (`ModelInfo.class_names`), which
-            its boxes' `BoxChunk.categories` index; empty for pose models.
+        box_categories: a box detector's categories (`ModelInfo.detector_categories`), which
+            its boxes' `BoxChunk.categories` index; empty for a model that finds none.
     """
 
     skeleton: Skeleton

@@ -218,6 +218,12 @@ def write_slp_from_journal(journal: Path, slp: Path) -> int:
                 labelled.bboxes = [
                     _box(chunk, i, header.box_categories) for i in range(rows.start, rows.stop)
                 ]
+                # A box top-down model's box j seeded crop j; with as many instances
+                # as boxes none was dropped (no node found), so crop j gave instance j,
+                # linked as sleap-nn links them. Otherwise which is unknown: unlinked.
+                if len(labelled.bboxes) == len(labelled.instances):
+                    for box, instance in zip(labelled.bboxes, labelled.instances, strict=True):
+                        box.instance = instance
             continue
         if isinstance(chunk, TrackLabels):
             for frame_index, row, track_id in zip(

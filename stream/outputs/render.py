@@ -138,7 +138,7 @@ def _drawn(
     tracks: dict[int, int],
 ) -> np.ndarray:
     """`image` as RGB with the instances of `labelled` (a LabeledFrame or None) drawn,
-    or its boxes (a box detector's)."""
+    and its boxes (a box detector's, alone or seeding a top-down model's crops)."""
     if labelled is not None and labelled.bboxes:
         image = draw_boxes(image, labelled.bboxes, style)
     if labelled is None or not labelled.instances:

@@ -87,7 +87,7 @@ class SlpWriter:
         n_frames: frames in the video, if known; otherwise the highest frame index
             written plus one.
         class_names: identity names of a multi-class model (one track each).
-        box_categories: a box detector's categories (`ModelInfo.class_names`);
+        box_categories: a box detector's categories (`ModelInfo.detector_categories`);
             its records' `FramePoses.boxes` are written as sleap-io
             `PredictedBoundingBox`es in `LabeledFrame.bboxes`, as sleap-nn writes them.
         renumber: number labeled frames 0, 1, 2, ... in the order written, to

@@ -119,7 +119,8 @@ class OpenWriters:
 def check_box_output(output: Path | None) -> None:
     """Raises `ValueError` unless a box detector's `output` is a .slp (or none)."""
     if output is not None and output.suffix.lower() != ".slp":
-        # The analysis HDF5, CSV and NWB files are pose tables with no place for boxes.
+        # The analysis HDF5, CSV and NWB files are pose tables with no place for boxes
+        # (a box top-down model's poses are written there, its boxes to .slp only).
         raise ValueError(
             f"{output}: a box detector's boxes are written to .slp only "
             "(sleap-io PredictedBoundingBox)"
@@ -222,7 +223,7 @@ def _opened(
             n_frames=None if links_recording else source.n_frames,
             # A detector's class names are its box categories, not identities.
             class_names=() if boxes_only else info.class_names,
-            box_categories=info.class_names if boxes_only else (),
+            box_categories=info.detector_categories,
             renumber=links_recording,
             save_interval=options.save_interval,
             provenance=run_provenance(

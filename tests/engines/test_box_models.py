@@ -7,7 +7,9 @@ its TensorRT-profile graph give sleap-nn's poses on the whole test video (golden
 `BOX_CASES`, made by scripts/make_fixtures.py): the same
 instances on at least 99.9 % of frames, points within 1e-3 px at the median and
 0.05 px at the 99th percentile, and the comparison rule of the other model types
-(`sleap_live.engines.host.agreement`).
+(`sleap_live.engines.host.agreement`); and the boxes that seeded the crops, which
+sleap-nn writes beside the instances: the same boxes on at least 99.9 % of
+frames, corners within 1e-3 px.
 """
 
 from __future__ import annotations
@@ -66,7 +68,9 @@ def _poses(models: Sequence[Path], engine: str, frames: np.ndarray) -> list[dict
 
 
 def _run(runner, frames: np.ndarray) -> list[dict[str, np.ndarray]]:
-    """The runner's poses of `frames`, in batches; the runner closed after."""
+    """The runner's poses of `frames`, in batches, with their boxes; the runner
+    closed after."""
+    categories = runner.info.detector_categories
     try:
         return [
             {
@@ -74,6 +78,11 @@ def _run(runner, frames: np.ndarray) -> list[dict[str, np.ndarray]]:
                 "point_scores": pose.point_scores,
                 "instance_scores": pose.instance_scores,
                 "identities": pose.identities,
+                "boxes": pose.boxes.boxes,
+                "box_scores": pose.boxes.scores,
+                "box_categories": np.array(
+                    [box_category(categories, int(c)) or "" for c in pose.boxes.categories], str
+                ),
             }
             for start in range(0, len(frames), BATCH)
             for pose in runner.run(frames[start : start + BATCH])
@@ -108,6 +117,8 @@ def _assert_matches_golden(name: str, poses: Sequence[dict[str, np.ndarray]], la
     assert np.percentile(comparison.point_errors, 99) <= P99_PX, comparison.summary()
     assert agreement.points > 0 and agreement.agrees, agreement.summary()
     assert comparison.identity_agreement == 1.0, comparison.summary()
+    rows = [(p["boxes"], p["box_scores"], list(p["box_categories"])) for p in poses]
+    _assert_sleap_nns_boxes(rows, f"{label} boxes", name)
 
 
 @pytest.mark.slow
@@ -151,12 +162,18 @@ def test_sleap_live_run_writes_sleap_nns_poses(name, tmp_path):
         "point_scores": np.zeros((0, nodes), np.float32),
         "instance_scores": np.zeros(0, np.float32),
         "identities": np.zeros(0, np.int32),
+        "boxes": np.zeros((0, 4), np.float32),
+        "box_scores": np.zeros(0, np.float32),
+        "box_categories": np.zeros(0, str),
     }
     poses = [none] * len(_frames(video))
     for frame in labels:
         instances = list(frame.instances)
         values = [instance.numpy(scores=True) for instance in instances]
+        # Each box linked to the instance its crop gave, as sleap-nn links them.
+        assert [box.instance for box in frame.bboxes] == instances
         poses[frame.frame_idx] = {
+            **_slp_boxes(frame),
             "points": np.stack([v[:, :2] for v in values]).astype(np.float32),
             "point_scores": np.stack([v[:, 2] for v in values]).astype(np.float32),
             "instance_scores": np.array([i.score for i in instances], np.float32),
@@ -198,13 +215,17 @@ def test_the_fixed_shape_graph_keeps_the_first_boxes_and_refuses_channel_coercio
     frames = torch.from_numpy(_frames(goldens.case_paths("bbox_topdown")[1])[:2])
     graph = SpecialisedModel(model, BatchShape.of(frames))
     with torch.inference_mode():
-        valid, points, _, scores = (t.numpy() for t in graph(frames))
+        valid, points, _, scores, box_valid, boxes, _, _ = (t.numpy() for t in graph(frames))
     # max_instances unset: the default slots, the two boxes in the first two.
     assert valid.shape == (2, 8) and valid[:, :2].all() and not valid[:, 2:].any()
     with torch.inference_mode():
-        _, eager_points, _, eager_scores = (t.numpy() for t in model(frames))
+        eager = [t.numpy() for t in model(frames)]
+    _, eager_points, _, eager_scores, eager_valid, eager_boxes, _, _ = eager
     np.testing.assert_allclose(points[valid], eager_points, atol=1e-4)
     np.testing.assert_allclose(scores[valid], eager_scores, atol=1e-6)
+    # The boxes that seeded the crops, in the slots' order.
+    assert np.array_equal(box_valid, valid)
+    np.testing.assert_allclose(boxes[box_valid], eager_boxes[eager_valid], atol=1e-4)
     model.frame_preprocess = attrs.evolve(model.frame_preprocess, ensure_grayscale=True)
     with pytest.raises(ModelConfigError, match="box detector has ensure_rgb or ensure_grayscale"):
         SpecialisedModel(model, BatchShape.of(frames))
@@ -220,11 +241,24 @@ BOX_PX = 1e-3
 FrameBoxRows = tuple[np.ndarray, np.ndarray, list[str]]
 
 
-def _assert_sleap_nns_boxes(found: Sequence[FrameBoxRows], label: str) -> None:
-    """`found` against sleap-nn predict's boxes from the detector alone: the same
-    count on at least 99.9 % of frames, corners within `BOX_PX`, scores and
-    categories equal, highest score first in both."""
-    golden = dict(np.load(goldens.DATA / "goldens" / "bbox_centernet.npz"))
+def _slp_boxes(frame: sio.LabeledFrame) -> dict[str, np.ndarray]:
+    """A written frame's boxes in `_run`'s columns."""
+    return {
+        "boxes": np.array([box.xyxy for box in frame.bboxes], np.float32).reshape(-1, 4),
+        "box_scores": np.array([box.score for box in frame.bboxes], np.float32),
+        "box_categories": np.array(
+            [box.category.name if box.category else "" for box in frame.bboxes], str
+        ),
+    }
+
+
+def _assert_sleap_nns_boxes(
+    found: Sequence[FrameBoxRows], label: str, name: str = "bbox_centernet"
+) -> None:
+    """`found` against sleap-nn predict's boxes in golden `name` (default: from the
+    detector alone): the same count on at least 99.9 % of frames, corners within
+    `BOX_PX`, scores and categories equal, highest score first in both."""
+    golden = dict(np.load(goldens.DATA / "goldens" / f"{name}.npz"))
     assert len(found) == len(golden["n_boxes"])
     names = list(golden["category_names"])
     errors, same = [], 0
@@ -281,10 +315,11 @@ def test_sleap_live_run_writes_sleap_nns_boxes(tmp_path, capsys):
     found: list[FrameBoxRows] = [(np.zeros((0, 4)), np.zeros(0), [])] * len(_frames(video))
     for frame in labels:
         assert not frame.instances
+        boxes = _slp_boxes(frame)
         found[frame.frame_idx] = (
-            np.array([box.xyxy for box in frame.bboxes], np.float32).reshape(-1, 4),
-            np.array([box.score for box in frame.bboxes], np.float32),
-            [box.category.name if box.category else "" for box in frame.bboxes],
+            boxes["boxes"],
+            boxes["box_scores"],
+            list(boxes["box_categories"]),
         )
     _assert_sleap_nns_boxes(found, "detector alone (sleap-live run)")
     # Refused from the detector's config before any work: no export is made.
