@@ -131,3 +131,45 @@ def test_appearance_options_are_checked(options: dict[str, object], message: str
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")) as error:
         TrackingSettings(**options)  # type: ignore[arg-type]
     assert "\n" not in str(error.value)
+
+
+def test_track_reads_the_vectors_of_a_slp(tmp_path, capsys):
+    """`sleap-live track` tracks by the ``identity_embedding`` vectors a .slp carries
+    (as `sleap-nn predict` saves them) as the golden; without any it stops in one line."""
+    import sleap_io as sio
+
+    from sleap_live import cli
+    from tests.stream.test_tracking_cli import _track_ids
+
+    golden = _golden()
+    frames = 60  # the crossing
+    skeleton = sio.Skeleton([f"n{i}" for i in range(golden["points__reid"].shape[2])])
+    video = sio.Video(filename="reid.mp4", open_backend=False)
+    labeled = []
+    for frame in range(frames):
+        instances = []
+        for row in range(golden["counts__reid"][frame]):
+            vector = golden["embeddings__reid"][frame, row]
+            instances.append(
+                sio.PredictedInstance.from_numpy(
+                    golden["points__reid"][frame, row].astype(np.float64),
+                    skeleton=skeleton,
+                    point_scores=np.ones(len(skeleton.nodes)),
+                    score=1.0,
+                    identity_embedding=None if np.isnan(vector).any() else sio.Embedding(vector),
+                )
+            )
+        labeled.append(sio.LabeledFrame(video=video, frame_idx=frame, instances=instances))
+    labels = sio.Labels(labeled_frames=labeled, videos=[video], skeletons=[skeleton])
+    poses, output = tmp_path / "reid.slp", tmp_path / "tracked.slp"
+    sio.save_slp(labels, str(poses), save_embedding_vectors=True)
+    assert cli.main(["track", str(poses), "-o", str(output), "--features", "embeddings"]) == 0
+    ours = _track_ids(sio.load_slp(str(output)))
+    theirs = golden["tracks__reid__embeddings"][:frames]
+    assert agreement(ours, theirs[:, : ours.shape[1]]) == 1.0
+    capsys.readouterr()
+    sio.save_slp(labels, str(poses))  # without the vectors
+    again = ["track", str(poses), "-o", str(tmp_path / "again.slp"), "--features", "embeddings"]
+    assert cli.main(again) == 1
+    error = capsys.readouterr().err.strip()
+    assert error.endswith(NO_EMBEDDINGS) and "\n" not in error
