@@ -112,7 +112,27 @@ EMBEDDING_CASES: dict[str, dict[str, object]] = {
         "candidates_method": "fixed_window",
         "scoring_reduction": "max",
     },
+    "embeddings_robust_quantile_max_tracks": {
+        "features": "embeddings",
+        "scoring_method": "cosine_sim",
+        "candidates_method": "local_queues",
+        "scoring_reduction": "robust_quantile",
+        "robust_best_instance": 0.8,
+        "max_tracks": 3,
+    },
+    "embeddings_euclidean": {
+        "features": "embeddings",
+        "scoring_method": "euclidean_dist",
+        "candidates_method": "local_queues",
+        "min_match_points": 3,
+    },
     "appearance_oks": {"appearance_weight": 0.3},
+    "appearance_oks_local_queues": {
+        "appearance_weight": 0.7,
+        "candidates_method": "local_queues",
+        "window_size": 8,
+    },
+    "appearance_iou": {"features": "bboxes", "scoring_method": "iou", "appearance_weight": 1.0},
     "appearance_euclidean": {
         "features": "centroids",
         "scoring_method": "euclidean_dist",
