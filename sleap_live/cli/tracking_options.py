@@ -206,7 +206,9 @@ def tracking_settings(args: argparse.Namespace) -> TrackingSettings | None:
     """The tracker's settings `run` or `replay` asks for; None without ``--tracking``.
 
     Raises:
-        UsageError: a tracking option without ``--tracking``, or see `settings_from`.
+        UsageError: a tracking option without ``--tracking``, the appearance options
+            (no model sleap-live runs gives the vectors they compare), or see
+            `settings_from`.
     """
     if not args.tracking:
         named = [flag(dest) for dest in _FIELDS if getattr(args, dest) is not None]
@@ -214,7 +216,14 @@ def tracking_settings(args: argparse.Namespace) -> TrackingSettings | None:
         if named:
             raise UsageError(f"{', '.join(named)} only applies with --tracking")
         return None
-    return settings_from(args)
+    settings = settings_from(args)
+    if settings.features == "embeddings" or settings.appearance_weight > 0.0:
+        raise UsageError(
+            "--features embeddings and --appearance-weight compare each instance's "
+            "embedding vector, which no model sleap-live runs makes yet; use them with "
+            "sleap-live track on a .slp that carries sleap-nn's vectors"
+        )
+    return settings
 
 
 def settings_from(args: argparse.Namespace) -> TrackingSettings:

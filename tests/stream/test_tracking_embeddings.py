@@ -173,3 +173,17 @@ def test_track_reads_the_vectors_of_a_slp(tmp_path, capsys):
     assert cli.main(again) == 1
     error = capsys.readouterr().err.strip()
     assert error.endswith(NO_EMBEDDINGS) and "\n" not in error
+
+
+@pytest.mark.parametrize("option", [["--features", "embeddings"], ["--appearance-weight", "0.3"]])
+def test_live_runs_refuse_the_appearance_options(option: list[str]) -> None:
+    """No model sleap-live runs gives vectors: `run` and `replay` refuse up front."""
+    import argparse
+
+    from sleap_live.cli.options import UsageError
+    from sleap_live.cli.tracking_options import add_tracking_options, tracking_settings
+
+    parser = argparse.ArgumentParser()
+    add_tracking_options(parser)
+    with pytest.raises(UsageError, match="no model sleap-live runs makes yet"):
+        tracking_settings(parser.parse_args(["--tracking", *option]))
