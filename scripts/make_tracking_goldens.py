@@ -236,7 +236,9 @@ def reid_poses() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     A (0) and B (1) walk towards each other on one line and pass through each
     other (frames 20-59): a tracker without appearance swaps them as they part.
     Then A hides for 20 frames (more than the window) while B walks to where A
-    was; A comes back where B was. C (2) grazes apart throughout.
+    was; A comes back where B was. C (2) grazes apart throughout, with no node
+    found every 17th frame (a detection that cannot start a track). Frames 0-2 and
+    110-111 are empty.
     """
     rng = np.random.default_rng(13)
     frames = []
@@ -255,7 +257,7 @@ def reid_poses() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if t >= 90:
             row[0] = _chain(np.array([100.0, 200.0]), 0.0)  # back where B was
             row[1] = _chain(np.array([300.0, 200.0]), np.pi)
-        frames.append(row)
+        frames.append({} if t in (0, 1, 2, 110, 111) else row)
     points = np.full((len(frames), 3, NODES, 2), np.nan, np.float32)
     animals = np.full((len(frames), 3), -1, np.int32)
     counts = np.zeros(len(frames), np.int32)
@@ -264,6 +266,8 @@ def reid_poses() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         for column, animal in enumerate(order):
             pose = row[animal] + rng.normal(0, 0.7, (NODES, 2))
             pose[rng.random(NODES) < 0.03] = np.nan
+            if animal == 2 and frame % 17 == 8:
+                pose[:] = np.nan
             points[frame, column] = pose
             animals[frame, column] = animal
         counts[frame] = len(order)

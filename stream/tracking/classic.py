@@ -262,7 +262,8 @@ class ClassicTracker:
         if not blend:
             return vectors
         geometry = instance_features(points, settings.features)
-        return np.concatenate([geometry.reshape(geometry.shape[0], -1), vectors], axis=1)
+        flat = geometry.reshape(geometry.shape[0], int(np.prod(geometry.shape[1:])))
+        return np.concatenate([flat, vectors], axis=1)
 
     def _track_scores(
         self, features: np.ndarray, candidates: _Candidates, n_nodes: int
