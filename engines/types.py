@@ -118,6 +118,10 @@ class FramePoses:
             the ones that seeded a box top-down model's crops, one per crop
             (instances with no node found are dropped, their boxes kept, as
             sleap-nn writes them); None for the other models.
+        embeddings: (instances, D) float32 appearance vector of each instance
+            (sleap-nn's ``identity_embedding``; a NaN row for none), read by the
+            tracker's appearance options; None when the poses carry no vectors
+            (no model sleap-live runs makes them yet).
     """
 
     points: np.ndarray
@@ -125,6 +129,7 @@ class FramePoses:
     instance_scores: np.ndarray
     identities: np.ndarray
     boxes: FrameBoxes | None = None
+    embeddings: np.ndarray | None = None
 
     @property
     def n_instances(self) -> int:

@@ -38,6 +38,16 @@ middle node only: a one-node skeleton). Instances carry point scores (``scores__
 predictions' own; drawn for the synthetic sets, so that every score threshold is
 crossed). ``mot__SET__CASE`` is each instance's track id once the video is done
 (a confirmed track's earlier detections labelled), -1 untracked, -2 padding.
+
+The appearance golden, tests/data/goldens/tracking_embeddings.npz (``--only-embeddings``
+makes just it): the ``reid`` set (`reid_poses`: a head-on crossing on one line, where
+geometry alone swaps the two animals, and an occlusion longer than the window) with a
+synthetic appearance vector per instance (`reid_vectors`: its animal's prototype plus
+noise, unit length; a few instances without one), put on each sleap-io instance as
+``identity_embedding`` (``sio.Embedding``), as sleap-nn's embedding route does. Each
+case of `EMBEDDING_CASES` runs `Tracker.from_config` with the candidates and scoring
+method `apply_tracking` resolves for it; ``tracks__reid__CASE`` as above, and
+``animals__reid`` each instance's true animal.
 """
 
 from __future__ import annotations
@@ -55,6 +65,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "tests" / "data" / "goldens" / "tracking.npz"
 OUT_MOT = ROOT / "tests" / "data" / "goldens" / "tracking_mot.npz"
+OUT_EMBEDDINGS = ROOT / "tests" / "data" / "goldens" / "tracking_embeddings.npz"
 
 # Frames of the crowd the MOT golden tracks.
 MOT_CROWD_FRAMES = 150
@@ -85,6 +96,51 @@ CASES: dict[str, dict[str, object]] = {
     "greedy": {"track_matching_method": "greedy"},
     "window_10_min_points": {"window_size": 10, "min_new_track_points": 2, "min_match_points": 1},
 }
+
+# name -> `Tracker.from_config` options on the ``reid`` set, as `apply_tracking`
+# resolves them (features="embeddings": cosine_sim, local_queues unless given).
+EMBEDDING_CASES: dict[str, dict[str, object]] = {
+    "geometry": {},
+    "embeddings": {
+        "features": "embeddings",
+        "scoring_method": "cosine_sim",
+        "candidates_method": "local_queues",
+    },
+    "embeddings_fixed_window_max": {
+        "features": "embeddings",
+        "scoring_method": "cosine_sim",
+        "candidates_method": "fixed_window",
+        "scoring_reduction": "max",
+    },
+    "embeddings_robust_quantile_max_tracks": {
+        "features": "embeddings",
+        "scoring_method": "cosine_sim",
+        "candidates_method": "local_queues",
+        "scoring_reduction": "robust_quantile",
+        "robust_best_instance": 0.8,
+        "max_tracks": 3,
+    },
+    "embeddings_euclidean": {
+        "features": "embeddings",
+        "scoring_method": "euclidean_dist",
+        "candidates_method": "local_queues",
+        "min_match_points": 3,
+    },
+    "appearance_oks": {"appearance_weight": 0.3},
+    "appearance_oks_local_queues": {
+        "appearance_weight": 0.7,
+        "candidates_method": "local_queues",
+        "window_size": 8,
+    },
+    "appearance_iou": {"features": "bboxes", "scoring_method": "iou", "appearance_weight": 1.0},
+    "appearance_euclidean": {
+        "features": "centroids",
+        "scoring_method": "euclidean_dist",
+        "appearance_weight": 0.5,
+        "euclidean_scale": 10.0,
+    },
+}
+EMBEDDING_DIM = 8
 
 NODES = 5
 
@@ -174,6 +230,63 @@ def edge_poses() -> tuple[np.ndarray, np.ndarray]:
     return points, counts
 
 
+def reid_poses() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Three animals; (points, counts, each row's animal (-1 padding)).
+
+    A (0) and B (1) walk towards each other on one line and pass through each
+    other (frames 20-59): a tracker without appearance swaps them as they part.
+    Then A hides for 20 frames (more than the window) while B walks to where A
+    was; A comes back where B was. C (2) grazes apart throughout, with no node
+    found every 17th frame (a detection that cannot start a track). Frames 0-2 and
+    110-111 are empty.
+    """
+    rng = np.random.default_rng(13)
+    frames = []
+    for t in range(120):
+        if t < 20:
+            a, b = 100.0, 300.0
+        elif t < 60:
+            a, b = 100.0 + 5 * (t - 20), 300.0 - 5 * (t - 20)
+        else:
+            a, b = 300.0, 100.0 + min(t - 60, 40) * 5
+        row = {0: _chain(np.array([a, 200.0]), 0.0), 1: _chain(np.array([b, 200.0]), np.pi)}
+        row[2] = _chain(np.array([200.0 + 20 * np.sin(t / 9), 420.0]), np.pi / 2)
+        if 70 <= t < 90:
+            del row[0]  # occluded
+            row[1] = _chain(np.array([300.0 - min(t - 70, 10) * 20, 200.0]), np.pi)
+        if t >= 90:
+            row[0] = _chain(np.array([100.0, 200.0]), 0.0)  # back where B was
+            row[1] = _chain(np.array([300.0, 200.0]), np.pi)
+        frames.append({} if t in (0, 1, 2, 110, 111) else row)
+    points = np.full((len(frames), 3, NODES, 2), np.nan, np.float32)
+    animals = np.full((len(frames), 3), -1, np.int32)
+    counts = np.zeros(len(frames), np.int32)
+    for frame, row in enumerate(frames):
+        order = list(rng.permutation(sorted(row)))
+        for column, animal in enumerate(order):
+            pose = row[animal] + rng.normal(0, 0.7, (NODES, 2))
+            pose[rng.random(NODES) < 0.03] = np.nan
+            if animal == 2 and frame % 17 == 8:
+                pose[:] = np.nan
+            points[frame, column] = pose
+            animals[frame, column] = animal
+        counts[frame] = len(order)
+    return points, counts, animals
+
+
+def reid_vectors(animals: np.ndarray) -> np.ndarray:
+    """(frames, rows, EMBEDDING_DIM) float32 unit vectors: each animal's prototype
+    plus noise; NaN for padding and for the ~1% of instances without a vector."""
+    rng = np.random.default_rng(17)
+    prototypes = rng.normal(0, 1, (3, EMBEDDING_DIM))
+    vectors = prototypes[np.maximum(animals, 0)] + rng.normal(
+        0, 0.5, (*animals.shape, EMBEDDING_DIM)
+    )
+    vectors /= np.linalg.norm(vectors, axis=-1, keepdims=True)
+    vectors[(animals < 0) | (rng.random(animals.shape) < 0.01)] = np.nan
+    return vectors.astype(np.float32)
+
+
 def fixture_poses(name: str) -> tuple[np.ndarray, np.ndarray]:
     golden = np.load(ROOT / "tests" / "data" / "goldens" / f"{name}.npz")
     return golden["points"].astype(np.float32), golden["n_instances"].astype(np.int32)
@@ -190,9 +303,13 @@ def pose_sets() -> dict[str, tuple[np.ndarray, np.ndarray]]:
 
 
 def sleap_nn_tracks(
-    points: np.ndarray, counts: np.ndarray, options: dict[str, object]
+    points: np.ndarray,
+    counts: np.ndarray,
+    options: dict[str, object],
+    vectors: np.ndarray | None = None,
 ) -> tuple[np.ndarray, float]:
-    """sleap-nn's track id per (frame, instance), and its seconds of `track` calls."""
+    """sleap-nn's track id per (frame, instance), and its seconds of `track` calls;
+    `vectors` (frames, rows, D), NaN for none, become the instances' embeddings."""
     import sleap_io as sio
     from sleap_nn.tracking.tracker import Tracker
 
@@ -207,6 +324,11 @@ def sleap_nn_tracks(
                 skeleton=skeleton,
                 point_scores=np.ones(points.shape[2]),
                 score=1.0,
+                identity_embedding=(
+                    None
+                    if vectors is None or np.isnan(vectors[frame, i]).any()
+                    else sio.Embedding(vectors[frame, i])
+                ),
             )
             for i in range(counts[frame])
         ]
@@ -351,12 +473,39 @@ def make_mot_golden(tracking_golden: Path, out: Path) -> None:
                 f"{set_name:10s} {case:26s} tracks={ids.max() + 1:3d} "
                 f"untracked={(ids == -1).sum():4d} {seconds / len(points) * 1e3:.2f} ms/frame"
             )
+    save(out, arrays, MOT_CASES)
+
+
+def save(out: Path, arrays: dict[str, np.ndarray], cases: object) -> None:
+    """Writes a golden: `arrays`, its `cases` (JSON) and sleap-nn's version."""
     import sleap_nn
 
-    arrays["cases"] = np.array(json.dumps(MOT_CASES))
+    arrays["cases"] = np.array(json.dumps(cases))
     arrays["sleap_nn_version"] = np.array(sleap_nn.__version__)
     np.savez_compressed(out, **arrays)
     print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB)")
+
+
+def make_embeddings_golden(out: Path) -> None:
+    points, counts, animals = reid_poses()
+    vectors = reid_vectors(animals)
+    arrays = {
+        "points__reid": points,
+        "counts__reid": counts,
+        "animals__reid": animals.astype(np.int8),
+        "embeddings__reid": vectors,
+    }
+    for case, options in EMBEDDING_CASES.items():
+        ids, seconds = sleap_nn_tracks(points, counts, options, vectors)
+        arrays[f"tracks__reid__{case}"] = ids.astype(np.int8)
+        # How often the track follows its animal (one track per animal at best).
+        present = animals >= 0
+        pairs = {(a, t) for a, t in zip(animals[present], ids[present], strict=True)}
+        print(
+            f"reid {case:28s} tracks={ids.max() + 1:3d} untracked={(ids == -1).sum():3d} "
+            f"(animal, track) pairs={len(pairs)} {seconds / len(points) * 1e3:.2f} ms/frame"
+        )
+    save(out, arrays, EMBEDDING_CASES)
 
 
 def main() -> None:
@@ -373,15 +522,21 @@ def main() -> None:
         help="only (re)make the MOT golden (tracking_mot.npz) from tracking.npz's poses",
     )
     parser.add_argument(
+        "--only-embeddings",
+        action="store_true",
+        help="only (re)make the appearance golden (tracking_embeddings.npz)",
+    )
+    parser.add_argument(
         "--only-predict",
         action="store_true",
         help="only (re)run `sleap-nn predict --tracking`, keeping the rest of the golden",
     )
     args = parser.parse_args()
-    import sleap_nn
-
     if args.only_mot:
         make_mot_golden(args.out, OUT_MOT)
+        return
+    if args.only_embeddings:
+        make_embeddings_golden(OUT_EMBEDDINGS)
         return
 
     arrays: dict[str, np.ndarray] = {}
@@ -405,11 +560,9 @@ def main() -> None:
         return
     for set_name, (points, counts) in pose_sets().items():
         _track_set(arrays, set_name, points, counts)
-    arrays["cases"] = np.array(json.dumps(CASES))
-    arrays["sleap_nn_version"] = np.array(sleap_nn.__version__)
-    np.savez_compressed(args.out, **arrays)
-    print(f"wrote {args.out} ({args.out.stat().st_size / 1024:.0f} KiB)")
+    save(args.out, arrays, CASES)
     make_mot_golden(args.out, OUT_MOT)
+    make_embeddings_golden(OUT_EMBEDDINGS)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@
 ``sleap-nn predict`` option of the same name (``--tracking_window_size`` is
 ``--tracking-window-size`` here), with its default (for the MOT trackers, their
 sleap-nn preset's). Options sleap-nn has but sleap-live does not run are accepted
-by name and refused in one line.
+by name and refused in one line. The appearance options (``--features embeddings``,
+``--appearance-weight``) need poses that carry embedding vectors, which no model
+sleap-live runs makes yet.
 """
 
 from __future__ import annotations
@@ -78,7 +80,8 @@ def add_tracking_options(parser: argparse.ArgumentParser, *, always: bool = Fals
         "--candidates-method",
         choices=CANDIDATES_METHODS,
         help="the tracks of the last frames, or every track's last instances "
-        f"(default: {defaults.candidates_method}; local_queues with --max-tracks)",
+        f"(default: {defaults.candidates_method}; local_queues with --max-tracks or "
+        "--features embeddings)",
     )
     group.add_argument(
         "--min-match-points",
@@ -90,13 +93,16 @@ def add_tracking_options(parser: argparse.ArgumentParser, *, always: bool = Fals
     group.add_argument(
         "--features",
         choices=FEATURES,
-        help=f"what is compared (default: {defaults.features})",
+        help="what is compared: keypoints, centroids, bboxes, or embeddings (appearance "
+        "vectors, which no model sleap-live runs makes yet) "
+        f"(default: {defaults.features})",
     )
     group.add_argument(
         "--scoring-method",
         choices=SCORING_METHODS,
         help="how alike two instances are: oks (keypoints), cosine_sim, iou (bboxes), "
-        f"euclidean_dist (default: {defaults.scoring_method})",
+        f"euclidean_dist (default: {defaults.scoring_method}; cosine_sim with --features "
+        "embeddings)",
     )
     group.add_argument(
         "--scoring-reduction",
@@ -127,6 +133,22 @@ def add_tracking_options(parser: argparse.ArgumentParser, *, always: bool = Fals
         type=positive_int,
         metavar="N",
         help="most tracks ever started; later instances stay untracked (default: no limit)",
+    )
+    group.add_argument(
+        "--appearance-weight",
+        type=_unit,
+        metavar="W",
+        help="blend appearance (the cosine of embedding vectors, which no model "
+        "sleap-live runs makes yet) into the geometric score: (1 - W) x geometry + W x "
+        f"appearance (default: {defaults.appearance_weight}, geometry only)",
+    )
+    group.add_argument(
+        "--euclidean-scale",
+        type=positive_float,
+        metavar="PX",
+        help="with --appearance-weight and --scoring-method euclidean_dist: the distance "
+        "(pixels) at which geometry's similarity falls to 1/e, about one animal's step "
+        "between frames (default: none)",
     )
 
     def preset(option: str) -> str:
@@ -184,7 +206,9 @@ def tracking_settings(args: argparse.Namespace) -> TrackingSettings | None:
     """The tracker's settings `run` or `replay` asks for; None without ``--tracking``.
 
     Raises:
-        UsageError: a tracking option without ``--tracking``, or see `settings_from`.
+        UsageError: a tracking option without ``--tracking``, the appearance options
+            (no model sleap-live runs gives the vectors they compare), or see
+            `settings_from`.
     """
     if not args.tracking:
         named = [flag(dest) for dest in _FIELDS if getattr(args, dest) is not None]
@@ -192,7 +216,14 @@ def tracking_settings(args: argparse.Namespace) -> TrackingSettings | None:
         if named:
             raise UsageError(f"{', '.join(named)} only applies with --tracking")
         return None
-    return settings_from(args)
+    settings = settings_from(args)
+    if settings.features == "embeddings" or settings.appearance_weight > 0.0:
+        raise UsageError(
+            "--features embeddings and --appearance-weight compare each instance's "
+            "embedding vector, which no model sleap-live runs makes yet; use them with "
+            "sleap-live track on a .slp that carries sleap-nn's vectors"
+        )
+    return settings
 
 
 def settings_from(args: argparse.Namespace) -> TrackingSettings:

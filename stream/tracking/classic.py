@@ -14,6 +14,11 @@ Where sleap-nn removes an instance from its output (no track left under
 is kept here with track -1: a live pipeline never loses an animal's pose. An
 instance sleap-nn matches to its fixed window's untracked instances (one more
 candidate column without an id) is untracked here too.
+
+Appearance (sleap-nn's `features="embeddings"` and `appearance_weight`) reads each
+instance's embedding vector (`FramePoses.embeddings`): it is the feature itself, or
+rides beside the geometric feature in the candidates so that both are scored over
+the same candidates and blended (`blend_appearance`).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import numpy as np
 from sleap_live.engines.types import FramePoses
 from sleap_live.stream.tracking.matching import match
 from sleap_live.stream.tracking.scoring import (
+    blend_appearance,
     found_nodes,
     instance_features,
     pair_scores,
@@ -38,6 +44,10 @@ UNTRACKED = -1
 # Elements of the candidates' features scored against one block of new instances
 # (`ClassicTracker._track_scores`): a few arrays of this many float64s, 32 MiB each.
 _SCORE_ELEMENTS = 1 << 22
+NO_EMBEDDINGS = (
+    "tracking: features=embeddings and appearance-weight compare each instance's embedding "
+    "vector, and these poses carry none (no model sleap-live runs makes them yet)"
+)
 
 
 @attrs.frozen(eq=False)
@@ -89,7 +99,8 @@ class _FixedWindow:
         # which differs between processes; it is put last here.
         if any(UNTRACKED in ids for ids, _, _ in self._frames):
             order.append(UNTRACKED)
-        feature_shape = self._frames[0][1].shape[1:]
+        # An empty frame's features may have no width (no vectors): not the shape.
+        feature_shape = max((f for _, f, _ in self._frames), key=len).shape[1:]
         features = np.full((len(order), len(self._frames), *feature_shape), np.nan)
         usable = np.zeros((len(order), len(self._frames)), bool)
         filled = np.zeros_like(usable)
@@ -149,6 +160,8 @@ class _LocalQueues:
 
     def record(self, ids: list[int], features: np.ndarray, found: np.ndarray, first: bool) -> None:
         if self._features is None:
+            if not len(features):
+                return  # no instance yet: an empty frame's features may have no width
             self._features = np.full((0, self._window_size, *features.shape[1:]), np.nan)
         capacity = self._features.shape[0]
         if self.n_tracks > capacity:
@@ -199,14 +212,21 @@ class ClassicTracker:
 
     def track_poses(self, poses: FramePoses, frame_index: int) -> Tracked:
         """Tracks of a frame's poses (`FramePoses`); the frame index is not used."""
-        return self.track(poses.points)
+        return self.track(poses.points, poses.embeddings)
 
-    def track(self, points: np.ndarray) -> Tracked:
-        """Tracks of the instances `points` (instances, nodes, 2) of the next frame."""
+    def track(self, points: np.ndarray, embeddings: np.ndarray | None = None) -> Tracked:
+        """Tracks of the instances `points` (instances, nodes, 2) of the next frame;
+        `embeddings` (instances, D) are their appearance vectors (NaN rows for none),
+        read only with features="embeddings" or an appearance weight.
+
+        Raises:
+            ValueError: the settings compare vectors and `embeddings` is None (for
+                a frame with instances).
+        """
         settings = self.settings
         points = np.asarray(points, np.float64)
         n = points.shape[0]
-        features = instance_features(points, settings.features)
+        features = self._features(points, embeddings)
         found = found_nodes(points)
         ids = [UNTRACKED] * n
         scores = np.full(n, np.nan)
@@ -215,7 +235,7 @@ class ClassicTracker:
             self._start_tracks(range(n), found, ids, scores)
             self._candidates.record(ids, features, found, first=True)
             return _tracked(ids, scores)
-        cost = -self._track_scores(features, candidates)
+        cost = -self._track_scores(features, candidates, points.shape[1])
         cost[np.isnan(cost)] = np.inf
         pairs = self._feasible(match(cost, settings.track_matching_method), cost, found)
         for row, column in pairs:
@@ -226,28 +246,78 @@ class ClassicTracker:
         self._candidates.record(ids, features, found, first=False)
         return _tracked(ids, scores)
 
-    def _track_scores(self, features: np.ndarray, candidates: _Candidates) -> np.ndarray:
+    def _features(self, points: np.ndarray, embeddings: np.ndarray | None) -> np.ndarray:
+        """Each instance's features as the candidates keep them: the geometric
+        feature, the vector (features="embeddings"), or, with an appearance
+        weight, the geometric feature flattened and the vector after it."""
+        settings = self.settings
+        blend = settings.appearance_weight > 0.0
+        if settings.features != "embeddings" and not blend:
+            return instance_features(points, settings.features)
+        if embeddings is None:
+            if points.shape[0]:
+                raise ValueError(NO_EMBEDDINGS)
+            embeddings = np.empty((0, 0))
+        vectors = np.asarray(embeddings, np.float64)
+        if not blend:
+            return vectors
+        geometry = instance_features(points, settings.features)
+        flat = geometry.reshape(geometry.shape[0], int(np.prod(geometry.shape[1:])))
+        return np.concatenate([flat, vectors], axis=1)
+
+    def _track_scores(
+        self, features: np.ndarray, candidates: _Candidates, n_nodes: int
+    ) -> np.ndarray:
         """One score per (new instance, track), (n, T): the candidates' pair scores
         reduced, a block of new instances at a time. Each row's score is its own, so
         the blocks change no number; they hold the pairwise arrays (n x T x W x
         nodes, several of them) to `_SCORE_ELEMENTS` a block instead of growing with
         the square of the instances (4.9 GB at 5,000 a frame before)."""
-        settings = self.settings
         n = features.shape[0]
         rows = max(1, _SCORE_ELEMENTS // max(1, candidates.features.size))
         scores = np.empty((n, candidates.features.shape[0]))
         for first in range(0, n, rows):
-            pair = pair_scores(
-                features[first : first + rows],
-                candidates.features,
-                settings.scoring_method,
-                settings.oks_stddev,
-            )
-            pair[:, ~candidates.usable] = np.nan
-            scores[first : first + rows] = reduce_scores(
-                pair, settings.scoring_reduction, settings.robust_best_instance
-            )
+            block = features[first : first + rows]
+            scores[first : first + rows] = self._block_scores(block, candidates, n_nodes)
         return scores
+
+    def _block_scores(self, new: np.ndarray, candidates: _Candidates, n_nodes: int) -> np.ndarray:
+        settings = self.settings
+        kept = candidates.features
+        if settings.appearance_weight == 0.0:
+            return self._reduced(new, kept, candidates)
+        # The geometric feature (of this shape, flattened by `_features`), then the vector.
+        shape = instance_features(np.empty((0, n_nodes, 2)), settings.features).shape[1:]
+        size = int(np.prod(shape))
+        return blend_appearance(
+            self._reduced(
+                new[:, :size].reshape(-1, *shape),
+                kept[..., :size].reshape(*kept.shape[:2], *shape),
+                candidates,
+            ),
+            self._reduced(new[:, size:], kept[..., size:], candidates, "cosine_sim"),
+            settings.appearance_weight,
+            settings.euclidean_scale if settings.scoring_method == "euclidean_dist" else None,
+        )
+
+    def _reduced(
+        self,
+        new: np.ndarray,
+        kept: np.ndarray,
+        candidates: _Candidates,
+        scoring_method: str | None = None,
+    ) -> np.ndarray:
+        """The reduced scores (n, T) of `new` features against the candidates' `kept`
+        (T, W, *F); `scoring_method` None: the settings' (resolved)."""
+        settings = self.settings
+        pair = pair_scores(
+            new,
+            kept,
+            scoring_method or settings.resolved_scoring_method,
+            settings.oks_stddev,
+        )
+        pair[:, ~candidates.usable] = np.nan
+        return reduce_scores(pair, settings.scoring_reduction, settings.robust_best_instance)
 
     def _start_tracks(
         self, rows: range | list[int], found: np.ndarray, ids: list[int], scores: np.ndarray

@@ -6,6 +6,8 @@ order, by the same tracker a live run uses; the tracks it had are replaced. User
 their track was confirmed are labelled with it, as sleap-nn labels them. The
 result is written through a temporary file renamed into place, in the format the
 output's suffix picks (.slp, .h5, .nwb or .csv), and never over the input.
+Instances' appearance vectors (sleap-io's ``identity_embedding``, as `sleap-nn
+predict` with an embedding model saves them) are read for the appearance options.
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ def retrack_labels(
     new_frames: list[sio.LabeledFrame] = []
     total = len(labels.labeled_frames)
     n_nodes = len(labels.skeletons[0].nodes)
+    dim = _embedding_dim(labels)
     for frames in by_video.values():
         tracker = new_tracker(settings)
         offset = len(tracks)
@@ -85,7 +88,7 @@ def retrack_labels(
         retracked_of: dict[int, list[sio.PredictedInstance]] = {}
         for frame in sorted(frames, key=lambda frame: frame.frame_idx):
             predicted = frame.predicted_instances
-            poses = _frame_poses(predicted, n_nodes)
+            poses = _frame_poses(predicted, n_nodes, dim)
             tracked = tracker.track_poses(poses, frame.frame_idx)
             while len(tracks) < offset + tracker.n_tracks:
                 tracks.append(sio.Track(name=f"track_{len(tracks)}"))
@@ -125,16 +128,37 @@ def retrack_labels(
     return retracked, RetrackSummary(frames_done, instances, len(tracks))
 
 
-def _frame_poses(predicted: list[sio.PredictedInstance], n_nodes: int) -> FramePoses:
-    """A frame's predicted instances as the tracker's input."""
+def _embedding_dim(labels: sio.Labels) -> int | None:
+    """The length of the predictions' appearance vectors; None if none has one."""
+    for frame in labels.labeled_frames:
+        for instance in frame.predicted_instances:
+            if instance.identity_embedding is not None:
+                return instance.identity_embedding.dim
+    return None
+
+
+def _frame_poses(
+    predicted: list[sio.PredictedInstance], n_nodes: int, dim: int | None
+) -> FramePoses:
+    """A frame's predicted instances as the tracker's input; with `dim`, their
+    appearance vectors (a NaN row for an instance without one, which sleap-nn's
+    tracker scores as no match; one of another length likewise)."""
     if not predicted:
         return FramePoses.empty(n_nodes)
     with_scores = np.stack([instance.numpy(scores=True) for instance in predicted])
+    embeddings = None
+    if dim is not None:
+        embeddings = np.full((len(predicted), dim), np.nan, np.float32)
+        for row, instance in enumerate(predicted):
+            vector = instance.identity_embedding
+            if vector is not None and vector.dim == dim:
+                embeddings[row] = vector.vector
     return FramePoses(
         points=with_scores[..., :2],
         point_scores=with_scores[..., 2],
         instance_scores=np.array([instance.score for instance in predicted], np.float64),
         identities=np.full(len(predicted), -1, np.int32),
+        embeddings=embeddings,
     )
 
 

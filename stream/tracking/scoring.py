@@ -102,6 +102,23 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(usable, dot / np.where(usable, denominator, 1.0), np.nan)
 
 
+def blend_appearance(
+    geometry: np.ndarray, appearance: np.ndarray, weight: float, euclidean_scale: float | None
+) -> np.ndarray:
+    """sleap-nn's `Tracker._blend_appearance` on reduced (n, T) scores.
+
+    (1 - weight) x geometry + weight x appearance where both are finite, else the
+    geometric score (a missing vector never turns a match into no match). With
+    `euclidean_scale` (euclidean_dist geometry, negated pixels) geometry is first
+    mapped to exp(score / scale), a similarity in (0, 1] like the cosine's scale.
+    """
+    if euclidean_scale is not None:
+        with np.errstate(over="ignore"):
+            geometry = np.exp(geometry / float(euclidean_scale))
+    both = np.isfinite(geometry) & np.isfinite(appearance)
+    return np.where(both, (1.0 - weight) * geometry + weight * appearance, geometry)
+
+
 def reduce_scores(scores: np.ndarray, reduction: str, quantile: float) -> np.ndarray:
     """One score per (new instance, track) from its candidates' (n, T, W) scores.
 

@@ -4,8 +4,11 @@ The names and defaults are sleap-nn 0.3.5's (`sleap_nn.tracking.tracker.Tracker.
 `sleap-nn predict --tracking`, and for the MOT trackers `MOTParams.for_tracker` with
 its "animal" preset), so a command line or a config written for one works for the
 other. Options sleap-nn has but this package does not run (optical flow, Kalman
-filters, appearance features, the appearance-based MOT trackers) are refused with
-one line rather than silently ignored, as are options of the other tracker family.
+filters, the appearance-based MOT trackers) are refused with one line rather than
+silently ignored, as are options of the other tracker family. The classic tracker's
+appearance options (`features="embeddings"`, `appearance_weight`) read each
+instance's embedding vector (`FramePoses.embeddings`), which no model sleap-live
+runs makes yet.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ TRACKERS = ("classic", *MOT_TRACKERS)
 # sleap-nn's appearance-based MOT trackers need an embedding model on the host.
 REFUSED_TRACKERS = ("botsort", "deepsort", "strongsort", "deepocsort")
 CANDIDATES_METHODS = ("fixed_window", "local_queues")
-FEATURES = ("keypoints", "centroids", "bboxes")
+FEATURES = ("keypoints", "centroids", "bboxes", "embeddings")
 SCORING_METHODS = ("oks", "cosine_sim", "iou", "euclidean_dist")
 SCORING_REDUCTIONS = ("mean", "max", "robust_quantile")
 MATCHING_METHODS = ("hungarian", "greedy")
@@ -34,6 +37,10 @@ DEFAULT_OKS_STDDEV = 0.025
 # Scoring methods that read one kind of feature only (sleap-nn fails deep inside
 # its scoring loop on any other; here the settings refuse the pair up front).
 _FEATURES_OF_SCORING = {"oks": ("keypoints",), "iou": ("bboxes",)}
+# sleap-nn's vector metrics (embeddings), and the geometric scores appearance can be
+# blended into as they are (`sleap_nn.tracking.tracker`'s VECTOR_/BOUNDED_SCORING_METHODS).
+_VECTOR_SCORING = ("cosine_sim", "euclidean_dist")
+_BOUNDED_SCORING = ("oks", "iou")
 
 
 def _one_of(choices: tuple[str, ...]) -> Validator:
@@ -164,6 +171,8 @@ CLASSIC_OPTIONS = (
     "oks_stddev",
     "track_matching_method",
     "max_tracks",
+    "appearance_weight",
+    "euclidean_scale",
 )
 
 
@@ -196,15 +205,19 @@ class TrackingSettings:
             a new instance is compared with.
         min_new_track_points: an instance starts a new track only with more found
             nodes than this.
-        candidates_method: "fixed_window" (the tracks seen in the last
-            `window_size` frames) or "local_queues" (every track, its last
-            `window_size` instances).
         min_match_points: a past instance is a candidate only with more found
             nodes than this.
-        features: what is compared: "keypoints", "centroids" (the nodes' median)
-            or "bboxes" (xmin, ymin, xmax, ymax).
+        features: what is compared: "keypoints", "centroids" (the nodes' median),
+            "bboxes" (xmin, ymin, xmax, ymax) or "embeddings" (each instance's
+            appearance vector, `FramePoses.embeddings`).
+        candidates_method: "fixed_window" (the tracks seen in the last
+            `window_size` frames) or "local_queues" (every track, its last
+            `window_size` instances); when not given, local_queues for
+            embeddings (as sleap-nn's `apply_tracking`: an animal back after an
+            occlusion keeps its track), else fixed_window.
         scoring_method: "oks" (keypoints), "cosine_sim", "iou" (bboxes) or
-            "euclidean_dist" (negated).
+            "euclidean_dist" (negated); embeddings score oks as cosine_sim
+            (`resolved_scoring_method`).
         scoring_reduction: how one track's candidates' scores are combined:
             "mean", "max" or "robust_quantile" (at `robust_best_instance`).
         robust_best_instance: the quantile of "robust_quantile".
@@ -212,6 +225,11 @@ class TrackingSettings:
         track_matching_method: "hungarian" (optimal) or "greedy" (best pair first).
         max_tracks: most tracks ever made; instances beyond it stay untracked.
             As in sleap-nn, setting it switches fixed_window to local_queues.
+        appearance_weight: weight w of appearance (the cosine of the instances'
+            embedding vectors) blended into the geometric score as
+            (1 - w) x geometry + w x appearance where both exist; 0: geometry only.
+        euclidean_scale: pixels; with `appearance_weight` and euclidean_dist, the
+            distance d is first mapped to the similarity exp(-d / scale).
         track_buffer: MOT: missed steps (frames) a track survives.
         min_hits: MOT: matches that confirm a track; its detections until then
             are untracked live and labelled in the saved file.
@@ -225,11 +243,15 @@ class TrackingSettings:
     tracker: str = attrs.field(default="classic", validator=_check_tracker)
     window_size: int = attrs.field(default=5, validator=_at_least(1))
     min_new_track_points: int = attrs.field(default=0, validator=_at_least(0))
-    candidates_method: str = attrs.field(
-        default="fixed_window", validator=_one_of(CANDIDATES_METHODS)
-    )
     min_match_points: int = attrs.field(default=0, validator=_at_least(0))
     features: str = attrs.field(default="keypoints", validator=_one_of(FEATURES))
+    candidates_method: str = attrs.field(
+        default=attrs.Factory(
+            lambda self: "local_queues" if self.features == "embeddings" else "fixed_window",
+            takes_self=True,
+        ),
+        validator=_one_of(CANDIDATES_METHODS),
+    )
     scoring_method: str = attrs.field(default="oks", validator=_one_of(SCORING_METHODS))
     scoring_reduction: str = attrs.field(default="mean", validator=_one_of(SCORING_REDUCTIONS))
     robust_best_instance: float = attrs.field(default=1.0)
@@ -238,6 +260,8 @@ class TrackingSettings:
         default="hungarian", validator=_one_of(MATCHING_METHODS)
     )
     max_tracks: int | None = attrs.field(default=None)
+    appearance_weight: float = attrs.field(default=0.0)
+    euclidean_scale: float | None = attrs.field(default=None)
     track_buffer: int | None = attrs.field(default=None, validator=_at_least(0, or_none=True))
     min_hits: int | None = attrs.field(default=None, validator=_at_least(1, or_none=True))
     track_high_threshold: float | None = attrs.field(default=None, validator=_unit_or_none)
@@ -247,7 +271,8 @@ class TrackingSettings:
 
     def __attrs_post_init__(self) -> None:
         self._check_family()
-        needs = _FEATURES_OF_SCORING.get(self.scoring_method)
+        self._check_appearance()
+        needs = _FEATURES_OF_SCORING.get(self.resolved_scoring_method)
         if needs is not None and self.features not in needs:
             raise ValueError(
                 f"tracking: scoring-method {self.scoring_method} compares "
@@ -264,7 +289,6 @@ class TrackingSettings:
             raise ValueError(f"tracking: max-tracks must be at least 1, got {self.max_tracks!r}")
 
     def _check_family(self) -> None:
-        defaults = attrs.fields(TrackingSettings)
         if self.tracker == "classic":
             given = [name for name in MOT_OPTIONS if getattr(self, name) is not None]
             if given:
@@ -273,10 +297,9 @@ class TrackingSettings:
                     f"(--tracker {', '.join(MOT_TRACKERS)}), not to classic"
                 )
             return
+        defaults = TrackingSettings()
         changed = [
-            name
-            for name in CLASSIC_OPTIONS
-            if getattr(self, name) != getattr(defaults, name).default
+            name for name in CLASSIC_OPTIONS if getattr(self, name) != getattr(defaults, name)
         ]
         if changed:
             raise ValueError(
@@ -285,6 +308,53 @@ class TrackingSettings:
                 "skeletons)"
             )
         self.mot_parameters  # noqa: B018 (resolving checks the thresholds together)
+
+    def _check_appearance(self) -> None:
+        # sleap-nn's `validate_appearance_config` on the resolved values (flow and
+        # Kalman, which it also refuses here, are not built into sleap-live).
+        weight, scoring = self.appearance_weight, self.resolved_scoring_method
+        if not 0.0 <= weight <= 1.0:
+            raise ValueError(
+                f"tracking: appearance-weight must be in [0, 1] (0: geometry only, 1: "
+                f"appearance only), got {weight!r}"
+            )
+        if weight > 0.0 and self.features == "embeddings":
+            raise ValueError(
+                "tracking: appearance-weight blends appearance into a geometric score, but "
+                "features=embeddings is appearance only; pair it with a geometric feature "
+                "(e.g. keypoints), or drop it"
+            )
+        if self.features == "embeddings" and scoring not in _VECTOR_SCORING:
+            raise ValueError(
+                "tracking: features=embeddings requires scoring-method cosine_sim (or "
+                f"euclidean_dist), got {scoring!r}; leave it unset to use cosine_sim"
+            )
+        if weight == 0.0:
+            return
+        if scoring == "euclidean_dist":
+            if self.euclidean_scale is None:
+                raise ValueError(
+                    "tracking: appearance-weight with scoring-method euclidean_dist requires "
+                    "--euclidean-scale (pixels: the typical step of one animal between "
+                    "frames), to map distances to similarities before blending"
+                )
+            if not self.euclidean_scale > 0:
+                raise ValueError(
+                    "tracking: euclidean-scale must be a positive number of pixels, got "
+                    f"{self.euclidean_scale!r}"
+                )
+        elif scoring not in _BOUNDED_SCORING:
+            reason = (
+                "cosine_sim is the appearance metric (the cosine of raw coordinates is "
+                "near 1 for any two poses)"
+                if scoring == "cosine_sim"
+                else f"scoring-method {scoring} is neither"
+            )
+            raise ValueError(
+                "tracking: appearance-weight requires a geometric score that is bounded, "
+                f"or mappable to one; {reason}. Use oks (poses), iou (boxes), or "
+                "euclidean_dist with --euclidean-scale"
+            )
 
     @property
     def mot_parameters(self) -> MotParameters:
@@ -315,6 +385,14 @@ class TrackingSettings:
             return "local_queues"
         return self.candidates_method
 
+    @property
+    def resolved_scoring_method(self) -> str:
+        """The scoring method that runs: embeddings score oks (the default, which
+        does not apply to a vector) as cosine_sim, as sleap-nn's `apply_tracking`."""
+        if self.features == "embeddings" and self.scoring_method == "oks":
+            return "cosine_sim"
+        return self.scoring_method
+
 
 def _flags(names: list[str]) -> str:
     return ", ".join(
@@ -326,7 +404,7 @@ def _flags(names: list[str]) -> str:
 def refuse_unbuilt(option: str) -> ValueError:
     """The one-line refusal of a sleap-nn tracking option this package does not run."""
     return ValueError(
-        f"tracking: {option} is not built into sleap-live (sleap-nn's optical-flow, "
-        "Kalman and appearance trackers need images or models on the host); run "
+        f"tracking: {option} is not built into sleap-live (sleap-nn's optical-flow "
+        "and Kalman trackers need images or models on the host); run "
         "sleap-nn track on the saved poses instead"
     )
