@@ -47,8 +47,8 @@ DEFAULT_MAX_DETECTIONS = 100
 NMS_KERNEL = 3
 
 
-class CenterNetStage(torch.nn.Module):
-    """Frames to boxes with a `bbox_centernet` network.
+class BoxStage(torch.nn.Module):
+    """Frames to boxes with a box detector's network; a subclass decodes its heads.
 
     `forward` takes uint8 (B, C, H, W) frames (and whether their shape is frozen
     into the graph) and returns `(boxes, scores, classes, valid)`, each with K =
@@ -58,10 +58,9 @@ class CenterNetStage(torch.nn.Module):
     are meaningless).
 
     Args:
-        network: module with `BBoxCenterHead` (probabilities), `BBoxSizeHead` and
-            `BBoxOffsetHead` outputs at one stride.
+        network: the detector's network.
         preprocess: the detector's preprocessing.
-        output_stride: stride of the three maps.
+        output_stride: stride of its (finest) maps.
         max_detections: K; None: `DEFAULT_MAX_DETECTIONS`.
         threshold: a detection's score must be at least this.
     """
@@ -106,16 +105,7 @@ class CenterNetStage(torch.nn.Module):
     ) -> tuple[torch.Tensor, ...]:
         """The network's boxes on `image`, decoded, in frame pixels and clipped to a
         frame of `frame_size`: `(boxes, scores, classes, valid)`."""
-        heads = self.network(image)
-        boxes, scores, classes, valid = decode_centernet(
-            heads[CENTER_HEAD],
-            heads[SIZE_HEAD],
-            heads[OFFSET_HEAD],
-            self.output_stride,
-            self.max_detections,
-            self.threshold,
-            *image_size,
-        )
+        boxes, scores, classes, valid = self.decode(self.network(image), *image_size)
         # Model input to frame pixels: sleap-nn's `undo_input_scale` (skipped at
         # scale 1) and `undo_eff_scale` (dividing by 1 changes nothing).
         if self.preprocess.scale != 1.0:
@@ -143,6 +133,34 @@ class CenterNetStage(torch.nn.Module):
         boxes, scores, _, valid = self.values(frames)
         return first_slots(boxes, scores, valid, slots)
 
+    def decode(
+        self, heads: dict[str, torch.Tensor], height: torch.Tensor, width: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        """The network's outputs decoded: `(boxes, scores, classes, valid)` in
+        network-input pixels, clipped to its `height` x `width` ((1,) int64),
+        `max_detections` slots per frame, highest score first."""
+        raise NotImplementedError
+
+
+class CenterNetStage(BoxStage):
+    """Frames to boxes with a `bbox_centernet` network: a `BoxStage` whose network
+    has `BBoxCenterHead` (probabilities), `BBoxSizeHead` and `BBoxOffsetHead`
+    outputs at one stride."""
+
+    def decode(
+        self, heads: dict[str, torch.Tensor], height: torch.Tensor, width: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        return decode_centernet(
+            heads[CENTER_HEAD],
+            heads[SIZE_HEAD],
+            heads[OFFSET_HEAD],
+            self.output_stride,
+            self.max_detections,
+            self.threshold,
+            height,
+            width,
+        )
+
 
 def first_slots(
     boxes: torch.Tensor, scores: torch.Tensor, valid: torch.Tensor, slots: int
@@ -151,9 +169,10 @@ def first_slots(
 
     A detection can be invalid between valid ones (a box with no area on the
     frame), so slot j takes the detection whose running count of valid ones is j.
+    `boxes` is (B, K, D): 4 coordinates, or more values carried along with them.
 
     Returns:
-        `(boxes, scores, valid)`: (B, slots, 4), (B, slots) (0 in empty slots) and
+        `(boxes, scores, valid)`: (B, slots, D), (B, slots) (0 in empty slots) and
         (B, slots) bool.
     """
     rank = torch.cumsum(valid.to(torch.int64), dim=1) - 1
@@ -162,7 +181,7 @@ def first_slots(
     # The one hit of each slot (ArgMax over float: TensorRT has no integer ArgMax).
     index = hit.to(torch.float32).argmax(dim=2)
     filled = hit.any(dim=2)
-    picked = boxes.gather(1, index[..., None].expand(-1, -1, 4))
+    picked = boxes.gather(1, index[..., None].expand(-1, -1, boxes.shape[-1]))
     return (
         torch.where(filled[..., None], picked, 0.0),
         torch.where(filled, scores.gather(1, index), 0.0),
@@ -194,7 +213,7 @@ def decode_centernet(
 
     Returns:
         `(boxes, scores, classes, valid)` in network-input pixels, K slots per
-        frame, highest score first (see `CenterNetStage`).
+        frame, highest score first (see `BoxStage`).
     """
     batch, _, map_height, map_width = heatmap.shape
     pooled = F.max_pool2d(heatmap, NMS_KERNEL, stride=1, padding=NMS_KERNEL // 2)

@@ -479,10 +479,10 @@ def test_unknown_backbone_and_no_backbone(tmp_path):
 def test_unknown_head_type(tmp_path):
     config = training_config("single_instance")
     config["model_config"]["head_configs"] = {
-        "bbox_ssd": {"ssd": {"output_strides": [8, 16]}},
+        "embedding": {"embedding": {"dim": 128}},
         "single_instance": HEADS["single_instance"],
     }
-    with pytest.raises(UnsupportedModelError, match="a box detector \\(bbox_ssd\\)"):
+    with pytest.raises(UnsupportedModelError, match="an embedding \\(re-identification\\) model"):
         parse(tmp_path, config)
     config["model_config"]["head_configs"] = {"single_instance": None}
     with pytest.raises(ModelConfigError, match="has no head set"):
