@@ -175,8 +175,9 @@ def first_slots(
         `(boxes, scores, valid)`: (B, slots, D), (B, slots) (0 in empty slots) and
         (B, slots) bool.
     """
-    rank = torch.cumsum(valid.to(torch.int64), dim=1) - 1
-    wanted = torch.arange(slots, device=valid.device)
+    # Counted in float32 (exact below 2**24): TensorRT's CumSum takes no integers.
+    rank = torch.cumsum(valid.to(torch.float32), dim=1) - 1
+    wanted = torch.arange(slots, dtype=torch.float32, device=valid.device)
     hit = valid[:, None, :] & (rank[:, None, :] == wanted[None, :, None])  # (B, S, K)
     # The one hit of each slot (ArgMax over float: TensorRT has no integer ArgMax).
     index = hit.to(torch.float32).argmax(dim=2)

@@ -131,14 +131,15 @@ def _ranked_first(ranked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     order, then stably sorted by score); `torch.topk` orders ties as it likes, and
     a stable sort does not export, so each one's place is counted."""
     top, index = torch.topk(ranked, PRE_NMS_TOP_K, dim=1)
-    index, order = torch.sort(index, dim=1)
+    # TopK rather than Sort: TensorRT needs K known when the graph is built.
+    index, order = torch.topk(index, PRE_NMS_TOP_K, dim=1, largest=False)
     top = top.gather(1, order)
     earlier = torch.ones(PRE_NMS_TOP_K, PRE_NMS_TOP_K, dtype=torch.bool, device=top.device)
     ahead = (top[:, None, :] > top[:, :, None]) | (
         (top[:, None, :] == top[:, :, None]) & earlier.tril(diagonal=-1)
     )
     # Places are distinct, so any sort orders them alike.
-    _, order = torch.sort(ahead.sum(dim=2), dim=1)
+    _, order = torch.topk(ahead.sum(dim=2), PRE_NMS_TOP_K, dim=1, largest=False)
     return top.gather(1, order), index.gather(1, order)
 
 
@@ -223,6 +224,6 @@ def _greedy_fixed_point(suppresses: torch.Tensor) -> torch.Tensor:
     changed = True
     while changed:
         after = ~(suppresses & kept[:, :, None]).any(dim=1)
-        changed = bool((after != kept).any())
+        changed = bool(torch.logical_xor(after, kept).any())
         kept = after
     return kept
