@@ -196,7 +196,10 @@ class HeadSpec:
 
     @property
     def n_channels(self) -> int:
-        """Output channels (or vector length for class vectors)."""
+        """Output channels (or vector length for class vectors, values per anchor
+        for an SSD head: background and category logits, then 4 box deltas)."""
+        if self.anchors is not None:
+            return len(self.classes) + 5
         if self.name == "CentroidConfmapsHead":
             return 1
         if self.name == "PartAffinityFieldsHead":
