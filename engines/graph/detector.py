@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import torch
 
-from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.graph.base import InferenceModel
-from sleap_live.engines.graph.boxes import CENTER_HEAD, BoxStage, CenterNetStage
+from sleap_live.engines.graph.boxes import BoxStage, CenterNetStage
 from sleap_live.engines.graph.networks import load_model_network
 from sleap_live.engines.graph.peaks import DEFAULT_PEAK_THRESHOLD
 from sleap_live.engines.graph.preprocess import PreprocessConfig, frame_values, frames_to_nchw
-from sleap_live.engines.graph.ssd import SSD_HEAD, SSDStage
-from sleap_live.engines.load.spec import ModelSpec
+from sleap_live.engines.graph.ssd import SSDStage
+from sleap_live.engines.load.spec import HeadSpec, ModelSpec, check_box_detector
 from sleap_live.engines.types import ModelInfo, Skeleton
 
 
@@ -69,23 +68,12 @@ class BoxDetectorModel(InferenceModel):
         Raises:
             ModelConfigError: `spec` is not a box detector.
         """
+        check_box_detector(spec)
         network = load_model_network(spec) if network is None else network
-        preprocess = PreprocessConfig.from_spec(spec)
-        detector: BoxStage
-        if spec.model_type == "bbox_centernet":
-            head = spec.head(CENTER_HEAD)
-            detector = CenterNetStage(
-                network, preprocess, head.output_stride, max_instances, peak_threshold
-            )
-        elif spec.model_type == "bbox_ssd":
-            head = spec.head(SSD_HEAD)
-            assert head.anchors is not None  # the config reader sets an SSD head's
-            detector = SSDStage(network, preprocess, head.anchors, max_instances, peak_threshold)
-        else:
-            raise ModelConfigError(
-                f"{spec.config_path}: a {spec.model_type} model, not a box detector"
-            )
-        return cls(detector, spec.skeleton, head.classes)
+        detector = box_stage(
+            network, PreprocessConfig.from_spec(spec), spec.heads[0], max_instances, peak_threshold
+        )
+        return cls(detector, spec.skeleton, spec.heads[0].classes)
 
     def peak_cells_px(self) -> tuple[float, ...]:
         return (self.detector.cell_px,)
@@ -101,3 +89,25 @@ class BoxDetectorModel(InferenceModel):
             torch.where(valid, scores, float("nan")),
             torch.where(valid, classes, -1).to(torch.int32),
         )
+
+
+def box_stage(
+    network: torch.nn.Module,
+    preprocess: PreprocessConfig,
+    head: HeadSpec,
+    max_detections: int | None,
+    threshold: float,
+) -> BoxStage:
+    """A box detector's stage, from its first head: `SSDStage` for an SSD head,
+    else `CenterNetStage` (its centre head).
+
+    Args:
+        network: the detector's network.
+        preprocess: its preprocessing.
+        head: its first head (`spec.heads[0]`).
+        max_detections: slots per frame; None: sleap-nn's 100.
+        threshold: least score of a box.
+    """
+    if head.anchors is not None:
+        return SSDStage(network, preprocess, head.anchors, max_detections, threshold)
+    return CenterNetStage(network, preprocess, head.output_stride, max_detections, threshold)

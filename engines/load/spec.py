@@ -380,6 +380,12 @@ def spec_of(
     )
 
 
+def check_box_detector(spec: ModelSpec) -> None:
+    """Raises ModelConfigError unless `spec` is a box detector (`BOX_MODEL_TYPES`)."""
+    if spec.model_type not in BOX_MODEL_TYPES:
+        raise ModelConfigError(f"{spec.config_path}: a {spec.model_type} model, not a box detector")
+
+
 def check_model_type(spec: ModelSpec, expected: str) -> None:
     """Raises ModelConfigError unless `spec` is a model of type `expected`."""
     if spec.model_type != expected:
