@@ -89,6 +89,8 @@ GOLDENS = {
     # A box detector in place of the centroid model (`configs.BBOX_MODELS`).
     "bbox_topdown": (["bbox_centernet", "centered_instance"], "multi_gray", None),
     "bbox_centernet": (["bbox_centernet"], "multi_gray", None),
+    "bbox_ssd": (["bbox_ssd"], "multi_gray", None),
+    "bbox_ssd_topdown": (["bbox_ssd", "centered_instance"], "multi_gray", None),
     "bbox_multi_class_topdown": (
         ["bbox_centernet_rgb", "multi_class_topdown"],
         "multi_rgb",
@@ -105,8 +107,8 @@ UNEXPORTED_GOLDENS = BACKBONE_GOLDENS | {"tiled_single_instance"}
 SLP_KEPT = {"topdown", "bottomup", "multi_class_topdown"}
 # Goldens with boxes: a detector alone (`DETECTOR_GOLDENS`, boxes only) and seeding a
 # top-down pair. No export golden: sleap-nn exports no detector-seeded pair.
-DETECTOR_GOLDENS = {"bbox_centernet"}
-BOX_GOLDENS = {"bbox_topdown", "bbox_multi_class_topdown"} | DETECTOR_GOLDENS
+DETECTOR_GOLDENS = {"bbox_centernet", "bbox_ssd"}
+BOX_GOLDENS = {"bbox_topdown", "bbox_ssd_topdown", "bbox_multi_class_topdown"} | DETECTOR_GOLDENS
 # Exports: one per golden, of the same model dirs. Input size = the test frames padded to
 # max_stride 16: the exported graphs do not pad, and their traced resizes and crop grids
 # are frozen at this size.

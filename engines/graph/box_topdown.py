@@ -3,10 +3,11 @@
 Reproduces sleap-nn 0.3.5's detector-seeded top-down predictor
 (`inference/predictor.py` `_attach_bbox_stage`, `inference/layers/bbox.py`
 `BBoxStageLayer`, `inference/layers/topdown.py` `TopDownLayer.predict`) for a
-`bbox_centernet` detector and a centered-instance or multi-class top-down model
-trained on fixed crops:
+`bbox_centernet` or `bbox_ssd` detector and a centered-instance or multi-class
+top-down model trained on fixed crops:
 
-1. The detector (`sleap_live.engines.graph.boxes`) finds each frame's boxes in
+1. The detector (`sleap_live.engines.graph.boxes`, `sleap_live.engines.graph.ssd`)
+   finds each frame's boxes in
    frame pixels; each box's centre stands in for a centroid and its score for
    the centroid's confidence.
 2. The frames, with their own channels, are size-matched to the centered-instance
@@ -39,7 +40,8 @@ import torch
 
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.graph.base import InferenceModel
-from sleap_live.engines.graph.boxes import CENTER_HEAD, CenterNetStage, box_centres, box_outputs
+from sleap_live.engines.graph.boxes import box_centres, box_outputs
+from sleap_live.engines.graph.detector import box_stage
 from sleap_live.engines.graph.networks import load_model_network
 from sleap_live.engines.graph.peaks import DEFAULT_PATCH_SIZE, DEFAULT_PEAK_THRESHOLD
 from sleap_live.engines.graph.preprocess import (
@@ -51,24 +53,29 @@ from sleap_live.engines.graph.preprocess import (
 )
 from sleap_live.engines.graph.resize import static_size
 from sleap_live.engines.graph.topdown import INSTANCE_HEAD, MultiClassTopDownModel, TopDownModel
-from sleap_live.engines.load.spec import ModelSpec, check_model_type
+from sleap_live.engines.load.spec import (
+    HeadSpec,
+    ModelSpec,
+    check_box_detector,
+    check_model_type,
+)
 from sleap_live.engines.settings import check_slots
 from sleap_live.engines.types import ModelInfo, Skeleton
 
 
 class BoxTopDownModel(TopDownModel):
-    """A `bbox_centernet` detector + centered-instance pair, uint8 frames to
-    `INSTANCE_OUTPUTS` (`BoxMultiClassTopDownModel`: a multi-class top-down model's)
-    and the detector's `BOX_OUTPUTS`.
+    """A box detector + centered-instance pair, uint8 frames to `INSTANCE_OUTPUTS`
+    (`BoxMultiClassTopDownModel`: a multi-class top-down model's) and the detector's
+    `BOX_OUTPUTS`.
 
     Args:
-        detector_network: module with the detector's three heads.
+        detector_network: the detector's network.
         instance_network: module with a `CenteredInstanceConfmapsHead` output.
         detector_preprocess: frame preprocessing for the detector.
         instance_preprocess: crop preprocessing for the instance model; only its
             `in_channels`, `max_stride` and `scale` apply.
         skeleton: the instance model's skeleton.
-        detector_stride: stride of the detector's maps.
+        detector_head: the detector's first head (its centre head, or its SSD head).
         instance_stride: stride of the instance confidence maps.
         crop_size: side of the square crops.
         box_categories: the detector's categories, in channel order.
@@ -92,7 +99,7 @@ class BoxTopDownModel(TopDownModel):
         detector_preprocess: PreprocessConfig,
         instance_preprocess: PreprocessConfig,
         skeleton: Skeleton,
-        detector_stride: int,
+        detector_head: HeadSpec,
         instance_stride: int,
         crop_size: int,
         box_categories: Sequence[str],
@@ -108,10 +115,10 @@ class BoxTopDownModel(TopDownModel):
         # `TopDownModel.__init__` builds a centroid stage; this model has a detector.
         InferenceModel.__init__(self)
         self.frame_preprocess = detector_preprocess
-        self.detector = CenterNetStage(
+        self.detector = box_stage(
             detector_network,
             detector_preprocess,
-            detector_stride,
+            detector_head,
             max_instances,
             peak_threshold if centroid_peak_threshold is None else centroid_peak_threshold,
         )
@@ -154,11 +161,10 @@ class BoxTopDownModel(TopDownModel):
         instance model's.
 
         Raises:
-            ModelConfigError: the directories are not a `bbox_centernet` detector
-                and a centered-instance model, or the instance model is a SLEAP
-                1.x model.
+            ModelConfigError: the directories are not a box detector and a
+                centered-instance model, or the instance model is a SLEAP 1.x model.
         """
-        check_model_type(detector, "bbox_centernet")
+        check_box_detector(detector)
         check_model_type(instance, cls._instance_type())
         if instance.legacy is not None:
             raise ModelConfigError(
@@ -173,10 +179,10 @@ class BoxTopDownModel(TopDownModel):
             PreprocessConfig.from_spec(detector),
             PreprocessConfig.from_spec(instance),
             instance.skeleton,
-            detector.head(CENTER_HEAD).output_stride,
+            detector.heads[0],
             instance.head(INSTANCE_HEAD).output_stride,
             instance.preprocess.crop_size,
-            detector.head(CENTER_HEAD).classes,
+            detector.heads[0].classes,
             crop_max_height=instance.preprocess.max_height,
             crop_max_width=instance.preprocess.max_width,
             **cls._spec_options(instance),
@@ -254,7 +260,7 @@ class BoxTopDownModel(TopDownModel):
 
 
 class BoxMultiClassTopDownModel(MultiClassTopDownModel, BoxTopDownModel):
-    """A `bbox_centernet` detector + multi-class top-down pair.
+    """A box detector + multi-class top-down pair.
 
     Outputs `MULTI_CLASS_TOPDOWN_OUTPUTS` as `MultiClassTopDownModel` does (its
     class vectors, identities assigned per frame on the host, the crops no class

@@ -47,8 +47,8 @@ DEFAULT_MAX_DETECTIONS = 100
 NMS_KERNEL = 3
 
 
-class CenterNetStage(torch.nn.Module):
-    """Frames to boxes with a `bbox_centernet` network.
+class BoxStage(torch.nn.Module):
+    """Frames to boxes with a box detector's network; a subclass decodes its heads.
 
     `forward` takes uint8 (B, C, H, W) frames (and whether their shape is frozen
     into the graph) and returns `(boxes, scores, classes, valid)`, each with K =
@@ -58,10 +58,9 @@ class CenterNetStage(torch.nn.Module):
     are meaningless).
 
     Args:
-        network: module with `BBoxCenterHead` (probabilities), `BBoxSizeHead` and
-            `BBoxOffsetHead` outputs at one stride.
+        network: the detector's network.
         preprocess: the detector's preprocessing.
-        output_stride: stride of the three maps.
+        output_stride: stride of its (finest) maps.
         max_detections: K; None: `DEFAULT_MAX_DETECTIONS`.
         threshold: a detection's score must be at least this.
     """
@@ -106,16 +105,7 @@ class CenterNetStage(torch.nn.Module):
     ) -> tuple[torch.Tensor, ...]:
         """The network's boxes on `image`, decoded, in frame pixels and clipped to a
         frame of `frame_size`: `(boxes, scores, classes, valid)`."""
-        heads = self.network(image)
-        boxes, scores, classes, valid = decode_centernet(
-            heads[CENTER_HEAD],
-            heads[SIZE_HEAD],
-            heads[OFFSET_HEAD],
-            self.output_stride,
-            self.max_detections,
-            self.threshold,
-            *image_size,
-        )
+        boxes, scores, classes, valid = self.decode(self.network(image), *image_size)
         # Model input to frame pixels: sleap-nn's `undo_input_scale` (skipped at
         # scale 1) and `undo_eff_scale` (dividing by 1 changes nothing).
         if self.preprocess.scale != 1.0:
@@ -147,6 +137,34 @@ class CenterNetStage(torch.nn.Module):
         picked, scores, filled = first_slots(rows, scores, valid, slots)
         return picked[..., :4], scores, picked[..., 4].to(torch.int64), filled
 
+    def decode(
+        self, heads: dict[str, torch.Tensor], height: torch.Tensor, width: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        """The network's outputs decoded: `(boxes, scores, classes, valid)` in
+        network-input pixels, clipped to its `height` x `width` ((1,) int64),
+        `max_detections` slots per frame, highest score first."""
+        raise NotImplementedError
+
+
+class CenterNetStage(BoxStage):
+    """Frames to boxes with a `bbox_centernet` network: a `BoxStage` whose network
+    has `BBoxCenterHead` (probabilities), `BBoxSizeHead` and `BBoxOffsetHead`
+    outputs at one stride."""
+
+    def decode(
+        self, heads: dict[str, torch.Tensor], height: torch.Tensor, width: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        return decode_centernet(
+            heads[CENTER_HEAD],
+            heads[SIZE_HEAD],
+            heads[OFFSET_HEAD],
+            self.output_stride,
+            self.max_detections,
+            self.threshold,
+            height,
+            width,
+        )
+
 
 def first_slots(
     boxes: torch.Tensor, scores: torch.Tensor, valid: torch.Tensor, slots: int
@@ -163,8 +181,9 @@ def first_slots(
         `(boxes, scores, valid)`: (B, slots, C), (B, slots) (0 in empty slots) and
         (B, slots) bool.
     """
-    rank = torch.cumsum(valid.to(torch.int64), dim=1) - 1
-    wanted = torch.arange(slots, device=valid.device)
+    # Counted in float32 (exact below 2**24): TensorRT's CumSum takes no integers.
+    rank = torch.cumsum(valid.to(torch.float32), dim=1) - 1
+    wanted = torch.arange(slots, dtype=torch.float32, device=valid.device)
     hit = valid[:, None, :] & (rank[:, None, :] == wanted[None, :, None])  # (B, S, K)
     # The one hit of each slot (ArgMax over float: TensorRT has no integer ArgMax).
     index = hit.to(torch.float32).argmax(dim=2)
@@ -201,7 +220,7 @@ def decode_centernet(
 
     Returns:
         `(boxes, scores, classes, valid)` in network-input pixels, K slots per
-        frame, highest score first (see `CenterNetStage`).
+        frame, highest score first (see `BoxStage`).
     """
     batch, _, map_height, map_width = heatmap.shape
     pooled = F.max_pool2d(heatmap, NMS_KERNEL, stride=1, padding=NMS_KERNEL // 2)

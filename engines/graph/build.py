@@ -28,7 +28,7 @@ def load_inference_model(
 
     Args:
         paths: a single-instance, centroid, bottom-up, multi-class bottom-up or
-            `bbox_centernet` box detector directory; or a centroid directory and a
+            box detector (`bbox_centernet` or `bbox_ssd`) directory; or a centroid directory and a
             centered-instance or multi-class top-down directory, or a
             `bbox_centernet` detector and one of those two, in any order.
         settings: the inference settings (default: sleap-nn predict's); they are

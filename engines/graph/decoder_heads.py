@@ -15,7 +15,9 @@ encoder each runs, step for step:
   bottleneck when the decoder is empty), ending in a sigmoid for class maps and for
   centroid heads with `use_sigmoid_activation`. The class-vector head max-pools the
   bottleneck globally, runs `num_fc_layers` fully connected layers with ReLU and
-  a final one, then a softmax.
+  a final one, then a softmax. A box detector's SSD head reads every pyramid
+  level's map (a decoder output, or the bottleneck at its stride) through a conv
+  tower and two 3x3 predictors (`SSDPredictor`).
 
 A 1-channel input to a 3-channel model is repeated, a 3-channel input to a
 1-channel model converted to gray (0.2989 R + 0.587 G + 0.114 B), as sleap-nn's
@@ -28,6 +30,8 @@ keeps the middle block and decoder. The heads' keys, after the `model.` prefix:
     head_layers.{h}.{HeadName}.0                   heads.{HeadName}.conv
     head_layers.{h}.pre_classification{i}_fc       heads.ClassVectorsHead.hidden.{i}
     head_layers.{h}.ClassVectorsHead               heads.ClassVectorsHead.out
+    head_layers.{h}.{towers|cls_preds|box_preds}.{rest}
+                                                   heads.SSDHead.{towers|cls_preds|box_preds}.{rest}
 
 each followed by `.weight` or `.bias`, `h` being the head's position in `spec.heads`.
 """
@@ -171,6 +175,45 @@ class ClassVectorsHead(nn.Module):
         return torch.softmax(self.out(x), dim=-1)
 
 
+class SSDPredictor(nn.Module):
+    """sleap-nn's `_SSDPredictor` (`architectures/heads.py`): per pyramid level a
+    tower of 3x3 convolutions with ReLU, then 3x3 class-logit and box-delta
+    predictors; all levels' anchors concatenated, finest level first.
+
+    `forward` takes each level's (B, C_l, h_l, w_l) map, finest first, and returns
+    (B, A, logits + 4): per anchor, in (level, row, column, anchor shape) order,
+    the class logits (background first) then the 4 box deltas.
+    """
+
+    def __init__(
+        self, in_channels: Sequence[int], per_cell: int, logits: int, channels: int, convs: int
+    ) -> None:
+        super().__init__()
+        self.logits = logits
+        self.towers = nn.ModuleList()
+        self.cls_preds = nn.ModuleList()
+        self.box_preds = nn.ModuleList()
+        for c_in in in_channels:
+            layers: list[nn.Module] = []
+            for i in range(convs):
+                layers += [nn.Conv2d(c_in if i == 0 else channels, channels, 3, 1, 1), nn.ReLU()]
+            c_out = channels if convs else c_in
+            self.towers.append(nn.Sequential(*layers))
+            self.cls_preds.append(nn.Conv2d(c_out, per_cell * logits, 3, 1, 1))
+            self.box_preds.append(nn.Conv2d(c_out, per_cell * 4, 3, 1, 1))
+
+    def forward(self, *features: torch.Tensor) -> torch.Tensor:
+        outputs = []
+        for x, tower, cls_pred, box_pred in zip(
+            features, self.towers, self.cls_preds, self.box_preds, strict=True
+        ):
+            x = tower(x)
+            logits = cls_pred(x).permute(0, 2, 3, 1).reshape(x.shape[0], -1, self.logits)
+            deltas = box_pred(x).permute(0, 2, 3, 1).reshape(x.shape[0], -1, 4)
+            outputs.append(torch.cat([logits, deltas], dim=-1))
+        return torch.cat(outputs, dim=1)
+
+
 @attrs.frozen
 class DecoderLevel:
     """One decoder block as its network sizes it.
@@ -214,8 +257,8 @@ class DecoderHeadsNetwork(nn.Module, abc.ABC):
         sleap_nn_keys: our state_dict keys mapped to the checkpoint's keys.
         derived_keys: checkpoint entries computed from the config (Swin's relative
             position indices), checked against ours rather than loaded.
-        head_sources: (head name, index into [bottleneck, decoder outputs...] of the
-            feature map it reads), in `spec.heads` order.
+        head_sources: (head name, indices into [bottleneck, decoder outputs...] of
+            the feature maps it reads), in `spec.heads` order.
     """
 
     # Made by the `_build_*` methods, after the subclass's encoder: the order in
@@ -228,7 +271,7 @@ class DecoderHeadsNetwork(nn.Module, abc.ABC):
         super().__init__()
         self.spec = spec
         self.layout = layout
-        self.head_sources: tuple[tuple[str, int], ...] = ()
+        self.head_sources: tuple[tuple[str, tuple[int, ...]], ...] = ()
         self.sleap_nn_keys: dict[str, str] = {}
         self.derived_keys: dict[str, str] = {}
 
@@ -245,7 +288,10 @@ class DecoderHeadsNetwork(nn.Module, abc.ABC):
         for i, block in enumerate(self.decoder):
             x = block(x, skips[i] if i < len(skips) else None)
             features.append(x)
-        return {name: self.heads[name](features[source]) for name, source in self.head_sources}
+        return {
+            name: self.heads[name](*(features[s] for s in sources))
+            for name, sources in self.head_sources
+        }
 
     def load_sleap_nn_state_dict(self, state_dict: dict[str, torch.Tensor], source: Path) -> None:
         """Load weights stored under sleap-nn's checkpoint keys.
@@ -327,11 +373,22 @@ class DecoderHeadsNetwork(nn.Module, abc.ABC):
         """Make the heads on the `bottom`-channel bottleneck and the decoder outputs."""
         feature_channels = [bottom] + [block.refine[0].out_channels for block in self.decoder]
         self.heads = nn.ModuleDict()
-        sources = []
+        sources: list[tuple[str, tuple[int, ...]]] = []
         for h, head in enumerate(self.spec.heads):
-            source = self._head_source(head, strides_to_features)
-            sources.append((head.name, source))
-            self.heads[head.name] = self._make_head(head, feature_channels[source])
+            if head.anchors is None:
+                source = self._head_source(head, strides_to_features)
+                sources.append((head.name, (source,)))
+                self.heads[head.name] = self._make_head(head, feature_channels[source])
+            else:
+                levels = self._level_sources(head.anchors.strides, strides_to_features)
+                sources.append((head.name, levels))
+                self.heads[head.name] = SSDPredictor(
+                    [feature_channels[s] for s in levels],
+                    head.anchors.per_cell,
+                    len(head.classes) + 1,
+                    head.anchors.head_channels,
+                    head.anchors.head_convs,
+                )
             names.update(head_sleap_nn_names(head, h))
         self.head_sources = tuple(sources)
 
@@ -346,6 +403,19 @@ class DecoderHeadsNetwork(nn.Module, abc.ABC):
                 f"{head.name} output_stride {head.output_stride} is not a decoder stride {produced}"
             )
         return source
+
+    def _level_sources(
+        self, strides: Sequence[int], strides_to_features: dict[int, int]
+    ) -> tuple[int, ...]:
+        """Indices of the maps a multi-scale head reads, one per stride: a decoder
+        output or the bottleneck (sleap-nn's `_feature_at_stride`)."""
+        absent = [s for s in strides if s not in strides_to_features]
+        if absent:
+            raise self._config_error(
+                f"the SSD head reads strides {list(strides)} but the backbone gives "
+                f"{sorted(strides_to_features)}; {absent} are missing (sleap-nn refuses this too)"
+            )
+        return tuple(strides_to_features[s] for s in strides)
 
     def _make_head(self, head: HeadSpec, in_channels: int) -> nn.Module:
         if head.name != "ClassVectorsHead":
@@ -441,6 +511,17 @@ def load_sleap_nn_weights(
 def head_sleap_nn_names(head: HeadSpec, position: int) -> dict[str, str]:
     """Our module paths of a head mapped to sleap-nn's."""
     theirs = f"head_layers.{position}"
+    if head.anchors is not None:
+        convs = range(0, 2 * head.anchors.head_convs, 2)
+        return {
+            f"heads.{head.name}.{part}": f"{theirs}.{part}"
+            for level in range(len(head.anchors.strides))
+            for part in (
+                *(f"towers.{level}.{j}" for j in convs),
+                f"cls_preds.{level}",
+                f"box_preds.{level}",
+            )
+        }
     if head.name != "ClassVectorsHead":
         return {f"heads.{head.name}.conv": f"{theirs}.{head.name}.0"}
     names = {

@@ -119,7 +119,7 @@ def global_peaks(
     return torch.where(found[..., None], points, nan), torch.where(found, values, nan)
 
 
-def _scripted(function: _Function) -> _Function:
+def scripted(function: _Function) -> _Function:
     """`function` compiled by TorchScript, so that a traced caller keeps its `if`:
     the (TorchScript-based) ONNX exporter writes it as an `If`."""
     with warnings.catch_warnings():
@@ -206,7 +206,7 @@ def _flat_top_verdict(
     return is_peak, torch.stack([x, y], dim=-1)
 
 
-@_scripted
+@scripted
 def _settle_flat_tops(
     cms: torch.Tensor, padded: torch.Tensor, candidate: torch.Tensor, has_flat_top: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,10 +1,9 @@
 """The kinds of sleap-nn model sleap-live does not run, told apart before any work.
 
 sleap-nn 0.3.5 trains kinds beside its pose models (`config/model_config.py`'s
-`HeadConfig` and `BackboneConfig`): box detectors (`bbox_centernet`, which
-sleap-live runs from its training directory as the first stage of a top-down
-model, and `bbox_ssd`, whose anchors and NMS it does not rebuild yet),
-an `embedding` (re-identification) type, segmentation models
+`HeadConfig` and `BackboneConfig`): box detectors (`bbox_centernet` and
+`bbox_ssd`), which sleap-live runs from their training directories but not from
+sleap-nn exports; and an `embedding` (re-identification) type, segmentation models
 (`bottomup_segmentation`, `centered_instance_segmentation`,
 `semantic_segmentation`), and `pretrained` backbones, image encoders from the
 Hugging Face Hub (hierarchical ones and plain ViTs such as DINOv2, CLIP or SigLIP;
@@ -28,7 +27,6 @@ from sleap_live.engines.load.spec import MODEL_HEADS
 
 # sleap-nn 0.3.5's model types sleap-live does not run: what each one is.
 UNRUN_MODEL_TYPES: Mapping[str, str] = {
-    "bbox_ssd": "a box detector (bbox_ssd)",
     "embedding": "an embedding (re-identification) model",
     "bottomup_segmentation": "a segmentation model (bottomup_segmentation)",
     "centered_instance_segmentation": "a segmentation model (centered_instance_segmentation)",
@@ -38,6 +36,7 @@ UNRUN_MODEL_TYPES: Mapping[str, str] = {
 UNRUN_EXPORT_TYPES: Mapping[str, str] = {
     **UNRUN_MODEL_TYPES,
     "bbox_centernet": "a box detector (bbox_centernet)",
+    "bbox_ssd": "a box detector (bbox_ssd)",
 }
 RUN_BACKBONES = ("unet", "convnext", "swint")
 # sleap-nn reads `timm/...` model ids through transformers' timm wrapper.

@@ -52,11 +52,15 @@ MODEL_HEADS: Mapping[str, tuple[tuple[str, str], ...]] = {
         ("size", "BBoxSizeHead"),
         ("offset", "BBoxOffsetHead"),
     ),
+    # Its SSD-style anchor detector: one head reading several strides (`SSDHead`).
+    "bbox_ssd": (("ssd", "SSDHead"),),
 }
 
 # Model types that find boxes, not poses; one can stand in for a top-down model's
 # centroid model.
-BOX_MODEL_TYPES = ("bbox_centernet",)
+BOX_MODEL_TYPES = ("bbox_centernet", "bbox_ssd")
+# The heads whose classes are a box detector's categories, not identities.
+BOX_CATEGORY_HEADS = ("BBoxCenterHead", "SSDHead")
 # sleap-nn's category of a detector trained on boxes without one
 # (`config/model_config.py` `DEFAULT_BBOX_CATEGORY`).
 DEFAULT_BOX_CATEGORY = "object"
@@ -117,6 +121,35 @@ class UNetSpec:
         return self.max_stride * 2 if self.stem_blocks else self.max_stride
 
 
+@attrs.frozen
+class AnchorSpec:
+    """A `bbox_ssd` head's pyramid and anchors (`head_configs.bbox_ssd.ssd`).
+
+    Attributes:
+        strides: the pyramid levels' strides, finest first (`output_stride * 2**i`).
+        sizes: each level's base anchor size (square root of the area), in
+            network-input pixels.
+        scales: multipliers on a level's base size.
+        aspect_ratios: anchor height / width ratios.
+        variances: the (cx, cy, w, h) box-coding variances.
+        head_channels: channels of each level's conv tower.
+        head_convs: 3x3 convolutions (with ReLU) in each tower.
+    """
+
+    strides: tuple[int, ...]
+    sizes: tuple[float, ...]
+    scales: tuple[float, ...]
+    aspect_ratios: tuple[float, ...]
+    variances: tuple[float, ...]
+    head_channels: int
+    head_convs: int
+
+    @property
+    def per_cell(self) -> int:
+        """Anchors at each cell of every level."""
+        return len(self.scales) * len(self.aspect_ratios)
+
+
 # A backbone's record: what `model_config.backbone_config` sets.
 BackboneSpec = UNetSpec | ConvNextSpec | SwinTSpec
 
@@ -143,6 +176,8 @@ class HeadSpec:
         num_fc_layers: hidden fully connected layers of a class-vector head.
         num_fc_units: units of each of those layers.
         global_pool: whether a class-vector head max-pools the bottleneck first.
+        anchors: an SSD head's pyramid and anchors (it reads every level's stride;
+            `output_stride` is the finest).
     """
 
     name: str
@@ -157,10 +192,14 @@ class HeadSpec:
     num_fc_layers: int = 0
     num_fc_units: int = 0
     global_pool: bool = True
+    anchors: AnchorSpec | None = None
 
     @property
     def n_channels(self) -> int:
-        """Output channels (or vector length for class vectors)."""
+        """Output channels (or vector length for class vectors, values per anchor
+        for an SSD head: background and category logits, then 4 box deltas)."""
+        if self.anchors is not None:
+            return len(self.classes) + 5
         if self.name == "CentroidConfmapsHead":
             return 1
         if self.name == "PartAffinityFieldsHead":
@@ -328,12 +367,23 @@ def spec_of(
         skeleton=skeleton,
         heads=heads,
         class_names=next(
-            (head.classes for head in heads if head.classes and head.name != "BBoxCenterHead"), ()
+            (
+                head.classes
+                for head in heads
+                if head.classes and head.name not in BOX_CATEGORY_HEADS
+            ),
+            (),
         ),
         anchor_part=None if anchor_name is None else skeleton.node_names.index(anchor_name),
         anchor_part_name=anchor_name,
         **fields,
     )
+
+
+def check_box_detector(spec: ModelSpec) -> None:
+    """Raises ModelConfigError unless `spec` is a box detector (`BOX_MODEL_TYPES`)."""
+    if spec.model_type not in BOX_MODEL_TYPES:
+        raise ModelConfigError(f"{spec.config_path}: a {spec.model_type} model, not a box detector")
 
 
 def check_model_type(spec: ModelSpec, expected: str) -> None:

@@ -8,8 +8,8 @@ sleap-nn's predict derives them:
 
 - The model type is the first non-null entry of `model_config.head_configs` and the
   backbone the first non-null entry of `model_config.backbone_config`, in file order.
-  Kinds sleap-live does not run (`bbox_ssd` detectors, embedding and segmentation models,
-  pretrained and unknown backbones, unknown types) are refused first, by
+  Kinds sleap-live does not run (embedding and segmentation models, pretrained and
+  unknown backbones, unknown types) are refused first, by
   `sleap_live.engines.load.model_kind`. ConvNeXt and Swin backbones are read by
   `sleap_live.engines.load.backbone_specs`.
 - `part_names` default to every skeleton node and PAF `edges` to the skeleton's edges
@@ -81,6 +81,7 @@ from sleap_live.engines.load.spec import (
     DEFAULT_BOX_CATEGORY,
     MODEL_HEADS,
     TRAINING_CONFIG,
+    AnchorSpec,
     BackboneSpec,
     HeadSpec,
     ModelSpec,
@@ -350,6 +351,13 @@ def _parse_head(
         return attrs.evolve(head, classes=categories or (DEFAULT_BOX_CATEGORY,))
     if name in ("BBoxSizeHead", "BBoxOffsetHead"):
         return head
+    if name == "SSDHead":
+        categories = _string_list(reader, leaf.get("categories"), f"{where}.categories")
+        return attrs.evolve(
+            head,
+            classes=categories or (DEFAULT_BOX_CATEGORY,),
+            anchors=_anchors(reader, leaf, where, output_stride),
+        )
     if name == "PartAffinityFieldsHead":
         part_names = previous[0].part_names
         edges = _edges(reader, leaf, where, skeleton)
@@ -432,6 +440,55 @@ def _edges(
             raise reader.error(f"{where}.edges entry {edge!r} is not a [source, destination] pair")
         pairs.append((edge[0], edge[1]))
     return tuple(pairs)
+
+
+def _anchors(reader: ConfigReader, leaf: Mapping, where: str, output_stride: int) -> AnchorSpec:
+    """An SSD head's pyramid and anchors, with sleap-nn 0.3.5's defaults
+    (`config/model_config.py` `SSDHeadConfig`)."""
+    levels = reader.integer(
+        reader.optional(leaf, "num_levels", where, int, 3), f"{where}.num_levels", minimum=1
+    )
+    sizes = _numbers(reader, leaf, "anchor_sizes", where, None)
+    if len(sizes) != levels:
+        # sleap-nn writes the sizes it chose from the labels into the saved config.
+        raise reader.error(
+            f"{where}.anchor_sizes is {leaf.get('anchor_sizes')!r}; expected one size "
+            f"per pyramid level ({levels})"
+        )
+    return AnchorSpec(
+        strides=tuple(output_stride * 2**i for i in range(levels)),
+        sizes=sizes,
+        scales=_numbers(reader, leaf, "anchor_scales", where, (1.0, 1.26, 1.587)),
+        aspect_ratios=_numbers(reader, leaf, "aspect_ratios", where, (0.5, 1.0, 2.0)),
+        variances=_numbers(reader, leaf, "box_variances", where, (0.1, 0.1, 0.2, 0.2), length=4),
+        head_channels=reader.integer(
+            reader.optional(leaf, "head_channels", where, int, 128),
+            f"{where}.head_channels",
+            minimum=1,
+        ),
+        head_convs=reader.integer(
+            reader.optional(leaf, "head_convs", where, int, 1), f"{where}.head_convs", minimum=0
+        ),
+    )
+
+
+def _numbers(
+    reader: ConfigReader,
+    leaf: Mapping,
+    key: str,
+    where: str,
+    default: tuple[float, ...] | None,
+    length: int | None = None,
+) -> tuple[float, ...]:
+    """`where.key`: a non-empty list of positive numbers (`length` of them if given),
+    or `default` when absent or null (None: required)."""
+    value = leaf.get(key)
+    if value is None and default is not None:
+        return default
+    if not isinstance(value, list) or not value or (length is not None and len(value) != length):
+        count = "a list of positive numbers" if length is None else f"{length} positive numbers"
+        raise reader.error(f"{where}.{key} is {value!r}; expected {count}")
+    return tuple(reader.number(v, f"{where}.{key}") for v in value)
 
 
 def _string_list(reader: ConfigReader, value: Any, where: str) -> tuple[str, ...]:

@@ -63,12 +63,14 @@ BACKBONE_CASES: dict[str, tuple[tuple[str, ...], str, str]] = {
     "swint_bottomup": (("swint_bottomup",), "multi_gray.mkv", "multi_gray.npz"),
 }
 
-# Box detectors' goldens (scripts/make_fixtures.py GOLDENS): a `bbox_centernet` detector
-# seeding a centered-instance or multi-class top-down model's crops, compared by
+# Box detectors' goldens (scripts/make_fixtures.py GOLDENS): a `bbox_centernet` (or
+# `bbox_ssd`) detector seeding a centered-instance or multi-class top-down model's
+# crops, compared by
 # test_box_models.py. Apart from
 # `CASES`: their graphs have no TensorRT profile and sleap-nn exports no such pair.
 BOX_CASES: dict[str, tuple[tuple[str, ...], str, str]] = {
     "bbox_topdown": (("bbox_centernet", "centered_instance"), "multi_gray.mkv", "multi_gray.npz"),
+    "bbox_ssd_topdown": (("bbox_ssd", "centered_instance"), "multi_gray.mkv", "multi_gray.npz"),
     "bbox_multi_class_topdown": (
         ("bbox_centernet_rgb", "multi_class_topdown"),
         "multi_rgb.mp4",

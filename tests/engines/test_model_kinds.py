@@ -29,7 +29,6 @@ MODELS = goldens.DATA / "models"
 
 # folder -> what the one line says the model is
 KINDS = {
-    "bbox_ssd": "a box detector (bbox_ssd)",
     "embedding": "an embedding (re-identification) model",
     "segmentation": "a segmentation model (bottomup_segmentation)",
     "vit_pretrained": "a model on a pretrained backbone from Hugging Face "
@@ -51,7 +50,7 @@ def test_each_kind_is_named_in_one_line_before_the_checkpoint(folder):
     assert isinstance(error.value, ModelConfigError)
 
 
-@pytest.mark.parametrize(("folder", "paired"), [("bbox_ssd", False), ("vit_pretrained", True)])
+@pytest.mark.parametrize(("folder", "paired"), [("embedding", False), ("vit_pretrained", True)])
 def test_the_command_line_refuses_it_alone_or_in_a_pair(folder, paired, tmp_path, capsys):
     path = UNRUN / folder
     video = goldens.DATA / "videos" / "single.mkv"
@@ -88,8 +87,9 @@ def test_a_sleap_nn_export_of_such_a_kind_is_refused_too(model_type, tmp_path):
 
 def test_a_box_detector_runs_from_its_config_alone():
     # bbox_centernet runs alone (boxes, test_box_models.py) and as a top-down model's
-    # first stage; its config is no longer refused.
-    assert unrun_kind(read_yaml(UNRUN / "bbox_centernet" / "training_config.yaml")) is None
+    # first stage, bbox_ssd alone; their configs are no longer refused.
+    for kind in ("bbox_centernet", "bbox_ssd"):
+        assert unrun_kind(read_yaml(UNRUN / kind / "training_config.yaml")) is None
     path = MODELS / "bbox_centernet"
     require(path / "best.ckpt")
     model = load_inference_model(path)

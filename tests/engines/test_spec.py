@@ -82,6 +82,24 @@ HEADS = {
         "size": {"output_stride": 4, "loss_weight": 0.1},
         "offset": {"output_stride": 4, "loss_weight": 1.0},
     },
+    # Its SSD detector, anchor sizes as training writes them in.
+    "bbox_ssd": {
+        "ssd": {
+            "categories": ["mouse"],
+            "output_stride": 8,
+            "num_levels": 2,
+            "anchor_sizes": [6.5, 15.2],
+            "anchor_scales": [1.0, 1.26, 1.587],
+            "aspect_ratios": [0.5, 1.0, 2.0],
+            "pos_iou_threshold": 0.5,
+            "neg_iou_threshold": 0.4,
+            "neg_pos_ratio": 3.0,
+            "box_variances": [0.1, 0.1, 0.2, 0.2],
+            "head_channels": 128,
+            "head_convs": 1,
+            "loss_weight": 1.0,
+        },
+    },
 }
 HEAD_ORDER = (
     "single_instance",
@@ -93,6 +111,7 @@ HEAD_ORDER = (
     "bottomup_segmentation",
     "embedding",
     "bbox_centernet",
+    "bbox_ssd",
 )
 
 
@@ -479,10 +498,10 @@ def test_unknown_backbone_and_no_backbone(tmp_path):
 def test_unknown_head_type(tmp_path):
     config = training_config("single_instance")
     config["model_config"]["head_configs"] = {
-        "bbox_ssd": {"ssd": {"output_strides": [8, 16]}},
+        "embedding": {"embedding": {"dim": 128}},
         "single_instance": HEADS["single_instance"],
     }
-    with pytest.raises(UnsupportedModelError, match="a box detector \\(bbox_ssd\\)"):
+    with pytest.raises(UnsupportedModelError, match="an embedding \\(re-identification\\) model"):
         parse(tmp_path, config)
     config["model_config"]["head_configs"] = {"single_instance": None}
     with pytest.raises(ModelConfigError, match="has no head set"):
