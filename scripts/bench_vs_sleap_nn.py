@@ -203,8 +203,10 @@ FIXTURES = (
     _fixture(
         "multi_class_bottomup", "multi_class_bottomup", ("multi_class_bottomup",), "multi_rgb.mp4"
     ),
-    # sleap-nn 0.3.5's box detector alone: boxes, no poses (golden `bbox_centernet`).
+    # sleap-nn 0.3.5's box detectors alone: boxes, no poses (goldens `bbox_centernet`,
+    # `bbox_ssd`).
     _fixture("bbox_centernet", "bbox_centernet", ("bbox_centernet",), "multi_gray.mkv"),
+    _fixture("bbox_ssd", "bbox_ssd", ("bbox_ssd",), "multi_gray.mkv"),
     # sleap-nn 0.3.5's new kinds that its own export cannot run (the goldens'
     # fixtures, scripts/make_fixtures.py GOLDENS).
     _fixture(

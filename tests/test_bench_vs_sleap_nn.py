@@ -120,6 +120,7 @@ def test_every_fixture_model_type_is_benchmarked():
         "multi_class_topdown",
         "multi_class_bottomup",
         "bbox_centernet",
+        "bbox_ssd",
     }
     assert all(case.trained() for case in bench.FIXTURES)
 
