@@ -18,6 +18,14 @@ a second, drives each device in turn: serial through a pseudo-terminal pair and 
 on loopback, each read by a peer process that timestamps each line or datagram, and
 ZeroMQ on loopback. p50 and p99 of ready -> written (and -> read by the peer).
 
+``capture``: from capture to an event's bytes on the device, against the engine's own
+time, in a whole live run: `sleap-live replay`'s pipeline (the video paced at its
+30 fps, one frame a batch) of the single-instance fixture on its 200-frame clip, with
+a rule that switches as the nose crosses any of 15 narrow stripes (so it switches
+often), sent over OSC on loopback to a peer process; p50 of each event's
+`capture_to_sent_ms` and of the run's capture-to-pose and engine times (`--runs`
+runs).
+
 ``predict``: the forward predictor's error one frame ahead (30 fps) against the
 unpredicted pose (the frame before's points), on the bundled clips' ground truth and
 on sleap-nn's poses of them (tests/data/goldens), over a grid of its noise settings.
@@ -26,6 +34,7 @@ Usage::
 
     .venv/bin/python scripts/bench_experiment.py [--frames 20000] [--transitions 1000]
     .venv/bin/python scripts/bench_experiment.py --only predict
+    .venv/bin/python scripts/bench_experiment.py --only capture --runs 3
 """
 
 from __future__ import annotations
@@ -37,11 +46,13 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
 from sleap_live.engines.types import FramePoses, ModelInfo, Skeleton
 from sleap_live.stream.experiment import (
+    AnyOf,
     CompiledRules,
     Experiment,
     InRegion,
@@ -304,9 +315,51 @@ def bench_outputs(transitions: int, rate: float) -> None:
     print(f"ZeroMQ (loopback TCP), ready -> queued: {percentiles(written)}")
 
 
-def bench_predict() -> None:
-    from pathlib import Path
+def stripes(device: object) -> Experiment:
+    """One rule, on while the nose is in any of 15 stripes 7 px wide, driving `device`."""
+    regions = {f"stripe{i}": Rectangle(14 * i, 0, 14 * i + 7, 168) for i in range(15)}
+    when = AnyOf(tuple(InRegion(name, "nose") for name in regions))
+    rule = Rule("stripes", when, outputs=(Output("dev"),))
+    return Experiment((rule,), regions, {"dev": device})  # type: ignore[dict-item]
 
+
+def bench_capture(runs: int) -> None:
+    from sleap_live.engines.load_options import LoadOptions
+    from sleap_live.stream import Pipeline, open_source
+
+    data = Path(__file__).resolve().parents[1] / "tests" / "data"
+    for run in range(runs):
+        child, udp_port = peer("udp")
+        loop = ClosedLoop(stripes(OscDevice("127.0.0.1", int(udp_port))), simulate=False)
+        source = open_source(data / "videos" / "single.mkv", camera=False, replay=True)
+        pipeline = Pipeline(
+            source,
+            str(data / "models" / "single_instance"),
+            load=LoadOptions(device="cpu"),
+            experiment=loop,
+        )
+        stats = pipeline.run()
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+            udp.sendto(b"stop", ("127.0.0.1", int(udp_port)))
+        child.communicate(timeout=30)
+        sent = [
+            (at - entry.capture_time) * 1000
+            for entry in loop.log.entries
+            for at, _ in entry.sent.values()
+            if at is not None
+        ]
+        assert stats.latency_p50 is not None and stats.engine_latency_p50 is not None
+        capture_to_sent = float(np.percentile(sent, 50))
+        engine = stats.engine_latency_p50 * 1000
+        print(
+            f"run {run + 1}: {len(sent)} events, {stats.frames_processed} frames "
+            f"({stats.frames_dropped} dropped); p50 capture -> sent {capture_to_sent:.2f} ms, "
+            f"capture -> pose {stats.latency_p50 * 1000:.2f} ms, engine {engine:.2f} ms: "
+            f"capture -> sent = engine + {capture_to_sent - engine:.2f} ms"
+        )
+
+
+def bench_predict() -> None:
     from sleap_live.stream.experiment.predict import (
         DEFAULT_ACCELERATION,
         DEFAULT_NOISE,
@@ -354,7 +407,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--frames", type=int, default=20000, help="frames for the rules")
     parser.add_argument("--transitions", type=int, default=1000, help="per device")
     parser.add_argument("--rate", type=float, default=200.0, help="frames a second")
-    parser.add_argument("--only", choices=("rules", "outputs", "predict"))
+    parser.add_argument("--only", choices=("rules", "outputs", "capture", "predict"))
+    parser.add_argument("--runs", type=int, default=3, help="whole runs (capture)")
     parser.add_argument("--kinds", action="store_true", help="also each kind's cost (rules)")
     args = parser.parse_args(argv)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs")
@@ -371,6 +425,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {name}: thread CPU p50 {p50 * 1e6:.1f} us")
     if args.only in (None, "outputs"):
         bench_outputs(args.transitions, args.rate)
+    if args.only in (None, "capture"):
+        bench_capture(args.runs)
     if args.only in (None, "predict"):
         bench_predict()
     return 0

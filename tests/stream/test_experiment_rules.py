@@ -439,3 +439,22 @@ def test_the_benchmark_times_each_kind_of_condition():
     assert all(seconds > 0 for seconds in costs.values())
     # Every rule a kind names is one of the 10.
     assert {n for names in bench.KINDS.values() for n in names} <= set(bench.TEN_RULES["rules"])
+
+
+def test_the_capture_benchmarks_rule_switches_often_on_its_clip():
+    """`--only capture` times events: its stripes rule, checked against the fixture's
+    skeleton, switches on most frames of the clip's animal (its ground truth)."""
+    from pathlib import Path
+
+    bench = script_modules.load("bench_experiment.py")
+    truth = np.load(Path(__file__).parents[1] / "data" / "ground_truth" / "single.npz")
+    info = ModelInfo("single_instance", Skeleton(tuple(truth["node_names"])), 1, None)
+    experiment = bench.stripes(bench.OscDevice("127.0.0.1", 9))
+    check_experiment(experiment, info)
+    rules, steps = CompiledRules(experiment, info), Timeline(experiment)
+    ids = np.full(1, -1, np.int32)
+    transitions = 0
+    for i, points in enumerate(truth["points"].astype(np.float32)):
+        poses = FramePoses(points, np.ones((1, 5), np.float32), np.ones(1, np.float32), ids)
+        transitions += len(steps.step(rules.evaluate(poses, i / 30), i, i / 30))
+    assert transitions >= 40
