@@ -31,7 +31,8 @@ def other_user() -> tuple[int, int]:
 
 
 def as_user(user: tuple[int, int], action) -> None:
-    """Run `action()` in a forked child that has become `user`."""
+    """Run `action()` in a forked child that has become `user`; only while this process
+    runs no other thread (else `shell_as_user`)."""
     pid = os.fork()
     if pid == 0:
         status = 1
@@ -58,3 +59,22 @@ def shared_folder():
         yield folder
     finally:
         shutil.rmtree(folder)
+
+
+def shell_as_user(user: tuple[int, int], script: str, *args: str) -> None:
+    """Run the shell `script` (its arguments `$1`, `$2`...) in a new process that is
+    `user`, whatever it exits with.
+
+    Nothing of this process runs in the child (`subprocess` execs the shell at once),
+    so it is safe while other threads run, unlike `as_user`: a forked Python child
+    frees the other threads' objects, and freeing a PyAV frame converter whose slice
+    threads wait on it hangs that child (PyAV 18.1.1).
+    """
+    subprocess.run(
+        ["sh", "-c", script, "sh", *args],
+        user=user[0],
+        group=user[1],
+        extra_groups=[],
+        check=False,
+        capture_output=True,
+    )

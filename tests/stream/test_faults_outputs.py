@@ -7,7 +7,6 @@ fake engine (see test_cli.py); the kill tests run `scripts/fault_soak.py child`.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
@@ -24,7 +23,7 @@ from sleap_live import cli
 from sleap_live.stream.outputs.journal import journal_path
 from sleap_live.stream.outputs.slp import SlpWriter
 from sleap_live.stream.types import PoseRecord
-from tests.users import as_user, other_user
+from tests.users import as_user, other_user, shell_as_user
 
 ROOT = Path(__file__).parents[2]
 SOAK = ROOT / "scripts" / "fault_soak.py"
@@ -441,20 +440,17 @@ def test_links_planted_while_the_final_save_runs_are_never_written_through(
     save_labels = slp_module.save_labels
     pid = os.getpid()
 
-    def plant() -> None:
-        # This process's old temporary names, and the staged file's own folder.
-        names = [f".out.{pid}.partial{suffix}", f".out{suffix}.provenance.json.{pid}.partial"]
-        for name in names:
-            with contextlib.suppress(OSError):
-                (where / name).symlink_to(victim)
-        for staging in where.glob(f".out{suffix}.*.partial"):
-            with contextlib.suppress(OSError):
-                staging.rename(staging.with_name(staging.name + ".moved"))
-                staging.mkdir()
-                (staging / out.name).symlink_to(victim)
+    # This process's old temporary names, and the staged file's own folder; planted
+    # by a shell of the other user's (the run's threads are running: no fork).
+    plant = (
+        'cd "$1" || exit 0; for name in "$2" "$3"; do ln -s "$4" "$name"; done; '
+        'for staging in "$5".*.partial; do [ -e "$staging" ] || continue; '
+        'mv "$staging" "$staging.moved" && mkdir "$staging" && ln -s "$4" "$staging/$6"; done'
+    )
+    names = [f".out.{pid}.partial{suffix}", f".out{suffix}.provenance.json.{pid}.partial"]
 
     def save_while_planting(labels, path, final):
-        as_user(user, plant)
+        shell_as_user(user, plant, str(where), *names, str(victim), f".out{suffix}", out.name)
         save_labels(labels, path, final)
 
     monkeypatch.setattr(slp_module, "save_labels", save_while_planting)
