@@ -84,7 +84,8 @@ class PipelineRun:
             the emit stage when an attached consumer `takes_frames`.
         stats: the pipeline's stats now (`Pipeline.stats`).
         experiment: the experiment the emit stage decides (`Pipeline(experiment=)`),
-            whose rules' states each record carries (`PoseRecord.rules_on`); None.
+            whose rules' states each record carries (`PoseRecord.rules_on`); None
+            without one.
     """
 
     ring: RingBuffer

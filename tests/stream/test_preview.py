@@ -740,6 +740,14 @@ def test_the_page_draws_in_the_colours_of_render_and_overlays(fakes):
     assert "PALETTE" not in script and "PALETTE" not in drawing
 
 
+def test_the_page_draws_an_experiment_in_the_colours_of_render_and_overlays():
+    from sleap_live.stream.experiment.overlay import OFF_REGION, OFF_RULE, ON
+
+    script = (Path(preview_module.__file__).parent / "preview.html").read_text()
+    for name, colour in (("RULE_ON", ON), ("REGION_OFF", OFF_REGION), ("RULE_OFF", OFF_RULE)):
+        assert f'const {name} = "rgb{colour}";' in script
+
+
 def test_the_address_is_printed_once_the_model_is_ready_and_held_until_ctrl_c(
     clip, fakes, capsys, tmp_path, monkeypatch
 ):
