@@ -38,6 +38,7 @@ import attrs
 from sleap_live.engines.types import ModelInfo
 from sleap_live.stream.clock import CLOCK_POLL, MONOTONIC, Clock
 from sleap_live.stream.errors import PipelineError
+from sleap_live.stream.experiment.experiment import Experiment
 from sleap_live.stream.ring import DEFAULT_STALL_TIMEOUT, RingBuffer, RingReader
 from sleap_live.stream.stats import ConsumerStats, PipelineStats
 from sleap_live.stream.types import PoseRecord
@@ -82,12 +83,16 @@ class PipelineRun:
         frames: the newest frame with its record's ring sequence number, filled by
             the emit stage when an attached consumer `takes_frames`.
         stats: the pipeline's stats now (`Pipeline.stats`).
+        experiment: the experiment the emit stage decides (`Pipeline(experiment=)`),
+            whose rules' states each record carries (`PoseRecord.rules_on`); None
+            without one.
     """
 
     ring: RingBuffer
     info: ModelInfo
     frames: LatestFrame
     stats: Callable[[], PipelineStats]
+    experiment: Experiment | None = None
 
 
 class RingConsumer(Protocol):

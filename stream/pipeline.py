@@ -350,7 +350,13 @@ class Pipeline:
                 raise PipelineError("the pipeline was stopped before it started; make a new one")
             # Attached consumers set up first (their ring readers begin at the first
             # record); one that fails to leaves nothing open.
-            run = PipelineRun(self.ring, self.runner.info, self._latest_frame, lambda: self.stats)
+            run = PipelineRun(
+                self.ring,
+                self.runner.info,
+                self._latest_frame,
+                lambda: self.stats,
+                None if self.experiment is None else self.experiment.experiment,
+            )
             consumers = [(consumer.name, consumer.start(run)) for consumer in self._attached]
             settings: dict[str, Any] = {"policy": self.policy, "batch_size": self.batch_size}
             if self._tracking is not None:
@@ -366,6 +372,7 @@ class Pipeline:
                     clock=self._clock,
                     tracked=self._tracking is not None,
                     claim=self._claim,
+                    experiment=None if self.experiment is None else self.experiment.experiment,
                 )
             except BaseException:
                 if self.experiment is not None:
@@ -737,6 +744,9 @@ class Pipeline:
                         # Decided here, before the ring: no thread between the poses
                         # and the device's bytes.
                         experiment.decide(record)
+                        # The rules' states go with the poses: the overlay recording
+                        # and the preview draw them.
+                        record = attrs.evolve(record, rules_on=experiment.on)
                     sequence = self.ring.write(record)  # waits for lossless consumers
                     self._meters.record_emitted(record)
                     image = result.batch.image(position, on_host=frames_on_host)

@@ -16,9 +16,11 @@ sampler that feeds it. The pipeline stays unaware of the viewer:
   skipped, for the viewer only; a page slower than that gets the newest snapshot
   whenever it is ready for one.
 
-Endpoints: ``/`` the page (``preview.html``, which draws the skeleton on a canvas),
-``/ws`` a websocket sending, per update, one JSON text message (stats, and the
-frame's poses when a new frame follows) then the JPEG as a binary message;
+Endpoints: ``/`` the page (``preview.html``, which draws the skeleton on a canvas,
+and an experiment's regions and rule states), ``/ws`` a websocket sending first the
+skeleton and the experiment's regions, then per update one JSON text message (stats,
+and the frame's poses and rule states when a new frame follows) then the JPEG as a
+binary message;
 ``/snapshot.json`` and ``/frame.jpg`` the same on request, for scripts.
 
 When the ring closes (the run ended), the pages get a last update marked
@@ -62,8 +64,14 @@ from typing import TYPE_CHECKING, Any
 from sleap_live.engines.types import ModelInfo
 from sleap_live.stream.consumers import LatestFrame, PipelineRun
 from sleap_live.stream.errors import PreviewError
+from sleap_live.stream.experiment.experiment import Experiment
 from sleap_live.stream.loopback import MAX_CONNECTIONS, WarnOnce, is_loopback
-from sleap_live.stream.preview_messages import Snapshot, Snapshots, skeleton_message
+from sleap_live.stream.preview_messages import (
+    Snapshot,
+    Snapshots,
+    experiment_message,
+    skeleton_message,
+)
 from sleap_live.stream.ring import RingBuffer
 from sleap_live.stream.stats import PipelineStats
 
@@ -190,7 +198,8 @@ class PreviewServer:
         self._changed: asyncio.Condition | None = None
         self._latest: Snapshot | None = None
         self._pages = 0
-        self._skeleton: dict[str, Any] = {}
+        # The first message to each page: the skeleton and the experiment.
+        self._hello: dict[str, Any] = {}
         self._snapshots: Snapshots | None = None
 
     # As a `RingConsumer`: its stage, and it shows frames.
@@ -199,7 +208,9 @@ class PreviewServer:
 
     def start(self, run: PipelineRun) -> Callable[[], None]:
         """The body of the pipeline's preview stage: `serve` for `run`."""
-        return functools.partial(self.serve, run.ring, run.frames, run.stats, run.info)
+        return functools.partial(
+            self.serve, run.ring, run.frames, run.stats, run.info, run.experiment
+        )
 
     def report(self, stats: PipelineStats) -> PipelineStats:
         """`stats` as they are: the preview adds no figures."""
@@ -218,8 +229,12 @@ class PreviewServer:
         frames: LatestFrame,
         get_stats: Callable[[], PipelineStats],
         info: ModelInfo,
+        experiment: Experiment | None = None,
     ) -> None:
         """Serve until `ring` is closed, then release the address (the pipeline's stage).
+
+        `experiment`: the run's, whose regions the pages draw, with the rules' states
+        its records carry.
 
         Raises:
             PreviewError: the server was closed, or served already.
@@ -228,10 +243,12 @@ class PreviewServer:
             if self._served or self._socket.fileno() < 0:
                 raise PreviewError(f"the preview on {self.url} was closed or served already")
             self._served = True
-        snapshots = Snapshots(ring, frames, get_stats)
+        rules = () if experiment is None else [rule.name for rule in experiment.rules]
+        snapshots = Snapshots(ring, frames, get_stats, rules)
+        hello = {"skeleton": skeleton_message(info), "experiment": experiment_message(experiment)}
         failed = True
         try:
-            asyncio.run(self._serve(snapshots, skeleton_message(info)))
+            asyncio.run(self._serve(snapshots, hello))
             failed = False
         except Exception:
             logger.exception("the preview on %s failed; the run goes on without it", self.url)
@@ -260,7 +277,7 @@ class PreviewServer:
             raise PreviewError(f"the preview on {self.url} has no ended run to show")
         ended = stop if stop is not None else threading.Event()
         try:
-            asyncio.run(self._serve(snapshots, self._skeleton, until=ended))
+            asyncio.run(self._serve(snapshots, self._hello, until=ended))
         finally:
             self.close()
 
@@ -279,13 +296,13 @@ class PreviewServer:
     async def _serve(
         self,
         snapshots: Snapshots,
-        skeleton: dict[str, Any],
+        hello: dict[str, Any],
         until: threading.Event | None = None,
     ) -> None:
         web = self._web
         asyncio.get_running_loop().set_exception_handler(self._loop_error)
         self._changed = asyncio.Condition()
-        self._skeleton = skeleton
+        self._hello = hello
         self._snapshots = snapshots
         self._latest = snapshots.take()
         app = web.Application()
@@ -408,7 +425,7 @@ class PreviewServer:
         self._check(request)
         snapshot = await self._fresh()
         body = json.loads(snapshot.message())
-        body["skeleton"] = self._skeleton
+        body |= self._hello
         return self._web.json_response(body, headers={"Cache-Control": "no-store"})
 
     async def _frame_jpeg(self, request: web.Request) -> web.StreamResponse:
@@ -449,7 +466,7 @@ class PreviewServer:
             self._pages += 1
         sent_tick, sent_frame = 0, None
         try:
-            await ws.send_json({"skeleton": self._skeleton})
+            await ws.send_json(self._hello)
             while True:
                 async with changed:
                     await changed.wait_for(functools.partial(self._newer_than, sent_tick))

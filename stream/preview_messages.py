@@ -1,5 +1,6 @@
-"""What the live preview sends its pages: the frame's poses, the dashboard's figures,
-the skeleton and the JPEG, gathered into one `Snapshot` at a time (`Snapshots`).
+"""What the live preview sends its pages: the frame's poses (and its rules' states),
+the dashboard's figures, the skeleton, the experiment's regions and the JPEG, gathered
+into one `Snapshot` at a time (`Snapshots`).
 
 The server that sends them is `sleap_live.stream.preview`'s; these are plain values
 (JSON-ready dicts and bytes), made in the preview's thread, off the pipeline's.
@@ -10,7 +11,7 @@ from __future__ import annotations
 import io
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -18,6 +19,8 @@ import numpy as np
 
 from sleap_live.engines.types import ModelInfo
 from sleap_live.stream.consumers import LatestFrame
+from sleap_live.stream.experiment.experiment import Experiment
+from sleap_live.stream.experiment.overlay import readers
 from sleap_live.stream.ring import RingBuffer
 from sleap_live.stream.stats import PipelineStats
 from sleap_live.stream.types import PoseRecord
@@ -84,6 +87,7 @@ class Snapshots:
         ring: the pipeline's ring buffer, where the poses are read.
         frames: the slot the emit stage fills.
         get_stats: the pipeline's current stats.
+        rules: the names of the run's experiment's rules, in the file's order.
     """
 
     def __init__(
@@ -91,8 +95,10 @@ class Snapshots:
         ring: RingBuffer,
         frames: LatestFrame,
         get_stats: Callable[[], PipelineStats],
+        rules: Sequence[str] = (),
     ) -> None:
         self._ring = ring
+        self._rules = tuple(rules)
         self._frames = frames
         self._get_stats = get_stats
         self._tick = 0
@@ -112,7 +118,7 @@ class Snapshots:
             if record is not None:
                 pixels = host_image(image)
                 self._jpeg = encode_jpeg(pixels)
-                self._frame = frame_message(sequence, record, pixels.shape)
+                self._frame = frame_message(sequence, record, pixels.shape, self._rules)
         self._tick += 1
         return Snapshot(self._tick, stats, self._frame, self._jpeg, finished)
 
@@ -139,10 +145,13 @@ def encode_jpeg(image: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
-def frame_message(sequence: int, record: PoseRecord, shape: tuple[int, ...]) -> dict[str, Any]:
+def frame_message(
+    sequence: int, record: PoseRecord, shape: tuple[int, ...], rules: Sequence[str] = ()
+) -> dict[str, Any]:
     """A frame's poses for the page: per instance its points (null where missing),
     score and track (identity; -1 for none); a box detector's boxes (x1, y1, x2, y2
-    and score each)."""
+    and score each); each of `rules` (the experiment's) on or off once the frame was
+    decided (`PoseRecord.rules_on`; empty without an experiment)."""
     poses = record.poses
     instances = [
         {
@@ -166,6 +175,7 @@ def frame_message(sequence: int, record: PoseRecord, shape: tuple[int, ...]) -> 
             {"xyxy": box, "score": score}
             for box, score in zip(boxes.boxes.tolist(), boxes.scores.tolist(), strict=True)
         ],
+        "rules": dict(zip(rules, record.rules_on, strict=True)),
     }
 
 
@@ -186,6 +196,29 @@ def skeleton_message(info: ModelInfo) -> dict[str, Any]:
         "edges": [list(edge) for edge in info.skeleton.edges],
         "tracks": list(info.class_names),
         "palette": palette_hex(),
+    }
+
+
+def experiment_message(experiment: Experiment | None) -> dict[str, Any] | None:
+    """What the page needs to draw an experiment as `sleap-live render --experiment`
+    does: its rules' names in the file's order, and each region's shape in frame
+    pixels (``shape``: ``rectangle`` x0, y0, x1, y1; ``ellipse`` cx, cy, rx, ry and
+    angle, degrees counter-clockwise on screen; ``polygon`` vertices) with the rules
+    reading it; None without an experiment."""
+    if experiment is None:
+        return None
+    readers_of = readers(experiment)
+    return {
+        "rules": [rule.name for rule in experiment.rules],
+        "regions": [
+            {
+                "name": name,
+                "shape": type(region).__name__.lower(),
+                **attrs.asdict(region),
+                "rules": readers_of[name],
+            }
+            for name, region in experiment.regions.items()
+        ],
     }
 
 

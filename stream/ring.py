@@ -142,6 +142,7 @@ class RingBuffer:
         self._sequence = np.full(capacity, -1, np.int64)
         self._frame_index = np.zeros(capacity, np.int64)
         self._source_id: list[str] = [""] * capacity
+        self._rules_on: list[tuple[bool, ...]] = [()] * capacity
         self._capture_time = np.zeros(capacity, np.float64)
         self._ready_time = np.zeros(capacity, np.float64)
         self._points = np.full((*shape, n_nodes, 2), np.nan, np.float32)
@@ -229,6 +230,7 @@ class RingBuffer:
             self._sequence[slot] = -1
             self._frame_index[slot] = record.frame_index
             self._source_id[slot] = record.source_id
+            self._rules_on[slot] = record.rules_on
             self._capture_time[slot] = record.capture_time
             self._ready_time[slot] = record.ready_time
             self._n_instances[slot] = n_kept
@@ -335,6 +337,7 @@ class RingBuffer:
             ready_time=float(self._ready_time[slot]),
             source_id=self._source_id[slot],
             poses=poses,
+            rules_on=self._rules_on[slot],
         )
         # Seqlock check: the slot was rewritten while we copied, so the copy may be torn.
         if self._sequence[slot] != sequence:

@@ -73,6 +73,8 @@ class PoseRecord:
         late_labels: earlier frames' instances of this source labelled with this
             frame (tracks confirmed now); the writers relabel their files with
             them. Not kept in the ring: live readers see those instances untracked.
+        rules_on: each rule's state once this frame was decided, in the order of the
+            run's experiment (`ClosedLoop.on`); empty without one.
     """
 
     frame_index: int
@@ -81,6 +83,7 @@ class PoseRecord:
     source_id: str
     poses: FramePoses
     late_labels: tuple[TrackLabel, ...] = ()
+    rules_on: tuple[bool, ...] = ()
 
     @property
     def latency(self) -> float:

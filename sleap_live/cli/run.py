@@ -182,8 +182,8 @@ def _add_common_options(
         "--record-overlay",
         type=Path,
         metavar="VIDEO",
-        help="record the processed frames with their poses drawn to this video "
-        "(default: no overlay recording)",
+        help="record the processed frames with their poses drawn to this video, and "
+        "--experiment's regions and rule states (default: no overlay recording)",
     )
     out.add_argument(
         "--overwrite",
@@ -225,7 +225,8 @@ def _add_common_options(
     view.add_argument(
         "--preview",
         action="store_true",
-        help="serve a live preview in the browser: the frames with the poses drawn and the "
+        help="serve a live preview in the browser: the frames with the poses (and "
+        "--experiment's regions and rule states) drawn and the "
         f"dashboard's figures, at most {DEFAULT_MAX_FPS:g} frames a second (skipping frames for "
         "the page, never for the model); its address is printed once the model is ready; "
         "needs the preview extra (default: no preview)",

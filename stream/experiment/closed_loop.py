@@ -237,6 +237,11 @@ class ClosedLoop:
         )
         return self._run
 
+    @property
+    def on(self) -> tuple[bool, ...]:
+        """Whether each rule is on now (after the last `decide`), in the file's order."""
+        return tuple(self._timeline.on)
+
     def report(self, stats: PipelineStats) -> PipelineStats:
         """The pipeline's stats as they are (the experiment's are `stats()`)."""
         return stats

@@ -2,16 +2,17 @@
 
 `ExperimentOverlay` draws, on an RGB frame, the outline of every region (green while a
 rule reading it is on, amber otherwise) and one square per rule along the top-left
-corner, in the order of the file (green: on, grey: off). A rule's state on a frame
-comes from the run's events (`Labels.events` of its .slp: a rule is on over each of
-its events' spans), so an overlay drawn after a rehearsal shows exactly what it decided
-(`sleap-live render POSES.slp -o overlay.mp4 --experiment exp.yaml`).
+corner, in the order of the file (green: on, grey: off). After a run a rule's state
+on a frame comes from the run's events (`Labels.events` of its .slp: a rule is on over
+each of its events' spans), so an overlay drawn after a rehearsal shows exactly what it
+decided (`sleap-live render POSES.slp -o overlay.mp4 --experiment exp.yaml`); during
+a run, from each record's `PoseRecord.rules_on` (`draw`: the live overlay recording).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -73,17 +74,7 @@ class ExperimentOverlay:
         self._rules = [rule.name for rule in experiment.rules]
         self._spans = {name: list(spans.get(name, ())) for name in self._rules}
         self._regions = {name: outline(region) for name, region in experiment.regions.items()}
-        # The rules reading each region.
-        self._readers = {
-            name: [
-                rule.name
-                for rule in experiment.rules
-                if any(
-                    isinstance(leaf, InRegion) and leaf.region == name for leaf in leaves(rule.when)
-                )
-            ]
-            for name in experiment.regions
-        }
+        self._readers = readers(experiment)
 
     def on(self, frame_index: int) -> dict[str, bool]:
         """Each rule's state on the frame."""
@@ -93,11 +84,17 @@ class ExperimentOverlay:
         }
 
     def __call__(self, image: np.ndarray, frame_index: int) -> np.ndarray:
-        """A copy of `image` (H, W, 3 uint8) with the regions and states drawn."""
+        """A copy of `image` (H, W, 3 uint8) with the regions and the frame's states drawn."""
+        states = self.on(frame_index)
+        return self.draw(image, [states[name] for name in self._rules])
+
+    def draw(self, image: np.ndarray, rules_on: Sequence[bool]) -> np.ndarray:
+        """A copy of `image` (H, W, 1 or 3 uint8) as RGB with the regions drawn and each
+        rule's state given in the file's order (`PoseRecord.rules_on`)."""
         out = np.array(image)
         if out.shape[2] == 1:
             out = np.repeat(out, 3, axis=2)
-        on = self.on(frame_index)
+        on = dict(zip(self._rules, rules_on, strict=True))
         height, width = out.shape[:2]
         for name, points in self._regions.items():
             colour = ON if any(on[rule] for rule in self._readers[name]) else OFF_REGION
@@ -108,6 +105,18 @@ class ExperimentOverlay:
             left = GAP + i * (SQUARE + GAP)
             out[GAP : GAP + SQUARE, left : left + SQUARE] = ON if on[name] else OFF_RULE
         return out
+
+
+def readers(experiment: Experiment) -> dict[str, list[str]]:
+    """The names of the rules reading each region, by region."""
+    return {
+        name: [
+            rule.name
+            for rule in experiment.rules
+            if any(isinstance(leaf, InRegion) and leaf.region == name for leaf in leaves(rule.when))
+        ]
+        for name in experiment.regions
+    }
 
 
 def spans_of(events: Iterable[object]) -> dict[str, list[tuple[int, int]]]:

@@ -5,7 +5,9 @@ writer sink, in the order poses were emitted, and draws and encodes them in that
 thread, so drawing never holds up inference beyond the queue in front of it. Colours
 follow the model's identities for multi-class models (one colour per class, fixed
 across frames), the tracks of a tracked run, and the instance's position in its
-frame otherwise.
+frame otherwise. With the run's experiment, each frame also shows its regions and
+each rule's state on that frame, drawn over the poses as `sleap-live render
+--experiment` draws them (`ExperimentOverlay`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from sleap_live.engines.types import Skeleton
+from sleap_live.stream.experiment.experiment import Experiment
+from sleap_live.stream.experiment.overlay import ExperimentOverlay
 from sleap_live.stream.outputs.base import EncodedOutput
 from sleap_live.stream.outputs.overlay import (
     OverlayStyle,
@@ -48,6 +52,8 @@ class OverlayRecorder(EncodedOutput):
         tracked: the poses carry a tracker's track ids (coloured by track).
         codec: a key of `overlay_writer.CODECS`.
         overwrite: replace an existing `path` (`output_rule.claim_output`).
+        experiment: the run's experiment, whose regions and rule states
+            (`PoseRecord.rules_on`) are drawn on each frame; None: poses only.
 
     Raises:
         ValueError: bad fps, frame shape, codec or suffix.
@@ -65,8 +71,10 @@ class OverlayRecorder(EncodedOutput):
         tracked: bool = False,
         codec: str = DEFAULT_CODEC,
         overwrite: bool = False,
+        experiment: Experiment | None = None,
     ) -> None:
         self.path = Path(path)
+        self._experiment = None if experiment is None else ExperimentOverlay(experiment, {})
         self._skeleton = SkeletonLayout(skeleton.node_names, skeleton.edges)
         # Colours: one per class, or (tracked) a fixed cycle of track colours; the
         # last one is for instances without a track.
@@ -115,6 +123,8 @@ class OverlayRecorder(EncodedOutput):
             )
         if poses.boxes is not None:
             image = draw_boxes(image, predicted_boxes(poses.boxes), self._style)
+        if self._experiment is not None:
+            image = self._experiment.draw(image, record.rules_on)
         self._writer.write(image)
 
     def close(self) -> None:

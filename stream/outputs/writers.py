@@ -22,6 +22,7 @@ from sleap_live.engines.runners.base import Runner
 from sleap_live.stream.channel import Channel
 from sleap_live.stream.clock import MONOTONIC, Clock
 from sleap_live.stream.errors import ChannelClosed, ChannelEmpty
+from sleap_live.stream.experiment.experiment import Experiment
 from sleap_live.stream.outputs.base import Output
 from sleap_live.stream.outputs.guard import check_outputs
 from sleap_live.stream.outputs.options import OutputOptions
@@ -136,6 +137,7 @@ def open_outputs(
     clock: Clock = MONOTONIC,
     tracked: bool = False,
     claim: JournalClaim | None = None,
+    experiment: Experiment | None = None,
 ) -> OpenWriters:
     """Open the writers `options` ask for, for poses of `runner`'s model on `source`.
 
@@ -149,6 +151,7 @@ def open_outputs(
     camera:0"); the provenance then names every source of the run. `claim`: the
     pose output's journal, claimed before the run (`JournalClaim`), which its
     writer takes; None: the writer opens it (as each source of several does).
+    `experiment`: the run's, drawn on the overlay recording's frames.
 
     Raises:
         ValueError, FileNotFoundError, OutputError: an output path is unusable
@@ -165,7 +168,7 @@ def open_outputs(
             # Each source's file of several has a journal of its own, opened by its writer.
             own_claim = None if group.per_source else claim
             for name, opened in _opened(
-                own, member, runner, settings or {}, clock, tracked, own_claim
+                own, member, runner, settings or {}, clock, tracked, own_claim, experiment
             ):
                 if group.per_source:
                     name = f"{name} {member.source_id}"
@@ -185,6 +188,7 @@ def _opened(
     clock: Clock,
     tracked: bool,
     claim: JournalClaim | None,
+    experiment: Experiment | None,
 ) -> Iterator[tuple[str, tuple[Channel[QueuedItem], Output]]]:
     """`open_outputs` of one source: each output with its queue, by name, as it opens."""
     source_file = Path(source.source_id)
@@ -254,6 +258,7 @@ def _opened(
             info.class_names,
             tracked=tracked,
             overwrite=options.overwrite,
+            experiment=experiment,
         )
         yield "overlay", (Channel(RECORD_QUEUE_CAPACITY), overlay)
 

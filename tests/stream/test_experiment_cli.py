@@ -63,6 +63,30 @@ def test_a_rehearsal_logs_events_to_a_csv_and_the_slp(tmp_path, fake_loads, clip
     assert cli.main([*argv, "--overwrite"]) == 0
 
 
+def test_the_live_overlay_draws_the_experiment_as_render_does(
+    tmp_path, fake_loads, clip, monkeypatch
+):
+    """`--record-overlay` with `--experiment`: each frame the same as `render
+    --experiment` draws it from the run's .slp (both lossless here, so equal)."""
+    from sleap_live.stream.outputs import overlay_writer
+
+    monkeypatch.setitem(overlay_writer.CODECS, "h264", overlay_writer.CODECS["ffv1"])
+    experiment = tmp_path / "exp.yaml"
+    experiment.write_text(ZONE)
+    out, live, after = tmp_path / "poses.slp", tmp_path / "live.mkv", tmp_path / "after.mkv"
+    run = ["run", str(clip), "-m", "m", "-q", "-o", str(out), "--record-overlay", str(live)]
+    assert cli.main([*run, "--experiment", str(experiment)]) == 0
+    assert cli.main(["render", str(out), "-o", str(after), "--experiment", str(experiment)]) == 0
+    with av.open(str(live)) as a, av.open(str(after)) as b:
+        pairs = [
+            (x.to_ndarray(format="rgb24"), y.to_ndarray(format="rgb24"))
+            for x, y in zip(a.decode(video=0), b.decode(video=0), strict=True)
+        ]
+    assert len(pairs) == 40 and all((x == y).all() for x, y in pairs)
+    # The rule's square: on over its bout (frames 10 to 21) only.
+    assert [tuple(x[6, 6]) == ON for x, _ in pairs] == [10 <= i <= 21 for i in range(40)]
+
+
 def test_a_run_with_mistakes_in_its_experiment_says_each_and_writes_nothing(
     tmp_path, fake_loads, clip, capsys
 ):

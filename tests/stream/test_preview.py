@@ -110,6 +110,49 @@ def test_missing_points_are_null_and_the_message_is_strict_json(fakes):
     assert json.loads(snapshot.message(with_frame=False))["frame"] is None
 
 
+# A rule on while the fake's head (x = frame index) is in x 5..20, kept through the
+# empty frames (every third); and a region no rule reads.
+ZONE = {
+    "regions": {
+        "zone": {"rectangle": [5, -1, 20, 100]},
+        "dish": {"ellipse": {"center": [16, 12], "radii": [6, 4], "angle": 30}},
+        "tri": {"polygon": [[0, 0], [8, 0], [0, 8]]},
+    },
+    "rules": {
+        "in_zone": {"when": {"in_region": {"region": "zone", "node": "head"}}, "missing": "keep"}
+    },
+}
+
+
+def test_the_experiment_message_gives_each_region_in_frame_pixels_and_its_rules():
+    from sleap_live.stream.experiment.experiment import experiment_from_dict
+
+    message = preview_messages.experiment_message(experiment_from_dict(ZONE))
+    assert json.loads(json.dumps(message)) == {
+        "rules": ["in_zone"],
+        "regions": [
+            {"name": "zone", "shape": "rectangle", "x0": 5, "y0": -1, "x1": 20, "y1": 100,
+             "rules": ["in_zone"]},
+            {"name": "dish", "shape": "ellipse", "cx": 16, "cy": 12, "rx": 6, "ry": 4,
+             "angle": 30, "rules": []},
+            {"name": "tri", "shape": "polygon", "vertices": [[0, 0], [8, 0], [0, 8]],
+             "rules": []},
+        ],
+    }  # fmt: skip
+    assert preview_messages.experiment_message(None) is None
+
+
+def test_a_frame_message_carries_its_records_rule_states(fakes):
+    ring, frames = RingBuffer(4, 2, 2), LatestFrame()
+    record = PoseRecord(4, 0.0, 0.1, "cam", fakes.poses_for(4), rules_on=(True, False))
+    frames.put(ring.write(record), fakes.frame_image(4))
+    frame = Snapshots(ring, frames, lambda: stats_of(1), rules=("a", "b")).take().frame
+    assert frame is not None and frame["rules"] == {"a": True, "b": False}
+    # Without an experiment: no rules.
+    frames.put(ring.write(PoseRecord(5, 0.0, 0.1, "cam", fakes.poses_for(5))), fakes.frame_image(5))
+    assert Snapshots(ring, frames, lambda: stats_of(2)).take().frame["rules"] == {}
+
+
 def test_the_stats_sent_are_the_dashboards_figures():
     stats = stats_of(10)
     message = stats_message(stats)
@@ -181,6 +224,34 @@ def test_the_endpoints_serve_the_page_the_poses_the_frame_and_the_stats(fakes):
     # The address is released with the pipeline.
     with pytest.raises(urllib.error.URLError):
         fetch(server.url)
+
+
+def test_a_run_with_an_experiment_sends_its_regions_and_each_frames_rule_states(fakes):
+    from sleap_live.stream.experiment.experiment import experiment_from_dict
+
+    experiment = experiment_from_dict(ZONE)
+    source, server, pipeline = held_run(fakes, experiment=experiment)
+    with pipeline:
+        fakes.wait_for(lambda: pipeline.stats.frames_processed == 10, "10 frames")
+        snapshot = json.loads(fetch(server.url + "snapshot.json")[0])
+        hello = asyncio.run(hello_of(server.url))
+        source.release.set()
+        pipeline.join(PATIENCE)
+    expected = json.loads(json.dumps(preview_messages.experiment_message(experiment)))
+    assert snapshot["experiment"] == expected == hello["experiment"]
+    # Frame 9 is empty: the rule stays on from frame 5 (missing: keep).
+    assert snapshot["frame"]["frame_index"] == 9 and snapshot["frame"]["rules"] == {"in_zone": True}
+
+
+async def hello_of(url: str) -> dict:
+    """The first message a websocket client gets."""
+    import aiohttp
+
+    async with (
+        aiohttp.ClientSession() as session,
+        session.ws_connect(url.replace("http", "ws") + "ws") as ws,
+    ):
+        return await ws.receive_json(timeout=PATIENCE)
 
 
 async def watch(url: str, *, leave_after: int | None = None) -> list[tuple[dict, bytes | None]]:
@@ -667,6 +738,14 @@ def test_the_page_draws_in_the_colours_of_render_and_overlays(fakes):
     assert "palette[key % palette.length]" in drawing
     # no palette of its own (it had red, green, ...)
     assert "PALETTE" not in script and "PALETTE" not in drawing
+
+
+def test_the_page_draws_an_experiment_in_the_colours_of_render_and_overlays():
+    from sleap_live.stream.experiment.overlay import OFF_REGION, OFF_RULE, ON
+
+    script = (Path(preview_module.__file__).parent / "preview.html").read_text()
+    for name, colour in (("RULE_ON", ON), ("REGION_OFF", OFF_REGION), ("RULE_OFF", OFF_RULE)):
+        assert f'const {name} = "rgb{colour}";' in script
 
 
 def test_the_address_is_printed_once_the_model_is_ready_and_held_until_ctrl_c(

@@ -16,6 +16,7 @@ import sleap_io as sio
 
 from sleap_live.engines.types import FramePoses
 from sleap_live.stream import OutputOptions, Pipeline
+from sleap_live.stream.experiment.overlay import OFF_REGION, ON
 from sleap_live.stream.preview import PreviewServer
 from tests.browser import CHROMIUM, PATIENCE, Browser
 
@@ -132,6 +133,19 @@ def test_the_page_shows_the_frames_with_the_skeleton_and_the_runs_figures(browse
     assert browser.text("instances") == "2"
     assert browser.text("frame-index") == "11"
     assert browser.text("legend") == "left right "
+
+    # A run with an experiment: its regions' outlines on the frame, in render's colours
+    # (green: a rule reading it is on), and each rule's state beside it.
+    browser.evaluate(
+        "experiment = {rules: ['r', 's'], regions: ["
+        "{name: 'a', shape: 'rectangle', x0: 10, y0: 10, x1: 40, y1: 30, rules: ['r']},"
+        "{name: 'b', shape: 'polygon', vertices: [[60, 10], [90, 10], [60, 40]], rules: ['s']}]};"
+        "drawRegions(context, experiment.regions, {r: true, s: false});"
+        "showRules({r: true, s: false})"
+    )
+    assert browser.canvas_pixel(10, 20) == ON and browser.canvas_pixel(75, 10) == OFF_REGION
+    assert browser.text("rules") == "r s "
+    assert browser.evaluate("document.getElementById('rules').children[0].dataset.on") == "true"
 
 
 def test_closing_the_browser_mid_run_costs_the_run_nothing(browser, fakes, tmp_path):
