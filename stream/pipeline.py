@@ -841,10 +841,13 @@ def _frames_of(batches: Channel[Batch]) -> list[Frame]:
 def check_box_detector_run(models: ModelPaths, *, tracked: bool, output: Path | None) -> None:
     """Raises `ValueError` for what a box detector alone does not do (tracking, an
     output other than .slp), told from its config or metadata before it loads
-    (`finds_boxes_only`); other models pass."""
+    (`finds_boxes_only`); other models pass. The model is read only when the run asks
+    for one of these, so a run that asks for neither pays nothing."""
+    problems = [BOXES_UNTRACKED] if tracked else []
+    try:
+        check_box_output(output)
+    except ValueError as error:
+        problems.append(str(error))
     paths = [models] if isinstance(models, str | os.PathLike) else list(models)
-    if not finds_boxes_only(paths):
-        return
-    if tracked:
-        raise ValueError(BOXES_UNTRACKED)
-    check_box_output(output)
+    if problems and finds_boxes_only(paths):
+        raise ValueError(problems[0])
