@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from sleap_live.engines.graph.base import InferenceModel
-from sleap_live.engines.graph.boxes import BoxStage, CenterNetStage
+from sleap_live.engines.graph.boxes import BoxStage, CenterNetStage, box_outputs
 from sleap_live.engines.graph.networks import load_model_network
 from sleap_live.engines.graph.peaks import DEFAULT_PEAK_THRESHOLD
 from sleap_live.engines.graph.preprocess import PreprocessConfig, frame_values, frames_to_nchw
@@ -83,12 +83,7 @@ class BoxDetectorModel(InferenceModel):
             boxes, scores, classes, valid = self.detector.values(frame_values(frames))
         else:
             boxes, scores, classes, valid = self.detector(frames_to_nchw(frames), self.specialised)
-        return (
-            valid,
-            torch.where(valid[..., None], boxes, float("nan")),
-            torch.where(valid, scores, float("nan")),
-            torch.where(valid, classes, -1).to(torch.int32),
-        )
+        return box_outputs(boxes, scores, classes, valid)
 
 
 def box_stage(
