@@ -374,10 +374,11 @@ class SteppedSource:
 def settle(pipeline, source: SteppedSource, runner: FakeRunner) -> None:
     """Wait until every released frame is processed, dropped, or waits for the fake clock.
 
-    For batch size 1: a frame is then processed, dropped, queued for an engine that
-    is busy until a later time, or in that engine.
+    For a live batch of one (no batcher stage): a frame is then processed, dropped,
+    waiting in the frames' slot for an engine that is busy until a later time, or in
+    that engine.
     """
-    assert pipeline.batch_size == 1
+    assert pipeline.policy == "live" and pipeline.batch_size == 1
 
     def settled() -> bool:
         stats = pipeline.stats
@@ -389,9 +390,9 @@ def settle(pipeline, source: SteppedSource, runner: FakeRunner) -> None:
             # An engine call whose end time has come is about to return.
             not (busy and until <= source.clock())
             and source.pulled == source.pushed == stats.frames_captured
-            and depths["frames"] == depths["results"] == 0
-            and (depths["batches"] == 0 or busy)
-            and stats.frames_processed + stats.frames_dropped + depths["batches"] + in_engine
+            and depths["batches"] == depths["results"] == 0
+            and (depths["frames"] == 0 or busy)
+            and stats.frames_processed + stats.frames_dropped + depths["frames"] + in_engine
             == stats.frames_captured
         )
 
