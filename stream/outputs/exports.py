@@ -52,6 +52,11 @@ import h5py
 import numpy as np
 import sleap_io as sio
 
+# sleap-io loads its data model on first use: loaded with the outputs instead, so a
+# run's first save imports nothing (a flood of connections to the run's publisher
+# can take every free descriptor for a moment, and an import then fails).
+import sleap_io.model.labels
+
 # The columns of a CSV pose file before the per-node ones ("NODE.x", "NODE.y",
 # "NODE.score" for each node, in the skeleton's order). A frame processed with
 # nothing found has one row with only frame_index filled.
