@@ -30,11 +30,10 @@ from make_fixtures import (
     TEST_FRAMES,
     TRAIN_SEED,
     TRAIN_STRIDE,
-    forget_warm_start,
+    keep_model,
     predict_command,
     run_logged,
     skeleton,
-    strip_checkpoint,
     video_name,
 )
 
@@ -93,13 +92,7 @@ def train(work: Path, models: Path) -> None:
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     cmd = [str(SNN_BIN / "sleap-nn"), "train", "--config", str(config_path)]
     seconds = run_logged(cmd, run_dir.parent / f"{NAME}.log", cwd=work)
-    model_dir = models / NAME
-    shutil.rmtree(model_dir, ignore_errors=True)
-    model_dir.mkdir(parents=True)
-    for keep in ("training_config.yaml", "best.ckpt"):
-        shutil.copy2(run_dir / keep, model_dir / keep)
-    forget_warm_start(model_dir / "training_config.yaml")
-    strip_checkpoint(model_dir / "best.ckpt")
+    keep_model(run_dir, models / NAME)
     print(f"[train] {NAME}: {seconds:.0f} s", flush=True)
 
 
