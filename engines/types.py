@@ -19,7 +19,16 @@ MODEL_TYPES = (
     "multi_class_topdown",
     "multi_class_bottomup",
     "bbox",
+    "semantic_segmentation",
 )
+# Model types whose frames hold masks (`FramePoses.masks`), not instances.
+MASK_MODEL_TYPES = ("semantic_segmentation",)
+# What the models that find no poses find, by model type, and the sleap-io objects
+# a .slp holds them as.
+POSELESS_FINDINGS: Mapping[str, tuple[str, str]] = {
+    "bbox": ("a box detector's boxes", "sleap-io PredictedBoundingBox"),
+    "semantic_segmentation": ("a segmentation model's masks", "sleap-io PredictedSegmentationMask"),
+}
 
 
 @attrs.frozen
@@ -103,6 +112,26 @@ class FrameBoxes:
 
 
 @attrs.frozen(eq=False)
+class FrameMasks:
+    """Masks a segmentation model found in one frame, as sleap-nn stores them.
+
+    Attributes:
+        masks: each mask, (rows, columns) bool at the model's output stride.
+        scores: (masks,) float32 mean foreground probability over each mask.
+        scales: (masks, 2) float64 sio `scale` (x, y) of each mask: its columns and
+            rows over the frame's width and height (`image = mask / scale`).
+    """
+
+    masks: tuple[np.ndarray, ...]
+    scores: np.ndarray
+    scales: np.ndarray
+
+    @property
+    def n_masks(self) -> int:
+        return len(self.masks)
+
+
+@attrs.frozen(eq=False)
 class FramePoses:
     """Poses of every instance found in one frame.
 
@@ -122,6 +151,8 @@ class FramePoses:
             (sleap-nn's ``identity_embedding``; a NaN row for none), read by the
             tracker's appearance options; None when the poses carry no vectors
             (no model sleap-live runs makes them yet).
+        masks: a segmentation model's masks (its frames have no instances); None
+            for the other models.
     """
 
     points: np.ndarray
@@ -130,6 +161,7 @@ class FramePoses:
     identities: np.ndarray
     boxes: FrameBoxes | None = None
     embeddings: np.ndarray | None = None
+    masks: FrameMasks | None = None
 
     @property
     def n_instances(self) -> int:

@@ -288,19 +288,25 @@ def train_models(
             cmd[:1] = [sys.executable, str(unvalidated)]
         print(f"[train] {spec.name} ...", flush=True)
         seconds = run_logged(cmd, runs / f"{spec.name}.log", cwd=runs.parent)
-        model_dir = models_dir / spec.name
-        shutil.rmtree(model_dir, ignore_errors=True)
-        model_dir.mkdir(parents=True)
-        for keep in ("training_config.yaml", "best.ckpt"):
-            shutil.copy2(run_dir / keep, model_dir / keep)
-        forget_warm_start(model_dir / "training_config.yaml")
-        strip_checkpoint(model_dir / "best.ckpt")
+        model_dir = keep_model(run_dir, models_dir / spec.name)
         report[spec.name] = {
             "train_seconds": round(seconds, 1),
             "best_ckpt_bytes": (model_dir / "best.ckpt").stat().st_size,
         }
         print(f"[train] {spec.name}: {report[spec.name]}", flush=True)
     return report
+
+
+def keep_model(run_dir: Path, model_dir: Path) -> Path:
+    """Replace `model_dir` with a sleap-nn run's training_config.yaml and best.ckpt, the
+    checkpoint stripped to its weights and the config's warm start forgotten."""
+    shutil.rmtree(model_dir, ignore_errors=True)
+    model_dir.mkdir(parents=True)
+    for keep in ("training_config.yaml", "best.ckpt"):
+        shutil.copy2(run_dir / keep, model_dir / keep)
+    forget_warm_start(model_dir / "training_config.yaml")
+    strip_checkpoint(model_dir / "best.ckpt")
+    return model_dir
 
 
 WARM_START_KEYS = ("pretrained_backbone_weights", "pretrained_head_weights")

@@ -57,9 +57,10 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from sleap_live.engines.load.dirs import finds_boxes_only
+from sleap_live.engines.load.dirs import poseless_kind
 from sleap_live.engines.load_options import LoadOptions
 from sleap_live.engines.runners.base import Runner
+from sleap_live.engines.types import MASK_MODEL_TYPES
 from sleap_live.stream.batching import (
     DEFAULT_BATCH_SIZE,
     POLICIES,
@@ -85,7 +86,7 @@ from sleap_live.stream.memory import check_batch_memory
 from sleap_live.stream.outputs.options import OutputOptions
 from sleap_live.stream.outputs.provenance import with_models
 from sleap_live.stream.outputs.recovery import JournalClaim
-from sleap_live.stream.outputs.writers import OpenWriters, check_box_output, open_outputs
+from sleap_live.stream.outputs.writers import OpenWriters, check_poseless_output, open_outputs
 from sleap_live.stream.priority import RECORDED_BACKGROUND_NICE, apply_stage_priority
 from sleap_live.stream.ring import DEFAULT_STALL_TIMEOUT, RingBuffer
 from sleap_live.stream.runner import ModelOrRunner, ModelPaths, as_runner
@@ -94,11 +95,7 @@ from sleap_live.stream.sources import Source
 from sleap_live.stream.sources.group import SourceGroup, as_group
 from sleap_live.stream.stages import StageThreads, signals_held
 from sleap_live.stream.stats import PipelineStats, StageMeters
-from sleap_live.stream.tracking.live import (
-    BOXES_UNTRACKED,
-    PoseTracking,
-    check_model_for_tracking,
-)
+from sleap_live.stream.tracking.live import PoseTracking, check_model_for_tracking, untracked
 from sleap_live.stream.tracking.settings import TrackingSettings
 from sleap_live.stream.types import Frame, PoseRecord, TrackLabel
 
@@ -268,9 +265,7 @@ class Pipeline:
             )
         self.stop_timeout = stop_timeout
         if not isinstance(model_or_runner, Runner):
-            check_box_detector_run(
-                model_or_runner, tracked=tracking is not None, output=outputs.output
-            )
+            check_poseless_run(model_or_runner, tracked=tracking is not None, output=outputs.output)
         self._source = source
         self.policy: Policy = policy
         self.batch_size = batch_size
@@ -294,7 +289,12 @@ class Pipeline:
         # top-down model's, one per crop: as many as the instances kept.
         boxes = instances if info.detector_categories else 0
         self.ring = RingBuffer(
-            ring_capacity, instances, info.skeleton.n_nodes, max_boxes=boxes, clock=clock
+            ring_capacity,
+            instances,
+            info.skeleton.n_nodes,
+            max_boxes=boxes,
+            masks=info.model_type in MASK_MODEL_TYPES,
+            clock=clock,
         )
         self._consumers = Consumers(
             self.ring,
@@ -874,16 +874,18 @@ def _frames_of(batches: Channel[Batch]) -> list[Frame]:
     return [frame for batch in batches for frame in batch.frames]
 
 
-def check_box_detector_run(models: ModelPaths, *, tracked: bool, output: Path | None) -> None:
-    """Raises `ValueError` for what a box detector alone does not do (tracking, an
-    output other than .slp), told from its config or metadata before it loads
-    (`finds_boxes_only`); other models pass. The model is read only when the run asks
-    for one of these, so a run that asks for neither pays nothing."""
-    problems = [BOXES_UNTRACKED] if tracked else []
-    try:
-        check_box_output(output)
-    except ValueError as error:
-        problems.append(str(error))
+def check_poseless_run(models: ModelPaths, *, tracked: bool, output: Path | None) -> None:
+    """Raises `ValueError` for what a model that finds no poses (a box detector alone, a
+    segmentation model) does not do (tracking, an output other than .slp), told from its
+    config or metadata before it loads (`poseless_kind`); other models pass. The model
+    is read only when the run asks for one of these, so a run that asks for neither
+    pays nothing."""
+    if not tracked and (output is None or output.suffix.lower() == ".slp"):
+        return
     paths = [models] if isinstance(models, str | os.PathLike) else list(models)
-    if problems and finds_boxes_only(paths):
-        raise ValueError(problems[0])
+    kind = poseless_kind(paths)
+    if kind is None:
+        return
+    if tracked:
+        raise ValueError(untracked(kind))
+    check_poseless_output(output, kind)

@@ -39,7 +39,7 @@ from collections.abc import Iterator
 import attrs
 import numpy as np
 
-from sleap_live.engines.types import FrameBoxes, FramePoses
+from sleap_live.engines.types import FrameBoxes, FrameMasks, FramePoses
 from sleap_live.stream.clock import CLOCK_POLL, MONOTONIC, Clock
 from sleap_live.stream.types import PoseRecord
 
@@ -118,6 +118,9 @@ class RingBuffer:
         n_nodes: nodes per instance; every written record must have this many.
         max_boxes: boxes stored per record (a box detector's `FramePoses.boxes`);
             0 stores none, and records read back have `boxes` None.
+        masks: whether records carry a segmentation model's masks (`FramePoses.masks`):
+            each slot keeps a reference to its record's, which nothing changes once
+            decoded (the masks vary in size, unlike the arrays above).
         clock: what lossless readers' stall timeouts are measured on.
 
     Raises:
@@ -132,6 +135,7 @@ class RingBuffer:
         n_nodes: int,
         *,
         max_boxes: int = 0,
+        masks: bool = False,
         clock: Clock = MONOTONIC,
     ) -> None:
         self._clock = clock
@@ -155,6 +159,7 @@ class RingBuffer:
         self._box_scores = np.full((capacity, max_boxes), np.nan, np.float32)
         self._box_categories = np.full((capacity, max_boxes), -1, np.int32)
         self._n_boxes = np.full(capacity, -1, np.int32)  # -1: the record had no boxes
+        self._masks: list[FrameMasks | None] | None = [None] * capacity if masks else None
         # Serialises writers (and close) without ever being taken by readers.
         self._write_lock = threading.Lock()
         # Guards the count, the lossless readers, the sleepers and the flags below.
@@ -245,6 +250,8 @@ class RingBuffer:
                 self._identities[slot, n_kept:] = -1
             if self._max_boxes:
                 self._write_boxes(slot, poses.boxes)
+            if self._masks is not None:
+                self._masks[slot] = poses.masks
             self._sequence[slot] = sequence
             with self._lock:
                 self._written = sequence + 1
@@ -330,6 +337,7 @@ class RingBuffer:
             instance_scores=self._instance_scores[slot, :n_kept].copy(),
             identities=self._identities[slot, :n_kept].copy(),
             boxes=self._read_boxes(slot) if self._max_boxes else None,
+            masks=None if self._masks is None else self._masks[slot],
         )
         record = PoseRecord(
             frame_index=int(self._frame_index[slot]),

@@ -288,9 +288,11 @@ class StageMeters:
         self._process_rate.add()
         self._latency.add(record.latency)
         self.instances_last_frame = record.poses.n_instances
-        boxes = record.poses.boxes
-        self.frames_with_instances += record.poses.n_instances > 0 or (
-            boxes is not None and boxes.n_boxes > 0
+        boxes, masks = record.poses.boxes, record.poses.masks
+        self.frames_with_instances += (
+            record.poses.n_instances > 0
+            or (boxes is not None and boxes.n_boxes > 0)
+            or (masks is not None and masks.n_masks > 0)
         )
 
     def batch_emitted(self, times: StageTimes) -> None:

@@ -71,8 +71,11 @@ def detections_per_frame(outputs: Mapping[str, np.ndarray], batch: int) -> list[
 
     Instance outputs (either layout): instances with at least one node found. Bottom-up
     outputs: valid peaks (of any node), since grouping happens on the host. A box
-    detector's alone: its boxes (a box top-down model's: its instances).
+    detector's alone: its boxes (a box top-down model's: its instances). A segmentation
+    model's: its masks (a frame with foreground has one).
     """
+    if "masks" in outputs:
+        return [int(mask.any()) for mask in outputs["masks"][:batch]]
     if "points" not in outputs:
         slots = outputs["peak_valid" if "peak_valid" in outputs else "box_valid"]
         return [int(count) for count in slots.reshape(batch, -1).sum(axis=1)]

@@ -83,7 +83,12 @@ def _refuse(model: InferenceModel) -> str | None:
     model_type = model.info.model_type
     if model_type in WEB_MODEL_TYPES:
         return None
-    why = "the page draws no boxes" if model_type == "bbox" else "its grouping runs on the host"
+    drawn = {"bbox": "boxes", "semantic_segmentation": "masks"}
+    why = (
+        f"the page draws no {drawn[model_type]}"
+        if model_type in drawn
+        else "its grouping runs on the host"
+    )
     return (
         f"a {model_type} model cannot run in the web page, which decodes instance lists "
         f"only ({', '.join(WEB_MODEL_TYPES)}); {why} (use --format onnx)"

@@ -14,6 +14,7 @@ from sleap_live.engines.graph.bottomup import BottomUpModel, MultiClassBottomUpM
 from sleap_live.engines.graph.box_topdown import BoxMultiClassTopDownModel, BoxTopDownModel
 from sleap_live.engines.graph.centroid import CentroidModel
 from sleap_live.engines.graph.detector import BoxDetectorModel
+from sleap_live.engines.graph.segmentation import SemanticSegmentationModel
 from sleap_live.engines.graph.single_instance import SingleInstanceModel
 from sleap_live.engines.graph.topdown import MultiClassTopDownModel, TopDownModel
 from sleap_live.engines.load.dirs import read_model_dir
@@ -27,8 +28,9 @@ def load_inference_model(
     """The torch inference model of one or two trained sleap-nn model directories.
 
     Args:
-        paths: a single-instance, centroid, bottom-up, multi-class bottom-up or
-            box detector (`bbox_centernet` or `bbox_ssd`) directory; or a centroid directory and a
+        paths: a single-instance, centroid, bottom-up, multi-class bottom-up,
+            semantic segmentation or box detector (`bbox_centernet` or `bbox_ssd`)
+            directory; or a centroid directory and a
             centered-instance or multi-class top-down directory, or a
             `bbox_centernet` detector and one of those two, in any order.
         settings: the inference settings (default: sleap-nn predict's); they are
@@ -63,6 +65,8 @@ def _built(paths: str | Path | Sequence[str | Path], settings: InferenceSettings
             return single[spec.model_type].from_spec(spec, **_options(spec.model_type, settings))
         if spec.model_type in BOX_MODEL_TYPES:
             return BoxDetectorModel.from_spec(spec, **_options("bbox", settings))
+        if spec.model_type == "semantic_segmentation":
+            return SemanticSegmentationModel.from_spec(spec)
         raise ModelConfigError(
             f"{dirs[0]}: a {spec.model_type} model runs on crops around centroids; "
             "give its centroid model directory too"

@@ -40,7 +40,7 @@ from sleap_live.engines.host.outputs import (
     output_spec,
 )
 from sleap_live.engines.host.postprocess import decode
-from sleap_live.engines.types import FrameBoxes, FramePoses, ModelInfo
+from sleap_live.engines.types import FrameBoxes, FrameMasks, FramePoses, ModelInfo
 
 # float32's unit roundoff: the largest relative error of one rounding.
 UNIT_ROUNDOFF = 2.0**-24
@@ -49,6 +49,9 @@ UNIT_ROUNDOFF = 2.0**-24
 COORDINATE_ROUNDINGS = 8
 # At most this fraction of the compared points (and at least one) may be near-ties.
 MAX_TIE_FRACTION = 0.01
+# A segmentation mask's least IoU with the other side's where pixels at the threshold
+# went the other way (issue 40's acceptance figure).
+MASK_IOU = 0.999
 
 NOISE, NEAR_TIES, DISAGREEMENT = "noise", "near-ties", "disagreement"
 # Outputs in frame pixels, and outputs that must be equal: the rest are scores.
@@ -161,6 +164,8 @@ def compare_poses(
             tally.instance(index, want, int(a), got, int(b))
         if want.boxes is not None and got.boxes is not None:
             tally.boxes(index, want.boxes, got.boxes)
+        if want.masks is not None and got.masks is not None:
+            tally.masks(index, want.masks, got.masks)
     return tally.result()
 
 
@@ -335,6 +340,35 @@ class _Tally:
         self.max_score = max(self.max_score, float(relative.max(initial=0.0)))
         if not np.array_equal(want.categories[:n], got.categories[:n]):
             self.disagree(f"{where}: box categories differ")
+
+    def masks(self, frame: int, want: FrameMasks, got: FrameMasks) -> None:
+        """A segmentation model's masks of one frame, in order. Pixels whose probability
+        lies at the threshold may go either way: a frame's masks differing in a few is a
+        near-tie, in more (an IoU under `MASK_IOU`, or another count or shape) a
+        disagreement."""
+        where = f"frame {frame}"
+        if want.n_masks != got.n_masks:
+            self.disagree(f"{where}: {got.n_masks} masks, not {want.n_masks}")
+            return
+        for i, (a, b) in enumerate(zip(want.masks, got.masks, strict=True)):
+            if a.shape != b.shape:
+                self.disagree(f"{where} mask {i}: shape {b.shape}, not {a.shape}")
+                continue
+            differ = int(np.count_nonzero(a != b))
+            if differ == 0:
+                continue
+            iou = 1.0 - differ / max(1, int(np.count_nonzero(a | b)))
+            line = f"{where} mask {i}: {differ} pixel(s) differ (IoU {iou:.5f})"
+            if iou < MASK_IOU:
+                self.disagree(line)
+            else:
+                self.ties.append(line)
+        if not np.array_equal(want.scales, got.scales):
+            self.disagree(f"{where}: mask scales differ")
+        relative = _relative(want.scores, got.scores)
+        if np.any(relative > self.bound.scores):
+            self.disagree(f"{where}: mask scores differ by {float(relative.max()):.3g}")
+        self.max_score = max(self.max_score, float(relative.max(initial=0.0)))
 
     def result(self) -> Agreement:
         allowed = max(1, int(MAX_TIE_FRACTION * self.points))

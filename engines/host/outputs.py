@@ -39,6 +39,15 @@ after its instance outputs, the valid slots in the order of the frame's crops
 - ``box_categories`` (B, K) int32: index into `ModelInfo.detector_categories`,
   -1 in empty slots.
 
+Semantic segmentation outputs, per frame (the same in both layouts):
+
+- ``masks`` (B, rows, cols) bool: foreground at the head's output stride over the
+  whole padded network input;
+- ``mask_extents`` (B, 4) int32: the rows and columns of ``masks`` that cover the
+  frame, then the frame's height and width (the mask's sio scale is their ratio);
+- ``mask_scores`` (B,) float32: mean foreground probability over the mask, NaN
+  where the frame has no foreground.
+
 The TensorRT profile's graphs (`LAYOUTS`: "instance_slots") replace the instance
 list with `max_instances` fixed slots per frame, so every output's shape is known
 before the run (preallocated buffers, CUDA graphs); bottom-up outputs are the same
@@ -69,6 +78,7 @@ MULTI_CLASS_TOPDOWN_OUTPUTS = (*INSTANCE_OUTPUTS, "class_scores")
 BOTTOMUP_OUTPUTS = ("peaks", "peak_scores", "peak_valid", "line_scores")
 MULTI_CLASS_BOTTOMUP_OUTPUTS = ("peaks", "peak_scores", "peak_valid", "class_probs")
 BOX_OUTPUTS = ("box_valid", "boxes", "box_scores", "box_categories")
+MASK_OUTPUTS = ("masks", "mask_extents", "mask_scores")
 # `ModelInfo.postprocess` key of a multi-class top-down model: whether instances
 # no class was assigned to are reported (sleap-nn, the default) or dropped, the
 # rest ordered by class (SLEAP 1.x).
@@ -120,6 +130,9 @@ _LIST_SPECS = {
         OutputSpec("boxes", "float32", (BATCH_AXIS, "box_slots", "xyxy")),
         OutputSpec("box_scores", "float32", (BATCH_AXIS, "box_slots")),
         OutputSpec("box_categories", "int32", (BATCH_AXIS, "box_slots")),
+        OutputSpec("masks", "bool", (BATCH_AXIS, "mask_rows", "mask_cols")),
+        OutputSpec("mask_extents", "int32", (BATCH_AXIS, "extent")),
+        OutputSpec("mask_scores", "float32", (BATCH_AXIS,)),
     )
 }
 _SLOT_SPECS = _LIST_SPECS | {
@@ -144,6 +157,7 @@ OUTPUTS_BY_MODEL_TYPE: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "bottomup": BOTTOMUP_OUTPUTS,
         "multi_class_bottomup": MULTI_CLASS_BOTTOMUP_OUTPUTS,
         "bbox": BOX_OUTPUTS,
+        "semantic_segmentation": MASK_OUTPUTS,
     }
 )
 

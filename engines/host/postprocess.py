@@ -48,9 +48,10 @@ from sleap_live.engines.host.outputs import (
     BOX_OUTPUTS,
     INSTANCE_OUTPUTS,
     KEEP_UNCLASSIFIED,
+    MASK_OUTPUTS,
     MULTI_CLASS_BOTTOMUP_OUTPUTS,
 )
-from sleap_live.engines.types import FrameBoxes, FramePoses, ModelInfo
+from sleap_live.engines.types import FrameBoxes, FrameMasks, FramePoses, ModelInfo
 
 # Instance outputs that the slot layout holds per (frame, slot).
 _SLOTTED = ("points", "point_scores", "instance_scores", "class_scores")
@@ -245,6 +246,28 @@ def frame_boxes(outputs: Mapping[str, np.ndarray], batch_size: int) -> list[Fram
     ]
 
 
+def decode_masks(
+    info: ModelInfo, outputs: Mapping[str, np.ndarray], batch_size: int
+) -> list[FramePoses]:
+    """Per-frame masks of a semantic segmentation model's outputs (`MASK_OUTPUTS`), no
+    instances: each frame's map cropped to the extent that covers the frame, none where
+    it holds no foreground (sleap-nn's `min_mask_area` of 0)."""
+    masks, extents, scores = _arrays(outputs, MASK_OUTPUTS)
+    empty = FramePoses.empty(info.skeleton.n_nodes)
+    decoded = []
+    for frame in range(batch_size):
+        rows, cols, height, width = (int(v) for v in extents[frame])
+        mask = np.array(masks[frame, :rows, :cols], dtype=bool)
+        kept = (mask,) if mask.any() else ()
+        found = FrameMasks(
+            masks=kept,
+            scores=scores[frame : frame + len(kept)].astype(np.float32),
+            scales=np.array([(cols / width, rows / height)] * len(kept), dtype=np.float64),
+        )
+        decoded.append(attrs.evolve(empty, masks=found))
+    return decoded
+
+
 DECODERS: Mapping[str, Decoder] = MappingProxyType(
     {
         "single_instance": decode_instances,
@@ -254,5 +277,6 @@ DECODERS: Mapping[str, Decoder] = MappingProxyType(
         "bottomup": decode_grouped,
         "multi_class_bottomup": decode_grouped,
         "bbox": decode_boxes,
+        "semantic_segmentation": decode_masks,
     }
 )

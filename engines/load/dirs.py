@@ -35,6 +35,7 @@ from sleap_live.engines.load.spec import (
     ModelSpec,
 )
 from sleap_live.engines.load.training_config import parse_training_config, read_yaml
+from sleap_live.engines.types import POSELESS_FINDINGS
 
 EXPORT_METADATA = "export_metadata.json"
 EXPORTED_MODELS = ("model.onnx", "model.trt")
@@ -122,26 +123,31 @@ def refuse_unrun_models(paths: Sequence[str | os.PathLike[str]]) -> None:
             read_legacy_config(folder)
 
 
-def finds_boxes_only(paths: Sequence[str | os.PathLike[str]]) -> bool:
-    """Whether `paths` name a box detector alone (boxes, no poses), told before it
-    loads: from a trained directory's config, or a sleap-live export's metadata (in
-    the `.onnx`, or the JSON beside another format's file). False for anything else
-    or anything unreadable, which the loader then names."""
+def poseless_kind(paths: Sequence[str | os.PathLike[str]]) -> str | None:
+    """The model type (a `POSELESS_FINDINGS` key) of a model that finds no poses (a box
+    detector alone, a segmentation model), told before it loads: from a trained
+    directory's config, or a sleap-live export's metadata (in the `.onnx`, or the JSON
+    beside another format's file). None for anything else or anything unreadable,
+    which the loader then names."""
     if len(paths) != 1:
-        return False
+        return None
     path = Path(paths[0])
     folder = path if path.is_dir() else path.parent
+    kind: str | None
     try:
         if path.suffix == ".onnx" and path.is_file():
-            return read_onnx_info(path).model_type == "bbox"
-        if sidecar_path(path).is_file():
+            kind = read_onnx_info(path).model_type
+        elif sidecar_path(path).is_file():
             text = sidecar_path(path).read_text()
-            return ExportMetadata.from_json(text, str(path)).info.model_type == "bbox"
-        if (folder / TRAINING_CONFIG).is_file() and not is_sleap_nn_export_dir(folder):
-            return head_type(read_yaml(folder / TRAINING_CONFIG)) in BOX_MODEL_TYPES
+            kind = ExportMetadata.from_json(text, str(path)).info.model_type
+        elif (folder / TRAINING_CONFIG).is_file() and not is_sleap_nn_export_dir(folder):
+            kind = head_type(read_yaml(folder / TRAINING_CONFIG))
+            kind = "bbox" if kind in BOX_MODEL_TYPES else kind
+        else:
+            return None
     except (OSError, ValueError):  # the loader names the problem
-        return False
-    return False
+        return None
+    return kind if kind in POSELESS_FINDINGS else None
 
 
 def is_sleap_nn_export_dir(path: Path) -> bool:

@@ -8,8 +8,9 @@ sleap-nn exports; and an `embedding` (re-identification) type, segmentation mode
 `semantic_segmentation`), and `pretrained` backbones, image encoders from the
 Hugging Face Hub (hierarchical ones and plain ViTs such as DINOv2, CLIP or SigLIP;
 `timm/...` ids through transformers). sleap-live does not run these: the
-embeddings and masks have no place in its outputs, and a pretrained encoder's
-code and weights come from the internet.
+embeddings and instance masks have no place in its outputs, and a pretrained
+encoder's code and weights come from the internet. Of the segmentation models it runs
+`semantic_segmentation` (whole-frame foreground), from training directories only.
 
 `refuse_unrun_kind` reads only the config's head and backbone keys and refuses such
 a model, or one of a type it does not know, with one line naming the folder, what
@@ -30,11 +31,11 @@ UNRUN_MODEL_TYPES: Mapping[str, str] = {
     "embedding": "an embedding (re-identification) model",
     "bottomup_segmentation": "a segmentation model (bottomup_segmentation)",
     "centered_instance_segmentation": "a segmentation model (centered_instance_segmentation)",
-    "semantic_segmentation": "a segmentation model (semantic_segmentation)",
 }
-# sleap-nn exports of the detectors sleap-live runs from training directories only.
+# sleap-nn exports of the models sleap-live runs from training directories only.
 UNRUN_EXPORT_TYPES: Mapping[str, str] = {
     **UNRUN_MODEL_TYPES,
+    "semantic_segmentation": "a segmentation model (semantic_segmentation)",
     "bbox_centernet": "a box detector (bbox_centernet)",
     "bbox_ssd": "a box detector (bbox_ssd)",
 }

@@ -54,6 +54,8 @@ MODEL_HEADS: Mapping[str, tuple[tuple[str, str], ...]] = {
     ),
     # Its SSD-style anchor detector: one head reading several strides (`SSDHead`).
     "bbox_ssd": (("ssd", "SSDHead"),),
+    # Whole-frame foreground segmentation: one foreground logit map.
+    "semantic_segmentation": (("segmentation", "SegmentationHead"),),
 }
 
 # Model types that find boxes, not poses; one can stand in for a top-down model's
@@ -200,7 +202,7 @@ class HeadSpec:
         for an SSD head: background and category logits, then 4 box deltas)."""
         if self.anchors is not None:
             return len(self.classes) + 5
-        if self.name == "CentroidConfmapsHead":
+        if self.name in ("CentroidConfmapsHead", "SegmentationHead"):
             return 1
         if self.name == "PartAffinityFieldsHead":
             return 2 * len(self.edges)
@@ -216,8 +218,10 @@ class HeadSpec:
         if self.name == "ClassVectorsHead":
             return "softmax"
         # sleap-nn's detector module ends the centre head in a sigmoid
-        # (`BBoxCenterNetLightningModule._decoder_inputs`).
-        if self.name in ("ClassMapsHead", "BBoxCenterHead") or self.use_sigmoid_activation:
+        # (`BBoxCenterNetLightningModule._decoder_inputs`), its segmentation module the
+        # foreground head (`SemanticSegmentationLightningModule.forward`).
+        sigmoid_heads = ("ClassMapsHead", "BBoxCenterHead", "SegmentationHead")
+        if self.name in sigmoid_heads or self.use_sigmoid_activation:
             return "sigmoid"
         return "identity"
 

@@ -349,7 +349,7 @@ def _parse_head(
     if name == "BBoxCenterHead":
         categories = _string_list(reader, leaf.get("categories"), f"{where}.categories")
         return attrs.evolve(head, classes=categories or (DEFAULT_BOX_CATEGORY,))
-    if name in ("BBoxSizeHead", "BBoxOffsetHead"):
+    if name in ("BBoxSizeHead", "BBoxOffsetHead", "SegmentationHead"):
         return head
     if name == "SSDHead":
         categories = _string_list(reader, leaf.get("categories"), f"{where}.categories")

@@ -41,7 +41,7 @@ from sleap_live.stream.many.run import (
 )
 from sleap_live.stream.many.videos import DEFAULT_NAME_PATTERN, escaped, find_videos, plan_jobs
 from sleap_live.stream.many.worker import WorkOptions
-from sleap_live.stream.pipeline import check_box_detector_run
+from sleap_live.stream.pipeline import check_poseless_run
 from sleap_live.stream.sources import SourceOptions
 
 # The options of a single run that cannot apply over many videos, and why. Each
@@ -164,7 +164,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     """Runs `run` over many videos; returns 1 when any failed, else 0."""
     _check(args)
     pattern = args.name_pattern or DEFAULT_NAME_PATTERN
-    check_box_detector_run(args.models, tracked=args.tracking, output=Path(pattern))
+    check_poseless_run(args.models, tracked=args.tracking, output=Path(pattern))
     jobs = plan_jobs(
         find_videos(
             args.video,

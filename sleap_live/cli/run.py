@@ -58,7 +58,7 @@ from sleap_live.stream.outputs.options import OutputOptions
 from sleap_live.stream.outputs.recorder import DEFAULT_RECORD_CODEC, RECORD_CODECS
 from sleap_live.stream.outputs.recovery import JournalClaim
 from sleap_live.stream.outputs.slp import DEFAULT_SAVE_INTERVAL
-from sleap_live.stream.pipeline import Pipeline, check_box_detector_run
+from sleap_live.stream.pipeline import Pipeline, check_poseless_run
 from sleap_live.stream.preview import DEFAULT_HOST, DEFAULT_MAX_FPS, DEFAULT_PORT, PreviewServer
 from sleap_live.stream.preview import exposure_warning as preview_exposure_warning
 from sleap_live.stream.publish import Publisher, check_endpoint
@@ -284,7 +284,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             return many.handle(args, console)
         args.video = args.video[0] if args.video else None
     _check(args)
-    check_box_detector_run(args.models, tracked=args.tracking, output=args.output)
+    check_poseless_run(args.models, tracked=args.tracking, output=args.output)
     tracking = tracking_settings(args)
     # A video file; None for a camera or a stream URL.
     video = args.video if isinstance(args.video, Path) else None

@@ -11,7 +11,8 @@ Layout: the 8-byte `MAGIC`, then records, each ``kind (1 byte) | payload length
 (uint32) | CRC-32 of the payload (uint32) | payload``, little-endian. The first
 record is the header (kind ``H``, UTF-8 JSON: skeleton, video, frame shape, ...);
 every later one a chunk of frames (kind ``F``, see `FrameChunk.to_bytes`), the
-boxes of the chunk just before (kind ``B``, see `BoxChunk`: a box detector's), or
+boxes of the chunk just before (kind ``B``, see `BoxChunk`: a box detector's), its
+masks (kind ``M``, see `MaskChunk`: a segmentation model's), or
 track labels for instances of earlier chunks (kind ``L``, see `TrackLabels`: a MOT
 tracker's detections labelled once their track was confirmed). A record cut short
 or failing its CRC ends the journal: a kill mid-write costs that record only,
@@ -40,7 +41,8 @@ JOURNAL_SUFFIX = ".journal"
 _RECORD = struct.Struct("<cII")
 _CHUNK = struct.Struct("<III")  # frames, instances, nodes
 _BOX_CHUNK = struct.Struct("<II")  # frames, boxes
-_HEADER, _FRAMES, _BOXES, _LABELS = b"H", b"F", b"B", b"L"
+_MASK_CHUNK = struct.Struct("<II")  # frames, masks
+_HEADER, _FRAMES, _BOXES, _MASKS, _LABELS = b"H", b"F", b"B", b"M", b"L"
 _LABEL_COUNT = struct.Struct("<I")
 
 # Bounds a journal's values must keep, far above any run's, so a crafted or
@@ -321,6 +323,80 @@ class BoxChunk:
 
 
 @attrs.frozen(eq=False)
+class MaskChunk:
+    """A segmentation model's masks of the frames of the `FrameChunk` written just before.
+
+    Attributes:
+        counts: (F,) int32 masks in each of that chunk's frames; they sum to N.
+        masks: the N masks, each (rows, columns) bool at the model's output stride.
+        scores: (N,) float32.
+        scales: (N, 2) float64 sio `scale` (x, y) of each mask.
+    """
+
+    counts: np.ndarray
+    masks: tuple[np.ndarray, ...]
+    scores: np.ndarray
+    scales: np.ndarray
+
+    def frames(self) -> Iterator[slice]:
+        """The slice of each frame's masks, in order."""
+        ends = np.cumsum(self.counts)
+        for end, count in zip(ends.tolist(), self.counts.tolist(), strict=True):
+            yield slice(end - count, end)
+
+    def to_bytes(self) -> bytes:
+        """Sizes, then each mask's (rows, columns), scores, scales, then every mask's
+        pixels bit-packed row after row (`np.packbits`), one after the other."""
+        shapes = np.array([m.shape for m in self.masks], "<i4").reshape(-1, 2)
+        return b"".join(
+            (
+                _MASK_CHUNK.pack(self.counts.shape[0], len(self.masks)),
+                self.counts.astype("<i4").tobytes(),
+                shapes.tobytes(),
+                self.scores.astype("<f4").tobytes(),
+                self.scales.astype("<f8").tobytes(),
+                *(np.packbits(m, axis=None).tobytes() for m in self.masks),
+            )
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes, origin: str = "journal") -> MaskChunk:
+        """Parses `to_bytes`.
+
+        Raises:
+            JournalError: one line naming `origin`: the sizes do not match the bytes,
+                a mask is larger than a frame may be, or the counts do not add up.
+        """
+        if len(data) < _MASK_CHUNK.size:
+            raise JournalError(f"{origin}: a chunk of masks is cut short ({len(data)} bytes)")
+        n_frames, n_masks = _MASK_CHUNK.unpack_from(data)
+        offset = _MASK_CHUNK.size + n_frames * 4 + n_masks * 28
+        if len(data) < offset:
+            raise JournalError(f"{origin}: a chunk of masks is cut short ({len(data)} bytes)")
+        counts = np.frombuffer(data, "<i4", n_frames, _MASK_CHUNK.size)
+        shapes = np.frombuffer(data, "<i4", n_masks * 2, _MASK_CHUNK.size + n_frames * 4)
+        shapes = shapes.reshape(n_masks, 2)
+        scores = np.frombuffer(data, "<f4", n_masks, offset - n_masks * 20)
+        scales = np.frombuffer(data, "<f8", n_masks * 2, offset - n_masks * 16)
+        if (counts < 0).any() or int(counts.sum(dtype=np.int64)) != n_masks:
+            raise JournalError(f"{origin}: a chunk's mask counts do not add up to {n_masks}")
+        if n_masks and (shapes.min() < 1 or shapes.max() > MAX_FRAME_SIDE):
+            raise JournalError(f"{origin}: a mask's size is not 1 to {MAX_FRAME_SIDE} pixels")
+        sizes = [int(rows) * int(cols) for rows, cols in shapes.tolist()]
+        if len(data) != offset + sum((size + 7) // 8 for size in sizes):
+            raise JournalError(
+                f"{origin}: a chunk says {n_masks} masks of {sum(sizes)} pixels but holds "
+                f"{len(data)} bytes"
+            )
+        masks = []
+        for (rows, cols), size in zip(shapes.tolist(), sizes, strict=True):
+            bits = np.frombuffer(data, np.uint8, (size + 7) // 8, offset)
+            masks.append(np.unpackbits(bits, count=size).astype(bool).reshape(rows, cols))
+            offset += (size + 7) // 8
+        return cls(counts, tuple(masks), scores, scales.reshape(n_masks, 2))
+
+
+@attrs.frozen(eq=False)
 class TrackLabels:
     """Tracks given late to instances of frames already in the journal.
 
@@ -393,13 +469,16 @@ class JournalWriter:
         chunk: FrameChunk | None,
         labels: TrackLabels | None = None,
         boxes: BoxChunk | None = None,
+        masks: MaskChunk | None = None,
     ) -> None:
-        """Write one chunk of frames, its frames' boxes, and labels for earlier
-        chunks' instances (any may be None; boxes only with a chunk) and wait until
-        they are on disk."""
+        """Write one chunk of frames, its frames' boxes and masks, and labels for
+        earlier chunks' instances (any may be None; boxes and masks only with a chunk)
+        and wait until they are on disk."""
         data = b"" if chunk is None else _frame(_FRAMES, chunk.to_bytes())
         if boxes is not None:
             data += _frame(_BOXES, boxes.to_bytes())
+        if masks is not None:
+            data += _frame(_MASKS, masks.to_bytes())
         if labels is not None:
             data += _frame(_LABELS, labels.to_bytes())
         _write_all(self._fd, data)
@@ -425,9 +504,9 @@ class JournalContents:
 
 def read_journal(
     path: Path,
-) -> tuple[JournalHeader, Iterator[FrameChunk | BoxChunk | TrackLabels]]:
+) -> tuple[JournalHeader, Iterator[FrameChunk | BoxChunk | MaskChunk | TrackLabels]]:
     """The header of the journal at `path` and an iterator over its complete records:
-    chunks of frames, the boxes of the chunk just before, and track labels for
+    chunks of frames, the boxes and masks of the chunk just before, and track labels for
     instances of the chunks before them.
 
     Records are read one at a time, so memory holds one chunk, not the journal.
@@ -476,13 +555,15 @@ def _open(path: Path) -> tuple[BinaryIO, JournalHeader]:
 
 def _chunks(
     handle: BinaryIO, header: JournalHeader, origin: str
-) -> Iterator[FrameChunk | BoxChunk | TrackLabels]:
+) -> Iterator[FrameChunk | BoxChunk | MaskChunk | TrackLabels]:
     with handle:
         while (record := _read_record(handle)) is not None:
             if record[0] == _FRAMES:
                 yield FrameChunk.from_bytes(record[1], header, origin)
             elif record[0] == _BOXES:
                 yield BoxChunk.from_bytes(record[1], header, origin)
+            elif record[0] == _MASKS:
+                yield MaskChunk.from_bytes(record[1], origin)
             elif record[0] == _LABELS:
                 yield TrackLabels.from_bytes(record[1], origin)
 
@@ -514,7 +595,7 @@ def _read_record(handle: BinaryIO) -> tuple[bytes, bytes] | None:
         return None
     kind, length, crc = _RECORD.unpack(head)
     payload = handle.read(length)
-    known = (_HEADER, _FRAMES, _BOXES, _LABELS)
+    known = (_HEADER, _FRAMES, _BOXES, _MASKS, _LABELS)
     if len(payload) < length or zlib.crc32(payload) != crc or kind not in known:
         return None
     return kind, payload

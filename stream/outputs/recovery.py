@@ -42,6 +42,7 @@ from sleap_live.stream.outputs.journal import (
     JournalContents,
     JournalError,
     JournalTornError,
+    MaskChunk,
     TrackLabels,
     journal_path,
     read_journal,
@@ -225,6 +226,10 @@ def write_slp_from_journal(journal: Path, slp: Path) -> int:
                     for box, instance in zip(labelled.bboxes, labelled.instances, strict=True):
                         box.instance = instance
             continue
+        if isinstance(chunk, MaskChunk):
+            for labelled, rows in zip(chunk_frames, chunk.frames(), strict=False):
+                labelled.masks = [_mask(chunk, i) for i in range(rows.start, rows.stop)]
+            continue
         if isinstance(chunk, TrackLabels):
             for frame_index, row, track_id in zip(
                 chunk.frame_indices.tolist(),
@@ -360,6 +365,15 @@ def _track(tracks: dict[int, sio.Track], identity: int) -> sio.Track | None:
     if track is None:
         track = tracks[identity] = sio.Track(name=f"track_{identity}")
     return track
+
+
+def _mask(chunk: MaskChunk, i: int) -> sio.PredictedSegmentationMask:
+    """Mask `i` of `chunk` as sleap-nn writes it (`build_predicted_segmentation_mask`:
+    at the output stride, its scale mapping it to frame pixels, offset 0)."""
+    scale_x, scale_y = chunk.scales[i].tolist()
+    return sio.PredictedSegmentationMask.from_numpy(
+        chunk.masks[i], score=float(chunk.scores[i]), scale=(scale_x, scale_y), offset=(0.0, 0.0)
+    )
 
 
 def _box(chunk: BoxChunk, i: int, categories: tuple[str, ...]) -> sio.PredictedBoundingBox:

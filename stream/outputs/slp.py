@@ -27,6 +27,7 @@ from sleap_live.stream.outputs.journal import (
     FrameChunk,
     JournalHeader,
     JournalWriter,
+    MaskChunk,
     TrackLabels,
 )
 from sleap_live.stream.outputs.recovery import JournalClaim, write_slp_from_journal
@@ -58,7 +59,9 @@ class SlpWriter:
     MOT tracker's detections labelled once their track was confirmed) relabel the
     instances of earlier frames: in memory while those frames are held, else by a
     record of labels in the journal (frames more than `LABELLED_FRAMES` back are
-    no longer found). Frames in which nothing was found are
+    no longer found). A segmentation model's masks (`FramePoses.masks`) become
+    `sleap_io.PredictedSegmentationMask`s in `LabeledFrame.masks`, as sleap-nn writes
+    them. Frames in which nothing was found are
     kept as empty labeled frames, so "processed, nothing there" stays distinct
     from "never processed". Instances with no point found at all are left out.
 
@@ -221,6 +224,7 @@ class SlpWriter:
             instance_scores=np.array(poses.instance_scores[found], np.float32),
             identities=np.array(poses.identities[found], np.int32),
             boxes=None if poses.boxes is None else _copied(poses.boxes),
+            masks=poses.masks,
         )
         self._pending.append((frame_index, kept))
         # Counted as written: an instance relabelled later (a MOT track's first
@@ -283,7 +287,7 @@ class SlpWriter:
             instance_scores=np.concatenate([p.instance_scores for p in poses]),
             identities=np.concatenate([p.identities for p in poses]),
         )
-        self._journal.append(chunk, labels, _box_chunk(poses))
+        self._journal.append(chunk, labels, _box_chunk(poses), _mask_chunk(poses))
         self.n_frames_saved += chunk.n_frames
         self._pending.clear()
         self._pending_position.clear()
@@ -373,4 +377,17 @@ def _box_chunk(poses: tuple[FramePoses, ...]) -> BoxChunk | None:
         boxes=np.concatenate([b.boxes for b in found]).reshape(-1, 4),
         scores=np.concatenate([b.scores for b in found]),
         categories=np.concatenate([b.categories for b in found]),
+    )
+
+
+def _mask_chunk(poses: tuple[FramePoses, ...]) -> MaskChunk | None:
+    """The masks of a chunk's frames (a segmentation model's); None where none has any."""
+    found = [p.masks for p in poses if p.masks is not None]
+    if not found:
+        return None
+    return MaskChunk(
+        counts=np.array([0 if p.masks is None else p.masks.n_masks for p in poses], np.int32),
+        masks=tuple(mask for m in found for mask in m.masks),
+        scores=np.concatenate([m.scores for m in found]),
+        scales=np.concatenate([m.scales for m in found]).reshape(-1, 2),
     )

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from sleap_live.engines.runners.base import Runner
+from sleap_live.engines.types import POSELESS_FINDINGS
 from sleap_live.stream.channel import Channel
 from sleap_live.stream.clock import MONOTONIC, Clock
 from sleap_live.stream.errors import ChannelClosed, ChannelEmpty
@@ -117,15 +118,14 @@ class OpenWriters:
             output.discard()
 
 
-def check_box_output(output: Path | None) -> None:
-    """Raises `ValueError` unless a box detector's `output` is a .slp (or none)."""
+def check_poseless_output(output: Path | None, kind: str) -> None:
+    """Raises `ValueError` unless the `output` of a model of `kind` (a `POSELESS_FINDINGS`
+    key: boxes or masks, no poses) is a .slp (or none)."""
     if output is not None and output.suffix.lower() != ".slp":
         # The analysis HDF5, CSV and NWB files are pose tables with no place for boxes
-        # (a box top-down model's poses are written there, its boxes to .slp only).
-        raise ValueError(
-            f"{output}: a box detector's boxes are written to .slp only "
-            "(sleap-io PredictedBoundingBox)"
-        )
+        # or masks (a box top-down model's poses are written there, its boxes to .slp only).
+        what, sio_type = POSELESS_FINDINGS[kind]
+        raise ValueError(f"{output}: {what} are written to .slp only ({sio_type})")
 
 
 def open_outputs(
@@ -200,8 +200,8 @@ def _opened(
     )
     info = runner.info
     boxes_only = info.model_type == "bbox"
-    if boxes_only:
-        check_box_output(options.output)
+    if info.model_type in POSELESS_FINDINGS:
+        check_poseless_output(options.output, info.model_type)
     recording: dict[str, Any] | None = None
     if options.record is not None:
         lossless = RECORD_CODECS[options.record_codec].lossless

@@ -14,23 +14,27 @@ from typing import Protocol
 
 import attrs
 
-from sleap_live.engines.types import FramePoses, ModelInfo
+from sleap_live.engines.types import POSELESS_FINDINGS, FramePoses, ModelInfo
 from sleap_live.stream.tracking.classic import ClassicTracker, Tracked
 from sleap_live.stream.tracking.mot import MotTracker
 from sleap_live.stream.tracking.settings import TrackingSettings
 from sleap_live.stream.types import TrackLabel
 
 MULTI_CLASS_TYPES = ("multi_class_topdown", "multi_class_bottomup")
-BOXES_UNTRACKED = (
-    "tracking: a box detector's boxes are not tracked (sleap-nn neither); run it without --tracking"
-)
+
+
+def untracked(kind: str) -> str:
+    """Why a model of `kind` (a `POSELESS_FINDINGS` key) is not tracked, in one line."""
+    what = POSELESS_FINDINGS[kind][0]
+    return f"tracking: {what} are not tracked (sleap-nn neither); run it without --tracking"
 
 
 def check_model_for_tracking(info: ModelInfo) -> None:
     """Raises `ValueError` if `info`'s poses already carry tracks (a multi-class model),
-    or it finds boxes, not poses (a box detector: sleap-nn refuses to track one too)."""
-    if info.model_type == "bbox":
-        raise ValueError(BOXES_UNTRACKED)
+    or it finds no poses (a box detector, a segmentation model: sleap-nn refuses to
+    track them too)."""
+    if info.model_type in POSELESS_FINDINGS:
+        raise ValueError(untracked(info.model_type))
     if info.model_type in MULTI_CLASS_TYPES:
         raise ValueError(
             f"tracking: a {info.model_type} model's identities are its tracks "

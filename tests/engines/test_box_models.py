@@ -36,7 +36,7 @@ from sleap_live.engines.graph.specialised import BatchShape, SpecialisedModel
 from sleap_live.engines.graph.ssd import nms_keep
 from sleap_live.engines.host.agreement import compare_poses
 from sleap_live.engines.host.outputs import box_category
-from sleap_live.engines.load.dirs import finds_boxes_only
+from sleap_live.engines.load.dirs import poseless_kind
 from sleap_live.engines.runners.load import load_runner
 from sleap_live.engines.runners.onnx import OnnxRunner
 from sleap_live.engines.settings import InferenceSettings
@@ -310,9 +310,9 @@ def test_the_detector_alone_gives_sleap_nns_boxes_through_onnx_runtime(detector,
     _assert_sleap_nns_boxes(found, f"{detector} alone (onnx)", detector)
     # Told apart before loading (a detector's refusals come first): its directory and
     # its cached export are a detector alone; a pose model and a pair are not.
-    assert finds_boxes_only([model])
-    assert any(finds_boxes_only([graph]) for graph in shared_cache_dir.rglob("*.onnx"))
-    assert not finds_boxes_only(pair[1:]) and not finds_boxes_only(pair)
+    assert poseless_kind([model]) == "bbox"
+    assert any(poseless_kind([graph]) == "bbox" for graph in shared_cache_dir.rglob("*.onnx"))
+    assert poseless_kind(pair[1:]) is None and poseless_kind(pair) is None
 
 
 @pytest.mark.slow

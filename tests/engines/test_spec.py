@@ -100,6 +100,17 @@ HEADS = {
             "loss_weight": 1.0,
         },
     },
+    # Whole-frame foreground segmentation, its loss knobs as training writes them in.
+    "semantic_segmentation": {
+        "segmentation": {
+            "output_stride": 2,
+            "loss_weight": 1.0,
+            "bce_weight": 0.5,
+            "dice_weight": 0.5,
+            "bce_pos_weight": None,
+            "target_maxpool": False,
+        },
+    },
 }
 HEAD_ORDER = (
     "single_instance",
@@ -109,6 +120,7 @@ HEAD_ORDER = (
     "multi_class_bottomup",
     "multi_class_topdown",
     "bottomup_segmentation",
+    "semantic_segmentation",
     "embedding",
     "bbox_centernet",
     "bbox_ssd",
