@@ -1,8 +1,9 @@
 """Poses drawn on frames: the skeleton's edges and nodes, coloured per track, instance or node;
-a box detector's boxes as rectangles with their scores.
+a box detector's boxes as rectangles with their scores; a segmentation model's masks as a
+translucent fill under them.
 
-Drawing is sleap-io's (`sleap_io.rendering.core.render_frame` and
-`sleap_io.rendering.draw_bboxes`, on skia); this module
+Drawing is sleap-io's (`sleap_io.rendering.core.render_frame`,
+`sleap_io.rendering.draw_bboxes` on skia, and `sleap_io.rendering.draw_masks`); this module
 holds the style a user picks and turns one frame's poses into the arguments it takes.
 Both `sleap-live render` (a .slp on its video) and live overlay recordings use it.
 """
@@ -14,19 +15,22 @@ from collections.abc import Sequence
 
 import attrs
 import numpy as np
-from sleap_io import BoundingBox, PredictedBoundingBox
+from sleap_io import BoundingBox, PredictedBoundingBox, PredictedSegmentationMask, SegmentationMask
 from sleap_io.rendering import draw_bboxes
+from sleap_io.rendering import draw_masks as fill_masks
 from sleap_io.rendering.colors import PaletteName, get_palette
 from sleap_io.rendering.core import render_frame
 from sleap_io.rendering.shapes import MarkerShape
 
 from sleap_live.engines.palette import DEFAULT_PALETTE
-from sleap_live.engines.types import FrameBoxes
+from sleap_live.engines.types import FrameBoxes, FrameMasks
 
 # "auto": by track when the poses have tracks, else by instance.
 COLOR_SCHEMES = ("auto", "track", "instance", "node")
 PALETTES: tuple[str, ...] = typing.get_args(PaletteName)
 MARKER_SHAPES: tuple[str, ...] = typing.get_args(MarkerShape)
+# Opacity of a mask's fill: the animal stays visible under it.
+MASK_ALPHA = 0.4
 
 
 @attrs.frozen
@@ -110,7 +114,7 @@ def draw_boxes(image: np.ndarray, boxes: Sequence[BoundingBox], style: OverlaySt
     """A copy of `image` (H, W, 1 or 3 uint8) as RGB with `boxes` drawn (a predicted
     box with its score), coloured by their place in the frame (a box detector's
     boxes have no tracks)."""
-    drawn = np.repeat(image, 3, axis=2) if image.shape[2] == 1 else image.copy()
+    drawn = _rgb_copy(image)
     if not boxes:
         return drawn
     colors = get_palette(style.palette, len(boxes))
@@ -125,3 +129,32 @@ def predicted_boxes(boxes: FrameBoxes) -> list[PredictedBoundingBox]:
         PredictedBoundingBox(*(float(v) for v in box), score=float(score))
         for box, score in zip(boxes.boxes, boxes.scores, strict=True)
     ]
+
+
+def draw_masks(
+    image: np.ndarray, masks: Sequence[SegmentationMask], style: OverlayStyle
+) -> np.ndarray:
+    """A copy of `image` (H, W, 1 or 3 uint8) as RGB with the pixels of `masks` filled
+    translucent (`MASK_ALPHA`), each mask scaled to frame pixels by its own scale and
+    offset, coloured by its place in the frame as boxes are."""
+    drawn = _rgb_copy(image)
+    if not masks:
+        return drawn
+    colors = get_palette(style.palette, len(masks))
+    return fill_masks(drawn, list(masks), colors=colors, alpha=MASK_ALPHA)
+
+
+def predicted_masks(masks: FrameMasks) -> list[PredictedSegmentationMask]:
+    """A frame's masks as sleap-io's, as the .slp holds them (at the output stride, with
+    their score and scale; `recovery._mask`)."""
+    return [
+        PredictedSegmentationMask.from_numpy(
+            mask, score=float(score), scale=(float(scale[0]), float(scale[1]))
+        )
+        for mask, score, scale in zip(masks.masks, masks.scores, masks.scales, strict=True)
+    ]
+
+
+def _rgb_copy(image: np.ndarray) -> np.ndarray:
+    """`image` (H, W, 1 or 3 uint8) as a new RGB array, to draw on."""
+    return np.repeat(image, 3, axis=2) if image.shape[2] == 1 else image.copy()

@@ -25,8 +25,10 @@ from sleap_live.stream.outputs.overlay import (
     OverlayStyle,
     SkeletonLayout,
     draw_boxes,
+    draw_masks,
     draw_poses,
     predicted_boxes,
+    predicted_masks,
 )
 from sleap_live.stream.outputs.overlay_writer import DEFAULT_CODEC, OverlayWriter
 from sleap_live.stream.types import PoseRecord
@@ -106,6 +108,8 @@ class OverlayRecorder(EncodedOutput):
         poses = record.poses
         if image.shape[2] == 1:
             image = np.repeat(image, 3, axis=2)
+        if poses.masks is not None:
+            image = draw_masks(image, predicted_masks(poses.masks), self._style)
         if poses.n_instances:
             # Instances without a track (-1) share the last colour.
             untracked = self._n_colours - 1

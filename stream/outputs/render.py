@@ -1,9 +1,9 @@
 """`render_slp`: the poses of a .slp drawn on the video it points to, written as a new video.
 
 Frames are decoded in order with `FileSource` (a start frame is reached by seeking),
-drawn on by `overlay.draw_poses` and encoded by `OverlayWriter`. Every frame of the
-range is written, with or without poses, so frame k of the output is frame
-``start + k`` of the video.
+drawn on by `overlay.draw_poses` (and `draw_boxes`, `draw_masks`) and encoded by
+`OverlayWriter`. Every frame of the range is written, with or without poses, so frame
+k of the output is frame ``start + k`` of the video.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from sleap_live.stream.outputs.overlay import (
     OverlayStyle,
     SkeletonLayout,
     draw_boxes,
+    draw_masks,
     draw_poses,
 )
 from sleap_live.stream.outputs.overlay_writer import DEFAULT_CODEC, OverlayWriter
@@ -114,7 +115,9 @@ def render_slp(
             with writer:
                 for frame in source:
                     labelled = frames.get(frame.index)
-                    posed = labelled is not None and bool(labelled.instances or labelled.bboxes)
+                    posed = labelled is not None and bool(
+                        labelled.instances or labelled.bboxes or labelled.masks
+                    )
                     image = _drawn(np.asarray(frame.image), labelled, skeleton, style, tracks)
                     if decorate is not None:
                         image = decorate(image, frame.index)
@@ -138,7 +141,10 @@ def _drawn(
     tracks: dict[int, int],
 ) -> np.ndarray:
     """`image` as RGB with the instances of `labelled` (a LabeledFrame or None) drawn,
-    and its boxes (a box detector's, alone or seeding a top-down model's crops)."""
+    its boxes (a box detector's, alone or seeding a top-down model's crops) and, under
+    both, its masks (a segmentation model's)."""
+    if labelled is not None and labelled.masks:
+        image = draw_masks(image, labelled.masks, style)
     if labelled is not None and labelled.bboxes:
         image = draw_boxes(image, labelled.bboxes, style)
     if labelled is None or not labelled.instances:

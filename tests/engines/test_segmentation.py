@@ -13,6 +13,7 @@ from __future__ import annotations
 from functools import cache
 
 import attrs
+import av
 import numpy as np
 import pytest
 import sleap_io as sio
@@ -24,6 +25,8 @@ from sleap_live.engines.host.postprocess import decode
 from sleap_live.engines.load.dirs import poseless_kind
 from sleap_live.engines.types import FrameMasks, FramePoses, Skeleton
 from sleap_live.stream.outputs.journal import MaskChunk
+from sleap_live.stream.outputs.overlay_recorder import OverlayRecorder
+from sleap_live.stream.outputs.render import render_slp
 from sleap_live.stream.outputs.slp import SlpWriter
 from sleap_live.stream.pipeline import check_poseless_run
 from sleap_live.stream.sources import FileSource
@@ -171,3 +174,47 @@ def test_the_slp_writer_keeps_masks_through_its_journal(tmp_path):
     )
     with pytest.raises(OSError, match="holds"):
         MaskChunk.from_bytes(chunk.to_bytes()[:-1])
+
+
+def test_masks_are_drawn_where_they_are_by_render_and_the_live_overlay(tmp_path):
+    # sleap-nn's masks of the first frames, written to a .slp and drawn by `render`: each
+    # frame changes exactly on its mask's pixels (at the frame's scale); the live
+    # overlay of the same records is the same video (both lossless here).
+    frames, golden = _frames()[:4], _golden()[:4]
+    records = [
+        PoseRecord(
+            frame_index=f,
+            capture_time=0.0,
+            ready_time=0.0,
+            source_id="",
+            poses=attrs.evolve(
+                FramePoses.empty(1),
+                masks=FrameMasks(
+                    (found[0],), np.array([found[1]], np.float32), np.array([found[2]])
+                ),
+            ),
+        )
+        for f, found in enumerate(golden)
+        if found is not None
+    ]
+    assert len(records) == len(frames)
+    slp, after, live = tmp_path / "m.slp", tmp_path / "after.mkv", tmp_path / "live.mkv"
+    with SlpWriter(slp, Skeleton(("a",)), video=str(VIDEO), frame_shape=frames.shape[1:]) as w:
+        for record in records:
+            w.write(record)
+    render_slp(slp, after, stop=len(frames), codec="ffv1")
+    recorder = OverlayRecorder(live, 30.0, frames.shape[1:], Skeleton(("a",)), codec="ffv1")
+    with recorder:
+        for record, frame in zip(records, frames, strict=True):
+            recorder.write(record, frame)
+    with av.open(str(after)) as a, av.open(str(live)) as b:
+        drawn = [x.to_ndarray(format="rgb24") for x in a.decode(video=0)]
+        assert all(
+            (x.to_ndarray(format="rgb24") == y).all()
+            for x, y in zip(b.decode(video=0), drawn, strict=True)
+        )
+    for image, plain, found in zip(drawn, frames, golden, strict=True):
+        assert found is not None
+        mask = found[0].repeat(2, axis=0).repeat(2, axis=1)  # scale 0.5: 2 x 2 pixels each
+        changed = (image != plain).any(axis=2)
+        assert mask.any() and (changed == mask[: plain.shape[0], : plain.shape[1]]).all()
