@@ -16,8 +16,9 @@ from typing import Any
 
 import attrs
 import numpy as np
+from sleap_io import PredictedSegmentationMask
 
-from sleap_live.engines.types import ModelInfo
+from sleap_live.engines.types import FrameMasks, ModelInfo
 from sleap_live.stream.consumers import LatestFrame
 from sleap_live.stream.experiment.experiment import Experiment
 from sleap_live.stream.experiment.overlay import readers
@@ -150,8 +151,9 @@ def frame_message(
 ) -> dict[str, Any]:
     """A frame's poses for the page: per instance its points (null where missing),
     score and track (identity; -1 for none); a box detector's boxes (x1, y1, x2, y2
-    and score each); each of `rules` (the experiment's) on or off once the frame was
-    decided (`PoseRecord.rules_on`; empty without an experiment)."""
+    and score each); a segmentation model's masks (`mask_messages`); each of `rules`
+    (the experiment's) on or off once the frame was decided (`PoseRecord.rules_on`;
+    empty without an experiment)."""
     poses = record.poses
     instances = [
         {
@@ -175,8 +177,29 @@ def frame_message(
             {"xyxy": box, "score": score}
             for box, score in zip(boxes.boxes.tolist(), boxes.scores.tolist(), strict=True)
         ],
+        "masks": [] if poses.masks is None else mask_messages(poses.masks),
         "rules": dict(zip(rules, record.rules_on, strict=True)),
     }
+
+
+def mask_messages(masks: FrameMasks) -> list[dict[str, Any]]:
+    """A frame's masks for the page, each at the model's output stride (a few thousand
+    pixels, so a message stays small): its ``rows`` and ``columns``, its ``scale`` (x,
+    y) to frame pixels (frame = mask / scale), its ``score``, and its pixels as
+    ``runs``: alternate lengths of background and mask, row by row from the top left,
+    starting with background (sleap-io's run-length encoding, as the .slp stores it)."""
+    return [
+        {
+            "rows": int(mask.shape[0]),
+            "columns": int(mask.shape[1]),
+            "scale": scale,
+            "score": score,
+            "runs": PredictedSegmentationMask.from_numpy(mask).rle_counts.tolist(),
+        }
+        for mask, score, scale in zip(
+            masks.masks, masks.scores.tolist(), masks.scales.tolist(), strict=True
+        )
+    ]
 
 
 def stats_message(stats: PipelineStats) -> dict[str, Any]:

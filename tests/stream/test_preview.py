@@ -18,6 +18,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import attrs
 import numpy as np
 import pytest
 import sleap_io as sio
@@ -25,6 +26,7 @@ from PIL import Image
 
 from sleap_live import cli
 from sleap_live.engines.export import web as web_export
+from sleap_live.engines.types import FrameMasks
 from sleap_live.stream import OutputOptions, Pipeline, preview_messages
 from sleap_live.stream import preview as preview_module
 from sleap_live.stream.errors import PreviewError
@@ -151,6 +153,31 @@ def test_a_frame_message_carries_its_records_rule_states(fakes):
     # Without an experiment: no rules.
     frames.put(ring.write(PoseRecord(5, 0.0, 0.1, "cam", fakes.poses_for(5))), fakes.frame_image(5))
     assert Snapshots(ring, frames, lambda: stats_of(2)).take().frame["rules"] == {}
+
+
+def test_a_frame_message_carries_each_mask_as_runs_at_its_own_scale(fakes):
+    # A segmentation model's mask at the output stride (84 x 100 for a 168 x 200 frame):
+    # its runs, row by row, give back its pixels, and a blob costs a few hundred bytes.
+    mask = np.zeros((84, 100), bool)
+    mask[20:50, 30:70] = True
+    mask[0, 0] = True  # runs start with the background's, here of none
+    found = FrameMasks((mask,), np.array([0.75], np.float32), np.array([[0.5, 0.5]]))
+    poses = attrs.evolve(fakes.poses_for(0), masks=found)
+    frame = preview_messages.frame_message(0, PoseRecord(0, 0.0, 0.1, "cam", poses), (168, 200))
+    (sent,) = json.loads(json.dumps(frame, allow_nan=False))["masks"]
+    assert {k: sent[k] for k in ("rows", "columns", "scale", "score")} == {
+        "rows": 84, "columns": 100, "scale": [0.5, 0.5], "score": 0.75
+    }  # fmt: skip
+    runs = sent["runs"]
+    assert runs[:2] == [0, 1] and sum(runs) == mask.size
+    pixels = np.repeat(np.arange(len(runs)) % 2 == 1, runs).reshape(mask.shape)
+    assert (pixels == mask).all() and len(json.dumps(sent)) < 600
+    assert (
+        preview_messages.frame_message(
+            0, PoseRecord(0, 0.0, 0.1, "cam", fakes.poses_for(0)), (168, 200)
+        )["masks"]
+        == []
+    )
 
 
 def test_the_stats_sent_are_the_dashboards_figures():

@@ -147,6 +147,19 @@ def test_the_page_shows_the_frames_with_the_skeleton_and_the_runs_figures(browse
     assert browser.text("rules") == "r s "
     assert browser.evaluate("document.getElementById('rules').children[0].dataset.on") == "true"
 
+    # A segmentation model's mask: its pixels (runs of background and mask, row by row)
+    # scaled to the frame's, 4 x 4 each here, filled translucent in its colour.
+    before = [browser.canvas_pixel(x, y) for x, y in ((2, 2), (6, 2), (10, 2), (6, 6))]
+    browser.evaluate(
+        "drawMasks(context, [{rows: 2, columns: 3, scale: [0.25, 0.25], score: 0.9,"
+        " runs: [1, 2, 3]}], ['#ff0000'])"
+    )
+    after = [browser.canvas_pixel(x, y) for x, y in ((2, 2), (6, 2), (10, 2), (6, 6))]
+    assert after[0] == before[0] and after[3] == before[3]
+    for was, now in zip(before[1:3], after[1:3], strict=True):
+        tinted = [0.6 * c + 0.4 * v for c, v in zip(was, (255, 0, 0), strict=True)]
+        assert max(abs(c - t) for c, t in zip(now, tinted, strict=True)) <= 2, (was, now)
+
 
 def test_closing_the_browser_mid_run_costs_the_run_nothing(browser, fakes, tmp_path):
     clock, source, server, pipeline = stepped_run(fakes, tmp_path)
