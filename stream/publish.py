@@ -66,6 +66,7 @@ from sleap_live.engines.types import ModelInfo
 from sleap_live.stream.consumers import PipelineRun
 from sleap_live.stream.errors import PublishError
 from sleap_live.stream.loopback import MAX_CONNECTIONS, WarnOnce, is_loopback
+from sleap_live.stream.preview_messages import mask_messages
 from sleap_live.stream.ring import RingBuffer
 from sleap_live.stream.stats import PipelineStats, PublishStats
 from sleap_live.stream.types import PoseRecord
@@ -368,6 +369,8 @@ def pose_message(record: PoseRecord, sequence: int, info: ModelInfo) -> dict[str
             "box_categories": boxes.categories.tolist(),
             "category_names": list(info.detector_categories),
         }
+    if poses.masks is not None:
+        message["masks"] = mask_messages(poses.masks)
     return message
 
 

@@ -32,7 +32,7 @@ from rich.console import Console
 
 from sleap_live import cli
 from sleap_live.engines.runners.load import load_runner
-from sleap_live.engines.types import FrameBoxes, FramePoses, ModelInfo, Skeleton
+from sleap_live.engines.types import FrameBoxes, FrameMasks, FramePoses, ModelInfo, Skeleton
 from sleap_live.stream import (
     OutputOptions,
     Pipeline,
@@ -191,6 +191,18 @@ def test_a_box_detectors_message_carries_its_boxes(fakes):
     assert message["boxes"] == [[1, 2, 3, 4]] and message["box_scores"] == [0.5]
     assert message["box_categories"] == [0] and message["category_names"] == ["mouse"]
     assert message["track_names"] == [] and message["points"] == []
+
+
+def test_a_segmentation_models_message_carries_its_masks(fakes):
+    # As the preview sends them (their runs are tested there).
+    mask = np.array([[False, True, True], [False, False, False]])
+    masks = FrameMasks((mask,), np.array([0.5], np.float32), np.array([[0.25, 0.25]]))
+    record = PoseRecord(0, 1.0, 2.0, "cam0", attrs.evolve(FramePoses.empty(2), masks=masks))
+    message = msgpack.unpackb(msgpack.packb(pose_message(record, 0, fakes.INFO)))
+    assert set(message) == KEYS | {"masks"} and message["points"] == []
+    assert message["masks"] == [
+        {"rows": 2, "columns": 3, "scale": [0.25, 0.25], "score": 0.5, "runs": [1, 2, 3]}
+    ]
 
 
 # ------------------------------------------------------------------ the endpoint
