@@ -31,7 +31,7 @@ from torch import nn
 
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.graph.preprocess import ensure_channels
-from sleap_live.engines.graph.resize import static_size
+from sleap_live.engines.graph.resize import size_of, static_size
 from sleap_live.engines.load.spec import ModelSpec
 
 EMBEDDING_HEAD = "EmbeddingHead"
@@ -109,17 +109,18 @@ def skia_crops(
     frames: torch.Tensor, instance_frame: torch.Tensor, centres: torch.Tensor, size: int
 ) -> torch.Tensor:
     """(M, size, size, C) float32 crops on the 0-255 scale, as Skia stretches sleap-nn's
-    `size - 1` pixel box around each centre to `size` pixels (module docstring)."""
-    batch, height, width, channels = (static_size(frames, d) for d in range(4))
+    `size - 1` pixel box around each centre to `size` pixels (module docstring).
+
+    The frame size stays dynamic in a traced graph (`size_of`).
+    """
+    height, width = size_of(frames, 1), size_of(frames, 2)
     step = (size - 1) / size
     offsets = torch.arange(size, device=frames.device, dtype=torch.float32)
     origin = centres - size / 2 + 0.5  # (M, 2): the box's top-left corner
-    xs, x_cover = _axis(origin[:, 0], offsets, step, width)
-    ys, y_cover = _axis(origin[:, 1], offsets, step, height)
-    flat = frames.reshape(batch * height * width, channels).to(torch.float32)
+    (x0, x1, fx), x_cover = _axis(origin[:, 0], offsets, step, width)
+    (y0, y1, fy), y_cover = _axis(origin[:, 1], offsets, step, height)
+    flat = frames.reshape(-1, static_size(frames, 3)).to(torch.float32)
     base = (instance_frame * (height * width))[:, None, None]
-    x0, x1, fx = xs
-    y0, y1, fy = ys
     fx, fy = fx[:, None, :, None], fy[:, :, None, None]
 
     def sample(rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
@@ -133,7 +134,7 @@ def skia_crops(
 
 
 def _axis(
-    origin: torch.Tensor, offsets: torch.Tensor, step: float, extent: int
+    origin: torch.Tensor, offsets: torch.Tensor, step: float, extent: torch.Tensor
 ) -> tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
     """One axis of `skia_crops`: the clamped neighbour indices and weight of each
     output pixel's sample, and the fraction of its source span inside the frame."""
@@ -142,9 +143,10 @@ def _axis(
     low = torch.floor(sample)
     weight = sample - low
     low = low.to(torch.int64)
-    first = low.clamp(0, extent - 1)
-    second = (low + 1).clamp(0, extent - 1)
-    inside = torch.minimum(start + step, torch.tensor(float(extent))) - start.clamp(min=0.0)
+    last = extent - 1
+    first = torch.minimum(low.clamp(min=0), last)
+    second = torch.minimum((low + 1).clamp(min=0), last)
+    inside = torch.minimum(start + step, extent.to(torch.float32)) - start.clamp(min=0.0)
     cover = inside.clamp(min=0.0) / step
     return (first, second, weight), cover.clamp(max=1.0)
 

@@ -144,6 +144,20 @@ def finds_boxes_only(paths: Sequence[str | os.PathLike[str]]) -> bool:
     return False
 
 
+def gives_embeddings(paths: Sequence[str | os.PathLike[str]]) -> bool:
+    """Whether `paths` include an embedding model directory (sleap-nn's `embedding`
+    type), whose vectors the tracker can compare, told from the configs before
+    anything loads. False for anything unreadable, which the loader then names."""
+    for path in map(Path, paths):
+        try:
+            if (path / TRAINING_CONFIG).is_file() and not is_sleap_nn_export_dir(path):
+                if head_type(read_yaml(path / TRAINING_CONFIG)) == "embedding":
+                    return True
+        except (OSError, ValueError):  # the loader names the problem
+            continue
+    return False
+
+
 def is_sleap_nn_export_dir(path: Path) -> bool:
     """Whether `path` is a directory written by `sleap-nn export`."""
     path = Path(path)
