@@ -13,19 +13,23 @@ similarity): the track ids equal sleap-nn's on at least 99 % of instances.
 
 from __future__ import annotations
 
+import itertools
 from functools import cache
 
 import numpy as np
 import pytest
 import sleap_io as sio
+import torch
 import yaml
 
 from sleap_live import cli
 from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.graph.build import load_inference_model
+from sleap_live.engines.host.postprocess import decode
 from sleap_live.engines.load.dirs import read_model_dir
 from sleap_live.engines.load.training_config import parse_training_config
 from sleap_live.engines.runners.load import load_runner
+from sleap_live.engines.settings import InferenceSettings
 from sleap_live.engines.types import FramePoses
 from sleap_live.stream.sources import FileSource
 from tests.committed import require
@@ -140,3 +144,23 @@ def test_run_tracks_on_the_vectors_as_sleap_nn_does(tmp_path):
     ours = _track_ids(sio.load_slp(str(output)))
     assert ours.shape == theirs.shape
     assert agreement(ours, theirs) >= SAME_TRACKS
+
+
+def test_the_slot_layout_gives_the_same_vectors():
+    # The TensorRT profile's graph (fixed slots, float inside), run eagerly on the CPU.
+    require(*PAIR, EMBEDDING, VIDEO)
+    with FileSource(VIDEO) as source:
+        images = [frame.image for frame in itertools.islice(source, BATCH)]
+    frames = torch.from_numpy(np.stack(images))
+    settings = InferenceSettings(max_instances=2)
+    listed = load_inference_model([*PAIR, EMBEDDING], settings)
+    slotted = load_inference_model([*PAIR, EMBEDDING], settings).set_profile("tensorrt")
+    poses = []
+    for model in (listed, slotted):
+        with torch.no_grad():
+            outputs = dict(zip(model.output_names, (t.numpy() for t in model(frames)), strict=True))
+        poses.append(decode(model.info, outputs, BATCH))
+    assert slotted.output_names[-1] == "embeddings"
+    for ours, theirs in zip(*poses, strict=True):
+        assert ours.embeddings is not None and theirs.embeddings is not None
+        np.testing.assert_array_equal(ours.embeddings, theirs.embeddings)
