@@ -8,7 +8,8 @@ frame, points within float32 noise, and each instance's vector within 1e-4 of
 sleap-nn's (cosine at least 0.99999; crops over the frame's edge may differ from
 Skia's by a grey level on a few pixels). `sleap-live run --tracking` with the three
 models tracks on the vectors as sleap-nn does (features embeddings, cosine
-similarity): the track ids equal sleap-nn's on at least 99 % of instances.
+similarity): the track ids equal sleap-nn's on at least 99 % of instances, and the
+.slp holds the vectors (`identity_embedding`).
 """
 
 from __future__ import annotations
@@ -141,9 +142,16 @@ def test_run_tracks_on_the_vectors_as_sleap_nn_does(tmp_path):
     golden = np.load(GOLDEN)
     present = np.arange(golden["track_ids"].shape[1]) < golden["n_instances"][:, None]
     theirs = np.where(present, golden["track_ids"], -2)
-    ours = _track_ids(sio.load_slp(str(output)))
+    labels = sio.load_slp(str(output))
+    ours = _track_ids(labels)
     assert ours.shape == theirs.shape
     assert agreement(ours, theirs) >= SAME_TRACKS
+    # The vectors are written as sleap-nn's `--save_embeddings slp` writes them.
+    for frame in labels.labeled_frames:
+        for i, instance in enumerate(frame.instances):
+            vector = np.asarray(instance.identity_embedding.vector)
+            expected = golden["embeddings"][frame.frame_idx, i]
+            assert np.abs(vector - expected).max() < VECTOR_TOLERANCE
 
 
 def test_the_slot_layout_gives_the_same_vectors():
