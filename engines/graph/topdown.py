@@ -426,16 +426,12 @@ class EmbeddingTopDownModel(TopDownModel):
         self.info = attrs.evolve(self.info, embedding_dim=embedding.dim)
 
     def _instances(
-        self,
-        crop_frames: torch.Tensor,
-        instance_frame: torch.Tensor,
-        centroids: torch.Tensor,
-        eff_scale: torch.Tensor,
+        self, crop_frames: torch.Tensor, instance_frame: torch.Tensor, *rest: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-        points, scores, heads = super()._instances(
-            crop_frames, instance_frame, centroids, eff_scale
-        )
-        vectors = self.embedding(crop_frames, instance_frame, points, eff_scale)
+        """`TopDownModel._instances`, each instance's vector added to the heads; `rest`
+        is its centroids and size-matching factor."""
+        points, scores, heads = super()._instances(crop_frames, instance_frame, *rest)
+        vectors = self.embedding(crop_frames, instance_frame, points, rest[-1])
         return points, scores, {**heads, EMBEDDINGS: vectors}
 
     def _extra_outputs(self, heads: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:

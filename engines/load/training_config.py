@@ -327,19 +327,12 @@ def _parse_head(
     )
     head = HeadSpec(name=name, config_key=key, output_stride=output_stride)
     if name == "ClassVectorsHead":
+        layers, units = _fc_layers(reader, leaf, where, units=64)
         return attrs.evolve(
             head,
             classes=_classes(reader, leaf, where),
-            num_fc_layers=reader.integer(
-                reader.optional(leaf, "num_fc_layers", where, int, 1),
-                f"{where}.num_fc_layers",
-                minimum=0,
-            ),
-            num_fc_units=reader.integer(
-                reader.optional(leaf, "num_fc_units", where, int, 64),
-                f"{where}.num_fc_units",
-                minimum=1,
-            ),
+            num_fc_layers=layers,
+            num_fc_units=units,
             global_pool=reader.boolean(
                 reader.optional(leaf, "global_pool", where, bool, True), f"{where}.global_pool"
             ),
@@ -413,6 +406,7 @@ def _embedding_head(reader: ConfigReader, leaf: Mapping, where: str, head: HeadS
     _check_centroid_method(reader, leaf, where, anchor_part)
     reader.supported(leaf, "centroid_method", where, EMBEDDING_CENTROIDS)
     reader.supported(leaf, "centroid_fallback", where, ("center_of_mass",))
+    layers, units = _fc_layers(reader, leaf, where, units=256)
     return attrs.evolve(
         head,
         anchor_part=anchor_part,
@@ -421,20 +415,23 @@ def _embedding_head(reader: ConfigReader, leaf: Mapping, where: str, head: HeadS
         embedding_dim=reader.integer(
             reader.required(leaf, "embedding_dim", where), f"{where}.embedding_dim", minimum=1
         ),
-        num_fc_layers=reader.integer(
-            reader.optional(leaf, "num_fc_layers", where, int, 1),
-            f"{where}.num_fc_layers",
-            minimum=0,
-        ),
-        num_fc_units=reader.integer(
-            reader.optional(leaf, "num_fc_units", where, int, 256),
-            f"{where}.num_fc_units",
-            minimum=1,
-        ),
+        num_fc_layers=layers,
+        num_fc_units=units,
         pool=pool,
         normalize=reader.boolean(
             reader.optional(leaf, "normalize", where, bool, True), f"{where}.normalize"
         ),
+    )
+
+
+def _fc_layers(reader: ConfigReader, leaf: Mapping, where: str, units: int) -> tuple[int, int]:
+    """A pooled head's fully connected layers: `num_fc_layers` (default 1) of
+    `num_fc_units` (default `units`, sleap-nn's for that head)."""
+    layers = reader.optional(leaf, "num_fc_layers", where, int, 1)
+    width = reader.optional(leaf, "num_fc_units", where, int, units)
+    return (
+        reader.integer(layers, f"{where}.num_fc_layers", minimum=0),
+        reader.integer(width, f"{where}.num_fc_units", minimum=1),
     )
 
 
