@@ -312,7 +312,7 @@ def test_export_help_is_the_export_subcommand(capsys):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["a", "b", "c"], "give one model directory, or two for a top-down model"),
+        (["a", "b", "c", "d"], "give one model directory, two for a top-down model"),
         (["m", "-f", "caffe"], "argument -f/--format: invalid choice: 'caffe'"),
         (["m", "--opset", "0"], "argument --opset: must be at least 1, got 0"),
         ([], "the following arguments are required: MODEL_DIR"),
