@@ -62,6 +62,9 @@ class ModelInfo:
         box_categories: a box top-down model's detector categories (index
             order), whose graph also outputs the boxes that seeded its crops
             (`BOX_OUTPUTS`); empty for every other model.
+        embedding_dim: length of the re-identification vector a top-down model
+            with an embedding model gives each instance (its graph also outputs
+            `embeddings`); None for every other model.
         peak_threshold: confidence map threshold used for peaks.
         postprocess: host-side settings the runner's decoding step needs (for
             example PAF grouping thresholds); JSON-serialisable values only.
@@ -78,6 +81,7 @@ class ModelInfo:
     postprocess: Mapping[str, Any] = attrs.field(factory=dict, eq=False)
     settings: InferenceSettings | None = None
     box_categories: tuple[str, ...] = ()
+    embedding_dim: int | None = None
 
     @property
     def detector_categories(self) -> tuple[str, ...]:
@@ -150,7 +154,7 @@ class FramePoses:
         embeddings: (instances, D) float32 appearance vector of each instance
             (sleap-nn's ``identity_embedding``; a NaN row for none), read by the
             tracker's appearance options; None when the poses carry no vectors
-            (no model sleap-live runs makes them yet).
+            (a model without an embedding model).
         masks: a segmentation model's masks (its frames have no instances); None
             for the other models.
     """

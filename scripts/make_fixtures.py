@@ -96,12 +96,24 @@ GOLDENS = {
         "multi_rgb",
         None,
     ),
+    # sleap-nn's fused route: the pose pair, then the embedding model on each predicted
+    # instance, then tracking on the vectors (`PREDICT_OPTIONS`).
+    "topdown_embedding": (
+        ["centroid_rgb", "centered_instance_rgb", "embedding_rgb"],
+        "multi_rgb",
+        None,
+    ),
 }
+# More `sleap-nn predict` options of some goldens. With an embedding model and
+# --tracking, sleap-nn tracks on the vectors (features embeddings, cosine similarity,
+# local queues); --save_embeddings slp keeps the vectors in the .slp.
+PREDICT_OPTIONS = {"topdown_embedding": ("--tracking", "--save_embeddings", "slp")}
 # The ConvNeXt and Swin goldens have no sleap-nn export golden; nor has the tiled one:
 # sleap-nn 0.3.5 refuses tiled predict on an export (`_build_tiled_layer`: "tiled
 # export deferred").
 BACKBONE_GOLDENS = {name for name in GOLDENS if name.startswith(("convnext_", "swint_"))}
-UNEXPORTED_GOLDENS = BACKBONE_GOLDENS | {"tiled_single_instance"}
+# Nor has the embedding one: sleap-nn exports an embedding model alone, without its crops.
+UNEXPORTED_GOLDENS = BACKBONE_GOLDENS | {"tiled_single_instance", "topdown_embedding"}
 # The goldens whose .slp the tests read (tracking from sleap-nn's predictions, the
 # renderer); the others keep only their .npz (the GPU machine's payload).
 SLP_KEPT = {"topdown", "bottomup", "multi_class_topdown"}
@@ -320,12 +332,14 @@ def forget_warm_start(config_path: Path) -> None:
     config_path.write_text(pattern.sub(r"\1 null", config_path.read_text()))
 
 
-def predict_command(model_paths: list[str], video: str, output: str) -> list[str]:
+def predict_command(
+    model_paths: list[str], video: str, output: str, options: tuple[str, ...] = ()
+) -> list[str]:
     """The sleap-nn predict call recorded for a golden (paths relative to the repo)."""
     cmd = ["sleap-nn", "predict", "--data_path", video]
     for model in model_paths:
         cmd += ["--model_paths", model]
-    return [*cmd, "--output_path", output, "--device", "cpu"]
+    return [*cmd, "--output_path", output, "--device", "cpu", *options]
 
 
 def repo_relative(path: Path, repo: Path) -> str:
@@ -344,7 +358,9 @@ def make_goldens(out: Path, repo: Path, only: list[str] | None) -> dict:
         variant = synth.VARIANTS[dataset]
         video = f"tests/data/videos/{video_name(variant)}"
         slp = f"tests/data/goldens/{name}.slp"
-        cmd = predict_command([f"tests/data/models/{m}" for m in models], video, slp)
+        cmd = predict_command(
+            [f"tests/data/models/{m}" for m in models], video, slp, PREDICT_OPTIONS.get(name, ())
+        )
         run = [str(SNN_BIN / cmd[0]), *cmd[1:]]
         seconds = run_logged(run, goldens_dir / f"{name}.log", cwd=repo)
         (goldens_dir / f"{name}.log").unlink()

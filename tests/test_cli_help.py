@@ -142,7 +142,7 @@ def test_verification_options_are_the_same_in_every_subcommand(name):
         (["--engine", "tf"], "argument --engine: invalid choice: 'tf'"),
         (["--batch-size", "0"], "argument --batch-size: must be at least 1, got 0"),
         (["--batch-size", "two"], "argument --batch-size: expected a whole number, got 'two'"),
-        (["-m", "b", "-m", "c"], "give -m once, or twice for a top-down model"),
+        (["-m", "b", "-m", "c", "-m", "d"], "give -m once, twice for a top-down model"),
         ([], "the following arguments are required: -m/--model"),
         (
             ["--verify-video", "x.mp4", "--no-verify"],

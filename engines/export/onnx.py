@@ -162,6 +162,7 @@ def converted_metadata(
             reference.info.model_type,
             OUTPUT_LAYOUTS[profile],
             boxes=bool(reference.info.box_categories),
+            embeddings=reference.info.embedding_dim is not None,
         ),
         tensorrt=None,
     )

@@ -66,7 +66,10 @@ class InferenceModel(torch.nn.Module):
     def output_names(self) -> tuple[str, ...]:
         """The outputs' names, in order, for the model type and profile."""
         return output_names(
-            self.info.model_type, OUTPUT_LAYOUTS[self.profile], boxes=bool(self.info.box_categories)
+            self.info.model_type,
+            OUTPUT_LAYOUTS[self.profile],
+            boxes=bool(self.info.box_categories),
+            embeddings=self.info.embedding_dim is not None,
         )
 
     @property

@@ -1,4 +1,4 @@
-"""Builds the torch inference model of one or two trained sleap-nn model directories."""
+"""Builds the torch inference model of one to three trained sleap-nn model directories."""
 
 from __future__ import annotations
 
@@ -14,9 +14,15 @@ from sleap_live.engines.graph.bottomup import BottomUpModel, MultiClassBottomUpM
 from sleap_live.engines.graph.box_topdown import BoxMultiClassTopDownModel, BoxTopDownModel
 from sleap_live.engines.graph.centroid import CentroidModel
 from sleap_live.engines.graph.detector import BoxDetectorModel
+from sleap_live.engines.graph.embedding import EmbeddingStage
+from sleap_live.engines.graph.networks import load_model_network
 from sleap_live.engines.graph.segmentation import SemanticSegmentationModel
 from sleap_live.engines.graph.single_instance import SingleInstanceModel
-from sleap_live.engines.graph.topdown import MultiClassTopDownModel, TopDownModel
+from sleap_live.engines.graph.topdown import (
+    EmbeddingTopDownModel,
+    MultiClassTopDownModel,
+    TopDownModel,
+)
 from sleap_live.engines.load.dirs import read_model_dir
 from sleap_live.engines.load.spec import BOX_MODEL_TYPES, ModelSpec
 from sleap_live.engines.settings import LEGACY_SLEAP1, InferenceSettings
@@ -25,14 +31,16 @@ from sleap_live.engines.settings import LEGACY_SLEAP1, InferenceSettings
 def load_inference_model(
     paths: str | Path | Sequence[str | Path], settings: InferenceSettings | None = None
 ) -> InferenceModel:
-    """The torch inference model of one or two trained sleap-nn model directories.
+    """The torch inference model of one to three trained sleap-nn model directories.
 
     Args:
         paths: a single-instance, centroid, bottom-up, multi-class bottom-up,
             semantic segmentation or box detector (`bbox_centernet` or `bbox_ssd`)
             directory; or a centroid directory and a
             centered-instance or multi-class top-down directory, or a
-            `bbox_centernet` detector and one of those two, in any order.
+            `bbox_centernet` detector and one of those two, in any order; or a
+            centroid, a centered-instance and an `embedding` directory, in any
+            order (sleap-nn's fused route: the poses, then a vector for each).
         settings: the inference settings (default: sleap-nn predict's); they are
             recorded in the model's `info.settings`.
 
@@ -53,6 +61,8 @@ def _built(paths: str | Path | Sequence[str | Path], settings: InferenceSettings
     dirs = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
     specs = [_with_conventions(read_model_dir(path), settings) for path in dirs]
     types = [spec.model_type for spec in specs]
+    if "embedding" in types:
+        return _embedding_topdown(dirs, specs, settings)
     if len(specs) == 1:
         (spec,) = specs
         single: dict[str, type[SingleInstanceModel | CentroidModel | BottomUpModel]] = {
@@ -89,6 +99,41 @@ def _built(paths: str | Path | Sequence[str | Path], settings: InferenceSettings
         f"{listed}: two directories must be a centroid model and a centered-instance "
         "or multi-class top-down model"
     )
+
+
+def _embedding_topdown(
+    dirs: list[Path], specs: list[ModelSpec], settings: InferenceSettings
+) -> InferenceModel:
+    """A centroid, a centered-instance and an embedding model, in any order.
+
+    Raises:
+        ModelConfigError: the directories are not those three, or the embedding
+            model size-matches frames other than the pose models do.
+    """
+    types = [spec.model_type for spec in specs]
+    embedding = specs[types.index("embedding")]
+    if sorted(types) != ["centered_instance", "centroid", "embedding"]:
+        listed = ", ".join(f"{path} ({kind})" for path, kind in zip(dirs, types, strict=True))
+        raise ModelConfigError(
+            f"{listed}: an embedding model ({embedding.path}) runs after a centroid and a "
+            "centered-instance model; give all three directories"
+        )
+    centroid = specs[types.index("centroid")]
+    instance = specs[types.index("centered_instance")]
+    stage = EmbeddingStage(load_model_network(embedding), embedding)
+    model = EmbeddingTopDownModel.from_specs(
+        centroid, instance, embedding=stage, **_options("topdown", settings)
+    )
+    preprocess = embedding.preprocess
+    frame = model.frame_preprocess
+    if (preprocess.max_height, preprocess.max_width) != (frame.max_height, frame.max_width):
+        # sleap-nn crops the embedding's own size-matched frames; sleap-live the pair's.
+        raise ModelConfigError(
+            f"{embedding.config_path}: max_height/max_width {preprocess.max_height}/"
+            f"{preprocess.max_width} differ from the pose models' {frame.max_height}/"
+            f"{frame.max_width}; sleap-live crops the frames the pose models size-match"
+        )
+    return model
 
 
 def _box_topdown(

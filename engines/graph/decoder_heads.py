@@ -15,7 +15,9 @@ encoder each runs, step for step:
   bottleneck when the decoder is empty), ending in a sigmoid for class maps and for
   centroid heads with `use_sigmoid_activation`. The class-vector head max-pools the
   bottleneck globally, runs `num_fc_layers` fully connected layers with ReLU and
-  a final one, then a softmax. A box detector's SSD head reads every pyramid
+  a final one, then a softmax. The embedding head pools the bottleneck (GeM, max
+  or average), runs its fully connected layers the same way and L2-normalises the
+  vector. A box detector's SSD head reads every pyramid
   level's map (a decoder output, or the bottleneck at its stride) through a conv
   tower and two 3x3 predictors (`SSDPredictor`).
 
@@ -30,6 +32,9 @@ keeps the middle block and decoder. The heads' keys, after the `model.` prefix:
     head_layers.{h}.{HeadName}.0                   heads.{HeadName}.conv
     head_layers.{h}.pre_classification{i}_fc       heads.ClassVectorsHead.hidden.{i}
     head_layers.{h}.ClassVectorsHead               heads.ClassVectorsHead.out
+    head_layers.{h}.pre_embedding_pool.p           heads.EmbeddingHead.p (GeM only)
+    head_layers.{h}.pre_embedding{i}_fc            heads.EmbeddingHead.hidden.{i}
+    head_layers.{h}.EmbeddingHead                  heads.EmbeddingHead.out
     head_layers.{h}.{towers|cls_preds|box_preds}.{rest}
                                                    heads.SSDHead.{towers|cls_preds|box_preds}.{rest}
 
@@ -173,6 +178,50 @@ class ClassVectorsHead(nn.Module):
         for layer in self.hidden:
             x = torch.relu(layer(x))
         return torch.softmax(self.out(x), dim=-1)
+
+
+# sleap-nn's GeM (`architectures/heads.py`): its exponent is clamped to this range in
+# the forward pass, and activations are floored at `GEM_EPS` before the power.
+GEM_P_MIN, GEM_P_MAX = 1.0, 6.0
+GEM_EPS = 1e-6
+
+
+class EmbeddingHead(nn.Module):
+    """sleap-nn's `EmbeddingHead.make_head`: pool, fully connected layers with ReLU,
+    linear layer, then (if `normalize`) L2 normalisation."""
+
+    def __init__(
+        self,
+        in_features: int,
+        n_hidden: int,
+        hidden_units: int,
+        dim: int,
+        pool: str,
+        normalize: bool,
+    ) -> None:
+        super().__init__()
+        self.pool = pool
+        self.normalize = normalize
+        if pool == "gem":
+            self.p = nn.Parameter(torch.tensor(3.0))
+        self.hidden = nn.ModuleList(
+            nn.Linear(in_features if i == 0 else hidden_units, hidden_units)
+            for i in range(n_hidden)
+        )
+        self.out = nn.Linear(hidden_units if n_hidden else in_features, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.pool == "gem":
+            p = self.p.clamp(GEM_P_MIN, GEM_P_MAX)
+            x = x.clamp(min=GEM_EPS).pow(p).mean(dim=(-2, -1)).pow(1.0 / p)
+        elif self.pool == "max":
+            x = torch.amax(x, dim=(-2, -1))
+        else:
+            x = x.mean(dim=(-2, -1))
+        for layer in self.hidden:
+            x = torch.relu(layer(x))
+        x = self.out(x)
+        return F.normalize(x, dim=1) if self.normalize else x
 
 
 class SSDPredictor(nn.Module):
@@ -394,7 +443,7 @@ class DecoderHeadsNetwork(nn.Module, abc.ABC):
 
     def _head_source(self, head: HeadSpec, strides_to_features: dict[int, int]) -> int:
         """Index into [bottleneck, decoder outputs...] of the feature map a head reads."""
-        if head.name == "ClassVectorsHead" or not self.decoder:
+        if head.name in ("ClassVectorsHead", "EmbeddingHead") or not self.decoder:
             return 0
         source = strides_to_features.get(head.output_stride, 0)
         if source == 0:
@@ -418,6 +467,15 @@ class DecoderHeadsNetwork(nn.Module, abc.ABC):
         return tuple(strides_to_features[s] for s in strides)
 
     def _make_head(self, head: HeadSpec, in_channels: int) -> nn.Module:
+        if head.name == "EmbeddingHead":
+            return EmbeddingHead(
+                in_channels,
+                head.num_fc_layers,
+                head.num_fc_units,
+                head.embedding_dim,
+                head.pool,
+                head.normalize,
+            )
         if head.name != "ClassVectorsHead":
             return ConvHead(in_channels, head.n_channels, sigmoid=head.activation == "sigmoid")
         if head.num_fc_layers == 0 and head.global_pool and in_channels != head.num_fc_units:
@@ -522,6 +580,15 @@ def head_sleap_nn_names(head: HeadSpec, position: int) -> dict[str, str]:
                 f"box_preds.{level}",
             )
         }
+    if head.name == "EmbeddingHead":
+        names = {
+            f"heads.{head.name}.hidden.{i}": f"{theirs}.pre_embedding{i}_fc"
+            for i in range(head.num_fc_layers)
+        }
+        names[f"heads.{head.name}.out"] = f"{theirs}.EmbeddingHead"
+        # A module path whose last part is the parameter: `_map_keys` splits there.
+        names[f"heads.{head.name}"] = f"{theirs}.pre_embedding_pool"
+        return names
     if head.name != "ClassVectorsHead":
         return {f"heads.{head.name}.conv": f"{theirs}.{head.name}.0"}
     names = {

@@ -54,6 +54,9 @@ def load_model_network(spec: ModelSpec) -> nn.Module:
         2,
         f"{spec.config_path}: the backbone and heads it describes",
     )
+    if spec.model_type == "embedding":
+        # The projection head an embedding model trains through is discarded at inference.
+        state_dict = {k: v for k, v in state_dict.items() if not k.startswith("projection.")}
     network = build_model_network(spec)
     network.load_sleap_nn_state_dict(state_dict, spec.checkpoint_path)
     return network

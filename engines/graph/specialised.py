@@ -135,6 +135,7 @@ def specialised_output_names(model: InferenceModel) -> tuple[str, ...]:
         model_type,
         OUTPUT_LAYOUTS[_specialised_profile(model_type)],
         boxes=bool(model.info.box_categories),
+        embeddings=model.info.embedding_dim is not None,
     )
 
 

@@ -17,6 +17,9 @@ pair (plain or multi-class):
    by sleap-nn's box corner `centroid - crop_size / 2 + 0.5` (not the window's
    integer origin) and divided by `eff_scale`.
 
+With an embedding model (`EmbeddingTopDownModel`), each instance's pose is then
+embedded as sleap-nn's fused route embeds it (`sleap_live.engines.graph.embedding`).
+
 Instances come out in centroid order, scored by their centroid's confidence map
 value. In the TensorRT profile (which needs `max_instances`) every frame has
 `max_instances` slots: its
@@ -40,6 +43,7 @@ from sleap_live.engines.errors import ModelConfigError
 from sleap_live.engines.graph.base import InferenceModel
 from sleap_live.engines.graph.centroid import CENTROID_HEAD, CentroidStage
 from sleap_live.engines.graph.crops import box_top_left, crop_centered
+from sleap_live.engines.graph.embedding import EmbeddingStage
 from sleap_live.engines.graph.legacy_network import OFFSETS_HEAD
 from sleap_live.engines.graph.legacy_peaks import (
     learned_offsets,
@@ -68,6 +72,8 @@ from sleap_live.engines.types import ModelInfo, Skeleton
 
 INSTANCE_HEAD = "CenteredInstanceConfmapsHead"
 CLASS_VECTORS_HEAD = "ClassVectorsHead"
+# The graph output of `EmbeddingTopDownModel`, kept beside the instance heads.
+EMBEDDINGS = "embeddings"
 
 
 class TopDownModel(InferenceModel):
@@ -405,6 +411,31 @@ class MultiClassTopDownModel(TopDownModel):
 
     def _extra_outputs(self, heads: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
         return (heads[CLASS_VECTORS_HEAD],)
+
+
+class EmbeddingTopDownModel(TopDownModel):
+    """A centroid + centered-instance pair whose instances are then embedded.
+
+    Outputs `INSTANCE_OUTPUTS` plus `embeddings`, each instance's vector. Takes
+    `TopDownModel`'s arguments plus `embedding`, the stage that embeds the poses.
+    """
+
+    def __init__(self, *args: Any, embedding: EmbeddingStage, **options: Any) -> None:
+        super().__init__(*args, **options)
+        self.embedding = embedding
+        self.info = attrs.evolve(self.info, embedding_dim=embedding.dim)
+
+    def _instances(
+        self, crop_frames: torch.Tensor, instance_frame: torch.Tensor, *rest: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """`TopDownModel._instances`, each instance's vector added to the heads; `rest`
+        is its centroids and size-matching factor."""
+        points, scores, heads = super()._instances(crop_frames, instance_frame, *rest)
+        vectors = self.embedding(crop_frames, instance_frame, points, rest[-1])
+        return points, scores, {**heads, EMBEDDINGS: vectors}
+
+    def _extra_outputs(self, heads: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        return (heads[EMBEDDINGS],)
 
 
 def _first_set(first: int | None, second: int | None) -> int | None:

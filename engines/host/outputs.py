@@ -14,7 +14,10 @@ whole batch, M data-dependent.
 - ``point_scores`` (M, nodes) float32: confidence map peak values;
 - ``instance_scores`` (M,) float32;
 - multi-class top-down adds ``class_scores`` (M, classes) float32: the
-  instance's class probabilities (the ClassVectorsHead softmax).
+  instance's class probabilities (the ClassVectorsHead softmax);
+- a top-down model with an embedding model adds ``embeddings`` (M, D) float32,
+  last: each instance's re-identification vector, NaN for an instance without
+  a crop centre.
 
 Bottom-up outputs, per frame, K peak slots per node:
 
@@ -56,8 +59,8 @@ in both layouts.
 - ``instance_valid`` (B, S) bool: which slots hold an instance; a frame's
   instances fill its first slots, in the order the instance list has them;
 - ``points`` (B, S, nodes, 2), ``point_scores`` (B, S, nodes), ``instance_scores``
-  (B, S) and ``class_scores`` (B, S, classes) float32: as above, NaN in empty slots
-  (``class_scores`` too).
+  (B, S), ``class_scores`` (B, S, classes) and ``embeddings`` (B, S, D) float32: as
+  above, NaN in empty slots (``class_scores`` and ``embeddings`` too).
 """
 
 from __future__ import annotations
@@ -121,6 +124,7 @@ _LIST_SPECS = {
         OutputSpec("point_scores", "float32", ("instances", "nodes")),
         OutputSpec("instance_scores", "float32", ("instances",)),
         OutputSpec("class_scores", "float32", ("instances", "classes")),
+        OutputSpec("embeddings", "float32", ("instances", "embedding_dim")),
         OutputSpec("peaks", "float32", ("batch", "nodes", "peak_slots", "xy")),
         OutputSpec("peak_scores", "float32", ("batch", "nodes", "peak_slots")),
         OutputSpec("peak_valid", "bool", ("batch", "nodes", "peak_slots")),
@@ -143,6 +147,7 @@ _SLOT_SPECS = _LIST_SPECS | {
         OutputSpec("point_scores", "float32", (BATCH_AXIS, SLOT_AXIS, "nodes")),
         OutputSpec("instance_scores", "float32", (BATCH_AXIS, SLOT_AXIS)),
         OutputSpec("class_scores", "float32", (BATCH_AXIS, SLOT_AXIS, "classes")),
+        OutputSpec("embeddings", "float32", (BATCH_AXIS, SLOT_AXIS, "embedding_dim")),
     )
 }
 del _SLOT_SPECS["instance_frame"]
@@ -179,25 +184,28 @@ def output_spec(name: str, layout: str = INSTANCE_LIST) -> OutputSpec:
 
 
 def output_names(
-    model_type: str, layout: str = INSTANCE_LIST, *, boxes: bool = False
+    model_type: str, layout: str = INSTANCE_LIST, *, boxes: bool = False, embeddings: bool = False
 ) -> tuple[str, ...]:
     """The outputs, in order, of a `model_type` graph with `layout`; KeyError if unknown.
 
+    `embeddings`: a top-down model with an embedding model (`ModelInfo.embedding_dim`),
+    whose graph also outputs each instance's vector after its instance outputs.
     `boxes`: a top-down model seeded by a box detector (`ModelInfo.box_categories`),
     whose graph also outputs the boxes that seeded its crops (`BOX_OUTPUTS`), last.
     """
     by_type = SLOT_OUTPUTS_BY_MODEL_TYPE if layout == INSTANCE_SLOTS else OUTPUTS_BY_MODEL_TYPE
-    return (*by_type[model_type], *BOX_OUTPUTS) if boxes else by_type[model_type]
+    names = (*by_type[model_type], "embeddings") if embeddings else by_type[model_type]
+    return (*names, *BOX_OUTPUTS) if boxes else names
 
 
 def output_axes(
-    model_type: str, layout: str = INSTANCE_LIST, *, boxes: bool = False
+    model_type: str, layout: str = INSTANCE_LIST, *, boxes: bool = False, embeddings: bool = False
 ) -> dict[str, tuple[str, ...]]:
     """Axis names of each output of `output_names`' graph (none if the type is unknown)."""
     by_type = SLOT_OUTPUTS_BY_MODEL_TYPE if layout == INSTANCE_SLOTS else OUTPUTS_BY_MODEL_TYPE
     if model_type not in by_type:
         return {}
-    names = output_names(model_type, layout, boxes=boxes)
+    names = output_names(model_type, layout, boxes=boxes, embeddings=embeddings)
     return {name: output_spec(name, layout).axes for name in names}
 
 

@@ -54,7 +54,7 @@ from sleap_live.engines.host.outputs import (
 from sleap_live.engines.types import FrameBoxes, FrameMasks, FramePoses, ModelInfo
 
 # Instance outputs that the slot layout holds per (frame, slot).
-_SLOTTED = ("points", "point_scores", "instance_scores", "class_scores")
+_SLOTTED = ("points", "point_scores", "instance_scores", "class_scores", "embeddings")
 
 Decoder = Callable[[ModelInfo, Mapping[str, np.ndarray], int], list[FramePoses]]
 
@@ -123,6 +123,7 @@ def _frame_poses(
     point_scores: np.ndarray,
     instance_scores: np.ndarray,
     identities: np.ndarray,
+    embeddings: np.ndarray | None = None,
 ) -> FramePoses:
     found = ~np.isnan(points).all(axis=(1, 2))
     return FramePoses(
@@ -130,6 +131,7 @@ def _frame_poses(
         point_scores=point_scores[found].astype(np.float32, copy=False),
         instance_scores=instance_scores[found].astype(np.float32, copy=False),
         identities=identities[found].astype(np.int32, copy=False),
+        embeddings=None if embeddings is None else embeddings[found].astype(np.float32, copy=False),
     )
 
 
@@ -140,11 +142,13 @@ def _poses_by_frame(
     point_scores: np.ndarray,
     instance_scores: np.ndarray,
     class_scores: np.ndarray | None = None,
+    embeddings: np.ndarray | None = None,
 ) -> list[FramePoses]:
     """Splits an instance list into frames, keeping its order.
 
     Identities come from `assign_classes` on each frame's `class_scores`, or are
-    all -1 without them.
+    all -1 without them. `embeddings` (an embedding model's vectors) go with their
+    instances.
     """
     poses = []
     for frame in range(batch_size):
@@ -155,7 +159,13 @@ def _poses_by_frame(
             else assign_classes(class_scores[rows])
         )
         poses.append(
-            _frame_poses(points[rows], point_scores[rows], instance_scores[rows], identities)
+            _frame_poses(
+                points[rows],
+                point_scores[rows],
+                instance_scores[rows],
+                identities,
+                None if embeddings is None else embeddings[rows],
+            )
         )
     return poses
 
@@ -163,9 +173,16 @@ def _poses_by_frame(
 def decode_instances(
     info: ModelInfo, outputs: Mapping[str, np.ndarray], batch_size: int
 ) -> list[FramePoses]:
-    """Per-frame poses from `INSTANCE_OUTPUTS`; identities are all -1."""
-    del info
-    return _poses_by_frame(batch_size, *_instance_arrays(outputs, INSTANCE_OUTPUTS))
+    """Per-frame poses from `INSTANCE_OUTPUTS`, with `embeddings` where the model
+    has an embedding model; identities are all -1."""
+    if info.embedding_dim is None:
+        return _poses_by_frame(batch_size, *_instance_arrays(outputs, INSTANCE_OUTPUTS))
+    frames, points, point_scores, instance_scores, embeddings = _instance_arrays(
+        outputs, (*INSTANCE_OUTPUTS, "embeddings")
+    )
+    return _poses_by_frame(
+        batch_size, frames, points, point_scores, instance_scores, embeddings=embeddings
+    )
 
 
 def assign_classes(class_scores: np.ndarray) -> np.ndarray:

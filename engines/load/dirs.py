@@ -150,6 +150,28 @@ def poseless_kind(paths: Sequence[str | os.PathLike[str]]) -> str | None:
     return kind if kind in POSELESS_FINDINGS else None
 
 
+def gives_embeddings(paths: Sequence[str | os.PathLike[str]]) -> bool:
+    """Whether `paths` give each instance a re-identification vector, told before
+    anything loads: an embedding model directory among them (sleap-nn's `embedding`
+    type), or a sleap-live export of such a model (its metadata's `embedding_dim`).
+    False for anything unreadable, which the loader then names."""
+    for path in map(Path, paths):
+        try:
+            if path.suffix == ".onnx" and path.is_file():
+                if read_onnx_info(path).embedding_dim is not None:
+                    return True
+            elif sidecar_path(path).is_file():
+                metadata = ExportMetadata.from_json(sidecar_path(path).read_text(), str(path))
+                if metadata.info.embedding_dim is not None:
+                    return True
+            elif (path / TRAINING_CONFIG).is_file() and not is_sleap_nn_export_dir(path):
+                if head_type(read_yaml(path / TRAINING_CONFIG)) == "embedding":
+                    return True
+        except (OSError, ValueError):  # the loader names the problem
+            continue
+    return False
+
+
 def is_sleap_nn_export_dir(path: Path) -> bool:
     """Whether `path` is a directory written by `sleap-nn export`."""
     path = Path(path)

@@ -18,7 +18,7 @@ Schema (version 1)::
                 "max_instances": ... | null, "class_names": [...],
                 "peak_threshold": ..., "postprocess": {...},
                 "settings": {"peak_threshold": 0.2, ...} | absent,
-                "box_categories": [...] | absent},
+                "box_categories": [...] | absent, "embedding_dim": D | absent},
       "input": {"name": "frames", "dtype": "uint8", "layout": "NHWC",
                 "channels": [1, 3]},
       "outputs": ["instance_frame", "points", "point_scores", "instance_scores"],
@@ -35,7 +35,8 @@ Schema (version 1)::
 older files) are the inference settings the graph was built with; `max_instances`
 is null where the graph keeps every instance it finds. `model.box_categories`
 (a box top-down model's only) names its detector's categories; its graph also
-outputs the boxes that seeded the crops.
+outputs the boxes that seeded the crops. `model.embedding_dim` (a top-down model
+with an embedding model's only) is the length of the `embeddings` it outputs.
 
 `profile` (absent in older files: "default") says how the graph was built. The
 default graph takes any frame size and lists the instances it finds; the
@@ -290,6 +291,7 @@ def info_to_dict(info: ModelInfo) -> dict[str, Any]:
         **({} if info.settings is None else {"settings": info.settings.to_dict()}),
         # Only where there are some: the other models' records stay as they were.
         **({"box_categories": list(info.box_categories)} if info.box_categories else {}),
+        **({} if info.embedding_dim is None else {"embedding_dim": info.embedding_dim}),
     }
 
 
@@ -327,6 +329,9 @@ def info_from_dict(document: Mapping[str, Any], origin: str = "metadata") -> Mod
             postprocess=dict(document.get("postprocess", {})),
             settings=None if settings is None else InferenceSettings.from_dict(settings, origin),
             box_categories=tuple(str(name) for name in document.get("box_categories", ())),
+            embedding_dim=(
+                None if document.get("embedding_dim") is None else int(document["embedding_dim"])
+            ),
         )
     except ModelConfigError:
         raise

@@ -2,15 +2,16 @@
 
 sleap-nn 0.3.5 trains kinds beside its pose models (`config/model_config.py`'s
 `HeadConfig` and `BackboneConfig`): box detectors (`bbox_centernet` and
-`bbox_ssd`), which sleap-live runs from their training directories but not from
-sleap-nn exports; and an `embedding` (re-identification) type, segmentation models
+`bbox_ssd`) and an `embedding` (re-identification) type, which sleap-live runs from
+their training directories but not from sleap-nn exports; segmentation models
 (`bottomup_segmentation`, `centered_instance_segmentation`,
 `semantic_segmentation`), and `pretrained` backbones, image encoders from the
 Hugging Face Hub (hierarchical ones and plain ViTs such as DINOv2, CLIP or SigLIP;
-`timm/...` ids through transformers). sleap-live does not run these: the
-embeddings and instance masks have no place in its outputs, and a pretrained
-encoder's code and weights come from the internet. Of the segmentation models it runs
-`semantic_segmentation` (whole-frame foreground), from training directories only.
+`timm/...` ids through transformers). sleap-live does not run these: instance
+masks have no place in its outputs, a pretrained encoder's code and weights come
+from the internet, and sleap-nn exports an embedding model without its crop step.
+Of the segmentation models it runs `semantic_segmentation` (whole-frame
+foreground), from training directories only.
 
 `refuse_unrun_kind` reads only the config's head and backbone keys and refuses such
 a model, or one of a type it does not know, with one line naming the folder, what
@@ -28,7 +29,6 @@ from sleap_live.engines.load.spec import MODEL_HEADS
 
 # sleap-nn 0.3.5's model types sleap-live does not run: what each one is.
 UNRUN_MODEL_TYPES: Mapping[str, str] = {
-    "embedding": "an embedding (re-identification) model",
     "bottomup_segmentation": "a segmentation model (bottomup_segmentation)",
     "centered_instance_segmentation": "a segmentation model (centered_instance_segmentation)",
 }
@@ -36,6 +36,7 @@ UNRUN_MODEL_TYPES: Mapping[str, str] = {
 UNRUN_EXPORT_TYPES: Mapping[str, str] = {
     **UNRUN_MODEL_TYPES,
     "semantic_segmentation": "a segmentation model (semantic_segmentation)",
+    "embedding": "an embedding (re-identification) model",
     "bbox_centernet": "a box detector (bbox_centernet)",
     "bbox_ssd": "a box detector (bbox_ssd)",
 }

@@ -56,6 +56,9 @@ MODEL_HEADS: Mapping[str, tuple[tuple[str, str], ...]] = {
     "bbox_ssd": (("ssd", "SSDHead"),),
     # Whole-frame foreground segmentation: one foreground logit map.
     "semantic_segmentation": (("segmentation", "SegmentationHead"),),
+    # A re-identification model: a crop around each predicted pose to a vector
+    # (`architectures/heads.py` `EmbeddingHead`); it runs after a top-down pair.
+    "embedding": (("embedding", "EmbeddingHead"),),
 }
 
 # Model types that find boxes, not poses; one can stand in for a top-down model's
@@ -68,7 +71,7 @@ BOX_CATEGORY_HEADS = ("BBoxCenterHead", "SSDHead")
 DEFAULT_BOX_CATEGORY = "object"
 
 # Model types whose input is a crop around one instance.
-CROP_MODEL_TYPES = ("centered_instance", "multi_class_topdown")
+CROP_MODEL_TYPES = ("centered_instance", "multi_class_topdown", "embedding")
 
 
 @attrs.frozen
@@ -178,6 +181,11 @@ class HeadSpec:
         num_fc_layers: hidden fully connected layers of a class-vector head.
         num_fc_units: units of each of those layers.
         global_pool: whether a class-vector head max-pools the bottleneck first.
+        embedding_dim: length of an embedding head's vectors.
+        pool: an embedding head's pooling of the bottleneck ("gem", "max" or "avg").
+        normalize: whether an embedding head L2-normalises its vectors.
+        centroid_method: how an embedding model centres its crop on a pose
+            ("center_of_mass", or "anchor" with a center-of-mass fallback).
         anchors: an SSD head's pyramid and anchors (it reads every level's stride;
             `output_stride` is the finest).
     """
@@ -194,6 +202,10 @@ class HeadSpec:
     num_fc_layers: int = 0
     num_fc_units: int = 0
     global_pool: bool = True
+    embedding_dim: int = 0
+    pool: str = ""
+    normalize: bool = False
+    centroid_method: str = ""
     anchors: AnchorSpec | None = None
 
     @property
@@ -210,6 +222,8 @@ class HeadSpec:
             return 2
         if self.name in ("ClassMapsHead", "ClassVectorsHead", "BBoxCenterHead"):
             return len(self.classes)
+        if self.name == "EmbeddingHead":
+            return self.embedding_dim
         return len(self.part_names)
 
     @property

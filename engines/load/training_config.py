@@ -8,7 +8,7 @@ sleap-nn's predict derives them:
 
 - The model type is the first non-null entry of `model_config.head_configs` and the
   backbone the first non-null entry of `model_config.backbone_config`, in file order.
-  Kinds sleap-live does not run (embedding and segmentation models, pretrained and
+  Kinds sleap-live does not run (segmentation models, pretrained and
   unknown backbones, unknown types) are refused first, by
   `sleap_live.engines.load.model_kind`. ConvNeXt and Swin backbones are read by
   `sleap_live.engines.load.backbone_specs`.
@@ -327,25 +327,20 @@ def _parse_head(
     )
     head = HeadSpec(name=name, config_key=key, output_stride=output_stride)
     if name == "ClassVectorsHead":
+        layers, units = _fc_layers(reader, leaf, where, units=64)
         return attrs.evolve(
             head,
             classes=_classes(reader, leaf, where),
-            num_fc_layers=reader.integer(
-                reader.optional(leaf, "num_fc_layers", where, int, 1),
-                f"{where}.num_fc_layers",
-                minimum=0,
-            ),
-            num_fc_units=reader.integer(
-                reader.optional(leaf, "num_fc_units", where, int, 64),
-                f"{where}.num_fc_units",
-                minimum=1,
-            ),
+            num_fc_layers=layers,
+            num_fc_units=units,
             global_pool=reader.boolean(
                 reader.optional(leaf, "global_pool", where, bool, True), f"{where}.global_pool"
             ),
         )
     if name == "ClassMapsHead":
         return attrs.evolve(head, classes=_classes(reader, leaf, where))
+    if name == "EmbeddingHead":
+        return _embedding_head(reader, leaf, where, head)
     if name == "BBoxCenterHead":
         categories = _string_list(reader, leaf.get("categories"), f"{where}.categories")
         return attrs.evolve(head, classes=categories or (DEFAULT_BOX_CATEGORY,))
@@ -386,6 +381,57 @@ def _parse_head(
             reader.optional(leaf, "use_sigmoid_activation", where, bool, False),
             f"{where}.use_sigmoid_activation",
         ),
+    )
+
+
+# sleap-nn's embedding pools (`EmbeddingHead.make_head`), and the crop centres
+# sleap-live reproduces (`generate_centroids`: the mean of the found nodes, or the
+# anchor node falling back to that mean).
+EMBEDDING_POOLS = ("gem", "max", "avg")
+EMBEDDING_CENTROIDS = ("center_of_mass", "anchor")
+
+
+def _embedding_head(reader: ConfigReader, leaf: Mapping, where: str, head: HeadSpec) -> HeadSpec:
+    """An embedding head, refusing what its crops or network would need that
+    sleap-live does not reproduce."""
+    pool = reader.optional(leaf, "pool", where, str, None)
+    if pool not in EMBEDDING_POOLS:
+        # Training resolves a null pool and writes it back; predict needs it set.
+        raise reader.error(
+            f"{where}.pool is {pool!r}; expected one of {', '.join(EMBEDDING_POOLS)}"
+        )
+    # Masks are a segmentation run's carrier, which sleap-live does not run.
+    reader.supported(leaf, "detection_mode", where, ("pose",))
+    anchor_part = reader.optional(leaf, "anchor_part", where, str, None)
+    _check_centroid_method(reader, leaf, where, anchor_part)
+    reader.supported(leaf, "centroid_method", where, EMBEDDING_CENTROIDS)
+    reader.supported(leaf, "centroid_fallback", where, ("center_of_mass",))
+    layers, units = _fc_layers(reader, leaf, where, units=256)
+    return attrs.evolve(
+        head,
+        anchor_part=anchor_part,
+        centroid_method=leaf.get("centroid_method")
+        or ("anchor" if anchor_part else "center_of_mass"),
+        embedding_dim=reader.integer(
+            reader.required(leaf, "embedding_dim", where), f"{where}.embedding_dim", minimum=1
+        ),
+        num_fc_layers=layers,
+        num_fc_units=units,
+        pool=pool,
+        normalize=reader.boolean(
+            reader.optional(leaf, "normalize", where, bool, True), f"{where}.normalize"
+        ),
+    )
+
+
+def _fc_layers(reader: ConfigReader, leaf: Mapping, where: str, units: int) -> tuple[int, int]:
+    """A pooled head's fully connected layers: `num_fc_layers` (default 1) of
+    `num_fc_units` (default `units`, sleap-nn's for that head)."""
+    layers = reader.optional(leaf, "num_fc_layers", where, int, 1)
+    width = reader.optional(leaf, "num_fc_units", where, int, units)
+    return (
+        reader.integer(layers, f"{where}.num_fc_layers", minimum=0),
+        reader.integer(width, f"{where}.num_fc_units", minimum=1),
     )
 
 

@@ -133,9 +133,10 @@ def load_runner(
 
 
 def _check_models(models: list[Path]) -> None:
-    if not 1 <= len(models) <= 2:
+    if not 1 <= len(models) <= 3:
         raise ValueError(
-            f"give one model, or two model directories for top-down; got {len(models)} paths"
+            "give one model, two model directories for top-down, or three for top-down "
+            f"with an embedding model; got {len(models)} paths"
         )
     for path in models:
         if not path.exists():

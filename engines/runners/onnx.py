@@ -172,7 +172,10 @@ class OnnxRunner:
         self._input_name = graph_input.name
         self._output_names = [output.name for output in session.get_outputs()]
         axes = output_axes(
-            self.info.model_type, metadata.output_layout, boxes=bool(self.info.box_categories)
+            self.info.model_type,
+            metadata.output_layout,
+            boxes=bool(self.info.box_categories),
+            embeddings=self.info.embedding_dim is not None,
         )
         graph_outputs = [(output.name, output.shape) for output in session.get_outputs()]
         check_graph_sizes(self.info, graph_outputs, axes, origin)

@@ -267,5 +267,8 @@ def model_output_axes(model: InferenceModel) -> dict[str, tuple[str, ...]]:
     """The output contract's axes of each of the model's outputs, in its profile's layout."""
     info = model.info
     return output_axes(
-        info.model_type, OUTPUT_LAYOUTS[model.profile], boxes=bool(info.box_categories)
+        info.model_type,
+        OUTPUT_LAYOUTS[model.profile],
+        boxes=bool(info.box_categories),
+        embeddings=info.embedding_dim is not None,
     )

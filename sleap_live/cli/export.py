@@ -148,8 +148,11 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     """Exports, then prints the model type and the verification table (stderr)."""
     from sleap_live.cli.loading import verify_options
 
-    if len(args.model_dirs) > 2:
-        raise UsageError("give one model directory, or two for a top-down model")
+    if len(args.model_dirs) > 3:
+        raise UsageError(
+            "give one model directory, two for a top-down model, or three for a top-down "
+            "model with an embedding model"
+        )
     # How the export is verified, and the inference settings built into it.
     options: dict[str, Any] = {**verify_options(args), "settings": inference_settings(args)}
     # Imported here: the exporter loads torch, which --help and the other commands

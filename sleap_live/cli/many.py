@@ -29,6 +29,7 @@ from sleap_live.cli.options import (
     say,
 )
 from sleap_live.cli.tracking_options import tracking_settings
+from sleap_live.engines.load.dirs import gives_embeddings
 from sleap_live.stream.dashboard import live_display
 from sleap_live.stream.many.display import ManyProgress, describe, summary_table
 from sleap_live.stream.many.finish import OUTPUTS_TO
@@ -185,7 +186,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             decoder=args.decoder, bit_depth=args.bit_depth, read_timeout=args.read_timeout
         ),
         save_interval=args.save_interval,
-        tracking=tracking_settings(args),
+        tracking=tracking_settings(args, gives_embeddings(args.models)),
         provenance=run_provenance(args),
     )
     cores = os.cpu_count() or 1

@@ -199,7 +199,8 @@ def add_model_options(
 
 
 def add_model_argument(parser: Any, help: str) -> None:
-    """`-m/--model MODEL`, required and repeated for a top-down pair (`args.models`).
+    """`-m/--model MODEL`, required and repeated for a top-down pair and its embedding
+    model (`args.models`).
 
     Args:
         parser: the subcommand's parser, or a group of it.
@@ -443,9 +444,13 @@ def add_cache_options(parser: argparse.ArgumentParser) -> None:
 
 
 def check_models(args: argparse.Namespace) -> None:
-    """Raises `UsageError` unless -m was given once, or twice (top-down)."""
-    if len(args.models) > 2:
-        raise UsageError("give -m once, or twice for a top-down model")
+    """Raises `UsageError` unless -m was given once, twice (top-down) or three times
+    (top-down with an embedding model)."""
+    if len(args.models) > 3:
+        raise UsageError(
+            "give -m once, twice for a top-down model, or three times for a top-down "
+            "model with an embedding model"
+        )
 
 
 def check_preview_options(args: argparse.Namespace) -> None:

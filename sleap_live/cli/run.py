@@ -47,6 +47,7 @@ from sleap_live.cli.options import (
     whole_number,
 )
 from sleap_live.cli.tracking_options import add_tracking_options, tracking_settings
+from sleap_live.engines.load.dirs import gives_embeddings
 from sleap_live.stream.batching import choose_policy
 from sleap_live.stream.dashboard import Dashboard, ProgressView, live_display
 from sleap_live.stream.errors import PreviewError, PublishError
@@ -285,7 +286,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         args.video = args.video[0] if args.video else None
     _check(args)
     check_poseless_run(args.models, tracked=args.tracking, output=args.output)
-    tracking = tracking_settings(args)
+    tracking = tracking_settings(args, gives_embeddings(args.models))
     # A video file; None for a camera or a stream URL.
     video = args.video if isinstance(args.video, Path) else None
     output = args.output

@@ -5,8 +5,10 @@
 ``--tracking-window-size`` here), with its default (for the MOT trackers, their
 sleap-nn preset's). Options sleap-nn has but sleap-live does not run are accepted
 by name and refused in one line. The appearance options (``--features embeddings``,
-``--appearance-weight``) need poses that carry embedding vectors, which no model
-sleap-live runs makes yet.
+``--appearance-weight``) need poses that carry embedding vectors: a top-down pair
+with an embedding model (a third ``-m``), with which, as in sleap-nn, the classic
+tracker compares the vectors (``embeddings``, ``cosine_sim``) unless
+``--features``, ``--scoring-method`` or ``--appearance-weight`` say otherwise.
 """
 
 from __future__ import annotations
@@ -202,13 +204,16 @@ def add_tracking_options(parser: argparse.ArgumentParser, *, always: bool = Fals
         )
 
 
-def tracking_settings(args: argparse.Namespace) -> TrackingSettings | None:
+def tracking_settings(
+    args: argparse.Namespace, embeddings: bool = False
+) -> TrackingSettings | None:
     """The tracker's settings `run` or `replay` asks for; None without ``--tracking``.
+
+    `embeddings`: the models give each instance a vector (`gives_embeddings`).
 
     Raises:
         UsageError: a tracking option without ``--tracking``, the appearance options
-            (no model sleap-live runs gives the vectors they compare), or see
-            `settings_from`.
+            without an embedding model, or see `settings_from`.
     """
     if not args.tracking:
         named = [flag(dest) for dest in _FIELDS if getattr(args, dest) is not None]
@@ -216,12 +221,18 @@ def tracking_settings(args: argparse.Namespace) -> TrackingSettings | None:
         if named:
             raise UsageError(f"{', '.join(named)} only applies with --tracking")
         return None
+    if embeddings and (args.tracker or "classic") == "classic" and not args.appearance_weight:
+        # sleap-nn's fused route (`cli.py`): appearance alone unless told otherwise.
+        args = argparse.Namespace(**vars(args))
+        args.features = args.features or "embeddings"
+        args.scoring_method = args.scoring_method or "cosine_sim"
     settings = settings_from(args)
-    if settings.features == "embeddings" or settings.appearance_weight > 0.0:
+    if not embeddings and (settings.features == "embeddings" or settings.appearance_weight > 0.0):
         raise UsageError(
             "--features embeddings and --appearance-weight compare each instance's "
-            "embedding vector, which no model sleap-live runs makes yet; use them with "
-            "sleap-live track on a .slp that carries sleap-nn's vectors"
+            "embedding vector, which only an embedding model gives (a third -m after "
+            "a centroid and a centered-instance model); or use them with sleap-live "
+            "track on a .slp that carries sleap-nn's vectors"
         )
     return settings
 

@@ -116,7 +116,14 @@ def save_labels(labels: sio.Labels, path: Path, final: Path) -> None:
 
 
 def _save_slp(labels: sio.Labels, path: Path, final: Path) -> None:
-    sio.save_slp(labels, str(path), verbose=False)
+    # An embedding model's vectors (`identity_embedding`) as `sleap-nn predict
+    # --save_embeddings slp` writes them.
+    vectors = any(
+        instance.identity_embedding is not None
+        for frame in labels.labeled_frames
+        for instance in frame.instances
+    )
+    sio.save_slp(labels, str(path), verbose=False, save_embedding_vectors=vectors)
 
 
 def _save_h5(labels: sio.Labels, path: Path, final: Path) -> None:

@@ -12,7 +12,8 @@ Layout: the 8-byte `MAGIC`, then records, each ``kind (1 byte) | payload length
 record is the header (kind ``H``, UTF-8 JSON: skeleton, video, frame shape, ...);
 every later one a chunk of frames (kind ``F``, see `FrameChunk.to_bytes`), the
 boxes of the chunk just before (kind ``B``, see `BoxChunk`: a box detector's), its
-masks (kind ``M``, see `MaskChunk`: a segmentation model's), or
+masks (kind ``M``, see `MaskChunk`: a segmentation model's), its instances'
+re-identification vectors (kind ``E``, see `EmbeddingChunk`), or
 track labels for instances of earlier chunks (kind ``L``, see `TrackLabels`: a MOT
 tracker's detections labelled once their track was confirmed). A record cut short
 or failing its CRC ends the journal: a kill mid-write costs that record only,
@@ -42,7 +43,10 @@ _RECORD = struct.Struct("<cII")
 _CHUNK = struct.Struct("<III")  # frames, instances, nodes
 _BOX_CHUNK = struct.Struct("<II")  # frames, boxes
 _MASK_CHUNK = struct.Struct("<II")  # frames, masks
-_HEADER, _FRAMES, _BOXES, _MASKS, _LABELS = b"H", b"F", b"B", b"M", b"L"
+_EMBEDDING_CHUNK = struct.Struct("<II")  # instances, dimensions
+_HEADER, _FRAMES, _BOXES, _MASKS, _LABELS, _EMBEDDINGS = b"H", b"F", b"B", b"M", b"L", b"E"
+# Most dimensions of a journal's vectors, far above any model's.
+MAX_EMBEDDING_DIM = 1 << 16
 _LABEL_COUNT = struct.Struct("<I")
 
 # Bounds a journal's values must keep, far above any run's, so a crafted or
@@ -397,6 +401,37 @@ class MaskChunk:
 
 
 @attrs.frozen(eq=False)
+class EmbeddingChunk:
+    """The re-identification vectors of the instances of the `FrameChunk` written just
+    before (an embedding model's), in its order.
+
+    Attributes:
+        vectors: (N, D) float32, one row per instance of that chunk; NaN for none.
+    """
+
+    vectors: np.ndarray
+
+    def to_bytes(self) -> bytes:
+        return _EMBEDDING_CHUNK.pack(*self.vectors.shape) + self.vectors.astype("<f4").tobytes()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, origin: str = "journal") -> EmbeddingChunk:
+        """Parses `to_bytes`.
+
+        Raises:
+            JournalError: one line naming `origin`: the sizes do not match the bytes.
+        """
+        if len(data) < _EMBEDDING_CHUNK.size:
+            raise JournalError(f"{origin}: a chunk of vectors is cut short ({len(data)} bytes)")
+        n, dim = _EMBEDDING_CHUNK.unpack_from(data)
+        if dim > MAX_EMBEDDING_DIM or len(data) != _EMBEDDING_CHUNK.size + n * dim * 4:
+            raise JournalError(
+                f"{origin}: a chunk says {n} vectors of {dim} but holds {len(data)} bytes"
+            )
+        return cls(np.frombuffer(data, "<f4", n * dim, _EMBEDDING_CHUNK.size).reshape(n, dim))
+
+
+@attrs.frozen(eq=False)
 class TrackLabels:
     """Tracks given late to instances of frames already in the journal.
 
@@ -470,15 +505,18 @@ class JournalWriter:
         labels: TrackLabels | None = None,
         boxes: BoxChunk | None = None,
         masks: MaskChunk | None = None,
+        embeddings: EmbeddingChunk | None = None,
     ) -> None:
-        """Write one chunk of frames, its frames' boxes and masks, and labels for
-        earlier chunks' instances (any may be None; boxes and masks only with a chunk)
-        and wait until they are on disk."""
+        """Write one chunk of frames, its frames' boxes and masks and its instances'
+        vectors, and labels for earlier chunks' instances (any may be None; boxes,
+        masks and vectors only with a chunk) and wait until they are on disk."""
         data = b"" if chunk is None else _frame(_FRAMES, chunk.to_bytes())
         if boxes is not None:
             data += _frame(_BOXES, boxes.to_bytes())
         if masks is not None:
             data += _frame(_MASKS, masks.to_bytes())
+        if embeddings is not None:
+            data += _frame(_EMBEDDINGS, embeddings.to_bytes())
         if labels is not None:
             data += _frame(_LABELS, labels.to_bytes())
         _write_all(self._fd, data)
@@ -504,10 +542,12 @@ class JournalContents:
 
 def read_journal(
     path: Path,
-) -> tuple[JournalHeader, Iterator[FrameChunk | BoxChunk | MaskChunk | TrackLabels]]:
+) -> tuple[
+    JournalHeader, Iterator[FrameChunk | BoxChunk | MaskChunk | EmbeddingChunk | TrackLabels]
+]:
     """The header of the journal at `path` and an iterator over its complete records:
-    chunks of frames, the boxes and masks of the chunk just before, and track labels for
-    instances of the chunks before them.
+    chunks of frames, the boxes, masks and vectors of the chunk just before, and track
+    labels for instances of the chunks before them.
 
     Records are read one at a time, so memory holds one chunk, not the journal.
 
@@ -555,7 +595,7 @@ def _open(path: Path) -> tuple[BinaryIO, JournalHeader]:
 
 def _chunks(
     handle: BinaryIO, header: JournalHeader, origin: str
-) -> Iterator[FrameChunk | BoxChunk | MaskChunk | TrackLabels]:
+) -> Iterator[FrameChunk | BoxChunk | MaskChunk | EmbeddingChunk | TrackLabels]:
     with handle:
         while (record := _read_record(handle)) is not None:
             if record[0] == _FRAMES:
@@ -566,6 +606,8 @@ def _chunks(
                 yield MaskChunk.from_bytes(record[1], origin)
             elif record[0] == _LABELS:
                 yield TrackLabels.from_bytes(record[1], origin)
+            elif record[0] == _EMBEDDINGS:
+                yield EmbeddingChunk.from_bytes(record[1], origin)
 
 
 def _field(origin: str, name: str, value: Any, kind: type) -> Any:
@@ -595,7 +637,7 @@ def _read_record(handle: BinaryIO) -> tuple[bytes, bytes] | None:
         return None
     kind, length, crc = _RECORD.unpack(head)
     payload = handle.read(length)
-    known = (_HEADER, _FRAMES, _BOXES, _MASKS, _LABELS)
+    known = (_HEADER, _FRAMES, _BOXES, _MASKS, _LABELS, _EMBEDDINGS)
     if len(payload) < length or zlib.crc32(payload) != crc or kind not in known:
         return None
     return kind, payload

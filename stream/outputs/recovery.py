@@ -39,6 +39,7 @@ from sleap_live.stream.outputs.journal import (
     JOURNAL_SUFFIX,
     MAGIC,
     BoxChunk,
+    EmbeddingChunk,
     JournalContents,
     JournalError,
     JournalTornError,
@@ -229,6 +230,13 @@ def write_slp_from_journal(journal: Path, slp: Path) -> int:
         if isinstance(chunk, MaskChunk):
             for labelled, rows in zip(chunk_frames, chunk.frames(), strict=False):
                 labelled.masks = [_mask(chunk, i) for i in range(rows.start, rows.stop)]
+            continue
+        if isinstance(chunk, EmbeddingChunk):
+            # sleap-nn's `identity_embedding`, in the chunk's instance order.
+            instances = [i for labelled in chunk_frames for i in labelled.instances]
+            for instance, vector in zip(instances, chunk.vectors, strict=False):
+                if np.isfinite(vector).all():
+                    instance.identity_embedding = sio.Embedding(vector.astype(np.float32))
             continue
         if isinstance(chunk, TrackLabels):
             for frame_index, row, track_id in zip(

@@ -24,6 +24,7 @@ from sleap_live.stream.clock import MONOTONIC, Clock
 from sleap_live.stream.outputs.exports import FORMATS, prepare_saver, slot_layout
 from sleap_live.stream.outputs.journal import (
     BoxChunk,
+    EmbeddingChunk,
     FrameChunk,
     JournalHeader,
     JournalWriter,
@@ -225,6 +226,7 @@ class SlpWriter:
             identities=np.array(poses.identities[found], np.int32),
             boxes=None if poses.boxes is None else _copied(poses.boxes),
             masks=poses.masks,
+            embeddings=None if poses.embeddings is None else np.array(poses.embeddings[found]),
         )
         self._pending.append((frame_index, kept))
         # Counted as written: an instance relabelled later (a MOT track's first
@@ -287,7 +289,9 @@ class SlpWriter:
             instance_scores=np.concatenate([p.instance_scores for p in poses]),
             identities=np.concatenate([p.identities for p in poses]),
         )
-        self._journal.append(chunk, labels, _box_chunk(poses), _mask_chunk(poses))
+        self._journal.append(
+            chunk, labels, _box_chunk(poses), _mask_chunk(poses), _embedding_chunk(poses)
+        )
         self.n_frames_saved += chunk.n_frames
         self._pending.clear()
         self._pending_position.clear()
@@ -364,6 +368,24 @@ def _copied(boxes: FrameBoxes) -> FrameBoxes:
         boxes=np.array(boxes.boxes, np.float32),
         scores=np.array(boxes.scores, np.float32),
         categories=np.array(boxes.categories, np.int32),
+    )
+
+
+def _embedding_chunk(poses: tuple[FramePoses, ...]) -> EmbeddingChunk | None:
+    """The vectors of a chunk's instances (an embedding model's); None where none has any."""
+    found = [p.embeddings for p in poses if p.embeddings is not None]
+    if not found:
+        return None
+    dim = found[0].shape[1]
+    return EmbeddingChunk(
+        np.concatenate(
+            [
+                np.full((p.n_instances, dim), np.nan, np.float32)
+                if p.embeddings is None
+                else p.embeddings.astype(np.float32, copy=False)
+                for p in poses
+            ]
+        ).reshape(-1, dim)
     )
 
 

@@ -93,8 +93,8 @@ def test_bad_arguments_are_refused(exports, tmp_path):
         load_runner(onnx_path, num_threads=1)
     with pytest.raises(ValueError, match="unknown device 'tpu'"):
         load_runner(onnx_path, device="tpu")
-    with pytest.raises(ValueError, match="got 3 paths"):
-        load_runner([tmp_path, tmp_path, tmp_path])
+    with pytest.raises(ValueError, match="got 4 paths"):
+        load_runner([tmp_path, tmp_path, tmp_path, tmp_path])
     with pytest.raises(ValueError, match="got 0 paths"):
         load_runner([])
     with pytest.raises(ModelNotFoundError, match="missing: no such model file or directory"):

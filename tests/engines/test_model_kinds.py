@@ -19,7 +19,7 @@ from sleap_live.engines.graph.build import load_inference_model
 from sleap_live.engines.load import model_kind as unrun_kinds
 from sleap_live.engines.load.dirs import read_model_dir
 from sleap_live.engines.load.model_kind import unrun_kind
-from sleap_live.engines.load.training_config import read_yaml
+from sleap_live.engines.load.training_config import parse_training_config, read_yaml
 from sleap_live.engines.runners.load import load_runner
 from tests.committed import require
 from tests.engines import goldens
@@ -29,7 +29,6 @@ MODELS = goldens.DATA / "models"
 
 # folder -> what the one line says the model is
 KINDS = {
-    "embedding": "an embedding (re-identification) model",
     "segmentation": "a segmentation model (bottomup_segmentation)",
     "vit_pretrained": "a model on a pretrained backbone from Hugging Face "
     "('facebook/dinov2-small')",
@@ -50,7 +49,7 @@ def test_each_kind_is_named_in_one_line_before_the_checkpoint(folder):
     assert isinstance(error.value, ModelConfigError)
 
 
-@pytest.mark.parametrize(("folder", "paired"), [("embedding", False), ("vit_pretrained", True)])
+@pytest.mark.parametrize(("folder", "paired"), [("segmentation", False), ("vit_pretrained", True)])
 def test_the_command_line_refuses_it_alone_or_in_a_pair(folder, paired, tmp_path, capsys):
     path = UNRUN / folder
     video = goldens.DATA / "videos" / "single.mkv"
@@ -83,6 +82,15 @@ def test_a_sleap_nn_export_of_such_a_kind_is_refused_too(model_type, tmp_path):
         load_runner(folder, device="cpu")
     what = unrun_kinds.UNRUN_EXPORT_TYPES[model_type]
     assert str(error.value) == f"{folder}: {what} (a sleap-nn export); sleap-live does not run it"
+
+
+def test_an_embedding_model_is_no_longer_refused_by_kind():
+    # It runs after a top-down pair (test_embedding.py); this hand-written config
+    # has no pool (training resolves it), which its full parse then names.
+    path = UNRUN / "embedding"
+    assert unrun_kind(read_yaml(path / "training_config.yaml")) is None
+    with pytest.raises(ModelConfigError, match="pool is None"):
+        parse_training_config(read_yaml(path / "training_config.yaml"), path)
 
 
 def test_a_box_detector_runs_from_its_config_alone():

@@ -82,6 +82,23 @@ HEADS = {
         "size": {"output_stride": 4, "loss_weight": 0.1},
         "offset": {"output_stride": 4, "loss_weight": 1.0},
     },
+    # A re-identification model, as training writes it (pool and carrier resolved).
+    "embedding": {
+        "embedding": {
+            "embedding_dim": 16,
+            "num_fc_layers": 1,
+            "num_fc_units": 32,
+            "pool": "gem",
+            "normalize": True,
+            "output_stride": 16,
+            "freeze_backbone": False,
+            "anchor_part": None,
+            "centroid_method": None,
+            "centroid_fallback": None,
+            "detection_mode": "pose",
+            "objective": None,
+        }
+    },
     # Its SSD detector, anchor sizes as training writes them in.
     "bbox_ssd": {
         "ssd": {
@@ -510,10 +527,12 @@ def test_unknown_backbone_and_no_backbone(tmp_path):
 def test_unknown_head_type(tmp_path):
     config = training_config("single_instance")
     config["model_config"]["head_configs"] = {
-        "embedding": {"embedding": {"dim": 128}},
+        "semantic_segmentation": {"segmentation": {"dim": 128}},
         "single_instance": HEADS["single_instance"],
     }
-    with pytest.raises(UnsupportedModelError, match="an embedding \\(re-identification\\) model"):
+    with pytest.raises(
+        UnsupportedModelError, match="a segmentation model \\(semantic_segmentation\\)"
+    ):
         parse(tmp_path, config)
     config["model_config"]["head_configs"] = {"single_instance": None}
     with pytest.raises(ModelConfigError, match="has no head set"):

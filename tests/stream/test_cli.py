@@ -251,7 +251,7 @@ def test_replay_is_live_and_stops_after_duration(tmp_path, fake_engine, capsys, 
         (["v.mp4", "-m", "m", "-o", "out.txt"], "out.txt: cannot write poses to a .txt file"),
         (["v.mp4", "-m", "m", "--record", "r.mp4", "--record-codec", "ffv1"], "r.mp4: a ffv1"),
         (["v.mp4", "-m", "m", "--record-quality", "52"], "--record-quality: must be at most 51"),
-        (["v.mp4", "-m", "a", "-m", "b", "-m", "c"], "give -m once, or twice for a top-down"),
+        (["v.mp4", *["-m", "a"] * 4], "give -m once, twice for a top-down model"),
         (["v.mp4", "-m", "m", "--batch-size", "0"], "argument --batch-size: must be at least 1"),
         (["v.mp4", "-m", "m", "--duration", "x"], "argument --duration: expected a number"),
         (["replay", "v.mp4", "-m", "m", "--engine", "tf"], "argument --engine: invalid choice"),
@@ -312,7 +312,7 @@ def test_export_help_is_the_export_subcommand(capsys):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["a", "b", "c"], "give one model directory, or two for a top-down model"),
+        (["a", "b", "c", "d"], "give one model directory, two for a top-down model"),
         (["m", "-f", "caffe"], "argument -f/--format: invalid choice: 'caffe'"),
         (["m", "--opset", "0"], "argument --opset: must be at least 1, got 0"),
         ([], "the following arguments are required: MODEL_DIR"),

@@ -209,3 +209,16 @@ def test_a_nan_in_the_header_costs_no_frame(change, clip, tmp_path):
     journal(out, header(str(clip), **change), chunk((0, 1, 2)))
     assert cli.main(["recover", str(out)]) == 0
     assert [lf.frame_idx for lf in sio.load_slp(str(out), open_videos=False)] == [0, 1, 2]
+
+
+def test_a_chunk_of_vectors_reads_back_and_a_damaged_one_is_one_line():
+    from sleap_live.stream.outputs.journal import EmbeddingChunk, JournalError
+
+    vectors = np.arange(12, dtype=np.float32).reshape(3, 4)
+    vectors[1] = np.nan
+    data = EmbeddingChunk(vectors).to_bytes()
+    np.testing.assert_array_equal(EmbeddingChunk.from_bytes(data).vectors, vectors)
+    for damaged in (data[:5], data[:-4], struct.pack("<II", 1, 1 << 20)):
+        with pytest.raises(JournalError, match=r"^j: a chunk") as error:
+            EmbeddingChunk.from_bytes(damaged, "j")
+        assert "\n" not in str(error.value)

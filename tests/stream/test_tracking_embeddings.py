@@ -178,7 +178,7 @@ def test_track_reads_the_vectors_of_a_slp(tmp_path, capsys):
 
 @pytest.mark.parametrize("option", [["--features", "embeddings"], ["--appearance-weight", "0.3"]])
 def test_live_runs_refuse_the_appearance_options(option: list[str]) -> None:
-    """No model sleap-live runs gives vectors: `run` and `replay` refuse up front."""
+    """Without an embedding model no vectors come: `run` and `replay` refuse up front."""
     import argparse
 
     from sleap_live.cli.options import UsageError
@@ -186,5 +186,10 @@ def test_live_runs_refuse_the_appearance_options(option: list[str]) -> None:
 
     parser = argparse.ArgumentParser()
     add_tracking_options(parser)
-    with pytest.raises(UsageError, match="no model sleap-live runs makes yet"):
+    with pytest.raises(UsageError, match="which only an embedding model gives"):
         tracking_settings(parser.parse_args(["--tracking", *option]))
+    # With one, the options are taken; with neither, sleap-nn's appearance defaults.
+    assert tracking_settings(parser.parse_args(["--tracking", *option]), True) is not None
+    defaults = tracking_settings(parser.parse_args(["--tracking"]), True)
+    assert defaults is not None
+    assert (defaults.features, defaults.scoring_method) == ("embeddings", "cosine_sim")
