@@ -527,11 +527,11 @@ def test_unknown_backbone_and_no_backbone(tmp_path):
 def test_unknown_head_type(tmp_path):
     config = training_config("single_instance")
     config["model_config"]["head_configs"] = {
-        "semantic_segmentation": {"segmentation": {"dim": 128}},
+        "bottomup_segmentation": {"segmentation": {"dim": 128}},
         "single_instance": HEADS["single_instance"],
     }
     with pytest.raises(
-        UnsupportedModelError, match="a segmentation model \\(semantic_segmentation\\)"
+        UnsupportedModelError, match="a segmentation model \\(bottomup_segmentation\\)"
     ):
         parse(tmp_path, config)
     config["model_config"]["head_configs"] = {"single_instance": None}
