@@ -31,8 +31,15 @@ Greedy NMS is sequential; here it is the fixed point of "kept: a candidate that
 no kept, higher-scored candidate suppresses", iterated from all candidates until
 it stops changing. Candidate i settles once every candidate before it has, so the
 iteration ends with greedy NMS's answer in at most as many rounds as candidates
-and in practice a few (an ONNX `Loop` in an exported graph). Shapes are fixed:
-`PRE_NMS_TOP_K` candidate slots and `max_detections` detection slots per frame.
+and in practice a few (an ONNX `Loop` in an exported graph).
+
+Candidate slots: as many as the batch's frame with the most candidates has (at
+most `PRE_NMS_TOP_K`; a TopK whose K the graph reads from the data), so the
+pairwise steps (ranking ties, IoUs, the `Loop`) cost the square of the real
+candidates, not of `PRE_NMS_TOP_K`; another frame's extra slots are empty and
+change nothing. The TensorRT profile, whose TopK needs K when the engine is
+built, keeps `PRE_NMS_TOP_K` slots. The output has `max_detections` slots per
+frame.
 """
 
 from __future__ import annotations
@@ -86,7 +93,12 @@ class SSDStage(BoxStage):
             self.register_buffer(f"half_shapes{level}", shapes / 2, persistent=False)
 
     def decode(
-        self, heads: dict[str, torch.Tensor], height: torch.Tensor, width: torch.Tensor
+        self,
+        heads: dict[str, torch.Tensor],
+        height: torch.Tensor,
+        width: torch.Tensor,
+        *,
+        fixed_shapes: bool,
     ) -> tuple[torch.Tensor, ...]:
         raw = heads[SSD_HEAD]
         logits = raw.shape[-1] - 4
@@ -99,7 +111,9 @@ class SSDStage(BoxStage):
         # -inf padding gives PRE_NMS_TOP_K slots on inputs with fewer pairs.
         ranked = torch.where(candidate, flat, float("-inf"))
         ranked = torch.nn.functional.pad(ranked, (0, PRE_NMS_TOP_K), value=float("-inf"))
-        top, index = _ranked_first(ranked)
+        top, index = _ranked_first(
+            ranked, PRE_NMS_TOP_K if fixed_shapes else _candidate_slots(candidate)
+        )
         in_map = top > float("-inf")
         index = torch.where(in_map, index, 0)
         anchor = index // categories
@@ -125,21 +139,29 @@ class SSDStage(BoxStage):
         return torch.cat(levels, dim=0)
 
 
-def _ranked_first(ranked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The `PRE_NMS_TOP_K` highest of (B, N) scores and their indices, highest first
+def _candidate_slots(candidate: torch.Tensor) -> torch.Tensor:
+    """The candidate slots a batch needs: its largest count of (B, N) `candidate`
+    pairs, at least 1 and at most `PRE_NMS_TOP_K`, as a 0-d int64 tensor (a TopK's
+    K read from the data in an exported graph)."""
+    return candidate.sum(dim=1).amax().clamp(min=1, max=PRE_NMS_TOP_K)
+
+
+def _ranked_first(
+    ranked: torch.Tensor, slots: int | torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The `slots` highest of (B, N) scores and their indices, highest first
     and equal scores in index order, as sleap-nn's candidates reach NMS (in index
     order, then stably sorted by score); `torch.topk` orders ties as it likes, and
     a stable sort does not export, so each one's place is counted."""
-    top, index = torch.topk(ranked, PRE_NMS_TOP_K, dim=1)
+    top, index = torch.topk(ranked, slots, dim=1)
     # TopK rather than Sort: TensorRT needs K known when the graph is built.
-    index, order = torch.topk(index, PRE_NMS_TOP_K, dim=1, largest=False)
+    index, order = torch.topk(index, slots, dim=1, largest=False)
     top = top.gather(1, order)
-    earlier = torch.ones(PRE_NMS_TOP_K, PRE_NMS_TOP_K, dtype=torch.bool, device=top.device)
-    ahead = (top[:, None, :] > top[:, :, None]) | (
-        (top[:, None, :] == top[:, :, None]) & earlier.tril(diagonal=-1)
-    )
+    # earlier[b, i, j]: j comes before i (the indices are distinct and now ascending).
+    earlier = index[:, None, :] < index[:, :, None]
+    ahead = (top[:, None, :] > top[:, :, None]) | ((top[:, None, :] == top[:, :, None]) & earlier)
     # Places are distinct, so any sort orders them alike.
-    _, order = torch.topk(ahead.sum(dim=2), PRE_NMS_TOP_K, dim=1, largest=False)
+    _, order = torch.topk(ahead.sum(dim=2), slots, dim=1, largest=False)
     return top.gather(1, order), index.gather(1, order)
 
 
