@@ -12,12 +12,13 @@ Reproduces sleap-nn 0.3.5's `bbox_ssd` inference (`inference/bbox.py`
    (row, column, shape) order; a level's shapes are every scale times every
    aspect ratio `h / w` of the level's size (`w = sqrt((size * scale)**2 /
    ratio)`, `h = w * ratio`).
-3. Scores are the softmax over an anchor's logits, background dropped; boxes
-   the deltas decoded against their anchors with the variances (the log sizes
-   clamped at `log(1000)`), clipped to `[0, W - 1] x [0, H - 1]` of the input.
+3. Scores are the softmax over an anchor's logits, background dropped.
 4. Candidates: the (anchor, category) pairs, anchor-major, with a score of at
-   least the threshold, the `PRE_NMS_TOP_K` highest if there are more; those whose
-   box has no area are dropped.
+   least the threshold, the `PRE_NMS_TOP_K` highest if there are more. Their
+   boxes (only theirs: each is decoded on its own) are the deltas decoded against
+   their anchors with the variances (the log sizes clamped at `log(1000)`),
+   clipped to `[0, W - 1] x [0, H - 1]` of the input; those with no area are
+   dropped.
 5. NMS: torchvision's `batched_nms` at IoU `DEFAULT_IOU_THRESHOLD` (sleap-nn's
    `DEFAULT_NMS_IOU["bbox_ssd"]`), highest score first, a box suppressed by a kept
    one of its category with IoU above the threshold; categories are kept apart as
@@ -103,8 +104,6 @@ class SSDStage(BoxStage):
         raw = heads[SSD_HEAD]
         logits = raw.shape[-1] - 4
         scores = torch.softmax(raw[..., :logits], dim=-1)[..., 1:]  # (B, A, C)
-        boxes = decode_deltas(raw[..., logits:], self._anchors(height, width), self.anchors)
-        boxes, has_area = clip_boxes(boxes, height, width)
         categories = scores.shape[-1]
         flat = scores.flatten(1)  # (B, A * C), anchor-major
         candidate = flat >= self.threshold
@@ -118,8 +117,11 @@ class SSDStage(BoxStage):
         index = torch.where(in_map, index, 0)
         anchor = index // categories
         classes = index % categories
-        boxes = boxes.gather(1, anchor[..., None].expand(-1, -1, 4))
-        valid = in_map & has_area.gather(1, anchor)
+        # Only the candidates' boxes are decoded (each box on its own: the same values).
+        deltas = raw[..., logits:].gather(1, anchor[..., None].expand(-1, -1, 4))
+        boxes = decode_deltas(deltas, self._anchors(height, width)[anchor], self.anchors)
+        boxes, has_area = clip_boxes(boxes, height, width)
+        valid = in_map & has_area
         kept = valid & nms_keep(boxes, classes, valid, self.iou_threshold)
         carried = torch.cat([boxes, classes[..., None].to(boxes.dtype)], dim=-1)
         picked, scores, filled = first_slots(carried, top, kept, self.max_detections)
@@ -185,7 +187,7 @@ def anchor_shapes(
 
 
 def decode_deltas(deltas: torch.Tensor, anchors: torch.Tensor, spec: AnchorSpec) -> torch.Tensor:
-    """(B, A, 4) SSD deltas against (A, 4) anchors: (B, A, 4) x1, y1, x2, y2 boxes
+    """(B, K, 4) SSD deltas against their (B, K, 4) anchors: (B, K, 4) x1, y1, x2, y2 boxes
     (sleap-nn's `decode_boxes`, in its float32 operation order)."""
     aw = anchors[..., 2] - anchors[..., 0]
     ah = anchors[..., 3] - anchors[..., 1]
