@@ -52,6 +52,7 @@ import torch
 from sleap_live.engines.graph.boxes import BoxStage, clip_boxes, first_slots
 from sleap_live.engines.graph.peaks import scripted
 from sleap_live.engines.graph.preprocess import PreprocessConfig
+from sleap_live.engines.graph.resize import static_size
 from sleap_live.engines.load.spec import AnchorSpec
 
 SSD_HEAD = "SSDHead"
@@ -118,8 +119,10 @@ class SSDStage(BoxStage):
         anchor = index // categories
         classes = index % categories
         # Only the candidates' boxes are decoded (each box on its own: the same values).
-        deltas = raw[..., logits:].gather(1, anchor[..., None].expand(-1, -1, 4))
-        boxes = decode_deltas(deltas, self._anchors(height, width)[anchor], self.anchors)
+        rows = raw.gather(1, anchor[..., None].expand(-1, -1, static_size(raw, 2)))
+        boxes = decode_deltas(
+            rows[..., logits:], self._anchors(height, width)[anchor], self.anchors
+        )
         boxes, has_area = clip_boxes(boxes, height, width)
         valid = in_map & has_area
         kept = valid & nms_keep(boxes, classes, valid, self.iou_threshold)
