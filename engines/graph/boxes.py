@@ -94,6 +94,7 @@ class BoxStage(torch.nn.Module):
             eff_scale,
             (size_of(image, 2), size_of(image, 3)),
             (size_of(frames, 2), size_of(frames, 3)),
+            fixed_shapes=False,
         )
 
     def _frame_boxes(
@@ -102,10 +103,13 @@ class BoxStage(torch.nn.Module):
         eff_scale: torch.Tensor,
         image_size: tuple[torch.Tensor, torch.Tensor],
         frame_size: tuple[torch.Tensor, torch.Tensor],
+        *,
+        fixed_shapes: bool,
     ) -> tuple[torch.Tensor, ...]:
-        """The network's boxes on `image`, decoded, in frame pixels and clipped to a
-        frame of `frame_size`: `(boxes, scores, classes, valid)`."""
-        boxes, scores, classes, valid = self.decode(self.network(image), *image_size)
+        """The network's boxes on `image`, decoded (`decode`), in frame pixels and
+        clipped to a frame of `frame_size`: `(boxes, scores, classes, valid)`."""
+        heads = self.network(image)
+        boxes, scores, classes, valid = self.decode(heads, *image_size, fixed_shapes=fixed_shapes)
         # Model input to frame pixels: sleap-nn's `undo_input_scale` (skipped at
         # scale 1) and `undo_eff_scale` (dividing by 1 changes nothing).
         if self.preprocess.scale != 1.0:
@@ -120,7 +124,9 @@ class BoxStage(torch.nn.Module):
         image = network_input_values(sized, self.preprocess)
         shape = torch.tensor([static_size(image, 2), static_size(image, 3)])
         frame = torch.tensor([static_size(frames, 2), static_size(frames, 3)])
-        return self._frame_boxes(image, eff_scale, (shape[:1], shape[1:]), (frame[:1], frame[1:]))
+        return self._frame_boxes(
+            image, eff_scale, (shape[:1], shape[1:]), (frame[:1], frame[1:]), fixed_shapes=True
+        )
 
     def slots(self, frames: torch.Tensor, slots: int) -> tuple[torch.Tensor, ...]:
         """`values`' first `slots` detections of each frame.
@@ -138,11 +144,18 @@ class BoxStage(torch.nn.Module):
         return picked[..., :4], scores, picked[..., 4].to(torch.int64), filled
 
     def decode(
-        self, heads: dict[str, torch.Tensor], height: torch.Tensor, width: torch.Tensor
+        self,
+        heads: dict[str, torch.Tensor],
+        height: torch.Tensor,
+        width: torch.Tensor,
+        *,
+        fixed_shapes: bool,
     ) -> tuple[torch.Tensor, ...]:
         """The network's outputs decoded: `(boxes, scores, classes, valid)` in
         network-input pixels, clipped to its `height` x `width` ((1,) int64),
-        `max_detections` slots per frame, highest score first."""
+        `max_detections` slots per frame, highest score first; with `fixed_shapes`
+        (the TensorRT profile) every tensor inside has a size known when the graph
+        is built."""
         raise NotImplementedError
 
 
@@ -152,7 +165,12 @@ class CenterNetStage(BoxStage):
     outputs at one stride."""
 
     def decode(
-        self, heads: dict[str, torch.Tensor], height: torch.Tensor, width: torch.Tensor
+        self,
+        heads: dict[str, torch.Tensor],
+        height: torch.Tensor,
+        width: torch.Tensor,
+        *,
+        fixed_shapes: bool,
     ) -> tuple[torch.Tensor, ...]:
         return decode_centernet(
             heads[CENTER_HEAD],

@@ -12,12 +12,13 @@ Reproduces sleap-nn 0.3.5's `bbox_ssd` inference (`inference/bbox.py`
    (row, column, shape) order; a level's shapes are every scale times every
    aspect ratio `h / w` of the level's size (`w = sqrt((size * scale)**2 /
    ratio)`, `h = w * ratio`).
-3. Scores are the softmax over an anchor's logits, background dropped; boxes
-   the deltas decoded against their anchors with the variances (the log sizes
-   clamped at `log(1000)`), clipped to `[0, W - 1] x [0, H - 1]` of the input.
+3. Scores are the softmax over an anchor's logits, background dropped.
 4. Candidates: the (anchor, category) pairs, anchor-major, with a score of at
-   least the threshold, the `PRE_NMS_TOP_K` highest if there are more; those whose
-   box has no area are dropped.
+   least the threshold, the `PRE_NMS_TOP_K` highest if there are more. Their
+   boxes (only theirs: each is decoded on its own) are the deltas decoded against
+   their anchors with the variances (the log sizes clamped at `log(1000)`),
+   clipped to `[0, W - 1] x [0, H - 1]` of the input; those with no area are
+   dropped.
 5. NMS: torchvision's `batched_nms` at IoU `DEFAULT_IOU_THRESHOLD` (sleap-nn's
    `DEFAULT_NMS_IOU["bbox_ssd"]`), highest score first, a box suppressed by a kept
    one of its category with IoU above the threshold; categories are kept apart as
@@ -31,8 +32,15 @@ Greedy NMS is sequential; here it is the fixed point of "kept: a candidate that
 no kept, higher-scored candidate suppresses", iterated from all candidates until
 it stops changing. Candidate i settles once every candidate before it has, so the
 iteration ends with greedy NMS's answer in at most as many rounds as candidates
-and in practice a few (an ONNX `Loop` in an exported graph). Shapes are fixed:
-`PRE_NMS_TOP_K` candidate slots and `max_detections` detection slots per frame.
+and in practice a few (an ONNX `Loop` in an exported graph).
+
+Candidate slots: as many as the batch's frame with the most candidates has (at
+most `PRE_NMS_TOP_K`; a TopK whose K the graph reads from the data), so the
+pairwise steps (ranking ties, IoUs, the `Loop`) cost the square of the real
+candidates, not of `PRE_NMS_TOP_K`; another frame's extra slots are empty and
+change nothing. The TensorRT profile, whose TopK needs K when the engine is
+built, keeps `PRE_NMS_TOP_K` slots. The output has `max_detections` slots per
+frame.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ import torch
 from sleap_live.engines.graph.boxes import BoxStage, clip_boxes, first_slots
 from sleap_live.engines.graph.peaks import scripted
 from sleap_live.engines.graph.preprocess import PreprocessConfig
+from sleap_live.engines.graph.resize import static_size
 from sleap_live.engines.load.spec import AnchorSpec
 
 SSD_HEAD = "SSDHead"
@@ -86,26 +95,36 @@ class SSDStage(BoxStage):
             self.register_buffer(f"half_shapes{level}", shapes / 2, persistent=False)
 
     def decode(
-        self, heads: dict[str, torch.Tensor], height: torch.Tensor, width: torch.Tensor
+        self,
+        heads: dict[str, torch.Tensor],
+        height: torch.Tensor,
+        width: torch.Tensor,
+        *,
+        fixed_shapes: bool,
     ) -> tuple[torch.Tensor, ...]:
         raw = heads[SSD_HEAD]
         logits = raw.shape[-1] - 4
         scores = torch.softmax(raw[..., :logits], dim=-1)[..., 1:]  # (B, A, C)
-        boxes = decode_deltas(raw[..., logits:], self._anchors(height, width), self.anchors)
-        boxes, has_area = clip_boxes(boxes, height, width)
         categories = scores.shape[-1]
         flat = scores.flatten(1)  # (B, A * C), anchor-major
         candidate = flat >= self.threshold
         # -inf padding gives PRE_NMS_TOP_K slots on inputs with fewer pairs.
         ranked = torch.where(candidate, flat, float("-inf"))
         ranked = torch.nn.functional.pad(ranked, (0, PRE_NMS_TOP_K), value=float("-inf"))
-        top, index = _ranked_first(ranked)
+        top, index = _ranked_first(
+            ranked, PRE_NMS_TOP_K if fixed_shapes else _candidate_slots(candidate)
+        )
         in_map = top > float("-inf")
         index = torch.where(in_map, index, 0)
         anchor = index // categories
         classes = index % categories
-        boxes = boxes.gather(1, anchor[..., None].expand(-1, -1, 4))
-        valid = in_map & has_area.gather(1, anchor)
+        # Only the candidates' boxes are decoded (each box on its own: the same values).
+        rows = raw.gather(1, anchor[..., None].expand(-1, -1, static_size(raw, 2)))
+        boxes = decode_deltas(
+            rows[..., logits:], self._anchors(height, width)[anchor], self.anchors
+        )
+        boxes, has_area = clip_boxes(boxes, height, width)
+        valid = in_map & has_area
         kept = valid & nms_keep(boxes, classes, valid, self.iou_threshold)
         carried = torch.cat([boxes, classes[..., None].to(boxes.dtype)], dim=-1)
         picked, scores, filled = first_slots(carried, top, kept, self.max_detections)
@@ -125,21 +144,29 @@ class SSDStage(BoxStage):
         return torch.cat(levels, dim=0)
 
 
-def _ranked_first(ranked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The `PRE_NMS_TOP_K` highest of (B, N) scores and their indices, highest first
+def _candidate_slots(candidate: torch.Tensor) -> torch.Tensor:
+    """The candidate slots a batch needs: its largest count of (B, N) `candidate`
+    pairs, at least 1 and at most `PRE_NMS_TOP_K`, as a 0-d int64 tensor (a TopK's
+    K read from the data in an exported graph)."""
+    return candidate.sum(dim=1).amax().clamp(min=1, max=PRE_NMS_TOP_K)
+
+
+def _ranked_first(
+    ranked: torch.Tensor, slots: int | torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The `slots` highest of (B, N) scores and their indices, highest first
     and equal scores in index order, as sleap-nn's candidates reach NMS (in index
     order, then stably sorted by score); `torch.topk` orders ties as it likes, and
     a stable sort does not export, so each one's place is counted."""
-    top, index = torch.topk(ranked, PRE_NMS_TOP_K, dim=1)
+    top, index = torch.topk(ranked, slots, dim=1)
     # TopK rather than Sort: TensorRT needs K known when the graph is built.
-    index, order = torch.topk(index, PRE_NMS_TOP_K, dim=1, largest=False)
+    index, order = torch.topk(index, slots, dim=1, largest=False)
     top = top.gather(1, order)
-    earlier = torch.ones(PRE_NMS_TOP_K, PRE_NMS_TOP_K, dtype=torch.bool, device=top.device)
-    ahead = (top[:, None, :] > top[:, :, None]) | (
-        (top[:, None, :] == top[:, :, None]) & earlier.tril(diagonal=-1)
-    )
+    # earlier[b, i, j]: j comes before i (the indices are distinct and now ascending).
+    earlier = index[:, None, :] < index[:, :, None]
+    ahead = (top[:, None, :] > top[:, :, None]) | ((top[:, None, :] == top[:, :, None]) & earlier)
     # Places are distinct, so any sort orders them alike.
-    _, order = torch.topk(ahead.sum(dim=2), PRE_NMS_TOP_K, dim=1, largest=False)
+    _, order = torch.topk(ahead.sum(dim=2), slots, dim=1, largest=False)
     return top.gather(1, order), index.gather(1, order)
 
 
@@ -163,7 +190,7 @@ def anchor_shapes(
 
 
 def decode_deltas(deltas: torch.Tensor, anchors: torch.Tensor, spec: AnchorSpec) -> torch.Tensor:
-    """(B, A, 4) SSD deltas against (A, 4) anchors: (B, A, 4) x1, y1, x2, y2 boxes
+    """(B, K, 4) SSD deltas against their (B, K, 4) anchors: (B, K, 4) x1, y1, x2, y2 boxes
     (sleap-nn's `decode_boxes`, in its float32 operation order)."""
     aw = anchors[..., 2] - anchors[..., 0]
     ah = anchors[..., 3] - anchors[..., 1]
