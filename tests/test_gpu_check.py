@@ -133,32 +133,9 @@ def test_window_is_a_capped_share_of_the_item():
     assert gc.window(-1.0) == 0.0
 
 
-def _in_a_fresh_process(body: str) -> None:
-    """Runs `body` (with the script loaded as `gc`) in a new interpreter.
-
-    The time limit is SIGALRM: in the test process, after ONNX Runtime's, OpenVINO's
-    and torch's native thread pools have started, an alarm can land in one of their
-    threads and crash the whole suite (seen once); the script itself always runs as
-    a process of its own.
-    """
-    code = (
-        "import importlib.util, sys\n"
-        f"spec = importlib.util.spec_from_file_location('gpu_check', {str(SCRIPT)!r})\n"
-        "gc = importlib.util.module_from_spec(spec)\n"
-        "sys.modules['gpu_check'] = gc\n"
-        "spec.loader.exec_module(gc)\n" + body
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_TIMEOUT_S
-    )
-    assert result.returncode == 0, result.stderr
-
-
-def test_time_limit_interrupts_a_busy_item():
-    assert issubclass(gc.BudgetExceeded, KeyboardInterrupt)
-    assert not issubclass(gc.BudgetExceeded, Exception)  # no `except Exception` swallows it
-    _in_a_fresh_process(
-        """
+# Bodies run with the script loaded as `gc`, `ENVIRONMENT` (a GPU machine's, as plain
+# values) and `work_dir` (a folder of the body's own), by name: see `fresh_process`.
+TIME_LIMIT_BODY = """
 def raises(seconds, busy):
     try:
         with gc.time_limit(seconds):
@@ -172,7 +149,134 @@ assert raises(0.05, True)
 assert raises(0.0, False)
 assert not raises(30.0, False)  # finishes inside its limit; the alarm is cancelled
 """
-    )
+
+ITEMS_BODY = """
+args = gc.parse_args(["--work-dir", work_dir, "--cases", "single_instance"])
+environment = gc.Environment(**ENVIRONMENT)
+check = gc.Check(args, environment, {})
+
+
+def forever(fair):
+    while True:
+        pass
+
+
+def broken(fair):
+    raise RuntimeError("no engine\\nfor this")
+
+
+def quick(fair):
+    return [gc.Row("speed", "torch-cuda", figure="fps", value=1.0)]
+
+
+template = gc.Row("speed", "torch-cuda", "single_instance", figure="fps")
+check.items(0.6, [(template, forever), (template, broken), (template, quick)])
+assert [row.status for row in check.rows] == [gc.TIMEOUT, gc.FAIL, gc.MEASURED]
+assert check.rows[1].note == "RuntimeError: no engine for this"
+check.items(0.0, [(template, quick)])
+assert check.rows[-1].status == gc.TIMEOUT and check.rows[-1].note == "part budget spent"
+"""
+
+GRAPHS_BODY = """
+import types
+import numpy as np
+
+args = gc.parse_args(
+    ["--work-dir", work_dir, "--cases", "single_instance", "--sizes", "384", "--frames", "16"]
+)
+check = gc.Check(args, gc.Environment(**ENVIRONMENT), {})
+
+
+class FakeRunner:
+    device = "cpu"
+
+    def __init__(self, shift):
+        self.shift = shift
+
+    def run(self, batch):
+        return [
+            types.SimpleNamespace(
+                points=np.full((1, 2, 2), 5.0 + self.shift),
+                point_scores=np.ones((1, 2)),
+                instance_scores=np.ones(1),
+                identities=np.zeros(1, int),
+            )
+            for _ in batch
+        ]
+
+
+runners = {gc.EAGER: FakeRunner(0.0), gc.GRAPHS: FakeRunner(0.0)}
+check.runner = lambda name, case, shape: runners[name]
+for runner, ms in ((gc.EAGER, 2.0), (gc.GRAPHS, 0.5)):
+    row = gc.Row("speed", runner, "single_instance", "384x384", gc.LATENCY_FIGURE, ms, "ms")
+    check.rows.append(row)
+check.part_graphs(30.0)
+poses, timing = check.rows[-2:]
+assert (poses.figure, poses.status) == ("poses vs eager, max px", gc.PASS), poses
+assert (timing.status, timing.value) == (gc.PASS, 0.25), timing
+runners[gc.GRAPHS] = FakeRunner(0.5)
+check.part_graphs(30.0)
+assert check.rows[-2].status == gc.FAIL and abs(check.rows[-2].value - 0.5 * 2**0.5) < 1e-12
+"""
+
+FRESH_BODIES = {"time_limit": TIME_LIMIT_BODY, "items": ITEMS_BODY, "graphs": GRAPHS_BODY}
+
+
+@pytest.fixture(scope="session")
+def fresh_process(once_per_run, tmp_path_factory) -> dict[str, str | None]:
+    """`FRESH_BODIES` run one after another in one new interpreter, once for the whole
+    test run: body name -> the traceback it ended with, or None. One interpreter,
+    not one per test: the items' and graphs' bodies import the engines (torch) to
+    make a `Check`, about 4 s of CPU each time.
+
+    The time limit is SIGALRM: in the test process, after ONNX Runtime's, OpenVINO's
+    and torch's native thread pools have started, an alarm can land in one of their
+    threads and crash the whole suite (seen once); the script itself always runs as
+    a process of its own.
+    """
+
+    def run() -> dict[str, str | None]:
+        folder = tmp_path_factory.mktemp("gpu_check_bodies")
+        code = (
+            "import importlib.util, json, sys, traceback\n"
+            f"spec = importlib.util.spec_from_file_location('gpu_check', {str(SCRIPT)!r})\n"
+            "gc = importlib.util.module_from_spec(spec)\n"
+            "sys.modules['gpu_check'] = gc\n"
+            "spec.loader.exec_module(gc)\n"
+            f"ENVIRONMENT = {_ENVIRONMENT!r}\n"
+            "ended = {}\n"
+            "for name, (body, work_dir) in json.load(sys.stdin).items():\n"
+            "    scope = {'gc': gc, 'ENVIRONMENT': ENVIRONMENT, 'work_dir': work_dir}\n"
+            "    try:\n"
+            "        exec(compile(body, name, 'exec'), scope)\n"
+            "        ended[name] = None\n"
+            "    except BaseException:  # BudgetExceeded is a KeyboardInterrupt\n"
+            "        ended[name] = traceback.format_exc()\n"
+            "print(json.dumps(ended))\n"
+        )
+        bodies = {name: (body, str(folder / name)) for name, body in FRESH_BODIES.items()}
+        result = subprocess.run(
+            [sys.executable, "-c", code],
+            input=json.dumps(bodies),
+            capture_output=True,
+            text=True,
+            timeout=HANG_TIMEOUT_S,
+        )
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout.splitlines()[-1])
+
+    return once_per_run("gpu-check-fresh-process", run)
+
+
+def _ran_in_a_fresh_process(fresh_process: dict[str, str | None], name: str) -> None:
+    assert name in fresh_process, fresh_process
+    assert fresh_process[name] is None, fresh_process[name]
+
+
+def test_time_limit_interrupts_a_busy_item(fresh_process):
+    assert issubclass(gc.BudgetExceeded, KeyboardInterrupt)
+    assert not issubclass(gc.BudgetExceeded, Exception)  # no `except Exception` swallows it
+    _ran_in_a_fresh_process(fresh_process, "time_limit")
 
 
 class FakeClock:
@@ -500,84 +604,14 @@ def test_install_wheels_unpacks_them_onto_sys_path(tmp_path, monkeypatch):
     sys.modules.pop("tinypkg_gpu_check")
 
 
-def test_items_time_out_or_fail_one_by_one(tmp_path):
-    _in_a_fresh_process(
-        f"""
-args = gc.parse_args(["--work-dir", {str(tmp_path)!r}, "--cases", "single_instance"])
-environment = gc.Environment(**{_ENVIRONMENT!r})
-check = gc.Check(args, environment, {{}})
+def test_items_time_out_or_fail_one_by_one(fresh_process):
+    _ran_in_a_fresh_process(fresh_process, "items")
 
 
-def forever(fair):
-    while True:
-        pass
-
-
-def broken(fair):
-    raise RuntimeError("no engine\\nfor this")
-
-
-def quick(fair):
-    return [gc.Row("speed", "torch-cuda", figure="fps", value=1.0)]
-
-
-template = gc.Row("speed", "torch-cuda", "single_instance", figure="fps")
-check.items(0.6, [(template, forever), (template, broken), (template, quick)])
-assert [row.status for row in check.rows] == [gc.TIMEOUT, gc.FAIL, gc.MEASURED]
-assert check.rows[1].note == "RuntimeError: no engine for this"
-check.items(0.0, [(template, quick)])
-assert check.rows[-1].status == gc.TIMEOUT and check.rows[-1].note == "part budget spent"
-"""
-    )
-
-
-def test_graphs_part_compares_eager_and_graphs_runners(tmp_path):
+def test_graphs_part_compares_eager_and_graphs_runners(fresh_process):
     """The graphs part on a (faked) GPU machine: the runners' poses and the speed part's
     batch-1 times give one pose row and one time row per model type and size."""
-    _in_a_fresh_process(
-        f"""
-import types
-import numpy as np
-
-args = gc.parse_args(
-    ["--work-dir", {str(tmp_path)!r}, "--cases", "single_instance", "--sizes", "384",
-     "--frames", "16"]
-)
-check = gc.Check(args, gc.Environment(**{_ENVIRONMENT!r}), {{}})
-
-
-class FakeRunner:
-    device = "cpu"
-
-    def __init__(self, shift):
-        self.shift = shift
-
-    def run(self, batch):
-        return [
-            types.SimpleNamespace(
-                points=np.full((1, 2, 2), 5.0 + self.shift),
-                point_scores=np.ones((1, 2)),
-                instance_scores=np.ones(1),
-                identities=np.zeros(1, int),
-            )
-            for _ in batch
-        ]
-
-
-runners = {{gc.EAGER: FakeRunner(0.0), gc.GRAPHS: FakeRunner(0.0)}}
-check.runner = lambda name, case, shape: runners[name]
-for runner, ms in ((gc.EAGER, 2.0), (gc.GRAPHS, 0.5)):
-    row = gc.Row("speed", runner, "single_instance", "384x384", gc.LATENCY_FIGURE, ms, "ms")
-    check.rows.append(row)
-check.part_graphs(30.0)
-poses, timing = check.rows[-2:]
-assert (poses.figure, poses.status) == ("poses vs eager, max px", gc.PASS), poses
-assert (timing.status, timing.value) == (gc.PASS, 0.25), timing
-runners[gc.GRAPHS] = FakeRunner(0.5)
-check.part_graphs(30.0)
-assert check.rows[-2].status == gc.FAIL and abs(check.rows[-2].value - 0.5 * 2**0.5) < 1e-12
-"""
-    )
+    _ran_in_a_fresh_process(fresh_process, "graphs")
 
 
 # ----------------------------------------------------------------------------- whole runs
