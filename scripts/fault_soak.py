@@ -143,9 +143,9 @@ def child(log_dir: Path, delay: float, slow_save: float, slow_start: float, argv
 
     append = journal.JournalWriter.append
 
-    def timed_append(self, chunk, labels=None, boxes=None):  # type: ignore[no-untyped-def]
+    def timed_append(self, *records):  # type: ignore[no-untyped-def]
         started = time.monotonic()
-        append(self, chunk, labels, boxes)
+        append(self, *records)
         os.write(saves, f"{started:.6f} {time.monotonic() - started:.6f}\n".encode())
 
     save_slp = sio.save_slp
