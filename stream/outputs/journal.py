@@ -279,9 +279,7 @@ class BoxChunk:
 
     def frames(self) -> Iterator[slice]:
         """The slice of each frame's boxes, in order."""
-        ends = np.cumsum(self.counts)
-        for end, count in zip(ends.tolist(), self.counts.tolist(), strict=True):
-            yield slice(end - count, end)
+        return _frame_slices(self.counts)
 
     def to_bytes(self) -> bytes:
         return b"".join(
@@ -344,9 +342,7 @@ class MaskChunk:
 
     def frames(self) -> Iterator[slice]:
         """The slice of each frame's masks, in order."""
-        ends = np.cumsum(self.counts)
-        for end, count in zip(ends.tolist(), self.counts.tolist(), strict=True):
-            yield slice(end - count, end)
+        return _frame_slices(self.counts)
 
     def to_bytes(self) -> bytes:
         """Sizes, then each mask's (rows, columns), scores, scales, then every mask's
@@ -608,6 +604,13 @@ def _chunks(
                 yield TrackLabels.from_bytes(record[1], origin)
             elif record[0] == _EMBEDDINGS:
                 yield EmbeddingChunk.from_bytes(record[1], origin)
+
+
+def _frame_slices(counts: np.ndarray) -> Iterator[slice]:
+    """The slice of each frame's items in a chunk holding `counts` items a frame."""
+    ends = np.cumsum(counts)
+    for end, count in zip(ends.tolist(), counts.tolist(), strict=True):
+        yield slice(end - count, end)
 
 
 def _field(origin: str, name: str, value: Any, kind: type) -> Any:
