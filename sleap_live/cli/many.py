@@ -186,7 +186,8 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             decoder=args.decoder, bit_depth=args.bit_depth, read_timeout=args.read_timeout
         ),
         save_interval=args.save_interval,
-        tracking=tracking_settings(args, gives_embeddings(args.models)),
+        # The models are read for vectors only when the run tracks.
+        tracking=tracking_settings(args, args.tracking and gives_embeddings(args.models)),
         provenance=run_provenance(args),
     )
     cores = os.cpu_count() or 1

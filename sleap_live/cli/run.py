@@ -286,7 +286,8 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         args.video = args.video[0] if args.video else None
     _check(args)
     check_poseless_run(args.models, tracked=args.tracking, output=args.output)
-    tracking = tracking_settings(args, gives_embeddings(args.models))
+    # The models are read for vectors only when the run tracks: other runs pay nothing.
+    tracking = tracking_settings(args, args.tracking and gives_embeddings(args.models))
     # A video file; None for a camera or a stream URL.
     video = args.video if isinstance(args.video, Path) else None
     output = args.output
